@@ -1,0 +1,26 @@
+"""encdec: a workbench for encoder-decoder transformer language models.
+
+    import encdec
+    model = encdec.build_model(encdec.preset("rot5-tiny", vocab_size=1000))
+    model = encdec.load_hf("path/to/t5")      # a local Hugging Face T5 directory
+"""
+
+from encdec.errors import CheckpointError, ConfigError, DataError, EncdecError
+from encdec.interop import load_hf, save_hf
+from encdec.models import ModelConfig, build_model, count_parameters, preset, preset_names
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "DataError",
+    "EncdecError",
+    "ModelConfig",
+    "build_model",
+    "count_parameters",
+    "load_hf",
+    "preset",
+    "preset_names",
+    "save_hf",
+]

@@ -1,0 +1,21 @@
+"""The project's own exception types.
+
+Errors meant for users are one clear sentence. The CLI prints the sentence and
+exits non-zero; library callers can catch `EncdecError`.
+"""
+
+
+class EncdecError(Exception):
+    """Base class for every error encdec reports to a user."""
+
+
+class ConfigError(EncdecError):
+    """A configuration value is missing, unknown or out of range."""
+
+
+class DataError(EncdecError):
+    """A data file or tokenizer cannot be read or does not have the expected form."""
+
+
+class CheckpointError(EncdecError):
+    """A checkpoint or model directory is missing, corrupt or unsafe to load."""

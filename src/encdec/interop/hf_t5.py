@@ -1,0 +1,170 @@
+"""Hugging Face T5 checkpoints <-> encdec's encoder-decoder.
+
+Reads a local `T5ForConditionalGeneration` directory (config.json plus
+model.safetensors, a sharded safetensors index, or pytorch_model.bin loaded with
+`weights_only`), in the v1.0 layout (ReLU, tied head scaled by d_model^-0.5) and
+the v1.1 / Flan-T5 layout (gated GELU, untied head); writes T5-family models back
+in a form Hugging Face loads. transformers itself is not needed for either.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from encdec.errors import CheckpointError, ConfigError
+from encdec.models import EncoderDecoder, ModelConfig
+
+# Hugging Face feed_forward_proj -> our activation name
+HF_ACTIVATIONS = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gated-gelu": "gated_gelu",
+    "gated-gelu_new": "gated_gelu",
+    "gated-silu": "swiglu",
+}
+OUR_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "gated_gelu": "gated-gelu",
+                   "swiglu": "gated-silu"}  # fmt: skip
+
+# (our parameter name pattern, Hugging Face name pattern); {i} is the block index
+NAME_MAP = [
+    (r"((encoder|decoder)\.)?embed\.weight", "shared.weight"),  # one matrix, registered in three places
+    (r"lm_head\.weight", "lm_head.weight"),
+    (r"(encoder|decoder)\.position_bias\.embed\.weight", r"\1.block.0.layer.0.SelfAttention.relative_attention_bias.weight"),
+    (r"(encoder|decoder)\.final_norm\.weight", r"\1.final_layer_norm.weight"),
+    (r"(encoder|decoder)\.blocks\.(\d+)\.self_attn\.(q|k|v|o)\.weight", r"\1.block.\2.layer.0.SelfAttention.\3.weight"),
+    (r"(encoder|decoder)\.blocks\.(\d+)\.self_attn_norm\.weight", r"\1.block.\2.layer.0.layer_norm.weight"),
+    (r"decoder\.blocks\.(\d+)\.cross_attn\.(q|k|v|o)\.weight", r"decoder.block.\1.layer.1.EncDecAttention.\2.weight"),
+    (r"decoder\.blocks\.(\d+)\.cross_attn_norm\.weight", r"decoder.block.\1.layer.1.layer_norm.weight"),
+    (r"encoder\.blocks\.(\d+)\.ffn\.(wi|wi_0|wi_1|wo)\.weight", r"encoder.block.\1.layer.1.DenseReluDense.\2.weight"),
+    (r"encoder\.blocks\.(\d+)\.ffn_norm\.weight", r"encoder.block.\1.layer.1.layer_norm.weight"),
+    (r"decoder\.blocks\.(\d+)\.ffn\.(wi|wi_0|wi_1|wo)\.weight", r"decoder.block.\1.layer.2.DenseReluDense.\2.weight"),
+    (r"decoder\.blocks\.(\d+)\.ffn_norm\.weight", r"decoder.block.\1.layer.2.layer_norm.weight"),
+]  # fmt: skip
+
+
+def hf_name(our_name: str) -> str:
+    for pattern, replacement in NAME_MAP:
+        if re.fullmatch(pattern, our_name):
+            return re.sub(pattern, replacement, our_name)
+    raise ConfigError(f"parameter {our_name} has no Hugging Face T5 counterpart")
+
+
+def config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
+    proj = hf.get("feed_forward_proj", "relu")
+    if proj not in HF_ACTIVATIONS:
+        raise CheckpointError(f"unsupported T5 feed_forward_proj {proj!r}; supported: {', '.join(HF_ACTIVATIONS)}")
+    tie_flag = hf.get("tie_word_embeddings", True)
+    return ModelConfig(
+        vocab_size=hf["vocab_size"],
+        d_model=hf["d_model"],
+        d_head=hf["d_kv"],
+        d_ff=hf["d_ff"],
+        n_heads=hf["num_heads"],
+        n_encoder_layers=hf["num_layers"],
+        n_decoder_layers=hf.get("num_decoder_layers") or hf["num_layers"],
+        relative_buckets=hf.get("relative_attention_num_buckets", 32),
+        relative_max_distance=hf.get("relative_attention_max_distance", 128),
+        dropout=hf.get("dropout_rate", 0.1),
+        norm_eps=hf.get("layer_norm_epsilon", 1e-6),
+        activation=HF_ACTIVATIONS[proj],
+        position="relative",
+        tie_embeddings=not untied_head,
+        scale_output=hf.get("scale_decoder_outputs", tie_flag is not False),
+        pad_id=hf.get("pad_token_id", 0),
+        eos_id=hf.get("eos_token_id", 1) if isinstance(hf.get("eos_token_id", 1), int) else hf["eos_token_id"][0],
+        decoder_start_id=hf.get("decoder_start_token_id", hf.get("pad_token_id", 0)),
+    )
+
+
+def read_hf_weights(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a Hugging Face model directory, never unpickling code."""
+    if (path / "model.safetensors").exists():
+        return load_file(path / "model.safetensors")
+    if (path / "model.safetensors.index.json").exists():
+        index = json.loads((path / "model.safetensors.index.json").read_text())
+        weights = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            weights.update(load_file(path / shard))
+        return weights
+    if (path / "pytorch_model.bin").exists():
+        try:
+            return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        except Exception as error:
+            raise CheckpointError(f"{path / 'pytorch_model.bin'} is not a plain tensor file ({error})") from None
+    raise CheckpointError(f"{path} holds no model.safetensors, safetensors index or pytorch_model.bin")
+
+
+def load_hf_t5(path: Path, hf_config: dict) -> EncoderDecoder:
+    weights = read_hf_weights(path)
+    if "shared.weight" not in weights and "encoder.embed_tokens.weight" in weights:
+        weights["shared.weight"] = weights["encoder.embed_tokens.weight"]
+    head = weights.get("lm_head.weight")
+    untied = head is not None and not torch.equal(head, weights["shared.weight"])
+    cfg = config_from_hf(hf_config, untied)
+    model = EncoderDecoder(cfg)
+    state = {}
+    for name, param in model.state_dict().items():
+        key = hf_name(name)
+        if key not in weights:
+            raise CheckpointError(f"{path} lacks the weight {key}")
+        if weights[key].shape != param.shape:
+            raise CheckpointError(f"{path}: {key} has shape {tuple(weights[key].shape)}, expected {tuple(param.shape)}")
+        state[name] = weights[key]
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def check_t5_compatible(cfg: ModelConfig) -> None:
+    """Raise ConfigError unless `cfg` is expressible as a Hugging Face T5 config."""
+    problems = {
+        "position must be relative": cfg.position != "relative",
+        "norm must be rmsnorm": cfg.norm != "rmsnorm",
+        "norm_position must be pre": cfg.norm_position != "pre",
+        "bias must be false": cfg.bias,
+        "scale_attention must be false": cfg.scale_attention,
+        "scale_embeddings must be false": cfg.scale_embeddings,
+        "n_kv_heads must equal n_heads": (cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
+        "cross-attention heads must equal n_heads": (cfg.cross_n_heads or cfg.n_heads) != cfg.n_heads
+        or (cfg.cross_n_kv_heads or cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
+        "n_experts must be 1": cfg.n_experts != 1,
+        "an untied head cannot have scaled output": not cfg.tie_embeddings and cfg.scale_output,
+    }
+    failed = [text for text, bad in problems.items() if bad]
+    if failed:
+        raise ConfigError(f"this model cannot be saved as Hugging Face T5: {'; '.join(failed)}")
+
+
+def save_hf_t5(model: EncoderDecoder, path: Path) -> None:
+    cfg = model.config
+    check_t5_compatible(cfg)
+    path.mkdir(parents=True, exist_ok=True)
+    weights = {hf_name(name): t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+    if cfg.tie_embeddings and not cfg.scale_output:  # tied but unscaled: HF expresses it as an equal untied head
+        weights["lm_head.weight"] = weights["shared.weight"].clone()
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    hf_config = {
+        "architectures": ["T5ForConditionalGeneration"],
+        "model_type": "t5",
+        "vocab_size": cfg.vocab_size,
+        "d_model": cfg.d_model,
+        "d_kv": cfg.head_dim,
+        "d_ff": cfg.d_ff,
+        "num_layers": cfg.n_encoder_layers,
+        "num_decoder_layers": cfg.decoder_layers,
+        "num_heads": cfg.n_heads,
+        "relative_attention_num_buckets": cfg.relative_buckets,
+        "relative_attention_max_distance": cfg.relative_max_distance,
+        "dropout_rate": cfg.dropout,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "feed_forward_proj": OUR_ACTIVATIONS[cfg.activation],
+        "tie_word_embeddings": cfg.scale_output,  # HF ties the head and scales the output together
+        "is_encoder_decoder": True,
+        "pad_token_id": cfg.pad_id,
+        "eos_token_id": cfg.eos_id,
+        "decoder_start_token_id": cfg.decoder_start_id,
+    }
+    (path / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")

@@ -1,0 +1,43 @@
+"""Model families, their configs and presets. `build_model(cfg)` is the one entry point."""
+
+from torch import nn
+
+from encdec.models.config import ModelConfig
+from encdec.models.encoder_decoder import EncoderDecoder
+from encdec.models.init import init_weights
+from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
+from encdec.models.presets import preset, preset_names
+from encdec.modules import LearnedPositions, RelativePositionBias
+
+# family name -> model class; later families add a line here
+FAMILY_CLASSES = {"encoder_decoder": EncoderDecoder}
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """Construct and initialise the model `cfg` describes."""
+    model = FAMILY_CLASSES[cfg.family](cfg)
+    init_weights(model, cfg)
+    return model
+
+
+def count_parameters(model: nn.Module, exclude_positions: bool = False) -> int:
+    """Parameters, each shared tensor counted once; optionally without position tables
+    (learned absolute positions and T5's relative bias), as the seeds count them."""
+    skip = set()
+    if exclude_positions:
+        for module in model.modules():
+            if isinstance(module, (LearnedPositions, RelativePositionBias)):
+                skip.update(id(p) for p in module.parameters())
+    return sum(p.numel() for p in model.parameters() if id(p) not in skip)
+
+
+__all__ = [
+    "EncoderDecoder",
+    "EncoderOutput",
+    "ModelConfig",
+    "Seq2SeqOutput",
+    "build_model",
+    "count_parameters",
+    "preset",
+    "preset_names",
+]

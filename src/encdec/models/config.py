@@ -1,0 +1,103 @@
+"""The typed model configuration every family is built from.
+
+Checked when constructed: a wrong value raises `ConfigError` naming the key and
+what it allows. Run-time state (step, RNG, data position) never lives here.
+"""
+
+from dataclasses import asdict, dataclass, fields
+
+from encdec.errors import ConfigError
+
+CHOICES = {
+    "family": ("encoder_decoder",),
+    "activation": ("relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"),
+    "moe_activation": ("relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"),
+    "norm": ("rmsnorm", "layernorm"),
+    "norm_position": ("pre", "post"),
+    "position": ("sinusoidal", "learned", "relative", "rope"),
+    "rope_cross": ("relative", "prepended", "none"),
+    "init": ("t5", "normal"),
+}
+
+
+@dataclass
+class ModelConfig:
+    family: str = "encoder_decoder"
+    vocab_size: int = 32128
+    d_model: int = 512
+    n_heads: int = 8
+    n_kv_heads: int | None = None  # None: n_heads (MHA); 1: MQA; in between: GQA
+    d_head: int | None = None  # None: d_model // n_heads (T5's d_kv may differ)
+    d_ff: int = 2048
+    n_encoder_layers: int = 6
+    n_decoder_layers: int | None = None  # None: n_encoder_layers
+    cross_n_heads: int | None = None  # None: n_heads
+    cross_n_kv_heads: int | None = None  # None: n_kv_heads
+    activation: str = "relu"
+    norm: str = "rmsnorm"
+    norm_eps: float = 1e-6
+    norm_position: str = "pre"
+    bias: bool = False  # biases in linear layers and LayerNorms
+    scale_attention: bool = False  # divide scores by sqrt(d_head); T5 does not
+    position: str = "relative"
+    max_positions: int = 512  # rows of sinusoidal / learned tables
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
+    rope_theta: float = 10000.0
+    rope_cross: str = "relative"  # RoPE in cross-attention: i and j from 0, encoder first, or none
+    scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani)
+    tie_embeddings: bool = True  # the LM head shares the token embedding matrix
+    scale_output: bool = True  # decoder output times d_model^-0.5 before the head (T5 v1.0)
+    dropout: float = 0.1
+    n_experts: int = 1  # > 1 makes every feed-forward a mixture of experts
+    moe_top_k: int = 1
+    moe_renormalize: bool = False  # gates renormalised over top-k (ROT5) or raw (Switch, default)
+    moe_activation: str = "gelu"
+    aux_loss_coef: float = 0.001
+    z_loss_coef: float = 0.001
+    init: str = "t5"  # "t5": Hugging Face T5's scheme; "normal": N(0, 0.02), residual outputs scaled
+    pad_id: int = 0
+    eos_id: int = 1
+    decoder_start_id: int = 0
+
+    def __post_init__(self):
+        for key, allowed in CHOICES.items():
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"model.{key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")
+        for key in ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_experts", "moe_top_k"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"model.{key} must be a positive integer, got {getattr(self, key)}")
+        if self.d_head is None and self.d_model % self.n_heads:
+            raise ConfigError(
+                f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model}), or set model.d_head"
+            )
+        for heads, kv in (("n_heads", "n_kv_heads"), ("cross_n_heads", "cross_n_kv_heads")):
+            h = getattr(self, heads) or self.n_heads
+            k = getattr(self, kv) or (self.n_kv_heads if kv == "cross_n_kv_heads" else None) or h
+            if h % k:
+                raise ConfigError(f"model.{kv} ({k}) must divide model.{heads} ({h})")
+        if self.position == "rope" and self.head_dim % 2:
+            raise ConfigError(f"RoPE needs an even head dimension, got d_head {self.head_dim}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.moe_top_k > self.n_experts:
+            raise ConfigError(f"model.moe_top_k ({self.moe_top_k}) exceeds model.n_experts ({self.n_experts})")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_head or self.d_model // self.n_heads
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_decoder_layers or self.n_encoder_layers
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown model key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+        return cls(**values)

@@ -1,0 +1,238 @@
+"""The canonical encoder-decoder: Transformer (Vaswani 2017), T5 (v1.0, v1.1) and ROT5.
+
+    src_ids -> embed (+ positions) -> [EncoderBlock] x N_enc -> norm -> memory
+    tgt_ids -> embed (+ positions) -> [DecoderBlock(memory)] x N_dec -> norm -> head -> logits
+
+The variants differ only in what the config selects: position scheme (sinusoidal,
+learned, T5 relative bias shared by all layers of a stack, RoPE in self- and
+cross-attention), norm and its placement, feed-forward or mixture of experts,
+grouped-query attention, and the output head (tied, scaled by d_model^-0.5).
+
+Shapes: B batch, S source length, T target length, C model dim, V vocabulary.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encdec.models.config import ModelConfig
+from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
+from encdec.modules import (
+    Attention,
+    AttentionInputs,
+    DecoderBlock,
+    DecoderCache,
+    EncoderBlock,
+    FeedForward,
+    LearnedPositions,
+    MoE,
+    RelativePositionBias,
+    RotaryEmbedding,
+    SinusoidalPositions,
+    additive_mask,
+    build_norm,
+    causal_mask,
+    load_balance_loss,
+    router_z_loss,
+)
+
+
+def build_ffn(cfg: ModelConfig) -> nn.Module:
+    if cfg.n_experts > 1:
+        return MoE(cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.moe_top_k, cfg.moe_renormalize,
+                   cfg.moe_activation, cfg.bias, cfg.dropout)  # fmt: skip
+    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias, cfg.dropout)
+
+
+def build_attention(cfg: ModelConfig, rotary: RotaryEmbedding | None, cross: bool = False) -> Attention:
+    n_heads = (cfg.cross_n_heads or cfg.n_heads) if cross else cfg.n_heads
+    n_kv_heads = (cfg.cross_n_kv_heads or cfg.n_kv_heads) if cross else cfg.n_kv_heads
+    d_head = cfg.head_dim if n_heads == cfg.n_heads else cfg.d_model // n_heads
+    return Attention(cfg.d_model, n_heads, n_kv_heads, d_head, bias=cfg.bias,
+                     scale=cfg.scale_attention, dropout=cfg.dropout, rotary=rotary)  # fmt: skip
+
+
+def build_absolute_positions(cfg: ModelConfig) -> nn.Module | None:
+    if cfg.position == "sinusoidal":
+        return SinusoidalPositions(cfg.max_positions, cfg.d_model)
+    if cfg.position == "learned":
+        return LearnedPositions(cfg.max_positions, cfg.d_model)
+    return None
+
+
+class Encoder(nn.Module):
+    def __init__(self, cfg: ModelConfig, embed: nn.Embedding, rotary: RotaryEmbedding | None):
+        super().__init__()
+        self.embed = embed
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.positions = build_absolute_positions(cfg)
+        self.position_bias = (
+            RelativePositionBias(cfg.n_heads, True, cfg.relative_buckets, cfg.relative_max_distance)
+            if cfg.position == "relative"
+            else None
+        )
+        self.blocks = nn.ModuleList(
+            EncoderBlock(build_attention(cfg, rotary), build_ffn(cfg), self._norm_factory(cfg), cfg.dropout,
+                         cfg.norm_position == "pre")  # fmt: skip
+            for _ in range(cfg.n_encoder_layers)
+        )
+        self.final_norm = self._norm_factory(cfg)() if cfg.norm_position == "pre" else nn.Identity()
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.rotary = rotary
+
+    @staticmethod
+    def _norm_factory(cfg: ModelConfig):
+        return lambda: build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+
+    def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> EncoderOutput:
+        """src_ids (B, S), src_mask (B, S) bool -> memory (B, S, C)."""
+        B, S = src_ids.shape
+        pos = torch.arange(S, device=src_ids.device)
+        x = self.embed(src_ids) * self.embed_scale
+        if self.positions is not None:
+            x = x + self.positions(pos)
+        x = self.dropout(x)
+        bias = self.position_bias(pos, pos) if self.position_bias is not None else None  # (1, H, S, S)
+        allowed = src_mask[:, None, None, :] if src_mask is not None else None  # (B, 1, 1, S)
+        inputs = AttentionInputs(mask=additive_mask(allowed, bias, x.dtype), q_pos=pos, k_pos=pos)
+        router_logits = []
+        for block in self.blocks:
+            x, logits = block(x, inputs)
+            if logits is not None:
+                router_logits.append(logits)
+        return EncoderOutput(self.dropout(self.final_norm(x)), src_mask, router_logits)
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: ModelConfig, embed: nn.Embedding, rotary: RotaryEmbedding | None):
+        super().__init__()
+        self.embed = embed
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.positions = build_absolute_positions(cfg)
+        self.position_bias = (
+            RelativePositionBias(cfg.n_heads, False, cfg.relative_buckets, cfg.relative_max_distance)
+            if cfg.position == "relative"
+            else None
+        )
+        cross_rotary = rotary if cfg.rope_cross != "none" else None
+        norm = Encoder._norm_factory(cfg)
+        self.blocks = nn.ModuleList(
+            DecoderBlock(build_attention(cfg, rotary), build_attention(cfg, cross_rotary, cross=True),
+                         build_ffn(cfg), norm, cfg.dropout, cfg.norm_position == "pre")  # fmt: skip
+            for _ in range(cfg.decoder_layers)
+        )
+        self.final_norm = norm() if cfg.norm_position == "pre" else nn.Identity()
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.rope_cross = cfg.rope_cross
+
+    def forward(
+        self, tgt_ids: torch.Tensor, memory: EncoderOutput, cache: DecoderCache | None = None
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """tgt_ids (B, T) at positions offset..offset+T-1 -> hidden (B, T, C), router logits."""
+        B, T = tgt_ids.shape
+        S = memory.hidden.shape[1]
+        device = tgt_ids.device
+        offset = cache.offset if cache is not None else 0
+        pos = torch.arange(offset, offset + T, device=device)  # (T,)
+        x = self.embed(tgt_ids) * self.embed_scale
+        if self.positions is not None:
+            x = x + self.positions(pos)
+        x = self.dropout(x)
+        self_inputs = self._self_inputs(pos, offset, x.dtype)
+        cross_inputs = self._cross_inputs(pos, memory, x.dtype)
+        router_logits = []
+        for i, block in enumerate(self.blocks):
+            layer_cache = cache.layers[i] if cache is not None else None
+            x, logits = block(x, memory.hidden, self_inputs, cross_inputs, layer_cache)
+            if logits is not None:
+                router_logits.append(logits)
+        return self.dropout(self.final_norm(x)), router_logits
+
+    def _self_inputs(self, pos: torch.Tensor, offset: int, dtype: torch.dtype) -> AttentionInputs:
+        T = pos.shape[0]
+        keys = torch.arange(offset + T, device=pos.device)
+        bias = self.position_bias(pos, keys) if self.position_bias is not None else None  # (1, H, T, offset+T)
+        if bias is None and offset == 0:
+            return AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos)
+        allowed = causal_mask(T, offset + T, offset, pos.device) if T > 1 else None
+        return AttentionInputs(mask=additive_mask(allowed, bias, dtype), q_pos=pos, k_pos=pos)
+
+    def _cross_inputs(self, pos: torch.Tensor, memory: EncoderOutput, dtype: torch.dtype) -> AttentionInputs:
+        S = memory.hidden.shape[1]
+        k_pos = torch.arange(S, device=pos.device)
+        q_pos = pos
+        if self.rope_cross == "prepended":  # decoder positions continue after each example's source
+            src_len = memory.mask.sum(-1) if memory.mask is not None else torch.full_like(pos[:1], S)
+            q_pos = src_len[:, None] + pos  # (B, T)
+        allowed = memory.mask[:, None, None, :] if memory.mask is not None else None  # (B, 1, 1, S)
+        return AttentionInputs(mask=additive_mask(allowed, None, dtype), q_pos=q_pos, k_pos=k_pos)
+
+
+class EncoderDecoder(nn.Module):
+    """encode() once, decode() as often as needed; forward() does both and the loss."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta) if cfg.position == "rope" else None
+        self.encoder = Encoder(cfg, self.embed, rotary)
+        self.decoder = Decoder(cfg, self.embed, rotary)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.output_scale = cfg.d_model**-0.5 if cfg.scale_output else 1.0
+
+    def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> EncoderOutput:
+        """src_ids (B, S), src_mask (B, S) bool, True at real tokens -> EncoderOutput."""
+        return self.encoder(src_ids, src_mask)
+
+    def decode(
+        self, tgt_ids: torch.Tensor, memory: EncoderOutput, cache: DecoderCache | None = None
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """tgt_ids (B, T) -> logits (B, T, V) and the decoder's router logits.
+
+        With a cache, tgt_ids are the next T positions after those already cached.
+        """
+        hidden, router_logits = self.decoder(tgt_ids, memory, cache)
+        return self.head(hidden), router_logits
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        hidden = hidden * self.output_scale
+        return self.lm_head(hidden) if self.lm_head is not None else F.linear(hidden, self.embed.weight)
+
+    def new_cache(self, max_len: int) -> DecoderCache:
+        """An empty cache for decoding up to `max_len` target positions (it grows if outgrown)."""
+        return DecoderCache(len(self.decoder.blocks), max_len)
+
+    def forward(
+        self,
+        src_ids: torch.Tensor,
+        tgt_ids: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> Seq2SeqOutput:
+        """src_ids (B, S), tgt_ids (B, T) decoder input ids, labels (B, T) with -100 ignored."""
+        memory = self.encode(src_ids, src_mask)
+        logits, decoder_router_logits = self.decode(tgt_ids, memory)
+        aux = self._moe_losses(memory.router_logits, decoder_router_logits)
+        if labels is None:
+            return Seq2SeqOutput(logits, aux_losses=aux)
+        ce = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+        loss = ce
+        if aux:
+            cfg = self.config
+            loss = ce + cfg.aux_loss_coef * (aux["moe_aux_encoder"] + aux["moe_aux_decoder"])
+            loss = loss + cfg.z_loss_coef * (aux["moe_z_encoder"] + aux["moe_z_decoder"])
+        return Seq2SeqOutput(logits, loss, ce, aux)
+
+    @staticmethod
+    def _moe_losses(encoder_logits: list, decoder_logits: list) -> dict[str, torch.Tensor]:
+        """Router logits are gathered across layers, separately for encoder and decoder (SEEDS.md 2)."""
+        losses = {}
+        for side, logits in (("encoder", encoder_logits), ("decoder", decoder_logits)):
+            if logits:
+                gathered = torch.cat(logits)
+                losses[f"moe_aux_{side}"] = load_balance_loss(gathered)
+                losses[f"moe_z_{side}"] = router_z_loss(gathered)
+        return losses

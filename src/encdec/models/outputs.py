@@ -1,0 +1,20 @@
+"""Named model outputs (never positional tuples)."""
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class EncoderOutput:
+    hidden: torch.Tensor  # (B, S, C)
+    mask: torch.Tensor | None  # (B, S) bool, True at real tokens
+    router_logits: list[torch.Tensor] = field(default_factory=list)  # one (N, E) per MoE layer
+
+
+@dataclass
+class Seq2SeqOutput:
+    logits: torch.Tensor  # (B, T, V)
+    loss: torch.Tensor | None = None  # total: cross-entropy plus weighted auxiliary losses
+    ce_loss: torch.Tensor | None = None  # cross-entropy alone (what validation reports)
+    aux_losses: dict[str, torch.Tensor] = field(default_factory=dict)  # by name, unweighted

@@ -1,0 +1,64 @@
+"""Named model presets: `preset("t5-small")`, `preset("rot5-mini", n_experts=8)`.
+
+A preset is a family (its architecture choices) and a size (its widths and depths).
+    transformer  Vaswani et al. 2017: sinusoidal, ReLU, biases, LayerNorm, post-norm
+                 (pre-norm with norm_position="pre"), scaled embeddings, tied head
+    t5           T5 v1.0: relative bias, ReLU, RMSNorm pre-norm, no bias, no score
+                 scaling, tied head with output scaled by d_model^-0.5
+    t5-v1.1      gated GELU, untied head, no output scaling (Flan-T5's layout)
+    rot5         T5 with RoPE in self- and cross-attention, GQA, GELU; MoE with
+                 n_experts > 1 (SEEDS.md section 2)
+"""
+
+from encdec.errors import ConfigError
+from encdec.models.config import ModelConfig
+
+FAMILIES = {
+    "transformer": dict(
+        position="sinusoidal", activation="relu", norm="layernorm", norm_eps=1e-5, norm_position="post",
+        bias=True, scale_attention=True, scale_embeddings=True, tie_embeddings=True, scale_output=False,
+        init="normal", vocab_size=32000,
+    ),
+    "t5": dict(position="relative", activation="relu", vocab_size=32128),
+    "t5-v1.1": dict(position="relative", activation="gated_gelu", tie_embeddings=False, scale_output=False,
+                    vocab_size=32128),
+    "rot5": dict(position="rope", rope_cross="relative", activation="gelu", vocab_size=32502),
+}  # fmt: skip
+
+# d_model, n_heads, d_head, d_ff, encoder layers, decoder layers, extra
+SIZES = {
+    "transformer": {
+        "tiny": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2),
+        "small": dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=4),
+        "base": dict(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=6),  # Vaswani's base
+    },
+    "t5": {
+        "tiny": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2),
+        "small": dict(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=6),  # t5-small
+        "base": dict(d_model=768, n_heads=12, d_ff=3072, n_encoder_layers=12),  # t5-base
+    },
+    "t5-v1.1": {
+        "tiny": dict(d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2),
+        "small": dict(d_model=512, n_heads=6, d_head=64, d_ff=1024, n_encoder_layers=8),  # t5-v1_1-small
+        "base": dict(d_model=768, n_heads=12, d_ff=2048, n_encoder_layers=12),  # t5-v1_1-base
+    },
+    "rot5": {
+        "tiny": dict(d_model=64, n_heads=4, n_kv_heads=2, d_ff=256, n_encoder_layers=2),
+        "small": dict(d_model=256, n_heads=8, n_kv_heads=2, d_ff=1024, n_encoder_layers=4),
+        "mini": dict(d_model=512, n_heads=16, n_kv_heads=4, d_head=32, d_ff=512, n_encoder_layers=10),  # 46.8M
+        "base": dict(d_model=768, n_heads=12, n_kv_heads=4, d_ff=3072, n_encoder_layers=12),  # ~195M
+    },
+}
+
+
+def preset_names() -> list[str]:
+    return [f"{family}-{size}" for family, sizes in SIZES.items() for size in sizes]
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    """The ModelConfig of preset `name` ("family-size"), with `overrides` applied."""
+    family, _, size = name.rpartition("-")
+    if family not in SIZES or size not in SIZES[family]:
+        raise ConfigError(f"unknown model preset {name!r}; presets: {', '.join(preset_names())}")
+    values = {**FAMILIES[family], **SIZES[family][size], **overrides}
+    return ModelConfig.from_dict(values)

@@ -1,0 +1,41 @@
+"""Family-agnostic building blocks. They take plain arguments; only model builders read configs."""
+
+from encdec.modules.attention import Attention, additive_mask, causal_mask
+from encdec.modules.blocks import AttentionInputs, DecoderBlock, EncoderBlock
+from encdec.modules.feed_forward import FeedForward
+from encdec.modules.kv_cache import DecoderCache, KVCache, LayerCache, StaticKVCache
+from encdec.modules.moe import MoE, load_balance_loss, router_z_loss
+from encdec.modules.norms import RMSNorm, build_norm
+from encdec.modules.positions import (
+    LearnedPositions,
+    RelativePositionBias,
+    RotaryEmbedding,
+    SinusoidalPositions,
+    relative_position_bucket,
+    sinusoidal_table,
+)
+
+__all__ = [
+    "Attention",
+    "AttentionInputs",
+    "DecoderBlock",
+    "DecoderCache",
+    "EncoderBlock",
+    "FeedForward",
+    "KVCache",
+    "LayerCache",
+    "LearnedPositions",
+    "MoE",
+    "RMSNorm",
+    "RelativePositionBias",
+    "RotaryEmbedding",
+    "SinusoidalPositions",
+    "StaticKVCache",
+    "additive_mask",
+    "build_norm",
+    "causal_mask",
+    "load_balance_loss",
+    "relative_position_bucket",
+    "router_z_loss",
+    "sinusoidal_table",
+]

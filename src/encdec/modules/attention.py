@@ -1,0 +1,123 @@
+"""One attention module for self- and cross-attention: MHA, GQA and MQA.
+
+Everything position- or mask-related arrives as plain arguments, so the same
+module serves T5 (additive relative bias, no 1/sqrt(D) scaling), ROT5 (RoPE,
+grouped-query), Vaswani (sinusoidal, scaled) and the causal cross-attention of
+the auto-regressive encoder-decoder. The compute path is always torch's
+`scaled_dot_product_attention`; grouped KV heads are repeated at use.
+
+Shapes: B batch, T query length, S key length, C model dim,
+H query heads, K kv heads (H % K == 0), D head dim.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encdec.modules.kv_cache import KVCache, StaticKVCache
+from encdec.modules.positions import RotaryEmbedding
+
+
+class Attention(nn.Module):
+    """Multi-head attention from `d_model` queries to `d_source` keys and values."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        d_head: int | None = None,
+        d_source: int | None = None,
+        bias: bool = False,
+        scale: bool = True,
+        dropout: float = 0.0,
+        rotary: RotaryEmbedding | None = None,
+    ):
+        super().__init__()
+        self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads or n_heads
+        self.d_head = d_head or d_model // n_heads
+        if n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+        d_source = d_source or d_model
+        self.q = nn.Linear(d_model, n_heads * self.d_head, bias=bias)
+        self.k = nn.Linear(d_source, self.n_kv_heads * self.d_head, bias=bias)
+        self.v = nn.Linear(d_source, self.n_kv_heads * self.d_head, bias=bias)
+        self.o = nn.Linear(n_heads * self.d_head, d_model, bias=bias)
+        self.scale = None if scale else 1.0  # None: SDPA's default 1/sqrt(D)
+        self.dropout = dropout
+        self.rotary = rotary
+
+    def project_kv(self, source: torch.Tensor, k_pos: torch.Tensor | None = None):
+        """source (B, S, C) -> keys, values (B, K, S, D), keys rotated by `k_pos`."""
+        B, S, _ = source.shape
+        k = self.k(source).view(B, S, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, K, S, D)
+        v = self.v(source).view(B, S, self.n_kv_heads, self.d_head).transpose(1, 2)
+        if self.rotary is not None:
+            k = self.rotary(k, k_pos)
+        return k, v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        source: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        q_pos: torch.Tensor | None = None,
+        k_pos: torch.Tensor | None = None,
+        cache: KVCache | StaticKVCache | None = None,
+    ) -> torch.Tensor:
+        """Attend from x (B, T, C) to `source` (B, S, C_src), or to x itself when None.
+
+        mask: additive float (or boolean, True = attend) broadcastable to (B, H, T, S),
+            covering all keys including cached ones; it carries padding, causality and
+            any additive position bias. `is_causal` is the mask-free causal fast path
+            (T == S, no cache).
+        q_pos, k_pos: positions for RoPE, (T,) / (S,) or per example (B, T) / (B, S).
+        cache: appended to (growing) or filled once and reused (static, frozen).
+        """
+        B, T, _ = x.shape
+        q = self.q(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
+        if self.rotary is not None:
+            q = self.rotary(q, q_pos)
+        if cache is not None and cache.frozen:
+            k, v = cache.keys, cache.values
+        else:
+            k, v = self.project_kv(x if source is None else source, k_pos)  # (B, K, S, D)
+            if cache is not None:
+                k, v = cache.append(k, v)
+        out = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal and mask is None,
+            scale=self.scale,
+            enable_gqa=self.n_kv_heads != self.n_heads,
+        )  # (B, H, T, D)
+        return self.o(out.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head))
+
+
+def causal_mask(T: int, S: int, offset: int = 0, device=None) -> torch.Tensor:
+    """(T, S) boolean, True where query t (at absolute position offset + t) may see key s <= offset + t."""
+    q = torch.arange(T, device=device)[:, None] + offset
+    return torch.arange(S, device=device)[None, :] <= q
+
+
+def additive_mask(
+    allowed: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype
+) -> torch.Tensor | None:
+    """Fold a boolean `allowed` mask into an additive float mask, on top of `bias`.
+
+    Blocked entries get the dtype's most negative finite value rather than -inf,
+    so a row with every key blocked gives a finite (uniform) result, not NaN.
+    """
+    if allowed is None:
+        return bias
+    blocked = torch.finfo(dtype).min
+    if bias is None:
+        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, blocked)
+    shape = torch.broadcast_shapes(allowed.shape, bias.shape)
+    return bias.to(dtype).expand(shape).masked_fill(~allowed, blocked)

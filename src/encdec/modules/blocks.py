@@ -1,0 +1,108 @@
+"""Residual blocks: an encoder layer (self-attention, feed-forward) and a decoder
+layer (causal self-attention, cross-attention, feed-forward), pre- or post-norm.
+
+    pre-norm  (T5, GPT):      x = x + dropout(sublayer(norm(x)))
+    post-norm (Vaswani 2017): x = norm(x + dropout(sublayer(x)))
+
+A feed-forward sublayer may be an `MoE`, whose router logits the block returns
+so the model can gather them across layers for the aux and z losses.
+
+Shapes: B batch, T target length, S source length, C model dim.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from encdec.modules.attention import Attention
+from encdec.modules.kv_cache import LayerCache
+
+
+@dataclass
+class AttentionInputs:
+    """What one attention call needs besides its inputs: see `Attention.forward`."""
+
+    mask: torch.Tensor | None = None
+    is_causal: bool = False
+    q_pos: torch.Tensor | None = None
+    k_pos: torch.Tensor | None = None
+
+
+def residual(x, fn, norm: nn.Module, dropout: nn.Module, pre_norm: bool):
+    """Apply `fn` as a residual sublayer; returns (x, router logits or None)."""
+    y = fn(norm(x) if pre_norm else x)
+    router_logits = None
+    if isinstance(y, tuple):  # an MoE feed-forward
+        y, router_logits = y
+    x = x + dropout(y)
+    return (x if pre_norm else norm(x)), router_logits
+
+
+def _attend(attn: Attention, inputs: AttentionInputs, source=None, cache=None):
+    def fn(h):
+        return attn(
+            h, source, mask=inputs.mask, is_causal=inputs.is_causal, q_pos=inputs.q_pos, k_pos=inputs.k_pos, cache=cache
+        )
+
+    return fn
+
+
+class EncoderBlock(nn.Module):
+    def __init__(self, self_attn: Attention, ffn: nn.Module, make_norm, dropout: float, pre_norm: bool = True):
+        super().__init__()
+        self.self_attn = self_attn
+        self.self_attn_norm = make_norm()
+        self.ffn = ffn
+        self.ffn_norm = make_norm()
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: torch.Tensor, self_inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, S, C) -> (B, S, C), router logits or None."""
+        x, _ = residual(x, _attend(self.self_attn, self_inputs), self.self_attn_norm, self.dropout, self.pre_norm)
+        return residual(x, self.ffn, self.ffn_norm, self.dropout, self.pre_norm)
+
+
+class DecoderBlock(nn.Module):
+    """Causal self-attention, then cross-attention to `memory`, then feed-forward.
+
+    `cross_first` swaps the first two (the auto-regressive encoder-decoder's ALT order).
+    """
+
+    def __init__(
+        self,
+        self_attn: Attention,
+        cross_attn: Attention,
+        ffn: nn.Module,
+        make_norm,
+        dropout: float,
+        pre_norm: bool = True,
+        cross_first: bool = False,
+    ):
+        super().__init__()
+        self.self_attn = self_attn
+        self.self_attn_norm = make_norm()
+        self.cross_attn = cross_attn
+        self.cross_attn_norm = make_norm()
+        self.ffn = ffn
+        self.ffn_norm = make_norm()
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+        self.cross_first = cross_first
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        self_inputs: AttentionInputs,
+        cross_inputs: AttentionInputs,
+        cache: LayerCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, C), memory (B, S, C) -> (B, T, C), router logits or None."""
+        self_fn = _attend(self.self_attn, self_inputs, cache=cache and cache.self_attn)
+        cross_fn = _attend(self.cross_attn, cross_inputs, memory, cache=cache and cache.cross_attn)
+        steps = [(cross_fn, self.cross_attn_norm), (self_fn, self.self_attn_norm)]
+        for fn, norm in steps if self.cross_first else reversed(steps):
+            x, _ = residual(x, fn, norm, self.dropout, self.pre_norm)
+        return residual(x, self.ffn, self.ffn_norm, self.dropout, self.pre_norm)

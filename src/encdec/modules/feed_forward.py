@@ -1,0 +1,39 @@
+"""Position-wise feed-forward blocks: plain (ReLU, GELU) and gated (T5 v1.1 gated GELU, SwiGLU).
+
+Weight names follow T5 (`wi`, `wo`; `wi_0`, `wi_1` when gated) so checkpoints map one to one.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gated_gelu": lambda x: F.gelu(x, approximate="tanh"),  # T5 v1.1 / Flan-T5 use the tanh form
+    "swiglu": F.silu,
+}
+GATED = {"gated_gelu", "swiglu"}
+
+
+class FeedForward(nn.Module):
+    """C -> d_ff -> C. Gated variants compute act(wi_0 x) * (wi_1 x) (Shazeer 2020)."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", bias: bool = False, dropout: float = 0.0):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.gated = activation in GATED
+        if self.gated:
+            self.wi_0 = nn.Linear(d_model, d_ff, bias=bias)
+            self.wi_1 = nn.Linear(d_model, d_ff, bias=bias)
+        else:
+            self.wi = nn.Linear(d_model, d_ff, bias=bias)
+        self.wo = nn.Linear(d_ff, d_model, bias=bias)
+        self.act = ACTIVATIONS[activation]
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.wi_0(x)) * self.wi_1(x) if self.gated else self.act(self.wi(x))
+        return self.wo(self.dropout(h))

@@ -1,0 +1,109 @@
+"""Key/value caches for incremental decoding.
+
+Keys and values are stored per KV head (B, K, S, D), after RoPE, so a grouped-
+query layer caches K heads, not H, and nothing is rotated twice. Beams reorder a
+cache by indexing its batch dimension.
+
+Shapes: B batch, K kv heads, S cached length, D head dim.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+
+class KVCache:
+    """A cache that grows: each call appends the new positions' keys and values.
+
+    Used for self-attention, and for cross-attention when the encoder advances
+    with the decoder (the auto-regressive and parallel encoder-decoders). The
+    buffer is allocated once for `max_len` positions and doubled if outgrown.
+    """
+
+    frozen = False
+
+    def __init__(self, max_len: int):
+        self.max_len = max_len
+        self.length = 0
+        self.keys: torch.Tensor | None = None  # (B, K, max_len, D)
+        self.values: torch.Tensor | None = None
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v (B, K, t, D) -> all cached keys and values (B, K, length + t, D)."""
+        B, K, t, D = k.shape
+        end = self.length + t
+        if self.keys is None:
+            self.keys = k.new_empty(B, K, max(self.max_len, end), D)
+            self.values = v.new_empty(B, K, max(self.max_len, end), D)
+        elif end > self.keys.shape[2]:
+            self.keys = _grow(self.keys, end)
+            self.values = _grow(self.values, end)
+        self.keys[:, :, self.length : end] = k
+        self.values[:, :, self.length : end] = v
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows `index` (B',), e.g. the surviving beams."""
+        if self.keys is not None:
+            self.keys = self.keys.index_select(0, index)
+            self.values = self.values.index_select(0, index)
+
+
+class StaticKVCache:
+    """A cache filled once: cross-attention keys and values of a fixed encoder output."""
+
+    def __init__(self):
+        self.keys: torch.Tensor | None = None  # (B, K, S, D)
+        self.values: torch.Tensor | None = None
+
+    @property
+    def frozen(self) -> bool:
+        return self.keys is not None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys, self.values = k, v
+        return k, v
+
+    def reorder(self, index: torch.Tensor) -> None:
+        if self.keys is not None:
+            self.keys = self.keys.index_select(0, index)
+            self.values = self.values.index_select(0, index)
+
+
+def _grow(buffer: torch.Tensor, needed: int) -> torch.Tensor:
+    B, K, size, D = buffer.shape
+    grown = buffer.new_empty(B, K, max(2 * size, needed), D)
+    grown[:, :, :size] = buffer
+    return grown
+
+
+@dataclass
+class LayerCache:
+    """The caches of one decoder layer: its self-attention and its cross-attention."""
+
+    self_attn: KVCache
+    cross_attn: KVCache | StaticKVCache
+
+
+class DecoderCache:
+    """All decoder layers' caches; `offset` is the number of positions already decoded."""
+
+    def __init__(self, n_layers: int, max_len: int, growing_cross: bool = False):
+        self.layers = [
+            LayerCache(KVCache(max_len), KVCache(max_len) if growing_cross else StaticKVCache())
+            for _ in range(n_layers)
+        ]
+
+    @property
+    def offset(self) -> int:
+        return self.layers[0].self_attn.length if self.layers else 0
+
+    def reorder(self, index: torch.Tensor) -> None:
+        for layer in self.layers:
+            layer.self_attn.reorder(index)
+            layer.cross_attn.reorder(index)

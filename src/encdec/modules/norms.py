@@ -1,0 +1,28 @@
+"""Normalisation layers: LayerNorm with or without bias, and T5's RMSNorm."""
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """T5's LayerNorm: scale by the root mean square, no mean subtraction, no bias.
+
+    The variance is computed in fp32 (as T5 does) so bf16 activations stay stable.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        variance = x.float().pow(2).mean(-1, keepdim=True)
+        x = x * torch.rsqrt(variance + self.eps)
+        return self.weight * x.to(self.weight.dtype)
+
+
+def build_norm(kind: str, d_model: int, eps: float, bias: bool = True) -> nn.Module:
+    """`kind` is "rmsnorm" (T5) or "layernorm" (Vaswani, GPT; `bias` optional)."""
+    if kind == "rmsnorm":
+        return RMSNorm(d_model, eps)
+    return nn.LayerNorm(d_model, eps=eps, bias=bias)

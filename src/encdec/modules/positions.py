@@ -1,0 +1,100 @@
+"""Position information: sinusoidal, learned absolute, T5 relative bias, and RoPE.
+
+Shapes: B batch, T query length, S key length, H heads, D head dim, C model dim.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+
+def sinusoidal_table(n_positions: int, d_model: int) -> torch.Tensor:
+    """p[pos, 2i] = sin(pos / 10000^(2i/d)), p[pos, 2i+1] = cos(same) (Vaswani et al. 2017, 3.5)."""
+    position = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq)[:, : d_model // 2]
+    return table.float()
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed sinusoidal position vectors: positions (..., T) -> (..., T, C)."""
+
+    def __init__(self, max_positions: int, d_model: int):
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.table[positions]
+
+
+class LearnedPositions(nn.Embedding):
+    """A learned absolute position table (GPT-2, nanoGPT): positions (..., T) -> (..., T, C)."""
+
+
+def relative_position_bucket(
+    relative_position: torch.Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
+) -> torch.Tensor:
+    """T5's bucket of `key_pos - query_pos` (Raffel et al. 2020, 2.1; Mesh TensorFlow).
+
+    Half the buckets hold exact small distances, the other half log-spaced ones up
+    to `max_distance`; a bidirectional bias splits the buckets by direction, a
+    unidirectional one maps all future keys to bucket 0.
+    """
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        distance = (-relative_position).clamp(min=0)
+    max_exact = num_buckets // 2
+    is_small = distance < max_exact
+    log_ratio = torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact)
+    large = max_exact + (log_ratio * (num_buckets - max_exact)).long()
+    large = large.clamp(max=num_buckets - 1)
+    return buckets + torch.where(is_small, distance, large)
+
+
+class RelativePositionBias(nn.Module):
+    """T5's learned per-head bias of the attention scores, one scalar per bucket and head."""
+
+    def __init__(self, n_heads: int, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128):
+        super().__init__()
+        self.embed = nn.Embedding(num_buckets, n_heads)
+        self.bidirectional = bidirectional
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+
+    def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """q_pos (T,), k_pos (S,) -> bias (1, H, T, S)."""
+        relative = k_pos[None, :] - q_pos[:, None]  # (T, S)
+        bucket = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
+        return self.embed(bucket).permute(2, 0, 1).unsqueeze(0)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE with rotate-half pairing: dimension i turns with dimension i + D/2 (Su et al. 2021).
+
+    Queries and keys are rotated by their own positions, so q_i . k_j depends only
+    on i - j. Positions are (T,) shared by the batch or (B, T) per example.
+    """
+
+    def __init__(self, d_head: int, theta: float = 10000.0):
+        super().__init__()
+        if d_head % 2:
+            raise ValueError(f"RoPE needs an even head dimension, got {d_head}")
+        inv_freq = 1.0 / theta ** (torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x (B, H, T, D), positions (T,) or (B, T) -> x rotated, same shape and dtype."""
+        angles = positions.float()[..., None] * self.inv_freq  # (T, D/2) or (B, T, D/2)
+        angles = torch.cat((angles, angles), dim=-1)
+        if angles.dim() == 3:
+            angles = angles[:, None]  # (B, 1, T, D) to broadcast over heads
+        x1, x2 = x.float().chunk(2, dim=-1)
+        rotated = torch.cat((-x2, x1), dim=-1)
+        return (x.float() * angles.cos() + rotated * angles.sin()).to(x.dtype)
