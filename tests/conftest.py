@@ -1,0 +1,51 @@
+"""Shared fixtures: the real corpora beside the repository and a seeded RNG."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"the shared data folder {SHARED_DATA} is missing; it must sit beside the repository")
+    return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+# --- data layer fixtures (tests/data, tests/tokenizers) ---
+
+
+def _shared_file(*parts: str) -> Path:
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.is_file():
+        pytest.fail(f"the shared data file {path} is missing; it must sit beside the repository")
+    return path
+
+
+@pytest.fixture(scope="session")
+def mistral_model() -> Path:
+    """Mistral's SentencePiece model (32,000 pieces) from ../shared/data/tokenizers."""
+    return _shared_file("tokenizers", "mistral_tokenizer.model.v1")
+
+
+@pytest.fixture(scope="session")
+def tinystories_path() -> Path:
+    return _shared_file("tinystories", "tinystories_train_head.txt.gz")
+
+
+@pytest.fixture(scope="session")
+def tinystories_stories(tinystories_path) -> list[str]:
+    """The 2,316 stories of the TinyStories sample, split on <|endoftext|> and stripped."""
+    import gzip
+
+    with gzip.open(tinystories_path, "rt", encoding="utf-8") as handle:
+        text = handle.read()
+    return [story.strip() for story in text.split("<|endoftext|>") if story.strip()]

@@ -1,0 +1,41 @@
+import pytest
+
+from encdec.errors import ConfigError
+from encdec.models import ModelConfig, preset, preset_names
+
+
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        (dict(d_model=100, n_heads=3), "n_heads (3) must divide model.d_model (100)"),
+        (dict(n_heads=8, n_kv_heads=3), "n_kv_heads (3) must divide model.n_heads (8)"),
+        (dict(position="alibi"), "model.position must be one of sinusoidal, learned, relative, rope"),
+        (dict(dropout=1.5), "model.dropout must be in [0, 1)"),
+        (dict(d_model=0), "model.d_model must be a positive integer"),
+    ],
+)
+def test_bad_values_raise_one_sentence_naming_the_key(values, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        ModelConfig(**values)
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(ConfigError, match="unknown model key 'd_modle'"):
+        ModelConfig.from_dict({"d_modle": 3})
+
+
+def test_unknown_preset_lists_the_presets():
+    with pytest.raises(ConfigError, match="rot5-mini"):
+        preset("t5-huge")
+
+
+def test_every_family_has_tiny_small_and_base_and_rot5_has_mini():
+    names = set(preset_names())
+    for family in ("transformer", "t5", "t5-v1.1", "rot5"):
+        assert {f"{family}-tiny", f"{family}-small", f"{family}-base"} <= names
+    assert "rot5-mini" in names
+
+
+def test_config_round_trips_through_a_dict():
+    cfg = preset("rot5-small", n_experts=8)
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg

@@ -1,0 +1,115 @@
+import math
+
+import pytest
+import torch
+
+from encdec.modules import Attention, KVCache, RotaryEmbedding, additive_mask, causal_mask
+
+
+def reference_attention(attn: Attention, x, source, mask=None, scale=True):
+    """Plain softmax(QK^T [/ sqrt(D)] + mask) V with KV heads repeated, for comparison."""
+    B, T, _ = x.shape
+    S = source.shape[1]
+    H, K, D = attn.n_heads, attn.n_kv_heads, attn.d_head
+    q = attn.q(x).view(B, T, H, D).transpose(1, 2)
+    k = attn.k(source).view(B, S, K, D).transpose(1, 2).repeat_interleave(H // K, dim=1)
+    v = attn.v(source).view(B, S, K, D).transpose(1, 2).repeat_interleave(H // K, dim=1)
+    scores = q @ k.transpose(-1, -2)
+    if scale:
+        scores = scores / math.sqrt(D)
+    if mask is not None:
+        scores = scores + mask
+    out = scores.softmax(-1) @ v
+    return attn.o(out.transpose(1, 2).reshape(B, T, H * D))
+
+
+@pytest.mark.parametrize("n_kv_heads", [6, 3, 2, 1])
+@pytest.mark.parametrize("scale", [True, False])
+def test_attention_equals_reference_softmax_for_mha_gqa_and_mqa(n_kv_heads, scale):
+    attn = Attention(d_model=24, n_heads=6, n_kv_heads=n_kv_heads, d_head=5, scale=scale).eval()
+    x, source = torch.randn(2, 7, 24), torch.randn(2, 9, 24)
+    mask = additive_mask(torch.rand(2, 1, 7, 9) > 0.3, torch.randn(1, 6, 7, 9), torch.float32)
+    expected = reference_attention(attn, x, source, mask, scale)
+    torch.testing.assert_close(attn(x, source, mask=mask), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_gqa_equals_mha_whose_kv_heads_are_repeated():
+    gqa = Attention(d_model=32, n_heads=8, n_kv_heads=2).eval()
+    mha = Attention(d_model=32, n_heads=8, n_kv_heads=8).eval()
+    with torch.no_grad():
+        mha.q.weight.copy_(gqa.q.weight)
+        mha.o.weight.copy_(gqa.o.weight)
+        for name in ("k", "v"):  # each KV head serves 4 consecutive query heads
+            w = getattr(gqa, name).weight.view(2, 4, 32).repeat_interleave(4, dim=0)
+            getattr(mha, name).weight.copy_(w.reshape(32, 32))
+    x = torch.randn(2, 5, 32)
+    torch.testing.assert_close(gqa(x, is_causal=True), mha(x, is_causal=True), atol=1e-6, rtol=1e-5)
+
+
+def test_gqa_with_kv_heads_equal_heads_is_mha():
+    attn = Attention(d_model=32, n_heads=4, n_kv_heads=4).eval()
+    x = torch.randn(2, 6, 32)
+    torch.testing.assert_close(attn(x), reference_attention(attn, x, x), atol=1e-5, rtol=1e-5)
+
+
+def test_perturbing_a_future_token_changes_no_earlier_output_in_causal_self_attention():
+    attn = Attention(d_model=16, n_heads=2).eval()
+    x = torch.randn(1, 8, 16)
+    y = x.clone()
+    y[:, 5] += 1.0
+    a, b = attn(x, is_causal=True), attn(y, is_causal=True)
+    torch.testing.assert_close(a[:, :5], b[:, :5])
+    assert not torch.allclose(a[:, 5:], b[:, 5:])
+
+
+def test_causal_cross_attention_sees_only_source_positions_up_to_its_own():
+    attn = Attention(d_model=16, n_heads=2, n_kv_heads=1).eval()
+    x, source = torch.randn(1, 8, 16), torch.randn(1, 8, 16)
+    mask = additive_mask(causal_mask(8, 8), None, torch.float32)
+    changed = source.clone()
+    changed[:, 4] += 1.0
+    a, b = attn(x, source, mask=mask), attn(x, changed, mask=mask)
+    torch.testing.assert_close(a[:, :4], b[:, :4])
+    assert not torch.allclose(a[:, 4:], b[:, 4:])
+
+
+def test_padding_keys_do_not_change_outputs():
+    attn = Attention(d_model=16, n_heads=4).eval()
+    x = torch.randn(1, 3, 16)
+    source = torch.randn(1, 5, 16)
+    padded = torch.cat([source, torch.randn(1, 4, 16)], dim=1)
+    allowed = torch.tensor([[True] * 5 + [False] * 4])[:, None, None, :]
+    mask = additive_mask(allowed, None, torch.float32)
+    torch.testing.assert_close(attn(x, padded, mask=mask), attn(x, source), atol=1e-6, rtol=1e-5)
+
+
+def test_a_fully_masked_row_gives_finite_output():
+    attn = Attention(d_model=8, n_heads=2).eval()
+    mask = additive_mask(torch.zeros(1, 1, 1, 4, dtype=torch.bool), None, torch.float32)
+    assert torch.isfinite(attn(torch.randn(1, 2, 8), torch.randn(1, 4, 8), mask=mask)).all()
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2])
+def test_growing_self_attention_cache_equals_full_causal_attention_with_rope(n_kv_heads):
+    rope = RotaryEmbedding(8)
+    attn = Attention(d_model=32, n_heads=4, n_kv_heads=n_kv_heads, rotary=rope).eval()
+    x = torch.randn(2, 10, 32)
+    pos = torch.arange(10)
+    full = attn(x, is_causal=True, q_pos=pos, k_pos=pos)
+    cache = KVCache(max_len=4)  # outgrown on purpose: the buffer must grow
+    steps = []
+    for start, end in ((0, 3), (3, 4), (4, 10)):
+        p = pos[start:end]
+        mask = additive_mask(causal_mask(end - start, end, start), None, torch.float32)
+        steps.append(attn(x[:, start:end], mask=mask, q_pos=p, k_pos=p, cache=cache))
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert cache.keys.shape[1] == n_kv_heads  # stored per KV head, not repeated
+
+
+def test_growing_cross_attention_cache_equals_full_causal_cross_attention():
+    attn = Attention(d_model=16, n_heads=4, n_kv_heads=2).eval()
+    x, source = torch.randn(2, 6, 16), torch.randn(2, 6, 16)
+    full = attn(x, source, mask=additive_mask(causal_mask(6, 6), None, torch.float32))
+    cache = KVCache(max_len=6)
+    steps = [attn(x[:, t : t + 1], source[:, t : t + 1], cache=cache) for t in range(6)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)

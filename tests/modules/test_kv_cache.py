@@ -1,0 +1,35 @@
+import torch
+
+from encdec.modules import DecoderCache, KVCache, StaticKVCache
+
+
+def test_growing_cache_returns_everything_appended_and_grows_past_its_buffer():
+    cache = KVCache(max_len=2)
+    k = torch.randn(2, 3, 5, 4)
+    for t in range(5):
+        keys, values = cache.append(k[:, :, t : t + 1], -k[:, :, t : t + 1])
+    torch.testing.assert_close(keys, k)
+    torch.testing.assert_close(values, -k)
+    assert cache.length == 5
+
+
+def test_reorder_selects_batch_rows():
+    cache = KVCache(max_len=4)
+    k = torch.arange(3.0).view(3, 1, 1, 1).expand(3, 1, 2, 1).contiguous()
+    cache.append(k, k)
+    cache.reorder(torch.tensor([2, 2, 0]))
+    assert cache.keys[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0]
+
+
+def test_static_cache_is_frozen_once_filled():
+    cache = StaticKVCache()
+    assert not cache.frozen
+    cache.append(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))
+    assert cache.frozen and cache.length == 3
+
+
+def test_decoder_cache_offset_counts_decoded_positions():
+    cache = DecoderCache(n_layers=2, max_len=8)
+    assert cache.offset == 0
+    cache.layers[0].self_attn.append(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))
+    assert cache.offset == 3
