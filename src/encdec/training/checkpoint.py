@@ -1,0 +1,143 @@
+"""Checkpoints that resume exactly and are written atomically.
+
+    RUN_DIR/checkpoints/step_00000100/
+        model.safetensors   weights (shared tensors stored once, aliases in metadata)
+        optimizer.pt        optimizer state: tensors and plain containers only
+        rng.safetensors     torch CPU (and CUDA) RNG states
+        state.json          step, data position, Python and NumPy RNG, best validation loss
+        config.yaml         the resolved run config
+        tokenizer/          the tokenizer, saved by its own `save`
+    RUN_DIR/checkpoints/latest, best   the name of the newest / best checkpoint
+
+A checkpoint is written into a temporary directory and renamed into place, and
+`latest` is replaced atomically after it, so a kill at any moment leaves the
+previous checkpoint whole and named. Loading never unpickles code: safetensors
+for tensors, `torch.load(weights_only=True)` for the optimizer, JSON for the rest.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from encdec.errors import CheckpointError
+
+CHECKPOINTS = "checkpoints"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_pointer(directory: Path, name: str, target: str) -> None:
+    tmp = directory / f".{name}.tmp"
+    tmp.write_text(target + "\n")
+    os.replace(tmp, directory / name)
+
+
+def save_weights(state: dict[str, torch.Tensor], path: Path) -> None:
+    """Save a state dict with safetensors, storing tensors that share memory once."""
+    tensors, aliases, seen = {}, {}, {}
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key in seen:
+            aliases[name] = seen[key]
+        else:
+            seen[key] = name
+            tensors[name] = tensor.detach().cpu().contiguous()
+    save_file(tensors, path, metadata={"aliases": json.dumps(aliases)})
+
+
+def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        tensors = load_file(path)
+        from safetensors import safe_open
+
+        with safe_open(path, "pt") as f:
+            aliases = json.loads((f.metadata() or {}).get("aliases", "{}"))
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path} is corrupt or truncated ({error})") from None
+    for alias, name in aliases.items():
+        tensors[alias] = tensors[name]
+    return tensors
+
+
+def save_checkpoint(run_dir: Path, step: int, files: dict, keep_last: int, is_best: bool = False) -> Path:
+    """Write checkpoint `step` atomically. `files` holds: model (state dict), optimizer
+    (state dict), rng (dict of tensors), state (JSON-able dict), config (a callable writing
+    config.yaml into a directory), tokenizer (an object with `save(directory)`)."""
+    root = run_dir / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step_{step:08d}"
+    tmp = root / f".{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_weights(files["model"], tmp / "model.safetensors")
+    torch.save(files["optimizer"], tmp / "optimizer.pt")
+    save_file({k: v.contiguous() for k, v in files["rng"].items()}, tmp / "rng.safetensors")
+    (tmp / "state.json").write_text(json.dumps(files["state"]))
+    files["config"](tmp / "config.yaml")
+    files["tokenizer"].save(tmp / "tokenizer")
+    for path in tmp.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+    final = root / name
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    _write_pointer(root, "latest", name)
+    if is_best:
+        _write_pointer(root, "best", name)
+    _prune(root, keep_last)
+    return final
+
+
+def _prune(root: Path, keep_last: int) -> None:
+    protected = {read_pointer(root, "latest"), read_pointer(root, "best")}
+    steps = sorted(p for p in root.glob("step_*") if p.is_dir())
+    for old in steps[:-keep_last] if keep_last > 0 else []:
+        if old.name not in protected:
+            shutil.rmtree(old, ignore_errors=True)
+    for stale in root.glob(".step_*.tmp"):  # left by a kill during a save
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def read_pointer(root: Path, name: str) -> str | None:
+    path = root / name
+    return path.read_text().strip() if path.is_file() else None
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    root = run_dir / CHECKPOINTS
+    name = read_pointer(root, "latest")
+    return root / name if name else None
+
+
+def load_checkpoint(path: Path) -> dict:
+    """Read every part of checkpoint directory `path`; CheckpointError if any part is bad."""
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    parts = {"model": load_weights(path / "model.safetensors")}
+    try:
+        parts["optimizer"] = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {path} has no optimizer.pt") from None
+    except Exception as error:  # unpickling refused (a pickle payload) or a truncated file
+        kind = "carries pickled objects other than tensors" if "weights_only" in str(error) else "is corrupt or truncated"
+        raise CheckpointError(f"{path / 'optimizer.pt'} {kind}; refusing to load it") from None
+    try:
+        parts["rng"] = load_file(path / "rng.safetensors")
+        parts["state"] = json.loads((path / "state.json").read_text())
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({error})") from None
+    return parts

@@ -1,0 +1,202 @@
+"""The run configuration: one YAML file per run, loaded into typed sections.
+
+    model:      a preset name and/or any ModelConfig field (vocab size and special
+                ids default to the tokenizer's)
+    tokenizer:  which tokenizer (byte, sentencepiece, hf, bpe / unigram trained on
+                the corpus, tiktoken)
+    data:       corpus files (or a Hugging Face hub name) and the validation split
+    objective:  causal_lm, span_corruption, ul2, prefix_lm or seq2seq, and lengths
+    optimizer, schedule, training, evaluation, output
+
+Field names of the seeds' code map as: n_embd -> model.d_model, n_head ->
+model.n_heads, n_layer -> model.n_encoder_layers, context_size -> objective.seq_len,
+batch_size -> training.batch_size, gradient_accumulation_steps -> training.grad_accum,
+est_interval -> evaluation.interval, est_steps -> evaluation.steps, lr_decay_iters ->
+schedule.decay_steps, warmup_iters -> schedule.warmup_steps.
+"""
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from encdec.errors import ConfigError
+from encdec.models import ModelConfig, preset
+from encdec.training.typed_yaml import apply_override, check_value, from_dict
+
+SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
+PRECISIONS = ("fp32", "bf16")
+DISTRIBUTED = ("ddp", "fsdp")
+
+
+@dataclass
+class TokenizerSection:
+    kind: str = "byte"  # byte | sentencepiece | hf | bpe | unigram | tiktoken
+    path: str | None = None  # the .model / tokenizer.json file
+    vocab_size: int = 8192  # for bpe / unigram trained on the training corpus
+    num_sentinels: int = 100
+    extra_specials: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DataSection:
+    format: str = "tinystories"  # tinystories | text | instruct | jsonl | parallel | tsv
+    train: list[str] = field(default_factory=list)  # files; parallel: [source, target]
+    validation: list[str] = field(default_factory=list)  # empty: split val_fraction off train
+    val_fraction: float = 0.05
+    hub_name: str | None = None  # used when the train files are absent, e.g. roneneldan/TinyStories
+    source_field: str = "dialogue"
+    target_field: str = "summary"
+    text_field: str = "text"
+    max_documents: int | None = None
+
+
+@dataclass
+class ObjectiveSection:
+    kind: str = "ul2"  # causal_lm | span_corruption | ul2 | prefix_lm | seq2seq
+    seq_len: int = 256  # causal LM window / document chunk length
+    windows: str = "random"  # causal LM: random (yif-AI) or sequential
+    max_source_len: int = 512
+    max_target_len: int = 128
+    noise_density: float = 0.15
+    mean_span: float = 3.0
+    ul2_probabilities: list[float] = field(default_factory=lambda: [0.25, 0.25, 0.5])  # R, X, S
+    mode_tokens: bool = False
+    source_template: str = "{source}"  # seq2seq; ROT5 summarization: "{source}\nSummary:"
+    target_template: str = "{target}"
+
+
+@dataclass
+class OptimizerSection:
+    lr: float = 5e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    weight_decay: float = 0.01  # on parameters of 2 or more dimensions only
+    eps: float = 1e-8
+
+
+@dataclass
+class ScheduleSection:
+    kind: str = "linear"  # constant | linear (ROT5) | cosine (nanoGPT) | inverse_sqrt (Vaswani)
+    warmup_steps: int | None = None  # None: warmup_fraction of training.steps
+    warmup_fraction: float = 0.01
+    min_lr: float = 0.0  # cosine floor
+    decay_steps: int | None = None  # cosine: lr_decay_iters; None: training.steps
+
+
+@dataclass
+class TrainingSection:
+    steps: int = 1000
+    batch_size: int = 16  # global: split over processes under torchrun
+    grad_accum: int = 1
+    clip_norm: float = 1.0  # 0 turns clipping off
+    seed: int = 1337
+    precision: str = "fp32"  # bf16 autocast is for GPUs
+    compile: bool = False
+    device: str = "auto"  # auto | cpu | cuda
+    distributed: str = "ddp"  # under torchrun: ddp or fsdp
+    threads: int | None = None  # torch CPU threads
+
+
+@dataclass
+class EvaluationSection:
+    interval: int = 100  # every N steps (est_interval)
+    steps: int = 10  # over M batches of train and validation (est_steps)
+    generate: int = 3  # sample generations printed at the end
+
+
+@dataclass
+class OutputSection:
+    log_interval: int = 10
+    save_interval: int = 0  # 0: save at every evaluation
+    keep_last: int = 2
+    plot: bool = True
+
+
+@dataclass
+class RunConfig:
+    model: dict = field(default_factory=dict)
+    tokenizer: TokenizerSection = field(default_factory=TokenizerSection)
+    data: DataSection = field(default_factory=DataSection)
+    objective: ObjectiveSection = field(default_factory=ObjectiveSection)
+    optimizer: OptimizerSection = field(default_factory=OptimizerSection)
+    schedule: ScheduleSection = field(default_factory=ScheduleSection)
+    training: TrainingSection = field(default_factory=TrainingSection)
+    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    output: OutputSection = field(default_factory=OutputSection)
+
+    def __post_init__(self):
+        check_model_section(self.model)
+        checks = {
+            "optimizer.lr must be positive": self.optimizer.lr <= 0,
+            "optimizer.weight_decay must not be negative": self.optimizer.weight_decay < 0,
+            "optimizer.betas must be two numbers in [0, 1)": len(self.optimizer.betas) != 2
+            or not all(0 <= b < 1 for b in self.optimizer.betas),
+            "training.steps must be positive": self.training.steps < 1,
+            "training.batch_size must be positive": self.training.batch_size < 1,
+            "training.grad_accum must be positive": self.training.grad_accum < 1,
+            "training.clip_norm must not be negative": self.training.clip_norm < 0,
+            "evaluation.interval and evaluation.steps must be positive": self.evaluation.interval < 1
+            or self.evaluation.steps < 1,
+            "schedule.min_lr must not exceed optimizer.lr": self.schedule.min_lr > self.optimizer.lr,
+            "data.val_fraction must be in (0, 1)": not 0 < self.data.val_fraction < 1,
+            "objective.ul2_probabilities must be three numbers (R, X, S)": len(self.objective.ul2_probabilities) != 3,
+        }
+        choices = {
+            "schedule.kind": (self.schedule.kind, SCHEDULES),
+            "training.precision": (self.training.precision, PRECISIONS),
+            "training.distributed": (self.training.distributed, DISTRIBUTED),
+        }
+        for problem, bad in checks.items():
+            if bad:
+                raise ConfigError(problem)
+        for key, (value, allowed) in choices.items():
+            if value not in allowed:
+                raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
+
+    @property
+    def warmup_steps(self) -> int:
+        s = self.schedule
+        return s.warmup_steps if s.warmup_steps is not None else int(s.warmup_fraction * self.training.steps)
+
+
+def check_model_section(section: dict) -> None:
+    """Type-check the model section against ModelConfig's fields (plus `preset`)."""
+    hints = typing.get_type_hints(ModelConfig)
+    for key, value in section.items():
+        if key == "preset":
+            check_value(str, value, "model.preset")
+        elif key not in hints:
+            raise ConfigError(f"unknown key model.{key}; known keys: preset, {', '.join(sorted(hints))}")
+        else:
+            check_value(hints[key], value, f"model.{key}")
+
+
+def build_model_config(section: dict, vocab_size: int, pad_id: int, eos_id: int, decoder_start_id: int) -> ModelConfig:
+    """The ModelConfig the model section describes; token ids default to the tokenizer's."""
+    values = {"vocab_size": vocab_size, "pad_id": pad_id, "eos_id": eos_id, "decoder_start_id": decoder_start_id}
+    values.update({k: v for k, v in section.items() if k != "preset"})
+    if "preset" in section:
+        return preset(section["preset"], **values)
+    return ModelConfig.from_dict(values)
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
+    """Read a run config from YAML, apply `--set` overrides, and check it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}") from None
+    for assignment in overrides:
+        apply_override(values, assignment)
+    return from_dict(RunConfig, values)
+
+
+def save_config(config: RunConfig, path: Path) -> None:
+    path.write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))

@@ -1,0 +1,151 @@
+"""From the run config to a tokenizer and the train / evaluation objectives.
+
+    data files (or the hub dataset when they are absent) -> texts or pairs
+    -> deterministic train / validation split -> tokenizer (built, trained, or
+    restored from a checkpoint) -> token documents -> the configured objective
+"""
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from encdec.data.corpora import PAIR_FORMATS, read_corpus, split_items
+from encdec.data.documents import Documents
+from encdec.data.hub import iter_hub_instruct_pairs, iter_hub_stories, load_hub_dataset
+from encdec.data.objectives import (
+    CausalLMObjective,
+    PairTemplate,
+    Seq2SeqObjective,
+    UL2Config,
+    UL2Objective,
+    prefix_lm_objective,
+    tokenize_pairs,
+    ul2_mode_ids,
+)
+from encdec.data.objectives.base import Objective
+from encdec.errors import ConfigError, DataError
+from encdec.tokenizers import UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
+from encdec.training.config import RunConfig
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = ("causal_lm", "span_corruption", "ul2", "prefix_lm", "seq2seq")
+EVAL_SEED_OFFSET = 1_000_003  # evaluation draws from generators of their own
+
+
+@dataclass
+class RunData:
+    tokenizer: Tokenizer
+    train: Objective
+    eval_objective: Callable[[str], Objective]  # "train" or "val" -> a freshly seeded objective
+
+
+def build_run_data(cfg: RunConfig, run_dir: Path, tokenizer_dir: Path | None = None) -> RunData:
+    if cfg.objective.kind not in OBJECTIVES:
+        raise ConfigError(f"objective.kind must be one of {', '.join(OBJECTIVES)}, got {cfg.objective.kind!r}")
+    pairs = cfg.data.format in PAIR_FORMATS
+    if pairs != (cfg.objective.kind == "seq2seq"):
+        raise ConfigError(
+            f"objective {cfg.objective.kind} does not fit data.format {cfg.data.format}: "
+            "seq2seq takes pairs (instruct, jsonl-pairs, tsv, parallel), the others take texts"
+        )
+    train_items, val_items = read_items(cfg)
+    tokenizer = load_tokenizer(tokenizer_dir) if tokenizer_dir else build_run_tokenizer(cfg, train_items, pairs)
+    if pairs:
+        template = PairTemplate(cfg.objective.source_template, cfg.objective.target_template)
+        splits = {"train": tokenize_pairs(tokenizer, train_items, template),
+                  "val": tokenize_pairs(tokenizer, val_items, template)}  # fmt: skip
+    else:
+        splits = {"train": tokenize_documents(tokenizer, train_items), "val": tokenize_documents(tokenizer, val_items)}
+    seed = cfg.training.seed
+
+    def make(split: str, offset: int = 0) -> Objective:
+        return build_objective(cfg, tokenizer, splits[split], seed + offset)
+
+    return RunData(tokenizer, make("train"), lambda split: make(split, EVAL_SEED_OFFSET))
+
+
+def read_items(cfg: RunConfig) -> tuple[list, list]:
+    """(train, validation) texts or pairs from the data files, or from the hub when they are absent."""
+    d = cfg.data
+    missing = [path for path in d.train if not Path(path).is_file()]
+    if not d.train or missing:
+        if not d.hub_name:
+            raise DataError(f"data file {missing[0] if missing else '(none given)'} does not exist; set data.train")
+        log.warning("local data %s absent: loading %s from the Hugging Face hub", missing or "(none)", d.hub_name)
+        return read_hub(cfg)
+    options = read_options(cfg)
+    train = limit(read_corpus(d.format, d.train, **options), d.max_documents)
+    if d.validation:
+        return list(train), list(read_corpus(d.format, d.validation, **options))
+    return split_items(train, d.val_fraction, seed=0)
+
+
+def read_options(cfg: RunConfig) -> dict:
+    d = cfg.data
+    if d.format == "jsonl":
+        return {"text_field": d.text_field}
+    if d.format == "jsonl-pairs":
+        return {"source_field": d.source_field, "target_field": d.target_field}
+    return {}
+
+
+def read_hub(cfg: RunConfig) -> tuple[list, list]:
+    d = cfg.data
+    reader = iter_hub_instruct_pairs if d.format == "instruct" else iter_hub_stories
+    train = list(limit(reader(load_hub_dataset(d.hub_name, split="train")), d.max_documents))
+    val = list(limit(reader(load_hub_dataset(d.hub_name, split="validation")), d.max_documents))
+    return train, val
+
+
+def limit(items, n: int | None):
+    for i, item in enumerate(items):
+        if n is not None and i >= n:
+            return
+        yield item
+
+
+def build_run_tokenizer(cfg: RunConfig, train_items: list, pairs: bool) -> Tokenizer:
+    t = cfg.tokenizer
+    extra = list(t.extra_specials)
+    if cfg.objective.mode_tokens:
+        extra += [m for m in UL2_MODE_TOKENS if m not in extra]
+    options = {"num_sentinels": t.num_sentinels, "extra_specials": tuple(extra)}
+    if t.kind in ("bpe", "unigram"):
+        texts = (text for item in train_items for text in (item if pairs else (item,)))
+        return build_tokenizer(t.kind, texts=texts, vocab_size=t.vocab_size, **options)
+    if t.kind in ("sentencepiece", "hf") and t.path and not Path(t.path).is_file():
+        raise DataError(f"tokenizer file {t.path} does not exist")
+    return build_tokenizer(t.kind, t.path, **options)
+
+
+def tokenize_documents(tokenizer: Tokenizer, texts: list[str]) -> Documents:
+    if not texts:
+        raise DataError("the corpus split is empty: no documents to train or validate on")
+    dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+    return Documents.from_lists(tokenizer.encode(texts), dtype)
+
+
+def build_objective(cfg: RunConfig, tokenizer: Tokenizer, data, seed: int) -> Objective:
+    o, batch = cfg.objective, cfg.training.batch_size
+    tok = tokenizer
+    if o.kind == "causal_lm":
+        return CausalLMObjective(data, o.seq_len, batch, mode=o.windows, seed=seed)
+    if o.kind == "prefix_lm":
+        return prefix_lm_objective(data, batch, tok.pad_id, tok.eos_id, max_length=o.seq_len, seed=seed)
+    if o.kind == "seq2seq":
+        sources, targets = data
+        return Seq2SeqObjective(sources, targets, batch, tok.pad_id, tok.eos_id, tok.decoder_start_id,
+                                o.max_source_len, o.max_target_len, seed=seed)  # fmt: skip
+    if o.kind == "span_corruption":
+        ul2 = UL2Config.span_corruption(o.mean_span, o.noise_density, max_length=o.seq_len)
+    else:
+        r, x, s = o.ul2_probabilities
+        ul2 = UL2Config(r_prob=r, x_prob=x, s_prob=s, r_masks=((o.mean_span, o.noise_density),),
+                        max_length=o.seq_len, mode_tokens=o.mode_tokens)  # fmt: skip
+    modes = ul2_mode_ids(tok) if o.mode_tokens else None
+    return UL2Objective(data, batch, tok.pad_id, tok.eos_id, tok.decoder_start_id, list(tok.sentinel_ids),
+                        ul2, mode_ids=modes, seed=seed)  # fmt: skip

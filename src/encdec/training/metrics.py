@@ -1,0 +1,64 @@
+"""metrics.jsonl: one JSON line per optimizer step and per evaluation; and the curves as a PNG."""
+
+import json
+from pathlib import Path
+
+
+class MetricsLog:
+    """Appends records; on resume, first drops records after the checkpoint's step."""
+
+    def __init__(self, path: Path, keep_through_step: int | None = None, enabled: bool = True):
+        self.path = path
+        self.enabled = enabled
+        if not enabled:
+            return
+        if keep_through_step is None:
+            path.write_text("")
+        elif path.exists():
+            kept = [line for line in read_metrics(path) if line["step"] <= keep_through_step]
+            path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def write(self, record: dict) -> None:
+        if self.enabled:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def read_metrics(path: Path) -> list[dict]:
+    records = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a kill mid-write
+                break
+    return records
+
+
+def plot_curves(runs: dict[str, list[dict]], path: Path, title: str = "") -> Path:
+    """Train loss per step (thin) and evaluated train / validation loss (markers), one colour per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, (name, records) in enumerate(runs.items()):
+        colour = f"C{i}"
+        train = [(r["step"], r["loss"]) for r in records if r.get("kind") == "train"]
+        evals = [r for r in records if r.get("kind") == "eval"]
+        if train:
+            ax.plot(*zip(*train), color=colour, alpha=0.35, linewidth=0.8)
+        if evals:
+            steps = [r["step"] for r in evals]
+            ax.plot(steps, [r["train_loss"] for r in evals], "o--", color=colour, label=f"{name} train")
+            ax.plot(steps, [r["val_loss"] for r in evals], "s-", color=colour, label=f"{name} validation")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
