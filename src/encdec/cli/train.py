@@ -17,7 +17,7 @@ def add_parser(subparsers):
 def run(args) -> int:
     cfg = load_config(args.config, args.set)
     result = train(cfg, Path(args.out), resume=args.resume)
-    if result.run_dir is None:  # a non-main process under torchrun
+    if not result.is_main:  # another process under torchrun: rank 0 reports
         return 0
     print(f"{result.steps} steps in {result.wall_time:.1f}s ({result.tokens_per_s:,.0f} tokens/s); "
           f"{result.parameters:,} parameters")  # fmt: skip

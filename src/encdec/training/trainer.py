@@ -54,6 +54,7 @@ class TrainResult:
     wall_time: float
     tokens_per_s: float
     interrupted: bool = False
+    is_main: bool = True  # False on the other processes under torchrun
     history: list = field(default_factory=list)
 
 
@@ -173,6 +174,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
         wall_time=state.elapsed,
         tokens_per_s=state.tokens / max(state.elapsed, 1e-9),
         interrupted=stop.requested,
+        is_main=info.is_main,
         history=history,
     )
 

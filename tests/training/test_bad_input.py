@@ -1,0 +1,49 @@
+"""Bad input: one sentence naming the problem, a non-zero exit, no traceback, nothing saved lost."""
+
+import subprocess
+import sys
+
+import pytest
+
+from encdec.cli import main
+
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    err = capsys.readouterr().err
+    return code, err
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("training.stpes=3", "unknown key training.stpes"),
+        ("training.steps=many", "training.steps must be an integer, got 'many'"),
+        ("optimizer.lr=-0.1", "optimizer.lr must be positive"),
+        ("model.n_heads=5", "model.n_heads (5) must divide model.d_model (32)"),
+        ("model.widht=3", "unknown key model.widht"),
+        ("data.train=[/nonexistent/stories.txt]", "data file /nonexistent/stories.txt does not exist"),
+        ("schedule.kind=warmup", "schedule.kind must be one of constant, linear, cosine, inverse_sqrt"),
+    ],
+)
+def test_bad_config_is_one_sentence_and_exit_2(capsys, tmp_path, tiny_config, override, message):
+    code, err = run_cli(capsys, "train", str(tiny_config), "--out", str(tmp_path / "run"), "--set", override)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_config_that_is_not_yaml_names_the_line(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  preset: [unclosed\n")
+    code, err = run_cli(capsys, "train", str(bad), "--out", str(tmp_path / "run"))
+    assert code == 2 and "is not valid YAML at line" in err
+
+
+def test_the_command_line_exits_without_traceback(tmp_path, tiny_config):
+    done = subprocess.run(
+        [sys.executable, "-m", "encdec", "train", str(tiny_config), "--out", str(tmp_path), "--set", "optimizer.lr=0"],
+        capture_output=True, text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == "encdec: error: optimizer.lr must be positive"

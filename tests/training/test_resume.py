@@ -1,0 +1,155 @@
+"""Checkpoints: a killed run resumes to the same losses, and nothing saved is ever lost."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from encdec.cli import main
+from encdec.errors import CheckpointError
+from encdec.training.checkpoint import latest_checkpoint, load_checkpoint
+from encdec.training.metrics import read_metrics
+
+
+def train_command(config, out, *extra):
+    return [sys.executable, "-m", "encdec", "train", str(config), "--out", str(out), *extra]
+
+
+def losses(run_dir: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+
+
+def wait_for_step(run_dir: Path, step: int, process, timeout=120.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline and process.poll() is None:
+        if (run_dir / "metrics.jsonl").exists() and any(s >= step for s, _ in losses(run_dir)):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the run did not reach step {step}")
+
+
+@pytest.mark.slow
+def test_a_run_killed_at_a_random_step_resumes_to_the_same_losses(tmp_path, tiny_config):
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    subprocess.run(train_command(tiny_config, full), check=True, capture_output=True)
+    kill_at = random.Random().randint(3, 10)
+    process = subprocess.Popen(train_command(tiny_config, killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_step(killed, kill_at, process)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert latest_checkpoint(killed) is not None
+    subprocess.run(train_command(tiny_config, killed, "--resume"), check=True, capture_output=True)
+    assert losses(killed) == losses(full)  # bitwise, step for step (dropout on)
+    evals = [r for r in read_metrics(full / "metrics.jsonl") if r["kind"] == "eval"]
+    assert evals == [r for r in read_metrics(killed / "metrics.jsonl") if r["kind"] == "eval"]
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, tiny_config):
+    run = tmp_path / "run"
+    process = subprocess.Popen(
+        train_command(tiny_config, run, "--set", "training.steps=100000", "--set", "output.save_interval=100000"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    wait_for_step(run, 3, process)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err and "stopped by signal" in out
+    step = load_checkpoint(latest_checkpoint(run))["state"]["train"]["step"]
+    assert step == losses(run)[-1][0] >= 3
+
+
+SLOW_SAVE = """
+import sys, time
+from pathlib import Path
+import torch
+from encdec.training.checkpoint import save_checkpoint
+
+class SlowTokenizer:  # stands in for the last part of a checkpoint to be written
+    def save(self, directory):
+        Path(directory).mkdir()
+        (Path(directory) / "partial").write_text("x")
+        time.sleep(60)
+
+run, step = Path(sys.argv[1]), int(sys.argv[2])
+files = {"model": {"w": torch.full((3,), float(step))}, "optimizer": {"state": {}, "param_groups": []},
+         "rng": {"torch": torch.get_rng_state()}, "state": {"train": {"step": step}, "data": {}},
+         "config": lambda p: p.write_text("{}"), "tokenizer": SlowTokenizer() if step == 2 else None}
+if step == 1:
+    from encdec.tokenizers import ByteTokenizer
+    files["tokenizer"] = ByteTokenizer()
+save_checkpoint(run, step, files, keep_last=1)
+"""
+
+
+def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one_loadable(tmp_path):
+    script = tmp_path / "slow_save.py"
+    script.write_text(SLOW_SAVE)
+    subprocess.run([sys.executable, str(script), str(tmp_path), "1"], check=True)
+    process = subprocess.Popen([sys.executable, str(script), str(tmp_path), "2"])
+    partial = tmp_path / "checkpoints" / ".step_00000002.tmp" / "tokenizer" / "partial"
+    deadline = time.time() + 60
+    while not partial.exists() and time.time() < deadline:
+        time.sleep(0.02)
+    assert partial.exists()
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    latest = latest_checkpoint(tmp_path)
+    assert latest.name == "step_00000001"
+    assert torch.equal(load_checkpoint(latest)["model"]["w"], torch.full((3,), 1.0))
+
+
+@pytest.fixture
+def finished_run(tmp_path, tiny_config):
+    run = tmp_path / "run"
+    subprocess.run(train_command(tiny_config, run, "--set", "training.steps=4"), check=True, capture_output=True)
+    return run
+
+
+def resume(capsys, tiny_config, run):
+    code = main(["train", str(tiny_config), "--out", str(run), "--resume", "--set", "training.steps=6"])
+    return code, capsys.readouterr().err
+
+
+def test_a_truncated_checkpoint_is_one_sentence_and_nothing_is_deleted(capsys, tiny_config, finished_run):
+    latest = latest_checkpoint(finished_run)
+    weights = latest / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    before = sorted(p.name for p in (finished_run / "checkpoints").iterdir())
+    code, err = resume(capsys, tiny_config, finished_run)
+    assert code == 2 and "is corrupt or truncated" in err and "Traceback" not in err
+    assert sorted(p.name for p in (finished_run / "checkpoints").iterdir()) == before
+
+
+class Payload:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/encdec_pwned",))
+
+
+def test_a_checkpoint_carrying_a_pickle_payload_is_refused_without_running_it(capsys, tiny_config, finished_run):
+    latest = latest_checkpoint(finished_run)
+    torch.save({"state": Payload(), "param_groups": []}, latest / "optimizer.pt")
+    code, err = resume(capsys, tiny_config, finished_run)
+    assert code == 2 and "carries pickled objects other than tensors; refusing to load it" in err
+    assert not Path("/tmp/encdec_pwned").exists()
+
+
+def test_training_into_a_run_with_checkpoints_without_resume_is_refused(capsys, tiny_config, finished_run):
+    code = main(["train", str(tiny_config), "--out", str(finished_run)])
+    assert code == 2 and "already holds checkpoints; pass --resume" in capsys.readouterr().err
+    assert latest_checkpoint(finished_run).name == "step_00000004"
+
+
+def test_keep_last_prunes_old_checkpoints_but_keeps_the_best(finished_run):
+    names = sorted(p.name for p in (finished_run / "checkpoints").glob("step_*"))
+    best = (finished_run / "checkpoints" / "best").read_text().strip()
+    assert names[-1] == "step_00000004" and best in names and len(names) <= 4
+    state = json.loads((finished_run / "checkpoints" / names[-1] / "state.json").read_text())
+    assert state["train"]["step"] == 4 and state["data"]["step"] == 4
