@@ -6,6 +6,7 @@
 """
 
 from encdec.errors import CheckpointError, ConfigError, DataError, EncdecError
+from encdec.generation import generate
 from encdec.interop import load_hf, save_hf
 from encdec.models import ModelConfig, build_model, count_parameters, preset, preset_names
 
@@ -19,6 +20,7 @@ __all__ = [
     "ModelConfig",
     "build_model",
     "count_parameters",
+    "generate",
     "load_hf",
     "preset",
     "preset_names",

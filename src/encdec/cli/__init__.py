@@ -9,10 +9,10 @@ import argparse
 import logging
 import sys
 
-from encdec.cli import data, demo
+from encdec.cli import compare, data, demo, size, train
 from encdec.errors import EncdecError
 
-SUBCOMMANDS = [demo, data]
+SUBCOMMANDS = [demo, data, train, compare, size]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,11 +12,13 @@ Shapes: B batch, S source length, T target length, C model dim, V vocabulary.
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encdec.errors import ConfigError
 from encdec.models.config import ModelConfig
 from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
 from encdec.modules import (
@@ -60,6 +62,16 @@ def build_absolute_positions(cfg: ModelConfig) -> nn.Module | None:
     if cfg.position == "learned":
         return LearnedPositions(cfg.max_positions, cfg.d_model)
     return None
+
+
+def check_lengths(cfg: ModelConfig, src_len: int, max_new_tokens: int) -> None:
+    """Raise ConfigError when absolute position tables are too short for the source or the output."""
+    if cfg.position not in ("sinusoidal", "learned"):
+        return
+    if src_len > cfg.max_positions:
+        raise ConfigError(f"the input has {src_len} tokens but this model allows at most {cfg.max_positions}")
+    if max_new_tokens > cfg.max_positions:
+        raise ConfigError(f"max_new_tokens is {max_new_tokens} but this model decodes at most {cfg.max_positions}")
 
 
 class Encoder(nn.Module):
@@ -131,21 +143,34 @@ class Decoder(nn.Module):
         self, tgt_ids: torch.Tensor, memory: EncoderOutput, cache: DecoderCache | None = None
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """tgt_ids (B, T) at positions offset..offset+T-1 -> hidden (B, T, C), router logits."""
-        B, T = tgt_ids.shape
-        S = memory.hidden.shape[1]
-        device = tgt_ids.device
+        T = tgt_ids.shape[1]
         offset = cache.offset if cache is not None else 0
-        pos = torch.arange(offset, offset + T, device=device)  # (T,)
+        pos = torch.arange(offset, offset + T, device=tgt_ids.device)  # (T,)
+        x = self.embed_tokens(tgt_ids, pos)
+        self_inputs = self._self_inputs(pos, offset, x.dtype)
+        cross_inputs = self._cross_inputs(pos, memory, x.dtype)
+        return self.run_blocks(x, memory.hidden, self_inputs, cross_inputs, cache)
+
+    def embed_tokens(self, tgt_ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """tgt_ids (B, T) at positions pos (T,) -> (B, T, C): token embeddings plus absolute positions."""
         x = self.embed(tgt_ids) * self.embed_scale
         if self.positions is not None:
             x = x + self.positions(pos)
-        x = self.dropout(x)
-        self_inputs = self._self_inputs(pos, offset, x.dtype)
-        cross_inputs = self._cross_inputs(pos, memory, x.dtype)
+        return self.dropout(x)
+
+    def run_blocks(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        self_inputs: AttentionInputs,
+        cross_inputs: AttentionInputs,
+        cache: DecoderCache | None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """x (B, T, C), memory (B, S, C) -> hidden (B, T, C) after the final norm, router logits."""
         router_logits = []
         for i, block in enumerate(self.blocks):
             layer_cache = cache.layers[i] if cache is not None else None
-            x, logits = block(x, memory.hidden, self_inputs, cross_inputs, layer_cache)
+            x, logits = block(x, memory, self_inputs, cross_inputs, layer_cache)
             if logits is not None:
                 router_logits.append(logits)
         return self.dropout(self.final_norm(x)), router_logits
@@ -168,6 +193,28 @@ class Decoder(nn.Module):
             q_pos = src_len[:, None] + pos  # (B, T)
         allowed = memory.mask[:, None, None, :] if memory.mask is not None else None  # (B, 1, 1, S)
         return AttentionInputs(mask=additive_mask(allowed, None, dtype), q_pos=q_pos, k_pos=k_pos)
+
+
+@dataclass
+class EncoderDecoderState:
+    """What decoding one batch carries between steps (see encdec.generation.interface).
+
+    The encoder output and the cross-attention keys and values are kept once per
+    example; the `beams` rows of one example share them, so only the self-attention
+    caches, one per row, differ between beams and are reordered.
+    """
+
+    memory: EncoderOutput  # hidden (B, S, C), mask (B, S)
+    cache: DecoderCache  # self-attention per row (B*N), cross-attention per example (B)
+    beams: int  # N rows per example
+    cross_mask: torch.Tensor | None  # additive (B, 1, 1, S), fixed for the whole decode
+    self_bias: torch.Tensor | None  # T5's relative bias for positions 0..L-1, (1, H, L, L)
+    prepended_offset: torch.Tensor | None  # (B*N, 1) source lengths, for rope_cross="prepended"
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows `index` (B*N,); each row must stay within its example's N rows."""
+        for layer in self.cache.layers:
+            layer.self_attn.reorder(index)
 
 
 class EncoderDecoder(nn.Module):
@@ -204,6 +251,51 @@ class EncoderDecoder(nn.Module):
     def new_cache(self, max_len: int) -> DecoderCache:
         """An empty cache for decoding up to `max_len` target positions (it grows if outgrown)."""
         return DecoderCache(len(self.decoder.blocks), max_len)
+
+    @torch.no_grad()
+    def start(
+        self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, max_new_tokens: int, beams: int = 1
+    ) -> EncoderDecoderState:
+        """Encode once and prepare decoding of up to `max_new_tokens` positions for `beams` rows per example.
+
+        src_ids (B, S), src_mask (B, S) bool. Cross-attention keys and values are computed
+        here, once, from the unexpanded encoder output.
+        """
+        check_lengths(self.config, src_ids.shape[1], max_new_tokens)
+        memory = self.encode(src_ids, src_mask)
+        B, S, _ = memory.hidden.shape
+        k_pos = torch.arange(S, device=src_ids.device)
+        cache = self.new_cache(max_new_tokens + 1)
+        for block, layer in zip(self.decoder.blocks, cache.layers):
+            layer.cross_attn.append(*block.cross_attn.project_kv(memory.hidden, k_pos))
+        mask = memory.mask
+        cross_mask = additive_mask(mask[:, None, None, :], None, memory.hidden.dtype) if mask is not None else None
+        self_bias = None
+        if self.decoder.position_bias is not None:
+            pos = torch.arange(max_new_tokens + 1, device=src_ids.device)
+            self_bias = self.decoder.position_bias(pos, pos)  # (1, H, L, L)
+        offset = None
+        if self.decoder.rope_cross == "prepended":
+            lengths = mask.sum(-1) if mask is not None else torch.full((B,), S, device=src_ids.device)
+            offset = lengths.repeat_interleave(beams)[:, None]  # (B*N, 1)
+        return EncoderDecoderState(memory, cache, beams, cross_mask, self_bias, offset)
+
+    @torch.no_grad()
+    def step(self, tgt_ids: torch.Tensor, state: EncoderDecoderState) -> torch.Tensor:
+        """tgt_ids (B*N, t), the next t positions of every row -> logits (B*N, t, V)."""
+        T = tgt_ids.shape[1]
+        offset = state.cache.offset
+        pos = torch.arange(offset, offset + T, device=tgt_ids.device)  # (t,)
+        x = self.decoder.embed_tokens(tgt_ids, pos)
+        if T > 1 or (state.self_bias is not None and offset + T > state.self_bias.shape[-1]):
+            self_inputs = self.decoder._self_inputs(pos, offset, x.dtype)
+        else:  # one new position sees every cached key: no causal mask, the bias is a slice
+            bias = state.self_bias[:, :, offset : offset + 1, : offset + 1] if state.self_bias is not None else None
+            self_inputs = AttentionInputs(mask=bias, q_pos=pos, k_pos=pos)
+        q_pos = pos if state.prepended_offset is None else state.prepended_offset + pos  # (t,) or (B*N, t)
+        cross_inputs = AttentionInputs(mask=state.cross_mask, q_pos=q_pos, query_groups=state.beams)
+        hidden, _ = self.decoder.run_blocks(x, state.memory.hidden, self_inputs, cross_inputs, state.cache)
+        return self.head(hidden)
 
     def forward(
         self,

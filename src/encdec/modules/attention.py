@@ -67,6 +67,7 @@ class Attention(nn.Module):
         q_pos: torch.Tensor | None = None,
         k_pos: torch.Tensor | None = None,
         cache: KVCache | StaticKVCache | None = None,
+        query_groups: int = 1,
     ) -> torch.Tensor:
         """Attend from x (B, T, C) to `source` (B, S, C_src), or to x itself when None.
 
@@ -76,6 +77,9 @@ class Attention(nn.Module):
             (T == S, no cache).
         q_pos, k_pos: positions for RoPE, (T,) / (S,) or per example (B, T) / (B, S).
         cache: appended to (growing) or filled once and reused (static, frozen).
+        query_groups: G > 1 when each G consecutive rows of x share one row of keys (the
+            beams of one example over its encoder output): their queries are folded into
+            the query length, so shared keys are neither copied nor reordered.
         """
         B, T, _ = x.shape
         q = self.q(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
@@ -87,6 +91,9 @@ class Attention(nn.Module):
             k, v = self.project_kv(x if source is None else source, k_pos)  # (B, K, S, D)
             if cache is not None:
                 k, v = cache.append(k, v)
+        if query_groups > 1:  # (B, H, T, D) -> (B/G, H, G*T, D)
+            q = q.view(B // query_groups, query_groups, self.n_heads, T, self.d_head).transpose(1, 2)
+            q = q.reshape(B // query_groups, self.n_heads, query_groups * T, self.d_head)
         out = F.scaled_dot_product_attention(
             q,
             k,
@@ -96,8 +103,12 @@ class Attention(nn.Module):
             is_causal=is_causal and mask is None,
             scale=self.scale,
             enable_gqa=self.n_kv_heads != self.n_heads,
-        )  # (B, H, T, D)
-        return self.o(out.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head))
+        )  # (B, H, T, D), or (B/G, H, G*T, D) with query groups
+        if query_groups > 1:  # (B/G, H, G, T, D) -> (B/G, G, T, H, D)
+            out = out.view(B // query_groups, self.n_heads, query_groups, T, self.d_head).permute(0, 2, 3, 1, 4)
+        else:
+            out = out.transpose(1, 2)  # (B, T, H, D)
+        return self.o(out.reshape(B, T, self.n_heads * self.d_head))
 
 
 def causal_mask(T: int, S: int, offset: int = 0, device=None) -> torch.Tensor:

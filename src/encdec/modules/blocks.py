@@ -27,6 +27,7 @@ class AttentionInputs:
     is_causal: bool = False
     q_pos: torch.Tensor | None = None
     k_pos: torch.Tensor | None = None
+    query_groups: int = 1  # rows of queries per row of keys (beams sharing one encoder output)
 
 
 def residual(x, fn, norm: nn.Module, dropout: nn.Module, pre_norm: bool):
@@ -41,9 +42,8 @@ def residual(x, fn, norm: nn.Module, dropout: nn.Module, pre_norm: bool):
 
 def _attend(attn: Attention, inputs: AttentionInputs, source=None, cache=None):
     def fn(h):
-        return attn(
-            h, source, mask=inputs.mask, is_causal=inputs.is_causal, q_pos=inputs.q_pos, k_pos=inputs.k_pos, cache=cache
-        )
+        return attn(h, source, mask=inputs.mask, is_causal=inputs.is_causal, q_pos=inputs.q_pos,
+                    k_pos=inputs.k_pos, cache=cache, query_groups=inputs.query_groups)  # fmt: skip
 
     return fn
 

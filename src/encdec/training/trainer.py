@@ -10,6 +10,7 @@ from the latest checkpoint so exactly that the logged losses equal those of an
 uninterrupted run. SIGINT and SIGTERM finish the current step, save, and return.
 """
 
+import json
 import logging
 import math
 import signal
@@ -164,7 +165,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
     if info.is_main and cfg.output.plot and history:
         plot_curves({run_dir.name: history}, run_dir / "curves.png", title=f"{run_dir.name}")
     train_losses = [r["loss"] for r in history if r.get("kind") == "train"]
-    return TrainResult(
+    result = TrainResult(
         run_dir=run_dir,
         steps=state.step,
         train_loss=last_eval["train_loss"] if last_eval else (train_losses[-1] if train_losses else None),
@@ -177,6 +178,10 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
         is_main=info.is_main,
         history=history,
     )
+    if info.is_main and not result.interrupted:
+        summary = {k: v for k, v in asdict(result).items() if k not in ("history", "run_dir")}
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return result
 
 
 def _optimizer_step(model, optimizer, data: RunData, cfg: RunConfig, info, autocast):

@@ -1,0 +1,67 @@
+"""`encdec size CONFIG`: parameter counts of a run config's model, and Chinchilla sizing.
+
+    encdec size configs/tiny.yaml          parameters, total and without position tables
+    encdec size --preset rot5-mini         the same for a preset
+    encdec size --tokens 1.37e9            compute-optimal FLOPs and parameters for a token budget
+    encdec size --flops 3.65e17 / --params 48e6
+"""
+
+import torch
+
+from encdec.errors import ConfigError
+from encdec.models import FAMILY_CLASSES, count_parameters, preset
+from encdec.sizing import chinchilla
+from encdec.training.config import build_model_config, load_config
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser("size", help="parameter counts and Chinchilla sizing", description=__doc__)
+    parser.add_argument("config", nargs="?", help="a run config (YAML)")
+    parser.add_argument("--preset", help="a model preset instead of a config")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--flops", type=float, help="training compute C")
+    budget.add_argument("--tokens", type=float, help="training tokens D")
+    budget.add_argument("--params", type=float, help="parameters N")
+    parser.set_defaults(func=run)
+
+
+def model_config(args):
+    if args.preset:
+        return preset(args.preset)
+    cfg = load_config(args.config, args.set)
+    vocab = cfg.model.get("vocab_size") or tokenizer_vocab_size(cfg)
+    return build_model_config(cfg.model, vocab, 0, 1, 0)
+
+
+def tokenizer_vocab_size(cfg) -> int:
+    """The vocabulary the run's tokenizer will have, without training one."""
+    t = cfg.tokenizer
+    if t.kind in ("bpe", "unigram"):
+        return t.vocab_size
+    from encdec.tokenizers import build_tokenizer
+
+    return build_tokenizer(t.kind, t.path, num_sentinels=t.num_sentinels, extra_specials=tuple(t.extra_specials)).vocab_size
+
+
+def run(args) -> int:
+    if not (args.config or args.preset or args.flops or args.tokens or args.params):
+        raise ConfigError("give a run config, --preset, or one of --flops, --tokens, --params")
+    if args.config or args.preset:
+        cfg = model_config(args)
+        with torch.device("meta"):  # count without allocating
+            model = FAMILY_CLASSES[cfg.family](cfg)
+        total, without = count_parameters(model), count_parameters(model, exclude_positions=True)
+        print(f"family {cfg.family}, vocabulary {cfg.vocab_size:,}")
+        print(f"parameters:                    {total:,}")
+        print(f"without position embeddings:   {without:,}")
+        if not (args.flops or args.tokens or args.params):
+            args.params = total
+    if args.flops or args.tokens or args.params:
+        point = chinchilla(args.flops, args.tokens, args.params)
+        print("Chinchilla (N_opt = 0.6 C^0.45, D_opt = 0.3 C^0.55):")
+        print(f"  compute C      {point.flops:.3e} FLOPs")
+        print(f"  parameters N   {point.params:,.0f}")
+        print(f"  tokens D       {point.tokens:,.0f}")
+        print(f"  6 * N * D      {point.flops_6nd:.3e} FLOPs (the dense-transformer approximation)")
+    return 0

@@ -1,0 +1,16 @@
+"""Generation for every encdec family: greedy, beam search and sampling through the model's cache.
+
+    ids = encdec.generate(model, src_ids, src_mask, num_beams=4, max_new_tokens=64)
+
+Token for token what Hugging Face's `generate()` returns for an encoder-decoder on
+the same weights. The search code only needs the two methods of
+`interface.Steppable` (`start`, `step`) and the state's `reorder`.
+"""
+
+from encdec.generation.beam_search import beam_search
+from encdec.generation.config import GenerationConfig
+from encdec.generation.generate import generate
+from encdec.generation.interface import DecodeState, Steppable
+from encdec.generation.search import sample_search
+
+__all__ = ["DecodeState", "GenerationConfig", "Steppable", "beam_search", "generate", "sample_search"]

@@ -1,0 +1,119 @@
+"""Beam search with Hugging Face's exact scoring and stopping rules, vectorised over the batch.
+
+Each step keeps the K = max(2, 1 + #EOS) * N best continuations of every example,
+continues the N best that did not finish, and merges those of the top N that
+finished into the example's N best finished hypotheses, scored
+    sum of log-probabilities / generated_length ** length_penalty
+(generated_length counts the tokens after the decoder-start token, EOS included).
+`early_stopping`: True stops an example once N hypotheses finished; False stops
+when the best running beam, scored at the current length, cannot beat the worst
+finished one; "never" scores it at the maximal length when length_penalty > 0.
+The cache follows the beams through `state.reorder`, never by re-running.
+
+Shapes: B examples, N beams, K candidates kept per step, L maximal length
+(start token included), V vocabulary.
+"""
+
+import torch
+
+from encdec.generation.config import GenerationConfig
+from encdec.generation.interface import DecodeState, Steppable
+from encdec.generation.logits_processors import apply_all, build_processors
+
+NEG = -1.0e9  # Hugging Face's "impossible" score; kept identical so ties break identically
+
+
+def gather_beams(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """tensor (B, M, ...), index (B, M') -> (B, M', ...)."""
+    while index.dim() < tensor.dim():
+        index = index.unsqueeze(-1)
+    return torch.take_along_dim(tensor, index, dim=1)
+
+
+def beam_search(model: Steppable, state: DecodeState, batch: int, cfg: GenerationConfig) -> torch.Tensor:
+    """Decode `batch` examples with cfg.num_beams beams -> (B * num_return_sequences, L') token ids."""
+    B, N, lp = batch, cfg.num_beams, cfg.length_penalty
+    L = cfg.max_new_tokens + 1
+    eos = torch.tensor(cfg.eos_ids, dtype=torch.long)
+    K = max(2, 1 + len(eos)) * N
+    top_n = torch.arange(K) < N  # only the N best candidates may finish
+    fill = cfg.pad_token_id or (cfg.eos_ids[0] if len(eos) else -1)  # Hugging Face's fill: a pad id of 0 gives EOS
+    running = torch.full((B, N, L), fill, dtype=torch.long)
+    running[:, :, 0] = cfg.decoder_start_token_id
+    finished = running.clone()
+    running_scores = torch.zeros(B, N)
+    running_scores[:, 1:] = NEG  # only the first beam's tokens count at the first step
+    finished_scores = torch.full((B, N), NEG)
+    finished_lengths = torch.zeros(B, N, dtype=torch.long)  # generated tokens of each finished hypothesis
+    is_finished = torch.zeros(B, N, dtype=torch.bool)
+    improvable = torch.ones(B, 1, dtype=torch.bool)
+    example_offset = torch.arange(B)[:, None] * N  # (B, 1)
+    chain = build_processors(cfg, L)
+    generator = cfg.make_generator()
+
+    cur_len = 1
+    logits = model.step(running[:, :, :1].reshape(B * N, 1), state)[:, -1].float()  # (B*N, V)
+    while True:
+        log_probs = apply_all(chain, running[:, :, :cur_len].reshape(B * N, cur_len), logits.log_softmax(-1))
+        V = log_probs.shape[-1]
+        totals = (log_probs.view(B, N, V) + running_scores[:, :, None]).view(B, N * V)
+        if cfg.do_sample:
+            index = torch.multinomial(totals.softmax(-1), K, generator=generator)
+            top_scores = totals.gather(1, index)
+        else:
+            top_scores, index = torch.topk(totals, K)  # (B, K)
+        parent, token = index // V, index % V
+        candidates = gather_beams(running, parent)  # (B, K, L)
+        candidates[:, :, cur_len] = token
+        done = torch.isin(token, eos) | (cur_len + 1 >= L)  # (B, K)
+
+        # continue the N best candidates that did not finish
+        open_scores = top_scores + done.float() * NEG
+        keep = torch.topk(open_scores, N)[1]  # (B, N)
+        running = gather_beams(candidates, keep)
+        running_scores = gather_beams(open_scores, keep)
+        state.reorder((gather_beams(parent, keep) + example_offset).view(-1))
+
+        # merge the newly finished among the top N into the N best finished hypotheses
+        scores = top_scores / (cur_len**lp)
+        scores = scores + (is_finished.all(-1, keepdim=True) & (cfg.early_stopping is True)).float() * NEG
+        scores = scores + (~improvable).float() * NEG
+        just_finished = done & top_n[None, :]
+        scores = scores + (~just_finished) * NEG
+        best = torch.topk(torch.cat((finished_scores, scores), 1), N)[1]
+        finished = gather_beams(torch.cat((finished, candidates), 1), best)
+        finished_scores = gather_beams(torch.cat((finished_scores, scores), 1), best)
+        is_finished = gather_beams(torch.cat((is_finished, just_finished), 1), best)
+        finished_lengths = gather_beams(torch.cat((finished_lengths, torch.full_like(token, cur_len)), 1), best)
+
+        cur_len += 1
+        improvable = still_improvable(improvable, running_scores, finished_scores, is_finished, cur_len, L, cfg)
+        if not bool(improvable.any()) or bool(done.all()):
+            break
+        if cfg.early_stopping is True and bool(is_finished.all()):
+            break
+        logits = model.step(running[:, :, cur_len - 1].reshape(B * N, 1), state)[:, -1].float()
+
+    R = cfg.num_return_sequences
+    length = 1 + int(finished_lengths[:, :R].max())
+    return finished[:, :R, :length].reshape(B * R, length)
+
+
+def still_improvable(
+    improvable: torch.Tensor,
+    running_scores: torch.Tensor,
+    finished_scores: torch.Tensor,
+    is_finished: torch.Tensor,
+    cur_len: int,
+    max_length: int,
+    cfg: GenerationConfig,
+) -> torch.Tensor:
+    """(B, 1): can the best running beam still beat the worst finished hypothesis? (Hugging Face's heuristic)"""
+    lp = cfg.length_penalty
+    if cfg.early_stopping == "never" and lp > 0.0:
+        best_length = max_length - 1
+    else:
+        best_length = cur_len - 1
+    best_running = running_scores[:, :1] / (best_length**lp)
+    worst_finished = torch.where(is_finished, finished_scores.min(dim=1, keepdim=True)[0], NEG)
+    return improvable & (best_running > worst_finished).any(dim=-1, keepdim=True)

@@ -1,0 +1,98 @@
+"""The options of `encdec.generate`, checked once, named as Hugging Face names them.
+
+Option names and defaults follow Hugging Face's `GenerationConfig` so a call to
+`model.generate(...)` translates word for word; token ids left as None come from
+the model (`model.config` and, for loaded checkpoints, `model.generation_defaults`).
+"""
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import torch
+
+from encdec.errors import ConfigError
+
+
+@dataclass
+class GenerationConfig:
+    max_new_tokens: int = 20
+    min_new_tokens: int = 0
+    num_beams: int = 1
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 50  # sampling only; 0 keeps every token (Hugging Face's default is 50)
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    length_penalty: float = 1.0  # beam scores are sum(log p) / generated_length ** length_penalty
+    early_stopping: bool | str = False  # True, False or "never", as in Hugging Face
+    num_return_sequences: int = 1
+    bad_words_ids: list[list[int]] | None = None
+    forced_bos_token_id: int | None = None
+    forced_eos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    pad_token_id: int | None = None
+    decoder_start_token_id: int | None = None
+    seed: int | None = None  # a private generator seeded once: reproducible sampling
+    generator: torch.Generator | None = None
+    streamer: Callable[[torch.Tensor], None] | None = None  # called with each step's tokens (B,) (greedy, sampling)
+
+    def __post_init__(self):
+        self._check_ranges()
+        if self.early_stopping not in (True, False, "never"):
+            raise ConfigError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
+        if self.num_beams == 1 and not self.do_sample and self.num_return_sequences > 1:
+            raise ConfigError("num_return_sequences > 1 needs beam search (num_beams > 1) or do_sample=True")
+        if self.num_beams > 1 and self.num_return_sequences > self.num_beams:
+            raise ConfigError(
+                f"num_return_sequences ({self.num_return_sequences}) cannot exceed num_beams ({self.num_beams})"
+            )
+        if self.seed is not None and self.generator is not None:
+            raise ConfigError("give either seed or generator, not both")
+        if self.streamer is not None and self.num_beams > 1:
+            raise ConfigError("streaming tokens works with greedy decoding and sampling, not beam search")
+
+    def _check_ranges(self) -> None:
+        checks = {
+            "max_new_tokens": (self.max_new_tokens >= 1, "a positive integer"),
+            "min_new_tokens": (self.min_new_tokens >= 0, "zero or more"),
+            "num_beams": (self.num_beams >= 1, "a positive integer"),
+            "num_return_sequences": (self.num_return_sequences >= 1, "a positive integer"),
+            "temperature": (self.temperature > 0, "greater than 0"),
+            "top_k": (self.top_k >= 0, "zero (off) or more"),
+            "top_p": (0 < self.top_p <= 1, "in (0, 1]"),
+            "repetition_penalty": (self.repetition_penalty > 0, "greater than 0"),
+            "no_repeat_ngram_size": (self.no_repeat_ngram_size >= 0, "zero (off) or more"),
+        }
+        for key, (ok, allowed) in checks.items():
+            if not ok:
+                raise ConfigError(f"{key} must be {allowed}, got {getattr(self, key)!r}")
+
+    @property
+    def eos_ids(self) -> list[int]:
+        eos = self.eos_token_id
+        return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+    @property
+    def rows_per_example(self) -> int:
+        """Rows the search holds per example: beams, or independent samples."""
+        return self.num_beams if self.num_beams > 1 else self.num_return_sequences
+
+    def make_generator(self) -> torch.Generator | None:
+        if self.seed is None:
+            return self.generator
+        return torch.Generator().manual_seed(self.seed)
+
+    @classmethod
+    def from_options(cls, defaults: dict | None = None, **options) -> "GenerationConfig":
+        """Options over model defaults; an unknown option is one sentence naming it."""
+        known = [f.name for f in fields(cls)]
+        for key in options:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; known options: {', '.join(known)}"
+                raise ConfigError(f"unknown generation option {key!r}{hint}")
+        values = {k: v for k, v in (defaults or {}).items() if k in known}
+        values.update(options)
+        return cls(**values)

@@ -1,0 +1,84 @@
+"""`generate(model, src_ids, src_mask, **options)`: encode once, then search, as Hugging Face lays it out.
+
+The result is a (B * num_return_sequences, L) tensor of token ids whose rows start
+with the decoder-start token, followed by the generated tokens, padded (after EOS)
+as Hugging Face's `generate()` pads them, so the two compare directly.
+
+Shapes: B examples, S source length, L output length (start token included).
+"""
+
+import logging
+
+import torch
+
+from encdec.errors import ConfigError, DataError
+from encdec.generation.beam_search import beam_search
+from encdec.generation.config import GenerationConfig
+from encdec.generation.interface import Steppable
+from encdec.generation.search import sample_search
+
+log = logging.getLogger(__name__)
+
+
+def generate(model: Steppable, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None, **options) -> torch.Tensor:
+    """Generate from src_ids (B, S); src_mask (B, S), True or 1 at real tokens.
+
+    Without a mask, positions holding the pad token are padding. Options are those of
+    `GenerationConfig` (Hugging Face's names); an unknown one raises ConfigError.
+    """
+    cfg = resolve_config(model, options)
+    src_ids, src_mask = check_inputs(model, src_ids, src_mask, cfg)
+    batch = src_ids.shape[0]
+    rows = cfg.rows_per_example
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            state = model.start(src_ids, src_mask, cfg.max_new_tokens, rows)
+            if cfg.num_beams > 1:
+                out = beam_search(model, state, batch, cfg)
+            else:
+                out = sample_search(model, state, batch * rows, cfg)
+    finally:
+        model.train(was_training)
+    log.info("generated %d rows of up to %d tokens", out.shape[0], out.shape[1] - 1)
+    return out
+
+
+def resolve_config(model, options: dict) -> GenerationConfig:
+    """Options over the checkpoint's generation defaults, with token ids from the model config."""
+    cfg = GenerationConfig.from_options(getattr(model, "generation_defaults", None), **options)
+    model_cfg = getattr(model, "config", None)
+    if cfg.decoder_start_token_id is None:
+        cfg.decoder_start_token_id = getattr(model_cfg, "decoder_start_id", None)
+    if cfg.eos_token_id is None:
+        cfg.eos_token_id = getattr(model_cfg, "eos_id", None)
+    if cfg.pad_token_id is None:
+        cfg.pad_token_id = getattr(model_cfg, "pad_id", None)
+    if cfg.pad_token_id is None and cfg.eos_ids:
+        cfg.pad_token_id = cfg.eos_ids[0]  # as Hugging Face does
+    if cfg.decoder_start_token_id is None:
+        raise ConfigError("no decoder_start_token_id: the model config has none, so pass it as an option")
+    return cfg
+
+
+def check_inputs(
+    model, src_ids: torch.Tensor, src_mask: torch.Tensor | None, cfg: GenerationConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate the batch; return it with a boolean mask. Each problem is one sentence."""
+    if not isinstance(src_ids, torch.Tensor) or src_ids.dim() != 2 or src_ids.dtype not in (torch.long, torch.int):
+        raise DataError("src_ids must be a (batch, length) tensor of integer token ids")
+    if src_ids.shape[0] == 0 or src_ids.shape[1] == 0:
+        raise DataError("the input is empty: there is nothing to generate from")
+    if src_mask is None:
+        src_mask = src_ids != cfg.pad_token_id if cfg.pad_token_id is not None else torch.ones_like(src_ids)
+    if src_mask.shape != src_ids.shape:
+        raise DataError(f"src_mask has shape {tuple(src_mask.shape)} but src_ids has {tuple(src_ids.shape)}")
+    src_mask = src_mask.bool()
+    empty = (~src_mask.any(dim=1)).nonzero().flatten()
+    if len(empty):
+        raise DataError(f"input row {int(empty[0])} is empty: it has no unmasked token")
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if vocab is not None and (int(src_ids.min()) < 0 or int(src_ids.max()) >= vocab):
+        raise DataError(f"input token ids must lie in [0, {vocab}); got {int(src_ids.min())}..{int(src_ids.max())}")
+    return src_ids.long(), src_mask

@@ -1,0 +1,50 @@
+"""The per-step protocol every generating family implements, so the search code never changes.
+
+    state = model.start(src_ids, src_mask, max_new_tokens, beams)   # once per batch
+    logits = model.step(tgt_ids, state)                              # once per step
+    state.reorder(index)                                             # beam search only
+
+`start` does whatever must happen once: the canonical encoder-decoder runs its
+encoder, allocates its self-attention caches and fills the cross-attention caches;
+a decoder-only model would prefill its prompt (the source) instead. `step` takes
+the newest target tokens of every row and returns their logits; a family whose
+encoder advances with the decoder (the auto-regressive and parallel encoder-
+decoders of SEEDS.md sections 3-4) runs one more encoder position inside `step`
+and appends to growing cross-attention caches. `beams` tells `start` that the
+search will hold N rows per example, laid out example-major (row b*N + n), so a
+family may share per-example tensors between them rather than copying.
+
+Shapes: B examples, N rows per example (beams or returned samples), S source
+length, t new positions, V vocabulary.
+"""
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class DecodeState(Protocol):
+    """Whatever a family carries between steps: caches, encoder output, masks."""
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows `index` (B*N,) in that order; beam search calls it after every step.
+
+        Every index stays within its own example's N rows, so per-example state
+        (a fixed encoder output, its cross-attention keys) need not move.
+        """
+
+
+@runtime_checkable
+class Steppable(Protocol):
+    """A model generation can drive: the canonical encoder-decoder, and any family that
+    implements these two methods (decoder-only with the source as prompt, or the
+    auto-regressive and parallel encoder-decoders whose encoder advances with the decoder)."""
+
+    def start(
+        self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, max_new_tokens: int, beams: int = 1
+    ) -> DecodeState:
+        """src_ids (B, S), src_mask (B, S) bool, True at real tokens -> a state for B*N rows."""
+
+    def step(self, tgt_ids: torch.Tensor, state: DecodeState) -> torch.Tensor:
+        """tgt_ids (B*N, t), the next t target positions of every row -> logits (B*N, t, V)."""
