@@ -113,3 +113,35 @@ def test_growing_cross_attention_cache_equals_full_causal_cross_attention():
     cache = KVCache(max_len=6)
     steps = [attn(x[:, t : t + 1], source[:, t : t + 1], cache=cache) for t in range(6)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_training_path_with_a_learned_bias_equals_sdpa_in_values_and_gradients(n_kv_heads):
+    attn = Attention(d_model=32, n_heads=4, n_kv_heads=n_kv_heads, scale=False).train()
+    x = torch.randn(2, 6, 32)
+    bias = torch.randn(1, 4, 6, 6, requires_grad=True)  # like T5's relative bias: it needs a gradient
+    mask = additive_mask(causal_mask(6, 6), bias, torch.float32)
+    out = attn(x, mask=mask)
+    out.sum().backward()
+    grads = (bias.grad.clone(), attn.q.weight.grad.clone())
+    bias.grad = None
+    attn.zero_grad()
+    mask = additive_mask(causal_mask(6, 6), bias, torch.float32)
+    expected = reference_attention(attn, x, x, mask, scale=False)
+    expected.sum().backward()
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grads[0], bias.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grads[1], attn.q.weight.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_training_path_with_dropout_and_causal_flag_matches_sdpa_when_dropout_is_zero():
+    attn = Attention(d_model=16, n_heads=4, n_kv_heads=2, dropout=0.0).train()
+    x = torch.randn(2, 5, 16)
+    from encdec.modules.attention import attend
+
+    q = torch.randn(2, 4, 5, 4)
+    k, v = torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
+    explicit = attend(q, k, v, torch.zeros(1, 1, 5, 5, requires_grad=True), True, None, 0.0)
+    fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(explicit, fused, atol=1e-5, rtol=1e-5)
+    assert attn(x, is_causal=True).shape == (2, 5, 16)

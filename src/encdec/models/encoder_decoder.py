@@ -22,6 +22,7 @@ from encdec.errors import ConfigError
 from encdec.models.config import ModelConfig
 from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
 from encdec.modules import (
+    Dropout,
     Attention,
     AttentionInputs,
     DecoderBlock,
@@ -58,10 +59,15 @@ def build_attention(cfg: ModelConfig, rotary: RotaryEmbedding | None, cross: boo
 
 def build_absolute_positions(cfg: ModelConfig) -> nn.Module | None:
     if cfg.position == "sinusoidal":
-        return SinusoidalPositions(cfg.max_positions, cfg.d_model)
+        return SinusoidalPositions(cfg.max_positions, cfg.d_model, cfg.sinusoidal_layout)
     if cfg.position == "learned":
-        return LearnedPositions(cfg.max_positions, cfg.d_model)
+        return LearnedPositions(cfg.max_positions, cfg.d_model, cfg.position_offset)
     return None
+
+
+def build_embedding_norm(cfg: ModelConfig) -> nn.Module:
+    """BART normalises token + position embeddings before the first block; others do not."""
+    return build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias) if cfg.embedding_norm else nn.Identity()
 
 
 def check_lengths(cfg: ModelConfig, src_len: int, max_new_tokens: int) -> None:
@@ -80,6 +86,7 @@ class Encoder(nn.Module):
         self.embed = embed
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         self.positions = build_absolute_positions(cfg)
+        self.embed_norm = build_embedding_norm(cfg)
         self.position_bias = (
             RelativePositionBias(cfg.n_heads, True, cfg.relative_buckets, cfg.relative_max_distance)
             if cfg.position == "relative"
@@ -91,7 +98,7 @@ class Encoder(nn.Module):
             for _ in range(cfg.n_encoder_layers)
         )
         self.final_norm = self._norm_factory(cfg)() if cfg.norm_position == "pre" else nn.Identity()
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.rotary = rotary
 
     @staticmethod
@@ -105,7 +112,7 @@ class Encoder(nn.Module):
         x = self.embed(src_ids) * self.embed_scale
         if self.positions is not None:
             x = x + self.positions(pos)
-        x = self.dropout(x)
+        x = self.dropout(self.embed_norm(x))
         bias = self.position_bias(pos, pos) if self.position_bias is not None else None  # (1, H, S, S)
         allowed = src_mask[:, None, None, :] if src_mask is not None else None  # (B, 1, 1, S)
         inputs = AttentionInputs(mask=additive_mask(allowed, bias, x.dtype), q_pos=pos, k_pos=pos)
@@ -123,6 +130,7 @@ class Decoder(nn.Module):
         self.embed = embed
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         self.positions = build_absolute_positions(cfg)
+        self.embed_norm = build_embedding_norm(cfg)
         self.position_bias = (
             RelativePositionBias(cfg.n_heads, False, cfg.relative_buckets, cfg.relative_max_distance)
             if cfg.position == "relative"
@@ -136,7 +144,7 @@ class Decoder(nn.Module):
             for _ in range(cfg.decoder_layers)
         )
         self.final_norm = norm() if cfg.norm_position == "pre" else nn.Identity()
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.rope_cross = cfg.rope_cross
 
     def forward(
@@ -156,7 +164,7 @@ class Decoder(nn.Module):
         x = self.embed(tgt_ids) * self.embed_scale
         if self.positions is not None:
             x = x + self.positions(pos)
-        return self.dropout(x)
+        return self.dropout(self.embed_norm(x))
 
     def run_blocks(
         self,
@@ -229,6 +237,10 @@ class EncoderDecoder(nn.Module):
         self.decoder = Decoder(cfg, self.embed, rotary)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.output_scale = cfg.d_model**-0.5 if cfg.scale_output else 1.0
+        if cfg.final_logits_bias:  # fixed, not trained (as in Marian and BART)
+            self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
+        else:
+            self.final_logits_bias = None
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> EncoderOutput:
         """src_ids (B, S), src_mask (B, S) bool, True at real tokens -> EncoderOutput."""
@@ -246,7 +258,8 @@ class EncoderDecoder(nn.Module):
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden * self.output_scale
-        return self.lm_head(hidden) if self.lm_head is not None else F.linear(hidden, self.embed.weight)
+        logits = self.lm_head(hidden) if self.lm_head is not None else F.linear(hidden, self.embed.weight)
+        return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
     def new_cache(self, max_len: int) -> DecoderCache:
         """An empty cache for decoding up to `max_len` target positions (it grows if outgrown)."""

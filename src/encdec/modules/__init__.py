@@ -1,6 +1,7 @@
 """Family-agnostic building blocks. They take plain arguments; only model builders read configs."""
 
 from encdec.modules.attention import Attention, additive_mask, causal_mask
+from encdec.modules.dropout import Dropout, dropout
 from encdec.modules.blocks import AttentionInputs, DecoderBlock, EncoderBlock
 from encdec.modules.feed_forward import FeedForward
 from encdec.modules.kv_cache import DecoderCache, KVCache, LayerCache, StaticKVCache
@@ -20,6 +21,7 @@ __all__ = [
     "AttentionInputs",
     "DecoderBlock",
     "DecoderCache",
+    "Dropout",
     "EncoderBlock",
     "FeedForward",
     "KVCache",
@@ -34,6 +36,7 @@ __all__ = [
     "additive_mask",
     "build_norm",
     "causal_mask",
+    "dropout",
     "load_balance_loss",
     "relative_position_bucket",
     "router_z_loss",

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encdec.modules.dropout import dropout
 from encdec.modules.kv_cache import KVCache, StaticKVCache
 from encdec.modules.positions import RotaryEmbedding
 
@@ -94,21 +95,42 @@ class Attention(nn.Module):
         if query_groups > 1:  # (B, H, T, D) -> (B/G, H, G*T, D)
             q = q.view(B // query_groups, query_groups, self.n_heads, T, self.d_head).transpose(1, 2)
             q = q.reshape(B // query_groups, self.n_heads, query_groups * T, self.d_head)
-        out = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal and mask is None,
-            scale=self.scale,
-            enable_gqa=self.n_kv_heads != self.n_heads,
-        )  # (B, H, T, D), or (B/G, H, G*T, D) with query groups
+        dropout_p = self.dropout if self.training else 0.0
+        out = attend(q, k, v, mask, is_causal and mask is None, self.scale, dropout_p)
+        # (B, H, T, D), or (B/G, H, G*T, D) with query groups
         if query_groups > 1:  # (B/G, H, G, T, D) -> (B/G, G, T, H, D)
             out = out.view(B // query_groups, self.n_heads, query_groups, T, self.d_head).permute(0, 2, 3, 1, 4)
         else:
             out = out.transpose(1, 2)  # (B, T, H, D)
         return self.o(out.reshape(B, T, self.n_heads * self.d_head))
+
+
+def attend(q, k, v, mask, is_causal: bool, scale: float | None, dropout_p: float) -> torch.Tensor:
+    """softmax(q k^T * scale + mask) v with K kv heads serving H query heads: (B, H, T, D).
+
+    torch's SDPA, whose fused kernels serve inference and mask-free training. In
+    CPU training with dropout, or with a mask that needs a gradient (T5's learned
+    bias), SDPA falls back to its math path with Bernoulli dropout; the explicit
+    path here computes the same thing with cheap dropout masks, grouping query heads
+    per KV head instead of repeating keys.
+    """
+    needs_grad = mask is not None and mask.requires_grad
+    if q.device.type != "cpu" or not (dropout_p > 0 or needs_grad):
+        gqa = k.shape[1] != q.shape[1]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
+                                              scale=scale, enable_gqa=gqa)  # fmt: skip
+    B, H, T, D = q.shape
+    K, S = k.shape[1], k.shape[2]
+    scores = q.reshape(B, K, H // K * T, D) @ k.transpose(-1, -2)  # (B, K, G*T, S), G = H / K
+    scores = scores.view(B, H, T, S)
+    if scale != 1.0:
+        scores = scores * (D**-0.5 if scale is None else scale)
+    if is_causal:
+        mask = additive_mask(causal_mask(T, S, S - T, q.device), None, q.dtype)
+    if mask is not None:
+        scores = scores + mask
+    probs = dropout(scores.softmax(dim=-1), dropout_p)
+    return (probs.view(B, K, H // K * T, S) @ v).view(B, H, T, D)
 
 
 def causal_mask(T: int, S: int, offset: int = 0, device=None) -> torch.Tensor:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from encdec.modules.attention import Attention
+from encdec.modules.dropout import Dropout
 from encdec.modules.kv_cache import LayerCache
 
 
@@ -55,7 +56,7 @@ class EncoderBlock(nn.Module):
         self.self_attn_norm = make_norm()
         self.ffn = ffn
         self.ffn_norm = make_norm()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def forward(self, x: torch.Tensor, self_inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -87,7 +88,7 @@ class DecoderBlock(nn.Module):
         self.cross_attn_norm = make_norm()
         self.ffn = ffn
         self.ffn_norm = make_norm()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
         self.cross_first = cross_first
 

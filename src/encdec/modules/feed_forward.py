@@ -7,10 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encdec.modules.dropout import Dropout
+
 ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,  # Marian's "swish"
     "gated_gelu": lambda x: F.gelu(x, approximate="tanh"),  # T5 v1.1 / Flan-T5 use the tanh form
     "swiglu": F.silu,
 }
@@ -32,7 +35,7 @@ class FeedForward(nn.Module):
             self.wi = nn.Linear(d_model, d_ff, bias=bias)
         self.wo = nn.Linear(d_ff, d_model, bias=bias)
         self.act = ACTIVATIONS[activation]
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.act(self.wi_0(x)) * self.wi_1(x) if self.gated else self.act(self.wi(x))
