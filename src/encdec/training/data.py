@@ -96,8 +96,9 @@ def read_options(cfg: RunConfig) -> dict:
 def read_hub(cfg: RunConfig) -> tuple[list, list]:
     d = cfg.data
     reader = iter_hub_instruct_pairs if d.format == "instruct" else iter_hub_stories
-    train = list(limit(reader(load_hub_dataset(d.hub_name, split="train")), d.max_documents))
-    val = list(limit(reader(load_hub_dataset(d.hub_name, split="validation")), d.max_documents))
+    streaming = d.max_documents is not None  # read only the first documents instead of downloading all
+    train = list(limit(reader(load_hub_dataset(d.hub_name, split="train", streaming=streaming)), d.max_documents))
+    val = list(limit(reader(load_hub_dataset(d.hub_name, split="validation", streaming=streaming)), d.max_documents))
     return train, val
 
 
