@@ -49,3 +49,30 @@ def tinystories_stories(tinystories_path) -> list[str]:
     with gzip.open(tinystories_path, "rt", encoding="utf-8") as handle:
         text = handle.read()
     return [story.strip() for story in text.split("<|endoftext|>") if story.strip()]
+
+
+INSTRUCT_RECORDS = """Features: Dialogue
+Words: quit, oak, gloomy
+Summary: Sara and Ben play by an oak tree and do not quit.
+Story: 
+
+Sara and Ben were playing in the park.
+"Let's not quit," said Ben.
+<|endoftext|>
+Features: Foreshadowing
+Words: lamp, shiny
+Random sentence: The lamp was shiny.
+Story: Tom had a shiny lamp. He loved it.
+<|endoftext|>
+Summary: A cat naps in the sun.
+Story: The cat was warm.
+
+It slept all day.
+<|endoftext|>
+"""
+
+
+@pytest.fixture
+def instruct_text() -> str:
+    """Three TinyStoriesInstruct records written by hand (the real set is not in ../shared/data)."""
+    return INSTRUCT_RECORDS

@@ -9,10 +9,10 @@ import argparse
 import logging
 import sys
 
-from encdec.cli import compare, data, demo, size, train
+from encdec.cli import compare, data, demo, generate, size, train
 from encdec.errors import EncdecError
 
-SUBCOMMANDS = [demo, data, train, compare, size]
+SUBCOMMANDS = [demo, data, train, compare, size, generate]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("encdec: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into a reader that closed early (`| head`)
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,211 @@
+"""`encdec data prepare` (tokenize a corpus into shards) and `encdec data inspect` (see what the model sees)."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import shutil
+import textwrap
+from pathlib import Path
+
+from encdec.data.batch import IGNORE_INDEX, Batch
+from encdec.data.corpora import PAIR_FORMATS, TEXT_FORMATS, read_corpus
+from encdec.data.objectives import (
+    CausalLMObjective,
+    PairTemplate,
+    Seq2SeqObjective,
+    UL2Config,
+    UL2Objective,
+    prefix_lm_objective,
+    ul2_mode_ids,
+)
+from encdec.data.shards import prepare_shards, read_shards
+from encdec.errors import ConfigError
+from encdec.tokenizers import KINDS, MANIFEST_NAME, UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
+
+OBJECTIVES = ("ul2", "span", "causal", "prefix", "seq2seq")
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("data", help="prepare and inspect data")
+    commands = parser.add_subparsers(dest="data_command", required=True)
+
+    prepare = commands.add_parser("prepare", help="tokenize a corpus once into shards on disk")
+    prepare.add_argument(
+        "inputs", nargs="+", type=Path, help="corpus files (plain or .gz); 'parallel' takes SOURCE TARGET"
+    )
+    prepare.add_argument("--format", required=True, choices=[*TEXT_FORMATS, *PAIR_FORMATS])
+    prepare.add_argument("--out", required=True, type=Path, help="shard directory to write")
+    prepare.add_argument(
+        "--tokenizer", required=True, help=f"a kind ({', '.join(KINDS)}) or a saved tokenizer directory"
+    )
+    prepare.add_argument("--tokenizer-path", type=Path, help="model file for sentencepiece / hf")
+    prepare.add_argument("--vocab-size", type=int, default=8000, help="for trained bpe / unigram")
+    prepare.add_argument(
+        "--num-sentinels", type=int, help="sentinel tokens to add (default 500 sentencepiece, 100 others)"
+    )
+    prepare.add_argument("--mode-tokens", action="store_true", help="also add UL2 mode tokens [R] [X] [S]")
+    prepare.add_argument("--val-fraction", type=float, default=0.0, help="hash split for corpora without one")
+    prepare.add_argument("--seed", type=int, default=0)
+    prepare.add_argument("--bos", action="store_true", help="prepend BOS to each document")
+    prepare.add_argument("--no-eos", action="store_true", help="no EOS after each document (yif-AI)")
+    prepare.add_argument("--source-template", default="{source}", help='e.g. "{source}\\nSummary:" (ROT5)')
+    prepare.add_argument("--target-template", default="{target}")
+    prepare.add_argument("--source-field", default="dialogue", help="jsonl-pairs source field")
+    prepare.add_argument("--target-field", default="summary", help="jsonl-pairs target field")
+    prepare.add_argument("--text-field", default="text", help="jsonl text field")
+    prepare.add_argument("--dtype", default="auto", choices=["auto", "uint16", "uint32"])
+    prepare.add_argument("--workers", type=int, default=2)
+    prepare.set_defaults(func=run_prepare)
+
+    inspect = commands.add_parser("inspect", help="show decoded examples of an objective, input beside target")
+    inspect.add_argument("shards", type=Path, help="a directory written by `encdec data prepare`")
+    inspect.add_argument("--objective", default="ul2", choices=OBJECTIVES)
+    inspect.add_argument("--split", default="train")
+    inspect.add_argument("-n", "--num-examples", type=int, default=3)
+    inspect.add_argument(
+        "--max-length", type=int, default=512, help="chunk length (ul2, span, prefix), source length (seq2seq)"
+    )
+    inspect.add_argument("--block-size", type=int, default=128, help="window length (causal)")
+    inspect.add_argument("--mode-tokens", action="store_true", help="prepend [R]/[X]/[S] (ul2)")
+    inspect.add_argument("--seed", type=int, default=0)
+    inspect.add_argument("--width", type=int, default=0, help="output width (default: the terminal's)")
+    inspect.set_defaults(func=run_inspect)
+
+
+def _reader_options(args: argparse.Namespace) -> dict:
+    if args.format == "jsonl-pairs":
+        return {"source_field": args.source_field, "target_field": args.target_field}
+    if args.format == "jsonl":
+        return {"text_field": args.text_field}
+    return {}
+
+
+def _make_tokenizer(args: argparse.Namespace) -> Tokenizer:
+    if (Path(args.tokenizer) / MANIFEST_NAME).is_file():
+        return load_tokenizer(args.tokenizer)
+    if args.tokenizer not in KINDS:
+        raise ConfigError(
+            f"--tokenizer {args.tokenizer!r} is neither a kind ({', '.join(KINDS)}) nor a saved tokenizer directory."
+        )
+    options: dict = {"extra_specials": UL2_MODE_TOKENS if args.mode_tokens else ()}
+    if args.num_sentinels is not None:
+        options["num_sentinels"] = args.num_sentinels
+    texts = None
+    if args.tokenizer in ("bpe", "unigram"):
+        options["vocab_size"] = args.vocab_size
+        items = read_corpus(args.format, args.inputs, **_reader_options(args))
+        texts = (text for item in items for text in ((item,) if isinstance(item, str) else item))
+    return build_tokenizer(args.tokenizer, args.tokenizer_path, texts=texts, **options)
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    tokenizer = _make_tokenizer(args)
+    out = prepare_shards(
+        args.out,
+        tokenizer,
+        args.format,
+        args.inputs,
+        val_fraction=args.val_fraction,
+        seed=args.seed,
+        add_bos=args.bos,
+        add_eos=not args.no_eos,
+        template=PairTemplate(args.source_template.replace("\\n", "\n"), args.target_template.replace("\\n", "\n")),
+        dtype=args.dtype,
+        workers=args.workers,
+        reader_options=_reader_options(args),
+    )
+    splits = read_shards(out).manifest["splits"]
+    for split, fields in splits.items():
+        counts = ", ".join(
+            f"{field}: {c['documents']:,} documents, {c['tokens']:,} tokens" for field, c in fields.items()
+        )
+        print(f"{out} [{split}] {counts}")
+    print(f"tokenizer: {tokenizer.kind}, {tokenizer.vocab_size:,} ids")
+    return 0
+
+
+def build_objective(name: str, shards, tokenizer: Tokenizer, batch_size: int, args: argparse.Namespace):
+    """The objective `name` over a ShardSet, with the inspect command's options."""
+    ids = {"pad_id": tokenizer.pad_id, "eos_id": tokenizer.eos_id}
+    if name == "seq2seq":
+        if "source" not in shards.fields:
+            raise ConfigError(f"Objective seq2seq needs pair shards; {shards.directory} holds plain text.")
+        return Seq2SeqObjective(
+            shards.fields["source"],
+            shards.fields["target"],
+            batch_size,
+            decoder_start_id=tokenizer.decoder_start_id,
+            max_source_len=args.max_length,
+            seed=args.seed,
+            **ids,
+        )
+    if "text" not in shards.fields:
+        raise ConfigError(f"Objective {name} needs text shards; {shards.directory} holds pairs (use seq2seq).")
+    documents = shards.fields["text"]
+    if name == "causal":
+        return CausalLMObjective(documents, args.block_size, batch_size, seed=args.seed)
+    if name == "prefix":
+        return prefix_lm_objective(documents, batch_size, max_length=args.max_length, seed=args.seed, **ids)
+    config = (
+        UL2Config.span_corruption(max_length=args.max_length)
+        if name == "span"
+        else UL2Config(max_length=args.max_length, mode_tokens=args.mode_tokens)
+    )
+    mode_ids = ul2_mode_ids(tokenizer) if config.mode_tokens else None
+    return UL2Objective(
+        documents,
+        batch_size,
+        decoder_start_id=tokenizer.decoder_start_id,
+        sentinel_ids=tokenizer.sentinel_ids,
+        config=config,
+        mode_ids=mode_ids,
+        seed=args.seed,
+        **ids,
+    )
+
+
+def describe_batch(batch: Batch, tokenizer: Tokenizer) -> list[tuple[str, str, str]]:
+    """(label, model input, loss target) texts of each example, specials written by name."""
+    rows = []
+    for i in range(batch.batch_size):
+        real = batch.labels[i] != IGNORE_INDEX
+        if batch.src_ids is not None:
+            source = batch.src_ids[i][batch.src_mask[i]].tolist()
+        elif batch.prefix_lengths is not None:  # prefix LM: the prefix is the input
+            source = batch.tgt_ids[i][: int(batch.prefix_lengths[i])].tolist()
+        else:  # causal LM: the window is the input
+            source = batch.tgt_ids[i].tolist()
+        target = batch.labels[i][real].tolist()
+        input_text, target_text = tokenizer.decode([source, target], skip_special=False)
+        mode = f" ({batch.modes[i]})" if batch.modes else ""
+        rows.append((f"example {i}{mode}: {len(source)} input / {len(target)} target tokens", input_text, target_text))
+    return rows
+
+
+def side_by_side(left: str, right: str, width: int) -> str:
+    column = max(20, (width - 3) // 2)
+
+    def wrap(text: str) -> list[str]:
+        return [piece for line in text.split("\n") for piece in (textwrap.wrap(line, column) or [""])]
+
+    lefts, rights = wrap(left), wrap(right)
+    return "\n".join(f"{a:<{column}} | {b}" for a, b in itertools.zip_longest(lefts, rights, fillvalue=""))
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    shards = read_shards(args.shards, args.split)
+    tokenizer = shards.tokenizer()
+    objective = build_objective(args.objective, shards, tokenizer, args.num_examples, args)
+    batch = objective.next_batch()
+    width = args.width or shutil.get_terminal_size((120, 24)).columns
+    print(
+        f"{args.objective} on {args.shards} [{args.split}]: "
+        f"src {None if batch.src_ids is None else tuple(batch.src_ids.shape)}, "
+        f"tgt {tuple(batch.tgt_ids.shape)}, {batch.num_tokens} loss tokens"
+    )
+    for label, source, target in describe_batch(batch, tokenizer):
+        print(f"\n--- {label}")
+        print(side_by_side("INPUT", "TARGET", width))
+        print(side_by_side(source, target, width))
+    return 0

@@ -1,0 +1,1 @@
+"""The data layer: corpus readers, tokenized shards, batches and training objectives."""

@@ -1,0 +1,85 @@
+"""The batch every objective yields and every model family takes, and the collate that builds it.
+
+Shapes: B batch, S source length, T target length.
+
+Encoder-decoder: `src_ids`/`src_mask` are the encoder input; `tgt_ids` is the
+decoder input = labels shifted right after the decoder-start token; `labels`
+are padded with -100. Decoder-only (causal or prefix LM): `src_*` are None,
+`tgt_ids` is the token window and `labels` the next tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+from torch import Tensor
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class Batch:
+    tgt_ids: Tensor  # (B, T) int64 decoder input
+    labels: Tensor  # (B, T) int64, IGNORE_INDEX where no loss
+    src_ids: Tensor | None = None  # (B, S) int64 encoder input
+    src_mask: Tensor | None = None  # (B, S) bool, True at real tokens
+    prefix_lengths: Tensor | None = None  # (B,) prefix-LM only: positions < prefix attend bidirectionally
+    modes: list[str] | None = field(default=None, compare=False)  # e.g. UL2 denoiser per example, for inspection
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(device, non_blocking=non_blocking)
+
+        return replace(
+            self,
+            tgt_ids=move(self.tgt_ids),
+            labels=move(self.labels),
+            src_ids=move(self.src_ids),
+            src_mask=move(self.src_mask),
+            prefix_lengths=move(self.prefix_lengths),
+        )
+
+    @property
+    def num_tokens(self) -> int:
+        """Target tokens that carry loss (labels != -100): the unit for tokens/s and loss averaging."""
+        return int((self.labels != IGNORE_INDEX).sum())
+
+    @property
+    def batch_size(self) -> int:
+        return self.labels.shape[0]
+
+
+def pad_rows(rows: Sequence[np.ndarray], value: int, length: int | None = None) -> np.ndarray:
+    """Right-pad 1-D int arrays into one (B, L) int64 array."""
+    length = max((len(r) for r in rows), default=0) if length is None else length
+    out = np.full((len(rows), max(length, 1)), value, dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
+def collate_encoder_decoder(
+    examples: Sequence[tuple[np.ndarray, np.ndarray]],
+    pad_id: int,
+    decoder_start_id: int,
+    modes: list[str] | None = None,
+) -> Batch:
+    """(inputs, targets) id arrays -> Batch; targets already end with EOS when they should."""
+    src = pad_rows([s for s, _ in examples], pad_id)  # (B, S)
+    src_mask = np.zeros(src.shape, dtype=bool)
+    for i, (s, _) in enumerate(examples):
+        src_mask[i, : len(s)] = True
+    labels = pad_rows([t for _, t in examples], IGNORE_INDEX)  # (B, T)
+    tgt = np.full(labels.shape, pad_id, dtype=np.int64)
+    tgt[:, 0] = decoder_start_id
+    tgt[:, 1:] = np.where(labels[:, :-1] == IGNORE_INDEX, pad_id, labels[:, :-1])
+    return Batch(
+        tgt_ids=torch.from_numpy(tgt),
+        labels=torch.from_numpy(labels),
+        src_ids=torch.from_numpy(src),
+        src_mask=torch.from_numpy(src_mask),
+        modes=modes,
+    )

@@ -1,0 +1,268 @@
+"""Corpus readers: documents (str) or (source, target) pairs, streamed line by line.
+
+Every reader opens plain or gzip files transparently (by content, not by
+name), decodes UTF-8 line by line so a bad byte is reported with its line, and
+raises DataError with one sentence naming the file and line. Readers that find
+no document at all raise too: an empty corpus is always a mistake.
+
+Formats: TinyStories (`<|endoftext|>`-separated stories), TinyStoriesInstruct
+records (`Features:` / `Words:` / `Summary:` / `Story:`), plain text, JSONL
+(texts or pairs), line-aligned parallel files, TSV pairs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from encdec.errors import DataError
+
+END_OF_TEXT = "<|endoftext|>"
+INSTRUCT_KEYS = ("Features", "Words", "Summary", "Random sentence", "Story")
+Item = TypeVar("Item")
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """(line number from 1, line without its newline) of a plain or gzip UTF-8 file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"Data file {path} does not exist.")
+    with path.open("rb") as probe:
+        gzipped = probe.read(2) == b"\x1f\x8b"
+    opener = gzip.open if gzipped else open
+    number = 0
+    try:
+        with opener(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    yield number, raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as error:
+                    raise DataError(
+                        f"{path} line {number} is not valid UTF-8 "
+                        f"(byte {raw[error.start]:#04x} at column {error.start + 1})."
+                    ) from None
+    except (OSError, EOFError, zlib.error) as error:
+        raise DataError(f"{path} cannot be read as gzip after line {number} ({error}).") from None
+
+
+def _require_some(items: Iterable[Item], path: str | Path, what: str) -> Iterator[Item]:
+    """Pass items through; raise a DataError naming `path` if there were none."""
+    empty = True
+    for item in items:
+        empty = False
+        yield item
+    if empty:
+        raise DataError(f"{path} contains no {what}.")
+
+
+def iter_tinystories(path: str | Path, separator: str = END_OF_TEXT) -> Iterator[str]:
+    """Stories separated by `separator` lines (TinyStories-train.txt), stripped, empty ones dropped."""
+
+    def stories() -> Iterator[str]:
+        lines: list[str] = []
+        for _, line in iter_lines(path):
+            while separator in line:
+                head, line = line.split(separator, 1)
+                lines.append(head)
+                story = "\n".join(lines).strip()
+                if story:
+                    yield story
+                lines = []
+            lines.append(line)
+        story = "\n".join(lines).strip()
+        if story:
+            yield story
+
+    return _require_some(stories(), path, "stories")
+
+
+def iter_plain_text(path: str | Path, unit: str = "paragraph") -> Iterator[str]:
+    """Documents of a plain text file: one per `line`, per blank-line-separated `paragraph`, or the whole `file`."""
+    if unit not in ("line", "paragraph", "file"):
+        raise DataError(f"Plain text unit {unit!r} is unknown; choose line, paragraph or file.")
+
+    def documents() -> Iterator[str]:
+        block: list[str] = []
+        for _, line in iter_lines(path):
+            if unit == "line":
+                if line.strip():
+                    yield line.strip()
+            elif unit == "paragraph" and not line.strip():
+                if block:
+                    yield "\n".join(block)
+                block = []
+            else:
+                block.append(line)
+        text = "\n".join(block)
+        if text.strip():
+            yield text.strip() if unit == "paragraph" else text
+
+    return _require_some(documents(), path, "text")
+
+
+@dataclass
+class InstructRecord:
+    """One TinyStoriesInstruct record; `fields` keeps every `Key: value` seen."""
+
+    story: str = ""
+    summary: str = ""
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+def parse_instruct_record(text: str) -> InstructRecord:
+    """Parse `Features:` / `Words:` / `Summary:` / `Random sentence:` / `Story:` lines; the story runs to the end."""
+    record = InstructRecord()
+    key = None
+    values: dict[str, list[str]] = {}
+    for line in text.split("\n"):
+        name, sep, rest = line.partition(":")
+        if key != "Story" and sep and name.strip() in INSTRUCT_KEYS:
+            key = name.strip()
+            values[key] = [rest.strip()]
+        elif key is not None:
+            values[key].append(line)
+    record.fields = {k: "\n".join(v).strip() for k, v in values.items()}
+    record.story = record.fields.get("Story", "")
+    record.summary = record.fields.get("Summary", "")
+    return record
+
+
+def iter_instruct_records(path: str | Path) -> Iterator[InstructRecord]:
+    """Every TinyStoriesInstruct record of a file (records are `<|endoftext|>`-separated)."""
+    return (parse_instruct_record(text) for text in iter_tinystories(path))
+
+
+def iter_instruct_pairs(path: str | Path) -> Iterator[tuple[str, str]]:
+    """(story, summary) of the records that have both: the summarization pairs ROT5 fine-tuned on."""
+    pairs = ((r.story, r.summary) for r in iter_instruct_records(path) if r.story and r.summary)
+    return _require_some(pairs, path, "records with both a Story and a Summary")
+
+
+def _iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path} line {number} is not valid JSON ({error.msg}).") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{path} line {number} is not a JSON object.")
+        yield number, record
+
+
+def _field(record: dict, name: str, path: str | Path, number: int) -> str:
+    value = record.get(name)
+    if not isinstance(value, str):
+        problem = "has no field" if value is None else "has a non-text field"
+        raise DataError(f"{path} line {number} {problem} {name!r}.")
+    return value
+
+
+def iter_jsonl_texts(path: str | Path, text_field: str = "text") -> Iterator[str]:
+    """The `text_field` of each JSON line."""
+    texts = (_field(r, text_field, path, n) for n, r in _iter_json_objects(path))
+    return _require_some(texts, path, "records")
+
+
+def iter_jsonl_pairs(
+    path: str | Path, source_field: str = "dialogue", target_field: str = "summary"
+) -> Iterator[tuple[str, str]]:
+    """(source, target) of each JSON line; DialogSum's defaults."""
+    pairs = ((_field(r, source_field, path, n), _field(r, target_field, path, n)) for n, r in _iter_json_objects(path))
+    return _require_some(pairs, path, "records")
+
+
+def iter_parallel(source_path: str | Path, target_path: str | Path) -> Iterator[tuple[str, str]]:
+    """Line i of `source_path` with line i of `target_path` (Multi30k `.en` / `.de`), stripped."""
+
+    def pairs() -> Iterator[tuple[str, str]]:
+        sources, targets = iter_lines(source_path), iter_lines(target_path)
+        while True:
+            source, target = next(sources, None), next(targets, None)
+            if source is None or target is None:
+                break
+            yield source[1].strip(), target[1].strip()
+        for extra, name in ((source, source_path), (target, target_path)):
+            if extra is not None:
+                raise DataError(f"{name} has more lines than its parallel file (line {extra[0]} has no partner).")
+
+    return _require_some(pairs(), source_path, "lines")
+
+
+def iter_tsv_pairs(path: str | Path, source_column: int = 0, target_column: int = 1) -> Iterator[tuple[str, str]]:
+    """(source, target) columns of a tab-separated file."""
+
+    def pairs() -> Iterator[tuple[str, str]]:
+        need = max(source_column, target_column) + 1
+        for number, line in iter_lines(path):
+            if not line.strip():
+                continue
+            columns = line.split("\t")
+            if len(columns) < need:
+                raise DataError(f"{path} line {number} has {len(columns)} tab-separated columns; {need} are needed.")
+            yield columns[source_column].strip(), columns[target_column].strip()
+
+    return _require_some(pairs(), path, "pairs")
+
+
+@dataclass(frozen=True)
+class PairTemplate:
+    """Text templates applied to a (source, target) pair before tokenizing: `{source}` / `{target}` fields."""
+
+    source: str = "{source}"
+    target: str = "{target}"
+
+    def apply(self, source: str, target: str) -> tuple[str, str]:
+        return self.source.format(source=source), self.target.format(target=target)
+
+
+def is_validation(key: str, val_fraction: float, seed: int = 0) -> bool:
+    """Whether an item goes to validation, decided by a hash of its text: stable, order-free, streaming."""
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8, key=str(seed).encode()).digest()
+    return int.from_bytes(digest, "big") / 2**64 < val_fraction
+
+
+def split_items(
+    items: Iterable[Item], val_fraction: float, seed: int = 0, key: Callable[[Item], str] | None = None
+) -> tuple[list[Item], list[Item]]:
+    """Deterministic (train, validation) lists for a corpus without a split; pairs split by their source."""
+    key = key or (lambda item: item if isinstance(item, str) else item[0])
+    train: list[Item] = []
+    validation: list[Item] = []
+    for item in items:
+        (validation if is_validation(key(item), val_fraction, seed) else train).append(item)
+    return train, validation
+
+
+def read_corpus(format: str, paths: list[str | Path], **options) -> Iterator[str] | Iterator[tuple[str, str]]:
+    """Dispatch by format name (the CLI's `--format`): documents for LM formats, pairs for the others."""
+    readers: dict[str, Callable] = {
+        "tinystories": iter_tinystories,
+        "text": iter_plain_text,
+        "jsonl": iter_jsonl_texts,
+        "instruct": iter_instruct_pairs,
+        "jsonl-pairs": iter_jsonl_pairs,
+        "tsv": iter_tsv_pairs,
+    }
+    if format == "parallel":
+        if len(paths) != 2:
+            raise DataError(f"Format 'parallel' needs two files (source and target), got {len(paths)}.")
+        return iter_parallel(paths[0], paths[1])
+    if format == "instruct-text":  # the Instruct stories as unlabeled LM text, as the ROT5 mini pretraining used
+        return (s for p in paths for s in (r.story for r in iter_instruct_records(p)) if s)
+    if format not in readers:
+        raise DataError(
+            f"Corpus format {format!r} is unknown; choose one of {', '.join([*readers, 'parallel', 'instruct-text'])}."
+        )
+    return (item for path in paths for item in readers[format](path, **options))
+
+
+PAIR_FORMATS = ("instruct", "jsonl-pairs", "tsv", "parallel")
+TEXT_FORMATS = ("tinystories", "text", "jsonl", "instruct-text")

@@ -1,0 +1,86 @@
+"""The Hugging Face `datasets` route to the hub corpora (`roneneldan/TinyStories` and its Instruct set).
+
+The hub names are the real defaults; `data_files` points the same code at local
+files (the offline route, and how the tests run it). TinyStories rows are one
+story each in a `text` column. TinyStoriesInstruct rows are single LINES of the
+record text, records ending at an `<|endoftext|>` row, so they are regrouped
+and parsed with `parse_instruct_record`. Needs the `encdec[hf]` extra.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from encdec.data.corpora import END_OF_TEXT, parse_instruct_record
+from encdec.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+TINYSTORIES = "roneneldan/TinyStories"
+TINYSTORIES_INSTRUCT = "roneneldan/TinyStoriesInstruct"
+
+
+def load_hub_dataset(
+    name: str = TINYSTORIES,
+    split: str = "train",
+    data_files: str | list[str] | None = None,
+    cache_dir: str | Path | None = None,
+    streaming: bool = False,
+):
+    """`datasets.load_dataset` for a hub name, or for local files when `data_files` is given.
+
+    Local `.json`/`.jsonl` files use the `json` builder, anything else the `text`
+    builder (one row per line). Failures (no network, missing files) become a
+    DataError naming the dataset.
+    """
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(
+            f"Dataset {name!r} needs the datasets package; install it with `pip install encdec[hf]`."
+        ) from None
+    kwargs = {"split": split, "streaming": streaming, "cache_dir": str(cache_dir) if cache_dir else None}
+    if data_files is not None:
+        files = [data_files] if isinstance(data_files, str | Path) else list(data_files)
+        files = [str(f) for f in files]
+        for file in files:
+            if not Path(file).is_file():
+                raise DataError(f"Data file {file} does not exist.")
+        builder = "json" if all(".json" in Path(f).name for f in files) else "text"
+        source, kwargs["data_files"] = builder, {split: files}
+    else:
+        source = name
+    try:
+        return datasets.load_dataset(source, **kwargs)
+    except Exception as error:  # ConnectionError, FileNotFoundError, DatasetNotFoundError, ...
+        where = f"local files {kwargs.get('data_files')}" if data_files is not None else "the Hugging Face hub"
+        raise DataError(f"Dataset {name!r} cannot be loaded from {where} ({type(error).__name__}: {error}).") from None
+
+
+def iter_hub_stories(dataset, text_field: str = "text") -> Iterator[str]:
+    """Stripped non-empty stories of a TinyStories-style dataset (one story per row)."""
+    for row in dataset:
+        text = (row.get(text_field) or "").strip()
+        if text:
+            yield text
+
+
+def iter_hub_instruct_pairs(dataset, text_field: str = "text") -> Iterator[tuple[str, str]]:
+    """(story, summary) from a TinyStoriesInstruct-style dataset whose rows are lines of the records."""
+    lines: list[str] = []
+
+    def flush() -> Iterator[tuple[str, str]]:
+        record = parse_instruct_record("\n".join(lines))
+        if record.story and record.summary:
+            yield record.story, record.summary
+
+    for row in dataset:
+        line = row.get(text_field) or ""
+        if line.strip() == END_OF_TEXT:
+            yield from flush()
+            lines = []
+        else:
+            lines.append(line)
+    yield from flush()

@@ -1,0 +1,25 @@
+"""Training objectives: each turns documents or pairs into `Batch`es, deterministically given a seed.
+
+Every objective offers `next_batch()`, iteration, and `state_dict()` /
+`load_state_dict()` (a small JSON-able dict) so a trainer resumes exactly.
+"""
+
+from encdec.data.objectives.causal_lm import CausalLMObjective
+from encdec.data.objectives.prefix_lm import collate_prefix_lm, prefix_lm_objective
+from encdec.data.objectives.seq2seq import PairTemplate, Seq2SeqObjective, tokenize_pairs
+from encdec.data.objectives.span_corruption import random_spans_noise_mask, span_corrupt
+from encdec.data.objectives.ul2 import UL2Config, UL2Objective, ul2_mode_ids
+
+__all__ = [
+    "CausalLMObjective",
+    "PairTemplate",
+    "Seq2SeqObjective",
+    "UL2Config",
+    "UL2Objective",
+    "collate_prefix_lm",
+    "prefix_lm_objective",
+    "random_spans_noise_mask",
+    "span_corrupt",
+    "tokenize_pairs",
+    "ul2_mode_ids",
+]

@@ -1,0 +1,83 @@
+"""What every objective shares: a per-step RNG derived from (seed, epoch, step) and a resumable position.
+
+Deriving the generator from the position instead of carrying one along means
+the whole state is two integers: `state_dict()` is JSON, and resuming at
+(epoch, step) draws exactly what an uninterrupted run would have drawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from encdec.data.batch import Batch
+from encdec.errors import DataError
+
+
+class Objective:
+    """Base of the objectives: iteration, `next_batch`, and the (epoch, step) state."""
+
+    name = "objective"
+
+    def __init__(self, seed: int = 0):
+        self.seed = int(seed)
+        self.epoch = 0
+        self.step = 0
+
+    def rng(self, *extra: int) -> np.random.Generator:
+        """A generator that depends only on the seed, the current position and `extra`."""
+        return np.random.default_rng([self.seed, self.epoch, self.step, *extra])
+
+    def next_batch(self) -> Batch:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            yield self.next_batch()
+
+    def state_dict(self) -> dict:
+        return {"objective": self.name, "seed": self.seed, "epoch": self.epoch, "step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("objective") != self.name or int(state.get("seed", -1)) != self.seed:
+            raise DataError(
+                f"Data state for {state.get('objective')!r} seed {state.get('seed')} does not match "
+                f"objective {self.name!r} seed {self.seed}."
+            )
+        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+
+
+class EpochPlan:
+    """Batches of example indices for one epoch, shuffled by (seed, epoch); optional length bucketing.
+
+    With `lengths` given, each pool of `bucket_batches` batches is sorted by
+    length before being cut into batches (less padding), and the batch order
+    is then shuffled so lengths do not trend through the epoch.
+    """
+
+    def __init__(self, num_examples: int, batch_size: int, lengths: np.ndarray | None = None, bucket_batches: int = 50):
+        if num_examples == 0:
+            raise DataError("The objective has no examples to draw batches from.")
+        self.num_examples, self.batch_size = num_examples, batch_size
+        self.lengths, self.bucket_batches = lengths, bucket_batches
+        self._cache: tuple[tuple[int, int], list[np.ndarray]] | None = None
+
+    def batches(self, seed: int, epoch: int, shuffle: bool = True) -> list[np.ndarray]:
+        if self._cache is not None and self._cache[0] == (seed, epoch):
+            return self._cache[1]
+        rng = np.random.default_rng([seed, epoch, 7919])
+        order = rng.permutation(self.num_examples) if shuffle else np.arange(self.num_examples)
+        if self.lengths is not None:
+            pool = self.batch_size * self.bucket_batches
+            order = np.concatenate(
+                [
+                    chunk[np.argsort(self.lengths[chunk], kind="stable")]
+                    for chunk in np.array_split(order, max(1, -(-len(order) // pool)))
+                ]
+            )
+        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        if self.lengths is not None and shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        self._cache = ((seed, epoch), batches)
+        return batches

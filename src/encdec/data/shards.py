@@ -1,0 +1,300 @@
+"""Tokenize a corpus once into shards on disk, and read them back as memory-mapped `Documents`.
+
+Layout of a shard directory:
+
+    manifest.json                 tokenizer, source files + SHA-256, options, counts
+    tokenizer/                    the tokenizer, saved (load it with `ShardSet.tokenizer()`)
+    {split}.{field}.bin           flat token ids, uint16 or uint32 by vocabulary size
+    {split}.{field}.idx.npy       (D + 1,) int64 document offsets (the document boundaries)
+
+Fields are `text` for language-model corpora, `source` and `target` for pairs.
+Splits are `train` and, when `val_fraction` > 0, `validation` (a hash split, see
+`corpora.is_validation`). Two worker processes tokenize batches of documents in
+order while the parent writes; re-running with the same tokenizer, sources and
+options finds the manifest and reuses the shards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import multiprocessing
+import sys
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from encdec.data.corpora import PAIR_FORMATS, PairTemplate, is_validation, read_corpus
+from encdec.data.documents import Documents
+from encdec.errors import DataError
+from encdec.tokenizers import Tokenizer, load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def choose_dtype(vocab_size: int, dtype: str = "auto", where: str | Path = "") -> str:
+    """`uint16` when every id fits in 16 bits, else `uint32`; an explicit uint16 too small is a DataError."""
+    if dtype == "auto":
+        return "uint16" if vocab_size <= 2**16 else "uint32"
+    if dtype not in DTYPES:
+        raise DataError(f"Shard dtype {dtype!r} is unknown; choose auto, uint16 or uint32.")
+    if dtype == "uint16" and vocab_size > 2**16:
+        raise DataError(f"The tokenizer's {vocab_size} ids do not fit uint16 shards in {where}; use uint32 or auto.")
+    return dtype
+
+
+# --- workers: each loads the saved tokenizer once, then encodes batches ---
+
+_worker_tokenizer: Tokenizer | None = None
+
+
+def _init_worker(tokenizer_dir: str) -> None:
+    global _worker_tokenizer
+    _worker_tokenizer = load_tokenizer(tokenizer_dir)
+
+
+Packed = dict[bool, list[tuple[np.ndarray, np.ndarray]]]  # is_validation -> per field (flat ids, lengths)
+
+
+def _encode_batch(job: tuple[list[bool], list[tuple[str, ...]], dict]) -> tuple[int, Packed]:
+    flags, rows, options = job
+    return len(flags), _encode_fields(_worker_tokenizer, flags, rows, options)
+
+
+def _encode_fields(tokenizer: Tokenizer, flags: list[bool], rows: list[tuple[str, ...]], options: dict) -> Packed:
+    """Ids of each row packed per split and field as (flat ids, lengths): small to send between processes.
+
+    Text fields get BOS/EOS as configured; pair fields get none (the objective adds EOS).
+    """
+    if len(rows[0]) == 1:
+        encoded = [tokenizer.encode([r[0] for r in rows], add_eos=options["add_eos"], add_bos=options["add_bos"])]
+    else:
+        encoded = [tokenizer.encode([r[i] for r in rows]) for i in range(len(rows[0]))]
+    packed: Packed = {}
+    for wanted in (False, True):
+        chosen = [i for i, flag in enumerate(flags) if flag == wanted]
+        if chosen:
+            packed[wanted] = [
+                (
+                    np.fromiter(itertools.chain.from_iterable(docs[i] for i in chosen), dtype=options["dtype"]),
+                    np.array([len(docs[i]) for i in chosen], dtype=np.int64),
+                )
+                for docs in encoded
+            ]
+    return packed
+
+
+@dataclass
+class _FieldWriter:
+    """Appends documents of one (split, field) to its .bin and remembers the offsets."""
+
+    path: Path
+    dtype: np.dtype
+
+    def __post_init__(self):
+        self.handle = open(self.path.with_suffix(".bin.tmp"), "wb")
+        self.lengths: list[np.ndarray] = []
+
+    def write(self, flat: np.ndarray, lengths: np.ndarray) -> None:
+        self.handle.write(flat.astype(self.dtype, copy=False).tobytes())
+        self.lengths.append(lengths)
+
+    def close(self) -> dict:
+        self.handle.close()
+        self.path.with_suffix(".bin.tmp").replace(self.path)
+        lengths = np.concatenate([np.zeros(1, dtype=np.int64), *self.lengths])
+        offsets = np.cumsum(lengths)  # (D + 1,)
+        np.save(self.path.with_name(self.path.name.replace(".bin", ".idx.npy")), offsets)
+        return {"documents": len(offsets) - 1, "tokens": int(offsets[-1])}
+
+
+def _encode_in_workers(jobs: Iterator, workers: int, tokenizer_dir: Path) -> Iterator[tuple[int, Packed]]:
+    """Encode jobs in `workers` processes, results in job order, at most 2 jobs per worker in flight.
+
+    A worker that dies (or cannot load the tokenizer) ends the run with a DataError instead of a hang.
+    """
+    # fork on Linux: workers inherit the imported modules (importing `encdec` pulls in torch, seconds per
+    # spawned worker); spawn elsewhere, where fork is unsafe or missing.
+    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    context = multiprocessing.get_context(method)
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_init_worker, initargs=(str(tokenizer_dir),)
+    ) as pool:
+        pending: deque = deque()
+        try:
+            for job in jobs:
+                pending.append(pool.submit(_encode_batch, job))
+                if len(pending) >= 2 * workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        except BrokenProcessPool:
+            raise DataError(
+                f"A tokenizer worker process died while preparing shards with {tokenizer_dir} "
+                "(a script that calls prepare_shards with workers > 1 needs an `if __name__ == '__main__':` guard)."
+            ) from None
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def _rows(format: str, paths: list[Path], template: PairTemplate, reader_options: dict) -> Iterator[tuple[str, ...]]:
+    for item in read_corpus(format, paths, **reader_options):
+        yield template.apply(*item) if format in PAIR_FORMATS else (item,)
+
+
+def prepare_shards(
+    out_dir: str | Path,
+    tokenizer: Tokenizer,
+    format: str,
+    paths: list[str | Path],
+    val_fraction: float = 0.0,
+    seed: int = 0,
+    add_bos: bool = False,
+    add_eos: bool = True,
+    template: PairTemplate = PairTemplate(),
+    dtype: str = "auto",
+    workers: int = 2,
+    batch_documents: int = 256,
+    progress: bool = True,
+    reader_options: dict | None = None,
+) -> Path:
+    """Tokenize `paths` (read as `format`) into shards in `out_dir`; reuse them when nothing changed."""
+    from tqdm.auto import tqdm
+
+    out_dir, paths = Path(out_dir), [Path(p) for p in paths]
+    for path in paths:
+        if not path.is_file():
+            raise DataError(f"Data file {path} does not exist.")
+    dtype = choose_dtype(tokenizer.vocab_size, dtype, out_dir)
+    pairs = format in PAIR_FORMATS
+    fields = ["source", "target"] if pairs else ["text"]
+    options = {"add_bos": add_bos, "add_eos": add_eos and not pairs, "dtype": dtype}
+    inputs = {
+        "format": format,
+        "reader_options": reader_options or {},
+        "template": [template.source, template.target] if pairs else None,
+        "val_fraction": val_fraction,
+        "seed": seed,
+        "dtype": dtype,
+        **options,
+        "tokenizer": {
+            "kind": tokenizer.kind,
+            "vocab_size": tokenizer.vocab_size,
+            "fingerprint": tokenizer.fingerprint(),
+        },
+        "sources": [{"path": str(p.resolve()), "bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in paths],
+    }
+    existing = _read_manifest(out_dir) if (out_dir / MANIFEST).is_file() else None
+    if existing is not None and existing.get("inputs") == inputs and _files_present(out_dir, existing):
+        logger.info("reusing shards in %s (inputs unchanged)", out_dir)
+        return out_dir
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MANIFEST).unlink(missing_ok=True)
+    tokenizer_dir = tokenizer.save(out_dir / "tokenizer")
+    splits = ["train", "validation"] if val_fraction > 0 else ["train"]
+    writers = {(s, f): _FieldWriter(out_dir / f"{s}.{f}.bin", np.dtype(dtype)) for s in splits for f in fields}
+
+    def jobs() -> Iterator[tuple[list[bool], list[tuple[str, ...]], dict]]:
+        rows: list[tuple[str, ...]] = []
+        for row in _rows(format, paths, template, reader_options or {}):
+            rows.append(row)
+            if len(rows) == batch_documents:
+                yield [is_validation(r[0], val_fraction, seed) for r in rows], rows, options
+                rows = []
+        if rows:
+            yield [is_validation(r[0], val_fraction, seed) for r in rows], rows, options
+
+    bar = tqdm(desc=f"tokenizing {out_dir.name}", unit=" docs", disable=not progress)
+    if workers > 1:
+        results = _encode_in_workers(jobs(), workers, tokenizer_dir)
+    else:
+        results = ((len(flags), _encode_fields(tokenizer, flags, rows, opts)) for flags, rows, opts in jobs())
+    try:
+        for count, packed in results:
+            for wanted, per_field in packed.items():
+                split = "validation" if wanted else "train"
+                for field, (flat, lengths) in zip(fields, per_field, strict=True):
+                    writers[split, field].write(flat, lengths)
+            bar.update(count)
+    finally:
+        bar.close()
+        results.close()
+    counts = {s: {f: writers[s, f].close() for f in fields} for s in splits}
+    manifest = {"version": FORMAT_VERSION, "fields": fields, "splits": counts, "inputs": inputs}
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    logger.info("wrote shards to %s: %s", out_dir, counts)
+    return out_dir
+
+
+def _read_manifest(directory: Path) -> dict:
+    path = directory / MANIFEST
+    if not path.is_file():
+        raise DataError(f"Shard directory {directory} has no {MANIFEST}; run `encdec data prepare` first.")
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise DataError(f"Shard manifest {path} is not valid JSON ({error.msg}).") from None
+    if manifest.get("version") != FORMAT_VERSION:
+        raise DataError(f"Shard manifest {path} has version {manifest.get('version')}; expected {FORMAT_VERSION}.")
+    return manifest
+
+
+def _files_present(directory: Path, manifest: dict) -> bool:
+    return all(
+        (directory / f"{s}.{f}.bin").is_file() and (directory / f"{s}.{f}.idx.npy").is_file()
+        for s in manifest["splits"]
+        for f in manifest["fields"]
+    )
+
+
+@dataclass
+class ShardSet:
+    """The shards of one split: `fields["text"]` or `fields["source"]` / `fields["target"]` as Documents."""
+
+    directory: Path
+    split: str
+    manifest: dict
+    fields: dict[str, Documents]
+
+    def tokenizer(self) -> Tokenizer:
+        return load_tokenizer(self.directory / "tokenizer")
+
+
+def read_shards(directory: str | Path, split: str = "train") -> ShardSet:
+    """Memory-map the shards of `split` written by `prepare_shards`."""
+    directory = Path(directory)
+    manifest = _read_manifest(directory)
+    if split not in manifest["splits"]:
+        raise DataError(f"Shard directory {directory} has no split {split!r}; it has {', '.join(manifest['splits'])}.")
+    dtype = DTYPES[manifest["inputs"]["dtype"]]
+    fields = {}
+    for field in manifest["fields"]:
+        offsets = np.load(directory / f"{split}.{field}.idx.npy")
+        bin_path = directory / f"{split}.{field}.bin"
+        expected = int(offsets[-1]) * np.dtype(dtype).itemsize
+        if bin_path.stat().st_size != expected:
+            raise DataError(f"Shard {bin_path} has {bin_path.stat().st_size} bytes; its index expects {expected}.")
+        tokens = np.memmap(bin_path, dtype=dtype, mode="r") if expected else np.zeros(0, dtype=dtype)
+        fields[field] = Documents(tokens, offsets)
+    return ShardSet(directory, split, manifest, fields)

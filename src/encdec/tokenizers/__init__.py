@@ -1,0 +1,93 @@
+"""Tokenizers behind one interface: `build_tokenizer` makes one, `load_tokenizer` reads one saved beside a checkpoint.
+
+Kinds: `sentencepiece` (a `.model` file), `hf` (a `tokenizers` JSON file),
+`bpe` / `unigram` (trained on texts with `tokenizers`), `tiktoken` (GPT-2),
+`byte` (no files).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from encdec.errors import ConfigError, DataError
+from encdec.tokenizers.base import MANIFEST_NAME, UL2_MODE_TOKENS, SpecialTokens, Tokenizer, sentinel_token
+from encdec.tokenizers.byte import ByteTokenizer
+
+KINDS = ("byte", "sentencepiece", "hf", "bpe", "unigram", "tiktoken")
+
+
+def build_tokenizer(
+    kind: str, path: str | Path | None = None, texts: Iterable[str] | None = None, **options
+) -> Tokenizer:
+    """Make a tokenizer of `kind`; `path` is the model file (sentencepiece, hf), `texts` the corpus (bpe, unigram).
+
+    `options` go to the constructor: `num_sentinels`, `extra_specials`, and for
+    trained kinds `vocab_size`, for tiktoken `encoding_name`.
+    """
+    if kind == "byte":
+        return ByteTokenizer(**options)
+    if kind == "sentencepiece":
+        from encdec.tokenizers.sentencepiece import SentencePieceTokenizer
+
+        if path is None:
+            raise ConfigError("Tokenizer kind 'sentencepiece' needs the path of a .model file.")
+        return SentencePieceTokenizer(path, **options)
+    if kind == "hf":
+        from encdec.tokenizers.hf import HFTokenizer
+
+        if path is None:
+            raise ConfigError("Tokenizer kind 'hf' needs the path of a tokenizer.json file.")
+        return HFTokenizer.from_file(path, **options)
+    if kind in ("bpe", "unigram"):
+        from encdec.tokenizers.hf import train_tokenizer
+
+        if texts is None:
+            raise ConfigError(f"Tokenizer kind {kind!r} is trained and needs texts.")
+        return train_tokenizer(texts, kind=kind, **options)
+    if kind == "tiktoken":
+        from encdec.tokenizers.tiktoken import TiktokenTokenizer
+
+        return TiktokenTokenizer(**options)
+    raise ConfigError(f"Unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}.")
+
+
+def load_tokenizer(directory: str | Path) -> Tokenizer:
+    """Rebuild the tokenizer that `Tokenizer.save(directory)` wrote."""
+    directory = Path(directory)
+    manifest_path = directory / MANIFEST_NAME
+    if not manifest_path.is_file():
+        raise DataError(f"Tokenizer directory {directory} has no {MANIFEST_NAME}.")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        kind = manifest["kind"]
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise DataError(f"Tokenizer manifest {manifest_path} is not valid ({error}).") from None
+    common = {
+        "num_sentinels": int(manifest.get("num_sentinels", 100)),
+        "extra_specials": tuple(manifest.get("extra_specials", ())),
+    }
+    if kind == "byte":
+        return ByteTokenizer(**common)
+    if kind == "sentencepiece":
+        return build_tokenizer(kind, directory / manifest["model_file"], **common)
+    if kind == "hf":
+        tokens = {key: manifest[key] for key in ("eos_token", "bos_token") if key in manifest}
+        return build_tokenizer(kind, directory / manifest["tokenizer_file"], **common, **tokens)
+    if kind == "tiktoken":
+        return build_tokenizer(kind, encoding_name=manifest.get("encoding_name", "gpt2"), **common)
+    raise DataError(f"Tokenizer manifest {manifest_path} names an unknown kind {kind!r}.")
+
+
+__all__ = [
+    "KINDS",
+    "MANIFEST_NAME",
+    "UL2_MODE_TOKENS",
+    "ByteTokenizer",
+    "SpecialTokens",
+    "Tokenizer",
+    "build_tokenizer",
+    "load_tokenizer",
+    "sentinel_token",
+]

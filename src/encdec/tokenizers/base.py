@@ -1,0 +1,155 @@
+"""The one interface every tokenizer offers, and the special tokens they share.
+
+Every kind (SentencePiece, Hugging Face `tokenizers`, tiktoken, bytes) keeps its
+base vocabulary and appends the project's special tokens after it when they are
+missing: pad, sentinels `[MASK-0]` .. `[MASK-{N-1}]` (span corruption), a
+decoder-start token, and any extra names (e.g. UL2 mode tokens `[R]`, `[X]`,
+`[S]`). ROT5 did the same on Mistral's 32,000 pieces: 32,000 + 502 = 32,502.
+
+A tokenizer saves itself into a directory beside a checkpoint as its own files
+plus `MANIFEST_NAME`, a small JSON file that `encdec.tokenizers.load_tokenizer`
+reads back.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MANIFEST_NAME = "encdec_tokenizer.json"
+PAD_TOKEN = "<pad>"
+DECODER_START_TOKEN = "<decoder_start>"
+UL2_MODE_TOKENS = ("[R]", "[X]", "[S]")
+
+
+def sentinel_token(index: int) -> str:
+    """The name of the `index`-th sentinel, as ROT5 named them."""
+    return f"[MASK-{index}]"
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Ids of the special tokens; `names` maps every special name to its id."""
+
+    pad_id: int
+    eos_id: int
+    bos_id: int
+    decoder_start_id: int
+    sentinel_ids: tuple[int, ...]
+    names: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def all_ids(self) -> frozenset[int]:
+        return frozenset(self.names.values()) | {self.pad_id, self.eos_id, self.bos_id, self.decoder_start_id}
+
+
+def added_special_names(num_sentinels: int, extra_specials: tuple[str, ...] = ()) -> list[str]:
+    """Names appended after a base vocabulary, in id order: pad, sentinels, decoder-start, extras."""
+    return [PAD_TOKEN, *(sentinel_token(i) for i in range(num_sentinels)), DECODER_START_TOKEN, *extra_specials]
+
+
+class Tokenizer(abc.ABC):
+    """Encode and decode batches of text; expose the special ids models and objectives need."""
+
+    kind: str = ""
+    specials: SpecialTokens
+
+    @property
+    @abc.abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids, special tokens included (the model's embedding rows)."""
+
+    @property
+    def pad_id(self) -> int:
+        return self.specials.pad_id
+
+    @property
+    def eos_id(self) -> int:
+        return self.specials.eos_id
+
+    @property
+    def bos_id(self) -> int:
+        return self.specials.bos_id
+
+    @property
+    def decoder_start_id(self) -> int:
+        return self.specials.decoder_start_id
+
+    @property
+    def sentinel_ids(self) -> list[int]:
+        return list(self.specials.sentinel_ids)
+
+    def special_id(self, name: str) -> int | None:
+        """The id of a special token by name (`"[R]"`, `"<pad>"`, ...), or None."""
+        return self.specials.names.get(name)
+
+    def encode(self, texts: list[str], add_eos: bool = False, add_bos: bool = False) -> list[list[int]]:
+        """Token ids of each text, optionally framed by BOS/EOS.
+
+        Special-token names inside text stay ordinary text, except for the `hf` kind
+        (Hugging Face `tokenizers` always matches its added tokens).
+        """
+        encoded = self._encode(list(texts))
+        head = [self.bos_id] if add_bos else []
+        tail = [self.eos_id] if add_eos else []
+        if head or tail:
+            encoded = [head + ids + tail for ids in encoded]
+        return encoded
+
+    def decode(self, ids: list[list[int]], skip_special: bool = True) -> list[str]:
+        """Text of each id list; with skip_special=False specials are written by name."""
+        return [self._decode_one([int(i) for i in row], skip_special) for row in ids]
+
+    def _decode_one(self, ids: list[int], skip_special: bool) -> str:
+        """Decode runs of ordinary ids with the base model and write specials by name."""
+        id_to_name = {i: n for n, i in self.specials.names.items()}
+        pieces: list[str] = []
+        run: list[int] = []
+        for i in ids:
+            if i in id_to_name or i >= self.vocab_size or i < 0:
+                if run:
+                    pieces.append(self._decode_base(run, continuation=bool(pieces)))
+                    run = []
+                if not skip_special:
+                    pieces.append(id_to_name.get(i, f"<id:{i}>"))
+            else:
+                run.append(i)
+        if run:
+            pieces.append(self._decode_base(run, continuation=bool(pieces)))
+        return "".join(pieces)
+
+    @abc.abstractmethod
+    def _encode(self, texts: list[str]) -> list[list[int]]:
+        """Ids of each text with the base model, without BOS/EOS."""
+
+    @abc.abstractmethod
+    def _decode_base(self, ids: list[int], continuation: bool = False) -> str:
+        """Text of ids that are all ordinary (non-special) ids; `continuation` when text precedes them."""
+
+    @abc.abstractmethod
+    def save(self, directory: str | Path) -> Path:
+        """Write the files needed to rebuild this tokenizer, plus the manifest; return the directory."""
+
+    def fingerprint(self) -> str:
+        """A short hash identifying this tokenizer's vocabulary and specials (for shard manifests)."""
+        import hashlib
+
+        digest = hashlib.sha256(self.kind.encode())
+        digest.update(json.dumps(sorted(self.specials.names.items())).encode())
+        digest.update(str(self.vocab_size).encode())
+        digest.update(self._model_bytes())
+        return digest.hexdigest()[:16]
+
+    def _model_bytes(self) -> bytes:
+        """The bytes of the underlying model file, for `fingerprint`."""
+        return b""
+
+
+def write_manifest(directory: str | Path, kind: str, **options) -> Path:
+    """Write `MANIFEST_NAME` with the tokenizer kind and the options that rebuild it."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / MANIFEST_NAME).write_text(json.dumps({"kind": kind, **options}, indent=2) + "\n")
+    return directory

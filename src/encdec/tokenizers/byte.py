@@ -1,0 +1,53 @@
+"""A tokenizer over UTF-8 bytes that needs no files: for tests and tiny runs.
+
+Ids 0..255 are the bytes; the specials follow: pad 256, eos 257, bos 258,
+sentinels, decoder-start, extras.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from encdec.tokenizers.base import (
+    DECODER_START_TOKEN,
+    PAD_TOKEN,
+    SpecialTokens,
+    Tokenizer,
+    sentinel_token,
+    write_manifest,
+)
+
+
+class ByteTokenizer(Tokenizer):
+    kind = "byte"
+
+    def __init__(self, num_sentinels: int = 100, extra_specials: tuple[str, ...] = ()):
+        self.num_sentinels = num_sentinels
+        self.extra_specials = tuple(extra_specials)
+        names = [PAD_TOKEN, "</s>", "<s>", *(sentinel_token(i) for i in range(num_sentinels)), DECODER_START_TOKEN]
+        names += list(self.extra_specials)
+        table = {name: 256 + i for i, name in enumerate(names)}
+        self.specials = SpecialTokens(
+            pad_id=table[PAD_TOKEN],
+            eos_id=table["</s>"],
+            bos_id=table["<s>"],
+            decoder_start_id=table[DECODER_START_TOKEN],
+            sentinel_ids=tuple(table[sentinel_token(i)] for i in range(num_sentinels)),
+            names=table,
+        )
+        self._vocab_size = 256 + len(names)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    def _encode(self, texts: list[str]) -> list[list[int]]:
+        return [list(text.encode("utf-8")) for text in texts]
+
+    def _decode_base(self, ids: list[int], continuation: bool = False) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
+
+    def save(self, directory: str | Path) -> Path:
+        return write_manifest(
+            directory, self.kind, num_sentinels=self.num_sentinels, extra_specials=list(self.extra_specials)
+        )
