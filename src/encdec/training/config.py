@@ -50,7 +50,8 @@ class DataSection:
     source_field: str = "dialogue"
     target_field: str = "summary"
     text_field: str = "text"
-    max_documents: int | None = None
+    max_documents: int | None = None  # read at most this many (in memory; the hub streams them)
+    shards: str | None = None  # a directory for token shards, prepared once and memory-mapped; None: in memory
 
 
 @dataclass

@@ -14,6 +14,7 @@ import numpy as np
 
 from encdec.data.corpora import PAIR_FORMATS, read_corpus, split_items
 from encdec.data.documents import Documents
+from encdec.data.shards import prepare_shards, read_shards
 from encdec.data.hub import iter_hub_instruct_pairs, iter_hub_stories, load_hub_dataset
 from encdec.data.objectives import (
     CausalLMObjective,
@@ -52,20 +53,43 @@ def build_run_data(cfg: RunConfig, run_dir: Path, tokenizer_dir: Path | None = N
             f"objective {cfg.objective.kind} does not fit data.format {cfg.data.format}: "
             "seq2seq takes pairs (instruct, jsonl-pairs, tsv, parallel), the others take texts"
         )
-    train_items, val_items = read_items(cfg)
-    tokenizer = load_tokenizer(tokenizer_dir) if tokenizer_dir else build_run_tokenizer(cfg, train_items, pairs)
-    if pairs:
-        template = PairTemplate(cfg.objective.source_template, cfg.objective.target_template)
-        splits = {"train": tokenize_pairs(tokenizer, train_items, template),
-                  "val": tokenize_pairs(tokenizer, val_items, template)}  # fmt: skip
+    template = PairTemplate(cfg.objective.source_template, cfg.objective.target_template)
+    use_shards = cfg.data.shards is not None and local_files_present(cfg)
+    items = None if use_shards and (tokenizer_dir or cfg.tokenizer.kind not in ("bpe", "unigram")) else read_items(cfg)
+    tokenizer = load_tokenizer(tokenizer_dir) if tokenizer_dir else build_run_tokenizer(cfg, items[0] if items else [], pairs)
+    if use_shards:
+        splits = sharded_splits(cfg, tokenizer, template, pairs)
+    elif pairs:
+        splits = {split: tokenize_pairs(tokenizer, part, template) for split, part in zip(("train", "val"), items)}
     else:
-        splits = {"train": tokenize_documents(tokenizer, train_items), "val": tokenize_documents(tokenizer, val_items)}
+        splits = {split: tokenize_documents(tokenizer, part) for split, part in zip(("train", "val"), items)}
     seed = cfg.training.seed
 
     def make(split: str, offset: int = 0) -> Objective:
         return build_objective(cfg, tokenizer, splits[split], seed + offset)
 
     return RunData(tokenizer, make("train"), lambda split: make(split, EVAL_SEED_OFFSET))
+
+
+def local_files_present(cfg: RunConfig) -> bool:
+    return bool(cfg.data.train) and all(Path(p).is_file() for p in cfg.data.train + cfg.data.validation)
+
+
+def sharded_splits(cfg: RunConfig, tokenizer: Tokenizer, template: PairTemplate, pairs: bool) -> dict:
+    """Token shards in `data.shards` (prepared once, reused while the inputs are unchanged), memory-mapped."""
+    d, root = cfg.data, Path(cfg.data.shards)
+    common = {"template": template, "reader_options": read_options(cfg), "progress": False}
+    prepare_shards(root / "train", tokenizer, d.format, d.train, val_fraction=0.0 if d.validation else d.val_fraction,
+                   **common)  # fmt: skip
+    train = read_shards(root / "train", "train").fields
+    if d.validation:
+        prepare_shards(root / "validation", tokenizer, d.format, d.validation, **common)
+        val = read_shards(root / "validation", "train").fields
+    else:
+        val = read_shards(root / "train", "validation").fields
+    if pairs:
+        return {"train": (train["source"], train["target"]), "val": (val["source"], val["target"])}
+    return {"train": train["text"], "val": val["text"]}
 
 
 def read_items(cfg: RunConfig) -> tuple[list, list]:
@@ -127,7 +151,7 @@ def tokenize_documents(tokenizer: Tokenizer, texts: list[str]) -> Documents:
     if not texts:
         raise DataError("the corpus split is empty: no documents to train or validate on")
     dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
-    return Documents.from_lists(tokenizer.encode(texts), dtype)
+    return Documents.from_lists(tokenizer.encode(texts, add_eos=True), dtype)  # EOS closes each document
 
 
 def build_objective(cfg: RunConfig, tokenizer: Tokenizer, data, seed: int) -> Objective:
