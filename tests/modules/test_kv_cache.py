@@ -33,3 +33,12 @@ def test_decoder_cache_offset_counts_decoded_positions():
     assert cache.offset == 0
     cache.layers[0].self_attn.append(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))
     assert cache.offset == 3
+
+
+def test_reorder_in_place_handles_rows_that_swap_and_repeat():
+    cache = KVCache(max_len=8)
+    k = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 1, 3, 2).contiguous()
+    cache.append(k, -k)
+    cache.reorder(torch.tensor([1, 0, 0, 3]))  # rows 0 and 1 swap, row 2 copies row 0, row 3 stays
+    assert cache.keys[:, 0, :3, 0].tolist() == [[1.0] * 3, [0.0] * 3, [0.0] * 3, [3.0] * 3]
+    assert torch.equal(cache.values[:, :, :3], -cache.keys[:, :, :3])

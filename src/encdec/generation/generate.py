@@ -10,6 +10,7 @@ Shapes: B examples, S source length, L output length (start token included).
 import logging
 
 import torch
+from torch import nn
 
 from encdec.errors import ConfigError, DataError
 from encdec.generation.beam_search import beam_search
@@ -30,8 +31,9 @@ def generate(model: Steppable, src_ids: torch.Tensor, src_mask: torch.Tensor | N
     src_ids, src_mask = check_inputs(model, src_ids, src_mask, cfg)
     batch = src_ids.shape[0]
     rows = cfg.rows_per_example
-    was_training = model.training
-    model.eval()
+    was_training = isinstance(model, nn.Module) and model.training
+    if was_training:
+        model.eval()  # no dropout while generating
     try:
         with torch.inference_mode():
             state = model.start(src_ids, src_mask, cfg.max_new_tokens, rows)
@@ -40,7 +42,8 @@ def generate(model: Steppable, src_ids: torch.Tensor, src_mask: torch.Tensor | N
             else:
                 out = sample_search(model, state, batch * rows, cfg)
     finally:
-        model.train(was_training)
+        if was_training:
+            model.train()
     log.info("generated %d rows of up to %d tokens", out.shape[0], out.shape[1] - 1)
     return out
 

@@ -1,4 +1,5 @@
-"""The canonical encoder-decoder: Transformer (Vaswani 2017), T5 (v1.0, v1.1) and ROT5.
+"""The canonical encoder-decoder: Transformer (Vaswani 2017), T5 (v1.0, v1.1), ROT5, and the
+Marian and BART layouts of Hugging Face checkpoints.
 
     src_ids -> embed (+ positions) -> [EncoderBlock] x N_enc -> norm -> memory
     tgt_ids -> embed (+ positions) -> [DecoderBlock(memory)] x N_dec -> norm -> head -> logits
@@ -6,7 +7,10 @@
 The variants differ only in what the config selects: position scheme (sinusoidal,
 learned, T5 relative bias shared by all layers of a stack, RoPE in self- and
 cross-attention), norm and its placement, feed-forward or mixture of experts,
-grouped-query attention, and the output head (tied, scaled by d_model^-0.5).
+grouped-query attention, and the output head (tied, scaled by d_model^-0.5). Marian
+adds sinusoidal positions in halves and a fixed logits bias; BART learned positions
+at an offset of 2 and a norm after the embeddings. `start` / `step` are the per-step
+interface generation drives (encdec.generation.interface).
 
 Shapes: B batch, S source length, T target length, C model dim, V vocabulary.
 """
@@ -226,7 +230,11 @@ class EncoderDecoderState:
 
 
 class EncoderDecoder(nn.Module):
-    """encode() once, decode() as often as needed; forward() does both and the loss."""
+    """encode() once, decode() as often as needed; forward() does both and the loss.
+
+    start() and step() are the same two stages for generation, with the caches,
+    masks and cross-attention keys prepared once and beams sharing their example's.
+    """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()

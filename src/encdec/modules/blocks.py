@@ -17,7 +17,7 @@ from torch import nn
 
 from encdec.modules.attention import Attention
 from encdec.modules.dropout import Dropout
-from encdec.modules.kv_cache import LayerCache
+from encdec.modules.kv_cache import KVCache, LayerCache
 
 
 @dataclass
@@ -59,16 +59,21 @@ class EncoderBlock(nn.Module):
         self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
-    def forward(self, x: torch.Tensor, self_inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, S, C) -> (B, S, C), router logits or None."""
-        x, _ = residual(x, _attend(self.self_attn, self_inputs), self.self_attn_norm, self.dropout, self.pre_norm)
+    def forward(
+        self, x: torch.Tensor, self_inputs: AttentionInputs, cache: KVCache | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, S, C) -> (B, S, C), router logits or None. A cache serves causal (decoder-only) stacks."""
+        attend = _attend(self.self_attn, self_inputs, cache=cache)
+        x, _ = residual(x, attend, self.self_attn_norm, self.dropout, self.pre_norm)
         return residual(x, self.ffn, self.ffn_norm, self.dropout, self.pre_norm)
 
 
 class DecoderBlock(nn.Module):
     """Causal self-attention, then cross-attention to `memory`, then feed-forward.
 
-    `cross_first` swaps the first two (the auto-regressive encoder-decoder's ALT order).
+    `cross_first` swaps the first two (the auto-regressive encoder-decoder's ALT order);
+    `memory_norm` normalises the memory before its keys and values (the research
+    encoder-decoders' per-block encoder_cross_ln).
     """
 
     def __init__(
@@ -80,8 +85,10 @@ class DecoderBlock(nn.Module):
         dropout: float,
         pre_norm: bool = True,
         cross_first: bool = False,
+        memory_norm: nn.Module | None = None,
     ):
         super().__init__()
+        self.memory_norm = memory_norm
         self.self_attn = self_attn
         self.self_attn_norm = make_norm()
         self.cross_attn = cross_attn
@@ -101,6 +108,8 @@ class DecoderBlock(nn.Module):
         cache: LayerCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, C), memory (B, S, C) -> (B, T, C), router logits or None."""
+        if self.memory_norm is not None:
+            memory = self.memory_norm(memory)
         self_fn = _attend(self.self_attn, self_inputs, cache=cache and cache.self_attn)
         cross_fn = _attend(self.cross_attn, cross_inputs, memory, cache=cache and cache.cross_attn)
         steps = [(cross_fn, self.cross_attn_norm), (self_fn, self.self_attn_norm)]

@@ -44,10 +44,23 @@ class KVCache:
         return self.keys[:, :, :end], self.values[:, :, :end]
 
     def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows `index` (B',), e.g. the surviving beams."""
-        if self.keys is not None:
+        """Keep batch rows `index` (B',), e.g. the surviving beams.
+
+        When the batch size stays, only the rows that change are copied, and only
+        their filled positions, in place: a beam search step moves a few rows of
+        `length` positions instead of reallocating every buffer.
+        """
+        if self.keys is None:
+            return
+        if index.shape[0] != self.keys.shape[0]:
             self.keys = self.keys.index_select(0, index)
             self.values = self.values.index_select(0, index)
+            return
+        moved = (index != torch.arange(index.shape[0], device=index.device)).nonzero().flatten()
+        if moved.numel():
+            source, n = index[moved], self.length
+            self.keys[moved, :, :n] = self.keys[source, :, :n]  # the right side is gathered (copied) first
+            self.values[moved, :, :n] = self.values[source, :, :n]
 
 
 class StaticKVCache:

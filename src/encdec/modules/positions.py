@@ -9,29 +9,48 @@ import torch
 from torch import nn
 
 
-def sinusoidal_table(n_positions: int, d_model: int) -> torch.Tensor:
-    """p[pos, 2i] = sin(pos / 10000^(2i/d)), p[pos, 2i+1] = cos(same) (Vaswani et al. 2017, 3.5)."""
+def sinusoidal_table(n_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
+    """p[pos, 2i] = sin(pos / 10000^(2i/d)), p[pos, 2i+1] = cos(same) (Vaswani et al. 2017, 3.5).
+
+    layout "halves" puts the same sines in the first half and the cosines in the
+    second (Marian, and Hugging Face's MarianSinusoidalPositionalEmbedding).
+    """
     position = torch.arange(n_positions, dtype=torch.float64)[:, None]
     inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    sin, cos = torch.sin(position * inv_freq), torch.cos(position * inv_freq)[:, : d_model // 2]
     table = torch.zeros(n_positions, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(position * inv_freq)
-    table[:, 1::2] = torch.cos(position * inv_freq)[:, : d_model // 2]
+    if layout == "halves":
+        half = (d_model + 1) // 2
+        table[:, :half], table[:, half:] = sin, cos
+    else:
+        table[:, 0::2], table[:, 1::2] = sin, cos
     return table.float()
 
 
 class SinusoidalPositions(nn.Module):
     """Fixed sinusoidal position vectors: positions (..., T) -> (..., T, C)."""
 
-    def __init__(self, max_positions: int, d_model: int):
+    def __init__(self, max_positions: int, d_model: int, layout: str = "interleaved"):
         super().__init__()
-        self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+        self.register_buffer("table", sinusoidal_table(max_positions, d_model, layout), persistent=False)
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         return self.table[positions]
 
 
 class LearnedPositions(nn.Embedding):
-    """A learned absolute position table (GPT-2, nanoGPT): positions (..., T) -> (..., T, C)."""
+    """A learned absolute position table (GPT-2, nanoGPT): positions (..., T) -> (..., T, C).
+
+    `offset` reserves rows before position 0: BART's table has 2 extra rows and
+    looks position p up at row p + 2.
+    """
+
+    def __init__(self, max_positions: int, d_model: int, offset: int = 0):
+        super().__init__(max_positions + offset, d_model)
+        self.offset = offset
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        return super().forward(positions + self.offset if self.offset else positions)
 
 
 def relative_position_bucket(

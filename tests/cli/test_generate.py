@@ -1,0 +1,75 @@
+"""`encdec generate` on a Hugging Face directory with its tokenizer: files, stdin, text and JSONL."""
+
+import io
+import json
+
+import pytest
+import torch
+
+import encdec
+from encdec.cli import main
+from encdec.cli.generate import stream_printer
+
+transformers = pytest.importorskip("transformers")
+WORDS = ["<pad>", "</s>", "<unk>"] + "once upon a time there was a little girl named lily she liked to play".split()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A random-weight T5 saved with a word-level tokenizer: a complete Hugging Face directory."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    path = tmp_path_factory.mktemp("t5")
+    vocab = {word: i for i, word in enumerate(dict.fromkeys(WORDS))}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
+                                                     unk_token="<unk>")  # fmt: skip
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(0)
+    config = transformers.T5Config(vocab_size=len(vocab), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4,
+                                   decoder_start_token_id=0)  # fmt: skip
+    transformers.T5ForConditionalGeneration(config).save_pretrained(path)
+    return path
+
+
+def test_jsonl_output_has_one_record_per_input_line_equal_to_the_library(model_dir, tmp_path, capsys):
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text("once upon a time\nlily liked to play there\n")
+    assert main(["generate", str(model_dir), "-i", str(inputs), "--format", "jsonl", "--max-new-tokens", "4"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["input"] for r in records] == ["once upon a time", "lily liked to play there"]
+    model = encdec.load_hf(model_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    encoded = tokenizer(["once upon a time", "lily liked to play there"], return_tensors="pt", padding=True)
+    ids = encdec.generate(model, encoded["input_ids"], encoded["attention_mask"], max_new_tokens=4)
+    expected = [text.strip() for text in tokenizer.batch_decode(ids[:, 1:], skip_special_tokens=True)]
+    assert [r["output"] for r in records] == expected
+
+
+def test_text_from_stdin_with_beams_and_several_returns(model_dir, monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.StringIO("a little girl\n"))
+    args = ["generate", str(model_dir), "--num-beams", "3", "--num-return-sequences", "2", "--max-new-tokens", "3"]
+    assert main(args) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_an_empty_input_line_is_one_sentence(model_dir, tmp_path, capsys):
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text("once upon a time\n\nlily\n")
+    assert main(["generate", str(model_dir), "-i", str(inputs)]) == 2
+    assert "input line 2 is empty" in capsys.readouterr().err
+
+
+def test_a_directory_without_a_model_is_one_sentence(tmp_path, capsys):
+    assert main(["generate", str(tmp_path)]) == 2
+    assert "has no config.json" in capsys.readouterr().err
+
+
+def test_the_streamer_writes_the_decoded_text_piece_by_piece(model_dir):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    out = io.StringIO()
+    stream = stream_printer(tokenizer, out)
+    for word in ("once", "upon", "a"):
+        stream(torch.tensor([tokenizer.convert_tokens_to_ids(word)]))
+    assert out.getvalue() == tokenizer.decode(tokenizer.convert_tokens_to_ids(["once", "upon", "a"]))

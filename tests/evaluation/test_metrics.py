@@ -1,0 +1,69 @@
+"""Our metrics equal rouge-score's and sacrebleu's own numbers on fixed strings."""
+
+import pytest
+import sacrebleu
+from rouge_score import rouge_scorer
+
+from encdec.errors import DataError
+from encdec.evaluation import bleu, chrf, rot5_preprocess, rouge, score_texts
+
+PREDICTIONS = [
+    "Sara and Ben played by the old oak tree and did not quit.",
+    "The cat slept in the warm sun all day.",
+    "Tom found a shiny lamp.",
+]
+REFERENCES = [
+    "Sara and Ben play by an oak tree and do not quit.",
+    "A cat naps in the sun.",
+    "Tom had a shiny lamp and he loved it.",
+]
+
+
+def test_rouge_is_the_mean_of_rouge_scores_own_f_measures():
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"])
+    expected = {key: 0.0 for key in ("rouge1", "rouge2", "rougeL")}
+    for prediction, reference in zip(PREDICTIONS, REFERENCES):
+        for key, score in scorer.score(reference, prediction).items():
+            expected[key] += 100 * score.fmeasure / 3
+    assert rouge(PREDICTIONS, REFERENCES) == pytest.approx(expected, abs=1e-9)
+
+
+def test_bleu_and_chrf_equal_sacrebleus_corpus_scores():
+    assert bleu(PREDICTIONS, REFERENCES) == pytest.approx(sacrebleu.corpus_bleu(PREDICTIONS, [REFERENCES]).score)
+    assert chrf(PREDICTIONS, REFERENCES) == pytest.approx(sacrebleu.corpus_chrf(PREDICTIONS, [REFERENCES]).score)
+
+
+def test_identical_texts_score_100_everywhere():
+    scores = score_texts(REFERENCES, REFERENCES)
+    assert scores == pytest.approx(dict(rouge1=100, rouge2=100, rougeL=100, bleu=100, chrf=100))
+
+
+def test_rot5_preprocessing_lowercases_keeps_letters_and_drops_stopwords():
+    text = rot5_preprocess("The 2 Cats were sitting, happily, on THE mat!")
+    assert "the" not in text.split() and "2" not in text and "," not in text
+    assert text.split()[0].startswith("cat") and text == text.lower()
+
+
+def test_rot5_preprocessing_makes_inflections_match():
+    plain = rouge(["the cats sat"], ["a cat sits"])["rouge1"]
+    normalised = rouge(["the cats sat"], ["a cat sits"], rot5_preprocessing=True)["rouge1"]
+    assert normalised > plain
+
+
+def test_unpaired_inputs_are_one_clear_error():
+    with pytest.raises(DataError, match="2 predictions but 1 references"):
+        bleu(["a", "b"], ["a"])
+
+
+def test_a_report_writes_json_scores_and_a_markdown_table_with_samples(tmp_path):
+    import json
+
+    from encdec.evaluation.report import perplexity, write_report
+
+    scores = {"loss": 2.0, "perplexity": perplexity(2.0), **score_texts(PREDICTIONS, REFERENCES)}
+    json_path, md_path = write_report(tmp_path, scores, ["in | 1", "in 2", "in 3"], PREDICTIONS, REFERENCES)
+    saved = json.loads(json_path.read_text())
+    assert saved["scores"]["perplexity"] == pytest.approx(7.389056, rel=1e-6)
+    assert saved["samples"][1] == {"input": "in 2", "output": PREDICTIONS[1], "reference": REFERENCES[1]}
+    text = md_path.read_text()
+    assert "| rougeL |" in text and "| in \\| 1 |" in text

@@ -1,0 +1,61 @@
+"""Shared pieces of the generation tests: tiny models, padded batches, an uncached reference."""
+
+from dataclasses import dataclass
+
+import torch
+
+from encdec.models import build_model, preset
+
+V = 97
+FAMILIES = {  # name -> (preset, overrides)
+    "t5": ("t5-tiny", {}),
+    "t5-v1.1": ("t5-v1.1-tiny", {}),
+    "rot5": ("rot5-tiny", {}),
+    "rot5-prepended": ("rot5-tiny", dict(rope_cross="prepended")),
+    "rot5-moe": ("rot5-tiny", dict(n_experts=4)),
+    "transformer-post": ("transformer-tiny", {}),
+    "transformer-pre": ("transformer-tiny", dict(norm_position="pre")),
+}
+
+
+def tiny(name: str, **overrides):
+    preset_name, extra = FAMILIES[name]
+    cfg = preset(preset_name, vocab_size=V, max_positions=160, dropout=0.0, **{**extra, **overrides})
+    return build_model(cfg).eval()
+
+
+def padded_batch(B: int = 3, S: int = 11, vocab: int = V, pad: int = 0):
+    """Token ids with three source lengths (full, 7, 3) and their boolean mask."""
+    src = torch.randint(3, vocab, (B, S))
+    mask = torch.ones(B, S, dtype=torch.bool)
+    mask[1 % B, 7:] = False
+    mask[2 % B, 3:] = False
+    return src.masked_fill(~mask, pad), mask
+
+
+@dataclass
+class HistoryState:
+    src_ids: torch.Tensor  # (B*N, S)
+    src_mask: torch.Tensor
+    tokens: torch.Tensor  # (B*N, t) every target token fed so far
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.tokens = self.tokens.index_select(0, index)
+        self.src_ids = self.src_ids.index_select(0, index)
+        self.src_mask = self.src_mask.index_select(0, index)
+
+
+class Uncached:
+    """The same model driven without any cache: every step re-runs encoder and decoder on all tokens."""
+
+    def __init__(self, model):
+        self.model, self.config = model, model.config
+
+    def start(self, src_ids, src_mask, max_new_tokens, beams=1):
+        rows = lambda t: t.repeat_interleave(beams, dim=0)  # noqa: E731
+        return HistoryState(rows(src_ids), rows(src_mask), src_ids.new_zeros(src_ids.shape[0] * beams, 0))
+
+    def step(self, tgt_ids, state):
+        state.tokens = torch.cat([state.tokens, tgt_ids], dim=1)
+        logits = self.model(state.src_ids, state.tokens, src_mask=state.src_mask).logits
+        return logits[:, -tgt_ids.shape[1] :]
