@@ -2,15 +2,25 @@
 
 from torch import nn
 
+from encdec.models.ar_encdec import AREncoderDecoder
 from encdec.models.config import ModelConfig
+from encdec.models.decoder_only import DecoderOnly
 from encdec.models.encoder_decoder import EncoderDecoder
 from encdec.models.init import init_weights
+from encdec.models.parallel_encdec import ParallelEncoderDecoder
 from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
 from encdec.models.presets import preset, preset_names
+from encdec.models.rnn_seq2seq import RNNSeq2Seq
 from encdec.modules import LearnedPositions, RelativePositionBias
 
 # family name -> model class; later families add a line here
-FAMILY_CLASSES = {"encoder_decoder": EncoderDecoder}
+FAMILY_CLASSES = {
+    "encoder_decoder": EncoderDecoder,
+    "ar_encdec": AREncoderDecoder,
+    "parallel_encdec": ParallelEncoderDecoder,
+    "decoder_only": DecoderOnly,
+    "rnn_seq2seq": RNNSeq2Seq,
+}
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
@@ -32,9 +42,13 @@ def count_parameters(model: nn.Module, exclude_positions: bool = False) -> int:
 
 
 __all__ = [
+    "AREncoderDecoder",
+    "DecoderOnly",
     "EncoderDecoder",
     "EncoderOutput",
     "ModelConfig",
+    "ParallelEncoderDecoder",
+    "RNNSeq2Seq",
     "Seq2SeqOutput",
     "build_model",
     "count_parameters",

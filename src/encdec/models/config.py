@@ -4,19 +4,22 @@ Checked when constructed: a wrong value raises `ConfigError` naming the key and
 what it allows. Run-time state (step, RNG, data position) never lives here.
 """
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from encdec.errors import ConfigError
+from encdec.models.research_config import ResearchOptions
 
 CHOICES = {
-    "family": ("encoder_decoder",),
-    "activation": ("relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"),
+    "family": ("encoder_decoder", "ar_encdec", "parallel_encdec", "decoder_only", "rnn_seq2seq"),
+    "activation": ("relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"),
     "moe_activation": ("relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"),
     "norm": ("rmsnorm", "layernorm"),
     "norm_position": ("pre", "post"),
     "position": ("sinusoidal", "learned", "relative", "rope"),
+    "sinusoidal_layout": ("interleaved", "halves"),
     "rope_cross": ("relative", "prepended", "none"),
     "init": ("t5", "normal"),
+    "rnn_cell": ("gru", "lstm"),
 }
 
 
@@ -41,6 +44,9 @@ class ModelConfig:
     scale_attention: bool = False  # divide scores by sqrt(d_head); T5 does not
     position: str = "relative"
     max_positions: int = 512  # rows of sinusoidal / learned tables
+    sinusoidal_layout: str = "interleaved"  # sin/cos interleaved (Vaswani) or sin then cos halves (Marian)
+    position_offset: int = 0  # learned table index of position 0 (BART: 2)
+    embedding_norm: bool = False  # a norm after token + position embeddings (BART's layernorm_embedding)
     relative_buckets: int = 32
     relative_max_distance: int = 128
     rope_theta: float = 10000.0
@@ -48,6 +54,7 @@ class ModelConfig:
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani)
     tie_embeddings: bool = True  # the LM head shares the token embedding matrix
     scale_output: bool = True  # decoder output times d_model^-0.5 before the head (T5 v1.0)
+    final_logits_bias: bool = False  # a fixed bias added to the logits (Marian, BART)
     dropout: float = 0.1
     n_experts: int = 1  # > 1 makes every feed-forward a mixture of experts
     moe_top_k: int = 1
@@ -59,8 +66,13 @@ class ModelConfig:
     pad_id: int = 0
     eos_id: int = 1
     decoder_start_id: int = 0
+    research: ResearchOptions = field(default_factory=ResearchOptions)  # ar_encdec, parallel_encdec (SEEDS.md 3-4)
+    rnn_cell: str = "gru"  # rnn_seq2seq: gru or lstm
+    rnn_attention: bool = True  # rnn_seq2seq: the decoder attends to the encoder states (Luong)
 
     def __post_init__(self):
+        if isinstance(self.research, dict):
+            self.research = ResearchOptions.from_dict(self.research)
         for key, allowed in CHOICES.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"model.{key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")

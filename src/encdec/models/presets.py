@@ -8,6 +8,13 @@ A preset is a family (its architecture choices) and a size (its widths and depth
     t5-v1.1      gated GELU, untied head, no output scaling (Flan-T5's layout)
     rot5         T5 with RoPE in self- and cross-attention, GQA, GELU; MoE with
                  n_experts > 1 (SEEDS.md section 2)
+    ar_encdec, parallel_encdec, decoder_only
+                 the seeds' nanoGPT-style causal LMs (SEEDS.md sections 3-5): learned
+                 positions, pre-LayerNorm without biases, exact GELU, d_ff 4C, tied head,
+                 GPT-2 init, no dropout; ar_encdec and parallel_encdec with the seeds'
+                 best options (position subtraction, MSE embedding loss / encoder loss);
+                 a `research` override replaces those options as a whole
+    rnn_seq2seq  GRU encoder and decoder with Luong attention (seed 002)
 """
 
 from encdec.errors import ConfigError
@@ -24,6 +31,18 @@ FAMILIES = {
                     vocab_size=32128),
     "rot5": dict(position="rope", rope_cross="relative", activation="gelu", vocab_size=32502),
 }  # fmt: skip
+GPT = dict(position="learned", activation="gelu", norm="layernorm", norm_eps=1e-5, bias=False, scale_attention=True,
+           tie_embeddings=True, scale_output=False, init="normal", dropout=0.0, vocab_size=50257)  # fmt: skip
+FAMILIES.update({
+    "ar_encdec": dict(GPT, family="ar_encdec",
+                      research=dict(sub_pos_embed="YES_NO_LN", embedding_loss="MSE", embedding_loss_coeff=8.0)),
+    "parallel_encdec": dict(GPT, family="parallel_encdec",
+                            research=dict(add_pos_embed_to_decoder=True, embedding_loss="MSE",
+                                          embedding_loss_coeff=0.25)),
+    "decoder_only": dict(GPT, family="decoder_only"),
+    "rnn_seq2seq": dict(family="rnn_seq2seq", rnn_cell="gru", rnn_attention=True, bias=True, init="normal",
+                        position="learned", tie_embeddings=True, scale_output=False, dropout=0.1, vocab_size=32000),
+})  # fmt: skip
 
 # d_model, n_heads, d_head, d_ff, encoder layers, decoder layers, extra
 SIZES = {
@@ -47,6 +66,23 @@ SIZES = {
         "small": dict(d_model=256, n_heads=8, n_kv_heads=2, d_ff=1024, n_encoder_layers=4),
         "mini": dict(d_model=512, n_heads=16, n_kv_heads=4, d_head=32, d_ff=512, n_encoder_layers=10),  # 46.8M
         "base": dict(d_model=768, n_heads=12, n_kv_heads=4, d_ff=3072, n_encoder_layers=12),  # ~195M
+    },
+    # the research families: n_encoder_layers is the depth of each side, context max_positions
+    "ar_encdec": {
+        "tiny": dict(d_model=64, n_heads=4, cross_n_heads=8, d_ff=256, n_encoder_layers=2, max_positions=128),
+        "small": dict(d_model=150, n_heads=5, cross_n_heads=10, d_ff=600, n_encoder_layers=13, max_positions=200),
+    },
+    "parallel_encdec": {
+        "tiny": dict(d_model=64, n_heads=4, cross_n_heads=8, d_ff=256, n_encoder_layers=2, max_positions=128),
+        "small": dict(d_model=200, n_heads=5, cross_n_heads=10, d_ff=800, n_encoder_layers=5, max_positions=200),
+    },
+    "decoder_only": {
+        "tiny": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=4, max_positions=128),
+        "small": dict(d_model=160, n_heads=10, d_ff=640, n_encoder_layers=26, max_positions=200),  # seed 000 baseline
+    },
+    "rnn_seq2seq": {
+        "tiny": dict(d_model=64, n_heads=1, n_encoder_layers=1),
+        "small": dict(d_model=256, n_heads=1, n_encoder_layers=2),
     },
 }
 

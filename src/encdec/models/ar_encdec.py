@@ -1,0 +1,118 @@
+"""The auto-regressive encoder-decoder of seed 000 (SEEDS.md section 3), a causal LM.
+
+    E    = dropout(token + position[0..T-1])
+    enc  = [causal block] x N (E)                       no final norm
+    d    = Linear(C, C)(LN?(enc)) (+ position[1..T])     add_ln_before_decoder_ff, add_pos_embed_to_decoder
+    d    = [decoder block(d, enc)] x N                   self-attn, causal cross-attn, MLP (ALT: cross first)
+    out  = LN(d) (- position[1..T]) (-> LN)              sub_pos_embed NO / YES_NO_LN / YES_LN
+    loss = CE(head(out)) + coeff * embedding_loss(E, enc)   training only
+
+N is n_encoder_layers, the depth of EACH side. Every decoder block cross-attends
+to the same encoder output through its own LayerNorm of it; decoder position t
+sees encoder positions <= t, so a cached step runs one more encoder position and
+appends it to growing cross-attention caches. The position table has
+max_positions + 1 rows when positions 1..T are added or subtracted.
+
+Shapes: B batch, T length, C model dim, V vocabulary.
+"""
+
+import torch
+from torch import nn
+
+from encdec.models.causal_lm import (
+    LMState,
+    PromptedLM,
+    StackOutput,
+    build_causal_block,
+    build_cross_block,
+    causal_inputs,
+    check_lm_config,
+    cross_entropy,
+    lm_head,
+    new_kv_caches,
+    norm_factory,
+)
+from encdec.models.config import ModelConfig
+from encdec.models.outputs import Seq2SeqOutput
+from encdec.models.research_losses import build_embedding_loss
+from encdec.modules import DecoderCache, Dropout, LearnedPositions
+
+
+class AREncoderDecoder(PromptedLM, nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        check_lm_config(cfg)
+        self.config = cfg
+        r = cfg.research
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.positions = LearnedPositions(cfg.max_positions + int(r.extra_position), cfg.d_model)
+        self.dropout = Dropout(cfg.dropout)
+        self.encoder_blocks = nn.ModuleList(build_causal_block(cfg) for _ in range(cfg.n_encoder_layers))
+        self.decoder_in_norm = norm_factory(cfg)() if r.add_ln_before_decoder_ff else None
+        self.decoder_in = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.decoder_blocks = nn.ModuleList(build_cross_block(cfg) for _ in range(cfg.n_encoder_layers))
+        self.final_norm = norm_factory(cfg)()
+        self.post_sub_norm = norm_factory(cfg)() if r.sub_pos_embed == "YES_LN" else None
+        self.embedding_loss = build_embedding_loss(cfg)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    def run(self, ids: torch.Tensor, offset: int = 0, state: LMState | None = None) -> StackOutput:
+        """ids (B, T) at positions offset..offset+T-1 -> StackOutput; a state's caches are extended."""
+        r = self.config.research
+        T = ids.shape[1]
+        self.check_positions(offset + T)
+        pos = torch.arange(offset, offset + T, device=ids.device)
+        E = self.dropout(self.embed(ids) + self.positions(pos))  # (B, T, C)
+        inputs = causal_inputs(offset, T, ids.device, E.dtype)  # self- and cross-attention alike
+        caches = state.caches if state is not None else None  # encoder layers' KVCaches, then the DecoderCache
+        enc = E
+        for i, block in enumerate(self.encoder_blocks):
+            enc, _ = block(enc, inputs, caches[i] if caches is not None else None)
+        d = self.decoder_in(self.decoder_in_norm(enc) if self.decoder_in_norm is not None else enc)
+        if r.add_pos_embed_to_decoder:
+            d = d + self.next_positions(offset, T, ids.device)
+        for i, block in enumerate(self.decoder_blocks):
+            layer_cache = caches[-1].layers[i] if caches is not None else None
+            d, _ = block(d, enc, inputs, inputs, layer_cache)
+        out = self.final_norm(d)
+        if r.sub_pos_embed != "NO":
+            out = out - self.next_positions(offset, T, ids.device)
+            if self.post_sub_norm is not None:
+                out = self.post_sub_norm(out)
+        return StackOutput(out, E, enc)
+
+    def next_positions(self, offset: int, T: int, device) -> torch.Tensor:
+        """The position embeddings of the next tokens, positions offset+1..offset+T: (T, C)."""
+        return self.positions(torch.arange(offset + 1, offset + T + 1, device=device))
+
+    def forward(
+        self,
+        src_ids: torch.Tensor | None,
+        tgt_ids: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> Seq2SeqOutput:
+        """tgt_ids (B, T) the window, labels (B, T) its next tokens; src_ids and src_mask are ignored.
+
+        In training with an embedding loss, loss = CE + coeff * embedding_loss and
+        aux_losses["embedding_loss"] holds the unweighted term; ce_loss is CE alone.
+        """
+        run = self.run(tgt_ids)
+        logits = lm_head(run.hidden, self.embed, self.lm_head)
+        aux = {}
+        if self.training and self.embedding_loss is not None:
+            aux["embedding_loss"] = self.embedding_loss(run.embeddings, run.encoder_out)
+        if labels is None:
+            return Seq2SeqOutput(logits, aux_losses=aux)
+        ce = cross_entropy(logits, labels)
+        loss = ce + self.config.research.embedding_loss_coeff * aux["embedding_loss"] if aux else ce
+        return Seq2SeqOutput(logits, loss, ce, aux)
+
+    def new_state(self, max_len: int) -> LMState:
+        n = len(self.encoder_blocks)
+        return LMState([*new_kv_caches(n, max_len), DecoderCache(n, max_len, growing_cross=True)])
+
+    def advance(self, ids: torch.Tensor, state: LMState) -> torch.Tensor:
+        run = self.run(ids, state.offset, state)
+        state.offset += ids.shape[1]
+        return lm_head(run.hidden, self.embed, self.lm_head)

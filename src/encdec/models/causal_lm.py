@@ -1,0 +1,165 @@
+"""What the three causal-LM families share: nanoGPT-style parts and prompt-then-step decoding.
+
+`decoder_only`, `ar_encdec` and `parallel_encdec` are language models over one
+token stream: in training `tgt_ids` is the window x and `labels` its next tokens
+(src_ids is None and ignored). Every part of them is causal, so decoding with
+caches computes exactly what the full forward computes at each position.
+
+Generation (encdec.generation.interface): `start(src_ids, ...)` runs the prompt
+src_ids through the model once, filling every cache, and keeps the logits of its
+last position. `encdec.generate` then feeds the decoder-start token: `step` treats
+that first token as a placeholder and returns the kept logits, so row r of
+generate's output is [decoder_start_id, continuation of prompt r ...]; drop the
+first column. Prompts must be unpadded and of one length. With `src_ids=None`,
+`start` prefills nothing and every token given to `step` is real (LM use with a
+BOS prompt in tgt_ids). The context is max_positions: prompt plus generated
+tokens must fit in it (no sliding window, which a cache cannot reproduce).
+
+Shapes: B batch, R rows (B * beams), T new positions, C model dim, V vocabulary.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encdec.errors import ConfigError, DataError
+from encdec.models.config import ModelConfig
+from encdec.modules import (
+    Attention,
+    AttentionInputs,
+    DecoderBlock,
+    EncoderBlock,
+    FeedForward,
+    KVCache,
+    additive_mask,
+    build_norm,
+    causal_mask,
+)
+
+
+def norm_factory(cfg: ModelConfig):
+    return lambda: build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+
+
+def build_self_attention(cfg: ModelConfig, n_heads: int | None = None) -> Attention:
+    """Scaled dot-product attention as nanoGPT's SDPA (the families always scale by 1/sqrt(D))."""
+    n_heads = n_heads or cfg.n_heads
+    return Attention(cfg.d_model, n_heads, d_head=cfg.d_model // n_heads, bias=cfg.bias, scale=True,
+                     dropout=cfg.dropout)  # fmt: skip
+
+
+def build_mlp(cfg: ModelConfig) -> FeedForward:
+    """C -> d_ff -> C; its dropout is the block's residual dropout, as in nanoGPT's MLP."""
+    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias, dropout=0.0)
+
+
+def build_causal_block(cfg: ModelConfig) -> EncoderBlock:
+    """A GPT block: x += attn(ln1(x)); x += mlp(ln2(x)), causal through its inputs."""
+    return EncoderBlock(build_self_attention(cfg), build_mlp(cfg), norm_factory(cfg), cfg.dropout, pre_norm=True)
+
+
+def build_cross_block(cfg: ModelConfig) -> DecoderBlock:
+    """Self-attention, causal cross-attention (cross_n_heads, default 2 x n_heads) with its own
+    norm of the memory, and MLP; research.order_type ALT puts cross-attention first."""
+    cross_heads = cfg.cross_n_heads or 2 * cfg.n_heads
+    if cfg.d_model % cross_heads:
+        raise ConfigError(f"model.cross_n_heads ({cross_heads}) must divide model.d_model ({cfg.d_model})")
+    norm = norm_factory(cfg)
+    return DecoderBlock(build_self_attention(cfg), build_self_attention(cfg, cross_heads), build_mlp(cfg), norm,
+                        cfg.dropout, pre_norm=True, cross_first=cfg.research.order_type == "ALT",
+                        memory_norm=norm())  # fmt: skip
+
+
+def check_lm_config(cfg: ModelConfig) -> None:
+    if cfg.position != "learned":
+        raise ConfigError(f"model.family {cfg.family} needs model.position learned, got {cfg.position!r}")
+
+
+def causal_inputs(offset: int, T: int, device, dtype) -> AttentionInputs:
+    """Attention inputs for T new positions after `offset` cached ones; keys are all positions so far."""
+    if offset == 0:
+        return AttentionInputs(is_causal=True)
+    allowed = causal_mask(T, offset + T, offset, device) if T > 1 else None  # one new position sees everything
+    return AttentionInputs(mask=additive_mask(allowed, None, dtype))
+
+
+def lm_head(hidden: torch.Tensor, embed: nn.Embedding, head: nn.Linear | None) -> torch.Tensor:
+    """hidden (B, T, C) -> logits (B, T, V): tied to the token embeddings unless `head` is given."""
+    return head(hidden) if head is not None else F.linear(hidden, embed.weight)
+
+
+def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+
+@dataclass
+class StackOutput:
+    """One run of the model over positions offset..offset+T-1."""
+
+    hidden: torch.Tensor  # (B, T, C) before the head
+    embeddings: torch.Tensor  # E (B, T, C)
+    encoder_out: torch.Tensor  # (B, T, C)
+
+
+@dataclass
+class LMState:
+    """Caches of one decode; all of them follow the rows through `reorder`."""
+
+    caches: list = field(default_factory=list)  # KVCache / DecoderCache objects, each with .reorder
+    offset: int = 0  # positions already run
+    pending: torch.Tensor | None = None  # (R, 1, V) logits of the prompt's last position
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows `index` (R,): every row has its own caches (its encoder advanced on its own tokens)."""
+        for cache in self.caches:
+            cache.reorder(index)
+        if self.pending is not None:
+            self.pending = self.pending.index_select(0, index)
+
+
+class PromptedLM:
+    """start/step for a causal LM; the class implements `new_state(max_len)` and `advance(ids, state)`."""
+
+    config: ModelConfig
+
+    def new_state(self, max_len: int) -> LMState:
+        raise NotImplementedError
+
+    def advance(self, ids: torch.Tensor, state: LMState) -> torch.Tensor:
+        """ids (R, T) at positions state.offset.. -> logits (R, T, V), caches extended."""
+        raise NotImplementedError
+
+    def check_positions(self, length: int) -> None:
+        if length > self.config.max_positions:
+            raise ConfigError(f"the sequence reaches {length} tokens but this model's context is "
+                              f"{self.config.max_positions} (model.max_positions)")  # fmt: skip
+
+    @torch.no_grad()
+    def start(self, src_ids: torch.Tensor | None, src_mask: torch.Tensor | None, max_new_tokens: int,
+              beams: int = 1) -> LMState:  # fmt: skip
+        """Prefill the prompt src_ids (B, S) for B * beams rows; None starts from nothing."""
+        prompt_len = 0 if src_ids is None else src_ids.shape[1]
+        self.check_positions(prompt_len + max(max_new_tokens - 1, 0))
+        if src_mask is not None and not bool(src_mask.all()):
+            raise DataError("this language model needs unpadded prompts of one length; generate others separately")
+        state = self.new_state(prompt_len + max_new_tokens + 1)
+        if src_ids is not None:
+            state.pending = self.advance(src_ids.repeat_interleave(beams, dim=0), state)[:, -1:]
+        return state
+
+    @torch.no_grad()
+    def step(self, tgt_ids: torch.Tensor, state: LMState) -> torch.Tensor:
+        """tgt_ids (R, t) -> logits (R, t, V). After a prompt, the first token given is generate's
+        decoder-start placeholder: its logits are those of the prompt's last position."""
+        if state.pending is None:
+            return self.advance(tgt_ids, state)
+        pending, state.pending = state.pending, None
+        if tgt_ids.shape[1] == 1:
+            return pending
+        return torch.cat((pending, self.advance(tgt_ids[:, 1:], state)), dim=1)
+
+
+def new_kv_caches(n: int, max_len: int) -> list[KVCache]:
+    return [KVCache(max_len) for _ in range(n)]

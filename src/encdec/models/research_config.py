@@ -1,0 +1,75 @@
+"""Options of the research encoder-decoders (SEEDS.md sections 3-4), nested in ModelConfig as `research`.
+
+    model:
+      family: ar_encdec
+      research: {sub_pos_embed: YES_NO_LN, embedding_loss: MSE, embedding_loss_coeff: 8}
+
+Names follow the seeds' code (yif-AI): order_type, sub_pos_embed (its
+sub_pos_embed_to_decoder), add_pos_embed_to_decoder, add_ln_before_decoder_ff,
+embedding_loss (embedding_loss_type; the parallel model's encoder loss),
+embedding_loss_coeff, detach (detach_type; the parallel code's INIT / FINAL are
+EMBEDDING / ENCODER_OUT here), embedding_ln_type, use_ln_on_encoder_out. With
+embedding_loss NONE the last four stay unset; with a loss, unset ones take the
+seed code's suggested values (coeff 1, ENCODER_OUT, INIT, true). In YAML quote
+"NO": a bare NO reads as false.
+"""
+
+from dataclasses import dataclass, fields
+
+from encdec.errors import ConfigError
+
+RESEARCH_CHOICES = {
+    "order_type": ("ORIGINAL", "ALT"),
+    "sub_pos_embed": ("NO", "YES_NO_LN", "YES_LN"),
+    "embedding_loss": ("NONE", "MSE", "COSINE", "LOG_COSINE"),
+    "detach": ("NONE", "EMBEDDING", "ENCODER_OUT"),
+    "embedding_ln_type": ("NONE", "INIT", "AVG_CUM_SUM"),
+}
+LOSS_OPTIONS = ("embedding_loss_coeff", "detach", "embedding_ln_type", "use_ln_on_encoder_out")
+LOSS_DEFAULTS = {"embedding_loss_coeff": 1.0, "detach": "ENCODER_OUT", "embedding_ln_type": "INIT",
+                 "use_ln_on_encoder_out": True}  # fmt: skip
+
+
+@dataclass
+class ResearchOptions:
+    order_type: str = "ORIGINAL"  # decoder block: self, cross, FFN (ORIGINAL) or cross, self, FFN (ALT)
+    sub_pos_embed: str = "NO"  # subtract positions 1..T before the head; YES_LN adds a LayerNorm after
+    add_pos_embed_to_decoder: bool = False  # add positions 1..T to the decoder input
+    add_ln_before_decoder_ff: bool = False  # LayerNorm before the Linear(C, C) that makes the decoder input
+    embedding_loss: str = "NONE"  # disaffinity of the encoder output and the cumulative mean of E
+    embedding_loss_coeff: float | None = None  # total = CE + coeff * embedding loss (training only)
+    detach: str | None = None  # which side the embedding loss does not train
+    embedding_ln_type: str | None = None  # LayerNorm on E before averaging (INIT) or after (AVG_CUM_SUM)
+    use_ln_on_encoder_out: bool | None = None  # LayerNorm (with bias) on the encoder output in the loss
+
+    def __post_init__(self):
+        for key, allowed in RESEARCH_CHOICES.items():
+            value = getattr(self, key)
+            if value is None and key in LOSS_OPTIONS:
+                continue
+            if value not in allowed:
+                raise ConfigError(f"model.research.{key} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.embedding_loss == "NONE":
+            for key in LOSS_OPTIONS:
+                if getattr(self, key) is not None:
+                    raise ConfigError(f"model.research.{key} is set but model.research.embedding_loss is NONE")
+            return
+        for key, default in LOSS_DEFAULTS.items():
+            if getattr(self, key) is None:
+                setattr(self, key, default)
+        self.embedding_loss_coeff = float(self.embedding_loss_coeff)
+        if self.embedding_loss_coeff <= 0:
+            raise ConfigError(f"model.research.embedding_loss_coeff must be positive, got {self.embedding_loss_coeff}")
+
+    @property
+    def extra_position(self) -> bool:
+        """True when position T (one past the window) is looked up: the table has one more row."""
+        return self.add_pos_embed_to_decoder or self.sub_pos_embed != "NO"
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ResearchOptions":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown key model.research.{unknown[0]}; known keys: {', '.join(sorted(known))}")
+        return cls(**values)

@@ -1,0 +1,78 @@
+"""The parallel encoder-decoder against SEEDS.md section 4."""
+
+import pytest
+import torch
+from lm_checks import V, assert_lm_cached_equals_full, assert_lm_generate_is_greedy_over_full_forward, tiny
+
+from encdec.models.causal_lm import causal_inputs
+
+ALL_ON = dict(order_type="ALT", sub_pos_embed="YES_LN", add_pos_embed_to_decoder=True, add_ln_before_decoder_ff=True,
+              embedding_loss="COSINE", embedding_loss_coeff=2.0, embedding_ln_type="AVG_CUM_SUM")  # fmt: skip
+
+
+def test_each_layer_cross_attends_to_the_updated_encoder_state_of_the_same_layer():
+    model = tiny("parallel_encdec-tiny")
+    encoder_outputs, memories = [], []
+    for layer in model.layers:
+        layer.encoder_block.register_forward_hook(lambda m, args, out: encoder_outputs.append(out[0]))
+        layer.decoder_block.register_forward_pre_hook(lambda m, args: memories.append(args[1]))
+    with torch.no_grad():
+        model(None, torch.randint(0, V, (2, 6)))
+    assert len(memories) == len(model.layers) == 2
+    for enc, memory in zip(encoder_outputs, memories):
+        assert memory is enc
+
+
+def test_forward_follows_the_seed_pseudocode():
+    model = tiny("parallel_encdec-tiny")  # add_pos_embed_to_decoder, MSE encoder loss
+    ids = torch.randint(0, V, (2, 6))
+    T = ids.shape[1]
+    inputs = causal_inputs(0, T, "cpu", torch.float32)
+    with torch.no_grad():
+        E = model.embed(ids) + model.positions.weight[:T]
+        enc, dec = E, model.decoder_in(E) + model.positions.weight[1 : T + 1]
+        for layer in model.layers:
+            enc, _ = layer.encoder_block(enc, inputs)
+            dec, _ = layer.decoder_block(dec, enc, inputs, inputs)
+        run = model.run(ids)
+    torch.testing.assert_close(run.hidden, model.final_norm(dec))
+    torch.testing.assert_close(run.encoder_out, enc)
+    torch.testing.assert_close(run.embeddings, E)
+
+
+def test_encoder_loss_compares_the_final_encoder_state_with_the_embeddings_and_weights_the_training_loss():
+    model = tiny("parallel_encdec-tiny").train()  # MSE, coeff 0.25, detached encoder output, INIT LayerNorm
+    ids, labels = torch.randint(0, V, (2, 6)), torch.randint(0, V, (2, 6))
+    out = model(None, ids, labels=labels)
+    run = model.run(ids)
+    torch.testing.assert_close(out.aux_losses["encoder_loss"], model.encoder_loss(run.embeddings, run.encoder_out))
+    torch.testing.assert_close(out.loss, out.ce_loss + 0.25 * out.aux_losses["encoder_loss"])
+    out.aux_losses["encoder_loss"].backward()
+    assert all(p.grad is None for layer in model.layers for p in layer.encoder_block.parameters())
+    assert model.embed.weight.grad.abs().sum() > 0
+
+
+def test_validation_reports_plain_cross_entropy():
+    model = tiny("parallel_encdec-tiny").eval()
+    out = model(None, torch.randint(0, V, (2, 6)), labels=torch.randint(0, V, (2, 6)))
+    assert out.aux_losses == {} and torch.equal(out.loss, out.ce_loss)
+
+
+def test_changing_a_token_leaves_earlier_logits_unchanged():
+    model = tiny("parallel_encdec-tiny", research=ALL_ON)
+    ids = torch.randint(0, V, (1, 10))
+    changed = ids.clone()
+    changed[0, 6] = (ids[0, 6] + 1) % V
+    with torch.no_grad():
+        a, b = model(None, ids).logits, model(None, changed).logits
+    torch.testing.assert_close(a[:, :6], b[:, :6])
+    assert not torch.allclose(a[:, 6:], b[:, 6:])
+
+
+@pytest.mark.parametrize("research", [{}, ALL_ON])
+def test_cached_decoding_equals_the_full_forward(research):
+    assert_lm_cached_equals_full(tiny("parallel_encdec-tiny", research=research))
+
+
+def test_generate_greedy_equals_argmax_over_the_full_forward():
+    assert_lm_generate_is_greedy_over_full_forward(tiny("parallel_encdec-tiny"))
