@@ -1,8 +1,10 @@
+import json
 import subprocess
 import sys
 
 import torch
 
+from encdec.training.metrics import read_metrics
 from encdec.training.run import is_run_dir, load_run
 
 
@@ -18,3 +20,20 @@ def test_a_finished_run_loads_back_with_the_weights_it_was_evaluated_with(tmp_pa
     out = loaded.model(src, src, labels=src)
     assert torch.isfinite(out.loss)
     assert loaded.model.config.vocab_size == loaded.tokenizer.vocab_size
+
+
+def test_generate_and_evaluate_read_a_run_directory(tmp_path, tiny_config):
+    run = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "encdec", "train", str(tiny_config), "--out", str(run),
+                    "--set", "training.steps=6"], check=True, capture_output=True)  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "encdec", "generate", str(run), "--format", "jsonl",
+                           "--max-new-tokens", "5"], input="Once upon a time\nTom had a ball\n",
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["input"] for r in records] == ["Once upon a time", "Tom had a ball"]
+    done = subprocess.run([sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "3",
+                           "--max-new-tokens", "5"], capture_output=True, text=True, check=True)  # fmt: skip
+    report = json.loads((run / "eval" / "eval.json").read_text())
+    final = [r for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "eval"][-1]
+    assert abs(report["scores"]["val_loss"] - final["val_loss"]) < 1e-5  # the same batches the trainer scored
+    assert len(report["samples"]) == 3 and "| rougeL |" in done.stdout

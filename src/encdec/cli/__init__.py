@@ -9,10 +9,10 @@ import argparse
 import logging
 import sys
 
-from encdec.cli import compare, data, demo, generate, size, train
+from encdec.cli import compare, data, demo, evaluate, generate, size, train
 from encdec.errors import EncdecError
 
-SUBCOMMANDS = [demo, data, train, compare, size, generate]
+SUBCOMMANDS = [demo, data, train, compare, size, generate, evaluate]
 
 
 def build_parser() -> argparse.ArgumentParser:

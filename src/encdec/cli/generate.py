@@ -2,10 +2,11 @@
 
 Reads one input per line from --input (or stdin), writes one output per input as
 text lines or JSONL records, and streams the tokens of a single greedy or sampled
-input to the terminal as they are decoded. MODEL_DIR is a local Hugging Face
-directory (T5, Marian, BART) with its tokenizer, read with transformers'
-AutoTokenizer (the optional `hf` extra). Run directories of `encdec train` plug in
-at `load_model_and_tokenizer` once the trainer's checkpoint format is final.
+input to the terminal as they are decoded. MODEL_DIR is a run directory of
+`encdec train` (its best checkpoint, with its own tokenizer; a seq2seq run's
+source template is applied to each input) or a local Hugging Face directory (T5,
+Marian, BART) with its tokenizer, read with transformers' AutoTokenizer (the
+optional `hf` extra).
 """
 
 import argparse
@@ -36,7 +37,7 @@ OPTIONS = {  # flag -> (type, help); each becomes the generation option of the s
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("generate", help="generate text from a model directory", description=__doc__)
-    parser.add_argument("model_dir", type=Path, help="a Hugging Face model directory (T5, Marian, BART)")
+    parser.add_argument("model_dir", type=Path, help="a run directory of encdec train, or a Hugging Face model directory (T5, Marian, BART)")
     parser.add_argument("--input", "-i", default="-", help="a file with one input per line (default: stdin)")
     parser.add_argument("--output", "-o", default="-", help="where to write outputs (default: stdout)")
     parser.add_argument("--format", choices=("text", "jsonl"), default="text", help="one line or one record per input")
@@ -49,10 +50,44 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+class RunTokenizer:
+    """An encdec tokenizer behind the small part of Hugging Face's tokenizer interface used here."""
+
+    def __init__(self, tokenizer, source_template: str = "{source}"):
+        self.tokenizer = tokenizer
+        self.source_template = source_template
+
+    def __call__(self, texts: list[str], return_tensors: str = "pt", padding: bool = True) -> dict:
+        rows = self.tokenizer.encode([self.source_template.format(source=t) for t in texts])
+        if any(not row for row in rows):
+            raise DataError("an input is empty after tokenization; give each input some text")
+        width = max(len(row) for row in rows)
+        ids = torch.full((len(rows), width), self.tokenizer.pad_id, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.bool)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = torch.tensor(row)
+            mask[i, : len(row)] = True
+        return {"input_ids": ids, "attention_mask": mask}
+
+    def batch_decode(self, ids: torch.Tensor, skip_special_tokens: bool = True) -> list[str]:
+        return self.tokenizer.decode(ids.tolist(), skip_special=skip_special_tokens)
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        return self.tokenizer.decode([ids], skip_special=skip_special_tokens)[0]
+
+
 def load_model_and_tokenizer(path: Path):
-    """The model and tokenizer of MODEL_DIR (a Hugging Face directory; run directories come with the trainer)."""
+    """The model and tokenizer of MODEL_DIR: a run directory of `encdec train` or a Hugging Face directory."""
     if not path.is_dir():
         raise CheckpointError(f"{path} is not a directory")
+    from encdec.training.run import is_run_dir, load_run
+
+    if is_run_dir(path):
+        run = load_run(path, "best")
+        objective = run.config.objective
+        template = objective.source_template if objective.kind == "seq2seq" else "{source}"
+        return run.model, RunTokenizer(run.tokenizer, template)
     if not (path / "config.json").is_file():
         raise CheckpointError(f"{path} has no config.json: `encdec generate` reads Hugging Face model directories")
     model = load_hf(path)

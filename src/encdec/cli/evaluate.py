@@ -1,0 +1,74 @@
+"""`encdec evaluate RUN_DIR`: loss and perplexity on a split, then generated samples scored.
+
+Loss is the mean cross-entropy over `--batches` batches of the run's own objective
+on the split. Samples: for a seq2seq run, validation sources are generated from and
+scored against their targets; for a language-model run (UL2, causal LM), each
+validation document is split as UL2's S-denoiser splits it, the first half is the
+input and the rest the reference. Scores are ROUGE-1/2/L, BLEU and chrF; results go
+to RUN_DIR/eval/eval.json and eval.md, with samples beside their references.
+"""
+
+from pathlib import Path
+
+import torch
+
+from encdec.cli.generate import RunTokenizer
+from encdec.evaluation.metrics import score_texts
+from encdec.evaluation.report import perplexity, write_report
+from encdec.generation import generate
+from encdec.training.data import build_run_data, read_items
+from encdec.training.distributed import DistInfo
+from encdec.training.run import load_run
+from encdec.training.trainer import evaluate
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("evaluate", help="loss, perplexity and scored generations of a run",
+                                   description=__doc__)  # fmt: skip
+    parser.add_argument("run_dir", type=Path, help="a run directory of encdec train")
+    parser.add_argument("--checkpoint", default="best", help="best, latest, or a step directory name")
+    parser.add_argument("--batches", type=int, default=None, help="batches for the loss (default: the run's)")
+    parser.add_argument("--samples", type=int, default=8, help="validation examples to generate and score")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--num-beams", type=int, default=1)
+    parser.add_argument("--rot5-preprocessing", action="store_true", help="ROT5's ROUGE preprocessing")
+    parser.set_defaults(func=run)
+
+
+def sample_pairs(cfg, tokenizer, n: int) -> list[tuple[str, str]]:
+    """(input, reference) texts from the validation split."""
+    _, val = read_items(cfg)
+    if cfg.objective.kind == "seq2seq":
+        return [(s, t) for s, t in val[:n]]
+    pairs = []
+    for text in val[:n]:
+        ids = tokenizer.encode([text])[0][: cfg.objective.seq_len]
+        cut = max(len(ids) // 2, 2)  # UL2's S split
+        source, target = tokenizer.decode([ids[:cut], ids[cut:]])
+        pairs.append((source, target))
+    return pairs
+
+
+@torch.no_grad()
+def run(args) -> int:
+    loaded = load_run(args.run_dir, args.checkpoint)
+    cfg = loaded.config
+    if args.batches:
+        cfg.evaluation.steps = args.batches
+    data = build_run_data(cfg, args.run_dir, tokenizer_dir=loaded.checkpoint / "tokenizer")
+    losses = evaluate(loaded.model, data, cfg, DistInfo())
+    loaded.model.eval()
+    scores = {"val_loss": losses["val_loss"], "val_perplexity": perplexity(losses["val_loss"])}
+    pairs = sample_pairs(cfg, loaded.tokenizer, args.samples)
+    template = cfg.objective.source_template if cfg.objective.kind == "seq2seq" else "{source}"
+    tokenizer = RunTokenizer(loaded.tokenizer, template)
+    inputs, references = [p[0] for p in pairs], [p[1] for p in pairs]
+    encoded = tokenizer(inputs)
+    ids = generate(loaded.model, encoded["input_ids"], encoded["attention_mask"], max_new_tokens=args.max_new_tokens,
+                   num_beams=args.num_beams)  # fmt: skip
+    predictions = [text.strip() for text in tokenizer.batch_decode(ids[:, 1:])]
+    scores.update(score_texts(predictions, references, args.rot5_preprocessing))
+    json_path, md_path = write_report(args.run_dir / "eval", scores, inputs, predictions, references)
+    print(md_path.read_text(), end="")
+    print(f"written: {json_path}, {md_path}")
+    return 0
