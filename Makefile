@@ -10,7 +10,8 @@ $(BIN)/encdec: pyproject.toml constraints.txt
 
 .PHONY: main test
 main: $(BIN)/encdec
-	$(BIN)/encdec demo
+	$(BIN)/encdec train configs/main.yaml --out runs/main --resume
+	$(BIN)/encdec evaluate runs/main --samples 4 --max-new-tokens 48
 
 test: $(BIN)/encdec
 	$(BIN)/python -m pytest

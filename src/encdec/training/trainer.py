@@ -96,7 +96,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
     if not resume and latest_checkpoint(run_dir) is not None:
         raise ConfigError(f"{run_dir} already holds checkpoints; pass --resume to continue it or choose another --out")
     if resume and checkpoint is None:
-        log.warning("no checkpoint in %s: starting from scratch", run_dir)
+        log.info("no checkpoint in %s: starting from scratch", run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.training.seed)
 
