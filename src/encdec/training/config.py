@@ -98,6 +98,7 @@ class TrainingSection:
     device: str = "auto"  # auto | cpu | cuda
     distributed: str = "ddp"  # under torchrun: ddp or fsdp
     threads: int | None = None  # torch CPU threads
+    init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
 
 
 @dataclass

@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from encdec.errors import ConfigError
+from encdec.errors import CheckpointError, ConfigError
 from encdec.models import build_model, count_parameters
 from encdec.training import distributed
-from encdec.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from encdec.training.checkpoint import latest_checkpoint, load_checkpoint, load_weights, read_pointer, save_checkpoint
 from encdec.training.config import RunConfig, build_model_config, save_config
 from encdec.training.data import RunData, build_run_data
 from encdec.training.metrics import MetricsLog, plot_curves, read_metrics
@@ -101,10 +101,14 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
     torch.manual_seed(cfg.training.seed)
 
     parts = load_checkpoint(checkpoint) if checkpoint is not None else None
-    data = build_run_data(cfg, run_dir, tokenizer_dir=checkpoint / "tokenizer" if checkpoint else None)
+    pretrained = _pretrained_checkpoint(cfg) if parts is None else None  # fine-tuning starts from another run
+    tokenizer_source = checkpoint or pretrained
+    data = build_run_data(cfg, run_dir, tokenizer_dir=tokenizer_source / "tokenizer" if tokenizer_source else None)
     tok = data.tokenizer
     model_cfg = build_model_config(cfg.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id)
     model = build_model(model_cfg)
+    if pretrained is not None:
+        _load_pretrained(model, pretrained)
     state = TrainState()
     if parts is not None:
         model.load_state_dict(parts["model"])
@@ -236,6 +240,27 @@ def evaluate(model, data: RunData, cfg: RunConfig, info, autocast=nullcontext())
         result[f"{split}_loss"] = (total[0] / total[1]).item() if total[1] > 0 else math.nan
     model.train()
     return result
+
+
+def _pretrained_checkpoint(cfg: RunConfig) -> Path | None:
+    """The best (else latest) checkpoint of the run `training.init_from` names."""
+    if not cfg.training.init_from:
+        return None
+    root = Path(cfg.training.init_from) / "checkpoints"
+    name = read_pointer(root, "best") or read_pointer(root, "latest")
+    if name is None:
+        raise CheckpointError(f"training.init_from {cfg.training.init_from} is not a run directory with checkpoints")
+    return root / name
+
+
+def _load_pretrained(model, checkpoint: Path) -> None:
+    try:
+        model.load_state_dict(load_weights(checkpoint / "model.safetensors"))
+    except RuntimeError as error:
+        raise CheckpointError(
+            f"the model section does not match the pretrained run {checkpoint} ({str(error).splitlines()[0]})"
+        ) from None
+    log.info("initialised from %s", checkpoint)
 
 
 def _rank_rows(batch, info):

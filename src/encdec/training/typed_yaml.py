@@ -59,6 +59,11 @@ def check_value(annotation, value, key: str):
         return value
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if annotation is float and isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
     if annotation in (int, float) and isinstance(value, bool) or not isinstance(value, annotation):
         raise ConfigError(f"{key} must be {_type_name(annotation)}, got {value!r}")
     return value

@@ -1,0 +1,46 @@
+"""The recipes train end to end; fine-tuning starts from another run's weights and tokenizer."""
+
+import json
+from pathlib import Path
+
+from encdec.cli import main
+from encdec.training.metrics import read_metrics
+from encdec.training.run import load_run
+
+RECIPES = Path(__file__).resolve().parents[2] / "configs" / "recipes"
+TINY = ["--set", "training.steps=2", "--set", "evaluation.steps=1", "--set", "training.batch_size=4",
+        "--set", "data.max_documents=300"]  # fmt: skip
+
+
+def data_paths(shared_data: Path, *names: str) -> str:
+    return "[" + ", ".join(str(shared_data / name) for name in names) + "]"
+
+
+def test_multi30k_recipe_trains_on_sentence_pairs(tmp_path, shared_data):
+    m30k = "translation/multi30k/"
+    code = main(["train", str(RECIPES / "multi30k_en_de.yaml"), "--out", str(tmp_path / "run"), *TINY,
+                 "--set", "tokenizer.kind=byte", "--set", "model.preset=transformer-tiny",
+                 "--set", f"data.train={data_paths(shared_data, m30k + 'train.en.gz', m30k + 'train.de.gz')}",
+                 "--set", f"data.validation={data_paths(shared_data, m30k + 'val.en.gz', m30k + 'val.de.gz')}"])  # fmt: skip
+    assert code == 0
+    assert len([r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"]) == 2
+
+
+def test_dialogsum_fine_tune_starts_from_the_pretrained_run(tmp_path, tiny_config, shared_data, capsys):
+    pretrained = tmp_path / "pretrained"
+    assert main(["train", str(tiny_config), "--out", str(pretrained), "--set", "training.steps=2"]) == 0
+    model = json.dumps({"preset": "rot5-tiny", "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64})
+    ds = "summarization/dialogsum/"
+    args = ["train", str(RECIPES / "dialogsum_finetune.yaml"), *TINY, "--set", f"model={model}",
+            "--set", f"training.init_from={pretrained}",
+            "--set", f"data.train={data_paths(shared_data, ds + 'dialogsum.train.jsonl.gz')}",
+            "--set", f"data.validation={data_paths(shared_data, ds + 'dialogsum.dev.jsonl.gz')}"]  # fmt: skip
+    assert main(args + ["--out", str(tmp_path / "tuned"), "--set", "optimizer.lr=1e-12"]) == 0
+    before, after = load_run(pretrained, "latest"), load_run(tmp_path / "tuned", "latest")
+    assert after.tokenizer.vocab_size == before.tokenizer.vocab_size
+    for name, tensor in before.model.state_dict().items():  # lr ~0: the weights are the pretrained ones
+        assert (after.model.state_dict()[name] - tensor).abs().max() < 1e-6, name
+    capsys.readouterr()
+    wrong = ["--set", 'model={"preset": "rot5-tiny"}', "--out", str(tmp_path / "wrong")]
+    assert main(args + wrong) == 2
+    assert "does not match the pretrained run" in capsys.readouterr().err
