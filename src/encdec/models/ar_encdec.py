@@ -21,24 +21,21 @@ from torch import nn
 
 from encdec.models.causal_lm import (
     LMState,
-    PromptedLM,
+    ResearchLM,
     StackOutput,
     build_causal_block,
     build_cross_block,
     causal_inputs,
     check_lm_config,
-    cross_entropy,
-    lm_head,
     new_kv_caches,
     norm_factory,
 )
 from encdec.models.config import ModelConfig
-from encdec.models.outputs import Seq2SeqOutput
 from encdec.models.research_losses import build_embedding_loss
 from encdec.modules import DecoderCache, Dropout, LearnedPositions
 
 
-class AREncoderDecoder(PromptedLM, nn.Module):
+class AREncoderDecoder(ResearchLM, nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         check_lm_config(cfg)
@@ -81,38 +78,6 @@ class AREncoderDecoder(PromptedLM, nn.Module):
                 out = self.post_sub_norm(out)
         return StackOutput(out, E, enc)
 
-    def next_positions(self, offset: int, T: int, device) -> torch.Tensor:
-        """The position embeddings of the next tokens, positions offset+1..offset+T: (T, C)."""
-        return self.positions(torch.arange(offset + 1, offset + T + 1, device=device))
-
-    def forward(
-        self,
-        src_ids: torch.Tensor | None,
-        tgt_ids: torch.Tensor,
-        src_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-    ) -> Seq2SeqOutput:
-        """tgt_ids (B, T) the window, labels (B, T) its next tokens; src_ids and src_mask are ignored.
-
-        In training with an embedding loss, loss = CE + coeff * embedding_loss and
-        aux_losses["embedding_loss"] holds the unweighted term; ce_loss is CE alone.
-        """
-        run = self.run(tgt_ids)
-        logits = lm_head(run.hidden, self.embed, self.lm_head)
-        aux = {}
-        if self.training and self.embedding_loss is not None:
-            aux["embedding_loss"] = self.embedding_loss(run.embeddings, run.encoder_out)
-        if labels is None:
-            return Seq2SeqOutput(logits, aux_losses=aux)
-        ce = cross_entropy(logits, labels)
-        loss = ce + self.config.research.embedding_loss_coeff * aux["embedding_loss"] if aux else ce
-        return Seq2SeqOutput(logits, loss, ce, aux)
-
     def new_state(self, max_len: int) -> LMState:
         n = len(self.encoder_blocks)
         return LMState([*new_kv_caches(n, max_len), DecoderCache(n, max_len, growing_cross=True)])
-
-    def advance(self, ids: torch.Tensor, state: LMState) -> torch.Tensor:
-        run = self.run(ids, state.offset, state)
-        state.offset += ids.shape[1]
-        return lm_head(run.hidden, self.embed, self.lm_head)

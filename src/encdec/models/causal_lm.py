@@ -18,6 +18,7 @@ tokens must fit in it (no sliding window, which a cache cannot reproduce).
 Shapes: B batch, R rows (B * beams), T new positions, C model dim, V vocabulary.
 """
 
+import abc
 from dataclasses import dataclass, field
 
 import torch
@@ -26,6 +27,7 @@ from torch import nn
 
 from encdec.errors import ConfigError, DataError
 from encdec.models.config import ModelConfig
+from encdec.models.outputs import Seq2SeqOutput
 from encdec.modules import (
     Attention,
     AttentionInputs,
@@ -119,17 +121,18 @@ class LMState:
             self.pending = self.pending.index_select(0, index)
 
 
-class PromptedLM:
+class PromptedLM(abc.ABC):
     """start/step for a causal LM; the class implements `new_state(max_len)` and `advance(ids, state)`."""
 
     config: ModelConfig
 
+    @abc.abstractmethod
     def new_state(self, max_len: int) -> LMState:
-        raise NotImplementedError
+        """Empty caches for up to `max_len` positions."""
 
+    @abc.abstractmethod
     def advance(self, ids: torch.Tensor, state: LMState) -> torch.Tensor:
         """ids (R, T) at positions state.offset.. -> logits (R, T, V), caches extended."""
-        raise NotImplementedError
 
     def check_positions(self, length: int) -> None:
         if length > self.config.max_positions:
@@ -159,6 +162,53 @@ class PromptedLM:
         if tgt_ids.shape[1] == 1:
             return pending
         return torch.cat((pending, self.advance(tgt_ids[:, 1:], state)), dim=1)
+
+
+class ResearchLM(PromptedLM):
+    """What the auto-regressive and parallel encoder-decoders share around their own `run`:
+    next-token positions, the loss with its extra (embedding or encoder) term, and decoding.
+
+    A subclass sets `extra_loss_name` to the attribute holding its loss module (or None).
+    """
+
+    extra_loss_name = "embedding_loss"
+
+    @abc.abstractmethod
+    def run(self, ids: torch.Tensor, offset: int = 0, state: LMState | None = None) -> StackOutput:
+        """ids (B, T) at positions offset..offset+T-1 -> StackOutput; a state's caches are extended."""
+
+    def next_positions(self, offset: int, T: int, device) -> torch.Tensor:
+        """The position embeddings of the next tokens, positions offset+1..offset+T: (T, C)."""
+        return self.positions(torch.arange(offset + 1, offset + T + 1, device=device))
+
+    def forward(
+        self,
+        src_ids: torch.Tensor | None,
+        tgt_ids: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> Seq2SeqOutput:
+        """tgt_ids (B, T) the window, labels (B, T) its next tokens; src_ids and src_mask are ignored.
+
+        In training with an extra loss, loss = CE + coeff * extra and aux_losses[extra_loss_name]
+        holds the unweighted term; ce_loss is CE alone.
+        """
+        run = self.run(tgt_ids)
+        logits = lm_head(run.hidden, self.embed, self.lm_head)
+        extra_loss = getattr(self, self.extra_loss_name)
+        aux = {}
+        if self.training and extra_loss is not None:
+            aux[self.extra_loss_name] = extra_loss(run.embeddings, run.encoder_out)
+        if labels is None:
+            return Seq2SeqOutput(logits, aux_losses=aux)
+        ce = cross_entropy(logits, labels)
+        loss = ce + self.config.research.embedding_loss_coeff * aux[self.extra_loss_name] if aux else ce
+        return Seq2SeqOutput(logits, loss, ce, aux)
+
+    def advance(self, ids: torch.Tensor, state: LMState) -> torch.Tensor:
+        run = self.run(ids, state.offset, state)
+        state.offset += ids.shape[1]
+        return lm_head(run.hidden, self.embed, self.lm_head)
 
 
 def new_kv_caches(n: int, max_len: int) -> list[KVCache]:

@@ -20,19 +20,16 @@ from torch import nn
 
 from encdec.models.causal_lm import (
     LMState,
-    PromptedLM,
+    ResearchLM,
     StackOutput,
     build_causal_block,
     build_cross_block,
     causal_inputs,
     check_lm_config,
-    cross_entropy,
-    lm_head,
     new_kv_caches,
     norm_factory,
 )
 from encdec.models.config import ModelConfig
-from encdec.models.outputs import Seq2SeqOutput
 from encdec.models.research_losses import build_embedding_loss
 from encdec.modules import DecoderCache, Dropout, LearnedPositions
 
@@ -52,7 +49,9 @@ class ParallelLayer(nn.Module):
         return enc, dec
 
 
-class ParallelEncoderDecoder(PromptedLM, nn.Module):
+class ParallelEncoderDecoder(ResearchLM, nn.Module):
+    extra_loss_name = "encoder_loss"
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         check_lm_config(cfg)
@@ -68,10 +67,6 @@ class ParallelEncoderDecoder(PromptedLM, nn.Module):
         self.post_sub_norm = norm_factory(cfg)() if r.sub_pos_embed == "YES_LN" else None
         self.encoder_loss = build_embedding_loss(cfg)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-
-    def next_positions(self, offset: int, T: int, device) -> torch.Tensor:
-        """The position embeddings of the next tokens, positions offset+1..offset+T: (T, C)."""
-        return self.positions(torch.arange(offset + 1, offset + T + 1, device=device))
 
     def run(self, ids: torch.Tensor, offset: int = 0, state: LMState | None = None) -> StackOutput:
         """ids (B, T) at positions offset..offset+T-1 -> StackOutput; a state's caches are extended."""
@@ -98,34 +93,6 @@ class ParallelEncoderDecoder(PromptedLM, nn.Module):
                 out = self.post_sub_norm(out)
         return StackOutput(out, E, enc)
 
-    def forward(
-        self,
-        src_ids: torch.Tensor | None,
-        tgt_ids: torch.Tensor,
-        src_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-    ) -> Seq2SeqOutput:
-        """tgt_ids (B, T) the window, labels (B, T) its next tokens; src_ids and src_mask are ignored.
-
-        In training with an encoder loss, loss = CE + coeff * encoder_loss and
-        aux_losses["encoder_loss"] holds the unweighted term; ce_loss is CE alone.
-        """
-        run = self.run(tgt_ids)
-        logits = lm_head(run.hidden, self.embed, self.lm_head)
-        aux = {}
-        if self.training and self.encoder_loss is not None:
-            aux["encoder_loss"] = self.encoder_loss(run.embeddings, run.encoder_out)
-        if labels is None:
-            return Seq2SeqOutput(logits, aux_losses=aux)
-        ce = cross_entropy(logits, labels)
-        loss = ce + self.config.research.embedding_loss_coeff * aux["encoder_loss"] if aux else ce
-        return Seq2SeqOutput(logits, loss, ce, aux)
-
     def new_state(self, max_len: int) -> LMState:
         n = len(self.layers)
         return LMState([*new_kv_caches(n, max_len), DecoderCache(n, max_len, growing_cross=True)])
-
-    def advance(self, ids: torch.Tensor, state: LMState) -> torch.Tensor:
-        run = self.run(ids, state.offset, state)
-        state.offset += ids.shape[1]
-        return lm_head(run.hidden, self.embed, self.lm_head)
