@@ -38,6 +38,7 @@ from encdec.modules import (
     additive_mask,
     build_norm,
     causal_mask,
+    vocab_logits,
 )
 
 
@@ -89,7 +90,7 @@ def causal_inputs(offset: int, T: int, device, dtype) -> AttentionInputs:
 
 def lm_head(hidden: torch.Tensor, embed: nn.Embedding, head: nn.Linear | None) -> torch.Tensor:
     """hidden (B, T, C) -> logits (B, T, V): tied to the token embeddings unless `head` is given."""
-    return head(hidden) if head is not None else F.linear(hidden, embed.weight)
+    return vocab_logits(hidden, (head if head is not None else embed).weight)
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -43,6 +43,7 @@ from encdec.modules import (
     causal_mask,
     load_balance_loss,
     router_z_loss,
+    vocab_logits,
 )
 
 
@@ -266,7 +267,7 @@ class EncoderDecoder(nn.Module):
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden * self.output_scale
-        logits = self.lm_head(hidden) if self.lm_head is not None else F.linear(hidden, self.embed.weight)
+        logits = vocab_logits(hidden, (self.lm_head if self.lm_head is not None else self.embed).weight)
         return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
     def new_cache(self, max_len: int) -> DecoderCache:

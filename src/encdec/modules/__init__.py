@@ -15,6 +15,7 @@ from encdec.modules.positions import (
     relative_position_bucket,
     sinusoidal_table,
 )
+from encdec.modules.vocab_projection import vocab_logits
 
 __all__ = [
     "Attention",
@@ -41,4 +42,5 @@ __all__ = [
     "relative_position_bucket",
     "router_z_loss",
     "sinusoidal_table",
+    "vocab_logits",
 ]
