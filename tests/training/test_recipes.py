@@ -29,18 +29,17 @@ def test_multi30k_recipe_trains_on_sentence_pairs(tmp_path, shared_data):
 def test_dialogsum_fine_tune_starts_from_the_pretrained_run(tmp_path, tiny_config, shared_data, capsys):
     pretrained = tmp_path / "pretrained"
     assert main(["train", str(tiny_config), "--out", str(pretrained), "--set", "training.steps=2"]) == 0
-    model = json.dumps({"preset": "rot5-tiny", "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64})
     ds = "summarization/dialogsum/"
-    args = ["train", str(RECIPES / "dialogsum_finetune.yaml"), *TINY, "--set", f"model={model}",
-            "--set", f"training.init_from={pretrained}",
+    args = ["train", str(RECIPES / "dialogsum_finetune.yaml"), *TINY, "--set", f"training.init_from={pretrained}",
             "--set", f"data.train={data_paths(shared_data, ds + 'dialogsum.train.jsonl.gz')}",
             "--set", f"data.validation={data_paths(shared_data, ds + 'dialogsum.dev.jsonl.gz')}"]  # fmt: skip
     assert main(args + ["--out", str(tmp_path / "tuned"), "--set", "optimizer.lr=1e-12"]) == 0
     before, after = load_run(pretrained, "latest"), load_run(tmp_path / "tuned", "latest")
     assert after.tokenizer.vocab_size == before.tokenizer.vocab_size
+    assert after.model.config.d_model == 32 and after.model.config.dropout == 0.1  # architecture inherited
     for name, tensor in before.model.state_dict().items():  # lr ~0: the weights are the pretrained ones
         assert (after.model.state_dict()[name] - tensor).abs().max() < 1e-6, name
     capsys.readouterr()
-    wrong = ["--set", 'model={"preset": "rot5-tiny"}', "--out", str(tmp_path / "wrong")]
+    wrong = ["--set", "model.d_model=48", "--out", str(tmp_path / "wrong")]
     assert main(args + wrong) == 2
     assert "does not match the pretrained run" in capsys.readouterr().err

@@ -26,7 +26,7 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.models import build_model, count_parameters
 from encdec.training import distributed
 from encdec.training.checkpoint import latest_checkpoint, load_checkpoint, load_weights, read_pointer, save_checkpoint
-from encdec.training.config import RunConfig, build_model_config, save_config
+from encdec.training.config import RunConfig, build_model_config, load_config, save_config
 from encdec.training.data import RunData, build_run_data
 from encdec.training.metrics import MetricsLog, plot_curves, read_metrics
 from encdec.training.optim import build_optimizer, lr_at
@@ -102,6 +102,8 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
 
     parts = load_checkpoint(checkpoint) if checkpoint is not None else None
     pretrained = _pretrained_checkpoint(cfg) if parts is None else None  # fine-tuning starts from another run
+    if pretrained is not None:
+        cfg = replace(cfg, model=_inherited_model_section(cfg, pretrained))
     tokenizer_source = checkpoint or pretrained
     data = build_run_data(cfg, run_dir, tokenizer_dir=tokenizer_source / "tokenizer" if tokenizer_source else None)
     tok = data.tokenizer
@@ -251,6 +253,19 @@ def _pretrained_checkpoint(cfg: RunConfig) -> Path | None:
     if name is None:
         raise CheckpointError(f"training.init_from {cfg.training.init_from} is not a run directory with checkpoints")
     return root / name
+
+
+def _inherited_model_section(cfg: RunConfig, checkpoint: Path) -> dict:
+    """The pretrained run's model section with this config's model keys on top (dropout, say).
+
+    A fine-tuning config need not repeat the architecture it starts from; the merged
+    section is what this run saves, so it is self-contained.
+    """
+    try:
+        pretrained = load_config(checkpoint / "config.yaml").model
+    except ConfigError as error:
+        raise CheckpointError(f"the pretrained run's config cannot be read: {error}") from None
+    return {**pretrained, **cfg.model}
 
 
 def _load_pretrained(model, checkpoint: Path) -> None:
