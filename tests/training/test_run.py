@@ -37,3 +37,6 @@ def test_generate_and_evaluate_read_a_run_directory(tmp_path, tiny_config):
     final = [r for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "eval"][-1]
     assert abs(report["scores"]["val_loss"] - final["val_loss"]) < 1e-5  # the same batches the trainer scored
     assert len(report["samples"]) == 3 and "| rougeL |" in done.stdout
+    subprocess.run([sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "3", "--max-new-tokens", "5",
+                    "--batch-size", "2"], capture_output=True, text=True, check=True)  # fmt: skip
+    assert json.loads((run / "eval" / "eval.json").read_text()) == report  # batches of 2 give the same report

@@ -11,6 +11,7 @@ to RUN_DIR/eval/eval.json and eval.md, with samples beside their references.
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from encdec.cli.generate import RunTokenizer
 from encdec.evaluation.metrics import score_texts
@@ -31,6 +32,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--samples", type=int, default=8, help="validation examples to generate and score")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--num-beams", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=32, help="examples generated at a time")
     parser.add_argument("--rot5-preprocessing", action="store_true", help="ROT5's ROUGE preprocessing")
     parser.set_defaults(func=run)
 
@@ -63,10 +65,12 @@ def run(args) -> int:
     template = cfg.objective.source_template if cfg.objective.kind == "seq2seq" else "{source}"
     tokenizer = RunTokenizer(loaded.tokenizer, template)
     inputs, references = [p[0] for p in pairs], [p[1] for p in pairs]
-    encoded = tokenizer(inputs)
-    ids = generate(loaded.model, encoded["input_ids"], encoded["attention_mask"], max_new_tokens=args.max_new_tokens,
-                   num_beams=args.num_beams)  # fmt: skip
-    predictions = [text.strip() for text in tokenizer.batch_decode(ids[:, 1:])]
+    predictions = []
+    for start in tqdm(range(0, len(inputs), args.batch_size), desc="generate", unit="batch", leave=False):
+        encoded = tokenizer(inputs[start : start + args.batch_size])
+        ids = generate(loaded.model, encoded["input_ids"], encoded["attention_mask"],
+                       max_new_tokens=args.max_new_tokens, num_beams=args.num_beams)  # fmt: skip
+        predictions += [text.strip() for text in tokenizer.batch_decode(ids[:, 1:])]
     scores.update(score_texts(predictions, references, args.rot5_preprocessing))
     json_path, md_path = write_report(args.run_dir / "eval", scores, inputs, predictions, references)
     print(md_path.read_text(), end="")
