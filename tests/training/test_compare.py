@@ -1,8 +1,13 @@
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import yaml
 
 from encdec.cli import main
+from encdec.training.metrics import read_metrics
 
 
 def test_compare_trains_each_run_and_prints_the_seeds_table(capsys, tmp_path, tiny_config):
@@ -33,3 +38,26 @@ def test_compare_trains_each_run_and_prints_the_seeds_table(capsys, tmp_path, ti
 def test_compare_needs_configs_or_an_experiment(capsys, tmp_path):
     assert main(["compare", "--out", str(tmp_path)]) == 2
     assert "give either run configs or --experiment" in capsys.readouterr().err
+
+
+def test_a_signal_stops_the_whole_experiment_and_the_same_command_continues_it(tmp_path, tiny_config):
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(yaml.safe_dump({
+        "base": tiny_config.name, "set": {"training.steps": 40, "evaluation.interval": 20},
+        "runs": {"first": {}, "second": {"model.n_kv_heads": 4}},
+    }))  # fmt: skip
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "encdec", "compare", "--experiment", str(experiment), "--out", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = out / "first" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and len(read_metrics(metrics)) >= 3):
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 2 and "stopped during run" in err and "Traceback" not in err
+    assert not (out / "second").exists()  # the runs after the stopped one were not started
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    steps = [r["step"] for r in read_metrics(metrics) if r["kind"] == "train"]
+    assert steps == list(range(1, 41))  # resumed where the signal stopped it: no step twice, none missing

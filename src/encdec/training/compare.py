@@ -20,13 +20,17 @@ from pathlib import Path
 
 import yaml
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, EncdecError
 from encdec.training.checkpoint import latest_checkpoint
 from encdec.training.config import load_config
 from encdec.training.metrics import plot_curves, read_metrics
 from encdec.training.trainer import TrainResult, train
 
 log = logging.getLogger(__name__)
+
+
+class ExperimentStopped(EncdecError):
+    """A signal stopped one run; the runs after it were not started."""
 
 
 @dataclass
@@ -73,6 +77,8 @@ def run_experiment(runs: list[RunSpec], out_dir: Path, seeds: list[int] | None =
             run_dir = out_dir / run.name / (f"seed{seed}" if seed is not None else "")
             resume = latest_checkpoint(run_dir) is not None  # an interrupted experiment continues
             results.append(_finished(run_dir, cfg.training.steps) or train(cfg, run_dir, resume=resume))
+            if results[-1].interrupted:  # SIGINT / SIGTERM: the run saved a checkpoint; stop the whole experiment
+                raise ExperimentStopped(f"stopped during run {run_dir}; the same command continues the experiment")
             log.info("%s: validation loss %.4f", run.name, results[-1].val_loss)
         rows.append(summarise(run.name, results))
     history = {row["run"]: read_metrics(row["run_dir"] / "metrics.jsonl") for row in rows}
