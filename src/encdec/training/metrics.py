@@ -36,28 +36,33 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def plot_curves(runs: dict[str, list[dict]], path: Path, title: str = "") -> Path:
-    """Train loss per step (thin) and evaluated train / validation loss (markers), one colour per run."""
+    """Two panels, one colour per run. Left, the whole run: train loss per step (thin) and
+    evaluated train / validation loss (markers). Right, the evaluations of the second half
+    of training on their own scale, where runs that differ by a few hundredths separate."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, (whole, end) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
+    last_step = max((r["step"] for records in runs.values() for r in records), default=0)
     for i, (name, records) in enumerate(runs.items()):
         colour = f"C{i}"
         train = [(r["step"], r["loss"]) for r in records if r.get("kind") == "train"]
         evals = [r for r in records if r.get("kind") == "eval"]
         if train:
-            ax.plot(*zip(*train), color=colour, alpha=0.35, linewidth=0.8)
-        if evals:
-            steps = [r["step"] for r in evals]
-            ax.plot(steps, [r["train_loss"] for r in evals], "o--", color=colour, label=f"{name} train")
-            ax.plot(steps, [r["val_loss"] for r in evals], "s-", color=colour, label=f"{name} validation")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy loss")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
+            whole.plot(*zip(*train), color=colour, alpha=0.35, linewidth=0.8)
+        for ax, shown in ((whole, evals), (end, [r for r in evals if r["step"] >= last_step / 2])):
+            steps = [r["step"] for r in shown]
+            ax.plot(steps, [r["train_loss"] for r in shown], "o--", color=colour, label=f"{name} train")
+            ax.plot(steps, [r["val_loss"] for r in shown], "s-", color=colour, label=f"{name} validation")
+    whole.set_title(title)
+    end.set_title("second half, evaluations only")
+    for ax in (whole, end):
+        ax.set_xlabel("step")
+        ax.set_ylabel("cross-entropy loss")
+        ax.grid(alpha=0.3)
+    whole.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
