@@ -1,6 +1,5 @@
 """The recipes train end to end; fine-tuning starts from another run's weights and tokenizer."""
 
-import json
 from pathlib import Path
 
 from encdec.cli import main

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from encdec.cli import main
-from encdec.errors import CheckpointError
 from encdec.training.checkpoint import latest_checkpoint, load_checkpoint
 from encdec.training.metrics import read_metrics
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from encdec.errors import ConfigError, DataError
 from encdec.models.config import ModelConfig
@@ -38,7 +37,7 @@ from encdec.modules import (
     additive_mask,
     build_norm,
     causal_mask,
-    vocab_logits,
+    lm_head,
 )
 
 
@@ -86,11 +85,6 @@ def causal_inputs(offset: int, T: int, device, dtype) -> AttentionInputs:
         return AttentionInputs(is_causal=True)
     allowed = causal_mask(T, offset + T, offset, device) if T > 1 else None  # one new position sees everything
     return AttentionInputs(mask=additive_mask(allowed, None, dtype))
-
-
-def lm_head(hidden: torch.Tensor, embed: nn.Embedding, head: nn.Linear | None) -> torch.Tensor:
-    """hidden (B, T, C) -> logits (B, T, V): tied to the token embeddings unless `head` is given."""
-    return vocab_logits(hidden, (head if head is not None else embed).weight)
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

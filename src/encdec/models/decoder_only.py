@@ -19,13 +19,12 @@ from encdec.models.causal_lm import (
     causal_inputs,
     check_lm_config,
     cross_entropy,
-    lm_head,
     new_kv_caches,
     norm_factory,
 )
 from encdec.models.config import ModelConfig
 from encdec.models.outputs import Seq2SeqOutput
-from encdec.modules import Dropout, KVCache, LearnedPositions
+from encdec.modules import Dropout, KVCache, LearnedPositions, lm_head
 
 
 class DecoderOnly(PromptedLM, nn.Module):

@@ -41,9 +41,9 @@ from encdec.modules import (
     additive_mask,
     build_norm,
     causal_mask,
+    lm_head,
     load_balance_loss,
     router_z_loss,
-    vocab_logits,
 )
 
 
@@ -267,7 +267,7 @@ class EncoderDecoder(nn.Module):
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden * self.output_scale
-        logits = vocab_logits(hidden, (self.lm_head if self.lm_head is not None else self.embed).weight)
+        logits = lm_head(hidden, self.embed, self.lm_head)
         return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
     def new_cache(self, max_len: int) -> DecoderCache:

@@ -23,10 +23,10 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from encdec.errors import ConfigError
-from encdec.models.causal_lm import cross_entropy, lm_head
+from encdec.models.causal_lm import cross_entropy
 from encdec.models.config import ModelConfig
 from encdec.models.outputs import Seq2SeqOutput
-from encdec.modules import Dropout
+from encdec.modules import Dropout, lm_head
 
 Hidden = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # GRU: h (L, B, C); LSTM: (h, c)
 

@@ -15,7 +15,7 @@ from encdec.modules.positions import (
     relative_position_bucket,
     sinusoidal_table,
 )
-from encdec.modules.vocab_projection import vocab_logits
+from encdec.modules.vocab_projection import lm_head, vocab_logits
 
 __all__ = [
     "Attention",
@@ -38,6 +38,7 @@ __all__ = [
     "build_norm",
     "causal_mask",
     "dropout",
+    "lm_head",
     "load_balance_loss",
     "relative_position_bucket",
     "router_z_loss",

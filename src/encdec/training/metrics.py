@@ -52,6 +52,8 @@ def plot_curves(runs: dict[str, list[dict]], path: Path, title: str = "") -> Pat
         evals = [r for r in records if r.get("kind") == "eval"]
         if train:
             whole.plot(*zip(*train), color=colour, alpha=0.35, linewidth=0.8)
+        if not evals:
+            continue
         for ax, shown in ((whole, evals), (end, [r for r in evals if r["step"] >= last_step / 2])):
             steps = [r["step"] for r in shown]
             ax.plot(steps, [r["train_loss"] for r in shown], "o--", color=colour, label=f"{name} train")
