@@ -9,6 +9,12 @@ max_new_tokens = 64 on both sides). For greedy, beam search (4 beams) and
 sampling it prints new tokens per second (examples x 64 / wall time, encoder
 included) for both, the ratio, and checks that greedy and beam outputs are equal.
 Runs alternate between the two libraries and the table shows medians.
+
+A second table bounds what any implementation could reach on this machine: it
+replays only the matrix products and attention kernels of one generate call (the
+model's own weights, the same shapes, each product on the faster of torch's two CPU
+kernels, F.linear or oneDNN with a prepacked weight) and none of the other
+operations (norms, activations, residuals, embedding, cache writes, search).
 """
 
 import argparse
@@ -17,6 +23,7 @@ import tempfile
 import time
 
 import torch
+import torch.nn.functional as F
 import transformers
 
 import encdec
@@ -75,6 +82,73 @@ def run_mode(reference, ours, src, mask, options: dict, repeats: int) -> dict:
     )
 
 
+def fastest_linear(x: torch.Tensor, weight: torch.Tensor):
+    """The faster of F.linear and oneDNN's linear on a prepacked weight, for x's shape: a function of x."""
+
+    def plain(x):
+        return F.linear(x, weight)
+
+    if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        return plain
+    packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight)
+
+    def packed(x):
+        return torch.ops.mkldnn._linear_pointwise(x, packed_weight, None, "none", [], "")
+
+    def seconds(fn) -> float:
+        return statistics.median(timed(lambda: fn(x))[0] for _ in range(20))
+
+    return min((plain, packed), key=seconds)
+
+
+def kernel_floor(ours, beams: int, repeats: int) -> float:
+    """Seconds for the matrix products and attention kernels of one generate call with `beams` rows per
+    example, replayed in order on the model's weights with nothing else (median of `repeats`)."""
+    cfg = ours.config
+    H, D, C, S, R = cfg.n_heads, cfg.head_dim, cfg.d_model, SOURCE, BATCH * beams
+    src_x, src_h = torch.randn(BATCH * S, C), torch.randn(BATCH * S, cfg.d_ff)
+    step_x, step_h = torch.randn(R, C), torch.randn(R, cfg.d_ff)
+    heads = torch.randn(BATCH, H, S, D)
+    bias = torch.randn(1, H, S, S)
+    cross_q = torch.randn(BATCH, H, beams, D)  # the beams of one example query its keys together
+    self_kv = torch.randn(R, H, NEW + 1, D)
+
+    def linears(x, *layers):
+        return [fastest_linear(x, layer.weight) for layer in layers]
+
+    encoder = [(linears(src_x, b.self_attn.q, b.self_attn.k, b.self_attn.v, b.self_attn.o),
+                linears(src_x, b.ffn.wi)[0], linears(src_h, b.ffn.wo)[0]) for b in ours.encoder.blocks]  # fmt: skip
+    cross_kv = [linears(src_x, b.cross_attn.k, b.cross_attn.v) for b in ours.decoder.blocks]
+    decoder = [(linears(step_x, b.self_attn.q, b.self_attn.k, b.self_attn.v, b.self_attn.o, b.cross_attn.q,
+                        b.cross_attn.o), linears(step_x, b.ffn.wi)[0], linears(step_h, b.ffn.wo)[0])
+               for b in ours.decoder.blocks]  # fmt: skip
+    head = fastest_linear(step_x, ours.embed.weight)
+    cross_k, cross_v = torch.randn(BATCH, H, S, D), torch.randn(BATCH, H, S, D)
+
+    def replay():
+        with torch.inference_mode():
+            for projections, up, down in encoder:
+                for p in projections:
+                    p(src_x)
+                F.scaled_dot_product_attention(heads, heads, heads, attn_mask=bias, scale=1.0)
+                up(src_x), down(src_h)
+            for k, v in cross_kv:
+                k(src_x), v(src_x)
+            for t in range(1, NEW + 1):
+                for projections, up, down in decoder:
+                    for p in projections:
+                        p(step_x)
+                    kv = self_kv[:, :, :t]
+                    F.scaled_dot_product_attention(step_x.view(R, H, 1, D), kv, kv, attn_mask=bias[:, :, :1, :t],
+                                                   scale=1.0)  # fmt: skip
+                    F.scaled_dot_product_attention(cross_q, cross_k, cross_v, scale=1.0)
+                    up(step_x), down(step_h)
+                head(step_x)
+
+    replay()
+    return statistics.median(timed(replay)[0] for _ in range(repeats))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per library and mode (median shown)")
@@ -93,10 +167,20 @@ def main() -> None:
           f"median of {args.repeats}")  # fmt: skip
     print(f"| {'mode':<9} | {'HF tokens/s':>11} | {'encdec tokens/s':>15} | {'ratio':>6} | same tokens |")
     print(f"|{'-' * 11}|{'-' * 13}|{'-' * 17}|{'-' * 8}|-------------|")
+    results = {}
     for mode in args.modes:
-        r = run_mode(reference, ours, src, mask, MODES[mode], args.repeats)
+        r = results[mode] = run_mode(reference, ours, src, mask, MODES[mode], args.repeats)
         same = {True: "yes", False: "NO", None: "n/a (seeded)"}[r["equal"]]
         print(f"| {mode:<9} | {r['hf']:>11.1f} | {r['encdec']:>15.1f} | {r['encdec'] / r['hf']:>5.2f}x | {same} |")
+    print("\nKernels alone: the matrix products and attention of one call and nothing else, each on torch's faster "
+          "CPU kernel (a bound for any implementation built on them)")  # fmt: skip
+    print(f"| {'mode':<9} | {'HF ms':>7} | {'encdec ms':>9} | {'kernels ms':>10} | {'HF ms / 3':>9} | kernels' ratio to HF |")
+    print(f"|{'-' * 11}|{'-' * 9}|{'-' * 11}|{'-' * 12}|{'-' * 11}|----------------------|")
+    for mode, r in results.items():
+        hf_ms, ed_ms = BATCH * NEW / r["hf"] * 1e3, BATCH * NEW / r["encdec"] * 1e3
+        floor_ms = kernel_floor(ours, MODES[mode].get("num_beams", 1), args.repeats) * 1e3
+        print(f"| {mode:<9} | {hf_ms:>7.1f} | {ed_ms:>9.1f} | {floor_ms:>10.1f} | {hf_ms / 3:>9.1f} | "
+              f"{hf_ms / floor_ms:>19.2f}x |")  # fmt: skip
 
 
 if __name__ == "__main__":

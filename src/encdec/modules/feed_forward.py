@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encdec.modules.decoding_linear import decoding_linear
 from encdec.modules.dropout import Dropout
 
 ACTIVATIONS = {
@@ -38,5 +39,12 @@ class FeedForward(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.act(self.wi_0(x)) * self.wi_1(x) if self.gated else self.act(self.wi(x))
-        return self.wo(self.dropout(h))
+        if self.gated:
+            h = self.act(linear(x, self.wi_0)) * linear(x, self.wi_1)
+        else:
+            h = self.act(linear(x, self.wi))
+        return linear(self.dropout(h), self.wo)
+
+
+def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+    return decoding_linear(x, layer.weight, layer.bias)  # F.linear, or a faster kernel when decoding on CPU

@@ -1,0 +1,50 @@
+"""Decoding's products of a few rows give F.linear's values whichever kernel takes them."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import encdec.modules.decoding_linear as decoding
+from encdec.modules import FeedForward, vocab_logits
+from encdec.modules.decoding_linear import decoding_linear
+
+KERNELS = [pytest.param(True, id="onednn"), pytest.param(False, id="transposed")]
+
+
+@pytest.mark.parametrize("onednn", KERNELS)
+def test_few_rows_equal_the_linear_product(monkeypatch, onednn):
+    if onednn and not decoding.ONEDNN:
+        pytest.skip("this torch has no oneDNN linear")
+    monkeypatch.setattr(decoding, "ONEDNN", onednn)
+    torch.manual_seed(0)
+    weight, bias = torch.randn(1024, 256), torch.randn(1024)
+    for shape in [(8, 1, 256), (4, 3, 256), (32, 256), (65, 256)]:  # decoding steps, then too many rows
+        x = torch.randn(*shape)
+        with torch.inference_mode():
+            for b in (None, bias):
+                out = decoding_linear(x, weight, b)
+                assert out.shape == (*shape[:-1], 1024)
+                torch.testing.assert_close(out, F.linear(x, weight, b), rtol=1e-5, atol=1e-4)
+
+
+def test_an_updated_weight_is_reordered_again():
+    torch.manual_seed(0)
+    weight, x = torch.randn(1024, 256), torch.randn(8, 256)
+    with torch.inference_mode():
+        before = decoding_linear(x, weight)
+    with torch.no_grad():
+        weight.mul_(2)  # an optimizer step or load_state_dict changes the weight in place
+    with torch.inference_mode():
+        torch.testing.assert_close(decoding_linear(x, weight), 2 * before, rtol=1e-5, atol=1e-4)
+
+
+def test_training_keeps_gradients():
+    layer = FeedForward(256, 1024)
+    x = torch.randn(2, 3, 256, requires_grad=True)
+    layer(x).sum().backward()
+    reference = torch.autograd.grad(F.linear(F.relu(F.linear(x, layer.wi.weight)), layer.wo.weight).sum(), x)[0]
+    torch.testing.assert_close(x.grad, reference)
+    weight = torch.randn(100, 16, requires_grad=True)
+    hidden = torch.randn(2, 3, 16, requires_grad=True)
+    vocab_logits(hidden, weight).sum().backward()
+    torch.testing.assert_close(weight.grad, hidden.detach().sum((0, 1)).expand(100, 16))
