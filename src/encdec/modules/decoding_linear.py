@@ -6,7 +6,8 @@ BLAS at every call. On CPU, oneDNN's linear with the weight reordered once into 
 blocked layout is faster for weights of a megabyte or more, and torch ships it; the
 reordered copy is made on first use and remade whenever the weight changes (its
 version counter moves with every in-place update). Without oneDNN, the transposed
-product weight @ x^T still beats F.linear on these shapes. Against F.linear everywhere,
+product weight @ x^T still beats F.linear on these shapes. The reordered copies cost
+one more copy of those weights' memory while the weights live. Against F.linear everywhere,
 this saves about 15% of a greedy and 9% of a beam-search generate call in
 benchmarks/bench_generate.py (docs/benchmarks.md).
 
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 FEW_ROWS = 64  # at or below this many rows a product counts as a decoding step's
 LARGE_WEIGHT = 1 << 18  # elements (1 MB in fp32); below this F.linear was as fast or faster
 ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-          and hasattr(torch.ops.mkldnn, "_linear_pointwise"))  # the ops torch.compile uses for this; fmt: skip
+          and hasattr(torch.ops.mkldnn, "_linear_pointwise"))  # private; torch.compile's CPU backend calls them  # fmt: skip
 
 _reordered: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}  # id(weight) -> (weight, version, reordered)
 
