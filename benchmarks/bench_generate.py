@@ -27,6 +27,7 @@ import torch.nn.functional as F
 import transformers
 
 import encdec
+import encdec.modules.decoding_linear as decoding
 
 SHAPE = dict(vocab_size=8192, d_model=256, d_kv=64, num_heads=4, d_ff=1024, num_layers=4, num_decoder_layers=4)
 BATCH, SOURCE, NEW = 8, 256, 64
@@ -88,12 +89,12 @@ def fastest_linear(x: torch.Tensor, weight: torch.Tensor):
     def plain(x):
         return F.linear(x, weight)
 
-    if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+    if not decoding.ONEDNN:
         return plain
-    packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight)
+    packed_weight = decoding.reordered(weight)
 
     def packed(x):
-        return torch.ops.mkldnn._linear_pointwise(x, packed_weight, None, "none", [], "")
+        return decoding.onednn_linear(x, packed_weight)
 
     def seconds(fn) -> float:
         return statistics.median(timed(lambda: fn(x))[0] for _ in range(20))

@@ -15,7 +15,7 @@ from encdec.modules.positions import (
     relative_position_bucket,
     sinusoidal_table,
 )
-from encdec.modules.vocab_projection import lm_head, vocab_logits
+from encdec.modules.vocab_projection import lm_head
 
 __all__ = [
     "Attention",
@@ -43,5 +43,4 @@ __all__ = [
     "relative_position_bucket",
     "router_z_loss",
     "sinusoidal_table",
-    "vocab_logits",
 ]

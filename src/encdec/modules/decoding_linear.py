@@ -38,10 +38,15 @@ def decoding_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         return F.linear(x, weight, bias)
     flat = x.reshape(rows, x.shape[-1])
     if ONEDNN:
-        out = torch.ops.mkldnn._linear_pointwise(flat, reordered(weight), bias, "none", [], "")
+        out = onednn_linear(flat, reordered(weight), bias)
     else:
         out = (weight @ flat.T).T if bias is None else torch.addmm(bias[:, None], weight, flat.T).T
     return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def onednn_linear(flat: torch.Tensor, reordered_weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """flat (N, C_in) times a weight in oneDNN's layout (from `reordered`) -> (N, C_out)."""
+    return torch.ops.mkldnn._linear_pointwise(flat, reordered_weight, bias, "none", [], "")
 
 
 def reordered(weight: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,8 @@
 """The output projection onto the vocabulary, tied to the token embeddings or not.
 
+Decoding asks for a handful of rows against a wide matrix (V of 8k-60k), the largest
+product of a decoding step; `decoding_linear` takes it the fast way.
+
 Shapes: N rows (batch times positions), C model dim, V vocabulary.
 """
 
@@ -9,15 +12,6 @@ from torch import nn
 from encdec.modules.decoding_linear import decoding_linear
 
 
-def vocab_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """hidden (..., C) times weight (V, C) transposed -> logits (..., V).
-
-    Decoding asks for a handful of rows against a wide matrix (V of 8k-60k), the
-    largest product of a decoding step; `decoding_linear` takes it the fast way.
-    """
-    return decoding_linear(hidden, weight)
-
-
 def lm_head(hidden: torch.Tensor, embed: nn.Embedding, head: nn.Linear | None) -> torch.Tensor:
     """hidden (..., C) -> logits (..., V): tied to the token embeddings unless `head` is given."""
-    return vocab_logits(hidden, (head if head is not None else embed).weight)
+    return decoding_linear(hidden, (head if head is not None else embed).weight)
