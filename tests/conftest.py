@@ -1,9 +1,51 @@
-"""Shared fixtures: the real corpora beside the repository and a seeded RNG."""
+"""Shared fixtures: the device under test, the real corpora beside the repository and a seeded RNG.
 
+`pytest --device cuda` (or ENCDEC_TEST_DEVICE=cuda) runs the device-aware tests on
+the GPU; the default is the CPU. Tests marked `cuda` need a GPU and those marked
+`multi_gpu` two, and are skipped without them.
+"""
+
+import os
 from pathlib import Path
 
 import pytest
 import torch
+
+DEVICES = ("cpu", "cuda")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--device", default=os.environ.get("ENCDEC_TEST_DEVICE", "cpu"),
+                     help="where device-aware tests run: cpu (default) or cuda; also ENCDEC_TEST_DEVICE")  # fmt: skip
+
+
+def pytest_configure(config):
+    device = config.getoption("--device")
+    if device not in DEVICES:
+        raise pytest.UsageError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError("--device cuda was given but torch sees no CUDA GPU (is this the CPU build of torch?)")
+
+
+def pytest_collection_modifyitems(config, items):
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for item in items:
+        if "cuda" in item.keywords and gpus < 1:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+        if "multi_gpu" in item.keywords and gpus < 2:
+            item.add_marker(pytest.mark.skip(reason="needs two or more CUDA GPUs"))
+
+
+@pytest.fixture(scope="session")
+def device(pytestconfig) -> torch.device:
+    """The device under test: cpu unless `--device cuda`."""
+    return torch.device(pytestconfig.getoption("--device"))
+
+
+@pytest.fixture(scope="session")
+def exact(device) -> bool:
+    """Whether results must match bitwise: on the CPU yes; CUDA kernels may reorder sums."""
+    return device.type == "cpu"
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
