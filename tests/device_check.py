@@ -14,8 +14,9 @@ first GPU. `DeviceCheck` is a TorchFunctionMode that tags each tensor it sees:
 Any named device counts as the device, `.to("cpu")` included: on a CPU the
 simulated device is the CPU, so code should bring tensors back with `.cpu()`.
 
-and fails on an op that mixes the two the way CUDA refuses (a host tensor of one
-or more dimensions meeting a device tensor; a device index into a host tensor), or
+and fails on an op that mixes the two the way CUDA refuses (a host tensor meeting
+a device tensor, except a 0-dim one in an element-wise op, which CUDA takes as a
+scalar; a device index into a host tensor), or
 that draws from a generator made without `device=` into device tensors. Tensors it
 never saw made (autograd's gradients, say) are untagged and never blamed. It also
 records host syncs (`.item()`, `.tolist()`, `bool()`, `nonzero`, ...) of device
@@ -45,6 +46,13 @@ SYNCS = {Tensor.item, Tensor.tolist, Tensor.__bool__, Tensor.__int__, Tensor.__f
          Tensor.numpy, Tensor.nonzero, torch.nonzero, Tensor.masked_select, torch.masked_select, torch.unique,
          Tensor.unique, Tensor.cpu}  # fmt: skip
 INDEXING = {Tensor.__getitem__, Tensor.__setitem__}
+# element-wise ops, where CUDA takes a 0-dim CPU tensor as a scalar; anywhere else (cat, stack, indexing,
+# matmul, ...) a 0-dim host tensor is refused like any other
+SCALAR_OK = {"add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "pow", "where",
+             "masked_fill", "clamp", "clip", "minimum", "maximum", "eq", "ne", "lt", "le", "gt", "ge", "lerp",
+             "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "fill_",
+             "addcmul", "addcdiv", "rsub", "neg", "abs", "and", "or", "xor", "truediv", "floordiv", "mod",
+             "copysign", "atan2", "hypot"}  # fmt: skip
 NO_MIX_CHECK = {Tensor.to, Tensor.copy_, Tensor.__repr__, Tensor.__format__, Tensor.size, Tensor.dim,
                 Tensor.__len__, Tensor.data_ptr, Tensor.untyped_storage, Tensor.__reduce_ex__}  # fmt: skip
 
@@ -146,7 +154,8 @@ class DeviceCheck(TorchFunctionMode):
             self.fail(f"{name_of(func)} at {where or location()} draws device tensors from a generator "
                       "made without device= (a CPU generator on CUDA tensors)")  # fmt: skip
         if DEVICE in tags:
-            host = [t for t, tag in zip(tensors, tags, strict=True) if tag == HOST and t.dim() > 0]
+            scalars_ok = _base_name(func) in SCALAR_OK
+            host = [t for t, tag in zip(tensors, tags, strict=True) if tag == HOST and (t.dim() > 0 or not scalars_ok)]
             if host:
                 shapes = ", ".join(str(tuple(t.shape)) for t in host)
                 self.fail(f"{name_of(func)} at {where or location()} mixes device tensors with host "
@@ -188,6 +197,15 @@ class DeviceCheck(TorchFunctionMode):
                 if func is not Tensor.to and any(out is t for t in tensors) and tag_of(out) is not None:
                     continue  # an in-place op keeps its input's tag
                 set_tag(out, tag)
+
+
+def _base_name(func) -> str:
+    """"add" for torch.add, Tensor.add, Tensor.add_, Tensor.__add__, Tensor.__radd__ and Tensor.__iadd__."""
+    name = getattr(func, "__name__", "").strip("_")
+    for prefix in ("r", "i"):
+        if name.startswith(prefix) and name[1:] in SCALAR_OK and name not in SCALAR_OK:
+            return name[1:]
+    return name
 
 
 def _moved_tag(args, kwargs, source: str | None) -> str | None:

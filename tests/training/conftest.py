@@ -5,8 +5,8 @@ import yaml
 
 
 @pytest.fixture
-def tiny_config(tmp_path, shared_data):
-    """Write a tiny UL2 run config and return its path; tests override fields with --set."""
+def tiny_config(tmp_path, shared_data, device):
+    """Write a tiny UL2 run config on the device under test and return its path; tests override fields with --set."""
     stories = shared_data / "tinystories"
     config = {
         "model": {"preset": "rot5-tiny", "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64, "dropout": 0.1},
@@ -19,7 +19,7 @@ def tiny_config(tmp_path, shared_data):
         },
         "objective": {"kind": "ul2", "seq_len": 64},
         "optimizer": {"lr": 2e-3},
-        "training": {"steps": 12, "batch_size": 4, "seed": 7, "threads": 1},
+        "training": {"steps": 12, "batch_size": 4, "seed": 7, "threads": 1, "device": device.type},
         "evaluation": {"interval": 6, "steps": 1},
         "output": {"save_interval": 2, "keep_last": 3, "plot": False},
     }

@@ -27,7 +27,8 @@ from encdec.models import ModelConfig, preset
 from encdec.training.typed_yaml import apply_override, check_value, from_dict
 
 SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
 
 
@@ -93,9 +94,11 @@ class TrainingSection:
     grad_accum: int = 1
     clip_norm: float = 1.0  # 0 turns clipping off
     seed: int = 1337
-    precision: str = "fp32"  # bf16 autocast is for GPUs
+    precision: str = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 autocast
     compile: bool = False
-    device: str = "auto"  # auto | cpu | cuda
+    device: str = "auto"  # auto (cuda when present) | cpu | cuda
+    deterministic: bool = False  # bitwise-repeatable GPU runs (torch's deterministic algorithms; slower)
+    data_workers: int | None = None  # processes building batches; None: 2 beside a GPU, 0 on a CPU
     distributed: str = "ddp"  # under torchrun: ddp or fsdp
     threads: int | None = None  # torch CPU threads
     init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
@@ -139,6 +142,7 @@ class RunConfig:
             "training.batch_size must be positive": self.training.batch_size < 1,
             "training.grad_accum must be positive": self.training.grad_accum < 1,
             "training.clip_norm must not be negative": self.training.clip_norm < 0,
+            "training.data_workers must not be negative": (self.training.data_workers or 0) < 0,
             "evaluation.interval and evaluation.steps must be positive": self.evaluation.interval < 1
             or self.evaluation.steps < 1,
             "schedule.min_lr must not exceed optimizer.lr": self.schedule.min_lr > self.optimizer.lr,
@@ -148,6 +152,7 @@ class RunConfig:
         choices = {
             "schedule.kind": (self.schedule.kind, SCHEDULES),
             "training.precision": (self.training.precision, PRECISIONS),
+            "training.device": (self.training.device, DEVICES),
             "training.distributed": (self.training.distributed, DISTRIBUTED),
         }
         for problem, bad in checks.items():

@@ -1,7 +1,8 @@
-"""One process or many under torchrun: DDP or FSDP, gloo on CPU, nccl on GPU.
+"""One process or many under torchrun: DDP or FSDP, gloo on CPU, nccl on GPU (one GPU per process).
 
 Every process draws the same global batch and trains on its own slice of rows,
-so a run on W processes sees exactly the batches of a one-process run.
+so a run on W processes sees exactly the batches of a one-process run. During
+gradient accumulation only the last micro-batch's backward synchronises gradients.
 """
 
 import os
@@ -42,6 +43,11 @@ def setup(device: str = "auto") -> DistInfo:
         return DistInfo(device=torch.device(device))
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if device == "cuda":
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        gpus = torch.cuda.device_count()
+        if local_world > gpus:
+            raise ConfigError(f"torchrun started {local_world} processes on this machine but it has {gpus} GPU(s); "
+                              f"use --nproc_per_node {gpus} or fewer, or training.device=cpu")  # fmt: skip
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device == "cuda" else "gloo")
@@ -54,8 +60,12 @@ def teardown(info: DistInfo) -> None:
         dist.destroy_process_group()
 
 
-def wrap(model: nn.Module, info: DistInfo, kind: str) -> nn.Module:
-    """DDP or FSDP (per-block sharding) when distributed; the model itself otherwise."""
+def wrap(model: nn.Module, info: DistInfo, kind: str, precision: str = "fp32") -> nn.Module:
+    """DDP or FSDP (per-block sharding) when distributed; the model itself otherwise.
+
+    FSDP in bf16 gathers parameters in bf16 for compute and reduces gradients in fp32
+    (MixedPrecisionPolicy); the sharded master weights stay fp32.
+    """
     if not info.enabled:
         return model
     if kind == "ddp":
@@ -63,35 +73,32 @@ def wrap(model: nn.Module, info: DistInfo, kind: str) -> nn.Module:
 
         device_ids = [info.local_rank] if info.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if precision == "bf16" \
+        else MixedPrecisionPolicy()  # fmt: skip
     for module in model.modules():
         if module.__class__.__name__ in ("EncoderBlock", "DecoderBlock"):
-            fully_shard(module)
-    return fully_shard(model)
+            fully_shard(module, mp_policy=policy)
+    return fully_shard(model, mp_policy=policy)
 
 
-def no_sync(model: nn.Module, last_micro_step: bool):
-    """Skip the gradient all-reduce on all but the last micro-step of an accumulation."""
-    if last_micro_step:
-        return nullcontext()
-    if hasattr(model, "no_sync"):  # DDP
-        return model.no_sync()
-    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
-        model.set_requires_gradient_sync(False)
-        return _ReenableSync(model)
+def gradient_sync(model: nn.Module, enabled: bool):
+    """Around a micro-batch's forward AND backward: synchronise gradients only when `enabled` (the last one)."""
+    if hasattr(model, "no_sync"):  # DDP decides in forward, reduces in backward
+        return nullcontext() if enabled else model.no_sync()
+    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2 reads the flag in backward
+        model.set_requires_gradient_sync(enabled)
     return nullcontext()
 
 
-class _ReenableSync:
-    def __init__(self, model):
-        self.model = model
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.model.set_requires_gradient_sync(True)
+def gather_objects(value, info: DistInfo) -> list:
+    """Every process's `value`, in rank order (just [value] in one process)."""
+    if not info.enabled:
+        return [value]
+    values = [None] * info.world_size
+    dist.all_gather_object(values, value)
+    return values
 
 
 def all_reduce_sum(value: torch.Tensor, info: DistInfo) -> torch.Tensor:

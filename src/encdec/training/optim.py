@@ -12,14 +12,15 @@ from torch import nn
 from encdec.training.config import RunConfig
 
 
-def build_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.AdamW:
+def build_optimizer(model: nn.Module, cfg: RunConfig, fused: bool = False) -> torch.optim.AdamW:
+    """AdamW over the decay and no-decay groups; `fused` runs one CUDA kernel for all parameters."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.optimizer.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     o = cfg.optimizer
-    return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps)
+    return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps, fused=fused or None)
 
 
 def lr_at(step: int, cfg: RunConfig) -> float:

@@ -2,17 +2,21 @@
 
     build tokenizer, data, model, optimizer  (or restore them from the latest checkpoint)
     for each step:  lr from the schedule; grad-accumulated micro-batches; clip; AdamW
-                    log the step; every `evaluation.interval` steps evaluate and checkpoint
+                    every `output.log_interval` steps read the losses and log them;
+                    every `evaluation.interval` steps evaluate and checkpoint
     at the end:     the curves as a PNG
 
-A run is deterministic on CPU for a given seed, and `resume=True` continues
-from the latest checkpoint so exactly that the logged losses equal those of an
-uninterrupted run. SIGINT and SIGTERM finish the current step, save, and return.
+The device never waits on the host inside a step: batches are built ahead by
+`training.loader` (pinned, copied without blocking), token counts are host
+integers, and losses stay on the device until the log interval reads them in
+one transfer. A run is deterministic on CPU for a given seed (on a GPU with
+`training.deterministic`), and `resume=True` continues from the latest
+checkpoint so exactly that the logged losses equal those of an uninterrupted
+run. SIGINT and SIGTERM finish the current step, save, and return.
 """
 
 import json
 import logging
-import math
 import signal
 import time
 from contextlib import nullcontext
@@ -28,7 +32,9 @@ from encdec.training import distributed
 from encdec.training.checkpoint import latest_checkpoint, load_checkpoint, load_weights, read_pointer, save_checkpoint
 from encdec.training.config import RunConfig, build_model_config, load_config, save_config
 from encdec.training.data import RunData, build_run_data
+from encdec.training.loader import LoadedBatch, batch_stream, local_rows
 from encdec.training.metrics import MetricsLog, plot_curves, read_metrics
+from encdec.training.numerics import autocast, numerics, resolve_precision, rng_states, set_rng_states
 from encdec.training.optim import build_optimizer, lr_at
 
 log = logging.getLogger(__name__)
@@ -83,7 +89,7 @@ def train(cfg: RunConfig, run_dir: str | Path, resume: bool = False) -> TrainRes
     run_dir = Path(run_dir)
     info = distributed.setup(cfg.training.device)
     try:
-        with StopRequest() as stop:
+        with StopRequest() as stop, numerics(info.device, cfg.training.deterministic):
             return _train(cfg, run_dir, resume, info, stop)
     finally:
         distributed.teardown(info)
@@ -116,55 +122,61 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
         model.load_state_dict(parts["model"])
         state = TrainState(**parts["state"]["train"])
         data.train.load_state_dict(parts["state"]["data"])
-        torch.set_rng_state(parts["rng"]["torch"])
     model.to(info.device)
+    if parts is not None:
+        _restore_rng(parts["rng"], info)
+    precision = resolve_precision(cfg.training.precision, info.device)
     n_params, n_params_no_pos = count_parameters(model), count_parameters(model, exclude_positions=True)
-    wrapped = distributed.wrap(model, info, cfg.training.distributed)
+    wrapped = distributed.wrap(model, info, cfg.training.distributed, precision)
     if cfg.training.compile:
         wrapped = torch.compile(wrapped)
-    optimizer = build_optimizer(wrapped, cfg)
+    fused = info.device.type == "cuda" and not (info.enabled and cfg.training.distributed == "fsdp")
+    optimizer = build_optimizer(wrapped, cfg, fused=fused)
     if parts is not None:
         _load_optimizer(wrapped, optimizer, parts["optimizer"], info)
     if info.is_main:
         save_config(cfg, run_dir / "config.yaml")
     metrics = MetricsLog(run_dir / "metrics.jsonl", state.step if parts else None, enabled=info.is_main)
-    log.info("model %s: %s parameters", model_cfg.family, f"{n_params:,}")
+    log.info("model %s: %s parameters, %s on %s", model_cfg.family, f"{n_params:,}", precision, info.device)
 
-    autocast = (
-        torch.autocast(info.device.type, dtype=torch.bfloat16) if cfg.training.precision == "bf16" else nullcontext()
-    )
+    amp = autocast(precision, info.device)
+    rows = distributed.rows_for_rank(cfg.training.batch_size, info) if info.enabled else None
+    batches = batch_stream(data.train, rows, info.device, cfg.training.data_workers)
     bar = tqdm(total=cfg.training.steps, initial=state.step, disable=not info.is_main, desc="train", unit="step")
+    losses = StepLog(metrics, bar, state)
     last_eval = None
-    started = time.perf_counter() - state.elapsed
+    save_every = cfg.output.save_interval or cfg.evaluation.interval
     while state.step < cfg.training.steps:
-        step_started = time.perf_counter()
         lr = lr_at(state.step, cfg)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        loss, aux, n_tokens = _optimizer_step(wrapped, optimizer, data, cfg, info, autocast)
+        taken = [next(batches) for _ in range(cfg.training.grad_accum)]
+        ce_sum, aux, n_tokens = _optimizer_step(wrapped, optimizer, taken, cfg, info, amp)
         state.step += 1
         state.tokens += n_tokens
-        state.elapsed = time.perf_counter() - started
-        tokens_per_s = n_tokens / max(time.perf_counter() - step_started, 1e-9)
-        metrics.write({"kind": "train", "step": state.step, "loss": loss, "lr": lr, "tokens_per_s": tokens_per_s, **aux})
+        losses.add(state.step, ce_sum, n_tokens, aux, lr)
         bar.update(1)
-        if state.step % cfg.output.log_interval == 0 or state.step == 1:
-            bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}")
 
         evaluate_now = state.step % cfg.evaluation.interval == 0 or state.step == cfg.training.steps
+        save_now = evaluate_now or state.step % save_every == 0 or stop.requested
+        if save_now or state.step % cfg.output.log_interval == 0 or state.step == 1:
+            losses.flush()  # the one host sync of these steps
         if evaluate_now:
-            last_eval = evaluate(wrapped, data, cfg, info, autocast)
+            last_eval = evaluate(wrapped, data, cfg, info, amp)
             metrics.write({"kind": "eval", "step": state.step, **last_eval})
             log.info("step %d: train %.4f, validation %.4f", state.step, last_eval["train_loss"], last_eval["val_loss"])
-        save_every = cfg.output.save_interval or cfg.evaluation.interval
-        if evaluate_now or state.step % save_every == 0 or stop.requested:
+        if save_now:
             is_best = last_eval is not None and (state.best_val is None or last_eval["val_loss"] < state.best_val)
             if evaluate_now and is_best:
                 state.best_val = last_eval["val_loss"]
+            state.elapsed = losses.elapsed()
             _save(run_dir, model, wrapped, optimizer, data, cfg, state, info, evaluate_now and is_best)
+        if evaluate_now or save_now:
+            losses.restart_interval()  # tokens/s counts training time only
         if stop.requested:
             log.warning("stopped by signal at step %d; checkpoint saved", state.step)
             break
+    state.elapsed = losses.elapsed()
     bar.close()
 
     history = read_metrics(run_dir / "metrics.jsonl") if info.is_main else []
@@ -190,56 +202,104 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
     return result
 
 
-def _optimizer_step(model, optimizer, data: RunData, cfg: RunConfig, info, autocast):
-    """One optimizer step over `grad_accum` global batches; returns (mean CE, aux losses, tokens).
+class StepLog:
+    """Per-step losses kept on the device and read in one transfer per log interval, then written.
+
+    Every step still gets its own record; `tokens_per_s` is its interval's training rate
+    (evaluation and checkpointing excluded) and `elapsed` the run's wall time at that step,
+    spread evenly over the interval's steps.
+    """
+
+    def __init__(self, metrics: MetricsLog, bar, state: TrainState):
+        self.metrics, self.bar, self.state = metrics, bar, state
+        self.pending: list[tuple[int, torch.Tensor, int, dict, float]] = []
+        self.started = time.perf_counter() - state.elapsed  # wall clock of step 0, over resumes
+        self.interval_started = time.perf_counter()
+        self.flushed_elapsed = state.elapsed
+
+    def add(self, step: int, ce_sum: torch.Tensor, n_tokens: int, aux: dict, lr: float) -> None:
+        self.pending.append((step, ce_sum, n_tokens, aux, lr))
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def restart_interval(self) -> None:
+        self.interval_started = time.perf_counter()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        names = sorted(self.pending[0][3])
+        rows = [torch.stack([ce_sum.float(), *(aux[n].float() for n in names)]) for _, ce_sum, _, aux, _ in self.pending]
+        values = torch.stack(rows).tolist()  # (steps, 1 + aux): the one wait for the device
+        now, elapsed = time.perf_counter(), self.elapsed()
+        tokens = sum(n for _, _, n, _, _ in self.pending)
+        tokens_per_s = tokens / max(now - self.interval_started, 1e-9)
+        first_tokens = self.state.tokens - tokens
+        for i, ((step, _, n_tokens, _, lr), row) in enumerate(zip(self.pending, values, strict=True)):
+            first_tokens += n_tokens
+            at = self.flushed_elapsed + (elapsed - self.flushed_elapsed) * (i + 1) / len(self.pending)
+            record = {"kind": "train", "step": step, "loss": row[0] / max(n_tokens, 1), "lr": lr,
+                      "tokens_per_s": tokens_per_s, "tokens": first_tokens, "elapsed": at}  # fmt: skip
+            self.metrics.write({**record, **dict(zip(names, row[1:], strict=True))})
+        self.bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{tokens_per_s:,.0f}")
+        self.pending.clear()
+        self.flushed_elapsed = elapsed
+        self.interval_started = now
+
+
+def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig, info, amp):
+    """One optimizer step over `grad_accum` global batches -> (CE sum over the batch's tokens, on the
+    device; aux losses, on the device; loss tokens, a host int). Nothing here waits for the device.
 
     The loss is averaged over every target token of the global batch, whichever
     process and micro-batch holds it, so W processes match one exactly.
     """
-    accum = cfg.training.grad_accum
-    batches = [data.train.next_batch() for _ in range(accum)]
-    n_tokens = sum(b.num_tokens for b in batches)
+    accum = len(batches)
+    n_tokens = sum(b.global_tokens for b in batches)
     ce_sum = torch.zeros((), device=info.device)
     aux_sums: dict[str, torch.Tensor] = {}
-    for i, batch in enumerate(batches):
-        local = _rank_rows(batch, info)
-        with distributed.no_sync(model, last_micro_step=i == accum - 1), autocast:
-            out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, labels=local.labels)
-            share = local.num_tokens / n_tokens * info.world_size
+    for i, loaded in enumerate(batches):
+        local = loaded.to(info.device)
+        with distributed.gradient_sync(model, enabled=i == accum - 1):
+            with amp:
+                out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, labels=local.labels)
+            share = loaded.num_tokens / max(n_tokens, 1) * info.world_size
             loss = out.ce_loss * share + (out.loss - out.ce_loss) / accum
-        loss.backward()
-        ce_sum += out.ce_loss.detach().float() * local.num_tokens
+            loss.backward()
+        ce_sum += out.ce_loss.detach().float() * loaded.num_tokens
         for name, value in out.aux_losses.items():
             aux_sums[name] = aux_sums.get(name, 0.0) + value.detach().float() / accum
     if cfg.training.clip_norm > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.training.clip_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    ce = distributed.all_reduce_sum(ce_sum, info).item() / max(n_tokens, 1)
-    aux = {name: value.item() for name, value in aux_sums.items()}
-    return ce, aux, n_tokens
+    return distributed.all_reduce_sum(ce_sum, info), aux_sums, n_tokens
 
 
 @torch.no_grad()
-def evaluate(model, data: RunData, cfg: RunConfig, info, autocast=nullcontext()) -> dict:
+def evaluate(model, data: RunData, cfg: RunConfig, info, amp=nullcontext()) -> dict:
     """Mean cross-entropy over `evaluation.steps` batches of train and of validation.
 
     The evaluation batches are drawn by freshly seeded objectives, so every
     evaluation sees the same batches and training's RNG is not disturbed.
     """
     model.eval()
+    rows = distributed.rows_for_rank(cfg.training.batch_size, info) if info.enabled else None
     result = {}
     for split in ("train", "val"):
         objective = data.eval_objective(split)
-        total = torch.zeros(2, device=info.device)  # (sum of CE * tokens, tokens)
+        ce_sum, tokens = torch.zeros((), device=info.device), 0
         for _ in range(cfg.evaluation.steps):
-            batch = objective.next_batch()
-            local = _rank_rows(batch, info)
-            with autocast:
+            loaded = local_rows(objective.next_batch(), rows)
+            local = loaded.to(info.device)
+            with amp:
                 out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, labels=local.labels)
-            total += torch.stack([out.ce_loss.float() * local.num_tokens, torch.tensor(float(local.num_tokens))])
+            ce_sum += out.ce_loss.float() * loaded.num_tokens
+            tokens += loaded.num_tokens
+        total = torch.stack([ce_sum, torch.tensor(float(tokens), device=info.device)])  # (CE * tokens, tokens)
         total = distributed.all_reduce_sum(total, info)
-        result[f"{split}_loss"] = (total[0] / total[1]).item() if total[1] > 0 else math.nan
+        result[f"{split}_loss"] = (total[0] / total[1]).item()  # 0 / 0 is nan: no tokens to score
     model.train()
     return result
 
@@ -278,24 +338,18 @@ def _load_pretrained(model, checkpoint: Path) -> None:
     log.info("initialised from %s", checkpoint)
 
 
-def _rank_rows(batch, info):
-    """This process's rows of a global batch, on its device."""
-    if info.enabled:
-        rows = distributed.rows_for_rank(batch.batch_size, info)
-        fields = ("tgt_ids", "labels", "src_ids", "src_mask", "prefix_lengths")
-        batch = replace(batch, **{f: getattr(batch, f)[rows] for f in fields if getattr(batch, f) is not None})
-    return batch.to(info.device)
-
-
 def _save(run_dir, model, wrapped, optimizer, data, cfg, state, info, is_best):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model_state = _full_model_state(model, wrapped, info)
     optimizer_state = get_optimizer_state_dict(wrapped, optimizer, options=options)
+    states = distributed.gather_objects(rng_states(info.device), info)  # every rank's, for an exact resume
     if not info.is_main:
         return
-    rng = {"torch": torch.get_rng_state()}
+    rng = {"torch": states[0]["cpu"]}  # rank 0's CPU state, under the name older checkpoints use
+    for rank, state_of_rank in enumerate(states):
+        rng.update({f"{kind}_rank{rank}": value for kind, value in state_of_rank.items() if (kind, rank) != ("cpu", 0)})
     files = {
         "model": model_state,
         "optimizer": optimizer_state,
@@ -313,6 +367,16 @@ def _full_model_state(model, wrapped, info) -> dict:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(wrapped, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def _restore_rng(saved: dict, info) -> None:
+    """This rank's RNG states from a checkpoint (older checkpoints hold only the CPU state, as "torch")."""
+    states = {"cpu": saved.get(f"cpu_rank{info.rank}", saved["torch"])}
+    if f"cuda_rank{info.rank}" in saved:
+        states["cuda"] = saved[f"cuda_rank{info.rank}"]
+    if not set_rng_states(states, info.device):
+        log.warning("the checkpoint holds no GPU random state for rank %d: dropout will not repeat the "
+                    "uninterrupted run's masks", info.rank)  # fmt: skip
 
 
 def _load_optimizer(wrapped, optimizer, state: dict, info) -> None:

@@ -1,7 +1,8 @@
 """Training objectives: each turns documents or pairs into `Batch`es, deterministically given a seed.
 
-Every objective offers `next_batch()`, iteration, and `state_dict()` /
-`load_state_dict()` (a small JSON-able dict) so a trainer resumes exactly.
+Every objective offers `batch_at(epoch, step)` (a pure function of the position),
+`next_batch()`, iteration, and `state_dict()` / `load_state_dict()` (a small
+JSON-able dict) so a trainer resumes exactly.
 """
 
 from encdec.data.objectives.causal_lm import CausalLMObjective

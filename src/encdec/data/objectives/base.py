@@ -2,7 +2,9 @@
 
 Deriving the generator from the position instead of carrying one along means
 the whole state is two integers: `state_dict()` is JSON, and resuming at
-(epoch, step) draws exactly what an uninterrupted run would have drawn.
+(epoch, step) draws exactly what an uninterrupted run would have drawn. It also
+makes each batch a pure function of its position, `batch_at(epoch, step)`, so
+batches can be built ahead, in another process, in any order (training.loader).
 """
 
 from __future__ import annotations
@@ -25,12 +27,30 @@ class Objective:
         self.epoch = 0
         self.step = 0
 
-    def rng(self, *extra: int) -> np.random.Generator:
-        """A generator that depends only on the seed, the current position and `extra`."""
-        return np.random.default_rng([self.seed, self.epoch, self.step, *extra])
+    def rng(self, epoch: int, step: int, *extra: int) -> np.random.Generator:
+        """A generator that depends only on the seed, the position (epoch, step) and `extra`."""
+        return np.random.default_rng([self.seed, epoch, step, *extra])
+
+    def batch_at(self, epoch: int, step: int) -> Batch:
+        """The batch at position (epoch, step); reads nothing but the position, changes nothing."""
+        raise NotImplementedError
+
+    def position_after(self, epoch: int, step: int) -> tuple[int, int]:
+        """The position that follows (epoch, step)."""
+        raise NotImplementedError
+
+    @property
+    def position(self) -> tuple[int, int]:
+        return self.epoch, self.step
+
+    def advance(self) -> None:
+        self.epoch, self.step = self.position_after(self.epoch, self.step)
 
     def next_batch(self) -> Batch:
-        raise NotImplementedError
+        """The batch at the current position, then advance."""
+        batch = self.batch_at(self.epoch, self.step)
+        self.advance()
+        return batch
 
     def __iter__(self) -> Iterator[Batch]:
         while True:

@@ -37,19 +37,20 @@ class CausalLMObjective(Objective):
         self.block_size, self.batch_size, self.mode = block_size, batch_size, mode
         self.windows_per_epoch = (documents.num_tokens - 1) // block_size  # sequential mode
 
-    def _starts(self) -> np.ndarray:
-        """(B,) window starts of the current step."""
+    def _starts(self, epoch: int, step: int) -> np.ndarray:
+        """(B,) window starts of step `step`."""
         if self.mode == "random":
-            return self.rng().integers(0, len(self.tokens) - self.block_size, size=self.batch_size)
-        window = (self.step * self.batch_size + np.arange(self.batch_size)) % self.windows_per_epoch
+            return self.rng(epoch, step).integers(0, len(self.tokens) - self.block_size, size=self.batch_size)
+        window = (step * self.batch_size + np.arange(self.batch_size)) % self.windows_per_epoch
         return window * self.block_size
 
-    def next_batch(self) -> Batch:
-        starts = self._starts()
-        index = starts[:, None] + np.arange(self.block_size + 1)  # (B, T + 1)
+    def batch_at(self, epoch: int, step: int) -> Batch:
+        index = self._starts(epoch, step)[:, None] + np.arange(self.block_size + 1)  # (B, T + 1)
         window = torch.from_numpy(self.tokens[index].astype(np.int64))
-        batch = Batch(tgt_ids=window[:, :-1], labels=window[:, 1:])  # (B, T) each
-        self.step += 1
-        if self.mode == "sequential" and self.step * self.batch_size >= self.windows_per_epoch * (self.epoch + 1):
-            self.epoch += 1
-        return batch
+        return Batch(tgt_ids=window[:, :-1], labels=window[:, 1:])  # (B, T) each
+
+    def position_after(self, epoch: int, step: int) -> tuple[int, int]:
+        step += 1
+        if self.mode == "sequential" and step * self.batch_size >= self.windows_per_epoch * (epoch + 1):
+            epoch += 1
+        return epoch, step

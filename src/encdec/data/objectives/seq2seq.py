@@ -95,15 +95,16 @@ class Seq2SeqObjective(Objective):
         target = np.append(self.targets[index][: self.max_target_len - 1].astype(np.int64), self.eos_id)
         return source, target
 
-    def next_batch(self) -> Batch:
-        batches = self.plan.batches(self.seed, self.epoch, shuffle=self.shuffle)
-        examples = [self.example(int(self.indices[i])) for i in batches[self.step]]
-        self.step += 1
-        if self.step == len(batches):
-            self.epoch, self.step = self.epoch + 1, 0
+    def batch_at(self, epoch: int, step: int) -> Batch:
+        batches = self.plan.batches(self.seed, epoch, shuffle=self.shuffle)
+        examples = [self.example(int(self.indices[i])) for i in batches[step]]
         if self.batch_format == "prefix_lm":
             return collate_prefix_lm(examples, self.pad_id)
         return collate_encoder_decoder(examples, self.pad_id, self.decoder_start_id)
+
+    def position_after(self, epoch: int, step: int) -> tuple[int, int]:
+        step += 1
+        return (epoch + 1, 0) if step == len(self.plan.batches(self.seed, epoch, shuffle=self.shuffle)) else (epoch, step)
 
     @property
     def batches_per_epoch(self) -> int:

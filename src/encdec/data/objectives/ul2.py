@@ -118,18 +118,18 @@ class UL2Objective(Objective):
             inputs = np.concatenate([[self.mode_ids[mode]], inputs])
         return inputs, targets
 
-    def next_batch(self) -> Batch:
-        batches = self.plan.batches(self.seed, self.epoch)
-        chunk_ids = batches[self.step]
-        rng = self.rng()
+    def batch_at(self, epoch: int, step: int) -> Batch:
+        chunk_ids = self.plan.batches(self.seed, epoch)[step]
+        rng = self.rng(epoch, step)
         modes = [MODES[i] for i in rng.choice(3, size=len(chunk_ids), p=self.config.probabilities)]
         examples = [self.example(int(c), m, rng) for c, m in zip(chunk_ids, modes, strict=True)]
-        self.step += 1
-        if self.step == len(batches):
-            self.epoch, self.step = self.epoch + 1, 0
         if self.batch_format == "prefix_lm":
             return collate_prefix_lm(examples, self.pad_id, modes=modes)
         return collate_encoder_decoder(examples, self.pad_id, self.decoder_start_id, modes=modes)
+
+    def position_after(self, epoch: int, step: int) -> tuple[int, int]:
+        step += 1
+        return (epoch + 1, 0) if step == len(self.plan.batches(self.seed, epoch)) else (epoch, step)
 
 
 def ul2_mode_ids(tokenizer) -> dict[str, int]:

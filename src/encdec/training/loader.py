@@ -1,0 +1,96 @@
+"""Training batches built ahead of the loop, off the main thread, ready for a non-blocking copy.
+
+    objective.batch_at(position)  ->  this process's rows  ->  token counts (host ints)  ->  pinned
+    worker w of W builds positions w, w + W, ...; the DataLoader yields them in order
+
+Each batch is a pure function of its position (data.objectives.base), so workers
+can build ahead in any process and the batches are exactly those of
+`objective.next_batch()`. The loop's objective advances only as batches are
+consumed, so a checkpoint records the next batch to train on, not how far the
+workers ran ahead, and a resumed run continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from encdec.data.batch import IGNORE_INDEX, Batch
+from encdec.data.objectives.base import Objective
+
+ROW_FIELDS = ("tgt_ids", "labels", "src_ids", "src_mask", "prefix_lengths")
+
+
+@dataclass
+class LoadedBatch:
+    """This process's rows of one global batch, in host memory, with its token counts."""
+
+    batch: Batch
+    num_tokens: int  # target tokens with loss in these rows
+    global_tokens: int  # target tokens with loss in the whole global batch, over every process
+
+    def pin_memory(self) -> LoadedBatch:  # called by the DataLoader's pinning thread
+        fields = {f: getattr(self.batch, f).pin_memory() for f in ROW_FIELDS if getattr(self.batch, f) is not None}
+        return replace(self, batch=replace(self.batch, **fields))
+
+    def to(self, device: torch.device) -> Batch:
+        """The rows on `device`; the copy does not wait when the memory is pinned."""
+        return self.batch.to(device, non_blocking=True)
+
+
+def local_rows(batch: Batch, rows: slice | None) -> LoadedBatch:
+    """Cut this process's `rows` from a global batch and count the loss tokens of both on the host."""
+    global_tokens = int((batch.labels != IGNORE_INDEX).sum())
+    if rows is None:
+        return LoadedBatch(batch, global_tokens, global_tokens)
+    local = replace(batch, **{f: getattr(batch, f)[rows] for f in ROW_FIELDS if getattr(batch, f) is not None})
+    return LoadedBatch(local, int((local.labels != IGNORE_INDEX).sum()), global_tokens)
+
+
+class _Positions(IterableDataset):
+    """The batches from `start` on; under W workers, worker w builds every W-th one."""
+
+    def __init__(self, objective: Objective, start: tuple[int, int], rows: slice | None):
+        self.objective, self.start, self.rows = objective, start, rows
+
+    def __iter__(self) -> Iterator[LoadedBatch]:
+        worker = get_worker_info()
+        n_workers, index = (worker.num_workers, worker.id) if worker else (1, 0)
+        position = self.start
+        for _ in range(index):
+            position = self.objective.position_after(*position)
+        while True:
+            yield local_rows(self.objective.batch_at(*position), self.rows)
+            for _ in range(n_workers):
+                position = self.objective.position_after(*position)
+
+
+def default_workers(device: torch.device) -> int:
+    """Worker processes when training.data_workers is unset: 2 beside a GPU (if cores allow), none on a CPU,
+    whose cores are the ones computing the step."""
+    if device.type == "cpu":
+        return 0
+    return max(0, min(2, (os.cpu_count() or 1) - 1))
+
+
+def batch_stream(
+    objective: Objective, rows: slice | None, device: torch.device, workers: int | None = None
+) -> Iterator[LoadedBatch]:
+    """Batches from the objective's current position on, each advancing the objective once taken."""
+    workers = default_workers(device) if workers is None else workers
+    loader = DataLoader(
+        _Positions(objective, objective.position, rows),
+        batch_size=None,  # the objectives batch for themselves
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        prefetch_factor=4 if workers else None,
+        persistent_workers=workers > 0,
+        generator=torch.Generator(),  # its seed draw would otherwise advance the global RNG that dropout uses
+    )
+    for loaded in loader:
+        objective.advance()
+        yield loaded

@@ -1,0 +1,77 @@
+"""How a run computes on its device: precision, TF32, determinism, and the RNG states a checkpoint keeps.
+
+    precision "auto"   bf16 autocast on a GPU that supports it, fp32 elsewhere
+    fp32 on CUDA       TF32 matmuls and convolutions (10-bit mantissa inputs, fp32 accumulation)
+    deterministic      torch.use_deterministic_algorithms: SDPA's fused backward, scatter-adds
+                       and cuBLAS take their deterministic paths, so a GPU run repeats bitwise
+
+Every setting is process-wide in torch; `numerics()` sets them for one run and
+puts the previous ones back, so a library call leaves no trace.
+"""
+
+import os
+from contextlib import contextmanager, nullcontext
+
+import torch
+
+from encdec.errors import ConfigError
+
+CUBLAS_DETERMINISTIC = ":4096:8"  # cuBLAS needs a fixed workspace to repeat its reductions
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """fp32 or bf16: "auto" picks bf16 on a GPU with bf16 support, fp32 otherwise."""
+    if precision == "auto":
+        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError("training.precision is bf16 but this GPU does not support bfloat16; use fp32")
+    return precision
+
+
+def autocast(precision: str, device: torch.device):
+    """bf16 autocast for the forward pass, or nothing; weights and optimizer state stay fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+
+
+@contextmanager
+def numerics(device: torch.device, deterministic: bool):
+    """TF32 on CUDA; deterministic algorithms if asked; the previous settings restored afterwards."""
+    saved = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+    )
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)  # read when cuBLAS starts
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, algorithms,
+         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) = saved  # fmt: skip
+        torch.use_deterministic_algorithms(algorithms)
+
+
+def rng_states(device: torch.device) -> dict[str, torch.Tensor]:
+    """This process's torch RNG states: the CPU generator's and, on a GPU, its device's."""
+    states = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def set_rng_states(states: dict[str, torch.Tensor], device: torch.device) -> bool:
+    """Restore `rng_states`; False when the checkpoint has no state for this device (a CPU run resumed on a GPU)."""
+    torch.set_rng_state(states["cpu"])
+    if device.type != "cuda":
+        return True
+    if "cuda" not in states:
+        return False
+    torch.cuda.set_rng_state(states["cuda"], device)
+    return True
