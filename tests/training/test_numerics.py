@@ -1,0 +1,81 @@
+"""Precision, determinism, RNG states and process placement: what a run sets, saves and refuses."""
+
+from contextlib import nullcontext
+
+import pytest
+import torch
+from torch import nn
+
+from encdec.errors import ConfigError
+from encdec.training import distributed, load_config, train
+from encdec.training.checkpoint import latest_checkpoint, load_checkpoint
+from encdec.training.loader import LoadedBatch
+from encdec.training.numerics import numerics, resolve_precision
+from encdec.training.trainer import _optimizer_step
+
+
+def test_auto_precision_is_fp32_on_a_cpu_and_explicit_choices_stand():
+    cpu = torch.device("cpu")
+    assert resolve_precision("auto", cpu) == "fp32"
+    assert resolve_precision("bf16", cpu) == "bf16" and resolve_precision("fp32", cpu) == "fp32"
+
+
+@pytest.mark.cuda
+def test_auto_precision_is_bf16_on_a_gpu_that_supports_it():
+    assert resolve_precision("auto", torch.device("cuda")) == ("bf16" if torch.cuda.is_bf16_supported() else "fp32")
+
+
+def test_a_run_leaves_torchs_global_settings_as_it_found_them(device):
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cuda.matmul.allow_tf32)
+    with numerics(device, deterministic=True):
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cuda.matmul.allow_tf32 == (device.type == "cuda" or before[1])
+    assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cuda.matmul.allow_tf32) == before
+
+
+def test_deterministic_runs_repeat_bitwise_and_checkpoints_hold_this_devices_rng(tmp_path, tiny_config, device):
+    overrides = ["training.steps=4", "output.save_interval=2", "training.deterministic=true"]
+    runs = [tmp_path / "a", tmp_path / "b"]
+    results = [train(load_config(tiny_config, overrides), run) for run in runs]
+    losses = [[r["loss"] for r in result.history if r["kind"] == "train"] for result in results]
+    assert len(losses[0]) == 4 and losses[0] == losses[1]
+    rng = load_checkpoint(latest_checkpoint(runs[0]))["rng"]
+    assert "torch" in rng and ("cuda_rank0" in rng) == (device.type == "cuda")
+
+
+def test_torchrun_with_more_processes_than_gpus_is_refused_in_one_sentence(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match="started 2 processes on this machine but it has 1 GPU"):
+        distributed.setup("cuda")
+
+
+class FakeFSDP(nn.Module):
+    """Records, at each backward, whether gradient synchronisation was on (FSDP2 reads the flag there)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(3))
+        self.sync, self.seen = True, []
+        self.weight.register_hook(lambda grad: self.seen.append(self.sync) or grad)
+
+    def set_requires_gradient_sync(self, enabled: bool) -> None:
+        self.sync = enabled
+
+    def forward(self, src_ids, tgt_ids, src_mask=None, labels=None):
+        loss = (self.weight * tgt_ids.float().mean()).sum()
+        return type("Out", (), {"loss": loss, "ce_loss": loss, "aux_losses": {}})()
+
+
+def test_accumulation_synchronises_gradients_only_in_the_last_backward(tiny_config):
+    from encdec.data.batch import Batch
+
+    model = FakeFSDP()
+    batch = Batch(tgt_ids=torch.ones(2, 3, dtype=torch.long), labels=torch.ones(2, 3, dtype=torch.long))
+    loaded = [LoadedBatch(batch, 6, 6) for _ in range(3)]
+    cfg = load_config(tiny_config, ["training.grad_accum=3"])
+    _optimizer_step(model, torch.optim.SGD(model.parameters(), lr=0.1), loaded, cfg, distributed.DistInfo(), nullcontext())
+    assert model.seen == [False, False, True]
