@@ -2,10 +2,14 @@
 # Both create .venv on first use and install the package as the README says.
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Where `make test` runs the device-aware tests: cpu, or cuda on a machine with a GPU.
+DEVICE ?= cpu
+# An extra wheel index for torch, e.g. PyTorch's CPU index for the CPU-only build; empty: pip's default.
+TORCH_INDEX ?=
 
 $(BIN)/encdec: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e ".[all]"
+	$(BIN)/pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -c constraints.txt -e ".[all]"
 	touch $@
 
 .PHONY: main test
@@ -14,4 +18,4 @@ main: $(BIN)/encdec
 	$(BIN)/encdec evaluate runs/main --samples 4 --max-new-tokens 48
 
 test: $(BIN)/encdec
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --device $(DEVICE)

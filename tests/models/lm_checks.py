@@ -20,11 +20,16 @@ def full_logits(model, ids: torch.Tensor, src_ids: torch.Tensor | None = None) -
         return model(src_ids, ids).logits
 
 
+def device_of(model) -> torch.device:
+    return next(model.parameters()).device
+
+
 def assert_lm_cached_equals_full(model, prompt_len: int = 5, length: int = 12, beams: int = 2) -> None:
     """Prefill a prompt, step in chunks of 3 then 1, reorder the beams: logits equal the full forward's."""
-    ids = torch.randint(0, V - 2, (2, length))
+    device = device_of(model)
+    ids = torch.randint(0, V - 2, (2, length), device=device)
     state = model.start(ids[:, :prompt_len], None, length, beams)
-    swap = torch.tensor([1, 0, 3, 2])  # exchange the two beams of each example (identical rows so far)
+    swap = torch.tensor([1, 0, 3, 2], device=device)  # exchange the two beams of each example (identical so far)
     state.reorder(swap)
     rows = ids.repeat_interleave(beams, dim=0)
     got = [model.step(torch.zeros_like(rows[:, :1]), state)]  # the decoder-start placeholder
@@ -37,7 +42,7 @@ def assert_lm_cached_equals_full(model, prompt_len: int = 5, length: int = 12, b
 
 def assert_lm_generate_is_greedy_over_full_forward(model, prompt_len: int = 6, new: int = 7) -> None:
     """generate(greedy)[:, 1:] is the argmax continuation of the prompt, recomputed in full each step."""
-    prompt = torch.randint(0, V - 2, (2, prompt_len))
+    prompt = torch.randint(0, V - 2, (2, prompt_len), device=device_of(model))
     out = encdec.generate(model, prompt, max_new_tokens=new, eos_token_id=[])
     seq = prompt
     for _ in range(new):

@@ -185,9 +185,9 @@ def test_loss_options_take_the_seed_codes_defaults():
 
 
 @pytest.mark.parametrize("research", [{}, ALL_ON])
-def test_cached_decoding_equals_the_full_forward(research):
-    assert_lm_cached_equals_full(tiny("ar_encdec-tiny", research=research))
+def test_cached_decoding_equals_the_full_forward(research, device):
+    assert_lm_cached_equals_full(tiny("ar_encdec-tiny", research=research).to(device))
 
 
-def test_generate_greedy_equals_argmax_over_the_full_forward():
-    assert_lm_generate_is_greedy_over_full_forward(tiny("ar_encdec-tiny"))
+def test_generate_greedy_equals_argmax_over_the_full_forward(device):
+    assert_lm_generate_is_greedy_over_full_forward(tiny("ar_encdec-tiny").to(device))

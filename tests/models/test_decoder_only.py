@@ -66,9 +66,9 @@ def test_without_a_prompt_every_stepped_token_is_real():
     torch.testing.assert_close(got, model(None, ids).logits, atol=1e-5, rtol=1e-5)
 
 
-def test_cached_decoding_equals_the_full_forward():
-    assert_lm_cached_equals_full(tiny("decoder_only-tiny"))
+def test_cached_decoding_equals_the_full_forward(device):
+    assert_lm_cached_equals_full(tiny("decoder_only-tiny").to(device))
 
 
-def test_generate_greedy_equals_argmax_over_the_full_forward():
-    assert_lm_generate_is_greedy_over_full_forward(tiny("decoder_only-tiny"))
+def test_generate_greedy_equals_argmax_over_the_full_forward(device):
+    assert_lm_generate_is_greedy_over_full_forward(tiny("decoder_only-tiny").to(device))

@@ -21,19 +21,19 @@ def tiny(name: str):
     return build_model(preset(f"{family}-tiny", vocab_size=V, max_positions=64, **FAMILIES[name])).eval()
 
 
-def batch(B=3, S=11, T=9):
-    src = torch.randint(3, V, (B, S))
-    mask = torch.ones(B, S, dtype=torch.bool)
+def batch(B=3, S=11, T=9, device="cpu"):
+    src = torch.randint(3, V, (B, S), device=device)
+    mask = torch.ones(B, S, dtype=torch.bool, device=device)
     if B == 3:  # three source lengths: full, 7 and 3
         mask[1, 7:] = False
         mask[2, 3:] = False
-    return src, mask, torch.randint(3, V, (B, T))
+    return src, mask, torch.randint(3, V, (B, T), device=device)
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_incremental_decoding_through_the_cache_equals_the_full_forward(name):
-    model = tiny(name)
-    src, mask, tgt = batch()
+def test_incremental_decoding_through_the_cache_equals_the_full_forward(name, device):
+    model = tiny(name).to(device)
+    src, mask, tgt = batch(device=device)
     full = model(src, tgt, src_mask=mask).logits
     memory = model.encode(src, mask)
     cache = model.new_cache(max_len=4)  # outgrown on purpose
@@ -43,18 +43,18 @@ def test_incremental_decoding_through_the_cache_equals_the_full_forward(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_padding_does_not_change_outputs_at_real_positions(name):
-    model = tiny(name)
-    src, _, tgt = batch(B=1, S=6)
-    padded = torch.cat([src, torch.randint(3, V, (1, 5))], dim=1)
-    mask = torch.tensor([[True] * 6 + [False] * 5])
+def test_padding_does_not_change_outputs_at_real_positions(name, device):
+    model = tiny(name).to(device)
+    src, _, tgt = batch(B=1, S=6, device=device)
+    padded = torch.cat([src, torch.randint(3, V, (1, 5), device=device)], dim=1)
+    mask = torch.tensor([[True] * 6 + [False] * 5], device=device)
     torch.testing.assert_close(model(padded, tgt, src_mask=mask).logits, model(src, tgt).logits, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["t5", "rot5", "transformer-pre"])
-def test_a_batch_equals_its_examples_run_one_by_one(name):
-    model = tiny(name)
-    src, mask, tgt = batch()
+def test_a_batch_equals_its_examples_run_one_by_one(name, device):
+    model = tiny(name).to(device)
+    src, mask, tgt = batch(device=device)
     together = model(src, tgt, src_mask=mask).logits
     for b in range(3):
         length = int(mask[b].sum())
@@ -63,9 +63,9 @@ def test_a_batch_equals_its_examples_run_one_by_one(name):
 
 
 @pytest.mark.parametrize("name", ["t5", "rot5", "transformer-post"])
-def test_perturbing_a_future_target_token_changes_no_earlier_logits(name):
-    model = tiny(name)
-    src, mask, tgt = batch()
+def test_perturbing_a_future_target_token_changes_no_earlier_logits(name, device):
+    model = tiny(name).to(device)
+    src, mask, tgt = batch(device=device)
     changed = tgt.clone()
     changed[:, 5] = (changed[:, 5] + 1) % V
     a, b = model(src, tgt, src_mask=mask).logits, model(src, changed, src_mask=mask).logits

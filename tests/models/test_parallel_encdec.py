@@ -70,9 +70,9 @@ def test_changing_a_token_leaves_earlier_logits_unchanged():
 
 
 @pytest.mark.parametrize("research", [{}, ALL_ON])
-def test_cached_decoding_equals_the_full_forward(research):
-    assert_lm_cached_equals_full(tiny("parallel_encdec-tiny", research=research))
+def test_cached_decoding_equals_the_full_forward(research, device):
+    assert_lm_cached_equals_full(tiny("parallel_encdec-tiny", research=research).to(device))
 
 
-def test_generate_greedy_equals_argmax_over_the_full_forward():
-    assert_lm_generate_is_greedy_over_full_forward(tiny("parallel_encdec-tiny"))
+def test_generate_greedy_equals_argmax_over_the_full_forward(device):
+    assert_lm_generate_is_greedy_over_full_forward(tiny("parallel_encdec-tiny").to(device))

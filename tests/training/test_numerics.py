@@ -79,3 +79,13 @@ def test_accumulation_synchronises_gradients_only_in_the_last_backward(tiny_conf
     cfg = load_config(tiny_config, ["training.grad_accum=3"])
     _optimizer_step(model, torch.optim.SGD(model.parameters(), lr=0.1), loaded, cfg, distributed.DistInfo(), nullcontext())
     assert model.seen == [False, False, True]
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+def test_a_compiled_model_trains_to_the_eager_losses_on_a_gpu(tmp_path, tiny_config):
+    overrides = ["training.steps=6", "training.device=cuda", "model.dropout=0.0", "training.precision=bf16"]
+    results = [train(load_config(tiny_config, [*overrides, f"training.compile={c}"]), tmp_path / c)
+               for c in ("false", "true")]  # fmt: skip
+    eager, compiled = ([r["loss"] for r in res.history if r["kind"] == "train"] for res in results)
+    assert max(abs(a - b) for a, b in zip(eager, compiled, strict=True)) < 2e-2  # bf16: kernels fuse differently
