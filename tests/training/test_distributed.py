@@ -62,3 +62,11 @@ def test_more_processes_than_gpus_stop_with_one_sentence(tmp_path, tiny_config):
     assert done.returncode != 0  # each process says why in one sentence; torchrun then reports its children failed
     assert done.stderr.count("encdec: error:") == 2 and "GPU" in done.stderr
     assert "/encdec/" not in done.stderr  # no traceback through encdec's code
+
+
+@pytest.mark.slow
+def test_ddp_trains_experts_that_get_no_tokens_on_one_process(tmp_path, tiny_config):
+    """16 experts and a handful of tokens per process: some expert is idle on some rank at every step."""
+    tiny = ["--set", "training.device=cpu", "--set", "training.distributed=ddp", "--set", "model.n_experts=16",
+            "--set", "objective.seq_len=8", "--set", "training.batch_size=2"]  # fmt: skip
+    assert len(train_losses(train(tiny_config, tmp_path / "moe", 2, *tiny))) == 20
