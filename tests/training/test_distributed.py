@@ -70,3 +70,12 @@ def test_ddp_trains_experts_that_get_no_tokens_on_one_process(tmp_path, tiny_con
     tiny = ["--set", "training.device=cpu", "--set", "training.distributed=ddp", "--set", "model.n_experts=16",
             "--set", "objective.seq_len=8", "--set", "training.batch_size=2"]  # fmt: skip
     assert len(train_losses(train(tiny_config, tmp_path / "moe", 2, *tiny))) == 20
+
+
+@pytest.mark.slow
+def test_fsdp_in_bf16_computes_in_bf16_and_tracks_the_one_process_bf16_run(tmp_path, tiny_config):
+    """FSDP's mixed-precision policy (bf16 parameters for compute, fp32 gradient reduction) against autocast."""
+    bf16 = ["--set", "training.device=cpu", "--set", "training.precision=bf16", "--set", "training.steps=6"]
+    single = train_losses(train(tiny_config, tmp_path / "single", 1, *bf16))
+    sharded = train_losses(train(tiny_config, tmp_path / "fsdp", 2, *bf16, "--set", "training.distributed=fsdp"))
+    assert max(abs(a - b) for a, b in zip(single, sharded, strict=True)) < 0.05  # bf16 rounds differently
