@@ -1,4 +1,4 @@
-"""`encdec generate` on a Hugging Face directory with its tokenizer: files, stdin, text and JSONL."""
+"""`encdec generate` on a Hugging Face directory with its tokenizer: files, stdin, text and JSONL, --device."""
 
 import io
 import json
@@ -73,3 +73,39 @@ def test_the_streamer_writes_the_decoded_text_piece_by_piece(model_dir):
     for word in ("once", "upon", "a"):
         stream(torch.tensor([tokenizer.convert_tokens_to_ids(word)]))
     assert out.getvalue() == tokenizer.decode(tokenizer.convert_tokens_to_ids(["once", "upon", "a"]))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"], ids=["any-gpu", "gpu-1"])  # an id "cuda" reads as the marker
+def test_asking_for_a_gpu_without_one_is_one_sentence(model_dir, tmp_path, capsys, device):
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text("once upon a time\n")
+    assert main(["generate", str(model_dir), "-i", str(inputs), "--device", device]) == 2
+    captured = capsys.readouterr()
+    sentence = f"--device {device} asks for a GPU but torch sees none; use --device cpu or auto"
+    assert captured.err == f"encdec: error: {sentence}\n"  # one line, no traceback
+    assert captured.out == ""
+
+
+def test_an_unknown_device_is_one_sentence(model_dir, capsys):
+    assert main(["generate", str(model_dir), "--device", "gpu"]) == 2
+    assert capsys.readouterr().err == "encdec: error: --device must be cpu, cuda, cuda:N or auto, got 'gpu'\n"
+
+
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_device_cpu_and_auto_generate_what_the_library_does(model_dir, tmp_path, capsys, device):
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text("once upon a time\n")
+    args = ["generate", str(model_dir), "-i", str(inputs), "--format", "jsonl", "--max-new-tokens", "4"]
+    assert main([*args, "--device", device]) == 0
+    record = json.loads(capsys.readouterr().out)
+    model, tokenizer = encdec.load_hf(model_dir), transformers.AutoTokenizer.from_pretrained(model_dir)
+    encoded = tokenizer(["once upon a time"], return_tensors="pt", padding=True)
+    ids = encdec.generate(model, encoded["input_ids"], encoded["attention_mask"], max_new_tokens=4)
+    assert record["output"] == tokenizer.decode(ids[0, 1:], skip_special_tokens=True).strip()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_evaluate_refuses_a_missing_gpu_in_the_same_sentence(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path), "--device", "cuda:0"]) == 2  # refused before the run is read
+    assert capsys.readouterr().err.startswith("encdec: error: --device cuda:0 asks for a GPU but torch sees none")

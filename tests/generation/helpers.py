@@ -24,6 +24,19 @@ def tiny(name: str, **overrides):
     return build_model(cfg).eval()
 
 
+def assert_tokens_match(got: torch.Tensor, expected: torch.Tensor, exact: bool) -> None:
+    """Token for token on the CPU; elsewhere (exact False) kernels that sum in another order may flip one
+    near tie, so all rows but one must match (compared on the host, padded with -1 to one width)."""
+    if exact:
+        assert torch.equal(got, expected)
+        return
+    assert got.shape[0] == expected.shape[0]
+    width = max(got.shape[1], expected.shape[1])
+    pad = lambda t: torch.nn.functional.pad(t.cpu(), (0, width - t.shape[1]), value=-1)  # noqa: E731
+    differing = (pad(got) != pad(expected)).any(dim=1).sum().item()
+    assert differing <= 1, f"{differing} of {got.shape[0]} rows differ"
+
+
 def padded_batch(B: int = 3, S: int = 11, vocab: int = V, pad: int = 0):
     """Token ids with three source lengths (full, 7, 3) and their boolean mask."""
     src = torch.randint(3, vocab, (B, S))

@@ -1,4 +1,9 @@
-"""encdec.generate equals Hugging Face's generate() token for token on random-weight T5 models."""
+"""encdec.generate equals Hugging Face's generate() token for token on random-weight T5 models.
+
+CPU only, whatever --device says: token-for-token parity holds where both libraries
+sum in the same order, and the reference runs on the CPU. tests/generation/
+test_device.py and test_invariants.py cover the device under test.
+"""
 
 import pytest
 import torch

@@ -1,10 +1,15 @@
-"""Invariants of generation that hold for every family, whatever the weights."""
+"""Invariants of generation that hold for every family, whatever the weights, on the device under test.
+
+Inputs are made on the host, as a tokenizer makes them; generate() moves them. Where
+results may differ by a kernel's summation order (CUDA), `exact` is False and token
+checks allow one near tie, float checks a looser tolerance.
+"""
 
 import pytest
 import torch
 
 import encdec
-from .helpers import FAMILIES, Uncached, V, padded_batch, tiny
+from .helpers import FAMILIES, Uncached, V, assert_tokens_match, padded_batch, tiny
 
 BEAM = dict(num_beams=3, length_penalty=0.7, no_repeat_ngram_size=3, max_new_tokens=10)
 
@@ -27,42 +32,45 @@ def frequent_token(model, src, mask) -> int:
 
 @pytest.mark.parametrize("name", FAMILIES)
 @pytest.mark.parametrize("options", [dict(max_new_tokens=10), BEAM], ids=["greedy", "beam"])
-def test_cached_generation_equals_uncached_recomputation(name, options):
-    model = tiny(name)
+def test_cached_generation_equals_uncached_recomputation(name, options, device, exact):
+    model = tiny(name).to(device)
     src, mask = padded_batch()
     eos = frequent_token(model, src, mask)
     cached = encdec.generate(model, src, mask, eos_token_id=eos, **options)
     uncached = encdec.generate(Uncached(model), src, mask, eos_token_id=eos, **options)
-    assert torch.equal(cached, uncached)
+    assert cached.device == uncached.device == next(model.parameters()).device
+    assert_tokens_match(cached, uncached, exact)
 
 
 @pytest.mark.parametrize("name", ["t5", "rot5", "transformer-pre"])
-def test_beam_search_of_width_one_equals_greedy(name):
-    model = tiny(name)
+def test_beam_search_of_width_one_equals_greedy(name, device):
+    model = tiny(name).to(device)
     src, mask = padded_batch()
     greedy = encdec.generate(model, src, mask, max_new_tokens=12)
     beam = encdec.generate(model, src, mask, max_new_tokens=12, num_beams=1, length_penalty=2.0)
-    assert torch.equal(beam, greedy)
+    assert torch.equal(beam, greedy)  # the same computation on any device
 
 
 @pytest.mark.parametrize("name", ["t5", "rot5-prepended", "transformer-post"])
 @pytest.mark.parametrize("options", [dict(max_new_tokens=10), BEAM], ids=["greedy", "beam"])
-def test_a_batch_equals_its_examples_decoded_one_by_one(name, options):
-    model = tiny(name)
+def test_a_batch_equals_its_examples_decoded_one_by_one(name, options, device, exact):
+    model = tiny(name).to(device)
     src, mask = padded_batch()
     eos = frequent_token(model, src, mask)
     together = encdec.generate(model, src, mask, eos_token_id=eos, **options)
+    differing = 0
     for b in range(src.shape[0]):
         length = int(mask[b].sum())
         alone = encdec.generate(model, src[b : b + 1, :length], eos_token_id=eos, **options)
-        assert strip(together[b], eos) == strip(alone[0], eos)
+        differing += strip(together[b], eos) != strip(alone[0], eos)
+    assert differing <= (0 if exact else 1)  # off the CPU, a batch's kernels may flip one near tie
 
 
-def test_rot5_gqa_with_rope_stays_equal_to_the_full_forward_over_120_cached_steps():
-    model = tiny("rot5", n_heads=4, n_kv_heads=2)
+def test_rot5_gqa_with_rope_stays_equal_to_the_full_forward_over_120_cached_steps(device):
+    model = tiny("rot5", n_heads=4, n_kv_heads=2).to(device)
     assert model.config.position == "rope" and model.config.n_kv_heads < model.config.n_heads
-    src, mask = padded_batch(S=9)
-    tgt = torch.randint(3, V, (3, 120))
+    src, mask = (t.to(device) for t in padded_batch(S=9))
+    tgt = torch.randint(3, V, (3, 120), device=device)
     full = model(src, tgt, src_mask=mask).logits
     state = model.start(src, mask, max_new_tokens=16)  # outgrown on purpose: the buffers grow
     stepped = torch.cat([model.step(tgt[:, t : t + 1], state) for t in range(120)], dim=1)
@@ -70,20 +78,21 @@ def test_rot5_gqa_with_rope_stays_equal_to_the_full_forward_over_120_cached_step
 
 
 @pytest.mark.parametrize("name", ["t5", "rot5-prepended"])
-def test_beams_sharing_one_cross_attention_cache_equal_expanded_rows(name):
-    model = tiny(name)
-    src, mask = padded_batch()
-    tgt = torch.randint(3, V, (9, 4))
+def test_beams_sharing_one_cross_attention_cache_equal_expanded_rows(name, device, exact):
+    model = tiny(name).to(device)
+    src, mask = (t.to(device) for t in padded_batch())
+    tgt = torch.randint(3, V, (9, 4), device=device)
     shared = model.start(src, mask, max_new_tokens=8, beams=3)
     expanded = model.start(src.repeat_interleave(3, 0), mask.repeat_interleave(3, 0), max_new_tokens=8)
     a = torch.cat([model.step(tgt[:, t : t + 1], shared) for t in range(4)], dim=1)
     b = torch.cat([model.step(tgt[:, t : t + 1], expanded) for t in range(4)], dim=1)
-    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    tolerance = 1e-5 if exact else 1e-4
+    torch.testing.assert_close(a, b, atol=tolerance, rtol=tolerance)
     assert shared.cache.layers[0].cross_attn.keys.shape[0] == 3  # one row per example, not per beam
 
 
-def test_seeded_sampling_is_reproducible_and_seeds_differ():
-    model = tiny("rot5")
+def test_seeded_sampling_is_reproducible_and_seeds_differ(device):
+    model = tiny("rot5").to(device)
     src, mask = padded_batch()
     options = dict(do_sample=True, top_k=20, top_p=0.9, temperature=1.3, max_new_tokens=12, eos_token_id=[])
     first = encdec.generate(model, src, mask, seed=7, **options)
@@ -91,20 +100,20 @@ def test_seeded_sampling_is_reproducible_and_seeds_differ():
     other = encdec.generate(model, src, mask, seed=8, **options)
     assert torch.equal(first, again)
     assert not torch.equal(first, other)
-    generator = torch.Generator().manual_seed(7)
+    generator = torch.Generator(device=device).manual_seed(7)
     assert torch.equal(encdec.generate(model, src, mask, generator=generator, **options), first)
 
 
-def test_sampling_several_sequences_per_example_lays_them_out_example_major():
-    model = tiny("t5")
+def test_sampling_several_sequences_per_example_lays_them_out_example_major(device):
+    model = tiny("t5").to(device)
     src, mask = padded_batch()
     out = encdec.generate(model, src, mask, do_sample=True, num_return_sequences=4, seed=0, max_new_tokens=5)
     assert out.shape[0] == 12
     assert (out[:, 0] == model.config.decoder_start_id).all()
 
 
-def test_generation_leaves_a_training_model_in_training_mode():
-    model = tiny("t5").train()
+def test_generation_leaves_a_training_model_in_training_mode(device):
+    model = tiny("t5").to(device).train()
     src, mask = padded_batch()
     encdec.generate(model, src, mask, max_new_tokens=3)
     assert model.training

@@ -1,4 +1,7 @@
-"""Options are checked once; bad inputs and options are one clear sentence; processors behave as HF's."""
+"""Options are checked once; bad inputs and options are one clear sentence; processors behave as HF's.
+
+Models and processors run on the device under test; inputs come from the host.
+"""
 
 import math
 
@@ -7,13 +10,13 @@ import torch
 
 import encdec
 from encdec.errors import ConfigError, DataError
-from encdec.generation.logits_processors import no_repeat_ngram, repetition_penalty, top_k, top_p
+from encdec.generation.logits_processors import bad_words, no_repeat_ngram, repetition_penalty, top_k, top_p
 
 from .helpers import padded_batch, tiny
 
 
-def test_an_unknown_option_is_named_with_a_suggestion():
-    model = tiny("t5")
+def test_an_unknown_option_is_named_with_a_suggestion(device):
+    model = tiny("t5").to(device)
     src, mask = padded_batch()
     with pytest.raises(ConfigError, match="unknown generation option 'num_beam'; did you mean 'num_beams'"):
         encdec.generate(model, src, mask, num_beam=4)
@@ -29,39 +32,43 @@ def test_an_unknown_option_is_named_with_a_suggestion():
         (dict(num_return_sequences=2), "needs beam search"),
     ],
 )
-def test_an_out_of_range_option_is_one_sentence(options, message):
-    model = tiny("t5")
+def test_an_out_of_range_option_is_one_sentence(options, message, device):
+    model = tiny("t5").to(device)
     src, mask = padded_batch()
     with pytest.raises(ConfigError, match=message):
         encdec.generate(model, src, mask, **options)
 
 
-def test_an_empty_input_is_one_clear_error():
-    model = tiny("t5")
+def test_an_empty_input_is_one_clear_error(device):
+    model = tiny("t5").to(device)
     with pytest.raises(DataError, match="the input is empty"):
         encdec.generate(model, torch.zeros(1, 0, dtype=torch.long))
     src, mask = padded_batch()
     mask[1] = False
     with pytest.raises(DataError, match="input row 1 is empty"):
         encdec.generate(model, src, mask)
+    with pytest.raises(DataError, match="input row 1 is empty"):  # inputs already on the device: checked there
+        encdec.generate(model, src.to(device), mask.to(device))
 
 
-def test_an_input_longer_than_the_position_table_is_one_clear_error():
-    model = tiny("transformer-pre")  # sinusoidal table of 160 positions
+def test_an_input_longer_than_the_position_table_is_one_clear_error(device):
+    model = tiny("transformer-pre").to(device)  # sinusoidal table of 160 positions
     with pytest.raises(ConfigError, match="the input has 200 tokens but this model allows at most 160"):
         encdec.generate(model, torch.randint(3, 90, (1, 200)))
     with pytest.raises(ConfigError, match="max_new_tokens is 300"):
         encdec.generate(model, torch.randint(3, 90, (1, 5)), max_new_tokens=300)
 
 
-def test_out_of_vocabulary_ids_are_refused():
-    model = tiny("t5")
-    with pytest.raises(DataError, match=r"token ids must lie in \[0, 97\)"):
+def test_out_of_vocabulary_ids_are_refused(device):
+    model = tiny("t5").to(device)
+    with pytest.raises(DataError, match=r"token ids must lie in \[0, 97\); got 5\.\.500"):
         encdec.generate(model, torch.tensor([[5, 500]]))
+    with pytest.raises(DataError, match=r"got -1\.\.5"):
+        encdec.generate(model, torch.tensor([[5, -1]], device=device))
 
 
-def test_min_new_tokens_delays_eos_and_max_new_tokens_bounds_the_length():
-    model = tiny("t5")
+def test_min_new_tokens_delays_eos_and_max_new_tokens_bounds_the_length(device):
+    model = tiny("t5").to(device)
     src, mask = padded_batch()
     first = encdec.generate(model, src, mask, max_new_tokens=3, eos_token_id=[])
     eos = int(first[0, 1])  # the first token greedy picks becomes EOS
@@ -70,28 +77,35 @@ def test_min_new_tokens_delays_eos_and_max_new_tokens_bounds_the_length():
     assert not (out[:, 1:5] == eos).any()
 
 
-def test_a_streamer_receives_every_step_in_order():
-    model = tiny("rot5")
+def test_a_streamer_receives_every_step_in_order(device):
+    model = tiny("rot5").to(device)
     src, mask = padded_batch()
     seen = []
     out = encdec.generate(model, src, mask, max_new_tokens=6, streamer=lambda tokens: seen.append(tokens.clone()))
     assert torch.equal(torch.stack(seen, dim=1), out[:, 1:])
 
 
-def test_no_repeat_ngram_bans_exactly_the_completing_tokens():
-    seqs = torch.tensor([[0, 5, 6, 7, 5, 6]])  # the trigram (5, 6, 7) exists; the row ends with (5, 6)
-    scores = no_repeat_ngram(3)(seqs, torch.zeros(1, 10))
+def test_no_repeat_ngram_bans_exactly_the_completing_tokens(device):
+    seqs = torch.tensor([[0, 5, 6, 7, 5, 6]], device=device)  # the trigram (5, 6, 7) exists; the row ends (5, 6)
+    scores = no_repeat_ngram(3)(seqs, torch.zeros(1, 10, device=device)).cpu()
     assert scores[0, 7] == -math.inf
     assert (scores[0, torch.arange(10) != 7] == 0).all()
 
 
-def test_repetition_penalty_divides_positive_and_multiplies_negative_scores():
-    scores = torch.tensor([[2.0, -2.0, 1.0]])
-    out = repetition_penalty(2.0)(torch.tensor([[0, 1]]), scores)
+def test_repetition_penalty_divides_positive_and_multiplies_negative_scores(device):
+    scores = torch.tensor([[2.0, -2.0, 1.0]], device=device)
+    out = repetition_penalty(2.0)(torch.tensor([[0, 1]], device=device), scores)
     assert out.tolist() == [[1.0, -4.0, 1.0]]
 
 
-def test_top_k_and_top_p_keep_the_most_likely_tokens():
-    scores = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+def test_top_k_and_top_p_keep_the_most_likely_tokens(device):
+    scores = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]], device=device))
     assert torch.isinf(top_k(2)(None, scores)).tolist() == [[False, False, True, True]]
     assert torch.isinf(top_p(0.7)(None, scores)).tolist() == [[False, False, True, True]]
+
+
+def test_bad_words_ban_single_tokens_everywhere_and_longer_words_after_their_prefix(device):
+    ban = bad_words([[2], [5, 6, 7]], device)
+    seqs = torch.tensor([[0, 5, 6], [0, 6, 5]], device=device)  # only row 0 ends with the prefix (5, 6)
+    scores = ban(seqs, torch.zeros(2, 10, device=device)).cpu()
+    assert torch.isinf(scores).nonzero().tolist() == [[0, 2], [0, 7], [1, 2]]

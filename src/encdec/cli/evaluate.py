@@ -5,7 +5,8 @@ on the split. Samples: for a seq2seq run, validation sources are generated from 
 scored against their targets; for a language-model run (UL2, causal LM), each
 validation document is split as UL2's S-denoiser splits it, the first half is the
 input and the rest the reference. Scores are ROUGE-1/2/L, BLEU and chrF; results go
-to RUN_DIR/eval/eval.json and eval.md, with samples beside their references.
+to RUN_DIR/eval/eval.json and eval.md, with samples beside their references. Both
+run on --device (default: a GPU when torch sees one, else the CPU).
 """
 
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from encdec.cli.generate import RunTokenizer
+from encdec.cli.generate import RunTokenizer, add_device_argument, resolve_device
 from encdec.evaluation.metrics import score_texts
 from encdec.evaluation.report import perplexity, write_report
 from encdec.generation import generate
@@ -34,6 +35,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--num-beams", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=32, help="examples generated at a time")
     parser.add_argument("--rot5-preprocessing", action="store_true", help="ROT5's ROUGE preprocessing")
+    add_device_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -53,12 +55,14 @@ def sample_pairs(cfg, tokenizer, n: int) -> list[tuple[str, str]]:
 
 @torch.no_grad()
 def run(args) -> int:
+    device = resolve_device(args.device)
     loaded = load_run(args.run_dir, args.checkpoint)
+    loaded.model.to(device)
     cfg = loaded.config
     if args.batches:
         cfg.evaluation.steps = args.batches
     data = build_run_data(cfg, args.run_dir, tokenizer_dir=loaded.checkpoint / "tokenizer")
-    losses = evaluate(loaded.model, data, cfg, DistInfo())
+    losses = evaluate(loaded.model, data, cfg, DistInfo(device=device))
     loaded.model.eval()
     scores = {"val_loss": losses["val_loss"], "val_perplexity": perplexity(losses["val_loss"])}
     pairs = sample_pairs(cfg, loaded.tokenizer, args.samples)
@@ -70,7 +74,7 @@ def run(args) -> int:
         encoded = tokenizer(inputs[start : start + args.batch_size])
         ids = generate(loaded.model, encoded["input_ids"], encoded["attention_mask"],
                        max_new_tokens=args.max_new_tokens, num_beams=args.num_beams)  # fmt: skip
-        predictions += [text.strip() for text in tokenizer.batch_decode(ids[:, 1:])]
+        predictions += [text.strip() for text in tokenizer.batch_decode(ids[:, 1:].cpu())]
     scores.update(score_texts(predictions, references, args.rot5_preprocessing))
     json_path, md_path = write_report(args.run_dir / "eval", scores, inputs, predictions, references)
     print(md_path.read_text(), end="")

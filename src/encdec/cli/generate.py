@@ -6,7 +6,8 @@ input to the terminal as they are decoded. MODEL_DIR is a run directory of
 `encdec train` (its best checkpoint, with its own tokenizer; a seq2seq run's
 source template is applied to each input) or a local Hugging Face directory (T5,
 Marian, BART) with its tokenizer, read with transformers' AutoTokenizer (the
-optional `hf` extra).
+optional `hf` extra). --device picks where the model runs (default: a GPU when
+torch sees one, else the CPU).
 """
 
 import argparse
@@ -45,9 +46,33 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="inputs decoded together")
     parser.add_argument("--do-sample", action="store_true", help="sample instead of taking the most likely token")
     parser.add_argument("--no-stream", action="store_true", help="do not stream the tokens of a single input")
+    add_device_argument(parser)
     for name, (kind, text) in OPTIONS.items():
         parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None, help=text)
     parser.set_defaults(func=run)
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="auto",
+                        help="cpu, cuda, cuda:N, or auto (default): cuda when torch sees a GPU, else cpu")  # fmt: skip
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch.device --device names; asking for a GPU torch cannot see is one sentence (ConfigError)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device must be cpu, cuda, cuda:N or auto, got {name!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name} asks for a GPU but torch sees none; use --device cpu or auto")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ConfigError(f"--device {name} asks for GPU {device.index} but torch sees only {count} GPU(s)")
+    return device
 
 
 class RunTokenizer:
@@ -136,7 +161,9 @@ def stream_printer(tokenizer, stream):
 
 
 def run(args: argparse.Namespace) -> int:
+    device = resolve_device(args.device)
     model, tokenizer = load_model_and_tokenizer(args.model_dir)
+    model.to(device)
     inputs = read_inputs(args.input, args.prefix)
     options = {name: getattr(args, name) for name in OPTIONS if getattr(args, name) is not None}
     if args.do_sample:
@@ -150,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
             batch = inputs[start : start + args.batch_size]
             encoded = tokenizer(batch, return_tensors="pt", padding=True)
             streamer = {"streamer": stream_printer(tokenizer, out)} if streaming else {}
-            ids = generate(model, encoded["input_ids"], encoded["attention_mask"], **options, **streamer)
+            ids = generate(model, encoded["input_ids"], encoded["attention_mask"], **options, **streamer).cpu()
             texts = tokenizer.batch_decode(ids[:, 1:], skip_special_tokens=True)
             write_outputs(out, batch, texts, args.format, streamed=streaming)
     finally:

@@ -8,7 +8,9 @@ finished into the example's N best finished hypotheses, scored
 `early_stopping`: True stops an example once N hypotheses finished; False stops
 when the best running beam, scored at the current length, cannot beat the worst
 finished one; "never" scores it at the maximal length when length_penalty > 0.
-The cache follows the beams through `state.reorder`, never by re-running.
+The cache follows the beams through `state.reorder`, never by re-running. Every
+tensor lives on the model's device; each step waits for the host once, to decide
+whether to stop.
 
 Shapes: B examples, N beams, K candidates kept per step, L maximal length
 (start token included), V vocabulary.
@@ -17,7 +19,7 @@ Shapes: B examples, N beams, K candidates kept per step, L maximal length
 import torch
 
 from encdec.generation.config import GenerationConfig
-from encdec.generation.interface import DecodeState, Steppable
+from encdec.generation.interface import DecodeState, Steppable, model_device
 from encdec.generation.logits_processors import apply_all, build_processors
 
 NEG = -1.0e9  # Hugging Face's "impossible" score; kept identical so ties break identically
@@ -30,26 +32,30 @@ def gather_beams(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return torch.take_along_dim(tensor, index, dim=1)
 
 
-def beam_search(model: Steppable, state: DecodeState, batch: int, cfg: GenerationConfig) -> torch.Tensor:
-    """Decode `batch` examples with cfg.num_beams beams -> (B * num_return_sequences, L') token ids."""
+def beam_search(
+    model: Steppable, state: DecodeState, batch: int, cfg: GenerationConfig, device: torch.device | None = None
+) -> torch.Tensor:
+    """Decode `batch` examples with cfg.num_beams beams on `device` (default: the model's)
+    -> (B * num_return_sequences, L') token ids."""
+    device = device if device is not None else model_device(model)
     B, N, lp = batch, cfg.num_beams, cfg.length_penalty
     L = cfg.max_new_tokens + 1
-    eos = torch.tensor(cfg.eos_ids, dtype=torch.long)
-    K = max(2, 1 + len(eos)) * N
-    top_n = torch.arange(K) < N  # only the N best candidates may finish
-    fill = cfg.pad_token_id or (cfg.eos_ids[0] if len(eos) else -1)  # Hugging Face's fill: a pad id of 0 gives EOS
-    running = torch.full((B, N, L), fill, dtype=torch.long)
+    eos = torch.tensor(cfg.eos_ids, dtype=torch.long, device=device)
+    K = max(2, 1 + len(cfg.eos_ids)) * N
+    top_n = torch.arange(K, device=device) < N  # only the N best candidates may finish
+    fill = cfg.pad_token_id or (cfg.eos_ids[0] if cfg.eos_ids else -1)  # as Hugging Face fills: a pad id 0 gives EOS
+    running = torch.full((B, N, L), fill, dtype=torch.long, device=device)
     running[:, :, 0] = cfg.decoder_start_token_id
     finished = running.clone()
-    running_scores = torch.zeros(B, N)
+    running_scores = torch.zeros(B, N, device=device)
     running_scores[:, 1:] = NEG  # only the first beam's tokens count at the first step
-    finished_scores = torch.full((B, N), NEG)
-    finished_lengths = torch.zeros(B, N, dtype=torch.long)  # generated tokens of each finished hypothesis
-    is_finished = torch.zeros(B, N, dtype=torch.bool)
-    improvable = torch.ones(B, 1, dtype=torch.bool)
-    example_offset = torch.arange(B)[:, None] * N  # (B, 1)
-    chain = build_processors(cfg, L)
-    generator = cfg.make_generator()
+    finished_scores = torch.full((B, N), NEG, device=device)
+    finished_lengths = torch.zeros(B, N, dtype=torch.long, device=device)  # generated tokens of each hypothesis
+    is_finished = torch.zeros(B, N, dtype=torch.bool, device=device)
+    improvable = torch.ones(B, 1, dtype=torch.bool, device=device)
+    example_offset = torch.arange(B, device=device)[:, None] * N  # (B, 1)
+    chain = build_processors(cfg, L, device)
+    generator = cfg.make_generator(device)
 
     cur_len = 1
     logits = model.step(running[:, :, :1].reshape(B * N, 1), state)[:, -1].float()  # (B*N, V)
@@ -88,14 +94,15 @@ def beam_search(model: Steppable, state: DecodeState, batch: int, cfg: Generatio
 
         cur_len += 1
         improvable = still_improvable(improvable, running_scores, finished_scores, is_finished, cur_len, L, cfg)
-        if not bool(improvable.any()) or bool(done.all()):
-            break
-        if cfg.early_stopping is True and bool(is_finished.all()):
+        stop = ~improvable.any() | done.all()
+        if cfg.early_stopping is True:
+            stop |= is_finished.all()
+        if bool(stop):  # the step's one host sync
             break
         logits = model.step(running[:, :, cur_len - 1].reshape(B * N, 1), state)[:, -1].float()
 
     R = cfg.num_return_sequences
-    length = 1 + int(finished_lengths[:, :R].max())
+    length = 1 + int(finished_lengths[:, :R].max())  # the output's width: one sync per call
     return finished[:, :R, :length].reshape(B * R, length)
 
 

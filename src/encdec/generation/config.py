@@ -79,10 +79,21 @@ class GenerationConfig:
         """Rows the search holds per example: beams, or independent samples."""
         return self.num_beams if self.num_beams > 1 else self.num_return_sequences
 
-    def make_generator(self) -> torch.Generator | None:
+    def check_generator(self, device: torch.device) -> None:
+        """Refuse a user's generator that cannot draw on `device`, where the model computes."""
+        given = self.generator
+        if given is not None and not same_device(given.device, device):
+            raise ConfigError(f"the generator is on {given.device} but the model is on {device}; "
+                              f"make it with torch.Generator(device={str(device)!r})")  # fmt: skip
+
+    def make_generator(self, device: torch.device | str = "cpu") -> torch.Generator | None:
+        """The generator sampling draws from on `device`: a fresh one seeded with `seed`, the user's
+        (checked to live there), or None for torch's default generator of that device."""
+        device = torch.device(device)
         if self.seed is None:
+            self.check_generator(device)
             return self.generator
-        return torch.Generator().manual_seed(self.seed)
+        return torch.Generator(device=device).manual_seed(self.seed)
 
     @classmethod
     def from_options(cls, defaults: dict | None = None, **options) -> "GenerationConfig":
@@ -96,3 +107,8 @@ class GenerationConfig:
         values = {k: v for k, v in (defaults or {}).items() if k in known}
         values.update(options)
         return cls(**values)
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """True when a and b name one device; a device without an index ("cuda") matches any of its type."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)

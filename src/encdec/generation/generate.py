@@ -2,7 +2,9 @@
 
 The result is a (B * num_return_sequences, L) tensor of token ids whose rows start
 with the decoder-start token, followed by the generated tokens, padded (after EOS)
-as Hugging Face's `generate()` pads them, so the two compare directly.
+as Hugging Face's `generate()` pads them, so the two compare directly. Inputs may
+live anywhere (a tokenizer's host tensors, say): they are checked where they are,
+then moved to the model's device, where the search runs and the result stays.
 
 Shapes: B examples, S source length, L output length (start token included).
 """
@@ -15,7 +17,7 @@ from torch import nn
 from encdec.errors import ConfigError, DataError
 from encdec.generation.beam_search import beam_search
 from encdec.generation.config import GenerationConfig
-from encdec.generation.interface import Steppable
+from encdec.generation.interface import Steppable, model_device
 from encdec.generation.search import sample_search
 
 log = logging.getLogger(__name__)
@@ -25,10 +27,14 @@ def generate(model: Steppable, src_ids: torch.Tensor, src_mask: torch.Tensor | N
     """Generate from src_ids (B, S); src_mask (B, S), True or 1 at real tokens.
 
     Without a mask, positions holding the pad token are padding. Options are those of
-    `GenerationConfig` (Hugging Face's names); an unknown one raises ConfigError.
+    `GenerationConfig` (Hugging Face's names); an unknown one raises ConfigError. The
+    result is on the model's device (see `model_device`).
     """
     cfg = resolve_config(model, options)
     src_ids, src_mask = check_inputs(model, src_ids, src_mask, cfg)
+    device = model_device(model, default=src_ids.device)
+    cfg.check_generator(device)
+    src_ids, src_mask = src_ids.to(device), src_mask.to(device)
     batch = src_ids.shape[0]
     rows = cfg.rows_per_example
     was_training = isinstance(model, nn.Module) and model.training
@@ -38,9 +44,9 @@ def generate(model: Steppable, src_ids: torch.Tensor, src_mask: torch.Tensor | N
         with torch.inference_mode():
             state = model.start(src_ids, src_mask, cfg.max_new_tokens, rows)
             if cfg.num_beams > 1:
-                out = beam_search(model, state, batch, cfg)
+                out = beam_search(model, state, batch, cfg, device)
             else:
-                out = sample_search(model, state, batch * rows, cfg)
+                out = sample_search(model, state, batch * rows, cfg, device)
     finally:
         if was_training:
             model.train()
@@ -68,7 +74,8 @@ def resolve_config(model, options: dict) -> GenerationConfig:
 def check_inputs(
     model, src_ids: torch.Tensor, src_mask: torch.Tensor | None, cfg: GenerationConfig
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate the batch; return it with a boolean mask. Each problem is one sentence."""
+    """Validate the batch where src_ids lives; return it with a boolean mask there. Each problem is one
+    sentence. Inputs on a GPU cost one host sync per call (host inputs none)."""
     if not isinstance(src_ids, torch.Tensor) or src_ids.dim() != 2 or src_ids.dtype not in (torch.long, torch.int):
         raise DataError("src_ids must be a (batch, length) tensor of integer token ids")
     if src_ids.shape[0] == 0 or src_ids.shape[1] == 0:
@@ -77,11 +84,15 @@ def check_inputs(
         src_mask = src_ids != cfg.pad_token_id if cfg.pad_token_id is not None else torch.ones_like(src_ids)
     if src_mask.shape != src_ids.shape:
         raise DataError(f"src_mask has shape {tuple(src_mask.shape)} but src_ids has {tuple(src_ids.shape)}")
+    if src_mask.device != src_ids.device:
+        src_mask = src_mask.to(src_ids.device)
     src_mask = src_mask.bool()
-    empty = (~src_mask.any(dim=1)).nonzero().flatten()
-    if len(empty):
-        raise DataError(f"input row {int(empty[0])} is empty: it has no unmasked token")
+    empty = ~src_mask.any(dim=1)  # (B,)
+    facts = torch.stack((empty.any().long(), empty.long().argmax(), src_ids.min().long(), src_ids.max().long()))
+    any_empty, first_empty, low, high = facts.tolist()  # the one host sync; argmax finds the first empty row
+    if any_empty:
+        raise DataError(f"input row {first_empty} is empty: it has no unmasked token")
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
-    if vocab is not None and (int(src_ids.min()) < 0 or int(src_ids.max()) >= vocab):
-        raise DataError(f"input token ids must lie in [0, {vocab}); got {int(src_ids.min())}..{int(src_ids.max())}")
+    if vocab is not None and (low < 0 or high >= vocab):
+        raise DataError(f"input token ids must lie in [0, {vocab}); got {low}..{high}")
     return src_ids.long(), src_mask

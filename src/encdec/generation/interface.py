@@ -14,13 +14,18 @@ and appends to growing cross-attention caches. `beams` tells `start` that the
 search will hold N rows per example, laid out example-major (row b*N + n), so a
 family may share per-example tensors between them rather than copying.
 
+Everything a search makes lives on the model's device (`model_device`); `start`
+and `step` receive their inputs there.
+
 Shapes: B examples, N rows per example (beams or returned samples), S source
 length, t new positions, V vocabulary.
 """
 
+from itertools import chain
 from typing import Protocol, runtime_checkable
 
 import torch
+from torch import nn
 
 
 @runtime_checkable
@@ -48,3 +53,17 @@ class Steppable(Protocol):
 
     def step(self, tgt_ids: torch.Tensor, state: DecodeState) -> torch.Tensor:
         """tgt_ids (B*N, t), the next t target positions of every row -> logits (B*N, t, V)."""
+
+
+def model_device(model, default: torch.device | str = "cpu") -> torch.device:
+    """Where `model` computes: its `device` attribute if it is a torch.device, else the device of its
+    first parameter or buffer, else that of the module it wraps as `.model` (a cache-free reference,
+    say); `default` for a Steppable with no tensors to tell."""
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    for candidate in (model, getattr(model, "model", None)):
+        if isinstance(candidate, nn.Module):
+            for tensor in chain(candidate.parameters(), candidate.buffers()):
+                return tensor.device
+    return torch.device(default)

@@ -5,7 +5,8 @@
 
 Each processor is a function (seqs, scores) -> scores where seqs (R, L) holds every
 row's tokens so far, decoder-start token included, and scores (R, V) are logits
-(greedy, sampling) or log-probabilities (beam search).
+(greedy, sampling) or log-probabilities (beam search). Token lists (bad words, EOS)
+become tensors once, on the search's device, so no step copies from the host.
 
 Shapes: R rows, L tokens so far, V vocabulary.
 """
@@ -52,32 +53,32 @@ def no_repeat_ngram(n: int) -> Processor:
     return apply
 
 
-def bad_words(words: list[list[int]]) -> Processor:
+def bad_words(words: list[list[int]], device: torch.device | str | None = None) -> Processor:
     """Ban the last token of each listed sequence wherever the row ends with the rest of it."""
-    single = [w[0] for w in words if len(w) == 1]
-    longer = [w for w in words if len(w) > 1]
+    single = torch.tensor([w[0] for w in words if len(w) == 1], dtype=torch.long, device=device)
+    longer = [(torch.tensor(w[:-1], dtype=torch.long, device=device), w[-1]) for w in words if len(w) > 1]
 
     def apply(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        scores = scores.clone()
-        if single:
-            scores[:, single] = -math.inf
-        for word in longer:
-            k = len(word) - 1
+        scores = scores.index_fill(1, single, -math.inf) if len(single) else scores.clone()
+        for prefix, last in longer:
+            k = len(prefix)
             if seqs.shape[1] >= k:
-                ends = (seqs[:, -k:] == seqs.new_tensor(word[:-1])).all(-1)
-                scores[ends, word[-1]] = -math.inf
+                ends = (seqs[:, -k:] == prefix).all(-1)  # (R,)
+                scores[:, last] = torch.where(ends, -math.inf, scores[:, last])
         return scores
 
     return apply
 
 
-def min_new_tokens(minimum: int, eos_ids: list[int], prompt_length: int = 1) -> Processor:
+def min_new_tokens(
+    minimum: int, eos_ids: list[int], prompt_length: int = 1, device: torch.device | str | None = None
+) -> Processor:
     """Forbid EOS until `minimum` tokens follow the decoder-start token."""
+    eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
 
     def apply(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if seqs.shape[1] - prompt_length < minimum:
-            scores = scores.clone()
-            scores[:, eos_ids] = -math.inf
+            scores = scores.index_fill(1, eos, -math.inf)
         return scores
 
     return apply
@@ -123,17 +124,20 @@ def top_p(p: float, keep: int = 1) -> Processor:
     return apply
 
 
-def build_processors(cfg: GenerationConfig, max_length: int) -> list[Processor]:
-    """The processors `cfg` asks for, in Hugging Face's order; `max_length` counts the start token."""
+def build_processors(
+    cfg: GenerationConfig, max_length: int, device: torch.device | str | None = None
+) -> list[Processor]:
+    """The processors `cfg` asks for, in Hugging Face's order, for scores on `device`; `max_length`
+    counts the start token."""
     chain: list[Processor] = []
     if cfg.repetition_penalty != 1.0:
         chain.append(repetition_penalty(cfg.repetition_penalty))
     if cfg.no_repeat_ngram_size > 0:
         chain.append(no_repeat_ngram(cfg.no_repeat_ngram_size))
     if cfg.bad_words_ids:
-        chain.append(bad_words(cfg.bad_words_ids))
+        chain.append(bad_words(cfg.bad_words_ids, device))
     if cfg.min_new_tokens > 0 and cfg.eos_ids:
-        chain.append(min_new_tokens(cfg.min_new_tokens, cfg.eos_ids))
+        chain.append(min_new_tokens(cfg.min_new_tokens, cfg.eos_ids, device=device))
     if cfg.forced_bos_token_id is not None:
         chain.append(forced_token(cfg.forced_bos_token_id, at_length=1))
     if cfg.forced_eos_token_id is not None:
