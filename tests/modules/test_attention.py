@@ -145,3 +145,59 @@ def test_training_path_with_dropout_and_causal_flag_matches_sdpa_when_dropout_is
     fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     torch.testing.assert_close(explicit, fused, atol=1e-5, rtol=1e-5)
     assert attn(x, is_causal=True).shape == (2, 5, 16)
+
+
+def fp32_additive_mask(allowed, bias):
+    """The mask as it was before autocast was considered: fp32's own min at blocked entries."""
+    shape = allowed.shape if bias is None else torch.broadcast_shapes(allowed.shape, bias.shape)
+    base = torch.zeros(shape) if bias is None else bias.expand(shape)
+    return base.masked_fill(~allowed, torch.finfo(torch.float32).min)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_a_blocked_entry_stays_finite_when_bf16_autocast_casts_the_fp32_mask(with_bias):
+    allowed = torch.rand(2, 1, 5, 7) > 0.5
+    bias = torch.randn(1, 3, 5, 7) if with_bias else None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mask = additive_mask(allowed, bias, torch.float32)
+    assert mask.dtype == torch.float32
+    cast = mask.to(torch.bfloat16)  # what CUDA autocast hands SDPA
+    assert torch.isfinite(cast).all()
+    blocked = ~allowed.expand(cast.shape)
+    assert (cast[blocked] == torch.finfo(torch.bfloat16).min).all()
+    assert torch.equal(cast[blocked].float(), mask[blocked])  # bf16's min is exact in fp32
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_without_autocast_the_mask_is_bitwise_the_fp32_one(with_bias):
+    allowed = torch.rand(2, 1, 5, 7) > 0.5
+    bias = torch.randn(1, 3, 5, 7) if with_bias else None
+    assert torch.equal(additive_mask(allowed, bias, torch.float32), fp32_additive_mask(allowed, bias))
+
+
+@pytest.mark.parametrize("learned_bias", [False, True], ids=["sdpa", "explicit"])
+def test_a_fully_blocked_row_averages_the_values_under_bf16_autocast(learned_bias):
+    """The mask is cast to bf16 as CUDA autocast does before SDPA; the uniform average is what fp32 gives."""
+    attn = Attention(d_model=8, n_heads=2).eval()
+    x, source = torch.randn(1, 2, 8), torch.randn(1, 4, 8)
+    allowed = torch.tensor([[True, False, True, True], [False] * 4])[None, None]  # (1, 1, T, S): query 1 sees nothing
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mask = additive_mask(allowed, None, torch.float32).to(torch.bfloat16)
+        out = attn(x, source, mask=mask.requires_grad_(learned_bias))  # a mask needing a gradient: explicit path
+    assert torch.isfinite(out).all()
+    uniform = attn.o(attn.v(source).mean(dim=1))  # every head averages every value
+    torch.testing.assert_close(out[:, 1].float(), uniform.detach(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("mask_dtype", [None, torch.float32, torch.bfloat16], ids=["causal", "fp32", "bf16"])
+def test_the_explicit_training_path_stays_finite_under_bf16_autocast_with_dropout(mask_dtype):
+    attn = Attention(d_model=16, n_heads=4, n_kv_heads=2, dropout=0.3).train()
+    x = torch.randn(2, 6, 16)
+    allowed = torch.ones(2, 1, 6, 6, dtype=torch.bool)
+    allowed[1, :, 2] = False  # a fully blocked row
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mask = None if mask_dtype is None else additive_mask(allowed, None, torch.float32).to(mask_dtype)
+        out = attn(x, mask=mask, is_causal=mask is None)
+        out.float().sum().backward()
+    assert torch.isfinite(out).all()
+    assert all(torch.isfinite(p.grad).all() for p in attn.parameters())

@@ -55,3 +55,27 @@ def test_rope_accepts_per_example_positions():
     x = torch.randn(2, 3, 5, 8)
     positions = torch.stack([torch.arange(5), torch.arange(5) + 9])  # (B, T)
     torch.testing.assert_close(rope(x, positions)[1], rope(x[1:], torch.arange(5) + 9)[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_rope_frequencies_stay_fp32_through_dtype_casts(dtype):
+    rope = RotaryEmbedding(16)
+    fresh = rope.inv_freq.clone()
+    rope.to(dtype)
+    assert rope.inv_freq.dtype == torch.float32 and torch.equal(rope.inv_freq, fresh)
+
+
+def test_rope_frequencies_follow_device_moves_and_are_rebuilt_by_to_empty():
+    rope = RotaryEmbedding(16)
+    fresh = rope.inv_freq.clone()
+    rope.to("meta")
+    assert rope.inv_freq.device.type == "meta"
+    rope.to_empty(device="cpu")  # the meta-device init path: the table comes back with its values
+    assert rope.inv_freq.device.type == "cpu" and torch.equal(rope.inv_freq, fresh)
+
+
+def test_rope_keeps_the_input_dtype_and_state_dict_has_no_table():
+    rope = RotaryEmbedding(8).to(torch.bfloat16)
+    x = torch.randn(1, 2, 3, 8, dtype=torch.bfloat16)
+    assert rope(x, torch.arange(3)).dtype == torch.bfloat16
+    assert "inv_freq" not in rope.state_dict()

@@ -3,8 +3,9 @@
 Everything position- or mask-related arrives as plain arguments, so the same
 module serves T5 (additive relative bias, no 1/sqrt(D) scaling), ROT5 (RoPE,
 grouped-query), Vaswani (sinusoidal, scaled) and the causal cross-attention of
-the auto-regressive encoder-decoder. The compute path is always torch's
-`scaled_dot_product_attention`; grouped KV heads are repeated at use.
+the auto-regressive encoder-decoder. The compute path is torch's
+`scaled_dot_product_attention` (CPU training takes an explicit equivalent, see
+`attend`); grouped KV heads are repeated at use.
 
 Shapes: B batch, T query length, S key length, C model dim,
 H query heads, K kv heads (H % K == 0), D head dim.
@@ -144,13 +145,27 @@ def additive_mask(
 ) -> torch.Tensor | None:
     """Fold a boolean `allowed` mask into an additive float mask, on top of `bias`.
 
-    Blocked entries get the dtype's most negative finite value rather than -inf,
-    so a row with every key blocked gives a finite (uniform) result, not NaN.
+    Blocked entries get `blocked_value` rather than -inf, so a row with every key
+    blocked gives a finite (uniform) result, not NaN, also after autocast casts it.
     """
     if allowed is None:
         return bias
-    blocked = torch.finfo(dtype).min
+    blocked = blocked_value(dtype, allowed.device.type)
     if bias is None:
         return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, blocked)
     shape = torch.broadcast_shapes(allowed.shape, bias.shape)
     return bias.to(dtype).expand(shape).masked_fill(~allowed, blocked)
+
+
+def blocked_value(dtype: torch.dtype, device_type: str) -> float:
+    """The additive score of a blocked key: the most negative number finite in `dtype`
+    and, while autocast is on for `device_type`, in the autocast dtype too.
+
+    CUDA autocast casts SDPA's inputs, an fp32 mask included, to bf16, where fp32's
+    min rounds to -inf. bf16's min is exact in fp32, and a score added to it in fp32
+    rounds back to it as it does to fp32's min, so results keep their bits.
+    """
+    value = torch.finfo(dtype).min
+    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
+        value = max(value, torch.finfo(torch.get_autocast_dtype(device_type)).min)
+    return value

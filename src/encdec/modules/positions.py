@@ -98,15 +98,28 @@ class RotaryEmbedding(nn.Module):
     """RoPE with rotate-half pairing: dimension i turns with dimension i + D/2 (Su et al. 2021).
 
     Queries and keys are rotated by their own positions, so q_i . k_j depends only
-    on i - j. Positions are (T,) shared by the batch or (B, T) per example.
+    on i - j. Positions are (T,) shared by the batch or (B, T) per example. The
+    frequencies and angles stay fp32 whatever the module is cast to: in bf16 the
+    angle at position 511 would be off by about 0.27 rad.
     """
 
     def __init__(self, d_head: int, theta: float = 10000.0):
         super().__init__()
         if d_head % 2:
             raise ValueError(f"RoPE needs an even head dimension, got {d_head}")
-        inv_freq = 1.0 / theta ** (torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.d_head, self.theta = d_head, theta
+        self.register_buffer("inv_freq", self.frequencies(), persistent=False)
+
+    def frequencies(self) -> torch.Tensor:
+        """(D/2,) fp32 on the CPU: theta^(-2i/D)."""
+        return 1.0 / self.theta ** (torch.arange(0, self.d_head, 2, dtype=torch.float32) / self.d_head)
+
+    def _apply(self, fn, recurse=True):
+        """Follow device moves (and to_empty) but not dtype casts: rebuild the table in fp32
+        on whatever device `fn` left it, so its values never pass through bf16 (or meta)."""
+        super()._apply(fn, recurse)
+        self.inv_freq = self.frequencies().to(self.inv_freq.device)
+        return self
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x (B, H, T, D), positions (T,) or (B, T) -> x rotated, same shape and dtype."""
