@@ -52,3 +52,61 @@ def test_z_loss_equals_mean_squared_logsumexp():
     logits = torch.tensor([[1.0, 2.0], [0.0, 0.0]])
     expected = (math.log(math.e + math.e**2) ** 2 + math.log(2.0) ** 2) / 2
     assert router_z_loss(logits).item() == pytest.approx(expected, rel=1e-6)
+
+
+def loop_moe_forward(moe: MoE, x: torch.Tensor) -> torch.Tensor:
+    """The dispatch MoE.forward replaced: a nonzero() and an index_add_ per expert, experts without tokens skipped."""
+    flat = x.reshape(-1, x.shape[-1])
+    probs = moe.router(flat).float().softmax(dim=-1)
+    gates, chosen = probs.topk(moe.top_k, dim=-1)
+    if moe.renormalize:
+        gates = gates / gates.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(flat)
+    for e, expert in enumerate(moe.experts):
+        token, slot = (chosen == e).nonzero(as_tuple=True)
+        if token.numel():
+            out.index_add_(0, token, expert(flat[token]) * gates[token, slot, None].to(flat.dtype))
+    return out.view_as(x)
+
+
+@pytest.mark.parametrize("top_k,renormalize", [(1, False), (2, True), (2, False)])
+@pytest.mark.parametrize("activation", ["gelu", "swiglu"])
+def test_sorted_dispatch_equals_the_per_expert_loop_bitwise_and_in_gradients(top_k, renormalize, activation):
+    moe = MoE(d_model=16, d_ff=32, n_experts=4, top_k=top_k, renormalize=renormalize, activation=activation)
+    x = torch.randn(3, 7, 16, requires_grad=True)
+    out, _ = moe(x)
+    expected = loop_moe_forward(moe, x)
+    assert torch.equal(out, expected)
+    weight = torch.randn_like(out)
+    grads = torch.autograd.grad((out * weight).sum(), [x, *moe.parameters()])
+    expected_grads = torch.autograd.grad((expected * weight).sum(), [x, *moe.parameters()])
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("top_k", [1, 2])
+def test_an_expert_that_gets_no_token_still_gets_a_zero_gradient(top_k):
+    moe = MoE(d_model=8, d_ff=16, n_experts=4, top_k=top_k)
+    with torch.no_grad():
+        moe.router.weight[3] = 0.0
+        moe.router.weight[3, 0] = -100.0
+    x = torch.randn(2, 5, 8)
+    x[..., 0] = 10.0  # expert 3's logit is -1000: in no token's top k
+    out, logits = moe(x)
+    assert not (logits.topk(top_k, -1).indices == 3).any()
+    out.sum().backward()
+    for p in moe.experts[3].parameters():
+        assert p.grad is not None and torch.equal(p.grad, torch.zeros_like(p))
+    assert all(p.grad is not None for p in moe.parameters())
+
+
+def test_moe_with_large_experts_runs_an_empty_expert_in_inference():
+    moe = MoE(d_model=64, d_ff=4096, n_experts=3).eval()  # weights large enough for decoding_linear's CPU kernel
+    with torch.no_grad():
+        moe.router.weight.zero_()
+        moe.router.weight[0, 0] = 1.0
+    x = torch.zeros(1, 4, 64)
+    x[..., 0] = 1.0  # every token to expert 0: experts 1 and 2 run on no rows
+    with torch.no_grad():
+        out, _ = moe(x)
+    torch.testing.assert_close(out, loop_moe_forward(moe, x))

@@ -6,7 +6,12 @@ renormalised over the k chosen (ROT5; with k = 1 every gate is exactly 1, so the
 router learns only through the aux and z losses) or the raw router probability
 (Switch, the default here, so the router also learns from the task loss).
 
-Shapes: N tokens (B * T flattened), C model dim, E experts.
+Dispatch sorts the N * k (token, slot) pairs by expert, runs every expert on its
+contiguous run of rows, even an empty one, so that every expert's parameters are in
+the graph (DDP needs that when an expert gets no tokens on one rank), and puts the
+results back by the inverse permutation: no atomic scatter-add, so GPU runs repeat.
+
+Shapes: N tokens (B * T flattened), k experts per token, C model dim, E experts.
 """
 
 import torch
@@ -44,13 +49,23 @@ class MoE(nn.Module):
         gates, chosen = probs.topk(self.top_k, dim=-1)  # (N, k)
         if self.renormalize:
             gates = gates / gates.sum(dim=-1, keepdim=True)
-        out = torch.zeros_like(flat)
-        for e, expert in enumerate(self.experts):
-            token, slot = (chosen == e).nonzero(as_tuple=True)
-            if token.numel():
-                y = expert(flat[token]) * gates[token, slot, None].to(flat.dtype)
-                out.index_add_(0, token, y)
+        y = self.dispatch(flat, chosen)  # (N * k, C)
+        out = (y.view(-1, self.top_k, flat.shape[-1]) * gates[..., None].to(flat.dtype)).sum(1)  # (N, C)
         return out.view_as(x), logits
+
+    def dispatch(self, flat: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        """flat (N, C), chosen (N, k) expert ids -> (N * k, C): row n * k + j is expert chosen[n, j] on token n.
+
+        The expert sizes are read to the host once per call (one sync per MoE layer):
+        `split` needs them, and a sync-free version would need a grouped GEMM.
+        """
+        N, k = chosen.shape
+        expert_of = chosen.flatten()  # (N * k,)
+        order = expert_of.argsort(stable=True)  # slots grouped by expert, in token order within each
+        sizes = torch.bincount(expert_of, minlength=len(self.experts)).tolist()  # the host sync
+        rows = flat[order // k]  # (N * k, C); the backward sums each token's k rows (sort-based on CUDA)
+        ys = torch.cat([expert(part) for expert, part in zip(self.experts, rows.split(sizes))])  # (N * k, C)
+        return ys[order.argsort()]  # the inverse permutation: unique indices, nothing accumulated
 
 
 def load_balance_loss(router_logits: torch.Tensor) -> torch.Tensor:
