@@ -59,8 +59,10 @@ def test_more_processes_than_gpus_stop_with_one_sentence(tmp_path, tiny_config):
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "encdec"]
     done = subprocess.run(launcher + ["train", str(tiny_config), "--out", str(tmp_path / "run"), "--set",
                                       "training.device=cuda"], capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode != 0  # each process says why in one sentence; torchrun then reports its children failed
-    assert done.stderr.count("encdec: error:") == 2 and "GPU" in done.stderr
+    assert done.returncode != 0  # a process says why in one sentence; torchrun then reports its children failed
+    errors = [line for line in done.stderr.splitlines() if line.startswith("encdec: error:")]
+    assert 1 <= len(errors) <= 2 and "GPU" in errors[0]  # torchrun may stop the second before it speaks
+    assert len(set(errors)) == 1  # the processes that spoke said the same sentence
     assert "/encdec/" not in done.stderr  # no traceback through encdec's code
 
 
