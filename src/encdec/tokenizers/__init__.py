@@ -2,7 +2,8 @@
 
 Kinds: `sentencepiece` (a `.model` file), `hf` (a `tokenizers` JSON file),
 `bpe` / `unigram` (trained on texts with `tokenizers`), `tiktoken` (GPT-2),
-`byte` (no files).
+`byte` (no files), `pretrained` (a Hugging Face model directory's own tokenizer,
+through transformers' AutoTokenizer).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from encdec.errors import ConfigError, DataError
 from encdec.tokenizers.base import MANIFEST_NAME, UL2_MODE_TOKENS, SpecialTokens, Tokenizer, sentinel_token
 from encdec.tokenizers.byte import ByteTokenizer
 
-KINDS = ("byte", "sentencepiece", "hf", "bpe", "unigram", "tiktoken")
+KINDS = ("byte", "sentencepiece", "hf", "bpe", "unigram", "tiktoken", "pretrained")
 
 
 def build_tokenizer(
@@ -50,15 +51,25 @@ def build_tokenizer(
         from encdec.tokenizers.tiktoken import TiktokenTokenizer
 
         return TiktokenTokenizer(**options)
+    if kind == "pretrained":
+        from encdec.tokenizers.pretrained import PretrainedTokenizer
+
+        if path is None:
+            raise ConfigError("Tokenizer kind 'pretrained' needs the path of a Hugging Face model directory.")
+        return PretrainedTokenizer.from_directory(path)
     raise ConfigError(f"Unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}.")
 
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:
-    """Rebuild the tokenizer that `Tokenizer.save(directory)` wrote."""
+    """Rebuild the tokenizer that `Tokenizer.save(directory)` wrote, or read a Hugging Face directory's own."""
+    from encdec.tokenizers.pretrained import PretrainedTokenizer, has_tokenizer_files
+
     directory = Path(directory)
     manifest_path = directory / MANIFEST_NAME
+    if not manifest_path.is_file() and (has_tokenizer_files(directory) or (directory / "config.json").is_file()):
+        return PretrainedTokenizer.from_directory(directory)  # a Hugging Face directory
     if not manifest_path.is_file():
-        raise DataError(f"Tokenizer directory {directory} has no {MANIFEST_NAME}.")
+        raise DataError(f"Tokenizer directory {directory} has no {MANIFEST_NAME} and no Hugging Face tokenizer files.")
     try:
         manifest = json.loads(manifest_path.read_text())
         kind = manifest["kind"]
@@ -77,6 +88,8 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
         return build_tokenizer(kind, directory / manifest["tokenizer_file"], **common, **tokens)
     if kind == "tiktoken":
         return build_tokenizer(kind, encoding_name=manifest.get("encoding_name", "gpt2"), **common)
+    if kind == "pretrained":
+        return PretrainedTokenizer.from_directory(directory, manifest.get("decoder_start_id"))
     raise DataError(f"Tokenizer manifest {manifest_path} names an unknown kind {kind!r}.")
 
 

@@ -7,6 +7,7 @@
         state.json          step, data position, Python and NumPy RNG, best validation loss
         config.yaml         the resolved run config
         tokenizer/          the tokenizer, saved by its own `save`
+        generation.json     generation defaults (from a Hugging Face checkpoint), when there are any
     RUN_DIR/checkpoints/latest, best   the name of the newest / best checkpoint
 
 A checkpoint is written into a temporary directory and renamed into place, and
@@ -27,6 +28,7 @@ from safetensors.torch import load_file, save_file
 from encdec.errors import CheckpointError
 
 CHECKPOINTS = "checkpoints"
+GENERATION_FILE = "generation.json"  # a checkpoint's generation defaults, when it has any
 
 
 def _fsync_dir(path: Path) -> None:
@@ -73,7 +75,8 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
 def save_checkpoint(run_dir: Path, step: int, files: dict, keep_last: int, is_best: bool = False) -> Path:
     """Write checkpoint `step` atomically. `files` holds: model (state dict), optimizer
     (state dict), rng (dict of tensors), state (JSON-able dict), config (a callable writing
-    config.yaml into a directory), tokenizer (an object with `save(directory)`)."""
+    config.yaml into a directory), tokenizer (an object with `save(directory)`) and, optionally,
+    generation (JSON-able generation defaults)."""
     root = run_dir / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:08d}"
@@ -86,6 +89,8 @@ def save_checkpoint(run_dir: Path, step: int, files: dict, keep_last: int, is_be
     (tmp / "state.json").write_text(json.dumps(files["state"]))
     files["config"](tmp / "config.yaml")
     files["tokenizer"].save(tmp / "tokenizer")
+    if files.get("generation"):
+        (tmp / GENERATION_FILE).write_text(json.dumps(files["generation"], indent=2) + "\n")
     for path in tmp.rglob("*"):
         if path.is_file():
             with open(path, "rb") as f:

@@ -26,16 +26,17 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from encdec.errors import CheckpointError, ConfigError
+from encdec.errors import ConfigError
 from encdec.models import build_model, count_parameters
 from encdec.training import distributed
-from encdec.training.checkpoint import latest_checkpoint, load_checkpoint, load_weights, read_pointer, save_checkpoint
-from encdec.training.config import RunConfig, build_model_config, load_config, save_config
+from encdec.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from encdec.training.config import RunConfig, build_model_config, save_config
 from encdec.training.data import RunData, build_run_data
 from encdec.training.loader import LoadedBatch, batch_stream, local_rows
 from encdec.training.metrics import MetricsLog, plot_curves, read_metrics
 from encdec.training.numerics import autocast, numerics, resolve_precision, rng_states, set_rng_states
 from encdec.training.optim import build_optimizer, lr_at
+from encdec.training.pretrained import load_pretrained, load_pretrained_weights, read_generation
 
 log = logging.getLogger(__name__)
 
@@ -107,16 +108,19 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
     torch.manual_seed(cfg.training.seed)
 
     parts = load_checkpoint(checkpoint) if checkpoint is not None else None
-    pretrained = _pretrained_checkpoint(cfg) if parts is None else None  # fine-tuning starts from another run
-    if pretrained is not None:
-        cfg = replace(cfg, model=_inherited_model_section(cfg, pretrained))
-    tokenizer_source = checkpoint or pretrained
-    data = build_run_data(cfg, run_dir, tokenizer_dir=tokenizer_source / "tokenizer" if tokenizer_source else None)
+    pretrained = None
+    if parts is None and cfg.training.init_from:  # fine-tuning starts from another run or a Hugging Face checkpoint
+        pretrained = load_pretrained(cfg.training.init_from)
+        cfg = replace(cfg, model={**pretrained.model_section, **cfg.model})
+    tokenizer_dir = checkpoint / "tokenizer" if checkpoint else pretrained.tokenizer_dir if pretrained else None
+    data = build_run_data(cfg, run_dir, tokenizer_dir=tokenizer_dir)
     tok = data.tokenizer
     model_cfg = build_model_config(cfg.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id)
     model = build_model(model_cfg)
+    model.generation_defaults = read_generation(checkpoint) if checkpoint else pretrained.generation if pretrained else {}
     if pretrained is not None:
-        _load_pretrained(model, pretrained)
+        load_pretrained_weights(model, pretrained)
+        del pretrained  # the weights are in the model now
     state = TrainState()
     if parts is not None:
         model.load_state_dict(parts["model"])
@@ -304,40 +308,6 @@ def evaluate(model, data: RunData, cfg: RunConfig, info, amp=nullcontext()) -> d
     return result
 
 
-def _pretrained_checkpoint(cfg: RunConfig) -> Path | None:
-    """The best (else latest) checkpoint of the run `training.init_from` names."""
-    if not cfg.training.init_from:
-        return None
-    root = Path(cfg.training.init_from) / "checkpoints"
-    name = read_pointer(root, "best") or read_pointer(root, "latest")
-    if name is None:
-        raise CheckpointError(f"training.init_from {cfg.training.init_from} is not a run directory with checkpoints")
-    return root / name
-
-
-def _inherited_model_section(cfg: RunConfig, checkpoint: Path) -> dict:
-    """The pretrained run's model section with this config's model keys on top (dropout, say).
-
-    A fine-tuning config need not repeat the architecture it starts from; the merged
-    section is what this run saves, so it is self-contained.
-    """
-    try:
-        pretrained = load_config(checkpoint / "config.yaml").model
-    except ConfigError as error:
-        raise CheckpointError(f"the pretrained run's config cannot be read: {error}") from None
-    return {**pretrained, **cfg.model}
-
-
-def _load_pretrained(model, checkpoint: Path) -> None:
-    try:
-        model.load_state_dict(load_weights(checkpoint / "model.safetensors"))
-    except RuntimeError as error:
-        raise CheckpointError(
-            f"the model section does not match the pretrained run {checkpoint} ({str(error).splitlines()[0]})"
-        ) from None
-    log.info("initialised from %s", checkpoint)
-
-
 def _save(run_dir, model, wrapped, optimizer, data, cfg, state, info, is_best):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
@@ -357,6 +327,7 @@ def _save(run_dir, model, wrapped, optimizer, data, cfg, state, info, is_best):
         "state": {"train": asdict(state), "data": data.train.state_dict()},
         "config": lambda path: save_config(cfg, path),
         "tokenizer": data.tokenizer,
+        "generation": model.generation_defaults,
     }
     save_checkpoint(run_dir, state.step, files, cfg.output.keep_last, is_best)
 

@@ -1,0 +1,160 @@
+"""Fine-tuning starts from a local Hugging Face checkpoint: its architecture, weights, tokenizer and
+generation defaults; `encdec.from_pretrained` and `encdec.load_tokenizer` read either kind of directory."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import encdec
+from encdec.cli import main
+from encdec.tokenizers.pretrained import PretrainedTokenizer
+from encdec.training.metrics import read_metrics
+from encdec.training.run import load_run
+
+transformers = pytest.importorskip("transformers")
+
+RECIPE = Path(__file__).resolve().parents[2] / "configs" / "recipes" / "dialogsum_t5_finetune.yaml"
+DIALOGSUM = "summarization/dialogsum/"
+SENTINELS = 8
+
+
+def dialogues(shared_data: Path, n: int) -> list[str]:
+    with gzip.open(shared_data / DIALOGSUM / "dialogsum.train.jsonl.gz", "rt", encoding="utf-8") as handle:
+        records = [json.loads(line) for _, line in zip(range(n), handle)]
+    return [text for r in records for text in (r["dialogue"], r["summary"])]
+
+
+def save_hf_tokenizer(texts: list[str], path: Path):
+    """A byte-level BPE trained on DialogSum behind PreTrainedTokenizerFast, with T5's specials and EOS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    specials = ["<pad>", "</s>", "<unk>", *(f"<extra_id_{i}>" for i in range(SENTINELS))]
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    backend.train_from_iterator(texts, trainer=trainer)
+    backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])  # as T5's
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
+                                                     unk_token="<unk>", additional_special_tokens=specials[3:])  # fmt: skip
+    tokenizer.save_pretrained(path)
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def hf_t5_dir(tmp_path_factory, shared_data_dir):
+    """A random-weight T5 v1.1 (gated GELU, untied head) with its tokenizer and generation config, written
+    as Flan-T5 checkpoints are (transformers 5 builds T5 tied whatever the config says, so the head is set)."""
+    from safetensors.torch import save_file
+
+    path = tmp_path_factory.mktemp("hf-t5-v1.1")
+    tokenizer = save_hf_tokenizer(dialogues(shared_data_dir, 300), path)
+    torch.manual_seed(0)
+    config = transformers.T5Config(vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=48, num_layers=2,
+                                   num_decoder_layers=2, num_heads=4, feed_forward_proj="gated-gelu",
+                                   pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                                   decoder_start_token_id=tokenizer.pad_token_id)  # fmt: skip
+    model = transformers.T5ForConditionalGeneration(config)
+    model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.shared.weight) * 0.05)
+    state = {k: v.clone().contiguous() for k, v in model.state_dict().items() if "embed_tokens" not in k}
+    save_file(state, path / "model.safetensors", metadata={"format": "pt"})
+    values = {**model.config.to_dict(), "tie_word_embeddings": False}
+    values.pop("scale_decoder_outputs", None)
+    (path / "config.json").write_text(json.dumps(values))
+    generation = {"decoder_start_token_id": 0, "eos_token_id": 1, "pad_token_id": 0, "num_beams": 3,
+                  "no_repeat_ngram_size": 2}  # fmt: skip
+    (path / "generation_config.json").write_text(json.dumps(generation))
+    return path
+
+
+@pytest.fixture(scope="module")
+def shared_data_dir() -> Path:
+    path = Path(__file__).resolve().parents[3] / "shared" / "data"
+    if not path.is_dir():
+        pytest.fail(f"the shared data folder {path} is missing; it must sit beside the repository")
+    return path
+
+
+def finetune(hf_dir: Path, out: Path, shared_data: Path, *extra: str) -> int:
+    data = [f"data.train=[{shared_data / DIALOGSUM / 'dialogsum.train.jsonl.gz'}]",
+            f"data.validation=[{shared_data / DIALOGSUM / 'dialogsum.dev.jsonl.gz'}]"]  # fmt: skip
+    overrides = [f"training.init_from={hf_dir}", "training.steps=2", "training.batch_size=4", "evaluation.steps=1",
+                 "data.max_documents=200", "objective.max_source_len=64", "objective.max_target_len=16",
+                 "training.device=cpu", *data, *extra]  # fmt: skip
+    return main(["train", str(RECIPE), "--out", str(out), *(a for o in overrides for a in ("--set", o))])
+
+
+def test_a_run_fine_tuned_from_a_hugging_face_t5_starts_from_its_weights_tokenizer_and_defaults(
+    hf_t5_dir, tmp_path, shared_data
+):
+    assert finetune(hf_t5_dir, tmp_path / "run", shared_data, "optimizer.lr=1e-12") == 0
+    run = load_run(tmp_path / "run", "latest")
+    cfg = run.model.config
+    assert (cfg.d_model, cfg.activation, cfg.tie_embeddings, cfg.dropout) == (32, "gated_gelu", False, 0.1)
+    reference = encdec.load_hf(hf_t5_dir).state_dict()
+    for name, tensor in run.model.state_dict().items():  # lr ~0: the weights are the checkpoint's
+        assert (tensor - reference[name]).abs().max() < 1e-6, name
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(hf_t5_dir)
+    assert isinstance(run.tokenizer, PretrainedTokenizer) and run.tokenizer.vocab_size == len(hf_tokenizer)
+    text = "#Person1#: Hello, how are you doing today?"
+    assert run.tokenizer.encode([text], add_eos=True)[0] == hf_tokenizer(text)["input_ids"]
+    assert (run.tokenizer.pad_id, run.tokenizer.eos_id, run.tokenizer.decoder_start_id) == (0, 1, 0)
+    assert run.tokenizer.sentinel_ids == hf_tokenizer.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(8)])
+    assert run.model.generation_defaults["num_beams"] == 3  # generation_config.json carried over
+    assert run.model.generation_defaults["no_repeat_ngram_size"] == 2
+    assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"] == [1, 2]
+
+
+def test_the_first_loss_of_fine_tuning_is_hugging_faces_loss_on_the_same_batch(hf_t5_dir, tmp_path, shared_data):
+    """The trainer's first loss, recomputed by HF's T5 on the batch the objective built: the same model."""
+    assert finetune(hf_t5_dir, tmp_path / "run", shared_data, "optimizer.lr=1e-12", "model.dropout=0.0",
+                    "training.steps=1") == 0  # fmt: skip
+    from encdec.training.config import load_config
+    from encdec.training.data import build_run_data
+
+    run = load_run(tmp_path / "run", "latest")
+    cfg = load_config(run.checkpoint / "config.yaml")
+    data = build_run_data(cfg, tmp_path / "run", tokenizer_dir=run.checkpoint / "tokenizer")
+    batch = data.train.next_batch()
+    hf = transformers.T5ForConditionalGeneration.from_pretrained(hf_t5_dir).eval()
+    labels = batch.labels.masked_fill(batch.labels < 0, -100)
+    with torch.no_grad():
+        expected = hf(input_ids=batch.src_ids, attention_mask=batch.src_mask.long(), decoder_input_ids=batch.tgt_ids,
+                      labels=labels).loss  # fmt: skip
+    first = next(r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train")
+    assert first["loss"] == pytest.approx(expected.item(), abs=1e-4)
+
+
+def test_from_pretrained_and_load_tokenizer_read_run_and_hugging_face_directories(hf_t5_dir, tmp_path, shared_data):
+    assert finetune(hf_t5_dir, tmp_path / "run", shared_data) == 0
+    for path in (tmp_path / "run", hf_t5_dir):
+        model, tokenizer = encdec.from_pretrained(path), encdec.load_tokenizer(path)
+        assert not model.training and model.config.vocab_size == tokenizer.vocab_size
+        src = torch.tensor(tokenizer.encode(["#Person1#: Hi there."], add_eos=True))
+        assert torch.equal(model.generate(src, max_new_tokens=5), encdec.generate(model, src, max_new_tokens=5))
+    run = load_run(tmp_path / "run")
+    assert torch.equal(encdec.from_pretrained(tmp_path / "run").lm_head.weight, run.model.lm_head.weight)
+
+
+def test_a_hugging_face_directory_without_tokenizer_files_is_one_sentence(hf_t5_dir, tmp_path, shared_data, capsys):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (bare / name).write_bytes((hf_t5_dir / name).read_bytes())
+    assert finetune(bare, tmp_path / "run", shared_data) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("encdec: error: ") and "has no tokenizer files" in err and err.count("\n") == 1
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    with pytest.raises(encdec.EncdecError, match="has no tokenizer files"):
+        encdec.load_tokenizer(bare)
+
+
+def test_init_from_a_directory_that_is_neither_kind_is_one_sentence(tmp_path, shared_data, capsys):
+    (tmp_path / "empty").mkdir()
+    assert finetune(tmp_path / "empty", tmp_path / "run", shared_data) == 2
+    err = capsys.readouterr().err
+    assert "neither a run directory with checkpoints nor a Hugging Face model directory" in err
