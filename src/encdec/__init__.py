@@ -3,12 +3,15 @@
     import encdec
     model = encdec.build_model(encdec.preset("rot5-tiny", vocab_size=1000))
     model = encdec.load_hf("path/to/t5")      # a local Hugging Face T5 directory
+    model = encdec.from_pretrained(path)      # a run directory or a Hugging Face directory
+    tokenizer = encdec.load_tokenizer(path)
 """
 
 from encdec.errors import CheckpointError, ConfigError, DataError, EncdecError
 from encdec.generation import generate
 from encdec.interop import load_hf, save_hf
 from encdec.models import ModelConfig, build_model, count_parameters, preset, preset_names
+from encdec.pretrained import from_pretrained, load_tokenizer
 
 __version__ = "0.1.0"
 
@@ -20,8 +23,10 @@ __all__ = [
     "ModelConfig",
     "build_model",
     "count_parameters",
+    "from_pretrained",
     "generate",
     "load_hf",
+    "load_tokenizer",
     "preset",
     "preset_names",
     "save_hf",
