@@ -46,7 +46,7 @@ def test_the_command_line_exits_without_traceback(tmp_path, tiny_config):
         capture_output=True, text=True,
     )
     assert done.returncode == 2
-    assert done.stderr.strip() == "encdec: error: optimizer.lr must be positive"
+    assert done.stderr.strip() == "encdec: error: optimizer.lr must be positive, got 0.0"
 
 
 def test_numbers_written_without_a_dot_are_numbers(tiny_config):

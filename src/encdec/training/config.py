@@ -24,12 +24,14 @@ import yaml
 
 from encdec.errors import ConfigError
 from encdec.models import ModelConfig, preset
-from encdec.training.typed_yaml import apply_override, check_value, from_dict
+from encdec.training.config_checks import check_run_config
+from encdec.training.typed_yaml import apply_override, check_value, from_dict, short
 
 SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
 PRECISIONS = ("auto", "fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
+MAX_CONFIG_BYTES = 1 << 20  # a run config is a page of YAML; anything near this is a mistake
 
 
 @dataclass
@@ -133,34 +135,16 @@ class RunConfig:
 
     def __post_init__(self):
         check_model_section(self.model)
-        checks = {
-            "optimizer.lr must be positive": self.optimizer.lr <= 0,
-            "optimizer.weight_decay must not be negative": self.optimizer.weight_decay < 0,
-            "optimizer.betas must be two numbers in [0, 1)": len(self.optimizer.betas) != 2
-            or not all(0 <= b < 1 for b in self.optimizer.betas),
-            "training.steps must be positive": self.training.steps < 1,
-            "training.batch_size must be positive": self.training.batch_size < 1,
-            "training.grad_accum must be positive": self.training.grad_accum < 1,
-            "training.clip_norm must not be negative": self.training.clip_norm < 0,
-            "training.data_workers must not be negative": (self.training.data_workers or 0) < 0,
-            "evaluation.interval and evaluation.steps must be positive": self.evaluation.interval < 1
-            or self.evaluation.steps < 1,
-            "schedule.min_lr must not exceed optimizer.lr": self.schedule.min_lr > self.optimizer.lr,
-            "data.val_fraction must be in (0, 1)": not 0 < self.data.val_fraction < 1,
-            "objective.ul2_probabilities must be three numbers (R, X, S)": len(self.objective.ul2_probabilities) != 3,
-        }
         choices = {
             "schedule.kind": (self.schedule.kind, SCHEDULES),
             "training.precision": (self.training.precision, PRECISIONS),
             "training.device": (self.training.device, DEVICES),
             "training.distributed": (self.training.distributed, DISTRIBUTED),
         }
-        for problem, bad in checks.items():
-            if bad:
-                raise ConfigError(problem)
         for key, (value, allowed) in choices.items():
             if value not in allowed:
-                raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
+                raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {short(value)}")
+        check_run_config(self)
 
     @property
     def warmup_steps(self) -> int:
@@ -194,15 +178,35 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
+    values = read_yaml(path)
+    for assignment in overrides:
+        apply_override(values, assignment)
+    return from_dict(RunConfig, values)
+
+
+def read_yaml(path: Path) -> dict:
+    """The mapping a YAML config file holds: bounded in size, UTF-8, without aliases (whose expansion
+    is unbounded: a few lines of nested aliases make billions of nodes)."""
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is {path.stat().st_size:,} bytes; run configs are at most "
+                          f"{MAX_CONFIG_BYTES:,}")  # fmt: skip
     try:
-        values = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {error.start})") from None
+    try:
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+            raise ConfigError(f"config file {path} uses YAML aliases (*name), which run configs do not accept")
+        values = yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"config file {path} is not valid YAML{where}") from None
-    for assignment in overrides:
-        apply_override(values, assignment)
-    return from_dict(RunConfig, values)
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(values).__name__}")
+    return values
 
 
 def save_config(config: RunConfig, path: Path) -> None:

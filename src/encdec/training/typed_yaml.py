@@ -24,7 +24,7 @@ def from_dict(cls, values: dict | None, prefix: str = ""):
     known = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ConfigError(f"unknown key {prefix}{unknown[0]}; known keys: {', '.join(sorted(known))}")
+        raise ConfigError(f"unknown key {prefix}{short(unknown[0])[1:-1]}; known keys: {', '.join(sorted(known))}")
     kwargs = {}
     for name, value in values.items():
         kwargs[name] = check_value(hints[name], value, f"{prefix}{name}")
@@ -53,7 +53,7 @@ def check_value(annotation, value, key: str):
         return [check_value(args[0], item, f"{key}[{i}]") for i, item in enumerate(value)] if args else value
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key} must be a mapping, got {value!r}")
+            raise ConfigError(f"{key} must be a mapping, got {short(value)}")
         return value
     if annotation is typing.Any:
         return value
@@ -65,8 +65,14 @@ def check_value(annotation, value, key: str):
         except ValueError:
             pass
     if annotation in (int, float) and isinstance(value, bool) or not isinstance(value, annotation):
-        raise ConfigError(f"{key} must be {_type_name(annotation)}, got {value!r}")
+        raise ConfigError(f"{key} must be {_type_name(annotation)}, got {short(value)}")
     return value
+
+
+def short(value, limit: int = 60) -> str:
+    """repr(value), cut to `limit` characters: an error names a value, it does not print a megabyte."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _type_name(annotation) -> str:
@@ -83,7 +89,7 @@ def apply_override(values: dict, assignment: str) -> None:
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
-        raise ConfigError(f"--set {key}: the value {raw!r} is not valid YAML") from None
+        raise ConfigError(f"--set {key}: the value {short(raw)} is not valid YAML") from None
     node = values
     parts = key.split(".")
     for part in parts[:-1]:
