@@ -34,6 +34,7 @@ import numpy as np
 from encdec.data.corpora import PAIR_FORMATS, PairTemplate, is_validation, read_corpus
 from encdec.data.documents import Documents
 from encdec.errors import DataError
+from encdec.safe_paths import check_not_symlink, inside, plain_name
 from encdec.tokenizers import Tokenizer, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -209,10 +210,13 @@ def prepare_shards(
         logger.info("reusing shards in %s (inputs unchanged)", out_dir)
         return out_dir
 
+    splits = ["train", "validation"] if val_fraction > 0 else ["train"]
+    check_not_symlink(out_dir / MANIFEST, out_dir / "tokenizer", error=DataError)
+    for split, field, suffix in itertools.product(splits, fields, (".bin", ".bin.tmp", ".idx.npy")):
+        _shard_file(out_dir, split, field, suffix)  # refuses a symlink: writing through it changes a file elsewhere
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MANIFEST).unlink(missing_ok=True)
     tokenizer_dir = tokenizer.save(out_dir / "tokenizer")
-    splits = ["train", "validation"] if val_fraction > 0 else ["train"]
     writers = {(s, f): _FieldWriter(out_dir / f"{s}.{f}.bin", np.dtype(dtype)) for s in splits for f in fields}
 
     def jobs() -> Iterator[tuple[list[bool], list[tuple[str, ...]], dict]]:
@@ -247,8 +251,15 @@ def prepare_shards(
     return out_dir
 
 
+def _shard_file(directory: Path, split: object, field: object, suffix: str) -> Path:
+    """`{split}.{field}{suffix}` in `directory`, for a split and field read from a manifest: plain names only."""
+    split = plain_name(split, "shard split", directory, DataError)
+    field = plain_name(field, "shard field", directory, DataError)
+    return inside(directory, f"{split}.{field}{suffix}", "shard file", DataError)
+
+
 def _read_manifest(directory: Path) -> dict:
-    path = directory / MANIFEST
+    path = inside(directory, MANIFEST, "shard manifest", DataError)
     if not path.is_file():
         raise DataError(f"Shard directory {directory} has no {MANIFEST}; run `encdec data prepare` first.")
     try:
@@ -262,7 +273,7 @@ def _read_manifest(directory: Path) -> dict:
 
 def _files_present(directory: Path, manifest: dict) -> bool:
     return all(
-        (directory / f"{s}.{f}.bin").is_file() and (directory / f"{s}.{f}.idx.npy").is_file()
+        _shard_file(directory, s, f, ".bin").is_file() and _shard_file(directory, s, f, ".idx.npy").is_file()
         for s in manifest["splits"]
         for f in manifest["fields"]
     )
@@ -278,7 +289,7 @@ class ShardSet:
     fields: dict[str, Documents]
 
     def tokenizer(self) -> Tokenizer:
-        return load_tokenizer(self.directory / "tokenizer")
+        return load_tokenizer(inside(self.directory, "tokenizer", "shard tokenizer", DataError))
 
 
 def read_shards(directory: str | Path, split: str = "train") -> ShardSet:
@@ -290,8 +301,8 @@ def read_shards(directory: str | Path, split: str = "train") -> ShardSet:
     dtype = DTYPES[manifest["inputs"]["dtype"]]
     fields = {}
     for field in manifest["fields"]:
-        offsets = np.load(directory / f"{split}.{field}.idx.npy")
-        bin_path = directory / f"{split}.{field}.bin"
+        offsets = np.load(_shard_file(directory, split, field, ".idx.npy"))
+        bin_path = _shard_file(directory, split, field, ".bin")
         expected = int(offsets[-1]) * np.dtype(dtype).itemsize
         if bin_path.stat().st_size != expected:
             raise DataError(f"Shard {bin_path} has {bin_path.stat().st_size} bytes; its index expects {expected}.")

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from encdec.errors import ConfigError, DataError
+from encdec.safe_paths import inside
 from encdec.tokenizers.base import MANIFEST_NAME, UL2_MODE_TOKENS, SpecialTokens, Tokenizer, sentinel_token
 from encdec.tokenizers.byte import ByteTokenizer
 
@@ -65,7 +66,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     from encdec.tokenizers.pretrained import PretrainedTokenizer, has_tokenizer_files
 
     directory = Path(directory)
-    manifest_path = directory / MANIFEST_NAME
+    manifest_path = inside(directory, MANIFEST_NAME, "tokenizer manifest", DataError)
     if not manifest_path.is_file() and (has_tokenizer_files(directory) or (directory / "config.json").is_file()):
         return PretrainedTokenizer.from_directory(directory)  # a Hugging Face directory
     if not manifest_path.is_file():
@@ -82,15 +83,22 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     if kind == "byte":
         return ByteTokenizer(**common)
     if kind == "sentencepiece":
-        return build_tokenizer(kind, directory / manifest["model_file"], **common)
+        return build_tokenizer(kind, _named_file(directory, manifest, "model_file"), **common)
     if kind == "hf":
         tokens = {key: manifest[key] for key in ("eos_token", "bos_token") if key in manifest}
-        return build_tokenizer(kind, directory / manifest["tokenizer_file"], **common, **tokens)
+        return build_tokenizer(kind, _named_file(directory, manifest, "tokenizer_file"), **common, **tokens)
     if kind == "tiktoken":
         return build_tokenizer(kind, encoding_name=manifest.get("encoding_name", "gpt2"), **common)
     if kind == "pretrained":
         return PretrainedTokenizer.from_directory(directory, manifest.get("decoder_start_id"))
     raise DataError(f"Tokenizer manifest {manifest_path} names an unknown kind {kind!r}.")
+
+
+def _named_file(directory: Path, manifest: dict, key: str) -> Path:
+    """The file `manifest[key]` names, which must lie inside `directory` (no absolute path, `..` or symlink)."""
+    if key not in manifest:
+        raise DataError(f"Tokenizer manifest in {directory} has no {key!r}.")
+    return inside(directory, manifest[key], f"tokenizer manifest's {key}", DataError)
 
 
 __all__ = [

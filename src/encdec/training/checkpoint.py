@@ -18,6 +18,7 @@ for tensors, `torch.load(weights_only=True)` for the optimizer, JSON for the res
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -26,9 +27,12 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from encdec.errors import CheckpointError
+from encdec.safe_paths import check_not_symlink, inside
 
 CHECKPOINTS = "checkpoints"
 GENERATION_FILE = "generation.json"  # a checkpoint's generation defaults, when it has any
+STEP_NAME = re.compile(r"step_\d{8,}")  # checkpoint directories: pruning deletes only these and TMP_NAME
+TMP_NAME = re.compile(r"\.step_\d{8,}\.tmp")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -41,6 +45,7 @@ def _fsync_dir(path: Path) -> None:
 
 def _write_pointer(directory: Path, name: str, target: str) -> None:
     tmp = directory / f".{name}.tmp"
+    check_not_symlink(tmp)
     tmp.write_text(target + "\n")
     os.replace(tmp, directory / name)
 
@@ -78,9 +83,10 @@ def save_checkpoint(run_dir: Path, step: int, files: dict, keep_last: int, is_be
     config.yaml into a directory), tokenizer (an object with `save(directory)`) and, optionally,
     generation (JSON-able generation defaults)."""
     root = run_dir / CHECKPOINTS
+    check_not_symlink(root)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:08d}"
-    tmp = root / f".{name}.tmp"
+    tmp, final = inside(root, f".{name}.tmp"), inside(root, name)  # neither may be a symlink
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     save_weights(files["model"], tmp / "model.safetensors")
@@ -95,7 +101,6 @@ def save_checkpoint(run_dir: Path, step: int, files: dict, keep_last: int, is_be
         if path.is_file():
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
-    final = root / name
     if final.exists():
         shutil.rmtree(final)
     os.rename(tmp, final)
@@ -108,30 +113,50 @@ def save_checkpoint(run_dir: Path, step: int, files: dict, keep_last: int, is_be
 
 
 def _prune(root: Path, keep_last: int) -> None:
+    """Delete old checkpoints and stale temporaries: only real directories named as `save_checkpoint` names
+    them, never a symlink or a file someone else put in `root`."""
     protected = {read_pointer(root, "latest"), read_pointer(root, "best")}
-    steps = sorted(p for p in root.glob("step_*") if p.is_dir())
+    ours = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()]
+    steps = sorted((p for p in ours if STEP_NAME.fullmatch(p.name)), key=lambda p: int(p.name[5:]))
     for old in steps[:-keep_last] if keep_last > 0 else []:
         if old.name not in protected:
             shutil.rmtree(old, ignore_errors=True)
-    for stale in root.glob(".step_*.tmp"):  # left by a kill during a save
-        shutil.rmtree(stale, ignore_errors=True)
+    for stale in ours:  # left by a kill during a save
+        if TMP_NAME.fullmatch(stale.name):
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def read_pointer(root: Path, name: str) -> str | None:
-    path = root / name
-    return path.read_text().strip() if path.is_file() else None
+    """The checkpoint name pointer `name` ("latest", "best") holds, None without one; a pointer holds a
+    `step_XXXXXXXX` name, never a path, and anything else is refused."""
+    check_not_symlink(root)
+    path = inside(root, name, "checkpoint pointer")
+    if not path.is_file():
+        return None
+    target = path.read_text().strip()
+    if not STEP_NAME.fullmatch(target):
+        raise CheckpointError(f"checkpoint pointer {path} holds {target[:80]!r}, not a step_XXXXXXXX name; "
+                              "fix or delete it")  # fmt: skip
+    return target
+
+
+def checkpoint_dir(root: Path, name: str) -> Path:
+    """The checkpoint directory `name` in the checkpoints directory `root`, refused if it leads elsewhere."""
+    return inside(root, name, "checkpoint")
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
     root = run_dir / CHECKPOINTS
     name = read_pointer(root, "latest")
-    return root / name if name else None
+    return checkpoint_dir(root, name) if name else None
 
 
 def load_checkpoint(path: Path) -> dict:
     """Read every part of checkpoint directory `path`; CheckpointError if any part is bad."""
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    for part in ("model.safetensors", "optimizer.pt", "rng.safetensors", "state.json", "tokenizer", GENERATION_FILE):
+        inside(path, part, "checkpoint part")  # a symlink would read a file outside the checkpoint
     parts = {"model": load_weights(path / "model.safetensors")}
     try:
         parts["optimizer"] = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)

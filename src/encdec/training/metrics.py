@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+from encdec.safe_paths import check_not_symlink
+
 
 class MetricsLog:
     """Appends records; on resume, first drops records after the checkpoint's step."""
@@ -12,6 +14,7 @@ class MetricsLog:
         self.enabled = enabled
         if not enabled:
             return
+        check_not_symlink(path)  # a symlink would rewrite a file outside the run directory
         if keep_through_step is None:
             path.write_text("")
         elif path.exists():

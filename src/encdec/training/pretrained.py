@@ -18,7 +18,8 @@ from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig
-from encdec.training.checkpoint import CHECKPOINTS, GENERATION_FILE, load_weights, read_pointer
+from encdec.safe_paths import inside
+from encdec.training.checkpoint import CHECKPOINTS, GENERATION_FILE, checkpoint_dir, load_weights, read_pointer
 from encdec.training.config import load_config
 
 log = logging.getLogger(__name__)
@@ -49,13 +50,13 @@ def load_pretrained(init_from: str) -> Pretrained:
     if name is None:
         raise CheckpointError(f"training.init_from {init_from} is neither a run directory with checkpoints "
                               "nor a Hugging Face model directory (config.json)")  # fmt: skip
-    checkpoint = root / name
+    checkpoint = checkpoint_dir(root, name)
     try:
-        section = load_config(checkpoint / "config.yaml").model
+        section = load_config(inside(checkpoint, "config.yaml")).model
     except ConfigError as error:
         raise CheckpointError(f"the pretrained run's config cannot be read: {error}") from None
-    weights = load_weights(checkpoint / "model.safetensors")
-    return Pretrained(checkpoint, section, checkpoint / "tokenizer", weights, read_generation(checkpoint))
+    weights = load_weights(inside(checkpoint, "model.safetensors"))
+    return Pretrained(checkpoint, section, inside(checkpoint, "tokenizer"), weights, read_generation(checkpoint))
 
 
 def _from_hf(path: Path) -> Pretrained:
@@ -87,7 +88,7 @@ def load_pretrained_weights(model: nn.Module, pretrained: Pretrained) -> None:
 
 def read_generation(checkpoint: Path) -> dict:
     """The generation defaults a checkpoint carries ({} if none)."""
-    path = checkpoint / GENERATION_FILE
+    path = inside(checkpoint, GENERATION_FILE)
     if not path.is_file():
         return {}
     try:
