@@ -53,3 +53,24 @@ def test_numbers_written_without_a_dot_are_numbers(tiny_config):
     from encdec.training.config import load_config
 
     assert load_config(tiny_config, ["optimizer.lr=1e-4"]).optimizer.lr == 1e-4
+
+
+def test_a_model_too_large_for_the_device_is_refused_before_it_is_built(capsys, tmp_path, tiny_config):
+    code, err = run_cli(capsys, "train", str(tiny_config), "--out", str(tmp_path / "run"),
+                        "--set", "model.d_model=100000000", "--set", "model.d_head=8")  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "the model has about" in err and "GiB but cpu has" in err and "GiB free" in err
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_step_that_runs_out_of_memory_is_one_sentence_naming_the_batch(capsys, tmp_path, tiny_config, monkeypatch):
+    import encdec.training.trainer as trainer
+
+    def allocation_fails(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:119] DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 81604378624 bytes")  # fmt: skip
+
+    monkeypatch.setattr(trainer, "_optimizer_step", allocation_fails)
+    code, err = run_cli(capsys, "train", str(tiny_config), "--out", str(tmp_path / "run"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "a training step ran out of memory on cpu with batches of 4 rows of up to 64 tokens" in err

@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -52,19 +53,21 @@ def test_a_run_killed_at_a_random_step_resumes_to_the_same_losses(tmp_path, tiny
     assert evals == [r for r in read_metrics(killed / "metrics.jsonl") if r["kind"] == "eval"]
 
 
-def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, tiny_config):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_a_signal_saves_a_checkpoint_prints_the_exact_resume_command_and_exits_128_plus_it(tmp_path, tiny_config, stop):
     run = tmp_path / "run"
-    process = subprocess.Popen(
-        train_command(tiny_config, run, "--set", "training.steps=100000", "--set", "output.save_interval=100000"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    overrides = ["--set", "training.steps=100000", "--set", "output.save_interval=100000"]
+    process = subprocess.Popen(train_command(tiny_config, run, *overrides), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
     wait_for_step(run, 3, process)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(stop)
     out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err
+    assert process.returncode == 128 + stop, err  # 130 for Ctrl-C: scripts can tell a stop from success
     assert "Traceback" not in err and "stopped by signal" in out
     step = load_checkpoint(latest_checkpoint(run))["state"]["train"]["step"]
     assert step == losses(run)[-1][0] >= 3
+    hint = shlex.split(out.split("resume with: ")[1].strip())
+    assert hint == ["encdec", "train", str(tiny_config), "--out", str(run), "--resume", *overrides]
 
 
 SLOW_SAVE = """

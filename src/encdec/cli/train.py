@@ -1,7 +1,15 @@
-"""`encdec train CONFIG.yaml --out RUN_DIR [--resume] [--set key.sub=value ...]`."""
+"""`encdec train CONFIG.yaml --out RUN_DIR [--resume [--accept-changes]] [--set key.sub=value ...]`.
 
+Stopped by SIGINT or SIGTERM, it saves, prints the exact command that resumes the
+run, and exits 128 + the signal number (130 for Ctrl-C), so scripts can tell a stop
+from success.
+"""
+
+import shlex
+import signal
 from pathlib import Path
 
+from encdec.errors import ConfigError
 from encdec.training import load_config, train
 
 
@@ -10,13 +18,17 @@ def add_parser(subparsers):
     parser.add_argument("config", help="the run config (YAML)")
     parser.add_argument("--out", required=True, help="the run directory: checkpoints, metrics, plots")
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
+    parser.add_argument("--accept-changes", action="store_true",
+                        help="with --resume: continue although the config differs from the run's (recorded in the run)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
     cfg = load_config(args.config, args.set)
-    result = train(cfg, Path(args.out), resume=args.resume)
+    if args.accept_changes and not args.resume:
+        raise ConfigError("--accept-changes goes with --resume")
+    result = train(cfg, Path(args.out), resume=args.resume, accept_changes=args.accept_changes)
     if not result.is_main:  # another process under torchrun: rank 0 reports
         return 0
     print(f"{result.steps} steps in {result.wall_time:.1f}s ({result.tokens_per_s:,.0f} tokens/s); "
@@ -24,5 +36,14 @@ def run(args) -> int:
     if result.val_loss is not None:
         print(f"train loss {result.train_loss:.4f}, validation loss {result.val_loss:.4f}")
     if result.interrupted:
-        print(f"stopped by signal; resume with: encdec train {args.config} --out {args.out} --resume")
+        print(f"stopped by signal; resume with: {resume_command(args)}")
+        return 128 + (result.signal or signal.SIGINT)
     return 0
+
+
+def resume_command(args) -> str:
+    """The command that continues this run exactly: same config, same overrides, --resume."""
+    words = ["encdec", "train", args.config, "--out", args.out, "--resume"]
+    for assignment in args.set:
+        words += ["--set", assignment]
+    return shlex.join(str(word) for word in words)

@@ -26,17 +26,20 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from encdec.errors import ConfigError
+from encdec.errors import CheckpointError, ConfigError
 from encdec.models import build_model, count_parameters
 from encdec.training import distributed
 from encdec.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from encdec.training.config import RunConfig, build_model_config, save_config
+from encdec.training.config import RunConfig, build_model_config, load_config, save_config
 from encdec.training.data import RunData, build_run_data
 from encdec.training.loader import LoadedBatch, batch_stream, local_rows
+from encdec.training.memory import check_model_fits, is_out_of_memory, step_out_of_memory
 from encdec.training.metrics import MetricsLog, plot_curves, read_metrics
 from encdec.training.numerics import autocast, numerics, resolve_precision, rng_states, set_rng_states
 from encdec.training.optim import build_optimizer, lr_at
 from encdec.training.pretrained import load_pretrained, load_pretrained_weights, read_generation
+from encdec.training.run_dir import hold_run_dir
+from encdec.training.same_run import resumed_config
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,7 @@ class TrainResult:
     wall_time: float
     tokens_per_s: float
     interrupted: bool = False
+    signal: int | None = None  # the signal that stopped the run, if one did
     is_main: bool = True  # False on the other processes under torchrun
     history: list = field(default_factory=list)
 
@@ -71,6 +75,7 @@ class StopRequest:
 
     def __init__(self):
         self.requested = False
+        self.signal: int | None = None
         self.previous = {}
 
     def __enter__(self):
@@ -80,23 +85,26 @@ class StopRequest:
 
     def _handle(self, signum, frame):
         self.requested = True
+        self.signal = signum
 
     def __exit__(self, *exc):
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
 
 
-def train(cfg: RunConfig, run_dir: str | Path, resume: bool = False) -> TrainResult:
+def train(cfg: RunConfig, run_dir: str | Path, resume: bool = False, accept_changes: bool = False) -> TrainResult:
+    """Train `cfg` into `run_dir`; `resume` continues its latest checkpoint, refusing a changed config
+    (see same_run.py) unless `accept_changes`."""
     run_dir = Path(run_dir)
     info = distributed.setup(cfg.training.device)
     try:
-        with StopRequest() as stop, numerics(info.device, cfg.training.deterministic):
-            return _train(cfg, run_dir, resume, info, stop)
+        with hold_run_dir(run_dir, info), StopRequest() as stop, numerics(info.device, cfg.training.deterministic):
+            return _train(cfg, run_dir, resume, accept_changes, info, stop)
     finally:
         distributed.teardown(info)
 
 
-def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest) -> TrainResult:
+def _train(cfg: RunConfig, run_dir: Path, resume: bool, accept_changes: bool, info, stop: StopRequest) -> TrainResult:
     if cfg.training.threads:
         torch.set_num_threads(cfg.training.threads)
     checkpoint = latest_checkpoint(run_dir) if resume else None
@@ -108,6 +116,9 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
     torch.manual_seed(cfg.training.seed)
 
     parts = load_checkpoint(checkpoint) if checkpoint is not None else None
+    changes = {}
+    if parts is not None:  # the same run, or changes the user accepted
+        cfg, changes = resumed_config(cfg, saved_config(checkpoint), accept_changes)
     pretrained = None
     if parts is None and cfg.training.init_from:  # fine-tuning starts from another run or a Hugging Face checkpoint
         pretrained = load_pretrained(cfg.training.init_from)
@@ -116,15 +127,25 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
     data = build_run_data(cfg, run_dir, tokenizer_dir=tokenizer_dir)
     tok = data.tokenizer
     model_cfg = build_model_config(cfg.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id)
-    model = build_model(model_cfg)
+    check_model_fits(model_cfg, info.device)
+    try:
+        model = build_model(model_cfg)
+    except RuntimeError as error:
+        if not is_out_of_memory(error):
+            raise
+        raise ConfigError(f"building the model ran out of memory ({str(error).splitlines()[0][:120]})") from None
     model.generation_defaults = read_generation(checkpoint) if checkpoint else pretrained.generation if pretrained else {}
     if pretrained is not None:
         load_pretrained_weights(model, pretrained)
         del pretrained  # the weights are in the model now
     state = TrainState()
     if parts is not None:
-        model.load_state_dict(parts["model"])
-        state = TrainState(**parts["state"]["train"])
+        try:
+            model.load_state_dict(parts["model"])
+        except RuntimeError as error:
+            raise CheckpointError(f"{checkpoint} does not fit the model this config builds "
+                                  f"({str(error).splitlines()[-1].strip()[:160]})") from None  # fmt: skip
+        state = saved_train_state(parts["state"], checkpoint)
         data.train.load_state_dict(parts["state"]["data"])
     model.to(info.device)
     if parts is not None:
@@ -141,12 +162,16 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
     if info.is_main:
         save_config(cfg, run_dir / "config.yaml")
     metrics = MetricsLog(run_dir / "metrics.jsonl", state.step if parts else None, enabled=info.is_main)
+    if changes:
+        metrics.write({"kind": "config_change", "step": state.step, "changes": changes})
+        log.warning("resumed at step %d with config changes: %s", state.step, ", ".join(changes))
     log.info("model %s: %s parameters, %s on %s", model_cfg.family, f"{n_params:,}", precision, info.device)
 
     amp = autocast(precision, info.device)
     rows = distributed.rows_for_rank(cfg.training.batch_size, info) if info.enabled else None
     batches = batch_stream(data.train, rows, info.device, cfg.training.data_workers)
-    bar = tqdm(total=cfg.training.steps, initial=state.step, disable=not info.is_main, desc="train", unit="step")
+    bar = tqdm(total=cfg.training.steps, initial=state.step, disable=None if info.is_main else True, desc="train",
+               unit="step")  # None: off where stderr is not a terminal (logs, pipes)
     losses = StepLog(metrics, bar, state)
     last_eval = None
     save_every = cfg.output.save_interval or cfg.evaluation.interval
@@ -155,7 +180,12 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
         for group in optimizer.param_groups:
             group["lr"] = lr
         taken = [next(batches) for _ in range(cfg.training.grad_accum)]
-        ce_sum, aux, n_tokens = _optimizer_step(wrapped, optimizer, taken, cfg, info, amp)
+        try:
+            ce_sum, aux, n_tokens = _optimizer_step(wrapped, optimizer, taken, cfg, info, amp)
+        except (RuntimeError, MemoryError) as error:
+            if not is_out_of_memory(error):
+                raise
+            raise step_out_of_memory(cfg, info.device) from None
         state.step += 1
         state.tokens += n_tokens
         losses.add(state.step, ce_sum, n_tokens, aux, lr)
@@ -197,6 +227,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, info, stop: StopRequest)
         wall_time=state.elapsed,
         tokens_per_s=state.tokens / max(state.elapsed, 1e-9),
         interrupted=stop.requested,
+        signal=stop.signal,
         is_main=info.is_main,
         history=history,
     )
@@ -306,6 +337,20 @@ def evaluate(model, data: RunData, cfg: RunConfig, info, amp=nullcontext()) -> d
         result[f"{split}_loss"] = (total[0] / total[1]).item()  # 0 / 0 is nan: no tokens to score
     model.train()
     return result
+
+
+def saved_config(checkpoint: Path) -> RunConfig:
+    try:
+        return load_config(checkpoint / "config.yaml")
+    except ConfigError as error:
+        raise CheckpointError(f"the config saved in {checkpoint} cannot be read: {error}") from None
+
+
+def saved_train_state(saved: dict, checkpoint: Path) -> TrainState:
+    try:
+        return TrainState(**saved["train"])
+    except (TypeError, KeyError):
+        raise CheckpointError(f"{checkpoint / 'state.json'} does not hold the training state this version writes") from None
 
 
 def _save(run_dir, model, wrapped, optimizer, data, cfg, state, info, is_best):

@@ -1,0 +1,56 @@
+"""A resumed run is the same run: its config is compared with the one its checkpoint saved.
+
+Only the keys in SAFE may change on resume: how long to train, how often to evaluate,
+log and save, and where and how fast to compute. Any other difference (lr, batch
+size, data, tokenizer, model) would silently continue a different experiment, so it
+is refused with the differing keys listed, unless the user accepts the changes
+(`encdec train --resume --accept-changes`), which the run then records in
+metrics.jsonl as a `config_change` record.
+"""
+
+import dataclasses
+from dataclasses import replace
+
+from encdec.errors import ConfigError
+from encdec.training.config import RunConfig
+from encdec.training.typed_yaml import short
+
+SAFE = frozenset({
+    "training.steps", "training.threads", "training.data_workers", "training.device", "training.compile",
+    "evaluation.interval", "evaluation.steps", "evaluation.generate",
+    "output.log_interval", "output.save_interval", "output.keep_last", "output.plot",
+})  # fmt: skip
+SHOWN = 4  # differing keys named in the message
+
+
+def resumed_config(cfg: RunConfig, saved: RunConfig, accept_changes: bool) -> tuple[RunConfig, dict]:
+    """The config to resume with and the changes against `saved` ({key: [old, new]}, safe keys included).
+
+    A fine-tuning run saved its merged model section (the pretrained one with its own keys on
+    top), so the same merge is made here before comparing.
+    """
+    if cfg.training.init_from:
+        cfg = replace(cfg, model={**saved.model, **cfg.model})
+    changes = differences(flatten(dataclasses.asdict(saved)), flatten(dataclasses.asdict(cfg)))
+    unsafe = {key: change for key, change in changes.items() if key not in SAFE}
+    if unsafe and not accept_changes:
+        listed = "; ".join(f"{key} {short(old, 30)} -> {short(new, 30)}" for key, (old, new) in list(unsafe.items())[:SHOWN])
+        more = f" and {len(unsafe) - SHOWN} more" if len(unsafe) > SHOWN else ""
+        raise ConfigError(f"the config differs from the one this run was trained with ({listed}{more}); resume with "
+                          "the same config, or pass --accept-changes to continue with these changes")  # fmt: skip
+    return cfg, changes
+
+
+def flatten(values: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}; the model section's keys are flattened the same way."""
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def differences(old: dict, new: dict) -> dict:
+    return {key: [old.get(key), new.get(key)] for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)}

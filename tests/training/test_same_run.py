@@ -1,0 +1,76 @@
+"""Resume continues the same run: a changed config is refused with its keys listed, unless accepted and recorded."""
+
+import pytest
+
+from encdec.cli import main
+from encdec.training.metrics import read_metrics
+from encdec.training.run import load_run
+
+FAST = ["--set", "training.steps=2", "--set", "output.save_interval=2", "--set", "evaluation.interval=2"]
+
+
+def train(tiny_config, run, *extra) -> int:
+    return main(["train", str(tiny_config), "--out", str(run), *FAST, *extra])
+
+
+def snapshot(run):
+    return {path.relative_to(run): path.read_bytes() for path in sorted(run.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.parametrize("change,listed", [
+    (["--set", "optimizer.lr=1e-3"], "optimizer.lr 0.002 -> 0.001"),
+    (["--set", "training.batch_size=8"], "training.batch_size 4 -> 8"),
+    (["--set", "model.d_ff=96"], "model.d_ff 64 -> 96"),
+    (["--set", "tokenizer.num_sentinels=20"], "tokenizer.num_sentinels 50 -> 20"),
+    (["--set", "data.max_documents=100"], "data.max_documents 120 -> 100"),
+])  # fmt: skip
+def test_resuming_with_a_changed_config_is_refused_naming_the_keys_and_changes_nothing(
+    tmp_path, tiny_config, capsys, change, listed
+):
+    run = tmp_path / "run"
+    assert train(tiny_config, run) == 0
+    before = snapshot(run)
+    capsys.readouterr()
+    assert train(tiny_config, run, "--resume", "--set", "training.steps=4", *change) == 2
+    err = capsys.readouterr().err
+    assert listed in err and "--accept-changes" in err and err.count("\n") == 1
+    assert snapshot(run) == before
+
+
+def test_safe_keys_may_change_on_resume(tmp_path, tiny_config):
+    run = tmp_path / "run"
+    assert train(tiny_config, run) == 0
+    safe = ["--set", "training.steps=3", "--set", "evaluation.interval=3", "--set", "output.log_interval=1"]
+    assert main(["train", str(tiny_config), "--out", str(run), "--resume", *safe]) == 0
+    records = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3]
+    changes = [r["changes"] for r in records if r["kind"] == "config_change"]  # recorded, though safe
+    assert changes == [{"evaluation.interval": [2, 3], "output.log_interval": [10, 1], "training.steps": [2, 3]}]
+
+
+def test_accepted_changes_continue_the_run_and_are_recorded(tmp_path, tiny_config):
+    run = tmp_path / "run"
+    assert train(tiny_config, run) == 0
+    assert train(tiny_config, run, "--resume", "--accept-changes", "--set", "training.steps=3",
+                 "--set", "optimizer.lr=1e-3") == 0  # fmt: skip
+    records = read_metrics(run / "metrics.jsonl")
+    change = next(r for r in records if r["kind"] == "config_change")
+    assert change["step"] == 2 and change["changes"]["optimizer.lr"] == [0.002, 0.001]
+    assert load_run(run, "latest").config.optimizer.lr == 0.001
+    assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3]
+
+
+def test_accept_changes_without_resume_is_one_sentence(tmp_path, tiny_config, capsys):
+    assert train(tiny_config, tmp_path / "run", "--accept-changes") == 2
+    assert capsys.readouterr().err == "encdec: error: --accept-changes goes with --resume\n"
+
+
+def test_a_fine_tuned_run_resumes_with_its_inherited_model(tmp_path, tiny_config):
+    """The fine-tuning config names only dropout; resuming rebuilds the pretrained architecture it saved."""
+    assert train(tiny_config, tmp_path / "pretrained", "--set", "model.d_ff=96") == 0
+    tuned = tmp_path / "tuned"
+    inherit = ["--set", f"training.init_from={tmp_path / 'pretrained'}", "--set", "model={dropout: 0.0}"]
+    assert train(tiny_config, tuned, *inherit) == 0
+    assert train(tiny_config, tuned, *inherit, "--resume", "--set", "training.steps=3") == 0
+    assert load_run(tuned, "latest").model.config.d_ff == 96
+    assert [r["step"] for r in read_metrics(tuned / "metrics.jsonl") if r["kind"] == "train"] == [1, 2, 3]
