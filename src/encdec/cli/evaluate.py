@@ -18,6 +18,7 @@ from encdec.cli.generate import RunTokenizer, add_device_argument, resolve_devic
 from encdec.evaluation.metrics import score_texts
 from encdec.evaluation.report import perplexity, write_report
 from encdec.generation import generate
+from encdec.safe_paths import check_not_symlink
 from encdec.training.data import build_run_data, read_items
 from encdec.training.distributed import DistInfo
 from encdec.training.run import load_run
@@ -56,6 +57,8 @@ def sample_pairs(cfg, tokenizer, n: int) -> list[tuple[str, str]]:
 @torch.no_grad()
 def run(args) -> int:
     device = resolve_device(args.device)
+    report_dir = args.run_dir / "eval"
+    check_not_symlink(report_dir, report_dir / "eval.json", report_dir / "eval.md")  # written at the end
     loaded = load_run(args.run_dir, args.checkpoint)
     loaded.model.to(device)
     cfg = loaded.config
@@ -76,7 +79,7 @@ def run(args) -> int:
                        max_new_tokens=args.max_new_tokens, num_beams=args.num_beams)  # fmt: skip
         predictions += [text.strip() for text in tokenizer.batch_decode(ids[:, 1:].cpu())]
     scores.update(score_texts(predictions, references, args.rot5_preprocessing))
-    json_path, md_path = write_report(args.run_dir / "eval", scores, inputs, predictions, references)
+    json_path, md_path = write_report(report_dir, scores, inputs, predictions, references)
     print(md_path.read_text(), end="")
     print(f"written: {json_path}, {md_path}")
     return 0
