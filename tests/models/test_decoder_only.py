@@ -50,11 +50,11 @@ def test_init_scales_residual_projections():
     assert model.blocks[3].ffn.wi.weight.std().item() == pytest.approx(0.02, rel=0.1)
 
 
-def test_context_overflow_and_padded_prompts_are_refused_in_one_sentence():
+def test_context_overflow_and_right_padded_prompts_are_refused_in_one_sentence():
     model = tiny("decoder_only-tiny")
     with pytest.raises(ConfigError, match="context is 128"):
         model.start(torch.zeros(1, 100, dtype=torch.long), None, 40)
-    with pytest.raises(DataError, match="unpadded prompts"):
+    with pytest.raises(DataError, match="padded on the left"):
         model.start(torch.zeros(2, 4, dtype=torch.long), torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]]).bool(), 4)
 
 

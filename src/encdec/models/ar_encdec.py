@@ -26,6 +26,7 @@ from encdec.models.causal_lm import (
     build_causal_block,
     build_cross_block,
     causal_inputs,
+    stream_positions,
     check_lm_config,
     new_kv_caches,
     norm_factory,
@@ -58,22 +59,23 @@ class AREncoderDecoder(ResearchLM, nn.Module):
         r = self.config.research
         T = ids.shape[1]
         self.check_positions(offset + T)
-        pos = torch.arange(offset, offset + T, device=ids.device)
+        pad = state.pad if state is not None else None  # left padding of a prompted batch
+        pos = stream_positions(offset, T, ids.device, pad)  # (T,) or (B, T)
         E = self.dropout(self.embed(ids) + self.positions(pos))  # (B, T, C)
-        inputs = causal_inputs(offset, T, ids.device, E.dtype)  # self- and cross-attention alike
+        inputs = causal_inputs(offset, T, ids.device, E.dtype, pad)  # self- and cross-attention alike
         caches = state.caches if state is not None else None  # encoder layers' KVCaches, then the DecoderCache
         enc = E
         for i, block in enumerate(self.encoder_blocks):
             enc, _ = block(enc, inputs, caches[i] if caches is not None else None)
         d = self.decoder_in(self.decoder_in_norm(enc) if self.decoder_in_norm is not None else enc)
         if r.add_pos_embed_to_decoder:
-            d = d + self.next_positions(offset, T, ids.device)
+            d = d + self.next_positions(pos)
         for i, block in enumerate(self.decoder_blocks):
             layer_cache = caches[-1].layers[i] if caches is not None else None
             d, _ = block(d, enc, inputs, inputs, layer_cache)
         out = self.final_norm(d)
         if r.sub_pos_embed != "NO":
-            out = out - self.next_positions(offset, T, ids.device)
+            out = out - self.next_positions(pos)
             if self.post_sub_norm is not None:
                 out = self.post_sub_norm(out)
         return StackOutput(out, E, enc)

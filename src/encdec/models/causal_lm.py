@@ -10,10 +10,15 @@ src_ids through the model once, filling every cache, and keeps the logits of its
 last position. `encdec.generate` then feeds the decoder-start token: `step` treats
 that first token as a placeholder and returns the kept logits, so row r of
 generate's output is [decoder_start_id, continuation of prompt r ...]; drop the
-first column. Prompts must be unpadded and of one length. With `src_ids=None`,
-`start` prefills nothing and every token given to `step` is real (LM use with a
-BOS prompt in tgt_ids). The context is max_positions: prompt plus generated
-tokens must fit in it (no sliding window, which a cache cannot reproduce).
+first column. With `src_ids=None`, `start` prefills nothing and every token given
+to `step` is real (LM use with a BOS prompt in tgt_ids). The context is
+max_positions: prompt plus generated tokens must fit in it (no sliding window,
+which a cache cannot reproduce).
+
+Prompts of different lengths come padded on the left, as Hugging Face's decoder-only
+`generate` takes them: each row counts positions from its first real token, and its
+padded keys stay masked, in self- and cross-attention, at every later step, so a row
+of a batch gets the tokens it would get alone.
 
 Shapes: B batch, R rows (B * beams), T new positions, C model dim, V vocabulary.
 """
@@ -26,6 +31,7 @@ import torch.nn.functional as F
 
 from encdec.errors import ConfigError, DataError
 from encdec.models.config import ModelConfig
+from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.outputs import Seq2SeqOutput
 from encdec.modules import (
     Attention,
@@ -35,6 +41,7 @@ from encdec.modules import (
     FeedForward,
     KVCache,
     additive_mask,
+    as_bool_mask,
     build_norm,
     causal_mask,
     lm_head,
@@ -79,12 +86,40 @@ def check_lm_config(cfg: ModelConfig) -> None:
         raise ConfigError(f"model.family {cfg.family} needs model.position learned, got {cfg.position!r}")
 
 
-def causal_inputs(offset: int, T: int, device, dtype) -> AttentionInputs:
-    """Attention inputs for T new positions after `offset` cached ones; keys are all positions so far."""
-    if offset == 0:
+def stream_positions(offset: int, T: int, device, pad: torch.Tensor | None = None) -> torch.Tensor:
+    """Positions of T new columns after `offset` ones: (T,), or (R, T) counted from each row's first real
+    token when rows are left-padded by pad (R,) columns (padded columns take 0: no real token sees them)."""
+    pos = torch.arange(offset, offset + T, device=device)  # (T,)
+    if pad is None:
+        return pos
+    return (pos[None, :] - pad[:, None]).clamp(min=0)  # (R, T)
+
+
+def causal_inputs(offset: int, T: int, device, dtype, pad: torch.Tensor | None = None) -> AttentionInputs:
+    """Attention inputs for T new positions after `offset` cached ones; keys are all positions so far,
+    less each row's first pad (R,) columns when rows are left-padded."""
+    if pad is None and offset == 0:
         return AttentionInputs(is_causal=True)
     allowed = causal_mask(T, offset + T, offset, device) if T > 1 else None  # one new position sees everything
+    if pad is not None:
+        real = torch.arange(offset + T, device=device)[None, :] >= pad[:, None]  # (R, offset+T)
+        real = real[:, None, None, :]  # (R, 1, 1, offset+T)
+        allowed = real if allowed is None else real & allowed  # (R, 1, T, offset+T)
     return AttentionInputs(mask=additive_mask(allowed, None, dtype))
+
+
+def left_padding(mask: torch.Tensor) -> torch.Tensor | None:
+    """mask (B, S) bool -> each row's leading padded columns (B,), or None when no row is padded.
+
+    Refuses padding anywhere but before a row's first real token; the check is one host sync.
+    """
+    left_only = (mask[:, 1:] >= mask[:, :-1]).all() & mask[:, -1].all()  # zeros, then ones, in every row
+    padded = ~mask.all()
+    left_only, padded = torch.stack((left_only, padded)).tolist()
+    if not left_only:
+        raise DataError("prompts of different lengths must be padded on the left (mask zeros only before "
+                        "each row's first real token), not on the right or inside")  # fmt: skip
+    return (~mask).sum(-1) if padded else None
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -105,8 +140,9 @@ class LMState:
     """Caches of one decode; all of them follow the rows through `reorder`."""
 
     caches: list = field(default_factory=list)  # KVCache / DecoderCache objects, each with .reorder
-    offset: int = 0  # positions already run
+    offset: int = 0  # columns already run
     pending: torch.Tensor | None = None  # (R, 1, V) logits of the prompt's last position
+    pad: torch.Tensor | None = None  # (R,) left-padded columns of each row's prompt; None: none padded
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows `index` (R,): every row has its own caches (its encoder advanced on its own tokens)."""
@@ -114,9 +150,11 @@ class LMState:
             cache.reorder(index)
         if self.pending is not None:
             self.pending = self.pending.index_select(0, index)
+        if self.pad is not None:
+            self.pad = self.pad.index_select(0, index)
 
 
-class PromptedLM(abc.ABC):
+class PromptedLM(GenerationMixin, abc.ABC):
     """start/step for a causal LM; the class implements `new_state(max_len)` and `advance(ids, state)`."""
 
     config: ModelConfig
@@ -137,13 +175,18 @@ class PromptedLM(abc.ABC):
     @torch.no_grad()
     def start(self, src_ids: torch.Tensor | None, src_mask: torch.Tensor | None, max_new_tokens: int,
               beams: int = 1) -> LMState:  # fmt: skip
-        """Prefill the prompt src_ids (B, S) for B * beams rows; None starts from nothing."""
+        """Prefill the prompt src_ids (B, S) for B * beams rows; None starts from nothing.
+
+        src_mask (B, S) bool, 0/1 integer or float, nonzero at real tokens: prompts of different lengths
+        are padded on the left (checked here, one host sync).
+        """
         prompt_len = 0 if src_ids is None else src_ids.shape[1]
         self.check_positions(prompt_len + max(max_new_tokens - 1, 0))
-        if src_mask is not None and not bool(src_mask.all()):
-            raise DataError("this language model needs unpadded prompts of one length; generate others separately")
+        src_mask = as_bool_mask(src_mask)
+        pad = left_padding(src_mask) if src_ids is not None and src_mask is not None else None
         state = self.new_state(prompt_len + max_new_tokens + 1)
         if src_ids is not None:
+            state.pad = pad.repeat_interleave(beams) if pad is not None else None  # (R,)
             state.pending = self.advance(src_ids.repeat_interleave(beams, dim=0), state)[:, -1:]
         return state
 
@@ -172,9 +215,9 @@ class ResearchLM(PromptedLM):
     def run(self, ids: torch.Tensor, offset: int = 0, state: LMState | None = None) -> StackOutput:
         """ids (B, T) at positions offset..offset+T-1 -> StackOutput; a state's caches are extended."""
 
-    def next_positions(self, offset: int, T: int, device) -> torch.Tensor:
-        """The position embeddings of the next tokens, positions offset+1..offset+T: (T, C)."""
-        return self.positions(torch.arange(offset + 1, offset + T + 1, device=device))
+    def next_positions(self, pos: torch.Tensor) -> torch.Tensor:
+        """The position embeddings of the tokens after those at `pos` (T,) or (R, T): (T, C) or (R, T, C)."""
+        return self.positions(pos + 1)
 
     def forward(
         self,

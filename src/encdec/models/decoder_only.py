@@ -21,6 +21,7 @@ from encdec.models.causal_lm import (
     cross_entropy,
     new_kv_caches,
     norm_factory,
+    stream_positions,
 )
 from encdec.models.config import ModelConfig
 from encdec.models.outputs import Seq2SeqOutput
@@ -39,13 +40,15 @@ class DecoderOnly(PromptedLM, nn.Module):
         self.final_norm = norm_factory(cfg)()
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
-    def hidden(self, ids: torch.Tensor, offset: int = 0, caches: list[KVCache] | None = None) -> torch.Tensor:
-        """ids (B, T) at positions offset..offset+T-1 -> final hidden states (B, T, C)."""
+    def hidden(self, ids: torch.Tensor, offset: int = 0, caches: list[KVCache] | None = None,
+               pad: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """ids (B, T) at columns offset..offset+T-1 -> final hidden states (B, T, C); rows left-padded
+        by pad (B,) columns count positions from their first real token."""
         T = ids.shape[1]
         self.check_positions(offset + T)
-        pos = torch.arange(offset, offset + T, device=ids.device)
+        pos = stream_positions(offset, T, ids.device, pad)  # (T,) or (B, T)
         x = self.dropout(self.embed(ids) + self.positions(pos))  # (B, T, C)
-        inputs = causal_inputs(offset, T, ids.device, x.dtype)
+        inputs = causal_inputs(offset, T, ids.device, x.dtype, pad)
         for i, block in enumerate(self.blocks):
             x, _ = block(x, inputs, caches[i] if caches is not None else None)
         return self.final_norm(x)
@@ -68,6 +71,6 @@ class DecoderOnly(PromptedLM, nn.Module):
         return LMState(new_kv_caches(len(self.blocks), max_len))
 
     def advance(self, ids: torch.Tensor, state: LMState) -> torch.Tensor:
-        hidden = self.hidden(ids, state.offset, state.caches)
+        hidden = self.hidden(ids, state.offset, state.caches, state.pad)
         state.offset += ids.shape[1]
         return lm_head(hidden, self.embed, self.lm_head)

@@ -24,6 +24,7 @@ from torch import nn
 
 from encdec.errors import ConfigError
 from encdec.models.config import ModelConfig
+from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
 from encdec.modules import (
     Dropout,
@@ -39,6 +40,7 @@ from encdec.modules import (
     RotaryEmbedding,
     SinusoidalPositions,
     additive_mask,
+    as_bool_mask,
     build_norm,
     causal_mask,
     lm_head,
@@ -230,7 +232,7 @@ class EncoderDecoderState:
             layer.self_attn.reorder(index)
 
 
-class EncoderDecoder(nn.Module):
+class EncoderDecoder(GenerationMixin, nn.Module):
     """encode() once, decode() as often as needed; forward() does both and the loss.
 
     start() and step() are the same two stages for generation, with the caches,
@@ -252,8 +254,9 @@ class EncoderDecoder(nn.Module):
             self.final_logits_bias = None
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> EncoderOutput:
-        """src_ids (B, S), src_mask (B, S) bool, True at real tokens -> EncoderOutput."""
-        return self.encoder(src_ids, src_mask)
+        """src_ids (B, S), src_mask (B, S) bool, 0/1 integer or float, nonzero at real tokens -> EncoderOutput
+        (whose mask is boolean)."""
+        return self.encoder(src_ids, as_bool_mask(src_mask))
 
     def decode(
         self, tgt_ids: torch.Tensor, memory: EncoderOutput, cache: DecoderCache | None = None
@@ -280,7 +283,7 @@ class EncoderDecoder(nn.Module):
     ) -> EncoderDecoderState:
         """Encode once and prepare decoding of up to `max_new_tokens` positions for `beams` rows per example.
 
-        src_ids (B, S), src_mask (B, S) bool. Cross-attention keys and values are computed
+        src_ids (B, S), src_mask (B, S) as encode() takes it. Cross-attention keys and values are computed
         here, once, from the unexpanded encoder output.
         """
         check_lengths(self.config, src_ids.shape[1], max_new_tokens)
@@ -326,7 +329,8 @@ class EncoderDecoder(nn.Module):
         src_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
     ) -> Seq2SeqOutput:
-        """src_ids (B, S), tgt_ids (B, T) decoder input ids, labels (B, T) with -100 ignored."""
+        """src_ids (B, S), tgt_ids (B, T) decoder input ids, src_mask (B, S) as encode() takes it,
+        labels (B, T) with -100 ignored."""
         memory = self.encode(src_ids, src_mask)
         logits, decoder_router_logits = self.decode(tgt_ids, memory)
         aux = self._moe_losses(memory.router_logits, decoder_router_logits)

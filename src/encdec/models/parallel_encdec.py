@@ -25,6 +25,7 @@ from encdec.models.causal_lm import (
     build_causal_block,
     build_cross_block,
     causal_inputs,
+    stream_positions,
     check_lm_config,
     new_kv_caches,
     norm_factory,
@@ -73,12 +74,13 @@ class ParallelEncoderDecoder(ResearchLM, nn.Module):
         r = self.config.research
         T = ids.shape[1]
         self.check_positions(offset + T)
-        pos = torch.arange(offset, offset + T, device=ids.device)
+        pad = state.pad if state is not None else None  # left padding of a prompted batch
+        pos = stream_positions(offset, T, ids.device, pad)  # (T,) or (B, T)
         E = self.dropout(self.embed(ids) + self.positions(pos))  # (B, T, C)
-        inputs = causal_inputs(offset, T, ids.device, E.dtype)
+        inputs = causal_inputs(offset, T, ids.device, E.dtype, pad)
         dec = self.decoder_in(self.decoder_in_norm(E) if self.decoder_in_norm is not None else E)
         if r.add_pos_embed_to_decoder:
-            dec = dec + self.next_positions(offset, T, ids.device)
+            dec = dec + self.next_positions(pos)
         caches = state.caches if state is not None else None  # encoder KVCaches, then the DecoderCache
         enc = E
         for i, layer in enumerate(self.layers):
@@ -88,7 +90,7 @@ class ParallelEncoderDecoder(ResearchLM, nn.Module):
                 enc, dec = layer(enc, dec, inputs, caches[i], caches[-1].layers[i])
         out = self.final_norm(dec)
         if r.sub_pos_embed != "NO":
-            out = out - self.next_positions(offset, T, ids.device)
+            out = out - self.next_positions(pos)
             if self.post_sub_norm is not None:
                 out = self.post_sub_norm(out)
         return StackOutput(out, E, enc)

@@ -25,8 +25,9 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from encdec.errors import ConfigError
 from encdec.models.causal_lm import cross_entropy
 from encdec.models.config import ModelConfig
+from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.outputs import Seq2SeqOutput
-from encdec.modules import Dropout, lm_head
+from encdec.modules import Dropout, as_bool_mask, lm_head
 
 Hidden = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # GRU: h (L, B, C); LSTM: (h, c)
 
@@ -70,7 +71,7 @@ class RNNState:
         self.hidden = index_hidden(self.hidden, index)
 
 
-class RNNSeq2Seq(nn.Module):
+class RNNSeq2Seq(GenerationMixin, nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         if cfg.decoder_layers != cfg.n_encoder_layers:
@@ -86,7 +87,9 @@ class RNNSeq2Seq(nn.Module):
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, Hidden]:
-        """src_ids (B, S) -> encoder states (B, S, C) and the hidden state after each source's last token."""
+        """src_ids (B, S), src_mask (B, S) bool, 0/1 integer or float -> encoder states (B, S, C) and the
+        hidden state after each source's last token."""
+        src_mask = as_bool_mask(src_mask)
         x = self.dropout(self.embed(src_ids))
         if src_mask is None or bool(src_mask.all()):
             return self.encoder(x)
@@ -111,7 +114,9 @@ class RNNSeq2Seq(nn.Module):
         src_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
     ) -> Seq2SeqOutput:
-        """src_ids (B, S) or None, tgt_ids (B, T) decoder input ids, labels (B, T) with -100 ignored."""
+        """src_ids (B, S) or None, tgt_ids (B, T) decoder input ids, src_mask (B, S) as encode() takes it,
+        labels (B, T) with -100 ignored."""
+        src_mask = as_bool_mask(src_mask)
         states = hidden = None
         if src_ids is not None:
             states, hidden = self.encode(src_ids, src_mask)
@@ -127,6 +132,7 @@ class RNNSeq2Seq(nn.Module):
         """Encode src_ids (B, S) once; every one of the `beams` rows of an example starts from its state."""
         if src_ids is None:
             return RNNState(None, None, None)
+        src_mask = as_bool_mask(src_mask)
         states, hidden = self.encode(src_ids, src_mask)
         rows = torch.arange(src_ids.shape[0], device=src_ids.device).repeat_interleave(beams)
         mask = src_mask.index_select(0, rows) if src_mask is not None else None
