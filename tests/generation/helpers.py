@@ -72,3 +72,35 @@ class Uncached:
         state.tokens = torch.cat([state.tokens, tgt_ids], dim=1)
         logits = self.model(state.src_ids, state.tokens, src_mask=state.src_mask).logits
         return logits[:, -tgt_ids.shape[1] :]
+
+
+def hf_t5_pair(path, vocab_size: int = 99, seed: int = 0, initializer_factor: float = 1.0):
+    """A random-weight Hugging Face T5 (its own test shape) saved to `path`, and the same weights in encdec.
+    An initializer_factor of 2 or more makes greedy decoding vary its tokens instead of repeating one."""
+    import transformers
+
+    import encdec
+
+    torch.manual_seed(seed)
+    config = transformers.T5Config(vocab_size=vocab_size, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
+                                   decoder_start_token_id=0, initializer_factor=initializer_factor)  # fmt: skip
+    reference = transformers.T5ForConditionalGeneration(config).eval()
+    reference.save_pretrained(path)
+    return reference, encdec.load_hf(path)
+
+
+def word_piece_tokenizer(words: tuple[str, ...] = ()):
+    """A Hugging Face fast tokenizer over single letters, their "##" continuations and `words`, with a
+    WordPiece decoder, so every token decodes to text (as stop strings need)."""
+    import string
+
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    letters = list(string.ascii_lowercase)
+    tokens = ["<pad>", "</s>", "<unk>", *letters, *("##" + c for c in letters), *words]
+    backend = Tokenizer(models.WordPiece({t: i for i, t in enumerate(dict.fromkeys(tokens))}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.decoder = decoders.WordPiece()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
+                                                unk_token="<unk>")  # fmt: skip

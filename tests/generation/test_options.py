@@ -30,6 +30,22 @@ def test_an_unknown_option_is_named_with_a_suggestion(device):
         (dict(early_stopping="sometimes"), "early_stopping must be True, False or 'never'"),
         (dict(num_beams=2, num_return_sequences=3), r"num_return_sequences \(3\) cannot exceed num_beams \(2\)"),
         (dict(num_return_sequences=2), "needs beam search"),
+        (dict(typical_p=0.0), r"typical_p must be in \(0, 1\]"),
+        (dict(min_p=1.5), r"min_p must be None \(off\) or in \[0, 1\]"),
+        (dict(epsilon_cutoff=1.0), r"epsilon_cutoff must be in \[0, 1\)"),
+        (dict(eta_cutoff=-0.1), r"eta_cutoff must be in \[0, 1\)"),
+        (dict(num_beam_groups=0), "num_beam_groups must be a positive integer"),
+        (dict(diversity_penalty=-1.0), r"diversity_penalty must be zero \(off\) or more"),
+        (dict(exponential_decay_length_penalty=(5, -1.0)), r"exponential_decay_length_penalty must be None or a pair"),
+        (dict(suppress_tokens=[-1]), "suppress_tokens must be None or a list of token ids"),
+        (dict(begin_suppress_tokens="7"), "begin_suppress_tokens must be None or a list of token ids"),
+        (dict(stop_strings=""), "stop_strings must be None, a non-empty string or a list of them"),
+        (dict(num_beams=5, num_beam_groups=2, diversity_penalty=1.0), r"num_beams \(5\) must be a multiple of"),
+        (dict(num_beams=4, num_beam_groups=2), "num_beam_groups > 1 needs diversity_penalty > 0"),
+        (dict(num_beams=4, diversity_penalty=1.0), "diversity_penalty needs num_beam_groups > 1"),
+        (dict(num_beams=4, num_beam_groups=2, diversity_penalty=1.0, do_sample=True), "does not sample"),
+        (dict(num_beams=4, num_beam_groups=2, diversity_penalty=1.0, stop_strings="x"), "not group beams"),
+        (dict(output_scores=True), "output_scores needs return_dict_in_generate=True"),
     ],
 )
 def test_an_out_of_range_option_is_one_sentence(options, message, device):
@@ -37,6 +53,21 @@ def test_an_out_of_range_option_is_one_sentence(options, message, device):
     src, mask = padded_batch()
     with pytest.raises(ConfigError, match=message):
         encdec.generate(model, src, mask, **options)
+
+
+@pytest.mark.parametrize(
+    "prefix, message",
+    [
+        (torch.tensor([0, 5]), r"decoder_input_ids must be a \(batch, length\) tensor of integer token ids"),
+        (torch.zeros(2, 2, dtype=torch.long), "decoder_input_ids has 2 rows but src_ids has 3"),
+        (torch.tensor([[0, 500]] * 3), r"decoder_input_ids must lie in \[0, 97\); got 0\.\.500"),
+    ],
+)
+def test_a_bad_decoder_prefix_is_one_sentence(prefix, message, device):
+    model = tiny("t5").to(device)
+    src, mask = padded_batch()
+    with pytest.raises(DataError, match=message):
+        encdec.generate(model, src, mask, decoder_input_ids=prefix)
 
 
 def test_an_empty_input_is_one_clear_error(device):

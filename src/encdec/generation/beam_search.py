@@ -4,7 +4,8 @@ Each step keeps the K = max(2, 1 + #EOS) * N best continuations of every example
 continues the N best that did not finish, and merges those of the top N that
 finished into the example's N best finished hypotheses, scored
     sum of log-probabilities / generated_length ** length_penalty
-(generated_length counts the tokens after the decoder-start token, EOS included).
+(generated_length counts the tokens after the decoder prompt, EOS included). A
+candidate finishes with EOS, at the maximal length, or when a stop string ends it.
 `early_stopping`: True stops an example once N hypotheses finished; False stops
 when the best running beam, scored at the current length, cannot beat the worst
 finished one; "never" scores it at the maximal length when length_penalty > 0.
@@ -12,8 +13,8 @@ The cache follows the beams through `state.reorder`, never by re-running. Every
 tensor lives on the model's device; each step waits for the host once, to decide
 whether to stop.
 
-Shapes: B examples, N beams, K candidates kept per step, L maximal length
-(start token included), V vocabulary.
+Shapes: B examples, N beams, K candidates kept per step, P decoder prompt (the start
+token and any prefix), L maximal length (prompt included), V vocabulary.
 """
 
 import torch
@@ -21,6 +22,8 @@ import torch
 from encdec.generation.config import GenerationConfig
 from encdec.generation.interface import DecodeState, Steppable, model_device
 from encdec.generation.logits_processors import apply_all, build_processors
+from encdec.generation.outputs import GenerateOutput
+from encdec.generation.search import StopTest
 
 NEG = -1.0e9  # Hugging Face's "impossible" score; kept identical so ties break identically
 
@@ -33,19 +36,24 @@ def gather_beams(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def beam_search(
-    model: Steppable, state: DecodeState, batch: int, cfg: GenerationConfig, device: torch.device | None = None
-) -> torch.Tensor:
-    """Decode `batch` examples with cfg.num_beams beams on `device` (default: the model's)
-    -> (B * num_return_sequences, L') token ids."""
+    model: Steppable,
+    state: DecodeState,
+    prompt: torch.Tensor,
+    cfg: GenerationConfig,
+    device: torch.device | None = None,
+    stop_test: StopTest | None = None,
+) -> GenerateOutput:
+    """Decode the examples of `prompt` (B, P), the decoder-start token and any prefix, with cfg.num_beams
+    beams on `device` (default: the model's) -> (B * num_return_sequences, L') token ids and scores."""
     device = device if device is not None else model_device(model)
-    B, N, lp = batch, cfg.num_beams, cfg.length_penalty
-    L = cfg.max_new_tokens + 1
+    (B, P), N, lp = prompt.shape, cfg.num_beams, cfg.length_penalty
+    L = cfg.max_new_tokens + P
     eos = torch.tensor(cfg.eos_ids, dtype=torch.long, device=device)
     K = max(2, 1 + len(cfg.eos_ids)) * N
     top_n = torch.arange(K, device=device) < N  # only the N best candidates may finish
     fill = cfg.pad_token_id or (cfg.eos_ids[0] if cfg.eos_ids else -1)  # as Hugging Face fills: a pad id 0 gives EOS
     running = torch.full((B, N, L), fill, dtype=torch.long, device=device)
-    running[:, :, 0] = cfg.decoder_start_token_id
+    running[:, :, :P] = prompt[:, None, :]
     finished = running.clone()
     running_scores = torch.zeros(B, N, device=device)
     running_scores[:, 1:] = NEG  # only the first beam's tokens count at the first step
@@ -54,13 +62,16 @@ def beam_search(
     is_finished = torch.zeros(B, N, dtype=torch.bool, device=device)
     improvable = torch.ones(B, 1, dtype=torch.bool, device=device)
     example_offset = torch.arange(B, device=device)[:, None] * N  # (B, 1)
-    chain = build_processors(cfg, L, device)
+    chain = build_processors(cfg, L, device, prompt_length=P)
     generator = cfg.make_generator(device)
+    steps: list[torch.Tensor] | None = [] if cfg.output_scores else None
 
-    cur_len = 1
-    logits = model.step(running[:, :, :1].reshape(B * N, 1), state)[:, -1].float()  # (B*N, V)
+    cur_len = P
+    logits = model.step(running[:, :, :P].reshape(B * N, P), state)[:, -1].float()  # (B*N, V)
     while True:
         log_probs = apply_all(chain, running[:, :, :cur_len].reshape(B * N, cur_len), logits.log_softmax(-1))
+        if steps is not None:
+            steps.append(log_probs)
         V = log_probs.shape[-1]
         totals = (log_probs.view(B, N, V) + running_scores[:, :, None]).view(B, N * V)
         if cfg.do_sample:
@@ -72,6 +83,8 @@ def beam_search(
         candidates = gather_beams(running, parent)  # (B, K, L)
         candidates[:, :, cur_len] = token
         done = torch.isin(token, eos) | (cur_len + 1 >= L)  # (B, K)
+        if stop_test is not None:
+            done |= stop_test(candidates[:, :, : cur_len + 1].reshape(B * K, cur_len + 1)).view(B, K)
 
         # continue the N best candidates that did not finish
         open_scores = top_scores + done.float() * NEG
@@ -81,7 +94,7 @@ def beam_search(
         state.reorder((gather_beams(parent, keep) + example_offset).view(-1))
 
         # merge the newly finished among the top N into the N best finished hypotheses
-        scores = top_scores / (cur_len**lp)
+        scores = top_scores / ((cur_len + 1 - P) ** lp)
         scores = scores + (is_finished.all(-1, keepdim=True) & (cfg.early_stopping is True)).float() * NEG
         scores = scores + (~improvable).float() * NEG
         just_finished = done & top_n[None, :]
@@ -90,10 +103,10 @@ def beam_search(
         finished = gather_beams(torch.cat((finished, candidates), 1), best)
         finished_scores = gather_beams(torch.cat((finished_scores, scores), 1), best)
         is_finished = gather_beams(torch.cat((is_finished, just_finished), 1), best)
-        finished_lengths = gather_beams(torch.cat((finished_lengths, torch.full_like(token, cur_len)), 1), best)
+        finished_lengths = gather_beams(torch.cat((finished_lengths, torch.full_like(token, cur_len + 1 - P)), 1), best)
 
         cur_len += 1
-        improvable = still_improvable(improvable, running_scores, finished_scores, is_finished, cur_len, L, cfg)
+        improvable = still_improvable(improvable, running_scores, finished_scores, is_finished, cur_len - P, L - P, cfg)
         stop = ~improvable.any() | done.all()
         if cfg.early_stopping is True:
             stop |= is_finished.all()
@@ -102,8 +115,12 @@ def beam_search(
         logits = model.step(running[:, :, cur_len - 1].reshape(B * N, 1), state)[:, -1].float()
 
     R = cfg.num_return_sequences
-    length = 1 + int(finished_lengths[:, :R].max())  # the output's width: one sync per call
-    return finished[:, :R, :length].reshape(B * R, length)
+    length = P + int(finished_lengths[:, :R].max())  # the output's width: one sync per call
+    return GenerateOutput(
+        finished[:, :R, :length].reshape(B * R, length),
+        tuple(steps) if steps is not None else None,
+        finished_scores[:, :R].reshape(B * R) if steps is not None else None,
+    )
 
 
 def still_improvable(
@@ -111,16 +128,14 @@ def still_improvable(
     running_scores: torch.Tensor,
     finished_scores: torch.Tensor,
     is_finished: torch.Tensor,
-    cur_len: int,
-    max_length: int,
+    generated: int,
+    max_generated: int,
     cfg: GenerationConfig,
 ) -> torch.Tensor:
-    """(B, 1): can the best running beam still beat the worst finished hypothesis? (Hugging Face's heuristic)"""
+    """(B, 1): can the best running beam, `generated` tokens past the prompt, still beat the worst finished
+    hypothesis? (Hugging Face's heuristic)"""
     lp = cfg.length_penalty
-    if cfg.early_stopping == "never" and lp > 0.0:
-        best_length = max_length - 1
-    else:
-        best_length = cur_len - 1
+    best_length = max_generated if cfg.early_stopping == "never" and lp > 0.0 else generated
     best_running = running_scores[:, :1] / (best_length**lp)
     worst_finished = torch.where(is_finished, finished_scores.min(dim=1, keepdim=True)[0], NEG)
     return improvable & (best_running > worst_finished).any(dim=-1, keepdim=True)

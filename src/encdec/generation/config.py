@@ -37,6 +37,21 @@ class GenerationConfig:
     seed: int | None = None  # a private generator seeded once: reproducible sampling
     generator: torch.Generator | None = None
     streamer: Callable[[torch.Tensor], None] | None = None  # called with each step's tokens (B,) (greedy, sampling)
+    # sampling-only filters, applied after top-k and top-p as Hugging Face applies them
+    min_p: float | None = None  # drop tokens below min_p times the top token's probability
+    typical_p: float = 1.0  # locally typical sampling (Meister et al. 2022); 1 is off
+    epsilon_cutoff: float = 0.0  # drop tokens below this probability; 0 is off
+    eta_cutoff: float = 0.0  # drop tokens below min(eta, sqrt(eta) * exp(-entropy)); 0 is off
+    # every search
+    exponential_decay_length_penalty: tuple[int, float] | None = None  # (start_index, decay_factor) raises EOS
+    suppress_tokens: list[int] | None = None  # never generated
+    begin_suppress_tokens: list[int] | None = None  # not generated as the first new token
+    renormalize_logits: bool = False  # log-softmax the processed scores
+    num_beam_groups: int = 1  # diverse beam search (Vijayakumar et al. 2016): groups of num_beams / groups beams
+    diversity_penalty: float = 0.0  # subtracted per earlier group that chose the token at this step
+    stop_strings: str | list[str] | None = None  # needs generate(..., tokenizer=)
+    return_dict_in_generate: bool = False  # return a GenerateOutput instead of the token ids
+    output_scores: bool = False  # with return_dict_in_generate: the processed scores of every step
 
     def __post_init__(self):
         self._check_ranges()
@@ -52,6 +67,25 @@ class GenerationConfig:
             raise ConfigError("give either seed or generator, not both")
         if self.streamer is not None and self.num_beams > 1:
             raise ConfigError("streaming tokens works with greedy decoding and sampling, not beam search")
+        if self.output_scores and not self.return_dict_in_generate:
+            raise ConfigError("output_scores needs return_dict_in_generate=True, which returns them")
+        self._check_groups()
+
+    def _check_groups(self) -> None:
+        """Group beam search: Hugging Face's rules, each one sentence."""
+        groups = self.num_beam_groups
+        if groups == 1:
+            if self.diversity_penalty > 0:
+                raise ConfigError("diversity_penalty needs num_beam_groups > 1 (diverse beam search)")
+            return
+        if self.num_beams % groups:
+            raise ConfigError(f"num_beams ({self.num_beams}) must be a multiple of num_beam_groups ({groups})")
+        if self.diversity_penalty <= 0:
+            raise ConfigError("num_beam_groups > 1 needs diversity_penalty > 0, else every group is the same")
+        if self.do_sample:
+            raise ConfigError("group beam search (num_beam_groups > 1) does not sample: set do_sample=False")
+        if self.stop_strings:
+            raise ConfigError("stop_strings works with greedy decoding, sampling and beam search, not group beams")
 
     def _check_ranges(self) -> None:
         checks = {
@@ -64,7 +98,19 @@ class GenerationConfig:
             "top_p": (0 < self.top_p <= 1, "in (0, 1]"),
             "repetition_penalty": (self.repetition_penalty > 0, "greater than 0"),
             "no_repeat_ngram_size": (self.no_repeat_ngram_size >= 0, "zero (off) or more"),
-        }
+            "min_p": (self.min_p is None or 0 <= self.min_p <= 1, "None (off) or in [0, 1]"),
+            "typical_p": (0 < self.typical_p <= 1, "in (0, 1]"),
+            "epsilon_cutoff": (0 <= self.epsilon_cutoff < 1, "in [0, 1)"),
+            "eta_cutoff": (0 <= self.eta_cutoff < 1, "in [0, 1)"),
+            "num_beam_groups": (self.num_beam_groups >= 1, "a positive integer"),
+            "diversity_penalty": (self.diversity_penalty >= 0, "zero (off) or more"),
+            "exponential_decay_length_penalty": (valid_decay(self.exponential_decay_length_penalty),
+                                                 "None or a pair (start_index >= 0, decay_factor > 0)"),
+            "suppress_tokens": (token_list(self.suppress_tokens), "None or a list of token ids (integers >= 0)"),
+            "begin_suppress_tokens": (token_list(self.begin_suppress_tokens),
+                                      "None or a list of token ids (integers >= 0)"),
+            "stop_strings": (valid_stop_strings(self.stop_strings), "None, a non-empty string or a list of them"),
+        }  # fmt: skip
         for key, (ok, allowed) in checks.items():
             if not ok:
                 raise ConfigError(f"{key} must be {allowed}, got {getattr(self, key)!r}")
@@ -73,6 +119,11 @@ class GenerationConfig:
     def eos_ids(self) -> list[int]:
         eos = self.eos_token_id
         return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+    @property
+    def stop_string_list(self) -> list[str]:
+        stop = self.stop_strings
+        return [] if not stop else [stop] if isinstance(stop, str) else list(stop)
 
     @property
     def rows_per_example(self) -> int:
@@ -112,3 +163,23 @@ class GenerationConfig:
 def same_device(a: torch.device, b: torch.device) -> bool:
     """True when a and b name one device; a device without an index ("cuda") matches any of its type."""
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
+def valid_decay(pair) -> bool:
+    """(start_index, decay_factor) as Hugging Face's exponential_decay_length_penalty takes it."""
+    if pair is None:
+        return True
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        return False
+    start, factor = pair
+    return isinstance(start, int) and start >= 0 and isinstance(factor, (int, float)) and factor > 0
+
+
+def token_list(ids) -> bool:
+    return ids is None or (isinstance(ids, (list, tuple)) and all(isinstance(i, int) and i >= 0 for i in ids))
+
+
+def valid_stop_strings(stop) -> bool:
+    if stop is None or isinstance(stop, str):
+        return stop != ""
+    return isinstance(stop, (list, tuple)) and all(isinstance(s, str) and s for s in stop)

@@ -17,18 +17,33 @@ from torch import nn
 from encdec.errors import ConfigError, DataError
 from encdec.generation.beam_search import beam_search
 from encdec.generation.config import GenerationConfig
+from encdec.generation.group_beam_search import group_beam_search
 from encdec.generation.interface import Steppable, model_device
+from encdec.generation.outputs import GenerateOutput
 from encdec.generation.search import sample_search
+from encdec.generation.stop_strings import stop_strings_for
+from encdec.modules import as_bool_mask
 
 log = logging.getLogger(__name__)
 
 
-def generate(model: Steppable, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None, **options) -> torch.Tensor:
+def generate(
+    model: Steppable,
+    src_ids: torch.Tensor,
+    src_mask: torch.Tensor | None = None,
+    *,
+    decoder_input_ids: torch.Tensor | None = None,
+    tokenizer=None,
+    **options,
+) -> torch.Tensor | GenerateOutput:
     """Generate from src_ids (B, S); src_mask (B, S), True or 1 at real tokens.
 
     Without a mask, positions holding the pad token are padding. Options are those of
     `GenerationConfig` (Hugging Face's names); an unknown one raises ConfigError. The
-    result is on the model's device (see `model_device`).
+    result is on the model's device (see `model_device`): the token ids, or with
+    return_dict_in_generate=True a `GenerateOutput`. decoder_input_ids (B, P) is a prefix
+    every row continues, as in Hugging Face (the start token is put first where no row
+    begins with it); `tokenizer`, a Hugging Face tokenizer, is what stop_strings needs.
     """
     cfg = resolve_config(model, options)
     src_ids, src_mask = check_inputs(model, src_ids, src_mask, cfg)
@@ -37,21 +52,25 @@ def generate(model: Steppable, src_ids: torch.Tensor, src_mask: torch.Tensor | N
     src_ids, src_mask = src_ids.to(device), src_mask.to(device)
     batch = src_ids.shape[0]
     rows = cfg.rows_per_example
+    prompt = decoder_prompt(model, decoder_input_ids, batch, cfg, device)  # (B, P)
+    stop = stop_strings_for(cfg.stop_string_list, tokenizer, device) if cfg.stop_strings else None
     was_training = isinstance(model, nn.Module) and model.training
     if was_training:
         model.eval()  # no dropout while generating
     try:
         with torch.inference_mode():
-            state = model.start(src_ids, src_mask, cfg.max_new_tokens, rows)
-            if cfg.num_beams > 1:
-                out = beam_search(model, state, batch, cfg, device)
+            state = model.start(src_ids, src_mask, cfg.max_new_tokens + prompt.shape[1] - 1, rows)
+            if cfg.num_beam_groups > 1:
+                out = group_beam_search(model, state, prompt, cfg, device)
+            elif cfg.num_beams > 1:
+                out = beam_search(model, state, prompt, cfg, device, stop)
             else:
-                out = sample_search(model, state, batch * rows, cfg, device)
+                out = sample_search(model, state, prompt.repeat_interleave(rows, dim=0), cfg, device, stop)
     finally:
         if was_training:
             model.train()
-    log.info("generated %d rows of up to %d tokens", out.shape[0], out.shape[1] - 1)
-    return out
+    log.info("generated %d rows of %d tokens (decoder prompt included)", *out.sequences.shape)
+    return out if cfg.return_dict_in_generate else out.sequences
 
 
 def resolve_config(model, options: dict) -> GenerationConfig:
@@ -86,7 +105,7 @@ def check_inputs(
         raise DataError(f"src_mask has shape {tuple(src_mask.shape)} but src_ids has {tuple(src_ids.shape)}")
     if src_mask.device != src_ids.device:
         src_mask = src_mask.to(src_ids.device)
-    src_mask = src_mask.bool()
+    src_mask = as_bool_mask(src_mask)  # 0/1 integers or floats as Hugging Face passes them
     empty = ~src_mask.any(dim=1)  # (B,)
     facts = torch.stack((empty.any().long(), empty.long().argmax(), src_ids.min().long(), src_ids.max().long()))
     any_empty, first_empty, low, high = facts.tolist()  # the one host sync; argmax finds the first empty row
@@ -96,3 +115,30 @@ def check_inputs(
     if vocab is not None and (low < 0 or high >= vocab):
         raise DataError(f"input token ids must lie in [0, {vocab}); got {low}..{high}")
     return src_ids.long(), src_mask
+
+
+def decoder_prompt(
+    model, decoder_input_ids: torch.Tensor | None, batch: int, cfg: GenerationConfig, device: torch.device
+) -> torch.Tensor:
+    """The (B, P) tokens every row starts from, on `device`: the decoder-start token, or the given prefix,
+    with the start token put first when no row begins with it (as Hugging Face does). A prefix on a GPU
+    costs one host sync per call for its checks."""
+    start = cfg.decoder_start_token_id
+    if decoder_input_ids is None:
+        return torch.full((batch, 1), start, dtype=torch.long, device=device)
+    prefix = decoder_input_ids
+    if not isinstance(prefix, torch.Tensor) or prefix.dim() != 2 or prefix.dtype not in (torch.long, torch.int):
+        raise DataError("decoder_input_ids must be a (batch, length) tensor of integer token ids")
+    if prefix.shape[0] != batch:
+        raise DataError(f"decoder_input_ids has {prefix.shape[0]} rows but src_ids has {batch}")
+    prefix = prefix.long()
+    if prefix.shape[1] > 0:
+        facts = torch.stack((prefix.min(), prefix.max(), (prefix[:, 0] != start).all().long()))
+        low, high, no_start = facts.tolist()  # one host sync where the prefix is on a GPU
+        vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+        if low < 0 or (vocab is not None and high >= vocab):
+            raise DataError(f"decoder_input_ids must lie in [0, {vocab}); got {low}..{high}")
+        if not no_start:
+            return prefix.to(device)
+    first = torch.full((batch, 1), start, dtype=torch.long, device=device)
+    return torch.cat((first, prefix.to(device)), dim=1)

@@ -1,7 +1,9 @@
 """Score processors applied before each token choice, in Hugging Face's order and with its semantics.
 
     repetition penalty -> no-repeat n-gram -> bad words -> min new tokens -> forced BOS
-    -> forced EOS, then for sampling only: temperature -> top-k -> top-p
+    -> forced EOS -> exponential decay -> suppress tokens -> suppress at begin, then for
+    sampling only: temperature -> top-k -> top-p -> min-p -> typical -> epsilon -> eta,
+    and last, when asked, renormalisation (log-softmax)
 
 Each processor is a function (seqs, scores) -> scores where seqs (R, L) holds every
 row's tokens so far, decoder-start token included, and scores (R, V) are logits
@@ -97,6 +99,36 @@ def forced_token(token: int, at_length: int) -> Processor:
     return apply
 
 
+def exponential_decay(start: int, factor: float, eos_ids: list[int], device: torch.device | str | None = None
+                      ) -> Processor:  # fmt: skip
+    """Once rows hold more than `start` tokens, raise EOS scores by |score| * (factor ** (length - start) - 1)."""
+    eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
+
+    def apply(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        steps = seqs.shape[1] - start
+        if steps <= 0:
+            return scores
+        eos_scores = scores[:, eos]  # (R, E)
+        penalty = (eos_scores.abs() * (pow(factor, steps) - 1)).masked_fill(~torch.isfinite(eos_scores), 0.0)
+        return scores.index_add(1, eos, penalty)
+
+    return apply
+
+
+def suppress(tokens: list[int], at_length: int | None = None, device: torch.device | str | None = None
+             ) -> Processor:  # fmt: skip
+    """Ban `tokens` (ids beyond the vocabulary are ignored): always, or only when rows hold `at_length` tokens."""
+    banned = torch.tensor(tokens, dtype=torch.long, device=device)
+
+    def apply(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if at_length is not None and seqs.shape[1] != at_length:
+            return scores
+        vocab = torch.arange(scores.shape[-1], device=scores.device)
+        return torch.where(torch.isin(vocab, banned), -math.inf, scores)
+
+    return apply
+
+
 def temperature(t: float) -> Processor:
     return lambda seqs, scores: scores / t
 
@@ -124,11 +156,69 @@ def top_p(p: float, keep: int = 1) -> Processor:
     return apply
 
 
+def min_p(p: float, keep: int = 1) -> Processor:
+    """Keep tokens at least p times as likely as the most likely one (Nguyen et al. 2024, min-p sampling)."""
+
+    def apply(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        probs = scores.softmax(dim=-1)
+        drop = probs < p * probs.amax(dim=-1, keepdim=True)
+        drop.scatter_(-1, torch.topk(probs, min(keep, probs.shape[-1]), dim=-1).indices, False)
+        return scores.masked_fill(drop, -math.inf)
+
+    return apply
+
+
+def typical_p(mass: float, keep: int = 1) -> Processor:
+    """Keep the tokens whose surprise is closest to the entropy, up to probability `mass`
+    (Meister et al. 2022, locally typical sampling)."""
+
+    def apply(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        log_probs = scores.log_softmax(dim=-1)
+        entropy = -(log_probs * log_probs.exp()).nansum(-1, keepdim=True)  # (R, 1)
+        gaps, order = torch.sort((-log_probs - entropy).abs(), descending=False)
+        cumulative = scores.gather(-1, order).softmax(dim=-1).cumsum(dim=-1)
+        last = (cumulative < mass).sum(dim=1).clamp(max=gaps.shape[-1] - 1)  # (R,)
+        drop = gaps > gaps.gather(1, last[:, None])
+        drop[..., :keep] = False
+        return scores.masked_fill(drop.scatter(1, order, drop), -math.inf)
+
+    return apply
+
+
+def epsilon_cutoff(epsilon: float, keep: int = 1) -> Processor:
+    """Drop tokens less likely than `epsilon`, keeping the `keep` best (Hewitt et al. 2022, truncation sampling)."""
+
+    def apply(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        kth = torch.topk(scores, min(keep, scores.shape[-1]))[0][..., -1, None]
+        drop = (scores.softmax(dim=-1) < epsilon) & (scores < kth)
+        return scores.masked_fill(drop, -math.inf)
+
+    return apply
+
+
+def eta_cutoff(epsilon: float, keep: int = 1, device: torch.device | str | None = None) -> Processor:
+    """Drop tokens less likely than min(epsilon, sqrt(epsilon) * exp(-entropy)) (Hewitt et al. 2022, eta sampling)."""
+    eps = torch.tensor(epsilon, device=device)
+
+    def apply(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        entropy = torch.distributions.Categorical(logits=scores, validate_args=False).entropy()  # (R,)
+        eta = torch.min(eps, torch.sqrt(eps) * torch.exp(-entropy))[..., None]
+        kth = torch.topk(scores, min(keep, scores.shape[-1]))[0][..., -1, None]
+        drop = (scores.softmax(dim=-1) < eta) & (scores < kth)
+        return scores.masked_fill(drop, -math.inf)
+
+    return apply
+
+
+def renormalize(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    return scores.log_softmax(dim=-1)
+
+
 def build_processors(
-    cfg: GenerationConfig, max_length: int, device: torch.device | str | None = None
+    cfg: GenerationConfig, max_length: int, device: torch.device | str | None = None, prompt_length: int = 1
 ) -> list[Processor]:
     """The processors `cfg` asks for, in Hugging Face's order, for scores on `device`; `max_length`
-    counts the start token."""
+    counts the decoder prompt (the start token and any given prefix), which holds `prompt_length` tokens."""
     chain: list[Processor] = []
     if cfg.repetition_penalty != 1.0:
         chain.append(repetition_penalty(cfg.repetition_penalty))
@@ -137,11 +227,19 @@ def build_processors(
     if cfg.bad_words_ids:
         chain.append(bad_words(cfg.bad_words_ids, device))
     if cfg.min_new_tokens > 0 and cfg.eos_ids:
-        chain.append(min_new_tokens(cfg.min_new_tokens, cfg.eos_ids, device=device))
+        chain.append(min_new_tokens(cfg.min_new_tokens, cfg.eos_ids, prompt_length, device))
     if cfg.forced_bos_token_id is not None:
         chain.append(forced_token(cfg.forced_bos_token_id, at_length=1))
     if cfg.forced_eos_token_id is not None:
         chain.append(forced_token(cfg.forced_eos_token_id, at_length=max_length - 1))
+    if cfg.exponential_decay_length_penalty is not None and cfg.eos_ids:
+        start, factor = cfg.exponential_decay_length_penalty
+        chain.append(exponential_decay(start + prompt_length, factor, cfg.eos_ids, device))
+    if cfg.suppress_tokens is not None:
+        chain.append(suppress(cfg.suppress_tokens, device=device))
+    if cfg.begin_suppress_tokens is not None:  # as Hugging Face: one later when a forced BOS fills the first slot
+        begin = prompt_length + (1 if prompt_length == 1 and cfg.forced_bos_token_id is not None else 0)
+        chain.append(suppress(cfg.begin_suppress_tokens, at_length=begin, device=device))
     if cfg.do_sample:
         keep = len(cfg.eos_ids) + 1 if cfg.num_beams > 1 else 1
         if cfg.temperature != 1.0:
@@ -150,6 +248,16 @@ def build_processors(
             chain.append(top_k(cfg.top_k, keep))
         if cfg.top_p < 1.0:
             chain.append(top_p(cfg.top_p, keep))
+        if cfg.min_p is not None:
+            chain.append(min_p(cfg.min_p, keep))
+        if cfg.typical_p < 1.0:
+            chain.append(typical_p(cfg.typical_p, keep))
+        if cfg.epsilon_cutoff > 0:
+            chain.append(epsilon_cutoff(cfg.epsilon_cutoff, keep))
+        if cfg.eta_cutoff > 0:
+            chain.append(eta_cutoff(cfg.eta_cutoff, keep, device))
+    if cfg.renormalize_logits:
+        chain.append(renormalize)
     return chain
 
 

@@ -2,17 +2,25 @@
 
 Rows that produced EOS keep receiving the pad token until every row is done or
 `max_new_tokens` is reached, exactly as Hugging Face's `_sample` does, so the
-outputs compare column for column. Every tensor lives on the model's device; the
-one host sync per step is the stop test (skipped without EOS).
+outputs compare column for column; a row a stop string ended is padded likewise
+when there is an EOS, and (as in Hugging Face) keeps generating when there is none.
+Every tensor lives on the model's device; the one host sync per step is the stop
+test (skipped without EOS or stop strings).
 
-Shapes: R rows (examples times samples), L tokens so far including the start token, V vocabulary.
+Shapes: R rows (examples times samples), P decoder prompt (start token and any prefix),
+L tokens so far, V vocabulary.
 """
+
+from collections.abc import Callable
 
 import torch
 
 from encdec.generation.config import GenerationConfig
 from encdec.generation.interface import DecodeState, Steppable, model_device
 from encdec.generation.logits_processors import apply_all, build_processors
+from encdec.generation.outputs import GenerateOutput
+
+StopTest = Callable[[torch.Tensor], torch.Tensor]  # token ids (R, L) -> (R,) bool, e.g. `StopStrings`
 
 
 def choose_tokens(scores: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator | None) -> torch.Tensor:
@@ -24,22 +32,31 @@ def choose_tokens(scores: torch.Tensor, cfg: GenerationConfig, generator: torch.
 
 
 def sample_search(
-    model: Steppable, state: DecodeState, rows: int, cfg: GenerationConfig, device: torch.device | None = None
-) -> torch.Tensor:
-    """Greedy (do_sample False) or sampled decoding of `rows` rows on `device` (default: the model's)
-    -> token ids (R, L)."""
+    model: Steppable,
+    state: DecodeState,
+    prompt: torch.Tensor,
+    cfg: GenerationConfig,
+    device: torch.device | None = None,
+    stop_test: StopTest | None = None,
+) -> GenerateOutput:
+    """Greedy (do_sample False) or sampled decoding on `device` (default: the model's) of the rows of
+    `prompt` (R, P), the decoder-start token and any prefix -> token ids (R, L) starting with it."""
     device = device if device is not None else model_device(model)
-    max_length = cfg.max_new_tokens + 1
+    rows, length = prompt.shape
+    max_length = cfg.max_new_tokens + length
     has_eos = bool(cfg.eos_ids)
     eos = torch.tensor(cfg.eos_ids, dtype=torch.long, device=device)
-    seqs = torch.full((rows, max_length), cfg.decoder_start_token_id, dtype=torch.long, device=device)  # (R, L)
+    seqs = torch.empty((rows, max_length), dtype=torch.long, device=device)  # (R, L)
+    seqs[:, :length] = prompt
     unfinished = torch.ones(rows, dtype=torch.bool, device=device)
-    chain = build_processors(cfg, max_length, device)
+    chain = build_processors(cfg, max_length, device, prompt_length=length)
     generator = cfg.make_generator(device)
-    logits = model.step(seqs[:, :1], state)[:, -1].float()  # (R, V)
-    length = 1
+    steps: list[torch.Tensor] | None = [] if cfg.output_scores else None
+    logits = model.step(prompt, state)[:, -1].float()  # (R, V)
     while True:
         scores = apply_all(chain, seqs[:, :length], logits)
+        if steps is not None:
+            steps.append(scores)
         tokens = choose_tokens(scores, cfg, generator)
         if has_eos:
             tokens = torch.where(unfinished, tokens, cfg.pad_token_id)
@@ -49,6 +66,8 @@ def sample_search(
             cfg.streamer(tokens)
         if has_eos:
             unfinished &= ~torch.isin(tokens, eos)
-        if length >= max_length or (has_eos and not bool(unfinished.any())):  # the step's one host sync
-            return seqs[:, :length]
+        if stop_test is not None:
+            unfinished &= ~stop_test(seqs[:, :length])
+        if length >= max_length or ((has_eos or stop_test is not None) and not bool(unfinished.any())):  # one sync
+            return GenerateOutput(seqs[:, :length], tuple(steps) if steps is not None else None)
         logits = model.step(tokens[:, None], state)[:, -1].float()
