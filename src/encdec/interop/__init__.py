@@ -6,12 +6,14 @@ from pathlib import Path
 from torch import nn
 
 from encdec.errors import CheckpointError
+from encdec.interop.export import export_hf, export_run
 from encdec.interop.hf_bart import load_hf_bart
 from encdec.interop.hf_marian import load_hf_marian
+from encdec.interop.hf_switch import load_hf_switch
 from encdec.interop.hf_t5 import load_hf_t5, save_hf_t5
 
 # Hugging Face model_type -> loader; a new architecture adds a line here
-LOADERS = {"t5": load_hf_t5, "marian": load_hf_marian, "bart": load_hf_bart}
+LOADERS = {"t5": load_hf_t5, "marian": load_hf_marian, "bart": load_hf_bart, "switch_transformers": load_hf_switch}
 
 # generation settings a checkpoint may carry (config.json, generation_config.json), by our option name
 GENERATION_KEYS = (
@@ -22,7 +24,7 @@ GENERATION_KEYS = (
 
 
 def load_hf(path: str | Path) -> nn.Module:
-    """Load a local Hugging Face model directory (T5, Marian or BART for conditional generation) into encdec.
+    """Load a local Hugging Face model directory (T5, SwitchTransformers, Marian or BART) into encdec.
 
     The checkpoint's generation settings (beams, forced EOS, banned tokens, lengths)
     become `model.generation_defaults`, which `encdec.generate` starts from.
@@ -34,7 +36,11 @@ def load_hf(path: str | Path) -> nn.Module:
         raise CheckpointError(
             f"{path / 'config.json'}: model_type {model_type!r} is not supported; supported: {', '.join(LOADERS)}"
         )
-    model = LOADERS[model_type](path, hf_config)
+    try:
+        model = LOADERS[model_type](path, hf_config)
+    except (KeyError, TypeError, ValueError) as error:  # a config.json without the keys (or types) it needs
+        detail = f"the key {error}" if isinstance(error, KeyError) else str(error).splitlines()[0][:100]
+        raise CheckpointError(f"{path / 'config.json'} does not describe a {model_type} model ({detail})") from None
     model.generation_defaults = generation_defaults(hf_config, read_json(path / "generation_config.json"))
     return model
 
@@ -71,4 +77,4 @@ def save_hf(model: nn.Module, path: str | Path) -> None:
     save_hf_t5(model, Path(path))
 
 
-__all__ = ["load_hf", "save_hf"]
+__all__ = ["export_hf", "export_run", "load_hf", "save_hf"]

@@ -1,18 +1,20 @@
-"""Hugging Face BART checkpoints (and the BART weight layout Marian shares) -> encdec's encoder-decoder.
+"""Hugging Face BART checkpoints (and the BART weight layout Marian shares) <-> encdec's encoder-decoder.
 
 BART (Lewis et al. 2020) is the post-norm Transformer with biases, exact GELU,
 learned positions looked up at p + 2, a LayerNorm after the embeddings of each
 stack (`layernorm_embedding`), a tied head and a fixed `final_logits_bias`.
 Marian differs only in its positions and activation (see hf_marian.py), so the
-weight names and most of the config mapping live here. transformers is not needed.
+weight names and most of the config mapping live here, both ways. transformers is not needed.
 """
 
+import json
 import re
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
-from encdec.errors import CheckpointError
+from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.hf_t5 import read_hf_weights
 from encdec.models import EncoderDecoder, ModelConfig
 
@@ -101,3 +103,92 @@ def load_bart_layout(path: Path, cfg_from_hf, hf_config: dict) -> EncoderDecoder
 
 def load_hf_bart(path: Path, hf_config: dict) -> EncoderDecoder:
     return load_bart_layout(path, bart_config_from_hf, hf_config)
+
+
+# our activation -> Hugging Face activation_function (the layout's feed-forward is fc1 -> act -> fc2, never gated)
+OUR_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "silu": "swish", "gelu_tanh": "gelu_new"}
+
+
+def bart_layout_problems(cfg: ModelConfig) -> list[str]:
+    """What keeps `cfg` from the post-norm layout BART and Marian share, positions aside."""
+    problems = {
+        "norm must be layernorm": cfg.norm != "layernorm",
+        "norm_eps must be 1e-05": cfg.norm_eps != 1e-5,
+        "norm_position must be post": cfg.norm_position != "post",
+        "bias must be true": not cfg.bias,
+        "scale_attention must be true": not cfg.scale_attention,
+        f"activation must be one of {', '.join(OUR_ACTIVATIONS)}, got {cfg.activation}":
+            cfg.activation not in OUR_ACTIVATIONS,
+        "n_kv_heads must equal n_heads": (cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
+        "cross-attention heads must equal n_heads": (cfg.cross_n_heads or cfg.n_heads) != cfg.n_heads
+        or (cfg.cross_n_kv_heads or cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
+        "d_head must be d_model / n_heads": cfg.head_dim * cfg.n_heads != cfg.d_model,
+        "scale_output must be false": cfg.scale_output,
+        "n_experts must be 1": cfg.n_experts != 1,
+    }  # fmt: skip
+    return [text for text, bad in problems.items() if bad]
+
+
+def bart_layout_hf_config(cfg: ModelConfig) -> dict:
+    """The config.json keys BART and Marian share."""
+    return {
+        "vocab_size": cfg.vocab_size,
+        "d_model": cfg.d_model,
+        "encoder_layers": cfg.n_encoder_layers,
+        "decoder_layers": cfg.decoder_layers,
+        "encoder_attention_heads": cfg.n_heads,
+        "decoder_attention_heads": cfg.n_heads,
+        "encoder_ffn_dim": cfg.d_ff,
+        "decoder_ffn_dim": cfg.d_ff,
+        "activation_function": OUR_ACTIVATIONS[cfg.activation],
+        "max_position_embeddings": cfg.max_positions,
+        "scale_embedding": cfg.scale_embeddings,
+        "dropout": cfg.dropout,
+        "attention_dropout": cfg.dropout,
+        "activation_dropout": cfg.dropout,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "is_encoder_decoder": True,
+        "pad_token_id": cfg.pad_id,
+        "eos_token_id": cfg.eos_id,
+        "decoder_start_token_id": cfg.decoder_start_id,
+        "forced_eos_token_id": None,  # both classes default to forcing EOS at the length limit; encdec does not
+    }
+
+
+def bart_layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Our state dict under BART / Marian names, with the logits bias and a head HF can read."""
+    weights = {hf_name(name): t.detach().cpu().contiguous() for name, t in state.items()}
+    for side in ("encoder", "decoder"):  # HF's learned table has 2 rows before position 0
+        key = f"model.{side}.embed_positions.weight"
+        if key in weights:
+            table, offset = weights[key], cfg.position_offset
+            table = table[max(offset - 2, 0) :]
+            weights[key] = torch.cat([table.new_zeros(max(2 - offset, 0), table.shape[1]), table])
+    bias = weights.pop("final_logits_bias", torch.zeros(cfg.vocab_size))
+    weights["final_logits_bias"] = bias.reshape(1, -1).contiguous()
+    if not cfg.tie_embeddings:  # with tie_word_embeddings false transformers ties no embeddings at all
+        for side in ("encoder", "decoder"):
+            weights[f"model.{side}.embed_tokens.weight"] = weights["model.shared.weight"].clone()
+    return weights
+
+
+def check_bart_compatible(cfg: ModelConfig) -> None:
+    """Raise ConfigError naming the first setting BART's layout does not have."""
+    layout = {
+        "position must be learned": cfg.position != "learned",
+        "embedding_norm must be true": not cfg.embedding_norm,
+    }
+    problems = [text for text, bad in layout.items() if bad]
+    problems += bart_layout_problems(cfg)
+    if problems:
+        raise ConfigError(f"this model cannot be saved as Hugging Face BART: {problems[0]}")
+
+
+def save_hf_bart(model: EncoderDecoder, path: Path) -> None:
+    """Write a post-norm model with learned positions and an embedding norm as BartForConditionalGeneration."""
+    cfg = model.config
+    check_bart_compatible(cfg)
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(bart_layout_weights(model.state_dict(), cfg), path / "model.safetensors", metadata={"format": "pt"})
+    hf_config = {"architectures": ["BartForConditionalGeneration"], "model_type": "bart", **bart_layout_hf_config(cfg)}
+    (path / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")

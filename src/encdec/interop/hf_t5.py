@@ -12,9 +12,11 @@ import re
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from encdec.errors import CheckpointError, ConfigError
+from encdec.safe_paths import inside
 from encdec.models import EncoderDecoder, ModelConfig
 
 # Hugging Face feed_forward_proj -> our activation name
@@ -81,21 +83,33 @@ def config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
 
 
 def read_hf_weights(path: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a Hugging Face model directory, never unpickling code."""
+    """All tensors of a Hugging Face model directory, never unpickling code; a damaged file is one sentence."""
     if (path / "model.safetensors").exists():
-        return load_file(path / "model.safetensors")
+        return read_safetensors(path / "model.safetensors")
     if (path / "model.safetensors.index.json").exists():
-        index = json.loads((path / "model.safetensors.index.json").read_text())
+        index_path = path / "model.safetensors.index.json"
+        try:
+            shards = sorted(set(json.loads(index_path.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            raise CheckpointError(f"{index_path} is not a safetensors index (a weight_map of shard names)") from None
         weights = {}
-        for shard in sorted(set(index["weight_map"].values())):
-            weights.update(load_file(path / shard))
+        for shard in shards:
+            weights.update(read_safetensors(inside(path, shard, "weight shard", CheckpointError)))
         return weights
     if (path / "pytorch_model.bin").exists():
         try:
             return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
         except Exception as error:
-            raise CheckpointError(f"{path / 'pytorch_model.bin'} is not a plain tensor file ({error})") from None
+            first = str(error).splitlines()[0][:100] if str(error) else type(error).__name__
+            raise CheckpointError(f"{path / 'pytorch_model.bin'} is not a plain tensor file ({first})") from None
     raise CheckpointError(f"{path} holds no model.safetensors, safetensors index or pytorch_model.bin")
+
+
+def read_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(file)
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(f"{file} is corrupt or truncated ({str(error)[:100]})") from None
 
 
 def load_hf_t5(path: Path, hf_config: dict) -> EncoderDecoder:
@@ -118,8 +132,8 @@ def load_hf_t5(path: Path, hf_config: dict) -> EncoderDecoder:
     return model.eval()
 
 
-def check_t5_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError unless `cfg` is expressible as a Hugging Face T5 config."""
+def t5_layout_problems(cfg: ModelConfig) -> list[str]:
+    """What keeps `cfg` from T5's layout (attention, norms, positions, head), feed-forward kind aside."""
     problems = {
         "position must be relative": cfg.position != "relative",
         "norm must be rmsnorm": cfg.norm != "rmsnorm",
@@ -130,10 +144,18 @@ def check_t5_compatible(cfg: ModelConfig) -> None:
         "n_kv_heads must equal n_heads": (cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
         "cross-attention heads must equal n_heads": (cfg.cross_n_heads or cfg.n_heads) != cfg.n_heads
         or (cfg.cross_n_kv_heads or cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
-        "n_experts must be 1": cfg.n_experts != 1,
         "an untied head cannot have scaled output": not cfg.tie_embeddings and cfg.scale_output,
+        "embedding_norm must be false": cfg.embedding_norm,
+        "final_logits_bias must be false": cfg.final_logits_bias,
     }
-    failed = [text for text, bad in problems.items() if bad]
+    return [text for text, bad in problems.items() if bad]
+
+
+def check_t5_compatible(cfg: ModelConfig) -> None:
+    """Raise ConfigError unless `cfg` is expressible as a Hugging Face T5 config."""
+    failed = t5_layout_problems(cfg) + (["n_experts must be 1"] if cfg.n_experts != 1 else [])
+    if cfg.activation not in OUR_ACTIVATIONS:
+        failed.append(f"activation must be one of {', '.join(OUR_ACTIVATIONS)}")
     if failed:
         raise ConfigError(f"this model cannot be saved as Hugging Face T5: {'; '.join(failed)}")
 

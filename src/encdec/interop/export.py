@@ -1,0 +1,128 @@
+"""An encdec model and its tokenizer as a Hugging Face directory AutoModelForSeq2SeqLM and AutoTokenizer load.
+
+Each encoder-decoder layout goes to the Hugging Face class that computes the same logits:
+    relative bias, dense feed-forward    T5ForConditionalGeneration (v1.0 tied and scaled, v1.1 untied)
+    relative bias, mixture of experts    SwitchTransformersForConditionalGeneration (top-1, raw gates)
+    sinusoidal positions, post-norm      MarianMTModel (the canonical Transformer, dimensions reordered)
+    learned positions, embedding norm    BartForConditionalGeneration
+RoPE (ROT5), the research families and the RNN have no Hugging Face counterpart and are
+refused; `encdec.from_pretrained(RUN_DIR)` loads them. Every check runs before a file is written.
+
+    out/config.json, model.safetensors   the model (hf_t5, hf_switch, hf_marian, hf_bart)
+    out/generation_config.json           decoder start, EOS, pad and the run's generation defaults
+    out/tokenizer.json, tokenizer_config.json   the tokenizer (hf_tokenizer)
+"""
+
+import json
+import logging
+from pathlib import Path
+
+from torch import nn
+
+from encdec.errors import CheckpointError, ConfigError
+from encdec.interop.hf_bart import check_bart_compatible, save_hf_bart
+from encdec.interop.hf_marian import check_marian_compatible, save_hf_marian
+from encdec.interop.hf_switch import check_switch_compatible, save_hf_switch
+from encdec.interop.hf_t5 import check_t5_compatible, save_hf_t5
+from encdec.interop.hf_tokenizer import convert_tokenizer
+from encdec.models import ModelConfig
+from encdec.tokenizers import Tokenizer
+
+log = logging.getLogger(__name__)
+
+# Hugging Face model_type -> (check, save, class name)
+LAYOUTS = {
+    "t5": (check_t5_compatible, save_hf_t5, "T5ForConditionalGeneration"),
+    "switch_transformers": (check_switch_compatible, save_hf_switch, "SwitchTransformersForConditionalGeneration"),
+    "marian": (check_marian_compatible, save_hf_marian, "MarianMTModel"),
+    "bart": (check_bart_compatible, save_hf_bart, "BartForConditionalGeneration"),
+}
+# generation options Hugging Face's generation_config.json knows under the same names as ours
+GENERATION_KEYS = (
+    "num_beams", "length_penalty", "early_stopping", "no_repeat_ngram_size", "repetition_penalty",
+    "bad_words_ids", "forced_bos_token_id", "forced_eos_token_id", "do_sample", "temperature", "top_k", "top_p",
+    "max_new_tokens", "min_new_tokens", "num_return_sequences",
+)  # fmt: skip
+# files an earlier export or checkpoint may have left that transformers would read instead of, or beside, ours
+STALE_FILES = ("special_tokens_map.json", "added_tokens.json", "model.safetensors.index.json", "pytorch_model.bin",
+               "tokenizer.model", "spiece.model")  # fmt: skip
+LOAD_HINT = "encdec.from_pretrained(RUN_DIR) loads it"
+
+
+def hf_layout(cfg: ModelConfig) -> str:
+    """The Hugging Face model_type `cfg` exports as; ConfigError naming why when it has none."""
+    if cfg.family != "encoder_decoder":
+        raise ConfigError(f"the {cfg.family} family has no Hugging Face counterpart to export to; {LOAD_HINT}")
+    if cfg.position == "rope":
+        raise ConfigError(f"RoPE positions (ROT5) have no Hugging Face encoder-decoder counterpart; {LOAD_HINT}")
+    if cfg.position == "relative":
+        layout = "switch_transformers" if cfg.n_experts > 1 else "t5"
+    else:
+        layout = "marian" if cfg.position == "sinusoidal" else "bart"
+    LAYOUTS[layout][0](cfg)
+    return layout
+
+
+def export_hf(
+    model: nn.Module, tokenizer: Tokenizer, out: str | Path, generation: dict | None = None, force: bool = False
+) -> str:
+    """Write `model`, `tokenizer` and `generation` defaults into `out` as a Hugging Face directory.
+
+    Returns the Hugging Face class name. `out` must be empty or absent unless `force`,
+    which replaces files of the same names. Nothing is written when a check fails.
+    """
+    out = Path(out)
+    cfg = model.config
+    layout = hf_layout(cfg)
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model embeds only {cfg.vocab_size}")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"the output directory {out} is a file")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ConfigError(f"the output directory {out} exists and is not empty; choose another or pass --force")
+    files = convert_tokenizer(tokenizer)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in STALE_FILES:
+        if (out / name).is_file():
+            (out / name).unlink()
+    files.save(out)
+    LAYOUTS[layout][1](model, out)
+    write_generation_config(out, cfg, tokenizer, generation or {})
+    if layout in ("t5", "switch_transformers") and cfg.decoder_layers > cfg.n_encoder_layers:
+        log.warning("the decoder is deeper than the encoder: transformers' generate() sizes its cache by the "
+                    "encoder (num_layers) and fails; its forward() is unaffected")  # fmt: skip
+    return LAYOUTS[layout][2]
+
+
+def write_generation_config(out: Path, cfg: ModelConfig, tokenizer: Tokenizer, defaults: dict) -> None:
+    """generation_config.json: the ids generation needs and the run's defaults that Hugging Face knows."""
+    dropped = sorted(set(defaults) - set(GENERATION_KEYS))
+    if dropped:
+        log.warning("generation defaults Hugging Face has no name for are not exported: %s", ", ".join(dropped))
+    values = {
+        "decoder_start_token_id": cfg.decoder_start_id,
+        "eos_token_id": cfg.eos_id,
+        "pad_token_id": cfg.pad_id,
+        "bos_token_id": tokenizer.bos_id,
+        **{key: defaults[key] for key in GENERATION_KEYS if defaults.get(key) is not None},
+    }
+    (out / "generation_config.json").write_text(json.dumps(values, indent=2) + "\n")
+
+
+def export_run(run_dir: str | Path, out: str | Path, force: bool = False, checkpoint: str = "best") -> str:
+    """Export checkpoint `checkpoint` of an `encdec train` run directory; returns the Hugging Face class name."""
+    from encdec.training.run import is_run_dir, load_run  # training sits above interop: import at call time
+
+    run_dir, out = Path(run_dir), Path(out)
+    if not is_run_dir(run_dir):
+        raise CheckpointError(f"{run_dir} is not a run directory of encdec train (it has no checkpoints/latest)")
+    if out.resolve() == run_dir.resolve() or run_dir.resolve() in out.resolve().parents:
+        raise ConfigError(f"the output directory {out} is inside the run directory {run_dir}; choose one outside it")
+    run = load_run(run_dir, checkpoint)
+    name = export_hf(run.model, run.tokenizer, out, run.model.generation_defaults, force)
+    objective = run.config.objective
+    if objective.kind == "seq2seq" and objective.source_template != "{source}":
+        log.warning("this run formats each source as %r before tokenizing; do the same with the exported tokenizer",
+                    objective.source_template)  # fmt: skip
+    return name
+

@@ -1,0 +1,139 @@
+"""Hugging Face SwitchTransformers checkpoints <-> encdec's T5 with a mixture of experts.
+
+SwitchTransformers (Fedus et al. 2021) is T5 v1.0 / v1.1 whose feed-forwards are
+top-1 mixtures of non-gated experts, each expert's output times its raw router
+probability (softmax in fp32): encdec's `MoE` with moe_top_k 1 and gates not
+renormalised. encdec makes every feed-forward sparse, so both stacks are written
+with a sparse step of 1, and with an expert capacity no sequence reaches, so Hugging
+Face drops no token, as encdec's dropless dispatch never does. Router jitter is 0:
+encdec's router has none. transformers itself is not needed.
+"""
+
+import json
+import re
+from pathlib import Path
+
+from safetensors.torch import save_file
+
+from encdec.errors import CheckpointError, ConfigError
+from encdec.interop.hf_t5 import NAME_MAP, OUR_ACTIVATIONS, config_from_hf, read_hf_weights, t5_layout_problems
+from encdec.models import EncoderDecoder, ModelConfig
+
+# Hugging Face's expert is wi -> act -> wo: our non-gated expert activations and their ACT2FN names
+OUR_EXPERT_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new"}
+DROPLESS_CAPACITY = 2**31 - 1  # tokens one expert may take per sequence: more than any sequence has
+
+# (our parameter name pattern, Hugging Face name pattern): T5's attention, norms and embeddings, plus the experts
+SWITCH_NAME_MAP = [(ours, theirs) for ours, theirs in NAME_MAP if "DenseReluDense" not in theirs] + [
+    (r"encoder\.blocks\.(\d+)\.ffn\.router\.weight", r"encoder.block.\1.layer.1.mlp.router.classifier.weight"),
+    (r"encoder\.blocks\.(\d+)\.ffn\.experts\.(\d+)\.(wi|wo)\.weight", r"encoder.block.\1.layer.1.mlp.experts.expert_\2.\3.weight"),
+    (r"decoder\.blocks\.(\d+)\.ffn\.router\.weight", r"decoder.block.\1.layer.2.mlp.router.classifier.weight"),
+    (r"decoder\.blocks\.(\d+)\.ffn\.experts\.(\d+)\.(wi|wo)\.weight", r"decoder.block.\1.layer.2.mlp.experts.expert_\2.\3.weight"),
+]  # fmt: skip
+
+
+def hf_name(our_name: str) -> str:
+    for pattern, replacement in SWITCH_NAME_MAP:
+        if re.fullmatch(pattern, our_name):
+            return re.sub(pattern, replacement, our_name)
+    raise ConfigError(f"parameter {our_name} has no Hugging Face SwitchTransformers counterpart")
+
+
+def check_switch_compatible(cfg: ModelConfig) -> None:
+    """Raise ConfigError naming the first setting SwitchTransformers cannot express."""
+    problems = {
+        "n_experts must be greater than 1 (a dense model exports as T5)": cfg.n_experts < 2,
+        f"moe_top_k must be 1 (Hugging Face routes each token to one expert), got {cfg.moe_top_k}": cfg.moe_top_k != 1,
+        "moe_renormalize must be false (Hugging Face weighs an expert by its raw router probability)":
+            cfg.moe_renormalize,
+        f"moe_activation must be one of {', '.join(OUR_EXPERT_ACTIVATIONS)} (Hugging Face's experts are not gated), "
+        f"got {cfg.moe_activation}": cfg.moe_activation not in OUR_EXPERT_ACTIVATIONS,
+    }  # fmt: skip
+    failed = [text for text, bad in problems.items() if bad] + t5_layout_problems(cfg)
+    if failed:
+        raise ConfigError(f"this model cannot be saved as Hugging Face SwitchTransformers: {failed[0]}")
+
+
+def save_hf_switch(model: EncoderDecoder, path: Path) -> None:
+    """Write a T5-layout MoE model as a SwitchTransformersForConditionalGeneration directory."""
+    cfg = model.config
+    check_switch_compatible(cfg)
+    path.mkdir(parents=True, exist_ok=True)
+    weights = {hf_name(name): t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+    if cfg.tie_embeddings and not cfg.scale_output:  # tied but unscaled: an equal untied head, as for T5
+        weights["lm_head.weight"] = weights["shared.weight"].clone()
+    if not cfg.scale_output:  # with tie_word_embeddings false, transformers ties no stack's embeddings either
+        for side in ("encoder", "decoder"):
+            weights[f"{side}.embed_tokens.weight"] = weights["shared.weight"].clone()
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    hf_config = {
+        "architectures": ["SwitchTransformersForConditionalGeneration"],
+        "model_type": "switch_transformers",
+        "vocab_size": cfg.vocab_size,
+        "d_model": cfg.d_model,
+        "d_kv": cfg.head_dim,
+        "d_ff": cfg.d_ff,
+        "num_layers": cfg.n_encoder_layers,
+        "num_decoder_layers": cfg.decoder_layers,
+        "num_sparse_encoder_layers": cfg.n_encoder_layers,  # every layer sparse: a sparse step of 1
+        "num_sparse_decoder_layers": cfg.decoder_layers,
+        "num_heads": cfg.n_heads,
+        "num_experts": cfg.n_experts,
+        "expert_capacity": DROPLESS_CAPACITY,
+        "router_bias": False,
+        "router_jitter_noise": 0.0,
+        "router_dtype": "float32",
+        "router_ignore_padding_tokens": False,
+        "router_z_loss_coef": cfg.z_loss_coef,
+        "router_aux_loss_coef": cfg.aux_loss_coef,
+        "relative_attention_num_buckets": cfg.relative_buckets,
+        "relative_attention_max_distance": cfg.relative_max_distance,
+        "dropout_rate": cfg.dropout,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "dense_act_fn": OUR_EXPERT_ACTIVATIONS[cfg.moe_activation],
+        "tie_word_embeddings": cfg.scale_output,  # HF ties the head and scales the output together
+        "is_encoder_decoder": True,
+        "pad_token_id": cfg.pad_id,
+        "eos_token_id": cfg.eos_id,
+        "decoder_start_token_id": cfg.decoder_start_id,
+    }
+    (path / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+
+
+def load_hf_switch(path: Path, hf_config: dict) -> EncoderDecoder:
+    """Read a SwitchTransformers directory whose every feed-forward is sparse (as encdec writes them)."""
+    for side, layers, sparse in (("encoder", "num_layers", "num_sparse_encoder_layers"),
+                                 ("decoder", "num_decoder_layers", "num_sparse_decoder_layers")):  # fmt: skip
+        total = hf_config.get(layers) or hf_config["num_layers"]
+        if hf_config.get(sparse, 3) != total:
+            raise CheckpointError(f"{path}: {hf_config.get(sparse, 3)} of the {total} {side} layers are sparse, "
+                                  "but encdec makes every feed-forward a mixture of experts")  # fmt: skip
+    if hf_config.get("router_bias"):
+        raise CheckpointError(f"{path}: router_bias is set, which encdec's router does not have")
+    activation = hf_config.get("dense_act_fn", "relu")
+    ours = {v: k for k, v in OUR_EXPERT_ACTIVATIONS.items()} | {"gelu_pytorch_tanh": "gelu_tanh"}
+    if activation not in ours:
+        supported = ", ".join(ours)
+        raise CheckpointError(f"unsupported SwitchTransformers dense_act_fn {activation!r}; supported: {supported}")
+    weights = read_hf_weights(path)
+    if "shared.weight" not in weights and "encoder.embed_tokens.weight" in weights:
+        weights["shared.weight"] = weights["encoder.embed_tokens.weight"]
+    head = weights.get("lm_head.weight")
+    untied = hf_config.get("tie_word_embeddings", True) is False and head is not None
+    proj = OUR_ACTIVATIONS[ours[activation]]  # the dense activation, unused when every feed-forward is sparse
+    cfg = config_from_hf({**hf_config, "feed_forward_proj": proj, "scale_decoder_outputs": not untied}, untied)
+    cfg = ModelConfig(**{**cfg.to_dict(), "n_experts": hf_config.get("num_experts", 8), "moe_top_k": 1,
+                         "moe_renormalize": False, "moe_activation": ours[activation],
+                         "aux_loss_coef": hf_config.get("router_aux_loss_coef", 0.001),
+                         "z_loss_coef": hf_config.get("router_z_loss_coef", 0.001)})  # fmt: skip
+    model = EncoderDecoder(cfg)
+    state = {}
+    for name, param in model.state_dict().items():
+        key = hf_name(name)
+        if key not in weights:
+            raise CheckpointError(f"{path} lacks the weight {key}")
+        if weights[key].shape != param.shape:
+            raise CheckpointError(f"{path}: {key} has shape {tuple(weights[key].shape)}, expected {tuple(param.shape)}")
+        state[name] = weights[key]
+    model.load_state_dict(state)
+    return model.eval()
