@@ -19,3 +19,14 @@ class DataError(EncdecError):
 
 class CheckpointError(EncdecError):
     """A checkpoint or model directory is missing, corrupt or unsafe to load."""
+
+
+def suggestion(name: str, known: list[str] | tuple[str, ...], what: str = "known") -> str:
+    """The end of an "unknown X" sentence: the closest known name, else the known names if they are few."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=1)
+    if close:
+        return f"; did you mean {close[0]}?"
+    listed = ", ".join(sorted(known))
+    return f"; {what}: {listed}" if len(listed) <= 150 else f"; {len(known)} are {what}, none close to it"

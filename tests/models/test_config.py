@@ -24,9 +24,12 @@ def test_unknown_key_is_named():
         ModelConfig.from_dict({"d_modle": 3})
 
 
-def test_unknown_preset_lists_the_presets():
-    with pytest.raises(ConfigError, match="rot5-mini"):
-        preset("t5-huge")
+def test_unknown_preset_suggests_the_closest_name_in_one_short_sentence():
+    with pytest.raises(ConfigError, match=r"unknown model preset 'rot5-mnii'; did you mean rot5-mini\?"):
+        preset("rot5-mnii")
+    with pytest.raises(ConfigError, match=r"'gpt-7'; \d+ are presets, none close to it") as refused:
+        preset("gpt-7")
+    assert len(str(refused.value)) < 120
 
 
 def test_every_family_has_tiny_small_and_base_and_rot5_has_mini():

@@ -6,7 +6,6 @@ they run on the GPU too.
 """
 
 import pytest
-import torch
 from device_check import DeviceCheck
 
 from encdec.training import load_config, train

@@ -80,5 +80,5 @@ def test_each_train_record_carries_cumulative_tokens_and_elapsed_time(tmp_path, 
 
 
 def test_negative_data_workers_are_refused(tiny_config):
-    with pytest.raises(ConfigError, match="training.data_workers must not be negative"):
+    with pytest.raises(ConfigError, match="training.data_workers must be zero or more, got -1"):
         load_config(tiny_config, ["training.data_workers=-1"])

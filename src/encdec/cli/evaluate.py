@@ -14,7 +14,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from encdec.cli.generate import RunTokenizer, add_device_argument, resolve_device
+from encdec.cli.generate import (
+    RunTokenizer,
+    add_device_argument,
+    add_source_length_argument,
+    positive_int,
+    resolve_device,
+    trained_source_length,
+)
 from encdec.evaluation.metrics import score_texts
 from encdec.evaluation.report import perplexity, write_report
 from encdec.generation import generate
@@ -34,8 +41,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--samples", type=int, default=8, help="validation examples to generate and score")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--num-beams", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=32, help="examples generated at a time")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="examples generated at a time")
     parser.add_argument("--rot5-preprocessing", action="store_true", help="ROT5's ROUGE preprocessing")
+    add_source_length_argument(parser)
     add_device_argument(parser)
     parser.set_defaults(func=run)
 
@@ -70,7 +78,8 @@ def run(args) -> int:
     scores = {"val_loss": losses["val_loss"], "val_perplexity": perplexity(losses["val_loss"])}
     pairs = sample_pairs(cfg, loaded.tokenizer, args.samples)
     template = cfg.objective.source_template if cfg.objective.kind == "seq2seq" else "{source}"
-    tokenizer = RunTokenizer(loaded.tokenizer, template)
+    side = RunTokenizer.padding_side_for(loaded.model)
+    tokenizer = RunTokenizer(loaded.tokenizer, template, side, args.max_source_len or trained_source_length(cfg))
     inputs, references = [p[0] for p in pairs], [p[1] for p in pairs]
     predictions = []
     for start in tqdm(range(0, len(inputs), args.batch_size), desc="generate", unit="batch", leave=False):

@@ -20,7 +20,10 @@ import torch
 from encdec.errors import CheckpointError, ConfigError, DataError
 from encdec.generation import generate
 from encdec.interop import load_hf
+from encdec.models.causal_lm import PromptedLM
+from encdec.tokenizers.pretrained import PretrainedTokenizer
 
+MAX_SOURCE_LEN = 1 << 16  # above this, a tokenizer's model_max_length means "not set"
 OPTIONS = {  # flag -> (type, help); each becomes the generation option of the same name
     "max_new_tokens": (int, "most tokens to generate per input"),
     "min_new_tokens": (int, "fewest tokens before EOS is allowed"),
@@ -32,6 +35,12 @@ OPTIONS = {  # flag -> (type, help); each becomes the generation option of the s
     "temperature": (float, "sampling temperature"),
     "top_k": (int, "sample among the k most likely tokens (0: all)"),
     "top_p": (float, "sample within this probability mass"),
+    "min_p": (float, "sample among tokens at least this times as likely as the best"),
+    "typical_p": (float, "locally typical sampling: keep this much typical mass"),
+    "epsilon_cutoff": (float, "sample among tokens at least this likely"),
+    "eta_cutoff": (float, "eta sampling: entropy-dependent probability floor"),
+    "num_beam_groups": (int, "diverse beam search: split the beams into this many groups"),
+    "diversity_penalty": (float, "diverse beam search: penalty for a token an earlier group chose"),
     "seed": (int, "seed for reproducible sampling"),
 }
 
@@ -43,13 +52,31 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--output", "-o", default="-", help="where to write outputs (default: stdout)")
     parser.add_argument("--format", choices=("text", "jsonl"), default="text", help="one line or one record per input")
     parser.add_argument("--prefix", default="", help='text put before every input, e.g. "summarize: " for T5')
-    parser.add_argument("--batch-size", type=int, default=8, help="inputs decoded together")
+    parser.add_argument("--batch-size", type=positive_int, default=8, help="inputs decoded together")
+    add_source_length_argument(parser)
     parser.add_argument("--do-sample", action="store_true", help="sample instead of taking the most likely token")
     parser.add_argument("--no-stream", action="store_true", help="do not stream the tokens of a single input")
     add_device_argument(parser)
     for name, (kind, text) in OPTIONS.items():
         parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None, help=text)
     parser.set_defaults(func=run)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (argparse reports anything else in one line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_source_length_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-source-len", type=positive_int, default=None,
+                        help="cut longer inputs to this many tokens (default: the length the model was trained "
+                             "with: a run's objective lengths, a Hugging Face tokenizer's model_max_length)")  # fmt: skip
 
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
@@ -76,23 +103,41 @@ def resolve_device(name: str) -> torch.device:
 
 
 class RunTokenizer:
-    """An encdec tokenizer behind the small part of Hugging Face's tokenizer interface used here."""
+    """An encdec tokenizer behind the small part of Hugging Face's tokenizer interface used here.
 
-    def __init__(self, tokenizer, source_template: str = "{source}"):
+    `padding_side` "left" pads a batch as the causal families' prompts need it (see `padding_side_for`).
+    """
+
+    def __init__(self, tokenizer, source_template: str = "{source}", padding_side: str = "right",
+                 max_length: int | None = None):  # fmt: skip
+        if padding_side not in ("left", "right"):
+            raise ConfigError(f"padding_side must be left or right, got {padding_side!r}")
         self.tokenizer = tokenizer
         self.source_template = source_template
+        self.padding_side = padding_side
+        self.max_length = max_length  # inputs are cut to it, as training cut its sources
 
-    def __call__(self, texts: list[str], return_tensors: str = "pt", padding: bool = True) -> dict:
+    def __call__(self, texts: list[str], return_tensors: str = "pt", padding: bool = True,
+                 truncation: bool = True, max_length: int | None = None) -> dict:  # fmt: skip
         rows = self.tokenizer.encode([self.source_template.format(source=t) for t in texts])
+        limit = (max_length or self.max_length) if truncation else None
+        if limit is not None:
+            rows = [row[:limit] for row in rows]
         if any(not row for row in rows):
             raise DataError("an input is empty after tokenization; give each input some text")
         width = max(len(row) for row in rows)
         ids = torch.full((len(rows), width), self.tokenizer.pad_id, dtype=torch.long)
         mask = torch.zeros(len(rows), width, dtype=torch.bool)
         for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.tensor(row)
-            mask[i, : len(row)] = True
+            columns = slice(width - len(row), width) if self.padding_side == "left" else slice(0, len(row))
+            ids[i, columns] = torch.tensor(row)
+            mask[i, columns] = True
         return {"input_ids": ids, "attention_mask": mask}
+
+    @staticmethod
+    def padding_side_for(model) -> str:
+        """Left for a causal family, whose prompts continue at their last column; right for the others."""
+        return "left" if isinstance(model, PromptedLM) else "right"
 
     def batch_decode(self, ids: torch.Tensor, skip_special_tokens: bool = True) -> list[str]:
         return self.tokenizer.decode(ids.tolist(), skip_special=skip_special_tokens)
@@ -102,8 +147,16 @@ class RunTokenizer:
         return self.tokenizer.decode([ids], skip_special=skip_special_tokens)[0]
 
 
-def load_model_and_tokenizer(path: Path):
-    """The model and tokenizer of MODEL_DIR: a run directory of `encdec train` or a Hugging Face directory."""
+def trained_source_length(config) -> int:
+    """The longest input a run's model saw in training: a seq2seq run's sources, else its chunks."""
+    objective = config.objective
+    return objective.max_source_len if objective.kind == "seq2seq" else objective.seq_len
+
+
+def load_model_and_tokenizer(path: Path, max_source_len: int | None = None):
+    """The model and tokenizer of MODEL_DIR: a run directory of `encdec train` or a Hugging Face directory.
+
+    The tokenizer cuts inputs to `max_source_len` tokens (default: what the model was trained with)."""
     if not path.is_dir():
         raise CheckpointError(f"{path} is not a directory")
     from encdec.training.run import is_run_dir, load_run
@@ -112,18 +165,16 @@ def load_model_and_tokenizer(path: Path):
         run = load_run(path, "best")
         objective = run.config.objective
         template = objective.source_template if objective.kind == "seq2seq" else "{source}"
-        return run.model, RunTokenizer(run.tokenizer, template)
+        side = RunTokenizer.padding_side_for(run.model)
+        return run.model, RunTokenizer(run.tokenizer, template, side, max_source_len or trained_source_length(run.config))
     if not (path / "config.json").is_file():
         raise CheckpointError(f"{path} has no config.json: `encdec generate` reads Hugging Face model directories")
+    tokenizer = PretrainedTokenizer.from_directory(path).hf  # refused in one sentence without tokenizer files
     model = load_hf(path)
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        raise ConfigError("reading a Hugging Face tokenizer needs transformers: pip install 'encdec[hf]'") from None
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"{path} has no tokenizer transformers can read ({error})") from None
+    if max_source_len is not None:
+        tokenizer.model_max_length = max_source_len
+    elif tokenizer.model_max_length > MAX_SOURCE_LEN:  # transformers' "no limit" is a huge number
+        tokenizer.model_max_length = getattr(model.config, "max_positions", MAX_SOURCE_LEN)
     return model, tokenizer
 
 
@@ -143,6 +194,8 @@ def _read_file(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as error:
         raise DataError(f"cannot read {path}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path} is not UTF-8 text (byte {error.start}); convert it, e.g. with iconv") from None
 
 
 def stream_printer(tokenizer, stream):
@@ -162,20 +215,20 @@ def stream_printer(tokenizer, stream):
 
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
-    model, tokenizer = load_model_and_tokenizer(args.model_dir)
+    model, tokenizer = load_model_and_tokenizer(args.model_dir, args.max_source_len)
     model.to(device)
     inputs = read_inputs(args.input, args.prefix)
     options = {name: getattr(args, name) for name in OPTIONS if getattr(args, name) is not None}
     if args.do_sample:
         options["do_sample"] = True
-    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
+    out = sys.stdout if args.output == "-" else open_output(Path(args.output))
     effective = {**getattr(model, "generation_defaults", {}), **options}  # the checkpoint may default to beams
     streaming = (len(inputs) == 1 and args.format == "text" and out.isatty() and not args.no_stream
                  and effective.get("num_beams", 1) == 1 and effective.get("num_return_sequences", 1) == 1)  # fmt: skip
     try:
         for start in range(0, len(inputs), args.batch_size):
             batch = inputs[start : start + args.batch_size]
-            encoded = tokenizer(batch, return_tensors="pt", padding=True)
+            encoded = tokenizer(batch, return_tensors="pt", padding=True, truncation=True)
             streamer = {"streamer": stream_printer(tokenizer, out)} if streaming else {}
             ids = generate(model, encoded["input_ids"], encoded["attention_mask"], **options, **streamer).cpu()
             texts = tokenizer.batch_decode(ids[:, 1:], skip_special_tokens=True)
@@ -184,6 +237,12 @@ def run(args: argparse.Namespace) -> int:
         if out is not sys.stdout:
             out.close()
     return 0
+
+
+def open_output(path: Path):
+    if not path.parent.is_dir():
+        raise ConfigError(f"-o {path}: the directory {path.parent} does not exist")
+    return open(path, "w", encoding="utf-8")  # noqa: SIM115
 
 
 def write_outputs(out, inputs: list[str], texts: list[str], fmt: str, streamed: bool = False) -> None:

@@ -301,7 +301,7 @@ def read_shards(directory: str | Path, split: str = "train") -> ShardSet:
     dtype = DTYPES[manifest["inputs"]["dtype"]]
     fields = {}
     for field in manifest["fields"]:
-        offsets = np.load(_shard_file(directory, split, field, ".idx.npy"))
+        offsets = _read_offsets(_shard_file(directory, split, field, ".idx.npy"))
         bin_path = _shard_file(directory, split, field, ".bin")
         expected = int(offsets[-1]) * np.dtype(dtype).itemsize
         if bin_path.stat().st_size != expected:
@@ -309,3 +309,15 @@ def read_shards(directory: str | Path, split: str = "train") -> ShardSet:
         tokens = np.memmap(bin_path, dtype=dtype, mode="r") if expected else np.zeros(0, dtype=dtype)
         fields[field] = Documents(tokens, offsets)
     return ShardSet(directory, split, manifest, fields)
+
+
+def _read_offsets(path: Path) -> np.ndarray:
+    """A shard index: a 1-D integer array starting at 0 and never decreasing (never unpickled)."""
+    try:
+        offsets = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as error:
+        raise DataError(f"Shard index {path} is not a plain integer array ({str(error).splitlines()[0][:80]}).") from None
+    if offsets.ndim != 1 or offsets.dtype.kind not in "iu" or not len(offsets) or offsets[0] != 0 \
+            or (np.diff(offsets) < 0).any():  # fmt: skip
+        raise DataError(f"Shard index {path} is not a list of increasing document offsets from 0.")
+    return offsets

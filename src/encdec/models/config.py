@@ -6,7 +6,7 @@ what it allows. Run-time state (step, RNG, data position) never lives here.
 
 from dataclasses import asdict, dataclass, field, fields
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, suggestion
 from encdec.models.research_config import ResearchOptions
 
 CHOICES = {
@@ -111,5 +111,5 @@ class ModelConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"unknown model key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+            raise ConfigError(f"unknown model key {unknown[0]!r}{suggestion(unknown[0], sorted(known))}")
         return cls(**values)

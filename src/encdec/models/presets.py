@@ -17,7 +17,7 @@ A preset is a family (its architecture choices) and a size (its widths and depth
     rnn_seq2seq  GRU encoder and decoder with Luong attention (seed 002)
 """
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, suggestion
 from encdec.models.config import ModelConfig
 
 FAMILIES = {
@@ -95,6 +95,6 @@ def preset(name: str, **overrides) -> ModelConfig:
     """The ModelConfig of preset `name` ("family-size"), with `overrides` applied."""
     family, _, size = name.rpartition("-")
     if family not in SIZES or size not in SIZES[family]:
-        raise ConfigError(f"unknown model preset {name!r}; presets: {', '.join(preset_names())}")
+        raise ConfigError(f"unknown model preset {name!r}{suggestion(name, preset_names(), 'presets')}")
     values = {**FAMILIES[family], **SIZES[family][size], **overrides}
     return ModelConfig.from_dict(values)

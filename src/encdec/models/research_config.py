@@ -16,7 +16,7 @@ seed code's suggested values (coeff 1, ENCODER_OUT, INIT, true). In YAML quote
 
 from dataclasses import dataclass, fields
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, suggestion
 
 RESEARCH_CHOICES = {
     "order_type": ("ORIGINAL", "ALT"),
@@ -71,5 +71,5 @@ class ResearchOptions:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"unknown key model.research.{unknown[0]}; known keys: {', '.join(sorted(known))}")
+            raise ConfigError(f"unknown key model.research.{unknown[0]}{suggestion(unknown[0], sorted(known))}")
         return cls(**values)

@@ -16,6 +16,7 @@ previous checkpoint whole and named. Loading never unpickles code: safetensors
 for tensors, `torch.load(weights_only=True)` for the optimizer, JSON for the rest.
 """
 
+import errno
 import json
 import os
 import re
@@ -88,6 +89,24 @@ def save_checkpoint(run_dir: Path, step: int, files: dict, keep_last: int, is_be
     name = f"step_{step:08d}"
     tmp, final = inside(root, f".{name}.tmp"), inside(root, name)  # neither may be a symlink
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _write_parts(tmp, files)
+    except (OSError, RuntimeError, SafetensorError) as error:  # a full disk, a quota, an I/O error
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"writing checkpoint {name} into {root} failed ({_reason(error)}); nothing of it was "
+                              "kept and the previous checkpoint is intact") from None  # fmt: skip
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    _write_pointer(root, "latest", name)
+    if is_best:
+        _write_pointer(root, "best", name)
+    _prune(root, keep_last)
+    return final
+
+
+def _write_parts(tmp: Path, files: dict) -> None:
     tmp.mkdir()
     save_weights(files["model"], tmp / "model.safetensors")
     torch.save(files["optimizer"], tmp / "optimizer.pt")
@@ -101,15 +120,14 @@ def save_checkpoint(run_dir: Path, step: int, files: dict, keep_last: int, is_be
         if path.is_file():
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    _fsync_dir(root)
-    _write_pointer(root, "latest", name)
-    if is_best:
-        _write_pointer(root, "best", name)
-    _prune(root, keep_last)
-    return final
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return "the disk is full"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error).splitlines()[0][:120] if str(error) else type(error).__name__
 
 
 def _prune(root: Path, keep_last: int) -> None:

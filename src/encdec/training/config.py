@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, suggestion
 from encdec.models import ModelConfig, preset
 from encdec.training.config_checks import check_run_config
 from encdec.training.typed_yaml import apply_override, check_value, from_dict, short
@@ -159,7 +159,7 @@ def check_model_section(section: dict) -> None:
         if key == "preset":
             check_value(str, value, "model.preset")
         elif key not in hints:
-            raise ConfigError(f"unknown key model.{key}; known keys: preset, {', '.join(sorted(hints))}")
+            raise ConfigError(f"unknown key model.{short(key)[1:-1]}{suggestion(key, ['preset', *hints])}")
         else:
             check_value(hints[key], value, f"model.{key}")
 

@@ -12,7 +12,7 @@ import typing
 
 import yaml
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, suggestion
 
 
 def from_dict(cls, values: dict | None, prefix: str = ""):
@@ -24,7 +24,7 @@ def from_dict(cls, values: dict | None, prefix: str = ""):
     known = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ConfigError(f"unknown key {prefix}{short(unknown[0])[1:-1]}; known keys: {', '.join(sorted(known))}")
+        raise ConfigError(f"unknown key {prefix}{short(unknown[0])[1:-1]}{suggestion(str(unknown[0]), sorted(known))}")
     kwargs = {}
     for name, value in values.items():
         kwargs[name] = check_value(hints[name], value, f"{prefix}{name}")

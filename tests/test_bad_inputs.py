@@ -1,0 +1,322 @@
+"""A catalogue of bad inputs: each is one sentence on stderr and a non-zero exit, and loses nothing.
+
+Configs, data, checkpoints, Hugging Face directories, command-line arguments and the
+file system (symlinks, a busy run, a full disk). For every case: the exit code is not
+0, stderr is one line `encdec: error: ...` of under 300 characters without a
+traceback, nothing outside the case's own output directory changed (files compared
+byte for byte, with their modification times), and a trained run the case pointed at
+still holds the checkpoints it held.
+"""
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from encdec.cli import main
+
+transformers = pytest.importorskip("transformers")
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+STORIES = SHARED / "tinystories" / "tinystories_train_head.txt.gz"
+WORDS = ["<pad>", "</s>", "<unk>"] + "once upon a time there was a little girl named lily she liked to play".split()
+TINY = {
+    "model": {"preset": "rot5-tiny", "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64, "dropout": 0.0},
+    "tokenizer": {"kind": "byte", "num_sentinels": 20},
+    "data": {"format": "tinystories", "train": [str(STORIES)], "val_fraction": 0.1, "max_documents": 60},
+    "objective": {"kind": "ul2", "seq_len": 48},
+    "optimizer": {"lr": 2e-3},
+    "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu"},
+    "evaluation": {"interval": 2, "steps": 1},
+    "output": {"save_interval": 2, "plot": False},
+}
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    """What the cases start from, made once: a tiny config, a trained run, a Hugging Face T5 directory."""
+    root = tmp_path_factory.mktemp("library")
+    config = root / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    assert main(["train", str(config), "--out", str(root / "run")]) == 0
+    hf = root / "hf"
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
+                                                     unk_token="<unk>")  # fmt: skip
+    tokenizer.save_pretrained(hf)
+    torch.manual_seed(0)
+    t5 = transformers.T5Config(vocab_size=len(WORDS), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4,
+                               decoder_start_token_id=0)  # fmt: skip
+    transformers.T5ForConditionalGeneration(t5).save_pretrained(hf)
+    return root
+
+
+class Place:
+    """One case's directory: copies of the library's parts, an `outside` folder to guard, and `out`."""
+
+    def __init__(self, root: Path, library: Path):
+        self.root, self.library = root, library
+        self.outside = root / "outside"
+        self.outside.mkdir()
+        (self.outside / "precious.txt").write_text("a user's file that encdec must never touch\n")
+        (self.outside / "step_00000001").mkdir()
+        (self.outside / "step_00000001" / "weights.bin").write_bytes(b"\x00" * 64)
+        self.out = root / "out"  # the case's own output, free to change
+
+    @property
+    def config(self) -> Path:
+        return self.library / "tiny.yaml"
+
+    def copy(self, name: str) -> Path:
+        """A private copy of the library's `run` or `hf` directory."""
+        target = self.root / name
+        if not target.exists():
+            shutil.copytree(self.library / name, target)
+        return target
+
+    def write(self, name: str, data: bytes | str) -> Path:
+        path = self.root / name
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+        return path
+
+    def config_with(self, **sections) -> Path:
+        values = json.loads(json.dumps(TINY))
+        for key, value in sections.items():
+            section, field = key.split("__")
+            values[section][field] = value
+        return self.write("changed.yaml", yaml.safe_dump(values))
+
+
+@dataclass
+class Case:
+    build: Callable[[Place], list[str]]  # the command line, with whatever files it needs made
+    says: str  # a piece of the sentence
+
+
+def train(place: Place, *overrides: str) -> list[str]:
+    return ["train", str(place.config), "--out", str(place.out), *(a for o in overrides for a in ("--set", o))]
+
+
+def resume(place: Place, *overrides: str) -> list[str]:
+    run = place.copy("run")
+    return ["train", str(place.config), "--out", str(run), "--resume", *(a for o in overrides for a in ("--set", o))]
+
+
+def damaged_run(place: Place, relative: str, data: bytes | str | None = None, link_to: Path | None = None) -> Path:
+    run = place.copy("run")
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    path = run / relative.replace("LATEST", f"checkpoints/{latest}")
+    if link_to is not None:
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        path.symlink_to(link_to)
+    else:
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return run
+
+
+def damaged_hf(place: Place, name: str, data: bytes | str | None) -> Path:
+    hf = place.copy("hf")
+    if data is None:
+        (hf / name).unlink()
+    else:
+        (hf / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+    return hf
+
+
+def without_tokenizer(place: Place) -> Path:
+    hf = place.copy("hf")
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (hf / name).unlink(missing_ok=True)
+    return hf
+
+
+def alias_bomb() -> str:
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    for i, name in enumerate("bcdefghi"):
+        previous = "abcdefghi"[i]
+        lines.append(f"{name}: &{name} [{', '.join(['*' + previous] * 9)}]")
+    return "\n".join(lines) + "\nmodel: *i\n"
+
+
+def generate(place: Place, model: Path, *extra: str, text: bytes | str = "once upon a time\n") -> list[str]:
+    return ["generate", str(model), "-i", str(place.write("inputs.txt", text)), *extra]
+
+
+CASES = {
+    # the run config and --set
+    "unknown key": Case(lambda p: train(p, "training.stpes=3"), "unknown key training.stpes"),
+    "wrong type": Case(lambda p: train(p, "training.steps=many"), "training.steps must be an integer"),
+    "infinite lr": Case(lambda p: train(p, "optimizer.lr=.inf"), "optimizer.lr must be a finite number"),
+    "nan lr": Case(lambda p: train(p, "optimizer.lr=.nan"), "optimizer.lr must be a finite number"),
+    "negative lr": Case(lambda p: train(p, "optimizer.lr=-1"), "optimizer.lr must be positive"),
+    "nan clip norm": Case(lambda p: train(p, "training.clip_norm=.nan"), "training.clip_norm must be a finite"),
+    "negative weight decay": Case(lambda p: train(p, "optimizer.weight_decay=-1"), "optimizer.weight_decay must be"),
+    "one beta": Case(lambda p: train(p, "optimizer.betas=[0.9]"), "optimizer.betas must be two numbers"),
+    "beta of 1.5": Case(lambda p: train(p, "optimizer.betas=[0.9, 1.5]"), "optimizer.betas must be two numbers"),
+    "zero eps": Case(lambda p: train(p, "optimizer.eps=0"), "optimizer.eps must be positive"),
+    "zero batch": Case(lambda p: train(p, "training.batch_size=0"), "training.batch_size must be a positive"),
+    "zero accumulation": Case(lambda p: train(p, "training.grad_accum=0"), "training.grad_accum must be"),
+    "zero steps": Case(lambda p: train(p, "training.steps=0"), "training.steps must be a positive integer"),
+    "val fraction 1.5": Case(lambda p: train(p, "data.val_fraction=1.5"), "data.val_fraction must be in (0, 1)"),
+    "noise density 0": Case(lambda p: train(p, "objective.noise_density=0"), "objective.noise_density must be"),
+    "mean span 0.5": Case(lambda p: train(p, "objective.mean_span=0.5"), "objective.mean_span must be at least 1"),
+    "no UL2 mixture": Case(lambda p: train(p, "objective.ul2_probabilities=[0, 0, 0]"), "ul2_probabilities must"),
+    "seq_len 1": Case(lambda p: train(p, "objective.seq_len=1"), "objective.seq_len must be at least 2"),
+    "infinite warmup fraction": Case(lambda p: train(p, "schedule.warmup_fraction=.inf"), "must be a finite"),
+    "min lr above lr": Case(lambda p: train(p, "schedule.min_lr=1"), "schedule.min_lr (1.0) must not exceed"),
+    "zero log interval": Case(lambda p: train(p, "output.log_interval=0"), "output.log_interval must be"),
+    "zero keep_last": Case(lambda p: train(p, "output.keep_last=0"), "output.keep_last must be a positive"),
+    "zero eval interval": Case(lambda p: train(p, "evaluation.interval=0"), "evaluation.interval must be"),
+    "template attribute": Case(lambda p: train(p, "objective.source_template='{source.__class__}'"),
+                               "may contain only {source}"),
+    "template other key": Case(lambda p: train(p, "objective.target_template='{summary}'"),
+                               "may contain only {target}"),
+    "template unbalanced": Case(lambda p: train(p, "objective.source_template='{source'"), "not a valid template"),
+    "schedule kind": Case(lambda p: train(p, "schedule.kind=warmup"), "schedule.kind must be one of"),
+    "precision fp8": Case(lambda p: train(p, "training.precision=fp8"), "training.precision must be one of"),
+    "device tpu": Case(lambda p: train(p, "training.device=tpu"), "training.device must be one of"),
+    "heads not dividing": Case(lambda p: train(p, "model.n_heads=5"), "model.n_heads (5) must divide"),
+    "unknown model key": Case(lambda p: train(p, "model.widht=3"), "unknown key model.widht"),
+    "dropout 1.5": Case(lambda p: train(p, "model.dropout=1.5"), "model.dropout must be in [0, 1)"),
+    "unknown preset": Case(lambda p: train(p, "model.preset=t6-small"), "t6-small"),
+    "model too large": Case(lambda p: train(p, "model.d_model=100000000", "model.d_head=8"), "GiB free"),
+    "--set without =": Case(lambda p: train(p, "training.steps"), "--set takes key.sub=value"),
+    "--set bad YAML": Case(lambda p: train(p, "training.steps=[1"), "is not valid YAML"),
+    "--set into a value": Case(lambda p: train(p, "training.steps.x=1"), "training.steps.x"),
+    "--accept-changes alone": Case(lambda p: [*train(p), "--accept-changes"], "--accept-changes goes with --resume"),
+    # config files
+    "missing config": Case(lambda p: ["train", str(p.root / "none.yaml"), "--out", str(p.out)], "does not exist"),
+    "latin-1 config": Case(lambda p: ["train", str(p.write("l.yaml", "model:\n  preset: caf\xe9\n".encode("latin-1"))),
+                                      "--out", str(p.out)], "is not UTF-8 text"),
+    "binary config": Case(lambda p: ["train", str(p.write("b.yaml", bytes(range(256)) * 4)), "--out", str(p.out)],
+                          "is not UTF-8 text"),
+    "not YAML": Case(lambda p: ["train", str(p.write("n.yaml", "model:\n  preset: [unclosed\n")), "--out",
+                                str(p.out)], "is not valid YAML at line"),
+    "alias bomb": Case(lambda p: ["train", str(p.write("bomb.yaml", alias_bomb())), "--out", str(p.out)],
+                       "uses YAML aliases"),
+    "huge config": Case(lambda p: ["train", str(p.write("h.yaml", "# " + "x" * (2 << 20))), "--out", str(p.out)],
+                        "run configs are at most"),
+    "a list, not a mapping": Case(lambda p: ["train", str(p.write("l.yaml", "- 1\n- 2\n")), "--out", str(p.out)],
+                                  "must hold a mapping of sections"),
+    "a section that is a string": Case(lambda p: ["train", str(p.write("s.yaml", "training: fast\n")), "--out",
+                                                  str(p.out)], "training must be a mapping"),
+    # data and tokenizers
+    "missing data file": Case(lambda p: train(p, "data.train=[/nonexistent/stories.txt]"), "does not exist"),
+    "unknown tokenizer": Case(lambda p: train(p, "tokenizer.kind=wordpiece"), "wordpiece"),
+    "missing sentencepiece model": Case(lambda p: train(p, "tokenizer.kind=sentencepiece",
+                                                        "tokenizer.path=/nonexistent.model"), "does not exist"),
+    "unknown data format": Case(lambda p: train(p, "data.format=csv"), "csv"),
+    "seq2seq on texts": Case(lambda p: train(p, "objective.kind=seq2seq"), "does not fit data.format"),
+    "binary corpus": Case(lambda p: train(p, f"data.train=[{p.write('c.txt', bytes(range(256)) * 64)}]",
+                                          "data.format=text"), "UTF-8"),
+    # fine-tuning sources
+    "init_from nowhere": Case(lambda p: train(p, f"training.init_from={p.root / 'none'}"),
+                              "neither a run directory with checkpoints nor a Hugging Face model directory"),
+    "init_from without tokenizer": Case(lambda p: train(p, f"training.init_from={without_tokenizer(p)}"),
+                                        "has no tokenizer files"),
+    "init_from config without keys": Case(lambda p: train(p, f"training.init_from={damaged_hf(p, 'config.json', '{}')}"),
+                                          "config.json"),
+    "init_from config not JSON": Case(lambda p: train(p, f"training.init_from={damaged_hf(p, 'config.json', '{x')}"),
+                                      "is not valid JSON"),
+    "init_from truncated weights": Case(lambda p: train(p, "training.init_from=" + str(damaged_hf(
+        p, "model.safetensors", (p.library / "hf" / "model.safetensors").read_bytes()[:200]))), "model.safetensors"),
+    "init_from random weights": Case(lambda p: train(p, "training.init_from=" + str(damaged_hf(
+        p, "model.safetensors", os.urandom(4096)))), "model.safetensors"),
+    # a trained run: resume, checkpoints, the run directory
+    "resume with another lr": Case(lambda p: resume(p, "optimizer.lr=1e-3"), "optimizer.lr 0.002 -> 0.001"),
+    "resume with another model": Case(lambda p: resume(p, "model.d_model=64"), "model.d_model 32 -> 64"),
+    "train into a trained run": Case(lambda p: ["train", str(p.config), "--out", str(p.copy("run"))],
+                                     "already holds checkpoints"),
+    "pointer escaping": Case(lambda p: ["train", str(p.config), "--out", str(damaged_run(p, "checkpoints/latest",
+                                        "../../outside/step_00000001\n")), "--resume"], "latest"),
+    "absolute pointer": Case(lambda p: ["train", str(p.config), "--out", str(damaged_run(p, "checkpoints/latest",
+                                        "/etc/passwd\n")), "--resume"], "latest"),
+    "truncated weights": Case(lambda p: ["train", str(p.config), "--out", str(damaged_run(
+        p, "LATEST/model.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{}")), "--resume"], "model.safetensors"),
+    "random optimizer state": Case(lambda p: ["train", str(p.config), "--out", str(damaged_run(
+        p, "LATEST/optimizer.pt", os.urandom(512))), "--resume"], "optimizer.pt"),
+    "state.json not JSON": Case(lambda p: ["train", str(p.config), "--out", str(damaged_run(
+        p, "LATEST/state.json", "{not json")), "--resume"], "corrupt or truncated"),
+    "state.json unknown key": Case(lambda p: ["train", str(p.config), "--out", str(damaged_run(
+        p, "LATEST/state.json", json.dumps({"train": {"step": 2, "epoch": 1}, "data": {}}))), "--resume"],
+        "does not hold the training state"),
+    "symlinked metrics": Case(lambda p: resume_linked(p, "metrics.jsonl", p.outside / "precious.txt"), "symlink"),
+    "symlinked config": Case(lambda p: resume_linked(p, "config.yaml", p.outside / "precious.txt"), "symlink"),
+    "symlinked checkpoints": Case(lambda p: resume_linked(p, "checkpoints", p.outside), "symlink"),
+    "--out is a file": Case(lambda p: ["train", str(p.config), "--out", str(p.write("file", "x"))], "run directory"),
+    # generate, evaluate, export
+    "generate from nowhere": Case(lambda p: ["generate", str(p.root / "none"), "-i", "-"], "is not a directory"),
+    "generate batch size 0": Case(lambda p: generate(p, p.copy("hf"), "--batch-size", "0"), "--batch-size"),
+    "generate beams 0": Case(lambda p: generate(p, p.copy("hf"), "--num-beams", "0"), "num_beams"),
+    "generate unknown device": Case(lambda p: generate(p, p.copy("hf"), "--device", "gpu"), "--device must be"),
+    "generate latin-1 input": Case(lambda p: generate(p, p.copy("hf"), text="caf\xe9\n".encode("latin-1")), "UTF-8"),
+    "generate binary input": Case(lambda p: generate(p, p.copy("hf"), text=bytes(range(256))), "UTF-8"),
+    "generate into a missing directory": Case(lambda p: generate(p, p.copy("hf"), "-o",
+                                                                 str(p.root / "no" / "out.txt")), "no"),
+    "generate without tokenizer": Case(lambda p: generate(p, without_tokenizer(p)), "has no tokenizer files"),
+    "generate config without keys": Case(lambda p: generate(p, damaged_hf(p, "config.json", '{"model_type": "t5"}')),
+                                         "config.json"),
+    "generate random weights": Case(lambda p: generate(p, damaged_hf(p, "model.safetensors", os.urandom(4096))),
+                                    "model.safetensors"),
+    "evaluate a non-run": Case(lambda p: ["evaluate", str(p.outside)], "checkpoint"),
+    "evaluate a missing checkpoint": Case(lambda p: ["evaluate", str(p.copy("run")), "--checkpoint", "step_99999999"],
+                                          "step_99999999"),
+    "export a ROT5 run": Case(lambda p: ["export", str(p.copy("run")), "--out", str(p.out)], "no Hugging Face"),
+    "export into a full directory": Case(lambda p: ["export", str(p.copy("hf")), "--out", str(p.outside)], "run"),
+}  # fmt: skip
+
+
+def resume_linked(place: Place, name: str, target: Path) -> list[str]:
+    run = damaged_run(place, name, link_to=target)
+    return ["train", str(place.config), "--out", str(run), "--resume", "--set", "training.steps=4"]
+
+
+def snapshot(root: Path, skip: Path) -> dict:
+    """Every file below root (not following symlinks) but those under `skip`: bytes and modification time."""
+    files = {}
+    for path in sorted(root.rglob("*")):
+        if skip in path.parents or path == skip or path.is_dir() and not path.is_symlink() or path.name == ".lock":
+            continue  # .lock: the run lock's own file, which every train touches
+        if path.is_symlink():
+            files[path] = ("link", os.readlink(path))
+        else:
+            files[path] = (path.read_bytes(), path.stat().st_mtime_ns)
+    return files
+
+
+def checkpoints(root: Path) -> dict:
+    """The checkpoint files of every run below root, as bytes."""
+    return {p: p.read_bytes() for p in sorted(root.glob("*/checkpoints/**/*")) if p.is_file() and not p.is_symlink()}
+
+
+def test_the_catalogue_is_large():
+    assert len(CASES) >= 60
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_bad_input_is_one_sentence_and_loses_nothing(name, library, tmp_path, capsys):
+    case = CASES[name]
+    place = Place(tmp_path, library)
+    argv = case.build(place)
+    before, saved = snapshot(tmp_path, place.out), checkpoints(tmp_path)
+    library_before = snapshot(library, library / "none")
+    capsys.readouterr()
+    code = main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code != 0, err
+    assert len(lines) == 1 and lines[0].startswith("encdec: error: "), err
+    assert len(lines[0]) < 300 and "Traceback" not in err, err
+    assert case.says in lines[0], lines[0]
+    assert snapshot(tmp_path, place.out) == before  # nothing outside the case's output changed
+    assert checkpoints(tmp_path) == saved  # no checkpoint of a trained run was lost or altered
+    assert snapshot(library, library / "none") == library_before
