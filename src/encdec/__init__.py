@@ -9,7 +9,7 @@
 
 from encdec.errors import CheckpointError, ConfigError, DataError, EncdecError
 from encdec.generation import generate
-from encdec.interop import load_hf, save_hf
+from encdec.interop import export_hf, load_hf, save_hf
 from encdec.models import ModelConfig, build_model, count_parameters, preset, preset_names
 from encdec.pretrained import from_pretrained, load_tokenizer
 
@@ -23,6 +23,7 @@ __all__ = [
     "ModelConfig",
     "build_model",
     "count_parameters",
+    "export_hf",
     "from_pretrained",
     "generate",
     "load_hf",

@@ -158,3 +158,24 @@ def test_init_from_a_directory_that_is_neither_kind_is_one_sentence(tmp_path, sh
     assert finetune(tmp_path / "empty", tmp_path / "run", shared_data) == 2
     err = capsys.readouterr().err
     assert "neither a run directory with checkpoints nor a Hugging Face model directory" in err
+
+
+def test_fine_tune_a_hugging_face_t5_export_it_and_hugging_face_reads_it_back_equal(hf_t5_dir, tmp_path, shared_data):
+    """The round trip of the README: HF T5 v1.1 -> encdec fine-tuning -> encdec export -> HF, same logits and tokens."""
+    assert finetune(hf_t5_dir, tmp_path / "run", shared_data, "optimizer.lr=1e-2", "training.steps=3") == 0
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "exported")]) == 0
+    ours = encdec.from_pretrained(tmp_path / "run")
+    assert not torch.equal(ours.lm_head.weight, encdec.load_hf(hf_t5_dir).lm_head.weight)  # it did train
+    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "exported").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "exported")
+    texts = ["summarize: #Person1#: Hi, Mr. Smith. How are you?", "summarize: #Person2#: I need a ticket to Paris."]
+    encoded = tokenizer(texts, return_tensors="pt", padding=True)
+    src, mask = encoded["input_ids"], encoded["attention_mask"]  # HF's 0/1 integer mask, as HF users pass it
+    assert src.tolist()[0] == encdec.load_tokenizer(tmp_path / "run").encode(texts[:1], add_eos=True)[0]  # T5's EOS
+    tgt = torch.tensor([[0, 5, 9, 13, 7], [0, 21, 4, 8, 30]])
+    with torch.no_grad():
+        expected = hf(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+        got = ours(src, tgt, src_mask=mask).logits
+    assert (got - expected).abs().max() < 1e-4
+    greedy = dict(max_new_tokens=12, num_beams=1, no_repeat_ngram_size=0)  # the checkpoint defaults to 3 beams
+    assert torch.equal(ours.generate(src, mask, **greedy), hf.generate(input_ids=src, attention_mask=mask, **greedy))
