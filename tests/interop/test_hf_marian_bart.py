@@ -17,6 +17,9 @@ MODELS = {
     "marian-gelu": lambda: transformers.MarianMTModel(transformers.MarianConfig(
         vocab_size=101, pad_token_id=100, decoder_start_token_id=100, eos_token_id=0, **SHAPE)),
     "bart": lambda: transformers.BartForConditionalGeneration(transformers.BartConfig(vocab_size=99, **SHAPE)),
+    # mBART: pre-norm with a LayerNorm closing each stack, scaled embeddings
+    "mbart": lambda: transformers.MBartForConditionalGeneration(transformers.MBartConfig(
+        vocab_size=99, scale_embedding=True, **SHAPE)),
 }  # fmt: skip
 
 
@@ -61,7 +64,7 @@ def test_logits_equal_hugging_face_on_a_padded_batch(tmp_path, name):
     assert (got - expected).abs().max().item() < 1e-4
 
 
-@pytest.mark.parametrize("name", ["marian", "bart"])
+@pytest.mark.parametrize("name", ["marian", "bart", "mbart"])
 @pytest.mark.parametrize(
     "options",
     [dict(), dict(num_beams=4, length_penalty=0.8, no_repeat_ngram_size=3, num_return_sequences=2)],

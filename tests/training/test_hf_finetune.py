@@ -27,17 +27,24 @@ def dialogues(shared_data: Path, n: int) -> list[str]:
     return [text for r in records for text in (r["dialogue"], r["summary"])]
 
 
-def save_hf_tokenizer(texts: list[str], path: Path):
-    """A byte-level BPE trained on DialogSum behind PreTrainedTokenizerFast, with T5's specials and EOS."""
+def save_hf_tokenizer(texts: list[str], path: Path, bart: bool = False):
+    """A byte-level BPE trained on DialogSum behind PreTrainedTokenizerFast, with T5's specials and EOS
+    (or BART's: <s> 0, <pad> 1, </s> 2, <unk> 3, and <s> ... </s> around each text)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-    specials = ["<pad>", "</s>", "<unk>", *(f"<extra_id_{i}>" for i in range(SENTINELS))]
+    specials = ["<s>", "<pad>", "</s>", "<unk>"] if bart else ["<pad>", "</s>", "<unk>", *(f"<extra_id_{i}>" for i in range(SENTINELS))]
     backend = Tokenizer(models.BPE(unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
     backend.train_from_iterator(texts, trainer=trainer)
+    if bart:
+        backend.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+        tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", pad_token="<pad>",
+                                                         eos_token="</s>", unk_token="<unk>")  # fmt: skip
+        tokenizer.save_pretrained(path)
+        return tokenizer
     backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])  # as T5's
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
                                                      unk_token="<unk>", additional_special_tokens=specials[3:])  # fmt: skip
@@ -69,6 +76,25 @@ def hf_t5_dir(tmp_path_factory, shared_data_dir):
                   "no_repeat_ngram_size": 2}  # fmt: skip
     (path / "generation_config.json").write_text(json.dumps(generation))
     return path
+
+
+@pytest.fixture(scope="module")
+def hf_bart_dirs(tmp_path_factory, shared_data_dir) -> dict[str, Path]:
+    """A random-weight BART and mBART with a DialogSum BPE: BART's specials, EOS as the decoder-start token."""
+    dirs, texts = {}, dialogues(shared_data_dir, 300)
+    for name, config_class, model_class in (
+        ("bart", transformers.BartConfig, transformers.BartForConditionalGeneration),
+        ("mbart", transformers.MBartConfig, transformers.MBartForConditionalGeneration),
+    ):
+        path = dirs[name] = tmp_path_factory.mktemp(name)
+        tokenizer = save_hf_tokenizer(texts, path, bart=True)
+        torch.manual_seed(0)
+        config = config_class(vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
+                              encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
+                              decoder_ffn_dim=48, max_position_embeddings=128, bos_token_id=0, pad_token_id=1,
+                              eos_token_id=2, decoder_start_token_id=2)  # fmt: skip
+        model_class(config).save_pretrained(path)
+    return dirs
 
 
 @pytest.fixture(scope="module")
@@ -109,10 +135,14 @@ def test_a_run_fine_tuned_from_a_hugging_face_t5_starts_from_its_weights_tokeniz
     assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"] == [1, 2]
 
 
-def test_the_first_loss_of_fine_tuning_is_hugging_faces_loss_on_the_same_batch(hf_t5_dir, tmp_path, shared_data):
-    """The trainer's first loss, recomputed by HF's T5 on the batch the objective built: the same model."""
-    assert finetune(hf_t5_dir, tmp_path / "run", shared_data, "optimizer.lr=1e-12", "model.dropout=0.0",
-                    "training.steps=1") == 0  # fmt: skip
+@pytest.mark.parametrize("kind", ["t5", "bart", "mbart"])
+def test_the_first_loss_of_fine_tuning_is_hugging_faces_loss_on_the_same_batch(
+    kind, hf_t5_dir, hf_bart_dirs, tmp_path, shared_data
+):
+    """The trainer's first loss, recomputed by HF's model on the batch the objective built: the same model."""
+    hf_dir = hf_t5_dir if kind == "t5" else hf_bart_dirs[kind]
+    assert finetune(hf_dir, tmp_path / "run", shared_data, "optimizer.lr=1e-12", "model.dropout=0.0",
+                    "training.steps=1", "objective.max_source_len=100") == 0  # fmt: skip
     from encdec.training.config import load_config
     from encdec.training.data import build_run_data
 
@@ -120,7 +150,7 @@ def test_the_first_loss_of_fine_tuning_is_hugging_faces_loss_on_the_same_batch(h
     cfg = load_config(run.checkpoint / "config.yaml")
     data = build_run_data(cfg, tmp_path / "run", tokenizer_dir=run.checkpoint / "tokenizer")
     batch = data.train.next_batch()
-    hf = transformers.T5ForConditionalGeneration.from_pretrained(hf_t5_dir).eval()
+    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
     labels = batch.labels.masked_fill(batch.labels < 0, -100)
     with torch.no_grad():
         expected = hf(input_ids=batch.src_ids, attention_mask=batch.src_mask.long(), decoder_input_ids=batch.tgt_ids,

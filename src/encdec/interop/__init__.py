@@ -7,13 +7,14 @@ from torch import nn
 
 from encdec.errors import CheckpointError
 from encdec.interop.export import export_hf, export_run
-from encdec.interop.hf_bart import load_hf_bart
+from encdec.interop.hf_bart import load_hf_bart, load_hf_mbart
 from encdec.interop.hf_marian import load_hf_marian
 from encdec.interop.hf_switch import load_hf_switch
 from encdec.interop.hf_t5 import load_hf_t5, save_hf_t5
 
 # Hugging Face model_type -> loader; a new architecture adds a line here
-LOADERS = {"t5": load_hf_t5, "marian": load_hf_marian, "bart": load_hf_bart, "switch_transformers": load_hf_switch}
+LOADERS = {"t5": load_hf_t5, "marian": load_hf_marian, "bart": load_hf_bart, "mbart": load_hf_mbart,
+           "switch_transformers": load_hf_switch}  # fmt: skip
 
 # generation settings a checkpoint may carry (config.json, generation_config.json), by our option name
 GENERATION_KEYS = (

@@ -29,7 +29,7 @@ def hf_name(our_name: str) -> str:
     if our_name in ("lm_head.weight", "final_logits_bias"):
         return our_name
     name = our_name.replace(".blocks.", ".layers.").replace(".positions.", ".embed_positions.")
-    name = name.replace(".embed_norm.", ".layernorm_embedding.")
+    name = name.replace(".embed_norm.", ".layernorm_embedding.").replace(".final_norm.", ".layer_norm.")  # mBART
     name = re.sub(r"_attn\.(q|k|v)\.", r"_attn.\1_proj.", name)
     name = re.sub(r"_attn\.o\.", "_attn.out_proj.", name)
     name = name.replace("cross_attn", "encoder_attn").replace("_attn_norm.", "_attn_layer_norm.")
@@ -56,7 +56,7 @@ def bart_layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
         activation=HF_ACTIVATIONS[activation],
         norm="layernorm",
         norm_eps=1e-5,
-        norm_position="post",
+        norm_position=family.pop("norm_position", "post"),
         bias=True,
         scale_attention=True,
         max_positions=hf.get("max_position_embeddings", 1024),
@@ -68,7 +68,7 @@ def bart_layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
         init="normal",
         pad_id=hf.get("pad_token_id", 1),
         eos_id=eos if isinstance(eos, int) else eos[0],
-        decoder_start_id=hf.get("decoder_start_token_id", 2),
+        decoder_start_id=first_set(hf.get("decoder_start_token_id"), hf.get("bos_token_id"), 2),  # HF's fallback
         **family,
     )
 
@@ -101,8 +101,22 @@ def load_bart_layout(path: Path, cfg_from_hf, hf_config: dict) -> EncoderDecoder
     return model.eval()
 
 
+def first_set(*values):
+    return next(value for value in values if value is not None)
+
+
+def mbart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
+    """mBART (Liu et al. 2020): BART's layout made pre-norm, with a LayerNorm closing each stack."""
+    return bart_layout_config(hf, untied_head, position="learned", position_offset=2, embedding_norm=True,
+                              norm_position="pre")  # fmt: skip
+
+
 def load_hf_bart(path: Path, hf_config: dict) -> EncoderDecoder:
     return load_bart_layout(path, bart_config_from_hf, hf_config)
+
+
+def load_hf_mbart(path: Path, hf_config: dict) -> EncoderDecoder:
+    return load_bart_layout(path, mbart_config_from_hf, hf_config)
 
 
 # our activation -> Hugging Face activation_function (the layout's feed-forward is fc1 -> act -> fc2, never gated)
