@@ -320,3 +320,43 @@ def test_a_bad_input_is_one_sentence_and_loses_nothing(name, library, tmp_path, 
     assert snapshot(tmp_path, place.out) == before  # nothing outside the case's output changed
     assert checkpoints(tmp_path) == saved  # no checkpoint of a trained run was lost or altered
     assert snapshot(library, library / "none") == library_before
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_sentence_and_keeps_the_previous_checkpoint(
+    library, tmp_path, capsys, monkeypatch
+):
+    """The disk fills while the second checkpoint is written (a patched write): its partial files go, the first stays."""
+    import errno
+
+    import encdec.training.checkpoint as checkpoint
+
+    real, calls = checkpoint.save_weights, []
+
+    def fills_the_disk(state, path):
+        calls.append(path)
+        if len(calls) == 2:
+            path.write_bytes(b"\0" * 1024)  # a partial file, as a real full disk leaves
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(state, path)
+
+    monkeypatch.setattr(checkpoint, "save_weights", fills_the_disk)
+    run = tmp_path / "run"
+    code = main(["train", str(library / "tiny.yaml"), "--out", str(run), "--set", "training.steps=4",
+                 "--set", "output.save_interval=2", "--set", "evaluation.interval=2"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "the disk is full" in err and "previous checkpoint is intact" in err
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best", "latest", "step_00000002"]
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_00000002"
+    assert main(["train", str(library / "tiny.yaml"), "--out", str(run), "--resume", "--set", "training.steps=4",
+                 "--set", "output.save_interval=2", "--set", "evaluation.interval=2"]) == 0  # fmt: skip
+
+
+def test_a_busy_run_directory_is_one_sentence_naming_the_holder(library, tmp_path, capsys):
+    from encdec.training.run_dir import lock_run_dir
+
+    run = tmp_path / "run"
+    with lock_run_dir(run):  # another training holds it (a second open file description conflicts under flock)
+        code = main(["train", str(library / "tiny.yaml"), "--out", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"is in use by encdec train (pid {os.getpid()}" in err
+    assert sorted(p.name for p in run.iterdir()) == [".lock"]
