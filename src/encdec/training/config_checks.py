@@ -14,9 +14,11 @@ from typing import Any
 from encdec.errors import ConfigError
 from encdec.training.typed_yaml import short
 
+OPTIMIZERS = ("adamw", "adafactor")
 Check = tuple[str, Callable[[Any], bool], str]  # (dotted key, test, what the key allows)
 
 RANGES: list[Check] = [
+    ("optimizer.kind", lambda v: v in OPTIMIZERS, "one of " + ", ".join(OPTIMIZERS)),
     ("optimizer.lr", lambda v: v > 0, "positive"),
     ("optimizer.weight_decay", lambda v: v >= 0, "zero or more"),
     ("optimizer.eps", lambda v: v > 0, "positive"),

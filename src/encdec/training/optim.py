@@ -1,7 +1,12 @@
-"""AdamW with decay and no-decay groups, and the learning-rate schedules.
+"""The optimizer (AdamW or Adafactor) over decay and no-decay groups, and the learning-rate schedules.
 
 Weight decay applies to parameters of 2 or more dimensions (matrices, embeddings),
-not to biases and norm gains, as nanoGPT and yif-AI do.
+not to biases and norm gains, as nanoGPT and yif-AI do. Adafactor (Shazeer and Stern
+2018) is T5's optimizer: second moments factored into row and column statistics (memory
+O(n + m) per n x m matrix, no first moment), a relative step size min(lr, 1/sqrt(t))
+scaled by the parameter's RMS, and updates clipped to RMS 1 (torch.optim.Adafactor).
+With `schedule.kind: constant` and lr 1e-2 that is T5's relative-step schedule; with
+lr 1e-3, T5's constant fine-tuning rate.
 """
 
 import math
@@ -12,14 +17,16 @@ from torch import nn
 from encdec.training.config import RunConfig
 
 
-def build_optimizer(model: nn.Module, cfg: RunConfig, fused: bool = False) -> torch.optim.AdamW:
-    """AdamW over the decay and no-decay groups; `fused` runs one CUDA kernel for all parameters."""
+def build_optimizer(model: nn.Module, cfg: RunConfig, fused: bool = False) -> torch.optim.Optimizer:
+    """`optimizer.kind` over the decay and no-decay groups; `fused` runs AdamW as one CUDA kernel."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.optimizer.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     o = cfg.optimizer
+    if o.kind == "adafactor":  # eps (None, 1e-3) and d = 1 (the RMS clip) are T5's; betas do not apply
+        return torch.optim.Adafactor(groups, lr=o.lr)
     return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps, fused=fused or None)
 
 

@@ -172,7 +172,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, accept_changes: bool, in
     batches = batch_stream(data.train, rows, info.device, cfg.training.data_workers)
     bar = tqdm(total=cfg.training.steps, initial=state.step, disable=None if info.is_main else True, desc="train",
                unit="step")  # None: off where stderr is not a terminal (logs, pipes)
-    losses = StepLog(metrics, bar, state)
+    losses = StepLog(metrics, bar, state, info.device)
     last_eval = None
     save_every = cfg.output.save_interval or cfg.evaluation.interval
     while state.step < cfg.training.steps:
@@ -242,11 +242,12 @@ class StepLog:
 
     Every step still gets its own record; `tokens_per_s` is its interval's training rate
     (evaluation and checkpointing excluded) and `elapsed` the run's wall time at that step,
-    spread evenly over the interval's steps.
+    spread evenly over the interval's steps; `grad_norm` is the gradient's norm before
+    clipping and, on a GPU, `peak_memory_mib` the interval's peak allocation.
     """
 
-    def __init__(self, metrics: MetricsLog, bar, state: TrainState):
-        self.metrics, self.bar, self.state = metrics, bar, state
+    def __init__(self, metrics: MetricsLog, bar, state: TrainState, device: torch.device):
+        self.metrics, self.bar, self.state, self.device = metrics, bar, state, device
         self.pending: list[tuple[int, torch.Tensor, int, dict, float]] = []
         self.started = time.perf_counter() - state.elapsed  # wall clock of step 0, over resumes
         self.interval_started = time.perf_counter()
@@ -258,6 +259,14 @@ class StepLog:
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
+    def peak_memory_mib(self) -> float | None:
+        """The device's peak allocation since the last read (CUDA only; a host-side counter, no sync)."""
+        if self.device.type != "cuda":
+            return None
+        peak = torch.cuda.max_memory_allocated(self.device) / 2**20
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return round(peak, 1)
+
     def restart_interval(self) -> None:
         self.interval_started = time.perf_counter()
 
@@ -267,6 +276,7 @@ class StepLog:
         names = sorted(self.pending[0][3])
         rows = [torch.stack([ce_sum.float(), *(aux[n].float() for n in names)]) for _, ce_sum, _, aux, _ in self.pending]
         values = torch.stack(rows).tolist()  # (steps, 1 + aux): the one wait for the device
+        peak_mib = self.peak_memory_mib()
         now, elapsed = time.perf_counter(), self.elapsed()
         tokens = sum(n for _, _, n, _, _ in self.pending)
         tokens_per_s = tokens / max(now - self.interval_started, 1e-9)
@@ -276,6 +286,8 @@ class StepLog:
             at = self.flushed_elapsed + (elapsed - self.flushed_elapsed) * (i + 1) / len(self.pending)
             record = {"kind": "train", "step": step, "loss": row[0] / max(n_tokens, 1), "lr": lr,
                       "tokens_per_s": tokens_per_s, "tokens": first_tokens, "elapsed": at}  # fmt: skip
+            if peak_mib is not None:
+                record["peak_memory_mib"] = peak_mib
             self.metrics.write({**record, **dict(zip(names, row[1:], strict=True))})
         self.bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{tokens_per_s:,.0f}")
         self.pending.clear()
@@ -305,8 +317,10 @@ def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig
         ce_sum += out.ce_loss.detach().float() * loaded.num_tokens
         for name, value in out.aux_losses.items():
             aux_sums[name] = aux_sums.get(name, 0.0) + value.detach().float() / accum
-    if cfg.training.clip_norm > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.training.clip_norm)
+    if cfg.training.clip_norm > 0:  # the norm before clipping, logged as grad_norm
+        aux_sums["grad_norm"] = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.training.clip_norm)
+    else:
+        aux_sums["grad_norm"] = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return distributed.all_reduce_sum(ce_sum, info), aux_sums, n_tokens
