@@ -49,3 +49,33 @@ def test_every_step_logs_the_gradient_norm_before_clipping(tmp_path, tiny_config
     assert len(norms) == 8 and all(math.isfinite(n) and n > 0 for n in norms)
     if clip:
         assert max(norms) > clip  # the logged norm is the one before clipping
+
+
+def scalars(log_dir):
+    """{tag: [(step, value), ...]} of a TensorBoard log directory, read with tensorboard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_tensorboard_gets_every_number_of_metrics_jsonl_and_a_resume_replaces_what_followed(tmp_path, tiny_config):
+    pytest.importorskip("tensorboard")
+    run = tmp_path / "run"
+    assert train(tiny_config, run, "training.steps=6", "output.tensorboard=true") == 0
+    (run / "checkpoints" / "latest").write_text("step_00000004\n")  # as if killed after the checkpoint at step 4
+    assert main(["train", str(tiny_config), "--out", str(run), "--resume",
+                 *(a for o in [*FAST, "output.tensorboard=true"] for a in ("--set", o))]) == 0  # fmt: skip
+    logged, jsonl = scalars(run / "tensorboard"), records(run)
+    assert [step for step, _ in logged["train/loss"]] == [r["step"] for r in jsonl] == list(range(1, 9))
+    assert [v for _, v in logged["train/loss"]] == pytest.approx([r["loss"] for r in jsonl], rel=1e-6)
+    assert {"train/lr", "train/grad_norm", "train/tokens_per_s", "eval/val_loss", "eval/train_loss"} <= set(logged)
+
+
+def test_asking_for_tensorboard_without_the_package_is_one_sentence(tmp_path, tiny_config, capsys, monkeypatch):
+    import encdec.training.trainer as trainer
+
+    monkeypatch.setattr(trainer, "tensorboard_available", lambda: False)
+    assert train(tiny_config, tmp_path / "run", "output.tensorboard=true") == 2
+    assert "pip install 'encdec[tensorboard]'" in capsys.readouterr().err

@@ -120,6 +120,7 @@ class OutputSection:
     save_interval: int = 0  # 0: save at every evaluation
     keep_last: int = 2
     plot: bool = True
+    tensorboard: bool | None = None  # a TensorBoard log in RUN_DIR/tensorboard; None: when tensorboard is installed
 
 
 @dataclass

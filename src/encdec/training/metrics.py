@@ -1,17 +1,32 @@
-"""metrics.jsonl: one JSON line per optimizer step and per evaluation; and the curves as a PNG."""
+"""metrics.jsonl: one JSON line per optimizer step and per evaluation; a TensorBoard log; the curves as a PNG.
 
+With the `tensorboard` package installed (`pip install 'encdec[tensorboard]'`), every
+number of every record also goes to RUN_DIR/tensorboard as `train/loss`,
+`eval/val_loss`, ... at its step, so `tensorboard --logdir runs/` shows runs side by
+side while they train.
+"""
+
+import importlib.util
 import json
 from pathlib import Path
 
 from encdec.safe_paths import check_not_symlink
 
+TENSORBOARD_DIR = "tensorboard"
+
+
+def tensorboard_available() -> bool:
+    return importlib.util.find_spec("tensorboard") is not None
+
 
 class MetricsLog:
-    """Appends records; on resume, first drops records after the checkpoint's step."""
+    """Appends records; on resume, first drops records after the checkpoint's step (in TensorBoard too)."""
 
-    def __init__(self, path: Path, keep_through_step: int | None = None, enabled: bool = True):
+    def __init__(self, path: Path, keep_through_step: int | None = None, enabled: bool = True,
+                 tensorboard: bool = False):  # fmt: skip
         self.path = path
         self.enabled = enabled
+        self.board = None
         if not enabled:
             return
         check_not_symlink(path)  # a symlink would rewrite a file outside the run directory
@@ -20,11 +35,27 @@ class MetricsLog:
         elif path.exists():
             kept = [line for line in read_metrics(path) if line["step"] <= keep_through_step]
             path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            log_dir = path.parent / TENSORBOARD_DIR
+            check_not_symlink(log_dir)
+            purge = None if keep_through_step is None else keep_through_step + 1  # events after the checkpoint go
+            self.board = SummaryWriter(str(log_dir), purge_step=purge)
 
     def write(self, record: dict) -> None:
-        if self.enabled:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(record) + "\n")
+        if not self.enabled:
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.board is not None and record.get("kind") in ("train", "eval"):
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
+                    self.board.add_scalar(f"{record['kind']}/{key}", value, record["step"])
+
+    def close(self) -> None:
+        if self.board is not None:
+            self.board.close()
 
 
 def read_metrics(path: Path) -> list[dict]:

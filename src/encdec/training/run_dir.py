@@ -22,7 +22,7 @@ from encdec.training import distributed
 from encdec.training.checkpoint import CHECKPOINTS
 
 LOCK_FILE = ".lock"
-WRITTEN = ("config.yaml", "metrics.jsonl", "curves.png", "summary.json", CHECKPOINTS, "eval")  # what encdec writes
+WRITTEN = ("config.yaml", "metrics.jsonl", "curves.png", "summary.json", CHECKPOINTS, "eval", "tensorboard")  # ours
 
 
 def check_run_files(run_dir: Path) -> None:

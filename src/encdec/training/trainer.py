@@ -34,7 +34,7 @@ from encdec.training.config import RunConfig, build_model_config, load_config, s
 from encdec.training.data import RunData, build_run_data
 from encdec.training.loader import LoadedBatch, batch_stream, local_rows
 from encdec.training.memory import check_model_fits, is_out_of_memory, step_out_of_memory
-from encdec.training.metrics import MetricsLog, plot_curves, read_metrics
+from encdec.training.metrics import MetricsLog, plot_curves, read_metrics, tensorboard_available
 from encdec.training.numerics import autocast, numerics, resolve_precision, rng_states, set_rng_states
 from encdec.training.optim import build_optimizer, lr_at
 from encdec.training.pretrained import load_pretrained, load_pretrained_weights, read_generation
@@ -161,7 +161,11 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, accept_changes: bool, in
         _load_optimizer(wrapped, optimizer, parts["optimizer"], info)
     if info.is_main:
         save_config(cfg, run_dir / "config.yaml")
-    metrics = MetricsLog(run_dir / "metrics.jsonl", state.step if parts else None, enabled=info.is_main)
+    board = cfg.output.tensorboard if cfg.output.tensorboard is not None else tensorboard_available()
+    if board and not tensorboard_available():
+        raise ConfigError("output.tensorboard is true but the tensorboard package is missing: "
+                          "pip install 'encdec[tensorboard]'")  # fmt: skip
+    metrics = MetricsLog(run_dir / "metrics.jsonl", state.step if parts else None, info.is_main, board)
     if changes:
         metrics.write({"kind": "config_change", "step": state.step, "changes": changes})
         log.warning("resumed at step %d with config changes: %s", state.step, ", ".join(changes))
@@ -212,6 +216,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, accept_changes: bool, in
             break
     state.elapsed = losses.elapsed()
     bar.close()
+    metrics.close()
 
     history = read_metrics(run_dir / "metrics.jsonl") if info.is_main else []
     if info.is_main and cfg.output.plot and history:
