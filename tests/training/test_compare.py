@@ -4,6 +4,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 
 from encdec.cli import main
@@ -61,3 +62,33 @@ def test_a_signal_stops_the_whole_experiment_and_the_same_command_continues_it(t
     assert done.returncode == 0, done.stderr
     steps = [r["step"] for r in read_metrics(metrics) if r["kind"] == "train"]
     assert steps == list(range(1, 41))  # resumed where the signal stopped it: no step twice, none missing
+
+
+def test_a_member_whose_config_changed_is_set_aside_and_trained_again(capsys, tmp_path, tiny_config):
+    experiment = tmp_path / "experiment.yaml"
+
+    def write(lr):
+        experiment.write_text(yaml.safe_dump({
+            "base": tiny_config.name, "set": {"training.steps": 2, "evaluation.interval": 2, "optimizer.lr": lr},
+            "runs": {"only": {}},
+        }))  # fmt: skip
+
+    out = tmp_path / "out"
+    write(2e-3)
+    assert main(["compare", "--experiment", str(experiment), "--out", str(out)]) == 0
+    first = read_metrics(out / "only" / "metrics.jsonl")
+    write(1e-3)  # the experiment now asks for another lr: the old member is not reused
+    assert main(["compare", "--experiment", str(experiment), "--out", str(out)]) == 0
+    assert read_metrics(out / "only.stale-1" / "metrics.jsonl") == first  # moved aside, not deleted
+    assert yaml.safe_load((out / "only" / "config.yaml").read_text())["optimizer"]["lr"] == 1e-3
+    assert read_metrics(out / "only" / "metrics.jsonl") != first
+
+
+def test_the_plot_of_several_seeds_draws_their_mean_and_band(tmp_path):
+    from encdec.training.metrics import across_seeds, plot_curves
+
+    seeds = [[{"kind": "eval", "step": s, "train_loss": 3.0 - s + d, "val_loss": 3.5 - s + d} for s in (1, 2)]
+             for d in (0.0, 0.2, 0.4)]  # fmt: skip
+    steps, mean, low, high = across_seeds(seeds, "eval", "val_loss")
+    assert steps == [1, 2] and mean == pytest.approx([2.7, 1.7]) and low == [2.5, 1.5] and high == [2.9, 1.9]
+    assert plot_curves({"run": seeds}, tmp_path / "curves.png").stat().st_size > 10_000

@@ -10,6 +10,12 @@ An experiment file names a base config, overrides shared by every run, the runs
     runs:
       t5:    {model.preset: t5-tiny}
       +rope: {model.preset: rot5-tiny, model.n_kv_heads: 4}
+
+A member already trained is reused only while its saved config is the one the
+experiment now asks for (up to the keys a resume may change, training/same_run.py);
+one whose config changed is moved aside to `NAME.stale-N` and trained again. The plot
+shows every seed: the mean of each run's curves with a band from the lowest to the
+highest seed.
 """
 
 import json
@@ -22,8 +28,9 @@ import yaml
 
 from encdec.errors import ConfigError, EncdecError
 from encdec.training.checkpoint import latest_checkpoint
-from encdec.training.config import load_config
+from encdec.training.config import RunConfig, load_config
 from encdec.training.metrics import plot_curves, read_metrics
+from encdec.training.same_run import SAFE, resumed_config
 from encdec.training.trainer import TrainResult, train
 
 log = logging.getLogger(__name__)
@@ -75,17 +82,43 @@ def run_experiment(runs: list[RunSpec], out_dir: Path, seeds: list[int] | None =
             overrides = run.overrides + ([f"training.seed={seed}"] if seed is not None else [])
             cfg = load_config(run.config, overrides)
             run_dir = out_dir / run.name / (f"seed{seed}" if seed is not None else "")
+            set_aside_if_changed(run_dir, cfg)
             resume = latest_checkpoint(run_dir) is not None  # an interrupted experiment continues
             results.append(_finished(run_dir, cfg.training.steps) or train(cfg, run_dir, resume=resume))
             if results[-1].interrupted:  # SIGINT / SIGTERM: the run saved a checkpoint; stop the whole experiment
                 raise ExperimentStopped(f"stopped during run {run_dir}; the same command continues the experiment")
             log.info("%s: validation loss %.4f", run.name, results[-1].val_loss)
         rows.append(summarise(run.name, results))
-    history = {row["run"]: read_metrics(row["run_dir"] / "metrics.jsonl") for row in rows}
+    history = {row["run"]: [read_metrics(d / "metrics.jsonl") for d in row["run_dirs"]] for row in rows}
     plot_curves(history, out_dir / "curves.png", title=out_dir.name)
     (out_dir / "results.md").write_text(markdown_table(rows))
-    (out_dir / "results.json").write_text(json.dumps([{**r, "run_dir": str(r["run_dir"])} for r in rows], indent=2))
+    written = [{**r, "run_dir": str(r["run_dir"]), "run_dirs": [str(d) for d in r["run_dirs"]]} for r in rows]
+    (out_dir / "results.json").write_text(json.dumps(written, indent=2))
     return rows
+
+
+def set_aside_if_changed(run_dir: Path, cfg: RunConfig) -> Path | None:
+    """Move a member trained with another config (beyond the keys a resume may change) to NAME.stale-N,
+    so that it is trained again from scratch; nothing is deleted. Returns where it went."""
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.is_file():
+        return None
+    try:
+        saved = load_config(saved_path)
+        _, changes = resumed_config(cfg, saved, accept_changes=True)
+    except ConfigError:
+        changes = {"config.yaml": "unreadable"}
+    changed = sorted(key for key in changes if key not in SAFE)
+    if not changed:
+        return None
+    n = 1
+    while run_dir.with_name(f"{run_dir.name}.stale-{n}").exists():
+        n += 1
+    stale = run_dir.with_name(f"{run_dir.name}.stale-{n}")
+    run_dir.rename(stale)
+    log.warning("%s was trained with another config (%s); moved to %s and trained again",
+                run_dir, ", ".join(changed[:3]), stale.name)  # fmt: skip
+    return stale
 
 
 def _finished(run_dir: Path, steps: int) -> TrainResult | None:
@@ -116,6 +149,7 @@ def summarise(name: str, results: list[TrainResult]) -> dict:
         "wall_time": statistics.fmean(r.wall_time for r in results),
         "tokens_per_s": statistics.fmean(r.tokens_per_s for r in results),
         "run_dir": first.run_dir,
+        "run_dirs": [r.run_dir for r in results],
     }
 
 

@@ -69,29 +69,37 @@ def read_metrics(path: Path) -> list[dict]:
     return records
 
 
-def plot_curves(runs: dict[str, list[dict]], path: Path, title: str = "") -> Path:
+def plot_curves(runs: dict[str, list[dict] | list[list[dict]]], path: Path, title: str = "") -> Path:
     """Two panels, one colour per run. Left, the whole run: train loss per step (thin) and
     evaluated train / validation loss (markers). Right, the evaluations of the second half
-    of training on their own scale, where runs that differ by a few hundredths separate."""
+    of training on their own scale, where runs that differ by a few hundredths separate.
+
+    A run given as several seeds' records (a list of lists) is drawn as the seeds' mean,
+    with a band from the lowest to the highest seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    seeds_of = {name: records if records and isinstance(records[0], list) else [records]
+                for name, records in runs.items()}  # fmt: skip
     fig, (whole, end) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
-    last_step = max((r["step"] for records in runs.values() for r in records), default=0)
-    for i, (name, records) in enumerate(runs.items()):
+    last_step = max((r["step"] for seeds in seeds_of.values() for rs in seeds for r in rs), default=0)
+    for i, (name, seeds) in enumerate(seeds_of.items()):
         colour = f"C{i}"
-        train = [(r["step"], r["loss"]) for r in records if r.get("kind") == "train"]
-        evals = [r for r in records if r.get("kind") == "eval"]
+        label = f"{name} (mean of {len(seeds)} seeds)" if len(seeds) > 1 else name
+        train = across_seeds(seeds, "train", "loss")
         if train:
-            whole.plot(*zip(*train), color=colour, alpha=0.35, linewidth=0.8)
-        if not evals:
+            whole.plot(train[0], train[1], color=colour, alpha=0.35, linewidth=0.8)
+        evals = {key: across_seeds(seeds, "eval", key) for key in ("train_loss", "val_loss")}
+        if not evals["val_loss"]:
             continue
-        for ax, shown in ((whole, evals), (end, [r for r in evals if r["step"] >= last_step / 2])):
-            steps = [r["step"] for r in shown]
-            ax.plot(steps, [r["train_loss"] for r in shown], "o--", color=colour, label=f"{name} train")
-            ax.plot(steps, [r["val_loss"] for r in shown], "s-", color=colour, label=f"{name} validation")
+        for ax, first in ((whole, 0), (end, last_step / 2)):
+            for key, marker, kind in (("train_loss", "o--", "train"), ("val_loss", "s-", "validation")):
+                steps, mean, low, high = (list(v) for v in zip(*(row for row in zip(*evals[key]) if row[0] >= first)))
+                ax.plot(steps, mean, marker, color=colour, label=f"{label} {kind}")
+                if len(seeds) > 1:
+                    ax.fill_between(steps, low, high, color=colour, alpha=0.15, linewidth=0)
     whole.set_title(title)
     end.set_title("second half, evaluations only")
     for ax in (whole, end):
@@ -103,3 +111,13 @@ def plot_curves(runs: dict[str, list[dict]], path: Path, title: str = "") -> Pat
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def across_seeds(seeds: list[list[dict]], kind: str, key: str) -> tuple[list, list, list, list] | None:
+    """(steps, mean, lowest, highest) of `key` over the seeds' records of `kind`, at the steps every seed has."""
+    series = [{r["step"]: r[key] for r in records if r.get("kind") == kind and key in r} for records in seeds]
+    steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
+    if not steps:
+        return None
+    values = [[s[step] for s in series] for step in steps]
+    return steps, [sum(v) / len(v) for v in values], [min(v) for v in values], [max(v) for v in values]
