@@ -110,7 +110,7 @@ def finetune(hf_dir: Path, out: Path, shared_data: Path, *extra: str) -> int:
             f"data.validation=[{shared_data / DIALOGSUM / 'dialogsum.dev.jsonl.gz'}]"]  # fmt: skip
     overrides = [f"training.init_from={hf_dir}", "training.steps=2", "training.batch_size=4", "evaluation.steps=1",
                  "data.max_documents=200", "objective.max_source_len=64", "objective.max_target_len=16",
-                 "training.device=cpu", *data, *extra]  # fmt: skip
+                 "training.device=cpu", "evaluation.generate=2", "evaluation.max_new_tokens=4", *data, *extra]  # fmt: skip
     return main(["train", str(RECIPE), "--out", str(out), *(a for o in overrides for a in ("--set", o))])
 
 

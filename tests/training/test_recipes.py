@@ -8,7 +8,7 @@ from encdec.training.run import load_run
 
 RECIPES = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 TINY = ["--set", "training.steps=2", "--set", "evaluation.steps=1", "--set", "training.batch_size=4",
-        "--set", "data.max_documents=300"]  # fmt: skip
+        "--set", "data.max_documents=300", "--set", "evaluation.generate=2", "--set", "evaluation.max_new_tokens=4"]  # fmt: skip
 
 
 def data_paths(shared_data: Path, *names: str) -> str:

@@ -14,21 +14,15 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from encdec.cli.generate import (
-    RunTokenizer,
-    add_device_argument,
-    add_source_length_argument,
-    positive_int,
-    resolve_device,
-    trained_source_length,
-)
+from encdec.cli.generate import add_device_argument, add_source_length_argument, positive_int, resolve_device
 from encdec.evaluation.metrics import score_texts
 from encdec.evaluation.report import perplexity, write_report
 from encdec.generation import generate
 from encdec.safe_paths import check_not_symlink
-from encdec.training.data import build_run_data, read_items
+from encdec.training.data import build_run_data
 from encdec.training.distributed import DistInfo
 from encdec.training.run import load_run
+from encdec.training.samples import RunTokenizer, sample_pairs, trained_source_length
 from encdec.training.trainer import evaluate
 
 
@@ -46,20 +40,6 @@ def add_parser(subparsers) -> None:
     add_source_length_argument(parser)
     add_device_argument(parser)
     parser.set_defaults(func=run)
-
-
-def sample_pairs(cfg, tokenizer, n: int) -> list[tuple[str, str]]:
-    """(input, reference) texts from the validation split."""
-    _, val = read_items(cfg)
-    if cfg.objective.kind == "seq2seq":
-        return [(s, t) for s, t in val[:n]]
-    pairs = []
-    for text in val[:n]:
-        ids = tokenizer.encode([text])[0][: cfg.objective.seq_len]
-        cut = max(len(ids) // 2, 2)  # UL2's S split
-        source, target = tokenizer.decode([ids[:cut], ids[cut:]])
-        pairs.append((source, target))
-    return pairs
 
 
 @torch.no_grad()

@@ -20,8 +20,8 @@ import torch
 from encdec.errors import CheckpointError, ConfigError, DataError
 from encdec.generation import generate
 from encdec.interop import load_hf
-from encdec.models.causal_lm import PromptedLM
 from encdec.tokenizers.pretrained import PretrainedTokenizer
+from encdec.training.samples import RunTokenizer, trained_source_length
 
 MAX_SOURCE_LEN = 1 << 16  # above this, a tokenizer's model_max_length means "not set"
 OPTIONS = {  # flag -> (type, help); each becomes the generation option of the same name
@@ -100,57 +100,6 @@ def resolve_device(name: str) -> torch.device:
         count = torch.cuda.device_count()
         raise ConfigError(f"--device {name} asks for GPU {device.index} but torch sees only {count} GPU(s)")
     return device
-
-
-class RunTokenizer:
-    """An encdec tokenizer behind the small part of Hugging Face's tokenizer interface used here.
-
-    `padding_side` "left" pads a batch as the causal families' prompts need it (see `padding_side_for`).
-    """
-
-    def __init__(self, tokenizer, source_template: str = "{source}", padding_side: str = "right",
-                 max_length: int | None = None):  # fmt: skip
-        if padding_side not in ("left", "right"):
-            raise ConfigError(f"padding_side must be left or right, got {padding_side!r}")
-        self.tokenizer = tokenizer
-        self.source_template = source_template
-        self.padding_side = padding_side
-        self.max_length = max_length  # inputs are cut to it, as training cut its sources
-
-    def __call__(self, texts: list[str], return_tensors: str = "pt", padding: bool = True,
-                 truncation: bool = True, max_length: int | None = None) -> dict:  # fmt: skip
-        rows = self.tokenizer.encode([self.source_template.format(source=t) for t in texts])
-        limit = (max_length or self.max_length) if truncation else None
-        if limit is not None:
-            rows = [row[:limit] for row in rows]
-        if any(not row for row in rows):
-            raise DataError("an input is empty after tokenization; give each input some text")
-        width = max(len(row) for row in rows)
-        ids = torch.full((len(rows), width), self.tokenizer.pad_id, dtype=torch.long)
-        mask = torch.zeros(len(rows), width, dtype=torch.bool)
-        for i, row in enumerate(rows):
-            columns = slice(width - len(row), width) if self.padding_side == "left" else slice(0, len(row))
-            ids[i, columns] = torch.tensor(row)
-            mask[i, columns] = True
-        return {"input_ids": ids, "attention_mask": mask}
-
-    @staticmethod
-    def padding_side_for(model) -> str:
-        """Left for a causal family, whose prompts continue at their last column; right for the others."""
-        return "left" if isinstance(model, PromptedLM) else "right"
-
-    def batch_decode(self, ids: torch.Tensor, skip_special_tokens: bool = True) -> list[str]:
-        return self.tokenizer.decode(ids.tolist(), skip_special=skip_special_tokens)
-
-    def decode(self, ids, skip_special_tokens: bool = True) -> str:
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-        return self.tokenizer.decode([ids], skip_special=skip_special_tokens)[0]
-
-
-def trained_source_length(config) -> int:
-    """The longest input a run's model saw in training: a seq2seq run's sources, else its chunks."""
-    objective = config.objective
-    return objective.max_source_len if objective.kind == "seq2seq" else objective.seq_len
 
 
 def load_model_and_tokenizer(path: Path, max_source_len: int | None = None):

@@ -35,6 +35,9 @@ def run(args) -> int:
           f"{result.parameters:,} parameters")  # fmt: skip
     if result.val_loss is not None:
         print(f"train loss {result.train_loss:.4f}, validation loss {result.val_loss:.4f}")
+    if result.early_stopped:
+        print(f"stopped early at step {result.steps}: training.early_stopping_patience evaluations without a "
+              f"better {cfg.output.best_by}")  # fmt: skip
     if result.interrupted:
         print(f"stopped by signal; resume with: {resume_command(args)}")
         return 128 + (result.signal or signal.SIGINT)

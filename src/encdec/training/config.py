@@ -104,6 +104,7 @@ class TrainingSection:
     data_workers: int | None = None  # processes building batches; None: 2 beside a GPU, 0 on a CPU
     distributed: str = "ddp"  # under torchrun: ddp or fsdp
     threads: int | None = None  # torch CPU threads
+    early_stopping_patience: int = 0  # stop after this many evaluations without a better best_by (0: never)
     init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
 
 
@@ -111,7 +112,10 @@ class TrainingSection:
 class EvaluationSection:
     interval: int = 100  # every N steps (est_interval)
     steps: int = 10  # over M batches of train and validation (est_steps)
-    generate: int = 3  # sample generations printed at the end
+    generate: int = 0  # validation examples generated and scored at each evaluation (0: none)
+    metric: str = "rougeL"  # what those generations are scored by: rouge1 | rouge2 | rougeL | bleu | chrf
+    max_new_tokens: int = 64  # per generated example
+    num_beams: int = 1
 
 
 @dataclass
@@ -120,6 +124,7 @@ class OutputSection:
     save_interval: int = 0  # 0: save at every evaluation
     keep_last: int = 2
     plot: bool = True
+    best_by: str = "val_loss"  # the best checkpoint: lowest val_loss, or highest evaluation.metric ("metric")
     tensorboard: bool | None = None  # a TensorBoard log in RUN_DIR/tensorboard; None: when tensorboard is installed
 
 

@@ -15,6 +15,7 @@ from encdec.errors import ConfigError
 from encdec.training.typed_yaml import short
 
 OPTIMIZERS = ("adamw", "adafactor")
+METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf")
 Check = tuple[str, Callable[[Any], bool], str]  # (dotted key, test, what the key allows)
 
 RANGES: list[Check] = [
@@ -36,6 +37,11 @@ RANGES: list[Check] = [
     ("evaluation.interval", lambda v: v >= 1, "a positive integer"),
     ("evaluation.steps", lambda v: v >= 1, "a positive integer"),
     ("evaluation.generate", lambda v: v >= 0, "zero or more"),
+    ("evaluation.metric", lambda v: v in METRICS, "one of " + ", ".join(METRICS)),
+    ("evaluation.max_new_tokens", lambda v: v >= 1, "a positive integer"),
+    ("evaluation.num_beams", lambda v: v >= 1, "a positive integer"),
+    ("output.best_by", lambda v: v in ("val_loss", "metric"), "val_loss or metric"),
+    ("training.early_stopping_patience", lambda v: v >= 0, "zero (never) or more"),
     ("output.log_interval", lambda v: v >= 1, "a positive integer"),
     ("output.save_interval", lambda v: v >= 0, "zero (at every evaluation) or more"),
     ("output.keep_last", lambda v: v >= 1, "a positive integer"),
@@ -66,6 +72,8 @@ def check_run_config(cfg) -> None:
             raise ConfigError(f"{key} must be {allowed}, got {short(value)}")
     if cfg.schedule.min_lr > cfg.optimizer.lr:
         raise ConfigError(f"schedule.min_lr ({cfg.schedule.min_lr}) must not exceed optimizer.lr ({cfg.optimizer.lr})")
+    if cfg.output.best_by == "metric" and not cfg.evaluation.generate:
+        raise ConfigError("output.best_by is metric but evaluation.generate is 0: set how many examples to score")
     for key, field in TEMPLATES.items():
         check_template(key, lookup(cfg, key), field)
 

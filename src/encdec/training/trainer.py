@@ -40,6 +40,7 @@ from encdec.training.optim import build_optimizer, lr_at
 from encdec.training.pretrained import load_pretrained, load_pretrained_weights, read_generation
 from encdec.training.run_dir import hold_run_dir
 from encdec.training.same_run import resumed_config
+from encdec.training.samples import GeneratedScores
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ class TrainState:
     step: int = 0
     tokens: int = 0
     elapsed: float = 0.0  # seconds of training, summed over resumes
-    best_val: float | None = None
+    best_val: float | None = None  # the best score of output.best_by (val_loss, or minus the metric)
+    evals_since_best: int = 0  # evaluations since best_val improved (early stopping)
 
 
 @dataclass
@@ -65,6 +67,7 @@ class TrainResult:
     wall_time: float
     tokens_per_s: float
     interrupted: bool = False
+    early_stopped: bool = False
     signal: int | None = None  # the signal that stopped the run, if one did
     is_main: bool = True  # False on the other processes under torchrun
     history: list = field(default_factory=list)
@@ -178,6 +181,8 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, accept_changes: bool, in
                unit="step")  # None: off where stderr is not a terminal (logs, pipes)
     losses = StepLog(metrics, bar, state, info.device)
     last_eval = None
+    early_stopped = False
+    scorer = GeneratedScores(cfg, data.tokenizer, model, info.device) if cfg.evaluation.generate else None
     save_every = cfg.output.save_interval or cfg.evaluation.interval
     while state.step < cfg.training.steps:
         lr = lr_at(state.step, cfg)
@@ -201,18 +206,30 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, accept_changes: bool, in
             losses.flush()  # the one host sync of these steps
         if evaluate_now:
             last_eval = evaluate(wrapped, data, cfg, info, amp)
+            if scorer is not None:  # every rank generates (FSDP's forward needs them all); rank 0 logs
+                with amp:
+                    last_eval.update(scorer(model))
             metrics.write({"kind": "eval", "step": state.step, **last_eval})
             log.info("step %d: train %.4f, validation %.4f", state.step, last_eval["train_loss"], last_eval["val_loss"])
         if save_now:
-            is_best = last_eval is not None and (state.best_val is None or last_eval["val_loss"] < state.best_val)
+            score = best_by_score(last_eval, cfg) if last_eval is not None else None
+            is_best = score is not None and (state.best_val is None or score < state.best_val)
+            if evaluate_now:
+                state.evals_since_best = 0 if is_best else state.evals_since_best + 1
             if evaluate_now and is_best:
-                state.best_val = last_eval["val_loss"]
+                state.best_val = score
             state.elapsed = losses.elapsed()
             _save(run_dir, model, wrapped, optimizer, data, cfg, state, info, evaluate_now and is_best)
         if evaluate_now or save_now:
             losses.restart_interval()  # tokens/s counts training time only
         if stop.requested:
             log.warning("stopped by signal at step %d; checkpoint saved", state.step)
+            break
+        patience = cfg.training.early_stopping_patience
+        if evaluate_now and patience and state.evals_since_best >= patience:
+            early_stopped = True
+            log.warning("stopped early at step %d: %d evaluations without a better %s", state.step, patience,
+                        cfg.output.best_by)  # fmt: skip
             break
     state.elapsed = losses.elapsed()
     bar.close()
@@ -232,6 +249,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, accept_changes: bool, in
         wall_time=state.elapsed,
         tokens_per_s=state.tokens / max(state.elapsed, 1e-9),
         interrupted=stop.requested,
+        early_stopped=early_stopped,
         signal=stop.signal,
         is_main=info.is_main,
         history=history,
@@ -356,6 +374,13 @@ def evaluate(model, data: RunData, cfg: RunConfig, info, amp=nullcontext()) -> d
         result[f"{split}_loss"] = (total[0] / total[1]).item()  # 0 / 0 is nan: no tokens to score
     model.train()
     return result
+
+
+def best_by_score(last_eval: dict, cfg: RunConfig) -> float:
+    """The number the best checkpoint minimises: the validation loss, or minus the generation metric."""
+    if cfg.output.best_by == "metric":
+        return -last_eval[f"val_{cfg.evaluation.metric}"]
+    return last_eval["val_loss"]
 
 
 def saved_config(checkpoint: Path) -> RunConfig:
