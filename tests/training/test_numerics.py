@@ -89,3 +89,29 @@ def test_a_compiled_model_trains_to_the_eager_losses_on_a_gpu(tmp_path, tiny_con
                for c in ("false", "true")]  # fmt: skip
     eager, compiled = ([r["loss"] for r in res.history if r["kind"] == "train"] for res in results)
     assert max(abs(a - b) for a, b in zip(eager, compiled, strict=True)) < 2e-2  # bf16: kernels fuse differently
+
+
+def test_fp16_is_refused_on_a_cpu_and_with_fsdp():
+    with pytest.raises(ConfigError, match="training.precision fp16 needs a CUDA GPU"):
+        resolve_precision("fp16", torch.device("cpu"))
+    if torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="not supported with FSDP"):
+            resolve_precision("fp16", torch.device("cuda"), "fsdp")
+
+
+@pytest.mark.cuda
+def test_fp16_with_loss_scaling_trains_and_resumes_with_its_scale(tmp_path, tiny_config):
+    """On a GPU: fp16 autocast, the GradScaler's state in the checkpoint, losses that fall and stay finite."""
+    import math
+
+    from encdec.training.metrics import read_metrics
+
+    overrides = ["training.precision=fp16", "training.device=cuda", "training.steps=8", "output.save_interval=4",
+                 "evaluation.interval=4"]  # fmt: skip
+    run = tmp_path / "run"
+    train(load_config(tiny_config, overrides), run)
+    state = load_checkpoint(latest_checkpoint(run))["state"]
+    assert state["scaler"]["scale"] > 0
+    train(load_config(tiny_config, [*overrides, "training.steps=12"]), run, resume=True)
+    losses = [r["loss"] for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "train"]
+    assert len(losses) == 12 and all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]

@@ -28,7 +28,7 @@ from encdec.training.config_checks import check_run_config
 from encdec.training.typed_yaml import apply_override, check_value, from_dict, short
 
 SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
 MAX_CONFIG_BYTES = 1 << 20  # a run config is a page of YAML; anything near this is a mistake
@@ -97,7 +97,7 @@ class TrainingSection:
     grad_accum: int = 1
     clip_norm: float = 1.0  # 0 turns clipping off
     seed: int = 1337
-    precision: str = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 autocast
+    precision: str = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16 (GPUs, loss scaling)
     compile: bool = False
     device: str = "auto"  # auto (cuda when present) | cpu | cuda
     deterministic: bool = False  # bitwise-repeatable GPU runs (torch's deterministic algorithms; slower)

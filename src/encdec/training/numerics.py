@@ -1,6 +1,8 @@
 """How a run computes on its device: precision, TF32, determinism, and the RNG states a checkpoint keeps.
 
     precision "auto"   bf16 autocast on a GPU that supports it, fp32 elsewhere
+    precision "fp16"   fp16 autocast with dynamic loss scaling (GradScaler), for GPUs without
+                       bf16 (V100, T4); refused on a CPU and with FSDP
     fp32 on CUDA       TF32 matmuls and convolutions (10-bit mantissa inputs, fp32 accumulation)
     deterministic      torch.use_deterministic_algorithms: SDPA's fused backward, scatter-adds
                        and cuBLAS take their deterministic paths, so a GPU run repeats bitwise
@@ -19,18 +21,31 @@ from encdec.errors import ConfigError
 CUBLAS_DETERMINISTIC = ":4096:8"  # cuBLAS needs a fixed workspace to repeat its reductions
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """fp32 or bf16: "auto" picks bf16 on a GPU with bf16 support, fp32 otherwise."""
+def resolve_precision(precision: str, device: torch.device, distributed: str | None = None) -> str:
+    """fp32, bf16 or fp16: "auto" picks bf16 on a GPU with bf16 support, fp32 otherwise."""
     if precision == "auto":
         return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ConfigError("training.precision is bf16 but this GPU does not support bfloat16; use fp32")
+        raise ConfigError("training.precision is bf16 but this GPU does not support bfloat16; use fp16 or fp32")
+    if precision == "fp16" and device.type != "cuda":
+        raise ConfigError(f"training.precision fp16 needs a CUDA GPU (loss scaling, fp16 kernels); on {device.type} "
+                          "use fp32")  # fmt: skip
+    if precision == "fp16" and distributed == "fsdp":
+        raise ConfigError("training.precision fp16 is not supported with FSDP; use bf16, or ddp")
     return precision
 
 
 def autocast(precision: str, device: torch.device):
-    """bf16 autocast for the forward pass, or nothing; weights and optimizer state stay fp32."""
-    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+    """bf16 or fp16 autocast for the forward pass, or nothing; weights and optimizer state stay fp32."""
+    if precision in ("bf16", "fp16"):
+        return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+    return nullcontext()
+
+
+def grad_scaler(precision: str, device: torch.device) -> "torch.amp.GradScaler | None":
+    """fp16's dynamic loss scale (None otherwise): gradients are computed scaled so that small ones do not
+    flush to zero, unscaled before clipping, and a step whose gradients overflow is skipped."""
+    return torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
 
 @contextmanager

@@ -35,7 +35,7 @@ from encdec.training.data import RunData, build_run_data
 from encdec.training.loader import LoadedBatch, batch_stream, local_rows
 from encdec.training.memory import check_model_fits, is_out_of_memory, step_out_of_memory
 from encdec.training.metrics import MetricsLog, plot_curves, read_metrics, tensorboard_available
-from encdec.training.numerics import autocast, numerics, resolve_precision, rng_states, set_rng_states
+from encdec.training.numerics import autocast, grad_scaler, numerics, resolve_precision, rng_states, set_rng_states
 from encdec.training.optim import build_optimizer, lr_at
 from encdec.training.pretrained import load_pretrained, load_pretrained_weights, read_generation
 from encdec.training.run_dir import hold_run_dir
@@ -153,7 +153,10 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, accept_changes: bool, in
     model.to(info.device)
     if parts is not None:
         _restore_rng(parts["rng"], info)
-    precision = resolve_precision(cfg.training.precision, info.device)
+    precision = resolve_precision(cfg.training.precision, info.device, cfg.training.distributed if info.enabled else None)
+    scaler = grad_scaler(precision, info.device)
+    if scaler is not None and parts is not None and "scaler" in parts["state"]:
+        scaler.load_state_dict(parts["state"]["scaler"])
     n_params, n_params_no_pos = count_parameters(model), count_parameters(model, exclude_positions=True)
     wrapped = distributed.wrap(model, info, cfg.training.distributed, precision)
     if cfg.training.compile:
@@ -190,7 +193,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, accept_changes: bool, in
             group["lr"] = lr
         taken = [next(batches) for _ in range(cfg.training.grad_accum)]
         try:
-            ce_sum, aux, n_tokens = _optimizer_step(wrapped, optimizer, taken, cfg, info, amp)
+            ce_sum, aux, n_tokens = _optimizer_step(wrapped, optimizer, taken, cfg, info, amp, scaler)
         except (RuntimeError, MemoryError) as error:
             if not is_out_of_memory(error):
                 raise
@@ -219,7 +222,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, accept_changes: bool, in
             if evaluate_now and is_best:
                 state.best_val = score
             state.elapsed = losses.elapsed()
-            _save(run_dir, model, wrapped, optimizer, data, cfg, state, info, evaluate_now and is_best)
+            _save(run_dir, model, wrapped, optimizer, data, cfg, state, info, evaluate_now and is_best, scaler)
         if evaluate_now or save_now:
             losses.restart_interval()  # tokens/s counts training time only
         if stop.requested:
@@ -318,7 +321,7 @@ class StepLog:
         self.interval_started = now
 
 
-def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig, info, amp):
+def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig, info, amp, scaler=None):
     """One optimizer step over `grad_accum` global batches -> (CE sum over the batch's tokens, on the
     device; aux losses, on the device; loss tokens, a host int). Nothing here waits for the device.
 
@@ -336,15 +339,21 @@ def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig
                 out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, labels=local.labels)
             share = loaded.num_tokens / max(n_tokens, 1) * info.world_size
             loss = out.ce_loss * share + (out.loss - out.ce_loss) / accum
-            loss.backward()
+            (scaler.scale(loss) if scaler is not None else loss).backward()
         ce_sum += out.ce_loss.detach().float() * loaded.num_tokens
         for name, value in out.aux_losses.items():
             aux_sums[name] = aux_sums.get(name, 0.0) + value.detach().float() / accum
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # true gradients for the norm and the clip
     if cfg.training.clip_norm > 0:  # the norm before clipping, logged as grad_norm
         aux_sums["grad_norm"] = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.training.clip_norm)
     else:
         aux_sums["grad_norm"] = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-    optimizer.step()
+    if scaler is not None:
+        scaler.step(optimizer)  # skipped when the gradients overflowed; the scale then shrinks
+        scaler.update()
+    else:
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return distributed.all_reduce_sum(ce_sum, info), aux_sums, n_tokens
 
@@ -397,7 +406,7 @@ def saved_train_state(saved: dict, checkpoint: Path) -> TrainState:
         raise CheckpointError(f"{checkpoint / 'state.json'} does not hold the training state this version writes") from None
 
 
-def _save(run_dir, model, wrapped, optimizer, data, cfg, state, info, is_best):
+def _save(run_dir, model, wrapped, optimizer, data, cfg, state, info, is_best, scaler=None):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -413,7 +422,8 @@ def _save(run_dir, model, wrapped, optimizer, data, cfg, state, info, is_best):
         "model": model_state,
         "optimizer": optimizer_state,
         "rng": rng,
-        "state": {"train": asdict(state), "data": data.train.state_dict()},
+        "state": {"train": asdict(state), "data": data.train.state_dict(),
+                  **({"scaler": scaler.state_dict()} if scaler is not None else {})},
         "config": lambda path: save_config(cfg, path),
         "tokenizer": data.tokenizer,
         "generation": model.generation_defaults,
