@@ -184,6 +184,7 @@ CASES = {
     "schedule kind": Case(lambda p: train(p, "schedule.kind=warmup"), "schedule.kind must be one of"),
     "precision fp8": Case(lambda p: train(p, "training.precision=fp8"), "training.precision must be one of"),
     "fp16 on a CPU": Case(lambda p: train(p, "training.precision=fp16"), "fp16 needs a CUDA GPU"),
+    "label smoothing 1": Case(lambda p: train(p, "training.label_smoothing=1"), "training.label_smoothing must be in"),
     "unknown optimizer": Case(lambda p: train(p, "optimizer.kind=sgd"), "optimizer.kind must be one of"),
     "unknown metric": Case(lambda p: train(p, "evaluation.metric=meteor"), "evaluation.metric must be one of"),
     "best by a metric never computed": Case(lambda p: train(p, "output.best_by=metric"), "evaluation.generate is 0"),

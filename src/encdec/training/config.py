@@ -96,6 +96,7 @@ class TrainingSection:
     batch_size: int = 16  # global: split over processes under torchrun
     grad_accum: int = 1
     clip_norm: float = 1.0  # 0 turns clipping off
+    label_smoothing: float = 0.0  # the target mixed with a uniform one (Szegedy et al. 2016; 0.1 in Vaswani et al.)
     seed: int = 1337
     precision: str = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16 (GPUs, loss scaling)
     compile: bool = False

@@ -32,6 +32,7 @@ RANGES: list[Check] = [
     ("training.batch_size", lambda v: v >= 1, "a positive integer"),
     ("training.grad_accum", lambda v: v >= 1, "a positive integer"),
     ("training.clip_norm", lambda v: v >= 0, "zero (off) or more"),
+    ("training.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("training.data_workers", lambda v: v is None or v >= 0, "zero or more"),
     ("training.threads", lambda v: v is None or v >= 1, "a positive integer"),
     ("evaluation.interval", lambda v: v >= 1, "a positive integer"),

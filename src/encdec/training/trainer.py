@@ -24,8 +24,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
+from encdec.data.batch import IGNORE_INDEX
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import build_model, count_parameters
 from encdec.training import distributed
@@ -321,6 +323,13 @@ class StepLog:
         self.interval_started = now
 
 
+def smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """Mean cross-entropy against targets mixed with `smoothing` of a uniform distribution, over the tokens
+    with a label; logits (B, T, V), labels (B, T). The logged loss stays the plain cross-entropy."""
+    return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+                           label_smoothing=smoothing)  # fmt: skip
+
+
 def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig, info, amp, scaler=None):
     """One optimizer step over `grad_accum` global batches -> (CE sum over the batch's tokens, on the
     device; aux losses, on the device; loss tokens, a host int). Nothing here waits for the device.
@@ -328,7 +337,7 @@ def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig
     The loss is averaged over every target token of the global batch, whichever
     process and micro-batch holds it, so W processes match one exactly.
     """
-    accum = len(batches)
+    accum, smoothing = len(batches), cfg.training.label_smoothing
     n_tokens = sum(b.global_tokens for b in batches)
     ce_sum = torch.zeros((), device=info.device)
     aux_sums: dict[str, torch.Tensor] = {}
@@ -338,7 +347,8 @@ def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig
             with amp:
                 out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, labels=local.labels)
             share = loaded.num_tokens / max(n_tokens, 1) * info.world_size
-            loss = out.ce_loss * share + (out.loss - out.ce_loss) / accum
+            target = smoothed_cross_entropy(out.logits, local.labels, smoothing) if smoothing else out.ce_loss
+            loss = target * share + (out.loss - out.ce_loss) / accum  # + the family's own, unsmoothed terms
             (scaler.scale(loss) if scaler is not None else loss).backward()
         ce_sum += out.ce_loss.detach().float() * loaded.num_tokens
         for name, value in out.aux_losses.items():
