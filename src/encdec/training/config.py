@@ -100,6 +100,7 @@ class TrainingSection:
     seed: int = 1337
     precision: str = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16 (GPUs, loss scaling)
     compile: bool = False
+    activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory, ~1/3 more compute
     device: str = "auto"  # auto (cuda when present) | cpu | cuda
     deterministic: bool = False  # bitwise-repeatable GPU runs (torch's deterministic algorithms; slower)
     data_workers: int | None = None  # processes building batches; None: 2 beside a GPU, 0 on a CPU

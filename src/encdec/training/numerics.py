@@ -90,3 +90,19 @@ def set_rng_states(states: dict[str, torch.Tensor], device: torch.device) -> boo
         return False
     torch.cuda.set_rng_state(states["cuda"], device)
     return True
+
+
+def checkpoint_activations(model: torch.nn.Module) -> int:
+    """Wrap every transformer block so that backward recomputes its activations instead of keeping them
+    (torch's non-reentrant checkpointing; dropout masks are recomputed from the saved RNG state, so the
+    gradients are those of the unwrapped model). Parameter names are unchanged. Returns the blocks wrapped."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+
+    from encdec.modules import DecoderBlock, EncoderBlock
+
+    blocks = sum(isinstance(m, (EncoderBlock, DecoderBlock)) for m in model.modules())
+    if not blocks:
+        raise ConfigError(f"training.activation_checkpointing: the {type(model).__name__} model has no transformer "
+                          "blocks to checkpoint")  # fmt: skip
+    apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, (EncoderBlock, DecoderBlock)))
+    return blocks

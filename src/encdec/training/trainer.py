@@ -37,7 +37,15 @@ from encdec.training.data import RunData, build_run_data
 from encdec.training.loader import LoadedBatch, batch_stream, local_rows
 from encdec.training.memory import check_model_fits, is_out_of_memory, step_out_of_memory
 from encdec.training.metrics import MetricsLog, plot_curves, read_metrics, tensorboard_available
-from encdec.training.numerics import autocast, grad_scaler, numerics, resolve_precision, rng_states, set_rng_states
+from encdec.training.numerics import (
+    autocast,
+    checkpoint_activations,
+    grad_scaler,
+    numerics,
+    resolve_precision,
+    rng_states,
+    set_rng_states,
+)
 from encdec.training.optim import build_optimizer, lr_at
 from encdec.training.pretrained import load_pretrained, load_pretrained_weights, read_generation
 from encdec.training.run_dir import hold_run_dir
@@ -153,6 +161,9 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, accept_changes: bool, in
         state = saved_train_state(parts["state"], checkpoint)
         data.train.load_state_dict(parts["state"]["data"])
     model.to(info.device)
+    if cfg.training.activation_checkpointing:
+        log.info("activation checkpointing: %d blocks recompute their activations in backward",
+                 checkpoint_activations(model))  # fmt: skip
     if parts is not None:
         _restore_rng(parts["rng"], info)
     precision = resolve_precision(cfg.training.precision, info.device, cfg.training.distributed if info.enabled else None)
