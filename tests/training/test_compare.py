@@ -92,3 +92,13 @@ def test_the_plot_of_several_seeds_draws_their_mean_and_band(tmp_path):
     steps, mean, low, high = across_seeds(seeds, "eval", "val_loss")
     assert steps == [1, 2] and mean == pytest.approx([2.7, 1.7]) and low == [2.5, 1.5] and high == [2.9, 1.9]
     assert plot_curves({"run": seeds}, tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_curves_gain_a_panel_for_the_generated_metric_and_one_for_the_gradient_norm(tmp_path):
+    from encdec.training.metrics import extra_panels, plot_curves
+
+    train = [{"kind": "train", "step": s, "loss": 5.0 - 0.1 * s, "grad_norm": 1.0} for s in (1, 2)]
+    evals = [{"kind": "eval", "step": 2, "train_loss": 4.8, "val_loss": 4.9, "val_bleu": 3.0, "val_rougeL": 9.0}]
+    assert extra_panels({"run": [train + evals]}) == [("eval", "val_rougeL"), ("train", "grad_norm")]
+    assert extra_panels({"run": [[{"kind": "train", "step": 1, "loss": 1.0}]]}) == []
+    assert plot_curves({"run": train + evals}, tmp_path / "curves.png").stat().st_size > 10_000

@@ -70,9 +70,11 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def plot_curves(runs: dict[str, list[dict] | list[list[dict]]], path: Path, title: str = "") -> Path:
-    """Two panels, one colour per run. Left, the whole run: train loss per step (thin) and
-    evaluated train / validation loss (markers). Right, the evaluations of the second half
+    """Panels, one colour per run. First, the whole run: train loss per step (thin) and
+    evaluated train / validation loss (markers). Second, the evaluations of the second half
     of training on their own scale, where runs that differ by a few hundredths separate.
+    Then, where the records have them, the generated metric (ROUGE-L, else BLEU, else
+    chrF) at each evaluation and the gradient norm per step.
 
     A run given as several seeds' records (a list of lists) is drawn as the seeds' mean,
     with a band from the lowest to the highest seed."""
@@ -83,7 +85,10 @@ def plot_curves(runs: dict[str, list[dict] | list[list[dict]]], path: Path, titl
 
     seeds_of = {name: records if records and isinstance(records[0], list) else [records]
                 for name, records in runs.items()}  # fmt: skip
-    fig, (whole, end) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
+    extra = extra_panels(seeds_of)
+    fig, axes = plt.subplots(1, 2 + len(extra), figsize=(13 + 4 * len(extra), 5),
+                             gridspec_kw={"width_ratios": [3, 2] + [2] * len(extra)})  # fmt: skip
+    whole, end = axes[0], axes[1]
     last_step = max((r["step"] for seeds in seeds_of.values() for rs in seeds for r in rs), default=0)
     for i, (name, seeds) in enumerate(seeds_of.items()):
         colour = f"C{i}"
@@ -100,6 +105,17 @@ def plot_curves(runs: dict[str, list[dict] | list[list[dict]]], path: Path, titl
                 ax.plot(steps, mean, marker, color=colour, label=f"{label} {kind}")
                 if len(seeds) > 1:
                     ax.fill_between(steps, low, high, color=colour, alpha=0.15, linewidth=0)
+    for ax, (kind, key) in zip(axes[2:], extra, strict=True):
+        for i, (name, seeds) in enumerate(seeds_of.items()):
+            series = across_seeds(seeds, kind, key)
+            if series:
+                ax.plot(series[0], series[1], "o-" if kind == "eval" else "-", color=f"C{i}", label=name,
+                        linewidth=0.8)  # fmt: skip
+                if len(seeds) > 1:
+                    ax.fill_between(series[0], series[2], series[3], color=f"C{i}", alpha=0.15, linewidth=0)
+        ax.set_title(f"validation {key[4:]} (generated)" if key.startswith("val_") else "gradient norm (before clipping)")
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
     whole.set_title(title)
     end.set_title("second half, evaluations only")
     for ax in (whole, end):
@@ -111,6 +127,13 @@ def plot_curves(runs: dict[str, list[dict] | list[list[dict]]], path: Path, titl
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def extra_panels(seeds_of: dict[str, list[list[dict]]]) -> list[tuple[str, str]]:
+    """(kind, key) of the panels beyond the losses: the generated metric evaluations scored, the gradient norm."""
+    keys = {(r.get("kind"), k) for seeds in seeds_of.values() for rs in seeds for r in rs for k in r}
+    scored = [("eval", f"val_{m}") for m in ("rougeL", "bleu", "chrf") if ("eval", f"val_{m}") in keys]
+    return scored[:1] + ([("train", "grad_norm")] if ("train", "grad_norm") in keys else [])
 
 
 def across_seeds(seeds: list[list[dict]], kind: str, key: str) -> tuple[list, list, list, list] | None:
