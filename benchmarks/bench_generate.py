@@ -8,7 +8,11 @@ tokens; every run makes exactly 64 new tokens per example (min_new_tokens =
 max_new_tokens = 64 on both sides). For greedy, beam search (4 beams) and
 sampling it prints new tokens per second (examples x 64 / wall time, encoder
 included) for both, the ratio, and checks that greedy and beam outputs are equal.
-Runs alternate between the two libraries and the table shows medians.
+Runs alternate between the libraries and the table shows medians. With
+`ctranslate2` installed (`pip install ctranslate2`, or the `bench` extra), the same
+weights converted by its TransformersConverter run too, in fp32 and int8, in the same
+interleaved loop (its intra-op threads set to torch's), with its greedy and beam
+tokens checked against Hugging Face's.
 
 A second table bounds what any implementation could reach on this machine: it
 replays only the matrix products and attention kernels of one generate call (the
@@ -48,15 +52,56 @@ def build_pair():
     return reference, ours
 
 
+def ctranslate2_models(reference, threads: int) -> dict:
+    """{"ct2": fp32 Translator, "ct2 int8": int8 Translator} of the same weights; {} without ctranslate2.
+
+    Its converter reads the vocabulary from a tokenizer, so a word-level one of ids "t0".."tN" is saved
+    beside the weights; tokens are passed to CTranslate2 as those strings."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return {}
+    from tokenizers import Tokenizer, models
+
+    vocab = {f"t{i}": i for i in range(SHAPE["vocab_size"])}
+    for i, name in enumerate(("<pad>", "</s>", "<unk>")):
+        del vocab[f"t{i}"]
+        vocab[name] = i
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, "<unk>")),
+                                                     pad_token="<pad>", eos_token="</s>", unk_token="<unk>")  # fmt: skip
+    translators, root = {}, tempfile.mkdtemp()
+    reference.save_pretrained(f"{root}/hf")
+    tokenizer.save_pretrained(f"{root}/hf")
+    for name, quantization in (("ct2", None), ("ct2 int8", "int8")):
+        out = f"{root}/{name.replace(' ', '_')}"
+        ctranslate2.converters.TransformersConverter(f"{root}/hf").convert(out, quantization=quantization)
+        translators[name] = ctranslate2.Translator(out, device="cpu", inter_threads=1, intra_threads=threads)
+    translators["tokens"] = {i: t for t, i in vocab.items()}, vocab
+    return translators
+
+
 def timed(fn) -> tuple[float, torch.Tensor]:
     started = time.perf_counter()
     out = fn()
     return time.perf_counter() - started, out
 
 
-def run_mode(reference, ours, src, mask, options: dict, repeats: int) -> dict:
+def ct2_call(translator, names: tuple, src, options: dict):
+    """CTranslate2's translate_batch with generate()'s options; returns token ids with the start column."""
+    to_token, to_id = names
+    batch = [[to_token[int(i)] for i in row] for row in src]
+    kwargs = dict(max_decoding_length=NEW, min_decoding_length=NEW, beam_size=options.get("num_beams", 1))
+    if options.get("do_sample"):
+        kwargs.update(sampling_topk=options.get("top_k", 50), sampling_topp=options.get("top_p", 1.0), beam_size=1)
+    results = translator.translate_batch(batch, **kwargs)
+    return torch.tensor([[0] + [to_id[t] for t in r.hypotheses[0]] for r in results])
+
+
+def run_mode(reference, ours, src, mask, options: dict, repeats: int, ct2: dict | None = None) -> dict:
     options = dict(options, max_new_tokens=NEW, min_new_tokens=NEW)
     seeded = options.get("do_sample", False)
+    others = {name: (lambda t=t: ct2_call(t, ct2["tokens"], src, options))
+              for name, t in (ct2 or {}).items() if name != "tokens"}  # fmt: skip
 
     def hf():
         if seeded:
@@ -67,20 +112,22 @@ def run_mode(reference, ours, src, mask, options: dict, repeats: int) -> dict:
     def ed():
         return encdec.generate(ours, src, mask, **options, **({"seed": 0} if seeded else {}))
 
-    hf(), ed()  # warm-up
-    times = {"hf": [], "encdec": []}
+    runs = {"encdec": ed, "hf": hf, **others}
+    for fn in runs.values():
+        fn()  # warm-up
+    times = {name: [] for name in runs}
     outputs = {}
     for _ in range(repeats):
-        for name, fn in (("encdec", ed), ("hf", hf)):
+        for name, fn in runs.items():
             seconds, outputs[name] = timed(fn)
             times[name].append(seconds)
     assert outputs["hf"].shape[1] == outputs["encdec"].shape[1] == NEW + 1
     median = {name: statistics.median(t) for name, t in times.items()}
-    return dict(
-        hf=BATCH * NEW / median["hf"],
-        encdec=BATCH * NEW / median["encdec"],
-        equal=torch.equal(outputs["hf"], outputs["encdec"]) if not seeded else None,
-    )
+    result = {name: BATCH * NEW / median[name] for name in runs}
+    result["equal"] = torch.equal(outputs["hf"], outputs["encdec"]) if not seeded else None
+    if "ct2" in outputs and not seeded:
+        result["ct2 equal"] = torch.equal(outputs["hf"], outputs["ct2"])
+    return result
 
 
 def fastest_linear(x: torch.Tensor, weight: torch.Tensor):
@@ -155,6 +202,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per library and mode (median shown)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--no-ctranslate2", action="store_true", help="leave CTranslate2 out even if installed")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -166,13 +214,19 @@ def main() -> None:
     print(f"T5 d_model 256, 4+4 layers, vocab 8192; batch {BATCH} x {SOURCE} source tokens, {NEW} new tokens; "
           f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads, "
           f"median of {args.repeats}")  # fmt: skip
-    print(f"| {'mode':<9} | {'HF tokens/s':>11} | {'encdec tokens/s':>15} | {'ratio':>6} | same tokens |")
-    print(f"|{'-' * 11}|{'-' * 13}|{'-' * 17}|{'-' * 8}|-------------|")
+    ct2 = {} if args.no_ctranslate2 else ctranslate2_models(reference, torch.get_num_threads())
+    extra = "| CT2 fp32 tokens/s | CT2 int8 tokens/s | encdec / CT2 fp32 | CT2 same tokens " if ct2 else ""
+    print(f"| {'mode':<9} | {'HF tokens/s':>11} | {'encdec tokens/s':>15} | {'ratio':>6} | same tokens {extra}|")
+    print(f"|{'-' * 11}|{'-' * 13}|{'-' * 17}|{'-' * 8}|-------------|" + ("---:|---:|---:|---|" if ct2 else ""))
     results = {}
     for mode in args.modes:
-        r = results[mode] = run_mode(reference, ours, src, mask, MODES[mode], args.repeats)
+        r = results[mode] = run_mode(reference, ours, src, mask, MODES[mode], args.repeats, ct2)
         same = {True: "yes", False: "NO", None: "n/a (seeded)"}[r["equal"]]
-        print(f"| {mode:<9} | {r['hf']:>11.1f} | {r['encdec']:>15.1f} | {r['encdec'] / r['hf']:>5.2f}x | {same} |")
+        row = f"| {mode:<9} | {r['hf']:>11.1f} | {r['encdec']:>15.1f} | {r['encdec'] / r['hf']:>5.2f}x | {same} |"
+        if ct2:
+            ct2_same = {True: "yes", False: "NO", None: "n/a (seeded)"}[r.get("ct2 equal")]
+            row += f" {r['ct2']:.1f} | {r['ct2 int8']:.1f} | {r['encdec'] / r['ct2']:.2f}x | {ct2_same} |"
+        print(row)
     print("\nKernels alone: the matrix products and attention of one call and nothing else, each on torch's faster "
           "CPU kernel (a bound for any implementation built on them)")  # fmt: skip
     print(f"| {'mode':<9} | {'HF ms':>7} | {'encdec ms':>9} | {'kernels ms':>10} | {'HF ms / 3':>9} | kernels' ratio to HF |")
