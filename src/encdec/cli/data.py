@@ -10,20 +10,18 @@ from pathlib import Path
 
 from encdec.data.batch import IGNORE_INDEX, Batch
 from encdec.data.corpora import PAIR_FORMATS, TEXT_FORMATS, read_corpus
-from encdec.data.objectives import (
-    CausalLMObjective,
-    PairTemplate,
-    Seq2SeqObjective,
-    UL2Config,
-    UL2Objective,
-    prefix_lm_objective,
-    ul2_mode_ids,
-)
+from encdec.data.objectives import OBJECTIVES, PairTemplate, build_objective
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError
 from encdec.tokenizers import KINDS, MANIFEST_NAME, UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
 
-OBJECTIVES = ("ul2", "span", "causal", "prefix", "seq2seq")
+# the short names `--objective` took before it took the run config's; still accepted
+OBJECTIVE_ALIASES = {"causal": "causal_lm", "span": "span_corruption", "prefix": "prefix_lm"}
+
+
+def objective_name(name: str) -> str:
+    """The run config's name of an objective, the older short names accepted."""
+    return OBJECTIVE_ALIASES.get(name, name)
 
 
 def add_parser(subparsers) -> None:
@@ -60,13 +58,15 @@ def add_parser(subparsers) -> None:
 
     inspect = commands.add_parser("inspect", help="show decoded examples of an objective, input beside target")
     inspect.add_argument("shards", type=Path, help="a directory written by `encdec data prepare`")
-    inspect.add_argument("--objective", default="ul2", choices=OBJECTIVES)
+    inspect.add_argument("--objective", default="ul2", type=objective_name, choices=OBJECTIVES,
+                         help="as objective.kind in a run config (causal, span and prefix also accepted)")  # fmt: skip
     inspect.add_argument("--split", default="train")
     inspect.add_argument("-n", "--num-examples", type=int, default=3)
     inspect.add_argument(
-        "--max-length", type=int, default=512, help="chunk length (ul2, span, prefix), source length (seq2seq)"
-    )
-    inspect.add_argument("--block-size", type=int, default=128, help="window length (causal)")
+        "--max-length", type=int, default=512,
+        help="chunk length (ul2, span_corruption, prefix_lm), source length (seq2seq)",
+    )  # fmt: skip
+    inspect.add_argument("--block-size", type=int, default=128, help="window length (causal_lm)")
     inspect.add_argument("--mode-tokens", action="store_true", help="prepend [R]/[X]/[S] (ul2)")
     inspect.add_argument("--seed", type=int, default=0)
     inspect.add_argument("--width", type=int, default=0, help="output width (default: the terminal's)")
@@ -125,44 +125,19 @@ def run_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_objective(name: str, shards, tokenizer: Tokenizer, batch_size: int, args: argparse.Namespace):
-    """The objective `name` over a ShardSet, with the inspect command's options."""
-    ids = {"pad_id": tokenizer.pad_id, "eos_id": tokenizer.eos_id}
-    if name == "seq2seq":
+def inspect_objective(kind: str, shards, tokenizer: Tokenizer, batch_size: int, args: argparse.Namespace):
+    """The objective `kind` over a ShardSet, with the inspect command's options."""
+    if kind == "seq2seq":
         if "source" not in shards.fields:
             raise ConfigError(f"Objective seq2seq needs pair shards; {shards.directory} holds plain text.")
-        return Seq2SeqObjective(
-            shards.fields["source"],
-            shards.fields["target"],
-            batch_size,
-            decoder_start_id=tokenizer.decoder_start_id,
-            max_source_len=args.max_length,
-            seed=args.seed,
-            **ids,
-        )
-    if "text" not in shards.fields:
-        raise ConfigError(f"Objective {name} needs text shards; {shards.directory} holds pairs (use seq2seq).")
-    documents = shards.fields["text"]
-    if name == "causal":
-        return CausalLMObjective(documents, args.block_size, batch_size, seed=args.seed)
-    if name == "prefix":
-        return prefix_lm_objective(documents, batch_size, max_length=args.max_length, seed=args.seed, **ids)
-    config = (
-        UL2Config.span_corruption(max_length=args.max_length)
-        if name == "span"
-        else UL2Config(max_length=args.max_length, mode_tokens=args.mode_tokens)
-    )
-    mode_ids = ul2_mode_ids(tokenizer) if config.mode_tokens else None
-    return UL2Objective(
-        documents,
-        batch_size,
-        decoder_start_id=tokenizer.decoder_start_id,
-        sentinel_ids=tokenizer.sentinel_ids,
-        config=config,
-        mode_ids=mode_ids,
-        seed=args.seed,
-        **ids,
-    )
+        data = (shards.fields["source"], shards.fields["target"])
+    elif "text" not in shards.fields:
+        raise ConfigError(f"Objective {kind} needs text shards; {shards.directory} holds pairs (use seq2seq).")
+    else:
+        data = shards.fields["text"]
+    seq_len = args.block_size if kind == "causal_lm" else args.max_length
+    return build_objective(kind, data, tokenizer, batch_size, args.seed, seq_len=seq_len,
+                           max_source_len=args.max_length, mode_tokens=args.mode_tokens)  # fmt: skip
 
 
 def describe_batch(batch: Batch, tokenizer: Tokenizer) -> list[tuple[str, str, str]]:
@@ -196,7 +171,7 @@ def side_by_side(left: str, right: str, width: int) -> str:
 def run_inspect(args: argparse.Namespace) -> int:
     shards = read_shards(args.shards, args.split)
     tokenizer = shards.tokenizer()
-    objective = build_objective(args.objective, shards, tokenizer, args.num_examples, args)
+    objective = inspect_objective(args.objective, shards, tokenizer, args.num_examples, args)
     batch = objective.next_batch()
     width = args.width or shutil.get_terminal_size((120, 24)).columns
     print(

@@ -1,7 +1,7 @@
 """The run configuration: one YAML file per run, loaded into typed sections.
 
     model:      a preset name and/or any ModelConfig field (vocab size and special
-                ids default to the tokenizer's)
+                ids default to the tokenizer's); checked as a ModelConfig when loaded
     tokenizer:  which tokenizer (byte, sentencepiece, hf, bpe / unigram trained on
                 the corpus, tiktoken)
     data:       corpus files (or a Hugging Face hub name) and the validation split
@@ -22,8 +22,9 @@ from pathlib import Path
 
 import yaml
 
+from encdec.data.objectives import OBJECTIVES
 from encdec.errors import ConfigError, suggestion
-from encdec.models import ModelConfig, preset
+from encdec.models import ModelConfig, preset, preset_names
 from encdec.training.config_checks import check_run_config
 from encdec.training.typed_yaml import apply_override, check_value, from_dict, short
 
@@ -32,6 +33,9 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
 MAX_CONFIG_BYTES = 1 << 20  # a run config is a page of YAML; anything near this is a mistake
+# Stand-ins for what the tokenizer decides later, so a model section is checked when it loads:
+# a vocabulary no tokenizer exceeds and the usual special ids (a section's own values win).
+PROVISIONAL_TOKENS = {"vocab_size": 1 << 24, "pad_id": 0, "eos_id": 1, "decoder_start_id": 0}
 
 
 @dataclass
@@ -143,8 +147,9 @@ class RunConfig:
     output: OutputSection = field(default_factory=OutputSection)
 
     def __post_init__(self):
-        check_model_section(self.model)
+        check_model_section(self.model, overlay=bool(self.training.init_from))
         choices = {
+            "objective.kind": (self.objective.kind, OBJECTIVES),
             "schedule.kind": (self.schedule.kind, SCHEDULES),
             "training.precision": (self.training.precision, PRECISIONS),
             "training.device": (self.training.device, DEVICES),
@@ -161,8 +166,13 @@ class RunConfig:
         return s.warmup_steps if s.warmup_steps is not None else int(s.warmup_fraction * self.training.steps)
 
 
-def check_model_section(section: dict) -> None:
-    """Type-check the model section against ModelConfig's fields (plus `preset`)."""
+def check_model_section(section: dict, overlay: bool = False) -> None:
+    """Refuse a model section that cannot build a ModelConfig: an unknown key or preset, a value of
+    the wrong type or out of range, or settings that contradict each other (n_kv_heads not dividing
+    n_heads, ...). The vocabulary and special ids are the tokenizer's, unknown until the data is
+    read, so stand-ins take their place. An `overlay` (a fine-tuning run's keys on top of the
+    pretrained model's section) is only type-checked here; the merged section is checked when built.
+    """
     hints = typing.get_type_hints(ModelConfig)
     for key, value in section.items():
         if key == "preset":
@@ -171,15 +181,22 @@ def check_model_section(section: dict) -> None:
             raise ConfigError(f"unknown key model.{short(key)[1:-1]}{suggestion(key, ['preset', *hints])}")
         else:
             check_value(hints[key], value, f"model.{key}")
+    if not overlay:
+        build_model_config(section, **PROVISIONAL_TOKENS)
 
 
 def build_model_config(section: dict, vocab_size: int, pad_id: int, eos_id: int, decoder_start_id: int) -> ModelConfig:
     """The ModelConfig the model section describes; token ids default to the tokenizer's."""
     values = {"vocab_size": vocab_size, "pad_id": pad_id, "eos_id": eos_id, "decoder_start_id": decoder_start_id}
     values.update({k: v for k, v in section.items() if k != "preset"})
-    if "preset" in section:
-        return preset(section["preset"], **values)
-    return ModelConfig.from_dict(values)
+    name = section.get("preset")
+    if name is not None and name not in preset_names():
+        raise ConfigError(f"model.preset {short(name)} is unknown{suggestion(name, preset_names(), 'presets')}")
+    try:
+        return preset(name, **values) if name is not None else ModelConfig.from_dict(values)
+    except ConfigError as error:
+        message = str(error)
+        raise ConfigError(message if "model." in message else f"model: {message}") from None
 
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:

@@ -16,24 +16,14 @@ from encdec.data.corpora import PAIR_FORMATS, read_corpus, split_items
 from encdec.data.documents import Documents
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.data.hub import iter_hub_instruct_pairs, iter_hub_stories, load_hub_dataset
-from encdec.data.objectives import (
-    CausalLMObjective,
-    PairTemplate,
-    Seq2SeqObjective,
-    UL2Config,
-    UL2Objective,
-    prefix_lm_objective,
-    tokenize_pairs,
-    ul2_mode_ids,
-)
+from encdec.data.objectives import PairTemplate, build_objective, tokenize_pairs
 from encdec.data.objectives.base import Objective
 from encdec.errors import ConfigError, DataError
 from encdec.tokenizers import UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
-from encdec.training.config import RunConfig
+from encdec.training.config import ObjectiveSection, RunConfig
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("causal_lm", "span_corruption", "ul2", "prefix_lm", "seq2seq")
 EVAL_SEED_OFFSET = 1_000_003  # evaluation draws from generators of their own
 
 
@@ -45,8 +35,6 @@ class RunData:
 
 
 def build_run_data(cfg: RunConfig, run_dir: Path, tokenizer_dir: Path | None = None) -> RunData:
-    if cfg.objective.kind not in OBJECTIVES:
-        raise ConfigError(f"objective.kind must be one of {', '.join(OBJECTIVES)}, got {cfg.objective.kind!r}")
     pairs = cfg.data.format in PAIR_FORMATS
     if pairs != (cfg.objective.kind == "seq2seq"):
         raise ConfigError(
@@ -63,10 +51,11 @@ def build_run_data(cfg: RunConfig, run_dir: Path, tokenizer_dir: Path | None = N
         splits = {split: tokenize_pairs(tokenizer, part, template) for split, part in zip(("train", "val"), items)}
     else:
         splits = {split: tokenize_documents(tokenizer, part) for split, part in zip(("train", "val"), items)}
-    seed = cfg.training.seed
+    seed, o = cfg.training.seed, cfg.objective
 
     def make(split: str, offset: int = 0) -> Objective:
-        return build_objective(cfg, tokenizer, splits[split], seed + offset)
+        return build_objective(o.kind, splits[split], tokenizer, cfg.training.batch_size, seed + offset,
+                               **objective_options(o))  # fmt: skip
 
     return RunData(tokenizer, make("train"), lambda split: make(split, EVAL_SEED_OFFSET))
 
@@ -154,23 +143,8 @@ def tokenize_documents(tokenizer: Tokenizer, texts: list[str]) -> Documents:
     return Documents.from_lists(tokenizer.encode(texts, add_eos=True), dtype)  # EOS closes each document
 
 
-def build_objective(cfg: RunConfig, tokenizer: Tokenizer, data, seed: int) -> Objective:
-    o, batch = cfg.objective, cfg.training.batch_size
-    tok = tokenizer
-    if o.kind == "causal_lm":
-        return CausalLMObjective(data, o.seq_len, batch, mode=o.windows, seed=seed)
-    if o.kind == "prefix_lm":
-        return prefix_lm_objective(data, batch, tok.pad_id, tok.eos_id, max_length=o.seq_len, seed=seed)
-    if o.kind == "seq2seq":
-        sources, targets = data
-        return Seq2SeqObjective(sources, targets, batch, tok.pad_id, tok.eos_id, tok.decoder_start_id,
-                                o.max_source_len, o.max_target_len, seed=seed)  # fmt: skip
-    if o.kind == "span_corruption":
-        ul2 = UL2Config.span_corruption(o.mean_span, o.noise_density, max_length=o.seq_len)
-    else:
-        r, x, s = o.ul2_probabilities
-        ul2 = UL2Config(r_prob=r, x_prob=x, s_prob=s, r_masks=((o.mean_span, o.noise_density),),
-                        max_length=o.seq_len, mode_tokens=o.mode_tokens)  # fmt: skip
-    modes = ul2_mode_ids(tok) if o.mode_tokens else None
-    return UL2Objective(data, batch, tok.pad_id, tok.eos_id, tok.decoder_start_id, list(tok.sentinel_ids),
-                        ul2, mode_ids=modes, seed=seed)  # fmt: skip
+def objective_options(o: ObjectiveSection) -> dict:
+    """The objective section's settings as `build_objective`'s keyword arguments."""
+    return {"seq_len": o.seq_len, "windows": o.windows, "max_source_len": o.max_source_len,
+            "max_target_len": o.max_target_len, "noise_density": o.noise_density, "mean_span": o.mean_span,
+            "ul2_probabilities": o.ul2_probabilities, "mode_tokens": o.mode_tokens}  # fmt: skip

@@ -20,7 +20,7 @@ from encdec.data.batch import Batch, collate_encoder_decoder
 from encdec.data.corpora import PairTemplate
 from encdec.data.documents import Documents
 from encdec.data.objectives.base import EpochPlan, Objective
-from encdec.data.objectives.prefix_lm import collate_prefix_lm
+from encdec.data.objectives.collate import collate_prefix_lm
 from encdec.errors import ConfigError
 
 TRUNCATIONS = ("right", "left", "drop")

@@ -22,7 +22,7 @@ import numpy as np
 from encdec.data.batch import Batch, collate_encoder_decoder
 from encdec.data.documents import Documents
 from encdec.data.objectives.base import EpochPlan, Objective
-from encdec.data.objectives.prefix_lm import collate_prefix_lm
+from encdec.data.objectives.collate import collate_prefix_lm
 from encdec.data.objectives.span_corruption import random_spans_noise_mask, span_corrupt
 from encdec.errors import ConfigError
 

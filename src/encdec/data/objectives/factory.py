@@ -1,0 +1,68 @@
+"""The one place an objective is built by name, for the trainer and for `encdec data inspect` alike.
+
+    causal_lm        windows of the token stream and their next tokens (decoder-only, the seeds' encoder-decoders)
+    span_corruption  T5 span corruption: UL2's R denoiser alone
+    ul2              UL2's mixture of the R, X and S denoisers (ROT5's pretraining)
+    prefix_lm        S's split of each chunk, for a decoder-only model
+    seq2seq          (source, target) pairs, e.g. translation or summarization
+
+Every objective but seq2seq takes `Documents`; seq2seq takes the pair (sources, targets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from encdec.data.documents import Documents
+from encdec.data.objectives.base import Objective
+from encdec.data.objectives.causal_lm import CausalLMObjective
+from encdec.data.objectives.prefix_lm import prefix_lm_objective
+from encdec.data.objectives.seq2seq import Seq2SeqObjective
+from encdec.data.objectives.ul2 import UL2Config, UL2Objective, ul2_mode_ids
+from encdec.errors import ConfigError
+
+OBJECTIVES = ("causal_lm", "span_corruption", "ul2", "prefix_lm", "seq2seq")
+
+
+def build_objective(
+    kind: str,
+    data: Documents | tuple[Documents, Documents],
+    tokenizer,
+    batch_size: int,
+    seed: int = 0,
+    *,
+    seq_len: int = 512,
+    windows: str = "random",
+    max_source_len: int = 512,
+    max_target_len: int = 128,
+    noise_density: float = 0.15,
+    mean_span: float = 3.0,
+    ul2_probabilities: Sequence[float] = (0.25, 0.25, 0.5),
+    mode_tokens: bool = False,
+) -> Objective:
+    """The objective `kind` over `data`: documents, or (sources, targets) for seq2seq.
+
+    `seq_len` is the causal LM's window and the chunk length of the denoisers; the R
+    denoiser masks `noise_density` of a chunk in spans of mean `mean_span`; `mode_tokens`
+    prepends UL2's [R] / [X] / [S] to ul2's inputs (the tokenizer must hold them).
+    """
+    tok = tokenizer
+    if kind not in OBJECTIVES:
+        raise ConfigError(f"objective {kind!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
+    if kind == "causal_lm":
+        return CausalLMObjective(data, seq_len, batch_size, mode=windows, seed=seed)
+    if kind == "prefix_lm":
+        return prefix_lm_objective(data, batch_size, tok.pad_id, tok.eos_id, max_length=seq_len, seed=seed)
+    if kind == "seq2seq":
+        sources, targets = data
+        return Seq2SeqObjective(sources, targets, batch_size, tok.pad_id, tok.eos_id, tok.decoder_start_id,
+                                max_source_len, max_target_len, seed=seed)  # fmt: skip
+    if kind == "span_corruption":
+        config = UL2Config.span_corruption(mean_span, noise_density, max_length=seq_len)
+    else:
+        r, x, s = ul2_probabilities
+        config = UL2Config(r_prob=r, x_prob=x, s_prob=s, r_masks=((mean_span, noise_density),),
+                           max_length=seq_len, mode_tokens=mode_tokens)  # fmt: skip
+    modes = ul2_mode_ids(tok) if config.mode_tokens else None  # span corruption has no mode token
+    return UL2Objective(data, batch_size, tok.pad_id, tok.eos_id, tok.decoder_start_id, list(tok.sentinel_ids),
+                        config, mode_ids=modes, seed=seed)  # fmt: skip
