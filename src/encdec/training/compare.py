@@ -104,7 +104,7 @@ def set_aside_if_changed(run_dir: Path, cfg: RunConfig) -> Path | None:
     if not saved_path.is_file():
         return None
     try:
-        saved = load_config(saved_path)
+        saved = load_config(saved_path, paths_from_file=False)
         _, changes = resumed_config(cfg, saved, accept_changes=True)
     except ConfigError:
         changes = {"config.yaml": "unreadable"}

@@ -16,6 +16,7 @@ schedule.decay_steps, warmup_iters -> schedule.warmup_steps.
 """
 
 import dataclasses
+import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
+PATH_KEYS = (("data", "train"), ("data", "validation"), ("tokenizer", "path"))  # files a config names
 MAX_CONFIG_BYTES = 1 << 20  # a run config is a page of YAML; anything near this is a mistake
 # Stand-ins for what the tokenizer decides later, so a model section is checked when it loads:
 # a vocabulary no tokenizer exceeds and the usual special ids (a section's own values win).
@@ -199,15 +201,46 @@ def build_model_config(section: dict, vocab_size: int, pad_id: int, eos_id: int,
         raise ConfigError(message if "model." in message else f"model: {message}") from None
 
 
-def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
-    """Read a run config from YAML, apply `--set` overrides, and check it."""
+def load_config(path: str | Path, overrides: list[str] = (), paths_from_file: bool = True) -> RunConfig:
+    """Read a run config from YAML, apply `--set` overrides, and check it.
+
+    Relative data and tokenizer paths written in the file are relative to the file's folder (so a
+    config works from any directory) and become absolute; paths given with --set are relative to
+    the current directory, as the shell's are. A config a run saved holds absolute paths already
+    (older runs saved theirs relative to where they ran: `paths_from_file=False` keeps those)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     values = read_yaml(path)
+    if paths_from_file:
+        resolve_paths(values, path.parent)
     for assignment in overrides:
         apply_override(values, assignment)
     return from_dict(RunConfig, values)
+
+
+def resolve_paths(values: dict, base: Path) -> None:
+    """Make the relative paths of PATH_KEYS in `values` (a config file's mapping) absolute from `base`.
+
+    A path missing there but present relative to the current directory (how configs were written
+    before) is one sentence naming both places."""
+    for section, key in PATH_KEYS:
+        node = values.get(section)
+        if not isinstance(node, dict) or not node.get(key):
+            continue
+        given = node[key] if isinstance(node[key], list) else [node[key]]
+        resolved = []
+        for item in given:
+            if not isinstance(item, str) or Path(item).is_absolute():
+                resolved.append(item)
+                continue
+            full = os.path.normpath(os.path.abspath(base / item))
+            if not os.path.exists(full) and os.path.exists(item):
+                suggestion = os.path.relpath(os.path.abspath(item), os.path.abspath(base))
+                raise ConfigError(f"{section}.{key}: {item} is not at {full} (paths in a config are relative to its "
+                                  f"folder) but is at {os.path.abspath(item)}; write {suggestion}")  # fmt: skip
+            resolved.append(full)
+        node[key] = resolved if isinstance(node[key], list) else resolved[0]
 
 
 def read_yaml(path: Path) -> dict:

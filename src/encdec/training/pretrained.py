@@ -52,7 +52,7 @@ def load_pretrained(init_from: str) -> Pretrained:
                               "nor a Hugging Face model directory (config.json)")  # fmt: skip
     checkpoint = checkpoint_dir(root, name)
     try:
-        section = load_config(inside(checkpoint, "config.yaml")).model
+        section = load_config(inside(checkpoint, "config.yaml"), paths_from_file=False).model
     except ConfigError as error:
         raise CheckpointError(f"the pretrained run's config cannot be read: {error}") from None
     weights = load_weights(inside(checkpoint, "model.safetensors"))

@@ -40,7 +40,7 @@ def run_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
 def load_run(run_dir: str | Path, which: str = "best") -> LoadedRun:
     """The model of checkpoint `which` ("best", "latest", or a step directory name), in eval mode."""
     checkpoint = run_checkpoint(run_dir, which)
-    config = load_config(inside(checkpoint, "config.yaml"))
+    config = load_config(inside(checkpoint, "config.yaml"), paths_from_file=False)
     tokenizer = load_tokenizer(inside(checkpoint, "tokenizer"))
     tok = tokenizer
     model = build_model(build_model_config(config.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id))

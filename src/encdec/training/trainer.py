@@ -415,7 +415,7 @@ def best_by_score(last_eval: dict, cfg: RunConfig) -> float:
 
 def saved_config(checkpoint: Path) -> RunConfig:
     try:
-        return load_config(checkpoint / "config.yaml")
+        return load_config(checkpoint / "config.yaml", paths_from_file=False)
     except ConfigError as error:
         raise CheckpointError(f"the config saved in {checkpoint} cannot be read: {error}") from None
 
