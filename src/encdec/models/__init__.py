@@ -3,12 +3,12 @@
 from torch import nn
 
 from encdec.models.ar_encdec import AREncoderDecoder
-from encdec.models.config import ModelConfig
+from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.decoder_only import DecoderOnly
 from encdec.models.encoder_decoder import EncoderDecoder
 from encdec.models.init import init_weights
-from encdec.models.parallel_encdec import ParallelEncoderDecoder
 from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
+from encdec.models.parallel_encdec import ParallelEncoderDecoder
 from encdec.models.presets import preset, preset_names
 from encdec.models.rnn_seq2seq import RNNSeq2Seq
 from encdec.modules import LearnedPositions, RelativePositionBias
@@ -24,10 +24,16 @@ FAMILY_CLASSES = {
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
-    """Construct and initialise the model `cfg` describes."""
-    model = FAMILY_CLASSES[cfg.family](cfg)
+    """Construct and initialise the model `cfg` describes. A family refuses (ConfigError, one sentence)
+    any field of its class's UNUSED set away from its default, rather than build something else."""
+    model = FAMILY_CLASSES[cfg.family](cfg)  # its constructor refuses unused fields first
     init_weights(model, cfg)
     return model
+
+
+def check_fields(cfg: ModelConfig) -> None:
+    """What build_model refuses about the fields of `cfg`, without building (for config loaders)."""
+    refuse_unused(cfg, FAMILY_CLASSES[cfg.family].UNUSED)
 
 
 def count_parameters(model: nn.Module, exclude_positions: bool = False) -> int:
@@ -51,6 +57,7 @@ __all__ = [
     "RNNSeq2Seq",
     "Seq2SeqOutput",
     "build_model",
+    "check_fields",
     "count_parameters",
     "preset",
     "preset_names",

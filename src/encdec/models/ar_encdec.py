@@ -1,17 +1,21 @@
 """The auto-regressive encoder-decoder of seed 000 (SEEDS.md section 3), a causal LM.
 
     E    = dropout(token + position[0..T-1])
-    enc  = [causal block] x N (E)                       no final norm
+    enc  = [causal block] x N_enc (E)                   no final norm
     d    = Linear(C, C)(LN?(enc)) (+ position[1..T])     add_ln_before_decoder_ff, add_pos_embed_to_decoder
-    d    = [decoder block(d, enc)] x N                   self-attn, causal cross-attn, MLP (ALT: cross first)
+    d    = [decoder block(d, enc)] x N_dec               self-attn, causal cross-attn, MLP (ALT: cross first)
     out  = LN(d) (- position[1..T]) (-> LN)              sub_pos_embed NO / YES_NO_LN / YES_LN
     loss = CE(head(out)) + coeff * embedding_loss(E, enc)   training only
 
-N is n_encoder_layers, the depth of EACH side. Every decoder block cross-attends
-to the same encoder output through its own LayerNorm of it; decoder position t
-sees encoder positions <= t, so a cached step runs one more encoder position and
-appends it to growing cross-attention caches. The position table has
-max_positions + 1 rows when positions 1..T are added or subtracted.
+N_enc is n_encoder_layers and N_dec is n_decoder_layers (default N_enc: the seed's n_layer is
+the depth of each side). The seed describes the model as a decoder-only stack whose last N_dec
+layers also cross-attend to the output of its first N_enc, so unequal depths are simply the
+two stack sizes (the seed's "next step"). Every decoder block cross-attends to the same
+encoder output through its own LayerNorm of it; decoder position t sees encoder positions <= t,
+so a cached step runs one more encoder position and appends it to growing cross-attention
+caches. The position table has max_positions + 1 rows when positions 1..T are added or
+subtracted. The settings the causal LMs share (GQA, experts, ...) are honoured as
+encdec.models.causal_lm lists; expert losses are reported per side (moe_aux_encoder, ...).
 
 Shapes: B batch, T length, C model dim, V vocabulary.
 """
@@ -20,39 +24,41 @@ import torch
 from torch import nn
 
 from encdec.models.causal_lm import (
+    LM_UNUSED,
     LMState,
     ResearchLM,
     StackOutput,
     build_causal_block,
     build_cross_block,
     causal_inputs,
-    stream_positions,
     check_lm_config,
     new_kv_caches,
-    norm_factory,
+    stream_positions,
 )
-from encdec.models.config import ModelConfig
+from encdec.models.components import build_final_norm, build_lm_head, norm_factory
+from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.research_losses import build_embedding_loss
-from encdec.modules import DecoderCache, Dropout, LearnedPositions
+from encdec.modules import DecoderCache
 
 
 class AREncoderDecoder(ResearchLM, nn.Module):
+    UNUSED = LM_UNUSED
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        refuse_unused(cfg, self.UNUSED)
         check_lm_config(cfg)
         self.config = cfg
         r = cfg.research
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.positions = LearnedPositions(cfg.max_positions + int(r.extra_position), cfg.d_model)
-        self.dropout = Dropout(cfg.dropout)
+        self.build_embeddings(cfg, extra_positions=int(r.extra_position))
         self.encoder_blocks = nn.ModuleList(build_causal_block(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_in_norm = norm_factory(cfg)() if r.add_ln_before_decoder_ff else None
         self.decoder_in = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
-        self.decoder_blocks = nn.ModuleList(build_cross_block(cfg) for _ in range(cfg.n_encoder_layers))
-        self.final_norm = norm_factory(cfg)()
+        self.decoder_blocks = nn.ModuleList(build_cross_block(cfg) for _ in range(cfg.decoder_layers))
+        self.final_norm = build_final_norm(cfg)
         self.post_sub_norm = norm_factory(cfg)() if r.sub_pos_embed == "YES_LN" else None
         self.embedding_loss = build_embedding_loss(cfg)
-        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = build_lm_head(cfg)
 
     def run(self, ids: torch.Tensor, offset: int = 0, state: LMState | None = None) -> StackOutput:
         """ids (B, T) at positions offset..offset+T-1 -> StackOutput; a state's caches are extended."""
@@ -61,25 +67,29 @@ class AREncoderDecoder(ResearchLM, nn.Module):
         self.check_positions(offset + T)
         pad = state.pad if state is not None else None  # left padding of a prompted batch
         pos = stream_positions(offset, T, ids.device, pad)  # (T,) or (B, T)
-        E = self.dropout(self.embed(ids) + self.positions(pos))  # (B, T, C)
+        E = self.embed_tokens(ids, pos)  # (B, T, C)
         inputs = causal_inputs(offset, T, ids.device, E.dtype, pad)  # self- and cross-attention alike
         caches = state.caches if state is not None else None  # encoder layers' KVCaches, then the DecoderCache
-        enc = E
+        enc, encoder_logits, decoder_logits = E, [], []  # router logits of MoE layers, per side
         for i, block in enumerate(self.encoder_blocks):
-            enc, _ = block(enc, inputs, caches[i] if caches is not None else None)
+            enc, logits = block(enc, inputs, caches[i] if caches is not None else None)
+            if logits is not None:
+                encoder_logits.append(logits)
         d = self.decoder_in(self.decoder_in_norm(enc) if self.decoder_in_norm is not None else enc)
         if r.add_pos_embed_to_decoder:
             d = d + self.next_positions(pos)
         for i, block in enumerate(self.decoder_blocks):
             layer_cache = caches[-1].layers[i] if caches is not None else None
-            d, _ = block(d, enc, inputs, inputs, layer_cache)
+            d, logits = block(d, enc, inputs, inputs, layer_cache)
+            if logits is not None:
+                decoder_logits.append(logits)
         out = self.final_norm(d)
         if r.sub_pos_embed != "NO":
             out = out - self.next_positions(pos)
             if self.post_sub_norm is not None:
                 out = self.post_sub_norm(out)
-        return StackOutput(out, E, enc)
+        return StackOutput(out, E, enc, encoder_logits, decoder_logits)
 
     def new_state(self, max_len: int) -> LMState:
-        n = len(self.encoder_blocks)
-        return LMState([*new_kv_caches(n, max_len), DecoderCache(n, max_len, growing_cross=True)])
+        caches = new_kv_caches(len(self.encoder_blocks), max_len)
+        return LMState([*caches, DecoderCache(len(self.decoder_blocks), max_len, growing_cross=True)])

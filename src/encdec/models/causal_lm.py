@@ -20,6 +20,12 @@ Prompts of different lengths come padded on the left, as Hugging Face's decoder-
 padded keys stay masked, in self- and cross-attention, at every later step, so a row
 of a batch gets the tokens it would get alone.
 
+Their parts come from encdec.models.components, so they honour what the encoder-decoder
+does: n_kv_heads (GQA, MQA), d_head, scale_attention, norm, norm_eps, norm_position,
+experts (whose aux and z losses join the loss), scale_embeddings, embedding_norm,
+scale_output, tie_embeddings, bias, dropout. A family refuses, in one sentence, any
+setting it has no use for (LM_UNUSED plus its own UNUSED).
+
 Shapes: B batch, R rows (B * beams), T new positions, C model dim, V vocabulary.
 """
 
@@ -28,57 +34,53 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from encdec.errors import ConfigError, DataError
+from encdec.models.components import (
+    build_decoder_block,
+    build_embedding_norm,
+    build_encoder_block,
+    embedding_scale,
+    output_scale,
+)
 from encdec.models.config import ModelConfig
 from encdec.models.generation_mixin import GenerationMixin
+from encdec.models.moe_losses import add_moe_losses, moe_losses
 from encdec.models.outputs import Seq2SeqOutput
 from encdec.modules import (
-    Attention,
     AttentionInputs,
     DecoderBlock,
+    Dropout,
     EncoderBlock,
-    FeedForward,
     KVCache,
+    LearnedPositions,
     additive_mask,
     as_bool_mask,
-    build_norm,
     causal_mask,
     lm_head,
 )
 
-
-def norm_factory(cfg: ModelConfig):
-    return lambda: build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
-
-
-def build_self_attention(cfg: ModelConfig, n_heads: int | None = None) -> Attention:
-    """Scaled dot-product attention as nanoGPT's SDPA (the families always scale by 1/sqrt(D))."""
-    n_heads = n_heads or cfg.n_heads
-    return Attention(cfg.d_model, n_heads, d_head=cfg.d_model // n_heads, bias=cfg.bias, scale=True,
-                     dropout=cfg.dropout)  # fmt: skip
-
-
-def build_mlp(cfg: ModelConfig) -> FeedForward:
-    """C -> d_ff -> C; its dropout is the block's residual dropout, as in nanoGPT's MLP."""
-    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias, dropout=0.0)
+# What no causal LM uses: other position schemes (position must be learned), Marian and BART's
+# checkpoint details, the RNN's options. Each family adds its own to these.
+LM_UNUSED = frozenset({"sinusoidal_layout", "position_offset", "relative_buckets", "relative_max_distance",
+                       "rope_theta", "rope_cross", "final_logits_bias", "rnn_cell", "rnn_attention"})  # fmt: skip
 
 
 def build_causal_block(cfg: ModelConfig) -> EncoderBlock:
-    """A GPT block: x += attn(ln1(x)); x += mlp(ln2(x)), causal through its inputs."""
-    return EncoderBlock(build_self_attention(cfg), build_mlp(cfg), norm_factory(cfg), cfg.dropout, pre_norm=True)
+    """A GPT block, x += attn(ln1(x)); x += mlp(ln2(x)) (post-norm: a norm after each addition), causal
+    through its inputs. The MLP's only dropout is the block's residual one, as in nanoGPT."""
+    return build_encoder_block(cfg, ffn_dropout=0.0)
 
 
 def build_cross_block(cfg: ModelConfig) -> DecoderBlock:
     """Self-attention, causal cross-attention (cross_n_heads, default 2 x n_heads) with its own
     norm of the memory, and MLP; research.order_type ALT puts cross-attention first."""
     cross_heads = cfg.cross_n_heads or 2 * cfg.n_heads
-    if cfg.d_model % cross_heads:
+    if cross_heads != cfg.n_heads and cfg.d_model % cross_heads:
         raise ConfigError(f"model.cross_n_heads ({cross_heads}) must divide model.d_model ({cfg.d_model})")
-    norm = norm_factory(cfg)
-    return DecoderBlock(build_self_attention(cfg), build_self_attention(cfg, cross_heads), build_mlp(cfg), norm,
-                        cfg.dropout, pre_norm=True, cross_first=cfg.research.order_type == "ALT",
-                        memory_norm=norm())  # fmt: skip
+    return build_decoder_block(cfg, cross_heads=cross_heads, ffn_dropout=0.0,
+                               cross_first=cfg.research.order_type == "ALT", memory_norm=True)  # fmt: skip
 
 
 def check_lm_config(cfg: ModelConfig) -> None:
@@ -133,6 +135,8 @@ class StackOutput:
     hidden: torch.Tensor  # (B, T, C) before the head
     embeddings: torch.Tensor  # E (B, T, C)
     encoder_out: torch.Tensor  # (B, T, C)
+    encoder_router_logits: list[torch.Tensor] = field(default_factory=list)  # one (N, E) per MoE layer
+    decoder_router_logits: list[torch.Tensor] = field(default_factory=list)
 
 
 @dataclass
@@ -155,9 +159,26 @@ class LMState:
 
 
 class PromptedLM(GenerationMixin, abc.ABC):
-    """start/step for a causal LM; the class implements `new_state(max_len)` and `advance(ids, state)`."""
+    """Input embeddings, output head and start/step of a causal LM; the class calls `build_embeddings`
+    and implements `new_state(max_len)` and `advance(ids, state)`."""
 
     config: ModelConfig
+
+    def build_embeddings(self, cfg: ModelConfig, extra_positions: int = 0) -> None:
+        """Token and position tables (max_positions + extra_positions rows), dropout, embedding norm, scales."""
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.positions = LearnedPositions(cfg.max_positions + extra_positions, cfg.d_model)
+        self.dropout = Dropout(cfg.dropout)
+        self.embed_norm = build_embedding_norm(cfg)
+        self.embed_scale, self.output_scale = embedding_scale(cfg), output_scale(cfg)
+
+    def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """ids (B, T) at positions pos (T,) or (B, T) -> E (B, T, C) = dropout(norm?(token * scale + position))."""
+        return self.dropout(self.embed_norm(self.embed(ids) * self.embed_scale + self.positions(pos)))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (B, T, C) -> logits (B, T, V), through the tied head unless lm_head is set."""
+        return lm_head(hidden * self.output_scale, self.embed, self.lm_head)
 
     @abc.abstractmethod
     def new_state(self, max_len: int) -> LMState:
@@ -229,24 +250,27 @@ class ResearchLM(PromptedLM):
         """tgt_ids (B, T) the window, labels (B, T) its next tokens; src_ids and src_mask are ignored.
 
         In training with an extra loss, loss = CE + coeff * extra and aux_losses[extra_loss_name]
-        holds the unweighted term; ce_loss is CE alone.
+        holds the unweighted term; with experts the MoE terms are added too (encdec.models.moe_losses);
+        ce_loss is CE alone.
         """
         run = self.run(tgt_ids)
-        logits = lm_head(run.hidden, self.embed, self.lm_head)
+        logits = self.logits(run.hidden)
         extra_loss = getattr(self, self.extra_loss_name)
         aux = {}
         if self.training and extra_loss is not None:
             aux[self.extra_loss_name] = extra_loss(run.embeddings, run.encoder_out)
+        aux.update(moe_losses(run.encoder_router_logits, run.decoder_router_logits))
         if labels is None:
             return Seq2SeqOutput(logits, aux_losses=aux)
         ce = cross_entropy(logits, labels)
-        loss = ce + self.config.research.embedding_loss_coeff * aux[self.extra_loss_name] if aux else ce
-        return Seq2SeqOutput(logits, loss, ce, aux)
+        extra = aux.get(self.extra_loss_name)
+        loss = ce + self.config.research.embedding_loss_coeff * extra if extra is not None else ce
+        return Seq2SeqOutput(logits, add_moe_losses(loss, aux, self.config), ce, aux)
 
     def advance(self, ids: torch.Tensor, state: LMState) -> torch.Tensor:
         run = self.run(ids, state.offset, state)
         state.offset += ids.shape[1]
-        return lm_head(run.hidden, self.embed, self.lm_head)
+        return self.logits(run.hidden)
 
 
 def new_kv_caches(n: int, max_len: int) -> list[KVCache]:

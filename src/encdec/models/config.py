@@ -2,9 +2,11 @@
 
 Checked when constructed: a wrong value raises `ConfigError` naming the key and
 what it allows. Run-time state (step, RNG, data position) never lives here.
+A family declares the fields it does not use (its class's `UNUSED`); building it
+with one of them set away from its default is refused (`refuse_unused`).
 """
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 
 from encdec.errors import ConfigError, suggestion
 from encdec.models.research_config import ResearchOptions
@@ -21,6 +23,13 @@ CHOICES = {
     "init": ("t5", "normal"),
     "rnn_cell": ("gru", "lstm"),
 }
+# Settings whose default depends on the family: None takes the family's value (T5's for the
+# encoder-decoder, nanoGPT's for the causal LMs); a family without an entry does not use the setting.
+CAUSAL_LMS = ("ar_encdec", "parallel_encdec", "decoder_only")
+FAMILY_DEFAULTS = {
+    "scale_attention": {"encoder_decoder": False, **dict.fromkeys(CAUSAL_LMS, True)},
+    "scale_output": {"encoder_decoder": True, **dict.fromkeys(CAUSAL_LMS, False)},
+}
 
 
 @dataclass
@@ -33,15 +42,15 @@ class ModelConfig:
     d_head: int | None = None  # None: d_model // n_heads (T5's d_kv may differ)
     d_ff: int = 2048
     n_encoder_layers: int = 6
-    n_decoder_layers: int | None = None  # None: n_encoder_layers
-    cross_n_heads: int | None = None  # None: n_heads
+    n_decoder_layers: int | None = None  # None: n_encoder_layers (decoder_only: its depth is n_encoder_layers)
+    cross_n_heads: int | None = None  # None: n_heads (ar_encdec, parallel_encdec: 2 * n_heads)
     cross_n_kv_heads: int | None = None  # None: n_kv_heads
     activation: str = "relu"
     norm: str = "rmsnorm"
     norm_eps: float = 1e-6
     norm_position: str = "pre"
     bias: bool = False  # biases in linear layers and LayerNorms
-    scale_attention: bool = False  # divide scores by sqrt(d_head); T5 does not
+    scale_attention: bool | None = None  # divide scores by sqrt(d_head); None: the family's (T5 no, GPT yes)
     position: str = "relative"
     max_positions: int = 512  # rows of sinusoidal / learned tables
     sinusoidal_layout: str = "interleaved"  # sin/cos interleaved (Vaswani) or sin then cos halves (Marian)
@@ -53,7 +62,7 @@ class ModelConfig:
     rope_cross: str = "relative"  # RoPE in cross-attention: i and j from 0, encoder first, or none
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani)
     tie_embeddings: bool = True  # the LM head shares the token embedding matrix
-    scale_output: bool = True  # decoder output times d_model^-0.5 before the head (T5 v1.0)
+    scale_output: bool | None = None  # output times d_model^-0.5 before the head; None: the family's (T5 v1.0 yes)
     final_logits_bias: bool = False  # a fixed bias added to the logits (Marian, BART)
     dropout: float = 0.1
     n_experts: int = 1  # > 1 makes every feed-forward a mixture of experts
@@ -76,9 +85,20 @@ class ModelConfig:
         for key, allowed in CHOICES.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"model.{key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")
+        for key, by_family in FAMILY_DEFAULTS.items():
+            if getattr(self, key) is None and self.family in by_family:
+                setattr(self, key, by_family[self.family])
         for key in ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_experts", "moe_top_k"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"model.{key} must be a positive integer, got {getattr(self, key)}")
+        if self.family != "rnn_seq2seq":  # the only family without attention
+            self._check_heads()
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.moe_top_k > self.n_experts:
+            raise ConfigError(f"model.moe_top_k ({self.moe_top_k}) exceeds model.n_experts ({self.n_experts})")
+
+    def _check_heads(self) -> None:
         if self.d_head is None and self.d_model % self.n_heads:
             raise ConfigError(
                 f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model}), or set model.d_head"
@@ -90,10 +110,6 @@ class ModelConfig:
                 raise ConfigError(f"model.{kv} ({k}) must divide model.{heads} ({h})")
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError(f"RoPE needs an even head dimension, got d_head {self.head_dim}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
-        if self.moe_top_k > self.n_experts:
-            raise ConfigError(f"model.moe_top_k ({self.moe_top_k}) exceeds model.n_experts ({self.n_experts})")
 
     @property
     def head_dim(self) -> int:
@@ -113,3 +129,14 @@ class ModelConfig:
         if unknown:
             raise ConfigError(f"unknown model key {unknown[0]!r}{suggestion(unknown[0], sorted(known))}")
         return cls(**values)
+
+
+def default_of(f: Field):
+    return f.default_factory() if f.default is MISSING else f.default
+
+
+def refuse_unused(cfg: ModelConfig, unused: frozenset[str]) -> None:
+    """Raise ConfigError, in one sentence, for the first of `unused` that `cfg` sets away from its default."""
+    for f in fields(cfg):
+        if f.name in unused and getattr(cfg, f.name) != default_of(f):
+            raise ConfigError(f"model.{f.name} is not used by the {cfg.family} family; remove it")

@@ -1,10 +1,12 @@
 """The decoder-only baseline of seeds 000 and 001 (SEEDS.md section 5): nanoGPT's GPT.
 
-    x -> token + learned position -> dropout -> [causal block] x n_layers -> LayerNorm -> tied head
+    x -> token + learned position -> dropout -> [causal block] x n_encoder_layers -> LayerNorm -> tied head
 
-n_layers is `decoder_layers` (n_decoder_layers, else n_encoder_layers: the seeds'
-n_layer); the MLP is C -> d_ff -> C with exact GELU; no biases with bias false.
-Generation prefills the prompt (see encdec.models.causal_lm).
+The depth is n_encoder_layers (the seeds' n_layer; n_decoder_layers is refused: there is
+one stack); the MLP is C -> d_ff -> C with exact GELU; no biases with bias false. The
+settings the causal LMs share (GQA, experts, norm position, ...) are honoured as
+encdec.models.causal_lm lists; with experts the loss adds their aux and z terms under
+moe_aux_decoder and moe_z_decoder. Generation prefills the prompt (see causal_lm).
 
 Shapes: B batch, T length, C model dim, V vocabulary.
 """
@@ -13,6 +15,7 @@ import torch
 from torch import nn
 
 from encdec.models.causal_lm import (
+    LM_UNUSED,
     LMState,
     PromptedLM,
     build_causal_block,
@@ -20,38 +23,43 @@ from encdec.models.causal_lm import (
     check_lm_config,
     cross_entropy,
     new_kv_caches,
-    norm_factory,
     stream_positions,
 )
-from encdec.models.config import ModelConfig
+from encdec.models.components import build_final_norm, build_lm_head
+from encdec.models.config import ModelConfig, refuse_unused
+from encdec.models.moe_losses import add_moe_losses, moe_losses
 from encdec.models.outputs import Seq2SeqOutput
-from encdec.modules import Dropout, KVCache, LearnedPositions, lm_head
+from encdec.modules import KVCache
 
 
 class DecoderOnly(PromptedLM, nn.Module):
+    UNUSED = LM_UNUSED | {"n_decoder_layers", "cross_n_heads", "cross_n_kv_heads", "research"}  # no second stack
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        refuse_unused(cfg, self.UNUSED)
         check_lm_config(cfg)
         self.config = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.positions = LearnedPositions(cfg.max_positions, cfg.d_model)
-        self.dropout = Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(build_causal_block(cfg) for _ in range(cfg.decoder_layers))
-        self.final_norm = norm_factory(cfg)()
-        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.build_embeddings(cfg)
+        self.blocks = nn.ModuleList(build_causal_block(cfg) for _ in range(cfg.n_encoder_layers))
+        self.final_norm = build_final_norm(cfg)
+        self.lm_head = build_lm_head(cfg)
 
     def hidden(self, ids: torch.Tensor, offset: int = 0, caches: list[KVCache] | None = None,
-               pad: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-        """ids (B, T) at columns offset..offset+T-1 -> final hidden states (B, T, C); rows left-padded
-        by pad (B,) columns count positions from their first real token."""
+               pad: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:  # fmt: skip
+        """ids (B, T) at columns offset..offset+T-1 -> final hidden states (B, T, C) and router logits;
+        rows left-padded by pad (B,) columns count positions from their first real token."""
         T = ids.shape[1]
         self.check_positions(offset + T)
         pos = stream_positions(offset, T, ids.device, pad)  # (T,) or (B, T)
-        x = self.dropout(self.embed(ids) + self.positions(pos))  # (B, T, C)
+        x = self.embed_tokens(ids, pos)  # (B, T, C)
         inputs = causal_inputs(offset, T, ids.device, x.dtype, pad)
+        router_logits = []
         for i, block in enumerate(self.blocks):
-            x, _ = block(x, inputs, caches[i] if caches is not None else None)
-        return self.final_norm(x)
+            x, logits = block(x, inputs, caches[i] if caches is not None else None)
+            if logits is not None:
+                router_logits.append(logits)
+        return self.final_norm(x), router_logits
 
     def forward(
         self,
@@ -61,16 +69,18 @@ class DecoderOnly(PromptedLM, nn.Module):
         labels: torch.Tensor | None = None,
     ) -> Seq2SeqOutput:
         """tgt_ids (B, T) the window, labels (B, T) its next tokens; src_ids and src_mask are ignored."""
-        logits = lm_head(self.hidden(tgt_ids), self.embed, self.lm_head)
+        hidden, router_logits = self.hidden(tgt_ids)
+        logits = self.logits(hidden)
+        aux = moe_losses([], router_logits)
         if labels is None:
-            return Seq2SeqOutput(logits)
+            return Seq2SeqOutput(logits, aux_losses=aux)
         ce = cross_entropy(logits, labels)
-        return Seq2SeqOutput(logits, ce, ce)
+        return Seq2SeqOutput(logits, add_moe_losses(ce, aux, self.config), ce, aux)
 
     def new_state(self, max_len: int) -> LMState:
         return LMState(new_kv_caches(len(self.blocks), max_len))
 
     def advance(self, ids: torch.Tensor, state: LMState) -> torch.Tensor:
-        hidden = self.hidden(ids, state.offset, state.caches, state.pad)
+        hidden, _ = self.hidden(ids, state.offset, state.caches, state.pad)
         state.offset += ids.shape[1]
-        return lm_head(hidden, self.embed, self.lm_head)
+        return self.logits(hidden)

@@ -10,12 +10,13 @@ cross-attention), norm and its placement, feed-forward or mixture of experts,
 grouped-query attention, and the output head (tied, scaled by d_model^-0.5). Marian
 adds sinusoidal positions in halves and a fixed logits bias; BART learned positions
 at an offset of 2 and a norm after the embeddings. `start` / `step` are the per-step
-interface generation drives (encdec.generation.interface).
+interface generation drives (encdec.generation.interface). Attention, feed-forward or MoE,
+norms and head come from encdec.models.components, shared with the causal LMs; the
+research families' and the RNN's options (UNUSED) are refused.
 
 Shapes: B batch, S source length, T target length, C model dim, V vocabulary.
 """
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -23,45 +24,32 @@ import torch.nn.functional as F
 from torch import nn
 
 from encdec.errors import ConfigError
-from encdec.models.config import ModelConfig
+from encdec.models.components import (
+    build_decoder_block,
+    build_embedding_norm,
+    build_encoder_block,
+    build_final_norm,
+    build_lm_head,
+    embedding_scale,
+    output_scale,
+)
+from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.generation_mixin import GenerationMixin
+from encdec.models.moe_losses import add_moe_losses, moe_losses
 from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
 from encdec.modules import (
-    Dropout,
-    Attention,
     AttentionInputs,
-    DecoderBlock,
     DecoderCache,
-    EncoderBlock,
-    FeedForward,
+    Dropout,
     LearnedPositions,
-    MoE,
     RelativePositionBias,
     RotaryEmbedding,
     SinusoidalPositions,
     additive_mask,
     as_bool_mask,
-    build_norm,
     causal_mask,
     lm_head,
-    load_balance_loss,
-    router_z_loss,
 )
-
-
-def build_ffn(cfg: ModelConfig) -> nn.Module:
-    if cfg.n_experts > 1:
-        return MoE(cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.moe_top_k, cfg.moe_renormalize,
-                   cfg.moe_activation, cfg.bias, cfg.dropout)  # fmt: skip
-    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias, cfg.dropout)
-
-
-def build_attention(cfg: ModelConfig, rotary: RotaryEmbedding | None, cross: bool = False) -> Attention:
-    n_heads = (cfg.cross_n_heads or cfg.n_heads) if cross else cfg.n_heads
-    n_kv_heads = (cfg.cross_n_kv_heads or cfg.n_kv_heads) if cross else cfg.n_kv_heads
-    d_head = cfg.head_dim if n_heads == cfg.n_heads else cfg.d_model // n_heads
-    return Attention(cfg.d_model, n_heads, n_kv_heads, d_head, bias=cfg.bias,
-                     scale=cfg.scale_attention, dropout=cfg.dropout, rotary=rotary)  # fmt: skip
 
 
 def build_absolute_positions(cfg: ModelConfig) -> nn.Module | None:
@@ -70,11 +58,6 @@ def build_absolute_positions(cfg: ModelConfig) -> nn.Module | None:
     if cfg.position == "learned":
         return LearnedPositions(cfg.max_positions, cfg.d_model, cfg.position_offset)
     return None
-
-
-def build_embedding_norm(cfg: ModelConfig) -> nn.Module:
-    """BART normalises token + position embeddings before the first block; others do not."""
-    return build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias) if cfg.embedding_norm else nn.Identity()
 
 
 def check_lengths(cfg: ModelConfig, src_len: int, max_new_tokens: int) -> None:
@@ -91,7 +74,7 @@ class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig, embed: nn.Embedding, rotary: RotaryEmbedding | None):
         super().__init__()
         self.embed = embed
-        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.embed_scale = embedding_scale(cfg)
         self.positions = build_absolute_positions(cfg)
         self.embed_norm = build_embedding_norm(cfg)
         self.position_bias = (
@@ -99,18 +82,10 @@ class Encoder(nn.Module):
             if cfg.position == "relative"
             else None
         )
-        self.blocks = nn.ModuleList(
-            EncoderBlock(build_attention(cfg, rotary), build_ffn(cfg), self._norm_factory(cfg), cfg.dropout,
-                         cfg.norm_position == "pre")  # fmt: skip
-            for _ in range(cfg.n_encoder_layers)
-        )
-        self.final_norm = self._norm_factory(cfg)() if cfg.norm_position == "pre" else nn.Identity()
+        self.blocks = nn.ModuleList(build_encoder_block(cfg, rotary) for _ in range(cfg.n_encoder_layers))
+        self.final_norm = build_final_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
         self.rotary = rotary
-
-    @staticmethod
-    def _norm_factory(cfg: ModelConfig):
-        return lambda: build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
 
     def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> EncoderOutput:
         """src_ids (B, S), src_mask (B, S) bool -> memory (B, S, C)."""
@@ -135,7 +110,7 @@ class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig, embed: nn.Embedding, rotary: RotaryEmbedding | None):
         super().__init__()
         self.embed = embed
-        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.embed_scale = embedding_scale(cfg)
         self.positions = build_absolute_positions(cfg)
         self.embed_norm = build_embedding_norm(cfg)
         self.position_bias = (
@@ -144,13 +119,8 @@ class Decoder(nn.Module):
             else None
         )
         cross_rotary = rotary if cfg.rope_cross != "none" else None
-        norm = Encoder._norm_factory(cfg)
-        self.blocks = nn.ModuleList(
-            DecoderBlock(build_attention(cfg, rotary), build_attention(cfg, cross_rotary, cross=True),
-                         build_ffn(cfg), norm, cfg.dropout, cfg.norm_position == "pre")  # fmt: skip
-            for _ in range(cfg.decoder_layers)
-        )
-        self.final_norm = norm() if cfg.norm_position == "pre" else nn.Identity()
+        self.blocks = nn.ModuleList(build_decoder_block(cfg, rotary, cross_rotary) for _ in range(cfg.decoder_layers))
+        self.final_norm = build_final_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
         self.rope_cross = cfg.rope_cross
 
@@ -239,15 +209,18 @@ class EncoderDecoder(GenerationMixin, nn.Module):
     masks and cross-attention keys prepared once and beams sharing their example's.
     """
 
+    UNUSED = frozenset({"research", "rnn_cell", "rnn_attention"})  # the research and RNN families' options
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        refuse_unused(cfg, self.UNUSED)
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta) if cfg.position == "rope" else None
         self.encoder = Encoder(cfg, self.embed, rotary)
         self.decoder = Decoder(cfg, self.embed, rotary)
-        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.output_scale = cfg.d_model**-0.5 if cfg.scale_output else 1.0
+        self.lm_head = build_lm_head(cfg)
+        self.output_scale = output_scale(cfg)
         if cfg.final_logits_bias:  # fixed, not trained (as in Marian and BART)
             self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
         else:
@@ -333,24 +306,8 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         labels (B, T) with -100 ignored."""
         memory = self.encode(src_ids, src_mask)
         logits, decoder_router_logits = self.decode(tgt_ids, memory)
-        aux = self._moe_losses(memory.router_logits, decoder_router_logits)
+        aux = moe_losses(memory.router_logits, decoder_router_logits)
         if labels is None:
             return Seq2SeqOutput(logits, aux_losses=aux)
         ce = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
-        loss = ce
-        if aux:
-            cfg = self.config
-            loss = ce + cfg.aux_loss_coef * (aux["moe_aux_encoder"] + aux["moe_aux_decoder"])
-            loss = loss + cfg.z_loss_coef * (aux["moe_z_encoder"] + aux["moe_z_decoder"])
-        return Seq2SeqOutput(logits, loss, ce, aux)
-
-    @staticmethod
-    def _moe_losses(encoder_logits: list, decoder_logits: list) -> dict[str, torch.Tensor]:
-        """Router logits are gathered across layers, separately for encoder and decoder (SEEDS.md 2)."""
-        losses = {}
-        for side, logits in (("encoder", encoder_logits), ("decoder", decoder_logits)):
-            if logits:
-                gathered = torch.cat(logits)
-                losses[f"moe_aux_{side}"] = load_balance_loss(gathered)
-                losses[f"moe_z_{side}"] = router_z_loss(gathered)
-        return losses
+        return Seq2SeqOutput(logits, add_moe_losses(ce, aux, self.config), ce, aux)

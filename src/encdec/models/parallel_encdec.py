@@ -5,12 +5,18 @@
     layer l:  enc_l = causal block(enc_{l-1})                self-attn, MLP
               dec_l = decoder block(dec_{l-1}, enc_l)        self-attn, causal cross-attn to THIS
                                                              layer's updated enc_l, MLP (ALT: cross first)
-    out   = LN(dec_N) (- position[1..T]) (-> LN)            sub_pos_embed, as in section 3
+    out   = LN(dec) (- position[1..T]) (-> LN)              sub_pos_embed, as in section 3
     loss  = CE + coeff * encoder_loss(E, enc_N)              the embedding loss construction, training only
 
-N is n_encoder_layers (layers holding both sides). A cached step runs one more
-position through every layer, appending each layer's encoder position to that
-layer's growing cross-attention cache.
+N is n_encoder_layers, the number of layers. Layer l pairs encoder block l with a decoder
+block, so the decoder cannot be deeper than the encoder: n_decoder_layers (default N) may
+be smaller, and then the decoder starts late, as the seed's next step proposes ("at which
+layer should the decoder start (the encoder should always start from the beginning)"):
+the first N - n_decoder_layers layers hold an encoder block only, dec_0 still comes from
+E, and decoder block j pairs with encoder block N - n_decoder_layers + j. A cached step
+runs one more position through every layer, appending each paired layer's encoder
+position to its decoder block's growing cross-attention cache. The settings the causal
+LMs share (GQA, experts, ...) are honoured as encdec.models.causal_lm lists.
 
 Shapes: B batch, T length, C model dim, V vocabulary.
 """
@@ -18,56 +24,68 @@ Shapes: B batch, T length, C model dim, V vocabulary.
 import torch
 from torch import nn
 
+from encdec.errors import ConfigError
 from encdec.models.causal_lm import (
+    LM_UNUSED,
     LMState,
     ResearchLM,
     StackOutput,
     build_causal_block,
     build_cross_block,
     causal_inputs,
-    stream_positions,
     check_lm_config,
     new_kv_caches,
-    norm_factory,
+    stream_positions,
 )
-from encdec.models.config import ModelConfig
+from encdec.models.components import build_final_norm, build_lm_head, norm_factory
+from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.research_losses import build_embedding_loss
-from encdec.modules import DecoderCache, Dropout, LearnedPositions
+from encdec.modules import AttentionInputs, DecoderCache, KVCache, LayerCache
 
 
 class ParallelLayer(nn.Module):
-    """One layer of both sides: the encoder block, then the decoder block attending to its output."""
+    """One layer: the encoder block, then (from the layer where the decoder starts) the decoder block
+    attending to its output."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, with_decoder: bool = True):
         super().__init__()
         self.encoder_block = build_causal_block(cfg)
-        self.decoder_block = build_cross_block(cfg)
+        self.decoder_block = build_cross_block(cfg) if with_decoder else None
 
-    def forward(self, enc, dec, inputs, encoder_cache=None, decoder_cache=None):
-        """enc, dec (B, T, C) -> updated enc, dec (B, T, C)."""
-        enc, _ = self.encoder_block(enc, inputs, encoder_cache)
-        dec, _ = self.decoder_block(dec, enc, inputs, inputs, decoder_cache)
-        return enc, dec
+    def forward(self, enc: torch.Tensor, dec: torch.Tensor, inputs: AttentionInputs,
+                encoder_cache: KVCache | None = None, decoder_cache: LayerCache | None = None):  # fmt: skip
+        """enc, dec (B, T, C) -> updated enc, dec (B, T, C), and the router logits of each block (or None)."""
+        enc, encoder_logits = self.encoder_block(enc, inputs, encoder_cache)
+        if self.decoder_block is None:
+            return enc, dec, encoder_logits, None
+        dec, decoder_logits = self.decoder_block(dec, enc, inputs, inputs, decoder_cache)
+        return enc, dec, encoder_logits, decoder_logits
 
 
 class ParallelEncoderDecoder(ResearchLM, nn.Module):
+    UNUSED = LM_UNUSED
     extra_loss_name = "encoder_loss"
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        refuse_unused(cfg, self.UNUSED)
         check_lm_config(cfg)
+        if cfg.decoder_layers > cfg.n_encoder_layers:
+            raise ConfigError(f"model.n_decoder_layers ({cfg.decoder_layers}) exceeds model.n_encoder_layers "
+                              f"({cfg.n_encoder_layers}): the parallel_encdec family pairs every decoder block "
+                              "with an encoder block, so its decoder may start late but not early")  # fmt: skip
         self.config = cfg
         r = cfg.research
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.positions = LearnedPositions(cfg.max_positions + int(r.extra_position), cfg.d_model)
-        self.dropout = Dropout(cfg.dropout)
+        self.build_embeddings(cfg, extra_positions=int(r.extra_position))
         self.decoder_in_norm = norm_factory(cfg)() if r.add_ln_before_decoder_ff else None
         self.decoder_in = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
-        self.layers = nn.ModuleList(ParallelLayer(cfg) for _ in range(cfg.n_encoder_layers))
-        self.final_norm = norm_factory(cfg)()
+        self.decoder_start = cfg.n_encoder_layers - cfg.decoder_layers  # layers before it hold no decoder block
+        self.layers = nn.ModuleList(ParallelLayer(cfg, with_decoder=i >= self.decoder_start)
+                                    for i in range(cfg.n_encoder_layers))  # fmt: skip
+        self.final_norm = build_final_norm(cfg)
         self.post_sub_norm = norm_factory(cfg)() if r.sub_pos_embed == "YES_LN" else None
         self.encoder_loss = build_embedding_loss(cfg)
-        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = build_lm_head(cfg)
 
     def run(self, ids: torch.Tensor, offset: int = 0, state: LMState | None = None) -> StackOutput:
         """ids (B, T) at positions offset..offset+T-1 -> StackOutput; a state's caches are extended."""
@@ -76,25 +94,30 @@ class ParallelEncoderDecoder(ResearchLM, nn.Module):
         self.check_positions(offset + T)
         pad = state.pad if state is not None else None  # left padding of a prompted batch
         pos = stream_positions(offset, T, ids.device, pad)  # (T,) or (B, T)
-        E = self.dropout(self.embed(ids) + self.positions(pos))  # (B, T, C)
+        E = self.embed_tokens(ids, pos)  # (B, T, C)
         inputs = causal_inputs(offset, T, ids.device, E.dtype, pad)
         dec = self.decoder_in(self.decoder_in_norm(E) if self.decoder_in_norm is not None else E)
         if r.add_pos_embed_to_decoder:
             dec = dec + self.next_positions(pos)
         caches = state.caches if state is not None else None  # encoder KVCaches, then the DecoderCache
-        enc = E
+        enc, encoder_logits, decoder_logits = E, [], []  # router logits of MoE layers, per side
         for i, layer in enumerate(self.layers):
-            if caches is None:
-                enc, dec = layer(enc, dec, inputs)
-            else:
-                enc, dec = layer(enc, dec, inputs, caches[i], caches[-1].layers[i])
+            encoder_cache = decoder_cache = None
+            if caches is not None:
+                encoder_cache = caches[i]
+                decoder_cache = caches[-1].layers[i - self.decoder_start] if i >= self.decoder_start else None
+            enc, dec, enc_logits, dec_logits = layer(enc, dec, inputs, encoder_cache, decoder_cache)
+            if enc_logits is not None:
+                encoder_logits.append(enc_logits)
+            if dec_logits is not None:
+                decoder_logits.append(dec_logits)
         out = self.final_norm(dec)
         if r.sub_pos_embed != "NO":
             out = out - self.next_positions(pos)
             if self.post_sub_norm is not None:
                 out = self.post_sub_norm(out)
-        return StackOutput(out, E, enc)
+        return StackOutput(out, E, enc, encoder_logits, decoder_logits)
 
     def new_state(self, max_len: int) -> LMState:
-        n = len(self.layers)
-        return LMState([*new_kv_caches(n, max_len), DecoderCache(n, max_len, growing_cross=True)])
+        decoder_cache = DecoderCache(len(self.layers) - self.decoder_start, max_len, growing_cross=True)
+        return LMState([*new_kv_caches(len(self.layers), max_len), decoder_cache])

@@ -15,6 +15,8 @@ A preset is a family (its architecture choices) and a size (its widths and depth
                  best options (position subtraction, MSE embedding loss / encoder loss);
                  a `research` override replaces those options as a whole
     rnn_seq2seq  GRU encoder and decoder with Luong attention (seed 002)
+
+A preset sets only fields its family uses: a family refuses the others (see build_model).
 """
 
 from encdec.errors import ConfigError, suggestion
@@ -41,7 +43,7 @@ FAMILIES.update({
                                           embedding_loss_coeff=0.25)),
     "decoder_only": dict(GPT, family="decoder_only"),
     "rnn_seq2seq": dict(family="rnn_seq2seq", rnn_cell="gru", rnn_attention=True, bias=True, init="normal",
-                        position="learned", tie_embeddings=True, scale_output=False, dropout=0.1, vocab_size=32000),
+                        tie_embeddings=True, dropout=0.1, vocab_size=32000),
 })  # fmt: skip
 
 # d_model, n_heads, d_head, d_ff, encoder layers, decoder layers, extra
@@ -81,8 +83,8 @@ SIZES = {
         "small": dict(d_model=160, n_heads=10, d_ff=640, n_encoder_layers=26, max_positions=200),  # seed 000 baseline
     },
     "rnn_seq2seq": {
-        "tiny": dict(d_model=64, n_heads=1, n_encoder_layers=1),
-        "small": dict(d_model=256, n_heads=1, n_encoder_layers=2),
+        "tiny": dict(d_model=64, n_encoder_layers=1),
+        "small": dict(d_model=256, n_encoder_layers=2),
     },
 }
 

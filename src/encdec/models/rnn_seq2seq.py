@@ -11,7 +11,8 @@ source (the lecture's "naive idea"). Padding: the encoder packs each source to
 its length, so h is the state after its last real token, and attention skips
 padded positions. With src_ids None (causal-LM batches) the decoder runs alone
 as an RNN language model from a zero state. Decoding carries the hidden state;
-beam reordering indexes it.
+beam reordering indexes it. It uses d_model, the layer counts, bias, dropout, init and
+tie_embeddings, and refuses the transformer's settings (UNUSED) in one sentence.
 
 Shapes: B batch, S source length, T target length, L layers, C model dim, V vocabulary.
 """
@@ -24,7 +25,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from encdec.errors import ConfigError
 from encdec.models.causal_lm import cross_entropy
-from encdec.models.config import ModelConfig
+from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.outputs import Seq2SeqOutput
 from encdec.modules import Dropout, as_bool_mask, lm_head
@@ -72,8 +73,18 @@ class RNNState:
 
 
 class RNNSeq2Seq(GenerationMixin, nn.Module):
+    # the transformer's settings: attention, feed-forward, norms, positions, experts, head scaling
+    UNUSED = frozenset({
+        "n_heads", "n_kv_heads", "d_head", "d_ff", "cross_n_heads", "cross_n_kv_heads", "activation", "norm",
+        "norm_eps", "norm_position", "scale_attention", "position", "max_positions", "sinusoidal_layout",
+        "position_offset", "embedding_norm", "relative_buckets", "relative_max_distance", "rope_theta", "rope_cross",
+        "scale_embeddings", "scale_output", "final_logits_bias", "n_experts", "moe_top_k", "moe_renormalize",
+        "moe_activation", "aux_loss_coef", "z_loss_coef", "research",
+    })  # fmt: skip
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        refuse_unused(cfg, self.UNUSED)
         if cfg.decoder_layers != cfg.n_encoder_layers:
             raise ConfigError("rnn_seq2seq needs model.n_decoder_layers equal to model.n_encoder_layers (or unset)")
         self.config = cfg

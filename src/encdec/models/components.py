@@ -1,0 +1,105 @@
+"""The component builders every transformer family is built from: the one place that reads
+a ModelConfig into attention, feed-forward, norms, blocks and the output head.
+
+    attention   n_heads query heads over n_kv_heads key/value heads (MHA, GQA, MQA), d_head wide,
+                scores scaled by 1/sqrt(d_head) or not (scale_attention), bias, dropout
+    ffn         MoE(...) if n_experts > 1 else FeedForward(...)
+    norms       norm (rmsnorm, layernorm), norm_eps, bias; placed before (pre) or after (post) each
+                sublayer, with a final norm closing a pre-norm stack
+    head        tied to the token embeddings or its own Linear; output scaled by d_model^-0.5 or not
+
+The encoder-decoder (encoder_decoder.py) and the causal LMs (causal_lm.py) take every part
+from here, so a setting means the same thing in every family that uses it.
+"""
+
+import math
+
+from torch import nn
+
+from encdec.models.config import ModelConfig
+from encdec.modules import Attention, DecoderBlock, EncoderBlock, FeedForward, MoE, RotaryEmbedding, build_norm
+
+
+def norm_factory(cfg: ModelConfig):
+    """A function making one norm of the configured kind."""
+    return lambda: build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+
+
+def build_final_norm(cfg: ModelConfig) -> nn.Module:
+    """The norm closing a pre-norm stack; a post-norm stack ends normalised already."""
+    return norm_factory(cfg)() if cfg.norm_position == "pre" else nn.Identity()
+
+
+def build_embedding_norm(cfg: ModelConfig) -> nn.Module:
+    """BART normalises token + position embeddings before the first block; others do not."""
+    return norm_factory(cfg)() if cfg.embedding_norm else nn.Identity()
+
+
+def embedding_scale(cfg: ModelConfig) -> float:
+    """Token embeddings times sqrt(d_model) (Vaswani et al. 2017, 3.4) or 1."""
+    return math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+
+
+def output_scale(cfg: ModelConfig) -> float:
+    """The final hidden states times d_model^-0.5 before the head (T5 v1.0, tied) or 1."""
+    return cfg.d_model**-0.5 if cfg.scale_output else 1.0
+
+
+def build_attention(cfg: ModelConfig, n_heads: int, n_kv_heads: int | None,
+                    rotary: RotaryEmbedding | None = None) -> Attention:  # fmt: skip
+    """n_heads query heads over n_kv_heads key/value heads. Heads are d_head wide when they are the
+    model's n_heads; an attention with its own head count (cross_n_heads) splits d_model among them."""
+    d_head = cfg.head_dim if n_heads == cfg.n_heads else cfg.d_model // n_heads
+    return Attention(cfg.d_model, n_heads, n_kv_heads, d_head, bias=cfg.bias,
+                     scale=cfg.scale_attention, dropout=cfg.dropout, rotary=rotary)  # fmt: skip
+
+
+def build_self_attention(cfg: ModelConfig, rotary: RotaryEmbedding | None = None) -> Attention:
+    return build_attention(cfg, cfg.n_heads, cfg.n_kv_heads, rotary)
+
+
+def build_cross_attention(cfg: ModelConfig, rotary: RotaryEmbedding | None = None,
+                          n_heads: int | None = None) -> Attention:  # fmt: skip
+    """cross_n_heads heads (else `n_heads`, else the model's) over cross_n_kv_heads (else n_kv_heads)."""
+    return build_attention(cfg, cfg.cross_n_heads or n_heads or cfg.n_heads, cfg.cross_n_kv_heads or cfg.n_kv_heads,
+                           rotary)  # fmt: skip
+
+
+def build_ffn(cfg: ModelConfig, dropout: float) -> nn.Module:
+    """Every feed-forward is a mixture of experts when n_experts > 1; `dropout` acts between its two
+    projections (the encoder-decoder's cfg.dropout; 0 for nanoGPT's MLP)."""
+    if cfg.n_experts > 1:
+        return MoE(cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.moe_top_k, cfg.moe_renormalize,
+                   cfg.moe_activation, cfg.bias, dropout)  # fmt: skip
+    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias, dropout)
+
+
+def build_encoder_block(cfg: ModelConfig, rotary: RotaryEmbedding | None = None,
+                        ffn_dropout: float | None = None) -> EncoderBlock:  # fmt: skip
+    """Self-attention then feed-forward: an encoder layer, or a GPT block when its inputs are causal."""
+    attention = build_self_attention(cfg, rotary)
+    ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout)
+    return EncoderBlock(attention, ffn, norm_factory(cfg), cfg.dropout, pre_norm=cfg.norm_position == "pre")
+
+
+def build_decoder_block(
+    cfg: ModelConfig,
+    rotary: RotaryEmbedding | None = None,
+    cross_rotary: RotaryEmbedding | None = None,
+    cross_heads: int | None = None,
+    ffn_dropout: float | None = None,
+    cross_first: bool = False,
+    memory_norm: bool = False,
+) -> DecoderBlock:
+    """Causal self-attention, cross-attention (`cross_heads` unless cross_n_heads is set) and feed-forward;
+    `cross_first` and `memory_norm` (a norm of the memory in every block) serve the research families."""
+    norm = norm_factory(cfg)
+    self_attn, cross_attn = build_self_attention(cfg, rotary), build_cross_attention(cfg, cross_rotary, cross_heads)
+    ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout)
+    return DecoderBlock(self_attn, cross_attn, ffn, norm, cfg.dropout, cfg.norm_position == "pre",
+                        cross_first=cross_first, memory_norm=norm() if memory_norm else None)  # fmt: skip
+
+
+def build_lm_head(cfg: ModelConfig) -> nn.Linear | None:
+    """None when the head is tied to the token embeddings (see encdec.modules.lm_head)."""
+    return None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)

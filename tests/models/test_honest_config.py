@@ -1,0 +1,238 @@
+"""Every family honours the settings it is given or refuses them in one sentence (STYLE.md 13).
+
+Each family's fields are split three ways: UNUSED (declared by the family, refused when
+set), value rules (a value the family cannot build, refused with its reason), and the
+rest, each of which must change the built model: its parameters, or its outputs.
+"""
+
+import dataclasses
+import re
+
+import pytest
+import torch
+from lm_checks import V, assert_lm_cached_equals_full
+
+from encdec.cli.demo import print_presets
+from encdec.errors import ConfigError
+from encdec.models import (
+    FAMILY_CLASSES,
+    ModelConfig,
+    build_model,
+    check_fields,
+    count_parameters,
+    preset,
+    preset_names,
+)
+from encdec.models.causal_lm import causal_inputs
+from encdec.models.moe_losses import add_moe_losses
+from encdec.modules import Attention, MoE
+
+PRESETS = {"encoder_decoder": "t5-tiny", "ar_encdec": "ar_encdec-tiny", "parallel_encdec": "parallel_encdec-tiny",
+           "decoder_only": "decoder_only-tiny", "rnn_seq2seq": "rnn_seq2seq-tiny"}  # fmt: skip
+TRANSFORMERS = [f for f in PRESETS if f != "rnn_seq2seq"]
+CAUSAL = ["ar_encdec", "parallel_encdec", "decoder_only"]
+NOT_MODEL = {"family", "vocab_size", "pad_id", "eos_id", "decoder_start_id"}  # identity and token ids
+# a value each family refuses with its own reason (tested below), rather than a field it ignores
+VALUE_RULES = {"ar_encdec": {"position"}, "parallel_encdec": {"position"}, "decoder_only": {"position"},
+               "rnn_seq2seq": {"n_decoder_layers"}, "encoder_decoder": set()}  # fmt: skip
+
+# a value away from each field's default and the tiny presets' (bools are flipped)
+ALTERNATIVE = dict(
+    d_model=32, n_heads=2, n_kv_heads=1, d_head=8, d_ff=32, n_encoder_layers=3, n_decoder_layers=1, cross_n_heads=2,
+    cross_n_kv_heads=1, activation="silu", norm_eps=1e-2, norm_position="post", position="sinusoidal",
+    max_positions=64, sinusoidal_layout="halves", position_offset=2, relative_buckets=16, relative_max_distance=64,
+    rope_theta=500.0, rope_cross="none", dropout=0.3, n_experts=4, moe_top_k=2, moe_activation="relu",
+    aux_loss_coef=0.5, z_loss_coef=0.5, research=dict(order_type="ALT"), rnn_cell="lstm",
+)  # fmt: skip
+# what a field needs around it to have an effect at all (e.g. MoE settings need experts)
+CONTEXT = dict(moe_top_k=dict(n_experts=4), moe_renormalize=dict(n_experts=4), moe_activation=dict(n_experts=4),
+               aux_loss_coef=dict(n_experts=4), z_loss_coef=dict(n_experts=4), rope_theta=dict(position="rope"),
+               rope_cross=dict(position="rope"), sinusoidal_layout=dict(position="sinusoidal"),
+               max_positions=dict(position="learned"), position_offset=dict(position="learned"))  # fmt: skip
+FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in NOT_MODEL]
+
+
+def config(family: str, **overrides) -> ModelConfig:
+    base = dict(dropout=0.0) if family != "rnn_seq2seq" else {}
+    return preset(PRESETS[family], vocab_size=V, pad_id=V - 2, eos_id=V - 1, **{**base, **overrides})
+
+
+def build(family: str, **overrides):
+    torch.manual_seed(0)
+    return build_model(config(family, **overrides))
+
+
+def alternative(field: str, cfg: ModelConfig):
+    value = getattr(cfg, field)
+    if field == "norm":
+        return "rmsnorm" if value == "layernorm" else "layernorm"
+    if field == "init":
+        return "normal" if value == "t5" else "t5"
+    if isinstance(value, bool) or (value is None and field.startswith("scale_")):
+        return not value
+    return ALTERNATIVE[field]
+
+
+def fingerprint(model) -> tuple:
+    """Parameter names, shapes and values, and train-mode logits and loss on a fixed batch."""
+    g = torch.Generator().manual_seed(1)
+    src, tgt, labels = (torch.randint(0, V - 2, (2, 24), generator=g) for _ in range(3))
+    torch.manual_seed(2)
+    out = model.train()(src, tgt, labels=labels)
+    return model.state_dict(), out.logits.detach(), out.loss.detach()
+
+
+def same(a: tuple, b: tuple) -> bool:
+    (sd_a, *outs_a), (sd_b, *outs_b) = a, b
+    if [(k, v.shape) for k, v in sd_a.items()] != [(k, v.shape) for k, v in sd_b.items()]:
+        return False
+    return all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a) and all(map(torch.equal, outs_a, outs_b))
+
+
+@pytest.mark.parametrize("family", PRESETS)
+def test_every_field_is_declared_unused_value_checked_or_honoured(family):
+    unused = FAMILY_CLASSES[family].UNUSED
+    assert unused <= set(FIELDS) and not unused & VALUE_RULES[family]
+
+
+HONOURED = [(f, field) for f in PRESETS for field in FIELDS
+            if field not in FAMILY_CLASSES[f].UNUSED | VALUE_RULES[f]]  # fmt: skip
+REFUSED = [(f, field) for f in PRESETS for field in sorted(FAMILY_CLASSES[f].UNUSED)]
+
+
+@pytest.mark.parametrize("family,field", HONOURED, ids=[f"{f}-{field}" for f, field in HONOURED])
+def test_an_honoured_field_changes_the_model(family, field):
+    context = CONTEXT.get(field, {})
+    base = config(family, **context)
+    changed = {**context, field: alternative(field, base)}
+    assert not same(fingerprint(build(family, **context)), fingerprint(build(family, **changed)))
+
+
+@pytest.mark.parametrize("family,field", REFUSED, ids=[f"{f}-{field}" for f, field in REFUSED])
+def test_an_unused_field_is_refused_in_one_sentence(family, field):
+    overrides = {field: alternative(field, config(family))}
+    if field == "moe_top_k":  # above 1 it needs experts, which the family refuses first
+        overrides = dict(n_experts=4, moe_top_k=2)
+        field = "n_experts"
+    with pytest.raises(ConfigError) as refused:
+        build(family, **overrides)
+    assert str(refused.value) == f"model.{field} is not used by the {family} family; remove it"
+    with pytest.raises(ConfigError, match=f"^model.{field} is not used"):  # also without building
+        check_fields(config(family, **overrides))
+
+
+@pytest.mark.parametrize("family", CAUSAL)
+def test_causal_lms_need_learned_positions(family):
+    with pytest.raises(ConfigError, match="needs model.position learned"):
+        build(family, position="rope")
+
+
+def test_rnn_decoder_depth_must_equal_the_encoders():
+    with pytest.raises(ConfigError, match="n_decoder_layers equal to model.n_encoder_layers"):
+        build("rnn_seq2seq", n_decoder_layers=2)
+
+
+@pytest.mark.parametrize("family", TRANSFORMERS)
+def test_gqa_gives_every_attention_fewer_kv_heads_and_parameters(family):
+    mha, gqa = build(family), build(family, n_kv_heads=2)
+    attentions = [m for m in gqa.modules() if isinstance(m, Attention)]
+    assert attentions and all(a.n_kv_heads == 2 for a in attentions)  # cross-attention follows n_kv_heads too
+    assert all(a.k.weight.shape[0] == a.v.weight.shape[0] == 2 * a.d_head for a in attentions)
+    assert count_parameters(gqa) < count_parameters(mha)
+
+
+@pytest.mark.parametrize("family", TRANSFORMERS)
+def test_experts_replace_every_feed_forward_and_their_losses_join_the_loss(family):
+    model = build(family, n_experts=4)
+    blocks = [m for m in model.modules() if hasattr(m, "ffn")]
+    assert blocks and all(isinstance(b.ffn, MoE) and len(b.ffn.experts) == 4 for b in blocks)
+    ids, labels = torch.randint(0, V - 2, (2, 8)), torch.randint(0, V - 2, (2, 8))
+    out = model.train()(ids, ids, labels=labels)
+    sides = ("decoder",) if family == "decoder_only" else ("encoder", "decoder")
+    assert {f"moe_{kind}_{side}" for kind in ("aux", "z") for side in sides} <= set(out.aux_losses)
+    extra = {k: v for k, v in out.aux_losses.items() if not k.startswith("moe_")}  # the research families' term
+    base = out.ce_loss + sum(model.config.research.embedding_loss_coeff * v for v in extra.values())
+    torch.testing.assert_close(out.loss, add_moe_losses(base, out.aux_losses, model.config))
+    assert out.loss > base
+
+
+@pytest.mark.parametrize("family", TRANSFORMERS)
+def test_post_norm_normalises_after_each_sublayer_and_changes_outputs(family):
+    pre, post = build(family), build(family, norm_position="post")
+    blocks = [m for m in post.modules() if hasattr(m, "pre_norm")]
+    assert blocks and not any(b.pre_norm for b in blocks)
+    final = post.decoder.final_norm if family == "encoder_decoder" else post.final_norm
+    assert isinstance(final, torch.nn.Identity)  # a post-norm stack ends normalised
+    ids = torch.randint(0, V - 2, (2, 8))
+    assert not torch.allclose(pre.eval()(ids, ids).logits, post.eval()(ids, ids).logits)
+
+
+@pytest.mark.parametrize("family", TRANSFORMERS)
+def test_d_head_sets_the_width_of_the_model_heads(family):
+    model = build(family, d_head=8)  # d_model 64, 4 heads: 16 by default
+    attn = next(m for m in model.modules() if isinstance(m, Attention))
+    assert attn.q.weight.shape == (4 * 8, 64) and attn.o.weight.shape == (64, 4 * 8)
+
+
+@pytest.mark.parametrize("family", TRANSFORMERS)
+def test_scale_attention_changes_outputs_and_defaults_to_the_familys(family):
+    default = build(family)
+    assert default.config.scale_attention is (family != "encoder_decoder")  # T5 does not scale; GPT does
+    flipped = build(family, scale_attention=not default.config.scale_attention)
+    ids = torch.randint(0, V - 2, (2, 8))
+    assert not torch.allclose(default.eval()(ids, ids).logits, flipped.eval()(ids, ids).logits)
+
+
+def test_unequal_depths_change_the_number_of_blocks():
+    assert len(build("encoder_decoder", n_decoder_layers=3).decoder.blocks) == 3
+    ar = build("ar_encdec", n_encoder_layers=3, n_decoder_layers=1)
+    assert (len(ar.encoder_blocks), len(ar.decoder_blocks)) == (3, 1)
+    parallel = build("parallel_encdec", n_encoder_layers=3, n_decoder_layers=1)  # the decoder starts at layer 2
+    assert [layer.decoder_block is not None for layer in parallel.layers] == [False, False, True]
+
+
+def test_the_parallel_decoder_cannot_be_deeper_than_its_encoder():
+    with pytest.raises(ConfigError, match=r"n_decoder_layers \(3\) exceeds model.n_encoder_layers \(2\)"):
+        build("parallel_encdec", n_decoder_layers=3)
+
+
+def test_a_late_parallel_decoder_starts_from_the_embeddings_beside_the_last_encoder_layer():
+    model = build("parallel_encdec", n_encoder_layers=3, n_decoder_layers=1).eval()
+    ids, pos = torch.randint(0, V - 2, (1, 6)), torch.arange(6)
+    inputs = causal_inputs(0, 6, ids.device, torch.float32)
+    with torch.no_grad():
+        E = enc = model.embed_tokens(ids, pos)
+        for layer in model.layers:
+            enc, _ = layer.encoder_block(enc, inputs)
+        dec = model.decoder_in(E) + model.next_positions(pos)  # the preset adds positions 1..T
+        dec, _ = model.layers[2].decoder_block(dec, enc, inputs, inputs)
+        torch.testing.assert_close(model.run(ids).hidden, model.final_norm(dec))
+
+
+@pytest.mark.parametrize("family", CAUSAL)
+@pytest.mark.parametrize("options", [dict(n_kv_heads=2, n_experts=4), dict(norm_position="post", n_decoder_layers=1),
+                                     dict(d_head=8, scale_embeddings=True, embedding_norm=True, scale_output=True)],
+                         ids=["gqa-moe", "post-unequal", "d_head-scales"])  # fmt: skip
+def test_cached_decoding_still_equals_the_full_forward(family, options):
+    if family == "decoder_only":
+        options = {k: v for k, v in options.items() if k != "n_decoder_layers"}
+    assert_lm_cached_equals_full(build(family, **options).eval())
+
+
+def test_a_causal_lm_built_from_defaults_keeps_nanogpts_scaling():
+    cfg = ModelConfig(family="decoder_only", position="learned")
+    assert cfg.scale_attention is True and cfg.scale_output is False
+    assert ModelConfig().scale_attention is False and ModelConfig().scale_output is True  # T5's
+    assert ModelConfig(family="rnn_seq2seq").scale_output is None  # not used: left at its default
+
+
+def test_demo_lists_every_preset_with_its_own_familys_count(capsys):
+    print_presets()
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert set(rows) == set(preset_names())
+    for name in ("decoder_only-small", "ar_encdec-small", "parallel_encdec-small", "rnn_seq2seq-tiny", "t5-tiny"):
+        with torch.device("meta"):
+            model = build_model(preset(name))
+        counts = [count_parameters(model), count_parameters(model, exclude_positions=True)]
+        assert [int(re.sub(",", "", n)) for n in rows[name]] == counts
+    assert rows["decoder_only-small"][1] == "16,036,800"  # seed 000's baseline
