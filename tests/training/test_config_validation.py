@@ -86,3 +86,10 @@ def test_an_unknown_objective_is_refused_at_load(no_data):
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_every_shipped_config_loads(no_data, path):
     load_config(path)
+
+
+def test_a_field_the_family_does_not_use_is_refused_when_the_config_loads(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("model: {preset: decoder_only-tiny, n_decoder_layers: 3}\n")
+    with pytest.raises(ConfigError, match="model.n_decoder_layers is not used by the decoder_only family"):
+        load_config(config)

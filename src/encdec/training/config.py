@@ -25,7 +25,7 @@ import yaml
 
 from encdec.data.objectives import OBJECTIVES
 from encdec.errors import ConfigError, suggestion
-from encdec.models import ModelConfig, preset, preset_names
+from encdec.models import ModelConfig, check_fields, preset, preset_names
 from encdec.training.config_checks import check_run_config
 from encdec.training.typed_yaml import apply_override, check_value, from_dict, short
 
@@ -184,7 +184,7 @@ def check_model_section(section: dict, overlay: bool = False) -> None:
         else:
             check_value(hints[key], value, f"model.{key}")
     if not overlay:
-        build_model_config(section, **PROVISIONAL_TOKENS)
+        check_fields(build_model_config(section, **PROVISIONAL_TOKENS))  # a field its family ignores is refused
 
 
 def build_model_config(section: dict, vocab_size: int, pad_id: int, eos_id: int, decoder_start_id: int) -> ModelConfig:

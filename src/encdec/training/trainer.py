@@ -367,9 +367,10 @@ def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig
     if scaler is not None:
         scaler.unscale_(optimizer)  # true gradients for the norm and the clip
     if cfg.training.clip_norm > 0:  # the norm before clipping, logged as grad_norm
-        aux_sums["grad_norm"] = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.training.clip_norm)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.training.clip_norm)
     else:
-        aux_sums["grad_norm"] = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+        norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+    aux_sums["grad_norm"] = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP: a DTensor
     if scaler is not None:
         scaler.step(optimizer)  # skipped when the gradients overflowed; the scale then shrinks
         scaler.update()
