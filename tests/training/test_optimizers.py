@@ -39,7 +39,7 @@ def test_adafactor_runs_resume_bitwise(tmp_path, tiny_config):
 
 def test_an_unknown_optimizer_is_one_sentence(tmp_path, tiny_config, capsys):
     assert train(tiny_config, tmp_path / "run", "optimizer.kind=sgd") == 2
-    assert "optimizer.kind must be one of adamw, adafactor, got 'sgd'" in capsys.readouterr().err
+    assert "optimizer.kind must be one of adamw, adafactor, adamw_scale, got 'sgd'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("clip", [1.0, 0.0], ids=["clipped", "unclipped"])
@@ -79,3 +79,29 @@ def test_asking_for_tensorboard_without_the_package_is_one_sentence(tmp_path, ti
     monkeypatch.setattr(trainer, "tensorboard_available", lambda: False)
     assert train(tiny_config, tmp_path / "run", "output.tensorboard=true") == 2
     assert "pip install 'encdec[tensorboard]'" in capsys.readouterr().err
+
+
+def test_adamw_scale_steps_each_parameter_by_its_rms_as_nanot5_does():
+    import torch
+
+    from encdec.training.optim import AdamWScale
+
+    torch.manual_seed(0)
+    big, small = torch.nn.Parameter(torch.randn(4, 3) * 5.0), torch.nn.Parameter(torch.full((4, 3), 1e-5))
+    optimizer = AdamWScale([big, small], lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    grads = [torch.randn(4, 3), torch.randn(4, 3)]
+    expected = []
+    for p, g in zip((big, small), grads, strict=True):  # step 1 by hand: m = 0.1 g, v = 0.001 g^2
+        m, v = 0.1 * g, 0.001 * g * g
+        step = 0.1 * (1 - 0.999) ** 0.5 / (1 - 0.9) * max(1e-3, p.detach().pow(2).mean().sqrt().item())
+        expected.append((p.detach() - step * m / (v.sqrt() + 1e-8)) * (1 - 0.1 * 0.01))
+        p.grad = g
+    optimizer.step()
+    for p, want in zip((big, small), expected, strict=True):
+        torch.testing.assert_close(p.detach(), want)
+
+
+def test_adamw_scale_trains_a_run(tmp_path, tiny_config):
+    assert train(tiny_config, tmp_path / "run", "optimizer.kind=adamw_scale", "optimizer.lr=2e-2") == 0
+    losses = [r["loss"] for r in records(tmp_path / "run")]
+    assert losses[-1] < losses[0] - 0.5

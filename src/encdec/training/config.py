@@ -80,7 +80,7 @@ class ObjectiveSection:
 
 @dataclass
 class OptimizerSection:
-    kind: str = "adamw"  # adamw | adafactor (T5's: factored second moments, relative step capped by lr, RMS clip)
+    kind: str = "adamw"  # adamw | adafactor (T5's) | adamw_scale (nanoT5's: steps scaled by each parameter's RMS)
     lr: float = 5e-4
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     weight_decay: float = 0.01  # on parameters of 2 or more dimensions only

@@ -14,7 +14,7 @@ from typing import Any
 from encdec.errors import ConfigError
 from encdec.training.typed_yaml import short
 
-OPTIMIZERS = ("adamw", "adafactor")
+OPTIMIZERS = ("adamw", "adafactor", "adamw_scale")
 METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf")
 Check = tuple[str, Callable[[Any], bool], str]  # (dotted key, test, what the key allows)
 

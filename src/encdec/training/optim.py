@@ -6,7 +6,9 @@ not to biases and norm gains, as nanoGPT and yif-AI do. Adafactor (Shazeer and S
 O(n + m) per n x m matrix, no first moment), a relative step size min(lr, 1/sqrt(t))
 scaled by the parameter's RMS, and updates clipped to RMS 1 (torch.optim.Adafactor).
 With `schedule.kind: constant` and lr 1e-2 that is T5's relative-step schedule; with
-lr 1e-3, T5's constant fine-tuning rate.
+lr 1e-3, T5's constant fine-tuning rate. `adamw_scale` is nanoT5's AdamW: each
+parameter's step scaled by its RMS (at least 1e-3), as Adafactor scales its steps, which
+lets T5 pretrain with AdamW at lr 2e-2 (Nawrot 2023).
 """
 
 import math
@@ -27,7 +29,44 @@ def build_optimizer(model: nn.Module, cfg: RunConfig, fused: bool = False) -> to
     o = cfg.optimizer
     if o.kind == "adafactor":  # eps (None, 1e-3) and d = 1 (the RMS clip) are T5's; betas do not apply
         return torch.optim.Adafactor(groups, lr=o.lr)
+    if o.kind == "adamw_scale":
+        return AdamWScale(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps)
     return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps, fused=fused or None)
+
+
+class AdamWScale(torch.optim.Optimizer):
+    """AdamW whose step for each parameter is multiplied by max(1e-3, RMS(parameter)) (nanoT5).
+
+    As Hugging Face's former AdamW, which nanoT5 modified: p -= lr * sqrt(1 - b2^t) / (1 - b1^t) *
+    max(1e-3, rms(p)) * m / (sqrt(v) + eps), then the decoupled decay p *= 1 - lr * weight_decay.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            (beta1, beta2), lr = group["betas"], group["lr"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                step = state["step"]
+                state["exp_avg"].lerp_(p.grad, 1 - beta1)
+                state["exp_avg_sq"].mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                denominator = state["exp_avg_sq"].sqrt().add_(group["eps"])
+                correction = (1 - beta2**step).sqrt() / (1 - beta1**step)  # a device scalar: no host sync
+                scale = p.pow(2).mean().sqrt().clamp(min=1e-3)  # the parameter's RMS, before its update
+                p.sub_(lr * correction * scale * state["exp_avg"] / denominator)
+                if group["weight_decay"]:
+                    p.mul_(1 - lr * group["weight_decay"])
+        return None
 
 
 def lr_at(step: int, cfg: RunConfig) -> float:
