@@ -57,6 +57,15 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for the test: tiny models run faster and steadier beside a busy second core."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -1,12 +1,8 @@
 """Generation tests run tiny models: one intra-op thread is faster and immune to a busy second core."""
 
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(threads)

@@ -23,12 +23,7 @@ MODELS = {
 }  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
 
 
 def pair(name: str, path):

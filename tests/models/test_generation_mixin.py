@@ -9,13 +9,8 @@ from encdec.models import build_model, preset
 V = 61
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run faster on one intra-op thread, and a busy second core cannot slow them."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
+
 
 
 @pytest.mark.parametrize("name", ["t5-tiny", "decoder_only-tiny"])

@@ -10,13 +10,8 @@ from encdec.models import build_model, preset
 V = 61
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run faster on one intra-op thread, and a busy second core cannot slow them."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
+
 SEQ2SEQ = {  # name -> (preset, overrides): families whose source is padded on the right
     "t5": ("t5-tiny", {}),
     "rot5-prepended": ("rot5-tiny", dict(rope_cross="prepended")),
