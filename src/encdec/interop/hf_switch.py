@@ -10,13 +10,13 @@ encdec's router has none. transformers itself is not needed.
 """
 
 import json
-import re
 from pathlib import Path
 
 from safetensors.torch import save_file
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.hf_t5 import NAME_MAP, OUR_ACTIVATIONS, config_from_hf, read_hf_weights, t5_layout_problems
+from encdec.interop.hf_t5 import hf_name as t5_name
 from encdec.models import EncoderDecoder, ModelConfig
 
 # Hugging Face's expert is wi -> act -> wo: our non-gated expert activations and their ACT2FN names
@@ -33,10 +33,7 @@ SWITCH_NAME_MAP = [(ours, theirs) for ours, theirs in NAME_MAP if "DenseReluDens
 
 
 def hf_name(our_name: str) -> str:
-    for pattern, replacement in SWITCH_NAME_MAP:
-        if re.fullmatch(pattern, our_name):
-            return re.sub(pattern, replacement, our_name)
-    raise ConfigError(f"parameter {our_name} has no Hugging Face SwitchTransformers counterpart")
+    return t5_name(our_name, SWITCH_NAME_MAP, "SwitchTransformers")
 
 
 def check_switch_compatible(cfg: ModelConfig) -> None:

@@ -48,11 +48,12 @@ NAME_MAP = [
 ]  # fmt: skip
 
 
-def hf_name(our_name: str) -> str:
-    for pattern, replacement in NAME_MAP:
+def hf_name(our_name: str, name_map: list[tuple[str, str]] = NAME_MAP, family: str = "T5") -> str:
+    """Our parameter name -> its name in a Hugging Face checkpoint, by the first pattern of `name_map` it matches."""
+    for pattern, replacement in name_map:
         if re.fullmatch(pattern, our_name):
             return re.sub(pattern, replacement, our_name)
-    raise ConfigError(f"parameter {our_name} has no Hugging Face T5 counterpart")
+    raise ConfigError(f"parameter {our_name} has no Hugging Face {family} counterpart")
 
 
 def config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
