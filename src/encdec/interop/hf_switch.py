@@ -15,7 +15,16 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 from encdec.errors import CheckpointError, ConfigError
-from encdec.interop.hf_t5 import NAME_MAP, OUR_ACTIVATIONS, config_from_hf, read_hf_weights, t5_layout_problems
+from encdec.interop.hf_t5 import (
+    NAME_MAP,
+    OUR_ACTIVATIONS,
+    config_from_hf,
+    fill_from_hf,
+    read_hf_weights,
+    t5_layout_config,
+    t5_layout_problems,
+    t5_layout_weights,
+)
 from encdec.interop.hf_t5 import hf_name as t5_name
 from encdec.models import EncoderDecoder, ModelConfig
 
@@ -56,9 +65,7 @@ def save_hf_switch(model: EncoderDecoder, path: Path) -> None:
     cfg = model.config
     check_switch_compatible(cfg)
     path.mkdir(parents=True, exist_ok=True)
-    weights = {hf_name(name): t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
-    if cfg.tie_embeddings and not cfg.scale_output:  # tied but unscaled: an equal untied head, as for T5
-        weights["lm_head.weight"] = weights["shared.weight"].clone()
+    weights = t5_layout_weights(model, hf_name)
     if not cfg.scale_output:  # with tie_word_embeddings false, transformers ties no stack's embeddings either
         for side in ("encoder", "decoder"):
             weights[f"{side}.embed_tokens.weight"] = weights["shared.weight"].clone()
@@ -66,15 +73,9 @@ def save_hf_switch(model: EncoderDecoder, path: Path) -> None:
     hf_config = {
         "architectures": ["SwitchTransformersForConditionalGeneration"],
         "model_type": "switch_transformers",
-        "vocab_size": cfg.vocab_size,
-        "d_model": cfg.d_model,
-        "d_kv": cfg.head_dim,
-        "d_ff": cfg.d_ff,
-        "num_layers": cfg.n_encoder_layers,
-        "num_decoder_layers": cfg.decoder_layers,
+        **t5_layout_config(cfg),
         "num_sparse_encoder_layers": cfg.n_encoder_layers,  # every layer sparse: a sparse step of 1
         "num_sparse_decoder_layers": cfg.decoder_layers,
-        "num_heads": cfg.n_heads,
         "num_experts": cfg.n_experts,
         "expert_capacity": DROPLESS_CAPACITY,
         "router_bias": False,
@@ -83,16 +84,7 @@ def save_hf_switch(model: EncoderDecoder, path: Path) -> None:
         "router_ignore_padding_tokens": False,
         "router_z_loss_coef": cfg.z_loss_coef,
         "router_aux_loss_coef": cfg.aux_loss_coef,
-        "relative_attention_num_buckets": cfg.relative_buckets,
-        "relative_attention_max_distance": cfg.relative_max_distance,
-        "dropout_rate": cfg.dropout,
-        "layer_norm_epsilon": cfg.norm_eps,
         "dense_act_fn": OUR_EXPERT_ACTIVATIONS[cfg.moe_activation],
-        "tie_word_embeddings": cfg.scale_output,  # HF ties the head and scales the output together
-        "is_encoder_decoder": True,
-        "pad_token_id": cfg.pad_id,
-        "eos_token_id": cfg.eos_id,
-        "decoder_start_token_id": cfg.decoder_start_id,
     }
     (path / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
 
@@ -124,13 +116,4 @@ def load_hf_switch(path: Path, hf_config: dict) -> EncoderDecoder:
                          "aux_loss_coef": hf_config.get("router_aux_loss_coef", 0.001),
                          "z_loss_coef": hf_config.get("router_z_loss_coef", 0.001)})  # fmt: skip
     model = EncoderDecoder(cfg)
-    state = {}
-    for name, param in model.state_dict().items():
-        key = hf_name(name)
-        if key not in weights:
-            raise CheckpointError(f"{path} lacks the weight {key}")
-        if weights[key].shape != param.shape:
-            raise CheckpointError(f"{path}: {key} has shape {tuple(weights[key].shape)}, expected {tuple(param.shape)}")
-        state[name] = weights[key]
-    model.load_state_dict(state)
-    return model.eval()
+    return fill_from_hf(model, weights, hf_name, path)

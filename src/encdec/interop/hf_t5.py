@@ -121,9 +121,14 @@ def load_hf_t5(path: Path, hf_config: dict) -> EncoderDecoder:
     untied = head is not None and not torch.equal(head, weights["shared.weight"])
     cfg = config_from_hf(hf_config, untied)
     model = EncoderDecoder(cfg)
+    return fill_from_hf(model, weights, hf_name, path)
+
+
+def fill_from_hf(model: EncoderDecoder, weights: dict, rename, path: Path) -> EncoderDecoder:
+    """Load `weights` (Hugging Face names) into `model` by `rename`; a missing or misshapen one is one sentence."""
     state = {}
     for name, param in model.state_dict().items():
-        key = hf_name(name)
+        key = rename(name)
         if key not in weights:
             raise CheckpointError(f"{path} lacks the weight {key}")
         if weights[key].shape != param.shape:
@@ -165,13 +170,28 @@ def save_hf_t5(model: EncoderDecoder, path: Path) -> None:
     cfg = model.config
     check_t5_compatible(cfg)
     path.mkdir(parents=True, exist_ok=True)
-    weights = {hf_name(name): t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
-    if cfg.tie_embeddings and not cfg.scale_output:  # tied but unscaled: HF expresses it as an equal untied head
-        weights["lm_head.weight"] = weights["shared.weight"].clone()
-    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    save_file(t5_layout_weights(model, hf_name), path / "model.safetensors", metadata={"format": "pt"})
     hf_config = {
         "architectures": ["T5ForConditionalGeneration"],
         "model_type": "t5",
+        **t5_layout_config(cfg),
+        "feed_forward_proj": OUR_ACTIVATIONS[cfg.activation],
+    }
+    (path / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+
+
+def t5_layout_weights(model: EncoderDecoder, rename) -> dict[str, torch.Tensor]:
+    """The model's tensors under their Hugging Face names (T5 and SwitchTransformers share the layout)."""
+    cfg = model.config
+    weights = {rename(name): t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+    if cfg.tie_embeddings and not cfg.scale_output:  # tied but unscaled: HF expresses it as an equal untied head
+        weights["lm_head.weight"] = weights["shared.weight"].clone()
+    return weights
+
+
+def t5_layout_config(cfg: ModelConfig) -> dict:
+    """The config.json keys T5 and SwitchTransformers share."""
+    return {
         "vocab_size": cfg.vocab_size,
         "d_model": cfg.d_model,
         "d_kv": cfg.head_dim,
@@ -183,11 +203,9 @@ def save_hf_t5(model: EncoderDecoder, path: Path) -> None:
         "relative_attention_max_distance": cfg.relative_max_distance,
         "dropout_rate": cfg.dropout,
         "layer_norm_epsilon": cfg.norm_eps,
-        "feed_forward_proj": OUR_ACTIVATIONS[cfg.activation],
         "tie_word_embeddings": cfg.scale_output,  # HF ties the head and scales the output together
         "is_encoder_decoder": True,
         "pad_token_id": cfg.pad_id,
         "eos_token_id": cfg.eos_id,
         "decoder_start_token_id": cfg.decoder_start_id,
     }
-    (path / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
