@@ -30,16 +30,12 @@ from encdec.interop.hf_t5 import OUR_ACTIVATIONS, check_t5_compatible, hf_name
 from encdec.models import ModelConfig, preset
 from encdec.models.presets import preset_names
 from encdec.modules.feed_forward import GATED
+from encdec.training.flops import datasheet_tflops, step_flops
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIRS = [REPO / "shared" / "data", REPO.parent / "shared" / "data"]  # in the checkout, or beside it
 TINYSTORIES = "tinystories/tinystories_train_head.txt.gz"
 MISTRAL = "tokenizers/mistral_tokenizer.model.v1"
-
-# dense peak TFLOP/s by GPU name: bf16, TF32 (fp32 with TF32 on), fp32 (TF32 off). NVIDIA's data sheets;
-# the H200 is the H100 SXM's chip with more memory. PCIe and NVL H100s clock lower: they are measured.
-PEAK_TFLOPS = {"H200": (989.0, 494.7, 67.0), "H100": (989.0, 494.7, 67.0), "A100": (312.0, 156.0, 19.5)}
-
 
 @dataclass(frozen=True)
 class Shape:
@@ -70,28 +66,6 @@ def model_config(shape: Shape, dropout: float) -> ModelConfig:
     cfg = preset(shape.preset, **shape.overrides, dropout=dropout)
     check_t5_compatible(cfg)
     return cfg
-
-
-def step_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int) -> float:
-    """Matmul FLOPs of one training step: 3x the forward's (the backward does two products per one).
-
-    A (d x n) projection costs 2dn per token; attention 4 * keys * d_head per query and
-    head (scores, then their weighted sum), over full score matrices as computed; the LM
-    head 2 * d_model * vocab per target token. Norms, softmax and the like are not counted.
-    """
-    d, dh, heads = cfg.d_model, cfg.head_dim, cfg.n_heads
-    q, kv = heads * dh, (cfg.n_kv_heads or heads) * dh  # query / output width, key / value width
-    ffn = (3 if cfg.activation in GATED else 2) * d * cfg.d_ff
-    src, tgt = batch * src_len, batch * tgt_len  # tokens
-
-    def attention(queries: int, keys: int) -> int:
-        return batch * heads * queries * keys * dh * 4
-
-    encoder = 2 * src * (2 * d * q + 2 * d * kv + ffn) + attention(src_len, src_len)
-    decoder = 2 * tgt * (4 * d * q + 2 * d * kv + ffn)  # self q k v o, cross q o, feed-forward
-    decoder += 2 * src * 2 * d * kv + attention(tgt_len, tgt_len) + attention(tgt_len, src_len)  # cross k v
-    head = 2 * tgt * d * cfg.vocab_size
-    return 3.0 * (cfg.n_encoder_layers * encoder + cfg.decoder_layers * decoder + head)
 
 
 def matmul_tflops(device: torch.device, dtype: torch.dtype, seconds: float = 2.0) -> float:
@@ -127,11 +101,9 @@ def device_peak(device: torch.device, precision: str, given: float | None) -> Pe
     """The peak for `precision` bf16, tf32 or fp32."""
     if given:
         return Peak(given, "given")
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for gpu, peaks in PEAK_TFLOPS.items():
-            if gpu in name and not ("PCIe" in name or "NVL" in name):
-                return Peak(peaks[("bf16", "tf32", "fp32").index(precision)], f"{name}, data sheet")
+    sheet = datasheet_tflops(device, precision)
+    if sheet is not None:
+        return Peak(sheet, f"{torch.cuda.get_device_name(device)}, data sheet")
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     return Peak(matmul_tflops(device, dtype), "measured matmul, best over the run", dtype)
 

@@ -357,10 +357,11 @@ def test_a_full_disk_at_a_checkpoint_is_one_sentence_and_keeps_the_previous_chec
 
 
 def test_a_busy_run_directory_is_one_sentence_naming_the_holder(library, tmp_path, capsys):
-    from encdec.training.run_dir import lock_run_dir
+    from encdec.training.run_dir import RunDir
+    from encdec.training.run_lock import lock_run_dir
 
     run = tmp_path / "run"
-    with lock_run_dir(run):  # another training holds it (a second open file description conflicts under flock)
+    with lock_run_dir(RunDir(run)):  # another training holds it (a second open file description conflicts under flock)
         code = main(["train", str(library / "tiny.yaml"), "--out", str(run)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and f"is in use by encdec train (pid {os.getpid()}" in err

@@ -23,10 +23,11 @@ def from_pretrained(path: str | Path, checkpoint: str = "best", device: str | to
     """The model at `path` in eval mode (on `device` if given). `checkpoint` picks a run's
     checkpoint: "best", "latest" or a step directory name."""
     from encdec.interop import load_hf
-    from encdec.training.run import is_run_dir, load_run
+    from encdec.training.run import load_run
+    from encdec.training.run_dir import RunDir
 
     path = Path(path)
-    if is_run_dir(path):
+    if RunDir(path).is_run():
         model = load_run(path, checkpoint).model
     elif (path / "config.json").is_file():
         model = load_hf(path)
@@ -42,11 +43,11 @@ def load_tokenizer(path: str | Path, checkpoint: str = "best") -> Tokenizer:
     """The tokenizer at `path`: a run directory's, a Hugging Face directory's (AutoTokenizer), or a
     tokenizer directory an encdec tokenizer saved itself into."""
     from encdec.tokenizers import load_tokenizer as load_tokenizer_dir
-    from encdec.training.run import is_run_dir, run_checkpoint
+    from encdec.training.run_dir import RunDir
 
     path = Path(path)
-    if is_run_dir(path):
-        return load_tokenizer_dir(run_checkpoint(path, checkpoint) / "tokenizer")
+    if RunDir(path).is_run():
+        return load_tokenizer_dir(RunDir(path).checkpoint(checkpoint).tokenizer)
     if not path.is_dir():
         raise CheckpointError(f"{path} is not a directory")
     return load_tokenizer_dir(path)

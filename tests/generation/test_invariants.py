@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import encdec
+
 from .helpers import FAMILIES, Uncached, V, assert_tokens_match, padded_batch, tiny
 
 BEAM = dict(num_beams=3, length_penalty=0.7, no_repeat_ngram_size=3, max_new_tokens=10)

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from encdec.cli import main
-from encdec.training.checkpoint import read_pointer
 from encdec.training.metrics import read_metrics
 from encdec.training.run import load_run
+from encdec.training.run_dir import RunDir
 
 RECIPES = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 
@@ -42,7 +42,7 @@ def test_the_best_checkpoint_is_chosen_by_the_metric_when_asked(tmp_path, shared
                             "output.keep_last=5")) == 0  # fmt: skip
     records = evals(tmp_path / "run")
     best = max(records, key=lambda r: (r["val_chrf"], -r["step"]))  # the first of the highest
-    assert read_pointer(tmp_path / "run" / "checkpoints", "best") == f"step_{best['step']:08d}"
+    assert RunDir(tmp_path / "run").pointer("best") == f"step_{best['step']:08d}"
 
 
 def test_early_stopping_ends_the_run_after_patience_evaluations_without_a_better_metric(

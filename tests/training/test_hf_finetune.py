@@ -147,8 +147,8 @@ def test_the_first_loss_of_fine_tuning_is_hugging_faces_loss_on_the_same_batch(
     from encdec.training.data import build_run_data
 
     run = load_run(tmp_path / "run", "latest")
-    cfg = load_config(run.checkpoint / "config.yaml")
-    data = build_run_data(cfg, tmp_path / "run", tokenizer_dir=run.checkpoint / "tokenizer")
+    cfg = load_config(run.checkpoint.config)
+    data = build_run_data(cfg, tmp_path / "run", tokenizer_dir=run.checkpoint.tokenizer)
     batch = data.train.next_batch()
     hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
     labels = batch.labels.masked_fill(batch.labels < 0, -100)

@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from encdec.cli import main
+from encdec.models.loss import cross_entropy
 from encdec.training.metrics import read_metrics
-from encdec.training.trainer import smoothed_cross_entropy
 
 FAST = ["training.steps=3", "evaluation.interval=3", "model.dropout=0.0", "schedule.kind=constant"]
 
@@ -24,8 +24,8 @@ def test_smoothed_cross_entropy_is_the_mix_of_the_target_and_a_uniform_distribut
     logp = logits.flatten(0, 1)[keep].log_softmax(-1)
     nll = -logp.gather(1, labels.flatten()[keep, None]).squeeze(1)
     expected = (0.9 * nll - 0.1 * logp.mean(-1)).mean()  # (1 - e) * NLL + e * mean over the vocabulary of -log p
-    torch.testing.assert_close(smoothed_cross_entropy(logits, labels, 0.1), expected)
-    torch.testing.assert_close(smoothed_cross_entropy(logits, labels, 0.0), F.cross_entropy(
+    torch.testing.assert_close(cross_entropy(logits, labels, 0.1), expected)
+    torch.testing.assert_close(cross_entropy(logits, labels, 0.0), F.cross_entropy(
         logits.flatten(0, 1), labels.flatten(), ignore_index=-100))  # fmt: skip
 
 

@@ -7,10 +7,12 @@ import torch
 from torch import nn
 
 from encdec.errors import ConfigError
+from encdec.models import ModelConfig
 from encdec.training import distributed, load_config, train
-from encdec.training.checkpoint import latest_checkpoint, load_checkpoint
+from encdec.training.checkpoint import load_checkpoint
 from encdec.training.loader import LoadedBatch
 from encdec.training.numerics import numerics, resolve_precision
+from encdec.training.run_dir import RunDir
 from encdec.training.trainer import _optimizer_step
 
 
@@ -39,7 +41,7 @@ def test_deterministic_runs_repeat_bitwise_and_checkpoints_hold_this_devices_rng
     results = [train(load_config(tiny_config, overrides), run) for run in runs]
     losses = [[r["loss"] for r in result.history if r["kind"] == "train"] for result in results]
     assert len(losses[0]) == 4 and losses[0] == losses[1]
-    rng = load_checkpoint(latest_checkpoint(runs[0]))["rng"]
+    rng = load_checkpoint(RunDir(runs[0]).latest())["rng"]
     assert "torch" in rng and ("cuda_rank0" in rng) == (device.type == "cuda")
 
 
@@ -66,8 +68,8 @@ class FakeFSDP(nn.Module):
         self.sync = enabled
 
     def forward(self, src_ids, tgt_ids, src_mask=None, labels=None):
-        loss = (self.weight * tgt_ids.float().mean()).sum()
-        return type("Out", (), {"loss": loss, "ce_loss": loss, "aux_losses": {}})()
+        logits = (self.weight * tgt_ids.float().mean()).expand(*tgt_ids.shape, 3)  # (B, T, 3)
+        return type("Out", (), {"logits": logits, "aux_losses": {}})()
 
 
 def test_accumulation_synchronises_gradients_only_in_the_last_backward(tiny_config):
@@ -77,7 +79,8 @@ def test_accumulation_synchronises_gradients_only_in_the_last_backward(tiny_conf
     batch = Batch(tgt_ids=torch.ones(2, 3, dtype=torch.long), labels=torch.ones(2, 3, dtype=torch.long))
     loaded = [LoadedBatch(batch, 6, 6) for _ in range(3)]
     cfg = load_config(tiny_config, ["training.grad_accum=3"])
-    _optimizer_step(model, torch.optim.SGD(model.parameters(), lr=0.1), loaded, cfg, distributed.DistInfo(), nullcontext())
+    _optimizer_step(model, torch.optim.SGD(model.parameters(), lr=0.1), loaded, cfg, ModelConfig(), distributed.DistInfo(),
+                    nullcontext())  # fmt: skip
     assert model.seen == [False, False, True]
 
 
@@ -110,7 +113,7 @@ def test_fp16_with_loss_scaling_trains_and_resumes_with_its_scale(tmp_path, tiny
                  "evaluation.interval=4"]  # fmt: skip
     run = tmp_path / "run"
     train(load_config(tiny_config, overrides), run)
-    state = load_checkpoint(latest_checkpoint(run))["state"]
+    state = load_checkpoint(RunDir(run).latest())["state"]
     assert state["scaler"]["scale"] > 0
     train(load_config(tiny_config, [*overrides, "training.steps=12"]), run, resume=True)
     losses = [r["loss"] for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "train"]

@@ -5,8 +5,9 @@ import math
 import pytest
 
 from encdec.cli import main
-from encdec.training.checkpoint import latest_checkpoint, load_checkpoint
+from encdec.training.checkpoint import load_checkpoint
 from encdec.training.metrics import read_metrics
+from encdec.training.run_dir import RunDir
 
 FAST = ["training.steps=8", "output.save_interval=4", "evaluation.interval=4", "model.dropout=0.0", "schedule.kind=constant"]
 
@@ -21,7 +22,7 @@ def records(run):
 
 def test_adafactor_keeps_factored_second_moments_and_learns(tmp_path, tiny_config):
     assert train(tiny_config, tmp_path / "run", "optimizer.kind=adafactor", "optimizer.lr=1e-2") == 0
-    state = load_checkpoint(latest_checkpoint(tmp_path / "run"))["optimizer"]["state"]
+    state = load_checkpoint(RunDir(tmp_path / "run").latest())["optimizer"]["state"]
     kinds = {frozenset(entry) - {"step"} for entry in state.values()}
     assert frozenset({"row_var", "col_var"}) in kinds  # matrices: a row and a column statistic, no exp_avg
     assert all("exp_avg" not in entry for entry in state.values())
@@ -74,9 +75,9 @@ def test_tensorboard_gets_every_number_of_metrics_jsonl_and_a_resume_replaces_wh
 
 
 def test_asking_for_tensorboard_without_the_package_is_one_sentence(tmp_path, tiny_config, capsys, monkeypatch):
-    import encdec.training.trainer as trainer
+    import encdec.training.setup as setup
 
-    monkeypatch.setattr(trainer, "tensorboard_available", lambda: False)
+    monkeypatch.setattr(setup, "tensorboard_available", lambda: False)
     assert train(tiny_config, tmp_path / "run", "output.tensorboard=true") == 2
     assert "pip install 'encdec[tensorboard]'" in capsys.readouterr().err
 

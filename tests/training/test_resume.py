@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from encdec.cli import main
-from encdec.training.checkpoint import latest_checkpoint, load_checkpoint
+from encdec.training.checkpoint import load_checkpoint
 from encdec.training.metrics import read_metrics
+from encdec.training.run_dir import RunDir
 
 
 def train_command(config, out, *extra):
@@ -46,7 +47,7 @@ def test_a_run_killed_at_a_random_step_resumes_to_the_same_losses(tmp_path, tiny
     wait_for_step(killed, kill_at, process)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert latest_checkpoint(killed) is not None
+    assert RunDir(killed).latest() is not None
     subprocess.run(train_command(tiny_config, killed, "--resume", *exact), check=True, capture_output=True)
     assert losses(killed) == losses(full)  # bitwise, step for step (dropout on)
     evals = [r for r in read_metrics(full / "metrics.jsonl") if r["kind"] == "eval"]
@@ -64,7 +65,7 @@ def test_a_signal_saves_a_checkpoint_prints_the_exact_resume_command_and_exits_1
     out, err = process.communicate(timeout=60)
     assert process.returncode == 128 + stop, err  # 130 for Ctrl-C: scripts can tell a stop from success
     assert "Traceback" not in err and "stopped by signal" in out
-    step = load_checkpoint(latest_checkpoint(run))["state"]["train"]["step"]
+    step = load_checkpoint(RunDir(run).latest())["state"]["train"]["step"]
     assert step == losses(run)[-1][0] >= 3
     hint = shlex.split(out.split("resume with: ")[1].strip())
     assert hint == ["encdec", "train", str(tiny_config), "--out", str(run), "--resume", *overrides]
@@ -75,6 +76,7 @@ import sys, time
 from pathlib import Path
 import torch
 from encdec.training.checkpoint import save_checkpoint
+from encdec.training.run_dir import RunDir
 
 class SlowTokenizer:  # stands in for the last part of a checkpoint to be written
     def save(self, directory):
@@ -89,7 +91,7 @@ files = {"model": {"w": torch.full((3,), float(step))}, "optimizer": {"state": {
 if step == 1:
     from encdec.tokenizers import ByteTokenizer
     files["tokenizer"] = ByteTokenizer()
-save_checkpoint(run, step, files, keep_last=1)
+save_checkpoint(RunDir(run), step, files, keep_last=1)
 """
 
 
@@ -105,7 +107,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one_loadable(tmp_p
     assert partial.exists()
     process.send_signal(signal.SIGKILL)
     process.wait()
-    latest = latest_checkpoint(tmp_path)
+    latest = RunDir(tmp_path).latest()
     assert latest.name == "step_00000001"
     assert torch.equal(load_checkpoint(latest)["model"]["w"], torch.full((3,), 1.0))
 
@@ -123,8 +125,8 @@ def resume(capsys, tiny_config, run):
 
 
 def test_a_truncated_checkpoint_is_one_sentence_and_nothing_is_deleted(capsys, tiny_config, finished_run):
-    latest = latest_checkpoint(finished_run)
-    weights = latest / "model.safetensors"
+    latest = RunDir(finished_run).latest()
+    weights = latest.model
     weights.write_bytes(weights.read_bytes()[:100])
     before = sorted(p.name for p in (finished_run / "checkpoints").iterdir())
     code, err = resume(capsys, tiny_config, finished_run)
@@ -138,8 +140,8 @@ class Payload:
 
 
 def test_a_checkpoint_carrying_a_pickle_payload_is_refused_without_running_it(capsys, tiny_config, finished_run):
-    latest = latest_checkpoint(finished_run)
-    torch.save({"state": Payload(), "param_groups": []}, latest / "optimizer.pt")
+    latest = RunDir(finished_run).latest()
+    torch.save({"state": Payload(), "param_groups": []}, latest.optimizer)
     code, err = resume(capsys, tiny_config, finished_run)
     assert code == 2 and "carries pickled objects other than tensors; refusing to load it" in err
     assert not Path("/tmp/encdec_pwned").exists()
@@ -148,7 +150,7 @@ def test_a_checkpoint_carrying_a_pickle_payload_is_refused_without_running_it(ca
 def test_training_into_a_run_with_checkpoints_without_resume_is_refused(capsys, tiny_config, finished_run):
     code = main(["train", str(tiny_config), "--out", str(finished_run)])
     assert code == 2 and "already holds checkpoints; pass --resume" in capsys.readouterr().err
-    assert latest_checkpoint(finished_run).name == "step_00000004"
+    assert RunDir(finished_run).latest().name == "step_00000004"
 
 
 def test_keep_last_prunes_old_checkpoints_but_keeps_the_best(finished_run):

@@ -15,10 +15,10 @@ from encdec.cli import main
 from encdec.data.shards import MANIFEST, prepare_shards, read_shards
 from encdec.errors import CheckpointError, ConfigError, DataError
 from encdec.tokenizers import MANIFEST_NAME, ByteTokenizer, load_tokenizer
-from encdec.training.checkpoint import latest_checkpoint, save_checkpoint
+from encdec.training.checkpoint import save_checkpoint
 from encdec.training.metrics import MetricsLog
-from encdec.training.run import run_checkpoint
-from encdec.training.run_dir import lock_run_dir
+from encdec.training.run_dir import RunDir
+from encdec.training.run_lock import lock_run_dir
 
 
 def outside_file(tmp_path: Path) -> Path:
@@ -71,7 +71,7 @@ def test_a_symlinked_checkpoints_directory_is_refused_before_anything_is_written
     (run / "checkpoints").symlink_to(elsewhere, target_is_directory=True)
     before = fingerprint(old / "model.safetensors")
     with pytest.raises(CheckpointError, match="is a symlink"):
-        save_checkpoint(run, 5, checkpoint_files(5), keep_last=1)
+        save_checkpoint(RunDir(run), 5, checkpoint_files(5), keep_last=1)
     assert train(tiny_config, run) == 2
     one_sentence(capsys.readouterr().err, "checkpoints is a symlink")
     assert sorted(p.name for p in elsewhere.iterdir()) == ["step_00000001"]
@@ -111,7 +111,7 @@ def test_pruning_deletes_only_its_own_step_directories(tmp_path):
     (root / "notes.txt").write_text("mine")
     before = fingerprint(victim)
     for step in range(1, 5):
-        save_checkpoint(run, step, checkpoint_files(step), keep_last=1)
+        save_checkpoint(RunDir(run), step, checkpoint_files(step), keep_last=1)
     assert fingerprint(victim) == before and (root / "step_00000000").is_symlink()
     assert all((d / "keep.txt").is_file() for d in foreign) and (root / "notes.txt").read_text() == "mine"
     kept = sorted(p.name for p in root.iterdir() if p.name not in {"step_00000000", "notes.txt", "latest"})
@@ -124,7 +124,7 @@ def test_a_symlinked_temporary_is_refused_and_not_followed(tmp_path):
     (run / "checkpoints" / ".step_00000001.tmp").symlink_to(victim.parent, target_is_directory=True)
     before = fingerprint(victim)
     with pytest.raises(CheckpointError, match="is a symlink"):
-        save_checkpoint(run, 1, checkpoint_files(1), keep_last=1)
+        save_checkpoint(RunDir(run), 1, checkpoint_files(1), keep_last=1)
     assert fingerprint(victim) == before and sorted(p.name for p in victim.parent.iterdir()) == ["precious.txt"]
 
 
@@ -137,9 +137,9 @@ def test_a_pointer_that_is_not_a_step_name_is_refused(tmp_path, target):
     root.mkdir()
     (root / "latest").write_text(target + "\n")
     with pytest.raises(CheckpointError, match="not a step_XXXXXXXX name"):
-        latest_checkpoint(tmp_path)
+        RunDir(tmp_path).latest()
     with pytest.raises(CheckpointError, match="not a step_XXXXXXXX name"):
-        run_checkpoint(tmp_path, "latest")
+        RunDir(tmp_path).checkpoint("latest")
 
 
 def test_a_pointer_to_a_symlinked_checkpoint_is_refused(tmp_path, capsys, tiny_config):
@@ -214,9 +214,10 @@ def test_a_tokenizer_file_that_is_a_symlink_is_refused(tmp_path):
 HOLD = """
 import sys, time
 from pathlib import Path
-from encdec.training.run_dir import lock_run_dir
+from encdec.training.run_dir import RunDir
+from encdec.training.run_lock import lock_run_dir
 
-with lock_run_dir(Path(sys.argv[1])):
+with lock_run_dir(RunDir(Path(sys.argv[1]))):
     print("held", flush=True)
     time.sleep(600)
 """
@@ -225,7 +226,7 @@ with lock_run_dir(Path(sys.argv[1])):
 @pytest.mark.slow
 def test_a_second_train_on_a_busy_out_is_refused_naming_the_holder(tmp_path, tiny_config):
     run = tmp_path / "run"
-    with lock_run_dir(run):
+    with lock_run_dir(RunDir(run)):
         command = [sys.executable, "-m", "encdec", "train", str(tiny_config), "--out", str(run)]
         process = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert process.returncode == 2
@@ -241,10 +242,10 @@ def test_a_lock_held_by_a_killed_process_is_free_again(tmp_path, tiny_config, ca
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(ConfigError, match=f"in use by encdec train \\(pid {holder.pid} on "):
-            with lock_run_dir(run):
+            with lock_run_dir(RunDir(run)):
                 pass
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     assert train(tiny_config, run) == 0, capsys.readouterr().err
-    assert latest_checkpoint(run).name == "step_00000002"
+    assert RunDir(run).latest().name == "step_00000002"

@@ -22,6 +22,7 @@ from encdec.safe_paths import check_not_symlink
 from encdec.training.data import build_run_data
 from encdec.training.distributed import DistInfo
 from encdec.training.run import load_run
+from encdec.training.run_dir import RunDir
 from encdec.training.samples import RunTokenizer, sample_pairs, trained_source_length
 from encdec.training.trainer import evaluate
 
@@ -45,14 +46,14 @@ def add_parser(subparsers) -> None:
 @torch.no_grad()
 def run(args) -> int:
     device = resolve_device(args.device)
-    report_dir = args.run_dir / "eval"
+    report_dir = RunDir(args.run_dir).eval_dir
     check_not_symlink(report_dir, report_dir / "eval.json", report_dir / "eval.md")  # written at the end
     loaded = load_run(args.run_dir, args.checkpoint)
     loaded.model.to(device)
     cfg = loaded.config
     if args.batches:
         cfg.evaluation.steps = args.batches
-    data = build_run_data(cfg, args.run_dir, tokenizer_dir=loaded.checkpoint / "tokenizer")
+    data = build_run_data(cfg, args.run_dir, tokenizer_dir=loaded.checkpoint.tokenizer)
     losses = evaluate(loaded.model, data, cfg, DistInfo(device=device))
     loaded.model.eval()
     scores = {"val_loss": losses["val_loss"], "val_perplexity": perplexity(losses["val_loss"])}

@@ -108,9 +108,10 @@ def load_model_and_tokenizer(path: Path, max_source_len: int | None = None):
     The tokenizer cuts inputs to `max_source_len` tokens (default: what the model was trained with)."""
     if not path.is_dir():
         raise CheckpointError(f"{path} is not a directory")
-    from encdec.training.run import is_run_dir, load_run
+    from encdec.training.run import load_run
+    from encdec.training.run_dir import RunDir
 
-    if is_run_dir(path):
+    if RunDir(path).is_run():
         run = load_run(path, "best")
         objective = run.config.objective
         template = objective.source_template if objective.kind == "seq2seq" else "{source}"

@@ -111,10 +111,11 @@ def write_generation_config(out: Path, cfg: ModelConfig, tokenizer: Tokenizer, d
 
 def export_run(run_dir: str | Path, out: str | Path, force: bool = False, checkpoint: str = "best") -> str:
     """Export checkpoint `checkpoint` of an `encdec train` run directory; returns the Hugging Face class name."""
-    from encdec.training.run import is_run_dir, load_run  # training sits above interop: import at call time
+    from encdec.training.run import load_run  # training sits above interop: import at call time
+    from encdec.training.run_dir import RunDir
 
     run_dir, out = Path(run_dir), Path(out)
-    if not is_run_dir(run_dir):
+    if not RunDir(run_dir).is_run():
         raise CheckpointError(f"{run_dir} is not a run directory of encdec train (it has no checkpoints/latest)")
     if out.resolve() == run_dir.resolve() or run_dir.resolve() in out.resolve().parents:
         raise ConfigError(f"the output directory {out} is inside the run directory {run_dir}; choose one outside it")

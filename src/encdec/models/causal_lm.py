@@ -33,7 +33,6 @@ import abc
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from encdec.errors import ConfigError, DataError
@@ -46,7 +45,8 @@ from encdec.models.components import (
 )
 from encdec.models.config import ModelConfig
 from encdec.models.generation_mixin import GenerationMixin
-from encdec.models.moe_losses import add_moe_losses, moe_losses
+from encdec.models.loss import with_loss
+from encdec.models.moe_losses import moe_losses
 from encdec.models.outputs import Seq2SeqOutput
 from encdec.modules import (
     AttentionInputs,
@@ -122,10 +122,6 @@ def left_padding(mask: torch.Tensor) -> torch.Tensor | None:
         raise DataError("prompts of different lengths must be padded on the left (mask zeros only before "
                         "each row's first real token), not on the right or inside")  # fmt: skip
     return (~mask).sum(-1) if padded else None
-
-
-def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
 
 
 @dataclass
@@ -249,9 +245,8 @@ class ResearchLM(PromptedLM):
     ) -> Seq2SeqOutput:
         """tgt_ids (B, T) the window, labels (B, T) its next tokens; src_ids and src_mask are ignored.
 
-        In training with an extra loss, loss = CE + coeff * extra and aux_losses[extra_loss_name]
-        holds the unweighted term; with experts the MoE terms are added too (encdec.models.moe_losses);
-        ce_loss is CE alone.
+        In training aux_losses[extra_loss_name] holds the extra term, unweighted, beside any experts'
+        terms; encdec.models.loss weighs them (loss = CE + coeff * extra + the MoE terms).
         """
         run = self.run(tgt_ids)
         logits = self.logits(run.hidden)
@@ -260,12 +255,7 @@ class ResearchLM(PromptedLM):
         if self.training and extra_loss is not None:
             aux[self.extra_loss_name] = extra_loss(run.embeddings, run.encoder_out)
         aux.update(moe_losses(run.encoder_router_logits, run.decoder_router_logits))
-        if labels is None:
-            return Seq2SeqOutput(logits, aux_losses=aux)
-        ce = cross_entropy(logits, labels)
-        extra = aux.get(self.extra_loss_name)
-        loss = ce + self.config.research.embedding_loss_coeff * extra if extra is not None else ce
-        return Seq2SeqOutput(logits, add_moe_losses(loss, aux, self.config), ce, aux)
+        return with_loss(logits, aux, labels, self.config)
 
     def advance(self, ids: torch.Tensor, state: LMState) -> torch.Tensor:
         run = self.run(ids, state.offset, state)

@@ -21,13 +21,13 @@ from encdec.models.causal_lm import (
     build_causal_block,
     causal_inputs,
     check_lm_config,
-    cross_entropy,
     new_kv_caches,
     stream_positions,
 )
 from encdec.models.components import build_final_norm, build_lm_head
 from encdec.models.config import ModelConfig, refuse_unused
-from encdec.models.moe_losses import add_moe_losses, moe_losses
+from encdec.models.loss import with_loss
+from encdec.models.moe_losses import moe_losses
 from encdec.models.outputs import Seq2SeqOutput
 from encdec.modules import KVCache
 
@@ -71,11 +71,7 @@ class DecoderOnly(PromptedLM, nn.Module):
         """tgt_ids (B, T) the window, labels (B, T) its next tokens; src_ids and src_mask are ignored."""
         hidden, router_logits = self.hidden(tgt_ids)
         logits = self.logits(hidden)
-        aux = moe_losses([], router_logits)
-        if labels is None:
-            return Seq2SeqOutput(logits, aux_losses=aux)
-        ce = cross_entropy(logits, labels)
-        return Seq2SeqOutput(logits, add_moe_losses(ce, aux, self.config), ce, aux)
+        return with_loss(logits, moe_losses([], router_logits), labels, self.config)
 
     def new_state(self, max_len: int) -> LMState:
         return LMState(new_kv_caches(len(self.blocks), max_len))

@@ -20,7 +20,6 @@ Shapes: B batch, S source length, T target length, C model dim, V vocabulary.
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from encdec.errors import ConfigError
@@ -35,7 +34,8 @@ from encdec.models.components import (
 )
 from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.generation_mixin import GenerationMixin
-from encdec.models.moe_losses import add_moe_losses, moe_losses
+from encdec.models.loss import with_loss
+from encdec.models.moe_losses import moe_losses
 from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
 from encdec.modules import (
     AttentionInputs,
@@ -306,8 +306,4 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         labels (B, T) with -100 ignored."""
         memory = self.encode(src_ids, src_mask)
         logits, decoder_router_logits = self.decode(tgt_ids, memory)
-        aux = moe_losses(memory.router_logits, decoder_router_logits)
-        if labels is None:
-            return Seq2SeqOutput(logits, aux_losses=aux)
-        ce = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
-        return Seq2SeqOutput(logits, add_moe_losses(ce, aux, self.config), ce, aux)
+        return with_loss(logits, moe_losses(memory.router_logits, decoder_router_logits), labels, self.config)

@@ -1,17 +1,15 @@
 """The mixture-of-experts terms of a model's loss (SEEDS.md section 2), the same in every family.
 
 Router logits are gathered across the layers of each side (encoder, decoder) and give per side
-the load-balance loss (aux) and the router z-loss:
+the load-balance loss (aux) and the router z-loss. A model returns the terms unweighted in
+Seq2SeqOutput.aux_losses as moe_aux_{side}, moe_z_{side}; a stack without experts contributes
+none. encdec.models.loss weighs them:
 
     loss = CE + aux_loss_coef * (aux_encoder + aux_decoder) + z_loss_coef * (z_encoder + z_decoder)
-
-A model returns the terms unweighted in Seq2SeqOutput.aux_losses as moe_aux_{side}, moe_z_{side};
-a stack without experts contributes none.
 """
 
 import torch
 
-from encdec.models.config import ModelConfig
 from encdec.modules import load_balance_loss, router_z_loss
 
 
@@ -25,12 +23,3 @@ def moe_losses(encoder_logits: list[torch.Tensor], decoder_logits: list[torch.Te
             losses[f"moe_z_{side}"] = router_z_loss(gathered)
     return losses
 
-
-def add_moe_losses(loss: torch.Tensor, aux: dict[str, torch.Tensor], cfg: ModelConfig) -> torch.Tensor:
-    """`loss` plus the weighted MoE terms found in `aux` (other entries of aux are left alone)."""
-    aux_terms = [value for name, value in aux.items() if name.startswith("moe_aux_")]
-    z_terms = [value for name, value in aux.items() if name.startswith("moe_z_")]
-    if not aux_terms:
-        return loss
-    loss = loss + cfg.aux_loss_coef * sum(aux_terms[1:], aux_terms[0])
-    return loss + cfg.z_loss_coef * sum(z_terms[1:], z_terms[0])

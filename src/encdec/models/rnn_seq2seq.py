@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from encdec.errors import ConfigError
-from encdec.models.causal_lm import cross_entropy
+from encdec.models.loss import with_loss
 from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.outputs import Seq2SeqOutput
@@ -132,10 +132,7 @@ class RNNSeq2Seq(GenerationMixin, nn.Module):
         if src_ids is not None:
             states, hidden = self.encode(src_ids, src_mask)
         logits, _ = self.decode(tgt_ids, hidden, states, src_mask)
-        if labels is None:
-            return Seq2SeqOutput(logits)
-        ce = cross_entropy(logits, labels)
-        return Seq2SeqOutput(logits, ce, ce)
+        return with_loss(logits, {}, labels, self.config)
 
     @torch.no_grad()
     def start(self, src_ids: torch.Tensor | None, src_mask: torch.Tensor | None, max_new_tokens: int,

@@ -1,14 +1,6 @@
-"""Checkpoints that resume exactly and are written atomically.
-
-    RUN_DIR/checkpoints/step_00000100/
-        model.safetensors   weights (shared tensors stored once, aliases in metadata)
-        optimizer.pt        optimizer state: tensors and plain containers only
-        rng.safetensors     torch CPU (and CUDA) RNG states
-        state.json          step, data position, Python and NumPy RNG, best validation loss
-        config.yaml         the resolved run config
-        tokenizer/          the tokenizer, saved by its own `save`
-        generation.json     generation defaults (from a Hugging Face checkpoint), when there are any
-    RUN_DIR/checkpoints/latest, best   the name of the newest / best checkpoint
+"""Checkpoints that resume exactly and are written atomically; what one holds is
+training/run_dir.py's `CheckpointDir` (weights, optimizer, RNG states, training state,
+config, tokenizer, generation defaults), and where it goes the `RunDir`'s.
 
 A checkpoint is written into a temporary directory and renamed into place, and
 `latest` is replaced atomically after it, so a kill at any moment leaves the
@@ -19,7 +11,6 @@ for tensors, `torch.load(weights_only=True)` for the optimizer, JSON for the res
 import errno
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -29,11 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from encdec.errors import CheckpointError
 from encdec.safe_paths import check_not_symlink, inside
-
-CHECKPOINTS = "checkpoints"
-GENERATION_FILE = "generation.json"  # a checkpoint's generation defaults, when it has any
-STEP_NAME = re.compile(r"step_\d{8,}")  # checkpoint directories: pruning deletes only these and TMP_NAME
-TMP_NAME = re.compile(r"\.step_\d{8,}\.tmp")
+from encdec.training.run_dir import STEP_NAME, TMP_NAME, CheckpointDir, RunDir
 
 
 def _fsync_dir(path: Path) -> None:
@@ -78,12 +65,12 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def save_checkpoint(run_dir: Path, step: int, files: dict, keep_last: int, is_best: bool = False) -> Path:
+def save_checkpoint(run: RunDir, step: int, files: dict, keep_last: int, is_best: bool = False) -> CheckpointDir:
     """Write checkpoint `step` atomically. `files` holds: model (state dict), optimizer
     (state dict), rng (dict of tensors), state (JSON-able dict), config (a callable writing
     config.yaml into a directory), tokenizer (an object with `save(directory)`) and, optionally,
     generation (JSON-able generation defaults)."""
-    root = run_dir / CHECKPOINTS
+    root = run.checkpoints
     check_not_symlink(root)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:08d}"
@@ -102,20 +89,21 @@ def save_checkpoint(run_dir: Path, step: int, files: dict, keep_last: int, is_be
     _write_pointer(root, "latest", name)
     if is_best:
         _write_pointer(root, "best", name)
-    _prune(root, keep_last)
-    return final
+    _prune(run, keep_last)
+    return CheckpointDir(final)
 
 
 def _write_parts(tmp: Path, files: dict) -> None:
     tmp.mkdir()
-    save_weights(files["model"], tmp / "model.safetensors")
-    torch.save(files["optimizer"], tmp / "optimizer.pt")
-    save_file({k: v.contiguous() for k, v in files["rng"].items()}, tmp / "rng.safetensors")
-    (tmp / "state.json").write_text(json.dumps(files["state"]))
-    files["config"](tmp / "config.yaml")
-    files["tokenizer"].save(tmp / "tokenizer")
+    parts = CheckpointDir(tmp)
+    save_weights(files["model"], parts.model)
+    torch.save(files["optimizer"], parts.optimizer)
+    save_file({k: v.contiguous() for k, v in files["rng"].items()}, parts.rng)
+    parts.state.write_text(json.dumps(files["state"]))
+    files["config"](parts.config)
+    files["tokenizer"].save(parts.tokenizer)
     if files.get("generation"):
-        (tmp / GENERATION_FILE).write_text(json.dumps(files["generation"], indent=2) + "\n")
+        parts.generation.write_text(json.dumps(files["generation"], indent=2) + "\n")
     for path in tmp.rglob("*"):
         if path.is_file():
             with open(path, "rb") as f:
@@ -130,10 +118,11 @@ def _reason(error: BaseException) -> str:
     return str(error).splitlines()[0][:120] if str(error) else type(error).__name__
 
 
-def _prune(root: Path, keep_last: int) -> None:
+def _prune(run: RunDir, keep_last: int) -> None:
     """Delete old checkpoints and stale temporaries: only real directories named as `save_checkpoint` names
-    them, never a symlink or a file someone else put in `root`."""
-    protected = {read_pointer(root, "latest"), read_pointer(root, "best")}
+    them, never a symlink or a file someone else put in checkpoints/."""
+    root = run.checkpoints
+    protected = {run.pointer("latest"), run.pointer("best")}
     ours = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()]
     steps = sorted((p for p in ours if STEP_NAME.fullmatch(p.name)), key=lambda p: int(p.name[5:]))
     for old in steps[:-keep_last] if keep_last > 0 else []:
@@ -144,48 +133,24 @@ def _prune(root: Path, keep_last: int) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
-def read_pointer(root: Path, name: str) -> str | None:
-    """The checkpoint name pointer `name` ("latest", "best") holds, None without one; a pointer holds a
-    `step_XXXXXXXX` name, never a path, and anything else is refused."""
-    check_not_symlink(root)
-    path = inside(root, name, "checkpoint pointer")
-    if not path.is_file():
-        return None
-    target = path.read_text().strip()
-    if not STEP_NAME.fullmatch(target):
-        raise CheckpointError(f"checkpoint pointer {path} holds {target[:80]!r}, not a step_XXXXXXXX name; "
-                              "fix or delete it")  # fmt: skip
-    return target
-
-
-def checkpoint_dir(root: Path, name: str) -> Path:
-    """The checkpoint directory `name` in the checkpoints directory `root`, refused if it leads elsewhere."""
-    return inside(root, name, "checkpoint")
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    root = run_dir / CHECKPOINTS
-    name = read_pointer(root, "latest")
-    return checkpoint_dir(root, name) if name else None
-
-
-def load_checkpoint(path: Path) -> dict:
-    """Read every part of checkpoint directory `path`; CheckpointError if any part is bad."""
+def load_checkpoint(checkpoint: CheckpointDir) -> dict:
+    """Read every part of `checkpoint`; CheckpointError if any part is bad."""
+    path = checkpoint.path
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} does not exist")
-    for part in ("model.safetensors", "optimizer.pt", "rng.safetensors", "state.json", "tokenizer", GENERATION_FILE):
-        inside(path, part, "checkpoint part")  # a symlink would read a file outside the checkpoint
-    parts = {"model": load_weights(path / "model.safetensors")}
+    for part in checkpoint.PARTS:
+        checkpoint.part(part)  # a symlink would read a file outside the checkpoint
+    parts = {"model": load_weights(checkpoint.model)}
     try:
-        parts["optimizer"] = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+        parts["optimizer"] = torch.load(checkpoint.optimizer, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {path} has no optimizer.pt") from None
     except Exception as error:  # unpickling refused (a pickle payload) or a truncated file
         kind = "carries pickled objects other than tensors" if "weights_only" in str(error) else "is corrupt or truncated"
-        raise CheckpointError(f"{path / 'optimizer.pt'} {kind}; refusing to load it") from None
+        raise CheckpointError(f"{checkpoint.optimizer} {kind}; refusing to load it") from None
     try:
-        parts["rng"] = load_file(path / "rng.safetensors")
-        parts["state"] = json.loads((path / "state.json").read_text())
+        parts["rng"] = load_file(checkpoint.rng)
+        parts["state"] = json.loads(checkpoint.state.read_text())
     except (SafetensorError, OSError, ValueError) as error:
         raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({error})") from None
     return parts

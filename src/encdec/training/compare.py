@@ -27,9 +27,9 @@ from pathlib import Path
 import yaml
 
 from encdec.errors import ConfigError, EncdecError
-from encdec.training.checkpoint import latest_checkpoint
 from encdec.training.config import RunConfig, load_config
 from encdec.training.metrics import plot_curves, read_metrics
+from encdec.training.run_dir import RunDir
 from encdec.training.same_run import SAFE, resumed_config
 from encdec.training.trainer import TrainResult, train
 
@@ -83,13 +83,13 @@ def run_experiment(runs: list[RunSpec], out_dir: Path, seeds: list[int] | None =
             cfg = load_config(run.config, overrides)
             run_dir = out_dir / run.name / (f"seed{seed}" if seed is not None else "")
             set_aside_if_changed(run_dir, cfg)
-            resume = latest_checkpoint(run_dir) is not None  # an interrupted experiment continues
+            resume = RunDir(run_dir).is_run()  # an interrupted experiment continues
             results.append(_finished(run_dir, cfg.training.steps) or train(cfg, run_dir, resume=resume))
             if results[-1].interrupted:  # SIGINT / SIGTERM: the run saved a checkpoint; stop the whole experiment
                 raise ExperimentStopped(f"stopped during run {run_dir}; the same command continues the experiment")
             log.info("%s: validation loss %.4f", run.name, results[-1].val_loss)
         rows.append(summarise(run.name, results))
-    history = {row["run"]: [read_metrics(d / "metrics.jsonl") for d in row["run_dirs"]] for row in rows}
+    history = {row["run"]: [read_metrics(RunDir(d).metrics) for d in row["run_dirs"]] for row in rows}
     plot_curves(history, out_dir / "curves.png", title=out_dir.name)
     (out_dir / "results.md").write_text(markdown_table(rows))
     written = [{**r, "run_dir": str(r["run_dir"]), "run_dirs": [str(d) for d in r["run_dirs"]]} for r in rows]
@@ -100,7 +100,7 @@ def run_experiment(runs: list[RunSpec], out_dir: Path, seeds: list[int] | None =
 def set_aside_if_changed(run_dir: Path, cfg: RunConfig) -> Path | None:
     """Move a member trained with another config (beyond the keys a resume may change) to NAME.stale-N,
     so that it is trained again from scratch; nothing is deleted. Returns where it went."""
-    saved_path = run_dir / "config.yaml"
+    saved_path = RunDir(run_dir).config
     if not saved_path.is_file():
         return None
     try:
@@ -123,14 +123,14 @@ def set_aside_if_changed(run_dir: Path, cfg: RunConfig) -> Path | None:
 
 def _finished(run_dir: Path, steps: int) -> TrainResult | None:
     """The result of a run already trained to `steps`, read back from its summary.json."""
-    summary_path = run_dir / "summary.json"
+    summary_path = RunDir(run_dir).summary
     if not summary_path.exists():
         return None
     summary = json.loads(summary_path.read_text())
     if summary["steps"] < steps:
         return None
     summary["run_dir"] = run_dir
-    return TrainResult(**summary, history=read_metrics(run_dir / "metrics.jsonl"))
+    return TrainResult(**summary, history=read_metrics(RunDir(run_dir).metrics))
 
 
 def summarise(name: str, results: list[TrainResult]) -> dict:

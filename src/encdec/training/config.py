@@ -112,6 +112,7 @@ class TrainingSection:
     data_workers: int | None = None  # processes building batches; None: 2 beside a GPU, 0 on a CPU
     distributed: str = "ddp"  # under torchrun: ddp or fsdp
     threads: int | None = None  # torch CPU threads
+    peak_tflops: float | None = None  # the device's peak for the logged MFU; None: NVIDIA's data sheet (H100, H200, A100)
     early_stopping_patience: int = 0  # stop after this many evaluations without a better best_by (0: never)
     init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
 

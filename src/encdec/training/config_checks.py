@@ -35,6 +35,7 @@ RANGES: list[Check] = [
     ("training.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("training.data_workers", lambda v: v is None or v >= 0, "zero or more"),
     ("training.threads", lambda v: v is None or v >= 1, "a positive integer"),
+    ("training.peak_tflops", lambda v: v is None or v > 0, "positive"),
     ("evaluation.interval", lambda v: v >= 1, "a positive integer"),
     ("evaluation.steps", lambda v: v >= 1, "a positive integer"),
     ("evaluation.generate", lambda v: v >= 0, "zero or more"),

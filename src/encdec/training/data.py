@@ -14,10 +14,10 @@ import numpy as np
 
 from encdec.data.corpora import PAIR_FORMATS, read_corpus, split_items
 from encdec.data.documents import Documents
-from encdec.data.shards import prepare_shards, read_shards
 from encdec.data.hub import iter_hub_instruct_pairs, iter_hub_stories, load_hub_dataset
 from encdec.data.objectives import PairTemplate, build_objective, tokenize_pairs
 from encdec.data.objectives.base import Objective
+from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError, DataError
 from encdec.tokenizers import UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
 from encdec.training.config import ObjectiveSection, RunConfig

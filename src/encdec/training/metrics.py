@@ -12,8 +12,6 @@ from pathlib import Path
 
 from encdec.safe_paths import check_not_symlink
 
-TENSORBOARD_DIR = "tensorboard"
-
 
 def tensorboard_available() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
@@ -23,7 +21,8 @@ class MetricsLog:
     """Appends records; on resume, first drops records after the checkpoint's step (in TensorBoard too)."""
 
     def __init__(self, path: Path, keep_through_step: int | None = None, enabled: bool = True,
-                 tensorboard: bool = False):  # fmt: skip
+                 tensorboard: Path | None = None):  # fmt: skip
+        """Records go to `path` and, when `tensorboard` names a directory, to TensorBoard events there."""
         self.path = path
         self.enabled = enabled
         self.board = None
@@ -38,10 +37,9 @@ class MetricsLog:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            log_dir = path.parent / TENSORBOARD_DIR
-            check_not_symlink(log_dir)
+            check_not_symlink(tensorboard)
             purge = None if keep_through_step is None else keep_through_step + 1  # events after the checkpoint go
-            self.board = SummaryWriter(str(log_dir), purge_step=purge)
+            self.board = SummaryWriter(str(tensorboard), purge_step=purge)
 
     def write(self, record: dict) -> None:
         if not self.enabled:

@@ -18,9 +18,9 @@ from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig
-from encdec.safe_paths import inside
-from encdec.training.checkpoint import CHECKPOINTS, GENERATION_FILE, checkpoint_dir, load_weights, read_pointer
+from encdec.training.checkpoint import load_weights
 from encdec.training.config import load_config
+from encdec.training.run_dir import CheckpointDir, RunDir
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class Pretrained:
 
 
 def is_hf_dir(path: Path) -> bool:
-    return (path / "config.json").is_file() and not (path / CHECKPOINTS).is_dir()
+    return (path / "config.json").is_file() and not RunDir(path).checkpoints.is_dir()
 
 
 def load_pretrained(init_from: str) -> Pretrained:
@@ -45,18 +45,17 @@ def load_pretrained(init_from: str) -> Pretrained:
     path = Path(init_from)
     if is_hf_dir(path):
         return _from_hf(path)
-    root = path / CHECKPOINTS
-    name = read_pointer(root, "best") or read_pointer(root, "latest")
-    if name is None:
+    run = RunDir(path)
+    if not run.is_run():
         raise CheckpointError(f"training.init_from {init_from} is neither a run directory with checkpoints "
                               "nor a Hugging Face model directory (config.json)")  # fmt: skip
-    checkpoint = checkpoint_dir(root, name)
+    checkpoint = run.checkpoint("best")  # the latest where no best was kept
     try:
-        section = load_config(inside(checkpoint, "config.yaml"), paths_from_file=False).model
+        section = load_config(checkpoint.config, paths_from_file=False).model
     except ConfigError as error:
         raise CheckpointError(f"the pretrained run's config cannot be read: {error}") from None
-    weights = load_weights(inside(checkpoint, "model.safetensors"))
-    return Pretrained(checkpoint, section, inside(checkpoint, "tokenizer"), weights, read_generation(checkpoint))
+    weights = load_weights(checkpoint.model)
+    return Pretrained(checkpoint.path, section, checkpoint.tokenizer, weights, read_generation(checkpoint))
 
 
 def _from_hf(path: Path) -> Pretrained:
@@ -86,9 +85,9 @@ def load_pretrained_weights(model: nn.Module, pretrained: Pretrained) -> None:
     log.info("initialised from %s", pretrained.source)
 
 
-def read_generation(checkpoint: Path) -> dict:
+def read_generation(checkpoint: CheckpointDir) -> dict:
     """The generation defaults a checkpoint carries ({} if none)."""
-    path = inside(checkpoint, GENERATION_FILE)
+    path = checkpoint.generation
     if not path.is_file():
         return {}
     try:

@@ -1,81 +1,123 @@
-"""A run directory held by one training at a time, and written only through real files.
+"""A run directory's layout, in one place: every reader and writer of a run goes through `RunDir`.
 
-    RUN_DIR/.lock   an advisory lock (flock) that `encdec train` holds for the whole run,
-                    with the holder's pid and host in it for the refusal message
+    RUN_DIR/
+        config.yaml        the resolved run config
+        metrics.jsonl      one record per step and per evaluation
+        curves.png         the losses (and metrics) over steps
+        summary.json       the finished run's figures (encdec compare reads them back)
+        tensorboard/       the same records for TensorBoard
+        eval/              encdec evaluate's report
+        .lock              held by encdec train for the whole run (training/run_lock.py)
+        checkpoints/
+            step_00000100/      a CheckpointDir (what it holds: below)
+            latest, best        the name of the newest / best checkpoint, never a path
 
-The operating system drops an flock when its process dies, so a run killed with
-SIGKILL leaves no stale lock. Under torchrun only rank 0 takes the lock, and every
-rank learns its answer, so a refused run ends on all ranks instead of hanging.
+Names read from a pointer must be a `step_XXXXXXXX` directory inside checkpoints/, and no part of
+a checkpoint may be a symlink (encdec.safe_paths), so a planted file cannot lead a read elsewhere.
 """
 
-import fcntl
-import json
-import os
-import socket
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from encdec.errors import ConfigError, EncdecError
-from encdec.safe_paths import check_not_symlink
-from encdec.training import distributed
-from encdec.training.checkpoint import CHECKPOINTS
+from encdec.errors import CheckpointError
+from encdec.safe_paths import check_not_symlink, inside
 
-LOCK_FILE = ".lock"
-WRITTEN = ("config.yaml", "metrics.jsonl", "curves.png", "summary.json", CHECKPOINTS, "eval", "tensorboard")  # ours
+STEP_NAME = re.compile(r"step_\d{8,}")  # checkpoint directories: pruning deletes only these and TMP_NAME
+TMP_NAME = re.compile(r"\.step_\d{8,}\.tmp")
 
 
-def check_run_files(run_dir: Path) -> None:
-    """Refuse a run directory where an entry encdec writes is a symlink (it would write outside the run)."""
-    check_not_symlink(*(run_dir / name for name in WRITTEN))
+@dataclass(frozen=True)
+class CheckpointDir:
+    """One checkpoint: the files `save_checkpoint` writes into it and `load_checkpoint` reads back."""
+
+    path: Path
+
+    MODEL = "model.safetensors"  # weights (shared tensors stored once, aliases in metadata)
+    OPTIMIZER = "optimizer.pt"  # optimizer state: tensors and plain containers only
+    RNG = "rng.safetensors"  # torch CPU (and CUDA) RNG states of every rank
+    STATE = "state.json"  # training state (step, best score, ...), data position, scaler
+    CONFIG = "config.yaml"  # the resolved run config
+    TOKENIZER = "tokenizer"  # the tokenizer, saved by its own `save`
+    GENERATION = "generation.json"  # generation defaults (from a Hugging Face checkpoint), when there are any
+    PARTS = (MODEL, OPTIMIZER, RNG, STATE, CONFIG, TOKENIZER, GENERATION)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def part(self, name: str) -> Path:
+        """The path of part `name`, refused if it is a symlink (it would read a file outside the checkpoint)."""
+        return inside(self.path, name, "checkpoint part")
+
+    model = property(lambda self: self.part(self.MODEL))
+    optimizer = property(lambda self: self.part(self.OPTIMIZER))
+    rng = property(lambda self: self.part(self.RNG))
+    state = property(lambda self: self.part(self.STATE))
+    config = property(lambda self: self.part(self.CONFIG))
+    tokenizer = property(lambda self: self.part(self.TOKENIZER))
+    generation = property(lambda self: self.part(self.GENERATION))
 
 
-@contextmanager
-def lock_run_dir(run_dir: Path) -> Iterator[None]:
-    """Create `run_dir` and hold its lock; ConfigError naming the holder if another process holds it."""
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        path = run_dir / LOCK_FILE
-        check_not_symlink(path)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as error:
-        raise ConfigError(f"cannot create the run directory {run_dir} ({error.strerror})") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(f"{run_dir} is in use by encdec train ({_holder(fd)}); "
-                              "wait for it or choose another --out") from None  # fmt: skip
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode() + b"\n", 0)
-        try:
-            yield
-        finally:
-            os.ftruncate(fd, 0)  # the lock itself goes with the descriptor
-    finally:
-        os.close(fd)
+@dataclass(frozen=True)
+class RunDir:
+    """The paths of a run directory and its checkpoint pointers."""
 
+    path: Path
 
-def _holder(fd: int) -> str:
-    try:
-        holder = json.loads(os.pread(fd, 4096, 0))
-        return f"pid {int(holder['pid'])} on {holder['host']}"
-    except (OSError, ValueError, KeyError, TypeError):  # the holder has not written it yet
-        return "another process"
+    def __init__(self, path: str | Path):
+        object.__setattr__(self, "path", Path(path))
 
+    @property
+    def name(self) -> str:
+        return self.path.name
 
-@contextmanager
-def hold_run_dir(run_dir: Path, info: distributed.DistInfo) -> Iterator[None]:
-    """Around a whole training: rank 0 locks `run_dir` and checks its files; every rank raises its refusal."""
-    with ExitStack() as held:
-        refusal = None
-        if info.is_main:
-            try:
-                held.enter_context(lock_run_dir(run_dir))
-                check_run_files(run_dir)
-            except EncdecError as error:
-                refusal = error
-        refusal = distributed.gather_objects(refusal, info)[0]  # rank 0's answer, on every rank
-        if refusal is not None:
-            raise refusal
-        yield
+    config = property(lambda self: self.path / "config.yaml")
+    metrics = property(lambda self: self.path / "metrics.jsonl")
+    curves = property(lambda self: self.path / "curves.png")
+    summary = property(lambda self: self.path / "summary.json")
+    tensorboard = property(lambda self: self.path / "tensorboard")
+    eval_dir = property(lambda self: self.path / "eval")
+    lock = property(lambda self: self.path / ".lock")
+    checkpoints = property(lambda self: self.path / "checkpoints")
+
+    def written(self) -> tuple[Path, ...]:
+        """Every entry encdec train writes here (none may be a symlink: it would write outside the run)."""
+        return (self.config, self.metrics, self.curves, self.summary, self.tensorboard, self.eval_dir, self.checkpoints)
+
+    def check_files(self) -> None:
+        check_not_symlink(*self.written())
+
+    def is_run(self) -> bool:
+        """True where encdec train has saved a checkpoint."""
+        return (self.checkpoints / "latest").is_file()
+
+    def pointer(self, name: str) -> str | None:
+        """The checkpoint name pointer `name` ("latest", "best") holds, None without one; a pointer holds
+        a `step_XXXXXXXX` name, never a path, and anything else is refused."""
+        check_not_symlink(self.checkpoints)
+        path = inside(self.checkpoints, name, "checkpoint pointer")
+        if not path.is_file():
+            return None
+        target = path.read_text().strip()
+        if not STEP_NAME.fullmatch(target):
+            raise CheckpointError(f"checkpoint pointer {path} holds {target[:80]!r}, not a step_XXXXXXXX name; "
+                                  "fix or delete it")  # fmt: skip
+        return target
+
+    def step_dir(self, name: str) -> CheckpointDir:
+        """Checkpoint directory `name`, refused if it leads outside checkpoints/."""
+        return CheckpointDir(inside(self.checkpoints, name, "checkpoint"))
+
+    def latest(self) -> CheckpointDir | None:
+        name = self.pointer("latest")
+        return self.step_dir(name) if name else None
+
+    def checkpoint(self, which: str = "best") -> CheckpointDir:
+        """Checkpoint `which`: "best" (the latest where no best was kept), "latest", or a step directory name."""
+        name = self.pointer(which) or (self.pointer("latest") if which == "best" else None)
+        if name is None and STEP_NAME.fullmatch(which) and (self.checkpoints / which).is_dir():
+            name = which
+        if name is None:
+            raise CheckpointError(f"{self.path} has no checkpoint {which!r}; is it a run directory of encdec train?")
+        return self.step_dir(name)

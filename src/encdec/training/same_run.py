@@ -17,6 +17,7 @@ from encdec.training.typed_yaml import short
 
 SAFE = frozenset({
     "training.steps", "training.threads", "training.data_workers", "training.device", "training.compile",
+    "training.peak_tflops",
     "evaluation.interval", "evaluation.steps", "evaluation.generate",
     "output.log_interval", "output.save_interval", "output.keep_last", "output.plot",
 })  # fmt: skip

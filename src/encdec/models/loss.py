@@ -1,0 +1,81 @@
+"""The loss of every family, in one place: the network returns logits and its auxiliary terms
+unweighted (Seq2SeqOutput.aux_losses), and this module weighs them, as t5x keeps the loss
+outside the network.
+
+    loss = CE(logits, labels; label_smoothing) + sum over aux terms  weight[name] * aux[name]
+
+The weights are declared once, by term name (`loss_weights`): the mixture-of-experts terms of
+each side (SEEDS.md section 2), the embedding loss of seed 000 and the encoder loss of seed 001
+(SEEDS.md sections 3 and 4). The reported cross-entropy is always the plain one, whatever the
+smoothing, so validation losses compare across runs.
+
+Shapes: B batch, T target length, V vocabulary.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from encdec.data.batch import IGNORE_INDEX
+from encdec.models.config import ModelConfig
+from encdec.models.outputs import Seq2SeqOutput
+
+
+def loss_weights(cfg: ModelConfig) -> dict[str, float]:
+    """The weight of each auxiliary term a family may return, by its name."""
+    research = cfg.research.embedding_loss_coeff or 0.0  # None: the family returns no such term
+    return {
+        "moe_aux_encoder": cfg.aux_loss_coef,
+        "moe_aux_decoder": cfg.aux_loss_coef,
+        "moe_z_encoder": cfg.z_loss_coef,
+        "moe_z_decoder": cfg.z_loss_coef,
+        "embedding_loss": research,  # seed 000
+        "encoder_loss": research,  # seed 001
+    }
+
+
+def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Mean cross-entropy (in fp32) over the labelled tokens of logits (B, T, V) and labels (B, T);
+    with label_smoothing, against targets mixed with that much of a uniform distribution."""
+    return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+                           label_smoothing=label_smoothing)  # fmt: skip
+
+
+@dataclass
+class Loss:
+    """What training optimises and what it reports, kept apart."""
+
+    ce: torch.Tensor  # plain cross-entropy: what is logged and validated
+    objective: torch.Tensor  # the cross-entropy optimised: smoothed when label_smoothing > 0, else ce
+    aux: torch.Tensor  # the weighted sum of the auxiliary terms (0 when there are none)
+
+    @property
+    def total(self) -> torch.Tensor:
+        return self.objective + self.aux
+
+
+def weighted_aux(aux_losses: dict[str, torch.Tensor], cfg: ModelConfig, like: torch.Tensor) -> torch.Tensor:
+    """sum weight[name] * term over `aux_losses`; a zero on `like`'s device when there is none."""
+    weights = loss_weights(cfg)
+    total = torch.zeros((), device=like.device, dtype=torch.float32)
+    for name, value in aux_losses.items():
+        total = total + weights[name] * value  # a name without a weight is a family's bug: KeyError
+    return total
+
+
+def compute_loss(logits: torch.Tensor, labels: torch.Tensor, aux_losses: dict[str, torch.Tensor], cfg: ModelConfig,
+                 label_smoothing: float = 0.0) -> Loss:  # fmt: skip
+    """The loss of one batch: logits (B, T, V), labels (B, T) with IGNORE_INDEX unscored."""
+    ce = cross_entropy(logits, labels)
+    objective = cross_entropy(logits, labels, label_smoothing) if label_smoothing else ce
+    return Loss(ce, objective, weighted_aux(aux_losses, cfg, ce))
+
+
+def with_loss(logits: torch.Tensor, aux_losses: dict[str, torch.Tensor], labels: torch.Tensor | None,
+              cfg: ModelConfig) -> Seq2SeqOutput:  # fmt: skip
+    """A family's named output: logits and aux terms, with loss and ce_loss filled when labels are given."""
+    if labels is None:
+        return Seq2SeqOutput(logits, aux_losses=aux_losses)
+    loss = compute_loss(logits, labels, aux_losses, cfg)
+    return Seq2SeqOutput(logits, loss.total, loss.ce, aux_losses)

@@ -1,0 +1,64 @@
+"""FLOPs of a training step and the device's peak, for model FLOP utilisation (MFU).
+
+MFU = the step's matmul FLOPs / the step's time / the device's peak FLOP/s (PaLM, Chowdhery
+et al. 2022, appendix B). The FLOPs are counted for the encoder-decoder family, where the
+formula is checked against torch's FLOP counter (tests/training/test_flops.py); the peak is
+NVIDIA's data sheet figure for the GPUs named below, or what the user gives.
+"""
+
+import torch
+
+from encdec.models import ModelConfig
+from encdec.modules.feed_forward import GATED
+
+# dense peak TFLOP/s by GPU name: bf16, TF32 (fp32 with TF32 on), fp32 (TF32 off). NVIDIA's data sheets;
+# the H200 is the H100 SXM's chip with more memory. PCIe and NVL H100s clock lower: not listed.
+PEAK_TFLOPS = {"H200": (989.0, 494.7, 67.0), "H100": (989.0, 494.7, 67.0), "A100": (312.0, 156.0, 19.5)}
+
+
+def step_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int) -> float:
+    """Matmul FLOPs of one training step of an encoder-decoder: 3x the forward's (the backward does two
+    products per one).
+
+    A (d x n) projection costs 2dn per token; attention 4 * keys * d_head per query and
+    head (scores, then their weighted sum), over full score matrices as computed; the LM
+    head 2 * d_model * vocab per target token; with experts, top-k feed-forwards and a router
+    (2 * d_model * experts) per token.
+    Norms, softmax and the like are not counted.
+    """
+    d, dh, heads = cfg.d_model, cfg.head_dim, cfg.n_heads
+    q, kv = heads * dh, (cfg.n_kv_heads or heads) * dh  # query / output width, key / value width
+    ffn = (3 if cfg.activation in GATED else 2) * d * cfg.d_ff
+    if cfg.n_experts > 1:  # each token through its top-k experts, after the router
+        ffn = ffn * cfg.moe_top_k + d * cfg.n_experts
+    src, tgt = batch * src_len, batch * tgt_len  # tokens
+
+    def attention(queries: int, keys: int) -> int:
+        return batch * heads * queries * keys * dh * 4
+
+    encoder = 2 * src * (2 * d * q + 2 * d * kv + ffn) + attention(src_len, src_len)
+    decoder = 2 * tgt * (4 * d * q + 2 * d * kv + ffn)  # self q k v o, cross q o, feed-forward
+    decoder += 2 * src * 2 * d * kv + attention(tgt_len, tgt_len) + attention(tgt_len, src_len)  # cross k v
+    head = 2 * tgt * d * cfg.vocab_size
+    return 3.0 * (cfg.n_encoder_layers * encoder + cfg.decoder_layers * decoder + head)
+
+
+def datasheet_tflops(device: torch.device, precision: str) -> float | None:
+    """The data sheet's peak for `precision` (bf16, tf32 or fp32) on a GPU listed in PEAK_TFLOPS, else None."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for gpu, peaks in PEAK_TFLOPS.items():
+        if gpu in name and not ("PCIe" in name or "NVL" in name):
+            return peaks[("bf16", "tf32", "fp32").index(precision)]
+    return None
+
+
+def training_peak_tflops(device: torch.device, precision: str, given: float | None) -> float | None:
+    """The peak a training run divides by: `training.peak_tflops`, else the data sheet's (fp16 counts as
+    bf16, fp32 as TF32 on a GPU where torch allows TF32 matmuls), else None (no MFU is logged)."""
+    if given:
+        return given
+    if precision == "fp32":
+        precision = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
+    return datasheet_tflops(device, "bf16" if precision == "fp16" else precision)

@@ -1,0 +1,209 @@
+"""Where a training starts: `set_up` builds (or restores from the latest checkpoint) everything the
+loop works with into one `Training`.
+
+    starting point  the latest checkpoint (resume: the same config, or accepted changes), another
+                    run or a Hugging Face directory (training.init_from), or nothing
+    then            tokenizer and data, model (weights, RNG), precision, wrapping (DDP / FSDP /
+                    torch.compile), optimizer, config.yaml and metrics.jsonl
+"""
+
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from encdec.errors import CheckpointError, ConfigError
+from encdec.models import ModelConfig, build_model, count_parameters
+from encdec.training import distributed
+from encdec.training.checkpoint import load_checkpoint
+from encdec.training.config import RunConfig, build_model_config, load_config, save_config
+from encdec.training.data import RunData, build_run_data
+from encdec.training.memory import check_model_fits, is_out_of_memory
+from encdec.training.metrics import MetricsLog, tensorboard_available
+from encdec.training.numerics import checkpoint_activations, grad_scaler, resolve_precision, set_rng_states
+from encdec.training.optim import build_optimizer
+from encdec.training.pretrained import Pretrained, load_pretrained, load_pretrained_weights, read_generation
+from encdec.training.run_dir import CheckpointDir, RunDir
+from encdec.training.same_run import resumed_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    """Run-time state saved in checkpoints (never in the config)."""
+
+    step: int = 0
+    tokens: int = 0
+    elapsed: float = 0.0  # seconds of training, summed over resumes
+    best_val: float | None = None  # the best score of output.best_by (val_loss, or minus the metric)
+    evals_since_best: int = 0  # evaluations since best_val improved (early stopping)
+
+
+@dataclass
+class Training:
+    """Everything the loop works with, built (or restored from a checkpoint) once by `set_up`."""
+
+    cfg: RunConfig
+    run: RunDir
+    info: distributed.DistInfo
+    data: RunData
+    model: nn.Module  # the model itself: what checkpoints hold and generation runs
+    wrapped: nn.Module  # what runs the steps: the model under DDP / FSDP / torch.compile
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler | None  # fp16's loss scale
+    precision: str  # fp32, bf16 or fp16
+    state: TrainState
+    metrics: MetricsLog
+    parameters: int
+    parameters_without_positions: int
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return self.model.config
+
+
+@dataclass
+class StartingPoint:
+    """Where a run starts: its latest checkpoint (resume), another run or HF directory (fine-tuning), or nothing."""
+
+    cfg: RunConfig  # the config to train with: the saved one on resume, the merged one when fine-tuning
+    checkpoint: CheckpointDir | None = None
+    parts: dict | None = None  # the checkpoint's contents
+    changes: dict = field(default_factory=dict)  # config changes a resume accepted
+    pretrained: Pretrained | None = None
+
+    @property
+    def tokenizer_dir(self) -> Path | None:
+        if self.checkpoint is not None:
+            return self.checkpoint.tokenizer
+        return self.pretrained.tokenizer_dir if self.pretrained is not None else None
+
+    @property
+    def generation(self) -> dict:
+        if self.checkpoint is not None:
+            return read_generation(self.checkpoint)
+        return self.pretrained.generation if self.pretrained is not None else {}
+
+
+def starting_point(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool) -> StartingPoint:
+    latest = run.latest()
+    if not resume and latest is not None:
+        raise ConfigError(f"{run.path} already holds checkpoints; pass --resume to continue it or choose another --out")
+    if resume and latest is None:
+        log.info("no checkpoint in %s: starting from scratch", run.path)
+    if resume and latest is not None:  # the same run, or changes the user accepted
+        parts = load_checkpoint(latest)
+        cfg, changes = resumed_config(cfg, saved_config(latest), accept_changes)
+        return StartingPoint(cfg, latest, parts, changes)
+    if cfg.training.init_from:  # fine-tuning starts from another run or a Hugging Face checkpoint
+        pretrained = load_pretrained(cfg.training.init_from)
+        return StartingPoint(replace(cfg, model={**pretrained.model_section, **cfg.model}), pretrained=pretrained)
+    return StartingPoint(cfg)
+
+
+def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info) -> Training:
+    """Tokenizer, data, model, optimizer and training state, new or as the latest checkpoint left them."""
+    if cfg.training.threads:
+        torch.set_num_threads(cfg.training.threads)
+    start = starting_point(cfg, run, resume, accept_changes)
+    cfg, parts = start.cfg, start.parts
+    run.path.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.training.seed)
+    data = build_run_data(cfg, run.path, tokenizer_dir=start.tokenizer_dir)
+    model = new_model(cfg, data, info.device)
+    model.generation_defaults = start.generation
+    if start.pretrained is not None:
+        load_pretrained_weights(model, start.pretrained)
+        start.pretrained = None  # the weights are in the model now
+    state = TrainState()
+    if parts is not None:
+        try:
+            model.load_state_dict(parts["model"])
+        except RuntimeError as error:
+            raise CheckpointError(f"{start.checkpoint.path} does not fit the model this config builds "
+                                  f"({str(error).splitlines()[-1].strip()[:160]})") from None  # fmt: skip
+        state = saved_train_state(parts["state"], start.checkpoint)
+        data.train.load_state_dict(parts["state"]["data"])
+    model.to(info.device)
+    if cfg.training.activation_checkpointing:
+        log.info("activation checkpointing: %d blocks recompute their activations in backward",
+                 checkpoint_activations(model))  # fmt: skip
+    if parts is not None:
+        _restore_rng(parts["rng"], info)
+    precision = resolve_precision(cfg.training.precision, info.device, cfg.training.distributed if info.enabled else None)
+    scaler = grad_scaler(precision, info.device)
+    if scaler is not None and parts is not None and "scaler" in parts["state"]:
+        scaler.load_state_dict(parts["state"]["scaler"])
+    n_params, n_params_no_pos = count_parameters(model), count_parameters(model, exclude_positions=True)
+    wrapped = distributed.wrap(model, info, cfg.training.distributed, precision)
+    if cfg.training.compile:
+        wrapped = torch.compile(wrapped)
+    fused = info.device.type == "cuda" and not (info.enabled and cfg.training.distributed == "fsdp")
+    optimizer = build_optimizer(wrapped, cfg, fused=fused)
+    if parts is not None:
+        _load_optimizer(wrapped, optimizer, parts["optimizer"], info)
+    if info.is_main:
+        save_config(cfg, run.config)
+    metrics = MetricsLog(run.metrics, state.step if parts else None, info.is_main, tensorboard_dir(cfg, run))
+    if start.changes:
+        metrics.write({"kind": "config_change", "step": state.step, "changes": start.changes})
+        log.warning("resumed at step %d with config changes: %s", state.step, ", ".join(start.changes))
+    log.info("model %s: %s parameters, %s on %s", model.config.family, f"{n_params:,}", precision, info.device)
+    return Training(cfg, run, info, data, model, wrapped, optimizer, scaler, precision, state, metrics, n_params,
+                    n_params_no_pos)  # fmt: skip
+
+
+def new_model(cfg: RunConfig, data: RunData, device: torch.device) -> nn.Module:
+    """The model the config's model section describes, for the run's tokenizer; refused before it is
+    built where it cannot fit the device."""
+    tok = data.tokenizer
+    model_cfg = build_model_config(cfg.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id)
+    check_model_fits(model_cfg, device)
+    try:
+        return build_model(model_cfg)
+    except RuntimeError as error:
+        if not is_out_of_memory(error):
+            raise
+        raise ConfigError(f"building the model ran out of memory ({str(error).splitlines()[0][:120]})") from None
+
+
+def tensorboard_dir(cfg: RunConfig, run: RunDir) -> Path | None:
+    """Where TensorBoard events go: output.tensorboard, by default on when the package is installed."""
+    board = cfg.output.tensorboard if cfg.output.tensorboard is not None else tensorboard_available()
+    if board and not tensorboard_available():
+        raise ConfigError("output.tensorboard is true but the tensorboard package is missing: "
+                          "pip install 'encdec[tensorboard]'")  # fmt: skip
+    return run.tensorboard if board else None
+
+
+def saved_config(checkpoint: CheckpointDir) -> RunConfig:
+    try:
+        return load_config(checkpoint.config, paths_from_file=False)
+    except ConfigError as error:
+        raise CheckpointError(f"the config saved in {checkpoint.path} cannot be read: {error}") from None
+
+
+def saved_train_state(saved: dict, checkpoint: CheckpointDir) -> TrainState:
+    try:
+        return TrainState(**saved["train"])
+    except (TypeError, KeyError):
+        raise CheckpointError(f"{checkpoint.state} does not hold the training state this version writes") from None
+
+
+def _restore_rng(saved: dict, info) -> None:
+    """This rank's RNG states from a checkpoint (older checkpoints hold only the CPU state, as "torch")."""
+    states = {"cpu": saved.get(f"cpu_rank{info.rank}", saved["torch"])}
+    if f"cuda_rank{info.rank}" in saved:
+        states["cuda"] = saved[f"cuda_rank{info.rank}"]
+    if not set_rng_states(states, info.device):
+        log.warning("the checkpoint holds no GPU random state for rank %d: dropout will not repeat the "
+                    "uninterrupted run's masks", info.rank)  # fmt: skip
+
+
+def _load_optimizer(wrapped, optimizer, state: dict, info) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(wrapped, optimizer, state, options=StateDictOptions(full_state_dict=True))

@@ -1,0 +1,77 @@
+"""The per-step records of a training run: losses kept on the device and read in one transfer per
+log interval, then written to metrics.jsonl (and TensorBoard) with the interval's rates."""
+
+import time
+
+import torch
+
+from encdec.training.metrics import MetricsLog
+
+
+class StepLog:
+    """Per-step losses kept on the device and read in one transfer per log interval, then written.
+
+    Every step still gets its own record; `tokens_per_s` is its interval's training rate
+    (evaluation and checkpointing excluded) and `elapsed` the run's wall time at that step,
+    spread evenly over the interval's steps; `grad_norm` is the gradient's norm before
+    clipping, on a GPU `peak_memory_mib` the interval's peak allocation, and `mfu` the
+    interval's model FLOP utilisation where the step's FLOPs and the device's peak are
+    known (training/flops.py).
+    """
+
+    def __init__(self, metrics: MetricsLog, bar, state, device: torch.device, peak_tflops: float | None = None):
+        self.metrics, self.bar, self.state, self.device = metrics, bar, state, device
+        self.peak_flops = peak_tflops * 1e12 if peak_tflops else None
+        self.pending: list[tuple[int, torch.Tensor, int, dict, float]] = []
+        self.flops: float | None = 0.0  # the pending steps' matmul FLOPs; None once a step's are unknown
+        self.started = time.perf_counter() - state.elapsed  # wall clock of step 0, over resumes
+        self.interval_started = time.perf_counter()
+        self.flushed_elapsed = state.elapsed
+
+    def add(self, step: int, ce_sum: torch.Tensor, n_tokens: int, aux: dict, lr: float,
+            flops: float | None = None) -> None:  # fmt: skip
+        self.pending.append((step, ce_sum, n_tokens, aux, lr))
+        self.flops = None if flops is None or self.flops is None else self.flops + flops
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def peak_memory_mib(self) -> float | None:
+        """The device's peak allocation since the last read (CUDA only; a host-side counter, no sync)."""
+        if self.device.type != "cuda":
+            return None
+        peak = torch.cuda.max_memory_allocated(self.device) / 2**20
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return round(peak, 1)
+
+    def restart_interval(self) -> None:
+        self.interval_started = time.perf_counter()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        names = sorted(self.pending[0][3])
+        rows = [torch.stack([ce_sum.float(), *(aux[n].float() for n in names)]) for _, ce_sum, _, aux, _ in self.pending]
+        values = torch.stack(rows).tolist()  # (steps, 1 + aux): the one wait for the device
+        peak_mib = self.peak_memory_mib()
+        now, elapsed = time.perf_counter(), self.elapsed()
+        tokens = sum(n for _, _, n, _, _ in self.pending)
+        seconds = max(now - self.interval_started, 1e-9)
+        tokens_per_s = tokens / seconds
+        mfu = self.flops / seconds / self.peak_flops if self.flops and self.peak_flops else None
+        first_tokens = self.state.tokens - tokens
+        for i, ((step, _, n_tokens, _, lr), row) in enumerate(zip(self.pending, values, strict=True)):
+            first_tokens += n_tokens
+            at = self.flushed_elapsed + (elapsed - self.flushed_elapsed) * (i + 1) / len(self.pending)
+            record = {"kind": "train", "step": step, "loss": row[0] / max(n_tokens, 1), "lr": lr,
+                      "tokens_per_s": tokens_per_s, "tokens": first_tokens, "elapsed": at}  # fmt: skip
+            if peak_mib is not None:
+                record["peak_memory_mib"] = peak_mib
+            if mfu is not None:
+                record["mfu"] = mfu
+            self.metrics.write({**record, **dict(zip(names, row[1:], strict=True))})
+        self.bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{tokens_per_s:,.0f}")
+        self.pending.clear()
+        self.flops = 0.0
+        self.flushed_elapsed = elapsed
+        self.interval_started = now

@@ -1,0 +1,52 @@
+"""The one loss (encdec.models.loss): every family returns its terms unweighted; one function weighs them."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from encdec.models import build_model, preset
+from encdec.models.loss import compute_loss, cross_entropy, loss_weights
+
+V = 64
+FAMILIES = ["t5-tiny", "ar_encdec-tiny", "parallel_encdec-tiny", "decoder_only-tiny", "rnn_seq2seq-tiny"]
+
+
+def build(name: str, **overrides):
+    torch.manual_seed(0)
+    return build_model(preset(name, vocab_size=V, pad_id=0, eos_id=1, decoder_start_id=0, dropout=0.0, **overrides))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_family_returns_its_loss_as_the_one_loss_function_computes_it(name):
+    model = build(name, **({"n_experts": 2} if name != "rnn_seq2seq-tiny" else {})).train()
+    ids, labels = torch.randint(2, V, (2, 7)), torch.randint(2, V, (2, 7))
+    labels[0, -2:] = -100
+    out = model(ids, ids, labels=labels)
+    expected = compute_loss(out.logits, labels, out.aux_losses, model.config)
+    torch.testing.assert_close(out.loss, expected.total)
+    torch.testing.assert_close(out.ce_loss, F.cross_entropy(out.logits.flatten(0, 1), labels.flatten()))
+    without_labels = model(ids, ids)
+    assert without_labels.loss is None and set(without_labels.aux_losses) == set(out.aux_losses)
+
+
+def test_every_auxiliary_term_a_family_returns_has_a_declared_weight():
+    for name in FAMILIES[:4]:
+        model = build(name, n_experts=2).train()
+        ids = torch.randint(2, V, (2, 7))
+        terms = model(ids, ids).aux_losses
+        assert terms and set(terms) <= set(loss_weights(model.config))
+
+
+def test_weights_come_from_the_config_and_smoothing_changes_only_the_optimised_term():
+    model = build("ar_encdec-tiny", n_experts=2, aux_loss_coef=0.5, z_loss_coef=0.25).train()
+    ids, labels = torch.randint(2, V, (2, 7)), torch.randint(2, V, (2, 7))
+    out = model(ids, ids)
+    t = out.aux_losses
+    loss = compute_loss(out.logits, labels, t, model.config, label_smoothing=0.1)
+    coeff = model.config.research.embedding_loss_coeff
+    expected_aux = (coeff * t["embedding_loss"] + 0.5 * (t["moe_aux_encoder"] + t["moe_aux_decoder"])
+                    + 0.25 * (t["moe_z_encoder"] + t["moe_z_decoder"]))  # fmt: skip
+    torch.testing.assert_close(loss.aux, expected_aux)
+    torch.testing.assert_close(loss.ce, cross_entropy(out.logits, labels))
+    torch.testing.assert_close(loss.objective, cross_entropy(out.logits, labels, 0.1))
+    torch.testing.assert_close(loss.total, loss.objective + loss.aux)
