@@ -122,7 +122,7 @@ def test_vocabulary_too_small_for_the_specials_is_a_config_error(tinystories_sto
 
 
 def test_unknown_kind_and_bad_manifest_are_one_sentence_errors(tmp_path):
-    with pytest.raises(ConfigError, match="Unknown tokenizer kind 'wordpiece'"):
+    with pytest.raises(ConfigError, match="unknown tokenizer kind 'wordpiece'"):
         build_tokenizer("wordpiece")
     (tmp_path / MANIFEST_NAME).write_text(json.dumps({"kind": "wordpiece"}))
     with pytest.raises(DataError, match="unknown kind"):

@@ -86,7 +86,7 @@ def _make_tokenizer(args: argparse.Namespace) -> Tokenizer:
         return load_tokenizer(args.tokenizer)
     if args.tokenizer not in KINDS:
         raise ConfigError(
-            f"--tokenizer {args.tokenizer!r} is neither a kind ({', '.join(KINDS)}) nor a saved tokenizer directory."
+            f"--tokenizer {args.tokenizer!r} is neither a kind ({', '.join(KINDS)}) nor a saved tokenizer directory"
         )
     options: dict = {"extra_specials": UL2_MODE_TOKENS if args.mode_tokens else ()}
     if args.num_sentinels is not None:
@@ -129,10 +129,10 @@ def inspect_objective(kind: str, shards, tokenizer: Tokenizer, batch_size: int, 
     """The objective `kind` over a ShardSet, with the inspect command's options."""
     if kind == "seq2seq":
         if "source" not in shards.fields:
-            raise ConfigError(f"Objective seq2seq needs pair shards; {shards.directory} holds plain text.")
+            raise ConfigError(f"objective seq2seq needs pair shards; {shards.directory} holds plain text")
         data = (shards.fields["source"], shards.fields["target"])
     elif "text" not in shards.fields:
-        raise ConfigError(f"Objective {kind} needs text shards; {shards.directory} holds pairs (use seq2seq).")
+        raise ConfigError(f"objective {kind} needs text shards; {shards.directory} holds pairs (use seq2seq)")
     else:
         data = shards.fields["text"]
     seq_len = args.block_size if kind == "causal_lm" else args.max_length

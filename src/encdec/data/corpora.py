@@ -32,7 +32,7 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """(line number from 1, line without its newline) of a plain or gzip UTF-8 file."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"Data file {path} does not exist.")
+        raise DataError(f"data file {path} does not exist")
     with path.open("rb") as probe:
         gzipped = probe.read(2) == b"\x1f\x8b"
     opener = gzip.open if gzipped else open
@@ -45,10 +45,10 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
                 except UnicodeDecodeError as error:
                     raise DataError(
                         f"{path} line {number} is not valid UTF-8 "
-                        f"(byte {raw[error.start]:#04x} at column {error.start + 1})."
+                        f"(byte {raw[error.start]:#04x} at column {error.start + 1})"
                     ) from None
     except (OSError, EOFError, zlib.error) as error:
-        raise DataError(f"{path} cannot be read as gzip after line {number} ({error}).") from None
+        raise DataError(f"{path} cannot be read as gzip after line {number} ({error})") from None
 
 
 def _require_some(items: Iterable[Item], path: str | Path, what: str) -> Iterator[Item]:
@@ -58,7 +58,7 @@ def _require_some(items: Iterable[Item], path: str | Path, what: str) -> Iterato
         empty = False
         yield item
     if empty:
-        raise DataError(f"{path} contains no {what}.")
+        raise DataError(f"{path} contains no {what}")
 
 
 def iter_tinystories(path: str | Path, separator: str = END_OF_TEXT) -> Iterator[str]:
@@ -85,7 +85,7 @@ def iter_tinystories(path: str | Path, separator: str = END_OF_TEXT) -> Iterator
 def iter_plain_text(path: str | Path, unit: str = "paragraph") -> Iterator[str]:
     """Documents of a plain text file: one per `line`, per blank-line-separated `paragraph`, or the whole `file`."""
     if unit not in ("line", "paragraph", "file"):
-        raise DataError(f"Plain text unit {unit!r} is unknown; choose line, paragraph or file.")
+        raise DataError(f"plain text unit {unit!r} is unknown; choose line, paragraph or file")
 
     def documents() -> Iterator[str]:
         block: list[str] = []
@@ -151,9 +151,9 @@ def _iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise DataError(f"{path} line {number} is not valid JSON ({error.msg}).") from None
+            raise DataError(f"{path} line {number} is not valid JSON ({error.msg})") from None
         if not isinstance(record, dict):
-            raise DataError(f"{path} line {number} is not a JSON object.")
+            raise DataError(f"{path} line {number} is not a JSON object")
         yield number, record
 
 
@@ -161,7 +161,7 @@ def _field(record: dict, name: str, path: str | Path, number: int) -> str:
     value = record.get(name)
     if not isinstance(value, str):
         problem = "has no field" if value is None else "has a non-text field"
-        raise DataError(f"{path} line {number} {problem} {name!r}.")
+        raise DataError(f"{path} line {number} {problem} {name!r}")
     return value
 
 
@@ -191,7 +191,7 @@ def iter_parallel(source_path: str | Path, target_path: str | Path) -> Iterator[
             yield source[1].strip(), target[1].strip()
         for extra, name in ((source, source_path), (target, target_path)):
             if extra is not None:
-                raise DataError(f"{name} has more lines than its parallel file (line {extra[0]} has no partner).")
+                raise DataError(f"{name} has more lines than its parallel file (line {extra[0]} has no partner)")
 
     return _require_some(pairs(), source_path, "lines")
 
@@ -206,7 +206,7 @@ def iter_tsv_pairs(path: str | Path, source_column: int = 0, target_column: int 
                 continue
             columns = line.split("\t")
             if len(columns) < need:
-                raise DataError(f"{path} line {number} has {len(columns)} tab-separated columns; {need} are needed.")
+                raise DataError(f"{path} line {number} has {len(columns)} tab-separated columns; {need} are needed")
             yield columns[source_column].strip(), columns[target_column].strip()
 
     return _require_some(pairs(), path, "pairs")
@@ -253,13 +253,13 @@ def read_corpus(format: str, paths: list[str | Path], **options) -> Iterator[str
     }
     if format == "parallel":
         if len(paths) != 2:
-            raise DataError(f"Format 'parallel' needs two files (source and target), got {len(paths)}.")
+            raise DataError(f"format 'parallel' needs two files (source and target), got {len(paths)}")
         return iter_parallel(paths[0], paths[1])
     if format == "instruct-text":  # the Instruct stories as unlabeled LM text, as the ROT5 mini pretraining used
         return (s for p in paths for s in (r.story for r in iter_instruct_records(p)) if s)
     if format not in readers:
         raise DataError(
-            f"Corpus format {format!r} is unknown; choose one of {', '.join([*readers, 'parallel', 'instruct-text'])}."
+            f"corpus format {format!r} is unknown; choose one of {', '.join([*readers, 'parallel', 'instruct-text'])}"
         )
     return (item for path in paths for item in readers[format](path, **options))
 

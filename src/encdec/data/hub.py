@@ -39,7 +39,7 @@ def load_hub_dataset(
         import datasets
     except ImportError:
         raise DataError(
-            f"Dataset {name!r} needs the datasets package; install it with `pip install encdec[hf]`."
+            f"dataset {name!r} needs the datasets package; install it with `pip install encdec[hf]`"
         ) from None
     kwargs = {"split": split, "streaming": streaming, "cache_dir": str(cache_dir) if cache_dir else None}
     if data_files is not None:
@@ -47,7 +47,7 @@ def load_hub_dataset(
         files = [str(f) for f in files]
         for file in files:
             if not Path(file).is_file():
-                raise DataError(f"Data file {file} does not exist.")
+                raise DataError(f"data file {file} does not exist")
         builder = "json" if all(".json" in Path(f).name for f in files) else "text"
         source, kwargs["data_files"] = builder, {split: files}
     else:
@@ -56,7 +56,7 @@ def load_hub_dataset(
         return datasets.load_dataset(source, **kwargs)
     except Exception as error:  # ConnectionError, FileNotFoundError, DatasetNotFoundError, ...
         where = f"local files {kwargs.get('data_files')}" if data_files is not None else "the Hugging Face hub"
-        raise DataError(f"Dataset {name!r} cannot be loaded from {where} ({type(error).__name__}: {error}).") from None
+        raise DataError(f"dataset {name!r} cannot be loaded from {where} ({type(error).__name__}: {error})") from None
 
 
 def iter_hub_stories(dataset, text_field: str = "text") -> Iterator[str]:

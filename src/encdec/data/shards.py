@@ -57,9 +57,9 @@ def choose_dtype(vocab_size: int, dtype: str = "auto", where: str | Path = "") -
     if dtype == "auto":
         return "uint16" if vocab_size <= 2**16 else "uint32"
     if dtype not in DTYPES:
-        raise DataError(f"Shard dtype {dtype!r} is unknown; choose auto, uint16 or uint32.")
+        raise DataError(f"shard dtype {dtype!r} is unknown; choose auto, uint16 or uint32")
     if dtype == "uint16" and vocab_size > 2**16:
-        raise DataError(f"The tokenizer's {vocab_size} ids do not fit uint16 shards in {where}; use uint32 or auto.")
+        raise DataError(f"the tokenizer's {vocab_size} ids do not fit uint16 shards in {where}; use uint32 or auto")
     return dtype
 
 
@@ -150,8 +150,8 @@ def _encode_in_workers(jobs: Iterator, workers: int, tokenizer_dir: Path) -> Ite
                 yield pending.popleft().result()
         except BrokenProcessPool:
             raise DataError(
-                f"A tokenizer worker process died while preparing shards with {tokenizer_dir} "
-                "(a script that calls prepare_shards with workers > 1 needs an `if __name__ == '__main__':` guard)."
+                f"a tokenizer worker process died while preparing shards with {tokenizer_dir} "
+                "(a script that calls prepare_shards with workers > 1 needs an `if __name__ == '__main__':` guard)"
             ) from None
         finally:
             for future in pending:
@@ -185,7 +185,7 @@ def prepare_shards(
     out_dir, paths = Path(out_dir), [Path(p) for p in paths]
     for path in paths:
         if not path.is_file():
-            raise DataError(f"Data file {path} does not exist.")
+            raise DataError(f"data file {path} does not exist")
     dtype = choose_dtype(tokenizer.vocab_size, dtype, out_dir)
     pairs = format in PAIR_FORMATS
     fields = ["source", "target"] if pairs else ["text"]
@@ -261,13 +261,13 @@ def _shard_file(directory: Path, split: object, field: object, suffix: str) -> P
 def _read_manifest(directory: Path) -> dict:
     path = inside(directory, MANIFEST, "shard manifest", DataError)
     if not path.is_file():
-        raise DataError(f"Shard directory {directory} has no {MANIFEST}; run `encdec data prepare` first.")
+        raise DataError(f"shard directory {directory} has no {MANIFEST}; run `encdec data prepare` first")
     try:
         manifest = json.loads(path.read_text())
     except json.JSONDecodeError as error:
-        raise DataError(f"Shard manifest {path} is not valid JSON ({error.msg}).") from None
+        raise DataError(f"shard manifest {path} is not valid JSON ({error.msg})") from None
     if manifest.get("version") != FORMAT_VERSION:
-        raise DataError(f"Shard manifest {path} has version {manifest.get('version')}; expected {FORMAT_VERSION}.")
+        raise DataError(f"shard manifest {path} has version {manifest.get('version')}; expected {FORMAT_VERSION}")
     return manifest
 
 
@@ -297,7 +297,7 @@ def read_shards(directory: str | Path, split: str = "train") -> ShardSet:
     directory = Path(directory)
     manifest = _read_manifest(directory)
     if split not in manifest["splits"]:
-        raise DataError(f"Shard directory {directory} has no split {split!r}; it has {', '.join(manifest['splits'])}.")
+        raise DataError(f"shard directory {directory} has no split {split!r}; it has {', '.join(manifest['splits'])}")
     dtype = DTYPES[manifest["inputs"]["dtype"]]
     fields = {}
     for field in manifest["fields"]:
@@ -305,7 +305,7 @@ def read_shards(directory: str | Path, split: str = "train") -> ShardSet:
         bin_path = _shard_file(directory, split, field, ".bin")
         expected = int(offsets[-1]) * np.dtype(dtype).itemsize
         if bin_path.stat().st_size != expected:
-            raise DataError(f"Shard {bin_path} has {bin_path.stat().st_size} bytes; its index expects {expected}.")
+            raise DataError(f"shard {bin_path} has {bin_path.stat().st_size} bytes; its index expects {expected}")
         tokens = np.memmap(bin_path, dtype=dtype, mode="r") if expected else np.zeros(0, dtype=dtype)
         fields[field] = Documents(tokens, offsets)
     return ShardSet(directory, split, manifest, fields)
@@ -316,8 +316,8 @@ def _read_offsets(path: Path) -> np.ndarray:
     try:
         offsets = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as error:
-        raise DataError(f"Shard index {path} is not a plain integer array ({str(error).splitlines()[0][:80]}).") from None
+        raise DataError(f"shard index {path} is not a plain integer array ({str(error).splitlines()[0][:80]})") from None
     if offsets.ndim != 1 or offsets.dtype.kind not in "iu" or not len(offsets) or offsets[0] != 0 \
             or (np.diff(offsets) < 0).any():  # fmt: skip
-        raise DataError(f"Shard index {path} is not a list of increasing document offsets from 0.")
+        raise DataError(f"shard index {path} is not a list of increasing document offsets from 0")
     return offsets

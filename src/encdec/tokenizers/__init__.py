@@ -34,19 +34,19 @@ def build_tokenizer(
         from encdec.tokenizers.sentencepiece import SentencePieceTokenizer
 
         if path is None:
-            raise ConfigError("Tokenizer kind 'sentencepiece' needs the path of a .model file.")
+            raise ConfigError("tokenizer kind 'sentencepiece' needs the path of a .model file")
         return SentencePieceTokenizer(path, **options)
     if kind == "hf":
         from encdec.tokenizers.hf import HFTokenizer
 
         if path is None:
-            raise ConfigError("Tokenizer kind 'hf' needs the path of a tokenizer.json file.")
+            raise ConfigError("tokenizer kind 'hf' needs the path of a tokenizer.json file")
         return HFTokenizer.from_file(path, **options)
     if kind in ("bpe", "unigram"):
         from encdec.tokenizers.hf import train_tokenizer
 
         if texts is None:
-            raise ConfigError(f"Tokenizer kind {kind!r} is trained and needs texts.")
+            raise ConfigError(f"tokenizer kind {kind!r} is trained and needs texts")
         return train_tokenizer(texts, kind=kind, **options)
     if kind == "tiktoken":
         from encdec.tokenizers.tiktoken import TiktokenTokenizer
@@ -56,9 +56,9 @@ def build_tokenizer(
         from encdec.tokenizers.pretrained import PretrainedTokenizer
 
         if path is None:
-            raise ConfigError("Tokenizer kind 'pretrained' needs the path of a Hugging Face model directory.")
+            raise ConfigError("tokenizer kind 'pretrained' needs the path of a Hugging Face model directory")
         return PretrainedTokenizer.from_directory(path)
-    raise ConfigError(f"Unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}.")
+    raise ConfigError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}")
 
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:
@@ -70,12 +70,12 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     if not manifest_path.is_file() and (has_tokenizer_files(directory) or (directory / "config.json").is_file()):
         return PretrainedTokenizer.from_directory(directory)  # a Hugging Face directory
     if not manifest_path.is_file():
-        raise DataError(f"Tokenizer directory {directory} has no {MANIFEST_NAME} and no Hugging Face tokenizer files.")
+        raise DataError(f"tokenizer directory {directory} has no {MANIFEST_NAME} and no Hugging Face tokenizer files")
     try:
         manifest = json.loads(manifest_path.read_text())
         kind = manifest["kind"]
     except (json.JSONDecodeError, KeyError, TypeError) as error:
-        raise DataError(f"Tokenizer manifest {manifest_path} is not valid ({error}).") from None
+        raise DataError(f"tokenizer manifest {manifest_path} is not valid ({error})") from None
     common = {
         "num_sentinels": int(manifest.get("num_sentinels", 100)),
         "extra_specials": tuple(manifest.get("extra_specials", ())),
@@ -91,13 +91,13 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
         return build_tokenizer(kind, encoding_name=manifest.get("encoding_name", "gpt2"), **common)
     if kind == "pretrained":
         return PretrainedTokenizer.from_directory(directory, manifest.get("decoder_start_id"))
-    raise DataError(f"Tokenizer manifest {manifest_path} names an unknown kind {kind!r}.")
+    raise DataError(f"tokenizer manifest {manifest_path} names an unknown kind {kind!r}")
 
 
 def _named_file(directory: Path, manifest: dict, key: str) -> Path:
     """The file `manifest[key]` names, which must lie inside `directory` (no absolute path, `..` or symlink)."""
     if key not in manifest:
-        raise DataError(f"Tokenizer manifest in {directory} has no {key!r}.")
+        raise DataError(f"tokenizer manifest in {directory} has no {key!r}")
     return inside(directory, manifest[key], f"tokenizer manifest's {key}", DataError)
 
 

@@ -66,7 +66,7 @@ class HFTokenizer(Tokenizer):
             names=table,
         )
         if len(set(table.values())) != len(table):
-            raise DataError(f"Tokenizer {source} maps two different special tokens to one id.")
+            raise DataError(f"tokenizer {source} maps two different special tokens to one id")
 
     @classmethod
     def from_file(cls, path: str | Path, **options) -> HFTokenizer:
@@ -75,11 +75,11 @@ class HFTokenizer(Tokenizer):
 
         path = Path(path)
         if not path.is_file():
-            raise DataError(f"Tokenizer file {path} does not exist.")
+            raise DataError(f"tokenizer file {path} does not exist")
         try:
             tokenizer = RustTokenizer.from_file(str(path))
         except Exception as error:  # the Rust side raises a bare Exception with serde's message
-            raise DataError(f"Tokenizer file {path} does not parse as a Hugging Face tokenizer ({error}).") from None
+            raise DataError(f"tokenizer file {path} does not parse as a Hugging Face tokenizer ({error})") from None
         return cls(tokenizer, source=str(path), **options)
 
     @property
@@ -123,12 +123,12 @@ def train_tokenizer(
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
     if kind not in TRAINABLE_KINDS:
-        raise ConfigError(f"Tokenizer kind {kind!r} cannot be trained; choose one of {', '.join(TRAINABLE_KINDS)}.")
+        raise ConfigError(f"tokenizer kind {kind!r} cannot be trained; choose one of {', '.join(TRAINABLE_KINDS)}")
     specials = ["</s>", "<s>", *added_special_names(num_sentinels, tuple(extra_specials))]
     floor = len(specials) + (256 if kind == "bpe" else 1)
     if vocab_size <= floor:
         raise ConfigError(
-            f"vocab_size {vocab_size} is too small: the specials and base alphabet need more than {floor}."
+            f"vocab_size {vocab_size} is too small: the specials and base alphabet need more than {floor}"
         )
     if kind == "bpe":
         tokenizer = RustTokenizer(models.BPE())

@@ -24,18 +24,18 @@ class SentencePieceTokenizer(Tokenizer):
 
         self.model_file = Path(model_file)
         if not self.model_file.is_file():
-            raise DataError(f"SentencePiece model {self.model_file} does not exist.")
+            raise DataError(f"SentencePiece model {self.model_file} does not exist")
         self._model = self.model_file.read_bytes()
         try:
             self.processor = sentencepiece.SentencePieceProcessor(model_proto=self._model)
         except Exception as error:  # sentencepiece raises RuntimeError or its own parse errors
-            raise DataError(f"SentencePiece model {self.model_file} does not parse ({error}).") from None
+            raise DataError(f"SentencePiece model {self.model_file} does not parse ({error})") from None
         self.num_sentinels = num_sentinels
         self.extra_specials = tuple(extra_specials)
         base = self.processor.get_piece_size()
         bos, eos = self.processor.bos_id(), self.processor.eos_id()
         if bos < 0 or eos < 0:
-            raise DataError(f"SentencePiece model {self.model_file} has no BOS or EOS piece.")
+            raise DataError(f"SentencePiece model {self.model_file} has no BOS or EOS piece")
         table = {name: base + i for i, name in enumerate(added_special_names(num_sentinels, self.extra_specials))}
         table[self.processor.id_to_piece(bos)] = bos
         table[self.processor.id_to_piece(eos)] = eos

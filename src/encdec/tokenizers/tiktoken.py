@@ -21,15 +21,15 @@ def load_encoding(name: str):
     try:
         import tiktoken
     except ImportError:
-        raise DataError(f"Tokenizer {name!r} needs tiktoken; install it with `pip install encdec[gpt2]`.") from None
+        raise DataError(f"tokenizer {name!r} needs tiktoken; install it with `pip install encdec[gpt2]`") from None
     try:
         return tiktoken.get_encoding(name)
     except ValueError as error:
-        raise DataError(f"tiktoken does not know the encoding {name!r} ({error}).") from None
+        raise DataError(f"tiktoken does not know the encoding {name!r} ({error})") from None
     except Exception as error:  # requests' connection errors, a corrupt cache file, ...
         raise DataError(
             f"tiktoken encoding {name!r} cannot be loaded: its BPE file is neither cached nor downloadable "
-            f"({type(error).__name__}); set TIKTOKEN_CACHE_DIR to a directory that holds it."
+            f"({type(error).__name__}); set TIKTOKEN_CACHE_DIR to a directory that holds it"
         ) from None
 
 
@@ -52,7 +52,7 @@ class TiktokenTokenizer(Tokenizer):
         try:
             end_of_text = self.encoding.encode_single_token(END_OF_TEXT)
         except KeyError:
-            raise DataError(f"tiktoken encoding {encoding_name!r} has no {END_OF_TEXT} token.") from None
+            raise DataError(f"tiktoken encoding {encoding_name!r} has no {END_OF_TEXT} token") from None
         table = {name: base + i for i, name in enumerate(added_special_names(num_sentinels, self.extra_specials))}
         table[END_OF_TEXT] = end_of_text
         self.specials = SpecialTokens(

@@ -62,8 +62,8 @@ class Objective:
     def load_state_dict(self, state: dict) -> None:
         if state.get("objective") != self.name or int(state.get("seed", -1)) != self.seed:
             raise DataError(
-                f"Data state for {state.get('objective')!r} seed {state.get('seed')} does not match "
-                f"objective {self.name!r} seed {self.seed}."
+                f"data state for {state.get('objective')!r} seed {state.get('seed')} does not match "
+                f"objective {self.name!r} seed {self.seed}"
             )
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
 
@@ -78,7 +78,7 @@ class EpochPlan:
 
     def __init__(self, num_examples: int, batch_size: int, lengths: np.ndarray | None = None, bucket_batches: int = 50):
         if num_examples == 0:
-            raise DataError("The objective has no examples to draw batches from.")
+            raise DataError("the objective has no examples to draw batches from")
         self.num_examples, self.batch_size = num_examples, batch_size
         self.lengths, self.bucket_batches = lengths, bucket_batches
         self._cache: tuple[tuple[int, int], list[np.ndarray]] | None = None

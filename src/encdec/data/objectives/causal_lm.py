@@ -30,9 +30,9 @@ class CausalLMObjective(Objective):
     def __init__(self, documents: Documents, block_size: int, batch_size: int, mode: str = "random", seed: int = 0):
         super().__init__(seed)
         if mode not in WINDOW_MODES:
-            raise ConfigError(f"Causal LM window mode {mode!r} is unknown; choose one of {', '.join(WINDOW_MODES)}.")
+            raise ConfigError(f"causal LM window mode {mode!r} is unknown; choose one of {', '.join(WINDOW_MODES)}")
         if documents.num_tokens < block_size + 1:
-            raise DataError(f"The corpus has {documents.num_tokens} tokens, fewer than one window of {block_size} + 1.")
+            raise DataError(f"the corpus has {documents.num_tokens} tokens, fewer than one window of {block_size} + 1")
         self.tokens = documents.tokens
         self.block_size, self.batch_size, self.mode = block_size, batch_size, mode
         self.windows_per_epoch = (documents.num_tokens - 1) // block_size  # sequential mode

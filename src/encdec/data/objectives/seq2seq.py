@@ -71,9 +71,9 @@ class Seq2SeqObjective(Objective):
     ):
         super().__init__(seed)
         if truncation not in TRUNCATIONS:
-            raise ConfigError(f"Truncation {truncation!r} is unknown; choose one of {', '.join(TRUNCATIONS)}.")
+            raise ConfigError(f"truncation {truncation!r} is unknown; choose one of {', '.join(TRUNCATIONS)}")
         if len(sources) != len(targets):
-            raise ConfigError(f"Sources ({len(sources)}) and targets ({len(targets)}) must pair one to one.")
+            raise ConfigError(f"sources ({len(sources)}) and targets ({len(targets)}) must pair one to one")
         self.sources, self.targets = sources, targets
         self.max_source_len, self.max_target_len, self.truncation = max_source_len, max_target_len, truncation
         self.pad_id, self.eos_id, self.decoder_start_id = pad_id, eos_id, decoder_start_id

@@ -63,7 +63,7 @@ def span_corrupt(tokens: np.ndarray, noise_mask: np.ndarray, sentinel_ids: np.nd
     num_spans = int(starts.sum())
     if num_spans > len(sentinel_ids):
         raise ConfigError(
-            f"The noise mask has {num_spans} spans but the tokenizer has only {len(sentinel_ids)} sentinels."
+            f"the noise mask has {num_spans} spans but the tokenizer has only {len(sentinel_ids)} sentinels"
         )
     span_index = np.cumsum(starts) - 1  # (L,) index of the current span at noise tokens
     sentinels = np.asarray(sentinel_ids, dtype=np.int64)

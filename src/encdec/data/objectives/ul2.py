@@ -43,9 +43,9 @@ class UL2Config:
     def __post_init__(self):
         probs = (self.r_prob, self.x_prob, self.s_prob)
         if min(probs) < 0 or abs(sum(probs) - 1.0) > 1e-6:
-            raise ConfigError(f"UL2 probabilities r_prob, x_prob, s_prob must be >= 0 and sum to 1, got {probs}.")
+            raise ConfigError(f"UL2 probabilities r_prob, x_prob, s_prob must be >= 0 and sum to 1, got {probs}")
         if self.max_length < 2:
-            raise ConfigError(f"UL2 max_length must be at least 2, got {self.max_length}.")
+            raise ConfigError(f"UL2 max_length must be at least 2, got {self.max_length}")
 
     @classmethod
     def span_corruption(cls, mean_span: float = 3.0, density: float = 0.15, max_length: int = 512) -> UL2Config:
@@ -95,10 +95,10 @@ class UL2Objective(Objective):
     ):
         super().__init__(seed)
         if batch_format not in BATCH_FORMATS:
-            raise ConfigError(f"Batch format {batch_format!r} is unknown; choose one of {', '.join(BATCH_FORMATS)}.")
+            raise ConfigError(f"batch format {batch_format!r} is unknown; choose one of {', '.join(BATCH_FORMATS)}")
         if config.mode_tokens and not (mode_ids and set(MODES) <= set(mode_ids)):
             raise ConfigError(
-                "UL2 mode_tokens needs ids for R, X and S; build the tokenizer with extra specials [R] [X] [S]."
+                "UL2 mode_tokens needs ids for R, X and S; build the tokenizer with extra specials [R] [X] [S]"
             )
         self.tokens = documents.tokens
         self.starts, self.lengths = documents.chunks(config.max_length, min_len=2)  # (P,), (P,)
@@ -138,7 +138,7 @@ def ul2_mode_ids(tokenizer) -> dict[str, int]:
     missing = [f"[{m}]" for m, i in ids.items() if i is None]
     if missing:
         raise ConfigError(
-            f"The tokenizer has no mode tokens {', '.join(missing)}; "
-            "build it with extra_specials=('[R]', '[X]', '[S]')."
+            f"the tokenizer has no mode tokens {', '.join(missing)}; "
+            "build it with extra_specials=('[R]', '[X]', '[S]')"
         )
     return ids
