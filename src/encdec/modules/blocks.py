@@ -17,6 +17,7 @@ from torch import nn
 
 from encdec.modules.attention import Attention
 from encdec.modules.dropout import Dropout
+from encdec.modules.fp16 import clamp_fp16
 from encdec.modules.kv_cache import KVCache, LayerCache
 
 
@@ -37,7 +38,7 @@ def residual(x, fn, norm: nn.Module, dropout: nn.Module, pre_norm: bool):
     router_logits = None
     if isinstance(y, tuple):  # an MoE feed-forward
         y, router_logits = y
-    x = x + dropout(y)
+    x = clamp_fp16(x + dropout(y))  # a half-precision model stays finite (modules/fp16.py)
     return (x if pre_norm else norm(x)), router_logits
 
 

@@ -1,6 +1,7 @@
 """Position-wise feed-forward blocks: plain (ReLU, GELU) and gated (T5 v1.1 gated GELU, SwiGLU).
 
 Weight names follow T5 (`wi`, `wo`; `wi_0`, `wi_1` when gated) so checkpoints map one to one.
+Under fp16 autocast `wo` runs in fp32, where T5's outputs would overflow fp16 (modules/fp16.py).
 """
 
 import torch
@@ -9,6 +10,7 @@ from torch import nn
 
 from encdec.modules.decoding_linear import decoding_linear
 from encdec.modules.dropout import Dropout
+from encdec.modules.fp16 import fp16_autocast
 
 ACTIVATIONS = {
     "relu": F.relu,
@@ -43,7 +45,12 @@ class FeedForward(nn.Module):
             h = self.act(linear(x, self.wi_0)) * linear(x, self.wi_1)
         else:
             h = self.act(linear(x, self.wi))
-        return linear(self.dropout(h), self.wo)
+        h = self.dropout(h)
+        if fp16_autocast(h):  # T5's known fp16 overflow: the output projection in fp32, as Hugging Face keeps it
+            with torch.autocast(h.device.type, enabled=False):
+                bias = self.wo.bias.float() if self.wo.bias is not None else None
+                return F.linear(h.float(), self.wo.weight.float(), bias)
+        return linear(h, self.wo)
 
 
 def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
