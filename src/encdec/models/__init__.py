@@ -1,4 +1,18 @@
-"""Model families, their configs and presets. `build_model(cfg)` is the one entry point."""
+"""Model families, their configs and presets. `build_model(cfg)` is the one entry point.
+
+    config.py            ModelConfig: every field, checked when built; research_config.py: seeds 000/001's
+    presets.py           named configs (t5-small, rot5-tiny, transformer-base, ...)
+    components.py        the builders every transformer family uses: attention, feed-forward or MoE,
+                         norms, blocks, embeddings' scale and norm, the output head
+    encoder_decoder.py   Transformer, T5, ROT5 (and the Marian, BART layouts)
+    causal_lm.py         what the causal families share; decoder_only.py, ar_encdec.py (seed 000),
+                         parallel_encdec.py (seed 001)
+    rnn_seq2seq.py       the RNN encoder-decoder with attention
+    outputs.py           named outputs; loss.py: the one loss (cross-entropy, weighted auxiliary terms),
+                         whose terms come from moe_losses.py and research_losses.py
+    init.py              weight initialisation; generation_mixin.py: model.generate
+The parts themselves (attention, caches, positions, MoE, norms) are in encdec.modules.
+"""
 
 from torch import nn
 
