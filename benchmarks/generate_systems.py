@@ -64,7 +64,8 @@ def encdec_system(model):
 
 
 def ctranslate2_systems(reference, device: torch.device, dtype: str, threads: int) -> dict:
-    """{"ct2": system[, "ct2 int8": system on the CPU]} of the same weights; {} without ctranslate2.
+    """{"ct2": system[, "ct2 int8": system on the CPU]} of the same weights, each where this build of
+    CTranslate2 supports its compute type on `device`; {} without ctranslate2.
 
     Its converter reads the vocabulary from a tokenizer, so a word-level one of ids "t0".."tN" is
     saved beside the weights; tokens are passed to CTranslate2 as those strings."""
@@ -87,8 +88,11 @@ def ctranslate2_systems(reference, device: torch.device, dtype: str, threads: in
     ctranslate2.converters.TransformersConverter(f"{root}/hf").convert(f"{root}/ct2")
     names = {i: t for t, i in vocab.items()}, vocab
     computes = {"ct2": CT2_COMPUTE[dtype]} if device.type == "cuda" else {"ct2": CT2_COMPUTE[dtype], "ct2 int8": "int8"}
+    supported = ctranslate2.get_supported_compute_types(device.type)  # e.g. no bfloat16 on most CPUs
     systems = {}
     for name, compute_type in computes.items():
+        if compute_type not in supported:
+            continue
         translator = ctranslate2.Translator(f"{root}/ct2", device=device.type, compute_type=compute_type,
                                             inter_threads=1, intra_threads=threads)  # fmt: skip
         systems[name] = ct2_system(translator, names)
