@@ -145,8 +145,9 @@ def main(argv=None) -> None:
     if not args.no_ctranslate2:
         systems.update(ctranslate2_systems(reference, device, args.dtype, torch.get_num_threads()))
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"T5 shape {args.shape}; batch {args.batch} x {SOURCE} source tokens, {NEW} new tokens; {args.dtype} on "
-          f"{where}; torch {torch.__version__}, transformers {transformers.__version__}; median of {args.repeats}")  # fmt: skip
+    print(f"T5 shape {args.shape}; batch {args.batch} x {SOURCE} source tokens, {NEW} new tokens; {args.dtype} "
+          f"on {where}; torch {torch.__version__}, transformers {transformers.__version__}; "
+          f"median of {args.repeats}")  # fmt: skip
     print(header(list(systems), device.type == "cuda", bool(args.quantize)))
     vocab = SHAPES[args.shape]["vocab_size"]
     done = []

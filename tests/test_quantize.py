@@ -76,7 +76,7 @@ def test_from_pretrained_quantizes(tmp_path):
 @pytest.mark.parametrize(
     "prepare, sentence",
     [
-        (lambda m: m.to(torch.bfloat16), "int8 decoding quantizes fp32 weights, and this model holds bfloat16: load it in fp32"),
+        (lambda m: m.to(torch.bfloat16), "quantizes fp32 weights, and this model holds bfloat16: load it in fp32"),
         (lambda m: m.to("meta"), "int8 decoding runs on the CPU only"),
         (lambda m: encdec.quantize(m, "int8"), "this model is already quantized to int8"),
     ],

@@ -55,8 +55,9 @@ def check_int8(model: nn.Module) -> None:
     params = list(model.parameters())
     devices = {p.device.type for p in params}
     if devices - {"cpu"}:
+        where = ", ".join(sorted(devices))
         raise ConfigError(f"int8 decoding runs on the CPU only (torch's int8 kernels are CPU kernels); "
-                          f"the model is on {', '.join(sorted(devices))}: move it with model.to('cpu') first")  # fmt: skip
+                          f"the model is on {where}: move it with model.to('cpu') first")  # fmt: skip
     dtypes = {p.dtype for p in params if p.is_floating_point()}
     if dtypes - {torch.float32}:
         names = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))

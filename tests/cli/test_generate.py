@@ -121,12 +121,14 @@ def test_quantize_int8_generates_what_the_quantized_library_model_does(model_dir
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
     encoded = tokenizer(["once upon a time", "lily liked to play there"], return_tensors="pt", padding=True)
     ids = encdec.generate(model, encoded["input_ids"], encoded["attention_mask"], max_new_tokens=4)
-    assert [r["output"] for r in records] == [t.strip() for t in tokenizer.batch_decode(ids[:, 1:], skip_special_tokens=True)]
+    expected = [text.strip() for text in tokenizer.batch_decode(ids[:, 1:], skip_special_tokens=True)]
+    assert [r["output"] for r in records] == expected
 
 
 def test_quantize_on_a_gpu_is_refused_in_one_sentence(model_dir, capsys):
     assert main(["generate", str(model_dir), "--quantize", "int8", "--device", "cuda"]) == 2
-    assert capsys.readouterr().err == "encdec: error: --quantize int8 runs on the CPU only; use --device cpu (or auto)\n"
+    sentence = "--quantize int8 runs on the CPU only; use --device cpu (or auto)"
+    assert capsys.readouterr().err == f"encdec: error: {sentence}\n"
 
 
 def test_an_unknown_quantization_is_refused(model_dir, capsys):

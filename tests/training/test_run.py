@@ -53,8 +53,8 @@ def test_generate_and_evaluate_quantize_a_run_to_int8(tmp_path, tiny_config):
     fp32 = subprocess.run([sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "2",
                            "--max-new-tokens", "5"], capture_output=True, text=True, check=True)  # fmt: skip
     fp32_loss = json.loads((run / "eval" / "eval.json").read_text())["scores"]["val_loss"]
-    int8 = subprocess.run([sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "2",
-                           "--max-new-tokens", "5", "--quantize", "int8"], capture_output=True, text=True, check=True)  # fmt: skip
+    int8 = subprocess.run([sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "2", "--max-new-tokens",
+                           "5", "--quantize", "int8"], capture_output=True, text=True, check=True)  # fmt: skip
     int8_loss = json.loads((run / "eval" / "eval.json").read_text())["scores"]["val_loss"]
     assert int8_loss != fp32_loss and abs(int8_loss - fp32_loss) < 0.05 * fp32_loss
     assert "tokens/s" in int8.stdout and "tokens/s" in fp32.stdout

@@ -48,7 +48,8 @@ class Int8Linear(nn.Module):
             with warnings.catch_warnings():  # torch 2.13 marks quantized tensors deprecated; the kernels remain
                 warnings.simplefilter("ignore", UserWarning)
                 qweight = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)  # (C_out, C_in)
-                self.packed = torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.detach().float())
+                bias = None if bias is None else bias.detach().float()
+                self.packed = torch.ops.quantized.linear_prepack(qweight, bias)
         finally:
             torch.backends.quantized.engine = previous
 
