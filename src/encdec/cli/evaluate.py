@@ -5,10 +5,10 @@ on the split. Samples: for a seq2seq run, validation sources are generated from 
 scored against their targets; for a language-model run (UL2, causal LM), each
 validation document is split as UL2's S-denoiser splits it, the first half is the
 input and the rest the reference. Scores are ROUGE-1/2/L, BLEU and chrF (the output
-tokens generated per second are printed); --quantize int8 runs both through int8 linear
-layers (CPU only, see encdec.quantize). Results go
-to RUN_DIR/eval/eval.json and eval.md, with samples beside their references. Both
-run on --device (default: a GPU when torch sees one, else the CPU).
+tokens generated per second are printed too); results go to RUN_DIR/eval/eval.json
+and eval.md, with samples beside their references. Both run on --device (default: a
+GPU when torch sees one, else the CPU); --quantize int8 runs both through int8 linear
+layers on the CPU (encdec.quantize).
 """
 
 import time
