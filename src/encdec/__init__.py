@@ -13,7 +13,7 @@ from encdec.generation import generate
 from encdec.interop import export_hf, load_hf, save_hf
 from encdec.models import ModelConfig, build_model, count_parameters, preset, preset_names
 from encdec.pretrained import from_pretrained, load_tokenizer
-from encdec.quantize import quantize
+from encdec.quantization import quantize
 
 __version__ = "0.1.0"
 

@@ -39,7 +39,7 @@ def from_pretrained(
     if device is not None:
         model.to(device)
     if quantize is not None:
-        from encdec.quantize import quantize as quantize_model
+        from encdec.quantization import quantize as quantize_model
 
         model = quantize_model(model, quantize)
     return model.eval()

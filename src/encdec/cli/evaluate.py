@@ -27,7 +27,7 @@ from encdec.cli.generate import (
 from encdec.evaluation.metrics import score_texts
 from encdec.evaluation.report import perplexity, write_report
 from encdec.generation import generate
-from encdec.quantize import quantize
+from encdec.quantization import quantize
 from encdec.safe_paths import check_not_symlink
 from encdec.training.data import build_run_data
 from encdec.training.distributed import DistInfo

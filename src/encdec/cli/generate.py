@@ -21,7 +21,7 @@ import torch
 from encdec.errors import CheckpointError, ConfigError, DataError
 from encdec.generation import generate
 from encdec.interop import load_hf
-from encdec.quantize import SCHEMES, quantize
+from encdec.quantization import SCHEMES, quantize
 from encdec.tokenizers.pretrained import PretrainedTokenizer
 from encdec.training.samples import RunTokenizer, trained_source_length
 
