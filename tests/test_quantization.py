@@ -1,4 +1,4 @@
-"""encdec.quantize(model, "int8") (encdec/quantization.py): every linear layer int8, logits and greedy tokens close to fp32, refusals."""
+"""encdec.quantize(model, "int8"): every linear layer int8, logits and tokens close to fp32, refusals."""
 
 import copy
 
