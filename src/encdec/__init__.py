@@ -4,6 +4,7 @@
     model = encdec.build_model(encdec.preset("rot5-tiny", vocab_size=1000))
     model = encdec.load_hf("path/to/t5")      # a local Hugging Face T5 directory
     model = encdec.from_pretrained(path)      # a run directory or a Hugging Face directory
+    model = encdec.quantize(model, "int8")    # int8 linear layers for faster CPU decoding
     tokenizer = encdec.load_tokenizer(path)
 """
 
@@ -12,6 +13,7 @@ from encdec.generation import generate
 from encdec.interop import export_hf, load_hf, save_hf
 from encdec.models import ModelConfig, build_model, count_parameters, preset, preset_names
 from encdec.pretrained import from_pretrained, load_tokenizer
+from encdec.quantization import quantize
 
 __version__ = "0.1.0"
 
@@ -30,5 +32,6 @@ __all__ = [
     "load_tokenizer",
     "preset",
     "preset_names",
+    "quantize",
     "save_hf",
 ]

@@ -19,9 +19,12 @@ from encdec.errors import CheckpointError
 from encdec.tokenizers import Tokenizer
 
 
-def from_pretrained(path: str | Path, checkpoint: str = "best", device: str | torch.device | None = None) -> nn.Module:
+def from_pretrained(
+    path: str | Path, checkpoint: str = "best", device: str | torch.device | None = None, quantize: str | None = None
+) -> nn.Module:
     """The model at `path` in eval mode (on `device` if given). `checkpoint` picks a run's
-    checkpoint: "best", "latest" or a step directory name."""
+    checkpoint: "best", "latest" or a step directory name; `quantize="int8"` returns it with
+    int8 linear layers (CPU only, see encdec.quantize)."""
     from encdec.interop import load_hf
     from encdec.training.run import load_run
     from encdec.training.run_dir import RunDir
@@ -36,6 +39,10 @@ def from_pretrained(path: str | Path, checkpoint: str = "best", device: str | to
                               "nor a Hugging Face model directory (config.json)")  # fmt: skip
     if device is not None:
         model.to(device)
+    if quantize is not None:
+        from encdec.quantization import quantize as quantize_model
+
+        model = quantize_model(model, quantize)
     return model.eval()
 
 

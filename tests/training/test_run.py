@@ -41,3 +41,21 @@ def test_generate_and_evaluate_read_a_run_directory(tmp_path, tiny_config):
     subprocess.run([sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "3", "--max-new-tokens", "5",
                     "--batch-size", "2"], capture_output=True, text=True, check=True)  # fmt: skip
     assert json.loads((run / "eval" / "eval.json").read_text()) == report  # batches of 2 give the same report
+
+
+def test_generate_and_evaluate_quantize_a_run_to_int8(tmp_path, tiny_config):
+    run = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "encdec", "train", str(tiny_config), "--out", str(run),
+                    "--set", "training.steps=4"], check=True, capture_output=True)  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "encdec", "generate", str(run), "--format", "jsonl", "--quantize",
+                           "int8", "--max-new-tokens", "5"], input="Once upon a time\n", capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    assert json.loads(done.stdout)["input"] == "Once upon a time"
+    fp32 = subprocess.run([sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "2",
+                           "--max-new-tokens", "5"], capture_output=True, text=True, check=True)  # fmt: skip
+    fp32_loss = json.loads((run / "eval" / "eval.json").read_text())["scores"]["val_loss"]
+    int8 = subprocess.run([sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "2", "--max-new-tokens",
+                           "5", "--quantize", "int8"], capture_output=True, text=True, check=True)  # fmt: skip
+    int8_loss = json.loads((run / "eval" / "eval.json").read_text())["scores"]["val_loss"]
+    assert int8_loss != fp32_loss and abs(int8_loss - fp32_loss) < 0.05 * fp32_loss
+    assert "tokens/s" in int8.stdout and "tokens/s" in fp32.stdout

@@ -4,20 +4,30 @@ Loss is the mean cross-entropy over `--batches` batches of the run's own objecti
 on the split. Samples: for a seq2seq run, validation sources are generated from and
 scored against their targets; for a language-model run (UL2, causal LM), each
 validation document is split as UL2's S-denoiser splits it, the first half is the
-input and the rest the reference. Scores are ROUGE-1/2/L, BLEU and chrF; results go
-to RUN_DIR/eval/eval.json and eval.md, with samples beside their references. Both
-run on --device (default: a GPU when torch sees one, else the CPU).
+input and the rest the reference. Scores are ROUGE-1/2/L, BLEU and chrF (the output
+tokens generated per second are printed too); results go to RUN_DIR/eval/eval.json
+and eval.md, with samples beside their references. Both run on --device (default: a
+GPU when torch sees one, else the CPU); --quantize int8 runs both through int8 linear
+layers on the CPU (encdec.quantize).
 """
 
+import time
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from encdec.cli.generate import add_device_argument, add_source_length_argument, positive_int, resolve_device
+from encdec.cli.generate import (
+    add_device_argument,
+    add_quantize_argument,
+    add_source_length_argument,
+    device_and_quantize,
+    positive_int,
+)
 from encdec.evaluation.metrics import score_texts
 from encdec.evaluation.report import perplexity, write_report
 from encdec.generation import generate
+from encdec.quantization import quantize
 from encdec.safe_paths import check_not_symlink
 from encdec.training.data import build_run_data
 from encdec.training.distributed import DistInfo
@@ -40,16 +50,24 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--rot5-preprocessing", action="store_true", help="ROT5's ROUGE preprocessing")
     add_source_length_argument(parser)
     add_device_argument(parser)
+    add_quantize_argument(parser)
     parser.set_defaults(func=run)
 
 
 @torch.no_grad()
 def run(args) -> int:
+<<<<<<< HEAD
     device = resolve_device(args.device)
     report_dir = RunDir(args.run_dir).eval_dir
+=======
+    device = device_and_quantize(args)
+    report_dir = args.run_dir / "eval"
+>>>>>>> wt16q
     check_not_symlink(report_dir, report_dir / "eval.json", report_dir / "eval.md")  # written at the end
     loaded = load_run(args.run_dir, args.checkpoint)
     loaded.model.to(device)
+    if args.quantize:  # the loss and the generations both run through the int8 layers
+        quantize(loaded.model, args.quantize)
     cfg = loaded.config
     if args.batches:
         cfg.evaluation.steps = args.batches
@@ -62,14 +80,18 @@ def run(args) -> int:
     side = RunTokenizer.padding_side_for(loaded.model)
     tokenizer = RunTokenizer(loaded.tokenizer, template, side, args.max_source_len or trained_source_length(cfg))
     inputs, references = [p[0] for p in pairs], [p[1] for p in pairs]
-    predictions = []
+    predictions, seconds, new_tokens = [], 0.0, 0
     for start in tqdm(range(0, len(inputs), args.batch_size), desc="generate", unit="batch", leave=False):
         encoded = tokenizer(inputs[start : start + args.batch_size])
+        started = time.perf_counter()
         ids = generate(loaded.model, encoded["input_ids"], encoded["attention_mask"],
-                       max_new_tokens=args.max_new_tokens, num_beams=args.num_beams)  # fmt: skip
-        predictions += [text.strip() for text in tokenizer.batch_decode(ids[:, 1:].cpu())]
+                       max_new_tokens=args.max_new_tokens, num_beams=args.num_beams).cpu()  # fmt: skip
+        seconds += time.perf_counter() - started
+        new_tokens += int((ids[:, 1:] != loaded.model.config.pad_id).sum())  # EOS counted, padding not
+        predictions += [text.strip() for text in tokenizer.batch_decode(ids[:, 1:])]
     scores.update(score_texts(predictions, references, args.rot5_preprocessing))
     json_path, md_path = write_report(report_dir, scores, inputs, predictions, references)
     print(md_path.read_text(), end="")
+    print(f"generated {new_tokens} tokens in {seconds:.1f} s: {new_tokens / seconds:.1f} tokens/s")
     print(f"written: {json_path}, {md_path}")
     return 0

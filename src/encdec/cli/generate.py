@@ -7,7 +7,8 @@ input to the terminal as they are decoded. MODEL_DIR is a run directory of
 source template is applied to each input) or a local Hugging Face directory (T5,
 Marian, BART) with its tokenizer, read with transformers' AutoTokenizer (the
 optional `hf` extra). --device picks where the model runs (default: a GPU when
-torch sees one, else the CPU).
+torch sees one, else the CPU); --quantize int8 decodes on the CPU with int8 linear
+layers (encdec.quantize).
 """
 
 import argparse
@@ -20,6 +21,7 @@ import torch
 from encdec.errors import CheckpointError, ConfigError, DataError
 from encdec.generation import generate
 from encdec.interop import load_hf
+from encdec.quantization import SCHEMES, quantize
 from encdec.tokenizers.pretrained import PretrainedTokenizer
 from encdec.training.samples import RunTokenizer, trained_source_length
 
@@ -57,6 +59,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--do-sample", action="store_true", help="sample instead of taking the most likely token")
     parser.add_argument("--no-stream", action="store_true", help="do not stream the tokens of a single input")
     add_device_argument(parser)
+    add_quantize_argument(parser)
     for name, (kind, text) in OPTIONS.items():
         parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None, help=text)
     parser.set_defaults(func=run)
@@ -82,6 +85,22 @@ def add_source_length_argument(parser: argparse.ArgumentParser) -> None:
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto",
                         help="cpu, cuda, cuda:N, or auto (default): cuda when torch sees a GPU, else cpu")  # fmt: skip
+
+
+def add_quantize_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quantize", choices=SCHEMES, default=None,
+                        help="int8: int8 linear layers, faster CPU decoding at a small cost in accuracy "
+                             "(CPU only; --device auto then means cpu)")  # fmt: skip
+
+
+def device_and_quantize(args: argparse.Namespace) -> torch.device:
+    """The device of --device, which --quantize int8 (CPU kernels only) turns to the CPU under auto
+    and refuses on a GPU."""
+    if args.quantize is None:
+        return resolve_device(args.device)
+    if args.device.split(":")[0] not in ("auto", "cpu"):
+        raise ConfigError(f"--quantize {args.quantize} runs on the CPU only; use --device cpu (or auto)")
+    return resolve_device("cpu" if args.device == "auto" else args.device)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -164,9 +183,11 @@ def stream_printer(tokenizer, stream):
 
 
 def run(args: argparse.Namespace) -> int:
-    device = resolve_device(args.device)
+    device = device_and_quantize(args)
     model, tokenizer = load_model_and_tokenizer(args.model_dir, args.max_source_len)
     model.to(device)
+    if args.quantize:
+        model = quantize(model, args.quantize)
     inputs = read_inputs(args.input, args.prefix)
     options = {name: getattr(args, name) for name in OPTIONS if getattr(args, name) is not None}
     if args.do_sample:

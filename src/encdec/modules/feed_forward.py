@@ -11,6 +11,7 @@ from torch import nn
 from encdec.modules.decoding_linear import decoding_linear
 from encdec.modules.dropout import Dropout
 from encdec.modules.fp16 import fp16_autocast
+from encdec.modules.int8_linear import Int8Linear
 
 ACTIVATIONS = {
     "relu": F.relu,
@@ -53,5 +54,7 @@ class FeedForward(nn.Module):
         return linear(h, self.wo)
 
 
-def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+def linear(x: torch.Tensor, layer: nn.Linear | Int8Linear) -> torch.Tensor:
+    if isinstance(layer, Int8Linear):  # quantized by encdec.quantize
+        return layer(x)
     return decoding_linear(x, layer.weight, layer.bias)  # F.linear, or a faster kernel when decoding on CPU

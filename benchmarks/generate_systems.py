@@ -1,0 +1,188 @@
+"""The systems benchmarks/bench_generate.py times, built from one random-weight T5, and its kernel floor.
+
+Every system is a function (src, mask, options) -> token ids (B, 1 + new) on the CPU, the
+start column included: Hugging Face's generate(), encdec.generate on the same weights
+(loaded through encdec.load_hf), encdec on an int8 copy (encdec.quantize), and
+CTranslate2 on the same weights converted by its TransformersConverter.
+
+Shapes: B batch, S source length, N new tokens, C model dim, H heads, D head dim.
+"""
+
+import copy
+import statistics
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+import transformers
+
+import encdec
+import encdec.modules.decoding_linear as decoding
+
+SHAPES = {  # T5 v1.0 layouts (ReLU, tied embeddings); "small" is the CPU table's shape in docs/benchmarks.md
+    "small": dict(vocab_size=8192, d_model=256, d_kv=64, num_heads=4, d_ff=1024, num_layers=4, num_decoder_layers=4),
+    "t5-small": dict(vocab_size=32128, d_model=512, d_kv=64, num_heads=8, d_ff=2048, num_layers=6,
+                     num_decoder_layers=6),  # fmt: skip
+}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+CT2_COMPUTE = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def build_pair(shape: str, device: torch.device, dtype: torch.dtype):
+    """Hugging Face's T5 and encdec's, the same random weights, in eval mode on `device` in `dtype`."""
+    config = transformers.T5Config(**SHAPES[shape], feed_forward_proj="relu", decoder_start_token_id=0)
+    torch.manual_seed(0)
+    reference = transformers.T5ForConditionalGeneration(config).eval()
+    with tempfile.TemporaryDirectory() as path:
+        reference.save_pretrained(path)
+        ours = encdec.load_hf(path)
+    return reference.to(device, dtype), ours.to(device, dtype).eval()
+
+
+def int8_copy(ours):
+    """encdec's model with int8 linear layers (CPU, fp32 weights only)."""
+    return encdec.quantize(copy.deepcopy(ours), "int8")
+
+
+def hf_system(reference):
+    def run(src, mask, options):
+        if options.get("do_sample"):
+            torch.manual_seed(0)
+        with torch.inference_mode():
+            return reference.generate(input_ids=src, attention_mask=mask, **options).cpu()
+
+    return run
+
+
+def encdec_system(model):
+    def run(src, mask, options):
+        seed = {"seed": 0} if options.get("do_sample") else {}
+        return encdec.generate(model, src, mask, **options, **seed).cpu()
+
+    return run
+
+
+def ctranslate2_systems(reference, device: torch.device, dtype: str, threads: int) -> dict:
+    """{"ct2": system[, "ct2 int8": system on the CPU]} of the same weights, each where this build of
+    CTranslate2 supports its compute type on `device`; {} without ctranslate2.
+
+    Its converter reads the vocabulary from a tokenizer, so a word-level one of ids "t0".."tN" is
+    saved beside the weights; tokens are passed to CTranslate2 as those strings."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return {}
+    from tokenizers import Tokenizer, models
+
+    vocab = {f"t{i}": i for i in range(reference.config.vocab_size)}
+    for i, name in enumerate(("<pad>", "</s>", "<unk>")):
+        del vocab[f"t{i}"]
+        vocab[name] = i
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, "<unk>")),
+                                                     pad_token="<pad>", eos_token="</s>", unk_token="<unk>")  # fmt: skip
+    root = tempfile.mkdtemp()
+    reference.float().save_pretrained(f"{root}/hf")  # converted from fp32; CTranslate2 casts at load
+    reference.to(DTYPES[dtype])
+    tokenizer.save_pretrained(f"{root}/hf")
+    ctranslate2.converters.TransformersConverter(f"{root}/hf").convert(f"{root}/ct2")
+    names = {i: t for t, i in vocab.items()}, vocab
+    computes = {"ct2": CT2_COMPUTE[dtype]} if device.type == "cuda" else {"ct2": CT2_COMPUTE[dtype], "ct2 int8": "int8"}
+    supported = ctranslate2.get_supported_compute_types(device.type)  # e.g. no bfloat16 on most CPUs
+    systems = {}
+    for name, compute_type in computes.items():
+        if compute_type not in supported:
+            continue
+        translator = ctranslate2.Translator(f"{root}/ct2", device=device.type, compute_type=compute_type,
+                                            inter_threads=1, intra_threads=threads)  # fmt: skip
+        systems[name] = ct2_system(translator, names)
+    return systems
+
+
+def ct2_system(translator, names: tuple):
+    """CTranslate2's translate_batch with generate()'s options; returns token ids with the start column."""
+    to_token, to_id = names
+
+    def run(src, mask, options):
+        batch = [[to_token[int(i)] for i in row] for row in src.cpu()]
+        new = options["max_new_tokens"]
+        kwargs = dict(max_decoding_length=new, min_decoding_length=new, beam_size=options.get("num_beams", 1))
+        if options.get("do_sample"):
+            kwargs.update(sampling_topk=options.get("top_k", 50), sampling_topp=options.get("top_p", 1.0), beam_size=1)
+        results = translator.translate_batch(batch, **kwargs)
+        return torch.tensor([[0] + [to_id[t] for t in r.hypotheses[0]] for r in results])
+
+    return run
+
+
+def timed(fn) -> tuple[float, torch.Tensor]:
+    started = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - started, out
+
+
+def fastest_linear(x: torch.Tensor, weight: torch.Tensor):
+    """The faster of F.linear and oneDNN's linear on a prepacked weight, for x's shape: a function of x."""
+
+    def plain(x):
+        return F.linear(x, weight)
+
+    if not decoding.ONEDNN:
+        return plain
+    packed_weight = decoding.reordered(weight)
+
+    def packed(x):
+        return decoding.onednn_linear(x, packed_weight)
+
+    def seconds(fn) -> float:
+        return statistics.median(timed(lambda: fn(x))[0] for _ in range(20))
+
+    return min((plain, packed), key=seconds)
+
+
+def kernel_floor(ours, batch: int, source: int, new: int, beams: int, repeats: int) -> float:
+    """Seconds for the matrix products and attention kernels of one CPU fp32 generate call with `beams`
+    rows per example, replayed in order on the model's weights with nothing else (median of `repeats`)."""
+    cfg = ours.config
+    H, D, C, S, R = cfg.n_heads, cfg.head_dim, cfg.d_model, source, batch * beams
+    src_x, src_h = torch.randn(batch * S, C), torch.randn(batch * S, cfg.d_ff)
+    step_x, step_h = torch.randn(R, C), torch.randn(R, cfg.d_ff)
+    heads = torch.randn(batch, H, S, D)
+    bias = torch.randn(1, H, S, S)
+    cross_q = torch.randn(batch, H, beams, D)  # the beams of one example query its keys together
+    self_kv = torch.randn(R, H, new + 1, D)
+
+    def linears(x, *layers):
+        return [fastest_linear(x, layer.weight) for layer in layers]
+
+    encoder = [(linears(src_x, b.self_attn.q, b.self_attn.k, b.self_attn.v, b.self_attn.o),
+                linears(src_x, b.ffn.wi)[0], linears(src_h, b.ffn.wo)[0]) for b in ours.encoder.blocks]  # fmt: skip
+    cross_kv = [linears(src_x, b.cross_attn.k, b.cross_attn.v) for b in ours.decoder.blocks]
+    decoder = [(linears(step_x, b.self_attn.q, b.self_attn.k, b.self_attn.v, b.self_attn.o, b.cross_attn.q,
+                        b.cross_attn.o), linears(step_x, b.ffn.wi)[0], linears(step_h, b.ffn.wo)[0])
+               for b in ours.decoder.blocks]  # fmt: skip
+    head = fastest_linear(step_x, ours.embed.weight)
+    cross_k, cross_v = torch.randn(batch, H, S, D), torch.randn(batch, H, S, D)
+
+    def replay():
+        with torch.inference_mode():
+            for projections, up, down in encoder:
+                for p in projections:
+                    p(src_x)
+                F.scaled_dot_product_attention(heads, heads, heads, attn_mask=bias, scale=1.0)
+                up(src_x), down(src_h)
+            for k, v in cross_kv:
+                k(src_x), v(src_x)
+            for t in range(1, new + 1):
+                for projections, up, down in decoder:
+                    for p in projections:
+                        p(step_x)
+                    kv = self_kv[:, :, :t]
+                    F.scaled_dot_product_attention(step_x.view(R, H, 1, D), kv, kv, attn_mask=bias[:, :, :1, :t],
+                                                   scale=1.0)  # fmt: skip
+                    F.scaled_dot_product_attention(cross_q, cross_k, cross_v, scale=1.0)
+                    up(step_x), down(step_h)
+                head(step_x)
+
+    replay()
+    return statistics.median(timed(replay)[0] for _ in range(repeats))

@@ -1,0 +1,59 @@
+"""benchmarks/bench_generate.py at a toy shape: its flags, its table and its token checks."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+TOY = dict(vocab_size=64, d_model=16, d_kv=4, num_heads=4, d_ff=32, num_layers=1, num_decoder_layers=1)
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("bench_generate", BENCHMARKS / "bench_generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules["generate_systems"].SHAPES, "toy", TOY)
+    monkeypatch.setattr(module, "SOURCE", 12)
+    monkeypatch.setattr(module, "NEW", 5)
+    return module
+
+
+def test_batches_are_a_comma_separated_list(bench):
+    assert bench.parse_args(["--batch", "8,64"]).batch == [8, 64]
+
+
+def test_int8_in_bf16_is_refused(bench, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--dtype", "bf16", "--quantize", "int8"])
+    assert "--quantize int8 runs on the CPU in fp32 only" in capsys.readouterr().err
+
+
+def test_same_share_counts_equal_tokens(bench):
+    a = torch.tensor([[0, 1, 2, 3]])
+    assert bench.same_share(a, a.clone()) == "yes"
+    assert bench.same_share(a, torch.tensor([[0, 1, 2, 4]])) == "75%"
+
+
+def test_a_toy_run_prints_one_row_per_batch_and_mode_with_int8(bench, capsys, one_thread):
+    bench.main(["--shape", "toy", "--batch", "1,2", "--repeats", "1", "--modes", "greedy", "beam 4",
+                "--quantize", "int8", "--no-ctranslate2", "--no-kernels"])  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    header = lines[1].split(" | ")
+    rows = [line.split(" | ") for line in lines[3:]]
+    assert len(rows) == 4 and [r[1] for r in rows] == ["greedy", "beam 4", "greedy", "beam 4"]
+    assert "encdec int8 tok/s" in header
+    same = header.index("encdec same tokens as HF")
+    assert all(r[same] == "yes" for r in rows)  # fp32 encdec equals HF token for token
+
+
+@pytest.mark.cuda
+def test_a_toy_cuda_run_in_bf16_reports_peak_memory(bench, capsys):
+    bench.main(["--device", "cuda", "--dtype", "bf16", "--shape", "toy", "--batch", "2", "--repeats", "1",
+                "--modes", "greedy", "--no-ctranslate2"])  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert "encdec peak MiB" in lines[1] and len(lines) == 4
