@@ -56,13 +56,8 @@ def add_parser(subparsers) -> None:
 
 @torch.no_grad()
 def run(args) -> int:
-<<<<<<< HEAD
-    device = resolve_device(args.device)
-    report_dir = RunDir(args.run_dir).eval_dir
-=======
     device = device_and_quantize(args)
-    report_dir = args.run_dir / "eval"
->>>>>>> wt16q
+    report_dir = RunDir(args.run_dir).eval_dir
     check_not_symlink(report_dir, report_dir / "eval.json", report_dir / "eval.md")  # written at the end
     loaded = load_run(args.run_dir, args.checkpoint)
     loaded.model.to(device)
