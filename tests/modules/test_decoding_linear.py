@@ -48,3 +48,33 @@ def test_training_keeps_gradients():
     hidden = torch.randn(2, 3, 16, requires_grad=True)
     decoding_linear(hidden, weight).sum().backward()
     torch.testing.assert_close(weight.grad, hidden.detach().sum((0, 1)).expand(100, 16))
+
+
+def test_many_rows_without_gradients_take_onednn_for_every_weight(monkeypatch):
+    """An encoder's products (many rows, small weights too) take the reordered-weight kernel in inference,
+    with F.linear's values; with gradients they keep F.linear."""
+    if not decoding.ONEDNN:
+        pytest.skip("this torch has no oneDNN linear")
+    calls = []
+    kernel = decoding.onednn_linear
+    monkeypatch.setattr(decoding, "onednn_linear", lambda *a: calls.append(a[0].shape) or kernel(*a))
+    torch.manual_seed(0)
+    weight, bias, x = torch.randn(64, 32), torch.randn(64), torch.randn(4, 50, 32)
+    with torch.inference_mode():
+        torch.testing.assert_close(decoding_linear(x, weight, bias), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+        decoding_linear(x[:1, :8], weight)  # a few rows by a small weight: F.linear
+    assert calls == [(200, 32)]
+    decoding_linear(x, weight.requires_grad_())
+    assert calls == [(200, 32)]
+
+
+def test_attention_projections_take_the_inference_kernel(monkeypatch):
+    from encdec.modules import Attention
+
+    calls = []
+    record = lambda x, w, b=None: calls.append(w) or F.linear(x, w, b)  # noqa: E731
+    monkeypatch.setattr("encdec.modules.attention.decoding_linear", record)
+    attn = Attention(32, 4).eval()
+    with torch.inference_mode():
+        attn(torch.randn(2, 5, 32))
+    assert [id(w) for w in calls] == [id(attn.q.weight), id(attn.k.weight), id(attn.v.weight), id(attn.o.weight)]

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encdec.modules.decoding_linear import decoding_linear
 from encdec.modules.dropout import dropout
 from encdec.modules.kv_cache import KVCache, StaticKVCache
 from encdec.modules.positions import RotaryEmbedding
@@ -53,8 +54,8 @@ class Attention(nn.Module):
     def project_kv(self, source: torch.Tensor, k_pos: torch.Tensor | None = None):
         """source (B, S, C) -> keys, values (B, K, S, D), keys rotated by `k_pos`."""
         B, S, _ = source.shape
-        k = self.k(source).view(B, S, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, K, S, D)
-        v = self.v(source).view(B, S, self.n_kv_heads, self.d_head).transpose(1, 2)
+        k = project(self.k, source).view(B, S, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, K, S, D)
+        v = project(self.v, source).view(B, S, self.n_kv_heads, self.d_head).transpose(1, 2)
         if self.rotary is not None:
             k = self.rotary(k, k_pos)
         return k, v
@@ -84,7 +85,7 @@ class Attention(nn.Module):
             the query length, so shared keys are neither copied nor reordered.
         """
         B, T, _ = x.shape
-        q = self.q(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
+        q = project(self.q, x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
         if self.rotary is not None:
             q = self.rotary(q, q_pos)
         if cache is not None and cache.frozen:
@@ -103,7 +104,15 @@ class Attention(nn.Module):
             out = out.view(B // query_groups, self.n_heads, query_groups, T, self.d_head).permute(0, 2, 3, 1, 4)
         else:
             out = out.transpose(1, 2)  # (B, T, H, D)
-        return self.o(out.reshape(B, T, self.n_heads * self.d_head))
+        return project(self.o, out.reshape(B, T, self.n_heads * self.d_head))
+
+
+def project(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """layer(x), through `decoding_linear` (oneDNN for inference on CPU) when `layer` is a plain nn.Linear;
+    any other module (a quantised or adapted projection) is called as it is."""
+    if type(layer) is nn.Linear:
+        return decoding_linear(x, layer.weight, layer.bias)
+    return layer(x)
 
 
 def attend(q, k, v, mask, is_causal: bool, scale: float | None, dropout_p: float) -> torch.Tensor:

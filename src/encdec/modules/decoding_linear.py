@@ -1,4 +1,4 @@
-"""The product of a few rows by a large weight, as decoding asks for it at every step.
+"""The linear products of inference on CPU: a decoding step's few rows, and an encoder's many.
 
 Each decoding step multiplies the batch's (or its beams') newest position, 8-64 rows,
 by the same feed-forward and vocabulary matrices. F.linear repacks the weight for
@@ -6,12 +6,18 @@ BLAS at every call. On CPU, oneDNN's linear with the weight reordered once into 
 blocked layout is faster for weights of a megabyte or more, and torch ships it; the
 reordered copy is made on first use and remade whenever the weight changes (its
 version counter moves with every in-place update). Without oneDNN, the transposed
-product weight @ x^T still beats F.linear on these shapes. The reordered copies cost
-one more copy of those weights' memory while the weights live. Against F.linear everywhere,
+product weight @ x^T still beats F.linear on these shapes. Against F.linear everywhere,
 this saves about 15% of a greedy and 9% of a beam-search generate call in
 benchmarks/bench_generate.py (docs/benchmarks.md).
 
-Training, GPUs, other dtypes, many rows and small weights keep F.linear.
+The encoder of a generate call (and any forward without gradients) multiplies many
+rows, 128 and more, by every weight, small ones included: there oneDNN with the
+reordered weight took half of F.linear's time on one thread of this 2-core EPYC
+(2,048 x 256 by 256 x 1,024: 7.5 against 14.3 ms; by 256 x 256: 1.1 against 3.4 ms),
+so products of more than FEW_ROWS rows take it whatever the weight's size. The
+reordered copies cost one more copy of those weights' memory while the weights live.
+
+Training, GPUs, other dtypes, and a few rows by a small weight keep F.linear.
 
 Shapes: N rows (batch times positions), C_in, C_out.
 """
@@ -30,11 +36,13 @@ _reordered: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}  # id(weight) 
 
 
 def decoding_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x (..., C_in) @ weight (C_out, C_in)^T + bias -> (..., C_out), the same values as F.linear."""
+    """x (..., C_in) @ weight (C_out, C_in)^T + bias -> (..., C_out), F.linear's values up to rounding."""
     rows = x.numel() // x.shape[-1]
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    if (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or needs_grad
-            or rows > FEW_ROWS or weight.numel() < LARGE_WEIGHT):  # fmt: skip
+    if x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or needs_grad:
+        return F.linear(x, weight, bias)
+    many = rows > FEW_ROWS
+    if not (ONEDNN and many) and (many or weight.numel() < LARGE_WEIGHT):
         return F.linear(x, weight, bias)
     flat = x.reshape(rows, x.shape[-1])
     if ONEDNN:
