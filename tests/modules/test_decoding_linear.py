@@ -78,3 +78,18 @@ def test_attention_projections_take_the_inference_kernel(monkeypatch):
     with torch.inference_mode():
         attn(torch.randn(2, 5, 32))
     assert [id(w) for w in calls] == [id(attn.q.weight), id(attn.k.weight), id(attn.v.weight), id(attn.o.weight)]
+
+
+@pytest.mark.parametrize("onednn", KERNELS)
+def test_relu_inside_the_product_equals_relu_after_it(monkeypatch, onednn):
+    if onednn and not decoding.ONEDNN:
+        pytest.skip("this torch has no oneDNN linear")
+    monkeypatch.setattr(decoding, "ONEDNN", onednn)
+    torch.manual_seed(0)
+    weight, bias = torch.randn(1024, 256), torch.randn(1024)
+    for shape in [(8, 1, 256), (2, 100, 256)]:  # a decoding step, an encoder's many rows
+        x = torch.randn(*shape)
+        with torch.inference_mode():
+            out = decoding_linear(x, weight, bias, relu=True)
+            assert torch.equal(out, F.relu(decoding_linear(x, weight, bias)))
+            torch.testing.assert_close(out, F.relu(F.linear(x, weight, bias)), rtol=1e-5, atol=1e-4)

@@ -35,26 +35,34 @@ ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_r
 _reordered: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}  # id(weight) -> (weight, version, reordered)
 
 
-def decoding_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x (..., C_in) @ weight (C_out, C_in)^T + bias -> (..., C_out), F.linear's values up to rounding."""
+def decoding_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, relu: bool = False
+) -> torch.Tensor:
+    """x (..., C_in) @ weight (C_out, C_in)^T + bias -> (..., C_out), F.linear's values up to rounding;
+    relu=True applies ReLU to them, inside oneDNN's kernel where it takes the product (the encoder's
+    separate ReLU over (B, S, d_ff) cost as much again as its fused one)."""
     rows = x.numel() // x.shape[-1]
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    if x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or needs_grad:
-        return F.linear(x, weight, bias)
     many = rows > FEW_ROWS
-    if not (ONEDNN and many) and (many or weight.numel() < LARGE_WEIGHT):
-        return F.linear(x, weight, bias)
+    if (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or needs_grad
+            or (not (ONEDNN and many) and (many or weight.numel() < LARGE_WEIGHT))):  # fmt: skip
+        out = F.linear(x, weight, bias)
+        return F.relu(out) if relu else out
     flat = x.reshape(rows, x.shape[-1])
     if ONEDNN:
-        out = onednn_linear(flat, reordered(weight), bias)
+        out = onednn_linear(flat, reordered(weight), bias, "relu" if relu else "none")
     else:
         out = (weight @ flat.T).T if bias is None else torch.addmm(bias[:, None], weight, flat.T).T
+        out = F.relu(out) if relu else out
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
-def onednn_linear(flat: torch.Tensor, reordered_weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """flat (N, C_in) times a weight in oneDNN's layout (from `reordered`) -> (N, C_out)."""
-    return torch.ops.mkldnn._linear_pointwise(flat, reordered_weight, bias, "none", [], "")
+def onednn_linear(
+    flat: torch.Tensor, reordered_weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none"
+) -> torch.Tensor:
+    """flat (N, C_in) times a weight in oneDNN's layout (from `reordered`) -> (N, C_out), then
+    `activation` ("none" or "relu") fused into the same kernel."""
+    return torch.ops.mkldnn._linear_pointwise(flat, reordered_weight, bias, activation, [], "")
 
 
 def reordered(weight: torch.Tensor) -> torch.Tensor:

@@ -41,10 +41,12 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
             h = self.act(linear(x, self.wi_0)) * linear(x, self.wi_1)
+        elif self.act is F.relu:  # fused into the product where oneDNN takes it
+            h = linear(x, self.wi, relu=True)
         else:
             h = self.act(linear(x, self.wi))
         return linear(self.dropout(h), self.wo)
 
 
-def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
-    return decoding_linear(x, layer.weight, layer.bias)  # F.linear, or a faster kernel when decoding on CPU
+def linear(x: torch.Tensor, layer: nn.Linear, relu: bool = False) -> torch.Tensor:
+    return decoding_linear(x, layer.weight, layer.bias, relu)  # F.linear, or a faster kernel on CPU inference
