@@ -50,9 +50,9 @@ def test_training_keeps_gradients():
     torch.testing.assert_close(weight.grad, hidden.detach().sum((0, 1)).expand(100, 16))
 
 
-def test_many_rows_without_gradients_take_onednn_for_every_weight(monkeypatch):
-    """An encoder's products (many rows, small weights too) take the reordered-weight kernel in inference,
-    with F.linear's values; with gradients they keep F.linear."""
+def test_products_without_gradients_take_onednn_for_every_weight(monkeypatch):
+    """An encoder's products (many rows) and a step's (few), small weights too, take the reordered-weight
+    kernel in inference, with F.linear's values; with gradients they keep F.linear."""
     if not decoding.ONEDNN:
         pytest.skip("this torch has no oneDNN linear")
     calls = []
@@ -62,10 +62,11 @@ def test_many_rows_without_gradients_take_onednn_for_every_weight(monkeypatch):
     weight, bias, x = torch.randn(64, 32), torch.randn(64), torch.randn(4, 50, 32)
     with torch.inference_mode():
         torch.testing.assert_close(decoding_linear(x, weight, bias), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
-        decoding_linear(x[:1, :8], weight)  # a few rows by a small weight: F.linear
-    assert calls == [(200, 32)]
+        few = x[:1, :8]
+        torch.testing.assert_close(decoding_linear(few, weight), F.linear(few, weight), rtol=1e-5, atol=1e-5)
+    assert calls == [(200, 32), (8, 32)]
     decoding_linear(x, weight.requires_grad_())
-    assert calls == [(200, 32)]
+    assert calls == [(200, 32), (8, 32)]
 
 
 def test_attention_projections_take_the_inference_kernel(monkeypatch):
@@ -93,3 +94,12 @@ def test_relu_inside_the_product_equals_relu_after_it(monkeypatch, onednn):
             out = decoding_linear(x, weight, bias, relu=True)
             assert torch.equal(out, F.relu(decoding_linear(x, weight, bias)))
             torch.testing.assert_close(out, F.relu(F.linear(x, weight, bias)), rtol=1e-5, atol=1e-4)
+
+
+def test_cpu_autocast_keeps_its_bf16_product():
+    torch.manual_seed(0)
+    weight, x = torch.randn(1024, 256), torch.randn(8, 256)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out, reference = decoding_linear(x, weight), F.linear(x, weight)
+    assert out.dtype == reference.dtype == torch.bfloat16
+    assert torch.equal(out, reference)

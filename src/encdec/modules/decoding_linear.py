@@ -13,11 +13,15 @@ benchmarks/bench_generate.py (docs/benchmarks.md).
 The encoder of a generate call (and any forward without gradients) multiplies many
 rows, 128 and more, by every weight, small ones included: there oneDNN with the
 reordered weight took half of F.linear's time on one thread of this 2-core EPYC
-(2,048 x 256 by 256 x 1,024: 7.5 against 14.3 ms; by 256 x 256: 1.1 against 3.4 ms),
-so products of more than FEW_ROWS rows take it whatever the weight's size. The
-reordered copies cost one more copy of those weights' memory while the weights live.
+(2,048 x 256 by 256 x 1,024: 7.5 against 14.3 ms; by 256 x 256: 1.1 against 3.4 ms).
+Inside a whole generate call the attention projections (256 x 256) of decoding steps
+gained too, although alone and warm in cache F.linear was faster for them: beam 4
+took 597 against 668 ms, greedy 507 against 534 (benchmarks/bench_generate.py's shape,
+one thread, interleaved). So with oneDNN every CPU fp32 product without gradients
+takes it; the reordered copies cost one more copy of the weights' memory while the
+weights live. Without oneDNN, a few rows by a large weight take the transposed product.
 
-Training, GPUs, other dtypes, and a few rows by a small weight keep F.linear.
+Training, GPUs, other dtypes and CPU autocast (whose F.linear computes in bf16) keep F.linear.
 
 Shapes: N rows (batch times positions), C_in, C_out.
 """
@@ -28,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 FEW_ROWS = 64  # at or below this many rows a product counts as a decoding step's
-LARGE_WEIGHT = 1 << 18  # elements (1 MB in fp32); below this F.linear was as fast or faster
+LARGE_WEIGHT = 1 << 18  # elements (1 MB in fp32); below this F.linear was as fast as the transposed product
 ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
           and hasattr(torch.ops.mkldnn, "_linear_pointwise"))  # private; torch.compile's CPU backend calls them  # fmt: skip
 
@@ -43,9 +47,9 @@ def decoding_linear(
     separate ReLU over (B, S, d_ff) cost as much again as its fused one)."""
     rows = x.numel() // x.shape[-1]
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    many = rows > FEW_ROWS
+    transposed = rows <= FEW_ROWS and weight.numel() >= LARGE_WEIGHT  # where it beats F.linear
     if (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or needs_grad
-            or (not (ONEDNN and many) and (many or weight.numel() < LARGE_WEIGHT))):  # fmt: skip
+            or not (ONEDNN or transposed) or torch.is_autocast_enabled("cpu")):  # fmt: skip
         out = F.linear(x, weight, bias)
         return F.relu(out) if relu else out
     flat = x.reshape(rows, x.shape[-1])
