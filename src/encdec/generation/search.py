@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 
 from encdec.generation.config import GenerationConfig
-from encdec.generation.interface import DecodeState, Steppable, model_device
+from encdec.generation.interface import DecodeState, Steppable, model_device, prompt_logits
 from encdec.generation.logits_processors import apply_all, build_processors
 from encdec.generation.outputs import GenerateOutput
 
@@ -66,7 +66,7 @@ def sample_search(
     can_stop = has_eos or stop_test is not None
     every = sync_interval(device, cfg)
     done_at = torch.full((), max_length, dtype=torch.long, device=device)  # length when all rows were first done
-    logits = model.step(prompt, state)[:, -1].float()  # (R, V)
+    logits = prompt_logits(model, prompt, state).float()  # (R, V)
     while True:
         scores = apply_all(chain, seqs[:, :length], logits)
         if steps is not None:

@@ -216,15 +216,20 @@ class PromptedLM(GenerationMixin, abc.ABC):
                 state.reorder(torch.arange(src_ids.shape[0], device=src_ids.device).repeat_interleave(beams))
         return state
 
+    steps_last_only = True  # step(..., last_only=True): the vocabulary product on the last position only
+
     @torch.no_grad()
-    def step(self, tgt_ids: torch.Tensor, state: LMState) -> torch.Tensor:
-        """tgt_ids (R, t) -> logits (R, t, V). After a prompt, the first token given is generate's
-        decoder-start placeholder: its logits are those of the prompt's last position."""
+    def step(self, tgt_ids: torch.Tensor, state: LMState, last_only: bool = False) -> torch.Tensor:
+        """tgt_ids (R, t) -> logits (R, t, V), or (R, 1, V) of the last position with last_only. After a
+        prompt, the first token given is generate's decoder-start placeholder: its logits are those of
+        the prompt's last position."""
         if state.pending is None:
-            return self.advance(tgt_ids, state)
+            return self.advance(tgt_ids, state, last_only)
         pending, state.pending = state.pending, None
         if tgt_ids.shape[1] == 1:
             return pending
+        if last_only:
+            return self.advance(tgt_ids[:, 1:], state, last_only=True)
         return torch.cat((pending, self.advance(tgt_ids[:, 1:], state)), dim=1)
 
 
