@@ -201,3 +201,34 @@ def test_the_explicit_training_path_stays_finite_under_bf16_autocast_with_dropou
         out.float().sum().backward()
     assert torch.isfinite(out).all()
     assert all(torch.isfinite(p.grad).all() for p in attn.parameters())
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+@pytest.mark.parametrize("scale", [True, False])
+@pytest.mark.parametrize("groups", [1, 3])
+def test_a_step_against_a_filled_static_cache_equals_uncached_cross_attention(monkeypatch, n_kv_heads, scale, groups):
+    """Decoding's few queries read the frozen cache's transposed keys (attend_transposed) and give what
+    attention to the encoder output gives, for beams sharing it (query groups) and a padding mask."""
+    import encdec.modules.attention as attention
+    from encdec.modules import StaticKVCache
+
+    calls = []
+    kernel = attention.attend_transposed
+    monkeypatch.setattr(attention, "attend_transposed", lambda *a: calls.append(a[0].shape) or kernel(*a))
+
+    torch.manual_seed(0)
+    attn = Attention(32, 4, n_kv_heads=n_kv_heads, scale=scale).eval()
+    memory = torch.randn(2, 7, 32)
+    allowed = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    allowed[1, ..., 5:] = False
+    mask = additive_mask(allowed, None, torch.float32)
+    x = torch.randn(2 * groups, 1, 32)
+    cache = StaticKVCache()
+    with torch.inference_mode():
+        cache.append(*attn.project_kv(memory))
+        assert cache.frozen and cache.keys_t.is_contiguous() and cache.keys_t.shape == (2, n_kv_heads, 8, 7)
+        got = attn(x, memory, mask=mask, cache=cache, query_groups=groups)
+        expanded = memory.repeat_interleave(groups, 0)
+        want = attn(x, expanded, mask=mask.repeat_interleave(groups, 0))
+    assert calls == [(2, 4, groups, 8)]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

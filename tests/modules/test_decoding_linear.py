@@ -48,3 +48,58 @@ def test_training_keeps_gradients():
     hidden = torch.randn(2, 3, 16, requires_grad=True)
     decoding_linear(hidden, weight).sum().backward()
     torch.testing.assert_close(weight.grad, hidden.detach().sum((0, 1)).expand(100, 16))
+
+
+def test_products_without_gradients_take_onednn_for_every_weight(monkeypatch):
+    """An encoder's products (many rows) and a step's (few), small weights too, take the reordered-weight
+    kernel in inference, with F.linear's values; with gradients they keep F.linear."""
+    if not decoding.ONEDNN:
+        pytest.skip("this torch has no oneDNN linear")
+    calls = []
+    kernel = decoding.onednn_linear
+    monkeypatch.setattr(decoding, "onednn_linear", lambda *a: calls.append(a[0].shape) or kernel(*a))
+    torch.manual_seed(0)
+    weight, bias, x = torch.randn(64, 32), torch.randn(64), torch.randn(4, 50, 32)
+    with torch.inference_mode():
+        torch.testing.assert_close(decoding_linear(x, weight, bias), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+        few = x[:1, :8]
+        torch.testing.assert_close(decoding_linear(few, weight), F.linear(few, weight), rtol=1e-5, atol=1e-5)
+    assert calls == [(200, 32), (8, 32)]
+    decoding_linear(x, weight.requires_grad_())
+    assert calls == [(200, 32), (8, 32)]
+
+
+def test_attention_projections_take_the_inference_kernel(monkeypatch):
+    from encdec.modules import Attention
+
+    calls = []
+    record = lambda x, w, b=None: calls.append(w) or F.linear(x, w, b)  # noqa: E731
+    monkeypatch.setattr("encdec.modules.attention.decoding_linear", record)
+    attn = Attention(32, 4).eval()
+    with torch.inference_mode():
+        attn(torch.randn(2, 5, 32))
+    assert [id(w) for w in calls] == [id(attn.q.weight), id(attn.k.weight), id(attn.v.weight), id(attn.o.weight)]
+
+
+@pytest.mark.parametrize("onednn", KERNELS)
+def test_relu_inside_the_product_equals_relu_after_it(monkeypatch, onednn):
+    if onednn and not decoding.ONEDNN:
+        pytest.skip("this torch has no oneDNN linear")
+    monkeypatch.setattr(decoding, "ONEDNN", onednn)
+    torch.manual_seed(0)
+    weight, bias = torch.randn(1024, 256), torch.randn(1024)
+    for shape in [(8, 1, 256), (2, 100, 256)]:  # a decoding step, an encoder's many rows
+        x = torch.randn(*shape)
+        with torch.inference_mode():
+            out = decoding_linear(x, weight, bias, relu=True)
+            assert torch.equal(out, F.relu(decoding_linear(x, weight, bias)))
+            torch.testing.assert_close(out, F.relu(F.linear(x, weight, bias)), rtol=1e-5, atol=1e-4)
+
+
+def test_cpu_autocast_keeps_its_bf16_product():
+    torch.manual_seed(0)
+    weight, x = torch.randn(1024, 256), torch.randn(8, 256)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out, reference = decoding_linear(x, weight), F.linear(x, weight)
+    assert out.dtype == reference.dtype == torch.bfloat16
+    assert torch.equal(out, reference)

@@ -42,3 +42,21 @@ def test_reorder_in_place_handles_rows_that_swap_and_repeat():
     cache.reorder(torch.tensor([1, 0, 0, 3]))  # rows 0 and 1 swap, row 2 copies row 0, row 3 stays
     assert cache.keys[:, 0, :3, 0].tolist() == [[1.0] * 3, [0.0] * 3, [0.0] * 3, [3.0] * 3]
     assert torch.equal(cache.values[:, :, :3], -cache.keys[:, :, :3])
+
+
+def test_reorders_alternate_between_two_buffers_and_keep_appending_right():
+    """Beam reorders gather into a spare buffer and swap: after the first, no allocation, and the cache
+    still holds exactly the chosen rows followed by what is appended next."""
+    cache = KVCache(max_len=8)
+    k = torch.arange(3.0).view(3, 1, 1, 1).expand(3, 2, 2, 4).contiguous()
+    cache.append(k, -k)
+    cache.reorder(torch.tensor([2, 0, 0]))
+    cache.reorder(torch.tensor([1, 0, 2]))  # rows now hold 0, 2, 0
+    buffers = {cache.keys.data_ptr()}
+    cache.reorder(torch.tensor([0, 1, 2]))
+    buffers.add(cache.keys.data_ptr())
+    cache.reorder(torch.tensor([0, 1, 2]))
+    assert cache.keys.data_ptr() in buffers and len(buffers) == 2
+    keys, values = cache.append(torch.full((3, 2, 1, 4), 9.0), torch.full((3, 2, 1, 4), -9.0))
+    assert keys[:, 0, :, 0].tolist() == [[0.0, 0.0, 9.0], [2.0, 2.0, 9.0], [0.0, 0.0, 9.0]]
+    assert torch.equal(values, -keys)

@@ -26,7 +26,7 @@ import torch
 
 from encdec.generation.beam_search import NEG, gather_beams
 from encdec.generation.config import GenerationConfig
-from encdec.generation.interface import DecodeState, Steppable, model_device
+from encdec.generation.interface import DecodeState, Steppable, model_device, prompt_logits
 from encdec.generation.logits_processors import apply_all, build_processors
 from encdec.generation.outputs import GenerateOutput
 
@@ -86,7 +86,7 @@ def group_beam_search(
     steps: list[torch.Tensor] | None = [] if cfg.output_scores else None
 
     cur_len = P
-    logits = model.step(running[..., :P].reshape(B * N, P), state)[:, -1].float()  # (B*N, V)
+    logits = prompt_logits(model, running[..., :P].reshape(B * N, P), state).float()  # (B*N, V)
     while True:
         log_probs = apply_all(chain, running[..., :cur_len].reshape(B * N, cur_len), logits.log_softmax(-1))
         V = log_probs.shape[-1]

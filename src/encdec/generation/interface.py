@@ -55,6 +55,17 @@ class Steppable(Protocol):
         """tgt_ids (B*N, t), the next t target positions of every row -> logits (B*N, t, V)."""
 
 
+def prompt_logits(model: Steppable, prompt: torch.Tensor, state: DecodeState) -> torch.Tensor:
+    """prompt (R, P) -> the logits (R, V) of its last position, the first a search samples from.
+
+    A model whose `step` takes `last_only` (it says so with `steps_last_only = True`) multiplies
+    only that position by the vocabulary matrix; any other Steppable is stepped as the protocol says.
+    """
+    if prompt.shape[1] > 1 and getattr(model, "steps_last_only", False):
+        return model.step(prompt, state, last_only=True)[:, -1]
+    return model.step(prompt, state)[:, -1]
+
+
 def model_device(model, default: torch.device | str = "cpu") -> torch.device:
     """Where `model` computes: its `device` attribute if it is a torch.device, else the device of its
     first parameter or buffer, else that of the module it wraps as `.model` (a cache-free reference,

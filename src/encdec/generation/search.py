@@ -4,8 +4,12 @@ Rows that produced EOS keep receiving the pad token until every row is done or
 `max_new_tokens` is reached, exactly as Hugging Face's `_sample` does, so the
 outputs compare column for column; a row a stop string ended is padded likewise
 when there is an EOS, and (as in Hugging Face) keeps generating when there is none.
-Every tensor lives on the model's device; the one host sync per step is the stop
-test (skipped without EOS or stop strings).
+Every tensor lives on the model's device. The stop test, whether every row is done,
+waits for the host: on a CPU that costs nothing and runs every step; on an accelerator
+it runs every `SYNC_EVERY` steps, the step at which all rows were first done kept on
+the device, and the output is cut there, so it equals a per-step test's (a few
+padded steps are computed and dropped; a streamer or output_scores keeps the test at
+every step, as they see each step).
 
 Shapes: R rows (examples times samples), P decoder prompt (start token and any prefix),
 L tokens so far, V vocabulary.
@@ -16,10 +20,11 @@ from collections.abc import Callable
 import torch
 
 from encdec.generation.config import GenerationConfig
-from encdec.generation.interface import DecodeState, Steppable, model_device
+from encdec.generation.interface import DecodeState, Steppable, model_device, prompt_logits
 from encdec.generation.logits_processors import apply_all, build_processors
 from encdec.generation.outputs import GenerateOutput
 
+SYNC_EVERY = 8  # steps between host syncs of the stop test on an accelerator
 StopTest = Callable[[torch.Tensor], torch.Tensor]  # token ids (R, L) -> (R,) bool, e.g. `StopStrings`
 
 
@@ -29,6 +34,12 @@ def choose_tokens(scores: torch.Tensor, cfg: GenerationConfig, generator: torch.
         return scores.argmax(dim=-1)
     probs = scores.softmax(dim=-1)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
+
+
+def sync_interval(device: torch.device, cfg: GenerationConfig) -> int:
+    """Steps between host syncs of the stop test: 1 on a CPU or where a streamer or output_scores sees
+    every step, else SYNC_EVERY."""
+    return 1 if device.type == "cpu" or cfg.streamer is not None or cfg.output_scores else SYNC_EVERY
 
 
 def sample_search(
@@ -52,7 +63,10 @@ def sample_search(
     chain = build_processors(cfg, max_length, device, prompt_length=length)
     generator = cfg.make_generator(device)
     steps: list[torch.Tensor] | None = [] if cfg.output_scores else None
-    logits = model.step(prompt, state)[:, -1].float()  # (R, V)
+    can_stop = has_eos or stop_test is not None
+    every = sync_interval(device, cfg)
+    done_at = torch.full((), max_length, dtype=torch.long, device=device)  # length when all rows were first done
+    logits = prompt_logits(model, prompt, state).float()  # (R, V)
     while True:
         scores = apply_all(chain, seqs[:, :length], logits)
         if steps is not None:
@@ -68,6 +82,11 @@ def sample_search(
             unfinished &= ~torch.isin(tokens, eos)
         if stop_test is not None:
             unfinished &= ~stop_test(seqs[:, :length])
-        if length >= max_length or ((has_eos or stop_test is not None) and not bool(unfinished.any())):  # one sync
+        if can_stop and every > 1:
+            done_at = torch.where(unfinished.any() | (done_at < length), done_at, length)
+            if length >= max_length or (length - prompt.shape[1]) % every == 0:
+                if length >= max_length or int(done_at) < max_length:  # the sync, every `every` steps
+                    return GenerateOutput(seqs[:, : int(done_at)], None)
+        elif length >= max_length or (can_stop and not bool(unfinished.any())):  # one sync
             return GenerateOutput(seqs[:, :length], tuple(steps) if steps is not None else None)
         logits = model.step(tokens[:, None], state)[:, -1].float()

@@ -181,8 +181,9 @@ class PromptedLM(GenerationMixin, abc.ABC):
         """Empty caches for up to `max_len` positions."""
 
     @abc.abstractmethod
-    def advance(self, ids: torch.Tensor, state: LMState) -> torch.Tensor:
-        """ids (R, T) at positions state.offset.. -> logits (R, T, V), caches extended."""
+    def advance(self, ids: torch.Tensor, state: LMState, last_only: bool = False) -> torch.Tensor:
+        """ids (R, T) at positions state.offset.. -> logits (R, T, V), caches extended; with last_only,
+        those of the last position alone (R, 1, V): a prefill's vocabulary product on one position."""
 
     def check_positions(self, length: int) -> None:
         if length > self.config.max_positions:
@@ -195,7 +196,9 @@ class PromptedLM(GenerationMixin, abc.ABC):
         """Prefill the prompt src_ids (B, S) for B * beams rows; None starts from nothing.
 
         src_mask (B, S) bool, 0/1 integer or float, nonzero at real tokens: prompts of different lengths
-        are padded on the left (checked here, one host sync).
+        are padded on the left (checked here, one host sync). The prompt runs once per example, the
+        vocabulary product on its last position only; the caches are then copied to the example's
+        beams (as CTranslate2 expands the batch only after the first step), not computed `beams` times.
         """
         prompt_len = 0 if src_ids is None else src_ids.shape[1]
         self.check_positions(prompt_len + max(max_new_tokens - 1, 0))
@@ -203,19 +206,26 @@ class PromptedLM(GenerationMixin, abc.ABC):
         pad = left_padding(src_mask) if src_ids is not None and src_mask is not None else None
         state = self.new_state(prompt_len + max_new_tokens + 1)
         if src_ids is not None:
-            state.pad = pad.repeat_interleave(beams) if pad is not None else None  # (R,)
-            state.pending = self.advance(src_ids.repeat_interleave(beams, dim=0), state)[:, -1:]
+            state.pad = pad  # (B,)
+            state.pending = self.advance(src_ids, state, last_only=True)  # (B, 1, V)
+            if beams > 1:
+                state.reorder(torch.arange(src_ids.shape[0], device=src_ids.device).repeat_interleave(beams))
         return state
 
+    steps_last_only = True  # step(..., last_only=True): the vocabulary product on the last position only
+
     @torch.no_grad()
-    def step(self, tgt_ids: torch.Tensor, state: LMState) -> torch.Tensor:
-        """tgt_ids (R, t) -> logits (R, t, V). After a prompt, the first token given is generate's
-        decoder-start placeholder: its logits are those of the prompt's last position."""
+    def step(self, tgt_ids: torch.Tensor, state: LMState, last_only: bool = False) -> torch.Tensor:
+        """tgt_ids (R, t) -> logits (R, t, V), or (R, 1, V) of the last position with last_only. After a
+        prompt, the first token given is generate's decoder-start placeholder: its logits are those of
+        the prompt's last position."""
         if state.pending is None:
-            return self.advance(tgt_ids, state)
+            return self.advance(tgt_ids, state, last_only)
         pending, state.pending = state.pending, None
         if tgt_ids.shape[1] == 1:
             return pending
+        if last_only:
+            return self.advance(tgt_ids[:, 1:], state, last_only=True)
         return torch.cat((pending, self.advance(tgt_ids[:, 1:], state)), dim=1)
 
 
@@ -257,10 +267,10 @@ class ResearchLM(PromptedLM):
         aux.update(moe_losses(run.encoder_router_logits, run.decoder_router_logits))
         return with_loss(logits, aux, labels, self.config)
 
-    def advance(self, ids: torch.Tensor, state: LMState) -> torch.Tensor:
+    def advance(self, ids: torch.Tensor, state: LMState, last_only: bool = False) -> torch.Tensor:
         run = self.run(ids, state.offset, state)
         state.offset += ids.shape[1]
-        return self.logits(run.hidden)
+        return self.logits(run.hidden[:, -1:] if last_only else run.hidden)
 
 
 def new_kv_caches(n: int, max_len: int) -> list[KVCache]:

@@ -76,7 +76,7 @@ class DecoderOnly(PromptedLM, nn.Module):
     def new_state(self, max_len: int) -> LMState:
         return LMState(new_kv_caches(len(self.blocks), max_len))
 
-    def advance(self, ids: torch.Tensor, state: LMState) -> torch.Tensor:
+    def advance(self, ids: torch.Tensor, state: LMState, last_only: bool = False) -> torch.Tensor:
         hidden, _ = self.hidden(ids, state.offset, state.caches, state.pad)
         state.offset += ids.shape[1]
-        return self.logits(hidden)
+        return self.logits(hidden[:, -1:] if last_only else hidden)

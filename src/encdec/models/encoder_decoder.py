@@ -278,9 +278,12 @@ class EncoderDecoder(GenerationMixin, nn.Module):
             offset = lengths.repeat_interleave(beams)[:, None]  # (B*N, 1)
         return EncoderDecoderState(memory, cache, beams, cross_mask, self_bias, offset)
 
+    steps_last_only = True  # step(..., last_only=True): the vocabulary product on the last position only
+
     @torch.no_grad()
-    def step(self, tgt_ids: torch.Tensor, state: EncoderDecoderState) -> torch.Tensor:
-        """tgt_ids (B*N, t), the next t positions of every row -> logits (B*N, t, V)."""
+    def step(self, tgt_ids: torch.Tensor, state: EncoderDecoderState, last_only: bool = False) -> torch.Tensor:
+        """tgt_ids (B*N, t), the next t positions of every row -> logits (B*N, t, V), or (B*N, 1, V) of the
+        last position with last_only (a decoder prefix's: the others are never sampled from)."""
         T = tgt_ids.shape[1]
         offset = state.cache.offset
         pos = torch.arange(offset, offset + T, device=tgt_ids.device)  # (t,)
@@ -293,7 +296,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         q_pos = pos if state.prepended_offset is None else state.prepended_offset + pos  # (t,) or (B*N, t)
         cross_inputs = AttentionInputs(mask=state.cross_mask, q_pos=q_pos, query_groups=state.beams)
         hidden, _ = self.decoder.run_blocks(x, state.memory.hidden, self_inputs, cross_inputs, state.cache)
-        return self.head(hidden)
+        return self.head(hidden[:, -1:] if last_only else hidden)
 
     def forward(
         self,

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encdec.modules.decoding_linear import decoding_linear
 from encdec.modules.dropout import dropout
 from encdec.modules.kv_cache import KVCache, StaticKVCache
 from encdec.modules.positions import RotaryEmbedding
@@ -53,8 +54,8 @@ class Attention(nn.Module):
     def project_kv(self, source: torch.Tensor, k_pos: torch.Tensor | None = None):
         """source (B, S, C) -> keys, values (B, K, S, D), keys rotated by `k_pos`."""
         B, S, _ = source.shape
-        k = self.k(source).view(B, S, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, K, S, D)
-        v = self.v(source).view(B, S, self.n_kv_heads, self.d_head).transpose(1, 2)
+        k = project(self.k, source).view(B, S, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, K, S, D)
+        v = project(self.v, source).view(B, S, self.n_kv_heads, self.d_head).transpose(1, 2)
         if self.rotary is not None:
             k = self.rotary(k, k_pos)
         return k, v
@@ -84,7 +85,7 @@ class Attention(nn.Module):
             the query length, so shared keys are neither copied nor reordered.
         """
         B, T, _ = x.shape
-        q = self.q(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
+        q = project(self.q, x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
         if self.rotary is not None:
             q = self.rotary(q, q_pos)
         if cache is not None and cache.frozen:
@@ -96,14 +97,55 @@ class Attention(nn.Module):
         if query_groups > 1:  # (B, H, T, D) -> (B/G, H, G*T, D)
             q = q.view(B // query_groups, query_groups, self.n_heads, T, self.d_head).transpose(1, 2)
             q = q.reshape(B // query_groups, self.n_heads, query_groups * T, self.d_head)
-        dropout_p = self.dropout if self.training else 0.0
-        out = attend(q, k, v, mask, is_causal and mask is None, self.scale, dropout_p)
-        # (B, H, T, D), or (B/G, H, G*T, D) with query groups
+        if isinstance(cache, StaticKVCache) and few_queries_on_cpu(q, mask, self.training):
+            out = attend_transposed(q, cache.keys_t, v, mask, self.scale)
+        else:
+            dropout_p = self.dropout if self.training else 0.0
+            out = attend(q, k, v, mask, is_causal and mask is None, self.scale, dropout_p)
+        return self.project_heads(out, B, T, query_groups)
+
+    def project_heads(self, out: torch.Tensor, B: int, T: int, query_groups: int) -> torch.Tensor:
+        """out (B, H, T, D), or (B/G, H, G*T, D) with query groups -> the output projection (B, T, C)."""
         if query_groups > 1:  # (B/G, H, G, T, D) -> (B/G, G, T, H, D)
             out = out.view(B // query_groups, self.n_heads, query_groups, T, self.d_head).permute(0, 2, 3, 1, 4)
         else:
             out = out.transpose(1, 2)  # (B, T, H, D)
-        return self.o(out.reshape(B, T, self.n_heads * self.d_head))
+        return project(self.o, out.reshape(B, T, self.n_heads * self.d_head))
+
+
+def project(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """layer(x), through `decoding_linear` (oneDNN for inference on CPU) when `layer` is a plain nn.Linear;
+    any other module (a quantised or adapted projection) is called as it is."""
+    if type(layer) is nn.Linear:
+        return decoding_linear(x, layer.weight, layer.bias)
+    return layer(x)
+
+
+FEW_QUERIES = 16  # rows of queries per row of keys at or below which a frozen cache is read transposed
+
+
+def few_queries_on_cpu(q: torch.Tensor, mask: torch.Tensor | None, training: bool) -> bool:
+    """Whether `attend_transposed` serves q (B, H, T, D) against a filled static cache: a decoding step's
+    few queries, on CPU, in inference, with no mask or an additive one."""
+    no_grad = not torch.is_grad_enabled() or not q.requires_grad
+    additive = mask is None or mask.is_floating_point()
+    return q.device.type == "cpu" and not training and no_grad and additive and q.shape[2] <= FEW_QUERIES
+
+
+def attend_transposed(q, keys_t, v, mask, scale: float | None) -> torch.Tensor:
+    """q (B, H, T, D), keys_t (B, K, D, S) contiguous, v (B, K, S, D), an additive mask -> (B, H, T, D).
+
+    softmax(q keys_t * scale + mask) v as two batched products over memory laid out for them; for a
+    step's few queries on CPU this is faster than SDPA, whose kernel blocks over many queries.
+    """
+    B, H, T, D = q.shape
+    K, S = keys_t.shape[1], keys_t.shape[-1]
+    scores = (q.reshape(B, K, H // K * T, D) @ keys_t).view(B, H, T, S)  # (B, H, T, S)
+    if scale != 1.0:
+        scores = scores * (D**-0.5 if scale is None else scale)
+    if mask is not None:
+        scores = scores + mask
+    return (scores.softmax(dim=-1).view(B, K, H // K * T, S) @ v).view(B, H, T, D)
 
 
 def attend(q, k, v, mask, is_causal: bool, scale: float | None, dropout_p: float) -> torch.Tensor:

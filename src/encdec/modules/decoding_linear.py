@@ -1,4 +1,4 @@
-"""The product of a few rows by a large weight, as decoding asks for it at every step.
+"""The linear products of inference on CPU: a decoding step's few rows, and an encoder's many.
 
 Each decoding step multiplies the batch's (or its beams') newest position, 8-64 rows,
 by the same feed-forward and vocabulary matrices. F.linear repacks the weight for
@@ -6,12 +6,22 @@ BLAS at every call. On CPU, oneDNN's linear with the weight reordered once into 
 blocked layout is faster for weights of a megabyte or more, and torch ships it; the
 reordered copy is made on first use and remade whenever the weight changes (its
 version counter moves with every in-place update). Without oneDNN, the transposed
-product weight @ x^T still beats F.linear on these shapes. The reordered copies cost
-one more copy of those weights' memory while the weights live. Against F.linear everywhere,
+product weight @ x^T still beats F.linear on these shapes. Against F.linear everywhere,
 this saves about 15% of a greedy and 9% of a beam-search generate call in
 benchmarks/bench_generate.py (docs/benchmarks.md).
 
-Training, GPUs, other dtypes, many rows and small weights keep F.linear.
+The encoder of a generate call (and any forward without gradients) multiplies many
+rows, 128 and more, by every weight, small ones included: there oneDNN with the
+reordered weight took half of F.linear's time on one thread of this 2-core EPYC
+(2,048 x 256 by 256 x 1,024: 7.5 against 14.3 ms; by 256 x 256: 1.1 against 3.4 ms).
+Inside a whole generate call the attention projections (256 x 256) of decoding steps
+gained too, although alone and warm in cache F.linear was faster for them: beam 4
+took 597 against 668 ms, greedy 507 against 534 (benchmarks/bench_generate.py's shape,
+one thread, interleaved). So with oneDNN every CPU fp32 product without gradients
+takes it; the reordered copies cost one more copy of the weights' memory while the
+weights live. Without oneDNN, a few rows by a large weight take the transposed product.
+
+Training, GPUs, other dtypes and CPU autocast (whose F.linear computes in bf16) keep F.linear.
 
 Shapes: N rows (batch times positions), C_in, C_out.
 """
@@ -22,31 +32,41 @@ import torch
 import torch.nn.functional as F
 
 FEW_ROWS = 64  # at or below this many rows a product counts as a decoding step's
-LARGE_WEIGHT = 1 << 18  # elements (1 MB in fp32); below this F.linear was as fast or faster
+LARGE_WEIGHT = 1 << 18  # elements (1 MB in fp32); below this F.linear was as fast as the transposed product
 ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
           and hasattr(torch.ops.mkldnn, "_linear_pointwise"))  # private; torch.compile's CPU backend calls them  # fmt: skip
 
 _reordered: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}  # id(weight) -> (weight, version, reordered)
 
 
-def decoding_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x (..., C_in) @ weight (C_out, C_in)^T + bias -> (..., C_out), the same values as F.linear."""
+def decoding_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, relu: bool = False
+) -> torch.Tensor:
+    """x (..., C_in) @ weight (C_out, C_in)^T + bias -> (..., C_out), F.linear's values up to rounding;
+    relu=True applies ReLU to them, inside oneDNN's kernel where it takes the product (the encoder's
+    separate ReLU over (B, S, d_ff) cost as much again as its fused one)."""
     rows = x.numel() // x.shape[-1]
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    transposed = rows <= FEW_ROWS and weight.numel() >= LARGE_WEIGHT  # where it beats F.linear
     if (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or needs_grad
-            or rows > FEW_ROWS or weight.numel() < LARGE_WEIGHT):  # fmt: skip
-        return F.linear(x, weight, bias)
+            or not (ONEDNN or transposed) or torch.is_autocast_enabled("cpu")):  # fmt: skip
+        out = F.linear(x, weight, bias)
+        return F.relu(out) if relu else out
     flat = x.reshape(rows, x.shape[-1])
     if ONEDNN:
-        out = onednn_linear(flat, reordered(weight), bias)
+        out = onednn_linear(flat, reordered(weight), bias, "relu" if relu else "none")
     else:
         out = (weight @ flat.T).T if bias is None else torch.addmm(bias[:, None], weight, flat.T).T
+        out = F.relu(out) if relu else out
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
-def onednn_linear(flat: torch.Tensor, reordered_weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """flat (N, C_in) times a weight in oneDNN's layout (from `reordered`) -> (N, C_out)."""
-    return torch.ops.mkldnn._linear_pointwise(flat, reordered_weight, bias, "none", [], "")
+def onednn_linear(
+    flat: torch.Tensor, reordered_weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none"
+) -> torch.Tensor:
+    """flat (N, C_in) times a weight in oneDNN's layout (from `reordered`) -> (N, C_out), then
+    `activation` ("none" or "relu") fused into the same kernel."""
+    return torch.ops.mkldnn._linear_pointwise(flat, reordered_weight, bias, activation, [], "")
 
 
 def reordered(weight: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,8 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
             h = self.act(linear(x, self.wi_0)) * linear(x, self.wi_1)
+        elif self.act is F.relu:  # fused into the product where oneDNN takes it
+            h = linear(x, self.wi, relu=True)
         else:
             h = self.act(linear(x, self.wi))
         h = self.dropout(h)
@@ -54,7 +56,7 @@ class FeedForward(nn.Module):
         return linear(h, self.wo)
 
 
-def linear(x: torch.Tensor, layer: nn.Linear | Int8Linear) -> torch.Tensor:
+def linear(x: torch.Tensor, layer: nn.Linear | Int8Linear, relu: bool = False) -> torch.Tensor:
     if isinstance(layer, Int8Linear):  # quantized by encdec.quantize
-        return layer(x)
-    return decoding_linear(x, layer.weight, layer.bias)  # F.linear, or a faster kernel when decoding on CPU
+        return F.relu(layer(x)) if relu else layer(x)
+    return decoding_linear(x, layer.weight, layer.bias, relu)  # F.linear, or a faster kernel on CPU inference
