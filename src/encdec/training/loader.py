@@ -19,10 +19,11 @@ from dataclasses import dataclass, replace
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from encdec.data.batch import IGNORE_INDEX, Batch
+from encdec.data.batch import IGNORE_INDEX, PACKING_FIELDS, Batch
 from encdec.data.objectives.base import Objective
+from encdec.errors import ConfigError
 
-ROW_FIELDS = ("tgt_ids", "labels", "src_ids", "src_mask", "prefix_lengths")
+ROW_FIELDS = ("tgt_ids", "labels", "src_ids", "src_mask", "prefix_lengths", *PACKING_FIELDS)
 
 
 @dataclass
@@ -47,6 +48,9 @@ def local_rows(batch: Batch, rows: slice | None) -> LoadedBatch:
     global_tokens = int((batch.labels != IGNORE_INDEX).sum())
     if rows is None:
         return LoadedBatch(batch, global_tokens, global_tokens)
+    if batch.src_segments is not None:  # a packed step has as many rows as its examples need, not batch_size
+        raise ConfigError("objective.pack does not run under torchrun yet (a packed step's row count varies); "
+                          "run on one process or without pack")  # fmt: skip
     local = replace(batch, **{f: getattr(batch, f)[rows] for f in ROW_FIELDS if getattr(batch, f) is not None})
     return LoadedBatch(local, int((local.labels != IGNORE_INDEX).sum()), global_tokens)
 

@@ -356,7 +356,7 @@ def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig
         local = loaded.to(info.device)
         with distributed.gradient_sync(model, enabled=i == accum - 1):
             with amp:
-                out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, labels=local.labels)
+                out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, labels=local.labels, **local.packing)
             share = loaded.num_tokens / max(n_tokens, 1) * info.world_size
             target = smoothed_cross_entropy(out.logits, local.labels, smoothing) if smoothing else out.ce_loss
             loss = target * share + (out.loss - out.ce_loss) / accum  # + the family's own, unsmoothed terms
@@ -397,7 +397,7 @@ def evaluate(model, data: RunData, cfg: RunConfig, info, amp=nullcontext()) -> d
             loaded = local_rows(objective.next_batch(), rows)
             local = loaded.to(info.device)
             with amp:
-                out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, labels=local.labels)
+                out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, labels=local.labels, **local.packing)
             ce_sum += out.ce_loss.float() * loaded.num_tokens
             tokens += loaded.num_tokens
         total = torch.stack([ce_sum, torch.tensor(float(tokens), device=info.device)])  # (CE * tokens, tokens)
