@@ -364,6 +364,9 @@ def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig
         ce_sum += out.ce_loss.detach().float() * loaded.num_tokens
         for name, value in out.aux_losses.items():
             aux_sums[name] = aux_sums.get(name, 0.0) + value.detach().float() / accum
+    if batches[0].positions:  # the share of computed positions holding real tokens (objective.pack raises it)
+        filled = sum(b.filled for b in batches) / sum(b.positions for b in batches)
+        aux_sums["fill"] = torch.tensor(filled, device=info.device)  # a host number: the copy does not wait
     if scaler is not None:
         scaler.unscale_(optimizer)  # true gradients for the norm and the clip
     if cfg.training.clip_norm > 0:  # the norm before clipping, logged as grad_norm
