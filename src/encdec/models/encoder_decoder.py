@@ -10,7 +10,9 @@ cross-attention), norm and its placement, feed-forward or mixture of experts,
 grouped-query attention, and the output head (tied, scaled by d_model^-0.5). Marian
 adds sinusoidal positions in halves and a fixed logits bias; BART learned positions
 at an offset of 2 and a norm after the embeddings. `start` / `step` are the per-step
-interface generation drives (encdec.generation.interface). Attention, feed-forward or MoE,
+interface generation drives (encdec.generation.interface). A packed batch
+(objective.pack) passes its segments and positions to forward(); one segment mask per
+attention kind (encdec.modules.Packing) keeps its examples apart. Attention, feed-forward or MoE,
 norms and head come from encdec.models.components, shared with the causal LMs; the
 research families' and the RNN's options (UNUSED) are refused.
 
