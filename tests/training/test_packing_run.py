@@ -60,3 +60,15 @@ def test_packed_ul2_pretraining_trains_as_the_unpacked_run_does(tiny_config, tmp
     assert [r["tokens"] for r in packed] == [r["tokens"] for r in plain]
     for a, b in zip(plain, packed, strict=True):
         assert abs(a["loss"] - b["loss"]) < 1e-4 and b["fill"] > a["fill"]
+
+
+def test_a_packed_run_resumes_to_the_same_losses(tiny_config, tmp_path):
+    common = ["--set", "objective.pack=true", "--set", "objective.seq_len=512", "--set", "evaluation.interval=2",
+              "--set", "output.log_interval=1", "--set", "schedule.kind=constant",
+              "--set", "schedule.warmup_steps=0"]  # the lr does not depend on training.steps  # fmt: skip
+    assert main(["train", str(tiny_config), "--out", str(tmp_path / "whole"), "--set", "training.steps=4", *common]) == 0
+    split = tmp_path / "split"
+    assert main(["train", str(tiny_config), "--out", str(split), "--set", "training.steps=2", *common]) == 0
+    assert main(["train", str(tiny_config), "--out", str(split), "--resume", "--set", "training.steps=4", *common]) == 0
+    whole = [(r["step"], r["loss"]) for r in train_records(tmp_path / "whole")]
+    assert [(r["step"], r["loss"]) for r in train_records(split)] == whole

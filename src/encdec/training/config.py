@@ -5,7 +5,8 @@
     tokenizer:  which tokenizer (byte, sentencepiece, hf, bpe / unigram trained on
                 the corpus, tiktoken)
     data:       corpus files (or a Hugging Face hub name) and the validation split
-    objective:  causal_lm, span_corruption, ul2, prefix_lm or seq2seq, and lengths
+    objective:  causal_lm, span_corruption, ul2, prefix_lm or seq2seq, lengths, and packing
+                (several examples to a row, for the encoder_decoder family only)
     optimizer, schedule, training, evaluation, output
 
 Field names of the seeds' code map as: n_embd -> model.d_model, n_head ->
