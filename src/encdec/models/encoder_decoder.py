@@ -96,12 +96,14 @@ class Encoder(nn.Module):
         """src_ids (B, S), src_mask (B, S) bool -> memory (B, S, C). A packed batch's examples attend
         within themselves, at positions counted from 0 in each."""
         B, S = src_ids.shape
-        pos = packing.src_positions if packing is not None else torch.arange(S, device=src_ids.device)  # (B, S) | (S,)
+        row = torch.arange(S, device=src_ids.device)
+        pos = packing.src_positions if packing is not None else row  # (B, S) or (S,)
         x = self.embed(src_ids) * self.embed_scale
         if self.positions is not None:
             x = x + self.positions(pos)
         x = self.dropout(self.embed_norm(x))
-        bias = self.position_bias(pos, pos) if self.position_bias is not None else None  # (1 or B, H, S, S)
+        # T5's bias sees only k - q, the same inside a segment counted from its start or the row's: one for all rows
+        bias = self.position_bias(row, row) if self.position_bias is not None else None  # (1, H, S, S)
         if packing is not None:
             allowed = packing.encoder_allowed()  # (B, 1, S, S)
         else:
@@ -160,7 +162,8 @@ class Decoder(nn.Module):
         """The whole packed target at once: per-segment positions, causal and same-segment masks."""
         pos, k_pos = packing.tgt_positions, packing.src_positions  # (B, T), (B, S)
         x = self.embed_tokens(tgt_ids, pos)
-        bias = self.position_bias(pos, pos) if self.position_bias is not None else None  # (B, H, T, T)
+        row = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # T5's bias sees only k - q (see Encoder)
+        bias = self.position_bias(row, row) if self.position_bias is not None else None  # (1, H, T, T)
         self_inputs = AttentionInputs(mask=additive_mask(packing.decoder_allowed(), bias, x.dtype), q_pos=pos,
                                       k_pos=pos)  # fmt: skip
         q_pos = packing.source_lengths() + pos if self.rope_cross == "prepended" else pos  # (B, T)

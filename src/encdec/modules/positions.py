@@ -88,14 +88,10 @@ class RelativePositionBias(nn.Module):
         self.max_distance = max_distance
 
     def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        """q_pos (T,), k_pos (S,) -> bias (1, H, T, S); per example (packed rows), (B, T), (B, S) -> (B, H, T, S)."""
-        if q_pos.dim() == 1 and k_pos.dim() == 1:
-            relative = k_pos[None, :] - q_pos[:, None]  # (T, S)
-            bucket = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
-            return self.embed(bucket).permute(2, 0, 1).unsqueeze(0)
-        relative = k_pos[..., None, :] - q_pos[..., :, None]  # (B, T, S)
+        """q_pos (T,), k_pos (S,) -> bias (1, H, T, S)."""
+        relative = k_pos[None, :] - q_pos[:, None]  # (T, S)
         bucket = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
-        return self.embed(bucket).permute(0, 3, 1, 2)  # (B, T, S, H) -> (B, H, T, S)
+        return self.embed(bucket).permute(2, 0, 1).unsqueeze(0)
 
 
 class RotaryEmbedding(nn.Module):
