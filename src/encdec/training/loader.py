@@ -50,9 +50,8 @@ def local_rows(batch: Batch, rows: slice | None) -> LoadedBatch:
     global_tokens = int((batch.labels != IGNORE_INDEX).sum())
     if rows is None:
         return LoadedBatch(batch, global_tokens, global_tokens, *fill(batch))
-    if batch.src_segments is not None:  # a packed step has as many rows as its examples need, not batch_size
-        raise ConfigError("objective.pack does not run under torchrun yet (a packed step's row count varies); "
-                          "run on one process or without pack")  # fmt: skip
+    if batch.src_segments is not None:
+        refuse_packing_across_processes()
     local = replace(batch, **{f: getattr(batch, f)[rows] for f in ROW_FIELDS if getattr(batch, f) is not None})
     return LoadedBatch(local, int((local.labels != IGNORE_INDEX).sum()), global_tokens, *fill(local))
 
@@ -64,6 +63,12 @@ def fill(batch: Batch) -> tuple[int, int]:
         return 0, 0
     real = int(batch.src_mask.sum()) + int((batch.labels != IGNORE_INDEX).sum())
     return real, batch.src_mask.numel() + batch.labels.numel()
+
+
+def refuse_packing_across_processes() -> None:
+    """A packed step has as many rows as its examples need, not batch_size: there are no fixed rows to split."""
+    raise ConfigError("objective.pack does not run under torchrun yet (a packed step's row count varies); "
+                      "run on one process or without pack")  # fmt: skip
 
 
 class _Positions(IterableDataset):
@@ -96,6 +101,8 @@ def batch_stream(
     objective: Objective, rows: slice | None, device: torch.device, workers: int | None = None
 ) -> Iterator[LoadedBatch]:
     """Batches from the objective's current position on, each advancing the objective once taken."""
+    if rows is not None and getattr(objective, "pack", False):
+        refuse_packing_across_processes()  # here, before any worker starts, so the refusal is one sentence
     workers = default_workers(device) if workers is None else workers
     loader = DataLoader(
         _Positions(objective, objective.position, rows),
