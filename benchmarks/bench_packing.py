@@ -1,9 +1,9 @@
 """objective.pack on a run config: the same steps unpacked and packed, side by side, interleaved.
 
 For each of the first N training steps of the config's objective: its rows, the share of
-source and target positions holding a real token (`fill`), the loss (equal in both, the
-same examples) and the time of one forward and backward of the config's model. The
-median step time of each layout, and their ratio, close the table.
+source and target positions holding a real token (`fill`), the loss (the same examples:
+equal in both without dropout) and the time of one forward and backward of the config's
+model. The median step time of each layout, and their ratio, close the table.
 
     python benchmarks/bench_packing.py configs/main.yaml --steps 12
 
