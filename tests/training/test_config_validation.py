@@ -83,6 +83,26 @@ def test_an_unknown_objective_is_refused_at_load(no_data):
         load_config(MAIN, ["objective.kind=span"])
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["objective.kind=causal_lm"], r"objective\.pack works with objective\.kind seq2seq, span_corruption, ul2, "
+                                       r"not causal_lm"),
+        (["model.preset=decoder_only-tiny"], r"objective\.pack needs model\.family encoder_decoder, .* the decoder_only"),
+        (["model.preset=rnn_seq2seq-tiny"], r"the rnn_seq2seq family does not"),
+        (["model.family=ar_encdec", "model.preset=ar_encdec-tiny"], r"the ar_encdec family does not"),
+    ],
+)
+def test_pack_is_refused_at_load_where_examples_cannot_be_kept_apart(no_data, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(MAIN, ["objective.pack=true", *overrides])
+
+
+def test_pack_loads_for_the_encoder_decoder_presets(no_data):
+    for name in ("t5-small", "t5-v1.1-small", "rot5-small", "transformer-small"):
+        assert load_config(MAIN, ["objective.pack=true", f"model.preset={name}"]).objective.pack
+
+
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_every_shipped_config_loads(no_data, path):
     load_config(path)

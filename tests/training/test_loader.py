@@ -82,3 +82,15 @@ def test_each_train_record_carries_cumulative_tokens_and_elapsed_time(tmp_path, 
 def test_negative_data_workers_are_refused(tiny_config):
     with pytest.raises(ConfigError, match="training.data_workers must be zero or more, got -1"):
         load_config(tiny_config, ["training.data_workers=-1"])
+
+
+def test_packed_batches_stream_through_workers_whole_but_are_not_split_across_processes(tiny_config, tmp_path):
+    config = load_config(tiny_config, ["objective.pack=true", "objective.seq_len=512"])
+    straight = build_run_data(config, tmp_path).train
+    stream = batch_stream(build_run_data(config, tmp_path).train, None, torch.device("cpu"), 2)
+    for _ in range(3):
+        loaded, expected = next(stream), straight.next_batch()
+        assert same(loaded.batch, expected) and torch.equal(loaded.batch.tgt_segments, expected.tgt_segments)
+        assert 0 < loaded.filled < loaded.positions
+    with pytest.raises(ConfigError, match="objective.pack does not run under torchrun"):
+        next(batch_stream(straight, slice(0, 2), torch.device("cpu"), 2))

@@ -4,7 +4,10 @@ Shapes: B batch, S source length, T target length.
 
 Encoder-decoder: `src_ids`/`src_mask` are the encoder input; `tgt_ids` is the
 decoder input = labels shifted right after the decoder-start token; `labels`
-are padded with -100. Decoder-only (causal or prefix LM): `src_*` are None,
+are padded with -100. A packed batch (objective.pack, data.objectives.packing) holds
+several examples per row and says where each lies in `src_segments` / `tgt_segments`
+(1, 2, ... per example, 0 at padding) and `src_positions` / `tgt_positions` (counted
+from 0 in each example); an unpacked batch leaves these None. Decoder-only (causal or prefix LM): `src_*` are None,
 `tgt_ids` is the token window and `labels` the next tokens.
 """
 
@@ -18,6 +21,7 @@ import torch
 from torch import Tensor
 
 IGNORE_INDEX = -100
+PACKING_FIELDS = ("src_segments", "tgt_segments", "src_positions", "tgt_positions")
 
 
 @dataclass
@@ -27,6 +31,10 @@ class Batch:
     src_ids: Tensor | None = None  # (B, S) int64 encoder input
     src_mask: Tensor | None = None  # (B, S) bool, True at real tokens
     prefix_lengths: Tensor | None = None  # (B,) prefix-LM only: positions < prefix attend bidirectionally
+    src_segments: Tensor | None = None  # (B, S) int64 packed only: example number in the row, 0 at padding
+    tgt_segments: Tensor | None = None  # (B, T) int64 packed only
+    src_positions: Tensor | None = None  # (B, S) int64 packed only: position within the example
+    tgt_positions: Tensor | None = None  # (B, T) int64 packed only
     modes: list[str] | None = field(default=None, compare=False)  # e.g. UL2 denoiser per example, for inspection
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
@@ -40,7 +48,13 @@ class Batch:
             src_ids=move(self.src_ids),
             src_mask=move(self.src_mask),
             prefix_lengths=move(self.prefix_lengths),
+            **{name: move(getattr(self, name)) for name in PACKING_FIELDS},
         )
+
+    @property
+    def packing(self) -> dict[str, Tensor]:
+        """The packing fields as keyword arguments for a model's forward; empty for an unpacked batch."""
+        return {name: getattr(self, name) for name in PACKING_FIELDS if getattr(self, name) is not None}
 
     @property
     def num_tokens(self) -> int:

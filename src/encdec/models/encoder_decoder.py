@@ -10,7 +10,9 @@ cross-attention), norm and its placement, feed-forward or mixture of experts,
 grouped-query attention, and the output head (tied, scaled by d_model^-0.5). Marian
 adds sinusoidal positions in halves and a fixed logits bias; BART learned positions
 at an offset of 2 and a norm after the embeddings. `start` / `step` are the per-step
-interface generation drives (encdec.generation.interface). Attention, feed-forward or MoE,
+interface generation drives (encdec.generation.interface). A packed batch
+(objective.pack) passes its segments and positions to forward(); one segment mask per
+attention kind (encdec.modules.Packing) keeps its examples apart. Attention, feed-forward or MoE,
 norms and head come from encdec.models.components, shared with the causal LMs; the
 research families' and the RNN's options (UNUSED) are refused.
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, DataError
 from encdec.models.components import (
     build_decoder_block,
     build_embedding_norm,
@@ -42,6 +44,7 @@ from encdec.modules import (
     DecoderCache,
     Dropout,
     LearnedPositions,
+    Packing,
     RelativePositionBias,
     RotaryEmbedding,
     SinusoidalPositions,
@@ -87,16 +90,24 @@ class Encoder(nn.Module):
         self.dropout = Dropout(cfg.dropout)
         self.rotary = rotary
 
-    def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> EncoderOutput:
-        """src_ids (B, S), src_mask (B, S) bool -> memory (B, S, C)."""
+    def forward(
+        self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None, packing: Packing | None = None
+    ) -> EncoderOutput:
+        """src_ids (B, S), src_mask (B, S) bool -> memory (B, S, C). A packed batch's examples attend
+        within themselves, at positions counted from 0 in each."""
         B, S = src_ids.shape
-        pos = torch.arange(S, device=src_ids.device)
+        row = torch.arange(S, device=src_ids.device)
+        pos = packing.src_positions if packing is not None else row  # (B, S) or (S,)
         x = self.embed(src_ids) * self.embed_scale
         if self.positions is not None:
             x = x + self.positions(pos)
         x = self.dropout(self.embed_norm(x))
-        bias = self.position_bias(pos, pos) if self.position_bias is not None else None  # (1, H, S, S)
-        allowed = src_mask[:, None, None, :] if src_mask is not None else None  # (B, 1, 1, S)
+        # T5's bias sees only k - q, the same inside a segment counted from its start or the row's: one for all rows
+        bias = self.position_bias(row, row) if self.position_bias is not None else None  # (1, H, S, S)
+        if packing is not None:
+            allowed = packing.encoder_allowed()  # (B, 1, S, S)
+        else:
+            allowed = src_mask[:, None, None, :] if src_mask is not None else None  # (B, 1, 1, S)
         inputs = AttentionInputs(mask=additive_mask(allowed, bias, x.dtype), q_pos=pos, k_pos=pos)
         router_logits = []
         for block in self.blocks:
@@ -125,9 +136,18 @@ class Decoder(nn.Module):
         self.rope_cross = cfg.rope_cross
 
     def forward(
-        self, tgt_ids: torch.Tensor, memory: EncoderOutput, cache: DecoderCache | None = None
+        self,
+        tgt_ids: torch.Tensor,
+        memory: EncoderOutput,
+        cache: DecoderCache | None = None,
+        packing: Packing | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """tgt_ids (B, T) at positions offset..offset+T-1 -> hidden (B, T, C), router logits."""
+        """tgt_ids (B, T) at positions offset..offset+T-1 -> hidden (B, T, C), router logits.
+
+        A packed batch (no cache) is at each example's own positions, and its examples attend only
+        to themselves and to their own sources."""
+        if packing is not None:
+            return self._forward_packed(tgt_ids, memory, packing)
         T = tgt_ids.shape[1]
         offset = cache.offset if cache is not None else 0
         pos = torch.arange(offset, offset + T, device=tgt_ids.device)  # (T,)
@@ -135,6 +155,21 @@ class Decoder(nn.Module):
         self_inputs = self._self_inputs(pos, offset, x.dtype)
         cross_inputs = self._cross_inputs(pos, memory, x.dtype)
         return self.run_blocks(x, memory.hidden, self_inputs, cross_inputs, cache)
+
+    def _forward_packed(
+        self, tgt_ids: torch.Tensor, memory: EncoderOutput, packing: Packing
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The whole packed target at once: per-segment positions, causal and same-segment masks."""
+        pos, k_pos = packing.tgt_positions, packing.src_positions  # (B, T), (B, S)
+        x = self.embed_tokens(tgt_ids, pos)
+        row = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # T5's bias sees only k - q (see Encoder)
+        bias = self.position_bias(row, row) if self.position_bias is not None else None  # (1, H, T, T)
+        self_inputs = AttentionInputs(mask=additive_mask(packing.decoder_allowed(), bias, x.dtype), q_pos=pos,
+                                      k_pos=pos)  # fmt: skip
+        q_pos = packing.source_lengths() + pos if self.rope_cross == "prepended" else pos  # (B, T)
+        cross_mask = additive_mask(packing.cross_allowed(), None, x.dtype)  # (B, 1, T, S)
+        cross_inputs = AttentionInputs(mask=cross_mask, q_pos=q_pos, k_pos=k_pos)
+        return self.run_blocks(x, memory.hidden, self_inputs, cross_inputs, None)
 
     def embed_tokens(self, tgt_ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """tgt_ids (B, T) at positions pos (T,) -> (B, T, C): token embeddings plus absolute positions."""
@@ -226,19 +261,25 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         else:
             self.final_logits_bias = None
 
-    def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> EncoderOutput:
+    def encode(
+        self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None, packing: Packing | None = None
+    ) -> EncoderOutput:
         """src_ids (B, S), src_mask (B, S) bool, 0/1 integer or float, nonzero at real tokens -> EncoderOutput
-        (whose mask is boolean)."""
-        return self.encoder(src_ids, as_bool_mask(src_mask))
+        (whose mask is boolean). `packing` describes a packed batch (see forward)."""
+        return self.encoder(src_ids, as_bool_mask(src_mask), packing)
 
     def decode(
-        self, tgt_ids: torch.Tensor, memory: EncoderOutput, cache: DecoderCache | None = None
+        self,
+        tgt_ids: torch.Tensor,
+        memory: EncoderOutput,
+        cache: DecoderCache | None = None,
+        packing: Packing | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """tgt_ids (B, T) -> logits (B, T, V) and the decoder's router logits.
 
         With a cache, tgt_ids are the next T positions after those already cached.
         """
-        hidden, router_logits = self.decoder(tgt_ids, memory, cache)
+        hidden, router_logits = self.decoder(tgt_ids, memory, cache, packing)
         return self.head(hidden), router_logits
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -304,9 +345,26 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         tgt_ids: torch.Tensor,
         src_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        *,
+        src_segments: torch.Tensor | None = None,
+        tgt_segments: torch.Tensor | None = None,
+        src_positions: torch.Tensor | None = None,
+        tgt_positions: torch.Tensor | None = None,
     ) -> Seq2SeqOutput:
         """src_ids (B, S), tgt_ids (B, T) decoder input ids, src_mask (B, S) as encode() takes it,
-        labels (B, T) with -100 ignored."""
-        memory = self.encode(src_ids, src_mask)
-        logits, decoder_router_logits = self.decode(tgt_ids, memory)
+        labels (B, T) with -100 ignored. A packed batch (objective.pack) also gives the segments and
+        positions of its examples, (B, S) and (B, T) (see encdec.modules.Packing)."""
+        packing = packing_of(src_segments, tgt_segments, src_positions, tgt_positions)
+        memory = self.encode(src_ids, src_mask, packing)
+        logits, decoder_router_logits = self.decode(tgt_ids, memory, packing=packing)
         return with_loss(logits, moe_losses(memory.router_logits, decoder_router_logits), labels, self.config)
+
+
+def packing_of(src_segments, tgt_segments, src_positions, tgt_positions) -> Packing | None:
+    """The Packing of a packed batch's four (B, S) / (B, T) tensors; None when none is given."""
+    given = (src_segments, tgt_segments, src_positions, tgt_positions)
+    if all(t is None for t in given):
+        return None
+    if any(t is None for t in given):
+        raise DataError("a packed batch needs src_segments, tgt_segments, src_positions and tgt_positions together")
+    return Packing(*given)

@@ -5,7 +5,7 @@ from encdec.modules.dropout import Dropout, dropout
 from encdec.modules.blocks import AttentionInputs, DecoderBlock, EncoderBlock
 from encdec.modules.feed_forward import FeedForward
 from encdec.modules.kv_cache import DecoderCache, KVCache, LayerCache, StaticKVCache
-from encdec.modules.masks import as_bool_mask
+from encdec.modules.masks import Packing, as_bool_mask
 from encdec.modules.moe import MoE, load_balance_loss, router_z_loss
 from encdec.modules.norms import RMSNorm, build_norm
 from encdec.modules.positions import (
@@ -30,6 +30,7 @@ __all__ = [
     "LayerCache",
     "LearnedPositions",
     "MoE",
+    "Packing",
     "RMSNorm",
     "RelativePositionBias",
     "RotaryEmbedding",

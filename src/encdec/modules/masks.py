@@ -1,10 +1,13 @@
-"""Padding masks as callers hand them over, made boolean once at a model's public entry points.
+"""Padding masks as callers hand them over, made boolean once at a model's public entry points;
+and the segment masks of packed batches (`Packing`).
 
 Hugging Face tokenizers return 0/1 integer `attention_mask`s; others pass booleans
 or 0./1. floats. Every family takes all three and works on booleans inside.
 
-Shapes: B batch, S length.
+Shapes: B batch, S length (source length beside T, the target length).
 """
+
+from dataclasses import dataclass
 
 import torch
 
@@ -22,3 +25,43 @@ def as_bool_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
     if mask.is_floating_point() and not bool(((mask == 0) | (mask == 1)).all()):
         raise DataError("a float attention mask must hold only 0 and 1 (1 at real tokens), not additive values")
     return mask != 0
+
+
+@dataclass
+class Packing:
+    """Where the examples of a packed batch lie (data.objectives.packing): segment ids (1, 2, ... per
+    example, 0 at padding) and positions counted from 0 in each example, for source and target.
+
+    The three masks keep examples apart: a token attends only to tokens of its own segment (in the
+    decoder, also only to earlier ones). Each is built once per forward and shared by every layer.
+    """
+
+    src_segments: torch.Tensor  # (B, S) int
+    tgt_segments: torch.Tensor  # (B, T) int
+    src_positions: torch.Tensor  # (B, S) int
+    tgt_positions: torch.Tensor  # (B, T) int
+
+    def encoder_allowed(self) -> torch.Tensor:
+        """(B, 1, S, S) bool: source token i may see source token j of its own segment."""
+        return same_segment(self.src_segments, self.src_segments)
+
+    def decoder_allowed(self) -> torch.Tensor:
+        """(B, 1, T, T) bool: target token i may see target token j <= i of its own segment."""
+        T = self.tgt_segments.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool, device=self.tgt_segments.device).tril()  # (T, T)
+        return same_segment(self.tgt_segments, self.tgt_segments) & causal
+
+    def cross_allowed(self) -> torch.Tensor:
+        """(B, 1, T, S) bool: target token i may see the source tokens of its own example."""
+        return same_segment(self.tgt_segments, self.src_segments)
+
+    def source_lengths(self) -> torch.Tensor:
+        """(B, T): the source length of each target token's example (for RoPE's "prepended" cross positions)."""
+        return (self.tgt_segments[:, :, None] == self.src_segments[:, None, :]).sum(-1)
+
+
+def same_segment(q_segments: torch.Tensor, k_segments: torch.Tensor) -> torch.Tensor:
+    """q_segments (B, T), k_segments (B, S) -> (B, 1, T, S) bool, True where both lie in one example
+    (never at a padding key; a padding query sees nothing, which additive_mask keeps finite)."""
+    same = q_segments[:, :, None] == k_segments[:, None, :]  # (B, T, S)
+    return (same & (k_segments[:, None, :] > 0))[:, None]

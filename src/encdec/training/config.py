@@ -5,7 +5,8 @@
     tokenizer:  which tokenizer (byte, sentencepiece, hf, bpe / unigram trained on
                 the corpus, tiktoken)
     data:       corpus files (or a Hugging Face hub name) and the validation split
-    objective:  causal_lm, span_corruption, ul2, prefix_lm or seq2seq, and lengths
+    objective:  causal_lm, span_corruption, ul2, prefix_lm or seq2seq, lengths, and packing
+                (several examples to a row, for the encoder_decoder family only)
     optimizer, schedule, training, evaluation, output
 
 Field names of the seeds' code map as: n_embd -> model.d_model, n_head ->
@@ -24,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from encdec.data.objectives import OBJECTIVES
+from encdec.data.objectives.factory import PACKABLE
 from encdec.errors import ConfigError, suggestion
 from encdec.models import ModelConfig, check_fields, preset, preset_names
 from encdec.training.config_checks import check_run_config
@@ -76,6 +78,7 @@ class ObjectiveSection:
     mode_tokens: bool = False
     source_template: str = "{source}"  # seq2seq; ROT5 summarization: "{source}\nSummary:"
     target_template: str = "{target}"
+    pack: bool = False  # several examples per row, attending within their own (seq2seq, span_corruption, ul2)
 
 
 @dataclass
@@ -162,6 +165,7 @@ class RunConfig:
             if value not in allowed:
                 raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {short(value)}")
         check_run_config(self)
+        check_packing(self)
 
     @property
     def warmup_steps(self) -> int:
@@ -186,6 +190,29 @@ def check_model_section(section: dict, overlay: bool = False) -> None:
             check_value(hints[key], value, f"model.{key}")
     if not overlay:
         check_fields(build_model_config(section, **PROVISIONAL_TOKENS))  # a field its family ignores is refused
+
+
+def check_packing(cfg: RunConfig) -> None:
+    """objective.pack needs an encoder-decoder objective and a family that keeps packed examples apart:
+    the encoder_decoder family's segment-aware masks and positions (models.encoder_decoder)."""
+    if not cfg.objective.pack:
+        return
+    if cfg.objective.kind not in PACKABLE:
+        raise ConfigError(f"objective.pack works with objective.kind {', '.join(PACKABLE)}, not {cfg.objective.kind}")
+    family = model_family(cfg.model)
+    if family != "encoder_decoder":
+        raise ConfigError(f"objective.pack needs model.family encoder_decoder, whose attention keeps packed "
+                          f"examples apart; the {family} family does not")  # fmt: skip
+
+
+def model_family(section: dict) -> str:
+    """The family a model section builds: its own key, else its preset's, else the default."""
+    if "family" in section:
+        return section["family"]
+    name = section.get("preset")
+    if name in preset_names():
+        return preset(name, **PROVISIONAL_TOKENS).family
+    return ModelConfig.family
 
 
 def build_model_config(section: dict, vocab_size: int, pad_id: int, eos_id: int, decoder_start_id: int) -> ModelConfig:

@@ -147,4 +147,4 @@ def objective_options(o: ObjectiveSection) -> dict:
     """The objective section's settings as `build_objective`'s keyword arguments."""
     return {"seq_len": o.seq_len, "windows": o.windows, "max_source_len": o.max_source_len,
             "max_target_len": o.max_target_len, "noise_density": o.noise_density, "mean_span": o.mean_span,
-            "ul2_probabilities": o.ul2_probabilities, "mode_tokens": o.mode_tokens}  # fmt: skip
+            "ul2_probabilities": o.ul2_probabilities, "mode_tokens": o.mode_tokens, "pack": o.pack}  # fmt: skip

@@ -19,10 +19,11 @@ from dataclasses import dataclass, replace
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from encdec.data.batch import IGNORE_INDEX, Batch
+from encdec.data.batch import IGNORE_INDEX, PACKING_FIELDS, Batch
 from encdec.data.objectives.base import Objective
+from encdec.errors import ConfigError
 
-ROW_FIELDS = ("tgt_ids", "labels", "src_ids", "src_mask", "prefix_lengths")
+ROW_FIELDS = ("tgt_ids", "labels", "src_ids", "src_mask", "prefix_lengths", *PACKING_FIELDS)
 
 
 @dataclass
@@ -32,6 +33,8 @@ class LoadedBatch:
     batch: Batch
     num_tokens: int  # target tokens with loss in these rows
     global_tokens: int  # target tokens with loss in the whole global batch, over every process
+    filled: int = 0  # encoder-decoder rows: source and target positions that hold a real token
+    positions: int = 0  # encoder-decoder rows: every source and target position computed, padding included
 
     def pin_memory(self) -> LoadedBatch:  # called by the DataLoader's pinning thread
         fields = {f: getattr(self.batch, f).pin_memory() for f in ROW_FIELDS if getattr(self.batch, f) is not None}
@@ -46,9 +49,26 @@ def local_rows(batch: Batch, rows: slice | None) -> LoadedBatch:
     """Cut this process's `rows` from a global batch and count the loss tokens of both on the host."""
     global_tokens = int((batch.labels != IGNORE_INDEX).sum())
     if rows is None:
-        return LoadedBatch(batch, global_tokens, global_tokens)
+        return LoadedBatch(batch, global_tokens, global_tokens, *fill(batch))
+    if batch.src_segments is not None:
+        refuse_packing_across_processes()
     local = replace(batch, **{f: getattr(batch, f)[rows] for f in ROW_FIELDS if getattr(batch, f) is not None})
-    return LoadedBatch(local, int((local.labels != IGNORE_INDEX).sum()), global_tokens)
+    return LoadedBatch(local, int((local.labels != IGNORE_INDEX).sum()), global_tokens, *fill(local))
+
+
+def fill(batch: Batch) -> tuple[int, int]:
+    """(real tokens, positions) over the source and target of encoder-decoder rows; (0, 0) for the others,
+    whose padding has no mask to count it by. Packing raises the first towards the second."""
+    if batch.src_mask is None:
+        return 0, 0
+    real = int(batch.src_mask.sum()) + int((batch.labels != IGNORE_INDEX).sum())
+    return real, batch.src_mask.numel() + batch.labels.numel()
+
+
+def refuse_packing_across_processes() -> None:
+    """A packed step has as many rows as its examples need, not batch_size: there are no fixed rows to split."""
+    raise ConfigError("objective.pack does not run under torchrun yet (a packed step's row count varies); "
+                      "run on one process or without pack")  # fmt: skip
 
 
 class _Positions(IterableDataset):
@@ -81,6 +101,8 @@ def batch_stream(
     objective: Objective, rows: slice | None, device: torch.device, workers: int | None = None
 ) -> Iterator[LoadedBatch]:
     """Batches from the objective's current position on, each advancing the objective once taken."""
+    if rows is not None and getattr(objective, "pack", False):
+        refuse_packing_across_processes()  # here, before any worker starts, so the refusal is one sentence
     workers = default_workers(device) if workers is None else workers
     loader = DataLoader(
         _Positions(objective, objective.position, rows),

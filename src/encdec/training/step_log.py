@@ -13,7 +13,8 @@ class StepLog:
 
     Every step still gets its own record; `tokens_per_s` is its interval's training rate
     (evaluation and checkpointing excluded) and `elapsed` the run's wall time at that step,
-    spread evenly over the interval's steps; `grad_norm` is the gradient's norm before
+    spread evenly over the interval's steps; aux values are device tensors (read in the one
+    transfer) or host numbers (written as they are); `grad_norm` is the gradient's norm before
     clipping, on a GPU `peak_memory_mib` the interval's peak allocation, and `mfu` the
     interval's model FLOP utilisation where the step's FLOPs and the device's peak are
     known (training/flops.py).
@@ -50,7 +51,8 @@ class StepLog:
     def flush(self) -> None:
         if not self.pending:
             return
-        names = sorted(self.pending[0][3])
+        first_aux = self.pending[0][3]
+        names = sorted(n for n in first_aux if isinstance(first_aux[n], torch.Tensor))  # on the device
         rows = [torch.stack([ce_sum.float(), *(aux[n].float() for n in names)]) for _, ce_sum, _, aux, _ in self.pending]
         values = torch.stack(rows).tolist()  # (steps, 1 + aux): the one wait for the device
         peak_mib = self.peak_memory_mib()
@@ -60,7 +62,7 @@ class StepLog:
         tokens_per_s = tokens / seconds
         mfu = self.flops / seconds / self.peak_flops if self.flops and self.peak_flops else None
         first_tokens = self.state.tokens - tokens
-        for i, ((step, _, n_tokens, _, lr), row) in enumerate(zip(self.pending, values, strict=True)):
+        for i, ((step, _, n_tokens, aux, lr), row) in enumerate(zip(self.pending, values, strict=True)):
             first_tokens += n_tokens
             at = self.flushed_elapsed + (elapsed - self.flushed_elapsed) * (i + 1) / len(self.pending)
             record = {"kind": "train", "step": step, "loss": row[0] / max(n_tokens, 1), "lr": lr,
@@ -69,7 +71,8 @@ class StepLog:
                 record["peak_memory_mib"] = peak_mib
             if mfu is not None:
                 record["mfu"] = mfu
-            self.metrics.write({**record, **dict(zip(names, row[1:], strict=True))})
+            host = {n: v for n, v in aux.items() if n not in names}  # host numbers (fill) as they are
+            self.metrics.write({**record, **dict(zip(names, row[1:], strict=True)), **host})
         self.bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{tokens_per_s:,.0f}")
         self.pending.clear()
         self.flops = 0.0

@@ -221,12 +221,12 @@ def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig
     accum, smoothing = len(batches), cfg.training.label_smoothing
     n_tokens = sum(b.global_tokens for b in batches)
     ce_sum = torch.zeros((), device=info.device)
-    aux_sums: dict[str, torch.Tensor] = {}
+    aux_sums: dict[str, torch.Tensor | float] = {}
     for i, loaded in enumerate(batches):
         local = loaded.to(info.device)
         with distributed.gradient_sync(model, enabled=i == accum - 1):
             with amp:
-                out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask)
+                out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, **local.packing)
             losses = compute_loss(out.logits, local.labels, out.aux_losses, model_cfg, smoothing)
             share = loaded.num_tokens / max(n_tokens, 1) * info.world_size
             loss = losses.objective * share + losses.aux / accum
@@ -234,6 +234,9 @@ def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig
         ce_sum += losses.ce.detach() * loaded.num_tokens
         for name, value in out.aux_losses.items():
             aux_sums[name] = aux_sums.get(name, 0.0) + value.detach().float() / accum
+    if batches[0].positions:  # the share of computed positions holding real tokens (objective.pack raises it)
+        filled = sum(b.filled for b in batches) / sum(b.positions for b in batches)
+        aux_sums["fill"] = filled  # a host number, logged as it is: no copy to the device
     if scaler is not None:
         scaler.unscale_(optimizer)  # true gradients for the norm and the clip
     if cfg.training.clip_norm > 0:  # the norm before clipping, logged as grad_norm
@@ -267,7 +270,7 @@ def evaluate(model, data: RunData, cfg: RunConfig, info, amp=nullcontext()) -> d
             loaded = local_rows(objective.next_batch(), rows)
             local = loaded.to(info.device)
             with amp:
-                out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask)
+                out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, **local.packing)
             ce_sum += cross_entropy(out.logits, local.labels) * loaded.num_tokens
             tokens += loaded.num_tokens
         total = torch.stack([ce_sum, torch.tensor(float(tokens), device=info.device)])  # (CE * tokens, tokens)

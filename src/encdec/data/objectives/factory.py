@@ -22,6 +22,7 @@ from encdec.data.objectives.ul2 import UL2Config, UL2Objective, ul2_mode_ids
 from encdec.errors import ConfigError
 
 OBJECTIVES = ("causal_lm", "span_corruption", "ul2", "prefix_lm", "seq2seq")
+PACKABLE = ("seq2seq", "span_corruption", "ul2")  # the encoder-decoder objectives: causal_lm windows are full already
 
 
 def build_objective(
@@ -39,16 +40,20 @@ def build_objective(
     mean_span: float = 3.0,
     ul2_probabilities: Sequence[float] = (0.25, 0.25, 0.5),
     mode_tokens: bool = False,
+    pack: bool = False,
 ) -> Objective:
     """The objective `kind` over `data`: documents, or (sources, targets) for seq2seq.
 
     `seq_len` is the causal LM's window and the chunk length of the denoisers; the R
     denoiser masks `noise_density` of a chunk in spans of mean `mean_span`; `mode_tokens`
-    prepends UL2's [R] / [X] / [S] to ul2's inputs (the tokenizer must hold them).
+    prepends UL2's [R] / [X] / [S] to ul2's inputs (the tokenizer must hold them); `pack` lays
+    the examples of each step out several to a row (seq2seq, span_corruption and ul2 only).
     """
     tok = tokenizer
     if kind not in OBJECTIVES:
         raise ConfigError(f"objective {kind!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
+    if pack and kind not in PACKABLE:
+        raise ConfigError(f"objective.pack works with {', '.join(PACKABLE)}, not {kind}")
     if kind == "causal_lm":
         return CausalLMObjective(data, seq_len, batch_size, mode=windows, seed=seed)
     if kind == "prefix_lm":
@@ -56,7 +61,7 @@ def build_objective(
     if kind == "seq2seq":
         sources, targets = data
         return Seq2SeqObjective(sources, targets, batch_size, tok.pad_id, tok.eos_id, tok.decoder_start_id,
-                                max_source_len, max_target_len, seed=seed)  # fmt: skip
+                                max_source_len, max_target_len, pack=pack, seed=seed)  # fmt: skip
     if kind == "span_corruption":
         config = UL2Config.span_corruption(mean_span, noise_density, max_length=seq_len)
     else:
@@ -65,4 +70,4 @@ def build_objective(
                            max_length=seq_len, mode_tokens=mode_tokens)  # fmt: skip
     modes = ul2_mode_ids(tok) if config.mode_tokens else None  # span corruption has no mode token
     return UL2Objective(data, batch_size, tok.pad_id, tok.eos_id, tok.decoder_start_id, list(tok.sentinel_ids),
-                        config, mode_ids=modes, seed=seed)  # fmt: skip
+                        config, mode_ids=modes, pack=pack, seed=seed)  # fmt: skip

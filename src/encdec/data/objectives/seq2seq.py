@@ -6,6 +6,8 @@ target = summary + EOS); translation is the default `"{source}" -> "{target}"`.
 Targets always end with EOS. Truncation: `right` cuts the end of the source,
 `left` cuts its start (keeping a template suffix such as "\\nSummary:"),
 `drop` skips pairs that do not fit. Targets are cut at the end, keeping EOS.
+With `pack`, each step's pairs share rows of max_source_len / max_target_len
+tokens (data.objectives.packing) and are drawn without length bucketing.
 
 Shapes: B batch, S source length, T target length.
 """
@@ -21,6 +23,7 @@ from encdec.data.corpora import PairTemplate
 from encdec.data.documents import Documents
 from encdec.data.objectives.base import EpochPlan, Objective
 from encdec.data.objectives.collate import collate_prefix_lm
+from encdec.data.objectives.packing import collate_packed
 from encdec.errors import ConfigError
 
 TRUNCATIONS = ("right", "left", "drop")
@@ -67,9 +70,12 @@ class Seq2SeqObjective(Objective):
         bucket_batches: int = 50,
         shuffle: bool = True,
         batch_format: str = "encoder_decoder",
+        pack: bool = False,
         seed: int = 0,
     ):
         super().__init__(seed)
+        if pack and batch_format != "encoder_decoder":
+            raise ConfigError("objective.pack packs encoder-decoder batches only, not the prefix-LM layout.")
         if truncation not in TRUNCATIONS:
             raise ConfigError(f"truncation {truncation!r} is unknown; choose one of {', '.join(TRUNCATIONS)}")
         if len(sources) != len(targets):
@@ -77,15 +83,15 @@ class Seq2SeqObjective(Objective):
         self.sources, self.targets = sources, targets
         self.max_source_len, self.max_target_len, self.truncation = max_source_len, max_target_len, truncation
         self.pad_id, self.eos_id, self.decoder_start_id = pad_id, eos_id, decoder_start_id
-        self.shuffle, self.batch_format = shuffle, batch_format
+        self.shuffle, self.batch_format, self.pack = shuffle, batch_format, pack
         src_len, tgt_len = sources.lengths, targets.lengths + 1
         self.indices = np.arange(len(sources))
         if truncation == "drop":
             self.indices = self.indices[(src_len <= max_source_len) & (tgt_len <= max_target_len)]
         lengths = np.minimum(src_len, max_source_len) + np.minimum(tgt_len, max_target_len)
-        self.plan = EpochPlan(
-            len(self.indices), batch_size, lengths=lengths[self.indices], bucket_batches=bucket_batches
-        )
+        # Packing fills rows best from examples of mixed lengths: it takes the place of length bucketing.
+        bucket_lengths = None if pack else lengths[self.indices]
+        self.plan = EpochPlan(len(self.indices), batch_size, lengths=bucket_lengths, bucket_batches=bucket_batches)
 
     def example(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """(source, target + EOS) of pair `index`, truncated by the policy."""
@@ -100,6 +106,9 @@ class Seq2SeqObjective(Objective):
         examples = [self.example(int(self.indices[i])) for i in batches[step]]
         if self.batch_format == "prefix_lm":
             return collate_prefix_lm(examples, self.pad_id)
+        if self.pack:
+            return collate_packed(examples, self.pad_id, self.decoder_start_id, self.max_source_len,
+                                  self.max_target_len)  # fmt: skip
         return collate_encoder_decoder(examples, self.pad_id, self.decoder_start_id)
 
     def position_after(self, epoch: int, step: int) -> tuple[int, int]:

@@ -8,7 +8,8 @@ Documents are cut into chunks of at most `max_length` tokens; each chunk is one
 example. Targets end with EOS. Optional mode tokens `[R]`/`[X]`/`[S]` are
 prepended to the input (UL2 uses them; ROT5 did not). Plain T5 span corruption
 is `UL2Config.span_corruption()`, the R-only case. `batch_format="prefix_lm"`
-gives the same examples to a decoder-only model.
+gives the same examples to a decoder-only model. With `pack`, each step's examples
+share rows of max_length + 1 source and target tokens (data.objectives.packing).
 
 Shapes: B batch, S source length, T target length, L chunk length.
 """
@@ -23,6 +24,7 @@ from encdec.data.batch import Batch, collate_encoder_decoder
 from encdec.data.documents import Documents
 from encdec.data.objectives.base import EpochPlan, Objective
 from encdec.data.objectives.collate import collate_prefix_lm
+from encdec.data.objectives.packing import collate_packed
 from encdec.data.objectives.span_corruption import random_spans_noise_mask, span_corrupt
 from encdec.errors import ConfigError
 
@@ -91,11 +93,14 @@ class UL2Objective(Objective):
         config: UL2Config = UL2Config(),
         mode_ids: dict[str, int] | None = None,
         batch_format: str = "encoder_decoder",
+        pack: bool = False,
         seed: int = 0,
     ):
         super().__init__(seed)
         if batch_format not in BATCH_FORMATS:
             raise ConfigError(f"batch format {batch_format!r} is unknown; choose one of {', '.join(BATCH_FORMATS)}")
+        if pack and batch_format != "encoder_decoder":
+            raise ConfigError("objective.pack packs encoder-decoder batches only, not the prefix-LM layout")
         if config.mode_tokens and not (mode_ids and set(MODES) <= set(mode_ids)):
             raise ConfigError(
                 "UL2 mode_tokens needs ids for R, X and S; build the tokenizer with extra specials [R] [X] [S]"
@@ -103,7 +108,7 @@ class UL2Objective(Objective):
         self.tokens = documents.tokens
         self.starts, self.lengths = documents.chunks(config.max_length, min_len=2)  # (P,), (P,)
         self.plan = EpochPlan(len(self.starts), batch_size)
-        self.config, self.batch_format = config, batch_format
+        self.config, self.batch_format, self.pack = config, batch_format, pack
         self.pad_id, self.eos_id, self.decoder_start_id = pad_id, eos_id, decoder_start_id
         self.sentinel_ids = np.asarray(sentinel_ids, dtype=np.int64)
         self.mode_ids = mode_ids or {}
@@ -125,6 +130,9 @@ class UL2Objective(Objective):
         examples = [self.example(int(c), m, rng) for c, m in zip(chunk_ids, modes, strict=True)]
         if self.batch_format == "prefix_lm":
             return collate_prefix_lm(examples, self.pad_id, modes=modes)
+        if self.pack:  # a chunk's inputs gain at most one sentinel per span and a mode token
+            width = self.config.max_length + 1
+            return collate_packed(examples, self.pad_id, self.decoder_start_id, width, width, modes=modes)
         return collate_encoder_decoder(examples, self.pad_id, self.decoder_start_id, modes=modes)
 
     def position_after(self, epoch: int, step: int) -> tuple[int, int]:
