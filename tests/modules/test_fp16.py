@@ -1,7 +1,6 @@
 """T5's fp16 overflow: the feed-forward output projection runs in fp32 under fp16 autocast, and a half-precision
 model clamps its residual stream, so both stay finite where plain fp16 gives inf (modules/fp16.py)."""
 
-import pytest
 import torch
 
 import encdec.modules.blocks as blocks

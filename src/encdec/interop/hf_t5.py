@@ -16,8 +16,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from encdec.errors import CheckpointError, ConfigError
-from encdec.safe_paths import inside
 from encdec.models import EncoderDecoder, ModelConfig
+from encdec.safe_paths import inside
 
 # Hugging Face feed_forward_proj -> our activation name
 HF_ACTIVATIONS = {

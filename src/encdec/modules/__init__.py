@@ -1,8 +1,8 @@
 """Family-agnostic building blocks. They take plain arguments; only model builders read configs."""
 
 from encdec.modules.attention import Attention, additive_mask, causal_mask
-from encdec.modules.dropout import Dropout, dropout
 from encdec.modules.blocks import AttentionInputs, DecoderBlock, EncoderBlock
+from encdec.modules.dropout import Dropout, dropout
 from encdec.modules.feed_forward import FeedForward
 from encdec.modules.kv_cache import DecoderCache, KVCache, LayerCache, StaticKVCache
 from encdec.modules.masks import Packing, as_bool_mask

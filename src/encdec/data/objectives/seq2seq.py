@@ -75,7 +75,7 @@ class Seq2SeqObjective(Objective):
     ):
         super().__init__(seed)
         if pack and batch_format != "encoder_decoder":
-            raise ConfigError("objective.pack packs encoder-decoder batches only, not the prefix-LM layout.")
+            raise ConfigError("objective.pack packs encoder-decoder batches only, not the prefix-LM layout")
         if truncation not in TRUNCATIONS:
             raise ConfigError(f"truncation {truncation!r} is unknown; choose one of {', '.join(TRUNCATIONS)}")
         if len(sources) != len(targets):
