@@ -49,7 +49,7 @@ def decoding_linear(
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
     transposed = rows <= FEW_ROWS and weight.numel() >= LARGE_WEIGHT  # where it beats F.linear
     if (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or needs_grad
-            or not (ONEDNN or transposed) or torch.is_autocast_enabled("cpu")):  # fmt: skip
+            or not (ONEDNN or transposed) or torch.is_autocast_enabled("cpu") or torch.compiler.is_compiling()):  # fmt: skip
         out = F.linear(x, weight, bias)
         return F.relu(out) if relu else out
     flat = x.reshape(rows, x.shape[-1])
