@@ -116,7 +116,7 @@ class EagerRunner:
         steps = self.steps
         steps.tokens.copy_(tokens)
         logits = steps.run(steps.tokens, steps.pos)
-        steps.pos += 1
+        steps.advance()
         return logits
 
 
@@ -142,7 +142,7 @@ class CompiledRunner(EagerRunner):
             warn_once("compiling the decoding step failed (%s): decoding steps run eagerly", type(error).__name__)
             self.compiled = None
             logits = steps.run(steps.tokens, steps.pos)
-        steps.pos += 1
+        steps.advance()
         return logits
 
 
@@ -163,7 +163,7 @@ class GraphRunner(EagerRunner):
         steps = self.steps
         steps.tokens.copy_(tokens)
         self.graph.replay()
-        steps.pos += 1
+        steps.advance()
         return self.logits.clone()  # the next replay overwrites the graph's output
 
 

@@ -79,6 +79,7 @@ class FixedSteps:
         self.cross_mask = torch.zeros(examples, 1, 1, source, **zeros)  # additive (B, 1, 1, S)
         self.positions = torch.arange(length, device=like.device)  # (L,)
         self.pos = torch.zeros(1, dtype=torch.long, device=like.device)  # the position the next step writes
+        self.filled = 0  # the same count on the host: positions written, which reorders gather
         self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=like.device)  # (R, 1) the step's input
         self.self_bias = None  # (1, H, L, L) T5's relative bias
         if model.decoder.position_bias is not None:
@@ -101,6 +102,7 @@ class FixedSteps:
         if self.prepended is not None:
             self.prepended.copy_(state.prepended_offset)
         self.pos.zero_()
+        self.filled = 0
 
     def run(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """tokens (R, 1) at position pos (1,) -> logits (R, V); writes the position into the buffers."""
@@ -122,8 +124,15 @@ class FixedSteps:
         hidden = decoder.dropout(decoder.final_norm(hidden))
         return model.head(hidden)[:, -1]
 
+    def advance(self) -> None:
+        """Move on to the next position, on the device and on the host."""
+        self.pos += 1
+        self.filled += 1
+
     def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows `index` (R,), gathered into the same buffers (their addresses never change)."""
+        """Keep rows `index` (R,): the written positions gathered into the same buffers (their addresses,
+        which a CUDA graph holds, never change)."""
+        n = self.filled
         for buf in (*self.self_k, *self.self_v):
-            buf.copy_(buf.index_select(0, index))
+            buf[:, :, :n].copy_(buf[:, :, :n].index_select(0, index))
 
