@@ -10,7 +10,10 @@ shape reuse them and what was compiled or captured for them. Each step then runs
   - on CUDA: the eager step captured once in a `torch.cuda.CUDAGraph` and replayed
     (its buffers never move, so nothing is copied in but the step's tokens).
 Where compiling or capturing fails, the step runs eagerly on the same buffers, and
-the log says so once per reason.
+the log says so once per reason (mixture-of-experts decoders, which size their experts
+on the host, are not captured). Each shape key compiles once; torch.compile keeps at
+most `torch._dynamo.config.recompile_limit` (8) of them per process and runs further
+shapes eagerly.
 
 Shapes: R rows, B examples, N rows per example, S source length, t new positions, V vocabulary.
 """
@@ -21,6 +24,7 @@ from collections import OrderedDict
 import torch
 
 from encdec.models.fixed_step import FixedSteps, bucket
+from encdec.modules.moe import MoE
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +105,12 @@ def fixed_steps_for(model, key: tuple, like: torch.Tensor) -> FixedSteps:
 
 def make_runner(steps: FixedSteps):
     """tokens (R, 1) -> logits (R, V): copies the tokens in, runs the step at `steps.pos`, advances it."""
-    if steps.pos.device.type == "cuda":
-        return GraphRunner(steps)
-    return CompiledRunner(steps)
+    if steps.pos.device.type != "cuda":
+        return CompiledRunner(steps)
+    if any(isinstance(module, MoE) for module in steps.model.decoder.modules()):
+        warn_once("mixture-of-experts steps size their experts on the host, which a CUDA graph cannot: they run eagerly")
+        return EagerRunner(steps)
+    return GraphRunner(steps)
 
 
 class EagerRunner:
