@@ -163,3 +163,18 @@ def test_cuda_graph_generate_equals_eager(mode, caplog):
     assert torch.equal(got, expected) and torch.equal(again, expected)
     assert not [r for r in caplog.records if r.name == compiled.__name__]
     assert all(s.runner.graph is not None for s in model._fixed_steps.values())
+
+
+@pytest.mark.parametrize("family", ["t5", "rot5", "rot5-prepended", "transformer-post"])
+def test_the_fixed_step_is_one_graph(family):
+    """Traced whole (fullgraph=True, no graph break): no host read of a device value, no Python branch on
+    one, which is also what capturing it in a CUDA graph needs. The eager backend: tracing only."""
+    torch.manual_seed(0)
+    model = tiny(family)
+    src, mask = padded_batch(3, 11)
+    with torch.inference_mode():
+        fixed = eager_fixed_state(model, src, mask, 10, 2).steps
+        traced = torch.compile(fixed.run, backend="eager", fullgraph=True, dynamic=False)
+        tokens = torch.randint(3, 97, (6, 1))
+        expected = fixed.run(tokens, fixed.pos)
+        torch.testing.assert_close(traced(tokens, fixed.pos), expected, atol=1e-5, rtol=0)

@@ -85,7 +85,9 @@ class FixedSteps:
         if model.decoder.position_bias is not None:
             with torch.no_grad():
                 self.self_bias = model.decoder.position_bias(self.positions, self.positions).to(like.dtype).contiguous()
-        self.prepended = torch.zeros(rows, 1, dtype=torch.long, device=like.device) if model.decoder.rope_cross == "prepended" else None  # fmt: skip
+        self.prepended = None  # (R, 1) source lengths, where decoder positions continue after the source
+        if model.decoder.rope_cross == "prepended":
+            self.prepended = torch.zeros(rows, 1, dtype=torch.long, device=like.device)
 
     def load(self, state) -> None:
         """Take a fresh eager state's cross-attention caches, mask and offsets; start at position 0."""
