@@ -1,6 +1,6 @@
 """Generation benchmark: encdec.generate beside Hugging Face's generate() on the same random-weight T5.
 
-Run: python benchmarks/bench_generate.py [--repeats 5] [--threads N] [--quantize int8]
+Run: python benchmarks/bench_generate.py [--repeats 5] [--threads N] [--quantize int8] [--compile]
      python benchmarks/bench_generate.py --device cuda --dtype bf16 --shape t5-small --batch 8,64
 
 Shapes (`--shape`): "small" (the default: d_model 256, 4 heads of 64, d_ff 1024, 4 + 4
@@ -15,7 +15,9 @@ systems and the table shows medians.
 
 Systems: HF and encdec in `--dtype` (fp32, or bf16 by casting both models' weights)
 on `--device`; with `--quantize int8` (CPU, fp32), encdec with int8 linear layers
-(encdec.quantize); with `ctranslate2` installed (the `bench` extra), the same weights
+(encdec.quantize); with `--compile`, "encdec compiled": generate(compile=True), fixed-shape
+decoding steps compiled (CPU) or CUDA-graphed (GPU), its first call per shape (the compile)
+left out of the timings and printed apart; with `ctranslate2` installed (the `bench` extra), the same weights
 converted by its TransformersConverter, run with compute type fp32/bf16 as --dtype and,
 on the CPU, int8 too (its intra-op threads set to torch's). On CUDA every call is
 synchronised before and after, and the peak memory of each torch system's generate
@@ -29,6 +31,7 @@ kernels, F.linear or oneDNN with a prepacked weight) and nothing else.
 
 import argparse
 import statistics
+import time
 
 import torch
 import transformers
@@ -45,6 +48,7 @@ from generate_systems import (
 )
 
 SOURCE, NEW = 256, 64
+WARMUP: dict[str, float] = {}  # seconds of each system's last warm-up call
 MODES = {
     "greedy": dict(),
     "beam 4": dict(num_beams=4),
@@ -56,8 +60,10 @@ def measure(systems: dict, src, mask, options: dict, repeats: int, device: torch
     """{name: (seconds median, output ids, peak MiB or None)} over `repeats` interleaved rounds after a warm-up."""
     options = dict(options, max_new_tokens=NEW, min_new_tokens=NEW)
     times, outputs, peaks = {name: [] for name in systems}, {}, {name: 0.0 for name in systems}
-    for fn in systems.values():
-        fn(src, mask, options)  # warm-up
+    for name, fn in systems.items():
+        start = time.perf_counter()
+        fn(src, mask, options)  # warm-up (and the compile of compiled systems)
+        WARMUP[name] = time.perf_counter() - start
     for _ in range(repeats):
         for name, fn in systems.items():
             if device.type == "cuda":
@@ -97,6 +103,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--shape", choices=list(SHAPES), default="small")
     parser.add_argument("--batch", default="8", help="comma-separated batch sizes, e.g. 8,64")
     parser.add_argument("--quantize", choices=("int8",), default=None, help="add encdec with int8 linear layers")
+    parser.add_argument("--compile", action="store_true", help="add encdec with generate(compile=True)")
     parser.add_argument("--no-ctranslate2", action="store_true", help="leave CTranslate2 out even if installed")
     parser.add_argument("--no-kernels", action="store_true", help="skip the kernels-alone table (CPU fp32)")
     args = parser.parse_args(argv)
@@ -110,9 +117,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def header(systems: list[str], on_cuda: bool, int8: bool) -> str:
     cells = ["batch", "mode", *(f"{name} tok/s" for name in systems), "encdec / HF"]
+    cells += ["encdec compiled / HF"] if "encdec compiled" in systems else []
     cells += ["encdec int8 / HF"] if int8 else []
     cells += ["encdec int8 / CT2 int8"] if int8 and "ct2 int8" in systems else []
     cells += ["encdec / CT2"] if "ct2" in systems else []
+    cells += ["encdec compiled / CT2"] if "ct2" in systems and "encdec compiled" in systems else []
     cells += [f"{name} same tokens as HF" for name in systems if name != "hf"]
     cells += [f"{name} peak MiB" for name in systems if not name.startswith("ct2")] if on_cuda else []
     return "| " + " | ".join(cells) + " |\n|" + "|".join("---" for _ in cells) + "|"
@@ -121,12 +130,16 @@ def header(systems: list[str], on_cuda: bool, int8: bool) -> str:
 def row(batch: int, mode: str, r: dict, seeded: bool) -> str:
     rate = {name: batch * NEW / seconds for name, (seconds, _, _) in r.items()}
     cells = [str(batch), mode, *(f"{rate[name]:.1f}" for name in r), f"{rate['encdec'] / rate['hf']:.2f}x"]
+    if "encdec compiled" in r:
+        cells.append(f"{rate['encdec compiled'] / rate['hf']:.2f}x")
     if "encdec int8" in r:
         cells.append(f"{rate['encdec int8'] / rate['hf']:.2f}x")
         if "ct2 int8" in r:
             cells.append(f"{rate['encdec int8'] / rate['ct2 int8']:.2f}x")
     if "ct2" in r:
         cells.append(f"{rate['encdec'] / rate['ct2']:.2f}x")
+        if "encdec compiled" in r:
+            cells.append(f"{rate['encdec compiled'] / rate['ct2']:.2f}x")
     cells += ["seeded" if seeded else same_share(r["hf"][1], out) for name, (_, out, _) in r.items() if name != "hf"]
     cells += [f"{peak:.0f}" for _, (_, _, peak) in r.items() if peak is not None]
     return "| " + " | ".join(cells) + " |"
@@ -140,6 +153,8 @@ def main(argv=None) -> None:
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     reference, ours = build_pair(args.shape, device, dtype)
     systems = {"hf": hf_system(reference), "encdec": encdec_system(ours)}
+    if args.compile:
+        systems["encdec compiled"] = encdec_system(ours, compile=True)
     if args.quantize:
         systems["encdec int8"] = encdec_system(int8_copy(ours))
     if not args.no_ctranslate2:
@@ -150,7 +165,7 @@ def main(argv=None) -> None:
           f"median of {args.repeats}")  # fmt: skip
     print(header(list(systems), device.type == "cuda", bool(args.quantize)))
     vocab = SHAPES[args.shape]["vocab_size"]
-    done = []
+    done, compiles = [], []
     for batch in args.batch:
         torch.manual_seed(1)
         src = torch.randint(2, vocab, (batch, SOURCE), device=device)
@@ -158,7 +173,11 @@ def main(argv=None) -> None:
         for mode in args.modes:
             r = measure(systems, src, mask, MODES[mode], args.repeats, device)
             print(row(batch, mode, r, MODES[mode].get("do_sample", False)), flush=True)
+            if args.compile:
+                compiles.append(f"batch {batch} {mode}: {WARMUP['encdec compiled']:.1f} s")
             done.append((batch, mode, r))
+    if compiles:
+        print("\nencdec compiled, first call (compile or capture included, not timed above): " + "; ".join(compiles))
     if device.type == "cpu" and args.dtype == "fp32" and not args.no_kernels:
         kernels_table(ours, done, args.repeats)
 

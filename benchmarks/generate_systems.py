@@ -55,10 +55,12 @@ def hf_system(reference):
     return run
 
 
-def encdec_system(model):
+def encdec_system(model, **extra):
+    """encdec.generate on `model` with `extra` options (compile=True, say)."""
+
     def run(src, mask, options):
         seed = {"seed": 0} if options.get("do_sample") else {}
-        return encdec.generate(model, src, mask, **options, **seed).cpu()
+        return encdec.generate(model, src, mask, **options, **seed, **extra).cpu()
 
     return run
 

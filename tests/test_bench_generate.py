@@ -57,3 +57,15 @@ def test_a_toy_cuda_run_in_bf16_reports_peak_memory(bench, capsys):
                 "--modes", "greedy", "--no-ctranslate2"])  # fmt: skip
     lines = capsys.readouterr().out.splitlines()
     assert "encdec peak MiB" in lines[1] and len(lines) == 4
+
+
+@pytest.mark.slow
+def test_a_toy_run_with_compile_adds_a_column_and_the_compile_time(bench, capsys, one_thread):
+    bench.main(["--shape", "toy", "--batch", "2", "--repeats", "1", "--modes", "greedy", "--compile",
+                "--no-ctranslate2", "--no-kernels"])  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    header = [cell.strip("| ") for cell in lines[1].split(" | ")]
+    assert "encdec compiled tok/s" in header and "encdec compiled / HF" in header
+    cells = [cell.strip("| ") for cell in lines[3].split(" | ")]
+    assert cells[header.index("encdec compiled same tokens as HF")] == "yes"
+    assert lines[-1].startswith("encdec compiled, first call")

@@ -134,3 +134,18 @@ def test_quantize_on_a_gpu_is_refused_in_one_sentence(model_dir, capsys):
 def test_an_unknown_quantization_is_refused(model_dir, capsys):
     assert main(["generate", str(model_dir), "--quantize", "int4"]) == 2
     assert "argument --quantize: invalid choice: 'int4' (choose from 'int8')" in capsys.readouterr().err
+
+
+def test_compile_generates_what_the_library_does(model_dir, tmp_path, capsys, monkeypatch):
+    """--compile reaches generate(compile=True); with torch.compile refused the fixed-shape steps run
+    eagerly, so no compile slows the test, and the outputs stay the default path's."""
+    from encdec.generation import compiled
+
+    monkeypatch.setattr(compiled.torch, "compile", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("off")))
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text("once upon a time\nlily liked to play there\n")
+    args = ["generate", str(model_dir), "-i", str(inputs), "--format", "jsonl", "--max-new-tokens", "4"]
+    assert main([*args, "--num-beams", "2"]) == 0
+    default = capsys.readouterr().out
+    assert main([*args, "--num-beams", "2", "--compile"]) == 0
+    assert capsys.readouterr().out == default

@@ -8,7 +8,8 @@ source template is applied to each input) or a local Hugging Face directory (T5,
 Marian, BART) with its tokenizer, read with transformers' AutoTokenizer (the
 optional `hf` extra). --device picks where the model runs (default: a GPU when
 torch sees one, else the CPU); --quantize int8 decodes on the CPU with int8 linear
-layers (encdec.quantize).
+layers (encdec.quantize); --compile decodes with fixed-shape steps, compiled on the CPU
+and captured in CUDA graphs on a GPU (generate's compile=True).
 """
 
 import argparse
@@ -58,6 +59,9 @@ def add_parser(subparsers) -> None:
     add_source_length_argument(parser)
     parser.add_argument("--do-sample", action="store_true", help="sample instead of taking the most likely token")
     parser.add_argument("--no-stream", action="store_true", help="do not stream the tokens of a single input")
+    parser.add_argument("--compile", action="store_true",
+                        help="fixed-shape decoding steps, compiled (CPU) or CUDA-graphed (GPU); the first batch of "
+                             "each shape pays the compile")  # fmt: skip
     add_device_argument(parser)
     add_quantize_argument(parser)
     for name, (kind, text) in OPTIONS.items():
@@ -192,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
     options = {name: getattr(args, name) for name in OPTIONS if getattr(args, name) is not None}
     if args.do_sample:
         options["do_sample"] = True
+    if args.compile:
+        options["compile"] = True
     out = sys.stdout if args.output == "-" else open_output(Path(args.output))
     effective = {**getattr(model, "generation_defaults", {}), **options}  # the checkpoint may default to beams
     streaming = (len(inputs) == 1 and args.format == "text" and out.isatty() and not args.no_stream

@@ -52,6 +52,7 @@ class GenerationConfig:
     stop_strings: str | list[str] | None = None  # needs generate(..., tokenizer=)
     return_dict_in_generate: bool = False  # return a GenerateOutput instead of the token ids
     output_scores: bool = False  # with return_dict_in_generate: the processed scores of every step
+    compile: bool = False  # fixed-shape decoding steps, compiled on CPU, CUDA-graphed on GPUs (encdec only)
 
     def __post_init__(self):
         self._check_ranges()

@@ -16,6 +16,7 @@ from torch import nn
 
 from encdec.errors import ConfigError, DataError
 from encdec.generation.beam_search import beam_search
+from encdec.generation.compiled import fixed_shape_stepper
 from encdec.generation.config import GenerationConfig
 from encdec.generation.group_beam_search import group_beam_search
 from encdec.generation.interface import Steppable, model_device
@@ -57,15 +58,16 @@ def generate(
     was_training = isinstance(model, nn.Module) and model.training
     if was_training:
         model.eval()  # no dropout while generating
+    stepper = fixed_shape_stepper(model) if cfg.compile else model  # the model, or its fixed-shape steps
     try:
         with torch.inference_mode():
-            state = model.start(src_ids, src_mask, cfg.max_new_tokens + prompt.shape[1] - 1, rows)
+            state = stepper.start(src_ids, src_mask, cfg.max_new_tokens + prompt.shape[1] - 1, rows)
             if cfg.num_beam_groups > 1:
-                out = group_beam_search(model, state, prompt, cfg, device)
+                out = group_beam_search(stepper, state, prompt, cfg, device)
             elif cfg.num_beams > 1:
-                out = beam_search(model, state, prompt, cfg, device, stop)
+                out = beam_search(stepper, state, prompt, cfg, device, stop)
             else:
-                out = sample_search(model, state, prompt.repeat_interleave(rows, dim=0), cfg, device, stop)
+                out = sample_search(stepper, state, prompt.repeat_interleave(rows, dim=0), cfg, device, stop)
     finally:
         if was_training:
             model.train()

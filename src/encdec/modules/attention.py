@@ -155,10 +155,13 @@ def attend(q, k, v, mask, is_causal: bool, scale: float | None, dropout_p: float
     CPU training with dropout, or with a mask that needs a gradient (T5's learned
     bias), SDPA falls back to its math path with Bernoulli dropout; the explicit
     path here computes the same thing with cheap dropout masks, grouping query heads
-    per KV head instead of repeating keys.
+    per KV head instead of repeating keys. It also serves a compiled decoding step's few
+    queries on CPU, which inductor fuses: SDPA's CPU kernel over a fixed-shape step's
+    whole buffer took 150 us a call against about 55 us in the eager step.
     """
     needs_grad = mask is not None and mask.requires_grad
-    if q.device.type != "cpu" or not (dropout_p > 0 or needs_grad):
+    compiled_step = torch.compiler.is_compiling() and q.shape[2] <= FEW_QUERIES  # see below
+    if q.device.type != "cpu" or not (dropout_p > 0 or needs_grad or compiled_step):
         gqa = k.shape[1] != q.shape[1]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
                                               scale=scale, enable_gqa=gqa)  # fmt: skip

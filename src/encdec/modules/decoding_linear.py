@@ -23,6 +23,11 @@ weights live. Without oneDNN, a few rows by a large weight take the transposed p
 
 Training, GPUs, other dtypes and CPU autocast (whose F.linear computes in bf16) keep F.linear.
 
+Inside torch.compile (the fixed-shape steps of generate(compile=True)) the same oneDNN
+product runs as the custom op `encdec::onednn_linear`, which inductor calls as it is:
+traced as F.linear, inductor's CPU matmul took 76 against oneDNN's 40 us per product of a
+decoding step at the benchmark shape.
+
 Shapes: N rows (batch times positions), C_in, C_out.
 """
 
@@ -46,6 +51,8 @@ def decoding_linear(
     relu=True applies ReLU to them, inside oneDNN's kernel where it takes the product (the encoder's
     separate ReLU over (B, S, d_ff) cost as much again as its fused one)."""
     rows = x.numel() // x.shape[-1]
+    if torch.compiler.is_compiling():
+        return compiled_linear(x, weight, bias, relu)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
     transposed = rows <= FEW_ROWS and weight.numel() >= LARGE_WEIGHT  # where it beats F.linear
     if (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or needs_grad
@@ -59,6 +66,28 @@ def decoding_linear(
         out = (weight @ flat.T).T if bias is None else torch.addmm(bias[:, None], weight, flat.T).T
         out = F.relu(out) if relu else out
     return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def compiled_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
+    """decoding_linear while torch.compile traces: the oneDNN custom op for CPU fp32 inference, else F.linear."""
+    if (ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
+            and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")):  # fmt: skip
+        return onednn_linear_op(x, weight, bias, relu)
+    out = F.linear(x, weight, bias)
+    return F.relu(out) if relu else out
+
+
+@torch.library.custom_op("encdec::onednn_linear", mutates_args=())
+def onednn_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
+    """x (..., C_in) by weight (C_out, C_in) through oneDNN on the weight's reordered copy -> (..., C_out)."""
+    flat = x.reshape(-1, x.shape[-1])
+    out = onednn_linear(flat, reordered(weight), bias, "relu" if relu else "none")
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+@onednn_linear_op.register_fake
+def _(x, weight, bias, relu):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
 def onednn_linear(
