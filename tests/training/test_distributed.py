@@ -20,7 +20,8 @@ def train(config, out, processes=1, *extra):
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "-m", "encdec"]
     command = (launcher if processes > 1 else [sys.executable, "-m", "encdec"]) + ["train", str(config), "--out", str(out)]
     done = subprocess.run(command + COMMON + list(extra), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    causes = [line for line in done.stderr.splitlines() if any(w in line for w in ("Error", "error:", "terminate", "what()"))]
+    assert done.returncode == 0, "\n".join(causes[:20]) + "\n...\n" + done.stderr[-2000:]  # a rank's own cause first
     return read_metrics(out / "metrics.jsonl")
 
 
