@@ -1,5 +1,7 @@
-"""The stop test of greedy decoding and sampling may wait for the host only every few steps (on an
+"""The stop test of greedy decoding, sampling and beam search may wait for the host only every few steps (on an
 accelerator it does): the output is cut where every row was first done, so it equals a per-step test's."""
+
+import importlib
 
 import pytest
 import torch
@@ -8,6 +10,8 @@ import encdec
 import encdec.generation.search as search
 
 from .helpers import padded_batch, tiny
+
+beam_search = importlib.import_module("encdec.generation.beam_search")  # the package exports the function
 
 
 def ending_tokens(model, src, mask, **options) -> list[int]:
@@ -59,3 +63,44 @@ def test_a_cpu_and_a_streamer_check_every_step():
     assert search.sync_interval(torch.device("meta"), cfg) == search.SYNC_EVERY
     cfg.output_scores = True
     assert search.sync_interval(torch.device("meta"), cfg) == 1
+
+
+BEAMS = {
+    "beam 4": dict(max_new_tokens=12, num_beams=4),
+    "early stopping": dict(max_new_tokens=12, num_beams=3, early_stopping=True, num_return_sequences=2),
+    "never, length penalty": dict(max_new_tokens=12, num_beams=3, early_stopping="never", length_penalty=1.5),
+    "beam sampling": dict(max_new_tokens=12, num_beams=2, do_sample=True, seed=7),
+}
+
+
+@pytest.mark.parametrize("name", ["t5", "rot5"])
+@pytest.mark.parametrize("options", BEAMS.values(), ids=BEAMS)
+@pytest.mark.parametrize("every", [2, 3, 50])
+def test_beam_search_syncing_every_few_steps_gives_the_per_step_output(monkeypatch, name, options, every):
+    model = tiny(name)
+    src, mask = padded_batch()
+    eos = ending_tokens(model, src, mask)  # beams finish at different steps
+    per_step = encdec.generate(model, src, mask, eos_token_id=eos, **options)
+    syncs = []
+    monkeypatch.setattr(beam_search, "sync_interval", lambda device, cfg: syncs.append(every) or every)
+    delayed = encdec.generate(model, src, mask, eos_token_id=eos, **options)
+    assert syncs == [every]
+    assert torch.equal(delayed, per_step)
+
+
+def test_beam_search_steps_the_host_does_not_check_are_computed_and_dropped(monkeypatch):
+    """With a check every 50 steps, beam search runs to the maximal length yet returns what stopped early."""
+    model = tiny("t5")
+    src, mask = padded_batch()
+    options = dict(max_new_tokens=12, num_beams=3, early_stopping=True)
+    first = encdec.generate(model, src, mask, eos_token_id=[], max_new_tokens=3, num_beams=3, num_return_sequences=3)
+    eos = sorted(set(first[:, 1:].flatten().tolist()))  # every beam can end within three tokens
+    calls = []
+    step = model.step
+    monkeypatch.setattr(model, "step", lambda ids, state: calls.append(1) or step(ids, state))
+    per_step = encdec.generate(model, src, mask, eos_token_id=eos, **options)
+    per_step_calls, calls[:] = len(calls), []
+    monkeypatch.setattr(beam_search, "sync_interval", lambda device, cfg: 50)
+    delayed = encdec.generate(model, src, mask, eos_token_id=eos, **options)
+    assert torch.equal(delayed, per_step) and per_step.shape[1] < 13  # stopped before the maximum
+    assert per_step_calls < len(calls) == 12  # every step up to the maximum ran: the host looked only at the end

@@ -10,8 +10,10 @@ candidate finishes with EOS, at the maximal length, or when a stop string ends i
 when the best running beam, scored at the current length, cannot beat the worst
 finished one; "never" scores it at the maximal length when length_penalty > 0.
 The cache follows the beams through `state.reorder`, never by re-running. Every
-tensor lives on the model's device; each step waits for the host once, to decide
-whether to stop.
+tensor lives on the model's device. On a CPU each step waits for the host once, to
+decide whether to stop; on an accelerator only every `sync_interval` steps: the stop
+is kept on the device, the finished hypotheses stay as they were from then on, and
+the steps the host did not look at are computed and dropped.
 
 Shapes: B examples, N beams, K candidates kept per step, P decoder prompt (the start
 token and any prefix), L maximal length (prompt included), V vocabulary.
@@ -23,7 +25,7 @@ from encdec.generation.config import GenerationConfig
 from encdec.generation.interface import DecodeState, Steppable, model_device, prompt_logits
 from encdec.generation.logits_processors import apply_all, build_processors
 from encdec.generation.outputs import GenerateOutput
-from encdec.generation.search import StopTest
+from encdec.generation.search import StopTest, sync_interval
 
 NEG = -1.0e9  # Hugging Face's "impossible" score; kept identical so ties break identically
 
@@ -65,6 +67,8 @@ def beam_search(
     chain = build_processors(cfg, L, device, prompt_length=P)
     generator = cfg.make_generator(device)
     steps: list[torch.Tensor] | None = [] if cfg.output_scores else None
+    every = sync_interval(device, cfg)
+    stopped = torch.zeros((), dtype=torch.bool, device=device)  # the stop the host has not seen yet
 
     cur_len = P
     logits = prompt_logits(model, running[:, :, :P].reshape(B * N, P), state).float()  # (B*N, V)
@@ -100,17 +104,25 @@ def beam_search(
         just_finished = done & top_n[None, :]
         scores = scores + (~just_finished) * NEG
         best = torch.topk(torch.cat((finished_scores, scores), 1), N)[1]
-        finished = gather_beams(torch.cat((finished, candidates), 1), best)
-        finished_scores = gather_beams(torch.cat((finished_scores, scores), 1), best)
-        is_finished = gather_beams(torch.cat((is_finished, just_finished), 1), best)
-        finished_lengths = gather_beams(torch.cat((finished_lengths, torch.full_like(token, cur_len + 1 - P)), 1), best)
+        merged = (gather_beams(torch.cat((finished, candidates), 1), best),
+                  gather_beams(torch.cat((finished_scores, scores), 1), best),
+                  gather_beams(torch.cat((is_finished, just_finished), 1), best),
+                  gather_beams(torch.cat((finished_lengths, torch.full_like(token, cur_len + 1 - P)), 1), best))  # fmt: skip
+        if every > 1:  # after a stop the host has not seen, the finished hypotheses stay as they were
+            old = (finished, finished_scores, is_finished, finished_lengths)
+            merged = tuple(torch.where(stopped, before, after) for before, after in zip(old, merged, strict=True))
+        finished, finished_scores, is_finished, finished_lengths = merged
 
         cur_len += 1
         improvable = still_improvable(improvable, running_scores, finished_scores, is_finished, cur_len - P, L - P, cfg)
         stop = ~improvable.any() | done.all()
         if cfg.early_stopping is True:
             stop |= is_finished.all()
-        if bool(stop):  # the step's one host sync
+        if every > 1:
+            stopped |= stop
+            if cur_len >= L or ((cur_len - P) % every == 0 and bool(stopped)):  # the sync, every `every` steps
+                break  # (at the maximal length every candidate is done: no sync needed)
+        elif bool(stop):  # the step's one host sync
             break
         logits = model.step(running[:, :, cur_len - 1].reshape(B * N, 1), state)[:, -1].float()
 
