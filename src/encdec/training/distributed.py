@@ -55,6 +55,12 @@ def setup(device: str = "auto") -> DistInfo:
     return DistInfo(rank, world_size, local_rank, target)
 
 
+def barrier(info: DistInfo) -> None:
+    """Wait until every process gets here (nothing when not distributed)."""
+    if info.enabled:
+        dist.barrier()
+
+
 def teardown(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()

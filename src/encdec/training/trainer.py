@@ -97,7 +97,11 @@ def train(cfg: RunConfig, run_dir: str | Path, resume: bool = False, accept_chan
     info = distributed.setup(cfg.training.device)
     try:
         with hold_run_dir(run, info), StopRequest() as stop, numerics(info.device, cfg.training.deterministic):
-            return run_loop(set_up(cfg, run, resume, accept_changes, info), stop)
+            result = run_loop(set_up(cfg, run, resume, accept_changes, info), stop)
+            # every rank leaves together: one that tore its process group down while rank 0 still wrote the
+            # last checkpoint died of SIGABRT ("terminate called without an active exception") now and then
+            distributed.barrier(info)
+            return result
     finally:
         distributed.teardown(info)
 
