@@ -115,7 +115,7 @@ def make_runner(steps: FixedSteps):
 
 
 class EagerRunner:
-    """The fixed-shape step run eagerly: the fallback."""
+    """The fixed-shape step run eagerly: the fallback. Subclasses change only `run`."""
 
     def __init__(self, steps: FixedSteps):
         self.steps = steps
@@ -123,9 +123,13 @@ class EagerRunner:
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         steps = self.steps
         steps.tokens.copy_(tokens)
-        logits = steps.run(steps.tokens, steps.pos)
+        logits = self.run()
         steps.advance()
         return logits
+
+    def run(self) -> torch.Tensor:
+        """The step at `steps.pos` on `steps.tokens` -> logits (R, V)."""
+        return self.steps.run(self.steps.tokens, self.steps.pos)
 
 
 class CompiledRunner(EagerRunner):
@@ -139,19 +143,14 @@ class CompiledRunner(EagerRunner):
             warn_once("torch.compile is unavailable (%s): decoding steps run eagerly", type(error).__name__)
             self.compiled = None
 
-    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
-        if self.compiled is None:
-            return super().__call__(tokens)
-        steps = self.steps
-        steps.tokens.copy_(tokens)
-        try:
-            logits = self.compiled(steps.tokens, steps.pos)
-        except Exception as error:  # noqa: BLE001 - rerun eagerly: the step rewrites the same positions
-            warn_once("compiling the decoding step failed (%s): decoding steps run eagerly", type(error).__name__)
-            self.compiled = None
-            logits = steps.run(steps.tokens, steps.pos)
-        steps.advance()
-        return logits
+    def run(self) -> torch.Tensor:
+        if self.compiled is not None:
+            try:
+                return self.compiled(self.steps.tokens, self.steps.pos)
+            except Exception as error:  # noqa: BLE001 - rerun eagerly: the step rewrites the same positions
+                warn_once("compiling the decoding step failed (%s): decoding steps run eagerly", type(error).__name__)
+                self.compiled = None
+        return super().run()
 
 
 class GraphRunner(EagerRunner):
@@ -165,13 +164,10 @@ class GraphRunner(EagerRunner):
         except Exception as error:  # noqa: BLE001 - any failure means eager, said once
             warn_once("capturing the decoding step in a CUDA graph failed (%s): it runs eagerly", type(error).__name__)
 
-    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+    def run(self) -> torch.Tensor:
         if self.graph is None:
-            return super().__call__(tokens)
-        steps = self.steps
-        steps.tokens.copy_(tokens)
+            return super().run()
         self.graph.replay()
-        steps.advance()
         return self.logits.clone()  # the next replay overwrites the graph's output
 
 
