@@ -134,7 +134,8 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
             raise step_out_of_memory(cfg, info.device) from None
         state.step += 1
         state.tokens += n_tokens
-        losses.add(state.step, ce_sum, n_tokens, aux, lr, batches_flops(t.model_config, taken))
+        flops = batches_flops(t.model_config, taken) if peak else None  # counted only where MFU is logged
+        losses.add(state.step, ce_sum, n_tokens, aux, lr, flops)
         bar.update(1)
 
         evaluate_now = state.step % cfg.evaluation.interval == 0 or state.step == cfg.training.steps
