@@ -57,8 +57,7 @@ def decoding_linear(
     transposed = rows <= FEW_ROWS and weight.numel() >= LARGE_WEIGHT  # where it beats F.linear
     if (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or needs_grad
             or not (ONEDNN or transposed) or torch.is_autocast_enabled("cpu")):  # fmt: skip
-        out = F.linear(x, weight, bias)
-        return F.relu(out) if relu else out
+        return plain_linear(x, weight, bias, relu)
     flat = x.reshape(rows, x.shape[-1])
     if ONEDNN:
         out = onednn_linear(flat, reordered(weight), bias, "relu" if relu else "none")
@@ -73,6 +72,11 @@ def compiled_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     if (ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
             and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")):  # fmt: skip
         return onednn_linear_op(x, weight, bias, relu)
+    return plain_linear(x, weight, bias, relu)
+
+
+def plain_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
+    """F.linear, then ReLU when asked: where no faster kernel takes the product."""
     out = F.linear(x, weight, bias)
     return F.relu(out) if relu else out
 
