@@ -206,9 +206,12 @@ def test_the_explicit_training_path_stays_finite_under_bf16_autocast_with_dropou
 @pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
 @pytest.mark.parametrize("scale", [True, False])
 @pytest.mark.parametrize("groups", [1, 3])
-def test_a_step_against_a_filled_static_cache_equals_uncached_cross_attention(monkeypatch, n_kv_heads, scale, groups):
-    """Decoding's few queries read the frozen cache's transposed keys (attend_transposed) and give what
-    attention to the encoder output gives, for beams sharing it (query groups) and a padding mask."""
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_step_against_a_filled_static_cache_equals_uncached_cross_attention(
+    monkeypatch, n_kv_heads, scale, groups, transposed
+):
+    """Decoding's few queries read the frozen cache's keys (attend_transposed), stored in either layout, and
+    give what attention to the encoder output gives, for beams sharing it (query groups) and a padding mask."""
     import encdec.modules.attention as attention
     from encdec.modules import StaticKVCache
 
@@ -223,10 +226,13 @@ def test_a_step_against_a_filled_static_cache_equals_uncached_cross_attention(mo
     allowed[1, ..., 5:] = False
     mask = additive_mask(allowed, None, torch.float32)
     x = torch.randn(2 * groups, 1, 32)
-    cache = StaticKVCache()
+    cache = StaticKVCache(transposed)
     with torch.inference_mode():
         cache.append(*attn.project_kv(memory))
-        assert cache.frozen and cache.keys_t.is_contiguous() and cache.keys_t.shape == (2, n_kv_heads, 8, 7)
+        assert cache.frozen and cache.stored_keys.is_contiguous() and cache.keys_t.shape == (2, n_kv_heads, 8, 7)
+        assert torch.equal(cache.keys, attn.project_kv(memory)[0]) and cache.stored_keys.shape[-1] == (
+            7 if transposed else 8
+        )
         got = attn(x, memory, mask=mask, cache=cache, query_groups=groups)
         expanded = memory.repeat_interleave(groups, 0)
         want = attn(x, expanded, mask=mask.repeat_interleave(groups, 0))

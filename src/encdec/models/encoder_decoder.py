@@ -287,9 +287,10 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         logits = lm_head(hidden, self.embed, self.lm_head)
         return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
-    def new_cache(self, max_len: int) -> DecoderCache:
-        """An empty cache for decoding up to `max_len` target positions (it grows if outgrown)."""
-        return DecoderCache(len(self.decoder.blocks), max_len)
+    def new_cache(self, max_len: int, beams: int = 1) -> DecoderCache:
+        """An empty cache for decoding up to `max_len` target positions (it grows if outgrown), `beams` rows
+        per example (their cross-attention keys laid out for it)."""
+        return DecoderCache(len(self.decoder.blocks), max_len, cross_transposed=beams > 1)
 
     @torch.no_grad()
     def start(
@@ -304,7 +305,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         memory = self.encode(src_ids, src_mask)
         B, S, _ = memory.hidden.shape
         k_pos = torch.arange(S, device=src_ids.device)
-        cache = self.new_cache(max_new_tokens + 1)
+        cache = self.new_cache(max_new_tokens + 1, beams)
         for block, layer in zip(self.decoder.blocks, cache.layers):
             layer.cross_attn.append(*block.cross_attn.project_kv(memory.hidden, k_pos))
         mask = memory.mask

@@ -7,8 +7,8 @@ source bucket): the self-attention keys and values are (R, K, L, D) buffers, the
 position's written at `pos`, a (1,) long tensor on the device, and attention runs over
 the whole buffer with the positions after `pos` blocked; T5's relative bias is
 computed for all L positions once and its row chosen by `index_select(pos)`; RoPE and
-absolute positions read `pos` as a tensor; cross-attention reads fixed (B, K, D, S)
-and (B, K, S, D) buffers, padded to the source bucket and masked there. Beam reorders
+absolute positions read `pos` as a tensor; cross-attention reads fixed key and value
+buffers, padded to the source bucket and masked there. Beam reorders
 gather into the same buffers. Nothing reads a device value on the host, so the step
 can be captured once and replayed.
 
@@ -49,11 +49,12 @@ class PositionedKVCache:
 
 
 class FixedCrossCache(StaticKVCache):
-    """Cross-attention keys (B, K, D, S) and values (B, K, S, D) in fixed buffers."""
+    """Cross-attention keys and values (B, K, S, D) in fixed buffers, the keys stored transposed or not
+    (see StaticKVCache)."""
 
-    def __init__(self, keys_t: torch.Tensor, values: torch.Tensor):
-        super().__init__()
-        self.keys_t, self.values = keys_t, values
+    def __init__(self, stored_keys: torch.Tensor, values: torch.Tensor, transposed: bool):
+        super().__init__(transposed)
+        self.stored_keys, self.values = stored_keys, values
 
 
 class FixedSteps:
@@ -74,7 +75,9 @@ class FixedSteps:
         self.self_v = [torch.zeros(rows, K, length, D, **zeros) for _ in blocks]
         cross = blocks[0].cross_attn
         Kc, Dc = cross.n_kv_heads, cross.d_head
-        self.cross_k_t = [torch.zeros(examples, Kc, Dc, source, **zeros) for _ in blocks]  # (B, K, D, S)
+        self.transposed = self.beams > 1  # the cross-attention keys' layout, as the eager step's (StaticKVCache)
+        key_shape = (examples, Kc, Dc, source) if self.transposed else (examples, Kc, source, Dc)
+        self.cross_k = [torch.zeros(key_shape, **zeros) for _ in blocks]  # (B, K, D, S) or (B, K, S, D)
         self.cross_v = [torch.zeros(examples, Kc, source, Dc, **zeros) for _ in blocks]  # (B, K, S, D)
         self.cross_mask = torch.zeros(examples, 1, 1, source, **zeros)  # additive (B, 1, 1, S)
         self.positions = torch.arange(length, device=like.device)  # (L,)
@@ -98,8 +101,9 @@ class FixedSteps:
             self.cross_mask[..., :S].copy_(state.cross_mask)
         else:
             self.cross_mask[..., :S].zero_()
-        for layer, k_t, v in zip(state.cache.layers, self.cross_k_t, self.cross_v):
-            k_t[..., :S].copy_(layer.cross_attn.keys_t)
+        for layer, k, v in zip(state.cache.layers, self.cross_k, self.cross_v):
+            keys = k.transpose(-1, -2) if self.transposed else k  # (B, K, S, D) views of the buffer
+            keys[:, :, :S].copy_(layer.cross_attn.keys)
             v[:, :, :S].copy_(layer.cross_attn.values)
         if self.prepended is not None:
             self.prepended.copy_(state.prepended_offset)
@@ -117,8 +121,8 @@ class FixedSteps:
         q_pos = pos if self.prepended is None else self.prepended + pos  # (1,) or (R, 1)
         cross_inputs = AttentionInputs(mask=self.cross_mask, q_pos=q_pos, query_groups=self.beams)
         layers = [
-            LayerCache(PositionedKVCache(k, v, pos), FixedCrossCache(k_t, cv))
-            for k, v, k_t, cv in zip(self.self_k, self.self_v, self.cross_k_t, self.cross_v)
+            LayerCache(PositionedKVCache(k, v, pos), FixedCrossCache(ck, cv, self.transposed))
+            for k, v, ck, cv in zip(self.self_k, self.self_v, self.cross_k, self.cross_v)
         ]
         hidden = x
         for block, layer in zip(decoder.blocks, layers):

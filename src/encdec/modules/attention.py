@@ -133,7 +133,8 @@ def few_queries_on_cpu(q: torch.Tensor, mask: torch.Tensor | None, training: boo
 
 
 def attend_transposed(q, keys_t, v, mask, scale: float | None) -> torch.Tensor:
-    """q (B, H, T, D), keys_t (B, K, D, S) contiguous, v (B, K, S, D), an additive mask -> (B, H, T, D).
+    """q (B, H, T, D), keys_t (B, K, D, S) (a static cache's, see StaticKVCache for its layouts), v (B, K, S, D),
+    an additive mask -> (B, H, T, D).
 
     softmax(q keys_t * scale + mask) v as two batched products over memory laid out for them; for a
     step's few queries on CPU this is faster than SDPA, whose kernel blocks over many queries.
