@@ -27,9 +27,10 @@ def test_few_rows_equal_the_linear_product(monkeypatch, onednn):
                 torch.testing.assert_close(out, F.linear(x, weight, b), rtol=1e-5, atol=1e-4)
 
 
-def test_an_updated_weight_is_reordered_again():
+@pytest.mark.parametrize("shape", [(1024, 256), (64, 32)])  # reordered for oneDNN, transposed for BLAS
+def test_an_updated_weight_is_reordered_again(shape):
     torch.manual_seed(0)
-    weight, x = torch.randn(1024, 256), torch.randn(8, 256)
+    weight, x = torch.randn(*shape), torch.randn(8, shape[1])
     with torch.inference_mode():
         before = decoding_linear(x, weight)
     with torch.no_grad():
@@ -50,9 +51,9 @@ def test_training_keeps_gradients():
     torch.testing.assert_close(weight.grad, hidden.detach().sum((0, 1)).expand(100, 16))
 
 
-def test_products_without_gradients_take_onednn_for_every_weight(monkeypatch):
-    """An encoder's products (many rows) and a step's (few), small weights too, take the reordered-weight
-    kernel in inference, with F.linear's values; with gradients they keep F.linear."""
+def test_products_without_gradients_take_onednn_but_a_steps_small_ones_blas(monkeypatch):
+    """An encoder's products (many rows) take the reordered-weight kernel in inference, a step's few rows by
+    a small weight BLAS on its transposed copy, both with F.linear's values; with gradients they keep F.linear."""
     if not decoding.ONEDNN:
         pytest.skip("this torch has no oneDNN linear")
     calls = []
@@ -63,10 +64,15 @@ def test_products_without_gradients_take_onednn_for_every_weight(monkeypatch):
     with torch.inference_mode():
         torch.testing.assert_close(decoding_linear(x, weight, bias), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
         few = x[:1, :8]
-        torch.testing.assert_close(decoding_linear(few, weight), F.linear(few, weight), rtol=1e-5, atol=1e-5)
-    assert calls == [(200, 32), (8, 32)]
+        for b in (None, bias):
+            for relu in (False, True):
+                want = F.linear(few, weight, b)
+                want = F.relu(want) if relu else want
+                torch.testing.assert_close(decoding_linear(few, weight, b, relu), want, rtol=1e-5, atol=1e-5)
+    assert calls == [(200, 32)]
+    assert decoding.transposed(weight).is_contiguous() and torch.equal(decoding.transposed(weight), weight.T)
     decoding_linear(x, weight.requires_grad_())
-    assert calls == [(200, 32), (8, 32)]
+    assert calls == [(200, 32)]
 
 
 def test_attention_projections_take_the_inference_kernel(monkeypatch):

@@ -7,19 +7,23 @@ blocked layout is faster for weights of a megabyte or more, and torch ships it; 
 reordered copy is made on first use and remade whenever the weight changes (its
 version counter moves with every in-place update). Without oneDNN, the transposed
 product weight @ x^T still beats F.linear on these shapes. Against F.linear everywhere,
-this saves about 15% of a greedy and 9% of a beam-search generate call in
+this saved about 15% of a greedy and 9% of a beam-search generate call in
 benchmarks/bench_generate.py (docs/benchmarks.md).
+
+A step's few rows by a small weight (under a megabyte: the attention projections at the
+benchmark shape) take BLAS's product on a transposed contiguous copy of the weight,
+made and kept like the reordered one: oneDNN's linear costs about 13 us per call before
+any arithmetic (8 x 16 by 16 x 16: 15 against 1.4 us), more than its kernel gains on
+such weights (8 x 256 by 256 x 256 out of cache, one thread: 35 us against 32). A greedy
+generate call at the benchmark shape took 568 against 599 ms with it (beam 4: 1,068
+against 1,080), one thread, interleaved.
 
 The encoder of a generate call (and any forward without gradients) multiplies many
 rows, 128 and more, by every weight, small ones included: there oneDNN with the
 reordered weight took half of F.linear's time on one thread of this 2-core EPYC
 (2,048 x 256 by 256 x 1,024: 7.5 against 14.3 ms; by 256 x 256: 1.1 against 3.4 ms).
-Inside a whole generate call the attention projections (256 x 256) of decoding steps
-gained too, although alone and warm in cache F.linear was faster for them: beam 4
-took 597 against 668 ms, greedy 507 against 534 (benchmarks/bench_generate.py's shape,
-one thread, interleaved). So with oneDNN every CPU fp32 product without gradients
-takes it; the reordered copies cost one more copy of the weights' memory while the
-weights live. Without oneDNN, a few rows by a large weight take the transposed product.
+So with oneDNN every other CPU fp32 product without gradients takes it; the reordered
+copies cost one more copy of the weights' memory while the weights live.
 
 Training, GPUs, other dtypes and CPU autocast (whose F.linear computes in bf16) keep F.linear.
 
@@ -37,11 +41,11 @@ import torch
 import torch.nn.functional as F
 
 FEW_ROWS = 64  # at or below this many rows a product counts as a decoding step's
-LARGE_WEIGHT = 1 << 18  # elements (1 MB in fp32); below this F.linear was as fast as the transposed product
+LARGE_WEIGHT = 1 << 18  # elements (1 MB in fp32); a step's product by a smaller weight takes BLAS on its transposed copy
 ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
           and hasattr(torch.ops.mkldnn, "_linear_pointwise"))  # private; torch.compile's CPU backend calls them  # fmt: skip
 
-_reordered: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}  # id(weight) -> (weight, version, reordered)
+_derived: dict[tuple[int, str], tuple[weakref.ref, int, torch.Tensor]] = {}  # (id, kind) -> (weight, version, copy)
 
 
 def decoding_linear(
@@ -54,16 +58,22 @@ def decoding_linear(
     if torch.compiler.is_compiling():
         return compiled_linear(x, weight, bias, relu)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    transposed = rows <= FEW_ROWS and weight.numel() >= LARGE_WEIGHT  # where it beats F.linear
     if (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or needs_grad
-            or not (ONEDNN or transposed) or torch.is_autocast_enabled("cpu")):  # fmt: skip
+            or torch.is_autocast_enabled("cpu")):  # fmt: skip
         return plain_linear(x, weight, bias, relu)
     flat = x.reshape(rows, x.shape[-1])
-    if ONEDNN:
+    few, large = rows <= FEW_ROWS, weight.numel() >= LARGE_WEIGHT
+    if few and not large:  # BLAS on a transposed copy: oneDNN's fixed cost per call outweighs its gain
+        weight_t = transposed(weight)
+        out = torch.mm(flat, weight_t) if bias is None else torch.addmm(bias, flat, weight_t)
+        out = out.relu_() if relu else out
+    elif ONEDNN:
         out = onednn_linear(flat, reordered(weight), bias, "relu" if relu else "none")
-    else:
+    elif few:  # a large weight: the transposed product beats F.linear
         out = (weight @ flat.T).T if bias is None else torch.addmm(bias[:, None], weight, flat.T).T
         out = F.relu(out) if relu else out
+    else:
+        return plain_linear(x, weight, bias, relu)
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
@@ -104,11 +114,21 @@ def onednn_linear(
 
 def reordered(weight: torch.Tensor) -> torch.Tensor:
     """oneDNN's layout of `weight`, made once per version of the weight and dropped with it."""
-    key = id(weight)
-    entry = _reordered.get(key)
+    return derived(weight, "onednn", torch.ops.mkldnn._reorder_linear_weight)
+
+
+def transposed(weight: torch.Tensor) -> torch.Tensor:
+    """weight (C_out, C_in) as a contiguous (C_in, C_out), made once per version of the weight and dropped with it."""
+    return derived(weight, "transposed", lambda w: w.t().contiguous())
+
+
+def derived(weight: torch.Tensor, kind: str, make) -> torch.Tensor:
+    """make(weight), kept until the weight changes (its version counter moves) or is freed."""
+    key = (id(weight), kind)
+    entry = _derived.get(key)
     if entry is None or entry[0]() is not weight or entry[1] != weight._version:
         with torch.inference_mode(False), torch.no_grad():
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
-        entry = (weakref.ref(weight, lambda _, key=key: _reordered.pop(key, None)), weight._version, packed)
-        _reordered[key] = entry
+            copy = make(weight.detach())
+        entry = (weakref.ref(weight, lambda _, key=key: _derived.pop(key, None)), weight._version, copy)
+        _derived[key] = entry
     return entry[2]
