@@ -10,13 +10,14 @@ product weight @ x^T still beats F.linear on these shapes. Against F.linear ever
 this saved about 15% of a greedy and 9% of a beam-search generate call in
 benchmarks/bench_generate.py (docs/benchmarks.md).
 
-A step's few rows by a small weight (under a megabyte: the attention projections at the
-benchmark shape) take BLAS's product on a transposed contiguous copy of the weight,
-made and kept like the reordered one: oneDNN's linear costs about 13 us per call before
-any arithmetic (8 x 16 by 16 x 16: 15 against 1.4 us), more than its kernel gains on
-such weights (8 x 256 by 256 x 256 out of cache, one thread: 35 us against 32). A greedy
-generate call at the benchmark shape took 568 against 599 ms with it (beam 4: 1,068
-against 1,080), one thread, interleaved.
+A step's few rows (16 or fewer) by a small weight (under a megabyte: the attention
+projections at the benchmark shape) take BLAS's product on a transposed contiguous copy
+of the weight, made and kept like the reordered one: oneDNN's linear costs about 13 us
+per call before any arithmetic (8 x 16 by 16 x 16: 15 against 1.4 us), more than its
+kernel gains on such weights (8 x 256 by 256 x 256 out of cache, one thread: 35 us
+against 32; at 32 rows, 61 against 64, so beams keep oneDNN). A greedy generate call
+at the benchmark shape took 578 against 599 ms with it on one thread and 424 against
+439 on two (medians of 15, interleaved).
 
 The encoder of a generate call (and any forward without gradients) multiplies many
 rows, 128 and more, by every weight, small ones included: there oneDNN with the
@@ -41,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 FEW_ROWS = 64  # at or below this many rows a product counts as a decoding step's
+BLAS_ROWS = 16  # at or below this many rows a small weight's product takes BLAS on its transposed copy
 LARGE_WEIGHT = 1 << 18  # elements (1 MB in fp32); a step's product by a smaller weight takes BLAS on its transposed copy
 ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
           and hasattr(torch.ops.mkldnn, "_linear_pointwise"))  # private; torch.compile's CPU backend calls them  # fmt: skip
@@ -63,7 +65,7 @@ def decoding_linear(
         return plain_linear(x, weight, bias, relu)
     flat = x.reshape(rows, x.shape[-1])
     few, large = rows <= FEW_ROWS, weight.numel() >= LARGE_WEIGHT
-    if few and not large:  # BLAS on a transposed copy: oneDNN's fixed cost per call outweighs its gain
+    if rows <= BLAS_ROWS and not large:  # BLAS on a transposed copy: oneDNN's fixed cost outweighs its gain
         weight_t = transposed(weight)
         out = torch.mm(flat, weight_t) if bias is None else torch.addmm(bias, flat, weight_t)
         out = out.relu_() if relu else out
