@@ -118,3 +118,20 @@ def test_generation_leaves_a_training_model_in_training_mode(device):
     src, mask = padded_batch()
     encdec.generate(model, src, mask, max_new_tokens=3)
     assert model.training
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_model_made_under_inference_mode_generates_the_same(name, device):
+    """Weights created inside torch.inference_mode are inference tensors, without the version counter the
+    CPU kernels' cached weight copies check; generation with them equals generation with ordinary ones."""
+    model = tiny(name).to(device)
+    with torch.inference_mode():
+        frozen = tiny(name).to(device)
+        frozen.load_state_dict(model.state_dict())
+        assert next(frozen.parameters()).is_inference()
+    src, mask = padded_batch()
+    for options in (dict(max_new_tokens=6), dict(num_beams=3, max_new_tokens=6)):
+        want = encdec.generate(model, src, mask, **options)
+        with torch.inference_mode():
+            got = encdec.generate(frozen, src, mask, **options)
+        assert torch.equal(got, want)

@@ -39,6 +39,17 @@ def test_an_updated_weight_is_reordered_again(shape):
         torch.testing.assert_close(decoding_linear(x, weight), 2 * before, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape", [(1024, 256), (64, 32)])
+def test_weights_made_under_inference_mode_serve(shape):
+    """A model built or loaded inside torch.inference_mode has inference-tensor weights, which have no
+    version counter; their products still take the fast kernels, with F.linear's values."""
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        weight, x = torch.randn(*shape), torch.randn(8, shape[1])
+        torch.testing.assert_close(decoding_linear(x, weight), F.linear(x, weight), rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(decoding_linear(x, weight), F.linear(x, weight), rtol=1e-5, atol=1e-4)
+
+
 def test_training_keeps_gradients():
     layer = FeedForward(256, 1024)
     x = torch.randn(2, 3, 256, requires_grad=True)

@@ -125,12 +125,14 @@ def transposed(weight: torch.Tensor) -> torch.Tensor:
 
 
 def derived(weight: torch.Tensor, kind: str, make) -> torch.Tensor:
-    """make(weight), kept until the weight changes (its version counter moves) or is freed."""
+    """make(weight), kept until the weight changes (its version counter moves) or is freed. A weight made
+    under torch.inference_mode has no version counter: its copy is kept until it is freed."""
     key = (id(weight), kind)
+    version = None if weight.is_inference() else weight._version
     entry = _derived.get(key)
-    if entry is None or entry[0]() is not weight or entry[1] != weight._version:
+    if entry is None or entry[0]() is not weight or entry[1] != version:
         with torch.inference_mode(False), torch.no_grad():
             copy = make(weight.detach())
-        entry = (weakref.ref(weight, lambda _, key=key: _derived.pop(key, None)), weight._version, copy)
+        entry = (weakref.ref(weight, lambda _, key=key: _derived.pop(key, None)), version, copy)
         _derived[key] = entry
     return entry[2]
