@@ -20,8 +20,12 @@ decoding steps compiled (CPU) or CUDA-graphed (GPU), its first call per shape (t
 left out of the timings and printed apart; with `ctranslate2` installed (the `bench` extra), the same weights
 converted by its TransformersConverter, run with compute type fp32/bf16 as --dtype and,
 on the CPU, int8 too (its intra-op threads set to torch's). On CUDA every call is
-synchronised before and after, and the peak memory of each torch system's generate
-call above what was allocated before it is shown (torch.cuda.max_memory_allocated).
+synchronised before and after. The peak memory of each torch system's generate call
+above what was allocated before it is shown: on CUDA torch.cuda.max_memory_allocated
+over the timed calls; on the CPU the peak of torch's allocations during one more,
+untimed call under the profiler (profile_memory). Both count what torch allocates
+during the call, not weight copies made once per model before it (the warm-up makes
+them: oneDNN's reordered and BLAS's transposed weights, see modules/decoding_linear.py).
 
 On the CPU in fp32, a second table bounds what any implementation could reach: it
 replays only the matrix products and attention kernels of one generate call (the
@@ -39,6 +43,7 @@ from generate_systems import (
     DTYPES,
     SHAPES,
     build_pair,
+    cpu_peak_mib,
     ctranslate2_systems,
     encdec_system,
     hf_system,
@@ -74,9 +79,10 @@ def measure(systems: dict, src, mask, options: dict, repeats: int, device: torch
             times[name].append(seconds)
             if device.type == "cuda":
                 peaks[name] = max(peaks[name], (torch.cuda.max_memory_allocated(device) - before) / 2**20)
-    on_cuda = device.type == "cuda"
-    return {name: (statistics.median(times[name]), outputs[name], peaks[name] if on_cuda and not name.startswith("ct2")
-                   else None) for name in systems}  # fmt: skip
+    if device.type == "cpu":  # one more call each, untimed, under the profiler
+        peaks = {name: cpu_peak_mib(lambda fn=fn: fn(src, mask, options)) for name, fn in systems.items()}
+    return {name: (statistics.median(times[name]), outputs[name], None if name.startswith("ct2") else peaks[name])
+            for name in systems}  # fmt: skip
 
 
 def sync(out, device: torch.device):
@@ -115,7 +121,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def header(systems: list[str], on_cuda: bool, int8: bool) -> str:
+def header(systems: list[str], int8: bool) -> str:
     cells = ["batch", "mode", *(f"{name} tok/s" for name in systems), "encdec / HF"]
     cells += ["encdec compiled / HF"] if "encdec compiled" in systems else []
     cells += ["encdec int8 / HF"] if int8 else []
@@ -123,7 +129,7 @@ def header(systems: list[str], on_cuda: bool, int8: bool) -> str:
     cells += ["encdec / CT2"] if "ct2" in systems else []
     cells += ["encdec compiled / CT2"] if "ct2" in systems and "encdec compiled" in systems else []
     cells += [f"{name} same tokens as HF" for name in systems if name != "hf"]
-    cells += [f"{name} peak MiB" for name in systems if not name.startswith("ct2")] if on_cuda else []
+    cells += [f"{name} peak MiB" for name in systems if not name.startswith("ct2")]
     return "| " + " | ".join(cells) + " |\n|" + "|".join("---" for _ in cells) + "|"
 
 
@@ -141,7 +147,7 @@ def row(batch: int, mode: str, r: dict, seeded: bool) -> str:
         if "encdec compiled" in r:
             cells.append(f"{rate['encdec compiled'] / rate['ct2']:.2f}x")
     cells += ["seeded" if seeded else same_share(r["hf"][1], out) for name, (_, out, _) in r.items() if name != "hf"]
-    cells += [f"{peak:.0f}" for _, (_, _, peak) in r.items() if peak is not None]
+    cells += [f"{peak:.1f}" for _, (_, _, peak) in r.items() if peak is not None]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -163,7 +169,7 @@ def main(argv=None) -> None:
     print(f"T5 shape {args.shape}; batch {args.batch} x {SOURCE} source tokens, {NEW} new tokens; {args.dtype} "
           f"on {where}; torch {torch.__version__}, transformers {transformers.__version__}; "
           f"median of {args.repeats}")  # fmt: skip
-    print(header(list(systems), device.type == "cuda", bool(args.quantize)))
+    print(header(list(systems), bool(args.quantize)))
     vocab = SHAPES[args.shape]["vocab_size"]
     done, compiles = [], []
     for batch in args.batch:

@@ -117,6 +117,22 @@ def ct2_system(translator, names: tuple):
     return run
 
 
+def cpu_peak_mib(fn) -> float:
+    """The peak of torch's CPU allocations during fn(), above what was allocated before it, in MiB: the
+    running sum of every allocation and free the profiler records, in time order (the profiler's own
+    overhead makes this call untimed)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    changes = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    held = peak = 0
+    for _, nbytes in changes:
+        held += nbytes
+        peak = max(peak, held)
+    return peak / 2**20
+
+
 def timed(fn) -> tuple[float, torch.Tensor]:
     started = time.perf_counter()
     out = fn()

@@ -43,12 +43,27 @@ def test_a_toy_run_prints_one_row_per_batch_and_mode_with_int8(bench, capsys, on
     bench.main(["--shape", "toy", "--batch", "1,2", "--repeats", "1", "--modes", "greedy", "beam 4",
                 "--quantize", "int8", "--no-ctranslate2", "--no-kernels"])  # fmt: skip
     lines = capsys.readouterr().out.splitlines()
-    header = lines[1].split(" | ")
-    rows = [line.split(" | ") for line in lines[3:]]
+    header = [cell.strip("| ") for cell in lines[1].split(" | ")]
+    rows = [[cell.strip("| ") for cell in line.split(" | ")] for line in lines[3:]]
     assert len(rows) == 4 and [r[1] for r in rows] == ["greedy", "beam 4", "greedy", "beam 4"]
     assert "encdec int8 tok/s" in header
     same = header.index("encdec same tokens as HF")
     assert all(r[same] == "yes" for r in rows)  # fp32 encdec equals HF token for token
+    for name in ("hf", "encdec", "encdec int8"):  # the peak of torch's allocations during a call, in MiB
+        column = header.index(f"{name} peak MiB")
+        assert all(float(r[column]) >= 0 for r in rows)
+
+
+def test_the_cpu_peak_is_the_most_held_at_once(bench):
+    from generate_systems import cpu_peak_mib
+
+    def work():
+        kept = torch.ones(2**20)  # 4 MiB, held to the end
+        for _ in range(3):
+            torch.ones(2**19).sum()  # 2 MiB each, freed at once: the peak is 6 MiB, not 10
+        return kept
+
+    assert 6.0 <= cpu_peak_mib(work) < 6.1
 
 
 @pytest.mark.cuda
