@@ -14,10 +14,11 @@ HF's (greedy and beam; sampling is seeded, not compared). Runs alternate between
 systems and the table shows medians.
 
 Systems: HF and encdec in `--dtype` (fp32, or bf16 by casting both models' weights)
-on `--device`; with `--quantize int8` (CPU, fp32), encdec with int8 linear layers
-(encdec.quantize); with `--compile`, "encdec compiled": generate(compile=True), fixed-shape
-decoding steps compiled (CPU) or CUDA-graphed (GPU), its first call per shape (the compile)
-left out of the timings and printed apart; with `ctranslate2` installed (the `bench` extra), the same weights
+on `--device`; with `--quantize int8` (fp32 on the CPU: fbgemm's kernels; fp32 or bf16 on
+CUDA: torch._int_mm), encdec with int8 linear layers (encdec.quantize); with `--compile`,
+"encdec compiled": generate(compile=True), fixed-shape decoding steps compiled (CPU) or
+CUDA-graphed (GPU), its first call per shape (the compile) left out of the timings and
+printed apart; with `ctranslate2` installed (the `bench` extra), the same weights
 converted by its TransformersConverter, run with compute type fp32/bf16 as --dtype and,
 on the CPU, int8 too (its intra-op threads set to torch's). On CUDA every call is
 synchronised before and after. The peak memory of each torch system's generate call
@@ -116,8 +117,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.batch = [int(b) for b in args.batch.split(",")]
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no GPU")
-    if args.quantize and (args.device != "cpu" or args.dtype != "fp32"):
-        parser.error("--quantize int8 runs on the CPU in fp32 only (torch's int8 kernels are CPU kernels)")
+    if args.quantize and args.device == "cpu" and args.dtype != "fp32":
+        parser.error("--quantize int8 on the CPU needs --dtype fp32 (fbgemm's int8 kernels take fp32)")
     return args
 
 

@@ -41,7 +41,7 @@ def build_pair(shape: str, device: torch.device, dtype: torch.dtype):
 
 
 def int8_copy(ours):
-    """encdec's model with int8 linear layers (CPU, fp32 weights only)."""
+    """encdec's model with int8 linear layers (fbgemm on the CPU, fp32 only; torch._int_mm on CUDA)."""
     return encdec.quantize(copy.deepcopy(ours), "int8")
 
 

@@ -27,10 +27,10 @@ def test_batches_are_a_comma_separated_list(bench):
     assert bench.parse_args(["--batch", "8,64"]).batch == [8, 64]
 
 
-def test_int8_in_bf16_is_refused(bench, capsys):
+def test_int8_in_bf16_on_the_cpu_is_refused(bench, capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(["--dtype", "bf16", "--quantize", "int8"])
-    assert "--quantize int8 runs on the CPU in fp32 only" in capsys.readouterr().err
+    assert "--quantize int8 on the CPU needs --dtype fp32" in capsys.readouterr().err
 
 
 def test_same_share_counts_equal_tokens(bench):

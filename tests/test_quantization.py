@@ -1,4 +1,5 @@
-"""encdec.quantize(model, "int8"): every linear layer int8, logits and tokens close to fp32, refusals."""
+"""encdec.quantize(model, "int8"): every linear layer int8, logits and tokens close to fp32 with either kernel
+(fbgemm's on the CPU; int_mm's, a GPU's, forced on the CPU and run on a GPU where there is one), refusals."""
 
 import copy
 
@@ -10,6 +11,7 @@ import encdec
 from encdec.errors import ConfigError
 from encdec.models import build_model, preset
 from encdec.modules.int8_linear import Int8Linear, int8_supported
+from encdec.quantization import quantize_int8
 
 pytestmark = pytest.mark.skipif(not int8_supported(), reason="this torch build has no fbgemm int8 kernels")
 V = 61
@@ -17,7 +19,7 @@ V = 61
 
 def tiny(name: str, **overrides) -> nn.Module:
     torch.manual_seed(0)
-    cfg = preset(name, vocab_size=V, pad_id=V - 2, eos_id=V - 1, decoder_start_id=0, **overrides)
+    cfg = preset(name, **{"vocab_size": V, "pad_id": V - 2, "eos_id": V - 1, "decoder_start_id": 0, **overrides})
     return build_model(cfg).eval()
 
 
@@ -44,14 +46,58 @@ def test_every_linear_is_int8_the_tied_head_included_and_the_router_is_not():
     assert all(not p.requires_grad for p in model.parameters())
 
 
-def test_greedy_tokens_mostly_agree_with_fp32():
-    model = tiny("transformer-tiny")
+def sharp_tiny(name: str = "transformer-tiny", **overrides) -> nn.Module:
+    model = tiny(name, **overrides)
     with torch.no_grad():  # sharpen the random model's distributions, as training does
         model.embed.weight.mul_(8)
+    return model
+
+
+def test_greedy_tokens_mostly_agree_with_fp32():
+    model = sharp_tiny()
     src = torch.randint(0, V - 2, (8, 16))
     expected = encdec.generate(model, src, max_new_tokens=12, min_new_tokens=12)
     got = encdec.generate(encdec.quantize(copy.deepcopy(model), "int8"), src, max_new_tokens=12, min_new_tokens=12)
     assert (got == expected).float().mean() >= 0.9
+
+
+@pytest.mark.skipif(not int8_supported("int_mm"), reason="this torch build has no torch._int_mm")
+def test_the_int_mm_kernel_forced_on_the_cpu_gives_greedy_tokens_mostly_equal_to_fp32():
+    model = sharp_tiny(vocab_size=64)  # a vocabulary of a multiple of 8: the tied head is int8 too
+    quantized = quantize_int8(copy.deepcopy(model), kernel="int_mm")
+    layers = [m for m in quantized.modules() if isinstance(m, Int8Linear)]
+    assert isinstance(quantized.lm_head, Int8Linear) and {m.kernel for m in layers} == {"int_mm"}
+    src = torch.randint(0, V - 2, (8, 16))
+    expected = encdec.generate(model, src, max_new_tokens=12, min_new_tokens=12)
+    got = encdec.generate(quantized, src, max_new_tokens=12, min_new_tokens=12)
+    assert (got == expected).float().mean() >= 0.9
+    with torch.no_grad():
+        assert not torch.equal(quantized(src, got).logits, model(src, got).logits)  # the int8 path ran
+
+
+@pytest.mark.skipif(not int8_supported("int_mm"), reason="this torch build has no torch._int_mm")
+def test_the_int_mm_kernel_leaves_layers_whose_features_are_not_multiples_of_8_in_floating_point(caplog):
+    model = tiny("transformer-tiny")  # vocabulary 61: the tied head stays the embeddings' product
+    with caplog.at_level("INFO", logger="encdec.quantization"):
+        quantize_int8(model, kernel="int_mm")
+    assert model.lm_head is None
+    assert all(type(m) is not nn.Linear for m in model.modules())  # every other layer is a multiple of 8
+    assert "left in floating point" in caplog.text and ", 1 left in floating point" in caplog.text
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_a_model_on_a_gpu_quantizes_and_generates_tokens_mostly_equal_to_unquantized(dtype):
+    model = sharp_tiny(vocab_size=64).to("cuda", dtype)
+    quantized = encdec.quantize(copy.deepcopy(model), "int8")
+    assert {m.kernel for m in quantized.modules() if isinstance(m, Int8Linear)} == {"int_mm"}
+    assert quantized.lm_head.weight_int8.device.type == "cuda"
+    src = torch.randint(0, V - 2, (8, 16), device="cuda")
+    expected = encdec.generate(model, src, max_new_tokens=12, min_new_tokens=12)
+    got = encdec.generate(quantized, src, max_new_tokens=12, min_new_tokens=12)
+    assert (got == expected).float().mean() >= 0.85
+    with torch.no_grad():
+        assert quantized(src, got).logits.dtype == dtype
 
 
 def test_the_int8_weights_take_a_quarter_of_the_fp32_bytes():
@@ -76,8 +122,8 @@ def test_from_pretrained_quantizes(tmp_path):
 @pytest.mark.parametrize(
     "prepare, sentence",
     [
-        (lambda m: m.to(torch.bfloat16), "quantizes fp32 weights, and this model holds bfloat16: load it in fp32"),
-        (lambda m: m.to("meta"), "int8 decoding runs on the CPU only"),
+        (lambda m: m.to(torch.bfloat16), "on the CPU quantizes fp32 weights, and this model holds bfloat16: load it"),
+        (lambda m: m.to("meta"), "int8 decoding runs on the CPU or a CUDA GPU, and the model is on meta: move it"),
         (lambda m: encdec.quantize(m, "int8"), "this model is already quantized to int8"),
     ],
 )
@@ -86,6 +132,25 @@ def test_what_int8_cannot_run_is_refused_in_one_sentence(prepare, sentence):
         encdec.quantize(prepare(tiny("t5-tiny")), "int8")
 
 
+def test_the_int_mm_kernel_takes_bf16_but_not_float64():
+    quantized = quantize_int8(tiny("t5-tiny", vocab_size=64).to(torch.bfloat16), kernel="int_mm")
+    src = torch.randint(0, V - 2, (2, 5))
+    with torch.no_grad():
+        assert quantized(src, src).logits.dtype == torch.bfloat16
+    with pytest.raises(ConfigError, match="the int_mm kernel quantizes fp32, bf16 or fp16 weights, and this model holds"
+                                          " float64"):  # fmt: skip
+        quantize_int8(tiny("t5-tiny").double(), kernel="int_mm")
+
+
 def test_an_unknown_scheme_is_refused():
     with pytest.raises(ConfigError, match="quantize must be one of int8, got 'int4'"):
         encdec.quantize(tiny("t5-tiny"), "int4")
+
+
+def test_a_quantized_t5_runs_under_fp16_autocast_with_its_output_projection_in_fp32():
+    model = tiny("t5-tiny")
+    quantized = encdec.quantize(copy.deepcopy(model), "int8")  # no .weight on wo: the fp32 branch calls the layer
+    src = torch.randint(0, V - 2, (2, 7))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        got, expected = quantized(src, src).logits.float(), model(src, src).logits.float()
+    assert relative_error(got, expected) < 0.05

@@ -24,7 +24,7 @@ def from_pretrained(
 ) -> nn.Module:
     """The model at `path` in eval mode (on `device` if given). `checkpoint` picks a run's
     checkpoint: "best", "latest" or a step directory name; `quantize="int8"` returns it with
-    int8 linear layers (CPU only, see encdec.quantize)."""
+    int8 linear layers, quantized on `device` (the CPU, fp32 weights only, or a CUDA GPU; see encdec.quantize)."""
     from encdec.interop import load_hf
     from encdec.training.run import load_run
     from encdec.training.run_dir import RunDir

@@ -111,23 +111,26 @@ def test_evaluate_refuses_a_missing_gpu_in_the_same_sentence(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("encdec: error: --device cuda:0 asks for a GPU but torch sees none")
 
 
-def test_quantize_int8_generates_what_the_quantized_library_model_does(model_dir, tmp_path, capsys):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)], ids=["cpu", "gpu"])
+def test_quantize_int8_generates_what_the_quantized_library_model_does(model_dir, tmp_path, capsys, device):
     inputs = tmp_path / "inputs.txt"
     inputs.write_text("once upon a time\nlily liked to play there\n")
     args = ["generate", str(model_dir), "-i", str(inputs), "--format", "jsonl", "--max-new-tokens", "4"]
-    assert main([*args, "--quantize", "int8"]) == 0
+    assert main([*args, "--quantize", "int8", "--device", device]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    model = encdec.quantize(encdec.load_hf(model_dir), "int8")
+    model = encdec.quantize(encdec.load_hf(model_dir).to(device), "int8")
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
     encoded = tokenizer(["once upon a time", "lily liked to play there"], return_tensors="pt", padding=True)
-    ids = encdec.generate(model, encoded["input_ids"], encoded["attention_mask"], max_new_tokens=4)
-    expected = [text.strip() for text in tokenizer.batch_decode(ids[:, 1:], skip_special_tokens=True)]
+    src_ids, src_mask = encoded["input_ids"].to(device), encoded["attention_mask"].to(device)
+    ids = encdec.generate(model, src_ids, src_mask, max_new_tokens=4)
+    expected = [text.strip() for text in tokenizer.batch_decode(ids[:, 1:].cpu(), skip_special_tokens=True)]
     assert [r["output"] for r in records] == expected
 
 
-def test_quantize_on_a_gpu_is_refused_in_one_sentence(model_dir, capsys):
-    assert main(["generate", str(model_dir), "--quantize", "int8", "--device", "cuda"]) == 2
-    sentence = "--quantize int8 runs on the CPU only; use --device cpu (or auto)"
+@pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees a GPU")
+def test_quantize_on_a_gpu_torch_cannot_see_is_the_device_sentence(model_dir, capsys):
+    assert main(["generate", str(model_dir), "--quantize", "int8", "--device", "cuda"]) == 2  # not "CPU only"
+    sentence = "--device cuda asks for a GPU but torch sees none; use --device cpu or auto"
     assert capsys.readouterr().err == f"encdec: error: {sentence}\n"
 
 

@@ -8,7 +8,7 @@ input and the rest the reference. Scores are ROUGE-1/2/L, BLEU and chrF (the out
 tokens generated per second are printed too); results go to RUN_DIR/eval/eval.json
 and eval.md, with samples beside their references. Both run on --device (default: a
 GPU when torch sees one, else the CPU); --quantize int8 runs both through int8 linear
-layers on the CPU (encdec.quantize).
+layers there (encdec.quantize: fbgemm's kernels on the CPU, torch._int_mm on a GPU).
 """
 
 import time
@@ -21,8 +21,8 @@ from encdec.cli.generate import (
     add_device_argument,
     add_quantize_argument,
     add_source_length_argument,
-    device_and_quantize,
     positive_int,
+    resolve_device,
 )
 from encdec.evaluation.metrics import score_texts
 from encdec.evaluation.report import perplexity, write_report
@@ -56,7 +56,7 @@ def add_parser(subparsers) -> None:
 
 @torch.no_grad()
 def run(args) -> int:
-    device = device_and_quantize(args)
+    device = resolve_device(args.device)
     report_dir = RunDir(args.run_dir).eval_dir
     check_not_symlink(report_dir, report_dir / "eval.json", report_dir / "eval.md")  # written at the end
     loaded = load_run(args.run_dir, args.checkpoint)

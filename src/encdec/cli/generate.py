@@ -7,9 +7,10 @@ input to the terminal as they are decoded. MODEL_DIR is a run directory of
 source template is applied to each input) or a local Hugging Face directory (T5,
 Marian, BART) with its tokenizer, read with transformers' AutoTokenizer (the
 optional `hf` extra). --device picks where the model runs (default: a GPU when
-torch sees one, else the CPU); --quantize int8 decodes on the CPU with int8 linear
-layers (encdec.quantize); --compile decodes with fixed-shape steps, compiled on the CPU
-and captured in CUDA graphs on a GPU (generate's compile=True).
+torch sees one, else the CPU); --quantize int8 decodes there with int8 linear layers
+(encdec.quantize: fbgemm's kernels on the CPU, torch._int_mm on a GPU); --compile
+decodes with fixed-shape steps, compiled on the CPU and captured in CUDA graphs on a GPU
+(generate's compile=True).
 """
 
 import argparse
@@ -93,18 +94,8 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_quantize_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", choices=SCHEMES, default=None,
-                        help="int8: int8 linear layers, faster CPU decoding at a small cost in accuracy "
-                             "(CPU only; --device auto then means cpu)")  # fmt: skip
-
-
-def device_and_quantize(args: argparse.Namespace) -> torch.device:
-    """The device of --device, which --quantize int8 (CPU kernels only) turns to the CPU under auto
-    and refuses on a GPU."""
-    if args.quantize is None:
-        return resolve_device(args.device)
-    if args.device.split(":")[0] not in ("auto", "cpu"):
-        raise ConfigError(f"--quantize {args.quantize} runs on the CPU only; use --device cpu (or auto)")
-    return resolve_device("cpu" if args.device == "auto" else args.device)
+                        help="int8: int8 linear layers on --device, at a small cost in accuracy (the CPU "
+                             "needs an fp32 model; a GPU takes fp32, bf16 or fp16)")  # fmt: skip
 
 
 def resolve_device(name: str) -> torch.device:
@@ -187,7 +178,7 @@ def stream_printer(tokenizer, stream):
 
 
 def run(args: argparse.Namespace) -> int:
-    device = device_and_quantize(args)
+    device = resolve_device(args.device)
     model, tokenizer = load_model_and_tokenizer(args.model_dir, args.max_source_len)
     model.to(device)
     if args.quantize:

@@ -50,6 +50,8 @@ class FeedForward(nn.Module):
             h = self.act(linear(x, self.wi))
         h = self.dropout(h)
         if fp16_autocast(h):  # T5's known fp16 overflow: the output projection in fp32, as Hugging Face keeps it
+            if isinstance(self.wo, Int8Linear):
+                return self.wo(h.float())  # int8 inside, fp32 out
             with torch.autocast(h.device.type, enabled=False):
                 bias = self.wo.bias.float() if self.wo.bias is not None else None
                 return F.linear(h.float(), self.wo.weight.float(), bias)
