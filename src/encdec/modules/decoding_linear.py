@@ -28,10 +28,10 @@ copies cost one more copy of the weights' memory while the weights live.
 
 Training, GPUs, other dtypes and CPU autocast (whose F.linear computes in bf16) keep F.linear.
 
-Inside torch.compile (the fixed-shape steps of generate(compile=True)) the same oneDNN
-product runs as the custom op `encdec::onednn_linear`, which inductor calls as it is:
-traced as F.linear, inductor's CPU matmul took 76 against oneDNN's 40 us per product of a
-decoding step at the benchmark shape.
+Inside torch.compile (the fixed-shape steps of generate(compile=True)) the same products
+run as the custom op `encdec::cpu_linear`, which inductor calls as it is: traced as
+F.linear, inductor's CPU matmul took 76 against oneDNN's 40 us per product of a decoding
+step at the benchmark shape.
 
 Shapes: N rows (batch times positions), C_in, C_out.
 """
@@ -80,10 +80,11 @@ def decoding_linear(
 
 
 def compiled_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
-    """decoding_linear while torch.compile traces: the oneDNN custom op for CPU fp32 inference, else F.linear."""
-    if (ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
+    """decoding_linear while torch.compile traces: for CPU fp32 inference the custom op `encdec::cpu_linear`,
+    which makes the eager choice of kernel (BLAS or oneDNN) as one opaque call; else F.linear."""
+    if (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
             and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")):  # fmt: skip
-        return onednn_linear_op(x, weight, bias, relu)
+        return cpu_linear_op(x, weight, bias, relu)
     return plain_linear(x, weight, bias, relu)
 
 
@@ -93,15 +94,14 @@ def plain_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return F.relu(out) if relu else out
 
 
-@torch.library.custom_op("encdec::onednn_linear", mutates_args=())
-def onednn_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
-    """x (..., C_in) by weight (C_out, C_in) through oneDNN on the weight's reordered copy -> (..., C_out)."""
-    flat = x.reshape(-1, x.shape[-1])
-    out = onednn_linear(flat, reordered(weight), bias, "relu" if relu else "none")
-    return out.reshape(*x.shape[:-1], weight.shape[0])
+@torch.library.custom_op("encdec::cpu_linear", mutates_args=())
+def cpu_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
+    """x (..., C_in) by weight (C_out, C_in) -> (..., C_out), run eagerly by decoding_linear (BLAS on the transposed
+    copy or oneDNN on the reordered one, as outside torch.compile)."""
+    return decoding_linear(x, weight, bias, relu)
 
 
-@onednn_linear_op.register_fake
+@cpu_linear_op.register_fake
 def _(x, weight, bias, relu):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
