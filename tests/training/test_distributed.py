@@ -4,6 +4,7 @@ On gloo and the CPU by default, whatever `--device` says; with two or more GPUs 
 same holds on nccl (to a tolerance: GPU kernels may sum in another order).
 """
 
+import os
 import subprocess
 import sys
 
@@ -19,9 +20,11 @@ COMMON = ["--set", "training.steps=20", "--set", "training.grad_accum=2", "--set
 def train(config, out, processes=1, *extra):
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "-m", "encdec"]
     command = (launcher if processes > 1 else [sys.executable, "-m", "encdec"]) + ["train", str(config), "--out", str(out)]
-    done = subprocess.run(command + COMMON + list(extra), capture_output=True, text=True, timeout=300)
-    causes = [line for line in done.stderr.splitlines() if any(w in line for w in ("Error", "error:", "terminate", "what()"))]
-    assert done.returncode == 0, "\n".join(causes[:20]) + "\n...\n" + done.stderr[-2000:]  # a rank's own cause first
+    env = dict(os.environ, PYTHONFAULTHANDLER="1")  # a rank that aborts prints every thread's Python stack
+    done = subprocess.run(command + COMMON + list(extra), capture_output=True, text=True, timeout=300, env=env)
+    causes = [line for line in done.stderr.splitlines()
+              if any(w in line for w in ("Error", "error:", "terminate", "what()", "File \""))]  # fmt: skip
+    assert done.returncode == 0, "\n".join(causes[:40]) + "\n...\n" + done.stderr[-2000:]  # a rank's own cause first
     return read_metrics(out / "metrics.jsonl")
 
 

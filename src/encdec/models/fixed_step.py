@@ -75,7 +75,7 @@ class FixedSteps:
         self.self_v = [torch.zeros(rows, K, length, D, **zeros) for _ in blocks]
         cross = blocks[0].cross_attn
         Kc, Dc = cross.n_kv_heads, cross.d_head
-        self.transposed = self.beams > 1  # the cross-attention keys' layout, as the eager step's (StaticKVCache)
+        self.transposed = self.beams > 1 and like.device.type == "cpu"  # the keys' layout, as in StaticKVCache
         key_shape = (examples, Kc, Dc, source) if self.transposed else (examples, Kc, source, Dc)
         self.cross_k = [torch.zeros(key_shape, **zeros) for _ in blocks]  # (B, K, D, S) or (B, K, S, D)
         self.cross_v = [torch.zeros(examples, Kc, source, Dc, **zeros) for _ in blocks]  # (B, K, S, D)

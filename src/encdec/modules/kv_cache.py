@@ -81,8 +81,9 @@ class StaticKVCache:
     sampling), and transposed, (B, K, D, S), when it serves several (the beams of one
     example). Per layer and step at the benchmark shape (8 examples, 256 sources, d 256,
     one thread, cache out of L3): one query row took 104 us against 259 us transposed;
-    four rows 237 us transposed against 385 us. `keys` and `keys_t` are the (B, K, S, D)
-    and (B, K, D, S) views of the same memory either way.
+    four rows 237 us transposed against 385 us. Off the CPU the keys stay as they come:
+    SDPA reads them there. `keys` and `keys_t` are the (B, K, S, D) and (B, K, D, S) views
+    of the same memory either way.
     """
 
     def __init__(self, transposed: bool = False):
@@ -110,6 +111,7 @@ class StaticKVCache:
         return 0 if self.stored_keys is None else self.keys.shape[2]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.transposed = self.transposed and k.device.type == "cpu"  # elsewhere SDPA reads them, as they come
         self.stored_keys = (k.transpose(-1, -2) if self.transposed else k).contiguous()
         self.values = v.contiguous()
         return self.keys, self.values
