@@ -140,3 +140,25 @@ def test_bad_words_ban_single_tokens_everywhere_and_longer_words_after_their_pre
     seqs = torch.tensor([[0, 5, 6], [0, 6, 5]], device=device)  # only row 0 ends with the prefix (5, 6)
     scores = ban(seqs, torch.zeros(2, 10, device=device)).cpu()
     assert torch.isinf(scores).nonzero().tolist() == [[0, 2], [0, 7], [1, 2]]
+
+
+@pytest.mark.parametrize("k, p, keep", [(50, 0.95, 1), (5, 0.5, 1), (20, 0.9, 3), (1, 0.9, 1), (300, 0.99, 1)])
+def test_top_k_then_top_p_equals_the_two_in_turn_to_the_bit(k, p, keep, device, monkeypatch):
+    """The fused processor, which skips top_p's sort over the vocabulary, returns what top_k then top_p
+    return, including rows with -inf scores already (min-new-tokens, bad words); a batch with a tie at the
+    k-th score runs the two as they are."""
+    from encdec.generation.logits_processors import top_k_then_top_p
+
+    torch.manual_seed(0)
+    scores = torch.randn(6, 257, device=device) * 3
+    scores[1, :200] = -math.inf  # fewer finite scores than some k
+    scores[2, 10] = -math.inf
+    tied = scores.clone()
+    tied[3, 7] = tied[3].topk(min(max(k, keep), 257)).values[-1]  # one more score equal to the k-th
+    sort, sorts = torch.sort, []
+    monkeypatch.setattr(torch, "sort", lambda *a, **kw: sorts.append(1) or sort(*a, **kw))
+    for batch, sorted_on_cpu in ((scores, 0), (tied, 1 if k < 257 else 0)):
+        want = top_p(p, keep)(None, top_k(k, keep)(None, batch))
+        sorts.clear()
+        assert torch.equal(top_k_then_top_p(k, p, keep)(None, batch), want)
+        assert len(sorts) == (sorted_on_cpu if device.type == "cpu" else 1)  # the sort skipped where it can be

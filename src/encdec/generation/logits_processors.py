@@ -156,6 +156,35 @@ def top_p(p: float, keep: int = 1) -> Processor:
     return apply
 
 
+def top_k_then_top_p(k: int, p: float, keep: int = 1) -> Processor:
+    """top_k(k) then top_p(p), with top_p's values to the bit and without its sort over the vocabulary.
+
+    After top-k only the k best scores are finite (unless some tie with the k-th), so the row top-p
+    sorts is the -inf's followed by those k in ascending order, which torch.topk gives: that row is
+    built and put through top_p's own softmax and cumsum over V, so every cumulative probability, and
+    each keep-or-drop decision, is the one top_p makes. (Tokens whose scores tie exactly may sit in
+    another order than torch.sort's, and where such a tie meets the top-p boundary the token dropped
+    may differ.) On CPU the sort of 8 x 8,192 scores took 0.9 ms a step, this 0.1 ms. A row with more
+    than k finite scores (a tie at the k-th) runs the two processors as they are; that test waits for
+    the host, so on other devices, where sorting costs little, the two always run as they are."""
+    by_k, by_p = top_k(k, keep), top_p(p, keep)
+
+    def apply(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        V = scores.shape[-1]
+        n = min(max(k, keep), V)
+        values, indices = torch.topk(scores, n)  # (R, n), descending
+        kept = scores.masked_fill(scores < values[..., -1:], -math.inf)  # what top_k returns
+        if scores.device.type != "cpu" or bool((kept > -math.inf).sum(-1).gt(n).any()):
+            return by_p(seqs, by_k(seqs, scores))
+        row = torch.cat((scores.new_full((scores.shape[0], V - n), -math.inf), values.flip(-1)), dim=-1)
+        drop = row.softmax(dim=-1).cumsum(dim=-1) <= 1 - p  # top_p's, on the row its sort would give
+        drop[..., -keep:] = False
+        dropped = torch.zeros_like(drop).scatter_(1, indices.flip(-1), drop[..., V - n :])
+        return kept.masked_fill(dropped, -math.inf)
+
+    return apply
+
+
 def min_p(p: float, keep: int = 1) -> Processor:
     """Keep tokens at least p times as likely as the most likely one (Nguyen et al. 2024, min-p sampling)."""
 
@@ -244,9 +273,11 @@ def build_processors(
         keep = len(cfg.eos_ids) + 1 if cfg.num_beams > 1 else 1
         if cfg.temperature != 1.0:
             chain.append(temperature(cfg.temperature))
-        if cfg.top_k:
+        if cfg.top_k and cfg.top_p < 1.0:
+            chain.append(top_k_then_top_p(cfg.top_k, cfg.top_p, keep))
+        elif cfg.top_k:
             chain.append(top_k(cfg.top_k, keep))
-        if cfg.top_p < 1.0:
+        elif cfg.top_p < 1.0:
             chain.append(top_p(cfg.top_p, keep))
         if cfg.min_p is not None:
             chain.append(min_p(cfg.min_p, keep))
