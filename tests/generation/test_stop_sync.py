@@ -19,6 +19,20 @@ def ending_tokens(model, src, mask, **options) -> list[int]:
     out = encdec.generate(model, src, mask, eos_token_id=[], **{**options, "max_new_tokens": 4})
     return sorted(set(out[:, 4].tolist()))
 
+def per_step_and_delayed(monkeypatch, module, name: str, every: int, eos_options: dict, options: dict):
+    """generate's output with the stop test at every step, then with `module`'s sync interval set to `every`
+    (checked to be asked for once), on a tiny `name` model whose rows end at different steps."""
+    model = tiny(name)
+    src, mask = padded_batch()
+    eos = ending_tokens(model, src, mask, **eos_options)
+    per_step = encdec.generate(model, src, mask, eos_token_id=eos, **options)
+    syncs = []
+    monkeypatch.setattr(module, "sync_interval", lambda device, cfg: syncs.append(every) or every)
+    delayed = encdec.generate(model, src, mask, eos_token_id=eos, **options)
+    assert syncs == [every]
+    return per_step, delayed
+
+
 OPTIONS = {
     "greedy": dict(max_new_tokens=12),
     "sampling": dict(max_new_tokens=12, do_sample=True, top_k=20, seed=3),
@@ -30,14 +44,8 @@ OPTIONS = {
 @pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS)
 @pytest.mark.parametrize("every", [2, 3, 50])
 def test_syncing_every_few_steps_gives_the_per_step_output(monkeypatch, name, options, every):
-    model = tiny(name)
-    src, mask = padded_batch()
-    eos = ending_tokens(model, src, mask, **options)  # rows finish at different steps, all before the maximum
-    per_step = encdec.generate(model, src, mask, eos_token_id=eos, **options)
-    syncs = []
-    monkeypatch.setattr(search, "sync_interval", lambda device, cfg: syncs.append(every) or every)
-    delayed = encdec.generate(model, src, mask, eos_token_id=eos, **options)
-    assert syncs == [every]
+    # rows finish at different steps, all before the maximum
+    per_step, delayed = per_step_and_delayed(monkeypatch, search, name, every, options, options)
     assert torch.equal(delayed, per_step)
     assert per_step.shape[1] <= 5  # cut before the maximum
 
@@ -77,14 +85,7 @@ BEAMS = {
 @pytest.mark.parametrize("options", BEAMS.values(), ids=BEAMS)
 @pytest.mark.parametrize("every", [2, 3, 50])
 def test_beam_search_syncing_every_few_steps_gives_the_per_step_output(monkeypatch, name, options, every):
-    model = tiny(name)
-    src, mask = padded_batch()
-    eos = ending_tokens(model, src, mask)  # beams finish at different steps
-    per_step = encdec.generate(model, src, mask, eos_token_id=eos, **options)
-    syncs = []
-    monkeypatch.setattr(beam_search, "sync_interval", lambda device, cfg: syncs.append(every) or every)
-    delayed = encdec.generate(model, src, mask, eos_token_id=eos, **options)
-    assert syncs == [every]
+    per_step, delayed = per_step_and_delayed(monkeypatch, beam_search, name, every, {}, options)  # beams end apart
     assert torch.equal(delayed, per_step)
 
 

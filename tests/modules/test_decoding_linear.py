@@ -11,11 +11,15 @@ from encdec.modules.decoding_linear import decoding_linear
 KERNELS = [pytest.param(True, id="onednn"), pytest.param(False, id="transposed")]
 
 
-@pytest.mark.parametrize("onednn", KERNELS)
-def test_few_rows_equal_the_linear_product(monkeypatch, onednn):
-    if onednn and not decoding.ONEDNN:
+@pytest.fixture(params=KERNELS)
+def kernel(request, monkeypatch):
+    """oneDNN on (where torch has it) or off: the two kernels decoding_linear chooses between for large weights."""
+    if request.param and not decoding.ONEDNN:
         pytest.skip("this torch has no oneDNN linear")
-    monkeypatch.setattr(decoding, "ONEDNN", onednn)
+    monkeypatch.setattr(decoding, "ONEDNN", request.param)
+
+
+def test_few_rows_equal_the_linear_product(kernel):
     torch.manual_seed(0)
     weight, bias = torch.randn(1024, 256), torch.randn(1024)
     for shape in [(8, 1, 256), (4, 3, 256), (32, 256), (65, 256)]:  # decoding steps, then too many rows
@@ -98,11 +102,7 @@ def test_attention_projections_take_the_inference_kernel(monkeypatch):
     assert [id(w) for w in calls] == [id(attn.q.weight), id(attn.k.weight), id(attn.v.weight), id(attn.o.weight)]
 
 
-@pytest.mark.parametrize("onednn", KERNELS)
-def test_relu_inside_the_product_equals_relu_after_it(monkeypatch, onednn):
-    if onednn and not decoding.ONEDNN:
-        pytest.skip("this torch has no oneDNN linear")
-    monkeypatch.setattr(decoding, "ONEDNN", onednn)
+def test_relu_inside_the_product_equals_relu_after_it(kernel):
     torch.manual_seed(0)
     weight, bias = torch.randn(1024, 256), torch.randn(1024)
     for shape in [(8, 1, 256), (2, 100, 256)]:  # a decoding step, an encoder's many rows
