@@ -19,6 +19,7 @@ def ending_tokens(model, src, mask, **options) -> list[int]:
     out = encdec.generate(model, src, mask, eos_token_id=[], **{**options, "max_new_tokens": 4})
     return sorted(set(out[:, 4].tolist()))
 
+
 def per_step_and_delayed(monkeypatch, module, name: str, every: int, eos_options: dict, options: dict):
     """generate's output with the stop test at every step, then with `module`'s sync interval set to `every`
     (checked to be asked for once), on a tiny `name` model whose rows end at different steps."""
