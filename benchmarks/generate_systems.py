@@ -3,15 +3,21 @@
 Every system is a function (src, mask, options) -> token ids (B, 1 + new) on the CPU, the
 start column included: Hugging Face's generate(), encdec.generate on the same weights
 (loaded through encdec.load_hf), encdec on an int8 copy (encdec.quantize), and
-CTranslate2 on the same weights converted by its TransformersConverter.
+CTranslate2 on the same weights converted by its TransformersConverter, run in a process of
+its own (benchmarks/ct2_worker.py says why).
 
 Shapes: B batch, S source length, N new tokens, C model dim, H heads, D head dim.
 """
 
 import copy
+import pickle
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+import weakref
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -69,10 +75,12 @@ def ctranslate2_systems(reference, device: torch.device, dtype: str, threads: in
     """{"ct2": system[, "ct2 int8": system on the CPU]} of the same weights, each where this build of
     CTranslate2 supports its compute type on `device`; {} without ctranslate2.
 
-    Its converter reads the vocabulary from a tokenizer, so a word-level one of ids "t0".."tN" is
-    saved beside the weights; tokens are passed to CTranslate2 as those strings."""
+    The weights are converted here; each system runs in a process of its own (benchmarks/ct2_worker.py),
+    since CTranslate2 and torch slow each other down in one process. Its converter reads the vocabulary
+    from a tokenizer, so a word-level one of ids "t0".."tN" is saved beside the weights; tokens are passed
+    to CTranslate2 as those strings."""
     try:
-        import ctranslate2
+        import ctranslate2.converters
     except ImportError:
         return {}
     from tokenizers import Tokenizer, models
@@ -83,25 +91,53 @@ def ctranslate2_systems(reference, device: torch.device, dtype: str, threads: in
         vocab[name] = i
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, "<unk>")),
                                                      pad_token="<pad>", eos_token="</s>", unk_token="<unk>")  # fmt: skip
-    root = tempfile.mkdtemp()
-    reference.float().save_pretrained(f"{root}/hf")  # converted from fp32; CTranslate2 casts at load
-    reference.to(DTYPES[dtype])
-    tokenizer.save_pretrained(f"{root}/hf")
-    ctranslate2.converters.TransformersConverter(f"{root}/hf").convert(f"{root}/ct2")
     names = {i: t for t, i in vocab.items()}, vocab
     computes = {"ct2": CT2_COMPUTE[dtype]} if device.type == "cuda" else {"ct2": CT2_COMPUTE[dtype], "ct2 int8": "int8"}
-    supported = ctranslate2.get_supported_compute_types(device.type)  # e.g. no bfloat16 on most CPUs
     systems = {}
-    for name, compute_type in computes.items():
-        if compute_type not in supported:
-            continue
-        translator = ctranslate2.Translator(f"{root}/ct2", device=device.type, compute_type=compute_type,
-                                            inter_threads=1, intra_threads=threads)  # fmt: skip
-        systems[name] = ct2_system(translator, names)
+    with tempfile.TemporaryDirectory() as root:  # each worker has read the model once it is ready
+        reference.float().save_pretrained(f"{root}/hf")  # converted from fp32; CTranslate2 casts at load
+        reference.to(DTYPES[dtype])
+        tokenizer.save_pretrained(f"{root}/hf")
+        ctranslate2.converters.TransformersConverter(f"{root}/hf").convert(f"{root}/ct2")
+        for name, compute_type in computes.items():
+            worker = Ct2Worker(f"{root}/ct2", device.type, compute_type, threads)
+            if worker.error is None:
+                systems[name] = ct2_system(worker, names)
+            else:  # e.g. no bfloat16 on most CPUs
+                print(f"{name} left out: {worker.error}", file=sys.stderr)
     return systems
 
 
-def ct2_system(translator, names: tuple):
+class Ct2Worker:
+    """A CTranslate2 Translator in its own process (benchmarks/ct2_worker.py), asked by pickle over its pipes.
+    `error` is None once it is ready, else why it cannot run. The process ends with this object."""
+
+    def __init__(self, model_dir: str, device: str, compute_type: str, threads: int):
+        command = [sys.executable, str(Path(__file__).with_name("ct2_worker.py")), model_dir, device, compute_type,
+                   str(threads)]  # fmt: skip
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        weakref.finalize(self, stop_process, self.process)
+        self.error = self._receive()
+
+    def translate(self, batch: list[list[str]], **kwargs) -> list[list[str]]:
+        """translate_batch(batch, **kwargs): the best hypothesis of each example."""
+        pickle.dump((batch, kwargs), self.process.stdin)
+        self.process.stdin.flush()
+        return self._receive()
+
+    def _receive(self):
+        try:
+            return pickle.load(self.process.stdout)
+        except EOFError:
+            raise RuntimeError(f"the CTranslate2 worker ended (exit status {self.process.wait()})") from None
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    process.stdin.close()  # the worker returns at the end of its input
+    process.wait()
+
+
+def ct2_system(worker: Ct2Worker, names: tuple):
     """CTranslate2's translate_batch with generate()'s options; returns token ids with the start column."""
     to_token, to_id = names
 
@@ -111,8 +147,8 @@ def ct2_system(translator, names: tuple):
         kwargs = dict(max_decoding_length=new, min_decoding_length=new, beam_size=options.get("num_beams", 1))
         if options.get("do_sample"):
             kwargs.update(sampling_topk=options.get("top_k", 50), sampling_topp=options.get("top_p", 1.0), beam_size=1)
-        results = translator.translate_batch(batch, **kwargs)
-        return torch.tensor([[0] + [to_id[t] for t in r.hypotheses[0]] for r in results])
+        hypotheses = worker.translate(batch, **kwargs)
+        return torch.tensor([[0] + [to_id[t] for t in tokens] for tokens in hypotheses])
 
     return run
 

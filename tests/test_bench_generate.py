@@ -84,3 +84,24 @@ def test_a_toy_run_with_compile_adds_a_column_and_the_compile_time(bench, capsys
     cells = [cell.strip("| ") for cell in lines[3].split(" | ")]
     assert cells[header.index("encdec compiled same tokens as HF")] == "yes"
     assert lines[-1].startswith("encdec compiled, first call")
+
+
+def test_ctranslate2_runs_in_a_process_of_its_own_and_equals_hf_in_greedy(bench, capsys, one_thread):
+    pytest.importorskip("ctranslate2")
+    bench.main(["--shape", "toy", "--batch", "2", "--repeats", "1", "--modes", "greedy", "--no-kernels"])
+    lines = capsys.readouterr().out.splitlines()
+    header = [cell.strip("| ") for cell in lines[1].split(" | ")]
+    cells = [cell.strip("| ") for cell in lines[3].split(" | ")]
+    assert cells[header.index("ct2 same tokens as HF")] == "yes"
+    assert float(cells[header.index("ct2 int8 tok/s")]) > 0
+
+
+def test_a_ctranslate2_worker_that_cannot_load_says_why(bench, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from generate_systems import Ct2Worker
+
+    worker = Ct2Worker(str(tmp_path / "missing"), "cpu", "float32", 1)
+    assert worker.error is not None and "missing" in worker.error
+    process = worker.process
+    del worker  # its process ends with it
+    assert process.wait(timeout=30) == 0
