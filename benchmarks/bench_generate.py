@@ -19,7 +19,8 @@ CUDA: torch._int_mm), encdec with int8 linear layers (encdec.quantize); with `--
 "encdec compiled": generate(compile=True), fixed-shape decoding steps compiled (CPU) or
 CUDA-graphed (GPU), its first call per shape (the compile) left out of the timings and
 printed apart; with `ctranslate2` installed (the `bench` extra), the same weights
-converted by its TransformersConverter, run with compute type fp32/bf16 as --dtype and,
+converted by its TransformersConverter and run in a process of its own
+(benchmarks/ct2_worker.py says why), with compute type fp32/bf16 as --dtype and,
 on the CPU, int8 too (its intra-op threads set to torch's). On CUDA every call is
 synchronised before and after. The peak memory of each torch system's generate call
 above what was allocated before it is shown: on CUDA torch.cuda.max_memory_allocated
@@ -31,7 +32,8 @@ them: oneDNN's reordered and BLAS's transposed weights, see modules/decoding_lin
 On the CPU in fp32, a second table bounds what any implementation could reach: it
 replays only the matrix products and attention kernels of one generate call (the
 model's own weights, the same shapes, each product on the faster of torch's two CPU
-kernels, F.linear or oneDNN with a prepacked weight) and nothing else.
+kernels, F.linear or oneDNN with a prepacked weight) and nothing else, beside CTranslate2 fp32's
+whole call when it ran.
 """
 
 import argparse
@@ -190,15 +192,19 @@ def main(argv=None) -> None:
 
 
 def kernels_table(ours, done: list, repeats: int) -> None:
+    """The kernels-alone bound of each row in `done`, beside HF's and encdec's time and CTranslate2 fp32's
+    when it ran: where its whole call takes no longer than the kernels, no implementation on them beats it."""
+    ct2 = all("ct2" in r for _, _, r in done)
     print("\nKernels alone: the matrix products and attention of one call and nothing else, each on torch's faster "
           "CPU kernel (a bound for any implementation built on them)")  # fmt: skip
-    print("| batch | mode | HF ms | encdec ms | kernels ms | HF ms / 3 | kernels' ratio to HF |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| batch | mode | HF ms | encdec ms | kernels ms | HF ms / 3 | kernels' ratio to HF |"
+          + (" CT2 fp32 ms |" if ct2 else ""))  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|" + ("---:|" if ct2 else ""))
     for batch, mode, r in done:
         hf_ms, ed_ms = r["hf"][0] * 1e3, r["encdec"][0] * 1e3
         floor_ms = kernel_floor(ours, batch, SOURCE, NEW, MODES[mode].get("num_beams", 1), repeats) * 1e3
         print(f"| {batch} | {mode} | {hf_ms:.1f} | {ed_ms:.1f} | {floor_ms:.1f} | {hf_ms / 3:.1f} | "
-              f"{hf_ms / floor_ms:.2f}x |")  # fmt: skip
+              f"{hf_ms / floor_ms:.2f}x |" + (f" {r['ct2'][0] * 1e3:.1f} |" if ct2 else ""))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -66,6 +66,16 @@ def test_the_cpu_peak_is_the_most_held_at_once(bench):
     assert 6.0 <= cpu_peak_mib(work) < 6.1
 
 
+def test_the_kernels_alone_take_less_than_encdec_whole_call(bench, capsys, one_thread):
+    bench.main(["--shape", "toy", "--batch", "2", "--repeats", "3", "--modes", "greedy", "beam 4", "--no-ctranslate2"])
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Kernels alone"))
+    assert lines[start + 1].startswith("| batch | mode | HF ms | encdec ms | kernels ms |")
+    rows = [[cell.strip("| ") for cell in line.split(" | ")] for line in lines[start + 3 :]]
+    assert [r[1] for r in rows] == ["greedy", "beam 4"]
+    assert all(0 < float(r[4]) < float(r[3]) for r in rows)  # a bound below encdec's whole call
+
+
 @pytest.mark.cuda
 def test_a_toy_cuda_run_in_bf16_reports_peak_memory(bench, capsys):
     bench.main(["--device", "cuda", "--dtype", "bf16", "--shape", "toy", "--batch", "2", "--repeats", "1",
@@ -88,12 +98,14 @@ def test_a_toy_run_with_compile_adds_a_column_and_the_compile_time(bench, capsys
 
 def test_ctranslate2_runs_in_a_process_of_its_own_and_equals_hf_in_greedy(bench, capsys, one_thread):
     pytest.importorskip("ctranslate2")
-    bench.main(["--shape", "toy", "--batch", "2", "--repeats", "1", "--modes", "greedy", "--no-kernels"])
+    bench.main(["--shape", "toy", "--batch", "2", "--repeats", "1", "--modes", "greedy"])
     lines = capsys.readouterr().out.splitlines()
     header = [cell.strip("| ") for cell in lines[1].split(" | ")]
     cells = [cell.strip("| ") for cell in lines[3].split(" | ")]
     assert cells[header.index("ct2 same tokens as HF")] == "yes"
     assert float(cells[header.index("ct2 int8 tok/s")]) > 0
+    kernels = [cell.strip("| ") for cell in lines[-1].split(" | ")]  # the kernels table's row, CT2's time last
+    assert float(kernels[-1]) == pytest.approx(2 * bench.NEW / float(cells[header.index("ct2 tok/s")]) * 1e3, rel=0.01)
 
 
 def test_a_ctranslate2_worker_that_cannot_load_says_why(bench, tmp_path):
