@@ -3,7 +3,7 @@
 Run: python benchmarks/ct2_worker.py MODEL_DIR DEVICE COMPUTE_TYPE THREADS
 
 It loads the converted model once, writes one pickled message to stdout (None when ready,
-or why it cannot run), then answers each pickled request (batch of token lists, keyword
+or why it cannot run; anything else printed goes to stderr), then answers each pickled request (batch of token lists, keyword
 arguments of translate_batch) read from stdin with the pickled best hypothesis of each
 example, until stdin closes.
 
@@ -15,13 +15,15 @@ its own; with one thread neither changed (docs/benchmarks.md). Its users do not 
 beside it either. This file imports only ctranslate2.
 """
 
+import os
 import pickle
 import sys
 
 
 def main(argv: list[str]) -> None:
     model_dir, device, compute_type, threads = argv
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdin, stdout = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")  # the answers' own copy of stdout
+    os.dup2(2, 1)  # anything else written to stdout, by Python or native code, goes to stderr
     try:
         import ctranslate2
 
