@@ -105,7 +105,8 @@ def test_ctranslate2_runs_in_a_process_of_its_own_and_equals_hf_in_greedy(bench,
     assert cells[header.index("ct2 same tokens as HF")] == "yes"
     assert float(cells[header.index("ct2 int8 tok/s")]) > 0
     kernels = [cell.strip("| ") for cell in lines[-1].split(" | ")]  # the kernels table's row, CT2's time last
-    assert float(kernels[-1]) == pytest.approx(2 * bench.NEW / float(cells[header.index("ct2 tok/s")]) * 1e3, rel=0.01)
+    ct2_ms = 2 * bench.NEW / float(cells[header.index("ct2 tok/s")]) * 1e3
+    assert float(kernels[-1]) == pytest.approx(ct2_ms, rel=0.01, abs=0.05)  # printed to 0.1 ms
 
 
 def test_a_ctranslate2_worker_that_cannot_load_says_why(bench, tmp_path):
