@@ -29,11 +29,11 @@ untimed call under the profiler (profile_memory). Both count what torch allocate
 during the call, not weight copies made once per model before it (the warm-up makes
 them: oneDNN's reordered and BLAS's transposed weights, see modules/decoding_linear.py).
 
-On the CPU in fp32, a second table bounds what any implementation could reach: it
-replays only the matrix products and attention kernels of one generate call (the
-model's own weights, the same shapes, each product on the faster of torch's two CPU
-kernels, F.linear or oneDNN with a prepacked weight) and nothing else, beside CTranslate2 fp32's
-whole call when it ran.
+On the CPU in fp32, a second table bounds what any implementation on torch's kernels could
+reach: it replays only the matrix products and attention kernels of one generate call (the
+model's own weights, the same shapes, each product on the fastest of F.linear, BLAS on a
+transposed weight and oneDNN on a prepacked one, each attention on the fastest of SDPA and
+two batched products) and nothing else, beside CTranslate2 fp32's whole call when it ran.
 """
 
 import argparse
@@ -195,7 +195,7 @@ def kernels_table(ours, done: list, repeats: int) -> None:
     """The kernels-alone bound of each row in `done`, beside HF's and encdec's time and CTranslate2 fp32's
     when it ran: where its whole call takes no longer than the kernels, no implementation on them beats it."""
     ct2 = all("ct2" in r for _, _, r in done)
-    print("\nKernels alone: the matrix products and attention of one call and nothing else, each on torch's faster "
+    print("\nKernels alone: the matrix products and attention of one call and nothing else, each on torch's fastest "
           "CPU kernel (a bound for any implementation built on them)")  # fmt: skip
     print("| batch | mode | HF ms | encdec ms | kernels ms | HF ms / 3 | kernels' ratio to HF |"
           + (" CT2 fp32 ms |" if ct2 else ""))  # fmt: skip

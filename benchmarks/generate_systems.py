@@ -175,28 +175,51 @@ def timed(fn) -> tuple[float, torch.Tensor]:
     return time.perf_counter() - started, out
 
 
-def fastest_linear(x: torch.Tensor, weight: torch.Tensor):
-    """The faster of F.linear and oneDNN's linear on a prepacked weight, for x's shape: a function of x."""
-
-    def plain(x):
-        return F.linear(x, weight)
-
-    if not decoding.ONEDNN:
-        return plain
-    packed_weight = decoding.reordered(weight)
-
-    def packed(x):
-        return decoding.onednn_linear(x, packed_weight)
+def fastest(candidates, *args):
+    """The candidate function that runs fastest on `args` (median of 20 calls each)."""
 
     def seconds(fn) -> float:
-        return statistics.median(timed(lambda: fn(x))[0] for _ in range(20))
+        return statistics.median(timed(lambda: fn(*args))[0] for _ in range(20))
 
-    return min((plain, packed), key=seconds)
+    return min(candidates, key=seconds)
+
+
+def fastest_linear(x: torch.Tensor, weight: torch.Tensor):
+    """The fastest of F.linear, BLAS on a transposed copy of the weight and oneDNN's linear on a prepacked
+    one, for x's shape: a function of x."""
+    weight_t = weight.t().contiguous()
+    candidates = [lambda x: F.linear(x, weight), lambda x: torch.mm(x, weight_t)]
+    if decoding.ONEDNN:
+        packed_weight = decoding.reordered(weight)
+        candidates.append(lambda x: decoding.onednn_linear(x, packed_weight))
+    return fastest(candidates, x)
+
+
+def fastest_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                      k_t: torch.Tensor):  # fmt: skip
+    """The fastest of SDPA and two batched products around a softmax for these shapes, the products reading
+    the keys k (B, H, S, D) or their copy laid out transposed, k_t (B, H, D, S): a function of
+    (q, k, v, mask, k_t)."""
+
+    def sdpa(q, k, v, mask, k_t):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
+
+    def products(q, k, v, mask, k_t):
+        scores = q @ k.transpose(-1, -2)
+        return (scores if mask is None else scores + mask).softmax(-1) @ v
+
+    def products_t(q, k, v, mask, k_t):
+        scores = q @ k_t
+        return (scores if mask is None else scores + mask).softmax(-1) @ v
+
+    return fastest([sdpa, products, products_t], q, k, v, mask, k_t)
 
 
 def kernel_floor(ours, batch: int, source: int, new: int, beams: int, repeats: int) -> float:
     """Seconds for the matrix products and attention kernels of one CPU fp32 generate call with `beams`
-    rows per example, replayed in order on the model's weights with nothing else (median of `repeats`)."""
+    rows per example, replayed in order on the model's weights with nothing else (median of `repeats`):
+    each on the fastest of torch's kernels for it, each layer's cross-attention on keys and values of its
+    own, as a model's are. The self-attention's kernel is chosen at half the new length."""
     cfg = ours.config
     H, D, C, S, R = cfg.n_heads, cfg.head_dim, cfg.d_model, source, batch * beams
     src_x, src_h = torch.randn(batch * S, C), torch.randn(batch * S, cfg.d_ff)
@@ -205,6 +228,8 @@ def kernel_floor(ours, batch: int, source: int, new: int, beams: int, repeats: i
     bias = torch.randn(1, H, S, S)
     cross_q = torch.randn(batch, H, beams, D)  # the beams of one example query its keys together
     self_kv = torch.randn(R, H, new + 1, D)
+    self_kv_t = self_kv.transpose(-1, -2).contiguous()  # (R, H, D, new + 1): a cache kept transposed
+    self_q = step_x.view(R, H, 1, D)
 
     def linears(x, *layers):
         return [fastest_linear(x, layer.weight) for layer in layers]
@@ -216,25 +241,31 @@ def kernel_floor(ours, batch: int, source: int, new: int, beams: int, repeats: i
                         b.cross_attn.o), linears(step_x, b.ffn.wi)[0], linears(step_h, b.ffn.wo)[0])
                for b in ours.decoder.blocks]  # fmt: skip
     head = fastest_linear(step_x, ours.embed.weight)
-    cross_k, cross_v = torch.randn(batch, H, S, D), torch.randn(batch, H, S, D)
+    cross = [(torch.randn(batch, H, S, D), torch.randn(batch, H, S, D)) for _ in ours.decoder.blocks]
+    cross = [(k, v, k.transpose(-1, -2).contiguous()) for k, v in cross]  # (B, H, S, D), and (B, H, D, S)
+    cross_attention = fastest_attention(cross_q, *cross[0][:2], None, cross[0][2])
+    half = new // 2 + 1
+    kv = self_kv[:, :, :half]
+    self_attention = fastest_attention(self_q, kv, kv, bias[:, :, :1, :half], self_kv_t[..., :half])
+    heads_t = heads.transpose(-1, -2).contiguous()
+    encoder_attention = fastest_attention(heads, heads, heads, bias, heads_t)
 
     def replay():
         with torch.inference_mode():
             for projections, up, down in encoder:
                 for p in projections:
                     p(src_x)
-                F.scaled_dot_product_attention(heads, heads, heads, attn_mask=bias, scale=1.0)
+                encoder_attention(heads, heads, heads, bias, heads_t)
                 up(src_x), down(src_h)
             for k, v in cross_kv:
                 k(src_x), v(src_x)
             for t in range(1, new + 1):
-                for projections, up, down in decoder:
+                for (projections, up, down), (cross_k, cross_v, cross_k_t) in zip(decoder, cross):
                     for p in projections:
                         p(step_x)
                     kv = self_kv[:, :, :t]
-                    F.scaled_dot_product_attention(step_x.view(R, H, 1, D), kv, kv, attn_mask=bias[:, :, :1, :t],
-                                                   scale=1.0)  # fmt: skip
-                    F.scaled_dot_product_attention(cross_q, cross_k, cross_v, scale=1.0)
+                    self_attention(self_q, kv, kv, bias[:, :, :1, :t], self_kv_t[..., :t])
+                    cross_attention(cross_q, cross_k, cross_v, None, cross_k_t)
                     up(step_x), down(step_h)
                 head(step_x)
 
