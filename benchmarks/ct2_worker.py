@@ -3,9 +3,9 @@
 Run: python benchmarks/ct2_worker.py MODEL_DIR DEVICE COMPUTE_TYPE THREADS
 
 It loads the converted model once, writes one pickled message to stdout (None when ready,
-or why it cannot run; anything else printed goes to stderr), then answers each pickled request (batch of token lists, keyword
-arguments of translate_batch) read from stdin with the pickled best hypothesis of each
-example, until stdin closes.
+or why it cannot run), then answers each pickled request read from stdin (a batch of token
+lists and keyword arguments of translate_batch) with the pickled best hypothesis of each
+example, until stdin closes. Anything else printed goes to stderr.
 
 Why a process of its own: in one process with torch, the two libraries' OpenMP thread
 pools slow each other down. On this 2-core CPU, at two threads, one CTranslate2 call
