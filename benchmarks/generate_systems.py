@@ -25,6 +25,7 @@ import transformers
 
 import encdec
 import encdec.modules.decoding_linear as decoding
+from encdec.modules.attention import attend_transposed
 
 SHAPES = {  # T5 v1.0 layouts (ReLU, tied embeddings); "small" is the CPU table's shape in docs/benchmarks.md
     "small": dict(vocab_size=8192, d_model=256, d_kv=64, num_heads=4, d_ff=1024, num_layers=4, num_decoder_layers=4),
@@ -197,20 +198,18 @@ def fastest_linear(x: torch.Tensor, weight: torch.Tensor):
 
 def fastest_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                       k_t: torch.Tensor):  # fmt: skip
-    """The fastest of SDPA and two batched products around a softmax for these shapes, the products reading
-    the keys k (B, H, S, D) or their copy laid out transposed, k_t (B, H, D, S): a function of
-    (q, k, v, mask, k_t)."""
+    """The fastest of SDPA and encdec's two batched products around a softmax (attend_transposed) for these
+    shapes, the products reading the keys k (B, H, S, D) or their copy laid out transposed, k_t (B, H, D, S):
+    a function of (q, k, v, mask, k_t)."""
 
     def sdpa(q, k, v, mask, k_t):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
 
     def products(q, k, v, mask, k_t):
-        scores = q @ k.transpose(-1, -2)
-        return (scores if mask is None else scores + mask).softmax(-1) @ v
+        return attend_transposed(q, k.transpose(-1, -2), v, mask, scale=1.0)
 
     def products_t(q, k, v, mask, k_t):
-        scores = q @ k_t
-        return (scores if mask is None else scores + mask).softmax(-1) @ v
+        return attend_transposed(q, k_t, v, mask, scale=1.0)
 
     return fastest([sdpa, products, products_t], q, k, v, mask, k_t)
 
