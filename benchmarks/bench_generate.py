@@ -84,8 +84,10 @@ def measure(systems: dict, src, mask, options: dict, repeats: int, device: torch
                 peaks[name] = max(peaks[name], (torch.cuda.max_memory_allocated(device) - before) / 2**20)
     if device.type == "cpu":  # one more call each, untimed, under the profiler
         peaks = {name: cpu_peak_mib(lambda fn=fn: fn(src, mask, options)) for name, fn in systems.items()}
-    return {name: (statistics.median(times[name]), outputs[name], None if name.startswith("ct2") else peaks[name])
-            for name in systems}  # fmt: skip
+    return {
+        name: (statistics.median(times[name]), outputs[name], None if name.startswith("ct2") else peaks[name])
+        for name in systems
+    }
 
 
 def sync(out, device: torch.device):
@@ -169,9 +171,11 @@ def main(argv=None) -> None:
     if not args.no_ctranslate2:
         systems.update(ctranslate2_systems(reference, device, args.dtype, torch.get_num_threads()))
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"T5 shape {args.shape}; batch {args.batch} x {SOURCE} source tokens, {NEW} new tokens; {args.dtype} "
-          f"on {where}; torch {torch.__version__}, transformers {transformers.__version__}; "
-          f"median of {args.repeats}")  # fmt: skip
+    print(
+        f"T5 shape {args.shape}; batch {args.batch} x {SOURCE} source tokens, {NEW} new tokens; {args.dtype} "
+        f"on {where}; torch {torch.__version__}, transformers {transformers.__version__}; "
+        f"median of {args.repeats}"
+    )
     print(header(list(systems), bool(args.quantize)))
     vocab = SHAPES[args.shape]["vocab_size"]
     done, compiles = [], []
@@ -195,16 +199,22 @@ def kernels_table(ours, done: list, repeats: int) -> None:
     """The kernels-alone bound of each row in `done`, beside HF's and encdec's time and CTranslate2 fp32's
     when it ran: where its whole call takes no longer than the kernels, no implementation on them beats it."""
     ct2 = all("ct2" in r for _, _, r in done)
-    print("\nKernels alone: the matrix products and attention of one call and nothing else, each on torch's fastest "
-          "CPU kernel (a bound for any implementation built on them)")  # fmt: skip
-    print("| batch | mode | HF ms | encdec ms | kernels ms | HF ms / 3 | kernels' ratio to HF |"
-          + (" CT2 fp32 ms |" if ct2 else ""))  # fmt: skip
+    print(
+        "\nKernels alone: the matrix products and attention of one call and nothing else, each on torch's fastest "
+        "CPU kernel (a bound for any implementation built on them)"
+    )
+    print(
+        "| batch | mode | HF ms | encdec ms | kernels ms | HF ms / 3 | kernels' ratio to HF |"
+        + (" CT2 fp32 ms |" if ct2 else "")
+    )
     print("|---|---|---:|---:|---:|---:|---:|" + ("---:|" if ct2 else ""))
     for batch, mode, r in done:
         hf_ms, ed_ms = r["hf"][0] * 1e3, r["encdec"][0] * 1e3
         floor_ms = kernel_floor(ours, batch, SOURCE, NEW, MODES[mode].get("num_beams", 1), repeats) * 1e3
-        print(f"| {batch} | {mode} | {hf_ms:.1f} | {ed_ms:.1f} | {floor_ms:.1f} | {hf_ms / 3:.1f} | "
-              f"{hf_ms / floor_ms:.2f}x |" + (f" {r['ct2'][0] * 1e3:.1f} |" if ct2 else ""))  # fmt: skip
+        print(
+            f"| {batch} | {mode} | {hf_ms:.1f} | {ed_ms:.1f} | {floor_ms:.1f} | {hf_ms / 3:.1f} | "
+            f"{hf_ms / floor_ms:.2f}x |" + (f" {r['ct2'][0] * 1e3:.1f} |" if ct2 else "")
+        )
 
 
 if __name__ == "__main__":

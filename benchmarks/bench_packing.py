@@ -60,11 +60,15 @@ def main() -> None:
             times[pack].append(seconds)
             real, positions = fill(batch)
             shape = f"{batch.batch_size} x ({batch.src_ids.shape[1]} + {batch.tgt_ids.shape[1]})"
-            print(f"{step:4d}  {'packed' if pack else 'padded':8s}  {shape:15s}  {real / positions:.3f}  "
-                  f"{loss:.5f}  {seconds:.3f}")  # fmt: skip
+            print(
+                f"{step:4d}  {'packed' if pack else 'padded':8s}  {shape:15s}  {real / positions:.3f}  "
+                f"{loss:.5f}  {seconds:.3f}"
+            )
     medians = {pack: statistics.median(t) for pack, t in times.items()}
-    print(f"median s/step: padded {medians[False]:.3f}, packed {medians[True]:.3f}, "
-          f"packed {medians[False] / medians[True]:.2f}x as fast")  # fmt: skip
+    print(
+        f"median s/step: padded {medians[False]:.3f}, packed {medians[True]:.3f}, "
+        f"packed {medians[False] / medians[True]:.2f}x as fast"
+    )
 
 
 if __name__ == "__main__":

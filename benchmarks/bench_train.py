@@ -37,6 +37,7 @@ DATA_DIRS = [REPO / "shared" / "data", REPO.parent / "shared" / "data"]  # in th
 TINYSTORIES = "tinystories/tinystories_train_head.txt.gz"
 MISTRAL = "tokenizers/mistral_tokenizer.model.v1"
 
+
 @dataclass(frozen=True)
 class Shape:
     preset: str
@@ -48,9 +49,14 @@ class Shape:
 
 # the CPU table of docs/benchmarks.md; any T5 preset name (t5-small, t5-base, t5-v1.1-base, ...) is a shape too
 SHAPES = {
-    "cpu-small": Shape("t5-small", dict(vocab_size=8192, d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=4),
-                       batch=16, src_len=256, tgt_len=64),
-}  # fmt: skip
+    "cpu-small": Shape(
+        "t5-small",
+        dict(vocab_size=8192, d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=4),
+        batch=16,
+        src_len=256,
+        tgt_len=64,
+    ),
+}
 
 
 def shape_named(name: str) -> Shape:
@@ -116,13 +122,24 @@ def synchronize(device: torch.device) -> None:
 def hf_model(cfg: ModelConfig):
     from transformers import T5Config, T5ForConditionalGeneration
 
-    config = T5Config(vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_kv=cfg.head_dim, d_ff=cfg.d_ff,
-                      num_layers=cfg.n_encoder_layers, num_decoder_layers=cfg.decoder_layers, num_heads=cfg.n_heads,
-                      relative_attention_num_buckets=cfg.relative_buckets,
-                      relative_attention_max_distance=cfg.relative_max_distance, dropout_rate=cfg.dropout,
-                      layer_norm_epsilon=cfg.norm_eps, feed_forward_proj=OUR_ACTIVATIONS[cfg.activation],
-                      tie_word_embeddings=cfg.scale_output, pad_token_id=cfg.pad_id, eos_token_id=cfg.eos_id,
-                      decoder_start_token_id=cfg.decoder_start_id)  # fmt: skip
+    config = T5Config(
+        vocab_size=cfg.vocab_size,
+        d_model=cfg.d_model,
+        d_kv=cfg.head_dim,
+        d_ff=cfg.d_ff,
+        num_layers=cfg.n_encoder_layers,
+        num_decoder_layers=cfg.decoder_layers,
+        num_heads=cfg.n_heads,
+        relative_attention_num_buckets=cfg.relative_buckets,
+        relative_attention_max_distance=cfg.relative_max_distance,
+        dropout_rate=cfg.dropout,
+        layer_norm_epsilon=cfg.norm_eps,
+        feed_forward_proj=OUR_ACTIVATIONS[cfg.activation],
+        tie_word_embeddings=cfg.scale_output,
+        pad_token_id=cfg.pad_id,
+        eos_token_id=cfg.eos_id,
+        decoder_start_token_id=cfg.decoder_start_id,
+    )
     return T5ForConditionalGeneration(config)
 
 
@@ -304,15 +321,26 @@ def run_trainer(cfg: ModelConfig, shape: Shape, dims: tuple[int, int, int], args
             "model": {"preset": shape.preset, **shape.overrides, "vocab_size": cfg.vocab_size, "dropout": cfg.dropout},
             "tokenizer": {**tokenizer, "num_sentinels": sentinels},
             "data": {"format": "text", "train": [str(tmp / "train.txt")], "validation": [str(tmp / "valid.txt")]},
-            "objective": {"kind": "span_corruption", "seq_len": length, "noise_density": density,
-                          "mean_span": mean_span},
+            "objective": {
+                "kind": "span_corruption",
+                "seq_len": length,
+                "noise_density": density,
+                "mean_span": mean_span,
+            },
             "optimizer": {"lr": 1e-4},
             "schedule": {"kind": "constant"},
-            "training": {"steps": steps, "batch_size": batch, "precision": args.dtype, "device": args.device.type,
-                         "compile": args.compile, "threads": args.threads, "seed": 0},
+            "training": {
+                "steps": steps,
+                "batch_size": batch,
+                "precision": args.dtype,
+                "device": args.device.type,
+                "compile": args.compile,
+                "threads": args.threads,
+                "seed": 0,
+            },
             "evaluation": {"interval": steps, "steps": 1},
             "output": {"log_interval": max(args.warmup, 1), "keep_last": 1, "plot": False},
-        }  # fmt: skip
+        }
         train(from_dict(RunConfig, values), tmp / "run")
         records = read_metrics(tmp / "run" / "metrics.jsonl")
     release(args.device)
@@ -328,20 +356,26 @@ def report_shape(name: str, cfg: ModelConfig, shape: Shape, dims: tuple[int, int
     batch, src_len, tgt_len = dims
     flops = step_flops(cfg, *dims)
     gated = " gated" if cfg.activation in GATED else ""
-    print(f"\n{name}: d_model {cfg.d_model}, d_ff {cfg.d_ff}{gated}, {cfg.n_heads} heads x {cfg.head_dim}, "
-          f"{cfg.n_encoder_layers} + {cfg.decoder_layers} layers, vocabulary {cfg.vocab_size:,}; batch {batch} x "
-          f"({src_len} source + {tgt_len} target) tokens; {flops / 1e12:.3g} TFLOP per step")  # fmt: skip
+    print(
+        f"\n{name}: d_model {cfg.d_model}, d_ff {cfg.d_ff}{gated}, {cfg.n_heads} heads x {cfg.head_dim}, "
+        f"{cfg.n_encoder_layers} + {cfg.decoder_layers} layers, vocabulary {cfg.vocab_size:,}; batch {batch} x "
+        f"({src_len} source + {tgt_len} target) tokens; {flops / 1e12:.3g} TFLOP per step"
+    )
     memory = "peak MiB" if args.device.type == "cuda" else "saved MiB"
-    print(f"{'dropout':>7} {'impl':>9} {'tokens/s':>10} {'tgt tok/s':>10} {'ms/step':>9} {'TFLOP/s':>8} {'MFU':>6} "
-          f"{memory:>10}")  # fmt: skip
+    print(
+        f"{'dropout':>7} {'impl':>9} {'tokens/s':>10} {'tgt tok/s':>10} {'ms/step':>9} {'TFLOP/s':>8} {'MFU':>6} "
+        f"{memory:>10}"
+    )
     results = {p: time_bare_steps(model_config(shape, p), dims, args, autocast) for p in args.dropout}
     peak.remeasure(args.device)  # after the steps, so that every row of the table divides by the same peak
     for dropout, result in results.items():
         for impl, seconds in result.seconds.items():
             tflops = flops / seconds / 1e12
-            print(f"{dropout:>7} {impl:>9} {batch * (src_len + tgt_len) / seconds:>10,.0f} "
-                  f"{batch * tgt_len / seconds:>10,.0f} {1000 * seconds:>9.1f} {fmt_flops(tflops):>8} "
-                  f"{100 * tflops / peak.tflops:>5.1f}% {result.memory_mib[impl]:>10,.0f}")  # fmt: skip
+            print(
+                f"{dropout:>7} {impl:>9} {batch * (src_len + tgt_len) / seconds:>10,.0f} "
+                f"{batch * tgt_len / seconds:>10,.0f} {1000 * seconds:>9.1f} {fmt_flops(tflops):>8} "
+                f"{100 * tflops / peak.tflops:>5.1f}% {result.memory_mib[impl]:>10,.0f}"
+            )
         s, m = result.seconds, result.memory_mib
         print(f"{dropout:>7} {'encdec/HF':>9} speed {s['hf'] / s['encdec']:.2f}x, memory {m['encdec'] / m['hf']:.2f}x")
     print(f"MFU against {fmt_flops(peak.tflops)} TFLOP/s ({peak.source})")
@@ -351,9 +385,11 @@ def report_shape(name: str, cfg: ModelConfig, shape: Shape, dims: tuple[int, int
     trainer, how, tokenizer = run_trainer(model_config(shape, dropout), shape, dims, args)
     bare = batch * tgt_len / results[dropout].seconds["encdec"]  # the same unit: target tokens with loss per second
     print(f"trainer end-to-end: {trainer:,.0f} tok/s = {100 * trainer / bare:.0f}% of the bare step")
-    print(f"  unit: target tokens with loss per second ({trainer * (src_len + tgt_len) / tgt_len:,.0f} source + "
-          f"target tokens/s); bare encdec step {bare:,.0f}; dropout {dropout}; span corruption on the "
-          f"TinyStories sample, {tokenizer} tokenizer; read from {how}")  # fmt: skip
+    print(
+        f"  unit: target tokens with loss per second ({trainer * (src_len + tgt_len) / tgt_len:,.0f} source + "
+        f"target tokens/s); bare encdec step {bare:,.0f}; dropout {dropout}; span corruption on the "
+        f"TinyStories sample, {tokenizer} tokenizer; read from {how}"
+    )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -361,8 +397,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if cuda else "cpu")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), help="bf16: autocast, fp32 weights; default bf16 on CUDA")
-    parser.add_argument("--shapes", help="comma-separated: cpu-small or T5 presets; default t5-small,t5-base on "
-                                         "CUDA, cpu-small on CPU")  # fmt: skip
+    parser.add_argument(
+        "--shapes", help="comma-separated: cpu-small or T5 presets; default t5-small,t5-base on CUDA, cpu-small on CPU"
+    )
     parser.add_argument("--batch", type=int, help="default 32; cpu-small 16")
     parser.add_argument("--src-len", type=int, help="default 512; cpu-small 256")
     parser.add_argument("--tgt-len", type=int, help="default 128; cpu-small 64")
@@ -372,8 +409,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true", help="torch.compile both models (and the trainer's)")
     parser.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True, help="fp32 on CUDA: TF32")
     parser.add_argument("--peak-tflops", type=float, help="the device's peak for MFU; default: data sheet or measured")
-    parser.add_argument("--trainer", action=argparse.BooleanOptionalAction, default=True,
-                        help="also time encdec's trainer end to end on the TinyStories sample")  # fmt: skip
+    parser.add_argument(
+        "--trainer",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time encdec's trainer end to end on the TinyStories sample",
+    )
     parser.add_argument("--data-dir", type=Path, default=next((d for d in DATA_DIRS if d.is_dir()), DATA_DIRS[0]))
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads")
     args = parser.parse_args(argv)
@@ -404,9 +445,11 @@ def main(argv=None) -> None:
     peak = device_peak(device, precision, args.peak_tflops)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} threads"
     labels = {"bf16": "bf16 autocast, fp32 weights", "tf32": "fp32 weights, TF32 matmuls", "fp32": "fp32"}
-    print(f"{where}; {labels[precision]}; AdamW"
-          f"{' fused' if device.type == 'cuda' else ''}; {'compiled' if args.compile else 'eager'}; "
-          f"median of {args.steps} steps after {args.warmup} warm-up")  # fmt: skip
+    print(
+        f"{where}; {labels[precision]}; AdamW"
+        f"{' fused' if device.type == 'cuda' else ''}; {'compiled' if args.compile else 'eager'}; "
+        f"median of {args.steps} steps after {args.warmup} warm-up"
+    )
     for name in args.shapes:
         shape = shape_named(name)
         dims = (args.batch or shape.batch, args.src_len or shape.src_len, args.tgt_len or shape.tgt_len)

@@ -29,8 +29,9 @@ def main(argv: list[str]) -> None:
 
         if compute_type not in ctranslate2.get_supported_compute_types(device):
             raise ValueError(f"compute type {compute_type} is not supported on {device} by this build")
-        translator = ctranslate2.Translator(model_dir, device=device, compute_type=compute_type,
-                                            inter_threads=1, intra_threads=int(threads))  # fmt: skip
+        translator = ctranslate2.Translator(
+            model_dir, device=device, compute_type=compute_type, inter_threads=1, intra_threads=int(threads)
+        )
     except Exception as error:  # noqa: BLE001 - reported to the parent, which leaves the column out
         pickle.dump(f"{type(error).__name__}: {error}", stdout)
         stdout.flush()

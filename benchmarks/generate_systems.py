@@ -29,8 +29,9 @@ from encdec.modules.attention import attend_transposed
 
 SHAPES = {  # T5 v1.0 layouts (ReLU, tied embeddings); "small" is the CPU table's shape in docs/benchmarks.md
     "small": dict(vocab_size=8192, d_model=256, d_kv=64, num_heads=4, d_ff=1024, num_layers=4, num_decoder_layers=4),
-    "t5-small": dict(vocab_size=32128, d_model=512, d_kv=64, num_heads=8, d_ff=2048, num_layers=6,
-                     num_decoder_layers=6),  # fmt: skip
+    "t5-small": dict(
+        vocab_size=32128, d_model=512, d_kv=64, num_heads=8, d_ff=2048, num_layers=6, num_decoder_layers=6
+    ),
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 CT2_COMPUTE = {"fp32": "float32", "bf16": "bfloat16"}
@@ -90,8 +91,12 @@ def ctranslate2_systems(reference, device: torch.device, dtype: str, threads: in
     for i, name in enumerate(("<pad>", "</s>", "<unk>")):
         del vocab[f"t{i}"]
         vocab[name] = i
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, "<unk>")),
-                                                     pad_token="<pad>", eos_token="</s>", unk_token="<unk>")  # fmt: skip
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, "<unk>")),
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+    )
     names = {i: t for t, i in vocab.items()}, vocab
     computes = {"ct2": CT2_COMPUTE[dtype]} if device.type == "cuda" else {"ct2": CT2_COMPUTE[dtype], "ct2 int8": "int8"}
     systems = {}
@@ -114,8 +119,14 @@ class Ct2Worker:
     `error` is None once it is ready, else why it cannot run. The process ends with this object."""
 
     def __init__(self, model_dir: str, device: str, compute_type: str, threads: int):
-        command = [sys.executable, str(Path(__file__).with_name("ct2_worker.py")), model_dir, device, compute_type,
-                   str(threads)]  # fmt: skip
+        command = [
+            sys.executable,
+            str(Path(__file__).with_name("ct2_worker.py")),
+            model_dir,
+            device,
+            compute_type,
+            str(threads),
+        ]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         weakref.finalize(self, stop_process, self.process)
         self.error = self._receive()
@@ -162,7 +173,9 @@ def cpu_peak_mib(fn) -> float:
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    changes = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    changes = sorted(
+        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+    )
     held = peak = 0
     for _, nbytes in changes:
         held += nbytes
@@ -196,8 +209,7 @@ def fastest_linear(x: torch.Tensor, weight: torch.Tensor):
     return fastest(candidates, x)
 
 
-def fastest_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                      k_t: torch.Tensor):  # fmt: skip
+def fastest_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, k_t: torch.Tensor):
     """The fastest of SDPA and encdec's two batched products around a softmax (attend_transposed) for these
     shapes, the products reading the keys k (B, H, S, D) or their copy laid out transposed, k_t (B, H, D, S):
     a function of (q, k, v, mask, k_t)."""
@@ -233,12 +245,23 @@ def kernel_floor(ours, batch: int, source: int, new: int, beams: int, repeats: i
     def linears(x, *layers):
         return [fastest_linear(x, layer.weight) for layer in layers]
 
-    encoder = [(linears(src_x, b.self_attn.q, b.self_attn.k, b.self_attn.v, b.self_attn.o),
-                linears(src_x, b.ffn.wi)[0], linears(src_h, b.ffn.wo)[0]) for b in ours.encoder.blocks]  # fmt: skip
+    encoder = [
+        (
+            linears(src_x, b.self_attn.q, b.self_attn.k, b.self_attn.v, b.self_attn.o),
+            linears(src_x, b.ffn.wi)[0],
+            linears(src_h, b.ffn.wo)[0],
+        )
+        for b in ours.encoder.blocks
+    ]
     cross_kv = [linears(src_x, b.cross_attn.k, b.cross_attn.v) for b in ours.decoder.blocks]
-    decoder = [(linears(step_x, b.self_attn.q, b.self_attn.k, b.self_attn.v, b.self_attn.o, b.cross_attn.q,
-                        b.cross_attn.o), linears(step_x, b.ffn.wi)[0], linears(step_h, b.ffn.wo)[0])
-               for b in ours.decoder.blocks]  # fmt: skip
+    decoder = [
+        (
+            linears(step_x, b.self_attn.q, b.self_attn.k, b.self_attn.v, b.self_attn.o, b.cross_attn.q, b.cross_attn.o),
+            linears(step_x, b.ffn.wi)[0],
+            linears(step_h, b.ffn.wo)[0],
+        )
+        for b in ours.decoder.blocks
+    ]
     head = fastest_linear(step_x, ours.embed.weight)
     cross = [(torch.randn(batch, H, S, D), torch.randn(batch, H, S, D)) for _ in ours.decoder.blocks]
     cross = [(k, v, k.transpose(-1, -2).contiguous()) for k, v in cross]  # (B, H, S, D), and (B, H, D, S)

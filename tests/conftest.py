@@ -15,8 +15,11 @@ DEVICES = ("cpu", "cuda")
 
 
 def pytest_addoption(parser):
-    parser.addoption("--device", default=os.environ.get("ENCDEC_TEST_DEVICE", "cpu"),
-                     help="where device-aware tests run: cpu (default) or cuda; also ENCDEC_TEST_DEVICE")  # fmt: skip
+    parser.addoption(
+        "--device",
+        default=os.environ.get("ENCDEC_TEST_DEVICE", "cpu"),
+        help="where device-aware tests run: cpu (default) or cuda; also ENCDEC_TEST_DEVICE",
+    )
 
 
 def pytest_configure(config):
@@ -46,6 +49,7 @@ def device(pytestconfig) -> torch.device:
 def exact(device) -> bool:
     """Whether results must match bitwise: on the CPU yes; CUDA kernels may reorder sums."""
     return device.type == "cpu"
+
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

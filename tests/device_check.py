@@ -42,19 +42,82 @@ TAG = "_device_check_tag"
 SRC_MARK = "/encdec/"  # frames of the package under test, for locations
 Tensor = torch.Tensor
 
-SYNCS = {Tensor.item, Tensor.tolist, Tensor.__bool__, Tensor.__int__, Tensor.__float__, Tensor.__index__,
-         Tensor.numpy, Tensor.nonzero, torch.nonzero, Tensor.masked_select, torch.masked_select, torch.unique,
-         Tensor.unique, Tensor.cpu}  # fmt: skip
+SYNCS = {
+    Tensor.item,
+    Tensor.tolist,
+    Tensor.__bool__,
+    Tensor.__int__,
+    Tensor.__float__,
+    Tensor.__index__,
+    Tensor.numpy,
+    Tensor.nonzero,
+    torch.nonzero,
+    Tensor.masked_select,
+    torch.masked_select,
+    torch.unique,
+    Tensor.unique,
+    Tensor.cpu,
+}
 INDEXING = {Tensor.__getitem__, Tensor.__setitem__}
 # element-wise ops, where CUDA takes a 0-dim CPU tensor as a scalar; anywhere else (cat, stack, indexing,
 # matmul, ...) a 0-dim host tensor is refused like any other
-SCALAR_OK = {"add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "pow", "where",
-             "masked_fill", "clamp", "clip", "minimum", "maximum", "eq", "ne", "lt", "le", "gt", "ge", "lerp",
-             "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "fill_",
-             "addcmul", "addcdiv", "rsub", "neg", "abs", "and", "or", "xor", "truediv", "floordiv", "mod",
-             "copysign", "atan2", "hypot"}  # fmt: skip
-NO_MIX_CHECK = {Tensor.to, Tensor.copy_, Tensor.__repr__, Tensor.__format__, Tensor.size, Tensor.dim,
-                Tensor.__len__, Tensor.data_ptr, Tensor.untyped_storage, Tensor.__reduce_ex__}  # fmt: skip
+SCALAR_OK = {
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "true_divide",
+    "floor_divide",
+    "remainder",
+    "fmod",
+    "pow",
+    "where",
+    "masked_fill",
+    "clamp",
+    "clip",
+    "minimum",
+    "maximum",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "lerp",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "fill_",
+    "addcmul",
+    "addcdiv",
+    "rsub",
+    "neg",
+    "abs",
+    "and",
+    "or",
+    "xor",
+    "truediv",
+    "floordiv",
+    "mod",
+    "copysign",
+    "atan2",
+    "hypot",
+}
+NO_MIX_CHECK = {
+    Tensor.to,
+    Tensor.copy_,
+    Tensor.__repr__,
+    Tensor.__format__,
+    Tensor.size,
+    Tensor.dim,
+    Tensor.__len__,
+    Tensor.data_ptr,
+    Tensor.untyped_storage,
+    Tensor.__reduce_ex__,
+}
 
 
 class DeviceMixError(AssertionError):
@@ -151,15 +214,19 @@ class DeviceCheck(TorchFunctionMode):
         generator = kwargs.get("generator")
         targets_device = DEVICE in tags or (kwargs.get("device") is not None)
         if generator is not None and targets_device and getattr(generator, "where", None) == HOST:
-            self.fail(f"{name_of(func)} at {where or location()} draws device tensors from a generator "
-                      "made without device= (a CPU generator on CUDA tensors)")  # fmt: skip
+            self.fail(
+                f"{name_of(func)} at {where or location()} draws device tensors from a generator "
+                "made without device= (a CPU generator on CUDA tensors)"
+            )
         if DEVICE in tags:
             scalars_ok = _base_name(func) in SCALAR_OK
             host = [t for t, tag in zip(tensors, tags, strict=True) if tag == HOST and (t.dim() > 0 or not scalars_ok)]
             if host:
                 shapes = ", ".join(str(tuple(t.shape)) for t in host)
-                self.fail(f"{name_of(func)} at {where or location()} mixes device tensors with host "
-                          f"tensors of shape {shapes} (made without device=)")  # fmt: skip
+                self.fail(
+                    f"{name_of(func)} at {where or location()} mixes device tensors with host "
+                    f"tensors of shape {shapes} (made without device=)"
+                )
 
     def _check_indexing(self, func, args) -> None:
         indexed, index = args[0], args[1]
@@ -200,7 +267,7 @@ class DeviceCheck(TorchFunctionMode):
 
 
 def _base_name(func) -> str:
-    """"add" for torch.add, Tensor.add, Tensor.add_, Tensor.__add__, Tensor.__radd__ and Tensor.__iadd__."""
+    """ "add" for torch.add, Tensor.add, Tensor.add_, Tensor.__add__, Tensor.__radd__ and Tensor.__iadd__."""
     name = getattr(func, "__name__", "").strip("_")
     for prefix in ("r", "i"):
         if name.startswith(prefix) and name[1:] in SCALAR_OK and name not in SCALAR_OK:

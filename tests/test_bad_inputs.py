@@ -50,12 +50,14 @@ def library(tmp_path_factory):
 
     backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
-                                                     unk_token="<unk>")  # fmt: skip
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
     tokenizer.save_pretrained(hf)
     torch.manual_seed(0)
-    t5 = transformers.T5Config(vocab_size=len(WORDS), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4,
-                               decoder_start_token_id=0)  # fmt: skip
+    t5 = transformers.T5Config(
+        vocab_size=len(WORDS), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4, decoder_start_token_id=0
+    )
     transformers.T5ForConditionalGeneration(t5).save_pretrained(hf)
     return root
 
@@ -171,19 +173,25 @@ CASES = {
     "mean span 0.5": Case(lambda p: train(p, "objective.mean_span=0.5"), "objective.mean_span must be at least 1"),
     "no UL2 mixture": Case(lambda p: train(p, "objective.ul2_probabilities=[0, 0, 0]"), "ul2_probabilities must"),
     "seq_len 1": Case(lambda p: train(p, "objective.seq_len=1"), "objective.seq_len must be at least 2"),
-    "pack a decoder-only": Case(lambda p: train(p, "objective.pack=true", "model.preset=decoder_only-tiny"),
-                                "objective.pack needs model.family encoder_decoder"),
-    "pack a causal LM": Case(lambda p: train(p, "objective.pack=true", "objective.kind=causal_lm"),
-                             "objective.pack works with objective.kind seq2seq, span_corruption, ul2"),
+    "pack a decoder-only": Case(
+        lambda p: train(p, "objective.pack=true", "model.preset=decoder_only-tiny"),
+        "objective.pack needs model.family encoder_decoder",
+    ),
+    "pack a causal LM": Case(
+        lambda p: train(p, "objective.pack=true", "objective.kind=causal_lm"),
+        "objective.pack works with objective.kind seq2seq, span_corruption, ul2",
+    ),
     "infinite warmup fraction": Case(lambda p: train(p, "schedule.warmup_fraction=.inf"), "must be a finite"),
     "min lr above lr": Case(lambda p: train(p, "schedule.min_lr=1"), "schedule.min_lr (1.0) must not exceed"),
     "zero log interval": Case(lambda p: train(p, "output.log_interval=0"), "output.log_interval must be"),
     "zero keep_last": Case(lambda p: train(p, "output.keep_last=0"), "output.keep_last must be a positive"),
     "zero eval interval": Case(lambda p: train(p, "evaluation.interval=0"), "evaluation.interval must be"),
-    "template attribute": Case(lambda p: train(p, "objective.source_template='{source.__class__}'"),
-                               "may contain only {source}"),
-    "template other key": Case(lambda p: train(p, "objective.target_template='{summary}'"),
-                               "may contain only {target}"),
+    "template attribute": Case(
+        lambda p: train(p, "objective.source_template='{source.__class__}'"), "may contain only {source}"
+    ),
+    "template other key": Case(
+        lambda p: train(p, "objective.target_template='{summary}'"), "may contain only {target}"
+    ),
     "template unbalanced": Case(lambda p: train(p, "objective.source_template='{source'"), "not a valid template"),
     "schedule kind": Case(lambda p: train(p, "schedule.kind=warmup"), "schedule.kind must be one of"),
     "precision fp8": Case(lambda p: train(p, "training.precision=fp8"), "training.precision must be one of"),
@@ -204,60 +212,134 @@ CASES = {
     "--accept-changes alone": Case(lambda p: [*train(p), "--accept-changes"], "--accept-changes goes with --resume"),
     # config files
     "missing config": Case(lambda p: ["train", str(p.root / "none.yaml"), "--out", str(p.out)], "does not exist"),
-    "latin-1 config": Case(lambda p: ["train", str(p.write("l.yaml", "model:\n  preset: caf\xe9\n".encode("latin-1"))),
-                                      "--out", str(p.out)], "is not UTF-8 text"),
-    "binary config": Case(lambda p: ["train", str(p.write("b.yaml", bytes(range(256)) * 4)), "--out", str(p.out)],
-                          "is not UTF-8 text"),
-    "not YAML": Case(lambda p: ["train", str(p.write("n.yaml", "model:\n  preset: [unclosed\n")), "--out",
-                                str(p.out)], "is not valid YAML at line"),
-    "alias bomb": Case(lambda p: ["train", str(p.write("bomb.yaml", alias_bomb())), "--out", str(p.out)],
-                       "uses YAML aliases"),
-    "huge config": Case(lambda p: ["train", str(p.write("h.yaml", "# " + "x" * (2 << 20))), "--out", str(p.out)],
-                        "run configs are at most"),
-    "a list, not a mapping": Case(lambda p: ["train", str(p.write("l.yaml", "- 1\n- 2\n")), "--out", str(p.out)],
-                                  "must hold a mapping of sections"),
-    "a section that is a string": Case(lambda p: ["train", str(p.write("s.yaml", "training: fast\n")), "--out",
-                                                  str(p.out)], "training must be a mapping"),
+    "latin-1 config": Case(
+        lambda p: [
+            "train",
+            str(p.write("l.yaml", "model:\n  preset: caf\xe9\n".encode("latin-1"))),
+            "--out",
+            str(p.out),
+        ],
+        "is not UTF-8 text",
+    ),
+    "binary config": Case(
+        lambda p: ["train", str(p.write("b.yaml", bytes(range(256)) * 4)), "--out", str(p.out)], "is not UTF-8 text"
+    ),
+    "not YAML": Case(
+        lambda p: ["train", str(p.write("n.yaml", "model:\n  preset: [unclosed\n")), "--out", str(p.out)],
+        "is not valid YAML at line",
+    ),
+    "alias bomb": Case(
+        lambda p: ["train", str(p.write("bomb.yaml", alias_bomb())), "--out", str(p.out)], "uses YAML aliases"
+    ),
+    "huge config": Case(
+        lambda p: ["train", str(p.write("h.yaml", "# " + "x" * (2 << 20))), "--out", str(p.out)],
+        "run configs are at most",
+    ),
+    "a list, not a mapping": Case(
+        lambda p: ["train", str(p.write("l.yaml", "- 1\n- 2\n")), "--out", str(p.out)],
+        "must hold a mapping of sections",
+    ),
+    "a section that is a string": Case(
+        lambda p: ["train", str(p.write("s.yaml", "training: fast\n")), "--out", str(p.out)],
+        "training must be a mapping",
+    ),
     # data and tokenizers
     "missing data file": Case(lambda p: train(p, "data.train=[/nonexistent/stories.txt]"), "does not exist"),
     "unknown tokenizer": Case(lambda p: train(p, "tokenizer.kind=wordpiece"), "wordpiece"),
-    "missing sentencepiece model": Case(lambda p: train(p, "tokenizer.kind=sentencepiece",
-                                                        "tokenizer.path=/nonexistent.model"), "does not exist"),
+    "missing sentencepiece model": Case(
+        lambda p: train(p, "tokenizer.kind=sentencepiece", "tokenizer.path=/nonexistent.model"), "does not exist"
+    ),
     "unknown data format": Case(lambda p: train(p, "data.format=csv"), "csv"),
     "seq2seq on texts": Case(lambda p: train(p, "objective.kind=seq2seq"), "does not fit data.format"),
-    "binary corpus": Case(lambda p: train(p, f"data.train=[{p.write('c.txt', bytes(range(256)) * 64)}]",
-                                          "data.format=text"), "UTF-8"),
+    "binary corpus": Case(
+        lambda p: train(p, f"data.train=[{p.write('c.txt', bytes(range(256)) * 64)}]", "data.format=text"), "UTF-8"
+    ),
     # fine-tuning sources
-    "init_from nowhere": Case(lambda p: train(p, f"training.init_from={p.root / 'none'}"),
-                              "neither a run directory with checkpoints nor a Hugging Face model directory"),
-    "init_from without tokenizer": Case(lambda p: train(p, f"training.init_from={without_tokenizer(p)}"),
-                                        "has no tokenizer files"),
-    "init_from config without keys": Case(lambda p: train(p, f"training.init_from={damaged_hf(p, 'config.json', '{}')}"),
-                                          "config.json"),
-    "init_from config not JSON": Case(lambda p: train(p, f"training.init_from={damaged_hf(p, 'config.json', '{x')}"),
-                                      "is not valid JSON"),
-    "init_from truncated weights": Case(lambda p: train(p, "training.init_from=" + str(damaged_hf(
-        p, "model.safetensors", (p.library / "hf" / "model.safetensors").read_bytes()[:200]))), "model.safetensors"),
-    "init_from random weights": Case(lambda p: train(p, "training.init_from=" + str(damaged_hf(
-        p, "model.safetensors", os.urandom(4096)))), "model.safetensors"),
+    "init_from nowhere": Case(
+        lambda p: train(p, f"training.init_from={p.root / 'none'}"),
+        "neither a run directory with checkpoints nor a Hugging Face model directory",
+    ),
+    "init_from without tokenizer": Case(
+        lambda p: train(p, f"training.init_from={without_tokenizer(p)}"), "has no tokenizer files"
+    ),
+    "init_from config without keys": Case(
+        lambda p: train(p, f"training.init_from={damaged_hf(p, 'config.json', '{}')}"), "config.json"
+    ),
+    "init_from config not JSON": Case(
+        lambda p: train(p, f"training.init_from={damaged_hf(p, 'config.json', '{x')}"), "is not valid JSON"
+    ),
+    "init_from truncated weights": Case(
+        lambda p: train(
+            p,
+            "training.init_from="
+            + str(damaged_hf(p, "model.safetensors", (p.library / "hf" / "model.safetensors").read_bytes()[:200])),
+        ),
+        "model.safetensors",
+    ),
+    "init_from random weights": Case(
+        lambda p: train(p, "training.init_from=" + str(damaged_hf(p, "model.safetensors", os.urandom(4096)))),
+        "model.safetensors",
+    ),
     # a trained run: resume, checkpoints, the run directory
     "resume with another lr": Case(lambda p: resume(p, "optimizer.lr=1e-3"), "optimizer.lr 0.002 -> 0.001"),
     "resume with another model": Case(lambda p: resume(p, "model.d_model=64"), "model.d_model 32 -> 64"),
-    "train into a trained run": Case(lambda p: ["train", str(p.config), "--out", str(p.copy("run"))],
-                                     "already holds checkpoints"),
-    "pointer escaping": Case(lambda p: ["train", str(p.config), "--out", str(damaged_run(p, "checkpoints/latest",
-                                        "../../outside/step_00000001\n")), "--resume"], "latest"),
-    "absolute pointer": Case(lambda p: ["train", str(p.config), "--out", str(damaged_run(p, "checkpoints/latest",
-                                        "/etc/passwd\n")), "--resume"], "latest"),
-    "truncated weights": Case(lambda p: ["train", str(p.config), "--out", str(damaged_run(
-        p, "LATEST/model.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{}")), "--resume"], "model.safetensors"),
-    "random optimizer state": Case(lambda p: ["train", str(p.config), "--out", str(damaged_run(
-        p, "LATEST/optimizer.pt", os.urandom(512))), "--resume"], "optimizer.pt"),
-    "state.json not JSON": Case(lambda p: ["train", str(p.config), "--out", str(damaged_run(
-        p, "LATEST/state.json", "{not json")), "--resume"], "corrupt or truncated"),
-    "state.json unknown key": Case(lambda p: ["train", str(p.config), "--out", str(damaged_run(
-        p, "LATEST/state.json", json.dumps({"train": {"step": 2, "epoch": 1}, "data": {}}))), "--resume"],
-        "does not hold the training state"),
+    "train into a trained run": Case(
+        lambda p: ["train", str(p.config), "--out", str(p.copy("run"))], "already holds checkpoints"
+    ),
+    "pointer escaping": Case(
+        lambda p: [
+            "train",
+            str(p.config),
+            "--out",
+            str(damaged_run(p, "checkpoints/latest", "../../outside/step_00000001\n")),
+            "--resume",
+        ],
+        "latest",
+    ),
+    "absolute pointer": Case(
+        lambda p: [
+            "train",
+            str(p.config),
+            "--out",
+            str(damaged_run(p, "checkpoints/latest", "/etc/passwd\n")),
+            "--resume",
+        ],
+        "latest",
+    ),
+    "truncated weights": Case(
+        lambda p: [
+            "train",
+            str(p.config),
+            "--out",
+            str(damaged_run(p, "LATEST/model.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{}")),
+            "--resume",
+        ],
+        "model.safetensors",
+    ),
+    "random optimizer state": Case(
+        lambda p: [
+            "train",
+            str(p.config),
+            "--out",
+            str(damaged_run(p, "LATEST/optimizer.pt", os.urandom(512))),
+            "--resume",
+        ],
+        "optimizer.pt",
+    ),
+    "state.json not JSON": Case(
+        lambda p: ["train", str(p.config), "--out", str(damaged_run(p, "LATEST/state.json", "{not json")), "--resume"],
+        "corrupt or truncated",
+    ),
+    "state.json unknown key": Case(
+        lambda p: [
+            "train",
+            str(p.config),
+            "--out",
+            str(damaged_run(p, "LATEST/state.json", json.dumps({"train": {"step": 2, "epoch": 1}, "data": {}}))),
+            "--resume",
+        ],
+        "does not hold the training state",
+    ),
     "symlinked metrics": Case(lambda p: resume_linked(p, "metrics.jsonl", p.outside / "precious.txt"), "symlink"),
     "symlinked config": Case(lambda p: resume_linked(p, "config.yaml", p.outside / "precious.txt"), "symlink"),
     "symlinked checkpoints": Case(lambda p: resume_linked(p, "checkpoints", p.outside), "symlink"),
@@ -269,19 +351,23 @@ CASES = {
     "generate unknown device": Case(lambda p: generate(p, p.copy("hf"), "--device", "gpu"), "--device must be"),
     "generate latin-1 input": Case(lambda p: generate(p, p.copy("hf"), text="caf\xe9\n".encode("latin-1")), "UTF-8"),
     "generate binary input": Case(lambda p: generate(p, p.copy("hf"), text=bytes(range(256))), "UTF-8"),
-    "generate into a missing directory": Case(lambda p: generate(p, p.copy("hf"), "-o",
-                                                                 str(p.root / "no" / "out.txt")), "no"),
+    "generate into a missing directory": Case(
+        lambda p: generate(p, p.copy("hf"), "-o", str(p.root / "no" / "out.txt")), "no"
+    ),
     "generate without tokenizer": Case(lambda p: generate(p, without_tokenizer(p)), "has no tokenizer files"),
-    "generate config without keys": Case(lambda p: generate(p, damaged_hf(p, "config.json", '{"model_type": "t5"}')),
-                                         "config.json"),
-    "generate random weights": Case(lambda p: generate(p, damaged_hf(p, "model.safetensors", os.urandom(4096))),
-                                    "model.safetensors"),
+    "generate config without keys": Case(
+        lambda p: generate(p, damaged_hf(p, "config.json", '{"model_type": "t5"}')), "config.json"
+    ),
+    "generate random weights": Case(
+        lambda p: generate(p, damaged_hf(p, "model.safetensors", os.urandom(4096))), "model.safetensors"
+    ),
     "evaluate a non-run": Case(lambda p: ["evaluate", str(p.outside)], "checkpoint"),
-    "evaluate a missing checkpoint": Case(lambda p: ["evaluate", str(p.copy("run")), "--checkpoint", "step_99999999"],
-                                          "step_99999999"),
+    "evaluate a missing checkpoint": Case(
+        lambda p: ["evaluate", str(p.copy("run")), "--checkpoint", "step_99999999"], "step_99999999"
+    ),
     "export a ROT5 run": Case(lambda p: ["export", str(p.copy("run")), "--out", str(p.out)], "no Hugging Face"),
     "export into a full directory": Case(lambda p: ["export", str(p.copy("hf")), "--out", str(p.outside)], "run"),
-}  # fmt: skip
+}
 
 
 def resume_linked(place: Place, name: str, target: Path) -> list[str]:
@@ -350,14 +436,42 @@ def test_a_full_disk_at_a_checkpoint_is_one_sentence_and_keeps_the_previous_chec
 
     monkeypatch.setattr(checkpoint, "save_weights", fills_the_disk)
     run = tmp_path / "run"
-    code = main(["train", str(library / "tiny.yaml"), "--out", str(run), "--set", "training.steps=4",
-                 "--set", "output.save_interval=2", "--set", "evaluation.interval=2"])  # fmt: skip
+    code = main(
+        [
+            "train",
+            str(library / "tiny.yaml"),
+            "--out",
+            str(run),
+            "--set",
+            "training.steps=4",
+            "--set",
+            "output.save_interval=2",
+            "--set",
+            "evaluation.interval=2",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "the disk is full" in err and "previous checkpoint is intact" in err
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best", "latest", "step_00000002"]
     assert (run / "checkpoints" / "latest").read_text().strip() == "step_00000002"
-    assert main(["train", str(library / "tiny.yaml"), "--out", str(run), "--resume", "--set", "training.steps=4",
-                 "--set", "output.save_interval=2", "--set", "evaluation.interval=2"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                str(library / "tiny.yaml"),
+                "--out",
+                str(run),
+                "--resume",
+                "--set",
+                "training.steps=4",
+                "--set",
+                "output.save_interval=2",
+                "--set",
+                "evaluation.interval=2",
+            ]
+        )
+        == 0
+    )
 
 
 def test_a_busy_run_directory_is_one_sentence_naming_the_holder(library, tmp_path, capsys):

@@ -40,8 +40,23 @@ def test_same_share_counts_equal_tokens(bench):
 
 
 def test_a_toy_run_prints_one_row_per_batch_and_mode_with_int8(bench, capsys, one_thread):
-    bench.main(["--shape", "toy", "--batch", "1,2", "--repeats", "1", "--modes", "greedy", "beam 4",
-                "--quantize", "int8", "--no-ctranslate2", "--no-kernels"])  # fmt: skip
+    bench.main(
+        [
+            "--shape",
+            "toy",
+            "--batch",
+            "1,2",
+            "--repeats",
+            "1",
+            "--modes",
+            "greedy",
+            "beam 4",
+            "--quantize",
+            "int8",
+            "--no-ctranslate2",
+            "--no-kernels",
+        ]
+    )
     lines = capsys.readouterr().out.splitlines()
     header = [cell.strip("| ") for cell in lines[1].split(" | ")]
     rows = [[cell.strip("| ") for cell in line.split(" | ")] for line in lines[3:]]
@@ -78,16 +93,44 @@ def test_the_kernels_alone_take_less_than_encdec_whole_call(bench, capsys, one_t
 
 @pytest.mark.cuda
 def test_a_toy_cuda_run_in_bf16_reports_peak_memory(bench, capsys):
-    bench.main(["--device", "cuda", "--dtype", "bf16", "--shape", "toy", "--batch", "2", "--repeats", "1",
-                "--modes", "greedy", "--no-ctranslate2"])  # fmt: skip
+    bench.main(
+        [
+            "--device",
+            "cuda",
+            "--dtype",
+            "bf16",
+            "--shape",
+            "toy",
+            "--batch",
+            "2",
+            "--repeats",
+            "1",
+            "--modes",
+            "greedy",
+            "--no-ctranslate2",
+        ]
+    )
     lines = capsys.readouterr().out.splitlines()
     assert "encdec peak MiB" in lines[1] and len(lines) == 4
 
 
 @pytest.mark.slow
 def test_a_toy_run_with_compile_adds_a_column_and_the_compile_time(bench, capsys, one_thread):
-    bench.main(["--shape", "toy", "--batch", "2", "--repeats", "1", "--modes", "greedy", "--compile",
-                "--no-ctranslate2", "--no-kernels"])  # fmt: skip
+    bench.main(
+        [
+            "--shape",
+            "toy",
+            "--batch",
+            "2",
+            "--repeats",
+            "1",
+            "--modes",
+            "greedy",
+            "--compile",
+            "--no-ctranslate2",
+            "--no-kernels",
+        ]
+    )
     lines = capsys.readouterr().out.splitlines()
     header = [cell.strip("| ") for cell in lines[1].split(" | ")]
     assert "encdec compiled tok/s" in header and "encdec compiled / HF" in header

@@ -27,8 +27,17 @@ def bench():
 @pytest.mark.parametrize("activation", ["relu", "gated_gelu"])
 def test_step_flops_equals_the_counted_matmuls_of_a_step(bench, activation):
     # d_head * heads != d_model and unequal depths, so each term must use the right width
-    cfg = preset("t5-tiny", vocab_size=100, d_model=32, n_heads=4, d_head=12, d_ff=48, n_encoder_layers=2,
-                 n_decoder_layers=3, activation=activation)  # fmt: skip
+    cfg = preset(
+        "t5-tiny",
+        vocab_size=100,
+        d_model=32,
+        n_heads=4,
+        d_head=12,
+        d_ff=48,
+        n_encoder_layers=2,
+        n_decoder_layers=3,
+        activation=activation,
+    )
     model = encdec.build_model(cfg).train()
     generator = torch.Generator().manual_seed(0)
     src, mask, tgt, labels = bench.random_batch(cfg, 2, 10, 6, generator, torch.device("cpu"))
@@ -58,9 +67,30 @@ def test_trainer_rate_reads_cumulative_records_and_falls_back_to_per_step_rates(
 
 @pytest.mark.slow
 def test_main_runs_both_models_and_the_trainer_for_one_step(bench, shared_data, capsys):
-    bench.main(["--device", "cpu", "--shapes", "t5-tiny", "--batch", "2", "--src-len", "16", "--tgt-len", "8",
-                "--steps", "1", "--warmup", "1", "--threads", "1", "--peak-tflops", "1",
-                "--data-dir", str(shared_data)])  # fmt: skip
+    bench.main(
+        [
+            "--device",
+            "cpu",
+            "--shapes",
+            "t5-tiny",
+            "--batch",
+            "2",
+            "--src-len",
+            "16",
+            "--tgt-len",
+            "8",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--threads",
+            "1",
+            "--peak-tflops",
+            "1",
+            "--data-dir",
+            str(shared_data),
+        ]
+    )
     out = capsys.readouterr().out
     assert "encdec/HF speed" in out
     assert "trainer end-to-end:" in out and "% of the bare step" in out

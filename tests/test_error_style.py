@@ -36,6 +36,9 @@ def test_every_user_error_starts_in_lower_case_unless_with_a_name():
 
 
 def test_no_user_error_ends_with_a_full_stop():
-    stopped = [f"{where}: ...{end[-30:]!r}" for where, _, end in messages()
-               if isinstance(end, str) and end.rstrip().endswith(".") and not end.rstrip().endswith("..")]  # fmt: skip
+    stopped = [
+        f"{where}: ...{end[-30:]!r}"
+        for where, _, end in messages()
+        if isinstance(end, str) and end.rstrip().endswith(".") and not end.rstrip().endswith("..")
+    ]
     assert stopped == []

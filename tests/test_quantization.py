@@ -105,15 +105,20 @@ def test_the_int8_weights_take_a_quarter_of_the_fp32_bytes():
     linears = [m for m in model.modules() if type(m) is nn.Linear]
     fp32_bytes = sum(m.weight.numel() * 4 for m in linears)
     encdec.quantize(model, "int8")
-    int8_bytes = sum(m.int8_weight().int_repr().numel() for m in model.modules() if isinstance(m, Int8Linear)
-                     if m is not model.lm_head)  # fmt: skip
+    int8_bytes = sum(
+        m.int8_weight().int_repr().numel()
+        for m in model.modules()
+        if isinstance(m, Int8Linear)
+        if m is not model.lm_head
+    )
     assert int8_bytes * 4 == fp32_bytes
 
 
 def test_from_pretrained_quantizes(tmp_path):
     transformers = pytest.importorskip("transformers")
-    config = transformers.T5Config(vocab_size=V, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4,
-                                   decoder_start_token_id=0)  # fmt: skip
+    config = transformers.T5Config(
+        vocab_size=V, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4, decoder_start_token_id=0
+    )
     transformers.T5ForConditionalGeneration(config).save_pretrained(tmp_path)
     model = encdec.from_pretrained(tmp_path, quantize="int8")
     assert isinstance(model.encoder.blocks[0].ffn.wi, Int8Linear)
@@ -137,8 +142,9 @@ def test_the_int_mm_kernel_takes_bf16_but_not_float64():
     src = torch.randint(0, V - 2, (2, 5))
     with torch.no_grad():
         assert quantized(src, src).logits.dtype == torch.bfloat16
-    with pytest.raises(ConfigError, match="the int_mm kernel quantizes fp32, bf16 or fp16 weights, and this model holds"
-                                          " float64"):  # fmt: skip
+    with pytest.raises(
+        ConfigError, match="the int_mm kernel quantizes fp32, bf16 or fp16 weights, and this model holds float64"
+    ):
         quantize_int8(tiny("t5-tiny").double(), kernel="int_mm")
 
 

@@ -1,11 +1,11 @@
 """encdec: a workbench for encoder-decoder transformer language models.
 
-    import encdec
-    model = encdec.build_model(encdec.preset("rot5-tiny", vocab_size=1000))
-    model = encdec.load_hf("path/to/t5")      # a local Hugging Face T5 directory
-    model = encdec.from_pretrained(path)      # a run directory or a Hugging Face directory
-    model = encdec.quantize(model, "int8")    # int8 linear layers for decoding (CPU or CUDA)
-    tokenizer = encdec.load_tokenizer(path)
+import encdec
+model = encdec.build_model(encdec.preset("rot5-tiny", vocab_size=1000))
+model = encdec.load_hf("path/to/t5")      # a local Hugging Face T5 directory
+model = encdec.from_pretrained(path)      # a run directory or a Hugging Face directory
+model = encdec.quantize(model, "int8")    # int8 linear layers for decoding (CPU or CUDA)
+tokenizer = encdec.load_tokenizer(path)
 """
 
 from encdec.errors import CheckpointError, ConfigError, DataError, EncdecError

@@ -35,8 +35,9 @@ def from_pretrained(
     elif (path / "config.json").is_file():
         model = load_hf(path)
     else:
-        raise CheckpointError(f"{path} is neither an encdec run directory (checkpoints/) "
-                              "nor a Hugging Face model directory (config.json)")  # fmt: skip
+        raise CheckpointError(
+            f"{path} is neither an encdec run directory (checkpoints/) nor a Hugging Face model directory (config.json)"
+        )
     if device is not None:
         model.to(device)
     if quantize is not None:

@@ -61,8 +61,10 @@ def check_int8(model: nn.Module, kernel: str | None = None) -> str:
     devices = {p.device.type for p in params}
     if not devices <= {"cpu"} and devices != {"cuda"}:
         where = ", ".join(sorted(devices))
-        raise ConfigError(f"int8 decoding runs on the CPU or a CUDA GPU, and the model is on {where}: "
-                          f"move it with model.to('cpu') or model.to('cuda') first")  # fmt: skip
+        raise ConfigError(
+            f"int8 decoding runs on the CPU or a CUDA GPU, and the model is on {where}: "
+            f"move it with model.to('cpu') or model.to('cuda') first"
+        )
     kernel = kernel or default_kernel(params[0] if params else torch.empty(0))
     if kernel not in KERNELS:
         raise ConfigError(f"the int8 kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
@@ -78,8 +80,9 @@ def check_int8(model: nn.Module, kernel: str | None = None) -> str:
     if set(dtypes) - set(allowed):
         names = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
         if kernel == "fbgemm":
-            raise ConfigError(f"int8 decoding on the CPU quantizes fp32 weights, and this model holds {names}: "
-                              "load it in fp32")  # fmt: skip
+            raise ConfigError(
+                f"int8 decoding on the CPU quantizes fp32 weights, and this model holds {names}: load it in fp32"
+            )
         raise ConfigError(f"the int_mm kernel quantizes fp32, bf16 or fp16 weights, and this model holds {names}")
     return kernel
 

@@ -41,5 +41,7 @@ def check_not_symlink(*paths: Path, error: type[EncdecError] = CheckpointError) 
     """Refuse to write through any of `paths` that is a symlink (it would change a file elsewhere)."""
     for path in paths:
         if Path(path).is_symlink():
-            raise error(f"{path} is a symlink, which encdec does not follow in a directory it writes; "
-                    "replace it with a real file or directory")
+            raise error(
+                f"{path} is a symlink, which encdec does not follow in a directory it writes; "
+                "replace it with a real file or directory"
+            )

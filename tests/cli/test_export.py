@@ -19,13 +19,12 @@ def run_dir(tmp_path_factory, tinystories_path):
     config = {
         "model": {"preset": "t5-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64},
         "tokenizer": {"kind": "byte", "num_sentinels": 20},
-        "data": {"format": "tinystories", "train": [str(tinystories_path)],
-                 "val_fraction": 0.1, "max_documents": 60},
+        "data": {"format": "tinystories", "train": [str(tinystories_path)], "val_fraction": 0.1, "max_documents": 60},
         "objective": {"kind": "ul2", "seq_len": 64},
         "training": {"steps": 3, "batch_size": 4, "seed": 7, "threads": 1, "device": "cpu"},
         "evaluation": {"interval": 3, "steps": 1},
         "output": {"save_interval": 3, "keep_last": 1, "plot": False},
-    }  # fmt: skip
+    }
     (root / "tiny.yaml").write_text(yaml.safe_dump(config))
     train(load_config(root / "tiny.yaml"), root / "run")
     return root / "run"
@@ -40,8 +39,9 @@ def test_export_writes_a_directory_transformers_loads_with_equal_logits_and_toke
     run = load_run(run_dir)
     texts = ["Once upon a time, there was a little girl named Lily.", "Tom had a red ball."]
     batch = tokenizer(texts, return_tensors="pt", padding=True)
-    assert [row[: len(ids)] for row, ids in zip(batch["input_ids"].tolist(), run.tokenizer.encode(texts))] == \
-        run.tokenizer.encode(texts)  # fmt: skip
+    assert [
+        row[: len(ids)] for row, ids in zip(batch["input_ids"].tolist(), run.tokenizer.encode(texts))
+    ] == run.tokenizer.encode(texts)
     src, mask = batch["input_ids"], batch["attention_mask"]
     tgt = torch.tensor([[run.tokenizer.decoder_start_id] + run.tokenizer.encode(["Lily"])[0]] * 2)
     with torch.no_grad():

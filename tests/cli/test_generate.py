@@ -23,12 +23,14 @@ def model_dir(tmp_path_factory):
     vocab = {word: i for i, word in enumerate(dict.fromkeys(WORDS))}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
-                                                     unk_token="<unk>")  # fmt: skip
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
     tokenizer.save_pretrained(path)
     torch.manual_seed(0)
-    config = transformers.T5Config(vocab_size=len(vocab), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4,
-                                   decoder_start_token_id=0)  # fmt: skip
+    config = transformers.T5Config(
+        vocab_size=len(vocab), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4, decoder_start_token_id=0
+    )
     transformers.T5ForConditionalGeneration(config).save_pretrained(path)
     return path
 

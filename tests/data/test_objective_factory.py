@@ -55,8 +55,11 @@ def direct(kind, docs, tok, seed):
         return prefix_lm_objective(docs, 4, tok.pad_id, tok.eos_id, max_length=48, seed=seed)
     if kind == "seq2seq":
         return Seq2SeqObjective(docs, docs, 4, *ids, max_source_len=48, max_target_len=16, seed=seed)
-    config = (UL2Config.span_corruption(2.0, 0.3, max_length=48) if kind == "span_corruption" else
-              UL2Config(0.5, 0.2, 0.3, r_masks=((2.0, 0.3),), max_length=48, mode_tokens=True))  # fmt: skip
+    config = (
+        UL2Config.span_corruption(2.0, 0.3, max_length=48)
+        if kind == "span_corruption"
+        else UL2Config(0.5, 0.2, 0.3, r_masks=((2.0, 0.3),), max_length=48, mode_tokens=True)
+    )
     modes = ul2_mode_ids(tok) if config.mode_tokens else None
     return UL2Objective(docs, 4, *ids, list(tok.sentinel_ids), config, mode_ids=modes, seed=seed)
 
@@ -64,9 +67,16 @@ def direct(kind, docs, tok, seed):
 @pytest.mark.parametrize("kind", OBJECTIVES)
 def test_the_factory_builds_the_same_batches_as_the_objective_itself(kind, docs, tok):
     data = (docs, docs) if kind == "seq2seq" else docs
-    options = dict(seq_len=32 if kind == "causal_lm" else 48, windows="sequential", max_source_len=48,
-                   max_target_len=16, noise_density=0.3, mean_span=2.0, ul2_probabilities=[0.5, 0.2, 0.3],
-                   mode_tokens=True)  # fmt: skip
+    options = dict(
+        seq_len=32 if kind == "causal_lm" else 48,
+        windows="sequential",
+        max_source_len=48,
+        max_target_len=16,
+        noise_density=0.3,
+        mean_span=2.0,
+        ul2_probabilities=[0.5, 0.2, 0.3],
+        mode_tokens=True,
+    )
     built = build_objective(kind, data, tok, 4, 5, **options)
     assert built.name == direct(kind, docs, tok, 5).name
     assert same_batches(built, direct(kind, docs, tok, 5))
@@ -118,8 +128,21 @@ def shards(tmp_path_factory, tinystories_stories):
     root = tmp_path_factory.mktemp("shards")
     (root / "stories.txt").write_text("\n<|endoftext|>\n".join(tinystories_stories[:40]))
     out = root / "stories"
-    args = ["data", "prepare", str(root / "stories.txt"), "--format", "tinystories", "--out", str(out),
-            "--tokenizer", "byte", "--num-sentinels", "20", "--workers", "1"]  # fmt: skip
+    args = [
+        "data",
+        "prepare",
+        str(root / "stories.txt"),
+        "--format",
+        "tinystories",
+        "--out",
+        str(out),
+        "--tokenizer",
+        "byte",
+        "--num-sentinels",
+        "20",
+        "--workers",
+        "1",
+    ]
     assert run(args) == 0
     return out
 
@@ -128,8 +151,23 @@ def shards(tmp_path_factory, tinystories_stories):
 def test_inspect_takes_the_run_config_names_and_the_short_ones_alike(shards, capsys, short, name):
     def inspect(objective):
         capsys.readouterr()
-        args = ["data", "inspect", str(shards), "--objective", objective, "-n", "2", "--max-length", "40",
-                "--block-size", "16", "--seed", "3", "--width", "100"]  # fmt: skip
+        args = [
+            "data",
+            "inspect",
+            str(shards),
+            "--objective",
+            objective,
+            "-n",
+            "2",
+            "--max-length",
+            "40",
+            "--block-size",
+            "16",
+            "--seed",
+            "3",
+            "--width",
+            "100",
+        ]
         assert run(args) == 0
         return capsys.readouterr().out
 

@@ -23,8 +23,10 @@ def tok():
 
 def random_examples(n: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(seed)
-    return [(rng.integers(3, 250, rng.integers(1, 40)), np.append(rng.integers(3, 250, rng.integers(0, 15)), 1))
-            for _ in range(n)]  # fmt: skip
+    return [
+        (rng.integers(3, 250, rng.integers(1, 40)), np.append(rng.integers(3, 250, rng.integers(0, 15)), 1))
+        for _ in range(n)
+    ]
 
 
 def unpack(batch) -> list[tuple[list[int], list[int], list[int]]]:
@@ -39,8 +41,10 @@ def unpack(batch) -> list[tuple[list[int], list[int], list[int]]]:
 
 def examples_of(batch) -> list[tuple[list[int], list[int]]]:
     """(source, labels) of every row of an unpacked batch."""
-    return [(batch.src_ids[i][batch.src_mask[i]].tolist(), batch.labels[i][batch.labels[i] != IGNORE_INDEX].tolist())
-            for i in range(batch.batch_size)]  # fmt: skip
+    return [
+        (batch.src_ids[i][batch.src_mask[i]].tolist(), batch.labels[i][batch.labels[i] != IGNORE_INDEX].tolist())
+        for i in range(batch.batch_size)
+    ]
 
 
 def check_layout(batch) -> None:
@@ -87,11 +91,22 @@ def test_an_unpacked_batch_has_no_layout_and_no_packing_arguments():
 def test_packed_dialogsum_steps_hold_the_same_examples_in_fewer_padded_positions(shared_data, tok):
     pairs = list(iter_jsonl_pairs(shared_data / "summarization" / "dialogsum" / "dialogsum.dev.jsonl.gz"))[:96]
     sources, targets = tokenize_pairs(tok, pairs, PairTemplate(*SUMMARIZATION))
-    packed = Seq2SeqObjective(sources, targets, 16, tok.pad_id, tok.eos_id, tok.decoder_start_id,
-                              max_source_len=2048, max_target_len=512, pack=True, seed=5)  # bytes: ~2 dialogues a row
+    packed = Seq2SeqObjective(
+        sources,
+        targets,
+        16,
+        tok.pad_id,
+        tok.eos_id,
+        tok.decoder_start_id,
+        max_source_len=2048,
+        max_target_len=512,
+        pack=True,
+        seed=5,
+    )  # bytes: ~2 dialogues a row
     for step, indices in enumerate(packed.plan.batches(packed.seed, 0)[:3]):
-        a = collate_encoder_decoder([packed.example(int(packed.indices[i])) for i in indices], tok.pad_id,
-                                    tok.decoder_start_id)  # the same examples, one to a row  # fmt: skip
+        a = collate_encoder_decoder(
+            [packed.example(int(packed.indices[i])) for i in indices], tok.pad_id, tok.decoder_start_id
+        )  # the same examples, one to a row
         b = packed.next_batch()
         check_layout(b)
         assert sorted(examples_of(a)) == sorted((s, t) for s, t, _ in unpack(b))

@@ -82,8 +82,16 @@ def hf_t5_pair(path, vocab_size: int = 99, seed: int = 0, initializer_factor: fl
     import encdec
 
     torch.manual_seed(seed)
-    config = transformers.T5Config(vocab_size=vocab_size, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
-                                   decoder_start_token_id=0, initializer_factor=initializer_factor)  # fmt: skip
+    config = transformers.T5Config(
+        vocab_size=vocab_size,
+        d_model=32,
+        d_kv=8,
+        d_ff=37,
+        num_layers=2,
+        num_heads=4,
+        decoder_start_token_id=0,
+        initializer_factor=initializer_factor,
+    )
     reference = transformers.T5ForConditionalGeneration(config).eval()
     reference.save_pretrained(path)
     return reference, encdec.load_hf(path)
@@ -102,5 +110,6 @@ def word_piece_tokenizer(words: tuple[str, ...] = ()):
     backend = Tokenizer(models.WordPiece({t: i for i, t in enumerate(dict.fromkeys(tokens))}, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     backend.decoder = decoders.WordPiece()
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
-                                                unk_token="<unk>")  # fmt: skip
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )

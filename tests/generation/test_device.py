@@ -29,19 +29,37 @@ MODES = {
     "sampling": dict(do_sample=True, seed=1, num_return_sequences=2),
     "beam-sampling": dict(num_beams=3, do_sample=True, seed=1, top_k=10),
     "processors": dict(repetition_penalty=1.3, no_repeat_ngram_size=2, min_new_tokens=3, bad_words_ids=[[5], [7, 8]]),
-    "beam-processors": dict(num_beams=3, repetition_penalty=1.3, no_repeat_ngram_size=2, min_new_tokens=3,
-                            bad_words_ids=[[5], [7, 8]]),
-    "warpers": dict(do_sample=True, seed=1, num_return_sequences=2, temperature=0.8, min_p=0.05, typical_p=0.9,
-                    epsilon_cutoff=1e-3, eta_cutoff=1e-3),
+    "beam-processors": dict(
+        num_beams=3, repetition_penalty=1.3, no_repeat_ngram_size=2, min_new_tokens=3, bad_words_ids=[[5], [7, 8]]
+    ),
+    "warpers": dict(
+        do_sample=True,
+        seed=1,
+        num_return_sequences=2,
+        temperature=0.8,
+        min_p=0.05,
+        typical_p=0.9,
+        epsilon_cutoff=1e-3,
+        eta_cutoff=1e-3,
+    ),
     "beam-warpers": dict(num_beams=3, do_sample=True, seed=1, min_p=0.05, typical_p=0.9, eta_cutoff=1e-3),
-    "suppress": dict(suppress_tokens=[5], begin_suppress_tokens=[6, 7], exponential_decay_length_penalty=(2, 1.5),
-                     renormalize_logits=True),
-    "beam-suppress": dict(num_beams=3, suppress_tokens=[5], begin_suppress_tokens=[6],
-                          exponential_decay_length_penalty=(2, 1.5), renormalize_logits=True),
+    "suppress": dict(
+        suppress_tokens=[5],
+        begin_suppress_tokens=[6, 7],
+        exponential_decay_length_penalty=(2, 1.5),
+        renormalize_logits=True,
+    ),
+    "beam-suppress": dict(
+        num_beams=3,
+        suppress_tokens=[5],
+        begin_suppress_tokens=[6],
+        exponential_decay_length_penalty=(2, 1.5),
+        renormalize_logits=True,
+    ),
     "group-beam": dict(num_beams=4, num_beam_groups=2, diversity_penalty=0.5, num_return_sequences=2),
     "prefix": dict(decoder_input_ids=torch.tensor([[0, 5, 6]] * 3), repetition_penalty=1.3),
     "beam-prefix": dict(num_beams=3, decoder_input_ids=torch.tensor([[0, 5, 6]] * 3), min_new_tokens=2),
-}  # fmt: skip
+}
 MOE = "modules/moe.py"  # MoE dispatch syncs are the MoE module's own business, not generation's
 
 

@@ -35,11 +35,21 @@ PROCESSORS = {  # each option in the searches it applies to
     "min-p": dict(do_sample=True, min_p=0.3, temperature=0.7, top_k=0),
     "epsilon": dict(do_sample=True, epsilon_cutoff=0.02, top_k=0),
     "eta": dict(do_sample=True, eta_cutoff=0.02, top_k=0),
-    "beam-sampling-warpers": dict(do_sample=True, num_beams=2, typical_p=0.8, min_p=0.1, epsilon_cutoff=0.005,
-                                  eta_cutoff=0.005, renormalize_logits=True),
-}  # fmt: skip
-PREFIX_MODES = {"greedy": dict(), "beam": dict(num_beams=3, num_return_sequences=2, min_new_tokens=2),
-                "sampling": dict(do_sample=True, num_return_sequences=2)}  # fmt: skip
+    "beam-sampling-warpers": dict(
+        do_sample=True,
+        num_beams=2,
+        typical_p=0.8,
+        min_p=0.1,
+        epsilon_cutoff=0.005,
+        eta_cutoff=0.005,
+        renormalize_logits=True,
+    ),
+}
+PREFIX_MODES = {
+    "greedy": dict(),
+    "beam": dict(num_beams=3, num_return_sequences=2, min_new_tokens=2),
+    "sampling": dict(do_sample=True, num_return_sequences=2),
+}
 
 
 @pytest.fixture(scope="module")
@@ -149,8 +159,9 @@ def test_stop_strings_equal_hugging_face(word_pair, options):
     free = encdec.generate(ours, src, mask, max_new_tokens=12, eos_token_id=1, suppress_tokens=[0, 2])
     texts = token_texts(tokenizer, None)
     stop = texts[int(free[0, 2])] + texts[int(free[0, 3])]  # spans the second and third new tokens of row 0
-    expected, got = both(pair, (src, mask, 1), tokenizer=tokenizer, stop_strings=[stop, "zz"], suppress_tokens=[0, 2],
-                         **options)  # fmt: skip
+    expected, got = both(
+        pair, (src, mask, 1), tokenizer=tokenizer, stop_strings=[stop, "zz"], suppress_tokens=[0, 2], **options
+    )
     assert_same(expected, got)
     if options == MODES["greedy"]:
         assert (got.sequences[0, 4:] == 0).all(), "row 0 should stop after the stop string"
@@ -167,8 +178,20 @@ def test_stop_strings_match_across_tokens_only_where_they_end_in_the_last_one():
     """Hugging Face's examples: for "stop", st|op, st|opera, sto|pper, las|topper and s|to|pped match."""
     texts = dict(enumerate(["st", "op", "stop", "opera", "sto", "pper", "las", "topper", "s", "to", "pped", "at", ""]))
     match = StopStrings(["stop"], texts)
-    rows = {(0, 1): True, (0, 3): True, (4, 5): True, (6, 7): True, (8, 9, 10): True, (2,): True, (8, 12, 9, 10): True,
-            (2, 11): False, (0, 1, 11): False, (0, 3, 11): False, (1, 0): False, (9, 10): False}  # fmt: skip
+    rows = {
+        (0, 1): True,
+        (0, 3): True,
+        (4, 5): True,
+        (6, 7): True,
+        (8, 9, 10): True,
+        (2,): True,
+        (8, 12, 9, 10): True,
+        (2, 11): False,
+        (0, 1, 11): False,
+        (0, 3, 11): False,
+        (1, 0): False,
+        (9, 10): False,
+    }
     for ids, stops in rows.items():
         assert bool(match(torch.tensor([[5, 5, 5, *ids]]))) == stops, ids
 
@@ -194,10 +217,28 @@ def test_the_first_group_searches_exactly_as_plain_beam_search(t5_pair, batch):
     """Group 0 is never penalised, so its hypotheses are those of beam search with its n beams."""
     _, ours = t5_pair
     src, mask, eos = batch
-    grouped = encdec.generate(ours, src, mask, **GROUPS, max_new_tokens=10, num_return_sequences=4, eos_token_id=eos,
-                              return_dict_in_generate=True, output_scores=True)  # fmt: skip
-    plain = encdec.generate(ours, src, mask, max_new_tokens=10, num_beams=2, num_return_sequences=2, eos_token_id=eos,
-                            return_dict_in_generate=True, output_scores=True)  # fmt: skip
+    grouped = encdec.generate(
+        ours,
+        src,
+        mask,
+        **GROUPS,
+        max_new_tokens=10,
+        num_return_sequences=4,
+        eos_token_id=eos,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
+    plain = encdec.generate(
+        ours,
+        src,
+        mask,
+        max_new_tokens=10,
+        num_beams=2,
+        num_return_sequences=2,
+        eos_token_id=eos,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
 
     def upto_eos(row: torch.Tensor) -> tuple[int, ...]:
         tokens = row.tolist()
@@ -217,8 +258,16 @@ def test_the_diversity_penalty_is_the_hamming_count_of_earlier_groups_choices(t5
     src, mask, eos = batch
     penalty = 0.7
     three = dict(max_new_tokens=4, num_beams=3, num_beam_groups=3, num_return_sequences=3)
-    out = encdec.generate(ours, src, mask, **three, diversity_penalty=penalty, eos_token_id=eos,
-                          return_dict_in_generate=True, output_scores=True)  # fmt: skip
+    out = encdec.generate(
+        ours,
+        src,
+        mask,
+        **three,
+        diversity_penalty=penalty,
+        eos_token_id=eos,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
     first = out.scores[0].view(4, 3, -1)  # (B, G, V)
     for b in range(4):
         counts = torch.zeros(first.shape[-1])
@@ -244,9 +293,11 @@ def test_group_beams_and_stop_strings_stay_on_the_device_and_sync_once_per_step(
         model = tiny("t5").to(device)
         src, mask = padded_batch()
         src, mask = src.to(device), mask.to(device)
-        for options, search in [(dict(GROUPS, num_return_sequences=2), "group_beam_search.py"),
-                                (dict(num_beams=3, stop_strings=["ab", "c"]), "beam_search.py"),
-                                (dict(stop_strings=["ab", "c"]), "search.py")]:  # fmt: skip
+        for options, search in [
+            (dict(GROUPS, num_return_sequences=2), "group_beam_search.py"),
+            (dict(num_beams=3, stop_strings=["ab", "c"]), "beam_search.py"),
+            (dict(stop_strings=["ab", "c"]), "search.py"),
+        ]:
             check.syncs.clear()
             encdec.generate(model, src, mask, max_new_tokens=10, eos_token_id=1, tokenizer=tokenizer, **options)
             places = [sync.where.split(":")[0] for sync in check.syncs]

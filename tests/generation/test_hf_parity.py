@@ -15,19 +15,21 @@ transformers = pytest.importorskip("transformers")
 PARITY_OPTIONS = {
     "greedy": dict(),
     "beam": dict(num_beams=4, length_penalty=0.6, no_repeat_ngram_size=3),
-    "beam-long-early": dict(num_beams=4, length_penalty=2.0, no_repeat_ngram_size=3, early_stopping=True,
-                            num_return_sequences=2),
+    "beam-long-early": dict(
+        num_beams=4, length_penalty=2.0, no_repeat_ngram_size=3, early_stopping=True, num_return_sequences=2
+    ),
     "beam-never": dict(num_beams=3, length_penalty=1.5, early_stopping="never"),
     "greedy-penalties": dict(repetition_penalty=1.3, min_new_tokens=5, no_repeat_ngram_size=2),
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
 def t5_pair(tmp_path_factory):
     """A random-weight HF T5 (HF's own test shape) and the same weights loaded into encdec."""
     torch.manual_seed(0)
-    config = transformers.T5Config(vocab_size=99, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
-                                   decoder_start_token_id=0)  # fmt: skip
+    config = transformers.T5Config(
+        vocab_size=99, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, decoder_start_token_id=0
+    )
     reference = transformers.T5ForConditionalGeneration(config).eval()
     path = tmp_path_factory.mktemp("t5")
     reference.save_pretrained(path)

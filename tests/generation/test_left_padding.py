@@ -27,8 +27,9 @@ MODES = {"greedy": dict(), "beam": dict(num_beams=3)}
 def tiny(name: str, vocab: int = V):
     preset_name, overrides = FAMILIES[name]
     torch.manual_seed(0)
-    cfg = preset(preset_name, vocab_size=vocab, pad_id=vocab - 2, eos_id=vocab - 1, decoder_start_id=0,
-                 dropout=0.0, **overrides)  # fmt: skip
+    cfg = preset(
+        preset_name, vocab_size=vocab, pad_id=vocab - 2, eos_id=vocab - 1, decoder_start_id=0, dropout=0.0, **overrides
+    )
     return build_model(cfg).eval()
 
 
@@ -77,7 +78,9 @@ def test_prefill_logits_of_a_padded_row_match_the_row_alone(name):
 def test_without_a_mask_the_pad_token_marks_the_left_padding():
     model = tiny("decoder_only")
     ids, mask = left_padded(prompts_of([4, 2]))
-    assert torch.equal(encdec.generate(model, ids, max_new_tokens=5), encdec.generate(model, ids, mask, max_new_tokens=5))
+    assert torch.equal(
+        encdec.generate(model, ids, max_new_tokens=5), encdec.generate(model, ids, mask, max_new_tokens=5)
+    )
 
 
 @pytest.mark.parametrize("row", [[1, 1, 0, 0], [1, 0, 1, 1], [0, 1, 1, 0]], ids=["right", "hole", "both-sides"])

@@ -19,15 +19,29 @@ MODELS = {  # name -> (preset, overrides, the Hugging Face class it exports as)
     "t5-v1.0": ("t5-tiny", {}, "T5ForConditionalGeneration"),
     "t5-v1.1": ("t5-v1.1-tiny", {"n_decoder_layers": 1}, "T5ForConditionalGeneration"),
     "switch": ("t5-tiny", {"n_experts": 4}, "SwitchTransformersForConditionalGeneration"),
-    "switch-v1.1-tied-unscaled": ("t5-v1.1-tiny",
-                                  {"n_experts": 3, "moe_activation": "gelu_tanh", "tie_embeddings": True},
-                                  "SwitchTransformersForConditionalGeneration"),
+    "switch-v1.1-tied-unscaled": (
+        "t5-v1.1-tiny",
+        {"n_experts": 3, "moe_activation": "gelu_tanh", "tie_embeddings": True},
+        "SwitchTransformersForConditionalGeneration",
+    ),
     "transformer-as-marian": ("transformer-tiny", {}, "MarianMTModel"),
-    "marian-untied-silu": ("transformer-tiny", {"sinusoidal_layout": "halves", "activation": "silu",
-                                                "tie_embeddings": False, "final_logits_bias": True}, "MarianMTModel"),
-    "bart": ("transformer-tiny", {"position": "learned", "position_offset": 2, "embedding_norm": True,
-                                  "activation": "gelu", "scale_embeddings": False}, "BartForConditionalGeneration"),
-}  # fmt: skip
+    "marian-untied-silu": (
+        "transformer-tiny",
+        {"sinusoidal_layout": "halves", "activation": "silu", "tie_embeddings": False, "final_logits_bias": True},
+        "MarianMTModel",
+    ),
+    "bart": (
+        "transformer-tiny",
+        {
+            "position": "learned",
+            "position_offset": 2,
+            "embedding_norm": True,
+            "activation": "gelu",
+            "scale_embeddings": False,
+        },
+        "BartForConditionalGeneration",
+    ),
+}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
@@ -46,8 +60,12 @@ def lines(shared_data) -> list[str]:
 def build(name: str, tokenizer) -> torch.nn.Module:
     """A tiny model of `name` for `tokenizer`, with random norm weights and logits bias, so a misplaced tensor shows."""
     preset, overrides, _ = MODELS[name]
-    ids = {"vocab_size": tokenizer.vocab_size, "pad_id": tokenizer.pad_id, "eos_id": tokenizer.eos_id,
-           "decoder_start_id": tokenizer.decoder_start_id}  # fmt: skip
+    ids = {
+        "vocab_size": tokenizer.vocab_size,
+        "pad_id": tokenizer.pad_id,
+        "eos_id": tokenizer.eos_id,
+        "decoder_start_id": tokenizer.decoder_start_id,
+    }
     model = encdec.build_model(encdec.preset(preset, **ids, **overrides)).eval()
     with torch.no_grad():
         for param_name, param in model.named_parameters():
@@ -92,8 +110,9 @@ def sentencepiece_unigram(lines, tmp_path):
     import sentencepiece
 
     model = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=300,
-                                             model_type="unigram", minloglevel=2)  # fmt: skip
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, vocab_size=300, model_type="unigram", minloglevel=2
+    )
     (tmp_path / "sp.model").write_bytes(model.getvalue())
     return build_tokenizer("sentencepiece", tmp_path / "sp.model", num_sentinels=5, extra_specials=("[R]",))
 
@@ -165,7 +184,10 @@ def test_generation_config_carries_the_ids_and_the_run_defaults(tmp_path):
     config = transformers.GenerationConfig.from_pretrained(tmp_path)
     assert (config.num_beams, config.max_new_tokens) == (3, 7)
     assert (config.decoder_start_token_id, config.eos_token_id, config.pad_token_id) == (
-        tokenizer.decoder_start_id, tokenizer.eos_id, tokenizer.pad_id)  # fmt: skip
+        tokenizer.decoder_start_id,
+        tokenizer.eos_id,
+        tokenizer.pad_id,
+    )
     assert encdec.load_hf(tmp_path).generation_defaults == {"num_beams": 3, "max_new_tokens": 7}
 
 
@@ -182,7 +204,7 @@ REFUSED = {  # preset, overrides -> the sentence's telling part
     "pre-norm-transformer": ("transformer-tiny", {"norm_position": "pre"}, "Marian: norm_position must be post"),
     "learned-without-norm": ("transformer-tiny", {"position": "learned"}, "BART: embedding_norm must be true"),
     "gated-transformer": ("transformer-tiny", {"activation": "swiglu"}, "Marian: activation must be one of"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", REFUSED)

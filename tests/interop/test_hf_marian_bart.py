@@ -7,20 +7,39 @@ import encdec
 
 transformers = pytest.importorskip("transformers")
 
-SHAPE = dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
-             encoder_ffn_dim=48, decoder_ffn_dim=48, max_position_embeddings=64)  # fmt: skip
+SHAPE = dict(
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=3,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=48,
+    decoder_ffn_dim=48,
+    max_position_embeddings=64,
+)
 MODELS = {
     # Marian: pad doubles as decoder start, EOS 0, SiLU ("swish"), scaled embeddings (opus-mt's settings)
-    "marian": lambda: transformers.MarianMTModel(transformers.MarianConfig(
-        vocab_size=101, pad_token_id=100, decoder_start_token_id=100, eos_token_id=0, forced_eos_token_id=0,
-        activation_function="swish", scale_embedding=True, **SHAPE)),
-    "marian-gelu": lambda: transformers.MarianMTModel(transformers.MarianConfig(
-        vocab_size=101, pad_token_id=100, decoder_start_token_id=100, eos_token_id=0, **SHAPE)),
+    "marian": lambda: transformers.MarianMTModel(
+        transformers.MarianConfig(
+            vocab_size=101,
+            pad_token_id=100,
+            decoder_start_token_id=100,
+            eos_token_id=0,
+            forced_eos_token_id=0,
+            activation_function="swish",
+            scale_embedding=True,
+            **SHAPE,
+        )
+    ),
+    "marian-gelu": lambda: transformers.MarianMTModel(
+        transformers.MarianConfig(vocab_size=101, pad_token_id=100, decoder_start_token_id=100, eos_token_id=0, **SHAPE)
+    ),
     "bart": lambda: transformers.BartForConditionalGeneration(transformers.BartConfig(vocab_size=99, **SHAPE)),
     # mBART: pre-norm with a LayerNorm closing each stack, scaled embeddings
-    "mbart": lambda: transformers.MBartForConditionalGeneration(transformers.MBartConfig(
-        vocab_size=99, scale_embedding=True, **SHAPE)),
-}  # fmt: skip
+    "mbart": lambda: transformers.MBartForConditionalGeneration(
+        transformers.MBartConfig(vocab_size=99, scale_embedding=True, **SHAPE)
+    ),
+}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier

@@ -12,12 +12,29 @@ transformers = pytest.importorskip("transformers")
 
 SHAPES = {  # vocab, d_model, d_kv, d_ff, enc layers, dec layers, heads, buckets, max distance
     "hf-test-config": dict(vocab_size=99, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4),
-    "unequal-depth-odd-heads": dict(vocab_size=120, d_model=40, d_kv=7, d_ff=64, num_layers=3,
-                                    num_decoder_layers=1, num_heads=5, relative_attention_num_buckets=16,
-                                    relative_attention_max_distance=24),
-    "wide-heads": dict(vocab_size=64, d_model=24, d_kv=16, d_ff=48, num_layers=1, num_decoder_layers=3,
-                       num_heads=3, relative_attention_num_buckets=8, relative_attention_max_distance=12),
-}  # fmt: skip
+    "unequal-depth-odd-heads": dict(
+        vocab_size=120,
+        d_model=40,
+        d_kv=7,
+        d_ff=64,
+        num_layers=3,
+        num_decoder_layers=1,
+        num_heads=5,
+        relative_attention_num_buckets=16,
+        relative_attention_max_distance=24,
+    ),
+    "wide-heads": dict(
+        vocab_size=64,
+        d_model=24,
+        d_kv=16,
+        d_ff=48,
+        num_layers=1,
+        num_decoder_layers=3,
+        num_heads=3,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=12,
+    ),
+}
 LAYOUTS = {"v1.0": dict(feed_forward_proj="relu"), "v1.1": dict(feed_forward_proj="gated-gelu")}
 
 

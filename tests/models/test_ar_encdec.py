@@ -11,8 +11,15 @@ from encdec.models import ModelConfig
 from encdec.models.research_config import ResearchOptions
 from encdec.models.research_losses import EmbeddingLoss, cumulative_mean, disaffinity
 
-ALL_ON = dict(order_type="ALT", sub_pos_embed="YES_LN", add_pos_embed_to_decoder=True, add_ln_before_decoder_ff=True,
-              embedding_loss="LOG_COSINE", detach="EMBEDDING", embedding_ln_type="AVG_CUM_SUM")  # fmt: skip
+ALL_ON = dict(
+    order_type="ALT",
+    sub_pos_embed="YES_LN",
+    add_pos_embed_to_decoder=True,
+    add_ln_before_decoder_ff=True,
+    embedding_loss="LOG_COSINE",
+    detach="EMBEDDING",
+    embedding_ln_type="AVG_CUM_SUM",
+)
 
 # hand-built: E rows [1, 0], [3, 0] have cumulative means [1, 0], [2, 0]
 E = torch.tensor([[[1.0, 0.0], [3.0, 0.0]]])
@@ -102,8 +109,9 @@ def test_adding_to_the_decoder_input_uses_positions_one_to_t():
     torch.testing.assert_close(seen[0] - seen[1], model.positions.weight[1:8].expand(2, 7, -1))
 
 
-@pytest.mark.parametrize("research,rows", [({}, 128), (dict(sub_pos_embed="YES_LN"), 129),
-                                           (dict(add_pos_embed_to_decoder=True), 129)])  # fmt: skip
+@pytest.mark.parametrize(
+    "research,rows", [({}, 128), (dict(sub_pos_embed="YES_LN"), 129), (dict(add_pos_embed_to_decoder=True), 129)]
+)
 def test_position_table_has_one_more_row_when_adding_or_subtracting(research, rows):
     research = {"sub_pos_embed": "NO", "embedding_loss": "NONE", "embedding_loss_coeff": None, **research}
     assert tiny("ar_encdec-tiny", research=research).positions.weight.shape[0] == rows
@@ -161,12 +169,15 @@ def test_init_scales_residual_projections_by_the_per_side_depth():
     assert model.decoder_in.weight.std().item() == pytest.approx(0.02, rel=0.1)
 
 
-@pytest.mark.parametrize("values,message", [
-    (dict(order_type="SIDEWAYS"), "model.research.order_type must be one of ORIGINAL, ALT"),
-    (dict(embedding_loss="L1"), "model.research.embedding_loss must be one of NONE, MSE, COSINE, LOG_COSINE"),
-    (dict(detach="ENCODER_OUT"), "model.research.detach is set but model.research.embedding_loss is NONE"),
-    (dict(embedding_loss="MSE", embedding_loss_coeff=-1.0), "embedding_loss_coeff must be positive"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        (dict(order_type="SIDEWAYS"), "model.research.order_type must be one of ORIGINAL, ALT"),
+        (dict(embedding_loss="L1"), "model.research.embedding_loss must be one of NONE, MSE, COSINE, LOG_COSINE"),
+        (dict(detach="ENCODER_OUT"), "model.research.detach is set but model.research.embedding_loss is NONE"),
+        (dict(embedding_loss="MSE", embedding_loss_coeff=-1.0), "embedding_loss_coeff must be positive"),
+    ],
+)
 def test_bad_research_options_raise_one_sentence_naming_the_key(values, message):
     with pytest.raises(ConfigError, match=message):
         ResearchOptions(**values)
@@ -181,7 +192,11 @@ def test_config_with_research_options_round_trips_through_a_dict():
 def test_loss_options_take_the_seed_codes_defaults():
     r = ResearchOptions(embedding_loss="MSE")
     assert (r.embedding_loss_coeff, r.detach, r.embedding_ln_type, r.use_ln_on_encoder_out) == (
-        1.0, "ENCODER_OUT", "INIT", True)  # fmt: skip
+        1.0,
+        "ENCODER_OUT",
+        "INIT",
+        True,
+    )
 
 
 @pytest.mark.parametrize("research", [{}, ALL_ON])

@@ -12,7 +12,6 @@ V = 61
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
 
 
-
 @pytest.mark.parametrize("name", ["t5-tiny", "decoder_only-tiny"])
 def test_model_generate_equals_encdec_generate(name):
     torch.manual_seed(0)

@@ -26,28 +26,69 @@ from encdec.models import (
 from encdec.models.causal_lm import causal_inputs
 from encdec.modules import Attention, MoE
 
-PRESETS = {"encoder_decoder": "t5-tiny", "ar_encdec": "ar_encdec-tiny", "parallel_encdec": "parallel_encdec-tiny",
-           "decoder_only": "decoder_only-tiny", "rnn_seq2seq": "rnn_seq2seq-tiny"}  # fmt: skip
+PRESETS = {
+    "encoder_decoder": "t5-tiny",
+    "ar_encdec": "ar_encdec-tiny",
+    "parallel_encdec": "parallel_encdec-tiny",
+    "decoder_only": "decoder_only-tiny",
+    "rnn_seq2seq": "rnn_seq2seq-tiny",
+}
 TRANSFORMERS = [f for f in PRESETS if f != "rnn_seq2seq"]
 CAUSAL = ["ar_encdec", "parallel_encdec", "decoder_only"]
 NOT_MODEL = {"family", "vocab_size", "pad_id", "eos_id", "decoder_start_id"}  # identity and token ids
 # a value each family refuses with its own reason (tested below), rather than a field it ignores
-VALUE_RULES = {"ar_encdec": {"position"}, "parallel_encdec": {"position"}, "decoder_only": {"position"},
-               "rnn_seq2seq": {"n_decoder_layers"}, "encoder_decoder": set()}  # fmt: skip
+VALUE_RULES = {
+    "ar_encdec": {"position"},
+    "parallel_encdec": {"position"},
+    "decoder_only": {"position"},
+    "rnn_seq2seq": {"n_decoder_layers"},
+    "encoder_decoder": set(),
+}
 
 # a value away from each field's default and the tiny presets' (bools are flipped)
 ALTERNATIVE = dict(
-    d_model=32, n_heads=2, n_kv_heads=1, d_head=8, d_ff=32, n_encoder_layers=3, n_decoder_layers=1, cross_n_heads=2,
-    cross_n_kv_heads=1, activation="silu", norm_eps=1e-2, norm_position="post", position="sinusoidal",
-    max_positions=64, sinusoidal_layout="halves", position_offset=2, relative_buckets=16, relative_max_distance=64,
-    rope_theta=500.0, rope_cross="none", dropout=0.3, n_experts=4, moe_top_k=2, moe_activation="relu",
-    aux_loss_coef=0.5, z_loss_coef=0.5, research=dict(order_type="ALT"), rnn_cell="lstm",
-)  # fmt: skip
+    d_model=32,
+    n_heads=2,
+    n_kv_heads=1,
+    d_head=8,
+    d_ff=32,
+    n_encoder_layers=3,
+    n_decoder_layers=1,
+    cross_n_heads=2,
+    cross_n_kv_heads=1,
+    activation="silu",
+    norm_eps=1e-2,
+    norm_position="post",
+    position="sinusoidal",
+    max_positions=64,
+    sinusoidal_layout="halves",
+    position_offset=2,
+    relative_buckets=16,
+    relative_max_distance=64,
+    rope_theta=500.0,
+    rope_cross="none",
+    dropout=0.3,
+    n_experts=4,
+    moe_top_k=2,
+    moe_activation="relu",
+    aux_loss_coef=0.5,
+    z_loss_coef=0.5,
+    research=dict(order_type="ALT"),
+    rnn_cell="lstm",
+)
 # what a field needs around it to have an effect at all (e.g. MoE settings need experts)
-CONTEXT = dict(moe_top_k=dict(n_experts=4), moe_renormalize=dict(n_experts=4), moe_activation=dict(n_experts=4),
-               aux_loss_coef=dict(n_experts=4), z_loss_coef=dict(n_experts=4), rope_theta=dict(position="rope"),
-               rope_cross=dict(position="rope"), sinusoidal_layout=dict(position="sinusoidal"),
-               max_positions=dict(position="learned"), position_offset=dict(position="learned"))  # fmt: skip
+CONTEXT = dict(
+    moe_top_k=dict(n_experts=4),
+    moe_renormalize=dict(n_experts=4),
+    moe_activation=dict(n_experts=4),
+    aux_loss_coef=dict(n_experts=4),
+    z_loss_coef=dict(n_experts=4),
+    rope_theta=dict(position="rope"),
+    rope_cross=dict(position="rope"),
+    sinusoidal_layout=dict(position="sinusoidal"),
+    max_positions=dict(position="learned"),
+    position_offset=dict(position="learned"),
+)
 FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in NOT_MODEL]
 
 
@@ -94,8 +135,7 @@ def test_every_field_is_declared_unused_value_checked_or_honoured(family):
     assert unused <= set(FIELDS) and not unused & VALUE_RULES[family]
 
 
-HONOURED = [(f, field) for f in PRESETS for field in FIELDS
-            if field not in FAMILY_CLASSES[f].UNUSED | VALUE_RULES[f]]  # fmt: skip
+HONOURED = [(f, field) for f in PRESETS for field in FIELDS if field not in FAMILY_CLASSES[f].UNUSED | VALUE_RULES[f]]
 REFUSED = [(f, field) for f in PRESETS for field in sorted(FAMILY_CLASSES[f].UNUSED)]
 
 
@@ -211,9 +251,15 @@ def test_a_late_parallel_decoder_starts_from_the_embeddings_beside_the_last_enco
 
 
 @pytest.mark.parametrize("family", CAUSAL)
-@pytest.mark.parametrize("options", [dict(n_kv_heads=2, n_experts=4), dict(norm_position="post", n_decoder_layers=1),
-                                     dict(d_head=8, scale_embeddings=True, embedding_norm=True, scale_output=True)],
-                         ids=["gqa-moe", "post-unequal", "d_head-scales"])  # fmt: skip
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(n_kv_heads=2, n_experts=4),
+        dict(norm_position="post", n_decoder_layers=1),
+        dict(d_head=8, scale_embeddings=True, embedding_norm=True, scale_output=True),
+    ],
+    ids=["gqa-moe", "post-unequal", "d_head-scales"],
+)
 def test_cached_decoding_still_equals_the_full_forward(family, options):
     if family == "decoder_only":
         options = {k: v for k, v in options.items() if k != "n_decoder_layers"}

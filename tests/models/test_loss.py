@@ -44,8 +44,11 @@ def test_weights_come_from_the_config_and_smoothing_changes_only_the_optimised_t
     t = out.aux_losses
     loss = compute_loss(out.logits, labels, t, model.config, label_smoothing=0.1)
     coeff = model.config.research.embedding_loss_coeff
-    expected_aux = (coeff * t["embedding_loss"] + 0.5 * (t["moe_aux_encoder"] + t["moe_aux_decoder"])
-                    + 0.25 * (t["moe_z_encoder"] + t["moe_z_decoder"]))  # fmt: skip
+    expected_aux = (
+        coeff * t["embedding_loss"]
+        + 0.5 * (t["moe_aux_encoder"] + t["moe_aux_decoder"])
+        + 0.25 * (t["moe_z_encoder"] + t["moe_z_decoder"])
+    )
     torch.testing.assert_close(loss.aux, expected_aux)
     torch.testing.assert_close(loss.ce, cross_entropy(out.logits, labels))
     torch.testing.assert_close(loss.objective, cross_entropy(out.logits, labels, 0.1))

@@ -29,8 +29,7 @@ DTYPES = [torch.long, torch.int, torch.float]
 def tiny(name: str):
     preset_name, overrides = {**SEQ2SEQ, **CAUSAL}[name]
     torch.manual_seed(0)
-    cfg = preset(preset_name, vocab_size=V, pad_id=V - 2, eos_id=V - 1, decoder_start_id=0, dropout=0.0,
-                 **overrides)  # fmt: skip
+    cfg = preset(preset_name, vocab_size=V, pad_id=V - 2, eos_id=V - 1, decoder_start_id=0, dropout=0.0, **overrides)
     return build_model(cfg).eval()
 
 
@@ -95,8 +94,9 @@ def test_an_additive_float_mask_is_refused_in_one_sentence(name):
 def test_t5_with_a_tokenizers_long_mask_equals_hugging_face(tmp_path):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.T5Config(vocab_size=99, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
-                                   decoder_start_token_id=0)  # fmt: skip
+    config = transformers.T5Config(
+        vocab_size=99, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, decoder_start_token_id=0
+    )
     reference = transformers.T5ForConditionalGeneration(config).eval()
     reference.save_pretrained(tmp_path)
     ours = encdec.load_hf(tmp_path)

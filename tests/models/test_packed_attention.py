@@ -36,8 +36,10 @@ def tiny(name: str):
 
 def examples(n: int = 7, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(seed)
-    return [(rng.integers(3, V, rng.integers(2, 12)), np.append(rng.integers(3, V, rng.integers(1, 8)), 1))
-            for _ in range(n)]  # fmt: skip
+    return [
+        (rng.integers(3, V, rng.integers(2, 12)), np.append(rng.integers(3, V, rng.integers(1, 8)), 1))
+        for _ in range(n)
+    ]
 
 
 def per_example_losses(model, batch, order: list[int] | None = None) -> torch.Tensor:
@@ -45,13 +47,15 @@ def per_example_losses(model, batch, order: list[int] | None = None) -> torch.Te
 
     `order` lists the example each (row, segment) of a packed batch holds, row by row."""
     out = model(batch.src_ids, batch.tgt_ids, src_mask=batch.src_mask, **batch.packing)
-    ce = F.cross_entropy(out.logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE_INDEX,
-                         reduction="none").view(batch.labels.shape)  # (B, T)
+    ce = F.cross_entropy(
+        out.logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
+    ).view(batch.labels.shape)  # (B, T)
     if batch.tgt_segments is None:
         return ce.sum(-1)
     segments = batch.tgt_segments
-    sums = torch.stack([ce[b][segments[b] == s].sum() for b in range(ce.shape[0])
-                        for s in range(1, int(segments[b].max()) + 1)])  # fmt: skip
+    sums = torch.stack(
+        [ce[b][segments[b] == s].sum() for b in range(ce.shape[0]) for s in range(1, int(segments[b].max()) + 1)]
+    )
     return sums[torch.tensor(order).argsort()]
 
 

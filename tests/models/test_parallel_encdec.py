@@ -6,8 +6,15 @@ from lm_checks import V, assert_lm_cached_equals_full, assert_lm_generate_is_gre
 
 from encdec.models.causal_lm import causal_inputs
 
-ALL_ON = dict(order_type="ALT", sub_pos_embed="YES_LN", add_pos_embed_to_decoder=True, add_ln_before_decoder_ff=True,
-              embedding_loss="COSINE", embedding_loss_coeff=2.0, embedding_ln_type="AVG_CUM_SUM")  # fmt: skip
+ALL_ON = dict(
+    order_type="ALT",
+    sub_pos_embed="YES_LN",
+    add_pos_embed_to_decoder=True,
+    add_ln_before_decoder_ff=True,
+    embedding_loss="COSINE",
+    embedding_loss_coeff=2.0,
+    embedding_ln_type="AVG_CUM_SUM",
+)
 
 
 def test_each_layer_cross_attends_to_the_updated_encoder_state_of_the_same_layer():

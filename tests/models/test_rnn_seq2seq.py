@@ -6,8 +6,12 @@ from lm_checks import V, full_logits, tiny
 
 import encdec
 
-VARIANTS = [dict(rnn_cell="gru"), dict(rnn_cell="lstm"), dict(rnn_cell="gru", rnn_attention=False),
-            dict(rnn_cell="lstm", rnn_attention=False, n_encoder_layers=2)]  # fmt: skip
+VARIANTS = [
+    dict(rnn_cell="gru"),
+    dict(rnn_cell="lstm"),
+    dict(rnn_cell="gru", rnn_attention=False),
+    dict(rnn_cell="lstm", rnn_attention=False, n_encoder_layers=2),
+]
 
 
 @pytest.mark.parametrize("options", VARIANTS)

@@ -12,14 +12,17 @@ from encdec.training.config import build_model_config
 SEEDS = Path(__file__).parents[2] / "configs" / "seeds"
 
 
-@pytest.mark.parametrize("name,params", [
-    ("000_mse_embedding_loss_pos_sub", "15,763,500"),  # auto-regressive, MSE embedding loss + pos sub
-    ("000_baseline", "16,036,800"),
-    ("000_smaller_baseline", "15,441,192"),
-    ("000_dropout_baseline", "16,036,800"),
-    ("001_mse_encoder_loss", "15,698,400"),  # parallel, MSE encoder loss
-    ("001_baseline", "15,850,380"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,params",
+    [
+        ("000_mse_embedding_loss_pos_sub", "15,763,500"),  # auto-regressive, MSE embedding loss + pos sub
+        ("000_baseline", "16,036,800"),
+        ("000_smaller_baseline", "15,441,192"),
+        ("000_dropout_baseline", "16,036,800"),
+        ("001_mse_encoder_loss", "15,698,400"),  # parallel, MSE encoder loss
+        ("001_baseline", "15,850,380"),
+    ],
+)
 def test_size_of_the_full_seed_configs_equals_the_seeds_counts(name, params, capsys):
     assert main(["size", str(SEEDS / f"{name}.yaml")]) == 0
     out = capsys.readouterr().out

@@ -34,11 +34,21 @@ def test_an_old_checkpoint_generates_the_same_tokens(model, name, options):
     assert model.generate(ids, mask, max_new_tokens=12, **options).tolist() == EXPECTED[name]
 
 
-@pytest.mark.parametrize("args, expected", [([], "cli_greedy.txt"), (["--num-beams", "3", "--format", "jsonl"],
-                                                                       "cli_beam3.jsonl")])
+@pytest.mark.parametrize(
+    "args, expected", [([], "cli_greedy.txt"), (["--num-beams", "3", "--format", "jsonl"], "cli_beam3.jsonl")]
+)
 def test_encdec_generate_writes_the_same_text(args, expected, tmp_path):
     out = tmp_path / "out.txt"
-    argv = ["generate", str(FIXTURE / "run"), "-i", str(FIXTURE / "inputs.txt"), "-o", str(out),
-            "--max-new-tokens", "12", *args]
+    argv = [
+        "generate",
+        str(FIXTURE / "run"),
+        "-i",
+        str(FIXTURE / "inputs.txt"),
+        "-o",
+        str(out),
+        "--max-new-tokens",
+        "12",
+        *args,
+    ]
     assert main(argv) == 0
     assert out.read_text() == (FIXTURE / expected).read_text()

@@ -55,7 +55,17 @@ def test_checkpointing_keeps_far_fewer_activations_for_backward():
 
 
 def test_a_model_without_blocks_is_refused(tmp_path, tiny_config, capsys):
-    args = ["train", str(tiny_config), "--out", str(tmp_path / "run"), "--set", "model={preset: rnn_seq2seq-tiny}",
-            "--set", "training.activation_checkpointing=true", "--set", "objective.kind=causal_lm"]  # fmt: skip
+    args = [
+        "train",
+        str(tiny_config),
+        "--out",
+        str(tmp_path / "run"),
+        "--set",
+        "model={preset: rnn_seq2seq-tiny}",
+        "--set",
+        "training.activation_checkpointing=true",
+        "--set",
+        "objective.kind=causal_lm",
+    ]
     code = main(args)
     assert code == 2 and "no transformer blocks to checkpoint" in capsys.readouterr().err

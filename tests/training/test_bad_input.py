@@ -43,7 +43,8 @@ def test_a_config_that_is_not_yaml_names_the_line(capsys, tmp_path):
 def test_the_command_line_exits_without_traceback(tmp_path, tiny_config):
     done = subprocess.run(
         [sys.executable, "-m", "encdec", "train", str(tiny_config), "--out", str(tmp_path), "--set", "optimizer.lr=0"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 2
     assert done.stderr.strip() == "encdec: error: optimizer.lr must be positive, got 0.0"
@@ -56,8 +57,17 @@ def test_numbers_written_without_a_dot_are_numbers(tiny_config):
 
 
 def test_a_model_too_large_for_the_device_is_refused_before_it_is_built(capsys, tmp_path, tiny_config):
-    code, err = run_cli(capsys, "train", str(tiny_config), "--out", str(tmp_path / "run"),
-                        "--set", "model.d_model=100000000", "--set", "model.d_head=8")  # fmt: skip
+    code, err = run_cli(
+        capsys,
+        "train",
+        str(tiny_config),
+        "--out",
+        str(tmp_path / "run"),
+        "--set",
+        "model.d_model=100000000",
+        "--set",
+        "model.d_head=8",
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "the model has about" in err and "GiB but cpu has" in err and "GiB free" in err
     assert not (tmp_path / "run" / "checkpoints").exists()
@@ -67,8 +77,10 @@ def test_a_step_that_runs_out_of_memory_is_one_sentence_naming_the_batch(capsys,
     import encdec.training.trainer as trainer
 
     def allocation_fails(*args, **kwargs):
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:119] DefaultCPUAllocator: can't allocate memory: "
-                           "you tried to allocate 81604378624 bytes")  # fmt: skip
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:119] DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 81604378624 bytes"
+        )
 
     monkeypatch.setattr(trainer, "_optimizer_step", allocation_fails)
     code, err = run_cli(capsys, "train", str(tiny_config), "--out", str(tmp_path / "run"))

@@ -13,12 +13,17 @@ from encdec.training.metrics import read_metrics
 
 def test_compare_trains_each_run_and_prints_the_seeds_table(capsys, tmp_path, tiny_config):
     experiment = tmp_path / "experiment.yaml"
-    experiment.write_text(yaml.safe_dump({
-        "base": tiny_config.name,
-        "set": {"training.steps": 3, "evaluation.interval": 3, "output.save_interval": 3},
-        "seeds": [1, 2],
-        "runs": {"t5": {"model.preset": "t5-tiny"}, "rot5": {}},
-    }, sort_keys=False))  # fmt: skip
+    experiment.write_text(
+        yaml.safe_dump(
+            {
+                "base": tiny_config.name,
+                "set": {"training.steps": 3, "evaluation.interval": 3, "output.save_interval": 3},
+                "seeds": [1, 2],
+                "runs": {"t5": {"model.preset": "t5-tiny"}, "rot5": {}},
+            },
+            sort_keys=False,
+        )
+    )
     out = tmp_path / "out"
     assert main(["compare", "--experiment", str(experiment), "--out", str(out)]) == 0
     table = capsys.readouterr().out
@@ -43,10 +48,15 @@ def test_compare_needs_configs_or_an_experiment(capsys, tmp_path):
 
 def test_a_signal_stops_the_whole_experiment_and_the_same_command_continues_it(tmp_path, tiny_config):
     experiment = tmp_path / "experiment.yaml"
-    experiment.write_text(yaml.safe_dump({
-        "base": tiny_config.name, "set": {"training.steps": 40, "evaluation.interval": 20},
-        "runs": {"first": {}, "second": {"model.n_kv_heads": 4}},
-    }))  # fmt: skip
+    experiment.write_text(
+        yaml.safe_dump(
+            {
+                "base": tiny_config.name,
+                "set": {"training.steps": 40, "evaluation.interval": 20},
+                "runs": {"first": {}, "second": {"model.n_kv_heads": 4}},
+            }
+        )
+    )
     out = tmp_path / "out"
     command = [sys.executable, "-m", "encdec", "compare", "--experiment", str(experiment), "--out", str(out)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -68,10 +78,15 @@ def test_a_member_whose_config_changed_is_set_aside_and_trained_again(capsys, tm
     experiment = tmp_path / "experiment.yaml"
 
     def write(lr):
-        experiment.write_text(yaml.safe_dump({
-            "base": tiny_config.name, "set": {"training.steps": 2, "evaluation.interval": 2, "optimizer.lr": lr},
-            "runs": {"only": {}},
-        }))  # fmt: skip
+        experiment.write_text(
+            yaml.safe_dump(
+                {
+                    "base": tiny_config.name,
+                    "set": {"training.steps": 2, "evaluation.interval": 2, "optimizer.lr": lr},
+                    "runs": {"only": {}},
+                }
+            )
+        )
 
     out = tmp_path / "out"
     write(2e-3)
@@ -87,8 +102,10 @@ def test_a_member_whose_config_changed_is_set_aside_and_trained_again(capsys, tm
 def test_the_plot_of_several_seeds_draws_their_mean_and_band(tmp_path):
     from encdec.training.metrics import across_seeds, plot_curves
 
-    seeds = [[{"kind": "eval", "step": s, "train_loss": 3.0 - s + d, "val_loss": 3.5 - s + d} for s in (1, 2)]
-             for d in (0.0, 0.2, 0.4)]  # fmt: skip
+    seeds = [
+        [{"kind": "eval", "step": s, "train_loss": 3.0 - s + d, "val_loss": 3.5 - s + d} for s in (1, 2)]
+        for d in (0.0, 0.2, 0.4)
+    ]
     steps, mean, low, high = across_seeds(seeds, "eval", "val_loss")
     assert steps == [1, 2] and mean == pytest.approx([2.7, 1.7]) and low == [2.5, 1.5] and high == [2.9, 1.9]
     assert plot_curves({"run": seeds}, tmp_path / "curves.png").stat().st_size > 10_000

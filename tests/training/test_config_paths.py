@@ -16,7 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 def write_config(folder: Path, stories: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "run.yaml"
-    path.write_text(yaml.safe_dump({"data": {"format": "tinystories", "train": [stories]}, "tokenizer": {"kind": "byte"}}))
+    path.write_text(
+        yaml.safe_dump({"data": {"format": "tinystories", "train": [stories]}, "tokenizer": {"kind": "byte"}})
+    )
     return path
 
 
@@ -43,7 +45,10 @@ def test_a_path_written_relative_to_the_current_directory_names_both_places(tmp_
     with pytest.raises(ConfigError) as refused:
         load_config(config)
     message = str(refused.value)
-    assert str(tmp_path / "configs" / "data" / "stories.txt") in message and str(tmp_path / "data" / "stories.txt") in message
+    assert (
+        str(tmp_path / "configs" / "data" / "stories.txt") in message
+        and str(tmp_path / "data" / "stories.txt") in message
+    )
     assert "write ../data/stories.txt" in message
 
 
@@ -54,9 +59,24 @@ def test_a_saved_config_of_an_older_run_keeps_its_paths_as_written(tmp_path):
 
 def test_the_shipped_tiny_config_trains_from_another_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    overrides = ["training.steps=1", "evaluation.interval=1", "training.threads=1", "training.device=cpu",
-                 "data.max_documents=200"]  # fmt: skip
-    assert main(["train", str(REPO / "configs" / "tiny.yaml"), "--out", "run",
-                 *(a for o in overrides for a in ("--set", o))]) == 0  # fmt: skip
+    overrides = [
+        "training.steps=1",
+        "evaluation.interval=1",
+        "training.threads=1",
+        "training.device=cpu",
+        "data.max_documents=200",
+    ]
+    assert (
+        main(
+            [
+                "train",
+                str(REPO / "configs" / "tiny.yaml"),
+                "--out",
+                "run",
+                *(a for o in overrides for a in ("--set", o)),
+            ]
+        )
+        == 0
+    )
     saved = yaml.safe_load(next((tmp_path / "run" / "checkpoints").glob("step_*/config.yaml")).read_text())
     assert all(os.path.isabs(path) for path in saved["data"]["train"])  # saved runs hold absolute paths

@@ -78,17 +78,26 @@ def test_a_fine_tuning_overlay_is_checked_once_merged_with_the_pretrained_sectio
 
 
 def test_an_unknown_objective_is_refused_at_load(no_data):
-    with pytest.raises(ConfigError, match=r"objective\.kind must be one of causal_lm, span_corruption, ul2, prefix_lm, "
-                                          r"seq2seq, got 'span'"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"objective\.kind must be one of causal_lm, span_corruption, ul2, prefix_lm, "
+        r"seq2seq, got 'span'",
+    ):
         load_config(MAIN, ["objective.kind=span"])
 
 
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["objective.kind=causal_lm"], r"objective\.pack works with objective\.kind seq2seq, span_corruption, ul2, "
-                                       r"not causal_lm"),
-        (["model.preset=decoder_only-tiny"], r"objective\.pack needs model\.family encoder_decoder, .* the decoder_only"),
+        (
+            ["objective.kind=causal_lm"],
+            r"objective\.pack works with objective\.kind seq2seq, span_corruption, ul2, "
+            r"not causal_lm",
+        ),
+        (
+            ["model.preset=decoder_only-tiny"],
+            r"objective\.pack needs model\.family encoder_decoder, .* the decoder_only",
+        ),
         (["model.preset=rnn_seq2seq-tiny"], r"the rnn_seq2seq family does not"),
         (["model.family=ar_encdec", "model.preset=ar_encdec-tiny"], r"the ar_encdec family does not"),
     ],

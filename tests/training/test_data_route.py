@@ -34,4 +34,3 @@ def test_absent_local_files_without_a_hub_name_are_one_sentence(tiny_config):
     cfg = load_config(tiny_config, ["data.train=[/absent/stories.txt]"])
     with pytest.raises(DataError, match="data file /absent/stories.txt does not exist"):
         run_data.read_items(cfg)
-

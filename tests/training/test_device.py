@@ -29,8 +29,13 @@ def test_train_evaluate_and_resume_never_mix_device_and_host_tensors(tmp_path, t
 
 
 def test_a_training_step_waits_for_the_device_only_at_log_intervals(tmp_path, tiny_config):
-    overrides = ["training.steps=10", "output.log_interval=5", "evaluation.interval=100", "output.save_interval=100",
-                 "training.grad_accum=2"]  # fmt: skip
+    overrides = [
+        "training.steps=10",
+        "output.log_interval=5",
+        "evaluation.interval=100",
+        "output.save_interval=100",
+        "training.grad_accum=2",
+    ]
     with DeviceCheck() as check:
         train(load_config(tiny_config, overrides), tmp_path / "run")
     loop = ("training/trainer.py", "training/step_log.py", "training/checkpoint")

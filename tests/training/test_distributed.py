@@ -13,17 +13,37 @@ import torch
 
 from encdec.training.metrics import read_metrics
 
-COMMON = ["--set", "training.steps=20", "--set", "training.grad_accum=2", "--set", "model.dropout=0.0",
-          "--set", "schedule.kind=constant", "--set", "evaluation.interval=10", "--set", "output.save_interval=10"]  # fmt: skip
+COMMON = [
+    "--set",
+    "training.steps=20",
+    "--set",
+    "training.grad_accum=2",
+    "--set",
+    "model.dropout=0.0",
+    "--set",
+    "schedule.kind=constant",
+    "--set",
+    "evaluation.interval=10",
+    "--set",
+    "output.save_interval=10",
+]
 
 
 def train(config, out, processes=1, *extra):
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "-m", "encdec"]
-    command = (launcher if processes > 1 else [sys.executable, "-m", "encdec"]) + ["train", str(config), "--out", str(out)]
+    command = (launcher if processes > 1 else [sys.executable, "-m", "encdec"]) + [
+        "train",
+        str(config),
+        "--out",
+        str(out),
+    ]
     env = dict(os.environ, PYTHONFAULTHANDLER="1")  # a rank that aborts prints every thread's Python stack
     done = subprocess.run(command + COMMON + list(extra), capture_output=True, text=True, timeout=300, env=env)
-    causes = [line for line in done.stderr.splitlines()
-              if any(w in line for w in ("Error", "error:", "terminate", "what()", "File \""))]  # fmt: skip
+    causes = [
+        line
+        for line in done.stderr.splitlines()
+        if any(w in line for w in ("Error", "error:", "terminate", "what()", 'File "'))
+    ]
     assert done.returncode == 0, "\n".join(causes[:40]) + "\n...\n" + done.stderr[-2000:]  # a rank's own cause first
     return read_metrics(out / "metrics.jsonl")
 
@@ -61,8 +81,12 @@ def test_more_processes_than_gpus_stop_with_one_sentence(tmp_path, tiny_config):
     if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
         pytest.skip("this machine has the GPUs for two processes")
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "encdec"]
-    done = subprocess.run(launcher + ["train", str(tiny_config), "--out", str(tmp_path / "run"), "--set",
-                                      "training.device=cuda"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        launcher + ["train", str(tiny_config), "--out", str(tmp_path / "run"), "--set", "training.device=cuda"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0  # a process says why in one sentence; torchrun then reports its children failed
     errors = [line for line in done.stderr.splitlines() if line.startswith("encdec: error:")]
     assert 1 <= len(errors) <= 2 and "GPU" in errors[0]  # torchrun may stop the second before it speaks
@@ -73,8 +97,18 @@ def test_more_processes_than_gpus_stop_with_one_sentence(tmp_path, tiny_config):
 @pytest.mark.slow
 def test_ddp_trains_experts_that_get_no_tokens_on_one_process(tmp_path, tiny_config):
     """16 experts and a handful of tokens per process: some expert is idle on some rank at every step."""
-    tiny = ["--set", "training.device=cpu", "--set", "training.distributed=ddp", "--set", "model.n_experts=16",
-            "--set", "objective.seq_len=8", "--set", "training.batch_size=2"]  # fmt: skip
+    tiny = [
+        "--set",
+        "training.device=cpu",
+        "--set",
+        "training.distributed=ddp",
+        "--set",
+        "model.n_experts=16",
+        "--set",
+        "objective.seq_len=8",
+        "--set",
+        "training.batch_size=2",
+    ]
     assert len(train_losses(train(tiny_config, tmp_path / "moe", 2, *tiny))) == 20
 
 

@@ -22,12 +22,28 @@ def counted_step_flops(cfg, batch: int, src_len: int, tgt_len: int) -> int:
     return counter.get_total_flops()
 
 
-@pytest.mark.parametrize("overrides", [{"activation": "relu"}, {"activation": "gated_gelu", "n_kv_heads": 2},
-                                       {"n_experts": 4}, {"n_experts": 4, "moe_top_k": 2}])  # fmt: skip
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"activation": "relu"},
+        {"activation": "gated_gelu", "n_kv_heads": 2},
+        {"n_experts": 4},
+        {"n_experts": 4, "moe_top_k": 2},
+    ],
+)
 def test_step_flops_equals_the_counted_matmuls_of_a_step(overrides):
     # d_head * heads != d_model and unequal depths, so each term must use the right width
-    cfg = preset("t5-tiny", vocab_size=100, d_model=32, n_heads=4, d_head=12, d_ff=48, n_encoder_layers=2,
-                 n_decoder_layers=3, **overrides)  # fmt: skip
+    cfg = preset(
+        "t5-tiny",
+        vocab_size=100,
+        d_model=32,
+        n_heads=4,
+        d_head=12,
+        d_ff=48,
+        n_encoder_layers=2,
+        n_decoder_layers=3,
+        **overrides,
+    )
     assert step_flops(cfg, 2, 10, 6) == counted_step_flops(cfg, 2, 10, 6)
 
 
@@ -39,7 +55,10 @@ def test_the_peak_is_the_users_or_the_data_sheets_and_none_on_a_cpu():
 
 def test_training_logs_mfu_against_the_given_peak(tmp_path, tiny_config):
     overrides = ["training.steps=4", "output.log_interval=2", "training.peak_tflops=0.25"]
-    assert main(["train", str(tiny_config), "--out", str(tmp_path / "run"), *(a for o in overrides for a in ("--set", o))]) == 0
+    assert (
+        main(["train", str(tiny_config), "--out", str(tmp_path / "run"), *(a for o in overrides for a in ("--set", o))])
+        == 0
+    )
     records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"]
     assert all(0 < r["mfu"] < 1 for r in records)
     assert len({r["mfu"] for r in records}) > 1  # one figure per interval

@@ -15,13 +15,32 @@ RECIPES = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 
 def seq2seq_run(tmp_path, shared_data, *overrides) -> list[str]:
     m30k = shared_data / "translation" / "multi30k"
-    data = [f"data.train=[{m30k / 'train.en.gz'}, {m30k / 'train.de.gz'}]",
-            f"data.validation=[{m30k / 'val.en.gz'}, {m30k / 'val.de.gz'}]"]  # fmt: skip
-    settings = ["tokenizer.kind=byte", "model.preset=transformer-tiny", "training.steps=6", "training.batch_size=8",
-                "evaluation.interval=2", "evaluation.steps=1", "data.max_documents=200", "training.device=cpu",
-                "evaluation.generate=6", "evaluation.max_new_tokens=8", "output.plot=false", *data, *overrides]  # fmt: skip
-    return ["train", f"{RECIPES}/multi30k_en_de.yaml", "--out", str(tmp_path / "run"),
-            *(a for s in settings for a in ("--set", s))]  # fmt: skip
+    data = [
+        f"data.train=[{m30k / 'train.en.gz'}, {m30k / 'train.de.gz'}]",
+        f"data.validation=[{m30k / 'val.en.gz'}, {m30k / 'val.de.gz'}]",
+    ]
+    settings = [
+        "tokenizer.kind=byte",
+        "model.preset=transformer-tiny",
+        "training.steps=6",
+        "training.batch_size=8",
+        "evaluation.interval=2",
+        "evaluation.steps=1",
+        "data.max_documents=200",
+        "training.device=cpu",
+        "evaluation.generate=6",
+        "evaluation.max_new_tokens=8",
+        "output.plot=false",
+        *data,
+        *overrides,
+    ]
+    return [
+        "train",
+        f"{RECIPES}/multi30k_en_de.yaml",
+        "--out",
+        str(tmp_path / "run"),
+        *(a for s in settings for a in ("--set", s)),
+    ]
 
 
 def evals(run):
@@ -38,19 +57,27 @@ def test_each_evaluation_scores_generated_validation_examples_beside_the_loss(tm
 
 
 def test_the_best_checkpoint_is_chosen_by_the_metric_when_asked(tmp_path, shared_data):
-    assert main(seq2seq_run(tmp_path, shared_data, "output.best_by=metric", "evaluation.metric=chrf",
-                            "output.keep_last=5")) == 0  # fmt: skip
+    assert (
+        main(
+            seq2seq_run(tmp_path, shared_data, "output.best_by=metric", "evaluation.metric=chrf", "output.keep_last=5")
+        )
+        == 0
+    )
     records = evals(tmp_path / "run")
     best = max(records, key=lambda r: (r["val_chrf"], -r["step"]))  # the first of the highest
     assert RunDir(tmp_path / "run").pointer("best") == f"step_{best['step']:08d}"
 
 
-def test_early_stopping_ends_the_run_after_patience_evaluations_without_a_better_metric(
-    tmp_path, shared_data, capsys
-):
+def test_early_stopping_ends_the_run_after_patience_evaluations_without_a_better_metric(tmp_path, shared_data, capsys):
     """lr 0 keeps every evaluation equal, so none after the first is better: patience 2 stops at step 6 of 20."""
-    args = seq2seq_run(tmp_path, shared_data, "optimizer.lr=1e-12", "training.steps=20",
-                       "training.early_stopping_patience=2", "schedule.kind=constant")  # fmt: skip
+    args = seq2seq_run(
+        tmp_path,
+        shared_data,
+        "optimizer.lr=1e-12",
+        "training.steps=20",
+        "training.early_stopping_patience=2",
+        "schedule.kind=constant",
+    )
     assert main(args) == 0
     assert "stopped early at step 6" in capsys.readouterr().out
     assert [r["step"] for r in evals(tmp_path / "run")] == [2, 4, 6]
@@ -64,8 +91,15 @@ def test_best_by_metric_without_generation_is_one_sentence(tmp_path, shared_data
 
 @pytest.mark.parametrize("metric", ["rougeL", "bleu"])
 def test_a_language_model_run_scores_continuations(tmp_path, tiny_config, metric):
-    overrides = ["training.steps=2", "evaluation.interval=2", "evaluation.generate=3", f"evaluation.metric={metric}",
-                 "evaluation.max_new_tokens=4"]  # fmt: skip
-    assert main(["train", str(tiny_config), "--out", str(tmp_path / "run"),
-                 *(a for o in overrides for a in ("--set", o))]) == 0  # fmt: skip
+    overrides = [
+        "training.steps=2",
+        "evaluation.interval=2",
+        "evaluation.generate=3",
+        f"evaluation.metric={metric}",
+        "evaluation.max_new_tokens=4",
+    ]
+    assert (
+        main(["train", str(tiny_config), "--out", str(tmp_path / "run"), *(a for o in overrides for a in ("--set", o))])
+        == 0
+    )
     assert f"val_{metric}" in evals(tmp_path / "run")[0]

@@ -32,22 +32,38 @@ def save_hf_tokenizer(texts: list[str], path: Path, bart: bool = False):
     (or BART's: <s> 0, <pad> 1, </s> 2, <unk> 3, and <s> ... </s> around each text)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-    specials = ["<s>", "<pad>", "</s>", "<unk>"] if bart else ["<pad>", "</s>", "<unk>", *(f"<extra_id_{i}>" for i in range(SENTINELS))]
+    specials = (
+        ["<s>", "<pad>", "</s>", "<unk>"]
+        if bart
+        else ["<pad>", "</s>", "<unk>", *(f"<extra_id_{i}>" for i in range(SENTINELS))]
+    )
     backend = Tokenizer(models.BPE(unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     backend.train_from_iterator(texts, trainer=trainer)
     if bart:
-        backend.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
-        tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", pad_token="<pad>",
-                                                         eos_token="</s>", unk_token="<unk>")  # fmt: skip
+        backend.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+        )
+        tokenizer = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=backend, bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+        )
         tokenizer.save_pretrained(path)
         return tokenizer
     backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])  # as T5's
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
-                                                     unk_token="<unk>", additional_special_tokens=specials[3:])  # fmt: skip
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        additional_special_tokens=specials[3:],
+    )
     tokenizer.save_pretrained(path)
     return tokenizer
 
@@ -61,10 +77,19 @@ def hf_t5_dir(tmp_path_factory, shared_data_dir):
     path = tmp_path_factory.mktemp("hf-t5-v1.1")
     tokenizer = save_hf_tokenizer(dialogues(shared_data_dir, 300), path)
     torch.manual_seed(0)
-    config = transformers.T5Config(vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=48, num_layers=2,
-                                   num_decoder_layers=2, num_heads=4, feed_forward_proj="gated-gelu",
-                                   pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                                   decoder_start_token_id=tokenizer.pad_token_id)  # fmt: skip
+    config = transformers.T5Config(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        d_kv=8,
+        d_ff=48,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        feed_forward_proj="gated-gelu",
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+    )
     model = transformers.T5ForConditionalGeneration(config)
     model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.shared.weight) * 0.05)
     state = {k: v.clone().contiguous() for k, v in model.state_dict().items() if "embed_tokens" not in k}
@@ -72,8 +97,13 @@ def hf_t5_dir(tmp_path_factory, shared_data_dir):
     values = {**model.config.to_dict(), "tie_word_embeddings": False}
     values.pop("scale_decoder_outputs", None)
     (path / "config.json").write_text(json.dumps(values))
-    generation = {"decoder_start_token_id": 0, "eos_token_id": 1, "pad_token_id": 0, "num_beams": 3,
-                  "no_repeat_ngram_size": 2}  # fmt: skip
+    generation = {
+        "decoder_start_token_id": 0,
+        "eos_token_id": 1,
+        "pad_token_id": 0,
+        "num_beams": 3,
+        "no_repeat_ngram_size": 2,
+    }
     (path / "generation_config.json").write_text(json.dumps(generation))
     return path
 
@@ -89,10 +119,21 @@ def hf_bart_dirs(tmp_path_factory, shared_data_dir) -> dict[str, Path]:
         path = dirs[name] = tmp_path_factory.mktemp(name)
         tokenizer = save_hf_tokenizer(texts, path, bart=True)
         torch.manual_seed(0)
-        config = config_class(vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
-                              encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
-                              decoder_ffn_dim=48, max_position_embeddings=128, bos_token_id=0, pad_token_id=1,
-                              eos_token_id=2, decoder_start_token_id=2)  # fmt: skip
+        config = config_class(
+            vocab_size=len(tokenizer),
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=48,
+            decoder_ffn_dim=48,
+            max_position_embeddings=128,
+            bos_token_id=0,
+            pad_token_id=1,
+            eos_token_id=2,
+            decoder_start_token_id=2,
+        )
         model_class(config).save_pretrained(path)
     return dirs
 
@@ -106,11 +147,24 @@ def shared_data_dir() -> Path:
 
 
 def finetune(hf_dir: Path, out: Path, shared_data: Path, *extra: str) -> int:
-    data = [f"data.train=[{shared_data / DIALOGSUM / 'dialogsum.train.jsonl.gz'}]",
-            f"data.validation=[{shared_data / DIALOGSUM / 'dialogsum.dev.jsonl.gz'}]"]  # fmt: skip
-    overrides = [f"training.init_from={hf_dir}", "training.steps=2", "training.batch_size=4", "evaluation.steps=1",
-                 "data.max_documents=200", "objective.max_source_len=64", "objective.max_target_len=16",
-                 "training.device=cpu", "evaluation.generate=2", "evaluation.max_new_tokens=4", *data, *extra]  # fmt: skip
+    data = [
+        f"data.train=[{shared_data / DIALOGSUM / 'dialogsum.train.jsonl.gz'}]",
+        f"data.validation=[{shared_data / DIALOGSUM / 'dialogsum.dev.jsonl.gz'}]",
+    ]
+    overrides = [
+        f"training.init_from={hf_dir}",
+        "training.steps=2",
+        "training.batch_size=4",
+        "evaluation.steps=1",
+        "data.max_documents=200",
+        "objective.max_source_len=64",
+        "objective.max_target_len=16",
+        "training.device=cpu",
+        "evaluation.generate=2",
+        "evaluation.max_new_tokens=4",
+        *data,
+        *extra,
+    ]
     return main(["train", str(RECIPE), "--out", str(out), *(a for o in overrides for a in ("--set", o))])
 
 
@@ -141,8 +195,18 @@ def test_the_first_loss_of_fine_tuning_is_hugging_faces_loss_on_the_same_batch(
 ):
     """The trainer's first loss, recomputed by HF's model on the batch the objective built: the same model."""
     hf_dir = hf_t5_dir if kind == "t5" else hf_bart_dirs[kind]
-    assert finetune(hf_dir, tmp_path / "run", shared_data, "optimizer.lr=1e-12", "model.dropout=0.0",
-                    "training.steps=1", "objective.max_source_len=100") == 0  # fmt: skip
+    assert (
+        finetune(
+            hf_dir,
+            tmp_path / "run",
+            shared_data,
+            "optimizer.lr=1e-12",
+            "model.dropout=0.0",
+            "training.steps=1",
+            "objective.max_source_len=100",
+        )
+        == 0
+    )
     from encdec.training.config import load_config
     from encdec.training.data import build_run_data
 
@@ -153,8 +217,12 @@ def test_the_first_loss_of_fine_tuning_is_hugging_faces_loss_on_the_same_batch(
     hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
     labels = batch.labels.masked_fill(batch.labels < 0, -100)
     with torch.no_grad():
-        expected = hf(input_ids=batch.src_ids, attention_mask=batch.src_mask.long(), decoder_input_ids=batch.tgt_ids,
-                      labels=labels).loss  # fmt: skip
+        expected = hf(
+            input_ids=batch.src_ids,
+            attention_mask=batch.src_mask.long(),
+            decoder_input_ids=batch.tgt_ids,
+            labels=labels,
+        ).loss
     first = next(r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train")
     assert first["loss"] == pytest.approx(expected.item(), abs=1e-4)
 

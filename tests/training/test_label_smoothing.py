@@ -25,8 +25,9 @@ def test_smoothed_cross_entropy_is_the_mix_of_the_target_and_a_uniform_distribut
     nll = -logp.gather(1, labels.flatten()[keep, None]).squeeze(1)
     expected = (0.9 * nll - 0.1 * logp.mean(-1)).mean()  # (1 - e) * NLL + e * mean over the vocabulary of -log p
     torch.testing.assert_close(cross_entropy(logits, labels, 0.1), expected)
-    torch.testing.assert_close(cross_entropy(logits, labels, 0.0), F.cross_entropy(
-        logits.flatten(0, 1), labels.flatten(), ignore_index=-100))  # fmt: skip
+    torch.testing.assert_close(
+        cross_entropy(logits, labels, 0.0), F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    )
 
 
 def test_label_smoothing_changes_the_updates_but_not_what_is_logged(tmp_path, tiny_config):

@@ -79,8 +79,15 @@ def test_accumulation_synchronises_gradients_only_in_the_last_backward(tiny_conf
     batch = Batch(tgt_ids=torch.ones(2, 3, dtype=torch.long), labels=torch.ones(2, 3, dtype=torch.long))
     loaded = [LoadedBatch(batch, 6, 6) for _ in range(3)]
     cfg = load_config(tiny_config, ["training.grad_accum=3"])
-    _optimizer_step(model, torch.optim.SGD(model.parameters(), lr=0.1), loaded, cfg, ModelConfig(), distributed.DistInfo(),
-                    nullcontext())  # fmt: skip
+    _optimizer_step(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loaded,
+        cfg,
+        ModelConfig(),
+        distributed.DistInfo(),
+        nullcontext(),
+    )
     assert model.seen == [False, False, True]
 
 
@@ -88,8 +95,9 @@ def test_accumulation_synchronises_gradients_only_in_the_last_backward(tiny_conf
 @pytest.mark.cuda
 def test_a_compiled_model_trains_to_the_eager_losses_on_a_gpu(tmp_path, tiny_config):
     overrides = ["training.steps=6", "training.device=cuda", "model.dropout=0.0", "training.precision=bf16"]
-    results = [train(load_config(tiny_config, [*overrides, f"training.compile={c}"]), tmp_path / c)
-               for c in ("false", "true")]  # fmt: skip
+    results = [
+        train(load_config(tiny_config, [*overrides, f"training.compile={c}"]), tmp_path / c) for c in ("false", "true")
+    ]
     eager, compiled = ([r["loss"] for r in res.history if r["kind"] == "train"] for res in results)
     assert max(abs(a - b) for a, b in zip(eager, compiled, strict=True)) < 2e-2  # bf16: kernels fuse differently
 
@@ -109,8 +117,13 @@ def test_fp16_with_loss_scaling_trains_and_resumes_with_its_scale(tmp_path, tiny
 
     from encdec.training.metrics import read_metrics
 
-    overrides = ["training.precision=fp16", "training.device=cuda", "training.steps=8", "output.save_interval=4",
-                 "evaluation.interval=4"]  # fmt: skip
+    overrides = [
+        "training.precision=fp16",
+        "training.device=cuda",
+        "training.steps=8",
+        "output.save_interval=4",
+        "evaluation.interval=4",
+    ]
     run = tmp_path / "run"
     train(load_config(tiny_config, overrides), run)
     state = load_checkpoint(RunDir(run).latest())["state"]

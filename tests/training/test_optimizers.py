@@ -9,7 +9,13 @@ from encdec.training.checkpoint import load_checkpoint
 from encdec.training.metrics import read_metrics
 from encdec.training.run_dir import RunDir
 
-FAST = ["training.steps=8", "output.save_interval=4", "evaluation.interval=4", "model.dropout=0.0", "schedule.kind=constant"]
+FAST = [
+    "training.steps=8",
+    "output.save_interval=4",
+    "evaluation.interval=4",
+    "model.dropout=0.0",
+    "schedule.kind=constant",
+]
 
 
 def train(tiny_config, run, *overrides) -> int:
@@ -33,8 +39,19 @@ def test_adafactor_keeps_factored_second_moments_and_learns(tmp_path, tiny_confi
 def test_adafactor_runs_resume_bitwise(tmp_path, tiny_config):
     assert train(tiny_config, tmp_path / "full", "optimizer.kind=adafactor") == 0
     assert train(tiny_config, tmp_path / "cut", "optimizer.kind=adafactor", "training.steps=4") == 0
-    assert main(["train", str(tiny_config), "--out", str(tmp_path / "cut"), "--resume",
-                 *(a for o in [*FAST, "optimizer.kind=adafactor"] for a in ("--set", o))]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                str(tiny_config),
+                "--out",
+                str(tmp_path / "cut"),
+                "--resume",
+                *(a for o in [*FAST, "optimizer.kind=adafactor"] for a in ("--set", o)),
+            ]
+        )
+        == 0
+    )
     assert [r["loss"] for r in records(tmp_path / "cut")] == [r["loss"] for r in records(tmp_path / "full")]
 
 
@@ -66,8 +83,19 @@ def test_tensorboard_gets_every_number_of_metrics_jsonl_and_a_resume_replaces_wh
     run = tmp_path / "run"
     assert train(tiny_config, run, "training.steps=6", "output.tensorboard=true") == 0
     (run / "checkpoints" / "latest").write_text("step_00000004\n")  # as if killed after the checkpoint at step 4
-    assert main(["train", str(tiny_config), "--out", str(run), "--resume",
-                 *(a for o in [*FAST, "output.tensorboard=true"] for a in ("--set", o))]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                str(tiny_config),
+                "--out",
+                str(run),
+                "--resume",
+                *(a for o in [*FAST, "output.tensorboard=true"] for a in ("--set", o)),
+            ]
+        )
+        == 0
+    )
     logged, jsonl = scalars(run / "tensorboard"), records(run)
     assert [step for step, _ in logged["train/loss"]] == [r["step"] for r in jsonl] == list(range(1, 9))
     assert [v for _, v in logged["train/loss"]] == pytest.approx([r["loss"] for r in jsonl], rel=1e-6)

@@ -15,14 +15,22 @@ def dialogsum_config(tmp_path, shared_data, device):
     config = {
         "model": {"preset": "t5-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.0},
         "tokenizer": {"kind": "byte"},
-        "data": {"format": "jsonl-pairs", "train": [str(shared_data / DIALOGSUM / "dialogsum.train.jsonl.gz")],
-                 "validation": [str(shared_data / DIALOGSUM / "dialogsum.dev.jsonl.gz")], "max_documents": 400},
-        "objective": {"kind": "seq2seq", "source_template": "{source}\nSummary:", "max_source_len": 2048,
-                      "max_target_len": 512},
+        "data": {
+            "format": "jsonl-pairs",
+            "train": [str(shared_data / DIALOGSUM / "dialogsum.train.jsonl.gz")],
+            "validation": [str(shared_data / DIALOGSUM / "dialogsum.dev.jsonl.gz")],
+            "max_documents": 400,
+        },
+        "objective": {
+            "kind": "seq2seq",
+            "source_template": "{source}\nSummary:",
+            "max_source_len": 2048,
+            "max_target_len": 512,
+        },
         "training": {"steps": 3, "batch_size": 16, "seed": 3, "threads": 1, "device": device.type},
         "evaluation": {"interval": 3, "steps": 1},
         "output": {"plot": False, "log_interval": 1},
-    }  # fmt: skip
+    }
     path = tmp_path / "dialogsum.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -37,7 +45,10 @@ def test_packed_dialogsum_training_runs_and_logs_rows_at_least_as_full(dialogsum
     packing fills them as well or better with examples of mixed lengths (tests/data/test_packing.py
     compares the same examples)."""
     for pack in ("false", "true"):
-        assert main(["train", str(dialogsum_config), "--out", str(tmp_path / pack), "--set", f"objective.pack={pack}"]) == 0
+        assert (
+            main(["train", str(dialogsum_config), "--out", str(tmp_path / pack), "--set", f"objective.pack={pack}"])
+            == 0
+        )
     plain, packed = train_records(tmp_path / "false"), train_records(tmp_path / "true")
     assert len(packed) == 3 and all(0 < r["loss"] < 10 for r in packed)
     evaluation = [r for r in read_metrics(tmp_path / "true" / "metrics.jsonl") if r["kind"] == "eval"]
@@ -52,9 +63,29 @@ def test_packed_ul2_pretraining_trains_as_the_unpacked_run_does(tiny_config, tmp
     records = {}
     for pack in ("false", "true"):
         run = tmp_path / f"ul2_{pack}"
-        assert main(["train", str(tiny_config), "--out", str(run), "--set", f"objective.pack={pack}",
-                     "--set", "objective.seq_len=512", "--set", "model.dropout=0.0", "--set", "training.steps=3",
-                     "--set", "evaluation.interval=3", "--set", "output.log_interval=1"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "train",
+                    str(tiny_config),
+                    "--out",
+                    str(run),
+                    "--set",
+                    f"objective.pack={pack}",
+                    "--set",
+                    "objective.seq_len=512",
+                    "--set",
+                    "model.dropout=0.0",
+                    "--set",
+                    "training.steps=3",
+                    "--set",
+                    "evaluation.interval=3",
+                    "--set",
+                    "output.log_interval=1",
+                ]
+            )
+            == 0
+        )
         records[pack] = train_records(run)
     plain, packed = records["false"], records["true"]
     assert [r["tokens"] for r in packed] == [r["tokens"] for r in plain]
@@ -63,10 +94,23 @@ def test_packed_ul2_pretraining_trains_as_the_unpacked_run_does(tiny_config, tmp
 
 
 def test_a_packed_run_resumes_to_the_same_losses(tiny_config, tmp_path):
-    common = ["--set", "objective.pack=true", "--set", "objective.seq_len=512", "--set", "evaluation.interval=2",
-              "--set", "output.log_interval=1", "--set", "schedule.kind=constant",
-              "--set", "schedule.warmup_steps=0"]  # the lr does not depend on training.steps  # fmt: skip
-    assert main(["train", str(tiny_config), "--out", str(tmp_path / "whole"), "--set", "training.steps=4", *common]) == 0
+    common = [
+        "--set",
+        "objective.pack=true",
+        "--set",
+        "objective.seq_len=512",
+        "--set",
+        "evaluation.interval=2",
+        "--set",
+        "output.log_interval=1",
+        "--set",
+        "schedule.kind=constant",
+        "--set",
+        "schedule.warmup_steps=0",
+    ]  # the lr does not depend on training.steps
+    assert (
+        main(["train", str(tiny_config), "--out", str(tmp_path / "whole"), "--set", "training.steps=4", *common]) == 0
+    )
     split = tmp_path / "split"
     assert main(["train", str(tiny_config), "--out", str(split), "--set", "training.steps=2", *common]) == 0
     assert main(["train", str(tiny_config), "--out", str(split), "--resume", "--set", "training.steps=4", *common]) == 0

@@ -7,8 +7,20 @@ from encdec.training.metrics import read_metrics
 from encdec.training.run import load_run
 
 RECIPES = Path(__file__).resolve().parents[2] / "configs" / "recipes"
-TINY = ["--set", "training.steps=2", "--set", "evaluation.steps=1", "--set", "training.batch_size=4",
-        "--set", "data.max_documents=300", "--set", "evaluation.generate=2", "--set", "evaluation.max_new_tokens=4"]  # fmt: skip
+TINY = [
+    "--set",
+    "training.steps=2",
+    "--set",
+    "evaluation.steps=1",
+    "--set",
+    "training.batch_size=4",
+    "--set",
+    "data.max_documents=300",
+    "--set",
+    "evaluation.generate=2",
+    "--set",
+    "evaluation.max_new_tokens=4",
+]
 
 
 def data_paths(shared_data: Path, *names: str) -> str:
@@ -17,10 +29,23 @@ def data_paths(shared_data: Path, *names: str) -> str:
 
 def test_multi30k_recipe_trains_on_sentence_pairs(tmp_path, shared_data):
     m30k = "translation/multi30k/"
-    code = main(["train", str(RECIPES / "multi30k_en_de.yaml"), "--out", str(tmp_path / "run"), *TINY,
-                 "--set", "tokenizer.kind=byte", "--set", "model.preset=transformer-tiny",
-                 "--set", f"data.train={data_paths(shared_data, m30k + 'train.en.gz', m30k + 'train.de.gz')}",
-                 "--set", f"data.validation={data_paths(shared_data, m30k + 'val.en.gz', m30k + 'val.de.gz')}"])  # fmt: skip
+    code = main(
+        [
+            "train",
+            str(RECIPES / "multi30k_en_de.yaml"),
+            "--out",
+            str(tmp_path / "run"),
+            *TINY,
+            "--set",
+            "tokenizer.kind=byte",
+            "--set",
+            "model.preset=transformer-tiny",
+            "--set",
+            f"data.train={data_paths(shared_data, m30k + 'train.en.gz', m30k + 'train.de.gz')}",
+            "--set",
+            f"data.validation={data_paths(shared_data, m30k + 'val.en.gz', m30k + 'val.de.gz')}",
+        ]
+    )
     assert code == 0
     assert len([r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"]) == 2
 
@@ -29,9 +54,17 @@ def test_dialogsum_fine_tune_starts_from_the_pretrained_run(tmp_path, tiny_confi
     pretrained = tmp_path / "pretrained"
     assert main(["train", str(tiny_config), "--out", str(pretrained), "--set", "training.steps=2"]) == 0
     ds = "summarization/dialogsum/"
-    args = ["train", str(RECIPES / "dialogsum_finetune.yaml"), *TINY, "--set", f"training.init_from={pretrained}",
-            "--set", f"data.train={data_paths(shared_data, ds + 'dialogsum.train.jsonl.gz')}",
-            "--set", f"data.validation={data_paths(shared_data, ds + 'dialogsum.dev.jsonl.gz')}"]  # fmt: skip
+    args = [
+        "train",
+        str(RECIPES / "dialogsum_finetune.yaml"),
+        *TINY,
+        "--set",
+        f"training.init_from={pretrained}",
+        "--set",
+        f"data.train={data_paths(shared_data, ds + 'dialogsum.train.jsonl.gz')}",
+        "--set",
+        f"data.validation={data_paths(shared_data, ds + 'dialogsum.dev.jsonl.gz')}",
+    ]
     assert main(args + ["--out", str(tmp_path / "tuned"), "--set", "optimizer.lr=1e-12"]) == 0
     before, after = load_run(pretrained, "latest"), load_run(tmp_path / "tuned", "latest")
     assert after.tokenizer.vocab_size == before.tokenizer.vocab_size

@@ -20,9 +20,26 @@ SEEDS = Path(__file__).resolve().parents[2] / "configs" / "seeds" / "cpu"
 )
 def test_seed_cpu_config_trains_and_logs_its_extra_loss(tmp_path, shared_data, config, extra_loss):
     stories = shared_data / "tinystories" / "tinystories_train_head.txt.gz"
-    code = main(["train", str(SEEDS / config), "--out", str(tmp_path / "run"), "--set", "training.steps=2",
-                 "--set", f"data.train=[{stories}]", "--set", "data.validation=[]", "--set", "data.max_documents=200",
-                 "--set", "evaluation.steps=1", "--set", "training.batch_size=4"])  # fmt: skip
+    code = main(
+        [
+            "train",
+            str(SEEDS / config),
+            "--out",
+            str(tmp_path / "run"),
+            "--set",
+            "training.steps=2",
+            "--set",
+            f"data.train=[{stories}]",
+            "--set",
+            "data.validation=[]",
+            "--set",
+            "data.max_documents=200",
+            "--set",
+            "evaluation.steps=1",
+            "--set",
+            "training.batch_size=4",
+        ]
+    )
     assert code == 0
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     train = [r for r in records if r["kind"] == "train"]

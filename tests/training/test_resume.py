@@ -42,8 +42,9 @@ def test_a_run_killed_at_a_random_step_resumes_to_the_same_losses(tmp_path, tiny
     exact = ("--set", "training.deterministic=true") if device.type == "cuda" else ()  # CPU runs repeat anyway
     subprocess.run(train_command(tiny_config, full, *exact), check=True, capture_output=True)
     kill_at = random.Random().randint(3, 10)
-    process = subprocess.Popen(train_command(tiny_config, killed, *exact), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)  # fmt: skip
+    process = subprocess.Popen(
+        train_command(tiny_config, killed, *exact), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     wait_for_step(killed, kill_at, process)
     process.send_signal(signal.SIGKILL)
     process.wait()
@@ -58,8 +59,9 @@ def test_a_run_killed_at_a_random_step_resumes_to_the_same_losses(tmp_path, tiny
 def test_a_signal_saves_a_checkpoint_prints_the_exact_resume_command_and_exits_128_plus_it(tmp_path, tiny_config, stop):
     run = tmp_path / "run"
     overrides = ["--set", "training.steps=100000", "--set", "output.save_interval=100000"]
-    process = subprocess.Popen(train_command(tiny_config, run, *overrides), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    process = subprocess.Popen(
+        train_command(tiny_config, run, *overrides), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     wait_for_step(run, 3, process)
     process.send_signal(stop)
     out, err = process.communicate(timeout=60)

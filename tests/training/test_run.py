@@ -11,8 +11,11 @@ from encdec.training.run_dir import RunDir
 
 def test_a_finished_run_loads_back_with_the_weights_it_was_evaluated_with(tmp_path, tiny_config):
     run = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "encdec", "train", str(tiny_config), "--out", str(run),
-                    "--set", "training.steps=6"], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "encdec", "train", str(tiny_config), "--out", str(run), "--set", "training.steps=6"],
+        check=True,
+        capture_output=True,
+    )
     assert RunDir(run).is_run() and not RunDir(tmp_path).is_run()
     loaded = load_run(run, "latest")
     assert loaded.checkpoint.name == "step_00000006"
@@ -25,37 +28,103 @@ def test_a_finished_run_loads_back_with_the_weights_it_was_evaluated_with(tmp_pa
 
 def test_generate_and_evaluate_read_a_run_directory(tmp_path, tiny_config):
     run = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "encdec", "train", str(tiny_config), "--out", str(run),
-                    "--set", "training.steps=6"], check=True, capture_output=True)  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "encdec", "generate", str(run), "--format", "jsonl",
-                           "--max-new-tokens", "5"], input="Once upon a time\nTom had a ball\n",
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "encdec", "train", str(tiny_config), "--out", str(run), "--set", "training.steps=6"],
+        check=True,
+        capture_output=True,
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "encdec", "generate", str(run), "--format", "jsonl", "--max-new-tokens", "5"],
+        input="Once upon a time\nTom had a ball\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["input"] for r in records] == ["Once upon a time", "Tom had a ball"]
-    done = subprocess.run([sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "3",
-                           "--max-new-tokens", "5"], capture_output=True, text=True, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "3", "--max-new-tokens", "5"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     report = json.loads((run / "eval" / "eval.json").read_text())
     final = [r for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "eval"][-1]
     assert abs(report["scores"]["val_loss"] - final["val_loss"]) < 1e-5  # the same batches the trainer scored
     assert len(report["samples"]) == 3 and "| rougeL |" in done.stdout
-    subprocess.run([sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "3", "--max-new-tokens", "5",
-                    "--batch-size", "2"], capture_output=True, text=True, check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "encdec",
+            "evaluate",
+            str(run),
+            "--samples",
+            "3",
+            "--max-new-tokens",
+            "5",
+            "--batch-size",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads((run / "eval" / "eval.json").read_text()) == report  # batches of 2 give the same report
 
 
 def test_generate_and_evaluate_quantize_a_run_to_int8(tmp_path, tiny_config):
     run = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "encdec", "train", str(tiny_config), "--out", str(run),
-                    "--set", "training.steps=4"], check=True, capture_output=True)  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "encdec", "generate", str(run), "--format", "jsonl", "--quantize",
-                           "int8", "--max-new-tokens", "5"], input="Once upon a time\n", capture_output=True,
-                          text=True, check=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "encdec", "train", str(tiny_config), "--out", str(run), "--set", "training.steps=4"],
+        check=True,
+        capture_output=True,
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "encdec",
+            "generate",
+            str(run),
+            "--format",
+            "jsonl",
+            "--quantize",
+            "int8",
+            "--max-new-tokens",
+            "5",
+        ],
+        input="Once upon a time\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(done.stdout)["input"] == "Once upon a time"
-    fp32 = subprocess.run([sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "2",
-                           "--max-new-tokens", "5"], capture_output=True, text=True, check=True)  # fmt: skip
+    fp32 = subprocess.run(
+        [sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "2", "--max-new-tokens", "5"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     fp32_loss = json.loads((run / "eval" / "eval.json").read_text())["scores"]["val_loss"]
-    int8 = subprocess.run([sys.executable, "-m", "encdec", "evaluate", str(run), "--samples", "2", "--max-new-tokens",
-                           "5", "--quantize", "int8"], capture_output=True, text=True, check=True)  # fmt: skip
+    int8 = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "encdec",
+            "evaluate",
+            str(run),
+            "--samples",
+            "2",
+            "--max-new-tokens",
+            "5",
+            "--quantize",
+            "int8",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     int8_loss = json.loads((run / "eval" / "eval.json").read_text())["scores"]["val_loss"]
     assert int8_loss != fp32_loss and abs(int8_loss - fp32_loss) < 0.05 * fp32_loss
     assert "tokens/s" in int8.stdout and "tokens/s" in fp32.stdout

@@ -34,9 +34,14 @@ def fingerprint(path: Path) -> tuple[bytes, int]:
 
 
 def checkpoint_files(step: int) -> dict:
-    return {"model": {"w": torch.full((3,), float(step))}, "optimizer": {"state": {}, "param_groups": []},
-            "rng": {"torch": torch.get_rng_state()}, "state": {"train": {"step": step}, "data": {}},
-            "config": lambda path: path.write_text("{}"), "tokenizer": ByteTokenizer()}  # fmt: skip
+    return {
+        "model": {"w": torch.full((3,), float(step))},
+        "optimizer": {"state": {}, "param_groups": []},
+        "rng": {"torch": torch.get_rng_state()},
+        "state": {"train": {"step": step}, "data": {}},
+        "config": lambda path: path.write_text("{}"),
+        "tokenizer": ByteTokenizer(),
+    }
 
 
 def train(config: Path, run: Path, *extra: str) -> int:
@@ -169,8 +174,9 @@ def shards(tmp_path) -> Path:
     return prepare_shards(tmp_path / "shards", ByteTokenizer(), "text", [corpus], workers=1, progress=False)
 
 
-@pytest.mark.parametrize("key, value", [("fields", ["../x"]), ("fields", ["../../x"]), ("fields", ["/etc/passwd"]),
-                                        ("splits", {"../x": {}})])  # fmt: skip
+@pytest.mark.parametrize(
+    "key, value", [("fields", ["../x"]), ("fields", ["../../x"]), ("fields", ["/etc/passwd"]), ("splits", {"../x": {}})]
+)
 def test_a_shard_manifest_naming_a_path_outside_is_refused(shards, key, value):
     manifest = json.loads((shards / MANIFEST).read_text())
     manifest[key] = value
@@ -188,11 +194,14 @@ def test_a_shard_file_that_is_a_symlink_is_refused(shards, tmp_path):
         read_shards(shards, "train")
 
 
-@pytest.mark.parametrize("manifest, phrase", [
-    ({"kind": "hf", "tokenizer_file": "../x/tokenizer.json"}, "climbs out with '..'"),
-    ({"kind": "sentencepiece", "model_file": "/etc/passwd"}, "is an absolute path"),
-    ({"kind": "sentencepiece", "model_file": 7}, "must be a relative file name"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "manifest, phrase",
+    [
+        ({"kind": "hf", "tokenizer_file": "../x/tokenizer.json"}, "climbs out with '..'"),
+        ({"kind": "sentencepiece", "model_file": "/etc/passwd"}, "is an absolute path"),
+        ({"kind": "sentencepiece", "model_file": 7}, "must be a relative file name"),
+    ],
+)
 def test_a_tokenizer_manifest_naming_a_path_outside_is_refused(tmp_path, manifest, phrase):
     (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
     with pytest.raises(DataError, match=phrase):
@@ -230,8 +239,9 @@ def test_a_second_train_on_a_busy_out_is_refused_naming_the_holder(tmp_path, tin
         command = [sys.executable, "-m", "encdec", "train", str(tiny_config), "--out", str(run)]
         process = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert process.returncode == 2
-    one_sentence(process.stderr, f"{run} is in use by encdec train (pid {os.getpid()} on ",
-                 "wait for it or choose another --out")  # fmt: skip
+    one_sentence(
+        process.stderr, f"{run} is in use by encdec train (pid {os.getpid()} on ", "wait for it or choose another --out"
+    )
     assert sorted(p.name for p in run.iterdir()) == [".lock"]  # the refused run wrote nothing
 
 

@@ -17,13 +17,16 @@ def snapshot(run):
     return {path.relative_to(run): path.read_bytes() for path in sorted(run.rglob("*")) if path.is_file()}
 
 
-@pytest.mark.parametrize("change,listed", [
-    (["--set", "optimizer.lr=1e-3"], "optimizer.lr 0.002 -> 0.001"),
-    (["--set", "training.batch_size=8"], "training.batch_size 4 -> 8"),
-    (["--set", "model.d_ff=96"], "model.d_ff 64 -> 96"),
-    (["--set", "tokenizer.num_sentinels=20"], "tokenizer.num_sentinels 50 -> 20"),
-    (["--set", "data.max_documents=100"], "data.max_documents 120 -> 100"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change,listed",
+    [
+        (["--set", "optimizer.lr=1e-3"], "optimizer.lr 0.002 -> 0.001"),
+        (["--set", "training.batch_size=8"], "training.batch_size 4 -> 8"),
+        (["--set", "model.d_ff=96"], "model.d_ff 64 -> 96"),
+        (["--set", "tokenizer.num_sentinels=20"], "tokenizer.num_sentinels 50 -> 20"),
+        (["--set", "data.max_documents=100"], "data.max_documents 120 -> 100"),
+    ],
+)
 def test_resuming_with_a_changed_config_is_refused_naming_the_keys_and_changes_nothing(
     tmp_path, tiny_config, capsys, change, listed
 ):
@@ -51,8 +54,12 @@ def test_safe_keys_may_change_on_resume(tmp_path, tiny_config):
 def test_accepted_changes_continue_the_run_and_are_recorded(tmp_path, tiny_config):
     run = tmp_path / "run"
     assert train(tiny_config, run) == 0
-    assert train(tiny_config, run, "--resume", "--accept-changes", "--set", "training.steps=3",
-                 "--set", "optimizer.lr=1e-3") == 0  # fmt: skip
+    assert (
+        train(
+            tiny_config, run, "--resume", "--accept-changes", "--set", "training.steps=3", "--set", "optimizer.lr=1e-3"
+        )
+        == 0
+    )
     records = read_metrics(run / "metrics.jsonl")
     change = next(r for r in records if r["kind"] == "config_change")
     assert change["step"] == 2 and change["changes"]["optimizer.lr"] == [0.002, 0.001]

@@ -1,7 +1,7 @@
 """`encdec compare`: train several configs on the same data, seed and budget, and tabulate them.
 
-    encdec compare a.yaml b.yaml --out runs/ab [--set training.steps=200]
-    encdec compare --experiment configs/experiments/rot5_ablation.yaml --out runs/ablation
+encdec compare a.yaml b.yaml --out runs/ab [--set training.steps=200]
+encdec compare --experiment configs/experiments/rot5_ablation.yaml --out runs/ablation
 """
 
 from pathlib import Path

@@ -58,14 +58,21 @@ def add_parser(subparsers) -> None:
 
     inspect = commands.add_parser("inspect", help="show decoded examples of an objective, input beside target")
     inspect.add_argument("shards", type=Path, help="a directory written by `encdec data prepare`")
-    inspect.add_argument("--objective", default="ul2", type=objective_name, choices=OBJECTIVES,
-                         help="as objective.kind in a run config (causal, span and prefix also accepted)")  # fmt: skip
+    inspect.add_argument(
+        "--objective",
+        default="ul2",
+        type=objective_name,
+        choices=OBJECTIVES,
+        help="as objective.kind in a run config (causal, span and prefix also accepted)",
+    )
     inspect.add_argument("--split", default="train")
     inspect.add_argument("-n", "--num-examples", type=int, default=3)
     inspect.add_argument(
-        "--max-length", type=int, default=512,
+        "--max-length",
+        type=int,
+        default=512,
         help="chunk length (ul2, span_corruption, prefix_lm), source length (seq2seq)",
-    )  # fmt: skip
+    )
     inspect.add_argument("--block-size", type=int, default=128, help="window length (causal_lm)")
     inspect.add_argument("--mode-tokens", action="store_true", help="prepend [R]/[X]/[S] (ul2)")
     inspect.add_argument("--seed", type=int, default=0)
@@ -136,8 +143,16 @@ def inspect_objective(kind: str, shards, tokenizer: Tokenizer, batch_size: int, 
     else:
         data = shards.fields["text"]
     seq_len = args.block_size if kind == "causal_lm" else args.max_length
-    return build_objective(kind, data, tokenizer, batch_size, args.seed, seq_len=seq_len,
-                           max_source_len=args.max_length, mode_tokens=args.mode_tokens)  # fmt: skip
+    return build_objective(
+        kind,
+        data,
+        tokenizer,
+        batch_size,
+        args.seed,
+        seq_len=seq_len,
+        max_source_len=args.max_length,
+        mode_tokens=args.mode_tokens,
+    )
 
 
 def describe_batch(batch: Batch, tokenizer: Tokenizer) -> list[tuple[str, str, str]]:

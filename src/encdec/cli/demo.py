@@ -64,8 +64,14 @@ def run(args) -> int:
     print_presets()
     tokenizer = ByteTokenizer()
     text = first_sentence()
-    cfg = preset(args.preset, vocab_size=tokenizer.vocab_size, dropout=0.0, pad_id=tokenizer.pad_id,
-                 eos_id=tokenizer.eos_id, decoder_start_id=tokenizer.decoder_start_id)  # fmt: skip
+    cfg = preset(
+        args.preset,
+        vocab_size=tokenizer.vocab_size,
+        dropout=0.0,
+        pad_id=tokenizer.pad_id,
+        eos_id=tokenizer.eos_id,
+        decoder_start_id=tokenizer.decoder_start_id,
+    )
     torch.manual_seed(0)
     model = build_model(cfg)
     print(f"\n{args.preset}: {count_parameters(model):,} parameters; sentence: {text!r}")

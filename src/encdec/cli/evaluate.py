@@ -38,8 +38,9 @@ from encdec.training.trainer import evaluate
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("evaluate", help="loss, perplexity and scored generations of a run",
-                                   description=__doc__)  # fmt: skip
+    parser = subparsers.add_parser(
+        "evaluate", help="loss, perplexity and scored generations of a run", description=__doc__
+    )
     parser.add_argument("run_dir", type=Path, help="a run directory of encdec train")
     parser.add_argument("--checkpoint", default="best", help="best, latest, or a step directory name")
     parser.add_argument("--batches", type=int, default=None, help="batches for the loss (default: the run's)")
@@ -79,8 +80,13 @@ def run(args) -> int:
     for start in tqdm(range(0, len(inputs), args.batch_size), desc="generate", unit="batch", leave=False):
         encoded = tokenizer(inputs[start : start + args.batch_size])
         started = time.perf_counter()
-        ids = generate(loaded.model, encoded["input_ids"], encoded["attention_mask"],
-                       max_new_tokens=args.max_new_tokens, num_beams=args.num_beams).cpu()  # fmt: skip
+        ids = generate(
+            loaded.model,
+            encoded["input_ids"],
+            encoded["attention_mask"],
+            max_new_tokens=args.max_new_tokens,
+            num_beams=args.num_beams,
+        ).cpu()
         seconds += time.perf_counter() - started
         new_tokens += int((ids[:, 1:] != loaded.model.config.pad_id).sum())  # EOS counted, padding not
         predictions += [text.strip() for text in tokenizer.batch_decode(ids[:, 1:])]

@@ -24,6 +24,8 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     name = export_run(args.run_dir, args.out, force=args.force, checkpoint=args.checkpoint)
-    print(f"wrote {args.out}: a {name} with its tokenizer; load it with transformers' "
-          "AutoModelForSeq2SeqLM.from_pretrained and AutoTokenizer.from_pretrained")  # fmt: skip
+    print(
+        f"wrote {args.out}: a {name} with its tokenizer; load it with transformers' "
+        "AutoModelForSeq2SeqLM.from_pretrained and AutoTokenizer.from_pretrained"
+    )
     return 0

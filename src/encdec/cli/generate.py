@@ -51,7 +51,11 @@ OPTIONS = {  # flag -> (type, help); each becomes the generation option of the s
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("generate", help="generate text from a model directory", description=__doc__)
-    parser.add_argument("model_dir", type=Path, help="a run directory of encdec train, or a Hugging Face model directory (T5, Marian, BART)")
+    parser.add_argument(
+        "model_dir",
+        type=Path,
+        help="a run directory of encdec train, or a Hugging Face model directory (T5, Marian, BART)",
+    )
     parser.add_argument("--input", "-i", default="-", help="a file with one input per line (default: stdin)")
     parser.add_argument("--output", "-o", default="-", help="where to write outputs (default: stdout)")
     parser.add_argument("--format", choices=("text", "jsonl"), default="text", help="one line or one record per input")
@@ -60,9 +64,12 @@ def add_parser(subparsers) -> None:
     add_source_length_argument(parser)
     parser.add_argument("--do-sample", action="store_true", help="sample instead of taking the most likely token")
     parser.add_argument("--no-stream", action="store_true", help="do not stream the tokens of a single input")
-    parser.add_argument("--compile", action="store_true",
-                        help="fixed-shape decoding steps, compiled (CPU) or CUDA-graphed (GPU); the first batch of "
-                             "each shape pays the compile")  # fmt: skip
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="fixed-shape decoding steps, compiled (CPU) or CUDA-graphed (GPU); the first batch of "
+        "each shape pays the compile",
+    )
     add_device_argument(parser)
     add_quantize_argument(parser)
     for name, (kind, text) in OPTIONS.items():
@@ -82,20 +89,29 @@ def positive_int(text: str) -> int:
 
 
 def add_source_length_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-source-len", type=positive_int, default=None,
-                        help="cut longer inputs to this many tokens (default: the length the model was trained "
-                             "with: a run's objective lengths, a Hugging Face tokenizer's model_max_length)")  # fmt: skip
+    parser.add_argument(
+        "--max-source-len",
+        type=positive_int,
+        default=None,
+        help="cut longer inputs to this many tokens (default: the length the model was trained "
+        "with: a run's objective lengths, a Hugging Face tokenizer's model_max_length)",
+    )
 
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto",
-                        help="cpu, cuda, cuda:N, or auto (default): cuda when torch sees a GPU, else cpu")  # fmt: skip
+    parser.add_argument(
+        "--device", default="auto", help="cpu, cuda, cuda:N, or auto (default): cuda when torch sees a GPU, else cpu"
+    )
 
 
 def add_quantize_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quantize", choices=SCHEMES, default=None,
-                        help="int8: int8 linear layers on --device, at a small cost in accuracy (the CPU "
-                             "needs an fp32 model; a GPU takes fp32, bf16 or fp16)")  # fmt: skip
+    parser.add_argument(
+        "--quantize",
+        choices=SCHEMES,
+        default=None,
+        help="int8: int8 linear layers on --device, at a small cost in accuracy (the CPU "
+        "needs an fp32 model; a GPU takes fp32, bf16 or fp16)",
+    )
 
 
 def resolve_device(name: str) -> torch.device:
@@ -130,7 +146,9 @@ def load_model_and_tokenizer(path: Path, max_source_len: int | None = None):
         objective = run.config.objective
         template = objective.source_template if objective.kind == "seq2seq" else "{source}"
         side = RunTokenizer.padding_side_for(run.model)
-        return run.model, RunTokenizer(run.tokenizer, template, side, max_source_len or trained_source_length(run.config))
+        return run.model, RunTokenizer(
+            run.tokenizer, template, side, max_source_len or trained_source_length(run.config)
+        )
     if not (path / "config.json").is_file():
         raise CheckpointError(f"{path} has no config.json: `encdec generate` reads Hugging Face model directories")
     tokenizer = PretrainedTokenizer.from_directory(path).hf  # refused in one sentence without tokenizer files
@@ -191,8 +209,14 @@ def run(args: argparse.Namespace) -> int:
         options["compile"] = True
     out = sys.stdout if args.output == "-" else open_output(Path(args.output))
     effective = {**getattr(model, "generation_defaults", {}), **options}  # the checkpoint may default to beams
-    streaming = (len(inputs) == 1 and args.format == "text" and out.isatty() and not args.no_stream
-                 and effective.get("num_beams", 1) == 1 and effective.get("num_return_sequences", 1) == 1)  # fmt: skip
+    streaming = (
+        len(inputs) == 1
+        and args.format == "text"
+        and out.isatty()
+        and not args.no_stream
+        and effective.get("num_beams", 1) == 1
+        and effective.get("num_return_sequences", 1) == 1
+    )
     try:
         for start in range(0, len(inputs), args.batch_size):
             batch = inputs[start : start + args.batch_size]

@@ -1,9 +1,9 @@
 """`encdec size CONFIG`: parameter counts of a run config's model, and Chinchilla sizing.
 
-    encdec size configs/tiny.yaml          parameters, total and without position tables
-    encdec size --preset rot5-mini         the same for a preset
-    encdec size --tokens 1.37e9            compute-optimal FLOPs and parameters for a token budget
-    encdec size --flops 3.65e17 / --params 48e6
+encdec size configs/tiny.yaml          parameters, total and without position tables
+encdec size --preset rot5-mini         the same for a preset
+encdec size --tokens 1.37e9            compute-optimal FLOPs and parameters for a token budget
+encdec size --flops 3.65e17 / --params 48e6
 """
 
 import torch
@@ -41,7 +41,9 @@ def tokenizer_vocab_size(cfg) -> int:
         return t.vocab_size
     from encdec.tokenizers import build_tokenizer
 
-    return build_tokenizer(t.kind, t.path, num_sentinels=t.num_sentinels, extra_specials=tuple(t.extra_specials)).vocab_size
+    return build_tokenizer(
+        t.kind, t.path, num_sentinels=t.num_sentinels, extra_specials=tuple(t.extra_specials)
+    ).vocab_size
 
 
 def run(args) -> int:

@@ -18,8 +18,11 @@ def add_parser(subparsers):
     parser.add_argument("config", help="the run config (YAML)")
     parser.add_argument("--out", required=True, help="the run directory: checkpoints, metrics, plots")
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
-    parser.add_argument("--accept-changes", action="store_true",
-                        help="with --resume: continue although the config differs from the run's (recorded in the run)")
+    parser.add_argument(
+        "--accept-changes",
+        action="store_true",
+        help="with --resume: continue although the config differs from the run's (recorded in the run)",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
     parser.set_defaults(func=run)
 
@@ -31,13 +34,17 @@ def run(args) -> int:
     result = train(cfg, Path(args.out), resume=args.resume, accept_changes=args.accept_changes)
     if not result.is_main:  # another process under torchrun: rank 0 reports
         return 0
-    print(f"{result.steps} steps in {result.wall_time:.1f}s ({result.tokens_per_s:,.0f} tokens/s); "
-          f"{result.parameters:,} parameters")  # fmt: skip
+    print(
+        f"{result.steps} steps in {result.wall_time:.1f}s ({result.tokens_per_s:,.0f} tokens/s); "
+        f"{result.parameters:,} parameters"
+    )
     if result.val_loss is not None:
         print(f"train loss {result.train_loss:.4f}, validation loss {result.val_loss:.4f}")
     if result.early_stopped:
-        print(f"stopped early at step {result.steps}: training.early_stopping_patience evaluations without a "
-              f"better {cfg.output.best_by}")  # fmt: skip
+        print(
+            f"stopped early at step {result.steps}: training.early_stopping_patience evaluations without a "
+            f"better {cfg.output.best_by}"
+        )
     if result.interrupted:
         print(f"stopped by signal; resume with: {resume_command(args)}")
         return 128 + (result.signal or signal.SIGINT)

@@ -316,8 +316,15 @@ def _read_offsets(path: Path) -> np.ndarray:
     try:
         offsets = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as error:
-        raise DataError(f"shard index {path} is not a plain integer array ({str(error).splitlines()[0][:80]})") from None
-    if offsets.ndim != 1 or offsets.dtype.kind not in "iu" or not len(offsets) or offsets[0] != 0 \
-            or (np.diff(offsets) < 0).any():  # fmt: skip
+        raise DataError(
+            f"shard index {path} is not a plain integer array ({str(error).splitlines()[0][:80]})"
+        ) from None
+    if (
+        offsets.ndim != 1
+        or offsets.dtype.kind not in "iu"
+        or not len(offsets)
+        or offsets[0] != 0
+        or (np.diff(offsets) < 0).any()
+    ):
         raise DataError(f"shard index {path} is not a list of increasing document offsets from 0")
     return offsets

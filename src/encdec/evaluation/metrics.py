@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 
 # NLTK's English stopword list (nltk.corpus.stopwords.words("english"), 179 words)
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself yourselves he him his
 himself she she's her hers herself it it's its itself they them their theirs themselves what which who whom this
 that that'll these those am is are was were be been being have has had having do does did doing a an the and but
@@ -35,7 +36,8 @@ each few more most other some such no nor not only own same so than too very s t
 should've now d ll m o re ve y ain aren aren't couldn couldn't didn didn't doesn doesn't hadn hadn't hasn hasn't
 haven haven't isn isn't ma mightn mightn't mustn mustn't needn needn't shan shan't shouldn shouldn't wasn wasn't
 weren weren't won won't wouldn wouldn't
-""".split())
+""".split()
+)
 
 
 def check_pairs(predictions: list[str], references: list[str]) -> None:
@@ -99,5 +101,8 @@ def chrf(predictions: list[str], references: list[str]) -> float:
 
 def score_texts(predictions: list[str], references: list[str], rot5_preprocessing: bool = False) -> dict[str, float]:
     """Every metric at once: rouge1, rouge2, rougeL, bleu, chrf."""
-    return {**rouge(predictions, references, rot5_preprocessing), "bleu": bleu(predictions, references),
-            "chrf": chrf(predictions, references)}  # fmt: skip
+    return {
+        **rouge(predictions, references, rot5_preprocessing),
+        "bleu": bleu(predictions, references),
+        "chrf": chrf(predictions, references),
+    }

@@ -18,5 +18,13 @@ from encdec.generation.interface import DecodeState, Steppable
 from encdec.generation.outputs import GenerateOutput
 from encdec.generation.search import sample_search
 
-__all__ = ["DecodeState", "GenerateOutput", "GenerationConfig", "Steppable", "beam_search", "generate",
-           "group_beam_search", "sample_search"]  # fmt: skip
+__all__ = [
+    "DecodeState",
+    "GenerateOutput",
+    "GenerationConfig",
+    "Steppable",
+    "beam_search",
+    "generate",
+    "group_beam_search",
+    "sample_search",
+]

@@ -104,10 +104,12 @@ def beam_search(
         just_finished = done & top_n[None, :]
         scores = scores + (~just_finished) * NEG
         best = torch.topk(torch.cat((finished_scores, scores), 1), N)[1]
-        merged = (gather_beams(torch.cat((finished, candidates), 1), best),
-                  gather_beams(torch.cat((finished_scores, scores), 1), best),
-                  gather_beams(torch.cat((is_finished, just_finished), 1), best),
-                  gather_beams(torch.cat((finished_lengths, torch.full_like(token, cur_len + 1 - P)), 1), best))  # fmt: skip
+        merged = (
+            gather_beams(torch.cat((finished, candidates), 1), best),
+            gather_beams(torch.cat((finished_scores, scores), 1), best),
+            gather_beams(torch.cat((is_finished, just_finished), 1), best),
+            gather_beams(torch.cat((finished_lengths, torch.full_like(token, cur_len + 1 - P)), 1), best),
+        )
         if every > 1:  # after a stop the host has not seen, the finished hypotheses stay as they were
             old = (finished, finished_scores, is_finished, finished_lengths)
             merged = tuple(torch.where(stopped, before, after) for before, after in zip(old, merged, strict=True))

@@ -108,8 +108,9 @@ def make_runner(steps: FixedSteps):
     if steps.pos.device.type != "cuda":
         return CompiledRunner(steps)
     if any(isinstance(module, MoE) for module in steps.model.decoder.modules()):
-        warn_once("mixture-of-experts steps size their experts on the host, which a CUDA graph cannot: "
-                  "they run eagerly")  # fmt: skip
+        warn_once(
+            "mixture-of-experts steps size their experts on the host, which a CUDA graph cannot: they run eagerly"
+        )
         return EagerRunner(steps)
     return GraphRunner(steps)
 

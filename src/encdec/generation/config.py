@@ -105,13 +105,17 @@ class GenerationConfig:
             "eta_cutoff": (0 <= self.eta_cutoff < 1, "in [0, 1)"),
             "num_beam_groups": (self.num_beam_groups >= 1, "a positive integer"),
             "diversity_penalty": (self.diversity_penalty >= 0, "zero (off) or more"),
-            "exponential_decay_length_penalty": (valid_decay(self.exponential_decay_length_penalty),
-                                                 "None or a pair (start_index >= 0, decay_factor > 0)"),
+            "exponential_decay_length_penalty": (
+                valid_decay(self.exponential_decay_length_penalty),
+                "None or a pair (start_index >= 0, decay_factor > 0)",
+            ),
             "suppress_tokens": (token_list(self.suppress_tokens), "None or a list of token ids (integers >= 0)"),
-            "begin_suppress_tokens": (token_list(self.begin_suppress_tokens),
-                                      "None or a list of token ids (integers >= 0)"),
+            "begin_suppress_tokens": (
+                token_list(self.begin_suppress_tokens),
+                "None or a list of token ids (integers >= 0)",
+            ),
             "stop_strings": (valid_stop_strings(self.stop_strings), "None, a non-empty string or a list of them"),
-        }  # fmt: skip
+        }
         for key, (ok, allowed) in checks.items():
             if not ok:
                 raise ConfigError(f"{key} must be {allowed}, got {getattr(self, key)!r}")
@@ -135,8 +139,10 @@ class GenerationConfig:
         """Refuse a user's generator that cannot draw on `device`, where the model computes."""
         given = self.generator
         if given is not None and not same_device(given.device, device):
-            raise ConfigError(f"the generator is on {given.device} but the model is on {device}; "
-                              f"make it with torch.Generator(device={str(device)!r})")  # fmt: skip
+            raise ConfigError(
+                f"the generator is on {given.device} but the model is on {device}; "
+                f"make it with torch.Generator(device={str(device)!r})"
+            )
 
     def make_generator(self, device: torch.device | str = "cpu") -> torch.Generator | None:
         """The generator sampling draws from on `device`: a fresh one seeded with `seed`, the user's

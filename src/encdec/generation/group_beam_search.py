@@ -142,8 +142,13 @@ def finalize(
     followed by the first EOS id where it ended early and padded after it (BeamSearchScorer.finalize)."""
     B, G, n, _ = running.shape
     for g in range(G):
-        hyps.add(g, running[:, g], running_scores[:, g] / ((cur_len - P) ** cfg.length_penalty), cur_len,
-                 ~done[:, g, None].expand(B, n))  # fmt: skip
+        hyps.add(
+            g,
+            running[:, g],
+            running_scores[:, g] / ((cur_len - P) ** cfg.length_penalty),
+            cur_len,
+            ~done[:, g, None].expand(B, n),
+        )
     R = cfg.num_return_sequences
     scores, best = torch.topk(hyps.scores.view(B, G * n), R)  # (B, R)
     tokens = gather_beams(hyps.tokens.view(B, G * n, -1), best)  # (B, R, L)

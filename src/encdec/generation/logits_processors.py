@@ -99,8 +99,9 @@ def forced_token(token: int, at_length: int) -> Processor:
     return apply
 
 
-def exponential_decay(start: int, factor: float, eos_ids: list[int], device: torch.device | str | None = None
-                      ) -> Processor:  # fmt: skip
+def exponential_decay(
+    start: int, factor: float, eos_ids: list[int], device: torch.device | str | None = None
+) -> Processor:
     """Once rows hold more than `start` tokens, raise EOS scores by |score| * (factor ** (length - start) - 1)."""
     eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
 
@@ -115,8 +116,7 @@ def exponential_decay(start: int, factor: float, eos_ids: list[int], device: tor
     return apply
 
 
-def suppress(tokens: list[int], at_length: int | None = None, device: torch.device | str | None = None
-             ) -> Processor:  # fmt: skip
+def suppress(tokens: list[int], at_length: int | None = None, device: torch.device | str | None = None) -> Processor:
     """Ban `tokens` (ids beyond the vocabulary are ignored): always, or only when rows hold `at_length` tokens."""
     banned = torch.tensor(tokens, dtype=torch.long, device=device)
 

@@ -13,15 +13,31 @@ from encdec.interop.hf_switch import load_hf_switch
 from encdec.interop.hf_t5 import load_hf_t5, save_hf_t5
 
 # Hugging Face model_type -> loader; a new architecture adds a line here
-LOADERS = {"t5": load_hf_t5, "marian": load_hf_marian, "bart": load_hf_bart, "mbart": load_hf_mbart,
-           "switch_transformers": load_hf_switch}  # fmt: skip
+LOADERS = {
+    "t5": load_hf_t5,
+    "marian": load_hf_marian,
+    "bart": load_hf_bart,
+    "mbart": load_hf_mbart,
+    "switch_transformers": load_hf_switch,
+}
 
 # generation settings a checkpoint may carry (config.json, generation_config.json), by our option name
 GENERATION_KEYS = (
-    "num_beams", "length_penalty", "early_stopping", "no_repeat_ngram_size", "repetition_penalty",
-    "bad_words_ids", "forced_bos_token_id", "forced_eos_token_id", "do_sample", "temperature", "top_k", "top_p",
-    "max_new_tokens", "min_new_tokens",
-)  # fmt: skip
+    "num_beams",
+    "length_penalty",
+    "early_stopping",
+    "no_repeat_ngram_size",
+    "repetition_penalty",
+    "bad_words_ids",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "max_new_tokens",
+    "min_new_tokens",
+)
 
 
 def load_hf(path: str | Path) -> nn.Module:

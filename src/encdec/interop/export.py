@@ -39,13 +39,31 @@ LAYOUTS = {
 }
 # generation options Hugging Face's generation_config.json knows under the same names as ours
 GENERATION_KEYS = (
-    "num_beams", "length_penalty", "early_stopping", "no_repeat_ngram_size", "repetition_penalty",
-    "bad_words_ids", "forced_bos_token_id", "forced_eos_token_id", "do_sample", "temperature", "top_k", "top_p",
-    "max_new_tokens", "min_new_tokens", "num_return_sequences",
-)  # fmt: skip
+    "num_beams",
+    "length_penalty",
+    "early_stopping",
+    "no_repeat_ngram_size",
+    "repetition_penalty",
+    "bad_words_ids",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "max_new_tokens",
+    "min_new_tokens",
+    "num_return_sequences",
+)
 # files an earlier export or checkpoint may have left that transformers would read instead of, or beside, ours
-STALE_FILES = ("special_tokens_map.json", "added_tokens.json", "model.safetensors.index.json", "pytorch_model.bin",
-               "tokenizer.model", "spiece.model")  # fmt: skip
+STALE_FILES = (
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "tokenizer.model",
+    "spiece.model",
+)
 LOAD_HINT = "encdec.from_pretrained(RUN_DIR) loads it"
 
 
@@ -89,8 +107,10 @@ def export_hf(
     LAYOUTS[layout][1](model, out)
     write_generation_config(out, cfg, tokenizer, generation or {})
     if layout in ("t5", "switch_transformers") and cfg.decoder_layers > cfg.n_encoder_layers:
-        log.warning("the decoder is deeper than the encoder: transformers' generate() sizes its cache by the "
-                    "encoder (num_layers) and fails; its forward() is unaffected")  # fmt: skip
+        log.warning(
+            "the decoder is deeper than the encoder: transformers' generate() sizes its cache by the "
+            "encoder (num_layers) and fails; its forward() is unaffected"
+        )
     return LAYOUTS[layout][2]
 
 
@@ -123,7 +143,8 @@ def export_run(run_dir: str | Path, out: str | Path, force: bool = False, checkp
     name = export_hf(run.model, run.tokenizer, out, run.model.generation_defaults, force)
     objective = run.config.objective
     if objective.kind == "seq2seq" and objective.source_template != "{source}":
-        log.warning("this run formats each source as %r before tokenizing; do the same with the exported tokenizer",
-                    objective.source_template)  # fmt: skip
+        log.warning(
+            "this run formats each source as %r before tokenizing; do the same with the exported tokenizer",
+            objective.source_template,
+        )
     return name
-

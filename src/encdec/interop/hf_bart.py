@@ -44,7 +44,9 @@ def bart_layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
             raise CheckpointError(f"{enc} ({hf[enc]}) differs from {dec} ({hf[dec]}), which encdec does not support")
     activation = hf.get("activation_function", "gelu")
     if activation not in HF_ACTIVATIONS:
-        raise CheckpointError(f"activation_function {activation!r} is not supported; supported: {', '.join(HF_ACTIVATIONS)}")
+        raise CheckpointError(
+            f"activation_function {activation!r} is not supported; supported: {', '.join(HF_ACTIVATIONS)}"
+        )
     eos = hf.get("eos_token_id", 2)
     return ModelConfig(
         vocab_size=hf["vocab_size"],
@@ -107,8 +109,9 @@ def first_set(*values):
 
 def mbart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     """mBART (Liu et al. 2020): BART's layout made pre-norm, with a LayerNorm closing each stack."""
-    return bart_layout_config(hf, untied_head, position="learned", position_offset=2, embedding_norm=True,
-                              norm_position="pre")  # fmt: skip
+    return bart_layout_config(
+        hf, untied_head, position="learned", position_offset=2, embedding_norm=True, norm_position="pre"
+    )
 
 
 def load_hf_bart(path: Path, hf_config: dict) -> EncoderDecoder:
@@ -131,15 +134,15 @@ def bart_layout_problems(cfg: ModelConfig) -> list[str]:
         "norm_position must be post": cfg.norm_position != "post",
         "bias must be true": not cfg.bias,
         "scale_attention must be true": not cfg.scale_attention,
-        f"activation must be one of {', '.join(OUR_ACTIVATIONS)}, got {cfg.activation}":
-            cfg.activation not in OUR_ACTIVATIONS,
+        f"activation must be one of {', '.join(OUR_ACTIVATIONS)}, got {cfg.activation}": cfg.activation
+        not in OUR_ACTIVATIONS,
         "n_kv_heads must equal n_heads": (cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
         "cross-attention heads must equal n_heads": (cfg.cross_n_heads or cfg.n_heads) != cfg.n_heads
         or (cfg.cross_n_kv_heads or cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
         "d_head must be d_model / n_heads": cfg.head_dim * cfg.n_heads != cfg.d_model,
         "scale_output must be false": cfg.scale_output,
         "n_experts must be 1": cfg.n_experts != 1,
-    }  # fmt: skip
+    }
     return [text for text, bad in problems.items() if bad]
 
 

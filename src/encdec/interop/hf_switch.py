@@ -35,10 +35,16 @@ DROPLESS_CAPACITY = 2**31 - 1  # tokens one expert may take per sequence: more t
 # (our parameter name pattern, Hugging Face name pattern): T5's attention, norms and embeddings, plus the experts
 SWITCH_NAME_MAP = [(ours, theirs) for ours, theirs in NAME_MAP if "DenseReluDense" not in theirs] + [
     (r"encoder\.blocks\.(\d+)\.ffn\.router\.weight", r"encoder.block.\1.layer.1.mlp.router.classifier.weight"),
-    (r"encoder\.blocks\.(\d+)\.ffn\.experts\.(\d+)\.(wi|wo)\.weight", r"encoder.block.\1.layer.1.mlp.experts.expert_\2.\3.weight"),
+    (
+        r"encoder\.blocks\.(\d+)\.ffn\.experts\.(\d+)\.(wi|wo)\.weight",
+        r"encoder.block.\1.layer.1.mlp.experts.expert_\2.\3.weight",
+    ),
     (r"decoder\.blocks\.(\d+)\.ffn\.router\.weight", r"decoder.block.\1.layer.2.mlp.router.classifier.weight"),
-    (r"decoder\.blocks\.(\d+)\.ffn\.experts\.(\d+)\.(wi|wo)\.weight", r"decoder.block.\1.layer.2.mlp.experts.expert_\2.\3.weight"),
-]  # fmt: skip
+    (
+        r"decoder\.blocks\.(\d+)\.ffn\.experts\.(\d+)\.(wi|wo)\.weight",
+        r"decoder.block.\1.layer.2.mlp.experts.expert_\2.\3.weight",
+    ),
+]
 
 
 def hf_name(our_name: str) -> str:
@@ -50,11 +56,10 @@ def check_switch_compatible(cfg: ModelConfig) -> None:
     problems = {
         "n_experts must be greater than 1 (a dense model exports as T5)": cfg.n_experts < 2,
         f"moe_top_k must be 1 (Hugging Face routes each token to one expert), got {cfg.moe_top_k}": cfg.moe_top_k != 1,
-        "moe_renormalize must be false (Hugging Face weighs an expert by its raw router probability)":
-            cfg.moe_renormalize,
+        "moe_renormalize must be false (Hugging Face weighs an expert by its raw router probability)": cfg.moe_renormalize,
         f"moe_activation must be one of {', '.join(OUR_EXPERT_ACTIVATIONS)} (Hugging Face's experts are not gated), "
         f"got {cfg.moe_activation}": cfg.moe_activation not in OUR_EXPERT_ACTIVATIONS,
-    }  # fmt: skip
+    }
     failed = [text for text, bad in problems.items() if bad] + t5_layout_problems(cfg)
     if failed:
         raise ConfigError(f"this model cannot be saved as Hugging Face SwitchTransformers: {failed[0]}")
@@ -91,12 +96,16 @@ def save_hf_switch(model: EncoderDecoder, path: Path) -> None:
 
 def load_hf_switch(path: Path, hf_config: dict) -> EncoderDecoder:
     """Read a SwitchTransformers directory whose every feed-forward is sparse (as encdec writes them)."""
-    for side, layers, sparse in (("encoder", "num_layers", "num_sparse_encoder_layers"),
-                                 ("decoder", "num_decoder_layers", "num_sparse_decoder_layers")):  # fmt: skip
+    for side, layers, sparse in (
+        ("encoder", "num_layers", "num_sparse_encoder_layers"),
+        ("decoder", "num_decoder_layers", "num_sparse_decoder_layers"),
+    ):
         total = hf_config.get(layers) or hf_config["num_layers"]
         if hf_config.get(sparse, 3) != total:
-            raise CheckpointError(f"{path}: {hf_config.get(sparse, 3)} of the {total} {side} layers are sparse, "
-                                  "but encdec makes every feed-forward a mixture of experts")  # fmt: skip
+            raise CheckpointError(
+                f"{path}: {hf_config.get(sparse, 3)} of the {total} {side} layers are sparse, "
+                "but encdec makes every feed-forward a mixture of experts"
+            )
     if hf_config.get("router_bias"):
         raise CheckpointError(f"{path}: router_bias is set, which encdec's router does not have")
     activation = hf_config.get("dense_act_fn", "relu")
@@ -111,9 +120,16 @@ def load_hf_switch(path: Path, hf_config: dict) -> EncoderDecoder:
     untied = hf_config.get("tie_word_embeddings", True) is False and head is not None
     proj = OUR_ACTIVATIONS[ours[activation]]  # the dense activation, unused when every feed-forward is sparse
     cfg = config_from_hf({**hf_config, "feed_forward_proj": proj, "scale_decoder_outputs": not untied}, untied)
-    cfg = ModelConfig(**{**cfg.to_dict(), "n_experts": hf_config.get("num_experts", 8), "moe_top_k": 1,
-                         "moe_renormalize": False, "moe_activation": ours[activation],
-                         "aux_loss_coef": hf_config.get("router_aux_loss_coef", 0.001),
-                         "z_loss_coef": hf_config.get("router_z_loss_coef", 0.001)})  # fmt: skip
+    cfg = ModelConfig(
+        **{
+            **cfg.to_dict(),
+            "n_experts": hf_config.get("num_experts", 8),
+            "moe_top_k": 1,
+            "moe_renormalize": False,
+            "moe_activation": ours[activation],
+            "aux_loss_coef": hf_config.get("router_aux_loss_coef", 0.001),
+            "z_loss_coef": hf_config.get("router_z_loss_coef", 0.001),
+        }
+    )
     model = EncoderDecoder(cfg)
     return fill_from_hf(model, weights, hf_name, path)

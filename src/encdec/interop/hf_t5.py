@@ -28,14 +28,22 @@ HF_ACTIVATIONS = {
     "gated-gelu_new": "gated_gelu",
     "gated-silu": "swiglu",
 }
-OUR_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "gated_gelu": "gated-gelu",
-                   "swiglu": "gated-silu"}  # fmt: skip
+OUR_ACTIVATIONS = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_new",
+    "gated_gelu": "gated-gelu",
+    "swiglu": "gated-silu",
+}
 
 # (our parameter name pattern, Hugging Face name pattern); {i} is the block index
 NAME_MAP = [
     (r"((encoder|decoder)\.)?embed\.weight", "shared.weight"),  # one matrix, registered in three places
     (r"lm_head\.weight", "lm_head.weight"),
-    (r"(encoder|decoder)\.position_bias\.embed\.weight", r"\1.block.0.layer.0.SelfAttention.relative_attention_bias.weight"),
+    (
+        r"(encoder|decoder)\.position_bias\.embed\.weight",
+        r"\1.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+    ),
     (r"(encoder|decoder)\.final_norm\.weight", r"\1.final_layer_norm.weight"),
     (r"(encoder|decoder)\.blocks\.(\d+)\.self_attn\.(q|k|v|o)\.weight", r"\1.block.\2.layer.0.SelfAttention.\3.weight"),
     (r"(encoder|decoder)\.blocks\.(\d+)\.self_attn_norm\.weight", r"\1.block.\2.layer.0.layer_norm.weight"),
@@ -45,7 +53,7 @@ NAME_MAP = [
     (r"encoder\.blocks\.(\d+)\.ffn_norm\.weight", r"encoder.block.\1.layer.1.layer_norm.weight"),
     (r"decoder\.blocks\.(\d+)\.ffn\.(wi|wi_0|wi_1|wo)\.weight", r"decoder.block.\1.layer.2.DenseReluDense.\2.weight"),
     (r"decoder\.blocks\.(\d+)\.ffn_norm\.weight", r"decoder.block.\1.layer.2.layer_norm.weight"),
-]  # fmt: skip
+]
 
 
 def hf_name(our_name: str, name_map: list[tuple[str, str]] = NAME_MAP, family: str = "T5") -> str:

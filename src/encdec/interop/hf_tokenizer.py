@@ -51,8 +51,12 @@ def convert_tokenizer(tokenizer: Tokenizer) -> TokenizerFiles:
     """`tokenizer` as AutoTokenizer's files; one sentence (DataError) when its kind cannot be converted exactly."""
     if tokenizer.kind == "pretrained":
         return TokenizerFiles(None, {}, pretrained=tokenizer.hf)
-    builders = {"hf": hf_backend, "sentencepiece": sentencepiece_backend, "byte": byte_backend,
-                "tiktoken": tiktoken_backend}  # fmt: skip
+    builders = {
+        "hf": hf_backend,
+        "sentencepiece": sentencepiece_backend,
+        "byte": byte_backend,
+        "tiktoken": tiktoken_backend,
+    }
     if tokenizer.kind not in builders:
         raise DataError(f"a {tokenizer.kind!r} tokenizer cannot be written for Hugging Face")
     backend, unk = builders[tokenizer.kind](tokenizer)
@@ -139,10 +143,12 @@ def tiktoken_backend(tokenizer) -> tuple:
     merges.sort()
     backend = Backend(models.BPE({text(t): r for t, r in ranks.items()}, [(text(a), text(b)) for *_, a, b in merges]))
     backend.model.ignore_merges = True  # tiktoken looks a whole piece up before merging its bytes
-    backend.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])  # fmt: skip
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     backend.decoder = decoders.ByteLevel()
     return add_specials(backend, tokenizer), None
 
@@ -175,8 +181,9 @@ def sentencepiece_backend(tokenizer) -> tuple:
         backend = Backend(models.Unigram(pieces, unk_id=sp.unk_id(), byte_fallback=byte_fallback))
     elif model_type == 2:
         vocab = {piece: i for i, (piece, _) in enumerate(pieces)}
-        backend = Backend(models.BPE(vocab, bpe_merges(vocab, pieces), unk_token=unk, fuse_unk=True,
-                                     byte_fallback=byte_fallback))  # fmt: skip
+        backend = Backend(
+            models.BPE(vocab, bpe_merges(vocab, pieces), unk_token=unk, fuse_unk=True, byte_fallback=byte_fallback)
+        )
     else:
         raise DataError(f"the SentencePiece model {tokenizer.model_file} is a word or char model, not BPE or unigram")
     steps = [normalizers.Precompiled(normalizer[2])] if normalizer.get(2) else []

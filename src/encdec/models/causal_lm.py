@@ -63,8 +63,19 @@ from encdec.modules import (
 
 # What no causal LM uses: other position schemes (position must be learned), Marian and BART's
 # checkpoint details, the RNN's options. Each family adds its own to these.
-LM_UNUSED = frozenset({"sinusoidal_layout", "position_offset", "relative_buckets", "relative_max_distance",
-                       "rope_theta", "rope_cross", "final_logits_bias", "rnn_cell", "rnn_attention"})  # fmt: skip
+LM_UNUSED = frozenset(
+    {
+        "sinusoidal_layout",
+        "position_offset",
+        "relative_buckets",
+        "relative_max_distance",
+        "rope_theta",
+        "rope_cross",
+        "final_logits_bias",
+        "rnn_cell",
+        "rnn_attention",
+    }
+)
 
 
 def build_causal_block(cfg: ModelConfig) -> EncoderBlock:
@@ -79,8 +90,9 @@ def build_cross_block(cfg: ModelConfig) -> DecoderBlock:
     cross_heads = cfg.cross_n_heads or 2 * cfg.n_heads
     if cross_heads != cfg.n_heads and cfg.d_model % cross_heads:
         raise ConfigError(f"model.cross_n_heads ({cross_heads}) must divide model.d_model ({cfg.d_model})")
-    return build_decoder_block(cfg, cross_heads=cross_heads, ffn_dropout=0.0,
-                               cross_first=cfg.research.order_type == "ALT", memory_norm=True)  # fmt: skip
+    return build_decoder_block(
+        cfg, cross_heads=cross_heads, ffn_dropout=0.0, cross_first=cfg.research.order_type == "ALT", memory_norm=True
+    )
 
 
 def check_lm_config(cfg: ModelConfig) -> None:
@@ -119,8 +131,10 @@ def left_padding(mask: torch.Tensor) -> torch.Tensor | None:
     padded = ~mask.all()
     left_only, padded = torch.stack((left_only, padded)).tolist()
     if not left_only:
-        raise DataError("prompts of different lengths must be padded on the left (mask zeros only before "
-                        "each row's first real token), not on the right or inside")  # fmt: skip
+        raise DataError(
+            "prompts of different lengths must be padded on the left (mask zeros only before "
+            "each row's first real token), not on the right or inside"
+        )
     return (~mask).sum(-1) if padded else None
 
 
@@ -187,12 +201,15 @@ class PromptedLM(GenerationMixin, abc.ABC):
 
     def check_positions(self, length: int) -> None:
         if length > self.config.max_positions:
-            raise ConfigError(f"the sequence reaches {length} tokens but this model's context is "
-                              f"{self.config.max_positions} (model.max_positions)")  # fmt: skip
+            raise ConfigError(
+                f"the sequence reaches {length} tokens but this model's context is "
+                f"{self.config.max_positions} (model.max_positions)"
+            )
 
     @torch.no_grad()
-    def start(self, src_ids: torch.Tensor | None, src_mask: torch.Tensor | None, max_new_tokens: int,
-              beams: int = 1) -> LMState:  # fmt: skip
+    def start(
+        self, src_ids: torch.Tensor | None, src_mask: torch.Tensor | None, max_new_tokens: int, beams: int = 1
+    ) -> LMState:
         """Prefill the prompt src_ids (B, S) for B * beams rows; None starts from nothing.
 
         src_mask (B, S) bool, 0/1 integer or float, nonzero at real tokens: prompts of different lengths

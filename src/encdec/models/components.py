@@ -45,37 +45,57 @@ def output_scale(cfg: ModelConfig) -> float:
     return cfg.d_model**-0.5 if cfg.scale_output else 1.0
 
 
-def build_attention(cfg: ModelConfig, n_heads: int, n_kv_heads: int | None,
-                    rotary: RotaryEmbedding | None = None) -> Attention:  # fmt: skip
+def build_attention(
+    cfg: ModelConfig, n_heads: int, n_kv_heads: int | None, rotary: RotaryEmbedding | None = None
+) -> Attention:
     """n_heads query heads over n_kv_heads key/value heads. Heads are d_head wide when they are the
     model's n_heads; an attention with its own head count (cross_n_heads) splits d_model among them."""
     d_head = cfg.head_dim if n_heads == cfg.n_heads else cfg.d_model // n_heads
-    return Attention(cfg.d_model, n_heads, n_kv_heads, d_head, bias=cfg.bias,
-                     scale=cfg.scale_attention, dropout=cfg.dropout, rotary=rotary)  # fmt: skip
+    return Attention(
+        cfg.d_model,
+        n_heads,
+        n_kv_heads,
+        d_head,
+        bias=cfg.bias,
+        scale=cfg.scale_attention,
+        dropout=cfg.dropout,
+        rotary=rotary,
+    )
 
 
 def build_self_attention(cfg: ModelConfig, rotary: RotaryEmbedding | None = None) -> Attention:
     return build_attention(cfg, cfg.n_heads, cfg.n_kv_heads, rotary)
 
 
-def build_cross_attention(cfg: ModelConfig, rotary: RotaryEmbedding | None = None,
-                          n_heads: int | None = None) -> Attention:  # fmt: skip
+def build_cross_attention(
+    cfg: ModelConfig, rotary: RotaryEmbedding | None = None, n_heads: int | None = None
+) -> Attention:
     """cross_n_heads heads (else `n_heads`, else the model's) over cross_n_kv_heads (else n_kv_heads)."""
-    return build_attention(cfg, cfg.cross_n_heads or n_heads or cfg.n_heads, cfg.cross_n_kv_heads or cfg.n_kv_heads,
-                           rotary)  # fmt: skip
+    return build_attention(
+        cfg, cfg.cross_n_heads or n_heads or cfg.n_heads, cfg.cross_n_kv_heads or cfg.n_kv_heads, rotary
+    )
 
 
 def build_ffn(cfg: ModelConfig, dropout: float) -> nn.Module:
     """Every feed-forward is a mixture of experts when n_experts > 1; `dropout` acts between its two
     projections (the encoder-decoder's cfg.dropout; 0 for nanoGPT's MLP)."""
     if cfg.n_experts > 1:
-        return MoE(cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.moe_top_k, cfg.moe_renormalize,
-                   cfg.moe_activation, cfg.bias, dropout)  # fmt: skip
+        return MoE(
+            cfg.d_model,
+            cfg.d_ff,
+            cfg.n_experts,
+            cfg.moe_top_k,
+            cfg.moe_renormalize,
+            cfg.moe_activation,
+            cfg.bias,
+            dropout,
+        )
     return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias, dropout)
 
 
-def build_encoder_block(cfg: ModelConfig, rotary: RotaryEmbedding | None = None,
-                        ffn_dropout: float | None = None) -> EncoderBlock:  # fmt: skip
+def build_encoder_block(
+    cfg: ModelConfig, rotary: RotaryEmbedding | None = None, ffn_dropout: float | None = None
+) -> EncoderBlock:
     """Self-attention then feed-forward: an encoder layer, or a GPT block when its inputs are causal."""
     attention = build_self_attention(cfg, rotary)
     ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout)
@@ -96,8 +116,16 @@ def build_decoder_block(
     norm = norm_factory(cfg)
     self_attn, cross_attn = build_self_attention(cfg, rotary), build_cross_attention(cfg, cross_rotary, cross_heads)
     ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout)
-    return DecoderBlock(self_attn, cross_attn, ffn, norm, cfg.dropout, cfg.norm_position == "pre",
-                        cross_first=cross_first, memory_norm=norm() if memory_norm else None)  # fmt: skip
+    return DecoderBlock(
+        self_attn,
+        cross_attn,
+        ffn,
+        norm,
+        cfg.dropout,
+        cfg.norm_position == "pre",
+        cross_first=cross_first,
+        memory_norm=norm() if memory_norm else None,
+    )
 
 
 def build_lm_head(cfg: ModelConfig) -> nn.Linear | None:

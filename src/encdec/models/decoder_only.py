@@ -45,8 +45,9 @@ class DecoderOnly(PromptedLM, nn.Module):
         self.final_norm = build_final_norm(cfg)
         self.lm_head = build_lm_head(cfg)
 
-    def hidden(self, ids: torch.Tensor, offset: int = 0, caches: list[KVCache] | None = None,
-               pad: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:  # fmt: skip
+    def hidden(
+        self, ids: torch.Tensor, offset: int = 0, caches: list[KVCache] | None = None, pad: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """ids (B, T) at columns offset..offset+T-1 -> final hidden states (B, T, C) and router logits;
         rows left-padded by pad (B,) columns count positions from their first real token."""
         T = ids.shape[1]

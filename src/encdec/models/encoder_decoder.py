@@ -164,8 +164,9 @@ class Decoder(nn.Module):
         x = self.embed_tokens(tgt_ids, pos)
         row = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # T5's bias sees only k - q (see Encoder)
         bias = self.position_bias(row, row) if self.position_bias is not None else None  # (1, H, T, T)
-        self_inputs = AttentionInputs(mask=additive_mask(packing.decoder_allowed(), bias, x.dtype), q_pos=pos,
-                                      k_pos=pos)  # fmt: skip
+        self_inputs = AttentionInputs(
+            mask=additive_mask(packing.decoder_allowed(), bias, x.dtype), q_pos=pos, k_pos=pos
+        )
         q_pos = packing.source_lengths() + pos if self.rope_cross == "prepended" else pos  # (B, T)
         cross_mask = additive_mask(packing.cross_allowed(), None, x.dtype)  # (B, 1, T, S)
         cross_inputs = AttentionInputs(mask=cross_mask, q_pos=q_pos, k_pos=k_pos)

@@ -141,4 +141,3 @@ class FixedSteps:
         n = self.filled
         for buf in (*self.self_k, *self.self_v):
             buf[:, :, :n].copy_(buf[:, :, :n].index_select(0, index))
-

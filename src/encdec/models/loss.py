@@ -38,8 +38,9 @@ def loss_weights(cfg: ModelConfig) -> dict[str, float]:
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
     """Mean cross-entropy (in fp32) over the labelled tokens of logits (B, T, V) and labels (B, T);
     with label_smoothing, against targets mixed with that much of a uniform distribution."""
-    return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
-                           label_smoothing=label_smoothing)  # fmt: skip
+    return F.cross_entropy(
+        logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing
+    )
 
 
 @dataclass
@@ -64,16 +65,22 @@ def weighted_aux(aux_losses: dict[str, torch.Tensor], cfg: ModelConfig, like: to
     return total
 
 
-def compute_loss(logits: torch.Tensor, labels: torch.Tensor, aux_losses: dict[str, torch.Tensor], cfg: ModelConfig,
-                 label_smoothing: float = 0.0) -> Loss:  # fmt: skip
+def compute_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    aux_losses: dict[str, torch.Tensor],
+    cfg: ModelConfig,
+    label_smoothing: float = 0.0,
+) -> Loss:
     """The loss of one batch: logits (B, T, V), labels (B, T) with IGNORE_INDEX unscored."""
     ce = cross_entropy(logits, labels)
     objective = cross_entropy(logits, labels, label_smoothing) if label_smoothing else ce
     return Loss(ce, objective, weighted_aux(aux_losses, cfg, ce))
 
 
-def with_loss(logits: torch.Tensor, aux_losses: dict[str, torch.Tensor], labels: torch.Tensor | None,
-              cfg: ModelConfig) -> Seq2SeqOutput:  # fmt: skip
+def with_loss(
+    logits: torch.Tensor, aux_losses: dict[str, torch.Tensor], labels: torch.Tensor | None, cfg: ModelConfig
+) -> Seq2SeqOutput:
     """A family's named output: logits and aux terms, with loss and ce_loss filled when labels are given."""
     if labels is None:
         return Seq2SeqOutput(logits, aux_losses=aux_losses)

@@ -22,4 +22,3 @@ def moe_losses(encoder_logits: list[torch.Tensor], decoder_logits: list[torch.Te
             losses[f"moe_aux_{side}"] = load_balance_loss(gathered)
             losses[f"moe_z_{side}"] = router_z_loss(gathered)
     return losses
-

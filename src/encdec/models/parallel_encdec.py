@@ -52,8 +52,14 @@ class ParallelLayer(nn.Module):
         self.encoder_block = build_causal_block(cfg)
         self.decoder_block = build_cross_block(cfg) if with_decoder else None
 
-    def forward(self, enc: torch.Tensor, dec: torch.Tensor, inputs: AttentionInputs,
-                encoder_cache: KVCache | None = None, decoder_cache: LayerCache | None = None):  # fmt: skip
+    def forward(
+        self,
+        enc: torch.Tensor,
+        dec: torch.Tensor,
+        inputs: AttentionInputs,
+        encoder_cache: KVCache | None = None,
+        decoder_cache: LayerCache | None = None,
+    ):
         """enc, dec (B, T, C) -> updated enc, dec (B, T, C), and the router logits of each block (or None)."""
         enc, encoder_logits = self.encoder_block(enc, inputs, encoder_cache)
         if self.decoder_block is None:
@@ -71,17 +77,20 @@ class ParallelEncoderDecoder(ResearchLM, nn.Module):
         refuse_unused(cfg, self.UNUSED)
         check_lm_config(cfg)
         if cfg.decoder_layers > cfg.n_encoder_layers:
-            raise ConfigError(f"model.n_decoder_layers ({cfg.decoder_layers}) exceeds model.n_encoder_layers "
-                              f"({cfg.n_encoder_layers}): the parallel_encdec family pairs every decoder block "
-                              "with an encoder block, so its decoder may start late but not early")  # fmt: skip
+            raise ConfigError(
+                f"model.n_decoder_layers ({cfg.decoder_layers}) exceeds model.n_encoder_layers "
+                f"({cfg.n_encoder_layers}): the parallel_encdec family pairs every decoder block "
+                "with an encoder block, so its decoder may start late but not early"
+            )
         self.config = cfg
         r = cfg.research
         self.build_embeddings(cfg, extra_positions=int(r.extra_position))
         self.decoder_in_norm = norm_factory(cfg)() if r.add_ln_before_decoder_ff else None
         self.decoder_in = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.decoder_start = cfg.n_encoder_layers - cfg.decoder_layers  # layers before it hold no decoder block
-        self.layers = nn.ModuleList(ParallelLayer(cfg, with_decoder=i >= self.decoder_start)
-                                    for i in range(cfg.n_encoder_layers))  # fmt: skip
+        self.layers = nn.ModuleList(
+            ParallelLayer(cfg, with_decoder=i >= self.decoder_start) for i in range(cfg.n_encoder_layers)
+        )
         self.final_norm = build_final_norm(cfg)
         self.post_sub_norm = norm_factory(cfg)() if r.sub_pos_embed == "YES_LN" else None
         self.encoder_loss = build_embedding_loss(cfg)

@@ -24,27 +24,63 @@ from encdec.models.config import ModelConfig
 
 FAMILIES = {
     "transformer": dict(
-        position="sinusoidal", activation="relu", norm="layernorm", norm_eps=1e-5, norm_position="post",
-        bias=True, scale_attention=True, scale_embeddings=True, tie_embeddings=True, scale_output=False,
-        init="normal", vocab_size=32000,
+        position="sinusoidal",
+        activation="relu",
+        norm="layernorm",
+        norm_eps=1e-5,
+        norm_position="post",
+        bias=True,
+        scale_attention=True,
+        scale_embeddings=True,
+        tie_embeddings=True,
+        scale_output=False,
+        init="normal",
+        vocab_size=32000,
     ),
     "t5": dict(position="relative", activation="relu", vocab_size=32128),
-    "t5-v1.1": dict(position="relative", activation="gated_gelu", tie_embeddings=False, scale_output=False,
-                    vocab_size=32128),
+    "t5-v1.1": dict(
+        position="relative", activation="gated_gelu", tie_embeddings=False, scale_output=False, vocab_size=32128
+    ),
     "rot5": dict(position="rope", rope_cross="relative", activation="gelu", vocab_size=32502),
-}  # fmt: skip
-GPT = dict(position="learned", activation="gelu", norm="layernorm", norm_eps=1e-5, bias=False, scale_attention=True,
-           tie_embeddings=True, scale_output=False, init="normal", dropout=0.0, vocab_size=50257)  # fmt: skip
-FAMILIES.update({
-    "ar_encdec": dict(GPT, family="ar_encdec",
-                      research=dict(sub_pos_embed="YES_NO_LN", embedding_loss="MSE", embedding_loss_coeff=8.0)),
-    "parallel_encdec": dict(GPT, family="parallel_encdec",
-                            research=dict(add_pos_embed_to_decoder=True, embedding_loss="MSE",
-                                          embedding_loss_coeff=0.25)),
-    "decoder_only": dict(GPT, family="decoder_only"),
-    "rnn_seq2seq": dict(family="rnn_seq2seq", rnn_cell="gru", rnn_attention=True, bias=True, init="normal",
-                        tie_embeddings=True, dropout=0.1, vocab_size=32000),
-})  # fmt: skip
+}
+GPT = dict(
+    position="learned",
+    activation="gelu",
+    norm="layernorm",
+    norm_eps=1e-5,
+    bias=False,
+    scale_attention=True,
+    tie_embeddings=True,
+    scale_output=False,
+    init="normal",
+    dropout=0.0,
+    vocab_size=50257,
+)
+FAMILIES.update(
+    {
+        "ar_encdec": dict(
+            GPT,
+            family="ar_encdec",
+            research=dict(sub_pos_embed="YES_NO_LN", embedding_loss="MSE", embedding_loss_coeff=8.0),
+        ),
+        "parallel_encdec": dict(
+            GPT,
+            family="parallel_encdec",
+            research=dict(add_pos_embed_to_decoder=True, embedding_loss="MSE", embedding_loss_coeff=0.25),
+        ),
+        "decoder_only": dict(GPT, family="decoder_only"),
+        "rnn_seq2seq": dict(
+            family="rnn_seq2seq",
+            rnn_cell="gru",
+            rnn_attention=True,
+            bias=True,
+            init="normal",
+            tie_embeddings=True,
+            dropout=0.1,
+            vocab_size=32000,
+        ),
+    }
+)
 
 # d_model, n_heads, d_head, d_ff, encoder layers, decoder layers, extra
 SIZES = {

@@ -26,8 +26,12 @@ RESEARCH_CHOICES = {
     "embedding_ln_type": ("NONE", "INIT", "AVG_CUM_SUM"),
 }
 LOSS_OPTIONS = ("embedding_loss_coeff", "detach", "embedding_ln_type", "use_ln_on_encoder_out")
-LOSS_DEFAULTS = {"embedding_loss_coeff": 1.0, "detach": "ENCODER_OUT", "embedding_ln_type": "INIT",
-                 "use_ln_on_encoder_out": True}  # fmt: skip
+LOSS_DEFAULTS = {
+    "embedding_loss_coeff": 1.0,
+    "detach": "ENCODER_OUT",
+    "embedding_ln_type": "INIT",
+    "use_ln_on_encoder_out": True,
+}
 
 
 @dataclass

@@ -38,8 +38,9 @@ def disaffinity(kind: str, avg: torch.Tensor, enc: torch.Tensor) -> torch.Tensor
 class EmbeddingLoss(nn.Module):
     """Disaffinity between the encoder output and the cumulative mean of the input embeddings."""
 
-    def __init__(self, d_model: int, kind: str, detach: str, ln_type: str, use_ln_on_encoder_out: bool,
-                 eps: float = 1e-5):  # fmt: skip
+    def __init__(
+        self, d_model: int, kind: str, detach: str, ln_type: str, use_ln_on_encoder_out: bool, eps: float = 1e-5
+    ):
         super().__init__()
         self.kind, self.detach, self.ln_type = kind, detach, ln_type
         self.embedding_norm = nn.LayerNorm(d_model, eps=eps) if ln_type != "NONE" else None  # LayerNorm_a
@@ -66,5 +67,6 @@ def build_embedding_loss(cfg) -> EmbeddingLoss | None:
     r = cfg.research
     if r.embedding_loss == "NONE":
         return None
-    return EmbeddingLoss(cfg.d_model, r.embedding_loss, r.detach, r.embedding_ln_type, r.use_ln_on_encoder_out,
-                         cfg.norm_eps)  # fmt: skip
+    return EmbeddingLoss(
+        cfg.d_model, r.embedding_loss, r.detach, r.embedding_ln_type, r.use_ln_on_encoder_out, cfg.norm_eps
+    )

@@ -74,13 +74,40 @@ class RNNState:
 
 class RNNSeq2Seq(GenerationMixin, nn.Module):
     # the transformer's settings: attention, feed-forward, norms, positions, experts, head scaling
-    UNUSED = frozenset({
-        "n_heads", "n_kv_heads", "d_head", "d_ff", "cross_n_heads", "cross_n_kv_heads", "activation", "norm",
-        "norm_eps", "norm_position", "scale_attention", "position", "max_positions", "sinusoidal_layout",
-        "position_offset", "embedding_norm", "relative_buckets", "relative_max_distance", "rope_theta", "rope_cross",
-        "scale_embeddings", "scale_output", "final_logits_bias", "n_experts", "moe_top_k", "moe_renormalize",
-        "moe_activation", "aux_loss_coef", "z_loss_coef", "research",
-    })  # fmt: skip
+    UNUSED = frozenset(
+        {
+            "n_heads",
+            "n_kv_heads",
+            "d_head",
+            "d_ff",
+            "cross_n_heads",
+            "cross_n_kv_heads",
+            "activation",
+            "norm",
+            "norm_eps",
+            "norm_position",
+            "scale_attention",
+            "position",
+            "max_positions",
+            "sinusoidal_layout",
+            "position_offset",
+            "embedding_norm",
+            "relative_buckets",
+            "relative_max_distance",
+            "rope_theta",
+            "rope_cross",
+            "scale_embeddings",
+            "scale_output",
+            "final_logits_bias",
+            "n_experts",
+            "moe_top_k",
+            "moe_renormalize",
+            "moe_activation",
+            "aux_loss_coef",
+            "z_loss_coef",
+            "research",
+        }
+    )
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -110,8 +137,9 @@ class RNNSeq2Seq(GenerationMixin, nn.Module):
         states, _ = pad_packed_sequence(states, batch_first=True, total_length=src_ids.shape[1])
         return states, hidden
 
-    def decode(self, tgt_ids: torch.Tensor, hidden: Hidden | None, states: torch.Tensor | None,
-               mask: torch.Tensor | None) -> tuple[torch.Tensor, Hidden]:  # fmt: skip
+    def decode(
+        self, tgt_ids: torch.Tensor, hidden: Hidden | None, states: torch.Tensor | None, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, Hidden]:
         """tgt_ids (B, T) from `hidden` -> logits (B, T, V) and the hidden state after them."""
         out, hidden = self.decoder(self.dropout(self.embed(tgt_ids)), hidden)  # (B, T, C)
         if self.attention is not None and states is not None:
@@ -135,8 +163,9 @@ class RNNSeq2Seq(GenerationMixin, nn.Module):
         return with_loss(logits, {}, labels, self.config)
 
     @torch.no_grad()
-    def start(self, src_ids: torch.Tensor | None, src_mask: torch.Tensor | None, max_new_tokens: int,
-              beams: int = 1) -> RNNState:  # fmt: skip
+    def start(
+        self, src_ids: torch.Tensor | None, src_mask: torch.Tensor | None, max_new_tokens: int, beams: int = 1
+    ) -> RNNState:
         """Encode src_ids (B, S) once; every one of the `beams` rows of an example starts from its state."""
         if src_ids is None:
             return RNNState(None, None, None)

@@ -164,8 +164,9 @@ def attend(q, k, v, mask, is_causal: bool, scale: float | None, dropout_p: float
     compiled_step = torch.compiler.is_compiling() and q.shape[2] <= FEW_QUERIES  # see below
     if q.device.type != "cpu" or not (dropout_p > 0 or needs_grad or compiled_step):
         gqa = k.shape[1] != q.shape[1]
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
-                                              scale=scale, enable_gqa=gqa)  # fmt: skip
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=gqa
+        )
     B, H, T, D = q.shape
     K, S = k.shape[1], k.shape[2]
     scores = q.reshape(B, K, H // K * T, D) @ k.transpose(-1, -2)  # (B, K, G*T, S), G = H / K
@@ -186,9 +187,7 @@ def causal_mask(T: int, S: int, offset: int = 0, device=None) -> torch.Tensor:
     return torch.arange(S, device=device)[None, :] <= q
 
 
-def additive_mask(
-    allowed: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype
-) -> torch.Tensor | None:
+def additive_mask(allowed: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """Fold a boolean `allowed` mask into an additive float mask, on top of `bias`.
 
     Blocked entries get `blocked_value` rather than -inf, so a row with every key

@@ -44,8 +44,16 @@ def residual(x, fn, norm: nn.Module, dropout: nn.Module, pre_norm: bool):
 
 def _attend(attn: Attention, inputs: AttentionInputs, source=None, cache=None):
     def fn(h):
-        return attn(h, source, mask=inputs.mask, is_causal=inputs.is_causal, q_pos=inputs.q_pos,
-                    k_pos=inputs.k_pos, cache=cache, query_groups=inputs.query_groups)  # fmt: skip
+        return attn(
+            h,
+            source,
+            mask=inputs.mask,
+            is_causal=inputs.is_causal,
+            q_pos=inputs.q_pos,
+            k_pos=inputs.k_pos,
+            cache=cache,
+            query_groups=inputs.query_groups,
+        )
 
     return fn
 

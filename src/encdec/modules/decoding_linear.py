@@ -43,9 +43,14 @@ import torch.nn.functional as F
 
 FEW_ROWS = 64  # at or below this many rows a product counts as a decoding step's
 BLAS_ROWS = 16  # at or below this many rows a small weight's product takes BLAS on its transposed copy
-LARGE_WEIGHT = 1 << 18  # elements (1 MB in fp32); a step's product by a smaller weight takes BLAS on its transposed copy
-ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-          and hasattr(torch.ops.mkldnn, "_linear_pointwise"))  # private; torch.compile's CPU backend calls them  # fmt: skip
+LARGE_WEIGHT = (
+    1 << 18
+)  # elements (1 MB in fp32); a step's product by a smaller weight takes BLAS on its transposed copy
+ONEDNN = (
+    torch.backends.mkldnn.is_available()
+    and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+)  # private; torch.compile's CPU backend calls them
 
 _derived: dict[tuple[int, str], tuple[weakref.ref, int, torch.Tensor]] = {}  # (id, kind) -> (weight, version, copy)
 
@@ -60,8 +65,13 @@ def decoding_linear(
     if torch.compiler.is_compiling():
         return compiled_linear(x, weight, bias, relu)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    if (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or needs_grad
-            or torch.is_autocast_enabled("cpu")):  # fmt: skip
+    if (
+        x.device.type != "cpu"
+        or x.dtype != torch.float32
+        or weight.dtype != torch.float32
+        or needs_grad
+        or torch.is_autocast_enabled("cpu")
+    ):
         return plain_linear(x, weight, bias, relu)
     flat = x.reshape(rows, x.shape[-1])
     few, large = rows <= FEW_ROWS, weight.numel() >= LARGE_WEIGHT
@@ -82,8 +92,13 @@ def decoding_linear(
 def compiled_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
     """decoding_linear while torch.compile traces: for CPU fp32 inference the custom op `encdec::cpu_linear`,
     which makes the eager choice of kernel (BLAS or oneDNN) as one opaque call; else F.linear."""
-    if (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
-            and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")):  # fmt: skip
+    if (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and not torch.is_grad_enabled()
+        and not torch.is_autocast_enabled("cpu")
+    ):
         return cpu_linear_op(x, weight, bias, relu)
     return plain_linear(x, weight, bias, relu)
 

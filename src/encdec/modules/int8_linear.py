@@ -110,8 +110,10 @@ class Int8Linear(nn.Module):
 
     def init_int_mm(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         if not int_mm_fits(weight):
-            raise ConfigError(f"the int_mm kernel needs in and out features that are multiples of {INT_MM_MULTIPLE}, "
-                              f"got {self.in_features} and {self.out_features}")  # fmt: skip
+            raise ConfigError(
+                f"the int_mm kernel needs in and out features that are multiples of {INT_MM_MULTIPLE}, "
+                f"got {self.in_features} and {self.out_features}"
+            )
         scales = row_scales(weight)  # (C_out,) fp32
         # buffers follow model.to(); not persistent: int8 layers are rebuilt from a float checkpoint, never saved
         self.register_buffer("weight_int8", quantize_rows(weight, scales).contiguous(), persistent=False)
@@ -147,8 +149,9 @@ class Int8Linear(nn.Module):
         zero_points = torch.zeros(self.out_features, dtype=torch.long)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            return torch._make_per_channel_quantized_tensor(self.weight_int8.cpu(), self.weight_scale.double().cpu(),
-                                                            zero_points, 0)  # fmt: skip
+            return torch._make_per_channel_quantized_tensor(
+                self.weight_int8.cpu(), self.weight_scale.double().cpu(), zero_points, 0
+            )
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights, kernel={self.kernel}"

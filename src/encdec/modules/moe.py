@@ -35,9 +35,7 @@ class MoE(nn.Module):
     ):
         super().__init__()
         self.router = nn.Linear(d_model, n_experts, bias=False)
-        self.experts = nn.ModuleList(
-            FeedForward(d_model, d_ff, activation, bias, dropout) for _ in range(n_experts)
-        )
+        self.experts = nn.ModuleList(FeedForward(d_model, d_ff, activation, bias, dropout) for _ in range(n_experts))
         self.top_k = top_k
         self.renormalize = renormalize
 

@@ -17,8 +17,15 @@ from encdec.errors import ConfigError, DataError
 from encdec.tokenizers.base import SpecialTokens, Tokenizer, write_manifest
 
 # files one of which a directory needs before AutoTokenizer can build a tokenizer from it
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "spiece.model", "sentencepiece.bpe.model",
-                   "source.spm", "vocab.json", "vocab.txt")  # fmt: skip
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "source.spm",
+    "vocab.json",
+    "vocab.txt",
+)
 MAX_SENTINELS = 1000  # T5 has 100, UL2 and some mT5 variants more; the search stops at the first gap
 
 
@@ -63,8 +70,10 @@ class PretrainedTokenizer(Tokenizer):
         """
         directory = Path(directory)
         if not has_tokenizer_files(directory):
-            raise DataError(f"{directory} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...); "
-                            "copy the tokenizer of the checkpoint there")  # fmt: skip
+            raise DataError(
+                f"{directory} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...); "
+                "copy the tokenizer of the checkpoint there"
+            )
         try:
             from transformers import AutoTokenizer
         except ImportError:

@@ -80,8 +80,10 @@ def save_checkpoint(run: RunDir, step: int, files: dict, keep_last: int, is_best
         _write_parts(tmp, files)
     except (OSError, RuntimeError, SafetensorError) as error:  # a full disk, a quota, an I/O error
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"writing checkpoint {name} into {root} failed ({_reason(error)}); nothing of it was "
-                              "kept and the previous checkpoint is intact") from None  # fmt: skip
+        raise CheckpointError(
+            f"writing checkpoint {name} into {root} failed ({_reason(error)}); nothing of it was "
+            "kept and the previous checkpoint is intact"
+        ) from None
     if final.exists():
         shutil.rmtree(final)
     os.rename(tmp, final)
@@ -146,7 +148,9 @@ def load_checkpoint(checkpoint: CheckpointDir) -> dict:
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {path} has no optimizer.pt") from None
     except Exception as error:  # unpickling refused (a pickle payload) or a truncated file
-        kind = "carries pickled objects other than tensors" if "weights_only" in str(error) else "is corrupt or truncated"
+        kind = (
+            "carries pickled objects other than tensors" if "weights_only" in str(error) else "is corrupt or truncated"
+        )
         raise CheckpointError(f"{checkpoint.optimizer} {kind}; refusing to load it") from None
     try:
         parts["rng"] = load_file(checkpoint.rng)

@@ -116,8 +116,12 @@ def set_aside_if_changed(run_dir: Path, cfg: RunConfig) -> Path | None:
         n += 1
     stale = run_dir.with_name(f"{run_dir.name}.stale-{n}")
     run_dir.rename(stale)
-    log.warning("%s was trained with another config (%s); moved to %s and trained again",
-                run_dir, ", ".join(changed[:3]), stale.name)  # fmt: skip
+    log.warning(
+        "%s was trained with another config (%s); moved to %s and trained again",
+        run_dir,
+        ", ".join(changed[:3]),
+        stale.name,
+    )
     return stale
 
 

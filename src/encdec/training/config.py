@@ -109,13 +109,17 @@ class TrainingSection:
     seed: int = 1337
     precision: str = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16 (GPUs, loss scaling)
     compile: bool = False
-    activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory, ~1/3 more compute
+    activation_checkpointing: bool = (
+        False  # recompute each block's activations in backward: less memory, ~1/3 more compute
+    )
     device: str = "auto"  # auto (cuda when present) | cpu | cuda
     deterministic: bool = False  # bitwise-repeatable GPU runs (torch's deterministic algorithms; slower)
     data_workers: int | None = None  # processes building batches; None: 2 beside a GPU, 0 on a CPU
     distributed: str = "ddp"  # under torchrun: ddp or fsdp
     threads: int | None = None  # torch CPU threads
-    peak_tflops: float | None = None  # the device's peak for the logged MFU; None: NVIDIA's data sheet (H100, H200, A100)
+    peak_tflops: float | None = (
+        None  # the device's peak for the logged MFU; None: NVIDIA's data sheet (H100, H200, A100)
+    )
     early_stopping_patience: int = 0  # stop after this many evaluations without a better best_by (0: never)
     init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
 
@@ -201,8 +205,10 @@ def check_packing(cfg: RunConfig) -> None:
         raise ConfigError(f"objective.pack works with objective.kind {', '.join(PACKABLE)}, not {cfg.objective.kind}")
     family = model_family(cfg.model)
     if family != "encoder_decoder":
-        raise ConfigError(f"objective.pack needs model.family encoder_decoder, whose attention keeps packed "
-                          f"examples apart; the {family} family does not")  # fmt: skip
+        raise ConfigError(
+            f"objective.pack needs model.family encoder_decoder, whose attention keeps packed "
+            f"examples apart; the {family} family does not"
+        )
 
 
 def model_family(section: dict) -> str:
@@ -265,8 +271,10 @@ def resolve_paths(values: dict, base: Path) -> None:
             full = os.path.normpath(os.path.abspath(base / item))
             if not os.path.exists(full) and os.path.exists(item):
                 suggestion = os.path.relpath(os.path.abspath(item), os.path.abspath(base))
-                raise ConfigError(f"{section}.{key}: {item} is not at {full} (paths in a config are relative to its "
-                                  f"folder) but is at {os.path.abspath(item)}; write {suggestion}")  # fmt: skip
+                raise ConfigError(
+                    f"{section}.{key}: {item} is not at {full} (paths in a config are relative to its "
+                    f"folder) but is at {os.path.abspath(item)}; write {suggestion}"
+                )
             resolved.append(full)
         node[key] = resolved if isinstance(node[key], list) else resolved[0]
 
@@ -275,8 +283,9 @@ def read_yaml(path: Path) -> dict:
     """The mapping a YAML config file holds: bounded in size, UTF-8, without aliases (whose expansion
     is unbounded: a few lines of nested aliases make billions of nodes)."""
     if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {path} is {path.stat().st_size:,} bytes; run configs are at most "
-                          f"{MAX_CONFIG_BYTES:,}")  # fmt: skip
+        raise ConfigError(
+            f"config file {path} is {path.stat().st_size:,} bytes; run configs are at most {MAX_CONFIG_BYTES:,}"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:

@@ -56,9 +56,12 @@ RANGES: list[Check] = [
     ("objective.max_target_len", lambda v: v >= 1, "a positive integer"),
     ("objective.noise_density", lambda v: 0 < v < 1, "in (0, 1)"),
     ("objective.mean_span", lambda v: v >= 1, "at least 1"),
-    ("objective.ul2_probabilities", lambda v: len(v) == 3 and all(p >= 0 for p in v) and sum(v) > 0,
-     "three non-negative numbers (R, X, S) with a positive sum"),
-]  # fmt: skip
+    (
+        "objective.ul2_probabilities",
+        lambda v: len(v) == 3 and all(p >= 0 for p in v) and sum(v) > 0,
+        "three non-negative numbers (R, X, S) with a positive sum",
+    ),
+]
 
 TEMPLATES = {"objective.source_template": "source", "objective.target_template": "target"}
 

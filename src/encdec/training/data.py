@@ -1,8 +1,8 @@
 """From the run config to a tokenizer and the train / evaluation objectives.
 
-    data files (or the hub dataset when they are absent) -> texts or pairs
-    -> deterministic train / validation split -> tokenizer (built, trained, or
-    restored from a checkpoint) -> token documents -> the configured objective
+data files (or the hub dataset when they are absent) -> texts or pairs
+-> deterministic train / validation split -> tokenizer (built, trained, or
+restored from a checkpoint) -> token documents -> the configured objective
 """
 
 import logging
@@ -44,7 +44,9 @@ def build_run_data(cfg: RunConfig, run_dir: Path, tokenizer_dir: Path | None = N
     template = PairTemplate(cfg.objective.source_template, cfg.objective.target_template)
     use_shards = cfg.data.shards is not None and local_files_present(cfg)
     items = None if use_shards and (tokenizer_dir or cfg.tokenizer.kind not in ("bpe", "unigram")) else read_items(cfg)
-    tokenizer = load_tokenizer(tokenizer_dir) if tokenizer_dir else build_run_tokenizer(cfg, items[0] if items else [], pairs)
+    tokenizer = (
+        load_tokenizer(tokenizer_dir) if tokenizer_dir else build_run_tokenizer(cfg, items[0] if items else [], pairs)
+    )
     if use_shards:
         splits = sharded_splits(cfg, tokenizer, template, pairs)
     elif pairs:
@@ -54,8 +56,9 @@ def build_run_data(cfg: RunConfig, run_dir: Path, tokenizer_dir: Path | None = N
     seed, o = cfg.training.seed, cfg.objective
 
     def make(split: str, offset: int = 0) -> Objective:
-        return build_objective(o.kind, splits[split], tokenizer, cfg.training.batch_size, seed + offset,
-                               **objective_options(o))  # fmt: skip
+        return build_objective(
+            o.kind, splits[split], tokenizer, cfg.training.batch_size, seed + offset, **objective_options(o)
+        )
 
     return RunData(tokenizer, make("train"), lambda split: make(split, EVAL_SEED_OFFSET))
 
@@ -68,8 +71,9 @@ def sharded_splits(cfg: RunConfig, tokenizer: Tokenizer, template: PairTemplate,
     """Token shards in `data.shards` (prepared once, reused while the inputs are unchanged), memory-mapped."""
     d, root = cfg.data, Path(cfg.data.shards)
     common = {"template": template, "reader_options": read_options(cfg), "progress": False}
-    prepare_shards(root / "train", tokenizer, d.format, d.train, val_fraction=0.0 if d.validation else d.val_fraction,
-                   **common)  # fmt: skip
+    prepare_shards(
+        root / "train", tokenizer, d.format, d.train, val_fraction=0.0 if d.validation else d.val_fraction, **common
+    )
     train = read_shards(root / "train", "train").fields
     if d.validation:
         prepare_shards(root / "validation", tokenizer, d.format, d.validation, **common)
@@ -145,6 +149,14 @@ def tokenize_documents(tokenizer: Tokenizer, texts: list[str]) -> Documents:
 
 def objective_options(o: ObjectiveSection) -> dict:
     """The objective section's settings as `build_objective`'s keyword arguments."""
-    return {"seq_len": o.seq_len, "windows": o.windows, "max_source_len": o.max_source_len,
-            "max_target_len": o.max_target_len, "noise_density": o.noise_density, "mean_span": o.mean_span,
-            "ul2_probabilities": o.ul2_probabilities, "mode_tokens": o.mode_tokens, "pack": o.pack}  # fmt: skip
+    return {
+        "seq_len": o.seq_len,
+        "windows": o.windows,
+        "max_source_len": o.max_source_len,
+        "max_target_len": o.max_target_len,
+        "noise_density": o.noise_density,
+        "mean_span": o.mean_span,
+        "ul2_probabilities": o.ul2_probabilities,
+        "mode_tokens": o.mode_tokens,
+        "pack": o.pack,
+    }

@@ -46,8 +46,10 @@ def setup(device: str = "auto") -> DistInfo:
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
         gpus = torch.cuda.device_count()
         if local_world > gpus:
-            raise ConfigError(f"torchrun started {local_world} processes on this machine but it has {gpus} GPU(s); "
-                              f"use --nproc_per_node {gpus} or fewer, or training.device=cpu")  # fmt: skip
+            raise ConfigError(
+                f"torchrun started {local_world} processes on this machine but it has {gpus} GPU(s); "
+                f"use --nproc_per_node {gpus} or fewer, or training.device=cpu"
+            )
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device == "cuda" else "gloo")
@@ -81,8 +83,11 @@ def wrap(model: nn.Module, info: DistInfo, kind: str, precision: str = "fp32") -
         return DistributedDataParallel(model, device_ids=device_ids)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if precision == "bf16" \
-        else MixedPrecisionPolicy()  # fmt: skip
+    policy = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if precision == "bf16"
+        else MixedPrecisionPolicy()
+    )
     for module in model.modules():
         if module.__class__.__name__ in ("EncoderBlock", "DecoderBlock"):
             fully_shard(module, mp_policy=policy)

@@ -67,8 +67,10 @@ def fill(batch: Batch) -> tuple[int, int]:
 
 def refuse_packing_across_processes() -> None:
     """A packed step has as many rows as its examples need, not batch_size: there are no fixed rows to split."""
-    raise ConfigError("objective.pack does not run under torchrun yet (a packed step's row count varies); "
-                      "run on one process or without pack")  # fmt: skip
+    raise ConfigError(
+        "objective.pack does not run under torchrun yet (a packed step's row count varies); "
+        "run on one process or without pack"
+    )
 
 
 class _Positions(IterableDataset):

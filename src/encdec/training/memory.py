@@ -45,8 +45,10 @@ def check_model_fits(cfg: ModelConfig, device: torch.device) -> int:
     n = estimated_parameters(cfg)
     need, free = n * TRAINING_BYTES_PER_PARAMETER, free_bytes(device)
     if free is not None and need > free:
-        raise ConfigError(f"the model has about {n:,} parameters (d_model {cfg.d_model}, d_ff {cfg.d_ff}, vocabulary "
-                          f"{cfg.vocab_size:,}); training them needs {gib(need)} but {device} has {gib(free)} free")  # fmt: skip
+        raise ConfigError(
+            f"the model has about {n:,} parameters (d_model {cfg.d_model}, d_ff {cfg.d_ff}, vocabulary "
+            f"{cfg.vocab_size:,}); training them needs {gib(need)} but {device} has {gib(free)} free"
+        )
     return n
 
 
@@ -61,9 +63,11 @@ def step_out_of_memory(cfg, device: torch.device) -> ConfigError:
     """The sentence for a step that ran out of memory; `cfg` is the RunConfig."""
     o = cfg.objective
     lengths = f"{o.max_source_len} + {o.max_target_len}" if o.kind == "seq2seq" else f"{o.seq_len}"
-    return ConfigError(f"a training step ran out of memory on {device} with batches of {cfg.training.batch_size} "
-                       f"rows of up to {lengths} tokens; lower training.batch_size (training.grad_accum keeps the "
-                       "global batch) or the objective's lengths")  # fmt: skip
+    return ConfigError(
+        f"a training step ran out of memory on {device} with batches of {cfg.training.batch_size} "
+        f"rows of up to {lengths} tokens; lower training.batch_size (training.grad_accum keeps the "
+        "global batch) or the objective's lengths"
+    )
 
 
 def gib(n: int) -> str:

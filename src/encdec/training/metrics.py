@@ -20,8 +20,9 @@ def tensorboard_available() -> bool:
 class MetricsLog:
     """Appends records; on resume, first drops records after the checkpoint's step (in TensorBoard too)."""
 
-    def __init__(self, path: Path, keep_through_step: int | None = None, enabled: bool = True,
-                 tensorboard: Path | None = None):  # fmt: skip
+    def __init__(
+        self, path: Path, keep_through_step: int | None = None, enabled: bool = True, tensorboard: Path | None = None
+    ):
         """Records go to `path` and, when `tensorboard` names a directory, to TensorBoard events there."""
         self.path = path
         self.enabled = enabled
@@ -81,11 +82,13 @@ def plot_curves(runs: dict[str, list[dict] | list[list[dict]]], path: Path, titl
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    seeds_of = {name: records if records and isinstance(records[0], list) else [records]
-                for name, records in runs.items()}  # fmt: skip
+    seeds_of = {
+        name: records if records and isinstance(records[0], list) else [records] for name, records in runs.items()
+    }
     extra = extra_panels(seeds_of)
-    fig, axes = plt.subplots(1, 2 + len(extra), figsize=(13 + 4 * len(extra), 5),
-                             gridspec_kw={"width_ratios": [3, 2] + [2] * len(extra)})  # fmt: skip
+    fig, axes = plt.subplots(
+        1, 2 + len(extra), figsize=(13 + 4 * len(extra), 5), gridspec_kw={"width_ratios": [3, 2] + [2] * len(extra)}
+    )
     whole, end = axes[0], axes[1]
     last_step = max((r["step"] for seeds in seeds_of.values() for rs in seeds for r in rs), default=0)
     for i, (name, seeds) in enumerate(seeds_of.items()):
@@ -107,11 +110,12 @@ def plot_curves(runs: dict[str, list[dict] | list[list[dict]]], path: Path, titl
         for i, (name, seeds) in enumerate(seeds_of.items()):
             series = across_seeds(seeds, kind, key)
             if series:
-                ax.plot(series[0], series[1], "o-" if kind == "eval" else "-", color=f"C{i}", label=name,
-                        linewidth=0.8)  # fmt: skip
+                ax.plot(series[0], series[1], "o-" if kind == "eval" else "-", color=f"C{i}", label=name, linewidth=0.8)
                 if len(seeds) > 1:
                     ax.fill_between(series[0], series[2], series[3], color=f"C{i}", alpha=0.15, linewidth=0)
-        ax.set_title(f"validation {key[4:]} (generated)" if key.startswith("val_") else "gradient norm (before clipping)")
+        ax.set_title(
+            f"validation {key[4:]} (generated)" if key.startswith("val_") else "gradient norm (before clipping)"
+        )
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     whole.set_title(title)

@@ -28,8 +28,9 @@ def resolve_precision(precision: str, device: torch.device, distributed: str | N
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError("training.precision is bf16 but this GPU does not support bfloat16; use fp16 or fp32")
     if precision == "fp16" and device.type != "cuda":
-        raise ConfigError(f"training.precision fp16 needs a CUDA GPU (loss scaling, fp16 kernels); on {device.type} "
-                          "use fp32")  # fmt: skip
+        raise ConfigError(
+            f"training.precision fp16 needs a CUDA GPU (loss scaling, fp16 kernels); on {device.type} use fp32"
+        )
     if precision == "fp16" and distributed == "fsdp":
         raise ConfigError("training.precision fp16 is not supported with FSDP; use bf16, or ddp")
     return precision
@@ -68,8 +69,13 @@ def numerics(device: torch.device, deterministic: bool):
     try:
         yield
     finally:
-        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, algorithms,
-         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) = saved  # fmt: skip
+        (
+            torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.allow_tf32,
+            algorithms,
+            torch.backends.cudnn.deterministic,
+            torch.backends.cudnn.benchmark,
+        ) = saved
         torch.use_deterministic_algorithms(algorithms)
 
 
@@ -102,7 +108,9 @@ def checkpoint_activations(model: torch.nn.Module) -> int:
 
     blocks = sum(isinstance(m, (EncoderBlock, DecoderBlock)) for m in model.modules())
     if not blocks:
-        raise ConfigError(f"training.activation_checkpointing: the {type(model).__name__} model has no transformer "
-                          "blocks to checkpoint")  # fmt: skip
+        raise ConfigError(
+            f"training.activation_checkpointing: the {type(model).__name__} model has no transformer "
+            "blocks to checkpoint"
+        )
     apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, (EncoderBlock, DecoderBlock)))
     return blocks

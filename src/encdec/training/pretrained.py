@@ -47,8 +47,10 @@ def load_pretrained(init_from: str) -> Pretrained:
         return _from_hf(path)
     run = RunDir(path)
     if not run.is_run():
-        raise CheckpointError(f"training.init_from {init_from} is neither a run directory with checkpoints "
-                              "nor a Hugging Face model directory (config.json)")  # fmt: skip
+        raise CheckpointError(
+            f"training.init_from {init_from} is neither a run directory with checkpoints "
+            "nor a Hugging Face model directory (config.json)"
+        )
     checkpoint = run.checkpoint("best")  # the latest where no best was kept
     try:
         section = load_config(checkpoint.config, paths_from_file=False).model
@@ -80,8 +82,9 @@ def load_pretrained_weights(model: nn.Module, pretrained: Pretrained) -> None:
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         detail = lines[1] if len(lines) > 1 else lines[0]  # the first line only names the model class
         what = "Hugging Face checkpoint" if is_hf_dir(pretrained.source) else "run"
-        raise CheckpointError(f"the model section does not match the pretrained {what} {pretrained.source} "
-                              f"({detail[:200]})") from None  # fmt: skip
+        raise CheckpointError(
+            f"the model section does not match the pretrained {what} {pretrained.source} ({detail[:200]})"
+        ) from None
     log.info("initialised from %s", pretrained.source)
 
 

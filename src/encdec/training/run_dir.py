@@ -101,8 +101,9 @@ class RunDir:
             return None
         target = path.read_text().strip()
         if not STEP_NAME.fullmatch(target):
-            raise CheckpointError(f"checkpoint pointer {path} holds {target[:80]!r}, not a step_XXXXXXXX name; "
-                                  "fix or delete it")  # fmt: skip
+            raise CheckpointError(
+                f"checkpoint pointer {path} holds {target[:80]!r}, not a step_XXXXXXXX name; fix or delete it"
+            )
         return target
 
     def step_dir(self, name: str) -> CheckpointDir:

@@ -37,8 +37,9 @@ def lock_run_dir(run: RunDir) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ConfigError(f"{run_dir} is in use by encdec train ({_holder(fd)}); "
-                              "wait for it or choose another --out") from None  # fmt: skip
+            raise ConfigError(
+                f"{run_dir} is in use by encdec train ({_holder(fd)}); wait for it or choose another --out"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode() + b"\n", 0)
         try:

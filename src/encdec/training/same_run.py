@@ -15,12 +15,23 @@ from encdec.errors import ConfigError
 from encdec.training.config import RunConfig
 from encdec.training.typed_yaml import short
 
-SAFE = frozenset({
-    "training.steps", "training.threads", "training.data_workers", "training.device", "training.compile",
-    "training.peak_tflops",
-    "evaluation.interval", "evaluation.steps", "evaluation.generate",
-    "output.log_interval", "output.save_interval", "output.keep_last", "output.plot",
-})  # fmt: skip
+SAFE = frozenset(
+    {
+        "training.steps",
+        "training.threads",
+        "training.data_workers",
+        "training.device",
+        "training.compile",
+        "training.peak_tflops",
+        "evaluation.interval",
+        "evaluation.steps",
+        "evaluation.generate",
+        "output.log_interval",
+        "output.save_interval",
+        "output.keep_last",
+        "output.plot",
+    }
+)
 SHOWN = 4  # differing keys named in the message
 
 
@@ -35,10 +46,14 @@ def resumed_config(cfg: RunConfig, saved: RunConfig, accept_changes: bool) -> tu
     changes = differences(flatten(dataclasses.asdict(saved)), flatten(dataclasses.asdict(cfg)))
     unsafe = {key: change for key, change in changes.items() if key not in SAFE}
     if unsafe and not accept_changes:
-        listed = "; ".join(f"{key} {short(old, 30)} -> {short(new, 30)}" for key, (old, new) in list(unsafe.items())[:SHOWN])
+        listed = "; ".join(
+            f"{key} {short(old, 30)} -> {short(new, 30)}" for key, (old, new) in list(unsafe.items())[:SHOWN]
+        )
         more = f" and {len(unsafe) - SHOWN} more" if len(unsafe) > SHOWN else ""
-        raise ConfigError(f"the config differs from the one this run was trained with ({listed}{more}); resume with "
-                          "the same config, or pass --accept-changes to continue with these changes")  # fmt: skip
+        raise ConfigError(
+            f"the config differs from the one this run was trained with ({listed}{more}); resume with "
+            "the same config, or pass --accept-changes to continue with these changes"
+        )
     return cfg, changes
 
 

@@ -22,8 +22,9 @@ class RunTokenizer:
     `padding_side` "left" pads a batch as the causal families' prompts need it (see `padding_side_for`).
     """
 
-    def __init__(self, tokenizer, source_template: str = "{source}", padding_side: str = "right",
-                 max_length: int | None = None):  # fmt: skip
+    def __init__(
+        self, tokenizer, source_template: str = "{source}", padding_side: str = "right", max_length: int | None = None
+    ):
         if padding_side not in ("left", "right"):
             raise ConfigError(f"padding_side must be left or right, got {padding_side!r}")
         self.tokenizer = tokenizer
@@ -31,8 +32,14 @@ class RunTokenizer:
         self.padding_side = padding_side
         self.max_length = max_length  # inputs are cut to it, as training cut its sources
 
-    def __call__(self, texts: list[str], return_tensors: str = "pt", padding: bool = True,
-                 truncation: bool = True, max_length: int | None = None) -> dict:  # fmt: skip
+    def __call__(
+        self,
+        texts: list[str],
+        return_tensors: str = "pt",
+        padding: bool = True,
+        truncation: bool = True,
+        max_length: int | None = None,
+    ) -> dict:
         rows = self.tokenizer.encode([self.source_template.format(source=t) for t in texts])
         limit = (max_length or self.max_length) if truncation else None
         if limit is not None:
@@ -92,15 +99,22 @@ class GeneratedScores:
             raise DataError("evaluation.generate asks for generated examples but the validation split is empty")
         template = cfg.objective.source_template if cfg.objective.kind == "seq2seq" else "{source}"
         encode = RunTokenizer(tokenizer, template, RunTokenizer.padding_side_for(model), trained_source_length(cfg))
-        self.batches = [encode([source for source, _ in pairs[i : i + GENERATION_BATCH]])
-                        for i in range(0, len(pairs), GENERATION_BATCH)]  # fmt: skip
+        self.batches = [
+            encode([source for source, _ in pairs[i : i + GENERATION_BATCH]])
+            for i in range(0, len(pairs), GENERATION_BATCH)
+        ]
         self.references = [reference for _, reference in pairs]
         self.tokenizer, self.device, self.evaluation = tokenizer, device, cfg.evaluation
 
     def __call__(self, model) -> dict[str, float]:
         predictions = []
         for batch in self.batches:
-            ids = generate(model, batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device),
-                           max_new_tokens=self.evaluation.max_new_tokens, num_beams=self.evaluation.num_beams)  # fmt: skip
+            ids = generate(
+                model,
+                batch["input_ids"].to(self.device),
+                batch["attention_mask"].to(self.device),
+                max_new_tokens=self.evaluation.max_new_tokens,
+                num_beams=self.evaluation.num_beams,
+            )
             predictions += [text.strip() for text in self.tokenizer.decode(ids[:, 1:].tolist())]
         return {f"val_{name}": value for name, value in score_texts(predictions, self.references).items()}

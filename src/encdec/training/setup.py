@@ -123,17 +123,22 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         try:
             model.load_state_dict(parts["model"])
         except RuntimeError as error:
-            raise CheckpointError(f"{start.checkpoint.path} does not fit the model this config builds "
-                                  f"({str(error).splitlines()[-1].strip()[:160]})") from None  # fmt: skip
+            raise CheckpointError(
+                f"{start.checkpoint.path} does not fit the model this config builds "
+                f"({str(error).splitlines()[-1].strip()[:160]})"
+            ) from None
         state = saved_train_state(parts["state"], start.checkpoint)
         data.train.load_state_dict(parts["state"]["data"])
     model.to(info.device)
     if cfg.training.activation_checkpointing:
-        log.info("activation checkpointing: %d blocks recompute their activations in backward",
-                 checkpoint_activations(model))  # fmt: skip
+        log.info(
+            "activation checkpointing: %d blocks recompute their activations in backward", checkpoint_activations(model)
+        )
     if parts is not None:
         _restore_rng(parts["rng"], info)
-    precision = resolve_precision(cfg.training.precision, info.device, cfg.training.distributed if info.enabled else None)
+    precision = resolve_precision(
+        cfg.training.precision, info.device, cfg.training.distributed if info.enabled else None
+    )
     scaler = grad_scaler(precision, info.device)
     if scaler is not None and parts is not None and "scaler" in parts["state"]:
         scaler.load_state_dict(parts["state"]["scaler"])
@@ -152,8 +157,9 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         metrics.write({"kind": "config_change", "step": state.step, "changes": start.changes})
         log.warning("resumed at step %d with config changes: %s", state.step, ", ".join(start.changes))
     log.info("model %s: %s parameters, %s on %s", model.config.family, f"{n_params:,}", precision, info.device)
-    return Training(cfg, run, info, data, model, wrapped, optimizer, scaler, precision, state, metrics, n_params,
-                    n_params_no_pos)  # fmt: skip
+    return Training(
+        cfg, run, info, data, model, wrapped, optimizer, scaler, precision, state, metrics, n_params, n_params_no_pos
+    )
 
 
 def new_model(cfg: RunConfig, data: RunData, device: torch.device) -> nn.Module:
@@ -174,8 +180,9 @@ def tensorboard_dir(cfg: RunConfig, run: RunDir) -> Path | None:
     """Where TensorBoard events go: output.tensorboard, by default on when the package is installed."""
     board = cfg.output.tensorboard if cfg.output.tensorboard is not None else tensorboard_available()
     if board and not tensorboard_available():
-        raise ConfigError("output.tensorboard is true but the tensorboard package is missing: "
-                          "pip install 'encdec[tensorboard]'")  # fmt: skip
+        raise ConfigError(
+            "output.tensorboard is true but the tensorboard package is missing: pip install 'encdec[tensorboard]'"
+        )
     return run.tensorboard if board else None
 
 
@@ -199,8 +206,11 @@ def _restore_rng(saved: dict, info) -> None:
     if f"cuda_rank{info.rank}" in saved:
         states["cuda"] = saved[f"cuda_rank{info.rank}"]
     if not set_rng_states(states, info.device):
-        log.warning("the checkpoint holds no GPU random state for rank %d: dropout will not repeat the "
-                    "uninterrupted run's masks", info.rank)  # fmt: skip
+        log.warning(
+            "the checkpoint holds no GPU random state for rank %d: dropout will not repeat the "
+            "uninterrupted run's masks",
+            info.rank,
+        )
 
 
 def _load_optimizer(wrapped, optimizer, state: dict, info) -> None:

@@ -29,8 +29,9 @@ class StepLog:
         self.interval_started = time.perf_counter()
         self.flushed_elapsed = state.elapsed
 
-    def add(self, step: int, ce_sum: torch.Tensor, n_tokens: int, aux: dict, lr: float,
-            flops: float | None = None) -> None:  # fmt: skip
+    def add(
+        self, step: int, ce_sum: torch.Tensor, n_tokens: int, aux: dict, lr: float, flops: float | None = None
+    ) -> None:
         self.pending.append((step, ce_sum, n_tokens, aux, lr))
         self.flops = None if flops is None or self.flops is None else self.flops + flops
 
@@ -53,7 +54,9 @@ class StepLog:
             return
         first_aux = self.pending[0][3]
         names = sorted(n for n in first_aux if isinstance(first_aux[n], torch.Tensor))  # on the device
-        rows = [torch.stack([ce_sum.float(), *(aux[n].float() for n in names)]) for _, ce_sum, _, aux, _ in self.pending]
+        rows = [
+            torch.stack([ce_sum.float(), *(aux[n].float() for n in names)]) for _, ce_sum, _, aux, _ in self.pending
+        ]
         values = torch.stack(rows).tolist()  # (steps, 1 + aux): the one wait for the device
         peak_mib = self.peak_memory_mib()
         now, elapsed = time.perf_counter(), self.elapsed()
@@ -65,8 +68,15 @@ class StepLog:
         for i, ((step, _, n_tokens, aux, lr), row) in enumerate(zip(self.pending, values, strict=True)):
             first_tokens += n_tokens
             at = self.flushed_elapsed + (elapsed - self.flushed_elapsed) * (i + 1) / len(self.pending)
-            record = {"kind": "train", "step": step, "loss": row[0] / max(n_tokens, 1), "lr": lr,
-                      "tokens_per_s": tokens_per_s, "tokens": first_tokens, "elapsed": at}  # fmt: skip
+            record = {
+                "kind": "train",
+                "step": step,
+                "loss": row[0] / max(n_tokens, 1),
+                "lr": lr,
+                "tokens_per_s": tokens_per_s,
+                "tokens": first_tokens,
+                "elapsed": at,
+            }
             if peak_mib is not None:
                 record["peak_memory_mib"] = peak_mib
             if mfu is not None:

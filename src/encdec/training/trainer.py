@@ -112,8 +112,9 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
     amp = autocast(t.precision, info.device)
     rows = distributed.rows_for_rank(cfg.training.batch_size, info) if info.enabled else None
     batches = batch_stream(t.data.train, rows, info.device, cfg.training.data_workers)
-    bar = tqdm(total=cfg.training.steps, initial=state.step, disable=None if info.is_main else True, desc="train",
-               unit="step")  # None: off where stderr is not a terminal (logs, pipes)
+    bar = tqdm(
+        total=cfg.training.steps, initial=state.step, disable=None if info.is_main else True, desc="train", unit="step"
+    )  # None: off where stderr is not a terminal (logs, pipes)
     peak = training_peak_tflops(info.device, t.precision, cfg.training.peak_tflops)
     losses = StepLog(t.metrics, bar, state, info.device, peak)
     last_eval = None
@@ -126,8 +127,9 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
             group["lr"] = lr
         taken = [next(batches) for _ in range(cfg.training.grad_accum)]
         try:
-            ce_sum, aux, n_tokens = _optimizer_step(t.wrapped, t.optimizer, taken, cfg, t.model_config, info, amp,
-                                                    t.scaler)  # fmt: skip
+            ce_sum, aux, n_tokens = _optimizer_step(
+                t.wrapped, t.optimizer, taken, cfg, t.model_config, info, amp, t.scaler
+            )
         except (RuntimeError, MemoryError) as error:
             if not is_out_of_memory(error):
                 raise
@@ -166,8 +168,9 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
         patience = cfg.training.early_stopping_patience
         if evaluate_now and patience and state.evals_since_best >= patience:
             early_stopped = True
-            log.warning("stopped early at step %d: %d evaluations without a better %s", state.step, patience,
-                        cfg.output.best_by)  # fmt: skip
+            log.warning(
+                "stopped early at step %d: %d evaluations without a better %s", state.step, patience, cfg.output.best_by
+            )
             break
     state.elapsed = losses.elapsed()
     bar.close()
@@ -215,8 +218,9 @@ def batches_flops(model_cfg: ModelConfig, batches: list[LoadedBatch]) -> float |
     return flops
 
 
-def _optimizer_step(model, optimizer, batches: list[LoadedBatch], cfg: RunConfig, model_cfg: ModelConfig, info, amp,
-                    scaler=None):  # fmt: skip
+def _optimizer_step(
+    model, optimizer, batches: list[LoadedBatch], cfg: RunConfig, model_cfg: ModelConfig, info, amp, scaler=None
+):
     """One optimizer step over `grad_accum` global batches -> (CE sum over the batch's tokens, on the
     device; aux losses, on the device; loss tokens, a host int). Nothing here waits for the device.
 
@@ -309,8 +313,11 @@ def _save(t: Training, is_best: bool) -> None:
         "model": model_state,
         "optimizer": optimizer_state,
         "rng": rng,
-        "state": {"train": asdict(t.state), "data": t.data.train.state_dict(),
-                  **({"scaler": t.scaler.state_dict()} if t.scaler is not None else {})},
+        "state": {
+            "train": asdict(t.state),
+            "data": t.data.train.state_dict(),
+            **({"scaler": t.scaler.state_dict()} if t.scaler is not None else {}),
+        },
         "config": lambda path: save_config(t.cfg, path),
         "tokenizer": t.data.tokenizer,
         "generation": t.model.generation_defaults,

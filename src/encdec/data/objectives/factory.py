@@ -60,14 +60,40 @@ def build_objective(
         return prefix_lm_objective(data, batch_size, tok.pad_id, tok.eos_id, max_length=seq_len, seed=seed)
     if kind == "seq2seq":
         sources, targets = data
-        return Seq2SeqObjective(sources, targets, batch_size, tok.pad_id, tok.eos_id, tok.decoder_start_id,
-                                max_source_len, max_target_len, pack=pack, seed=seed)  # fmt: skip
+        return Seq2SeqObjective(
+            sources,
+            targets,
+            batch_size,
+            tok.pad_id,
+            tok.eos_id,
+            tok.decoder_start_id,
+            max_source_len,
+            max_target_len,
+            pack=pack,
+            seed=seed,
+        )
     if kind == "span_corruption":
         config = UL2Config.span_corruption(mean_span, noise_density, max_length=seq_len)
     else:
         r, x, s = ul2_probabilities
-        config = UL2Config(r_prob=r, x_prob=x, s_prob=s, r_masks=((mean_span, noise_density),),
-                           max_length=seq_len, mode_tokens=mode_tokens)  # fmt: skip
+        config = UL2Config(
+            r_prob=r,
+            x_prob=x,
+            s_prob=s,
+            r_masks=((mean_span, noise_density),),
+            max_length=seq_len,
+            mode_tokens=mode_tokens,
+        )
     modes = ul2_mode_ids(tok) if config.mode_tokens else None  # span corruption has no mode token
-    return UL2Objective(data, batch_size, tok.pad_id, tok.eos_id, tok.decoder_start_id, list(tok.sentinel_ids),
-                        config, mode_ids=modes, pack=pack, seed=seed)  # fmt: skip
+    return UL2Objective(
+        data,
+        batch_size,
+        tok.pad_id,
+        tok.eos_id,
+        tok.decoder_start_id,
+        list(tok.sentinel_ids),
+        config,
+        mode_ids=modes,
+        pack=pack,
+        seed=seed,
+    )

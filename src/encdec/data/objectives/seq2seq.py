@@ -107,13 +107,16 @@ class Seq2SeqObjective(Objective):
         if self.batch_format == "prefix_lm":
             return collate_prefix_lm(examples, self.pad_id)
         if self.pack:
-            return collate_packed(examples, self.pad_id, self.decoder_start_id, self.max_source_len,
-                                  self.max_target_len)  # fmt: skip
+            return collate_packed(
+                examples, self.pad_id, self.decoder_start_id, self.max_source_len, self.max_target_len
+            )
         return collate_encoder_decoder(examples, self.pad_id, self.decoder_start_id)
 
     def position_after(self, epoch: int, step: int) -> tuple[int, int]:
         step += 1
-        return (epoch + 1, 0) if step == len(self.plan.batches(self.seed, epoch, shuffle=self.shuffle)) else (epoch, step)
+        return (
+            (epoch + 1, 0) if step == len(self.plan.batches(self.seed, epoch, shuffle=self.shuffle)) else (epoch, step)
+        )
 
     @property
     def batches_per_epoch(self) -> int:

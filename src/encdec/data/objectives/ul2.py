@@ -146,7 +146,6 @@ def ul2_mode_ids(tokenizer) -> dict[str, int]:
     missing = [f"[{m}]" for m, i in ids.items() if i is None]
     if missing:
         raise ConfigError(
-            f"the tokenizer has no mode tokens {', '.join(missing)}; "
-            "build it with extra_specials=('[R]', '[X]', '[S]')"
+            f"the tokenizer has no mode tokens {', '.join(missing)}; build it with extra_specials=('[R]', '[X]', '[S]')"
         )
     return ids
