@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from encdec.models import build_model
-from encdec.training.config import build_model_config, load_config
+from encdec.runs.config import build_model_config, load_config
 from encdec.training.data import build_run_data
 from encdec.training.loader import fill
 

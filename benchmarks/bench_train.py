@@ -296,11 +296,11 @@ def run_trainer(cfg: ModelConfig, shape: Shape, dims: tuple[int, int, int], args
     every warm-up-many steps (output.log_interval), so the record closing the warm-up carries its own
     time rather than one spread over a longer interval."""
     from encdec.data.corpora import iter_tinystories
+    from encdec.runs.config import RunConfig
+    from encdec.runs.typed_yaml import from_dict
     from encdec.tokenizers import build_tokenizer
-    from encdec.training.config import RunConfig
     from encdec.training.metrics import read_metrics
     from encdec.training.trainer import train
-    from encdec.training.typed_yaml import from_dict
 
     batch, src_len, tgt_len = dims
     length, density, mean_span = span_layout(src_len, tgt_len)

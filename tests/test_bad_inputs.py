@@ -423,7 +423,7 @@ def test_a_full_disk_at_a_checkpoint_is_one_sentence_and_keeps_the_previous_chec
     """The disk fills while the second checkpoint is written (a patched write): its partial files go, the first stays."""
     import errno
 
-    import encdec.training.checkpoint as checkpoint
+    import encdec.runs.checkpoint as checkpoint
 
     real, calls = checkpoint.save_weights, []
 
@@ -475,7 +475,7 @@ def test_a_full_disk_at_a_checkpoint_is_one_sentence_and_keeps_the_previous_chec
 
 
 def test_a_busy_run_directory_is_one_sentence_naming_the_holder(library, tmp_path, capsys):
-    from encdec.training.run_dir import RunDir
+    from encdec.runs.run_dir import RunDir
     from encdec.training.run_lock import lock_run_dir
 
     run = tmp_path / "run"

@@ -12,8 +12,8 @@ from encdec.errors import CheckpointError, ConfigError, DataError, EncdecError
 from encdec.generation import generate
 from encdec.interop import export_hf, load_hf, save_hf
 from encdec.models import ModelConfig, build_model, count_parameters, preset, preset_names
-from encdec.pretrained import from_pretrained, load_tokenizer
 from encdec.quantization import quantize
+from encdec.runs import export_run, from_pretrained, load_tokenizer
 
 __version__ = "0.1.0"
 
@@ -26,6 +26,7 @@ __all__ = [
     "build_model",
     "count_parameters",
     "export_hf",
+    "export_run",
     "from_pretrained",
     "generate",
     "load_hf",

@@ -4,6 +4,8 @@ Errors meant for users are one clear sentence. The CLI prints the sentence and
 exits non-zero; library callers can catch `EncdecError`.
 """
 
+from collections.abc import Iterable
+
 
 class EncdecError(Exception):
     """Base class for every error encdec reports to a user."""
@@ -30,3 +32,15 @@ def suggestion(name: str, known: list[str] | tuple[str, ...], what: str = "known
         return f"; did you mean {close[0]}?"
     listed = ", ".join(sorted(known))
     return f"; {what}: {listed}" if len(listed) <= 150 else f"; {len(known)} are {what}, none close to it"
+
+
+def refuse_unknown_keys(keys: Iterable[str], known: Iterable[str], sentence: str) -> None:
+    """Raise ConfigError for the first of `keys` (sorted) not in `known`, naming the closest known one.
+
+    `sentence` is formatted with `key`: "unknown model key {key!r}" gives
+    "unknown model key 'd_modle'; did you mean d_model?".
+    """
+    known = sorted(known)
+    unknown = sorted(set(keys) - set(known))
+    if unknown:
+        raise ConfigError(sentence.format(key=unknown[0]) + suggestion(unknown[0], known))

@@ -6,8 +6,8 @@ import yaml
 
 from encdec.cli import main
 from encdec.generation import generate
+from encdec.runs.load import load_run
 from encdec.training import load_config, train
-from encdec.training.run import load_run
 
 transformers = pytest.importorskip("transformers")
 

@@ -3,6 +3,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from objective_helpers import SUMMARIZATION, rebuild_from_corruption
 
 from encdec.data.batch import IGNORE_INDEX
 from encdec.data.corpora import iter_jsonl_pairs
@@ -18,8 +19,6 @@ from encdec.data.objectives import (
     tokenize_pairs,
     ul2_mode_ids,
 )
-from encdec.data.objectives.seq2seq import SUMMARIZATION
-from encdec.data.objectives.span_corruption import rebuild_from_corruption
 from encdec.errors import ConfigError
 from encdec.tokenizers import build_tokenizer
 

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 import torch
+from objective_helpers import SUMMARIZATION
 
 from encdec.data.batch import IGNORE_INDEX, collate_encoder_decoder
 from encdec.data.corpora import iter_jsonl_pairs
 from encdec.data.documents import Documents
 from encdec.data.objectives import PairTemplate, Seq2SeqObjective, UL2Objective, build_objective, tokenize_pairs
 from encdec.data.objectives.packing import collate_packed, first_fit
-from encdec.data.objectives.seq2seq import SUMMARIZATION
 from encdec.errors import ConfigError
 from encdec.tokenizers import build_tokenizer
 

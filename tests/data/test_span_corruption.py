@@ -1,8 +1,9 @@
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from objective_helpers import rebuild_from_corruption
 
-from encdec.data.objectives.span_corruption import random_spans_noise_mask, rebuild_from_corruption, span_corrupt
+from encdec.data.objectives.span_corruption import random_spans_noise_mask, span_corrupt
 from encdec.data.objectives.ul2 import UL2Config, denoise, s_split
 
 SENTINELS = np.arange(50_000, 50_600)  # far above any token drawn below

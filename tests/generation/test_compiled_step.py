@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from encdec.generation import compiled, generate
-from encdec.generation.compiled import EagerRunner, FixedShapeStepper, FixedState
-from encdec.models.fixed_step import FixedSteps, bucket
+from encdec.generation.compiled import EagerRunner, FixedShapeStepper, FixedState, bucket
+from encdec.models.fixed_step import FixedSteps
 from tests.generation.helpers import padded_batch, tiny
 
 MODES = {

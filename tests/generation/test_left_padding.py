@@ -8,9 +8,9 @@ import torch
 from device_check import DeviceCheck
 
 import encdec
-from encdec.cli.generate import RunTokenizer
 from encdec.errors import DataError
 from encdec.models import build_model, preset
+from encdec.runs.text import RunTokenizer
 from encdec.tokenizers.byte import ByteTokenizer
 
 V = 61

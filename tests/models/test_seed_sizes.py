@@ -6,8 +6,8 @@ import pytest
 
 from encdec.cli import main
 from encdec.models import ModelConfig
+from encdec.runs.config import build_model_config
 from encdec.training import load_config
-from encdec.training.config import build_model_config
 
 SEEDS = Path(__file__).parents[2] / "configs" / "seeds"
 

@@ -5,9 +5,9 @@ import torch
 
 from encdec.cli import main
 from encdec.models import build_model, preset
+from encdec.runs.load import load_run
 from encdec.training.metrics import read_metrics
 from encdec.training.numerics import checkpoint_activations
-from encdec.training.run import load_run
 
 FAST = ["training.steps=4", "evaluation.interval=4", "schedule.kind=constant"]  # dropout on: masks must repeat
 

@@ -8,7 +8,7 @@ import yaml
 
 from encdec.cli import main
 from encdec.errors import ConfigError
-from encdec.training.config import load_config
+from encdec.runs.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from encdec.cli import main
+from encdec.runs.load import load_run
+from encdec.runs.run_dir import RunDir
 from encdec.training.metrics import read_metrics
-from encdec.training.run import load_run
-from encdec.training.run_dir import RunDir
 
 RECIPES = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 

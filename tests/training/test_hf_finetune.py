@@ -10,9 +10,9 @@ import torch
 
 import encdec
 from encdec.cli import main
+from encdec.runs.load import load_run
 from encdec.tokenizers.pretrained import PretrainedTokenizer
 from encdec.training.metrics import read_metrics
-from encdec.training.run import load_run
 
 transformers = pytest.importorskip("transformers")
 
@@ -207,7 +207,7 @@ def test_the_first_loss_of_fine_tuning_is_hugging_faces_loss_on_the_same_batch(
         )
         == 0
     )
-    from encdec.training.config import load_config
+    from encdec.runs.config import load_config
     from encdec.training.data import build_run_data
 
     run = load_run(tmp_path / "run", "latest")

@@ -8,11 +8,11 @@ from torch import nn
 
 from encdec.errors import ConfigError
 from encdec.models import ModelConfig
+from encdec.runs.checkpoint import load_checkpoint
+from encdec.runs.run_dir import RunDir
 from encdec.training import distributed, load_config, train
-from encdec.training.checkpoint import load_checkpoint
 from encdec.training.loader import LoadedBatch
 from encdec.training.numerics import numerics, resolve_precision
-from encdec.training.run_dir import RunDir
 from encdec.training.trainer import _optimizer_step
 
 

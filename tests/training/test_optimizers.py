@@ -5,9 +5,9 @@ import math
 import pytest
 
 from encdec.cli import main
-from encdec.training.checkpoint import load_checkpoint
+from encdec.runs.checkpoint import load_checkpoint
+from encdec.runs.run_dir import RunDir
 from encdec.training.metrics import read_metrics
-from encdec.training.run_dir import RunDir
 
 FAST = [
     "training.steps=8",

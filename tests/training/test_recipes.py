@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from encdec.cli import main
+from encdec.runs.load import load_run
 from encdec.training.metrics import read_metrics
-from encdec.training.run import load_run
 
 RECIPES = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 TINY = [

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from encdec.cli import main
-from encdec.training.checkpoint import load_checkpoint
+from encdec.runs.checkpoint import load_checkpoint
+from encdec.runs.run_dir import RunDir
 from encdec.training.metrics import read_metrics
-from encdec.training.run_dir import RunDir
 
 
 def train_command(config, out, *extra):
@@ -77,8 +77,8 @@ SLOW_SAVE = """
 import sys, time
 from pathlib import Path
 import torch
-from encdec.training.checkpoint import save_checkpoint
-from encdec.training.run_dir import RunDir
+from encdec.runs.checkpoint import save_checkpoint
+from encdec.runs.run_dir import RunDir
 
 class SlowTokenizer:  # stands in for the last part of a checkpoint to be written
     def save(self, directory):

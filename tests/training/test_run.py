@@ -4,9 +4,9 @@ import sys
 
 import torch
 
+from encdec.runs.load import load_run
+from encdec.runs.run_dir import RunDir
 from encdec.training.metrics import read_metrics
-from encdec.training.run import load_run
-from encdec.training.run_dir import RunDir
 
 
 def test_a_finished_run_loads_back_with_the_weights_it_was_evaluated_with(tmp_path, tiny_config):

@@ -14,10 +14,10 @@ import torch
 from encdec.cli import main
 from encdec.data.shards import MANIFEST, prepare_shards, read_shards
 from encdec.errors import CheckpointError, ConfigError, DataError
+from encdec.runs.checkpoint import save_checkpoint
+from encdec.runs.run_dir import RunDir
 from encdec.tokenizers import MANIFEST_NAME, ByteTokenizer, load_tokenizer
-from encdec.training.checkpoint import save_checkpoint
 from encdec.training.metrics import MetricsLog
-from encdec.training.run_dir import RunDir
 from encdec.training.run_lock import lock_run_dir
 
 
@@ -223,7 +223,7 @@ def test_a_tokenizer_file_that_is_a_symlink_is_refused(tmp_path):
 HOLD = """
 import sys, time
 from pathlib import Path
-from encdec.training.run_dir import RunDir
+from encdec.runs.run_dir import RunDir
 from encdec.training.run_lock import lock_run_dir
 
 with lock_run_dir(RunDir(Path(sys.argv[1]))):

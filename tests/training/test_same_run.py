@@ -3,8 +3,8 @@
 import pytest
 
 from encdec.cli import main
+from encdec.runs.load import load_run
 from encdec.training.metrics import read_metrics
-from encdec.training.run import load_run
 
 FAST = ["--set", "training.steps=2", "--set", "output.save_interval=2", "--set", "evaluation.interval=2"]
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from encdec.training.config import OptimizerSection, RunConfig, ScheduleSection, TrainingSection
+from encdec.runs.config import OptimizerSection, RunConfig, ScheduleSection, TrainingSection
 from encdec.training.optim import build_optimizer, lr_at
 
 

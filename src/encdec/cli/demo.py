@@ -2,8 +2,9 @@
 
 Lists the presets with their parameter counts, builds one, encodes a TinyStories
 sentence with the byte tokenizer, trains the model briefly to copy it (a denoising
-toy task), and decodes greedily through the KV cache, checking the cached logits
-against a full recomputation. The trainer (`encdec train`) is the real main job.
+toy task), and decodes greedily with `encdec.generate` through the KV cache,
+checking the cached logits against a full recomputation. The trainer (`encdec
+train`) is the real main job.
 """
 
 import gzip
@@ -11,8 +12,10 @@ import time
 from pathlib import Path
 
 import torch
+from torch import nn
 
-from encdec.models import EncoderDecoder, build_model, count_parameters, preset, preset_names
+from encdec.generation import generate
+from encdec.models import build_model, count_parameters, preset, preset_names
 from encdec.tokenizers.byte import ByteTokenizer
 
 FALLBACK = "Once upon a time, there was a little girl named Lily."
@@ -43,21 +46,13 @@ def print_presets() -> None:
 
 
 @torch.no_grad()
-def greedy_decode(model: EncoderDecoder, src: torch.Tensor, start_id: int, eos_id: int, max_new: int) -> list[int]:
-    """Encode once, then one token per step through the cache (issue "Generation" adds beam and sampling)."""
-    memory = model.encode(src)
-    cache = model.new_cache(max_new)
-    tokens, step_logits = [start_id], []
-    for _ in range(max_new):
-        logits, _ = model.decode(torch.tensor([[tokens[-1]]]), memory, cache)
-        step_logits.append(logits)
-        tokens.append(int(logits[0, -1].argmax()))
-        if tokens[-1] == eos_id:
-            break
-    full = model(src, torch.tensor([tokens[:-1]])).logits  # all steps recomputed at once, no cache
-    if not torch.allclose(torch.cat(step_logits, dim=1), full, atol=1e-4):
+def greedy_decode(model: nn.Module, src: torch.Tensor, max_new: int) -> list[int]:
+    """Greedy `encdec.generate` through the KV cache, its step logits checked against one full forward."""
+    out = generate(model, src, max_new_tokens=max_new, return_dict_in_generate=True, output_scores=True)
+    full = model(src, out.sequences[:, :-1]).logits  # all steps recomputed at once, no cache
+    if not torch.allclose(torch.stack(out.scores, dim=1), full, atol=1e-4):
         raise RuntimeError("cached decoding diverged from the full forward")
-    return tokens[1:]
+    return out.sequences[0, 1:].tolist()
 
 
 def run(args) -> int:
@@ -92,6 +87,6 @@ def run(args) -> int:
     print(f"trained {args.steps} steps in {time.perf_counter() - started:.1f}s")
 
     model.eval()
-    out = greedy_decode(model, src, cfg.decoder_start_id, cfg.eos_id, max_new=len(ids) + 4)
+    out = greedy_decode(model, src, max_new=len(ids) + 4)
     print(f"greedy, cached (checked against full recomputation): {tokenizer.decode([out])[0]!r}")
     return 0

@@ -11,11 +11,10 @@ GPU when torch sees one, else the CPU); --quantize int8 runs both through int8 l
 layers there (encdec.quantize: fbgemm's kernels on the CPU, torch._int_mm on a GPU).
 """
 
-import time
+import argparse
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from encdec.cli.generate import (
     add_device_argument,
@@ -24,16 +23,16 @@ from encdec.cli.generate import (
     positive_int,
     resolve_device,
 )
+from encdec.evaluation.generated import generate_texts
 from encdec.evaluation.metrics import score_texts
 from encdec.evaluation.report import perplexity, write_report
-from encdec.generation import generate
 from encdec.quantization import quantize
+from encdec.runs.load import load_run
+from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import check_not_symlink
 from encdec.training.data import build_run_data
 from encdec.training.distributed import DistInfo
-from encdec.training.run import load_run
-from encdec.training.run_dir import RunDir
-from encdec.training.samples import RunTokenizer, sample_pairs, trained_source_length
+from encdec.training.samples import sample_pairs
 from encdec.training.trainer import evaluate
 
 
@@ -56,11 +55,11 @@ def add_parser(subparsers) -> None:
 
 
 @torch.no_grad()
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     report_dir = RunDir(args.run_dir).eval_dir
     check_not_symlink(report_dir, report_dir / "eval.json", report_dir / "eval.md")  # written at the end
-    loaded = load_run(args.run_dir, args.checkpoint)
+    loaded = load_run(args.run_dir, args.checkpoint, args.max_source_len)
     loaded.model.to(device)
     if args.quantize:  # the loss and the generations both run through the int8 layers
         quantize(loaded.model, args.quantize)
@@ -72,27 +71,13 @@ def run(args) -> int:
     loaded.model.eval()
     scores = {"val_loss": losses["val_loss"], "val_perplexity": perplexity(losses["val_loss"])}
     pairs = sample_pairs(cfg, loaded.tokenizer, args.samples)
-    template = cfg.objective.source_template if cfg.objective.kind == "seq2seq" else "{source}"
-    side = RunTokenizer.padding_side_for(loaded.model)
-    tokenizer = RunTokenizer(loaded.tokenizer, template, side, args.max_source_len or trained_source_length(cfg))
     inputs, references = [p[0] for p in pairs], [p[1] for p in pairs]
-    predictions, seconds, new_tokens = [], 0.0, 0
-    for start in tqdm(range(0, len(inputs), args.batch_size), desc="generate", unit="batch", leave=False):
-        encoded = tokenizer(inputs[start : start + args.batch_size])
-        started = time.perf_counter()
-        ids = generate(
-            loaded.model,
-            encoded["input_ids"],
-            encoded["attention_mask"],
-            max_new_tokens=args.max_new_tokens,
-            num_beams=args.num_beams,
-        ).cpu()
-        seconds += time.perf_counter() - started
-        new_tokens += int((ids[:, 1:] != loaded.model.config.pad_id).sum())  # EOS counted, padding not
-        predictions += [text.strip() for text in tokenizer.batch_decode(ids[:, 1:])]
-    scores.update(score_texts(predictions, references, args.rot5_preprocessing))
-    json_path, md_path = write_report(report_dir, scores, inputs, predictions, references)
+    options = dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams)
+    generated = generate_texts(loaded.model, loaded.text, inputs, args.batch_size, progress=True, **options)
+    scores.update(score_texts(generated.predictions, references, args.rot5_preprocessing))
+    json_path, md_path = write_report(report_dir, scores, inputs, generated.predictions, references)
     print(md_path.read_text(), end="")
-    print(f"generated {new_tokens} tokens in {seconds:.1f} s: {new_tokens / seconds:.1f} tokens/s")
+    rate = generated.new_tokens / generated.seconds
+    print(f"generated {generated.new_tokens} tokens in {generated.seconds:.1f} s: {rate:.1f} tokens/s")
     print(f"written: {json_path}, {md_path}")
     return 0

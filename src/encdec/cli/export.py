@@ -10,7 +10,7 @@ express (ROT5's RoPE, the research families, the RNN) is refused in one sentence
 import argparse
 from pathlib import Path
 
-from encdec.interop import export_run
+from encdec.runs.export import export_run
 
 
 def add_parser(subparsers) -> None:

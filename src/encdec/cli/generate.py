@@ -20,14 +20,11 @@ from pathlib import Path
 
 import torch
 
-from encdec.errors import CheckpointError, ConfigError, DataError
+from encdec.errors import ConfigError, DataError
 from encdec.generation import generate
-from encdec.interop import load_hf
 from encdec.quantization import SCHEMES, quantize
-from encdec.tokenizers.pretrained import PretrainedTokenizer
-from encdec.training.samples import RunTokenizer, trained_source_length
+from encdec.runs.open import open_model
 
-MAX_SOURCE_LEN = 1 << 16  # above this, a tokenizer's model_max_length means "not set"
 OPTIONS = {  # flag -> (type, help); each becomes the generation option of the same name
     "max_new_tokens": (int, "most tokens to generate per input"),
     "min_new_tokens": (int, "fewest tokens before EOS is allowed"),
@@ -132,34 +129,6 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def load_model_and_tokenizer(path: Path, max_source_len: int | None = None):
-    """The model and tokenizer of MODEL_DIR: a run directory of `encdec train` or a Hugging Face directory.
-
-    The tokenizer cuts inputs to `max_source_len` tokens (default: what the model was trained with)."""
-    if not path.is_dir():
-        raise CheckpointError(f"{path} is not a directory")
-    from encdec.training.run import load_run
-    from encdec.training.run_dir import RunDir
-
-    if RunDir(path).is_run():
-        run = load_run(path, "best")
-        objective = run.config.objective
-        template = objective.source_template if objective.kind == "seq2seq" else "{source}"
-        side = RunTokenizer.padding_side_for(run.model)
-        return run.model, RunTokenizer(
-            run.tokenizer, template, side, max_source_len or trained_source_length(run.config)
-        )
-    if not (path / "config.json").is_file():
-        raise CheckpointError(f"{path} has no config.json: `encdec generate` reads Hugging Face model directories")
-    tokenizer = PretrainedTokenizer.from_directory(path).hf  # refused in one sentence without tokenizer files
-    model = load_hf(path)
-    if max_source_len is not None:
-        tokenizer.model_max_length = max_source_len
-    elif tokenizer.model_max_length > MAX_SOURCE_LEN:  # transformers' "no limit" is a huge number
-        tokenizer.model_max_length = getattr(model.config, "max_positions", MAX_SOURCE_LEN)
-    return model, tokenizer
-
-
 def read_inputs(source: str, prefix: str) -> list[str]:
     text = sys.stdin.read() if source == "-" else _read_file(Path(source))
     lines = text.splitlines()
@@ -197,8 +166,9 @@ def stream_printer(tokenizer, stream):
 
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
-    model, tokenizer = load_model_and_tokenizer(args.model_dir, args.max_source_len)
-    model.to(device)
+    opened = open_model(args.model_dir, max_source_len=args.max_source_len)
+    tokenizer = opened.text  # a Hugging Face directory without tokenizer files is refused before any work
+    model = opened.model.to(device)
     if args.quantize:
         model = quantize(model, args.quantize)
     inputs = read_inputs(args.input, args.prefix)
@@ -208,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     if args.compile:
         options["compile"] = True
     out = sys.stdout if args.output == "-" else open_output(Path(args.output))
-    effective = {**getattr(model, "generation_defaults", {}), **options}  # the checkpoint may default to beams
+    effective = {**opened.generation, **options}  # the checkpoint may default to beams
     streaming = (
         len(inputs) == 1
         and args.format == "text"
@@ -222,7 +192,14 @@ def run(args: argparse.Namespace) -> int:
             batch = inputs[start : start + args.batch_size]
             encoded = tokenizer(batch, return_tensors="pt", padding=True, truncation=True)
             streamer = {"streamer": stream_printer(tokenizer, out)} if streaming else {}
-            ids = generate(model, encoded["input_ids"], encoded["attention_mask"], **options, **streamer).cpu()
+            ids = generate(
+                model,
+                encoded["input_ids"],
+                encoded["attention_mask"],
+                defaults=opened.generation,
+                **options,
+                **streamer,
+            ).cpu()
             texts = tokenizer.batch_decode(ids[:, 1:], skip_special_tokens=True)
             write_outputs(out, batch, texts, args.format, streamed=streaming)
     finally:

@@ -10,8 +10,8 @@ import torch
 
 from encdec.errors import ConfigError
 from encdec.models import FAMILY_CLASSES, count_parameters, preset
+from encdec.runs.config import build_model_config, load_config
 from encdec.sizing import chinchilla
-from encdec.training.config import build_model_config, load_config
 
 
 def add_parser(subparsers):

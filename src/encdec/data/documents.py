@@ -15,6 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def token_dtype(vocab_size: int) -> type[np.unsignedinteger]:
+    """The smallest unsigned integer type that holds every id of a `vocab_size` vocabulary: uint16 or uint32."""
+    return np.uint16 if vocab_size <= 2**16 else np.uint32
+
+
 @dataclass(frozen=True)
 class Documents:
     tokens: np.ndarray  # (N,) unsigned ints, possibly a read-only memmap

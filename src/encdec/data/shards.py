@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from encdec.data.corpora import PAIR_FORMATS, PairTemplate, is_validation, read_corpus
-from encdec.data.documents import Documents
+from encdec.data.documents import Documents, token_dtype
 from encdec.errors import DataError
 from encdec.safe_paths import check_not_symlink, inside, plain_name
 from encdec.tokenizers import Tokenizer, load_tokenizer
@@ -53,13 +53,14 @@ def file_sha256(path: str | Path) -> str:
 
 
 def choose_dtype(vocab_size: int, dtype: str = "auto", where: str | Path = "") -> str:
-    """`uint16` when every id fits in 16 bits, else `uint32`; an explicit uint16 too small is a DataError."""
+    """The name of `token_dtype(vocab_size)` for `auto`; an explicit dtype too small for the ids is a DataError."""
+    needed = token_dtype(vocab_size)
     if dtype == "auto":
-        return "uint16" if vocab_size <= 2**16 else "uint32"
+        return needed.__name__
     if dtype not in DTYPES:
         raise DataError(f"shard dtype {dtype!r} is unknown; choose auto, uint16 or uint32")
-    if dtype == "uint16" and vocab_size > 2**16:
-        raise DataError(f"the tokenizer's {vocab_size} ids do not fit uint16 shards in {where}; use uint32 or auto")
+    if np.dtype(DTYPES[dtype]).itemsize < np.dtype(needed).itemsize:
+        raise DataError(f"the tokenizer's {vocab_size} ids do not fit {dtype} shards in {where}; use uint32 or auto")
     return dtype
 
 

@@ -1,9 +1,10 @@
 """`generate(..., compile=True)`: decoding steps of fixed shape, compiled on CPU, CUDA-graphed on GPUs.
 
-`FixedShapeStepper` wraps an encoder-decoder as a `Steppable`, so the searches run
-unchanged: `start` runs the model's eager `start` (the encoder, the cross-attention
-keys and values) and loads the result into the fixed buffers of
-`encdec.models.fixed_step.FixedSteps`, kept on the model per shape key (rows,
+`FixedShapeStepper` wraps a model that can make fixed-shape steps (a `fixed_steps` method:
+the encoder-decoder family's, `encdec.models.fixed_step.FixedSteps`) as a `Steppable`, so
+the searches run unchanged: `start` runs the model's eager `start` (the encoder, the
+cross-attention keys and values) and loads the result into those fixed buffers, kept on
+the model per shape key (rows,
 examples, length bucket, source bucket, dtype, device) so later calls of the same
 shape reuse them and what was compiled or captured for them. Each step then runs
   - on CPU: the step through `torch.compile` (inductor, static shapes);
@@ -23,12 +24,12 @@ from collections import OrderedDict
 
 import torch
 
-from encdec.models.fixed_step import FixedSteps, bucket
 from encdec.modules.moe import MoE
 
 log = logging.getLogger(__name__)
 
 KEPT_SHAPES = 4  # fixed-shape buffer sets kept per model, the least recently used dropped first
+BUCKET = 64  # lengths and source lengths are rounded up to a multiple of this, so calls share shapes
 _warned: set[str] = set()
 
 
@@ -40,12 +41,15 @@ def warn_once(message: str, *args) -> None:
         log.warning(message, *args)
 
 
-def fixed_shape_stepper(model):
-    """`model` with fixed-shape steps where it is an encoder-decoder of the canonical family (T5, ROT5,
-    Transformer presets); any other Steppable as it is, which the log says once."""
-    from encdec.models.encoder_decoder import EncoderDecoder  # the models import generation
+def bucket(n: int, size: int = BUCKET) -> int:
+    """n rounded up to a multiple of `size`."""
+    return -(-n // size) * size
 
-    if isinstance(model, EncoderDecoder):
+
+def fixed_shape_stepper(model):
+    """`model` with fixed-shape steps where it can make them (`model.fixed_steps`: the encoder-decoder
+    family, T5, ROT5 and Transformer presets); any other Steppable as it is, which the log says once."""
+    if callable(getattr(model, "fixed_steps", None)):
         return FixedShapeStepper(model)
     warn_once("compile=True serves the encoder-decoder family only: %s decodes eagerly", type(model).__name__)
     return model
@@ -54,7 +58,7 @@ def fixed_shape_stepper(model):
 class FixedState:
     """The decode state of fixed-shape steps: the buffers of one shape key."""
 
-    def __init__(self, steps: FixedSteps):
+    def __init__(self, steps):
         self.steps = steps
 
     def reorder(self, index: torch.Tensor) -> None:
@@ -88,14 +92,14 @@ class FixedShapeStepper:
         return logits[:, None]
 
 
-def fixed_steps_for(model, key: tuple, like: torch.Tensor) -> FixedSteps:
+def fixed_steps_for(model, key: tuple, like: torch.Tensor):
     """The buffers (and compiled step) of `key` on `model`, made on first use."""
     kept = model.__dict__.setdefault("_fixed_steps", OrderedDict())
     if key in kept:
         kept.move_to_end(key)
         return kept[key]
     rows, examples, length, source = key[:4]
-    steps = FixedSteps(model, rows, examples, length, source, like)
+    steps = model.fixed_steps(rows, examples, length, source, like)
     steps.runner = make_runner(steps)
     kept[key] = steps
     while len(kept) > KEPT_SHAPES:
@@ -103,7 +107,7 @@ def fixed_steps_for(model, key: tuple, like: torch.Tensor) -> FixedSteps:
     return steps
 
 
-def make_runner(steps: FixedSteps):
+def make_runner(steps):
     """tokens (R, 1) -> logits (R, V): copies the tokens in, runs the step at `steps.pos`, advances it."""
     if steps.pos.device.type != "cuda":
         return CompiledRunner(steps)
@@ -118,7 +122,7 @@ def make_runner(steps: FixedSteps):
 class EagerRunner:
     """The fixed-shape step run eagerly: the fallback. Subclasses change only `run`."""
 
-    def __init__(self, steps: FixedSteps):
+    def __init__(self, steps):
         self.steps = steps
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -136,7 +140,7 @@ class EagerRunner:
 class CompiledRunner(EagerRunner):
     """The step through torch.compile with static shapes; eager from the first failure on."""
 
-    def __init__(self, steps: FixedSteps):
+    def __init__(self, steps):
         super().__init__(steps)
         try:
             self.compiled = torch.compile(steps.run, dynamic=False)
@@ -157,7 +161,7 @@ class CompiledRunner(EagerRunner):
 class GraphRunner(EagerRunner):
     """The eager step captured once in a CUDA graph and replayed; eager if capture fails."""
 
-    def __init__(self, steps: FixedSteps):
+    def __init__(self, steps):
         super().__init__(steps)
         self.graph, self.logits = None, None
         try:
@@ -172,7 +176,7 @@ class GraphRunner(EagerRunner):
         return self.logits.clone()  # the next replay overwrites the graph's output
 
 
-def capture(steps: FixedSteps) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+def capture(steps) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
     """Warm the step up on a side stream, then capture it: (graph, its logits (R, V) buffer).
 
     The warm-up writes position `pos` (0) of the self-attention buffers, which the first real step

@@ -35,6 +35,7 @@ def generate(
     *,
     decoder_input_ids: torch.Tensor | None = None,
     tokenizer=None,
+    defaults: dict | None = None,
     **options,
 ) -> torch.Tensor | GenerateOutput:
     """Generate from src_ids (B, S); src_mask (B, S), True or 1 at real tokens.
@@ -44,9 +45,11 @@ def generate(
     result is on the model's device (see `model_device`): the token ids, or with
     return_dict_in_generate=True a `GenerateOutput`. decoder_input_ids (B, P) is a prefix
     every row continues, as in Hugging Face (the start token is put first where no row
-    begins with it); `tokenizer`, a Hugging Face tokenizer, is what stop_strings needs.
+    begins with it); `tokenizer`, a Hugging Face tokenizer, is what stop_strings needs. The options
+    start from `defaults` where given, else from the model's `generation_defaults` (a loaded
+    checkpoint's).
     """
-    cfg = resolve_config(model, options)
+    cfg = resolve_config(model, options, defaults)
     src_ids, src_mask = check_inputs(model, src_ids, src_mask, cfg)
     device = model_device(model, default=src_ids.device)
     cfg.check_generator(device)
@@ -75,9 +78,11 @@ def generate(
     return out if cfg.return_dict_in_generate else out.sequences
 
 
-def resolve_config(model, options: dict) -> GenerationConfig:
-    """Options over the checkpoint's generation defaults, with token ids from the model config."""
-    cfg = GenerationConfig.from_options(getattr(model, "generation_defaults", None), **options)
+def resolve_config(model, options: dict, defaults: dict | None = None) -> GenerationConfig:
+    """Options over `defaults` (else the checkpoint's generation defaults), with token ids from the model config."""
+    if defaults is None:
+        defaults = getattr(model, "generation_defaults", None)  # a Steppable need not carry any
+    cfg = GenerationConfig.from_options(defaults, **options)
     model_cfg = getattr(model, "config", None)
     if cfg.decoder_start_token_id is None:
         cfg.decoder_start_token_id = getattr(model_cfg, "decoder_start_id", None)

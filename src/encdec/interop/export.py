@@ -13,13 +13,13 @@ refused; `encdec.from_pretrained(RUN_DIR)` loads them. Every check runs before a
     out/tokenizer.json, tokenizer_config.json   the tokenizer (hf_tokenizer)
 """
 
-import json
 import logging
 from pathlib import Path
 
 from torch import nn
 
-from encdec.errors import CheckpointError, ConfigError
+from encdec.errors import ConfigError
+from encdec.interop.generation_config import write_generation_config
 from encdec.interop.hf_bart import check_bart_compatible, save_hf_bart
 from encdec.interop.hf_marian import check_marian_compatible, save_hf_marian
 from encdec.interop.hf_switch import check_switch_compatible, save_hf_switch
@@ -37,24 +37,6 @@ LAYOUTS = {
     "marian": (check_marian_compatible, save_hf_marian, "MarianMTModel"),
     "bart": (check_bart_compatible, save_hf_bart, "BartForConditionalGeneration"),
 }
-# generation options Hugging Face's generation_config.json knows under the same names as ours
-GENERATION_KEYS = (
-    "num_beams",
-    "length_penalty",
-    "early_stopping",
-    "no_repeat_ngram_size",
-    "repetition_penalty",
-    "bad_words_ids",
-    "forced_bos_token_id",
-    "forced_eos_token_id",
-    "do_sample",
-    "temperature",
-    "top_k",
-    "top_p",
-    "max_new_tokens",
-    "min_new_tokens",
-    "num_return_sequences",
-)
 # files an earlier export or checkpoint may have left that transformers would read instead of, or beside, ours
 STALE_FILES = (
     "special_tokens_map.json",
@@ -112,39 +94,3 @@ def export_hf(
             "encoder (num_layers) and fails; its forward() is unaffected"
         )
     return LAYOUTS[layout][2]
-
-
-def write_generation_config(out: Path, cfg: ModelConfig, tokenizer: Tokenizer, defaults: dict) -> None:
-    """generation_config.json: the ids generation needs and the run's defaults that Hugging Face knows."""
-    dropped = sorted(set(defaults) - set(GENERATION_KEYS))
-    if dropped:
-        log.warning("generation defaults Hugging Face has no name for are not exported: %s", ", ".join(dropped))
-    values = {
-        "decoder_start_token_id": cfg.decoder_start_id,
-        "eos_token_id": cfg.eos_id,
-        "pad_token_id": cfg.pad_id,
-        "bos_token_id": tokenizer.bos_id,
-        **{key: defaults[key] for key in GENERATION_KEYS if defaults.get(key) is not None},
-    }
-    (out / "generation_config.json").write_text(json.dumps(values, indent=2) + "\n")
-
-
-def export_run(run_dir: str | Path, out: str | Path, force: bool = False, checkpoint: str = "best") -> str:
-    """Export checkpoint `checkpoint` of an `encdec train` run directory; returns the Hugging Face class name."""
-    from encdec.training.run import load_run  # training sits above interop: import at call time
-    from encdec.training.run_dir import RunDir
-
-    run_dir, out = Path(run_dir), Path(out)
-    if not RunDir(run_dir).is_run():
-        raise CheckpointError(f"{run_dir} is not a run directory of encdec train (it has no checkpoints/latest)")
-    if out.resolve() == run_dir.resolve() or run_dir.resolve() in out.resolve().parents:
-        raise ConfigError(f"the output directory {out} is inside the run directory {run_dir}; choose one outside it")
-    run = load_run(run_dir, checkpoint)
-    name = export_hf(run.model, run.tokenizer, out, run.model.generation_defaults, force)
-    objective = run.config.objective
-    if objective.kind == "seq2seq" and objective.source_template != "{source}":
-        log.warning(
-            "this run formats each source as %r before tokenizing; do the same with the exported tokenizer",
-            objective.source_template,
-        )
-    return name

@@ -7,15 +7,13 @@ Marian differs only in its positions and activation (see hf_marian.py), so the
 weight names and most of the config mapping live here, both ways. transformers is not needed.
 """
 
-import json
 import re
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from encdec.errors import CheckpointError, ConfigError
-from encdec.interop.hf_t5 import read_hf_weights
+from encdec.interop.hf_t5 import fill_from_hf, plain_heads_problems, read_weights_with_shared, write_hf_directory
 from encdec.models import EncoderDecoder, ModelConfig
 
 # Hugging Face activation_function -> our activation name
@@ -84,23 +82,11 @@ def bart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
 
 def load_bart_layout(path: Path, cfg_from_hf, hf_config: dict) -> EncoderDecoder:
     """Read the weights, build the model `cfg_from_hf(hf_config, untied)` describes, and fill it by name."""
-    weights = read_hf_weights(path)
-    if "model.shared.weight" not in weights and "model.encoder.embed_tokens.weight" in weights:
-        weights["model.shared.weight"] = weights["model.encoder.embed_tokens.weight"]
+    weights = read_weights_with_shared(path, prefix="model.")
     head = weights.get("lm_head.weight")
     untied = head is not None and not torch.equal(head, weights.get("model.shared.weight", head))
     model = EncoderDecoder(cfg_from_hf(hf_config, untied))
-    state = {}
-    for name, param in model.state_dict().items():
-        key = hf_name(name)
-        if key not in weights:
-            raise CheckpointError(f"{path} lacks the weight {key}")
-        tensor = weights[key].reshape(param.shape) if key == "final_logits_bias" else weights[key]
-        if tensor.shape != param.shape:
-            raise CheckpointError(f"{path}: {key} has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}")
-        state[name] = tensor
-    model.load_state_dict(state)
-    return model.eval()
+    return fill_from_hf(model, weights, hf_name, path, reshaped=("final_logits_bias",))
 
 
 def first_set(*values):
@@ -136,9 +122,7 @@ def bart_layout_problems(cfg: ModelConfig) -> list[str]:
         "scale_attention must be true": not cfg.scale_attention,
         f"activation must be one of {', '.join(OUR_ACTIVATIONS)}, got {cfg.activation}": cfg.activation
         not in OUR_ACTIVATIONS,
-        "n_kv_heads must equal n_heads": (cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
-        "cross-attention heads must equal n_heads": (cfg.cross_n_heads or cfg.n_heads) != cfg.n_heads
-        or (cfg.cross_n_kv_heads or cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
+        **plain_heads_problems(cfg),
         "d_head must be d_model / n_heads": cfg.head_dim * cfg.n_heads != cfg.d_model,
         "scale_output must be false": cfg.scale_output,
         "n_experts must be 1": cfg.n_experts != 1,
@@ -189,23 +173,26 @@ def bart_layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dic
     return weights
 
 
+def check_bart_layout(cfg: ModelConfig, family: str, embeddings: dict[str, bool]) -> None:
+    """Raise ConfigError naming the first setting `family` cannot express: of its own embedding checks
+    (positions, embedding norm), then of the layout BART and Marian share."""
+    problems = [text for text, bad in embeddings.items() if bad] + bart_layout_problems(cfg)
+    if problems:
+        raise ConfigError(f"this model cannot be saved as Hugging Face {family}: {problems[0]}")
+
+
 def check_bart_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the first setting BART's layout does not have."""
-    layout = {
+    embeddings = {
         "position must be learned": cfg.position != "learned",
         "embedding_norm must be true": not cfg.embedding_norm,
     }
-    problems = [text for text, bad in layout.items() if bad]
-    problems += bart_layout_problems(cfg)
-    if problems:
-        raise ConfigError(f"this model cannot be saved as Hugging Face BART: {problems[0]}")
+    check_bart_layout(cfg, "BART", embeddings)
 
 
 def save_hf_bart(model: EncoderDecoder, path: Path) -> None:
     """Write a post-norm model with learned positions and an embedding norm as BartForConditionalGeneration."""
     cfg = model.config
     check_bart_compatible(cfg)
-    path.mkdir(parents=True, exist_ok=True)
-    save_file(bart_layout_weights(model.state_dict(), cfg), path / "model.safetensors", metadata={"format": "pt"})
     hf_config = {"architectures": ["BartForConditionalGeneration"], "model_type": "bart", **bart_layout_hf_config(cfg)}
-    (path / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    write_hf_directory(path, bart_layout_weights(model.state_dict(), cfg), hf_config)

@@ -12,21 +12,20 @@ equivariant to it), so such a model is written as Marian with its dimensions
 reordered sin-first: the exported weights are a permutation of ours, not a copy.
 """
 
-import json
 import re
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
-from encdec.errors import CheckpointError, ConfigError
+from encdec.errors import CheckpointError
 from encdec.interop.hf_bart import (
     bart_layout_config,
     bart_layout_hf_config,
-    bart_layout_problems,
     bart_layout_weights,
+    check_bart_layout,
     load_bart_layout,
 )
+from encdec.interop.hf_t5 import write_hf_directory
 from encdec.models import EncoderDecoder, ModelConfig
 
 # our parameter name pattern -> the dimension of that tensor that is the model dimension C
@@ -66,14 +65,11 @@ def permute_model_dim(state: dict[str, torch.Tensor], order: torch.Tensor) -> di
 
 def check_marian_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the first setting Marian's layout does not have."""
-    layout = {
+    embeddings = {
         "position must be sinusoidal": cfg.position != "sinusoidal",
         "embedding_norm must be false": cfg.embedding_norm,
     }
-    problems = [text for text, bad in layout.items() if bad]
-    problems += bart_layout_problems(cfg)
-    if problems:
-        raise ConfigError(f"this model cannot be saved as Hugging Face Marian: {problems[0]}")
+    check_bart_layout(cfg, "Marian", embeddings)
 
 
 def save_hf_marian(model: EncoderDecoder, path: Path) -> None:
@@ -83,8 +79,6 @@ def save_hf_marian(model: EncoderDecoder, path: Path) -> None:
     state = model.state_dict()
     if cfg.sinusoidal_layout == "interleaved":
         state = permute_model_dim(state, halves_order(cfg.d_model))
-    path.mkdir(parents=True, exist_ok=True)
-    save_file(bart_layout_weights(state, cfg), path / "model.safetensors", metadata={"format": "pt"})
     hf_config = {
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
@@ -92,4 +86,4 @@ def save_hf_marian(model: EncoderDecoder, path: Path) -> None:
         "decoder_vocab_size": cfg.vocab_size,
         "share_encoder_decoder_embeddings": True,
     }
-    (path / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    write_hf_directory(path, bart_layout_weights(state, cfg), hf_config)

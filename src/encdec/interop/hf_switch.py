@@ -9,10 +9,7 @@ Face drops no token, as encdec's dropless dispatch never does. Router jitter is 
 encdec's router has none. transformers itself is not needed.
 """
 
-import json
 from pathlib import Path
-
-from safetensors.torch import save_file
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.hf_t5 import (
@@ -20,10 +17,11 @@ from encdec.interop.hf_t5 import (
     OUR_ACTIVATIONS,
     config_from_hf,
     fill_from_hf,
-    read_hf_weights,
+    read_weights_with_shared,
     t5_layout_config,
     t5_layout_problems,
     t5_layout_weights,
+    write_hf_directory,
 )
 from encdec.interop.hf_t5 import hf_name as t5_name
 from encdec.models import EncoderDecoder, ModelConfig
@@ -69,12 +67,10 @@ def save_hf_switch(model: EncoderDecoder, path: Path) -> None:
     """Write a T5-layout MoE model as a SwitchTransformersForConditionalGeneration directory."""
     cfg = model.config
     check_switch_compatible(cfg)
-    path.mkdir(parents=True, exist_ok=True)
     weights = t5_layout_weights(model, hf_name)
     if not cfg.scale_output:  # with tie_word_embeddings false, transformers ties no stack's embeddings either
         for side in ("encoder", "decoder"):
             weights[f"{side}.embed_tokens.weight"] = weights["shared.weight"].clone()
-    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
     hf_config = {
         "architectures": ["SwitchTransformersForConditionalGeneration"],
         "model_type": "switch_transformers",
@@ -91,7 +87,7 @@ def save_hf_switch(model: EncoderDecoder, path: Path) -> None:
         "router_aux_loss_coef": cfg.aux_loss_coef,
         "dense_act_fn": OUR_EXPERT_ACTIVATIONS[cfg.moe_activation],
     }
-    (path / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    write_hf_directory(path, weights, hf_config)
 
 
 def load_hf_switch(path: Path, hf_config: dict) -> EncoderDecoder:
@@ -113,9 +109,7 @@ def load_hf_switch(path: Path, hf_config: dict) -> EncoderDecoder:
     if activation not in ours:
         supported = ", ".join(ours)
         raise CheckpointError(f"unsupported SwitchTransformers dense_act_fn {activation!r}; supported: {supported}")
-    weights = read_hf_weights(path)
-    if "shared.weight" not in weights and "encoder.embed_tokens.weight" in weights:
-        weights["shared.weight"] = weights["encoder.embed_tokens.weight"]
+    weights = read_weights_with_shared(path)
     head = weights.get("lm_head.weight")
     untied = hf_config.get("tie_word_embeddings", True) is False and head is not None
     proj = OUR_ACTIVATIONS[ours[activation]]  # the dense activation, unused when every feed-forward is sparse

@@ -5,6 +5,8 @@ model.safetensors, a sharded safetensors index, or pytorch_model.bin loaded with
 `weights_only`), in the v1.0 layout (ReLU, tied head scaled by d_model^-0.5) and
 the v1.1 / Flan-T5 layout (gated GELU, untied head); writes T5-family models back
 in a form Hugging Face loads. transformers itself is not needed for either.
+Reading and writing a model directory's files (`read_hf_weights`, `fill_from_hf`,
+`write_hf_directory`) is shared with the other architectures' modules.
 """
 
 import json
@@ -121,10 +123,17 @@ def read_safetensors(file: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{file} is corrupt or truncated ({str(error)[:100]})") from None
 
 
-def load_hf_t5(path: Path, hf_config: dict) -> EncoderDecoder:
+def read_weights_with_shared(path: Path, prefix: str = "") -> dict[str, torch.Tensor]:
+    """`read_hf_weights`, with the embedding both stacks share under `{prefix}shared.weight` also where a
+    checkpoint keeps it only as the encoder's `embed_tokens`."""
     weights = read_hf_weights(path)
-    if "shared.weight" not in weights and "encoder.embed_tokens.weight" in weights:
-        weights["shared.weight"] = weights["encoder.embed_tokens.weight"]
+    if f"{prefix}shared.weight" not in weights and f"{prefix}encoder.embed_tokens.weight" in weights:
+        weights[f"{prefix}shared.weight"] = weights[f"{prefix}encoder.embed_tokens.weight"]
+    return weights
+
+
+def load_hf_t5(path: Path, hf_config: dict) -> EncoderDecoder:
+    weights = read_weights_with_shared(path)
     head = weights.get("lm_head.weight")
     untied = head is not None and not torch.equal(head, weights["shared.weight"])
     cfg = config_from_hf(hf_config, untied)
@@ -132,18 +141,41 @@ def load_hf_t5(path: Path, hf_config: dict) -> EncoderDecoder:
     return fill_from_hf(model, weights, hf_name, path)
 
 
-def fill_from_hf(model: EncoderDecoder, weights: dict, rename, path: Path) -> EncoderDecoder:
-    """Load `weights` (Hugging Face names) into `model` by `rename`; a missing or misshapen one is one sentence."""
+def fill_from_hf(
+    model: EncoderDecoder, weights: dict, rename, path: Path, reshaped: tuple[str, ...] = ()
+) -> EncoderDecoder:
+    """Load `weights` (Hugging Face names) into `model` by `rename`; a missing or misshapen one is one sentence.
+
+    The `reshaped` names are stored in another shape than ours (BART's final_logits_bias is (1, V)).
+    """
     state = {}
     for name, param in model.state_dict().items():
         key = rename(name)
         if key not in weights:
             raise CheckpointError(f"{path} lacks the weight {key}")
-        if weights[key].shape != param.shape:
-            raise CheckpointError(f"{path}: {key} has shape {tuple(weights[key].shape)}, expected {tuple(param.shape)}")
-        state[name] = weights[key]
+        tensor = weights[key].reshape(param.shape) if key in reshaped else weights[key]
+        if tensor.shape != param.shape:
+            raise CheckpointError(f"{path}: {key} has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}")
+        state[name] = tensor
     model.load_state_dict(state)
     return model.eval()
+
+
+def write_hf_directory(path: Path, weights: dict[str, torch.Tensor], hf_config: dict) -> None:
+    """Write a Hugging Face model directory: the tensors as model.safetensors, the config as config.json."""
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    (path / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+
+
+def plain_heads_problems(cfg: ModelConfig) -> dict[str, bool]:
+    """Whether self- and cross-attention have other than n_heads query and key/value heads, which no
+    Hugging Face encoder-decoder layout encdec writes can express (no GQA, no wider cross-attention)."""
+    return {
+        "n_kv_heads must equal n_heads": (cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
+        "cross-attention heads must equal n_heads": (cfg.cross_n_heads or cfg.n_heads) != cfg.n_heads
+        or (cfg.cross_n_kv_heads or cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
+    }
 
 
 def t5_layout_problems(cfg: ModelConfig) -> list[str]:
@@ -155,9 +187,7 @@ def t5_layout_problems(cfg: ModelConfig) -> list[str]:
         "bias must be false": cfg.bias,
         "scale_attention must be false": cfg.scale_attention,
         "scale_embeddings must be false": cfg.scale_embeddings,
-        "n_kv_heads must equal n_heads": (cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
-        "cross-attention heads must equal n_heads": (cfg.cross_n_heads or cfg.n_heads) != cfg.n_heads
-        or (cfg.cross_n_kv_heads or cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
+        **plain_heads_problems(cfg),
         "an untied head cannot have scaled output": not cfg.tie_embeddings and cfg.scale_output,
         "embedding_norm must be false": cfg.embedding_norm,
         "final_logits_bias must be false": cfg.final_logits_bias,
@@ -177,15 +207,13 @@ def check_t5_compatible(cfg: ModelConfig) -> None:
 def save_hf_t5(model: EncoderDecoder, path: Path) -> None:
     cfg = model.config
     check_t5_compatible(cfg)
-    path.mkdir(parents=True, exist_ok=True)
-    save_file(t5_layout_weights(model, hf_name), path / "model.safetensors", metadata={"format": "pt"})
     hf_config = {
         "architectures": ["T5ForConditionalGeneration"],
         "model_type": "t5",
         **t5_layout_config(cfg),
         "feed_forward_proj": OUR_ACTIVATIONS[cfg.activation],
     }
-    (path / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    write_hf_directory(path, t5_layout_weights(model, hf_name), hf_config)
 
 
 def t5_layout_weights(model: EncoderDecoder, rename) -> dict[str, torch.Tensor]:

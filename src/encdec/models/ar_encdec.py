@@ -30,12 +30,10 @@ from encdec.models.causal_lm import (
     StackOutput,
     build_causal_block,
     build_cross_block,
-    causal_inputs,
     check_lm_config,
     new_kv_caches,
-    stream_positions,
 )
-from encdec.models.components import build_final_norm, build_lm_head, norm_factory
+from encdec.models.components import build_lm_head
 from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.research_losses import build_embedding_loss
 from encdec.modules import DecoderCache
@@ -49,46 +47,34 @@ class AREncoderDecoder(ResearchLM, nn.Module):
         refuse_unused(cfg, self.UNUSED)
         check_lm_config(cfg)
         self.config = cfg
-        r = cfg.research
-        self.build_embeddings(cfg, extra_positions=int(r.extra_position))
+        self.build_embeddings(cfg, extra_positions=int(cfg.research.extra_position))
         self.encoder_blocks = nn.ModuleList(build_causal_block(cfg) for _ in range(cfg.n_encoder_layers))
-        self.decoder_in_norm = norm_factory(cfg)() if r.add_ln_before_decoder_ff else None
-        self.decoder_in = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.build_decoder_input(cfg)
         self.decoder_blocks = nn.ModuleList(build_cross_block(cfg) for _ in range(cfg.decoder_layers))
-        self.final_norm = build_final_norm(cfg)
-        self.post_sub_norm = norm_factory(cfg)() if r.sub_pos_embed == "YES_LN" else None
+        self.build_output_norms(cfg)
         self.embedding_loss = build_embedding_loss(cfg)
         self.lm_head = build_lm_head(cfg)
 
     def run(self, ids: torch.Tensor, offset: int = 0, state: LMState | None = None) -> StackOutput:
         """ids (B, T) at positions offset..offset+T-1 -> StackOutput; a state's caches are extended."""
-        r = self.config.research
-        T = ids.shape[1]
-        self.check_positions(offset + T)
         pad = state.pad if state is not None else None  # left padding of a prompted batch
-        pos = stream_positions(offset, T, ids.device, pad)  # (T,) or (B, T)
-        E = self.embed_tokens(ids, pos)  # (B, T, C)
-        inputs = causal_inputs(offset, T, ids.device, E.dtype, pad)  # self- and cross-attention alike
+        columns = self.embed_columns(ids, offset, pad)
+        inputs = columns.attention  # self- and cross-attention alike
         caches = state.caches if state is not None else None  # encoder layers' KVCaches, then the DecoderCache
-        enc, encoder_logits, decoder_logits = E, [], []  # router logits of MoE layers, per side
+        enc, encoder_logits, decoder_logits = columns.embeddings, [], []  # router logits of MoE layers, per side
         for i, block in enumerate(self.encoder_blocks):
             enc, logits = block(enc, inputs, caches[i] if caches is not None else None)
             if logits is not None:
                 encoder_logits.append(logits)
-        d = self.decoder_in(self.decoder_in_norm(enc) if self.decoder_in_norm is not None else enc)
-        if r.add_pos_embed_to_decoder:
-            d = d + self.next_positions(pos)
+        d = self.decoder_input(enc, columns.positions)
         for i, block in enumerate(self.decoder_blocks):
             layer_cache = caches[-1].layers[i] if caches is not None else None
             d, logits = block(d, enc, inputs, inputs, layer_cache)
             if logits is not None:
                 decoder_logits.append(logits)
-        out = self.final_norm(d)
-        if r.sub_pos_embed != "NO":
-            out = out - self.next_positions(pos)
-            if self.post_sub_norm is not None:
-                out = self.post_sub_norm(out)
-        return StackOutput(out, E, enc, encoder_logits, decoder_logits)
+        return StackOutput(
+            self.output_hidden(d, columns.positions), columns.embeddings, enc, encoder_logits, decoder_logits
+        )
 
     def new_state(self, max_len: int) -> LMState:
         caches = new_kv_caches(len(self.encoder_blocks), max_len)

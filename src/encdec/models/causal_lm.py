@@ -40,7 +40,9 @@ from encdec.models.components import (
     build_decoder_block,
     build_embedding_norm,
     build_encoder_block,
+    build_final_norm,
     embedding_scale,
+    norm_factory,
     output_scale,
 )
 from encdec.models.config import ModelConfig
@@ -139,6 +141,15 @@ def left_padding(mask: torch.Tensor) -> torch.Tensor | None:
 
 
 @dataclass
+class StreamColumns:
+    """T new columns of the token stream, embedded: what every causal stack starts from."""
+
+    positions: torch.Tensor  # (T,), or (R, T) counted from each row's first real token
+    embeddings: torch.Tensor  # E (B, T, C)
+    attention: AttentionInputs  # causal over every column so far, a left-padded row's pad keys masked
+
+
+@dataclass
 class StackOutput:
     """One run of the model over positions offset..offset+T-1."""
 
@@ -185,6 +196,15 @@ class PromptedLM(GenerationMixin, abc.ABC):
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (B, T) at positions pos (T,) or (B, T) -> E (B, T, C) = dropout(norm?(token * scale + position))."""
         return self.dropout(self.embed_norm(self.embed(ids) * self.embed_scale + self.positions(pos)))
+
+    def embed_columns(self, ids: torch.Tensor, offset: int = 0, pad: torch.Tensor | None = None) -> StreamColumns:
+        """ids (B, T) at columns offset..offset+T-1 -> their positions, embeddings and attention inputs;
+        rows left-padded by pad (B,) columns count positions from their first real token."""
+        T = ids.shape[1]
+        self.check_positions(offset + T)
+        pos = stream_positions(offset, T, ids.device, pad)  # (T,) or (B, T)
+        E = self.embed_tokens(ids, pos)  # (B, T, C)
+        return StreamColumns(pos, E, causal_inputs(offset, T, ids.device, E.dtype, pad))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (B, T, C) -> logits (B, T, V), through the tied head unless lm_head is set."""
@@ -247,8 +267,9 @@ class PromptedLM(GenerationMixin, abc.ABC):
 
 
 class ResearchLM(PromptedLM):
-    """What the auto-regressive and parallel encoder-decoders share around their own `run`:
-    next-token positions, the loss with its extra (embedding or encoder) term, and decoding.
+    """What the auto-regressive and parallel encoder-decoders share around their own `run`: the
+    decoder's input and the output norms (both built and applied here), next-token positions, the
+    loss with its extra (embedding or encoder) term, and decoding.
 
     A subclass sets `extra_loss_name` to the attribute holding its loss module (or None).
     """
@@ -259,9 +280,37 @@ class ResearchLM(PromptedLM):
     def run(self, ids: torch.Tensor, offset: int = 0, state: LMState | None = None) -> StackOutput:
         """ids (B, T) at positions offset..offset+T-1 -> StackOutput; a state's caches are extended."""
 
+    def build_decoder_input(self, cfg: ModelConfig) -> None:
+        """The Linear(C, C) that makes the decoder's input, with a LayerNorm before it if add_ln_before_decoder_ff."""
+        self.decoder_in_norm = norm_factory(cfg)() if cfg.research.add_ln_before_decoder_ff else None
+        self.decoder_in = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+
+    def build_output_norms(self, cfg: ModelConfig) -> None:
+        """The final norm, and the LayerNorm after subtracting positions if sub_pos_embed is YES_LN."""
+        self.final_norm = build_final_norm(cfg)
+        self.post_sub_norm = norm_factory(cfg)() if cfg.research.sub_pos_embed == "YES_LN" else None
+
     def next_positions(self, pos: torch.Tensor) -> torch.Tensor:
         """The position embeddings of the tokens after those at `pos` (T,) or (R, T): (T, C) or (R, T, C)."""
         return self.positions(pos + 1)
+
+    def decoder_input(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """x (B, T, C) -> the decoder's input (B, T, C): Linear(LN?(x)), plus positions 1..T if
+        add_pos_embed_to_decoder."""
+        d = self.decoder_in(self.decoder_in_norm(x) if self.decoder_in_norm is not None else x)
+        if self.config.research.add_pos_embed_to_decoder:
+            d = d + self.next_positions(pos)
+        return d
+
+    def output_hidden(self, d: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """The decoder's output d (B, T, C) -> the hidden states before the head: LN(d), less positions
+        1..T unless sub_pos_embed is NO, then LN again if YES_LN."""
+        out = self.final_norm(d)
+        if self.config.research.sub_pos_embed != "NO":
+            out = out - self.next_positions(pos)
+            if self.post_sub_norm is not None:
+                out = self.post_sub_norm(out)
+        return out
 
     def forward(
         self,

@@ -8,7 +8,7 @@ with one of them set away from its default is refused (`refuse_unused`).
 
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 
-from encdec.errors import ConfigError, suggestion
+from encdec.errors import ConfigError, refuse_unknown_keys
 from encdec.models.research_config import ResearchOptions
 
 CHOICES = {
@@ -124,10 +124,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> "ModelConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"unknown model key {unknown[0]!r}{suggestion(unknown[0], sorted(known))}")
+        refuse_unknown_keys(values, (f.name for f in fields(cls)), "unknown model key {key!r}")
         return cls(**values)
 
 

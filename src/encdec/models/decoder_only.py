@@ -19,10 +19,8 @@ from encdec.models.causal_lm import (
     LMState,
     PromptedLM,
     build_causal_block,
-    causal_inputs,
     check_lm_config,
     new_kv_caches,
-    stream_positions,
 )
 from encdec.models.components import build_final_norm, build_lm_head
 from encdec.models.config import ModelConfig, refuse_unused
@@ -50,14 +48,10 @@ class DecoderOnly(PromptedLM, nn.Module):
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """ids (B, T) at columns offset..offset+T-1 -> final hidden states (B, T, C) and router logits;
         rows left-padded by pad (B,) columns count positions from their first real token."""
-        T = ids.shape[1]
-        self.check_positions(offset + T)
-        pos = stream_positions(offset, T, ids.device, pad)  # (T,) or (B, T)
-        x = self.embed_tokens(ids, pos)  # (B, T, C)
-        inputs = causal_inputs(offset, T, ids.device, x.dtype, pad)
-        router_logits = []
+        columns = self.embed_columns(ids, offset, pad)
+        x, router_logits = columns.embeddings, []  # (B, T, C)
         for i, block in enumerate(self.blocks):
-            x, logits = block(x, inputs, caches[i] if caches is not None else None)
+            x, logits = block(x, columns.attention, caches[i] if caches is not None else None)
             if logits is not None:
                 router_logits.append(logits)
         return self.final_norm(x), router_logits

@@ -35,6 +35,7 @@ from encdec.models.components import (
     output_scale,
 )
 from encdec.models.config import ModelConfig, refuse_unused
+from encdec.models.fixed_step import FixedSteps
 from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.loss import with_loss
 from encdec.models.moe_losses import moe_losses
@@ -340,6 +341,11 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         cross_inputs = AttentionInputs(mask=state.cross_mask, q_pos=q_pos, query_groups=state.beams)
         hidden, _ = self.decoder.run_blocks(x, state.memory.hidden, self_inputs, cross_inputs, state.cache)
         return self.head(hidden[:, -1:] if last_only else hidden)
+
+    def fixed_steps(self, rows: int, examples: int, length: int, source: int, like: torch.Tensor) -> FixedSteps:
+        """Buffers for decoding steps whose shapes never change (generate's compile=True): `rows` rows of
+        `examples` examples, `length` positions, `source` source positions, in `like`'s dtype and device."""
+        return FixedSteps(self, rows, examples, length, source, like)
 
     def forward(
         self,

@@ -24,13 +24,6 @@ import torch
 from encdec.modules import AttentionInputs, additive_mask
 from encdec.modules.kv_cache import LayerCache, StaticKVCache
 
-BUCKET = 64  # lengths and source lengths are rounded up to a multiple of this, so calls share shapes
-
-
-def bucket(n: int, size: int = BUCKET) -> int:
-    """n rounded up to a multiple of `size`."""
-    return -(-n // size) * size
-
 
 class PositionedKVCache:
     """A self-attention cache of fixed size: `append` writes the step's keys and values at `pos`

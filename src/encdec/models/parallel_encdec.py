@@ -32,12 +32,10 @@ from encdec.models.causal_lm import (
     StackOutput,
     build_causal_block,
     build_cross_block,
-    causal_inputs,
     check_lm_config,
     new_kv_caches,
-    stream_positions,
 )
-from encdec.models.components import build_final_norm, build_lm_head, norm_factory
+from encdec.models.components import build_lm_head
 from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.research_losses import build_embedding_loss
 from encdec.modules import AttentionInputs, DecoderCache, KVCache, LayerCache
@@ -83,49 +81,36 @@ class ParallelEncoderDecoder(ResearchLM, nn.Module):
                 "with an encoder block, so its decoder may start late but not early"
             )
         self.config = cfg
-        r = cfg.research
-        self.build_embeddings(cfg, extra_positions=int(r.extra_position))
-        self.decoder_in_norm = norm_factory(cfg)() if r.add_ln_before_decoder_ff else None
-        self.decoder_in = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.build_embeddings(cfg, extra_positions=int(cfg.research.extra_position))
+        self.build_decoder_input(cfg)
         self.decoder_start = cfg.n_encoder_layers - cfg.decoder_layers  # layers before it hold no decoder block
         self.layers = nn.ModuleList(
             ParallelLayer(cfg, with_decoder=i >= self.decoder_start) for i in range(cfg.n_encoder_layers)
         )
-        self.final_norm = build_final_norm(cfg)
-        self.post_sub_norm = norm_factory(cfg)() if r.sub_pos_embed == "YES_LN" else None
+        self.build_output_norms(cfg)
         self.encoder_loss = build_embedding_loss(cfg)
         self.lm_head = build_lm_head(cfg)
 
     def run(self, ids: torch.Tensor, offset: int = 0, state: LMState | None = None) -> StackOutput:
         """ids (B, T) at positions offset..offset+T-1 -> StackOutput; a state's caches are extended."""
-        r = self.config.research
-        T = ids.shape[1]
-        self.check_positions(offset + T)
         pad = state.pad if state is not None else None  # left padding of a prompted batch
-        pos = stream_positions(offset, T, ids.device, pad)  # (T,) or (B, T)
-        E = self.embed_tokens(ids, pos)  # (B, T, C)
-        inputs = causal_inputs(offset, T, ids.device, E.dtype, pad)
-        dec = self.decoder_in(self.decoder_in_norm(E) if self.decoder_in_norm is not None else E)
-        if r.add_pos_embed_to_decoder:
-            dec = dec + self.next_positions(pos)
+        columns = self.embed_columns(ids, offset, pad)
+        dec = self.decoder_input(columns.embeddings, columns.positions)
         caches = state.caches if state is not None else None  # encoder KVCaches, then the DecoderCache
-        enc, encoder_logits, decoder_logits = E, [], []  # router logits of MoE layers, per side
+        enc, encoder_logits, decoder_logits = columns.embeddings, [], []  # router logits of MoE layers, per side
         for i, layer in enumerate(self.layers):
             encoder_cache = decoder_cache = None
             if caches is not None:
                 encoder_cache = caches[i]
                 decoder_cache = caches[-1].layers[i - self.decoder_start] if i >= self.decoder_start else None
-            enc, dec, enc_logits, dec_logits = layer(enc, dec, inputs, encoder_cache, decoder_cache)
+            enc, dec, enc_logits, dec_logits = layer(enc, dec, columns.attention, encoder_cache, decoder_cache)
             if enc_logits is not None:
                 encoder_logits.append(enc_logits)
             if dec_logits is not None:
                 decoder_logits.append(dec_logits)
-        out = self.final_norm(dec)
-        if r.sub_pos_embed != "NO":
-            out = out - self.next_positions(pos)
-            if self.post_sub_norm is not None:
-                out = self.post_sub_norm(out)
-        return StackOutput(out, E, enc, encoder_logits, decoder_logits)
+        return StackOutput(
+            self.output_hidden(dec, columns.positions), columns.embeddings, enc, encoder_logits, decoder_logits
+        )
 
     def new_state(self, max_len: int) -> LMState:
         decoder_cache = DecoderCache(len(self.layers) - self.decoder_start, max_len, growing_cross=True)

@@ -16,7 +16,7 @@ seed code's suggested values (coeff 1, ENCODER_OUT, INIT, true). In YAML quote
 
 from dataclasses import dataclass, fields
 
-from encdec.errors import ConfigError, suggestion
+from encdec.errors import ConfigError, refuse_unknown_keys
 
 RESEARCH_CHOICES = {
     "order_type": ("ORIGINAL", "ALT"),
@@ -72,8 +72,5 @@ class ResearchOptions:
 
     @classmethod
     def from_dict(cls, values: dict) -> "ResearchOptions":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"unknown key model.research.{unknown[0]}{suggestion(unknown[0], sorted(known))}")
+        refuse_unknown_keys(values, (f.name for f in fields(cls)), "unknown key model.research.{key}")
         return cls(**values)

@@ -40,14 +40,30 @@ class SpecialTokens:
     sentinel_ids: tuple[int, ...]
     names: dict[str, int] = field(default_factory=dict)
 
-    @property
-    def all_ids(self) -> frozenset[int]:
-        return frozenset(self.names.values()) | {self.pad_id, self.eos_id, self.bos_id, self.decoder_start_id}
-
 
 def added_special_names(num_sentinels: int, extra_specials: tuple[str, ...] = ()) -> list[str]:
     """Names appended after a base vocabulary, in id order: pad, sentinels, decoder-start, extras."""
     return [PAD_TOKEN, *(sentinel_token(i) for i in range(num_sentinels)), DECODER_START_TOKEN, *extra_specials]
+
+
+def appended_special_ids(base_size: int, names: list[str]) -> dict[str, int]:
+    """Ids of special `names` appended in order after a base vocabulary of `base_size` ids, by name."""
+    return {name: base_size + i for i, name in enumerate(names)}
+
+
+def special_tokens(table: dict[str, int], eos_id: int, bos_id: int, num_sentinels: int) -> SpecialTokens:
+    """The `SpecialTokens` of a name -> id table that holds pad, the sentinels and decoder-start by their names.
+
+    BOS and EOS are given as ids because each kind names them differently (`</s>`, `<|endoftext|>`, ...).
+    """
+    return SpecialTokens(
+        pad_id=table[PAD_TOKEN],
+        eos_id=eos_id,
+        bos_id=bos_id,
+        decoder_start_id=table[DECODER_START_TOKEN],
+        sentinel_ids=tuple(table[sentinel_token(i)] for i in range(num_sentinels)),
+        names=table,
+    )
 
 
 class Tokenizer(abc.ABC):

@@ -11,9 +11,10 @@ from pathlib import Path
 from encdec.tokenizers.base import (
     DECODER_START_TOKEN,
     PAD_TOKEN,
-    SpecialTokens,
     Tokenizer,
+    appended_special_ids,
     sentinel_token,
+    special_tokens,
     write_manifest,
 )
 
@@ -26,15 +27,8 @@ class ByteTokenizer(Tokenizer):
         self.extra_specials = tuple(extra_specials)
         names = [PAD_TOKEN, "</s>", "<s>", *(sentinel_token(i) for i in range(num_sentinels)), DECODER_START_TOKEN]
         names += list(self.extra_specials)
-        table = {name: 256 + i for i, name in enumerate(names)}
-        self.specials = SpecialTokens(
-            pad_id=table[PAD_TOKEN],
-            eos_id=table["</s>"],
-            bos_id=table["<s>"],
-            decoder_start_id=table[DECODER_START_TOKEN],
-            sentinel_ids=tuple(table[sentinel_token(i)] for i in range(num_sentinels)),
-            names=table,
-        )
+        table = appended_special_ids(256, names)
+        self.specials = special_tokens(table, eos_id=table["</s>"], bos_id=table["<s>"], num_sentinels=num_sentinels)
         self._vocab_size = 256 + len(names)
 
     @property

@@ -15,15 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from encdec.errors import ConfigError, DataError
-from encdec.tokenizers.base import (
-    DECODER_START_TOKEN,
-    PAD_TOKEN,
-    SpecialTokens,
-    Tokenizer,
-    added_special_names,
-    sentinel_token,
-    write_manifest,
-)
+from encdec.tokenizers.base import Tokenizer, added_special_names, special_tokens, write_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -57,13 +49,8 @@ class HFTokenizer(Tokenizer):
 
             tokenizer.add_special_tokens([AddedToken(name, special=True, normalized=False) for name in missing])
         table = {name: tokenizer.token_to_id(name) for name in dict.fromkeys(wanted)}
-        self.specials = SpecialTokens(
-            pad_id=table[PAD_TOKEN],
-            eos_id=table[eos_token],
-            bos_id=table[bos_token],
-            decoder_start_id=table[DECODER_START_TOKEN],
-            sentinel_ids=tuple(table[sentinel_token(i)] for i in range(num_sentinels)),
-            names=table,
+        self.specials = special_tokens(
+            table, eos_id=table[eos_token], bos_id=table[bos_token], num_sentinels=num_sentinels
         )
         if len(set(table.values())) != len(table):
             raise DataError(f"tokenizer {source} maps two different special tokens to one id")

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from encdec.errors import DataError
-from encdec.tokenizers.base import SpecialTokens, Tokenizer, added_special_names, sentinel_token, write_manifest
+from encdec.tokenizers.base import Tokenizer, added_special_names, appended_special_ids, special_tokens, write_manifest
 
 MODEL_FILE = "tokenizer.model"
 
@@ -36,19 +36,14 @@ class SentencePieceTokenizer(Tokenizer):
         bos, eos = self.processor.bos_id(), self.processor.eos_id()
         if bos < 0 or eos < 0:
             raise DataError(f"SentencePiece model {self.model_file} has no BOS or EOS piece")
-        table = {name: base + i for i, name in enumerate(added_special_names(num_sentinels, self.extra_specials))}
-        table[self.processor.id_to_piece(bos)] = bos
-        table[self.processor.id_to_piece(eos)] = eos
-        self.base_vocab_size = base
-        self.specials = SpecialTokens(
-            pad_id=table["<pad>"],
-            eos_id=eos,
-            bos_id=bos,
-            decoder_start_id=table["<decoder_start>"],
-            sentinel_ids=tuple(table[sentinel_token(i)] for i in range(num_sentinels)),
-            names=table,
-        )
-        self._vocab_size = base + len(added_special_names(num_sentinels, self.extra_specials))
+        added = added_special_names(num_sentinels, self.extra_specials)
+        table = {
+            **appended_special_ids(base, added),
+            self.processor.id_to_piece(bos): bos,
+            self.processor.id_to_piece(eos): eos,
+        }
+        self.specials = special_tokens(table, eos_id=eos, bos_id=bos, num_sentinels=num_sentinels)
+        self._vocab_size = base + len(added)
 
     @property
     def vocab_size(self) -> int:

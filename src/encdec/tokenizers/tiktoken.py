@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from encdec.errors import DataError
-from encdec.tokenizers.base import SpecialTokens, Tokenizer, added_special_names, sentinel_token, write_manifest
+from encdec.tokenizers.base import Tokenizer, added_special_names, appended_special_ids, special_tokens, write_manifest
 
 END_OF_TEXT = "<|endoftext|>"
 
@@ -53,17 +53,10 @@ class TiktokenTokenizer(Tokenizer):
             end_of_text = self.encoding.encode_single_token(END_OF_TEXT)
         except KeyError:
             raise DataError(f"tiktoken encoding {encoding_name!r} has no {END_OF_TEXT} token") from None
-        table = {name: base + i for i, name in enumerate(added_special_names(num_sentinels, self.extra_specials))}
-        table[END_OF_TEXT] = end_of_text
-        self.specials = SpecialTokens(
-            pad_id=table["<pad>"],
-            eos_id=end_of_text,
-            bos_id=end_of_text,
-            decoder_start_id=table["<decoder_start>"],
-            sentinel_ids=tuple(table[sentinel_token(i)] for i in range(num_sentinels)),
-            names=table,
-        )
-        self._vocab_size = base + len(added_special_names(num_sentinels, self.extra_specials))
+        added = added_special_names(num_sentinels, self.extra_specials)
+        table = {**appended_special_ids(base, added), END_OF_TEXT: end_of_text}
+        self.specials = special_tokens(table, eos_id=end_of_text, bos_id=end_of_text, num_sentinels=num_sentinels)
+        self._vocab_size = base + len(added)
 
     @property
     def vocab_size(self) -> int:

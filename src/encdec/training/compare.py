@@ -27,9 +27,9 @@ from pathlib import Path
 import yaml
 
 from encdec.errors import ConfigError, EncdecError
-from encdec.training.config import RunConfig, load_config
+from encdec.runs.config import RunConfig, load_config
+from encdec.runs.run_dir import RunDir
 from encdec.training.metrics import plot_curves, read_metrics
-from encdec.training.run_dir import RunDir
 from encdec.training.same_run import SAFE, resumed_config
 from encdec.training.trainer import TrainResult, train
 
@@ -138,7 +138,7 @@ def _finished(run_dir: Path, steps: int) -> TrainResult | None:
 
 
 def summarise(name: str, results: list[TrainResult]) -> dict:
-    def stats(values):
+    def stats(values: list[float | None]) -> tuple[float, float]:
         values = [v for v in values if v is not None]
         return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
@@ -158,7 +158,7 @@ def summarise(name: str, results: list[TrainResult]) -> dict:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    def loss(mean_spread, seeds):
+    def loss(mean_spread: tuple[float, float], seeds: int) -> str:
         mean, spread = mean_spread
         return f"{mean:.4f} ± {spread:.4f}" if seeds > 1 else f"{mean:.4f}"
 

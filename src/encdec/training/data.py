@@ -6,23 +6,23 @@ restored from a checkpoint) -> token documents -> the configured objective
 """
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TypeVar
 
 from encdec.data.corpora import PAIR_FORMATS, read_corpus, split_items
-from encdec.data.documents import Documents
+from encdec.data.documents import Documents, token_dtype
 from encdec.data.hub import iter_hub_instruct_pairs, iter_hub_stories, load_hub_dataset
 from encdec.data.objectives import PairTemplate, build_objective, tokenize_pairs
 from encdec.data.objectives.base import Objective
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError, DataError
+from encdec.runs.config import ObjectiveSection, RunConfig
 from encdec.tokenizers import UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
-from encdec.training.config import ObjectiveSection, RunConfig
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation draws from generators of their own
 
@@ -119,7 +119,7 @@ def read_hub(cfg: RunConfig) -> tuple[list, list]:
     return train, val
 
 
-def limit(items, n: int | None):
+def limit(items: Iterable[T], n: int | None) -> Iterator[T]:
     for i, item in enumerate(items):
         if n is not None and i >= n:
             return
@@ -143,7 +143,7 @@ def build_run_tokenizer(cfg: RunConfig, train_items: list, pairs: bool) -> Token
 def tokenize_documents(tokenizer: Tokenizer, texts: list[str]) -> Documents:
     if not texts:
         raise DataError("the corpus split is empty: no documents to train or validate on")
-    dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+    dtype = token_dtype(tokenizer.vocab_size)
     return Documents.from_lists(tokenizer.encode(texts, add_eos=True), dtype)  # EOS closes each document
 
 

@@ -103,7 +103,7 @@ def gradient_sync(model: nn.Module, enabled: bool):
     return nullcontext()
 
 
-def gather_objects(value, info: DistInfo) -> list:
+def gather_objects(value: object, info: DistInfo) -> list:
     """Every process's `value`, in rank order (just [value] in one process)."""
     if not info.enabled:
         return [value]

@@ -12,6 +12,7 @@ import torch
 
 from encdec.errors import ConfigError
 from encdec.models import ModelConfig
+from encdec.runs.config import RunConfig
 
 TRAINING_BYTES_PER_PARAMETER = 16  # fp32 weight, gradient, AdamW's exp_avg and exp_avg_sq
 
@@ -59,8 +60,8 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
 
 
-def step_out_of_memory(cfg, device: torch.device) -> ConfigError:
-    """The sentence for a step that ran out of memory; `cfg` is the RunConfig."""
+def step_out_of_memory(cfg: RunConfig, device: torch.device) -> ConfigError:
+    """The sentence for a step that ran out of memory."""
     o = cfg.objective
     lengths = f"{o.max_source_len} + {o.max_target_len}" if o.kind == "seq2seq" else f"{o.seq_len}"
     return ConfigError(

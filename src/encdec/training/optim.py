@@ -12,11 +12,12 @@ lets T5 pretrain with AdamW at lr 2e-2 (Nawrot 2023).
 """
 
 import math
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
 
-from encdec.training.config import RunConfig
+from encdec.runs.config import RunConfig
 
 
 def build_optimizer(model: nn.Module, cfg: RunConfig, fused: bool = False) -> torch.optim.Optimizer:
@@ -41,11 +42,18 @@ class AdamWScale(torch.optim.Optimizer):
     max(1e-3, rms(p)) * m / (sqrt(v) + eps), then the decoupled decay p *= 1 - lr * weight_decay.
     """
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
         for group in self.param_groups:
             (beta1, beta2), lr = group["betas"], group["lr"]
             for p in group["params"]:

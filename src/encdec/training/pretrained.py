@@ -5,22 +5,24 @@
 
 Either way the model section, the weights, the tokenizer and the generation defaults
 come from there; the fine-tuning config's own model keys (dropout, say) go on top, and
-the merged section is what the new run saves, so it is self-contained.
+the merged section is what the new run saves, so it is self-contained. Which kind a path
+is, is encdec.runs' decision (`model_kind`).
 """
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from encdec.errors import CheckpointError, ConfigError
+from encdec.interop import load_hf
 from encdec.models import ModelConfig
-from encdec.training.checkpoint import load_weights
-from encdec.training.config import load_config
-from encdec.training.run_dir import CheckpointDir, RunDir
+from encdec.runs.checkpoint import load_state, load_weights
+from encdec.runs.load import read_generation, saved_config
+from encdec.runs.open import model_kind
+from encdec.runs.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -30,44 +32,27 @@ class Pretrained:
     """What a fine-tuning run takes from its starting point."""
 
     source: Path  # the checkpoint directory of a run, or the Hugging Face directory
-    model_section: dict
+    kind: str  # "run" or "hf"
+    model_section: dict[str, Any]
     tokenizer_dir: Path
     weights: dict[str, torch.Tensor] = field(repr=False)
-    generation: dict = field(default_factory=dict)
-
-
-def is_hf_dir(path: Path) -> bool:
-    return (path / "config.json").is_file() and not RunDir(path).checkpoints.is_dir()
+    generation: dict[str, Any] = field(default_factory=dict)
 
 
 def load_pretrained(init_from: str) -> Pretrained:
     """The starting point `training.init_from` names; one sentence (CheckpointError) if it is neither kind."""
     path = Path(init_from)
-    if is_hf_dir(path):
-        return _from_hf(path)
-    run = RunDir(path)
-    if not run.is_run():
-        raise CheckpointError(
-            f"training.init_from {init_from} is neither a run directory with checkpoints "
-            "nor a Hugging Face model directory (config.json)"
-        )
-    checkpoint = run.checkpoint("best")  # the latest where no best was kept
-    try:
-        section = load_config(checkpoint.config, paths_from_file=False).model
-    except ConfigError as error:
-        raise CheckpointError(f"the pretrained run's config cannot be read: {error}") from None
+    if model_kind(path, "training.init_from ") == "hf":
+        model = load_hf(path)
+        weights = model.state_dict()
+        return Pretrained(path, "hf", model_section(model.config), path, weights, model.generation_defaults)
+    checkpoint = RunDir(path).checkpoint("best")  # the latest where no best was kept
+    section = saved_config(checkpoint).model
     weights = load_weights(checkpoint.model)
-    return Pretrained(checkpoint.path, section, checkpoint.tokenizer, weights, read_generation(checkpoint))
+    return Pretrained(checkpoint.path, "run", section, checkpoint.tokenizer, weights, read_generation(checkpoint))
 
 
-def _from_hf(path: Path) -> Pretrained:
-    from encdec.interop import load_hf
-
-    model = load_hf(path)
-    return Pretrained(path, model_section(model.config), path, model.state_dict(), model.generation_defaults)
-
-
-def model_section(cfg: ModelConfig) -> dict:
+def model_section(cfg: ModelConfig) -> dict[str, Any]:
     """A run config's model section that rebuilds `cfg` exactly (every field but default research options)."""
     section = cfg.to_dict()
     if section["research"] == ModelConfig().to_dict()["research"]:
@@ -76,27 +61,6 @@ def model_section(cfg: ModelConfig) -> dict:
 
 
 def load_pretrained_weights(model: nn.Module, pretrained: Pretrained) -> None:
-    try:
-        model.load_state_dict(pretrained.weights)
-    except RuntimeError as error:
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        detail = lines[1] if len(lines) > 1 else lines[0]  # the first line only names the model class
-        what = "Hugging Face checkpoint" if is_hf_dir(pretrained.source) else "run"
-        raise CheckpointError(
-            f"the model section does not match the pretrained {what} {pretrained.source} ({detail[:200]})"
-        ) from None
+    what = "Hugging Face checkpoint" if pretrained.kind == "hf" else "run"
+    load_state(model, pretrained.weights, f"the model section does not match the pretrained {what} {pretrained.source}")
     log.info("initialised from %s", pretrained.source)
-
-
-def read_generation(checkpoint: CheckpointDir) -> dict:
-    """The generation defaults a checkpoint carries ({} if none)."""
-    path = checkpoint.generation
-    if not path.is_file():
-        return {}
-    try:
-        values = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise CheckpointError(f"{path} is not valid JSON") from None
-    if not isinstance(values, dict):
-        raise CheckpointError(f"{path} must hold a JSON object of generation options")
-    return values

@@ -2,7 +2,7 @@
 
     RUN_DIR/.lock   an advisory lock (flock) that `encdec train` holds for the whole run,
                     with the holder's pid and host in it for the refusal message (the
-                    layout is training/run_dir.py's)
+                    layout is runs/run_dir.py's)
 
 The operating system drops an flock when its process dies, so a run killed with
 SIGKILL leaves no stale lock. Under torchrun only rank 0 takes the lock, and every
@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 from encdec.errors import ConfigError, EncdecError
+from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import check_not_symlink
 from encdec.training import distributed
-from encdec.training.run_dir import RunDir
 
 
 @contextmanager

@@ -12,8 +12,8 @@ import dataclasses
 from dataclasses import replace
 
 from encdec.errors import ConfigError
-from encdec.training.config import RunConfig
-from encdec.training.typed_yaml import short
+from encdec.runs.config import RunConfig
+from encdec.runs.typed_yaml import short
 
 SAFE = frozenset(
     {

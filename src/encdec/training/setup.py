@@ -10,22 +10,24 @@ loop works with into one `Training`.
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
+from encdec.runs.checkpoint import load_checkpoint, load_state
+from encdec.runs.config import RunConfig, build_model_config, save_config
+from encdec.runs.load import read_generation, saved_config
+from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.training import distributed
-from encdec.training.checkpoint import load_checkpoint
-from encdec.training.config import RunConfig, build_model_config, load_config, save_config
 from encdec.training.data import RunData, build_run_data
 from encdec.training.memory import check_model_fits, is_out_of_memory
 from encdec.training.metrics import MetricsLog, tensorboard_available
 from encdec.training.numerics import checkpoint_activations, grad_scaler, resolve_precision, set_rng_states
 from encdec.training.optim import build_optimizer
-from encdec.training.pretrained import Pretrained, load_pretrained, load_pretrained_weights, read_generation
-from encdec.training.run_dir import CheckpointDir, RunDir
+from encdec.training.pretrained import Pretrained, load_pretrained, load_pretrained_weights
 from encdec.training.same_run import resumed_config
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ class Training:
     metrics: MetricsLog
     parameters: int
     parameters_without_positions: int
+    generation: dict[str, Any] = field(default_factory=dict)  # the generation defaults its checkpoints carry
 
     @property
     def model_config(self) -> ModelConfig:
@@ -104,7 +107,7 @@ def starting_point(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bo
     return StartingPoint(cfg)
 
 
-def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info) -> Training:
+def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info: distributed.DistInfo) -> Training:
     """Tokenizer, data, model, optimizer and training state, new or as the latest checkpoint left them."""
     if cfg.training.threads:
         torch.set_num_threads(cfg.training.threads)
@@ -114,19 +117,13 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     torch.manual_seed(cfg.training.seed)
     data = build_run_data(cfg, run.path, tokenizer_dir=start.tokenizer_dir)
     model = new_model(cfg, data, info.device)
-    model.generation_defaults = start.generation
+    generation = start.generation  # read before the pretrained weights are let go
     if start.pretrained is not None:
         load_pretrained_weights(model, start.pretrained)
         start.pretrained = None  # the weights are in the model now
     state = TrainState()
     if parts is not None:
-        try:
-            model.load_state_dict(parts["model"])
-        except RuntimeError as error:
-            raise CheckpointError(
-                f"{start.checkpoint.path} does not fit the model this config builds "
-                f"({str(error).splitlines()[-1].strip()[:160]})"
-            ) from None
+        load_state(model, parts["model"], f"{start.checkpoint.path} does not fit the model this config builds")
         state = saved_train_state(parts["state"], start.checkpoint)
         data.train.load_state_dict(parts["state"]["data"])
     model.to(info.device)
@@ -158,7 +155,20 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         log.warning("resumed at step %d with config changes: %s", state.step, ", ".join(start.changes))
     log.info("model %s: %s parameters, %s on %s", model.config.family, f"{n_params:,}", precision, info.device)
     return Training(
-        cfg, run, info, data, model, wrapped, optimizer, scaler, precision, state, metrics, n_params, n_params_no_pos
+        cfg,
+        run,
+        info,
+        data,
+        model,
+        wrapped,
+        optimizer,
+        scaler,
+        precision,
+        state,
+        metrics,
+        n_params,
+        n_params_no_pos,
+        generation,
     )
 
 
@@ -186,13 +196,6 @@ def tensorboard_dir(cfg: RunConfig, run: RunDir) -> Path | None:
     return run.tensorboard if board else None
 
 
-def saved_config(checkpoint: CheckpointDir) -> RunConfig:
-    try:
-        return load_config(checkpoint.config, paths_from_file=False)
-    except ConfigError as error:
-        raise CheckpointError(f"the config saved in {checkpoint.path} cannot be read: {error}") from None
-
-
 def saved_train_state(saved: dict, checkpoint: CheckpointDir) -> TrainState:
     try:
         return TrainState(**saved["train"])
@@ -200,7 +203,7 @@ def saved_train_state(saved: dict, checkpoint: CheckpointDir) -> TrainState:
         raise CheckpointError(f"{checkpoint.state} does not hold the training state this version writes") from None
 
 
-def _restore_rng(saved: dict, info) -> None:
+def _restore_rng(saved: dict, info: distributed.DistInfo) -> None:
     """This rank's RNG states from a checkpoint (older checkpoints hold only the CPU state, as "torch")."""
     states = {"cpu": saved.get(f"cpu_rank{info.rank}", saved["torch"])}
     if f"cuda_rank{info.rank}" in saved:
@@ -213,7 +216,9 @@ def _restore_rng(saved: dict, info) -> None:
         )
 
 
-def _load_optimizer(wrapped, optimizer, state: dict, info) -> None:
+def _load_optimizer(
+    wrapped: nn.Module, optimizer: torch.optim.Optimizer, state: dict, info: distributed.DistInfo
+) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     set_optimizer_state_dict(wrapped, optimizer, state, options=StateDictOptions(full_state_dict=True))

@@ -4,8 +4,10 @@ log interval, then written to metrics.jsonl (and TensorBoard) with the interval'
 import time
 
 import torch
+from tqdm import tqdm
 
 from encdec.training.metrics import MetricsLog
+from encdec.training.setup import TrainState
 
 
 class StepLog:
@@ -20,7 +22,14 @@ class StepLog:
     known (training/flops.py).
     """
 
-    def __init__(self, metrics: MetricsLog, bar, state, device: torch.device, peak_tflops: float | None = None):
+    def __init__(
+        self,
+        metrics: MetricsLog,
+        bar: tqdm,
+        state: TrainState,
+        device: torch.device,
+        peak_tflops: float | None = None,
+    ):
         self.metrics, self.bar, self.state, self.device = metrics, bar, state, device
         self.peak_flops = peak_tflops * 1e12 if peak_tflops else None
         self.pending: list[tuple[int, torch.Tensor, int, dict, float]] = []

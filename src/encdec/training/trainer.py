@@ -19,18 +19,21 @@ run. SIGINT and SIGTERM finish the current step, save, and return.
 import json
 import logging
 import signal
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import FrameType
 
 import torch
+from torch import nn
 from tqdm import tqdm
 
 from encdec.models import ModelConfig
 from encdec.models.loss import compute_loss, cross_entropy
+from encdec.runs.checkpoint import save_checkpoint
+from encdec.runs.config import RunConfig, save_config
+from encdec.runs.run_dir import RunDir
 from encdec.training import distributed
-from encdec.training.checkpoint import save_checkpoint
-from encdec.training.config import RunConfig, save_config
 from encdec.training.data import RunData
 from encdec.training.flops import step_flops, training_peak_tflops
 from encdec.training.loader import LoadedBatch, batch_stream, local_rows
@@ -42,7 +45,6 @@ from encdec.training.numerics import (
     rng_states,
 )
 from encdec.training.optim import lr_at
-from encdec.training.run_dir import RunDir
 from encdec.training.run_lock import hold_run_dir
 from encdec.training.samples import GeneratedScores
 from encdec.training.setup import Training, set_up
@@ -81,7 +83,7 @@ class StopRequest:
             self.previous[sig] = signal.signal(sig, self._handle)
         return self
 
-    def _handle(self, signum, frame):
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
         self.signal = signum
 
@@ -119,7 +121,7 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
     losses = StepLog(t.metrics, bar, state, info.device, peak)
     last_eval = None
     early_stopped = False
-    scorer = GeneratedScores(cfg, t.data.tokenizer, t.model, info.device) if cfg.evaluation.generate else None
+    scorer = GeneratedScores(cfg, t.data.tokenizer, t.model, t.generation) if cfg.evaluation.generate else None
     save_every = cfg.output.save_interval or cfg.evaluation.interval
     while state.step < cfg.training.steps:
         lr = lr_at(state.step, cfg)
@@ -219,7 +221,14 @@ def batches_flops(model_cfg: ModelConfig, batches: list[LoadedBatch]) -> float |
 
 
 def _optimizer_step(
-    model, optimizer, batches: list[LoadedBatch], cfg: RunConfig, model_cfg: ModelConfig, info, amp, scaler=None
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: list[LoadedBatch],
+    cfg: RunConfig,
+    model_cfg: ModelConfig,
+    info: distributed.DistInfo,
+    amp: AbstractContextManager,
+    scaler: torch.amp.GradScaler | None = None,
 ):
     """One optimizer step over `grad_accum` global batches -> (CE sum over the batch's tokens, on the
     device; aux losses, on the device; loss tokens, a host int). Nothing here waits for the device.
@@ -263,7 +272,13 @@ def _optimizer_step(
 
 
 @torch.no_grad()
-def evaluate(model, data: RunData, cfg: RunConfig, info, amp=nullcontext()) -> dict:
+def evaluate(
+    model: nn.Module,
+    data: RunData,
+    cfg: RunConfig,
+    info: distributed.DistInfo,
+    amp: AbstractContextManager = nullcontext(),
+) -> dict:
     """Mean cross-entropy over `evaluation.steps` batches of train and of validation.
 
     The evaluation batches are drawn by freshly seeded objectives, so every
@@ -320,12 +335,12 @@ def _save(t: Training, is_best: bool) -> None:
         },
         "config": lambda path: save_config(t.cfg, path),
         "tokenizer": t.data.tokenizer,
-        "generation": t.model.generation_defaults,
+        "generation": t.generation,
     }
     save_checkpoint(t.run, t.state.step, files, t.cfg.output.keep_last, is_best)
 
 
-def _full_model_state(model, wrapped, info) -> dict:
+def _full_model_state(model: nn.Module, wrapped: nn.Module, info: distributed.DistInfo) -> dict:
     if not info.enabled:
         return model.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

@@ -20,14 +20,13 @@ import numpy as np
 
 from encdec.data.batch import Batch, collate_encoder_decoder
 from encdec.data.corpora import PairTemplate
-from encdec.data.documents import Documents
+from encdec.data.documents import Documents, token_dtype
 from encdec.data.objectives.base import EpochPlan, Objective
 from encdec.data.objectives.collate import collate_prefix_lm
 from encdec.data.objectives.packing import collate_packed
 from encdec.errors import ConfigError
 
 TRUNCATIONS = ("right", "left", "drop")
-SUMMARIZATION = ("{source}\nSummary:", "{target}")
 
 
 def tokenize_pairs(
@@ -49,7 +48,7 @@ def tokenize_pairs(
         if len(pending) >= batch:
             flush()
     flush()
-    dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+    dtype = token_dtype(tokenizer.vocab_size)
     return Documents.from_lists(sources, dtype), Documents.from_lists(targets, dtype)
 
 

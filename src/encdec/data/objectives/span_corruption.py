@@ -73,20 +73,3 @@ def span_corrupt(tokens: np.ndarray, noise_mask: np.ndarray, sentinel_ids: np.nd
     insert_at = (np.cumsum(noise_mask) - 1)[starts]  # position of each span start among noise tokens
     targets = np.insert(noise_tokens, insert_at, sentinels[:num_spans])
     return inputs, targets
-
-
-def rebuild_from_corruption(inputs: np.ndarray, targets: np.ndarray, sentinel_ids: np.ndarray) -> np.ndarray:
-    """Invert `span_corrupt`: put each target span back in place of its sentinel (for tests and inspection)."""
-    sentinel_set = set(int(s) for s in sentinel_ids)
-    spans: dict[int, list[int]] = {}
-    current = None
-    for token in targets.tolist():
-        if token in sentinel_set:
-            current = token
-            spans[current] = []
-        elif current is not None:
-            spans[current].append(token)
-    out: list[int] = []
-    for token in inputs.tolist():
-        out.extend(spans[token] if token in sentinel_set else [token])
-    return np.asarray(out, dtype=np.int64)

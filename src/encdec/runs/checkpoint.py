@@ -1,6 +1,7 @@
-"""Checkpoints that resume exactly and are written atomically; what one holds is
-training/run_dir.py's `CheckpointDir` (weights, optimizer, RNG states, training state,
-config, tokenizer, generation defaults), and where it goes the `RunDir`'s.
+"""Checkpoints that resume exactly and are written atomically, and the one loader of their weights.
+
+What a checkpoint holds is `CheckpointDir`'s (runs/run_dir.py: weights, optimizer, RNG states,
+training state, config, tokenizer, generation defaults), and where it goes the `RunDir`'s.
 
 A checkpoint is written into a temporary directory and renamed into place, and
 `latest` is replaced atomically after it, so a kill at any moment leaves the
@@ -17,10 +18,11 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+from torch import nn
 
 from encdec.errors import CheckpointError
+from encdec.runs.run_dir import STEP_NAME, TMP_NAME, CheckpointDir, RunDir
 from encdec.safe_paths import check_not_symlink, inside
-from encdec.training.run_dir import STEP_NAME, TMP_NAME, CheckpointDir, RunDir
 
 
 def _fsync_dir(path: Path) -> None:
@@ -63,6 +65,17 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
     for alias, name in aliases.items():
         tensors[alias] = tensors[name]
     return tensors
+
+
+def load_state(model: nn.Module, weights: dict[str, torch.Tensor], mismatch: str) -> None:
+    """Load `weights` into `model`; where they do not fit, one sentence (CheckpointError): `mismatch`,
+    then the first key or shape torch names (its first line only names the model class)."""
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        detail = lines[1] if len(lines) > 1 else lines[0]
+        raise CheckpointError(f"{mismatch} ({detail[:200]})") from None
 
 
 def save_checkpoint(run: RunDir, step: int, files: dict, keep_last: int, is_best: bool = False) -> CheckpointDir:

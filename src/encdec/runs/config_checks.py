@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from encdec.errors import ConfigError
-from encdec.training.typed_yaml import short
+from encdec.runs.typed_yaml import short
 
 OPTIMIZERS = ("adamw", "adafactor", "adamw_scale")
 METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf")
@@ -66,8 +66,9 @@ RANGES: list[Check] = [
 TEMPLATES = {"objective.source_template": "source", "objective.target_template": "target"}
 
 
-def check_run_config(cfg) -> None:
-    """Raise ConfigError for the first value of `cfg` (a RunConfig) that is not finite or out of range."""
+def check_run_config(cfg: Any) -> None:
+    """Raise ConfigError for the first value of `cfg` (a RunConfig, whose module imports this one) that is not
+    finite or out of range."""
     for key, value in numbers(cfg):
         if not math.isfinite(value):
             raise ConfigError(f"{key} must be a finite number, got {value!r}")
@@ -97,7 +98,7 @@ def check_template(key: str, template: str, field: str) -> None:
             raise ConfigError(f"{key} may contain only {{{field}}}, got {short(shown)}")
 
 
-def numbers(instance, prefix: str = "") -> Iterator[tuple[str, float]]:
+def numbers(instance: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
     """(dotted key, value) of every float in a config of nested dataclasses and lists; the model section too."""
     items = (
         ((f.name, getattr(instance, f.name)) for f in dataclasses.fields(instance))
@@ -114,6 +115,6 @@ def numbers(instance, prefix: str = "") -> Iterator[tuple[str, float]]:
             yield from numbers(value, f"{key}.")
 
 
-def lookup(cfg, key: str):
+def lookup(cfg: Any, key: str) -> Any:
     section, name = key.split(".")
     return getattr(getattr(cfg, section), name)

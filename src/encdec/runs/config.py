@@ -28,8 +28,8 @@ from encdec.data.objectives import OBJECTIVES
 from encdec.data.objectives.factory import PACKABLE
 from encdec.errors import ConfigError, suggestion
 from encdec.models import ModelConfig, check_fields, preset, preset_names
-from encdec.training.config_checks import check_run_config
-from encdec.training.typed_yaml import apply_override, check_value, from_dict, short
+from encdec.runs.config_checks import check_run_config
+from encdec.runs.typed_yaml import apply_override, check_value, from_dict, short
 
 SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")

@@ -9,6 +9,7 @@ optional, lists), unknown keys are rejected with the known ones listed.
 import dataclasses
 import types
 import typing
+from typing import Any
 
 import yaml
 
@@ -31,7 +32,7 @@ def from_dict(cls, values: dict | None, prefix: str = ""):
     return cls(**kwargs)
 
 
-def check_value(annotation, value, key: str):
+def check_value(annotation: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if dataclasses.is_dataclass(annotation):
@@ -69,13 +70,13 @@ def check_value(annotation, value, key: str):
     return value
 
 
-def short(value, limit: int = 60) -> str:
+def short(value: object, limit: int = 60) -> str:
     """repr(value), cut to `limit` characters: an error names a value, it does not print a megabyte."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _type_name(annotation) -> str:
+def _type_name(annotation: Any) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
         annotation, getattr(annotation, "__name__", str(annotation))
     )
@@ -97,7 +98,3 @@ def apply_override(values: dict, assignment: str) -> None:
         if not isinstance(node, dict):
             raise ConfigError(f"--set {key}: {part} is not a section")
     node[parts[-1]] = value
-
-
-def to_dict(instance) -> dict:
-    return dataclasses.asdict(instance)

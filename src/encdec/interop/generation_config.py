@@ -1,0 +1,61 @@
+"""Generation defaults in Hugging Face's files: read from config.json and generation_config.json, written
+into an exported generation_config.json. One list of the options both sides know by the same name."""
+
+import json
+import logging
+from pathlib import Path
+
+from encdec.models import ModelConfig
+from encdec.tokenizers import Tokenizer
+
+log = logging.getLogger(__name__)
+
+# generation options Hugging Face's files carry under the same names as encdec.generate's
+GENERATION_KEYS = (
+    "num_beams",
+    "length_penalty",
+    "early_stopping",
+    "no_repeat_ngram_size",
+    "repetition_penalty",
+    "bad_words_ids",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "max_new_tokens",
+    "min_new_tokens",
+    "num_return_sequences",
+)
+
+
+def read_generation_defaults(hf_config: dict, generation_config: dict) -> dict:
+    """The generation options a checkpoint sets; generation_config.json wins over config.json.
+
+    Hugging Face's max_length and min_length count the decoder-start token; ours count new tokens.
+    """
+    defaults = {}
+    for source in (hf_config, generation_config):
+        values = dict(source)
+        if values.get("max_length") is not None:
+            values.setdefault("max_new_tokens", values["max_length"] - 1)
+        if values.get("min_length"):
+            values.setdefault("min_new_tokens", max(values["min_length"] - 1, 0))
+        defaults.update({key: values[key] for key in GENERATION_KEYS if values.get(key) is not None})
+    return defaults
+
+
+def write_generation_config(out: Path, cfg: ModelConfig, tokenizer: Tokenizer, defaults: dict) -> None:
+    """generation_config.json: the ids generation needs and the run's defaults that Hugging Face knows."""
+    dropped = sorted(set(defaults) - set(GENERATION_KEYS))
+    if dropped:
+        log.warning("generation defaults Hugging Face has no name for are not exported: %s", ", ".join(dropped))
+    values = {
+        "decoder_start_token_id": cfg.decoder_start_id,
+        "eos_token_id": cfg.eos_id,
+        "pad_token_id": cfg.pad_id,
+        "bos_token_id": tokenizer.bos_id,
+        **{key: defaults[key] for key in GENERATION_KEYS if defaults.get(key) is not None},
+    }
+    (out / "generation_config.json").write_text(json.dumps(values, indent=2) + "\n")

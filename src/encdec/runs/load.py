@@ -1,0 +1,67 @@
+"""A trained run read back for use: its model, tokenizer, config, generation defaults and text encoding,
+from one checkpoint."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from encdec.errors import CheckpointError, ConfigError
+from encdec.models import build_model
+from encdec.runs.checkpoint import load_state, load_weights
+from encdec.runs.config import RunConfig, build_model_config, load_config
+from encdec.runs.run_dir import CheckpointDir, RunDir
+from encdec.runs.text import RunTokenizer
+from encdec.tokenizers import Tokenizer, load_tokenizer
+
+
+@dataclass
+class LoadedRun:
+    """One checkpoint of a run, ready to generate from."""
+
+    model: nn.Module  # in eval mode
+    tokenizer: Tokenizer
+    config: RunConfig
+    checkpoint: CheckpointDir
+    generation: dict[str, Any]  # the generation defaults the checkpoint carries (generation.json), {} if none
+    text: RunTokenizer  # text in and out as the run's training fed it
+
+
+def load_run(run_dir: str | Path | RunDir, which: str = "best", max_source_len: int | None = None) -> LoadedRun:
+    """Checkpoint `which` ("best", "latest", or a step directory name) of a run, its model in eval mode and
+    carrying the checkpoint's generation defaults (`model.generation_defaults`, what generate starts from).
+    The text encoder cuts inputs to `max_source_len` tokens (default: the run's trained source length)."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    checkpoint = run.checkpoint(which)
+    config = saved_config(checkpoint)
+    tok = load_tokenizer(checkpoint.tokenizer)
+    model = build_model(build_model_config(config.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id))
+    load_state(model, load_weights(checkpoint.model), f"{checkpoint.path} does not match its config")
+    generation = read_generation(checkpoint)
+    model.generation_defaults = generation
+    text = RunTokenizer.for_run(config, tok, model, max_source_len)
+    return LoadedRun(model.eval(), tok, config, checkpoint, generation, text)
+
+
+def saved_config(checkpoint: CheckpointDir) -> RunConfig:
+    """The config a checkpoint saved; CheckpointError where it cannot be read."""
+    try:
+        return load_config(checkpoint.config, paths_from_file=False)
+    except ConfigError as error:
+        raise CheckpointError(f"the config saved in {checkpoint.path} cannot be read: {error}") from None
+
+
+def read_generation(checkpoint: CheckpointDir) -> dict[str, Any]:
+    """The generation defaults a checkpoint carries ({} if none)."""
+    path = checkpoint.generation
+    if not path.is_file():
+        return {}
+    try:
+        values = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise CheckpointError(f"{path} is not valid JSON") from None
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{path} must hold a JSON object of generation options")
+    return values

@@ -1,0 +1,110 @@
+"""Open whatever a path holds, decided in one place: an encdec run directory or a local Hugging Face directory.
+
+    model = encdec.from_pretrained("runs/dialogsum")             # the run's best checkpoint
+    model = encdec.from_pretrained("checkpoints/flan-t5-small")  # T5 / Flan-T5 / mT5, BART, Marian
+    tokenizer = encdec.load_tokenizer("runs/dialogsum")
+    opened = open_model("runs/dialogsum")                        # the model, its defaults and text encoding
+    ids = opened.model.generate(**opened.text(["..."]))
+
+The model comes back in eval mode with the checkpoint's generation defaults; the tokenizer
+is encdec's interface over the run's own tokenizer or, for a Hugging Face directory, over
+transformers' AutoTokenizer (`tokenizer.hf` is the HF object).
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from encdec.errors import CheckpointError
+from encdec.interop import is_hf_dir, load_hf
+from encdec.runs.load import LoadedRun, load_run
+from encdec.runs.run_dir import RunDir
+from encdec.tokenizers import Tokenizer
+from encdec.tokenizers import load_tokenizer as load_tokenizer_dir
+
+MAX_SOURCE_LEN = 1 << 16  # above this, a Hugging Face tokenizer's model_max_length means "not set"
+
+
+def model_kind(path: Path, label: str = "") -> Literal["run", "hf"]:
+    """ "run" for a run directory of encdec train, "hf" for a Hugging Face model directory, else one
+    sentence (CheckpointError) starting with `label` (the option that named the path, if any)."""
+    if RunDir(path).is_run():
+        return "run"
+    if is_hf_dir(path):
+        return "hf"
+    why = "it has no checkpoints/latest and has no config.json" if path.is_dir() else "it is not a directory"
+    raise CheckpointError(
+        f"{label}{path} is neither a run directory with checkpoints nor a Hugging Face model directory: {why}"
+    )
+
+
+@dataclass
+class OpenedModel:
+    """A model opened for use: what `encdec generate`, `evaluate` and `export` start from."""
+
+    model: nn.Module  # in eval mode, carrying `generation` as its generation_defaults
+    generation: dict[str, Any]  # the generation defaults the checkpoint carries
+    path: Path
+    run: LoadedRun | None = None  # a run directory's checkpoint: its config, tokenizer and text encoding
+    max_source_len: int | None = None  # inputs cut to this many tokens; None: what the model was trained with
+
+    @cached_property
+    def text(self):
+        """The model's text encoder, Hugging Face's tokenizer interface: a run's `RunTokenizer`, or a Hugging
+        Face directory's own tokenizer (refused in one sentence without tokenizer files), made when first asked."""
+        return self.run.text if self.run is not None else hf_text_encoder(self)
+
+
+def open_model(path: str | Path, checkpoint: str = "best", max_source_len: int | None = None) -> OpenedModel:
+    """The model at `path`: checkpoint `checkpoint` ("best", "latest" or a step directory name) of a run
+    directory, or a Hugging Face directory."""
+    path = Path(path)
+    if model_kind(path) == "run":
+        run = load_run(path, checkpoint, max_source_len)
+        return OpenedModel(run.model, run.generation, path, run, max_source_len)
+    model = load_hf(path)
+    return OpenedModel(model.eval(), model.generation_defaults, path, None, max_source_len)
+
+
+def hf_text_encoder(opened: OpenedModel):
+    """A Hugging Face directory's AutoTokenizer, cutting inputs to `max_source_len` or else to what the
+    tokenizer says the model takes (the model's position table where it says nothing)."""
+    from encdec.tokenizers.pretrained import PretrainedTokenizer
+
+    tokenizer = PretrainedTokenizer.from_directory(opened.path).hf
+    if opened.max_source_len is not None:
+        tokenizer.model_max_length = opened.max_source_len
+    elif tokenizer.model_max_length > MAX_SOURCE_LEN:  # transformers' "no limit" is a huge number
+        tokenizer.model_max_length = getattr(opened.model.config, "max_positions", MAX_SOURCE_LEN)
+    return tokenizer
+
+
+def from_pretrained(
+    path: str | Path, checkpoint: str = "best", device: str | torch.device | None = None, quantize: str | None = None
+) -> nn.Module:
+    """The model at `path` in eval mode (on `device` if given). `checkpoint` picks a run's
+    checkpoint: "best", "latest" or a step directory name; `quantize="int8"` returns it with
+    int8 linear layers, quantized on `device` (the CPU, fp32 weights only, or a CUDA GPU; see encdec.quantize)."""
+    model = open_model(path, checkpoint).model
+    if device is not None:
+        model.to(device)
+    if quantize is not None:
+        from encdec.quantization import quantize as quantize_model
+
+        model = quantize_model(model, quantize)
+    return model.eval()
+
+
+def load_tokenizer(path: str | Path, checkpoint: str = "best") -> Tokenizer:
+    """The tokenizer at `path`: a run directory's, a Hugging Face directory's (AutoTokenizer), or a
+    tokenizer directory an encdec tokenizer saved itself into."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path} is not a directory")
+    if RunDir(path).is_run():
+        return load_tokenizer_dir(RunDir(path).checkpoint(checkpoint).tokenizer)
+    return load_tokenizer_dir(path)

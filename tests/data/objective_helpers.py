@@ -1,0 +1,22 @@
+"""Shared pieces of the objective tests: ROT5's summarization template and the inverse of span corruption."""
+
+import numpy as np
+
+SUMMARIZATION = ("{source}\nSummary:", "{target}")  # ROT5: input = story + "\nSummary:", target = summary
+
+
+def rebuild_from_corruption(inputs: np.ndarray, targets: np.ndarray, sentinel_ids: np.ndarray) -> np.ndarray:
+    """Invert `span_corrupt`: put each target span back in place of its sentinel."""
+    sentinel_set = set(int(s) for s in sentinel_ids)
+    spans: dict[int, list[int]] = {}
+    current = None
+    for token in targets.tolist():
+        if token in sentinel_set:
+            current = token
+            spans[current] = []
+        elif current is not None:
+            spans[current].append(token)
+    out: list[int] = []
+    for token in inputs.tolist():
+        out.extend(spans[token] if token in sentinel_set else [token])
+    return np.asarray(out, dtype=np.int64)

@@ -1,0 +1,139 @@
+"""The package's layers (docs/architecture.md): no import circle among its modules, nothing lower importing
+anything higher, and a model loaded and run for inference without the training loop or its metrics."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+FIXTURE_RUN = Path(__file__).resolve().parent / "fixtures" / "checkpoint_2ba69c1" / "run"
+
+# bottom to top: a module may import its own package and anything in a lower layer
+LAYERS = [
+    {"encdec.errors"},
+    {"encdec.safe_paths", "encdec.sizing"},
+    {"encdec.modules", "encdec.tokenizers"},
+    {"encdec.generation", "encdec.data", "encdec.quantization"},
+    {"encdec.models"},
+    {"encdec.interop", "encdec.evaluation"},
+    {"encdec.runs"},
+    {"encdec.training"},
+    {"encdec.cli"},
+    {"encdec", "encdec.__main__"},
+]
+
+
+def module_names() -> dict[str, Path]:
+    names = {}
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, at the top or inside a function: `import a.b.c` and
+    `from a.b import c` also import the packages a and a.b (a module's own ancestors left out)."""
+    names = module_names()
+    graph = {}
+    for name, path in names.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parent + ([base] if base else []))
+                targets.add(base)
+                targets.update(f"{base}.{alias.name}" for alias in node.names)
+        imported = set()
+        for target in targets:
+            parts = target.split(".")
+            imported.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+        graph[name] = {t for t in imported if t in names and t != name and t not in ancestors}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def layer_of(name: str) -> int:
+    """The layer of a module: that of the layer entry it is or lies in (the root package "encdec" is only
+    itself: a new package must be placed)."""
+    rank = None
+    for i, members in enumerate(LAYERS):
+        for member in members:
+            if name == member or (member != "encdec" and name.startswith(member + ".")):
+                rank = i
+    assert rank is not None, f"{name} belongs to no layer; add its package to LAYERS and docs/architecture.md"
+    return rank
+
+
+def owner(name: str) -> str:
+    """The package a module belongs to, for the layer rule: encdec.X for encdec.X.Y.Z."""
+    return ".".join(name.split(".")[:2])
+
+
+def test_the_package_has_no_import_circle():
+    assert circles(import_graph()) == []
+
+
+def test_nothing_imports_a_higher_layer_or_a_neighbour_of_its_own():
+    wrong = []
+    for name, imported in import_graph().items():
+        for target in imported:
+            same_package = owner(target) == owner(name)
+            if layer_of(target) > layer_of(name) or (layer_of(target) == layer_of(name) and not same_package):
+                wrong.append(f"{name} -> {target}")
+    assert wrong == []
+
+
+def test_a_detected_circle_is_reported():
+    """The checker itself: a planted circle a -> b -> c -> a and a self-contained d are told apart."""
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_loading_a_run_and_generating_leaves_training_and_metrics_unimported():
+    code = f"""
+import sys, torch, encdec
+model = encdec.from_pretrained({str(FIXTURE_RUN)!r})
+tokenizer = encdec.load_tokenizer({str(FIXTURE_RUN)!r})
+ids = torch.tensor(tokenizer.encode(["A dog runs."], add_eos=True))
+model.generate(ids, max_new_tokens=4, num_beams=2)
+loaded = sorted(m for m in sys.modules if m.startswith("encdec.training") or m in ("rouge_score", "sacrebleu"))
+print(",".join(loaded) or "none")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "none"
