@@ -5,6 +5,7 @@ data files (or the hub dataset when they are absent) -> texts or pairs
 restored from a checkpoint) -> token documents -> the configured objective
 """
 
+import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -148,15 +149,7 @@ def tokenize_documents(tokenizer: Tokenizer, texts: list[str]) -> Documents:
 
 
 def objective_options(o: ObjectiveSection) -> dict:
-    """The objective section's settings as `build_objective`'s keyword arguments."""
-    return {
-        "seq_len": o.seq_len,
-        "windows": o.windows,
-        "max_source_len": o.max_source_len,
-        "max_target_len": o.max_target_len,
-        "noise_density": o.noise_density,
-        "mean_span": o.mean_span,
-        "ul2_probabilities": o.ul2_probabilities,
-        "mode_tokens": o.mode_tokens,
-        "pack": o.pack,
-    }
+    """The objective section's settings as `build_objective`'s keyword arguments: its keyword-only
+    parameters, each of which the section holds under the same name."""
+    parameters = inspect.signature(build_objective).parameters.values()
+    return {p.name: getattr(o, p.name) for p in parameters if p.kind is p.KEYWORD_ONLY}
