@@ -297,7 +297,7 @@ def run_trainer(cfg: ModelConfig, shape: Shape, dims: tuple[int, int, int], args
     time rather than one spread over a longer interval."""
     from encdec.data.corpora import iter_tinystories
     from encdec.runs.config import RunConfig
-    from encdec.runs.typed_yaml import from_dict
+    from encdec.schema import read
     from encdec.tokenizers import build_tokenizer
     from encdec.training.metrics import read_metrics
     from encdec.training.trainer import train
@@ -341,7 +341,7 @@ def run_trainer(cfg: ModelConfig, shape: Shape, dims: tuple[int, int, int], args
             "evaluation": {"interval": steps, "steps": 1},
             "output": {"log_interval": max(args.warmup, 1), "keep_last": 1, "plot": False},
         }
-        train(from_dict(RunConfig, values), tmp / "run")
+        train(read(RunConfig, values), tmp / "run")
         records = read_metrics(tmp / "run" / "metrics.jsonl")
     release(args.device)
     tokens_per_s, how = trainer_tokens_per_s(records, args.warmup)

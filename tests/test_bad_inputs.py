@@ -340,6 +340,40 @@ CASES = {
         ],
         "does not hold the training state",
     ),
+    "state.json step as text": Case(lambda p: resume_state(p, train={"step": "two"}), "train.step must be an integer"),
+    "state.json negative step": Case(lambda p: resume_state(p, train={"step": -50}), "train.step must be zero or more"),
+    "state.json step 10**12": Case(lambda p: resume_state(p, train={"step": 10**12}), "train.step must be at most"),
+    "state.json step of another directory": Case(lambda p: resume_state(p, train={"step": 1}), "sits in step_00000002"),
+    "state.json data without keys": Case(lambda p: resume_state(p, data={}), "data.objective is missing"),
+    "state.json a list": Case(lambda p: resume_bytes(p, "LATEST/state.json", "[1, 2]"), "must be a mapping"),
+    "empty rng": Case(lambda p: resume_bytes(p, "LATEST/rng.safetensors", b""), "rng.safetensors"),
+    "rng of the wrong size": Case(
+        lambda p: resume_bytes(
+            p, "LATEST/rng.safetensors", tensors_file({"torch": torch.zeros(10, dtype=torch.uint8)})
+        ),
+        "not the random state",
+    ),
+    "empty optimizer state": Case(lambda p: resume_bytes(p, "LATEST/optimizer.pt", b""), "optimizer.pt"),
+    "foreign optimizer state": Case(
+        lambda p: resume_bytes(p, "LATEST/optimizer.pt", pickled({"state": {"w": {"exp_avg": torch.zeros(3)}}})),
+        "optimizer.pt does not hold the state",
+    ),
+    "fine-tuning weights of NaN": Case(
+        lambda p: train(p, f"training.init_from={damaged_run(p, 'LATEST/model.safetensors', nan_weights(p))}"),
+        "not a number",
+    ),
+    "generation.json with text beams": Case(
+        lambda p: ["generate", str(damaged_run(p, "LATEST/generation.json", '{"num_beams": "five"}')), "-i", "-"],
+        "num_beams must be an integer",
+    ),
+    "generation.json nested deep": Case(
+        lambda p: ["generate", str(damaged_run(p, "LATEST/generation.json", "[" * 5000 + "]" * 5000)), "-i", "-"],
+        "generation.json",
+    ),
+    "experiment seeds a number": Case(lambda p: experiment(p, "seeds: 5\nruns: {a: {}}\n"), "seeds must be a list"),
+    "experiment runs a list": Case(lambda p: experiment(p, "runs: [a, b]\n"), "runs must be a mapping"),
+    "experiment key not a name": Case(lambda p: experiment(p, "1: x\nruns: {a: {}}\n"), "keys must be names"),
+    "experiment run config a number": Case(lambda p: experiment(p, "runs: {a: {config: 3}}\n"), "config must be"),
     "symlinked metrics": Case(lambda p: resume_linked(p, "metrics.jsonl", p.outside / "precious.txt"), "symlink"),
     "symlinked config": Case(lambda p: resume_linked(p, "config.yaml", p.outside / "precious.txt"), "symlink"),
     "symlinked checkpoints": Case(lambda p: resume_linked(p, "checkpoints", p.outside), "symlink"),
@@ -347,7 +381,9 @@ CASES = {
     # generate, evaluate, export
     "generate from nowhere": Case(lambda p: ["generate", str(p.root / "none"), "-i", "-"], "is not a directory"),
     "generate batch size 0": Case(lambda p: generate(p, p.copy("hf"), "--batch-size", "0"), "--batch-size"),
-    "generate beams 0": Case(lambda p: generate(p, p.copy("hf"), "--num-beams", "0"), "num_beams"),
+    "generate beams 0": Case(
+        lambda p: generate(p, p.copy("hf"), "--num-beams", "0"), "--num-beams must be a positive integer, got 0"
+    ),
     "generate unknown device": Case(lambda p: generate(p, p.copy("hf"), "--device", "gpu"), "--device must be"),
     "generate latin-1 input": Case(lambda p: generate(p, p.copy("hf"), text="caf\xe9\n".encode("latin-1")), "UTF-8"),
     "generate binary input": Case(lambda p: generate(p, p.copy("hf"), text=bytes(range(256))), "UTF-8"),
@@ -368,6 +404,56 @@ CASES = {
     "export a ROT5 run": Case(lambda p: ["export", str(p.copy("run")), "--out", str(p.out)], "no Hugging Face"),
     "export into a full directory": Case(lambda p: ["export", str(p.copy("hf")), "--out", str(p.outside)], "run"),
 }
+
+
+def experiment(place: Place, text: str) -> list[str]:
+    """compare with an experiment file holding `text`, its base the library's tiny config."""
+    path = place.write("experiment.yaml", f"base: {place.config}\n{text}")
+    return ["compare", "--experiment", str(path), "--out", str(place.out)]
+
+
+def resume_bytes(place: Place, relative: str, data: bytes | str) -> list[str]:
+    run = damaged_run(place, relative, data)
+    return ["train", str(place.config), "--out", str(run), "--resume", "--set", "training.steps=4"]
+
+
+def resume_state(place: Place, **changes: dict) -> list[str]:
+    """Resume a run whose latest state.json has `changes` merged into its sections."""
+    latest = (place.library / "run" / "checkpoints" / "latest").read_text().strip()
+    state = json.loads((place.library / "run" / "checkpoints" / latest / "state.json").read_text())
+    for section, values in changes.items():
+        state[section] = {**state[section], **values} if values else {}
+    return resume_bytes(place, "LATEST/state.json", json.dumps(state))
+
+
+def tensors_file(tensors: dict) -> bytes:
+    from safetensors.torch import save
+
+    return save(tensors)
+
+
+def pickled(value: object) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def nan_weights(place: Place) -> bytes:
+    """The library run's latest weights with every floating tensor NaN: a valid file of a broken model."""
+    from safetensors.torch import load_file
+
+    latest = (place.library / "run" / "checkpoints" / "latest").read_text().strip()
+    path = place.library / "run" / "checkpoints" / latest / "model.safetensors"
+    from safetensors import safe_open
+
+    with safe_open(path, "pt") as f:
+        metadata = f.metadata()
+    from safetensors.torch import save
+
+    weights = {k: torch.full_like(v, float("nan")) for k, v in load_file(path).items()}
+    return save(weights, metadata=metadata)
 
 
 def resume_linked(place: Place, name: str, target: Path) -> list[str]:
@@ -484,3 +570,17 @@ def test_a_busy_run_directory_is_one_sentence_naming_the_holder(library, tmp_pat
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and f"is in use by encdec train (pid {os.getpid()}" in err
     assert sorted(p.name for p in run.iterdir()) == [".lock"]
+
+
+def test_lines_of_metrics_jsonl_that_are_not_records_are_left_out_and_the_run_goes_on(library, tmp_path, caplog):
+    place = Place(tmp_path, library)
+    run = place.copy("run")
+    metrics = run / "metrics.jsonl"
+    good = metrics.read_text()
+    bad = ['{"kind": "train", "loss": 1.0}', "[1, 2]", '{"kind": "eval", "step": 1, "val_loss": "low"}', '"x"']
+    metrics.write_text(good + "\n".join(bad) + "\n")
+    assert main(["train", str(place.config), "--out", str(run), "--resume", "--set", "training.steps=4"]) == 0
+    assert "4 lines are not metrics records" in caplog.text
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert metrics.read_text().startswith(good) and all(isinstance(r, dict) and "step" in r for r in records)
+    assert max(r["step"] for r in records) == 4

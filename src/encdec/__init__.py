@@ -8,14 +8,35 @@ model = encdec.quantize(model, "int8")    # int8 linear layers for decoding (CPU
 tokenizer = encdec.load_tokenizer(path)
 """
 
+import importlib
+
 from encdec.errors import CheckpointError, ConfigError, DataError, EncdecError
-from encdec.generation import generate
-from encdec.interop import export_hf, load_hf, save_hf
-from encdec.models import ModelConfig, build_model, count_parameters, preset, preset_names
-from encdec.quantization import quantize
-from encdec.runs import export_run, from_pretrained, load_tokenizer
 
 __version__ = "0.1.0"
+
+# the rest is imported on first use, so `encdec` starts (and answers Ctrl-C) before torch has loaded
+LAZY = {
+    "generate": "encdec.generation",
+    "export_hf": "encdec.interop",
+    "load_hf": "encdec.interop",
+    "save_hf": "encdec.interop",
+    "ModelConfig": "encdec.models",
+    "build_model": "encdec.models",
+    "count_parameters": "encdec.models",
+    "preset": "encdec.models",
+    "preset_names": "encdec.models",
+    "quantize": "encdec.quantization",
+    "export_run": "encdec.runs",
+    "from_pretrained": "encdec.runs",
+    "load_tokenizer": "encdec.runs",
+}
+
+
+def __getattr__(name: str):
+    if name in LAZY:
+        return getattr(importlib.import_module(LAZY[name]), name)
+    raise AttributeError(f"module 'encdec' has no attribute {name!r}")
+
 
 __all__ = [
     "CheckpointError",

@@ -19,6 +19,10 @@ class DataError(EncdecError):
     """A data file or tokenizer cannot be read or does not have the expected form."""
 
 
+class TrainingError(EncdecError):
+    """Training cannot go on: its loss is no longer a number."""
+
+
 class CheckpointError(EncdecError):
     """A checkpoint or model directory is missing, corrupt or unsafe to load."""
 

@@ -6,11 +6,27 @@ and no symlink on the way, so a planted or hand-edited file cannot make encdec
 read or write anywhere else. Files encdec writes into a run directory must not
 be symlinks either (`check_not_symlink`). This module sits at the bottom of the
 package so that data/, tokenizers/ and training/ can all use it.
+
+Every file encdec writes where a user could have put a link goes through
+`write_atomic`, `atomic_path`, `open_replacing` or `staged_files`: the bytes go to
+a new file under a fresh name (created with O_EXCL, so never an existing file or
+link) that is then renamed over the destination. A hard or symbolic link at the
+destination is replaced, never written through, and a kill leaves the old file
+or the new one, never half of one. `refuse_unsafe_output` keeps an output
+directory away from the root, the home directory, the current one's parents and
+a project's checkout.
 """
 
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
+from typing import TextIO
 
-from encdec.errors import CheckpointError, EncdecError
+from encdec.errors import CheckpointError, ConfigError, EncdecError
 
 
 def inside(root: Path, name: object, what: str = "a name", error: type[EncdecError] = CheckpointError) -> Path:
@@ -45,3 +61,112 @@ def check_not_symlink(*paths: Path, error: type[EncdecError] = CheckpointError) 
                 f"{path} is a symlink, which encdec does not follow in a directory it writes; "
                 "replace it with a real file or directory"
             )
+
+
+def new_file_beside(path: Path) -> tuple[Path, int]:
+    """A new empty file beside `path` under a fresh hidden name, and a descriptor open for writing on it."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(16):
+        tmp = path.with_name(f".{path.name[:200]}.{secrets.token_hex(4)}.tmp")
+        try:
+            return tmp, os.open(tmp, flags, 0o666)
+        except FileExistsError:  # a name someone else took: draw another
+            continue
+    raise FileExistsError(f"no fresh temporary name beside {path}")
+
+
+def _replace(tmp: Path, fd: int, path: Path) -> None:
+    """Flush `fd` to the disk and rename `tmp` over `path` (a link there is replaced, not followed)."""
+    os.fsync(fd)
+    os.replace(tmp, path)
+
+
+def write_atomic(path: str | Path, data: bytes | str) -> Path:
+    """Write `data` (str as UTF-8) to `path` through a new file renamed over it; returns `path`."""
+    path = Path(path)
+    tmp, fd = new_file_beside(path)
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        _replace(tmp, fd, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(fd)
+    return path
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A new empty file's path beside `path`, for a writer that takes a path (safetensors, torch.save,
+    savefig): renamed over `path` when the block ends, deleted when it raises."""
+    path = Path(path)
+    tmp, fd = new_file_beside(path)
+    os.close(fd)
+    try:
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            _replace(tmp, fd, path)
+        finally:
+            os.close(fd)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def open_replacing(path: str | Path, initial: str = "") -> TextIO:
+    """A new file holding `initial`, renamed over `path` and left open to append lines (flushed at each
+    newline): what is appended goes to encdec's own file even where `path` was a link to another."""
+    path = Path(path)
+    tmp, fd = new_file_beside(path)
+    try:
+        _write_all(fd, initial.encode())
+        _replace(tmp, fd, path)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    return os.fdopen(fd, "a", encoding="utf-8", buffering=1)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+@contextmanager
+def staged_files(directory: str | Path) -> Iterator[Path]:
+    """A new hidden directory inside `directory` for a writer of several files (transformers'
+    save_pretrained); each plain file it wrote is renamed into `directory` when the block ends."""
+    directory = Path(directory)
+    stage = Path(tempfile.mkdtemp(prefix=".staged.", dir=directory))
+    try:
+        yield stage
+        for path in sorted(stage.iterdir()):
+            if path.is_file() and not path.is_symlink():
+                os.replace(path, directory / path.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def refuse_unsafe_output(path: str | Path, what: str = "--out") -> None:
+    """Refuse as an output directory the file-system root, the home directory, a parent of it or of the
+    current directory, and a project's checkout (a directory holding .git or pyproject.toml): encdec
+    would write, and a training prune, among files that are not its own."""
+    resolved = Path(os.path.realpath(path))
+    home, cwd = Path(os.path.realpath(Path.home())), Path(os.path.realpath(Path.cwd()))
+    reason = None
+    if resolved.parent == resolved:
+        reason = "the file-system root"
+    elif resolved == home:
+        reason = "the home directory"
+    elif any((resolved / name).exists() for name in (".git", "pyproject.toml")):
+        reason = "a project's checkout (it holds .git or pyproject.toml)"
+    elif resolved in home.parents or resolved in cwd.parents:
+        reason = f"a parent of the {'current' if resolved in cwd.parents else 'home'} directory"
+    if reason:
+        raise ConfigError(f"{what} {path} is {reason}; choose a directory of its own")

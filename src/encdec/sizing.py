@@ -6,11 +6,20 @@
 Given any one of C, D or N, the other two follow from these fits. The common
 approximation C ~ 6 * N * D (forward and backward FLOPs of a dense transformer)
 is reported beside them; the fits give N * D = 0.18 C, so 6 * N * D = 1.08 C.
+
+What the machine offers, which sizes are checked against before anything is allocated:
+`free_bytes(device)` (the memory free on the CPU or a GPU), `available_cores()`, and
+`capped_to_cores`, which caps a thread or worker count at the cores with one warning.
 """
 
+import logging
+import math
+import os
 from dataclasses import dataclass
 
 from encdec.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 N_COEF, N_EXP = 0.6, 0.45
 D_COEF, D_EXP = 0.3, 0.55
@@ -30,10 +39,57 @@ class ChinchillaPoint:
 def chinchilla(flops: float | None = None, tokens: float | None = None, params: float | None = None) -> ChinchillaPoint:
     """The compute-optimal point from exactly one of FLOPs, tokens or parameters."""
     given = [x for x in (flops, tokens, params) if x is not None]
-    if len(given) != 1 or given[0] <= 0:
-        raise ConfigError("give exactly one positive value: FLOPs, tokens or parameters")
+    if len(given) != 1 or not math.isfinite(given[0]) or given[0] <= 0:
+        shown = f" (a finite number, got {given[0]})" if len(given) == 1 else ""
+        raise ConfigError(f"give exactly one positive value: FLOPs, tokens or parameters{shown}")
     if tokens is not None:
         flops = (tokens / D_COEF) ** (1 / D_EXP)
     elif params is not None:
         flops = (params / N_COEF) ** (1 / N_EXP)
     return ChinchillaPoint(flops, N_COEF * flops**N_EXP, D_COEF * flops**D_EXP)
+
+
+def free_bytes(device) -> int | None:
+    """Memory free for this process on `device` (a torch.device or its name): a GPU's free memory, the
+    CPU's MemAvailable (else the free pages os.sysconf reports); None where it cannot be told."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0] if torch.cuda.is_available() else None
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def gib(n: float) -> str:
+    """A byte count for a sentence: "37.3 GiB", in scientific notation past a million GiB."""
+    value = n / 2**30
+    return f"{value:,.1f} GiB" if value < 1e6 else f"{value:.1e} GiB"
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the system tells it)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def capped_to_cores(value: int, key: str) -> int:
+    """`value` threads or processes, capped at the cores with one warning naming `key`: more than the
+    machine has only contend for the same cores."""
+    cores = available_cores()
+    if value <= cores:
+        return value
+    log.warning("%s is %s but this machine has %d cores: using %d", key, f"{value:,}", cores, cores)
+    return cores

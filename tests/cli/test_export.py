@@ -53,12 +53,12 @@ def test_export_writes_a_directory_transformers_loads_with_equal_logits_and_toke
 
 
 def test_a_non_empty_out_is_one_sentence_and_exit_2_unless_forced(run_dir, tmp_path, capsys):
-    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "config.json").write_text("{}")  # an earlier export's: --force replaces only those
     assert main(["export", str(run_dir), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("encdec: error: ") and "exists and is not empty" in err and err.count("\n") == 1
     assert main(["export", str(run_dir), "--out", str(tmp_path), "--force"]) == 0
-    assert (tmp_path / "config.json").is_file() and (tmp_path / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "config.json").read_text() != "{}" and (tmp_path / "model.safetensors").is_file()
 
 
 def test_a_directory_that_is_not_a_run_is_refused(tmp_path, capsys):

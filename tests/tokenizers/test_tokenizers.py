@@ -125,7 +125,7 @@ def test_unknown_kind_and_bad_manifest_are_one_sentence_errors(tmp_path):
     with pytest.raises(ConfigError, match="unknown tokenizer kind 'wordpiece'"):
         build_tokenizer("wordpiece")
     (tmp_path / MANIFEST_NAME).write_text(json.dumps({"kind": "wordpiece"}))
-    with pytest.raises(DataError, match="unknown kind"):
+    with pytest.raises(DataError, match="kind must be one of byte"):
         load_tokenizer(tmp_path)
     with pytest.raises(DataError, match="has no"):
         load_tokenizer(tmp_path / "missing")

@@ -199,7 +199,7 @@ def test_a_shard_file_that_is_a_symlink_is_refused(shards, tmp_path):
     [
         ({"kind": "hf", "tokenizer_file": "../x/tokenizer.json"}, "climbs out with '..'"),
         ({"kind": "sentencepiece", "model_file": "/etc/passwd"}, "is an absolute path"),
-        ({"kind": "sentencepiece", "model_file": 7}, "must be a relative file name"),
+        ({"kind": "sentencepiece", "model_file": 7}, "model_file must be a string, got 7"),
     ],
 )
 def test_a_tokenizer_manifest_naming_a_path_outside_is_refused(tmp_path, manifest, phrase):

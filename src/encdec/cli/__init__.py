@@ -3,18 +3,29 @@
 Each subcommand module exposes `add_parser(subparsers)`, which registers its
 arguments and sets `func`. User errors (`EncdecError`) become one sentence on
 stderr and exit code 2, never a traceback; the system's refusals (OSError: a full disk,
-a permission) one sentence and exit code 1.
+a permission) one sentence and exit code 1; Ctrl-C `encdec: interrupted` and exit code 130,
+from the first moment: the subcommands (and torch) are imported inside `main`. Whatever a
+message embeds, it is printed as one line of at most MAX_LINE characters. Under torchrun
+only rank 0 prints (every process fails alike) and each writes its sentence for the
+launcher (encdec.training.launch).
 """
 
 import argparse
 import errno
+import importlib
 import logging
+import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
 
-from encdec.cli import compare, data, demo, evaluate, export, generate, size, train
 from encdec.errors import ConfigError, EncdecError
 
-SUBCOMMANDS = [demo, data, train, compare, size, generate, evaluate, export]
+SUBCOMMANDS = ("demo", "data", "train", "compare", "size", "generate", "evaluate", "export")
+MAX_LINE = 299  # characters of the one line an error is: a message embedding a megabyte is cut with "..."
 
 
 class Parser(argparse.ArgumentParser):
@@ -29,21 +40,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="encdec", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in SUBCOMMANDS:
-        module.add_parser(subparsers)
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"encdec.cli.{name}").add_parser(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
-        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+        with interrupts_stop_at_once():
+            args = build_parser().parse_args(argv)
+        logging.basicConfig(level=log_level(args.verbose), format="%(message)s")
         return args.func(args) or 0
     except EncdecError as error:
-        print(f"encdec: error: {error}", file=sys.stderr)
-        return 2
+        return refuse(str(error), getattr(error, "exit_code", 2))
     except KeyboardInterrupt:
-        print("encdec: interrupted", file=sys.stderr)
+        say("encdec: interrupted")
         return 130
     except BrokenPipeError:  # output piped into a reader that closed early (`| head`)
         sys.stderr.close()
@@ -51,8 +62,73 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # the system refused: a full disk, a permission, a missing directory
         where = f"{error.filename}: " if error.filename else ""
         reason = "the disk is full" if error.errno == errno.ENOSPC else error.strerror or str(error)
-        print(f"encdec: error: {where}{reason}", file=sys.stderr)
-        return 1
+        return refuse(f"{where}{reason}", 1)
+
+
+@contextmanager
+def interrupts_stop_at_once() -> Iterator[None]:
+    """Around start-up (importing the subcommands, torch among them, and reading the arguments): Ctrl-C ends
+    the process at once, in one line and exit code 130. Nothing is written yet, and a KeyboardInterrupt raised
+    inside an import may be swallowed there and leave a module half made."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _stop_at_once)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _stop_at_once(signum: int, frame: FrameType | None) -> None:
+    # launch.prints_failure, without importing torch in a signal handler: not under encdec's launcher, and under
+    # torchrun's agent only on rank 0
+    rank_0_speaks = "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("RANK", "0") != "0"
+    if "ENCDEC_LAUNCHER" not in os.environ and not rank_0_speaks:
+        os.write(2, b"encdec: interrupted\n")
+    os._exit(130)
+
+
+def one_line(message: str, limit: int = MAX_LINE) -> str:
+    """`message` as one line (line breaks and runs of spaces made one space) of at most `limit` characters,
+    cut in the middle, where a long value sits, so its start and its end (often the reason) stay."""
+    line = " ".join(message.split())
+    if len(line) <= limit:
+        return line
+    head = limit * 2 // 3
+    return line[:head] + "..." + line[len(line) - (limit - head - 3) :]
+
+
+def refuse(message: str, code: int) -> int:
+    """Print `message` as `encdec: error: ...` (one line) and return `code`; one of several processes also
+    records it for the launcher (torchrun's or encdec's), and prints it only if no other prints for it."""
+    line = one_line(f"encdec: error: {message}")
+    if "WORLD_SIZE" in os.environ:
+        from encdec.training.launch import record_failure
+
+        record_failure(line.removeprefix("encdec: error: "), code)
+    say(line)
+    return code
+
+
+def say(line: str) -> None:
+    """Print `line` on stderr, unless this is one of several processes and another prints for it."""
+    if "WORLD_SIZE" in os.environ:
+        from encdec.training.launch import prints_failure
+
+        if not prints_failure():
+            return
+    print(line, file=sys.stderr)
+
+
+def log_level(verbose: bool) -> int:
+    """INFO with -v, else WARNING; ERROR in a process whose warnings another repeats (torchrun's rank > 0)."""
+    if "WORLD_SIZE" in os.environ:
+        from encdec.training.launch import speaks_for_all
+
+        if not speaks_for_all():
+            return logging.ERROR
+    return logging.INFO if verbose else logging.WARNING
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ def run(args) -> int:
         runs, seeds = read_experiment(Path(args.experiment), args.set)
     else:
         runs, seeds = [RunSpec(Path(c).stem, Path(c), list(args.set)) for c in args.configs], None
+    if not args.out.strip():
+        raise ConfigError("--out must name the experiment's directory, not an empty string")
     out = Path(args.out)
     run_experiment(runs, out, seeds)
     print((out / "results.md").read_text(), end="")

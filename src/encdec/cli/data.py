@@ -13,6 +13,7 @@ from encdec.data.corpora import PAIR_FORMATS, TEXT_FORMATS, read_corpus
 from encdec.data.objectives import OBJECTIVES, PairTemplate, build_objective
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError
+from encdec.sizing import capped_to_cores
 from encdec.tokenizers import KINDS, MANIFEST_NAME, UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
 
 # the short names `--objective` took before it took the run config's; still accepted
@@ -53,7 +54,9 @@ def add_parser(subparsers) -> None:
     prepare.add_argument("--target-field", default="summary", help="jsonl-pairs target field")
     prepare.add_argument("--text-field", default="text", help="jsonl text field")
     prepare.add_argument("--dtype", default="auto", choices=["auto", "uint16", "uint32"])
-    prepare.add_argument("--workers", type=int, default=2)
+    prepare.add_argument(
+        "--workers", type=worker_count, default=2, help="encoding processes (0 or 1: this one; at most the cores)"
+    )
     prepare.set_defaults(func=run_prepare)
 
     inspect = commands.add_parser("inspect", help="show decoded examples of an objective, input beside target")
@@ -106,6 +109,17 @@ def _make_tokenizer(args: argparse.Namespace) -> Tokenizer:
     return build_tokenizer(args.tokenizer, args.tokenizer_path, texts=texts, **options)
 
 
+def worker_count(text: str) -> int:
+    """An argparse type: a whole number of processes, 0 or more (argparse reports anything else in one line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def run_prepare(args: argparse.Namespace) -> int:
     tokenizer = _make_tokenizer(args)
     out = prepare_shards(
@@ -119,7 +133,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         add_eos=not args.no_eos,
         template=PairTemplate(args.source_template.replace("\\n", "\n"), args.target_template.replace("\\n", "\n")),
         dtype=args.dtype,
-        workers=args.workers,
+        workers=capped_to_cores(args.workers, "--workers"),
         reader_options=_reader_options(args),
     )
     splits = read_shards(out).manifest["splits"]

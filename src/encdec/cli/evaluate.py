@@ -12,20 +12,24 @@ layers there (encdec.quantize: fbgemm's kernels on the CPU, torch._int_mm on a G
 """
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
 
 from encdec.cli.generate import (
+    MAX_ROWS,
     add_device_argument,
+    add_generation_option,
     add_quantize_argument,
     add_source_length_argument,
-    positive_int,
     resolve_device,
+    whole_number,
 )
 from encdec.evaluation.generated import generate_texts
 from encdec.evaluation.metrics import score_texts
 from encdec.evaluation.report import perplexity, write_report
+from encdec.generation.generate import resolve_config
 from encdec.quantization import quantize
 from encdec.runs.load import load_run
 from encdec.runs.run_dir import RunDir
@@ -35,6 +39,8 @@ from encdec.training.distributed import DistInfo
 from encdec.training.samples import sample_pairs
 from encdec.training.trainer import evaluate
 
+MAX_EVAL_BATCHES = 1_000_000  # batches for the loss, examples to generate: more is a typo, not an evaluation
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -42,11 +48,23 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("run_dir", type=Path, help="a run directory of encdec train")
     parser.add_argument("--checkpoint", default="best", help="best, latest, or a step directory name")
-    parser.add_argument("--batches", type=int, default=None, help="batches for the loss (default: the run's)")
-    parser.add_argument("--samples", type=int, default=8, help="validation examples to generate and score")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--num-beams", type=int, default=1)
-    parser.add_argument("--batch-size", type=positive_int, default=32, help="examples generated at a time")
+    parser.add_argument(
+        "--batches",
+        type=whole_number(1, MAX_EVAL_BATCHES, "--batches"),
+        default=None,
+        help="batches for the loss (default: the run's)",
+    )
+    parser.add_argument(
+        "--samples",
+        type=whole_number(1, MAX_EVAL_BATCHES, "--samples"),
+        default=8,
+        help="validation examples to generate and score",
+    )
+    add_generation_option(parser, "max_new_tokens", 64)
+    add_generation_option(parser, "num_beams", 1)
+    parser.add_argument(
+        "--batch-size", type=whole_number(1, MAX_ROWS, "--batch-size"), default=32, help="examples generated at a time"
+    )
     parser.add_argument("--rot5-preprocessing", action="store_true", help="ROT5's ROUGE preprocessing")
     add_source_length_argument(parser)
     add_device_argument(parser)
@@ -60,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     report_dir = RunDir(args.run_dir).eval_dir
     check_not_symlink(report_dir, report_dir / "eval.json", report_dir / "eval.md")  # written at the end
     loaded = load_run(args.run_dir, args.checkpoint, args.max_source_len)
+    options = dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams)
+    resolve_config(loaded.model, options)  # refused here, before the loss is computed or a progress bar drawn
     loaded.model.to(device)
     if args.quantize:  # the loss and the generations both run through the int8 layers
         quantize(loaded.model, args.quantize)
@@ -72,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
     scores = {"val_loss": losses["val_loss"], "val_perplexity": perplexity(losses["val_loss"])}
     pairs = sample_pairs(cfg, loaded.tokenizer, args.samples)
     inputs, references = [p[0] for p in pairs], [p[1] for p in pairs]
-    options = dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams)
-    generated = generate_texts(loaded.model, loaded.text, inputs, args.batch_size, progress=True, **options)
+    bar = sys.stderr.isatty()  # a progress bar on a terminal only: never in a log or before a refusal there
+    generated = generate_texts(loaded.model, loaded.text, inputs, args.batch_size, progress=bar, **options)
     scores.update(score_texts(generated.predictions, references, args.rot5_preprocessing))
     json_path, md_path = write_report(report_dir, scores, inputs, generated.predictions, references)
     print(md_path.read_text(), end="")

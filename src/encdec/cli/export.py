@@ -10,20 +10,23 @@ express (ROT5's RoPE, the research families, the RNN) is refused in one sentence
 import argparse
 from pathlib import Path
 
+from encdec.errors import ConfigError
 from encdec.runs.export import export_run
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("export", help="write a run as a Hugging Face model directory", description=__doc__)
     parser.add_argument("run_dir", type=Path, help="a run directory of encdec train")
-    parser.add_argument("--out", "-o", type=Path, required=True, help="the directory to write (new or empty)")
-    parser.add_argument("--force", action="store_true", help="write into a non-empty --out, replacing its files")
+    parser.add_argument("--out", "-o", required=True, help="the directory to write (new or empty)")
+    parser.add_argument("--force", action="store_true", help="write over an earlier export in --out")
     parser.add_argument("--checkpoint", default="best", help="best (default), latest, or a step directory name")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    name = export_run(args.run_dir, args.out, force=args.force, checkpoint=args.checkpoint)
+    if not args.out.strip():
+        raise ConfigError("--out must name the directory to write, not an empty string")
+    name = export_run(args.run_dir, Path(args.out), force=args.force, checkpoint=args.checkpoint)
     print(
         f"wrote {args.out}: a {name} with its tokenizer; load it with transformers' "
         "AutoModelForSeq2SeqLM.from_pretrained and AutoTokenizer.from_pretrained"

@@ -14,18 +14,27 @@ decodes with fixed-shape steps, compiled on the CPU and captured in CUDA graphs 
 """
 
 import argparse
+import io
 import json
 import sys
+import typing
 from pathlib import Path
+from typing import Annotated, BinaryIO, TextIO
 
 import torch
 
+from encdec.data.reading import MAX_INPUT_LINE_BYTES, open_text_file, read_input_lines
 from encdec.errors import ConfigError, DataError
 from encdec.generation import generate
+from encdec.generation.config import GenerationConfig, SourceLength
 from encdec.quantization import SCHEMES, quantize
 from encdec.runs.open import open_model
+from encdec.schema import Range, argument_type
 
-OPTIONS = {  # flag -> (type, help); each becomes the generation option of the same name
+GENERATION_FIELDS = typing.get_type_hints(GenerationConfig, include_extras=True)
+
+
+OPTIONS = {  # option -> (its type, help): --NAME sets the generation option NAME, as GenerationConfig declares it
     "max_new_tokens": (int, "most tokens to generate per input"),
     "min_new_tokens": (int, "fewest tokens before EOS is allowed"),
     "num_beams": (int, "beam width (1: greedy or sampling)"),
@@ -57,7 +66,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--output", "-o", default="-", help="where to write outputs (default: stdout)")
     parser.add_argument("--format", choices=("text", "jsonl"), default="text", help="one line or one record per input")
     parser.add_argument("--prefix", default="", help='text put before every input, e.g. "summarize: " for T5')
-    parser.add_argument("--batch-size", type=positive_int, default=8, help="inputs decoded together")
+    parser.add_argument(
+        "--batch-size", type=whole_number(1, MAX_ROWS, "--batch-size"), default=8, help="inputs decoded together"
+    )
     add_source_length_argument(parser)
     parser.add_argument("--do-sample", action="store_true", help="sample instead of taking the most likely token")
     parser.add_argument("--no-stream", action="store_true", help="do not stream the tokens of a single input")
@@ -70,25 +81,28 @@ def add_parser(subparsers) -> None:
     add_device_argument(parser)
     add_quantize_argument(parser)
     for name, (kind, text) in OPTIONS.items():
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None, help=text)
+        add_generation_option(parser, name, None, text)
     parser.set_defaults(func=run)
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (argparse reports anything else in one line)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def add_generation_option(parser: argparse.ArgumentParser, name: str, default, text: str | None = None) -> None:
+    """--NAME for GenerationConfig's field `name`, taking the values its declaration allows."""
+    flag = "--" + name.replace("_", "-")
+    parser.add_argument(flag, dest=name, type=argument_type(GENERATION_FIELDS[name], flag), default=default, help=text)
+
+
+MAX_ROWS = 1 << 20  # inputs or examples decoded together
+
+
+def whole_number(low: int, high: int, flag: str):
+    """An argparse type: a whole number from `low` to `high`, declared and checked as a config field is."""
+    return argument_type(Annotated[int, Range(low, high)], flag)
 
 
 def add_source_length_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-source-len",
-        type=positive_int,
+        type=argument_type(SourceLength, "--max-source-len"),
         default=None,
         help="cut longer inputs to this many tokens (default: the length the model was trained "
         "with: a run's objective lengths, a Hugging Face tokenizer's model_max_length)",
@@ -130,8 +144,16 @@ def resolve_device(name: str) -> torch.device:
 
 
 def read_inputs(source: str, prefix: str) -> list[str]:
-    text = sys.stdin.read() if source == "-" else _read_file(Path(source))
-    lines = text.splitlines()
+    """One input per line of `source` (a regular file, or '-' for stdin), `prefix` put before each.
+
+    Lines end at "\\n" only (a form feed or U+2028 stays inside its input) and are read with bounds
+    (encdec.data.reading): a FIFO, a device or an endless stream is refused, never read to its end.
+    """
+    if source == "-":
+        lines = read_input_lines(_stdin_bytes(), "stdin")
+    else:
+        with open_text_file(Path(source), "input file", MAX_INPUT_LINE_BYTES, "MAX_INPUT_LINE_BYTES") as stream:
+            lines = read_input_lines(stream, source)
     if not lines:
         raise DataError("there is no input: give --input FILE or write lines to stdin")
     for number, line in enumerate(lines, 1):
@@ -140,13 +162,21 @@ def read_inputs(source: str, prefix: str) -> list[str]:
     return [prefix + line for line in lines]
 
 
-def _read_file(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise DataError(f"cannot read {path}: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path} is not UTF-8 text (byte {error.start}); convert it, e.g. with iconv") from None
+class _EncodedText:
+    """A text stream read as UTF-8 bytes, line by line: stdin replaced by an io.StringIO (in tests)."""
+
+    def __init__(self, text: TextIO):
+        self.text = text
+
+    def readline(self, size: int = -1) -> bytes:
+        return self.text.readline(size).encode("utf-8")
+
+
+def _stdin_bytes() -> BinaryIO:
+    """stdin's bytes (its text layer would split lines at "\\r" and U+2028 too)."""
+    if sys.stdin is None:
+        return io.BytesIO()
+    return getattr(sys.stdin, "buffer", None) or _EncodedText(sys.stdin)
 
 
 def stream_printer(tokenizer, stream):

@@ -6,10 +6,14 @@ encdec size --tokens 1.37e9            compute-optimal FLOPs and parameters for 
 encdec size --flops 3.65e17 / --params 48e6
 """
 
+import argparse
+import math
+
 import torch
 
 from encdec.errors import ConfigError
 from encdec.models import FAMILY_CLASSES, count_parameters, preset
+from encdec.models.memory import check_weights_fit
 from encdec.runs.config import build_model_config, load_config
 from encdec.sizing import chinchilla
 
@@ -20,10 +24,21 @@ def add_parser(subparsers):
     parser.add_argument("--preset", help="a model preset instead of a config")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--flops", type=float, help="training compute C")
-    budget.add_argument("--tokens", type=float, help="training tokens D")
-    budget.add_argument("--params", type=float, help="parameters N")
+    budget.add_argument("--flops", type=positive_number, help="training compute C")
+    budget.add_argument("--tokens", type=positive_number, help="training tokens D")
+    budget.add_argument("--params", type=positive_number, help="parameters N")
     parser.set_defaults(func=run)
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number above 0 (nan, inf and 0 size nothing; argparse says so in one line)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return value
 
 
 def model_config(args):
@@ -51,6 +66,7 @@ def run(args) -> int:
         raise ConfigError("give a run config, --preset, or one of --flops, --tokens, --params")
     if args.config or args.preset:
         cfg = model_config(args)
+        check_weights_fit(cfg, "cpu", 0, "building its modules, even on the meta device, needs")  # else hours
         with torch.device("meta"):  # count without allocating
             model = FAMILY_CLASSES[cfg.family](cfg)
         total, without = count_parameters(model), count_parameters(model, exclude_positions=True)

@@ -2,15 +2,22 @@
 
 Stopped by SIGINT or SIGTERM, it saves, prints the exact command that resumes the
 run, and exits 128 + the signal number (130 for Ctrl-C), so scripts can tell a stop
-from success.
+from success. `--nproc-per-node N` trains in N processes it starts itself (as torchrun
+would), and a failure is one sentence, where torchrun adds its own traceback.
 """
 
+import os
 import shlex
 import signal
 from pathlib import Path
 
+from encdec.cli.generate import whole_number
 from encdec.errors import ConfigError
 from encdec.training import load_config, train
+from encdec.training.distributed import read_layout
+from encdec.training.launch import LAUNCHED_BY, check_before_start, launch_workers, local_layout
+
+MAX_NPROC = 1024  # processes one machine starts
 
 
 def add_parser(subparsers):
@@ -24,6 +31,13 @@ def add_parser(subparsers):
         help="with --resume: continue although the config differs from the run's (recorded in the run)",
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    parser.add_argument(
+        "--nproc-per-node",
+        type=whole_number(1, MAX_NPROC, "--nproc-per-node"),
+        default=1,
+        metavar="N",
+        help="train in N processes on this machine (DDP or FSDP, as training.distributed says), started as torchrun would",
+    )
     parser.set_defaults(func=run)
 
 
@@ -31,6 +45,13 @@ def run(args) -> int:
     cfg = load_config(args.config, args.set)
     if args.accept_changes and not args.resume:
         raise ConfigError("--accept-changes goes with --resume")
+    if not args.out.strip():
+        raise ConfigError("--out must name the run directory, not an empty string")
+    several = args.nproc_per_node > 1
+    layout = local_layout(args.nproc_per_node, cfg.training.device) if several else read_layout()
+    check_before_start(cfg, layout)  # what every process would refuse alike, before any starts
+    if several:
+        return launch_workers(train_words(args), args.nproc_per_node, args.verbose)
     result = train(cfg, Path(args.out), resume=args.resume, accept_changes=args.accept_changes)
     if not result.is_main:  # another process under torchrun: rank 0 reports
         return 0
@@ -52,8 +73,18 @@ def run(args) -> int:
 
 
 def resume_command(args) -> str:
-    """The command that continues this run exactly: same config, same overrides, --resume."""
-    words = ["encdec", "train", args.config, "--out", args.out, "--resume"]
+    """The command that continues this run exactly: same config, same overrides, --resume (and the same
+    processes, where encdec's launcher started this one)."""
+    processes = os.environ.get(LAUNCHED_BY)
+    words = ["encdec", *train_words(args, resume=True), *(["--nproc-per-node", processes] if processes else [])]
+    return shlex.join(str(word) for word in words)
+
+
+def train_words(args, resume: bool = False) -> list[str]:
+    """This command's words after `encdec`, without --nproc-per-node: what each launched process runs."""
+    words = [*(["-v"] if args.verbose else []), "train", args.config, "--out", args.out]
+    words += ["--resume"] if args.resume or resume else []
+    words += ["--accept-changes"] if args.accept_changes and not resume else []
     for assignment in args.set:
         words += ["--set", assignment]
-    return shlex.join(str(word) for word in words)
+    return words

@@ -3,7 +3,10 @@
 Every reader opens plain or gzip files transparently (by content, not by
 name), decodes UTF-8 line by line so a bad byte is reported with its line, and
 raises DataError with one sentence naming the file and line. Readers that find
-no document at all raise too: an empty corpus is always a mistake.
+no document at all raise too: an empty corpus is always a mistake. Reading is
+bounded (encdec.data.reading): regular files only, lines split at "\n" alone and
+at most MAX_CORPUS_LINE_BYTES, documents gathered from lines at most
+MAX_DOCUMENT_CHARS, a gzip file checked to its end before it is used.
 
 Formats: TinyStories (`<|endoftext|>`-separated stories), TinyStoriesInstruct
 records (`Features:` / `Words:` / `Summary:` / `Story:`), plain text, JSONL
@@ -12,16 +15,16 @@ records (`Features:` / `Words:` / `Summary:` / `Story:`), plain text, JSONL
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from encdec.data.reading import MAX_DOCUMENT_CHARS, iter_text_lines
 from encdec.errors import DataError
+from encdec.schema import short
 
 END_OF_TEXT = "<|endoftext|>"
 INSTRUCT_KEYS = ("Features", "Words", "Summary", "Random sentence", "Story")
@@ -29,26 +32,35 @@ Item = TypeVar("Item")
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """(line number from 1, line without its newline) of a plain or gzip UTF-8 file."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"data file {path} does not exist")
-    with path.open("rb") as probe:
-        gzipped = probe.read(2) == b"\x1f\x8b"
-    opener = gzip.open if gzipped else open
-    number = 0
-    try:
-        with opener(path, "rb") as handle:
-            for number, raw in enumerate(handle, start=1):
-                try:
-                    yield number, raw.decode("utf-8").rstrip("\r\n")
-                except UnicodeDecodeError as error:
-                    raise DataError(
-                        f"{path} line {number} is not valid UTF-8 "
-                        f"(byte {raw[error.start]:#04x} at column {error.start + 1})"
-                    ) from None
-    except (OSError, EOFError, zlib.error) as error:
-        raise DataError(f"{path} cannot be read as gzip after line {number} ({error})") from None
+    """(line number from 1, line without its "\n" or "\r\n") of a plain or gzip UTF-8 file, split at "\n" only."""
+    return iter_text_lines(Path(path))
+
+
+class _Document:
+    """The lines of one document being gathered; past MAX_DOCUMENT_CHARS it is refused, not held.
+
+    `hint` ends the sentence: what the file probably lacks (a separator, a blank line).
+    """
+
+    def __init__(self, path: str | Path, what: str, hint: str):
+        self.path, self.what, self.hint = path, what, hint
+        self.lines: list[str] = []
+        self.size = 0
+
+    def add(self, line: str, number: int) -> None:
+        self.size += len(line) + 1
+        if self.size > MAX_DOCUMENT_CHARS:
+            raise DataError(
+                f"{self.path} line {number} makes a {self.what} of more than {MAX_DOCUMENT_CHARS:,} characters "
+                f"(MAX_DOCUMENT_CHARS); {self.hint}"
+            )
+        self.lines.append(line)
+
+    def take(self) -> str:
+        """The lines gathered, joined by "\n"; the document starts empty again."""
+        text = "\n".join(self.lines)
+        self.lines, self.size = [], 0
+        return text
 
 
 def _require_some(items: Iterable[Item], path: str | Path, what: str) -> Iterator[Item]:
@@ -65,17 +77,16 @@ def iter_tinystories(path: str | Path, separator: str = END_OF_TEXT) -> Iterator
     """Stories separated by `separator` lines (TinyStories-train.txt), stripped, empty ones dropped."""
 
     def stories() -> Iterator[str]:
-        lines: list[str] = []
-        for _, line in iter_lines(path):
+        document = _Document(path, "story", f"is a {separator!r} separator missing?")
+        for number, line in iter_lines(path):
             while separator in line:
                 head, line = line.split(separator, 1)
-                lines.append(head)
-                story = "\n".join(lines).strip()
+                document.add(head, number)
+                story = document.take().strip()
                 if story:
                     yield story
-                lines = []
-            lines.append(line)
-        story = "\n".join(lines).strip()
+            document.add(line, number)
+        story = document.take().strip()
         if story:
             yield story
 
@@ -88,18 +99,19 @@ def iter_plain_text(path: str | Path, unit: str = "paragraph") -> Iterator[str]:
         raise DataError(f"plain text unit {unit!r} is unknown; choose line, paragraph or file")
 
     def documents() -> Iterator[str]:
-        block: list[str] = []
-        for _, line in iter_lines(path):
+        hint = "are paragraphs separated by blank lines?" if unit == "paragraph" else "use unit line or paragraph"
+        block = _Document(path, unit if unit == "paragraph" else "file document", hint)
+        for number, line in iter_lines(path):
             if unit == "line":
                 if line.strip():
                     yield line.strip()
             elif unit == "paragraph" and not line.strip():
-                if block:
-                    yield "\n".join(block)
-                block = []
+                paragraph = block.take()
+                if paragraph:
+                    yield paragraph
             else:
-                block.append(line)
-        text = "\n".join(block)
+                block.add(line, number)
+        text = block.take()
         if text.strip():
             yield text.strip() if unit == "paragraph" else text
 
@@ -259,7 +271,7 @@ def read_corpus(format: str, paths: list[str | Path], **options) -> Iterator[str
         return (s for p in paths for s in (r.story for r in iter_instruct_records(p)) if s)
     if format not in readers:
         raise DataError(
-            f"corpus format {format!r} is unknown; choose one of {', '.join([*readers, 'parallel', 'instruct-text'])}"
+            f"corpus format {short(format)} is unknown; choose one of {', '.join([*readers, 'parallel', 'instruct-text'])}"
         )
     return (item for path in paths for item in readers[format](path, **options))
 

@@ -28,13 +28,16 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 
 from encdec.data.corpora import PAIR_FORMATS, PairTemplate, is_validation, read_corpus
 from encdec.data.documents import Documents, token_dtype
-from encdec.errors import DataError
-from encdec.safe_paths import check_not_symlink, inside, plain_name
+from encdec.data.reading import require_regular_file
+from encdec.errors import ConfigError, DataError
+from encdec.safe_paths import check_not_symlink, inside, plain_name, write_atomic
+from encdec.schema import Range, load_json, read, short
 from encdec.tokenizers import Tokenizer, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -185,8 +188,7 @@ def prepare_shards(
 
     out_dir, paths = Path(out_dir), [Path(p) for p in paths]
     for path in paths:
-        if not path.is_file():
-            raise DataError(f"data file {path} does not exist")
+        require_regular_file(path)  # hashed below: a FIFO or /dev/zero would never end
     dtype = choose_dtype(tokenizer.vocab_size, dtype, out_dir)
     pairs = format in PAIR_FORMATS
     fields = ["source", "target"] if pairs else ["text"]
@@ -247,7 +249,7 @@ def prepare_shards(
         results.close()
     counts = {s: {f: writers[s, f].close() for f in fields} for s in splits}
     manifest = {"version": FORMAT_VERSION, "fields": fields, "splits": counts, "inputs": inputs}
-    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_atomic(out_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     logger.info("wrote shards to %s: %s", out_dir, counts)
     return out_dir
 
@@ -259,16 +261,32 @@ def _shard_file(directory: Path, split: object, field: object, suffix: str) -> P
     return inside(directory, f"{split}.{field}{suffix}", "shard file", DataError)
 
 
+@dataclass
+class ShardManifest:
+    """manifest.json of a shard directory, as `prepare_shards` writes it."""
+
+    version: int
+    fields: list[str]
+    splits: dict[str, dict[str, dict[str, Annotated[int, Range(0)]]]]  # documents and tokens of each split, field
+    inputs: dict  # what the shards were made from (compared whole); its dtype is read
+
+    def __post_init__(self):
+        if self.version != FORMAT_VERSION:
+            raise ConfigError(f"has version {self.version}; expected {FORMAT_VERSION}")
+        if self.inputs.get("dtype") not in DTYPES:
+            raise ConfigError(f"inputs.dtype must be one of {', '.join(DTYPES)}, got {short(self.inputs.get('dtype'))}")
+
+
 def _read_manifest(directory: Path) -> dict:
+    """The manifest's mapping, every key `read_shards` uses of the declared type; else one sentence."""
     path = inside(directory, MANIFEST, "shard manifest", DataError)
     if not path.is_file():
         raise DataError(f"shard directory {directory} has no {MANIFEST}; run `encdec data prepare` first")
+    manifest = load_json(path, "shard manifest", DataError)
     try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise DataError(f"shard manifest {path} is not valid JSON ({error.msg})") from None
-    if manifest.get("version") != FORMAT_VERSION:
-        raise DataError(f"shard manifest {path} has version {manifest.get('version')}; expected {FORMAT_VERSION}")
+        read(ShardManifest, manifest)
+    except ConfigError as error:
+        raise DataError(f"shard manifest {path}: {error}"[:280]) from None
     return manifest
 
 

@@ -8,6 +8,8 @@ import json
 import math
 from pathlib import Path
 
+from encdec.safe_paths import write_atomic
+
 
 def perplexity(mean_loss: float) -> float:
     """exp of the mean per-token cross-entropy (nats); inf when it overflows."""
@@ -38,7 +40,7 @@ def write_report(
     directory.mkdir(parents=True, exist_ok=True)
     samples = [dict(input=i, output=p, reference=r) for i, p, r in zip(inputs, predictions, references)]
     json_path, md_path = directory / "eval.json", directory / "eval.md"
-    json_path.write_text(json.dumps({"scores": scores, "samples": samples}, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(json_path, json.dumps({"scores": scores, "samples": samples}, indent=2, ensure_ascii=False) + "\n")
     md = f"# Evaluation\n\n{markdown_table(scores)}\n\n## Samples\n\n{samples_table(inputs, predictions, references)}\n"
-    md_path.write_text(md)
+    write_atomic(md_path, md)
     return json_path, md_path

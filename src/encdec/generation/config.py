@@ -8,56 +8,108 @@ the model (`model.config` and, for loaded checkpoints, `model.generation_default
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Annotated
 
 import torch
 
 from encdec.errors import ConfigError
+from encdec.schema import Range, Satisfies, check
+
+# The largest values generation takes, far beyond any real use and small enough that the memory estimate
+# (generation/memory.py) is computed before anything sized by them is allocated.
+MAX_NEW_TOKENS = 1 << 20  # tokens generated per row
+MAX_BEAMS = 1024  # beams, returned sequences, beam groups per example
+MAX_SOURCE_TOKENS = 1 << 20  # an input's tokens (--max-source-len)
+SourceLength = Annotated[int, Range(1, MAX_SOURCE_TOKENS)]  # what inputs may be cut to (max_source_len)
+
+
+def valid_decay(pair) -> bool:
+    """(start_index, decay_factor) as Hugging Face's exponential_decay_length_penalty takes it."""
+    if pair is None:
+        return True
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        return False
+    start, factor = pair
+    return isinstance(start, int) and start >= 0 and isinstance(factor, (int, float)) and factor > 0
+
+
+def token_list(ids) -> bool:
+    return ids is None or (isinstance(ids, (list, tuple)) and all(isinstance(i, int) and i >= 0 for i in ids))
+
+
+def valid_stop_strings(stop) -> bool:
+    if stop is None or isinstance(stop, str):
+        return stop != ""
+    return isinstance(stop, (list, tuple)) and all(isinstance(s, str) and s for s in stop)
+
+
+def valid_early_stopping(value) -> bool:
+    return value is True or value is False or value == "never"
+
+
+TOKEN_LIST = "None or a list of token ids (integers >= 0)"
+TokenId = Annotated[int, Range(0)]
+Beams = Annotated[int, Range(1, MAX_BEAMS)]
 
 
 @dataclass
 class GenerationConfig:
-    max_new_tokens: int = 20
-    min_new_tokens: int = 0
-    num_beams: int = 1
+    max_new_tokens: Annotated[int, Range(1, MAX_NEW_TOKENS)] = 20
+    min_new_tokens: Annotated[int, Range(0, MAX_NEW_TOKENS)] = 0
+    num_beams: Beams = 1
     do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int = 50  # sampling only; 0 keeps every token (Hugging Face's default is 50)
-    top_p: float = 1.0
-    repetition_penalty: float = 1.0
-    no_repeat_ngram_size: int = 0
+    temperature: Annotated[float, Range(0, above=True, says="greater than 0")] = 1.0
+    top_k: Annotated[int, Range(0, says="zero (off) or more")] = (
+        50  # sampling only; 0 keeps every token (Hugging Face's default is 50)
+    )
+    top_p: Annotated[float, Range(0, 1, above=True)] = 1.0
+    repetition_penalty: Annotated[float, Range(0, above=True, says="greater than 0")] = 1.0
+    no_repeat_ngram_size: Annotated[int, Range(0, MAX_NEW_TOKENS, says=f"zero (off) or up to {MAX_NEW_TOKENS:,}")] = 0
     length_penalty: float = 1.0  # beam scores are sum(log p) / generated_length ** length_penalty
-    early_stopping: bool | str = False  # True, False or "never", as in Hugging Face
-    num_return_sequences: int = 1
+    early_stopping: Annotated[bool | str, Satisfies(valid_early_stopping, "True, False or 'never'")] = False  # as HF
+    num_return_sequences: Beams = 1
     bad_words_ids: list[list[int]] | None = None
-    forced_bos_token_id: int | None = None
-    forced_eos_token_id: int | None = None
-    eos_token_id: int | list[int] | None = None
-    pad_token_id: int | None = None
-    decoder_start_token_id: int | None = None
+    forced_bos_token_id: TokenId | None = None
+    forced_eos_token_id: TokenId | None = None
+    eos_token_id: TokenId | list[TokenId] | None = None
+    pad_token_id: TokenId | None = None
+    decoder_start_token_id: TokenId | None = None
     seed: int | None = None  # a private generator seeded once: reproducible sampling
     generator: torch.Generator | None = None
     streamer: Callable[[torch.Tensor], None] | None = None  # called with each step's tokens (B,) (greedy, sampling)
     # sampling-only filters, applied after top-k and top-p as Hugging Face applies them
-    min_p: float | None = None  # drop tokens below min_p times the top token's probability
-    typical_p: float = 1.0  # locally typical sampling (Meister et al. 2022); 1 is off
-    epsilon_cutoff: float = 0.0  # drop tokens below this probability; 0 is off
-    eta_cutoff: float = 0.0  # drop tokens below min(eta, sqrt(eta) * exp(-entropy)); 0 is off
+    min_p: Annotated[float, Range(0, 1, says="None (off) or in [0, 1]")] | None = (
+        None  # drop tokens below min_p times the top token's probability
+    )
+    typical_p: Annotated[float, Range(0, 1, above=True)] = (
+        1.0  # locally typical sampling (Meister et al. 2022); 1 is off
+    )
+    epsilon_cutoff: Annotated[float, Range(0, 1, below=True)] = 0.0  # drop tokens below this probability; 0 is off
+    eta_cutoff: Annotated[float, Range(0, 1, below=True)] = (
+        0.0  # drop tokens below min(eta, sqrt(eta) * exp(-entropy)); 0 is off
+    )
     # every search
-    exponential_decay_length_penalty: tuple[int, float] | None = None  # (start_index, decay_factor) raises EOS
-    suppress_tokens: list[int] | None = None  # never generated
-    begin_suppress_tokens: list[int] | None = None  # not generated as the first new token
+    exponential_decay_length_penalty: Annotated[
+        tuple[int, float] | None, Satisfies(valid_decay, "None or a pair (start_index >= 0, decay_factor > 0)")
+    ] = None  # (start_index, decay_factor) raises EOS
+    suppress_tokens: Annotated[list[int] | None, Satisfies(token_list, TOKEN_LIST)] = None  # never generated
+    begin_suppress_tokens: Annotated[list[int] | None, Satisfies(token_list, TOKEN_LIST)] = (
+        None  # not generated as the first new token
+    )
     renormalize_logits: bool = False  # log-softmax the processed scores
-    num_beam_groups: int = 1  # diverse beam search (Vijayakumar et al. 2016): groups of num_beams / groups beams
-    diversity_penalty: float = 0.0  # subtracted per earlier group that chose the token at this step
-    stop_strings: str | list[str] | None = None  # needs generate(..., tokenizer=)
+    num_beam_groups: Beams = 1  # diverse beam search (Vijayakumar et al. 2016): groups of num_beams / groups beams
+    diversity_penalty: Annotated[float, Range(0, says="zero (off) or more")] = (
+        0.0  # subtracted per earlier group that chose the token at this step
+    )
+    stop_strings: Annotated[
+        str | list[str] | None, Satisfies(valid_stop_strings, "None, a non-empty string or a list of them")
+    ] = None  # needs generate(..., tokenizer=)
     return_dict_in_generate: bool = False  # return a GenerateOutput instead of the token ids
     output_scores: bool = False  # with return_dict_in_generate: the processed scores of every step
     compile: bool = False  # fixed-shape decoding steps, compiled on CPU, CUDA-graphed on GPUs (encdec only)
 
     def __post_init__(self):
-        self._check_ranges()
-        if self.early_stopping not in (True, False, "never"):
-            raise ConfigError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
+        check(self)
         if self.num_beams == 1 and not self.do_sample and self.num_return_sequences > 1:
             raise ConfigError("num_return_sequences > 1 needs beam search (num_beams > 1) or do_sample=True")
         if self.num_beams > 1 and self.num_return_sequences > self.num_beams:
@@ -87,38 +139,6 @@ class GenerationConfig:
             raise ConfigError("group beam search (num_beam_groups > 1) does not sample: set do_sample=False")
         if self.stop_strings:
             raise ConfigError("stop_strings works with greedy decoding, sampling and beam search, not group beams")
-
-    def _check_ranges(self) -> None:
-        checks = {
-            "max_new_tokens": (self.max_new_tokens >= 1, "a positive integer"),
-            "min_new_tokens": (self.min_new_tokens >= 0, "zero or more"),
-            "num_beams": (self.num_beams >= 1, "a positive integer"),
-            "num_return_sequences": (self.num_return_sequences >= 1, "a positive integer"),
-            "temperature": (self.temperature > 0, "greater than 0"),
-            "top_k": (self.top_k >= 0, "zero (off) or more"),
-            "top_p": (0 < self.top_p <= 1, "in (0, 1]"),
-            "repetition_penalty": (self.repetition_penalty > 0, "greater than 0"),
-            "no_repeat_ngram_size": (self.no_repeat_ngram_size >= 0, "zero (off) or more"),
-            "min_p": (self.min_p is None or 0 <= self.min_p <= 1, "None (off) or in [0, 1]"),
-            "typical_p": (0 < self.typical_p <= 1, "in (0, 1]"),
-            "epsilon_cutoff": (0 <= self.epsilon_cutoff < 1, "in [0, 1)"),
-            "eta_cutoff": (0 <= self.eta_cutoff < 1, "in [0, 1)"),
-            "num_beam_groups": (self.num_beam_groups >= 1, "a positive integer"),
-            "diversity_penalty": (self.diversity_penalty >= 0, "zero (off) or more"),
-            "exponential_decay_length_penalty": (
-                valid_decay(self.exponential_decay_length_penalty),
-                "None or a pair (start_index >= 0, decay_factor > 0)",
-            ),
-            "suppress_tokens": (token_list(self.suppress_tokens), "None or a list of token ids (integers >= 0)"),
-            "begin_suppress_tokens": (
-                token_list(self.begin_suppress_tokens),
-                "None or a list of token ids (integers >= 0)",
-            ),
-            "stop_strings": (valid_stop_strings(self.stop_strings), "None, a non-empty string or a list of them"),
-        }
-        for key, (ok, allowed) in checks.items():
-            if not ok:
-                raise ConfigError(f"{key} must be {allowed}, got {getattr(self, key)!r}")
 
     @property
     def eos_ids(self) -> list[int]:
@@ -170,23 +190,3 @@ class GenerationConfig:
 def same_device(a: torch.device, b: torch.device) -> bool:
     """True when a and b name one device; a device without an index ("cuda") matches any of its type."""
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
-
-
-def valid_decay(pair) -> bool:
-    """(start_index, decay_factor) as Hugging Face's exponential_decay_length_penalty takes it."""
-    if pair is None:
-        return True
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-        return False
-    start, factor = pair
-    return isinstance(start, int) and start >= 0 and isinstance(factor, (int, float)) and factor > 0
-
-
-def token_list(ids) -> bool:
-    return ids is None or (isinstance(ids, (list, tuple)) and all(isinstance(i, int) and i >= 0 for i in ids))
-
-
-def valid_stop_strings(stop) -> bool:
-    if stop is None or isinstance(stop, str):
-        return stop != ""
-    return isinstance(stop, (list, tuple)) and all(isinstance(s, str) and s for s in stop)

@@ -20,6 +20,7 @@ from encdec.generation.compiled import fixed_shape_stepper
 from encdec.generation.config import GenerationConfig
 from encdec.generation.group_beam_search import group_beam_search
 from encdec.generation.interface import Steppable, model_device
+from encdec.generation.memory import check_generation_fits
 from encdec.generation.outputs import GenerateOutput
 from encdec.generation.search import sample_search
 from encdec.generation.stop_strings import stop_strings_for
@@ -57,6 +58,7 @@ def generate(
     batch = src_ids.shape[0]
     rows = cfg.rows_per_example
     prompt = decoder_prompt(model, decoder_input_ids, batch, cfg, device)  # (B, P)
+    check_generation_fits(model, cfg, batch, src_ids.shape[1], prompt.shape[1], device)  # before the search allocates
     stop = stop_strings_for(cfg.stop_string_list, tokenizer, device) if cfg.stop_strings else None
     was_training = isinstance(model, nn.Module) and model.training
     if was_training:

@@ -7,6 +7,9 @@ Each encoder-decoder layout goes to the Hugging Face class that computes the sam
     learned positions, embedding norm    BartForConditionalGeneration
 RoPE (ROT5), the research families and the RNN have no Hugging Face counterpart and are
 refused; `encdec.from_pretrained(RUN_DIR)` loads them. Every check runs before a file is written.
+The output directory must be new, empty or (with force) an earlier export: a directory holding
+anything else is refused, and every file is written anew and renamed into place, so a link
+planted there is replaced rather than written through.
 
     out/config.json, model.safetensors   the model (hf_t5, hf_switch, hf_marian, hf_bart)
     out/generation_config.json           decoder start, EOS, pad and the run's generation defaults
@@ -26,6 +29,7 @@ from encdec.interop.hf_switch import check_switch_compatible, save_hf_switch
 from encdec.interop.hf_t5 import check_t5_compatible, save_hf_t5
 from encdec.interop.hf_tokenizer import convert_tokenizer
 from encdec.models import ModelConfig
+from encdec.safe_paths import refuse_unsafe_output
 from encdec.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -46,7 +50,45 @@ STALE_FILES = (
     "tokenizer.model",
     "spiece.model",
 )
+# what an export (or a Hugging Face tokenizer's save_pretrained) writes: force replaces a directory of only these
+EXPORT_NAMES = {
+    "config.json",
+    "model.safetensors",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "sentencepiece.bpe.model",
+    "source.spm",
+    "target.spm",
+    "chat_template.jinja",
+    *STALE_FILES,
+}
 LOAD_HINT = "encdec.from_pretrained(RUN_DIR) loads it"
+
+
+def check_export_out(out: Path, force: bool) -> None:
+    """Refuse an output directory that is a file, an unsafe place (safe_paths.refuse_unsafe_output), not
+    empty without `force`, or, with it, holding a file no export writes."""
+    refuse_unsafe_output(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"the output directory {out} is a file")
+    present = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if present and not force:
+        raise ConfigError(f"the output directory {out} exists and is not empty; choose another or pass --force")
+    foreign = [name for name in present if (out / name).is_dir() or not _export_file(name)]
+    if foreign:
+        raise ConfigError(
+            f"the output directory {out} holds {foreign[0]!r}, which no export writes; --force replaces only "
+            "an earlier export, so choose another directory"
+        )
+
+
+def _export_file(name: str) -> bool:
+    """Whether an export writes `name`, or left it behind when killed (a temporary of safe_paths)."""
+    return name in EXPORT_NAMES or name.startswith(".staged.") or (name.startswith(".") and name.endswith(".tmp"))
 
 
 def hf_layout(cfg: ModelConfig) -> str:
@@ -69,17 +111,14 @@ def export_hf(
     """Write `model`, `tokenizer` and `generation` defaults into `out` as a Hugging Face directory.
 
     Returns the Hugging Face class name. `out` must be empty or absent unless `force`,
-    which replaces files of the same names. Nothing is written when a check fails.
+    which replaces an earlier export there. Nothing is written when a check fails.
     """
     out = Path(out)
     cfg = model.config
     layout = hf_layout(cfg)
     if tokenizer.vocab_size > cfg.vocab_size:
         raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model embeds only {cfg.vocab_size}")
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"the output directory {out} is a file")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise ConfigError(f"the output directory {out} exists and is not empty; choose another or pass --force")
+    check_export_out(out, force)
     files = convert_tokenizer(tokenizer)
     out.mkdir(parents=True, exist_ok=True)
     for name in STALE_FILES:

@@ -3,9 +3,14 @@ into an exported generation_config.json. One list of the options both sides know
 
 import json
 import logging
+import typing
 from pathlib import Path
 
+from encdec.errors import CheckpointError, ConfigError
+from encdec.generation import GenerationConfig
 from encdec.models import ModelConfig
+from encdec.safe_paths import write_atomic
+from encdec.schema import value_of
 from encdec.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -46,6 +51,23 @@ def read_generation_defaults(hf_config: dict, generation_config: dict) -> dict:
     return defaults
 
 
+def checked_defaults(values: dict, where: Path) -> dict:
+    """Generation defaults read from `where`, each of the type and range GenerationConfig declares
+    for it (and so for `encdec.generate`'s own argument); else one sentence (CheckpointError)."""
+    hints = typing.get_type_hints(GenerationConfig, include_extras=True)
+    try:
+        for key, value in values.items():
+            if key not in GENERATION_KEYS:
+                raise ConfigError(
+                    f"{key!r} is not a generation option encdec reads; known: {', '.join(GENERATION_KEYS)}"
+                )
+            value_of(hints[key], value, key)
+        GenerationConfig(**values)  # the rules across options (num_return_sequences <= num_beams, ...)
+    except ConfigError as error:
+        raise CheckpointError(f"{where}: {error}"[:240]) from None
+    return values
+
+
 def write_generation_config(out: Path, cfg: ModelConfig, tokenizer: Tokenizer, defaults: dict) -> None:
     """generation_config.json: the ids generation needs and the run's defaults that Hugging Face knows."""
     dropped = sorted(set(defaults) - set(GENERATION_KEYS))
@@ -58,4 +80,4 @@ def write_generation_config(out: Path, cfg: ModelConfig, tokenizer: Tokenizer, d
         "bos_token_id": tokenizer.bos_id,
         **{key: defaults[key] for key in GENERATION_KEYS if defaults.get(key) is not None},
     }
-    (out / "generation_config.json").write_text(json.dumps(values, indent=2) + "\n")
+    write_atomic(out / "generation_config.json", json.dumps(values, indent=2) + "\n")

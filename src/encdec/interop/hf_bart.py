@@ -13,7 +13,13 @@ from pathlib import Path
 import torch
 
 from encdec.errors import CheckpointError, ConfigError
-from encdec.interop.hf_t5 import fill_from_hf, plain_heads_problems, read_weights_with_shared, write_hf_directory
+from encdec.interop.hf_t5 import (
+    check_hf_model_fits,
+    fill_from_hf,
+    plain_heads_problems,
+    read_weights_with_shared,
+    write_hf_directory,
+)
 from encdec.models import EncoderDecoder, ModelConfig
 
 # Hugging Face activation_function -> our activation name
@@ -82,6 +88,7 @@ def bart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
 
 def load_bart_layout(path: Path, cfg_from_hf, hf_config: dict) -> EncoderDecoder:
     """Read the weights, build the model `cfg_from_hf(hf_config, untied)` describes, and fill it by name."""
+    check_hf_model_fits(cfg_from_hf(hf_config, True), path)
     weights = read_weights_with_shared(path, prefix="model.")
     head = weights.get("lm_head.weight")
     untied = head is not None and not torch.equal(head, weights.get("model.shared.weight", head))

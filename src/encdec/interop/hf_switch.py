@@ -15,6 +15,7 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.hf_t5 import (
     NAME_MAP,
     OUR_ACTIVATIONS,
+    check_hf_model_fits,
     config_from_hf,
     fill_from_hf,
     read_weights_with_shared,
@@ -109,21 +110,26 @@ def load_hf_switch(path: Path, hf_config: dict) -> EncoderDecoder:
     if activation not in ours:
         supported = ", ".join(ours)
         raise CheckpointError(f"unsupported SwitchTransformers dense_act_fn {activation!r}; supported: {supported}")
+    check_hf_model_fits(switch_config(hf_config, ours[activation], True), path)
     weights = read_weights_with_shared(path)
     head = weights.get("lm_head.weight")
     untied = hf_config.get("tie_word_embeddings", True) is False and head is not None
-    proj = OUR_ACTIVATIONS[ours[activation]]  # the dense activation, unused when every feed-forward is sparse
+    model = EncoderDecoder(switch_config(hf_config, ours[activation], untied))
+    return fill_from_hf(model, weights, hf_name, path)
+
+
+def switch_config(hf_config: dict, expert_activation: str, untied: bool) -> ModelConfig:
+    """The ModelConfig of a SwitchTransformers config.json whose experts use `expert_activation` (ours)."""
+    proj = OUR_ACTIVATIONS[expert_activation]  # the dense activation, unused when every feed-forward is sparse
     cfg = config_from_hf({**hf_config, "feed_forward_proj": proj, "scale_decoder_outputs": not untied}, untied)
-    cfg = ModelConfig(
+    return ModelConfig(
         **{
             **cfg.to_dict(),
             "n_experts": hf_config.get("num_experts", 8),
             "moe_top_k": 1,
             "moe_renormalize": False,
-            "moe_activation": ours[activation],
+            "moe_activation": expert_activation,
             "aux_loss_coef": hf_config.get("router_aux_loss_coef", 0.001),
             "z_loss_coef": hf_config.get("router_z_loss_coef", 0.001),
         }
     )
-    model = EncoderDecoder(cfg)
-    return fill_from_hf(model, weights, hf_name, path)

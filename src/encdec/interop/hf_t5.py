@@ -19,7 +19,8 @@ from safetensors.torch import load_file, save_file
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import EncoderDecoder, ModelConfig
-from encdec.safe_paths import inside
+from encdec.models.memory import check_weights_fit
+from encdec.safe_paths import atomic_path, inside, write_atomic
 
 # Hugging Face feed_forward_proj -> our activation name
 HF_ACTIVATIONS = {
@@ -133,12 +134,19 @@ def read_weights_with_shared(path: Path, prefix: str = "") -> dict[str, torch.Te
 
 
 def load_hf_t5(path: Path, hf_config: dict) -> EncoderDecoder:
+    check_hf_model_fits(config_from_hf(hf_config, untied_head=True), path)
     weights = read_weights_with_shared(path)
     head = weights.get("lm_head.weight")
     untied = head is not None and not torch.equal(head, weights["shared.weight"])
     cfg = config_from_hf(hf_config, untied)
     model = EncoderDecoder(cfg)
     return fill_from_hf(model, weights, hf_name, path)
+
+
+def check_hf_model_fits(cfg: ModelConfig, path: Path) -> None:
+    """One sentence (CheckpointError) where the model a config.json describes cannot fit in the CPU's free
+    memory, where it is built: before any weight is read or tensor made."""
+    check_weights_fit(cfg, "cpu", error=CheckpointError, source=f"{path / 'config.json'}: ")
 
 
 def fill_from_hf(
@@ -164,8 +172,9 @@ def fill_from_hf(
 def write_hf_directory(path: Path, weights: dict[str, torch.Tensor], hf_config: dict) -> None:
     """Write a Hugging Face model directory: the tensors as model.safetensors, the config as config.json."""
     path.mkdir(parents=True, exist_ok=True)
-    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
-    (path / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    with atomic_path(path / "model.safetensors") as tmp:  # a new file renamed into place: a link is replaced
+        save_file(weights, tmp, metadata={"format": "pt"})
+    write_atomic(path / "config.json", json.dumps(hf_config, indent=2) + "\n")
 
 
 def plain_heads_problems(cfg: ModelConfig) -> dict[str, bool]:

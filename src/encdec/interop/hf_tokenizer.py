@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from encdec.errors import DataError
+from encdec.safe_paths import atomic_path, staged_files, write_atomic
 from encdec.tokenizers import Tokenizer
 
 # encodes the same with both or the conversion is wrong: spaces, digits, accents, byte fallback
@@ -39,12 +40,15 @@ class TokenizerFiles:
     pretrained: object | None = None  # a transformers tokenizer, saved as it is
 
     def save(self, path: Path) -> None:
+        """Write the files into `path`, each a new file renamed into place (a link there is replaced)."""
         path.mkdir(parents=True, exist_ok=True)
         if self.pretrained is not None:
-            self.pretrained.save_pretrained(path)
+            with staged_files(path) as stage:
+                self.pretrained.save_pretrained(stage)
             return
-        self.backend.save(str(path / "tokenizer.json"))
-        (path / "tokenizer_config.json").write_text(json.dumps(self.config, indent=2, ensure_ascii=False) + "\n")
+        with atomic_path(path / "tokenizer.json") as tmp:
+            self.backend.save(str(tmp))
+        write_atomic(path / "tokenizer_config.json", json.dumps(self.config, indent=2, ensure_ascii=False) + "\n")
 
 
 def convert_tokenizer(tokenizer: Tokenizer) -> TokenizerFiles:

@@ -1,16 +1,16 @@
 """A local Hugging Face model directory (T5, SwitchTransformers, Marian, BART) read into an encdec model."""
 
-import json
 from pathlib import Path
 
 from torch import nn
 
-from encdec.errors import CheckpointError
-from encdec.interop.generation_config import read_generation_defaults
+from encdec.errors import CheckpointError, ConfigError
+from encdec.interop.generation_config import checked_defaults, read_generation_defaults
 from encdec.interop.hf_bart import load_hf_bart, load_hf_mbart
 from encdec.interop.hf_marian import load_hf_marian
 from encdec.interop.hf_switch import load_hf_switch
 from encdec.interop.hf_t5 import load_hf_t5
+from encdec.schema import load_json, short
 
 # Hugging Face model_type -> loader; a new architecture adds a line here
 LOADERS = {
@@ -36,25 +36,30 @@ def load_hf(path: str | Path) -> nn.Module:
     path = Path(path)
     hf_config = read_json(path / "config.json", required=True)
     model_type = hf_config.get("model_type")
-    if model_type not in LOADERS:
+    if not isinstance(model_type, str) or model_type not in LOADERS:  # checked before anything reads the rest
         raise CheckpointError(
-            f"{path / 'config.json'}: model_type {model_type!r} is not supported; supported: {', '.join(LOADERS)}"
+            f"{path / 'config.json'}: model_type {short(model_type, 40)} is not supported; "
+            f"supported: {', '.join(LOADERS)}"
         )
     try:
         model = LOADERS[model_type](path, hf_config)
     except (KeyError, TypeError, ValueError) as error:  # a config.json without the keys (or types) it needs
         detail = f"the key {error}" if isinstance(error, KeyError) else str(error).splitlines()[0][:100]
         raise CheckpointError(f"{path / 'config.json'} does not describe a {model_type} model ({detail})") from None
-    model.generation_defaults = read_generation_defaults(hf_config, read_json(path / "generation_config.json"))
+    except ConfigError as error:  # a value ModelConfig refuses: a size of 0, a negative layer count, ...
+        raise CheckpointError(f"{path / 'config.json'}: {error}") from None
+    generation = path / "generation_config.json"
+    model.generation_defaults = checked_defaults(read_generation_defaults(hf_config, read_json(generation)), generation)
     return model
 
 
 def read_json(file: Path, required: bool = False) -> dict:
+    """A Hugging Face JSON file's object ({} where an optional one is absent), read within bounds."""
     if not file.is_file():
         if required:
             raise CheckpointError(f"{file.parent} is not a Hugging Face model directory: it has no {file.name}")
         return {}
-    try:
-        return json.loads(file.read_text())
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{file} is not valid JSON (line {error.lineno})") from None
+    values = load_json(file, "Hugging Face file", CheckpointError)
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{file} must hold a JSON object, got {type(values).__name__}")
+    return values

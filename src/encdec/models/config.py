@@ -7,22 +7,12 @@ with one of them set away from its default is refused (`refuse_unused`).
 """
 
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
+from typing import Annotated, Literal
 
 from encdec.errors import ConfigError, refuse_unknown_keys
 from encdec.models.research_config import ResearchOptions
+from encdec.schema import Range, check
 
-CHOICES = {
-    "family": ("encoder_decoder", "ar_encdec", "parallel_encdec", "decoder_only", "rnn_seq2seq"),
-    "activation": ("relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"),
-    "moe_activation": ("relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"),
-    "norm": ("rmsnorm", "layernorm"),
-    "norm_position": ("pre", "post"),
-    "position": ("sinusoidal", "learned", "relative", "rope"),
-    "sinusoidal_layout": ("interleaved", "halves"),
-    "rope_cross": ("relative", "prepended", "none"),
-    "init": ("t5", "normal"),
-    "rnn_cell": ("gru", "lstm"),
-}
 # Settings whose default depends on the family: None takes the family's value (T5's for the
 # encoder-decoder, nanoGPT's for the causal LMs); a family without an entry does not use the setting.
 CAUSAL_LMS = ("ar_encdec", "parallel_encdec", "decoder_only")
@@ -32,69 +22,92 @@ FAMILY_DEFAULTS = {
 }
 
 
+MAX_LAYERS = 4096  # per stack; the deepest trained transformers have a few hundred
+MAX_EXPERTS = 4096  # Switch-C has 2048; each expert is its own modules in every layer
+# Each field's type, allowed values and bounds are declared on it (encdec.schema) and checked when a config
+# is made (from YAML, a config.json or Python): a zero or negative size is one sentence, not a traceback or
+# a model missing a stack. Counts of modules are bounded here (a million layers of width 16 would take
+# minutes to build); how many parameters a model may have is the memory estimate's to say
+# (models/memory.py), against what the device has free.
+Positive = Annotated[int, Range(1)]
+Count = Annotated[int, Range(0)]
+Layers = Annotated[int, Range(1, MAX_LAYERS)]
+
+
 @dataclass
 class ModelConfig:
-    family: str = "encoder_decoder"
-    vocab_size: int = 32128
-    d_model: int = 512
-    n_heads: int = 8
-    n_kv_heads: int | None = None  # None: n_heads (MHA); 1: MQA; in between: GQA
-    d_head: int | None = None  # None: d_model // n_heads (T5's d_kv may differ)
-    d_ff: int = 2048
-    n_encoder_layers: int = 6
-    n_decoder_layers: int | None = None  # None: n_encoder_layers (decoder_only: its depth is n_encoder_layers)
-    cross_n_heads: int | None = None  # None: n_heads (ar_encdec, parallel_encdec: 2 * n_heads)
-    cross_n_kv_heads: int | None = None  # None: n_kv_heads
-    activation: str = "relu"
-    norm: str = "rmsnorm"
-    norm_eps: float = 1e-6
-    norm_position: str = "pre"
+    family: Literal["encoder_decoder", "ar_encdec", "parallel_encdec", "decoder_only", "rnn_seq2seq"] = (
+        "encoder_decoder"
+    )
+    vocab_size: Positive = 32128
+    d_model: Positive = 512
+    n_heads: Positive = 8
+    n_kv_heads: Positive | None = None  # None: n_heads (MHA); 1: MQA; in between: GQA
+    d_head: Positive | None = None  # None: d_model // n_heads (T5's d_kv may differ)
+    d_ff: Positive = 2048
+    n_encoder_layers: Layers = 6
+    n_decoder_layers: Layers | None = None  # None: n_encoder_layers (decoder_only: its depth is n_encoder_layers)
+    cross_n_heads: Positive | None = None  # None: n_heads (ar_encdec, parallel_encdec: 2 * n_heads)
+    cross_n_kv_heads: Positive | None = None  # None: n_kv_heads
+    activation: Literal["relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"] = "relu"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norm_eps: Annotated[float, Range(0, above=True)] = 1e-6
+    norm_position: Literal["pre", "post"] = "pre"
     bias: bool = False  # biases in linear layers and LayerNorms
     scale_attention: bool | None = None  # divide scores by sqrt(d_head); None: the family's (T5 no, GPT yes)
-    position: str = "relative"
-    max_positions: int = 512  # rows of sinusoidal / learned tables
-    sinusoidal_layout: str = "interleaved"  # sin/cos interleaved (Vaswani) or sin then cos halves (Marian)
-    position_offset: int = 0  # learned table index of position 0 (BART: 2)
+    position: Literal["sinusoidal", "learned", "relative", "rope"] = "relative"
+    max_positions: Positive = 512  # rows of sinusoidal / learned tables
+    sinusoidal_layout: Literal["interleaved", "halves"] = (
+        "interleaved"  # sin/cos interleaved (Vaswani) or sin then cos halves (Marian)
+    )
+    position_offset: Count = 0  # learned table index of position 0 (BART: 2)
     embedding_norm: bool = False  # a norm after token + position embeddings (BART's layernorm_embedding)
-    relative_buckets: int = 32
-    relative_max_distance: int = 128
-    rope_theta: float = 10000.0
-    rope_cross: str = "relative"  # RoPE in cross-attention: i and j from 0, encoder first, or none
+    relative_buckets: Annotated[int, Range(4)] = 32
+    relative_max_distance: Positive = 128
+    rope_theta: Annotated[float, Range(0, above=True)] = 10000.0
+    rope_cross: Literal["relative", "prepended", "none"] = (
+        "relative"  # RoPE in cross-attention: i and j from 0, encoder first, or none
+    )
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani)
     tie_embeddings: bool = True  # the LM head shares the token embedding matrix
     scale_output: bool | None = None  # output times d_model^-0.5 before the head; None: the family's (T5 v1.0 yes)
     final_logits_bias: bool = False  # a fixed bias added to the logits (Marian, BART)
-    dropout: float = 0.1
-    n_experts: int = 1  # > 1 makes every feed-forward a mixture of experts
-    moe_top_k: int = 1
+    dropout: Annotated[float, Range(0, 1, below=True)] = 0.1
+    n_experts: Annotated[int, Range(1, MAX_EXPERTS)] = 1  # > 1 makes every feed-forward a mixture of experts
+    moe_top_k: Positive = 1
     moe_renormalize: bool = False  # gates renormalised over top-k (ROT5) or raw (Switch, default)
-    moe_activation: str = "gelu"
-    aux_loss_coef: float = 0.001
-    z_loss_coef: float = 0.001
-    init: str = "t5"  # "t5": Hugging Face T5's scheme; "normal": N(0, 0.02), residual outputs scaled
-    pad_id: int = 0
-    eos_id: int = 1
-    decoder_start_id: int = 0
+    moe_activation: Literal["relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"] = "gelu"
+    aux_loss_coef: Annotated[float, Range(0)] = 0.001
+    z_loss_coef: Annotated[float, Range(0)] = 0.001
+    init: Literal["t5", "normal"] = (
+        "t5"  # "t5": Hugging Face T5's scheme; "normal": N(0, 0.02), residual outputs scaled
+    )
+    pad_id: Count = 0
+    eos_id: Count = 1
+    decoder_start_id: Count = 0
     research: ResearchOptions = field(default_factory=ResearchOptions)  # ar_encdec, parallel_encdec (SEEDS.md 3-4)
-    rnn_cell: str = "gru"  # rnn_seq2seq: gru or lstm
+    rnn_cell: Literal["gru", "lstm"] = "gru"  # rnn_seq2seq: gru or lstm
     rnn_attention: bool = True  # rnn_seq2seq: the decoder attends to the encoder states (Luong)
 
     def __post_init__(self):
         if isinstance(self.research, dict):
             self.research = ResearchOptions.from_dict(self.research)
-        for key, allowed in CHOICES.items():
-            if getattr(self, key) not in allowed:
-                raise ConfigError(f"model.{key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")
+        check(self, "model.")
         for key, by_family in FAMILY_DEFAULTS.items():
             if getattr(self, key) is None and self.family in by_family:
                 setattr(self, key, by_family[self.family])
-        for key in ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_experts", "moe_top_k"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"model.{key} must be a positive integer, got {getattr(self, key)}")
+        for key in ("pad_id", "eos_id", "decoder_start_id"):
+            if getattr(self, key) >= self.vocab_size:
+                raise ConfigError(
+                    f"model.{key} ({getattr(self, key):,}) must be below vocab_size ({self.vocab_size:,})"
+                )
+        if self.relative_max_distance <= self.relative_buckets // 2:
+            raise ConfigError(
+                f"model.relative_max_distance ({self.relative_max_distance}) must exceed half of "
+                f"model.relative_buckets ({self.relative_buckets}), which count exact distances"
+            )
         if self.family != "rnn_seq2seq":  # the only family without attention
             self._check_heads()
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.moe_top_k > self.n_experts:
             raise ConfigError(f"model.moe_top_k ({self.moe_top_k}) exceeds model.n_experts ({self.n_experts})")
 

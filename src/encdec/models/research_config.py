@@ -15,16 +15,11 @@ seed code's suggested values (coeff 1, ENCODER_OUT, INIT, true). In YAML quote
 """
 
 from dataclasses import dataclass, fields
+from typing import Annotated, Literal
 
 from encdec.errors import ConfigError, refuse_unknown_keys
+from encdec.schema import Range, check
 
-RESEARCH_CHOICES = {
-    "order_type": ("ORIGINAL", "ALT"),
-    "sub_pos_embed": ("NO", "YES_NO_LN", "YES_LN"),
-    "embedding_loss": ("NONE", "MSE", "COSINE", "LOG_COSINE"),
-    "detach": ("NONE", "EMBEDDING", "ENCODER_OUT"),
-    "embedding_ln_type": ("NONE", "INIT", "AVG_CUM_SUM"),
-}
 LOSS_OPTIONS = ("embedding_loss_coeff", "detach", "embedding_ln_type", "use_ln_on_encoder_out")
 LOSS_DEFAULTS = {
     "embedding_loss_coeff": 1.0,
@@ -36,23 +31,28 @@ LOSS_DEFAULTS = {
 
 @dataclass
 class ResearchOptions:
-    order_type: str = "ORIGINAL"  # decoder block: self, cross, FFN (ORIGINAL) or cross, self, FFN (ALT)
-    sub_pos_embed: str = "NO"  # subtract positions 1..T before the head; YES_LN adds a LayerNorm after
+    order_type: Literal["ORIGINAL", "ALT"] = (
+        "ORIGINAL"  # decoder block: self, cross, FFN (ORIGINAL) or cross, self, FFN (ALT)
+    )
+    sub_pos_embed: Literal["NO", "YES_NO_LN", "YES_LN"] = (
+        "NO"  # subtract positions 1..T before the head; YES_LN adds a LayerNorm after
+    )
     add_pos_embed_to_decoder: bool = False  # add positions 1..T to the decoder input
     add_ln_before_decoder_ff: bool = False  # LayerNorm before the Linear(C, C) that makes the decoder input
-    embedding_loss: str = "NONE"  # disaffinity of the encoder output and the cumulative mean of E
-    embedding_loss_coeff: float | None = None  # total = CE + coeff * embedding loss (training only)
-    detach: str | None = None  # which side the embedding loss does not train
-    embedding_ln_type: str | None = None  # LayerNorm on E before averaging (INIT) or after (AVG_CUM_SUM)
+    embedding_loss: Literal["NONE", "MSE", "COSINE", "LOG_COSINE"] = (
+        "NONE"  # disaffinity of the encoder output and the cumulative mean of E
+    )
+    embedding_loss_coeff: Annotated[float, Range(0, above=True)] | None = (
+        None  # total = CE + coeff * embedding loss (training only)
+    )
+    detach: Literal["NONE", "EMBEDDING", "ENCODER_OUT"] | None = None  # which side the embedding loss does not train
+    embedding_ln_type: Literal["NONE", "INIT", "AVG_CUM_SUM"] | None = (
+        None  # LayerNorm on E before averaging (INIT) or after (AVG_CUM_SUM)
+    )
     use_ln_on_encoder_out: bool | None = None  # LayerNorm (with bias) on the encoder output in the loss
 
     def __post_init__(self):
-        for key, allowed in RESEARCH_CHOICES.items():
-            value = getattr(self, key)
-            if value is None and key in LOSS_OPTIONS:
-                continue
-            if value not in allowed:
-                raise ConfigError(f"model.research.{key} must be one of {', '.join(allowed)}, got {value!r}")
+        check(self, "model.research.")
         if self.embedding_loss == "NONE":
             for key in LOSS_OPTIONS:
                 if getattr(self, key) is not None:
@@ -61,9 +61,8 @@ class ResearchOptions:
         for key, default in LOSS_DEFAULTS.items():
             if getattr(self, key) is None:
                 setattr(self, key, default)
+        check(self, "model.research.")  # the defaults just set
         self.embedding_loss_coeff = float(self.embedding_loss_coeff)
-        if self.embedding_loss_coeff <= 0:
-            raise ConfigError(f"model.research.embedding_loss_coeff must be positive, got {self.embedding_loss_coeff}")
 
     @property
     def extra_position(self) -> bool:

@@ -2,7 +2,7 @@
 
     run_dir.py       the layout of a run directory and of one checkpoint (RunDir, CheckpointDir)
     checkpoint.py    checkpoints written atomically and read back; the one weight loader (load_state)
-    config.py        the run config (RunConfig, load_config), checked by config_checks.py and typed_yaml.py
+    config.py        the run config (RunConfig, load_config), its fields declared with their rules (encdec.schema)
     load.py          a checkpoint read back for use (load_run -> LoadedRun: model, tokenizer, config,
                      generation defaults, text encoding)
     text.py          text in and out as the run's training fed it (RunTokenizer)

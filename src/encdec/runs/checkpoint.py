@@ -7,12 +7,18 @@ A checkpoint is written into a temporary directory and renamed into place, and
 `latest` is replaced atomically after it, so a kill at any moment leaves the
 previous checkpoint whole and named. Loading never unpickles code: safetensors
 for tensors, `torch.load(weights_only=True)` for the optimizer, JSON for the rest.
+A step directory this training did not write is never deleted or written over:
+pruning takes only those older than the one just saved, and one already holding
+the name being saved is set aside. A run whose `latest` pointer is lost gets it
+back from its newest complete checkpoint (`recover_latest`).
 """
 
 import errno
 import json
+import logging
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
@@ -20,9 +26,12 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from encdec.errors import CheckpointError
-from encdec.runs.run_dir import STEP_NAME, TMP_NAME, CheckpointDir, RunDir
-from encdec.safe_paths import check_not_symlink, inside
+from encdec.errors import CheckpointError, ConfigError
+from encdec.runs.run_dir import TMP_NAME, CheckpointDir, RunDir
+from encdec.safe_paths import check_not_symlink, inside, write_atomic
+
+log = logging.getLogger(__name__)
+FREE_WHEN_FULL = 64 << 20  # bytes: a failed write with less free space than this was a full disk
 
 
 def _fsync_dir(path: Path) -> None:
@@ -34,10 +43,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_pointer(directory: Path, name: str, target: str) -> None:
-    tmp = directory / f".{name}.tmp"
-    check_not_symlink(tmp)
-    tmp.write_text(target + "\n")
-    os.replace(tmp, directory / name)
+    write_atomic(directory / name, target + "\n")  # a fresh temporary: a link planted anywhere is never written
 
 
 def save_weights(state: dict[str, torch.Tensor], path: Path) -> None:
@@ -89,23 +95,63 @@ def save_checkpoint(run: RunDir, step: int, files: dict, keep_last: int, is_best
     name = f"step_{step:08d}"
     tmp, final = inside(root, f".{name}.tmp"), inside(root, name)  # neither may be a symlink
     shutil.rmtree(tmp, ignore_errors=True)
+    previous = run.pointer("latest")
     try:
         _write_parts(tmp, files)
     except (OSError, RuntimeError, SafetensorError) as error:  # a full disk, a quota, an I/O error
+        reason = _reason(error, root)  # before the partial files go: they show how full the disk is
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(
-            f"writing checkpoint {name} into {root} failed ({_reason(error)}); nothing of it was "
-            "kept and the previous checkpoint is intact"
-        ) from None
+        kept = f"the previous checkpoint is intact ({previous})" if previous else "no checkpoint was kept"
+        raise CheckpointError(f"writing checkpoint {name} into {root} failed ({reason}); {kept}") from None
     if final.exists():
-        shutil.rmtree(final)
+        _set_aside(final)
     os.rename(tmp, final)
     _fsync_dir(root)
     _write_pointer(root, "latest", name)
     if is_best:
         _write_pointer(root, "best", name)
-    _prune(run, keep_last)
+    _prune(run, keep_last, step)
     return CheckpointDir(final)
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename a step directory this training did not write (a resume from an earlier `latest`) to
+    NAME.replaced-N, which nothing loads or prunes: encdec never deletes a checkpoint it did not write."""
+    n = 1
+    while path.with_name(f"{path.name}.replaced-{n}").exists():
+        n += 1
+    aside = path.with_name(f"{path.name}.replaced-{n}")
+    os.rename(path, aside)
+    log.warning("%s already existed (newer than the checkpoint resumed from); kept as %s", path.name, aside.name)
+    return aside
+
+
+def is_complete(checkpoint: CheckpointDir) -> bool:
+    """Whether `checkpoint` holds every part a resume reads (generation defaults are optional)."""
+    needed = [part for part in checkpoint.PARTS if part != checkpoint.GENERATION]
+    return all((checkpoint.path / part).exists() and not (checkpoint.path / part).is_symlink() for part in needed)
+
+
+def recover_latest(run: RunDir, resume: bool) -> None:
+    """Before a training: where checkpoints/ holds step directories but no `latest` pointer, a resume
+    points `latest` at the newest complete one (with a warning) and a new training is refused, since it
+    would start over beside them."""
+    steps = run.step_dirs()
+    if run.pointer("latest") is not None or not steps:
+        return
+    if not resume:
+        raise ConfigError(
+            f"{run.path} holds checkpoints up to {steps[-1].name} but no checkpoints/latest pointer; pass --resume "
+            "to continue from the newest complete one, or choose another --out"
+        )
+    complete = [path for path in steps if is_complete(CheckpointDir(path))]
+    if not complete:
+        raise CheckpointError(
+            f"{run.checkpoints} holds no complete checkpoint to resume from and no latest pointer; "
+            "move its step directories away to start over"
+        )
+    _write_pointer(run.checkpoints, "latest", complete[-1].name)
+    log.warning("%s had lost its latest pointer; resuming from %s", run.path, complete[-1].name)
 
 
 def _write_parts(tmp: Path, files: dict) -> None:
@@ -125,21 +171,38 @@ def _write_parts(tmp: Path, files: dict) -> None:
                 os.fsync(f.fileno())
 
 
-def _reason(error: BaseException) -> str:
-    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+# what torch's and safetensors' writers say when a write fails: the disk is full where little space is left
+WRITE_FAILED = ("file write failed", "enforce fail", "failed writing file", "unexpected pos")
+
+
+def _reason(error: BaseException, root: Path) -> str:
+    """Why writing a checkpoint into `root` failed, in a few words: a full disk however the writer says it."""
+    text = str(error)
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
         return "the disk is full"
+    if "No space left" in text or "os error 28" in text:
+        return "the disk is full"
+    if any(phrase in text for phrase in WRITE_FAILED):
+        return "the disk is full" if _free_bytes(root) < FREE_WHEN_FULL else "a file could not be written"
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
-    return str(error).splitlines()[0][:120] if str(error) else type(error).__name__
+    return text.splitlines()[0][:120] if text else type(error).__name__
 
 
-def _prune(run: RunDir, keep_last: int) -> None:
+def _free_bytes(path: Path) -> int:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 0
+
+
+def _prune(run: RunDir, keep_last: int, saved_step: int) -> None:
     """Delete old checkpoints and stale temporaries: only real directories named as `save_checkpoint` names
-    them, never a symlink or a file someone else put in checkpoints/."""
+    them, never a symlink or a file someone else put in checkpoints/, and never one newer than `saved_step`."""
     root = run.checkpoints
     protected = {run.pointer("latest"), run.pointer("best")}
     ours = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()]
-    steps = sorted((p for p in ours if STEP_NAME.fullmatch(p.name)), key=lambda p: int(p.name[5:]))
+    steps = [p for p in run.step_dirs() if int(p.name[5:]) <= saved_step]
     for old in steps[:-keep_last] if keep_last > 0 else []:
         if old.name not in protected:
             shutil.rmtree(old, ignore_errors=True)
@@ -157,17 +220,25 @@ def load_checkpoint(checkpoint: CheckpointDir) -> dict:
         checkpoint.part(part)  # a symlink would read a file outside the checkpoint
     parts = {"model": load_weights(checkpoint.model)}
     try:
-        parts["optimizer"] = torch.load(checkpoint.optimizer, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns of a pickle protocol before it refuses the file
+            warnings.simplefilter("ignore")
+            parts["optimizer"] = torch.load(checkpoint.optimizer, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {path} has no optimizer.pt") from None
     except Exception as error:  # unpickling refused (a pickle payload) or a truncated file
-        kind = (
-            "carries pickled objects other than tensors" if "weights_only" in str(error) else "is corrupt or truncated"
-        )
+        code = "GLOBAL" in str(error) or "global" in str(error)  # weights_only names the class or function it refused
+        kind = "carries pickled objects other than tensors" if code else "is corrupt or truncated"
         raise CheckpointError(f"{checkpoint.optimizer} {kind}; refusing to load it") from None
     try:
         parts["rng"] = load_file(checkpoint.rng)
-        parts["state"] = json.loads(checkpoint.state.read_text())
     except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({error})") from None
+        raise CheckpointError(f"{checkpoint.rng} is corrupt or truncated ({_first_line(error)})") from None
+    try:
+        parts["state"] = json.loads(checkpoint.state.read_text())
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{checkpoint.state} is corrupt or truncated ({_first_line(error)})") from None
     return parts
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).splitlines()[0][:120] if str(error) else type(error).__name__

@@ -18,129 +18,170 @@ schedule.decay_steps, warmup_iters -> schedule.warmup_steps.
 
 import dataclasses
 import os
+import string
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
 
 import yaml
 
+from encdec.data.corpora import PAIR_FORMATS, TEXT_FORMATS
 from encdec.data.objectives import OBJECTIVES
+from encdec.data.objectives.causal_lm import WINDOW_MODES
 from encdec.data.objectives.factory import PACKABLE
 from encdec.errors import ConfigError, suggestion
 from encdec.models import ModelConfig, check_fields, preset, preset_names
-from encdec.runs.config_checks import check_run_config
-from encdec.runs.typed_yaml import apply_override, check_value, from_dict, short
+from encdec.safe_paths import write_atomic
+from encdec.schema import MAX_FILE_BYTES, Length, Range, check, load_yaml, read, short, value_of
+from encdec.tokenizers import KINDS as TOKENIZER_KINDS
+from encdec.tokenizers.base import MAX_SENTINELS, MAX_VOCAB
 
-SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
+METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf")
 PATH_KEYS = (("data", "train"), ("data", "validation"), ("tokenizer", "path"))  # files a config names
-MAX_CONFIG_BYTES = 1 << 20  # a run config is a page of YAML; anything near this is a mistake
+# The largest values a run config accepts: far beyond any real run, small enough that nothing
+# sized by them is allocated before its own memory estimate refuses it.
+MAX_STEPS = 10**9
+MAX_BATCH = 1 << 20  # rows a step
+MAX_GRAD_ACCUM = 1 << 16
+MAX_LENGTH = 1 << 20  # tokens of a sequence
+MAX_BEAMS = 1024
+MAX_PROCESSES = 4096  # threads and data workers (above the machine's cores they are capped with a warning)
+MAX_LR = 100.0
 # Stand-ins for what the tokenizer decides later, so a model section is checked when it loads:
 # a vocabulary no tokenizer exceeds and the usual special ids (a section's own values win).
 PROVISIONAL_TOKENS = {"vocab_size": 1 << 24, "pad_id": 0, "eos_id": 1, "decoder_start_id": 0}
 
 
+@dataclass(frozen=True)
+class Template:
+    """A source or target template: it may name only `{field}`, plainly (no other key, attribute,
+    index or format spec), so it cannot fail minutes into a run or read an object's attributes."""
+
+    field: str
+
+    def check(self, template: str, key: str, base: type) -> None:
+        try:
+            parts = list(string.Formatter().parse(template))
+        except ValueError as error:
+            raise ConfigError(f"{key} is not a valid template ({error}); write braces as {{{{ and }}}}") from None
+        for _, name, spec, conversion in parts:
+            if name is None:
+                continue
+            if name != self.field or spec or conversion:
+                shown = "{" + name + ("!" + conversion if conversion else "") + (":" + spec if spec else "") + "}"
+                raise ConfigError(f"{key} may contain only {{{self.field}}}, got {short(shown)}")
+
+
+Positive = Annotated[int, Range(1)]  # every integer is also at most schema.MAX_INT
+Count = Annotated[int, Range(0)]
+Length_ = Annotated[int, Range(1, MAX_LENGTH)]
+Fraction = Annotated[float, Range(0, 1)]
+Probability = Annotated[float, Range(0, 1, below=True)]
+
+
 @dataclass
 class TokenizerSection:
-    kind: str = "byte"  # byte | sentencepiece | hf | bpe | unigram | tiktoken
+    kind: Literal[TOKENIZER_KINDS] = "byte"  # byte | sentencepiece | hf | bpe | unigram | tiktoken
     path: str | None = None  # the .model / tokenizer.json file
-    vocab_size: int = 8192  # for bpe / unigram trained on the training corpus
-    num_sentinels: int = 100
+    vocab_size: Annotated[int, Range(1, MAX_VOCAB)] = 8192  # for bpe / unigram trained on the training corpus
+    num_sentinels: Annotated[int, Range(0, MAX_SENTINELS)] = 100
     extra_specials: list[str] = field(default_factory=list)
 
 
 @dataclass
 class DataSection:
-    format: str = "tinystories"  # tinystories | text | instruct | jsonl | parallel | tsv
+    format: Literal[PAIR_FORMATS + TEXT_FORMATS] = "tinystories"  # tinystories | text | instruct | jsonl | ...
     train: list[str] = field(default_factory=list)  # files; parallel: [source, target]
     validation: list[str] = field(default_factory=list)  # empty: split val_fraction off train
-    val_fraction: float = 0.05
+    val_fraction: Annotated[float, Range(0, 1, above=True, below=True)] = 0.05
     hub_name: str | None = None  # used when the train files are absent, e.g. roneneldan/TinyStories
     source_field: str = "dialogue"
     target_field: str = "summary"
     text_field: str = "text"
-    max_documents: int | None = None  # read at most this many (in memory; the hub streams them)
+    max_documents: Positive | None = None  # read at most this many (in memory; the hub streams them)
     shards: str | None = None  # a directory for token shards, prepared once and memory-mapped; None: in memory
 
 
 @dataclass
 class ObjectiveSection:
-    kind: str = "ul2"  # causal_lm | span_corruption | ul2 | prefix_lm | seq2seq
-    seq_len: int = 256  # causal LM window / document chunk length
-    windows: str = "random"  # causal LM: random (yif-AI) or sequential
-    max_source_len: int = 512
-    max_target_len: int = 128
-    noise_density: float = 0.15
-    mean_span: float = 3.0
-    ul2_probabilities: list[float] = field(default_factory=lambda: [0.25, 0.25, 0.5])  # R, X, S
+    kind: Literal[OBJECTIVES] = "ul2"  # causal_lm | span_corruption | ul2 | prefix_lm | seq2seq
+    seq_len: Annotated[int, Range(2, MAX_LENGTH)] = 256  # causal LM window / document chunk length
+    windows: Literal[WINDOW_MODES] = "random"  # causal LM: random (yif-AI) or sequential
+    max_source_len: Length_ = 512
+    max_target_len: Length_ = 128
+    noise_density: Annotated[float, Range(0, 1, above=True, below=True)] = 0.15
+    mean_span: Annotated[float, Range(1, MAX_LENGTH)] = 3.0
+    ul2_probabilities: Annotated[list[float], Length(3, "non-negative numbers (R, X, S)", each=Range(0, 1e6))] = field(
+        default_factory=lambda: [0.25, 0.25, 0.5]
+    )  # R, X, S: their sum must be positive
     mode_tokens: bool = False
-    source_template: str = "{source}"  # seq2seq; ROT5 summarization: "{source}\nSummary:"
-    target_template: str = "{target}"
+    source_template: Annotated[str, Template("source")] = "{source}"  # seq2seq; ROT5: "{source}\nSummary:"
+    target_template: Annotated[str, Template("target")] = "{target}"
     pack: bool = False  # several examples per row, attending within their own (seq2seq, span_corruption, ul2)
 
 
 @dataclass
 class OptimizerSection:
-    kind: str = "adamw"  # adamw | adafactor (T5's) | adamw_scale (nanoT5's: steps scaled by each parameter's RMS)
-    lr: float = 5e-4
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    weight_decay: float = 0.01  # on parameters of 2 or more dimensions only
-    eps: float = 1e-8
+    kind: Literal["adamw", "adafactor", "adamw_scale"] = "adamw"  # adafactor: T5's; adamw_scale: nanoT5's
+    lr: Annotated[float, Range(0, MAX_LR, above=True)] = 5e-4
+    betas: Annotated[list[float], Length(2, "numbers in [0, 1)", each=Range(0, 1, below=True))] = field(
+        default_factory=lambda: [0.9, 0.999]
+    )
+    weight_decay: Annotated[float, Range(0, MAX_LR)] = 0.01  # on parameters of 2 or more dimensions only
+    eps: Annotated[float, Range(0, MAX_LR, above=True)] = 1e-8
 
 
 @dataclass
 class ScheduleSection:
-    kind: str = "linear"  # constant | linear (ROT5) | cosine (nanoGPT) | inverse_sqrt (Vaswani)
-    warmup_steps: int | None = None  # None: warmup_fraction of training.steps
-    warmup_fraction: float = 0.01
-    min_lr: float = 0.0  # cosine floor
-    decay_steps: int | None = None  # cosine: lr_decay_iters; None: training.steps
+    kind: Literal["constant", "linear", "cosine", "inverse_sqrt"] = "linear"  # linear: ROT5; cosine: nanoGPT
+    warmup_steps: Count | None = None  # None: warmup_fraction of training.steps
+    warmup_fraction: Fraction = 0.01
+    min_lr: Annotated[float, Range(0, MAX_LR)] = 0.0  # cosine floor; at most optimizer.lr
+    decay_steps: Positive | None = None  # cosine: lr_decay_iters; None: training.steps
 
 
 @dataclass
 class TrainingSection:
-    steps: int = 1000
-    batch_size: int = 16  # global: split over processes under torchrun
-    grad_accum: int = 1
-    clip_norm: float = 1.0  # 0 turns clipping off
-    label_smoothing: float = 0.0  # the target mixed with a uniform one (Szegedy et al. 2016; 0.1 in Vaswani et al.)
-    seed: int = 1337
-    precision: str = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16 (GPUs, loss scaling)
+    steps: Annotated[int, Range(1, MAX_STEPS)] = 1000
+    batch_size: Annotated[int, Range(1, MAX_BATCH)] = 16  # global: split over processes under torchrun
+    grad_accum: Annotated[int, Range(1, MAX_GRAD_ACCUM)] = 1
+    clip_norm: Annotated[float, Range(0)] = 1.0  # 0 turns clipping off
+    label_smoothing: Probability = 0.0  # the target mixed with a uniform one (Szegedy et al. 2016; 0.1 in Vaswani)
+    seed: Annotated[int, Range(0, 2**32 - 1)] = 1337
+    precision: Literal[PRECISIONS] = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16
     compile: bool = False
-    activation_checkpointing: bool = (
-        False  # recompute each block's activations in backward: less memory, ~1/3 more compute
-    )
-    device: str = "auto"  # auto (cuda when present) | cpu | cuda
+    activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory, more compute
+    device: Literal[DEVICES] = "auto"  # auto (cuda when present) | cpu | cuda
     deterministic: bool = False  # bitwise-repeatable GPU runs (torch's deterministic algorithms; slower)
-    data_workers: int | None = None  # processes building batches; None: 2 beside a GPU, 0 on a CPU
-    distributed: str = "ddp"  # under torchrun: ddp or fsdp
-    threads: int | None = None  # torch CPU threads
-    peak_tflops: float | None = (
-        None  # the device's peak for the logged MFU; None: NVIDIA's data sheet (H100, H200, A100)
-    )
-    early_stopping_patience: int = 0  # stop after this many evaluations without a better best_by (0: never)
+    data_workers: Annotated[int, Range(0, MAX_PROCESSES)] | None = None  # None: 2 beside a GPU, 0 on a CPU
+    distributed: Literal[DISTRIBUTED] = "ddp"  # under torchrun: ddp or fsdp
+    threads: Annotated[int, Range(1, MAX_PROCESSES)] | None = None  # torch CPU threads (above the cores: capped)
+    peak_tflops: Annotated[float, Range(0, 1e9, above=True)] | None = None  # for the logged MFU; None: data sheet
+    early_stopping_patience: Count = 0  # stop after this many evaluations without a better best_by (0: never)
     init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
 
 
 @dataclass
 class EvaluationSection:
-    interval: int = 100  # every N steps (est_interval)
-    steps: int = 10  # over M batches of train and validation (est_steps)
-    generate: int = 0  # validation examples generated and scored at each evaluation (0: none)
-    metric: str = "rougeL"  # what those generations are scored by: rouge1 | rouge2 | rougeL | bleu | chrf
-    max_new_tokens: int = 64  # per generated example
-    num_beams: int = 1
+    interval: Positive = 100  # every N steps (est_interval)
+    steps: Annotated[int, Range(1, MAX_STEPS)] = 10  # over M batches of train and validation (est_steps)
+    generate: Annotated[int, Range(0, MAX_BATCH)] = 0  # validation examples generated and scored each time (0: none)
+    metric: Literal[METRICS] = "rougeL"  # what those generations are scored by
+    max_new_tokens: Length_ = 64  # per generated example
+    num_beams: Annotated[int, Range(1, MAX_BEAMS)] = 1
 
 
 @dataclass
 class OutputSection:
-    log_interval: int = 10
-    save_interval: int = 0  # 0: save at every evaluation
-    keep_last: int = 2
+    log_interval: Positive = 10
+    save_interval: Count = 0  # 0: save at every evaluation
+    keep_last: Positive = 2
     plot: bool = True
-    best_by: str = "val_loss"  # the best checkpoint: lowest val_loss, or highest evaluation.metric ("metric")
+    best_by: Literal["val_loss", "metric"] = "val_loss"  # lowest val_loss, or highest evaluation.metric ("metric")
     tensorboard: bool | None = None  # a TensorBoard log in RUN_DIR/tensorboard; None: when tensorboard is installed
 
 
@@ -157,18 +198,17 @@ class RunConfig:
     output: OutputSection = field(default_factory=OutputSection)
 
     def __post_init__(self):
+        """The fields' own rules (again, for a config built in Python), then the rules across fields."""
+        check(self)
         check_model_section(self.model, overlay=bool(self.training.init_from))
-        choices = {
-            "objective.kind": (self.objective.kind, OBJECTIVES),
-            "schedule.kind": (self.schedule.kind, SCHEDULES),
-            "training.precision": (self.training.precision, PRECISIONS),
-            "training.device": (self.training.device, DEVICES),
-            "training.distributed": (self.training.distributed, DISTRIBUTED),
-        }
-        for key, (value, allowed) in choices.items():
-            if value not in allowed:
-                raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {short(value)}")
-        check_run_config(self)
+        if self.schedule.min_lr > self.optimizer.lr:
+            raise ConfigError(
+                f"schedule.min_lr ({self.schedule.min_lr}) must not exceed optimizer.lr ({self.optimizer.lr})"
+            )
+        if self.output.best_by == "metric" and not self.evaluation.generate:
+            raise ConfigError("output.best_by is metric but evaluation.generate is 0: set how many examples to score")
+        if sum(self.objective.ul2_probabilities) <= 0:
+            raise ConfigError("objective.ul2_probabilities must have a positive sum (R, X, S), got all zeros")
         check_packing(self)
 
     @property
@@ -184,14 +224,14 @@ def check_model_section(section: dict, overlay: bool = False) -> None:
     read, so stand-ins take their place. An `overlay` (a fine-tuning run's keys on top of the
     pretrained model's section) is only type-checked here; the merged section is checked when built.
     """
-    hints = typing.get_type_hints(ModelConfig)
+    hints = typing.get_type_hints(ModelConfig, include_extras=True)
     for key, value in section.items():
         if key == "preset":
-            check_value(str, value, "model.preset")
+            value_of(str, value, "model.preset")
         elif key not in hints:
             raise ConfigError(f"unknown key model.{short(key)[1:-1]}{suggestion(key, ['preset', *hints])}")
         else:
-            check_value(hints[key], value, f"model.{key}")
+            value_of(hints[key], value, f"model.{key}")
     if not overlay:
         check_fields(build_model_config(section, **PROVISIONAL_TOKENS))  # a field its family ignores is refused
 
@@ -250,7 +290,7 @@ def load_config(path: str | Path, overrides: list[str] = (), paths_from_file: bo
         resolve_paths(values, path.parent)
     for assignment in overrides:
         apply_override(values, assignment)
-    return from_dict(RunConfig, values)
+    return read(RunConfig, values)
 
 
 def resolve_paths(values: dict, base: Path) -> None:
@@ -280,24 +320,16 @@ def resolve_paths(values: dict, base: Path) -> None:
 
 
 def read_yaml(path: Path) -> dict:
-    """The mapping a YAML config file holds: bounded in size, UTF-8, without aliases (whose expansion
-    is unbounded: a few lines of nested aliases make billions of nodes)."""
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(
-            f"config file {path} is {path.stat().st_size:,} bytes; run configs are at most {MAX_CONFIG_BYTES:,}"
-        )
+    """The mapping a YAML config file holds: bounded in size and nesting, UTF-8, string keys, without
+    aliases (whose expansion is unbounded: a few lines of nested aliases make billions of nodes)."""
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ConfigError(f"config file {path} is {size:,} bytes; run configs are at most {MAX_FILE_BYTES:,}")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise ConfigError(f"config file {path} is not UTF-8 text (byte {error.start})") from None
-    try:
-        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
-            raise ConfigError(f"config file {path} uses YAML aliases (*name), which run configs do not accept")
-        values = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"config file {path} is not valid YAML{where}") from None
+    values = load_yaml(text, f"config file {path}")
     if values is None:
         return {}
     if not isinstance(values, dict):
@@ -305,5 +337,20 @@ def read_yaml(path: Path) -> dict:
     return values
 
 
+def apply_override(values: dict, assignment: str) -> None:
+    """Apply "a.b.c=value" to nested dict `values`; the value is parsed as YAML (10, 1e-3, true, [1, 2])."""
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"--set takes key.sub=value, got {short(assignment)}")
+    value = load_yaml(raw, f"--set {short(key)[1:-1]}'s value") if raw.strip() else None
+    node = values
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {key}: {part} is not a section")
+    node[parts[-1]] = value
+
+
 def save_config(config: RunConfig, path: Path) -> None:
-    path.write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+    write_atomic(path, yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))  # replaces a link, never follows

@@ -1,7 +1,6 @@
 """A trained run read back for use: its model, tokenizer, config, generation defaults and text encoding,
 from one checkpoint."""
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -9,11 +8,15 @@ from typing import Any
 from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
-from encdec.models import build_model
+from encdec.generation.config import SourceLength
+from encdec.interop.generation_config import checked_defaults
+from encdec.models import ModelConfig, build_model
+from encdec.models.memory import check_weights_fit
 from encdec.runs.checkpoint import load_state, load_weights
 from encdec.runs.config import RunConfig, build_model_config, load_config
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.text import RunTokenizer
+from encdec.schema import load_json, value_of
 from encdec.tokenizers import Tokenizer, load_tokenizer
 
 
@@ -37,12 +40,27 @@ def load_run(run_dir: str | Path | RunDir, which: str = "best", max_source_len: 
     checkpoint = run.checkpoint(which)
     config = saved_config(checkpoint)
     tok = load_tokenizer(checkpoint.tokenizer)
-    model = build_model(build_model_config(config.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id))
+    model_cfg = build_model_config(config.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id)
+    check_weights_fit(model_cfg, "cpu", error=CheckpointError, source=f"{checkpoint.config}: ")  # before building
+    check_max_source_len(max_source_len, model_cfg)
+    model = build_model(model_cfg)
     load_state(model, load_weights(checkpoint.model), f"{checkpoint.path} does not match its config")
     generation = read_generation(checkpoint)
     model.generation_defaults = generation
     text = RunTokenizer.for_run(config, tok, model, max_source_len)
     return LoadedRun(model.eval(), tok, config, checkpoint, generation, text)
+
+
+def check_max_source_len(max_source_len: int | None, cfg: ModelConfig) -> None:
+    """ConfigError where inputs would be cut to more tokens than generation takes (SourceLength) or than
+    the model's absolute position table holds (a longer input could not be encoded)."""
+    if max_source_len is None:
+        return
+    value_of(SourceLength, max_source_len, "max_source_len")
+    if cfg.position in ("sinusoidal", "learned") and max_source_len > cfg.max_positions:
+        raise ConfigError(
+            f"max_source_len is {max_source_len:,} but this model has {cfg.max_positions:,} positions for its input"
+        )
 
 
 def saved_config(checkpoint: CheckpointDir) -> RunConfig:
@@ -54,14 +72,11 @@ def saved_config(checkpoint: CheckpointDir) -> RunConfig:
 
 
 def read_generation(checkpoint: CheckpointDir) -> dict[str, Any]:
-    """The generation defaults a checkpoint carries ({} if none)."""
+    """The generation defaults a checkpoint carries ({} if none), each as GenerationConfig declares it."""
     path = checkpoint.generation
     if not path.is_file():
         return {}
-    try:
-        values = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise CheckpointError(f"{path} is not valid JSON") from None
+    values = load_json(path, "generation defaults", CheckpointError)
     if not isinstance(values, dict):
         raise CheckpointError(f"{path} must hold a JSON object of generation options")
-    return values
+    return checked_defaults(values, path)

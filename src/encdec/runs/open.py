@@ -21,7 +21,7 @@ from torch import nn
 
 from encdec.errors import CheckpointError
 from encdec.interop import is_hf_dir, load_hf
-from encdec.runs.load import LoadedRun, load_run
+from encdec.runs.load import LoadedRun, check_max_source_len, load_run
 from encdec.runs.run_dir import RunDir
 from encdec.tokenizers import Tokenizer
 from encdec.tokenizers import load_tokenizer as load_tokenizer_dir
@@ -67,6 +67,7 @@ def open_model(path: str | Path, checkpoint: str = "best", max_source_len: int |
         run = load_run(path, checkpoint, max_source_len)
         return OpenedModel(run.model, run.generation, path, run, max_source_len)
     model = load_hf(path)
+    check_max_source_len(max_source_len, model.config)
     return OpenedModel(model.eval(), model.generation_defaults, path, None, max_source_len)
 
 

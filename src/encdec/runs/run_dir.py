@@ -8,20 +8,23 @@
         tensorboard/       the same records for TensorBoard
         eval/              encdec evaluate's report
         .lock              held by encdec train for the whole run (training/run_lock.py)
+        .encdec-run        marks the directory as a run encdec train made (runs from before it: a latest pointer)
         checkpoints/
             step_00000100/      a CheckpointDir (what it holds: below)
             latest, best        the name of the newest / best checkpoint, never a path
 
 Names read from a pointer must be a `step_XXXXXXXX` directory inside checkpoints/, and no part of
 a checkpoint may be a symlink (encdec.safe_paths), so a planted file cannot lead a read elsewhere.
+Training goes only into a new or empty directory or a run encdec made (`check_out`), so a mistyped
+--out cannot overwrite or prune someone's files.
 """
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from encdec.errors import CheckpointError
-from encdec.safe_paths import check_not_symlink, inside
+from encdec.errors import CheckpointError, ConfigError
+from encdec.safe_paths import check_not_symlink, inside, refuse_unsafe_output, write_atomic
 
 STEP_NAME = re.compile(r"step_\d{8,}")  # checkpoint directories: pruning deletes only these and TMP_NAME
 TMP_NAME = re.compile(r"\.step_\d{8,}\.tmp")
@@ -79,6 +82,7 @@ class RunDir:
     tensorboard = property(lambda self: self.path / "tensorboard")
     eval_dir = property(lambda self: self.path / "eval")
     lock = property(lambda self: self.path / ".lock")
+    marker = property(lambda self: self.path / ".encdec-run")
     checkpoints = property(lambda self: self.path / "checkpoints")
 
     def written(self) -> tuple[Path, ...]:
@@ -91,6 +95,39 @@ class RunDir:
     def is_run(self) -> bool:
         """True where encdec train has saved a checkpoint."""
         return (self.checkpoints / "latest").is_file()
+
+    def made_by_encdec(self) -> bool:
+        """True for a directory encdec train made: its marker, or (a run from before the marker) a latest pointer."""
+        return self.marker.is_file() or self.is_run()
+
+    def check_out(self) -> None:
+        """Refuse to train here unless this is a new or empty directory (a lock aside) or a run encdec made;
+        checked before anything is written, so a refused directory stays as it was."""
+        self.check_files()
+        refuse_unsafe_output(self.path)
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigError(f"--out {self.path} is a file, not a run directory")
+        if not self.path.is_dir() or self.made_by_encdec():
+            return
+        others = sorted(p.name for p in self.path.iterdir() if p.name != self.lock.name)
+        if others:
+            more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+            raise ConfigError(
+                f"--out {self.path} holds {others[0]!r}{more} but is not a run directory of encdec train; "
+                "choose a new or empty directory"
+            )
+
+    def mark(self) -> None:
+        """Write the marker that makes this directory recognisable as a run of encdec train."""
+        if not self.marker.is_file():
+            write_atomic(self.marker, "a run directory of encdec train\n")
+
+    def step_dirs(self) -> list[Path]:
+        """The real step_XXXXXXXX directories of checkpoints/, oldest first."""
+        if not self.checkpoints.is_dir():
+            return []
+        found = [p for p in self.checkpoints.iterdir() if STEP_NAME.fullmatch(p.name) and p.is_dir()]
+        return sorted((p for p in found if not p.is_symlink()), key=lambda p: int(p.name[5:]))
 
     def pointer(self, name: str) -> str | None:
         """The checkpoint name pointer `name` ("latest", "best") holds, None without one; a pointer holds

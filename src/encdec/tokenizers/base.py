@@ -17,8 +17,18 @@ import abc
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+from encdec.errors import ConfigError
+from encdec.safe_paths import write_atomic
+from encdec.schema import Range, value_of
 
 MANIFEST_NAME = "encdec_tokenizer.json"
+# Bounds on a vocabulary, checked before any of it is built: the largest shipped vocabularies hold about 256k
+# ids, and T5 has 100 sentinels, ROT5 500, UL2 and some mT5 variants a few hundred more.
+MAX_VOCAB = 1 << 22
+MAX_SENTINELS = 100_000  # T5 has 100, UL2 and mT5 variants a few hundred; a vocabulary padded past 65,536 more
+MAX_EXTRA_SPECIALS = 1000
 PAD_TOKEN = "<pad>"
 DECODER_START_TOKEN = "<decoder_start>"
 UL2_MODE_TOKENS = ("[R]", "[X]", "[S]")
@@ -43,7 +53,18 @@ class SpecialTokens:
 
 def added_special_names(num_sentinels: int, extra_specials: tuple[str, ...] = ()) -> list[str]:
     """Names appended after a base vocabulary, in id order: pad, sentinels, decoder-start, extras."""
+    check_special_counts(num_sentinels, extra_specials)
     return [PAD_TOKEN, *(sentinel_token(i) for i in range(num_sentinels)), DECODER_START_TOKEN, *extra_specials]
+
+
+def check_special_counts(num_sentinels: int, extra_specials: tuple[str, ...] = ()) -> None:
+    """ConfigError, naming the figure, for a sentinel count or extra special names a vocabulary cannot hold
+    (a billion sentinels would be a billion strings built before anything else happens)."""
+    value_of(Annotated[int, Range(0, MAX_SENTINELS)], num_sentinels, "num_sentinels")
+    if len(extra_specials) > MAX_EXTRA_SPECIALS or not all(isinstance(name, str) for name in extra_specials):
+        raise ConfigError(
+            f"extra_specials must be at most {MAX_EXTRA_SPECIALS:,} names (strings), got {len(extra_specials):,} items"
+        )
 
 
 def appended_special_ids(base_size: int, names: list[str]) -> dict[str, int]:
@@ -167,5 +188,5 @@ def write_manifest(directory: str | Path, kind: str, **options) -> Path:
     """Write `MANIFEST_NAME` with the tokenizer kind and the options that rebuild it."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / MANIFEST_NAME).write_text(json.dumps({"kind": kind, **options}, indent=2) + "\n")
+    write_atomic(directory / MANIFEST_NAME, json.dumps({"kind": kind, **options}, indent=2) + "\n")
     return directory

@@ -13,6 +13,7 @@ from encdec.tokenizers.base import (
     PAD_TOKEN,
     Tokenizer,
     appended_special_ids,
+    check_special_counts,
     sentinel_token,
     special_tokens,
     write_manifest,
@@ -23,6 +24,7 @@ class ByteTokenizer(Tokenizer):
     kind = "byte"
 
     def __init__(self, num_sentinels: int = 100, extra_specials: tuple[str, ...] = ()):
+        check_special_counts(num_sentinels, tuple(extra_specials))
         self.num_sentinels = num_sentinels
         self.extra_specials = tuple(extra_specials)
         names = [PAD_TOKEN, "</s>", "<s>", *(sentinel_token(i) for i in range(num_sentinels)), DECODER_START_TOKEN]

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from encdec.errors import ConfigError, DataError
-from encdec.tokenizers.base import Tokenizer, added_special_names, special_tokens, write_manifest
+from encdec.tokenizers.base import MAX_VOCAB, Tokenizer, added_special_names, special_tokens, write_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +111,8 @@ def train_tokenizer(
 
     if kind not in TRAINABLE_KINDS:
         raise ConfigError(f"tokenizer kind {kind!r} cannot be trained; choose one of {', '.join(TRAINABLE_KINDS)}")
+    if vocab_size > MAX_VOCAB:
+        raise ConfigError(f"vocab_size {vocab_size:,} is too large: a trained vocabulary holds at most {MAX_VOCAB:,}")
     specials = ["</s>", "<s>", *added_special_names(num_sentinels, tuple(extra_specials))]
     floor = len(specials) + (256 if kind == "bpe" else 1)
     if vocab_size <= floor:

@@ -11,10 +11,13 @@ with `save_pretrained`, so a run's tokenizer directory is also a Hugging Face on
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from encdec.errors import ConfigError, DataError
-from encdec.tokenizers.base import SpecialTokens, Tokenizer, write_manifest
+from encdec.tokenizers.base import MAX_SENTINELS, SpecialTokens, Tokenizer, write_manifest
 
 # files one of which a directory needs before AutoTokenizer can build a tokenizer from it
 TOKENIZER_FILES = (
@@ -26,7 +29,6 @@ TOKENIZER_FILES = (
     "vocab.json",
     "vocab.txt",
 )
-MAX_SENTINELS = 1000  # T5 has 100, UL2 and some mT5 variants more; the search stops at the first gap
 
 
 def has_tokenizer_files(directory: Path) -> bool:
@@ -79,7 +81,8 @@ class PretrainedTokenizer(Tokenizer):
         except ImportError:
             raise ConfigError("reading a Hugging Face tokenizer needs transformers: pip install 'encdec[hf]'") from None
         try:
-            hf_tokenizer = AutoTokenizer.from_pretrained(directory)
+            with quiet_transformers():
+                hf_tokenizer = AutoTokenizer.from_pretrained(directory)
         except Exception as error:  # transformers raises OSError, ValueError, KeyError, ... on unreadable files
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise DataError(f"{directory} has no tokenizer transformers can read ({first[:160]})") from None
@@ -107,6 +110,22 @@ class PretrainedTokenizer(Tokenizer):
         directory.mkdir(parents=True, exist_ok=True)
         self.hf.save_pretrained(directory)
         return write_manifest(directory, self.kind, decoder_start_id=self.decoder_start_id)
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' warnings silenced while it reads a directory (a config.json's model_type it does not know,
+    say): whether the tokenizer loads is what counts, and a refusal is then encdec's one sentence."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def read_decoder_start_id(directory: Path) -> int | None:

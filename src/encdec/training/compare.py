@@ -16,24 +16,30 @@ experiment now asks for (up to the keys a resume may change, training/same_run.p
 one whose config changed is moved aside to `NAME.stale-N` and trained again. The plot
 shows every seed: the mean of each run's curves with a band from the lowest to the
 highest seed.
+
+Run names are plain names (no '/', not '..'), so every run stays inside --out, and
+--out is a new or empty directory or an experiment's own (marked by .encdec-compare).
 """
 
 import json
 import logging
 import statistics
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import yaml
+from typing import Annotated
 
 from encdec.errors import ConfigError, EncdecError
-from encdec.runs.config import RunConfig, load_config
+from encdec.runs.config import RunConfig, load_config, read_yaml
 from encdec.runs.run_dir import RunDir
+from encdec.safe_paths import plain_name, refuse_unsafe_output, write_atomic
+from encdec.schema import Range, load_json, read, short
 from encdec.training.metrics import plot_curves, read_metrics
 from encdec.training.same_run import SAFE, resumed_config
 from encdec.training.trainer import TrainResult, train
 
 log = logging.getLogger(__name__)
+MARKER = ".encdec-compare"  # marks a directory as an experiment's --out
+OUTPUTS = {"results.md", "results.json", "curves.png", MARKER}
 
 
 class ExperimentStopped(EncdecError):
@@ -47,26 +53,44 @@ class RunSpec:
     overrides: list[str]
 
 
+@dataclass
+class ExperimentFile:
+    """An experiment file: runs that differ by a few config keys, trained and compared side by side.
+
+    runs: {NAME: {config: FILE (else base), dotted.key: value, ...}}; set: keys every run takes.
+    """
+
+    runs: dict[str, dict | None]
+    base: str | None = None
+    set: dict = field(default_factory=dict)
+    seeds: list[Annotated[int, Range(0, 2**32 - 1)]] | None = None
+    description: str | None = None
+
+    def __post_init__(self):
+        if not self.runs:
+            raise ConfigError("runs must name at least one run")
+        for name, keys in self.runs.items():
+            if keys is not None and "config" in keys and not isinstance(keys["config"], str):
+                raise ConfigError(f"runs.{name}.config must be a file name, got {short(keys['config'])}")
+
+
 def read_experiment(path: Path, extra: list[str] = ()) -> tuple[list[RunSpec], list[int] | None]:
+    if not path.is_file():
+        raise ConfigError(f"experiment file {path} does not exist")
     try:
-        spec = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        raise ConfigError(f"experiment file {path} cannot be read as YAML") from None
-    unknown = set(spec) - {"base", "set", "seeds", "runs", "description"}
-    if unknown:
-        raise ConfigError(f"unknown key {sorted(unknown)[0]} in experiment {path}; known: base, set, seeds, runs")
-    if not isinstance(spec.get("runs"), dict) or not spec["runs"]:
-        raise ConfigError(f"experiment {path} needs a mapping of runs")
-    base = path.parent / spec["base"] if "base" in spec else None
-    shared = _assignments(spec.get("set", {})) + list(extra)
+        spec = read(ExperimentFile, read_yaml(path))
+    except ConfigError as error:
+        raise ConfigError(f"experiment {path}: {error}"[:280]) from None
+    base = path.parent / spec.base if spec.base is not None else None
+    shared = _assignments(spec.set) + list(extra)
     runs = []
-    for name, overrides in spec["runs"].items():
+    for name, overrides in spec.runs.items():
         overrides = dict(overrides or {})
         config = path.parent / overrides.pop("config") if "config" in overrides else base
         if config is None:
             raise ConfigError(f"run {name} of experiment {path} has no config and the experiment no base")
-        runs.append(RunSpec(str(name), config, shared + _assignments(overrides)))
-    return runs, spec.get("seeds")
+        runs.append(RunSpec(name, config, shared + _assignments(overrides)))
+    return runs, spec.seeds
 
 
 def _assignments(values: dict) -> list[str]:
@@ -75,6 +99,10 @@ def _assignments(values: dict) -> list[str]:
 
 def run_experiment(runs: list[RunSpec], out_dir: Path, seeds: list[int] | None = None) -> list[dict]:
     """Train every run (once per seed); finished runs in `out_dir` are reused, unfinished ones resumed."""
+    check_experiment_out(out_dir, runs, seeds)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not (out_dir / MARKER).is_file():
+        write_atomic(out_dir / MARKER, "the runs of an experiment of encdec compare\n")
     rows = []
     for run in runs:
         results = []
@@ -83,7 +111,7 @@ def run_experiment(runs: list[RunSpec], out_dir: Path, seeds: list[int] | None =
             cfg = load_config(run.config, overrides)
             run_dir = out_dir / run.name / (f"seed{seed}" if seed is not None else "")
             set_aside_if_changed(run_dir, cfg)
-            resume = RunDir(run_dir).is_run()  # an interrupted experiment continues
+            resume = RunDir(run_dir).made_by_encdec()  # an interrupted experiment continues (lost pointers too)
             results.append(_finished(run_dir, cfg.training.steps) or train(cfg, run_dir, resume=resume))
             if results[-1].interrupted:  # SIGINT / SIGTERM: the run saved a checkpoint; stop the whole experiment
                 raise ExperimentStopped(f"stopped during run {run_dir}; the same command continues the experiment")
@@ -91,17 +119,46 @@ def run_experiment(runs: list[RunSpec], out_dir: Path, seeds: list[int] | None =
         rows.append(summarise(run.name, results))
     history = {row["run"]: [read_metrics(RunDir(d).metrics) for d in row["run_dirs"]] for row in rows}
     plot_curves(history, out_dir / "curves.png", title=out_dir.name)
-    (out_dir / "results.md").write_text(markdown_table(rows))
+    write_atomic(out_dir / "results.md", markdown_table(rows))
     written = [{**r, "run_dir": str(r["run_dir"]), "run_dirs": [str(d) for d in r["run_dirs"]]} for r in rows]
-    (out_dir / "results.json").write_text(json.dumps(written, indent=2))
+    write_atomic(out_dir / "results.json", json.dumps(written, indent=2))
     return rows
+
+
+def check_experiment_out(out_dir: Path, runs: list[RunSpec], seeds: list[int] | None) -> None:
+    """Refuse, before anything is trained, a run name or seed that is not a plain name (it would train
+    outside `out_dir`) and an `out_dir` that holds anything but an experiment's runs and results."""
+    for run in runs:
+        plain_name(run.name, "run name", out_dir, ConfigError)
+        for seed in seeds or []:
+            plain_name(f"seed{seed}", "seed directory", out_dir, ConfigError)
+    refuse_unsafe_output(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir} is a file, not a directory for the experiment's runs")
+    if not out_dir.is_dir() or (out_dir / MARKER).is_file():
+        return
+    foreign = [p.name for p in sorted(out_dir.iterdir()) if not _experiment_entry(p)]
+    if foreign:
+        raise ConfigError(
+            f"--out {out_dir} holds {foreign[0]!r}, which is not part of an experiment of encdec compare; "
+            "choose a new or empty directory"
+        )
+
+
+def _experiment_entry(path: Path) -> bool:
+    """Whether `path` is what an experiment (from before its marker) left: its results or a run of it."""
+    if path.name in OUTPUTS:
+        return True
+    if not path.is_dir() or path.is_symlink():
+        return False
+    return RunDir(path).made_by_encdec() or any(RunDir(seed).made_by_encdec() for seed in path.glob("seed*"))
 
 
 def set_aside_if_changed(run_dir: Path, cfg: RunConfig) -> Path | None:
     """Move a member trained with another config (beyond the keys a resume may change) to NAME.stale-N,
     so that it is trained again from scratch; nothing is deleted. Returns where it went."""
     saved_path = RunDir(run_dir).config
-    if not saved_path.is_file():
+    if not saved_path.is_file() or not RunDir(run_dir).made_by_encdec():  # train refuses a foreign directory
         return None
     try:
         saved = load_config(saved_path, paths_from_file=False)
@@ -125,16 +182,37 @@ def set_aside_if_changed(run_dir: Path, cfg: RunConfig) -> Path | None:
     return stale
 
 
+@dataclass
+class SummaryFile:
+    """A finished run's summary.json, as the trainer writes it (TrainResult without its history)."""
+
+    steps: Annotated[int, Range(0)]
+    train_loss: float | None
+    val_loss: float | None
+    parameters: Annotated[int, Range(0)]
+    parameters_without_positions: Annotated[int, Range(0)]
+    wall_time: Annotated[float, Range(0)]
+    tokens_per_s: Annotated[float, Range(0)]
+    interrupted: bool = False
+    early_stopped: bool = False
+    signal: int | None = None
+    is_main: bool = True
+
+
 def _finished(run_dir: Path, steps: int) -> TrainResult | None:
-    """The result of a run already trained to `steps`, read back from its summary.json."""
+    """The result of a run already trained to `steps`, read back from its summary.json (None where it
+    is absent, or damaged: the member is then trained again, resuming from its checkpoint)."""
     summary_path = RunDir(run_dir).summary
     if not summary_path.exists():
         return None
-    summary = json.loads(summary_path.read_text())
-    if summary["steps"] < steps:
+    try:
+        summary = read(SummaryFile, load_json(summary_path, "run summary"))
+    except ConfigError as error:
+        log.warning("%s is damaged (%s); training that member again", summary_path, str(error)[:160])
         return None
-    summary["run_dir"] = run_dir
-    return TrainResult(**summary, history=read_metrics(RunDir(run_dir).metrics))
+    if summary.steps < steps:
+        return None
+    return TrainResult(run_dir=run_dir, **asdict(summary), history=read_metrics(RunDir(run_dir).metrics))
 
 
 def summarise(name: str, results: list[TrainResult]) -> dict:

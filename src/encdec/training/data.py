@@ -61,7 +61,20 @@ def build_run_data(cfg: RunConfig, run_dir: Path, tokenizer_dir: Path | None = N
             o.kind, splits[split], tokenizer, cfg.training.batch_size, seed + offset, **objective_options(o)
         )
 
-    return RunData(tokenizer, make("train"), lambda split: make(split, EVAL_SEED_OFFSET))
+    train = make("train")
+    check_batch_size(train, cfg.training.batch_size)
+    return RunData(tokenizer, train, lambda split: make(split, EVAL_SEED_OFFSET))
+
+
+def check_batch_size(objective: Objective, batch_size: int) -> None:
+    """Refuse a training.batch_size above the examples an epoch of `objective` holds, which every step would
+    otherwise cut silently to one batch of them all (objectives that draw windows at random have no such cut)."""
+    plan = getattr(objective, "plan", None)
+    if plan is not None and batch_size > plan.num_examples:
+        raise ConfigError(
+            f"training.batch_size ({batch_size:,}) exceeds the {plan.num_examples:,} training examples the data "
+            f"makes, so every batch would hold only those; lower it to {plan.num_examples:,} or give more data"
+        )
 
 
 def local_files_present(cfg: RunConfig) -> bool:
@@ -89,7 +102,7 @@ def sharded_splits(cfg: RunConfig, tokenizer: Tokenizer, template: PairTemplate,
 def read_items(cfg: RunConfig) -> tuple[list, list]:
     """(train, validation) texts or pairs from the data files, or from the hub when they are absent."""
     d = cfg.data
-    missing = [path for path in d.train if not Path(path).is_file()]
+    missing = [path for path in d.train if not Path(path).exists()]  # a FIFO or a directory: the reader says so
     if not d.train or missing:
         if not d.hub_name:
             raise DataError(f"data file {missing[0] if missing else '(none given)'} does not exist; set data.train")

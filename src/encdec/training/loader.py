@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from encdec.data.batch import IGNORE_INDEX, PACKING_FIELDS, Batch
 from encdec.data.objectives.base import Objective
 from encdec.errors import ConfigError
+from encdec.sizing import capped_to_cores
 
 ROW_FIELDS = ("tgt_ids", "labels", "src_ids", "src_mask", "prefix_lengths", *PACKING_FIELDS)
 
@@ -102,10 +103,11 @@ def default_workers(device: torch.device) -> int:
 def batch_stream(
     objective: Objective, rows: slice | None, device: torch.device, workers: int | None = None
 ) -> Iterator[LoadedBatch]:
-    """Batches from the objective's current position on, each advancing the objective once taken."""
+    """Batches from the objective's current position on, each advancing the objective once taken; `workers`
+    (training.data_workers) above the machine's cores is capped at them, with a warning."""
     if rows is not None and getattr(objective, "pack", False):
         refuse_packing_across_processes()  # here, before any worker starts, so the refusal is one sentence
-    workers = default_workers(device) if workers is None else workers
+    workers = default_workers(device) if workers is None else capped_to_cores(workers, "training.data_workers")
     loader = DataLoader(
         _Positions(objective, objective.position, rows),
         batch_size=None,  # the objectives batch for themselves

@@ -1,10 +1,12 @@
-"""Whether a model fits before it is built, and one sentence when a step runs out of memory.
+"""Whether a training fits before it starts, and one sentence when a step runs out of memory.
 
 A model section with d_model 10^6 or a batch of 10^5 rows should not end in an
-allocator's traceback or the kernel's OOM killer: the parameters are estimated from
-the config (from above: every matrix counted as if gated, untied and in every
-expert), training's share (weights, gradients and AdamW's two moments: 16 bytes a
-parameter) is compared with what the device has free, and an allocation failure
+allocator's traceback or the kernel's OOM killer: before the model is built, its
+parameters are estimated from the config (models/memory.py), and training's share
+(weights, gradients and AdamW's two moments: 16 bytes a parameter) plus a floor of
+one step's activations is compared with what the device has free. The tokens one
+optimizer step gathers (batch_size x grad_accum x the sequence length) are bounded
+too: those batches are all held on the host before the step. An allocation failure
 inside a step becomes a ConfigError naming the sizes.
 """
 
@@ -12,45 +14,66 @@ import torch
 
 from encdec.errors import ConfigError
 from encdec.models import ModelConfig
+from encdec.models.memory import check_weights_fit
 from encdec.runs.config import RunConfig
+from encdec.sizing import free_bytes, gib
 
 TRAINING_BYTES_PER_PARAMETER = 16  # fp32 weight, gradient, AdamW's exp_avg and exp_avg_sq
-
-
-def estimated_parameters(cfg: ModelConfig) -> int:
-    """An upper estimate of the parameter count of `cfg`'s model, without building it.
-
-    (Building on the meta device would count exactly, but its first weight init costs
-    seconds of torch's lazy set-up at every training start.)"""
-    d, inner = cfg.d_model, cfg.n_heads * cfg.head_dim
-    attention = 4 * d * inner
-    ffn = 3 * d * cfg.d_ff * cfg.n_experts
-    layers = cfg.n_encoder_layers * (attention + ffn) + cfg.decoder_layers * (2 * attention + ffn)
-    return 2 * cfg.vocab_size * d + cfg.max_positions * d + layers
-
-
-def free_bytes(device: torch.device) -> int | None:
-    """Memory free for this process on `device` (None where it cannot be told)."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo") as meminfo:
-            fields = dict(line.split(":", 1) for line in meminfo)
-        return int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
+MAX_TOKENS_PER_STEP = 1 << 27  # 134M: 8 times the largest published steps (Llama 3's 16M tokens)
+HOST_BYTES_PER_TOKEN = 40  # a held batch's token ids, labels and masks (int64 and bool) per position
+ACTIVATION_FLOOR_BYTES = 8  # per position, layer and model dimension: two fp32 tensors a block keeps at least
 
 
 def check_model_fits(cfg: ModelConfig, device: torch.device) -> int:
-    """The estimated parameter count; ConfigError if training them cannot fit in the device's free memory."""
-    n = estimated_parameters(cfg)
-    need, free = n * TRAINING_BYTES_PER_PARAMETER, free_bytes(device)
+    """The estimated parameter count; ConfigError if the model cannot be built in the CPU's free memory
+    (where it is made) or trained in `device`'s."""
+    check_weights_fit(cfg, "cpu")
+    return check_weights_fit(
+        cfg, device, TRAINING_BYTES_PER_PARAMETER, "training them (weights, gradients, AdamW) needs"
+    )
+
+
+def row_lengths(cfg: RunConfig) -> tuple[int, int]:
+    """(source, target) positions of one training row: a seq2seq pair's longest, else a chunk of seq_len
+    split between them (about so: UL2's inputs and targets hold the chunk and a few sentinels)."""
+    o = cfg.objective
+    if o.kind == "seq2seq":
+        return o.max_source_len, o.max_target_len
+    return o.seq_len // 2, o.seq_len - o.seq_len // 2
+
+
+def check_step_size(cfg: RunConfig) -> None:
+    """ConfigError where one optimizer step gathers more tokens than MAX_TOKENS_PER_STEP or more batches than
+    the host's free memory holds (all of them are taken before the step); before any data is read."""
+    t, positions = cfg.training, sum(row_lengths(cfg))
+    tokens = t.batch_size * t.grad_accum * positions
+    gathered = (
+        f"one optimizer step would gather {tokens:,} tokens (training.batch_size {t.batch_size:,} x "
+        f"training.grad_accum {t.grad_accum:,} x {positions:,} positions a row)"
+    )
+    if tokens > MAX_TOKENS_PER_STEP:
+        raise ConfigError(f"{gathered}; encdec takes at most {MAX_TOKENS_PER_STEP:,}")
+    held, free = tokens * HOST_BYTES_PER_TOKEN, free_bytes("cpu")
+    if free is not None and held > free:
+        raise ConfigError(f"{gathered}, which need ~{gib(held)} of host memory; it has {gib(free)} free")
+
+
+def check_activations_fit(cfg: RunConfig, model_cfg: ModelConfig, device: torch.device, parameters: int) -> None:
+    """ConfigError where a floor of one step's memory (training's share of the weights, the activations of
+    batch_size rows through every layer, and their logits) exceeds what `device` has free."""
+    source, target = row_lengths(cfg)
+    rows, layers = cfg.training.batch_size, model_cfg.n_encoder_layers
+    if model_cfg.family != "decoder_only":  # its one stack is n_encoder_layers deep
+        layers += model_cfg.decoder_layers
+    activations = rows * (source + target) * layers * model_cfg.d_model * ACTIVATION_FLOOR_BYTES
+    logits = rows * target * model_cfg.vocab_size * 4
+    need, free = parameters * TRAINING_BYTES_PER_PARAMETER + activations + logits, free_bytes(device)
     if free is not None and need > free:
         raise ConfigError(
-            f"the model has about {n:,} parameters (d_model {cfg.d_model}, d_ff {cfg.d_ff}, vocabulary "
-            f"{cfg.vocab_size:,}); training them needs {gib(need)} but {device} has {gib(free)} free"
+            f"a training step of {rows:,} rows of {source:,} + {target:,} positions needs at least ~{gib(need)} "
+            f"on {device} ({gib(activations + logits)} of it activations and logits), which has {gib(free)} free; "
+            "lower training.batch_size (training.grad_accum keeps the global batch) or the objective's lengths"
         )
-    return n
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -69,7 +92,3 @@ def step_out_of_memory(cfg: RunConfig, device: torch.device) -> ConfigError:
         f"rows of up to {lengths} tokens; lower training.batch_size (training.grad_accum keeps the "
         "global batch) or the objective's lengths"
     )
-
-
-def gib(n: int) -> str:
-    return f"{n / 2**30:,.1f} GiB"

@@ -4,13 +4,25 @@ With the `tensorboard` package installed (`pip install 'encdec[tensorboard]'`), 
 number of every record also goes to RUN_DIR/tensorboard as `train/loss`,
 `eval/val_loss`, ... at its step, so `tensorboard --logdir runs/` shows runs side by
 side while they train.
+
+metrics.jsonl is written anew (a new file renamed over the old, holding the records
+kept) whenever a training opens it, and appended to only through that file's own
+descriptor, so a link planted at its name never carries a record elsewhere.
 """
 
 import importlib.util
 import json
+import logging
+import typing
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from encdec.safe_paths import check_not_symlink
+from encdec.errors import ConfigError
+from encdec.safe_paths import atomic_path, check_not_symlink, open_replacing
+from encdec.schema import Range, value_of
+
+log = logging.getLogger(__name__)
 
 
 def tensorboard_available() -> bool:
@@ -18,7 +30,8 @@ def tensorboard_available() -> bool:
 
 
 class MetricsLog:
-    """Appends records; on resume, first drops records after the checkpoint's step (in TensorBoard too)."""
+    """Appends records to a file of its own; on resume, first drops records after the checkpoint's step (in
+    TensorBoard too)."""
 
     def __init__(
         self, path: Path, keep_through_step: int | None = None, enabled: bool = True, tensorboard: Path | None = None
@@ -27,14 +40,14 @@ class MetricsLog:
         self.path = path
         self.enabled = enabled
         self.board = None
+        self.file = None
         if not enabled:
             return
-        check_not_symlink(path)  # a symlink would rewrite a file outside the run directory
-        if keep_through_step is None:
-            path.write_text("")
-        elif path.exists():
-            kept = [line for line in read_metrics(path) if line["step"] <= keep_through_step]
-            path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        check_not_symlink(path)  # refused rather than replaced: the user may not know where it leads
+        kept = []
+        if keep_through_step is not None and path.is_file():
+            kept = [r for r in read_metrics(path) if isinstance(r.get("step"), int) and r["step"] <= keep_through_step]
+        self.file = open_replacing(path, "".join(json.dumps(r) + "\n" for r in kept))
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -45,26 +58,52 @@ class MetricsLog:
     def write(self, record: dict) -> None:
         if not self.enabled:
             return
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        self.file.write(json.dumps(record) + "\n")  # line-buffered: on the disk before the next step
         if self.board is not None and record.get("kind") in ("train", "eval"):
             for key, value in record.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
                     self.board.add_scalar(f"{record['kind']}/{key}", value, record["step"])
 
     def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
         if self.board is not None:
             self.board.close()
 
 
+@dataclass
+class RecordKeys:
+    """The keys every metrics.jsonl record carries; its figures (loss, lr, val_loss, rougeL, ...) vary by kind."""
+
+    kind: str
+    step: Annotated[int, Range(0)]
+
+
 def read_metrics(path: Path) -> list[dict]:
-    records = []
-    for line in Path(path).read_text().splitlines():
+    """The records of a metrics.jsonl, up to a line cut by a kill mid-write. Lines that are not records
+    (no kind or step as RecordKeys declares them, a figure that is not a number) go, with one warning."""
+    records, dropped = [], 0
+    hints = typing.get_type_hints(RecordKeys, include_extras=True)
+    for line in Path(path).read_text(encoding="utf-8", errors="replace").split("\n"):
         if line.strip():
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut by a kill mid-write
+                record = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):  # a line cut by a kill mid-write
                 break
+            try:
+                if not isinstance(record, dict):
+                    raise ConfigError("not a record")
+                for key, hint in hints.items():
+                    value_of(hint, record.get(key), key)
+                figures = (v for k, v in record.items() if k not in ("kind", "changes"))  # changes: config_change's
+                if not all(v is None or isinstance(v, (int, float)) for v in figures):
+                    raise ConfigError("a figure is not a number")
+            except ConfigError:
+                dropped += 1
+                continue
+            records.append(record)
+    if dropped:
+        log.warning("%s: %d lines are not metrics records; they are left out", path, dropped)
     return records
 
 
@@ -126,7 +165,8 @@ def plot_curves(runs: dict[str, list[dict] | list[list[dict]]], path: Path, titl
         ax.grid(alpha=0.3)
     whole.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format=Path(path).suffix.lstrip(".") or "png")
     plt.close(fig)
     return path
 

@@ -7,6 +7,8 @@
 The operating system drops an flock when its process dies, so a run killed with
 SIGKILL leaves no stale lock. Under torchrun only rank 0 takes the lock, and every
 rank learns its answer, so a refused run ends on all ranks instead of hanging.
+The lock file is encdec's own: one that is a hard link to a file elsewhere is
+replaced by a new file before anything is written into it.
 """
 
 import fcntl
@@ -15,10 +17,12 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 from encdec.errors import ConfigError, EncdecError
+from encdec.runs.checkpoint import recover_latest
 from encdec.runs.run_dir import RunDir
-from encdec.safe_paths import check_not_symlink
+from encdec.safe_paths import check_not_symlink, new_file_beside
 from encdec.training import distributed
 
 
@@ -28,18 +32,11 @@ def lock_run_dir(run: RunDir) -> Iterator[None]:
     run_dir = run.path
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        path = run.lock
-        check_not_symlink(path)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        check_not_symlink(run.lock)
+        fd = _locked_file(run.lock)
     except OSError as error:
         raise ConfigError(f"cannot create the run directory {run_dir} ({error.strerror})") from None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(
-                f"{run_dir} is in use by encdec train ({_holder(fd)}); wait for it or choose another --out"
-            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode() + b"\n", 0)
         try:
@@ -48,6 +45,42 @@ def lock_run_dir(run: RunDir) -> Iterator[None]:
             os.ftruncate(fd, 0)  # the lock itself goes with the descriptor
     finally:
         os.close(fd)
+
+
+def _locked_file(path: Path) -> int:
+    """A descriptor on the run's lock file, locked: the file that holds `path`'s name, and one of
+    encdec's own (a hard link to a file elsewhere is replaced); ConfigError naming the holder if busy."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ConfigError(
+                    f"{path.parent} is in use by encdec train ({_holder(fd)}); wait for it or choose another --out"
+                ) from None
+            held, named = os.fstat(fd), os.stat(path, follow_symlinks=False)
+            if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
+                return fd if held.st_nlink == 1 else _own_lock_file(path, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # another training gave the name to a new lock file meanwhile: lock that one
+
+
+def _own_lock_file(path: Path, held: int) -> int:
+    """A new lock file, locked before it takes `path`'s name (whose file `held` locks until then, so no
+    other training slips in between); returns its descriptor and closes `held`."""
+    tmp, fd = new_file_beside(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.replace(tmp, path)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(held)
+    return fd
 
 
 def _holder(fd: int) -> str:
@@ -59,15 +92,19 @@ def _holder(fd: int) -> str:
 
 
 @contextmanager
-def hold_run_dir(run: RunDir, info: distributed.DistInfo) -> Iterator[None]:
-    """Around a whole training: rank 0 locks the run directory and checks its files; every rank raises
-    its refusal."""
+def hold_run_dir(run: RunDir, info: distributed.DistInfo, resume: bool = False) -> Iterator[None]:
+    """Around a whole training: rank 0 refuses a directory that is not a run of encdec's (before writing
+    anything), locks it, checks its files, marks it as a run and recovers a lost `latest` pointer; every
+    rank raises its refusal."""
     with ExitStack() as held:
         refusal = None
         if info.is_main:
             try:
+                run.check_out()
                 held.enter_context(lock_run_dir(run))
                 run.check_files()
+                run.mark()
+                recover_latest(run, resume)
             except EncdecError as error:
                 refusal = error
         refusal = distributed.gather_objects(refusal, info)[0]  # rank 0's answer, on every rank

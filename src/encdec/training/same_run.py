@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from encdec.errors import ConfigError
 from encdec.runs.config import RunConfig
-from encdec.runs.typed_yaml import short
+from encdec.schema import short
 
 SAFE = frozenset(
     {

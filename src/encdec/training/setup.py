@@ -8,7 +8,7 @@ loop works with into one `Training`.
 """
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,12 @@ from encdec.runs.checkpoint import load_checkpoint, load_state
 from encdec.runs.config import RunConfig, build_model_config, save_config
 from encdec.runs.load import read_generation, saved_config
 from encdec.runs.run_dir import CheckpointDir, RunDir
+from encdec.runs.state import TrainState, check_rng_states, read_saved_state
+from encdec.sizing import capped_to_cores
 from encdec.training import distributed
 from encdec.training.data import RunData, build_run_data
-from encdec.training.memory import check_model_fits, is_out_of_memory
+from encdec.training.launch import check_processes
+from encdec.training.memory import check_activations_fit, check_model_fits, check_step_size, is_out_of_memory
 from encdec.training.metrics import MetricsLog, tensorboard_available
 from encdec.training.numerics import checkpoint_activations, grad_scaler, resolve_precision, set_rng_states
 from encdec.training.optim import build_optimizer
@@ -31,17 +34,6 @@ from encdec.training.pretrained import Pretrained, load_pretrained, load_pretrai
 from encdec.training.same_run import resumed_config
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainState:
-    """Run-time state saved in checkpoints (never in the config)."""
-
-    step: int = 0
-    tokens: int = 0
-    elapsed: float = 0.0  # seconds of training, summed over resumes
-    best_val: float | None = None  # the best score of output.best_by (val_loss, or minus the metric)
-    evals_since_best: int = 0  # evaluations since best_val improved (early stopping)
 
 
 @dataclass
@@ -110,9 +102,11 @@ def starting_point(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bo
 def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info: distributed.DistInfo) -> Training:
     """Tokenizer, data, model, optimizer and training state, new or as the latest checkpoint left them."""
     if cfg.training.threads:
-        torch.set_num_threads(cfg.training.threads)
+        torch.set_num_threads(capped_to_cores(cfg.training.threads, "training.threads"))
     start = starting_point(cfg, run, resume, accept_changes)
     cfg, parts = start.cfg, start.parts
+    check_processes(cfg, info.world_size)  # what the loop would refuse, before anything is read, written or warned
+    check_step_size(cfg)  # before any data is read
     run.path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.training.seed)
     data = build_run_data(cfg, run.path, tokenizer_dir=start.tokenizer_dir)
@@ -124,21 +118,23 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     state = TrainState()
     if parts is not None:
         load_state(model, parts["model"], f"{start.checkpoint.path} does not fit the model this config builds")
-        state = saved_train_state(parts["state"], start.checkpoint)
-        data.train.load_state_dict(parts["state"]["data"])
+        saved = read_saved_state(parts["state"], start.checkpoint)
+        state = saved.train
+        data.train.load_state_dict(asdict(saved.data))
     model.to(info.device)
     if cfg.training.activation_checkpointing:
         log.info(
             "activation checkpointing: %d blocks recompute their activations in backward", checkpoint_activations(model)
         )
     if parts is not None:
+        check_rng_states(parts["rng"], start.checkpoint)
         _restore_rng(parts["rng"], info)
     precision = resolve_precision(
         cfg.training.precision, info.device, cfg.training.distributed if info.enabled else None
     )
     scaler = grad_scaler(precision, info.device)
-    if scaler is not None and parts is not None and "scaler" in parts["state"]:
-        scaler.load_state_dict(parts["state"]["scaler"])
+    if scaler is not None and parts is not None and saved.scaler is not None:
+        scaler.load_state_dict(asdict(saved.scaler))
     n_params, n_params_no_pos = count_parameters(model), count_parameters(model, exclude_positions=True)
     wrapped = distributed.wrap(model, info, cfg.training.distributed, precision)
     if cfg.training.compile:
@@ -146,7 +142,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     fused = info.device.type == "cuda" and not (info.enabled and cfg.training.distributed == "fsdp")
     optimizer = build_optimizer(wrapped, cfg, fused=fused)
     if parts is not None:
-        _load_optimizer(wrapped, optimizer, parts["optimizer"], info)
+        _load_optimizer(wrapped, optimizer, parts["optimizer"], start.checkpoint.optimizer)
     if info.is_main:
         save_config(cfg, run.config)
     metrics = MetricsLog(run.metrics, state.step if parts else None, info.is_main, tensorboard_dir(cfg, run))
@@ -174,10 +170,10 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
 
 def new_model(cfg: RunConfig, data: RunData, device: torch.device) -> nn.Module:
     """The model the config's model section describes, for the run's tokenizer; refused before it is
-    built where it cannot fit the device."""
+    built where it or a training step cannot fit the device."""
     tok = data.tokenizer
     model_cfg = build_model_config(cfg.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id)
-    check_model_fits(model_cfg, device)
+    check_activations_fit(cfg, model_cfg, device, check_model_fits(model_cfg, device))
     try:
         return build_model(model_cfg)
     except RuntimeError as error:
@@ -196,13 +192,6 @@ def tensorboard_dir(cfg: RunConfig, run: RunDir) -> Path | None:
     return run.tensorboard if board else None
 
 
-def saved_train_state(saved: dict, checkpoint: CheckpointDir) -> TrainState:
-    try:
-        return TrainState(**saved["train"])
-    except (TypeError, KeyError):
-        raise CheckpointError(f"{checkpoint.state} does not hold the training state this version writes") from None
-
-
 def _restore_rng(saved: dict, info: distributed.DistInfo) -> None:
     """This rank's RNG states from a checkpoint (older checkpoints hold only the CPU state, as "torch")."""
     states = {"cpu": saved.get(f"cpu_rank{info.rank}", saved["torch"])}
@@ -216,9 +205,23 @@ def _restore_rng(saved: dict, info: distributed.DistInfo) -> None:
         )
 
 
-def _load_optimizer(
-    wrapped: nn.Module, optimizer: torch.optim.Optimizer, state: dict, info: distributed.DistInfo
-) -> None:
+def _load_optimizer(wrapped: nn.Module, optimizer: torch.optim.Optimizer, state: object, path: Path) -> None:
+    """The saved optimizer state into `optimizer`; state of another model or optimizer is one sentence."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    set_optimizer_state_dict(wrapped, optimizer, state, options=StateDictOptions(full_state_dict=True))
+    foreign = CheckpointError(f"{path} does not hold the state of this model's {type(optimizer).__name__}")
+    if (
+        not isinstance(state, dict)
+        or not isinstance(state.get("state"), dict)
+        or not isinstance(state.get("param_groups"), list)
+    ):
+        raise foreign
+    try:
+        set_optimizer_state_dict(wrapped, optimizer, state, options=StateDictOptions(full_state_dict=True))
+    except (KeyError, ValueError, TypeError, RuntimeError, IndexError, AssertionError, AttributeError):
+        raise foreign from None
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            moments = optimizer.state.get(p, {})
+            if any(moments[k].shape != p.shape for k in ("exp_avg", "exp_avg_sq") if k in moments):
+                raise foreign

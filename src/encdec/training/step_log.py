@@ -1,13 +1,14 @@
 """The per-step records of a training run: losses kept on the device and read in one transfer per
 log interval, then written to metrics.jsonl (and TensorBoard) with the interval's rates."""
 
+import math
 import time
 
 import torch
 from tqdm import tqdm
 
+from encdec.runs.state import TrainState
 from encdec.training.metrics import MetricsLog
-from encdec.training.setup import TrainState
 
 
 class StepLog:
@@ -58,9 +59,10 @@ class StepLog:
     def restart_interval(self) -> None:
         self.interval_started = time.perf_counter()
 
-    def flush(self) -> None:
+    def flush(self) -> int | None:
+        """Write the pending steps' records; returns the first step whose loss is not finite, else None."""
         if not self.pending:
-            return
+            return None
         first_aux = self.pending[0][3]
         names = sorted(n for n in first_aux if isinstance(first_aux[n], torch.Tensor))  # on the device
         rows = [
@@ -93,7 +95,9 @@ class StepLog:
             host = {n: v for n, v in aux.items() if n not in names}  # host numbers (fill) as they are
             self.metrics.write({**record, **dict(zip(names, row[1:], strict=True)), **host})
         self.bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{tokens_per_s:,.0f}")
+        diverged = next((step for (step, *_), row in zip(self.pending, values) if not math.isfinite(row[0])), None)
         self.pending.clear()
         self.flops = 0.0
         self.flushed_elapsed = elapsed
         self.interval_started = now
+        return diverged

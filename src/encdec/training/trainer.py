@@ -18,6 +18,7 @@ run. SIGINT and SIGTERM finish the current step, save, and return.
 
 import json
 import logging
+import math
 import signal
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
@@ -28,11 +29,13 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from encdec.errors import TrainingError
 from encdec.models import ModelConfig
 from encdec.models.loss import compute_loss, cross_entropy
 from encdec.runs.checkpoint import save_checkpoint
 from encdec.runs.config import RunConfig, save_config
 from encdec.runs.run_dir import RunDir
+from encdec.safe_paths import write_atomic
 from encdec.training import distributed
 from encdec.training.data import RunData
 from encdec.training.flops import step_flops, training_peak_tflops
@@ -98,7 +101,7 @@ def train(cfg: RunConfig, run_dir: str | Path, resume: bool = False, accept_chan
     run = RunDir(run_dir)
     info = distributed.setup(cfg.training.device)
     try:
-        with hold_run_dir(run, info), StopRequest() as stop, numerics(info.device, cfg.training.deterministic):
+        with hold_run_dir(run, info, resume), StopRequest() as stop, numerics(info.device, cfg.training.deterministic):
             result = run_loop(set_up(cfg, run, resume, accept_changes, info), stop)
             # every rank leaves together: one that tore its process group down while rank 0 still wrote the
             # last checkpoint died of SIGABRT ("terminate called without an active exception") now and then
@@ -145,7 +148,12 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
         evaluate_now = state.step % cfg.evaluation.interval == 0 or state.step == cfg.training.steps
         save_now = evaluate_now or state.step % save_every == 0 or stop.requested
         if save_now or state.step % cfg.output.log_interval == 0 or state.step == 1:
-            losses.flush()  # the one host sync of these steps
+            diverged = losses.flush()  # the one host sync of these steps
+            if diverged is not None:
+                raise TrainingError(
+                    f"the training loss is not a number at step {diverged} (too high a learning rate, or a model "
+                    "setting such as norm_eps that divides by zero); the last checkpoint saved is kept"
+                )
         if evaluate_now:
             last_eval = evaluate(t.wrapped, t.data, cfg, info, amp)
             if scorer is not None:  # every rank generates (FSDP's forward needs them all); rank 0 logs
@@ -204,7 +212,8 @@ def _finish(t: Training, last_eval: dict | None, stop: StopRequest, early_stoppe
     )
     if info.is_main and not result.interrupted:
         summary = {k: v for k, v in asdict(result).items() if k not in ("history", "run_dir")}
-        run.summary.write_text(json.dumps(summary, indent=2))
+        summary = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()}
+        write_atomic(run.summary, json.dumps(summary, indent=2))
     return result
 
 

@@ -10,11 +10,24 @@ batches can be built ahead, in another process, in any order (training.loader).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 
 from encdec.data.batch import Batch
-from encdec.errors import DataError
+from encdec.errors import ConfigError, DataError
+from encdec.schema import Range, read
+
+
+@dataclass
+class DataPosition:
+    """An objective's `state_dict`, as a checkpoint's state.json holds it."""
+
+    objective: str
+    seed: Annotated[int, Range(0)]
+    epoch: Annotated[int, Range(0)]
+    step: Annotated[int, Range(0)]
 
 
 class Objective:
@@ -60,12 +73,16 @@ class Objective:
         return {"objective": self.name, "seed": self.seed, "epoch": self.epoch, "step": self.step}
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("objective") != self.name or int(state.get("seed", -1)) != self.seed:
+        try:
+            position = read(DataPosition, state, "data.")
+        except ConfigError as error:
+            raise DataError(f"the data position is damaged: {error}") from None
+        if position.objective != self.name or position.seed != self.seed:
             raise DataError(
-                f"data state for {state.get('objective')!r} seed {state.get('seed')} does not match "
+                f"data state for {position.objective!r} seed {position.seed} does not match "
                 f"objective {self.name!r} seed {self.seed}"
             )
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self.epoch, self.step = position.epoch, position.step
 
 
 class EpochPlan:

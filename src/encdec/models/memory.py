@@ -1,0 +1,71 @@
+"""Whether a model fits before it is built: its size estimated from any ModelConfig, checked against the device.
+
+A config.json with d_model 10^9 or a model section with 10^6 layers should be one
+sentence, not an allocator's traceback, a machine swapping to a halt or minutes of
+building modules: the parameters are estimated from the config alone (from above:
+every matrix counted as if gated, untied and in every expert), times the bytes each
+one takes where it lives, and compared with what the device has free
+(`encdec.sizing.free_bytes`) before any tensor exists. Training adds its own share
+(gradients, optimizer moments, activations: training/memory.py).
+"""
+
+import torch
+
+from encdec.errors import ConfigError, EncdecError
+from encdec.models.config import ModelConfig
+from encdec.sizing import free_bytes, gib
+
+WEIGHT_BYTES = 4  # models are built in fp32
+LAYER_BYTES = 64 << 10  # a block's modules and small tensors as Python objects (about 44 KiB measured)
+EXPERT_BYTES = 16 << 10  # an expert's modules, in every layer
+
+
+def estimated_parameters(cfg: ModelConfig) -> int:
+    """An upper estimate of the parameter count of `cfg`'s model, without building it.
+
+    (Building on the meta device would count exactly, but its first weight init costs
+    seconds of torch's lazy set-up, and 10^6 layers take minutes even there.)"""
+    d = cfg.d_model
+    heads = max(cfg.n_heads, cfg.cross_n_heads or cfg.n_heads)
+    attention = 4 * d * heads * cfg.head_dim
+    ffn = 3 * d * cfg.d_ff * cfg.n_experts + d * cfg.n_experts  # gated, with the router
+    if cfg.family == "rnn_seq2seq":  # an LSTM's four gates over input and state, and the attention's matrices
+        attention, ffn = 8 * d * d, 3 * d * d
+    layers = cfg.n_encoder_layers * (attention + ffn) + cfg.decoder_layers * (2 * attention + ffn)
+    positions = (cfg.max_positions + cfg.position_offset + 1) * d + cfg.relative_buckets * heads
+    return 2 * cfg.vocab_size * d + 2 * positions + layers
+
+
+def building_bytes(cfg: ModelConfig) -> int:
+    """What building a model costs on the CPU besides its weights: Python objects per block and per expert,
+    and a sinusoidal table's float64 copies (sines, cosines and the table) before it becomes fp32."""
+    blocks = cfg.n_encoder_layers + cfg.decoder_layers
+    table = 3 * 8 * cfg.max_positions * cfg.d_model if cfg.position == "sinusoidal" else 0
+    return blocks * (LAYER_BYTES + cfg.n_experts * EXPERT_BYTES) + table
+
+
+def check_weights_fit(
+    cfg: ModelConfig,
+    device: torch.device | str = "cpu",
+    bytes_per_parameter: int = WEIGHT_BYTES,
+    purpose: str = "its weights need",
+    error: type[EncdecError] = ConfigError,
+    source: str = "",
+) -> int:
+    """The estimated parameter count of `cfg`'s model; one sentence (`error`, starting with `source`, saying
+    "`purpose` ~X GiB") where `bytes_per_parameter` bytes for each cannot fit in the memory `device` has free."""
+    n, device = estimated_parameters(cfg), torch.device(device)
+    need = n * bytes_per_parameter + (building_bytes(cfg) if device.type == "cpu" else 0)
+    free = free_bytes(device)
+    if free is not None and need > free:
+        raise error(
+            f"{source}the model has about {count(n)} parameters (d_model {count(cfg.d_model)}, "
+            f"{count(cfg.n_encoder_layers)} + {count(cfg.decoder_layers)} layers, vocabulary {count(cfg.vocab_size)})"
+            f"; {purpose} ~{gib(need)} but {device} has {gib(free)} free"
+        )
+    return n
+
+
+def count(n: int) -> str:
+    """A count for a sentence: 1,234,567, or 1.23e+12 past a billion."""
+    return f"{n:,}" if n < 10**9 else f"{n:.3g}"

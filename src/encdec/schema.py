@@ -1,0 +1,306 @@
+"""One declared schema for every value encdec reads: typed dataclasses whose fields carry their rules.
+
+A field's annotation is the whole rule: its type, `Literal[...]` for allowed values, and
+`Annotated[..., Range(...)]` for bounds (or any rule with a `check(value, key, base_type)`
+method: `Length`, a run config's `Template`), beside the field and nowhere else:
+
+    @dataclass
+    class TrainingSection:
+        steps: Annotated[int, Range(1, 10**9)] = 1000
+        precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+        clip_norm: Annotated[float, Range(0)] = 1.0      # every float must also be finite
+
+`read(TrainingSection, values, "training.")` builds the dataclass from a mapping read from YAML
+or JSON: every key known (the closest known one suggested), every value of its declared type
+(true is not an integer, "0.5" is not a number), in its range, nested dataclasses recursed.
+Cross-field rules live in the class's `__post_init__`, which runs after the fields passed.
+`check(instance)` runs the same field rules over a dataclass built in Python. Every refusal is
+one ConfigError sentence naming the key, what it allows and (cut short) what it got.
+
+`load_yaml` and `load_json` read the text first: bounded in size and nesting, string keys
+only, no YAML aliases (their expansion is unbounded).
+"""
+
+import collections.abc
+import dataclasses
+import json
+import math
+import re
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+
+from encdec.errors import ConfigError, EncdecError, suggestion
+
+MAX_DEPTH = 32  # nesting of a config or run file: the deepest real one is 4
+MAX_INT = 2**62  # no count encdec reads comes near; a larger one is a mistake or an attack
+MAX_FILE_BYTES = 1 << 20  # configs and run files are a page or two; anything near this is a mistake
+
+__all__ = ["Length", "Range", "Satisfies", "argument_type", "check", "load_json", "load_yaml", "read", "short"]
+
+
+@dataclass(frozen=True)
+class Range:
+    """Bounds of a number: lo <= x <= hi, or lo < x with `above`, x < hi with `below`."""
+
+    lo: float | None = None
+    hi: float | None = None
+    above: bool = False  # lo itself excluded
+    below: bool = False  # hi itself excluded
+    says: str | None = None  # what it allows, where the words should be the field's own ("zero (off) or more")
+
+    def holds(self, x: float) -> bool:
+        if self.lo is not None and (x <= self.lo if self.above else x < self.lo):
+            return False
+        return self.hi is None or (x < self.hi if self.below else x <= self.hi)
+
+    def check(self, value: float, key: str, base: type) -> None:
+        if not self.holds(value):
+            raise ConfigError(f"{key} must be {self.allows(value, base is int)}, got {short(value)}")
+
+    def allows(self, value: float, integer: bool) -> str:
+        """What the range allows, as the end of "KEY must be ...": the interval for fractions, else the
+        side `value` falls out of."""
+        lo, hi = self.lo, self.hi
+        if self.says:
+            return self.says
+        if lo is not None and hi is not None and hi <= 1:
+            return f"in {'(' if self.above else '['}{lo:g}, {hi:g}{')' if self.below else ']'}"
+        if lo is not None and (value <= lo if self.above else value < lo):
+            if integer and lo == 1 and not self.above:
+                return "a positive integer"
+            if lo == 0:
+                return "positive" if self.above else "zero or more"
+            return f"{'more than' if self.above else 'at least'} {lo:g}"
+        return f"{'below' if self.below else 'at most'} {hi:,}"
+
+
+@dataclass(frozen=True)
+class Satisfies:
+    """A rule that is a test of its own (a pair, a list of ids): it alone decides, the annotated type
+    only documents what passes."""
+
+    test: Callable[[Any], bool]
+    says: str
+
+    def check(self, value: Any, key: str, base: type) -> None:
+        if not self.test(value):
+            raise ConfigError(f"{key} must be {self.says}, got {short(value)}")
+
+
+@dataclass(frozen=True)
+class Length:
+    """A list of exactly n items (each within `each`, where given), said as "n `what`"."""
+
+    n: int
+    what: str = "items"
+    each: Range | None = None
+
+    def check(self, value: list, key: str, base: type) -> None:
+        if len(value) != self.n or (self.each and not all(self.each.holds(x) for x in value)):
+            count = ("no", "one", "two", "three", "four")[self.n] if self.n < 5 else str(self.n)
+            raise ConfigError(f"{key} must be {count} {self.what}, got {short(value)}")
+
+
+def read(cls: type, values: Any, prefix: str = "") -> Any:
+    """Dataclass `cls` from `values` (a mapping from YAML or JSON), every key and value checked."""
+    if values is None:
+        values = {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'the config'} must be a mapping, got {short(values)}")
+    hints = typing.get_type_hints(cls, include_extras=True)
+    known = [f.name for f in dataclasses.fields(cls) if f.init]
+    for key in values:
+        if not isinstance(key, str):
+            raise ConfigError(f"{prefix.rstrip('.') or 'the config'} has the key {short(key)}; keys must be names")
+        if key not in known:
+            raise ConfigError(f"unknown key {prefix}{short(key)[1:-1]}{suggestion(key, known)}")
+    for f in dataclasses.fields(cls):
+        if f.init and f.name not in values and f.default is MISSING and f.default_factory is MISSING:
+            raise ConfigError(f"{prefix}{f.name} is missing")
+    return cls(**{key: value_of(hints[key], value, prefix + key) for key, value in values.items()})
+
+
+def check(instance: Any, prefix: str = "") -> None:
+    """Check every field of dataclass `instance` (built in Python, not read) against its declaration."""
+    hints = typing.get_type_hints(type(instance), include_extras=True)
+    for f in dataclasses.fields(instance):
+        value = getattr(instance, f.name)
+        if dataclasses.is_dataclass(value):
+            check(value, f"{prefix}{f.name}.")
+        else:
+            value_of(hints[f.name], value, prefix + f.name)
+
+
+def value_of(annotation: Any, value: Any, key: str) -> Any:
+    """`value` as `annotation` declares it (ints widened to float where a float is declared), else ConfigError."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        if any(isinstance(rule, Satisfies) for rule in args[1:]):
+            for rule in args[1:]:
+                rule.check(value, key, args[0])
+            return value
+        value = value_of(args[0], value, key)
+        for rule in args[1:]:
+            if value is not None:
+                rule.check(value, key, args[0])
+        return value
+    if dataclasses.is_dataclass(annotation):
+        return read(annotation, value, f"{key}.")
+    if origin is Literal:
+        if not any(value == a and type(value) is type(a) for a in args):
+            raise ConfigError(f"{key} must be one of {', '.join(map(str, args))}, got {short(value)}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        errors = []
+        for candidate in inner:
+            try:
+                return value_of(candidate, value, key)
+            except ConfigError as error:
+                errors.append(error)
+        raise errors[0]
+    if origin is list:
+        if not isinstance(value, list):
+            if args != (str,) or not isinstance(value, str):
+                raise ConfigError(f"{key} must be a list, got {short(value)}")
+            value = [value]  # `train: file.txt` for a list of one name
+        return [value_of(args[0], item, f"{key}[{i}]") for i, item in enumerate(value)] if args else value
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"{key} must be a mapping with names for keys, got {short(value)}")
+        return {k: value_of(args[1], v, f"{key}.{k}") for k, v in value.items()} if args else value
+    if origin is collections.abc.Callable:
+        if not callable(value):
+            raise ConfigError(f"{key} must be a function, got {short(value)}")
+        return value
+    if annotation is Any:
+        return value
+    return scalar(annotation, value, key)
+
+
+def argument_type(annotation: Any, flag: str) -> Callable[[str], Any]:
+    """An argparse `type=` for a command-line option declared as `annotation` (a field's, so that the
+    option and the field it sets take the same values): the text read as a number where it is one,
+    then checked as `value_of` checks a config value, the refusal naming `flag`."""
+
+    def parse(text: str) -> Any:
+        value: Any = text
+        for number in (int, float):
+            try:
+                value = number(text)
+                break
+            except ValueError:
+                continue
+        return value_of(annotation, value, flag)
+
+    return parse
+
+
+def scalar(annotation: type, value: Any, key: str) -> Any:
+    is_bool = isinstance(value, bool)
+    if annotation is float and isinstance(value, int) and not is_bool:
+        value = float(value) if abs(value) <= 1e300 else math.inf
+    if (annotation in (int, float) and is_bool) or not isinstance(value, annotation):
+        raise ConfigError(f"{key} must be {TYPE_NAMES.get(annotation, annotation.__name__)}, got {short(value)}")
+    if annotation is float and not math.isfinite(value):
+        raise ConfigError(f"{key} must be a finite number, got {value!r}")
+    if annotation is int and abs(value) > MAX_INT:
+        raise ConfigError(f"{key} must be at most {MAX_INT:,} in size, got {short(value)}")
+    return value
+
+
+TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def short(value: object, limit: int = 60) -> str:
+    """repr(value), cut to `limit` characters (an error names a value, it does not print a megabyte);
+    integers with thousands separators."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = f"{value:,}" if abs(value) < 10**30 else f"an integer of {len(str(abs(value)))} digits"
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading 1e-4 as the number YAML 1.2 says it is (YAML 1.1 wants a dot)."""
+
+
+YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def load_yaml(text: str, what: str) -> Any:
+    """The value a YAML text holds: no aliases, nested at most MAX_DEPTH, mappings with string keys."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=YamlLoader):
+            if isinstance(event, yaml.AliasEvent):
+                raise ConfigError(f"{what} uses YAML aliases (*name), which encdec does not accept")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ConfigError(f"{what} nests deeper than {MAX_DEPTH} levels")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+        value = yaml.load(text, Loader=YamlLoader)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        raise ConfigError(f"{what} is not valid YAML{f' at line {mark.line + 1}' if mark else ''}") from None
+    check_keys(value, what)
+    return value
+
+
+def load_json(path: Path, what: str, error: type[EncdecError] = ConfigError, max_bytes: int = MAX_FILE_BYTES) -> Any:
+    """The value JSON file `path` holds: a regular file of at most `max_bytes`, UTF-8, nested at most
+    MAX_DEPTH, with finite numbers; anything else is one sentence (`error`) naming `what`."""
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{what} {path} is missing or not a regular file")
+    if path.stat().st_size > max_bytes:
+        raise error(f"{what} {path} is {path.stat().st_size:,} bytes; encdec reads at most {max_bytes:,}")
+    try:
+        with open(path, "rb") as f:
+            text = f.read(max_bytes + 1).decode("utf-8")
+        value = json.loads(text, parse_constant=refuse_constant)
+    except UnicodeDecodeError as problem:
+        raise error(f"{what} {path} is not UTF-8 text (byte {problem.start})") from None
+    except json.JSONDecodeError as problem:
+        raise error(f"{what} {path} is not valid JSON (line {problem.lineno})") from None
+    except (RecursionError, ConfigError) as problem:
+        reason = str(problem) if isinstance(problem, ConfigError) else f"nests deeper than {MAX_DEPTH} levels"
+        raise error(f"{what} {path} {reason}") from None
+    try:
+        check_keys(value, f"{what} {path}")
+    except ConfigError as problem:
+        raise error(str(problem)) from None
+    return value
+
+
+def refuse_constant(name: str) -> None:
+    raise ConfigError(f"holds {name}, which is not a number encdec accepts")
+
+
+def check_keys(value: Any, what: str, depth: int = 0) -> None:
+    """Refuse nesting deeper than MAX_DEPTH and mapping keys that are not strings (YAML's 1:, yes:, ~:)."""
+    if depth > MAX_DEPTH:
+        raise ConfigError(f"{what} nests deeper than {MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ConfigError(f"{what} has the key {short(key)}; keys must be names (quote them)")
+            check_keys(item, what, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            check_keys(item, what, depth + 1)

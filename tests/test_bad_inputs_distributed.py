@@ -1,0 +1,200 @@
+"""Several processes misused: one sentence, from one process, and nothing written.
+
+A torchrun environment set by hand and checked before any process group starts; a bad
+config under torchrun (rank 0 alone speaks, torchrun's report holds the sentence as its
+root cause); `encdec train --nproc-per-node N`, which launches the processes itself and
+turns any failure into one `encdec: error:` line and a non-zero exit, on CPU with gloo.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from encdec.cli import main
+from encdec.sizing import available_cores
+from encdec.training.launch import WorkerError, _report
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+TINY = {
+    "model": {"preset": "rot5-tiny", "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64, "dropout": 0.0},
+    "tokenizer": {"kind": "byte", "num_sentinels": 20},
+    "data": {
+        "format": "tinystories",
+        "train": [str(SHARED / "tinystories" / "tinystories_train_head.txt.gz")],
+        "val_fraction": 0.1,
+        "max_documents": 60,
+    },
+    "objective": {"kind": "ul2", "seq_len": 48},
+    "optimizer": {"lr": 2e-3},
+    "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu", "distributed": "ddp"},
+    "evaluation": {"interval": 2, "steps": 1},
+    "output": {"save_interval": 2, "plot": False},
+}
+TORCHRUN_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+HOST = {"MASTER_ADDR": "localhost", "MASTER_PORT": "29511"}
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("distributed") / "tiny.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    return path
+
+
+def one_sentence(code: int, err: str) -> str:
+    """The one `encdec: error:` line of a failure, checked: non-zero exit, one short line, no traceback."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code != 0, err
+    assert len(lines) == 1 and lines[0].startswith("encdec: error: "), err
+    assert len(lines[0]) < 300 and "Traceback" not in err, err
+    return lines[0]
+
+
+ENVIRONMENTS = {  # the variables, the arguments after `train CONFIG --out RUN`, a piece of the sentence
+    "WORLD_SIZE alone": ({"WORLD_SIZE": "2"}, [], "WORLD_SIZE is 2 but RANK is not set"),
+    "WORLD_SIZE not a number": ({"WORLD_SIZE": "two", "RANK": "0"}, [], "WORLD_SIZE must be an integer, got 'two'"),
+    "WORLD_SIZE 0": ({"WORLD_SIZE": "0"}, [], "WORLD_SIZE must be at least 1, got 0"),
+    "RANK beyond": ({"WORLD_SIZE": "2", "RANK": "2", **HOST}, [], "RANK must be from 0 to 1 (below WORLD_SIZE), got 2"),
+    "RANK negative": ({"WORLD_SIZE": "2", "RANK": "-1", **HOST}, [], "RANK must be from 0 to 1"),
+    "LOCAL_RANK beyond": (
+        {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "2", **HOST},
+        [],
+        "LOCAL_RANK must be from 0 to 1 (below LOCAL_WORLD_SIZE)",
+    ),
+    "LOCAL_WORLD_SIZE above WORLD_SIZE": (
+        {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_WORLD_SIZE": "4", **HOST},
+        [],
+        "LOCAL_WORLD_SIZE must be from 1 to 2",
+    ),
+    "no MASTER_ADDR": ({"WORLD_SIZE": "2", "RANK": "1"}, [], "MASTER_ADDR is not"),
+    "no MASTER_PORT": ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "localhost"}, [], "MASTER_PORT is not"),
+    "MASTER_PORT beyond": (
+        {"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "70000"},
+        [],
+        "MASTER_PORT must be from 1 to 65535",
+    ),
+    "a batch that does not split": (
+        {"WORLD_SIZE": "2", "RANK": "0", **HOST},
+        ["--set", "training.batch_size=5"],
+        "training.batch_size (5) must be divisible by the 2 processes",
+    ),
+    "--nproc-per-node under torchrun": (
+        {"WORLD_SIZE": "2", "RANK": "0", **HOST},
+        ["--nproc-per-node", "2"],
+        "--nproc-per-node starts the processes itself",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_a_misused_torchrun_environment_is_one_sentence_before_any_process_group(
+    name, config, tmp_path, monkeypatch, capsys
+):
+    """Variables set by hand (or a config no process could run) are refused before the processes would meet:
+    no traceback from inside init_process_group, no wait for a peer that never comes, no run directory."""
+    environment, extra, says = ENVIRONMENTS[name]
+    for variable in TORCHRUN_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    code = main(["train", str(config), "--out", str(tmp_path / "run"), *extra])
+    line = one_sentence(code, capsys.readouterr().err)
+    assert says in line, line
+    assert not (tmp_path / "run").exists()
+
+
+def encdec(*args: str, launcher: list[str] | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    """`encdec ARGS` in a fresh process (under `launcher`, such as torchrun, if given), outside any torchrun."""
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARIABLES and not k.startswith("TORCHELASTIC")}
+    command = [sys.executable, *(launcher or []), "-m", "encdec", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_torchrun_with_a_bad_config_prints_the_sentence_once_and_reports_it_as_the_root_cause(config, tmp_path):
+    """Every process fails alike; rank 0 alone prints, and torchrun's own report (which encdec cannot stop
+    it printing) shows each process's sentence, read from the error file torch elastic gave it."""
+    torchrun = ["-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    done = encdec("train", str(config), "--out", str(tmp_path / "run"), "--set", "training.stpes=3", launcher=torchrun)
+    assert done.returncode != 0
+    ours = [line for line in done.stderr.splitlines() if line.startswith("encdec: error: ")]
+    assert ours == ["encdec: error: unknown key training.stpes; did you mean steps?"], done.stderr
+    assert "traceback : unknown key training.stpes" in done.stderr  # torchrun's report names the cause
+    assert "/encdec/" not in done.stderr  # no traceback through encdec's code
+    assert not (tmp_path / "run").exists()
+
+
+LAUNCHES = {
+    "a bad config": (["--set", "training.stpes=3"], 2, "unknown key training.stpes"),
+    "a batch that does not split": (["--set", "training.batch_size=5"], 2, "must be divisible by the 2 processes"),
+    "more processes than cores": ([], 2, "asks for more CPU processes than this machine's"),
+    "a missing data file (each process fails after the group starts)": (
+        ["--set", "data.train=[/nonexistent/stories.txt]"],
+        2,
+        "data file /nonexistent/stories.txt does not exist",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", LAUNCHES)
+def test_the_launcher_turns_a_failure_into_one_sentence_and_its_exit_code(name, config, tmp_path):
+    extra, code, says = LAUNCHES[name]
+    nproc = available_cores() + 1 if name == "more processes than cores" else 2
+    if nproc == 2 and available_cores() < 2:
+        pytest.skip("this machine has one core: two processes are refused")
+    done = encdec("train", str(config), "--out", str(tmp_path / "run"), "--nproc-per-node", str(nproc), *extra)
+    line = one_sentence(done.returncode, done.stderr)
+    assert done.returncode == code and says in line, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["run"])  # nothing but the run directory itself
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_the_launcher_trains_in_two_processes_and_says_nothing_else(config, tmp_path):
+    if available_cores() < 2:
+        pytest.skip("this machine has one core: two processes are refused")
+    done = encdec("train", str(config), "--out", str(tmp_path / "run"), "--nproc-per-node", "2", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == "", done.stderr  # no banner, no notes of the agent starting or stopping processes
+    assert "2 steps in" in done.stdout and done.stdout.count("validation loss") == 1  # rank 0 alone reports
+    assert (tmp_path / "run" / "checkpoints" / "latest").read_text().strip() == "step_00000002"
+
+
+def failure(exitcode: int, timestamp: int = 0, message: object = "", signal_name: str = "<N/A>"):
+    """A stand-in for torch elastic's ProcessFailure: what `_report` reads of one."""
+    return SimpleNamespace(exitcode=exitcode, timestamp=timestamp, message=message, signal_name=lambda: signal_name)
+
+
+REPORTS = {
+    "the first sentence a process wrote": (
+        {
+            0: failure(-signal.SIGTERM, 5, signal_name="SIGTERM"),
+            1: failure(2, 3, {"message": "it said why", "encdec": True, "code": 2}),
+        },
+        (2, "it said why"),
+    ),
+    "a process the system killed": (
+        {0: failure(-signal.SIGTERM, 5, signal_name="SIGTERM"), 1: failure(-signal.SIGKILL, 6, signal_name="SIGKILL")},
+        (137, "training process 1 was killed by SIGKILL"),
+    ),
+    "a process that crashed without a word": (
+        {0: failure(1, 4, "To enable traceback see: ...")},
+        (1, "training process 0 failed with exit code 1; its output above says why"),
+    ),
+    "processes stopped by a signal after saving": ({0: failure(130), 1: failure(130)}, (130, None)),
+}
+
+
+@pytest.mark.parametrize("name", REPORTS)
+def test_a_failed_process_becomes_one_sentence_and_an_exit_code(name):
+    failures, (code, says) = REPORTS[name]
+    if says is None:
+        assert _report(failures) == code
+        return
+    with pytest.raises(WorkerError) as raised:
+        _report(failures)
+    assert raised.value.exit_code == code and str(raised.value).startswith(says)

@@ -1,0 +1,205 @@
+"""Fuzzing the declared schema: whatever a config or run file holds, reading it ends in a value or one
+EncdecError sentence, quickly and in bounded memory, never another exception.
+
+Generated: every field of the run config given random values of random types, random YAML documents,
+mutations of every shipped config, random state.json and generation.json contents, and a sample of
+command lines checked at the CLI (exit code, one stderr line, no traceback).
+"""
+
+import dataclasses
+import json
+import time
+import tracemalloc
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from encdec.cli import main
+from encdec.errors import EncdecError
+from encdec.runs.config import RunConfig, load_config
+from encdec.runs.load import read_generation
+from encdec.runs.run_dir import CheckpointDir
+from encdec.runs.state import read_saved_state
+from encdec.schema import read
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if "experiments" not in p.parts)
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SECONDS, MEGABYTES = 5.0, 64  # what one read may take
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.sampled_from(["nan", "1e-4", "0.5", "-1", "yes", "~", "{source}", "{x.y}", "../x", "", "auto", "ddp"]),
+)
+anything = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.text(max_size=8), st.integers()), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def dotted_fields(cls: type, prefix: str = "") -> list[str]:
+    """Every field of the run config as a dotted key: training.steps, objective.ul2_probabilities, ..."""
+    keys = []
+    for name, hint in typing.get_type_hints(cls).items():
+        if dataclasses.is_dataclass(hint):
+            keys += dotted_fields(hint, f"{prefix}{name}.")
+        else:
+            keys.append(prefix + name)
+    return keys
+
+
+FIELDS = dotted_fields(RunConfig) + [f"model.{k}" for k in ("d_model", "n_heads", "dropout", "preset", "position")]
+
+
+def ends_well(read_it) -> object:
+    """Run `read_it`; it returns or raises EncdecError, within SECONDS and MEGABYTES of Python memory."""
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        return read_it()
+    except EncdecError as error:
+        assert "\n" not in str(error) and len(str(error)) < 300, str(error)
+        return error
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert time.perf_counter() - start < SECONDS
+        assert peak < MEGABYTES << 20, f"{peak / 2**20:.0f} MB"
+
+
+def nested(key: str, value: object) -> dict:
+    section, _, rest = key.partition(".")
+    return {section: nested(rest, value) if "." in rest else {rest: value}}
+
+
+@FUZZ
+@given(key=st.sampled_from(FIELDS), value=anything)
+def test_every_field_given_any_value_is_read_or_refused_in_one_sentence(key, value):
+    ends_well(lambda: read(RunConfig, nested(key, value)))
+
+
+@FUZZ
+@given(document=anything)
+def test_any_yaml_structure_is_read_or_refused_in_one_sentence(document, tmp_path_factory):
+    path = tmp_path_factory.mktemp("fuzz") / "config.yaml"
+    path.write_text(yaml.safe_dump(document))
+    ends_well(lambda: load_config(path))
+
+
+@FUZZ
+@given(text=st.text(alphabet=st.sampled_from(list("ab: -[]{}\n'\"&*!%@`|>#.,0123456789~?")), max_size=200))
+def test_any_yaml_text_is_read_or_refused_in_one_sentence(text, tmp_path_factory):
+    path = tmp_path_factory.mktemp("fuzz") / "config.yaml"
+    path.write_text(text)
+    ends_well(lambda: load_config(path))
+
+
+@pytest.mark.parametrize("depth", [33, 3_000, 100_000])
+def test_deep_yaml_and_json_are_refused_in_one_sentence(tmp_path, depth):
+    config = tmp_path / "deep.yaml"
+    config.write_text("model: " + "[" * depth + "]" * depth + "\n")
+    assert "nests deeper than" in str(ends_well(lambda: load_config(config)))
+    state = CheckpointDir(tmp_path / "step_00000001")
+    state.path.mkdir()
+    (state.path / "generation.json").write_text("[" * depth + "]" * depth)
+    assert isinstance(ends_well(lambda: read_generation(state)), EncdecError)
+
+
+@FUZZ
+@given(config=st.sampled_from(SHIPPED), data=st.data())
+def test_every_shipped_config_mutated_is_read_or_refused_in_one_sentence(config, data, tmp_path_factory):
+    values = yaml.safe_load(config.read_text())
+    sections = [s for s in values if isinstance(values[s], dict) and values[s]]
+    section = data.draw(st.sampled_from(sections))
+    key = data.draw(st.sampled_from(sorted(values[section])))
+    values[section][key] = data.draw(anything)
+    path = tmp_path_factory.mktemp("fuzz") / config.name
+    path.write_text(yaml.safe_dump(values))
+    ends_well(lambda: load_config(path))
+
+
+GOOD_STATE = {
+    "train": {"step": 1, "tokens": 10, "elapsed": 0.5, "best_val": 3.0, "evals_since_best": 0},
+    "data": {"objective": "ul2", "seed": 7, "epoch": 0, "step": 1},
+}
+
+
+def mutations(good: dict) -> st.SearchStrategy:
+    """`good` with one value somewhere replaced by anything, or one key dropped or added."""
+
+    def mutate(draw_path, value, drop):
+        copy = json.loads(json.dumps(good))
+        node = copy
+        for part in draw_path[:-1]:
+            node = node[part]
+        if drop:
+            node.pop(draw_path[-1], None)
+        else:
+            node[draw_path[-1]] = value
+        return copy
+
+    paths = [(a, b) for a in good for b in good[a]] + [(a,) for a in good] + [("extra",), ("train", "stepz")]
+    return st.builds(mutate, st.sampled_from(paths), anything, st.booleans())
+
+
+@FUZZ
+@given(state=st.one_of(mutations(GOOD_STATE), anything))
+def test_any_state_json_is_read_or_refused_in_one_sentence(state):
+    checkpoint = CheckpointDir(Path("/nonexistent/checkpoints/step_00000001"))
+    ends_well(lambda: read_saved_state(state, checkpoint))
+
+
+@FUZZ
+@given(
+    generation=st.one_of(
+        st.dictionaries(
+            st.sampled_from(["num_beams", "max_new_tokens", "top_k", "temperature", "do_sample", "bad_words_ids", "x"]),
+            anything,
+            max_size=3,
+        ),
+        anything,
+    )
+)
+def test_any_generation_json_is_read_or_refused_in_one_sentence(generation, tmp_path_factory):
+    checkpoint = CheckpointDir(tmp_path_factory.mktemp("step_00000001"))
+    (checkpoint.path / "generation.json").write_text(json.dumps(generation))
+    ends_well(lambda: read_generation(checkpoint))
+
+
+YAML_SCALARS = ["nan", ".inf", "-1", "0", "1e30", "10**9", "'0.5'", "yes", "~", "[1, 2]", "{a: 1}", "x", "1e-4", "3"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    key=st.sampled_from(FIELDS),
+    value=st.one_of(st.sampled_from(YAML_SCALARS), st.integers(-(10**20), 10**20).map(str)),
+    preset=st.sampled_from([None, "t5-small", "rot5-tiny", "gpt2", "nonsense"]),
+)
+def test_cli_sample_exits_0_or_with_one_sentence(key, value, preset):
+    """`encdec size` reads a config, its --set overrides and a model section, and counts parameters:
+    a command line of the whole schema that builds nothing."""
+    import contextlib
+    import io
+
+    argv = ["size", str(ROOT / "configs" / "tiny.yaml"), "--set", f"{key}={value}"]
+    if preset:
+        argv += ["--set", f"model.preset={preset}"]
+    err = io.StringIO()
+    start = time.perf_counter()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    lines = [line for line in err.getvalue().splitlines() if line.strip()]
+    assert code == 0 or (len(lines) == 1 and lines[0].startswith("encdec: error: ")), err.getvalue()
+    assert "Traceback" not in err.getvalue() and time.perf_counter() - start < SECONDS

@@ -1,0 +1,234 @@
+"""Refusals that were right but messy: each is exactly one line on stderr, whatever else runs beside it.
+
+Ctrl-C during start-up (imports, argument reading, set-up) is `encdec: interrupted` and exit code
+130, or the trainer's own stop; torch's pickle warning, transformers' warnings and tqdm's bar never
+come before a refusal; a message is one line of under 300 characters, however long the value it
+names or whatever line breaks it holds; a resume refused under several processes logs no
+config-change warning first.
+"""
+
+import json
+import logging
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from encdec.cli import main
+from encdec.cli import size as size_command
+from encdec.errors import ConfigError
+from encdec.runs.config import load_config
+from encdec.runs.run_dir import RunDir
+from encdec.training.distributed import DistInfo
+from encdec.training.setup import set_up
+
+transformers = pytest.importorskip("transformers")
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+WORDS = ["<pad>", "</s>", "<unk>"] + "once upon a time there was a little girl named lily".split()
+TINY = {
+    "model": {"preset": "rot5-tiny", "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64, "dropout": 0.0},
+    "tokenizer": {"kind": "byte", "num_sentinels": 20},
+    "data": {
+        "format": "tinystories",
+        "train": [str(SHARED / "tinystories" / "tinystories_train_head.txt.gz")],
+        "val_fraction": 0.1,
+        "max_documents": 60,
+    },
+    "objective": {"kind": "ul2", "seq_len": 48},
+    "optimizer": {"lr": 2e-3},
+    "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu"},
+    "evaluation": {"interval": 2, "steps": 1},
+    "output": {"save_interval": 2, "plot": False},
+}
+TORCHRUN_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory) -> Path:
+    """Made once: a tiny config, a run trained two steps, and a Hugging Face T5 directory with its tokenizer."""
+    root = tmp_path_factory.mktemp("messy")
+    (root / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    assert main(["train", str(root / "tiny.yaml"), "--out", str(root / "run")]) == 0
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
+    tokenizer.save_pretrained(root / "hf")
+    torch.manual_seed(0)
+    t5 = transformers.T5Config(
+        vocab_size=len(WORDS), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4, decoder_start_token_id=0
+    )
+    transformers.T5ForConditionalGeneration(t5).save_pretrained(root / "hf")
+    return root
+
+
+def one_line(code: int, err: str) -> str:
+    """The one `encdec: error:` line of a refusal, checked: non-zero exit, one short line, no traceback."""
+    lines = [line for line in err.splitlines() if line.strip()]  # splitlines: a bar's carriage return counts
+    assert code != 0, err
+    assert len(lines) == 1 and lines[0].startswith("encdec: error: "), err
+    assert len(lines[0]) < 300 and "Traceback" not in err, err
+    return lines[0]
+
+
+def encdec(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """`encdec ARGS` as a user runs it: a fresh process, stderr a pipe, outside any torchrun."""
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARIABLES and not k.startswith("TORCHELASTIC")}
+    command = [sys.executable, "-m", "encdec", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("delay", [0.3, 1.0, 2.5])
+def test_ctrl_c_during_start_up_is_one_line_and_exit_code_130(delay, library, tmp_path):
+    """SIGINT while torch imports, while the config is read, or while the training sets up: `encdec:
+    interrupted` (or, once the loop runs, its own stop and resume hint), exit code 130, no traceback."""
+    run = tmp_path / "run"
+    forever = ["--set", "training.steps=100000", "--set", "output.save_interval=100000"]
+    command = [sys.executable, "-m", "encdec", "train", str(library / "tiny.yaml"), "--out", str(run), *forever]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert process.returncode == 130 and "Traceback" not in err, err
+    assert lines == ["encdec: interrupted"] or (len(lines) == 1 and lines[0].startswith("stopped by signal")), err
+
+
+class Payload:
+    """Unpickled, it would run a command: what a tampered optimizer.pt carries."""
+
+    def __reduce__(self):
+        return (os.system, ("echo tampered",))
+
+
+def optimizer_state(place: Path, data: bytes) -> list[str]:
+    run = place / "run"
+    checkpoint = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
+    (checkpoint / "optimizer.pt").write_bytes(data)
+    return ["train", str(place / "tiny.yaml"), "--out", str(run), "--resume"]
+
+
+def hf_with(place: Path, **config) -> Path:
+    hf = place / "hf"
+    values = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**values, **config}))
+    return hf
+
+
+def evaluate_with_generation(place: Path, generation: dict, *options: str) -> list[str]:
+    run = place / "run"
+    best = run / "checkpoints" / (run / "checkpoints" / "best").read_text().strip()
+    (best / "generation.json").write_text(json.dumps(generation))
+    return ["evaluate", str(run), *options]
+
+
+NOISY = {  # what a refusal came with: the command line (made in a copy of the library), a piece of the sentence
+    "torch's pickle-protocol warning": (
+        lambda p: optimizer_state(p, pickle.dumps({"state": {}, "param_groups": []}, protocol=4)),
+        "optimizer.pt is corrupt or truncated",
+    ),
+    "torch's weights_only advice": (
+        lambda p: optimizer_state(p, pickle.dumps({"state": Payload()}, protocol=2)),
+        "optimizer.pt carries pickled objects other than tensors",
+    ),
+    "transformers' warning on a model_type it does not know": (
+        lambda p: [
+            "train",
+            str(p / "tiny.yaml"),
+            "--out",
+            str(p / "out"),
+            "--set",
+            "tokenizer.kind=pretrained",
+            "--set",
+            f"tokenizer.path={hf_with(p, model_type='unknown-to-transformers')}",
+        ],
+        "sentinels",
+    ),
+    "a progress bar before a contradicting generation option": (
+        lambda p: evaluate_with_generation(p, {"num_beams": 2, "num_return_sequences": 2}, "--num-beams", "1"),
+        "num_return_sequences > 1 needs beam search",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", NOISY)
+def test_a_refusal_comes_alone_without_a_library_s_warning_or_progress_bar(name, library, tmp_path):
+    build, says = NOISY[name]
+    for part in ("tiny.yaml", "run", "hf"):
+        copy = shutil.copytree if (library / part).is_dir() else shutil.copy
+        copy(library / part, tmp_path / part)
+    done = encdec(*build(tmp_path))
+    assert says in one_line(done.returncode, done.stderr), done.stderr
+
+
+LONG = "y" * 5000
+SHAPES = {  # the command line, made in a copy of the library; what the one line must end with
+    "a 5,000-character model_type": (
+        lambda p: ["generate", str(hf_with(p, model_type=LONG)), "-i", str(p / "in.txt")],
+        "is not supported; supported: t5, marian, bart, mbart, switch_transformers",
+    ),
+    "a model_type that is a list": (
+        lambda p: ["generate", str(hf_with(p, model_type=["t5"])), "-i", str(p / "in.txt")],
+        "model_type ['t5'] is not supported; supported: t5, marian, bart, mbart, switch_transformers",
+    ),
+    "a 5,000-character data path": (
+        lambda p: ["train", str(p / "tiny.yaml"), "--out", str(p / "out"), "--set", f"data.train=[/{LONG}]"],
+        "File name too long",
+    ),
+    "a line break in the config's name": (
+        lambda p: ["train", str(p / "two\nlines.yaml"), "--out", str(p / "out")],
+        "lines.yaml does not exist",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_a_message_is_one_line_however_long_the_value_or_whatever_it_holds(name, library, tmp_path, capsys):
+    build, ends = SHAPES[name]
+    shutil.copytree(library / "hf", tmp_path / "hf")
+    shutil.copy(library / "tiny.yaml", tmp_path / "tiny.yaml")
+    (tmp_path / "in.txt").write_text("once upon a time\n")
+    argv = build(tmp_path)
+    capsys.readouterr()
+    line = one_line(main(argv), capsys.readouterr().err)
+    assert line.endswith(ends), line
+
+
+def test_the_command_line_cuts_any_message_to_one_line_as_a_last_defence(monkeypatch, capsys):
+    """Whatever an EncdecError says (a megabyte, line breaks), the command line prints one line: its start, the
+    end after a cut, and exit code 2."""
+
+    def says_too_much(args):
+        raise ConfigError("first line\nsecond line\r\n" + "x" * 1_000_000 + " the end")
+
+    monkeypatch.setattr(size_command, "run", says_too_much)
+    code = main(["size", "--tokens", "1e9"])
+    line = one_line(code, capsys.readouterr().err)
+    assert code == 2
+    assert line.startswith("encdec: error: first line second line xxx") and line.endswith("xxx the end"), line
+    assert "..." in line and len(line) == 299
+
+
+def test_a_resume_refused_under_several_processes_logs_no_config_change_first(library, tmp_path, caplog):
+    """A resume whose accepted changes the loop would refuse (a batch that does not split over the
+    processes) is refused before set-up reads, writes or warns of the changes."""
+    run = tmp_path / "run"
+    shutil.copytree(library / "run", run)
+    metrics = (run / "metrics.jsonl").read_bytes()
+    cfg = load_config(library / "tiny.yaml", ["optimizer.lr=1e-3", "training.batch_size=5"])
+    with caplog.at_level(logging.WARNING), pytest.raises(ConfigError, match="must be divisible by the 2 processes"):
+        set_up(cfg, RunDir(run), resume=True, accept_changes=True, info=DistInfo(world_size=2))
+    assert not [r for r in caplog.records if "config changes" in r.getMessage()]
+    assert (run / "metrics.jsonl").read_bytes() == metrics
