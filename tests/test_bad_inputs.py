@@ -18,24 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from bad_inputs_kit import TINY
 
 from encdec.cli import main
 
 transformers = pytest.importorskip("transformers")
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-STORIES = SHARED / "tinystories" / "tinystories_train_head.txt.gz"
 WORDS = ["<pad>", "</s>", "<unk>"] + "once upon a time there was a little girl named lily she liked to play".split()
-TINY = {
-    "model": {"preset": "rot5-tiny", "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64, "dropout": 0.0},
-    "tokenizer": {"kind": "byte", "num_sentinels": 20},
-    "data": {"format": "tinystories", "train": [str(STORIES)], "val_fraction": 0.1, "max_documents": 60},
-    "objective": {"kind": "ul2", "seq_len": 48},
-    "optimizer": {"lr": 2e-3},
-    "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu"},
-    "evaluation": {"interval": 2, "steps": 1},
-    "output": {"save_interval": 2, "plot": False},
-}
 
 
 @pytest.fixture(scope="module")
@@ -358,6 +347,9 @@ CASES = {
         lambda p: resume_bytes(p, "LATEST/optimizer.pt", pickled({"state": {"w": {"exp_avg": torch.zeros(3)}}})),
         "optimizer.pt does not hold the state",
     ),
+    "integer weights": Case(
+        lambda p: resume_bytes(p, "LATEST/model.safetensors", integer_weights(p)), "holds torch.int64 values"
+    ),
     "fine-tuning weights of NaN": Case(
         lambda p: train(p, f"training.init_from={damaged_run(p, 'LATEST/model.safetensors', nan_weights(p))}"),
         "not a number",
@@ -440,20 +432,26 @@ def pickled(value: object) -> bytes:
     return buffer.getvalue()
 
 
+def integer_weights(place: Place) -> bytes:
+    """The library run's latest weights rounded to integers: a valid file that torch would load silently."""
+    return changed_weights(place, lambda v: v.round().long())
+
+
 def nan_weights(place: Place) -> bytes:
     """The library run's latest weights with every floating tensor NaN: a valid file of a broken model."""
-    from safetensors.torch import load_file
+    return changed_weights(place, lambda v: torch.full_like(v, float("nan")))
+
+
+def changed_weights(place: Place, change) -> bytes:
+    """The library run's latest model.safetensors, each tensor passed through `change`, as file bytes."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save
 
     latest = (place.library / "run" / "checkpoints" / "latest").read_text().strip()
     path = place.library / "run" / "checkpoints" / latest / "model.safetensors"
-    from safetensors import safe_open
-
     with safe_open(path, "pt") as f:
         metadata = f.metadata()
-    from safetensors.torch import save
-
-    weights = {k: torch.full_like(v, float("nan")) for k, v in load_file(path).items()}
-    return save(weights, metadata=metadata)
+    return save({k: change(v) for k, v in load_file(path).items()}, metadata=metadata)
 
 
 def resume_linked(place: Place, name: str, target: Path) -> list[str]:
@@ -584,3 +582,12 @@ def test_lines_of_metrics_jsonl_that_are_not_records_are_left_out_and_the_run_go
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert metrics.read_text().startswith(good) and all(isinstance(r, dict) and "step" in r for r in records)
     assert max(r["step"] for r in records) == 4
+
+
+@pytest.mark.parametrize("summary", ["", "[]", '{"steps": "two"}', '{"steps": 2}'])
+def test_a_damaged_summary_of_a_compare_member_is_trained_again_not_a_traceback(tmp_path, caplog, summary):
+    from encdec.training.compare import _finished
+
+    (tmp_path / "summary.json").write_text(summary)
+    assert _finished(tmp_path, steps=2) is None
+    assert "is damaged" in caplog.text and "training that member again" in caplog.text

@@ -15,27 +15,14 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from bad_inputs_kit import TINY as BASE
+from bad_inputs_kit import tiny
 
 from encdec.cli import main
 from encdec.sizing import available_cores
 from encdec.training.launch import WorkerError, _report
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-TINY = {
-    "model": {"preset": "rot5-tiny", "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64, "dropout": 0.0},
-    "tokenizer": {"kind": "byte", "num_sentinels": 20},
-    "data": {
-        "format": "tinystories",
-        "train": [str(SHARED / "tinystories" / "tinystories_train_head.txt.gz")],
-        "val_fraction": 0.1,
-        "max_documents": 60,
-    },
-    "objective": {"kind": "ul2", "seq_len": 48},
-    "optimizer": {"lr": 2e-3},
-    "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu", "distributed": "ddp"},
-    "evaluation": {"interval": 2, "steps": 1},
-    "output": {"save_interval": 2, "plot": False},
-}
+TINY = tiny(training={**BASE["training"], "distributed": "ddp"})
 TORCHRUN_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 HOST = {"MASTER_ADDR": "localhost", "MASTER_PORT": "29511"}
 

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 
 from encdec.cli import main
 from encdec.errors import EncdecError
+from encdec.generation import GenerationConfig
+from encdec.models import ModelConfig
 from encdec.runs.config import RunConfig, load_config
 from encdec.runs.load import read_generation
 from encdec.runs.run_dir import CheckpointDir
@@ -60,7 +62,8 @@ def dotted_fields(cls: type, prefix: str = "") -> list[str]:
     return keys
 
 
-FIELDS = dotted_fields(RunConfig) + [f"model.{k}" for k in ("d_model", "n_heads", "dropout", "preset", "position")]
+FIELDS = dotted_fields(RunConfig) + [f"model.{k}" for k in [*dotted_fields(ModelConfig), "preset"]]
+GENERATION_OPTIONS = [f.name for f in dataclasses.fields(GenerationConfig) if f.name not in ("generator", "streamer")]
 
 
 def ends_well(read_it) -> object:
@@ -88,6 +91,12 @@ def nested(key: str, value: object) -> dict:
 @given(key=st.sampled_from(FIELDS), value=anything)
 def test_every_field_given_any_value_is_read_or_refused_in_one_sentence(key, value):
     ends_well(lambda: read(RunConfig, nested(key, value)))
+
+
+@FUZZ
+@given(option=st.sampled_from(GENERATION_OPTIONS), value=anything)
+def test_every_generation_option_given_any_value_is_taken_or_refused_in_one_sentence(option, value):
+    ends_well(lambda: GenerationConfig(**{option: value}))
 
 
 @FUZZ

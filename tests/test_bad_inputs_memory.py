@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from bad_inputs_kit import TINY
 
 import encdec
 from encdec.cli import main
@@ -32,17 +33,6 @@ from encdec.tokenizers import build_tokenizer
 
 HERE = Path(__file__).resolve().parent
 FIXTURE_RUN = HERE / "fixtures" / "checkpoint_2ba69c1" / "run"  # a 50k-parameter T5 layout with a byte tokenizer
-STORIES = HERE.parents[1] / "shared" / "data" / "tinystories" / "tinystories_train_head.txt.gz"
-TINY = {
-    "model": {"preset": "rot5-tiny", "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64, "dropout": 0.0},
-    "tokenizer": {"kind": "byte", "num_sentinels": 20},
-    "data": {"format": "tinystories", "train": [str(STORIES)], "val_fraction": 0.1, "max_documents": 60},
-    "objective": {"kind": "ul2", "seq_len": 48},
-    "optimizer": {"lr": 2e-3},
-    "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu"},
-    "evaluation": {"interval": 2, "steps": 1},
-    "output": {"save_interval": 2, "plot": False},
-}
 HEADROOM = 3 << 30  # address space a case may add: far below what any refused size needs
 SECONDS = 30  # a refusal is immediate; the cases that build data first take a few seconds on a busy CPU
 RSS_GROWTH = 1 << 30
@@ -222,7 +212,10 @@ OUT_OF_RANGE = {
     "d_head 0": (lambda p: train(p, "model.d_head=0"), "model.d_head must be a positive integer, got 0"),
     "no kv heads": (lambda p: train(p, "model.n_kv_heads=0"), "model.n_kv_heads must be a positive integer"),
     "zero norm eps": (lambda p: train(p, "model.norm_eps=0"), "model.norm_eps must be positive, got 0.0"),
-    "HF d_kv 0": (lambda p: generate(p, p.hf(d_kv=0)), "model.d_head must be a positive integer, got 0"),
+    "HF d_kv 0": (
+        lambda p: generate(p, p.hf(d_kv=0)),
+        "model.d_head must be a positive integer, got 0 (config.json's d_kv)",
+    ),
     "HF no buckets": (lambda p: generate(p, p.hf(relative_attention_num_buckets=0)), "model.relative_buckets"),
     "HF negative decoder layers": (lambda p: generate(p, p.hf(num_decoder_layers=-3)), "got -3"),
     "HF layer count 2.5": (lambda p: generate(p, p.hf(num_layers=2.5)), "model.n_encoder_layers must be an integer"),

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from bad_inputs_kit import TINY
 
 from encdec.cli import main
 from encdec.cli import size as size_command
@@ -32,23 +33,7 @@ from encdec.training.setup import set_up
 
 transformers = pytest.importorskip("transformers")
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 WORDS = ["<pad>", "</s>", "<unk>"] + "once upon a time there was a little girl named lily".split()
-TINY = {
-    "model": {"preset": "rot5-tiny", "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64, "dropout": 0.0},
-    "tokenizer": {"kind": "byte", "num_sentinels": 20},
-    "data": {
-        "format": "tinystories",
-        "train": [str(SHARED / "tinystories" / "tinystories_train_head.txt.gz")],
-        "val_fraction": 0.1,
-        "max_documents": 60,
-    },
-    "objective": {"kind": "ul2", "seq_len": 48},
-    "optimizer": {"lr": 2e-3},
-    "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu"},
-    "evaluation": {"interval": 2, "steps": 1},
-    "output": {"save_interval": 2, "plot": False},
-}
 TORCHRUN_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 

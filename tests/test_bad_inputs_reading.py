@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from bad_inputs_kit import STORIES, TINY
 
 from encdec.cli import main
 from encdec.data import reading
@@ -28,18 +29,6 @@ from encdec.data.reading import MAX_CORPUS_LINE_BYTES, MAX_INPUT_LINE_BYTES, ite
 from encdec.errors import DataError
 
 FIXTURE_RUN = Path(__file__).resolve().parent / "fixtures" / "checkpoint_2ba69c1" / "run"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-STORIES = SHARED / "tinystories" / "tinystories_train_head.txt.gz"
-TINY = {
-    "model": {"preset": "rot5-tiny", "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64, "dropout": 0.0},
-    "tokenizer": {"kind": "byte", "num_sentinels": 20},
-    "data": {"format": "tinystories", "train": [str(STORIES)], "val_fraction": 0.1, "max_documents": 60},
-    "objective": {"kind": "ul2", "seq_len": 48},
-    "optimizer": {"lr": 2e-3},
-    "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu"},
-    "evaluation": {"interval": 2, "steps": 1},
-    "output": {"save_interval": 2, "plot": False},
-}
 NO_NEWLINE_BYTES = 512 << 20  # a sparse file of zeros: no disk used, and far more than any limit
 
 # Runs every case through `main` in ONE child process (one import of torch), each case under an alarm, the

@@ -14,22 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from bad_inputs_kit import tiny
 
 from encdec.cli import main
 from encdec.runs.run_dir import RunDir
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-STORIES = SHARED / "tinystories" / "tinystories_train_head.txt.gz"
-TINY = {
-    "model": {"preset": "t5-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.0},
-    "tokenizer": {"kind": "byte", "num_sentinels": 20},
-    "data": {"format": "tinystories", "train": [str(STORIES)], "val_fraction": 0.1, "max_documents": 60},
-    "objective": {"kind": "ul2", "seq_len": 48},
-    "optimizer": {"lr": 2e-3},
-    "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu"},
-    "evaluation": {"interval": 2, "steps": 1},
-    "output": {"save_interval": 2, "keep_last": 3, "plot": False, "tensorboard": False},
-}
+TINY = tiny(
+    model={"preset": "t5-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.0},
+    output={"save_interval": 2, "keep_last": 3, "plot": False, "tensorboard": False},
+)
 PRECIOUS = b"a user's file that encdec must never touch\n"
 
 

@@ -1,5 +1,6 @@
 """A local Hugging Face model directory (T5, SwitchTransformers, Marian, BART) read into an encdec model."""
 
+import re
 from pathlib import Path
 
 from torch import nn
@@ -19,6 +20,36 @@ LOADERS = {
     "bart": load_hf_bart,
     "mbart": load_hf_mbart,
     "switch_transformers": load_hf_switch,
+}
+
+
+# The config.json key each ModelConfig field is read from (where the names differ), so that a refused
+# value is named as the file names it too.
+T5_KEYS = {
+    "d_head": "d_kv",
+    "n_heads": "num_heads",
+    "n_encoder_layers": "num_layers",
+    "n_decoder_layers": "num_decoder_layers",
+    "relative_buckets": "relative_attention_num_buckets",
+    "relative_max_distance": "relative_attention_max_distance",
+    "dropout": "dropout_rate",
+    "norm_eps": "layer_norm_epsilon",
+    "n_experts": "num_experts",
+}
+BART_KEYS = {
+    "n_heads": "encoder_attention_heads",
+    "d_ff": "encoder_ffn_dim",
+    "n_encoder_layers": "encoder_layers",
+    "n_decoder_layers": "decoder_layers",
+    "max_positions": "max_position_embeddings",
+}
+IDS = {"pad_id": "pad_token_id", "eos_id": "eos_token_id", "decoder_start_id": "decoder_start_token_id"}
+HF_KEYS = {
+    "t5": T5_KEYS | IDS,
+    "switch_transformers": T5_KEYS | IDS,
+    "bart": BART_KEYS | IDS,
+    "mbart": BART_KEYS | IDS,
+    "marian": BART_KEYS | IDS,
 }
 
 
@@ -47,7 +78,10 @@ def load_hf(path: str | Path) -> nn.Module:
         detail = f"the key {error}" if isinstance(error, KeyError) else str(error).splitlines()[0][:100]
         raise CheckpointError(f"{path / 'config.json'} does not describe a {model_type} model ({detail})") from None
     except ConfigError as error:  # a value ModelConfig refuses: a size of 0, a negative layer count, ...
-        raise CheckpointError(f"{path / 'config.json'}: {error}") from None
+        ours = re.search(r"model\.(\w+)", str(error))
+        theirs = HF_KEYS.get(model_type, {}).get(ours.group(1)) if ours else None
+        named = f" (config.json's {theirs})" if theirs else ""
+        raise CheckpointError(f"{path / 'config.json'}: {error}{named}") from None
     generation = path / "generation_config.json"
     model.generation_defaults = checked_defaults(read_generation_defaults(hf_config, read_json(generation)), generation)
     return model

@@ -75,7 +75,12 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
 
 def load_state(model: nn.Module, weights: dict[str, torch.Tensor], mismatch: str) -> None:
     """Load `weights` into `model`; where they do not fit, one sentence (CheckpointError): `mismatch`,
-    then the first key or shape torch names (its first line only names the model class)."""
+    then the first key or shape torch names (its first line only names the model class). A tensor of
+    another kind than its parameter (integers for float weights, which torch would silently convert) is refused."""
+    expected = model.state_dict()
+    for name, tensor in weights.items():
+        if name in expected and tensor.dtype.is_floating_point != expected[name].dtype.is_floating_point:
+            raise CheckpointError(f"{mismatch} ({name} holds {tensor.dtype} values, not {expected[name].dtype})")
     try:
         model.load_state_dict(weights)
     except RuntimeError as error:

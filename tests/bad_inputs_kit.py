@@ -1,0 +1,22 @@
+"""What the bad-input tests (test_bad_inputs*.py) share: the shared data and a run config that trains in a second."""
+
+import copy
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+STORIES = SHARED / "tinystories" / "tinystories_train_head.txt.gz"
+TINY = {
+    "model": {"preset": "rot5-tiny", "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64, "dropout": 0.0},
+    "tokenizer": {"kind": "byte", "num_sentinels": 20},
+    "data": {"format": "tinystories", "train": [str(STORIES)], "val_fraction": 0.1, "max_documents": 60},
+    "objective": {"kind": "ul2", "seq_len": 48},
+    "optimizer": {"lr": 2e-3},
+    "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu"},
+    "evaluation": {"interval": 2, "steps": 1},
+    "output": {"save_interval": 2, "plot": False},
+}
+
+
+def tiny(**sections: dict) -> dict:
+    """TINY with `sections` replacing its own (a fresh copy: a test may change it)."""
+    return {**copy.deepcopy(TINY), **copy.deepcopy(sections)}
