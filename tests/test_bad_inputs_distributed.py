@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -185,3 +186,54 @@ def test_a_failed_process_becomes_one_sentence_and_an_exit_code(name):
     with pytest.raises(WorkerError) as raised:
         _report(failures)
     assert raised.value.exit_code == code and str(raised.value).startswith(says)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc: the launcher's workers)."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            children = open(f"/proc/{pid}/task/{task}/children").read().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            found += [child, *descendants(child)]
+    return found
+
+
+def test_a_signal_that_reaches_one_process_stops_them_all_at_the_same_step(tmp_path):
+    """SIGTERM to rank 1 alone: every process stops at the same step, one checkpoint is saved, no traceback
+    (a process leaving alone would leave the other waiting in a collective)."""
+    if available_cores() < 2:
+        pytest.skip("this machine has one core: two processes are refused")
+    config = tmp_path / "tiny.yaml"
+    training = {**BASE["training"], "steps": 5000, "distributed": "ddp"}
+    evaluation, output = {"interval": 5000, "steps": 1}, {"save_interval": 5000, "plot": False, "log_interval": 5}
+    config.write_text(yaml.safe_dump(tiny(training=training, evaluation=evaluation, output=output)))
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    command = [sys.executable, "-m", "encdec", "train", str(config), "--out", str(run), "--nproc-per-node", "2"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    rank1 = None
+    deadline = time.monotonic() + 60
+    while rank1 is None and time.monotonic() < deadline:  # once training has logged a step
+        time.sleep(0.2)
+        if not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").stat().st_size:
+            continue
+        for pid in descendants(process.pid):
+            try:
+                if b"RANK=1" in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
+                    rank1 = pid
+            except OSError:
+                continue
+    try:
+        assert rank1 is not None, "the workers did not start"
+        os.kill(rank1, signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    finally:  # a hang must not leave processes training on after the test
+        for pid in [*descendants(process.pid), process.pid] if process.poll() is None else []:
+            os.kill(pid, signal.SIGKILL)
+    assert process.returncode == 143 and "Traceback" not in err, err
+    assert "resume with:" in out
+    steps = [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step_")]
+    assert len(steps) == 1 and int(steps[0][5:]) % 5 == 0 and int(steps[0][5:]) < 5000

@@ -215,6 +215,12 @@ def all_reduce_sum(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return value
 
 
+def all_reduce_max(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    if info.enabled:
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return value
+
+
 def rows_for_rank(n_rows: int, info: DistInfo) -> slice:
     if n_rows % info.world_size:
         raise ConfigError(f"training.batch_size ({n_rows}) must be divisible by the {info.world_size} processes")

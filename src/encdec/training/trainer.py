@@ -77,7 +77,8 @@ class StopRequest:
     """Turns SIGINT / SIGTERM into a flag the loop checks after each step."""
 
     def __init__(self):
-        self.requested = False
+        self.requested = False  # a signal reached this process
+        self.stopped = False  # the loop stopped for one (in every process, under torchrun)
         self.signal: int | None = None
         self.previous = {}
 
@@ -93,6 +94,20 @@ class StopRequest:
     def __exit__(self, *exc):
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+
+    def now(self, step: int, info: distributed.DistInfo, every: int) -> bool:
+        """Whether the loop stops after `step`: at once in one process; with several, at every `every`-th
+        step and all together (one all-reduce of the flags, where the losses are read anyway), so that no
+        process saves or leaves while another waits for it in a collective."""
+        if info.enabled:
+            if step % every:
+                return False
+            signum = torch.tensor([self.signal or 0], device=info.device)  # 0: no signal here
+            signum = int(distributed.all_reduce_max(signum, info).item())
+            self.stopped, self.signal = signum > 0, signum or None
+        else:
+            self.stopped = self.requested
+        return self.stopped
 
 
 def train(cfg: RunConfig, run_dir: str | Path, resume: bool = False, accept_changes: bool = False) -> TrainResult:
@@ -146,7 +161,8 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
         bar.update(1)
 
         evaluate_now = state.step % cfg.evaluation.interval == 0 or state.step == cfg.training.steps
-        save_now = evaluate_now or state.step % save_every == 0 or stop.requested
+        stopping = stop.now(state.step, info, cfg.output.log_interval)
+        save_now = evaluate_now or state.step % save_every == 0 or stopping
         if save_now or state.step % cfg.output.log_interval == 0 or state.step == 1:
             diverged = losses.flush()  # the one host sync of these steps
             if diverged is not None:
@@ -172,7 +188,7 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
             _save(t, evaluate_now and is_best)
         if evaluate_now or save_now:
             losses.restart_interval()  # tokens/s counts training time only
-        if stop.requested:
+        if stopping:
             log.warning("stopped by signal at step %d; checkpoint saved", state.step)
             break
         patience = cfg.training.early_stopping_patience
@@ -204,7 +220,7 @@ def _finish(t: Training, last_eval: dict | None, stop: StopRequest, early_stoppe
         parameters_without_positions=t.parameters_without_positions,
         wall_time=state.elapsed,
         tokens_per_s=state.tokens / max(state.elapsed, 1e-9),
-        interrupted=stop.requested,
+        interrupted=stop.stopped,
         early_stopped=early_stopped,
         signal=stop.signal,
         is_main=info.is_main,
