@@ -145,6 +145,9 @@ def value_of(annotation: Any, value: Any, key: str) -> Any:
             for rule in args[1:]:
                 rule.check(value, key, args[0])
             return value
+        if args[0] is int and isinstance(value, int) and not isinstance(value, bool):
+            for rule in args[1:]:  # the declared bounds first: they say more than MAX_INT
+                rule.check(value, key, int)
         value = value_of(args[0], value, key)
         for rule in args[1:]:
             if value is not None:
@@ -217,7 +220,7 @@ def scalar(annotation: type, value: Any, key: str) -> Any:
     return value
 
 
-TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a mapping"}
 
 
 def short(value: object, limit: int = 60) -> str:

@@ -9,6 +9,7 @@ and parsed with `parse_instruct_record`. Needs the `encdec[hf]` extra.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,10 +54,25 @@ def load_hub_dataset(
     else:
         source = name
     try:
-        return datasets.load_dataset(source, **kwargs)
+        with quiet_loggers("datasets", "huggingface_hub", "fsspec"):  # a refusal is our one sentence, not their retries
+            return datasets.load_dataset(source, **kwargs)
     except Exception as error:  # ConnectionError, FileNotFoundError, DatasetNotFoundError, ...
         where = f"local files {kwargs.get('data_files')}" if data_files is not None else "the Hugging Face hub"
         raise DataError(f"dataset {name!r} cannot be loaded from {where} ({type(error).__name__}: {error})") from None
+
+
+@contextlib.contextmanager
+def quiet_loggers(*names: str):
+    """Only errors from the loggers `names` while the block runs (their warnings name retries and URLs)."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def iter_hub_stories(dataset, text_field: str = "text") -> Iterator[str]:

@@ -106,7 +106,8 @@ def read_items(cfg: RunConfig) -> tuple[list, list]:
     if not d.train or missing:
         if not d.hub_name:
             raise DataError(f"data file {missing[0] if missing else '(none given)'} does not exist; set data.train")
-        log.warning("local data %s absent: loading %s from the Hugging Face hub", missing or "(none)", d.hub_name)
+        if missing:  # files named but absent: say where the data comes from instead (none named: as asked)
+            log.warning("local data %s absent: loading %s from the Hugging Face hub", missing, d.hub_name)
         return read_hub(cfg)
     options = read_options(cfg)
     train = limit(read_corpus(d.format, d.train, **options), d.max_documents)
