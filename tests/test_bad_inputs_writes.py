@@ -269,3 +269,20 @@ def test_torch_failing_to_write_a_checkpoint_names_a_full_disk_and_what_was_kept
     else:
         assert "the previous checkpoint is intact (step_00000002)" in line
         assert RunDir(run).latest().name == "step_00000002"
+
+
+@pytest.mark.parametrize("name", ["train.text.bin", "train.text.idx.npy"])
+def test_a_hard_link_in_a_shard_directory_is_replaced_not_written_through(tmp_path, name):
+    from encdec.data.shards import prepare_shards, read_shards
+    from encdec.tokenizers import build_tokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("once upon a time\n\nthere was a girl\n")
+    precious = tmp_path / "precious.txt"
+    precious.write_bytes(b"a user's file\n")
+    out = tmp_path / "shards"
+    out.mkdir()
+    os.link(precious, out / name)
+    prepare_shards(out, build_tokenizer("byte"), "text", [corpus], progress=False)
+    assert precious.read_bytes() == b"a user's file\n" and os.stat(out / name).st_nlink == 1
+    assert len(read_shards(out).fields["text"]) == 2

@@ -21,6 +21,7 @@ import itertools
 import json
 import logging
 import multiprocessing
+import os
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -36,7 +37,7 @@ from encdec.data.corpora import PAIR_FORMATS, PairTemplate, is_validation, read_
 from encdec.data.documents import Documents, token_dtype
 from encdec.data.reading import require_regular_file
 from encdec.errors import ConfigError, DataError
-from encdec.safe_paths import check_not_symlink, inside, plain_name, write_atomic
+from encdec.safe_paths import atomic_path, check_not_symlink, inside, new_file_beside, plain_name, write_atomic
 from encdec.schema import Range, load_json, read, short
 from encdec.tokenizers import Tokenizer, load_tokenizer
 
@@ -116,7 +117,8 @@ class _FieldWriter:
     dtype: np.dtype
 
     def __post_init__(self):
-        self.handle = open(self.path.with_suffix(".bin.tmp"), "wb")
+        self.tmp, fd = new_file_beside(self.path)  # a fresh name, renamed over: a link at the name is replaced
+        self.handle = os.fdopen(fd, "wb")
         self.lengths: list[np.ndarray] = []
 
     def write(self, flat: np.ndarray, lengths: np.ndarray) -> None:
@@ -125,10 +127,11 @@ class _FieldWriter:
 
     def close(self) -> dict:
         self.handle.close()
-        self.path.with_suffix(".bin.tmp").replace(self.path)
+        os.replace(self.tmp, self.path)
         lengths = np.concatenate([np.zeros(1, dtype=np.int64), *self.lengths])
         offsets = np.cumsum(lengths)  # (D + 1,)
-        np.save(self.path.with_name(self.path.name.replace(".bin", ".idx.npy")), offsets)
+        with atomic_path(self.path.with_name(self.path.name.replace(".bin", ".idx.npy"))) as tmp, open(tmp, "wb") as f:
+            np.save(f, offsets)
         return {"documents": len(offsets) - 1, "tokens": int(offsets[-1])}
 
 
