@@ -286,3 +286,14 @@ def test_a_hard_link_in_a_shard_directory_is_replaced_not_written_through(tmp_pa
     prepare_shards(out, build_tokenizer("byte"), "text", [corpus], progress=False)
     assert precious.read_bytes() == b"a user's file\n" and os.stat(out / name).st_nlink == 1
     assert len(read_shards(out).fields["text"]) == 2
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_run_that_fails_to_start_leaves_no_empty_run_directory(library, tmp_path, existed):
+    out = tmp_path / "out"
+    if existed:
+        out.mkdir()  # the user's own empty directory stays; only what encdec wrote goes
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump(tiny(data={**TINY["data"], "train": [str(tmp_path / "absent.txt")]})))
+    assert main(["train", str(config), "--out", str(out)]) == 2
+    assert (out.is_dir() and not any(out.iterdir())) if existed else not out.exists()

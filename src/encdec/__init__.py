@@ -27,6 +27,7 @@ LAZY = {
     "preset_names": "encdec.models",
     "quantize": "encdec.quantization",
     "export_run": "encdec.runs",
+    "build_tokenizer": "encdec.tokenizers",
     "from_pretrained": "encdec.runs",
     "load_tokenizer": "encdec.runs",
 }
@@ -45,6 +46,7 @@ __all__ = [
     "EncdecError",
     "ModelConfig",
     "build_model",
+    "build_tokenizer",
     "count_parameters",
     "export_hf",
     "export_run",

@@ -42,3 +42,39 @@ def test_every_family_has_tiny_small_and_base_and_rot5_has_mini():
 def test_config_round_trips_through_a_dict():
     cfg = preset("rot5-small", n_experts=8)
     assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(
+    "family, init",
+    [("encoder_decoder", "t5"), ("decoder_only", "normal"), ("ar_encdec", "normal"), ("rnn_seq2seq", "normal")],
+)
+def test_the_default_initialisation_follows_the_family(family, init):
+    """A causal LM without a preset starts from nanoGPT's N(0, 0.02), not T5's scheme (loss ~ln V at step 1)."""
+    assert ModelConfig(family=family).init == init
+    assert ModelConfig(family=family, init="t5").init == "t5"  # an explicit choice stands
+
+
+def test_a_decoder_only_model_without_a_preset_starts_near_ln_v():
+    import math
+
+    import torch
+
+    from encdec.models import build_model
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        family="decoder_only",
+        vocab_size=512,
+        d_model=64,
+        n_heads=4,
+        d_ff=128,
+        n_encoder_layers=2,
+        position="learned",
+        norm="layernorm",
+        activation="gelu",
+        max_positions=32,
+        dropout=0.0,
+    )
+    ids = torch.randint(0, 512, (4, 32))
+    loss = build_model(cfg)(None, ids[:, :-1], labels=ids[:, 1:]).loss
+    assert abs(loss.item() - math.log(512)) < 0.5

@@ -129,3 +129,13 @@ def test_unknown_kind_and_bad_manifest_are_one_sentence_errors(tmp_path):
         load_tokenizer(tmp_path)
     with pytest.raises(DataError, match="has no"):
         load_tokenizer(tmp_path / "missing")
+
+
+def test_encode_takes_one_string_as_one_text_not_as_its_characters():
+    from encdec.tokenizers import build_tokenizer
+
+    tok = build_tokenizer("byte", num_sentinels=0)
+    assert tok.encode("hi there") == tok.encode(["hi there"])[0]
+    assert tok.encode("hi", add_eos=True) == tok.encode(["hi"], add_eos=True)[0]
+    with pytest.raises(DataError, match="a string or a list of strings"):
+        tok.encode([b"bytes"])

@@ -80,3 +80,20 @@ def test_the_shipped_tiny_config_trains_from_another_directory(tmp_path, monkeyp
     )
     saved = yaml.safe_load(next((tmp_path / "run" / "checkpoints").glob("step_*/config.yaml")).read_text())
     assert all(os.path.isabs(path) for path in saved["data"]["train"])  # saved runs hold absolute paths
+
+
+def test_init_from_in_a_config_file_is_relative_to_its_folder_like_the_data(tmp_path, monkeypatch):
+    """One rule for every path a config file names: from the file's folder; --set paths from the shell's."""
+    from encdec.runs.config import load_config
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "runs" / "main").mkdir(parents=True)
+    config = tmp_path / "configs" / "fine.yaml"
+    config.write_text("training:\n  init_from: ../runs/main\n")
+    monkeypatch.chdir(tmp_path / "configs")
+    assert load_config(config).training.init_from == str(tmp_path / "runs" / "main")
+    monkeypatch.chdir(tmp_path)
+    assert load_config(config, ["training.init_from=runs/main"]).training.init_from == "runs/main"
+    config.write_text("training:\n  init_from: runs/main\n")  # written from the working directory
+    with pytest.raises(ConfigError, match="paths in a config are relative to its folder"):
+        load_config(config)

@@ -29,7 +29,12 @@ MAX_LINE = 299  # characters of the one line an error is: a message embedding a 
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse whose mistakes are one sentence (`encdec: error: ...`, exit 2) instead of a usage block."""
+    """argparse whose mistakes are one sentence (`encdec: error: ...`, exit 2) instead of a usage block, and
+    whose descriptions keep their lines (a subcommand's examples stay one to a line)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         command = self.prog.partition(" ")[2]

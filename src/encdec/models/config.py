@@ -19,6 +19,7 @@ CAUSAL_LMS = ("ar_encdec", "parallel_encdec", "decoder_only")
 FAMILY_DEFAULTS = {
     "scale_attention": {"encoder_decoder": False, **dict.fromkeys(CAUSAL_LMS, True)},
     "scale_output": {"encoder_decoder": True, **dict.fromkeys(CAUSAL_LMS, False)},
+    "init": {"encoder_decoder": "t5", **dict.fromkeys(CAUSAL_LMS, "normal"), "rnn_seq2seq": "normal"},
 }
 
 
@@ -79,9 +80,8 @@ class ModelConfig:
     moe_activation: Literal["relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"] = "gelu"
     aux_loss_coef: Annotated[float, Range(0)] = 0.001
     z_loss_coef: Annotated[float, Range(0)] = 0.001
-    init: Literal["t5", "normal"] = (
-        "t5"  # "t5": Hugging Face T5's scheme; "normal": N(0, 0.02), residual outputs scaled
-    )
+    init: Literal["t5", "normal"] | None = None  # "t5": HF T5's scheme; "normal": N(0, 0.02), residuals scaled;
+    # None: the family's (T5's for the encoder-decoder, nanoGPT's normal for the causal LMs and the RNN)
     pad_id: Count = 0
     eos_id: Count = 1
     decoder_start_id: Count = 0

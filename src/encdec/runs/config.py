@@ -41,7 +41,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
 METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf")
-PATH_KEYS = (("data", "train"), ("data", "validation"), ("tokenizer", "path"))  # files a config names
+PATH_KEYS = (("data", "train"), ("data", "validation"), ("tokenizer", "path"), ("training", "init_from"))  # files
 # The largest values a run config accepts: far beyond any real run, small enough that nothing
 # sized by them is allocated before its own memory estimate refuses it.
 MAX_STEPS = 10**9
@@ -278,7 +278,7 @@ def build_model_config(section: dict, vocab_size: int, pad_id: int, eos_id: int,
 def load_config(path: str | Path, overrides: list[str] = (), paths_from_file: bool = True) -> RunConfig:
     """Read a run config from YAML, apply `--set` overrides, and check it.
 
-    Relative data and tokenizer paths written in the file are relative to the file's folder (so a
+    Relative data, tokenizer and init_from paths written in the file are relative to the file's folder (so a
     config works from any directory) and become absolute; paths given with --set are relative to
     the current directory, as the shell's are. A config a run saved holds absolute paths already
     (older runs saved theirs relative to where they ran: `paths_from_file=False` keeps those)."""
@@ -309,6 +309,9 @@ def resolve_paths(values: dict, base: Path) -> None:
                 resolved.append(item)
                 continue
             full = os.path.normpath(os.path.abspath(base / item))
+            if (section, key) == ("training", "init_from") and not os.path.exists(full) and not os.path.exists(item):
+                resolved.append(item)  # no such directory either way: left as written for its own error
+                continue
             if not os.path.exists(full) and os.path.exists(item):
                 suggestion = os.path.relpath(os.path.abspath(item), os.path.abspath(base))
                 raise ConfigError(

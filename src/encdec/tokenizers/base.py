@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, DataError
 from encdec.safe_paths import write_atomic
 from encdec.schema import Range, value_of
 
@@ -122,13 +122,20 @@ class Tokenizer(abc.ABC):
         """The id of a special token by name (`"[R]"`, `"<pad>"`, ...), or None."""
         return self.specials.names.get(name)
 
-    def encode(self, texts: list[str], add_eos: bool = False, add_bos: bool = False) -> list[list[int]]:
-        """Token ids of each text, optionally framed by BOS/EOS.
+    def encode(
+        self, texts: str | list[str], add_eos: bool = False, add_bos: bool = False
+    ) -> list[int] | list[list[int]]:
+        """Token ids of each text, optionally framed by BOS/EOS; one string gives one list of ids.
 
         Special-token names inside text stay ordinary text, except for the `hf` kind
         (Hugging Face `tokenizers` always matches its added tokens).
         """
-        encoded = self._encode(list(texts))
+        if isinstance(texts, str):
+            return self.encode([texts], add_eos, add_bos)[0]
+        texts = list(texts)
+        if not all(isinstance(text, str) for text in texts):
+            raise DataError("encode takes a string or a list of strings")
+        encoded = self._encode(texts)
         head = [self.bos_id] if add_bos else []
         tail = [self.eos_id] if add_eos else []
         if head or tail:

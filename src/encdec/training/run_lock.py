@@ -95,19 +95,43 @@ def _holder(fd: int) -> str:
 def hold_run_dir(run: RunDir, info: distributed.DistInfo, resume: bool = False) -> Iterator[None]:
     """Around a whole training: rank 0 refuses a directory that is not a run of encdec's (before writing
     anything), locks it, checks its files, marks it as a run and recovers a lost `latest` pointer; every
-    rank raises its refusal."""
-    with ExitStack() as held:
-        refusal = None
-        if info.is_main:
-            try:
-                run.check_out()
-                held.enter_context(lock_run_dir(run))
-                run.check_files()
-                run.mark()
-                recover_latest(run, resume)
-            except EncdecError as error:
-                refusal = error
-        refusal = distributed.gather_objects(refusal, info)[0]  # rank 0's answer, on every rank
-        if refusal is not None:
-            raise refusal
-        yield
+    rank raises its refusal. A run that fails before it logs a step leaves no directory it made behind."""
+    made = info.is_main and not run.path.exists()
+    fresh = made or (info.is_main and run.path.is_dir() and not any(run.path.iterdir()))
+    try:
+        with ExitStack() as held:
+            refusal = None
+            if info.is_main:
+                try:
+                    run.check_out()
+                    held.enter_context(lock_run_dir(run))
+                    run.check_files()
+                    run.mark()
+                    recover_latest(run, resume)
+                except EncdecError as error:
+                    refusal = error
+            refusal = distributed.gather_objects(refusal, info)[0]  # rank 0's answer, on every rank
+            if refusal is not None:
+                raise refusal
+            yield
+    except BaseException:
+        if fresh:
+            remove_if_unused(run, made)
+        raise
+
+
+def remove_if_unused(run: RunDir, made: bool) -> None:
+    """Delete what starting wrote into a run directory that was empty (the lock, the marker, config.yaml, an
+    empty metrics.jsonl), and the directory where this process made it: a failed start leaves no empty run."""
+    if not run.path.is_dir() or run.path.is_symlink():
+        return
+    started = {".lock", ".encdec-run", "config.yaml", "metrics.jsonl"}
+    entries = list(run.path.iterdir())
+    if any(e.name not in started or not e.is_file() or e.is_symlink() for e in entries):
+        return
+    if (run.path / "metrics.jsonl").is_file() and (run.path / "metrics.jsonl").stat().st_size:
+        return
+    for entry in entries:
+        entry.unlink()
+    if made:
+        run.path.rmdir()
