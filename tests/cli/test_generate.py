@@ -2,6 +2,7 @@
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -154,3 +155,38 @@ def test_compile_generates_what_the_library_does(model_dir, tmp_path, capsys, mo
     default = capsys.readouterr().out
     assert main([*args, "--num-beams", "2", "--compile"]) == 0
     assert capsys.readouterr().out == default
+
+
+def test_generate_picks_a_run_checkpoint_and_equals_the_library_on_it(tmp_path, capsys):
+    """--checkpoint as evaluate takes it: best (default), latest or a step directory, each the model
+    encdec.from_pretrained(run, checkpoint) gives."""
+    import sys
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bad_inputs_kit import tiny
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            tiny(
+                training={**tiny()["training"], "steps": 4}, output={"save_interval": 2, "keep_last": 3, "plot": False}
+            )
+        )
+    )
+    run = tmp_path / "run"
+    assert main(["train", str(config), "--out", str(run)]) == 0
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text("Once upon a time\n")
+    capsys.readouterr()
+    outputs = {}
+    for checkpoint in ("step_00000002", "latest"):
+        assert main(["generate", str(run), "-i", str(inputs), "--checkpoint", checkpoint, "--max-new-tokens", "8"]) == 0
+        outputs[checkpoint] = capsys.readouterr().out
+        model = encdec.from_pretrained(run, checkpoint)
+        tokenizer = encdec.load_tokenizer(run)
+        ids = model.generate(torch.tensor([tokenizer.encode("Once upon a time")]), max_new_tokens=8)
+        assert outputs[checkpoint].strip() == tokenizer.decode(ids[0].tolist()).strip()
+    assert main(["generate", str(run), "-i", str(inputs), "--checkpoint", "step_99999999"]) == 2
+    assert "step_99999999" in capsys.readouterr().err

@@ -139,3 +139,12 @@ def test_encode_takes_one_string_as_one_text_not_as_its_characters():
     assert tok.encode("hi", add_eos=True) == tok.encode(["hi"], add_eos=True)[0]
     with pytest.raises(DataError, match="a string or a list of strings"):
         tok.encode([b"bytes"])
+
+
+def test_decode_takes_one_list_of_ids_as_one_text():
+    import torch
+
+    tok = build_tokenizer("byte", num_sentinels=0)
+    ids = tok.encode("hi there")
+    assert tok.decode(ids) == "hi there" == tok.decode([ids])[0] == tok.decode(torch.tensor(ids))
+    assert tok.decode([]) == []

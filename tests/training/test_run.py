@@ -52,6 +52,7 @@ def test_generate_and_evaluate_read_a_run_directory(tmp_path, tiny_config):
     final = [r for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "eval"][-1]
     assert abs(report["scores"]["val_loss"] - final["val_loss"]) < 1e-5  # the same batches the trainer scored
     assert len(report["samples"]) == 3 and "| rougeL |" in done.stdout
+    assert "loss over 1 validation batches of" in done.stdout and "--batches N for more" in done.stdout
     subprocess.run(
         [
             sys.executable,

@@ -97,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     scores.update(score_texts(generated.predictions, references, args.rot5_preprocessing))
     json_path, md_path = write_report(report_dir, scores, inputs, generated.predictions, references)
     print(md_path.read_text(), end="")
+    where = "--batches" if args.batches else "the run's evaluation.steps; --batches N for more"
+    print(f"loss over {cfg.evaluation.steps} validation batches of {cfg.training.batch_size} ({where})")
     rate = generated.new_tokens / generated.seconds
     print(f"generated {generated.new_tokens} tokens in {generated.seconds:.1f} s: {rate:.1f} tokens/s")
     print(f"written: {json_path}, {md_path}")

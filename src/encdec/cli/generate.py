@@ -62,6 +62,9 @@ def add_parser(subparsers) -> None:
         type=Path,
         help="a run directory of encdec train, or a Hugging Face model directory (T5, Marian, BART)",
     )
+    parser.add_argument(
+        "--checkpoint", default="best", help="a run's checkpoint: best (default), latest, or a step directory name"
+    )
     parser.add_argument("--input", "-i", default="-", help="a file with one input per line (default: stdin)")
     parser.add_argument("--output", "-o", default="-", help="where to write outputs (default: stdout)")
     parser.add_argument("--format", choices=("text", "jsonl"), default="text", help="one line or one record per input")
@@ -196,7 +199,7 @@ def stream_printer(tokenizer, stream):
 
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
-    opened = open_model(args.model_dir, max_source_len=args.max_source_len)
+    opened = open_model(args.model_dir, args.checkpoint, max_source_len=args.max_source_len)
     tokenizer = opened.text  # a Hugging Face directory without tokenizer files is refused before any work
     model = opened.model.to(device)
     if args.quantize:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import json
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -142,8 +143,11 @@ class Tokenizer(abc.ABC):
             encoded = [head + ids + tail for ids in encoded]
         return encoded
 
-    def decode(self, ids: list[list[int]], skip_special: bool = True) -> list[str]:
-        """Text of each id list; with skip_special=False specials are written by name."""
+    def decode(self, ids: list[list[int]] | list[int], skip_special: bool = True) -> list[str] | str:
+        """Text of each id list; one list of ids (as `encode` gives for one string) gives one text. With
+        skip_special=False specials are written by name."""
+        if len(ids) and (isinstance(ids[0], numbers.Integral) or getattr(ids[0], "ndim", None) == 0):
+            return self.decode([ids], skip_special)[0]
         return [self._decode_one([int(i) for i in row], skip_special) for row in ids]
 
     def _decode_one(self, ids: list[int], skip_special: bool) -> str:
