@@ -170,7 +170,10 @@ def _iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
 
 
 def _field(record: dict, name: str, path: str | Path, number: int) -> str:
+    """Field `name` of a JSON record: a string, or a list of strings (sentences) joined with spaces."""
     value = record.get(name)
+    if isinstance(value, list) and value and all(isinstance(part, str) for part in value):
+        value = " ".join(part.strip() for part in value)
     if not isinstance(value, str):
         problem = "has no field" if value is None else "has a non-text field"
         raise DataError(f"{path} line {number} {problem} {name!r}")
