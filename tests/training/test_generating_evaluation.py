@@ -64,7 +64,7 @@ def test_the_best_checkpoint_is_chosen_by_the_metric_when_asked(tmp_path, shared
         == 0
     )
     records = evals(tmp_path / "run")
-    best = max(records, key=lambda r: (r["val_chrf"], -r["step"]))  # the first of the highest
+    best = max(records, key=lambda r: (r["val_chrf"], r["step"]))  # the last of the highest: trained longest
     assert RunDir(tmp_path / "run").pointer("best") == f"step_{best['step']:08d}"
 
 

@@ -129,3 +129,13 @@ def test_generate_and_evaluate_quantize_a_run_to_int8(tmp_path, tiny_config):
     int8_loss = json.loads((run / "eval" / "eval.json").read_text())["scores"]["val_loss"]
     assert int8_loss != fp32_loss and abs(int8_loss - fp32_loss) < 0.05 * fp32_loss
     assert "tokens/s" in int8.stdout and "tokens/s" in fp32.stdout
+
+
+def test_a_tie_in_the_score_makes_the_later_checkpoint_best_without_resetting_patience():
+    from encdec.training.trainer import compare_to_best
+
+    assert compare_to_best(0.5, None) == (True, True)
+    assert compare_to_best(0.4, 0.5) == (True, True)
+    assert compare_to_best(0.5, 0.5) == (True, False)  # the later checkpoint, trained longer, is kept as best
+    assert compare_to_best(0.6, 0.5) == (False, False)
+    assert compare_to_best(None, 0.5) == (False, False)

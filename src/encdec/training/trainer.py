@@ -179,9 +179,9 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
             log.info("step %d: train %.4f, validation %.4f", state.step, last_eval["train_loss"], last_eval["val_loss"])
         if save_now:
             score = best_by_score(last_eval, cfg) if last_eval is not None else None
-            is_best = score is not None and (state.best_val is None or score < state.best_val)
+            is_best, improved = compare_to_best(score, state.best_val)
             if evaluate_now:
-                state.evals_since_best = 0 if is_best else state.evals_since_best + 1
+                state.evals_since_best = 0 if improved else state.evals_since_best + 1
             if evaluate_now and is_best:
                 state.best_val = score
             state.elapsed = losses.elapsed()
@@ -202,6 +202,16 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
     bar.close()
     t.metrics.close()
     return _finish(t, last_eval, stop, early_stopped)
+
+
+def compare_to_best(score: float | None, best: float | None) -> tuple[bool, bool]:
+    """(the new checkpoint becomes `best`, it improved on the best score): on a tie the later checkpoint,
+    trained longer, becomes best, without counting as an improvement for early stopping."""
+    if score is None:
+        return False, False
+    if best is None:
+        return True, True
+    return score <= best, score < best
 
 
 def _finish(t: Training, last_eval: dict | None, stop: StopRequest, early_stopped: bool) -> TrainResult:
