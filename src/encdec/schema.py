@@ -41,7 +41,19 @@ MAX_DEPTH = 32  # nesting of a config or run file: the deepest real one is 4
 MAX_INT = 2**62  # no count encdec reads comes near; a larger one is a mistake or an attack
 MAX_FILE_BYTES = 1 << 20  # configs and run files are a page or two; anything near this is a mistake
 
-__all__ = ["Length", "Range", "Satisfies", "argument_type", "check", "load_json", "load_yaml", "read", "short"]
+__all__ = [
+    "Count",
+    "Length",
+    "Positive",
+    "Range",
+    "Satisfies",
+    "argument_type",
+    "check",
+    "load_json",
+    "load_yaml",
+    "read",
+    "short",
+]
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,10 @@ class Range:
                 return "positive" if self.above else "zero or more"
             return f"{'more than' if self.above else 'at least'} {lo:g}"
         return f"{'below' if self.below else 'at most'} {hi:,}"
+
+
+Count = Annotated[int, Range(0)]  # the integers most fields are: a count, a step, an id (and at most MAX_INT)
+Positive = Annotated[int, Range(1)]
 
 
 @dataclass(frozen=True)

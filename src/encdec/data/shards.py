@@ -29,7 +29,6 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 import numpy as np
 
@@ -38,7 +37,7 @@ from encdec.data.documents import Documents, token_dtype
 from encdec.data.reading import require_regular_file
 from encdec.errors import ConfigError, DataError
 from encdec.safe_paths import atomic_path, check_not_symlink, inside, new_file_beside, plain_name, write_atomic
-from encdec.schema import Range, load_json, read, short
+from encdec.schema import Count, load_json, read, short
 from encdec.tokenizers import Tokenizer, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -270,7 +269,7 @@ class ShardManifest:
 
     version: int
     fields: list[str]
-    splits: dict[str, dict[str, dict[str, Annotated[int, Range(0)]]]]  # documents and tokens of each split, field
+    splits: dict[str, dict[str, dict[str, Count]]]  # documents and tokens of each split, field
     inputs: dict  # what the shards were made from (compared whole); its dtype is read
 
     def __post_init__(self):

@@ -13,7 +13,7 @@ from typing import Annotated
 import torch
 
 from encdec.errors import ConfigError
-from encdec.schema import Range, Satisfies, check
+from encdec.schema import Count, Range, Satisfies, check
 
 # The largest values generation takes, far beyond any real use and small enough that the memory estimate
 # (generation/memory.py) is computed before anything sized by them is allocated.
@@ -48,7 +48,7 @@ def valid_early_stopping(value) -> bool:
 
 
 TOKEN_LIST = "None or a list of token ids (integers >= 0)"
-TokenId = Annotated[int, Range(0)]
+TokenId = Count
 Beams = Annotated[int, Range(1, MAX_BEAMS)]
 
 

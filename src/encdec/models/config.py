@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from encdec.errors import ConfigError, refuse_unknown_keys
 from encdec.models.research_config import ResearchOptions
-from encdec.schema import Range, check
+from encdec.schema import Count, Positive, Range, check
 
 # Settings whose default depends on the family: None takes the family's value (T5's for the
 # encoder-decoder, nanoGPT's for the causal LMs); a family without an entry does not use the setting.
@@ -30,8 +30,6 @@ MAX_EXPERTS = 4096  # Switch-C has 2048; each expert is its own modules in every
 # a model missing a stack. Counts of modules are bounded here (a million layers of width 16 would take
 # minutes to build); how many parameters a model may have is the memory estimate's to say
 # (models/memory.py), against what the device has free.
-Positive = Annotated[int, Range(1)]
-Count = Annotated[int, Range(0)]
 Layers = Annotated[int, Range(1, MAX_LAYERS)]
 
 

@@ -33,7 +33,7 @@ from encdec.data.objectives.factory import PACKABLE
 from encdec.errors import ConfigError, suggestion
 from encdec.models import ModelConfig, check_fields, preset, preset_names
 from encdec.safe_paths import write_atomic
-from encdec.schema import MAX_FILE_BYTES, Length, Range, check, load_yaml, read, short, value_of
+from encdec.schema import MAX_FILE_BYTES, Count, Length, Positive, Range, check, load_yaml, read, short, value_of
 from encdec.tokenizers import KINDS as TOKENIZER_KINDS
 from encdec.tokenizers.base import MAX_SENTINELS, MAX_VOCAB
 
@@ -76,8 +76,6 @@ class Template:
                 raise ConfigError(f"{key} may contain only {{{self.field}}}, got {short(shown)}")
 
 
-Positive = Annotated[int, Range(1)]  # every integer is also at most schema.MAX_INT
-Count = Annotated[int, Range(0)]
 Length_ = Annotated[int, Range(1, MAX_LENGTH)]
 Fraction = Annotated[float, Range(0, 1)]
 Probability = Annotated[float, Range(0, 1, below=True)]

@@ -15,18 +15,16 @@ import torch
 
 from encdec.data.objectives.base import DataPosition
 from encdec.errors import CheckpointError, ConfigError
+from encdec.runs.config import MAX_STEPS
 from encdec.runs.run_dir import CheckpointDir
-from encdec.schema import Range, read
-
-MAX_STEP = 10**9  # as training.steps allows
-Count = Annotated[int, Range(0)]
+from encdec.schema import Count, Positive, Range, read
 
 
 @dataclass
 class TrainState:
     """Run-time state saved in checkpoints (never in the config)."""
 
-    step: Annotated[int, Range(0, MAX_STEP)] = 0
+    step: Annotated[int, Range(0, MAX_STEPS)] = 0
     tokens: Count = 0
     elapsed: Annotated[float, Range(0)] = 0.0  # seconds of training, summed over resumes
     best_val: float | None = None  # the best score of output.best_by (val_loss, or minus the metric)
@@ -40,7 +38,7 @@ class LossScale:
     scale: Annotated[float, Range(0, above=True)]
     growth_factor: Annotated[float, Range(1, above=True)]
     backoff_factor: Annotated[float, Range(0, 1, above=True, below=True)]
-    growth_interval: Annotated[int, Range(1)]
+    growth_interval: Positive
     _growth_tracker: Count
 
 

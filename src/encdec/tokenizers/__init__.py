@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from encdec.errors import ConfigError, DataError
 from encdec.safe_paths import inside
-from encdec.schema import Range, load_json, read, short
+from encdec.schema import Count, Range, load_json, read, short
 from encdec.tokenizers.base import (
     MANIFEST_NAME,
     MAX_SENTINELS,
@@ -83,7 +83,7 @@ class TokenizerManifest:
     eos_token: str | None = None
     bos_token: str | None = None
     encoding_name: str = "gpt2"  # tiktoken
-    decoder_start_id: Annotated[int, Range(0)] | None = None  # pretrained
+    decoder_start_id: Count | None = None  # pretrained
 
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:

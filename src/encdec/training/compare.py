@@ -32,7 +32,7 @@ from encdec.errors import ConfigError, EncdecError
 from encdec.runs.config import RunConfig, load_config, read_yaml
 from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import plain_name, refuse_unsafe_output, write_atomic
-from encdec.schema import Range, load_json, read, short
+from encdec.schema import Count, Range, load_json, read, short
 from encdec.training.metrics import plot_curves, read_metrics
 from encdec.training.same_run import SAFE, resumed_config
 from encdec.training.trainer import TrainResult, train
@@ -186,11 +186,11 @@ def set_aside_if_changed(run_dir: Path, cfg: RunConfig) -> Path | None:
 class SummaryFile:
     """A finished run's summary.json, as the trainer writes it (TrainResult without its history)."""
 
-    steps: Annotated[int, Range(0)]
+    steps: Count
     train_loss: float | None
     val_loss: float | None
-    parameters: Annotated[int, Range(0)]
-    parameters_without_positions: Annotated[int, Range(0)]
+    parameters: Count
+    parameters_without_positions: Count
     wall_time: Annotated[float, Range(0)]
     tokens_per_s: Annotated[float, Range(0)]
     interrupted: bool = False

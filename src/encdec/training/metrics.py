@@ -16,11 +16,10 @@ import logging
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 from encdec.errors import ConfigError
 from encdec.safe_paths import atomic_path, check_not_symlink, open_replacing
-from encdec.schema import Range, value_of
+from encdec.schema import Count, value_of
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +75,7 @@ class RecordKeys:
     """The keys every metrics.jsonl record carries; its figures (loss, lr, val_loss, rougeL, ...) vary by kind."""
 
     kind: str
-    step: Annotated[int, Range(0)]
+    step: Count
 
 
 def read_metrics(path: Path) -> list[dict]:

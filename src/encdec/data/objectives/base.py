@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated
 
 import numpy as np
 
 from encdec.data.batch import Batch
 from encdec.errors import ConfigError, DataError
-from encdec.schema import Range, read
+from encdec.schema import Count, read
 
 
 @dataclass
@@ -25,9 +24,9 @@ class DataPosition:
     """An objective's `state_dict`, as a checkpoint's state.json holds it."""
 
     objective: str
-    seed: Annotated[int, Range(0)]
-    epoch: Annotated[int, Range(0)]
-    step: Annotated[int, Range(0)]
+    seed: Count
+    epoch: Count
+    step: Count
 
 
 class Objective:
