@@ -139,6 +139,35 @@ def test_every_shipped_config_mutated_is_read_or_refused_in_one_sentence(config,
     ends_well(lambda: load_config(path))
 
 
+def file_schemas() -> list[type]:
+    """The declared schemas of the files encdec reads back, beside the config's (fuzzed field by field above)."""
+    from encdec.data.objectives.base import DataPosition
+    from encdec.data.shards import ShardManifest
+    from encdec.runs.state import LossScale, SavedState, TrainState
+    from encdec.tokenizers import TokenizerManifest
+    from encdec.training.compare import ExperimentFile, SummaryFile
+
+    return [
+        DataPosition,
+        ShardManifest,
+        LossScale,
+        SavedState,
+        TrainState,
+        TokenizerManifest,
+        ExperimentFile,
+        SummaryFile,
+    ]
+
+
+@pytest.mark.parametrize("schema", file_schemas(), ids=lambda cls: cls.__name__)
+@FUZZ
+@given(data=st.data())
+def test_every_file_schema_given_any_fields_is_read_or_refused_in_one_sentence(schema, data):
+    names = [f.name for f in dataclasses.fields(schema)] + ["unknown", "1"]
+    keys = data.draw(st.lists(st.sampled_from(names), unique=True, max_size=len(names)))
+    ends_well(lambda: read(schema, {key: data.draw(anything) for key in keys}))
+
+
 GOOD_STATE = {
     "train": {"step": 1, "tokens": 10, "elapsed": 0.5, "best_val": 3.0, "evals_since_best": 0},
     "data": {"objective": "ul2", "seed": 7, "epoch": 0, "step": 1},
