@@ -15,6 +15,7 @@ from encdec.tokenizers import build_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
+BART = {"position": "learned", "position_offset": 2, "embedding_norm": True, "activation": "gelu"}
 MODELS = {  # name -> (preset, overrides, the Hugging Face class it exports as)
     "t5-v1.0": ("t5-tiny", {}, "T5ForConditionalGeneration"),
     "t5-v1.1": ("t5-v1.1-tiny", {"n_decoder_layers": 1}, "T5ForConditionalGeneration"),
@@ -30,17 +31,18 @@ MODELS = {  # name -> (preset, overrides, the Hugging Face class it exports as)
         {"sinusoidal_layout": "halves", "activation": "silu", "tie_embeddings": False, "final_logits_bias": True},
         "MarianMTModel",
     ),
-    "bart": (
+    "pre-norm-transformer-as-pegasus": (
         "transformer-tiny",
-        {
-            "position": "learned",
-            "position_offset": 2,
-            "embedding_norm": True,
-            "activation": "gelu",
-            "scale_embeddings": False,
-        },
-        "BartForConditionalGeneration",
+        {"norm_position": "pre"},
+        "PegasusForConditionalGeneration",
     ),
+    "pegasus-untied-gelu": (
+        "transformer-tiny",
+        {"norm_position": "pre", "sinusoidal_layout": "halves", "activation": "gelu", "tie_embeddings": False},
+        "PegasusForConditionalGeneration",
+    ),
+    "bart": ("transformer-tiny", BART, "BartForConditionalGeneration"),
+    "mbart": ("transformer-tiny", {**BART, "norm_position": "pre"}, "MBartForConditionalGeneration"),
 }
 
 
@@ -201,9 +203,11 @@ REFUSED = {  # preset, overrides -> the sentence's telling part
     "renormalised": ("t5-tiny", {"n_experts": 4, "moe_renormalize": True}, "moe_renormalize must be false"),
     "gated-experts": ("t5-tiny", {"n_experts": 4, "moe_activation": "swiglu"}, "moe_activation must be one of"),
     "gqa-t5": ("t5-tiny", {"n_kv_heads": 2}, "T5: n_kv_heads must equal n_heads"),
-    "pre-norm-transformer": ("transformer-tiny", {"norm_position": "pre"}, "Marian: norm_position must be post"),
+    "rmsnorm-transformer": ("transformer-tiny", {"norm": "rmsnorm"}, "Marian: norm must be layernorm"),
     "learned-without-norm": ("transformer-tiny", {"position": "learned"}, "BART: embedding_norm must be true"),
     "gated-transformer": ("transformer-tiny", {"activation": "swiglu"}, "Marian: activation must be one of"),
+    "gated-pre-norm": ("transformer-tiny", {"activation": "swiglu", "norm_position": "pre"}, "Pegasus: activation"),
+    "pre-norm-without-norm": ("transformer-tiny", {"position": "learned", "norm_position": "pre"}, "mBART: embedding"),
 }
 
 
@@ -216,8 +220,9 @@ def test_a_model_hugging_face_cannot_express_is_refused_in_one_sentence_before_w
         export_hf(model, tokenizer, tmp_path / "out")
     assert "\n" not in str(error.value)
     assert not (tmp_path / "out").exists()
-    if name in ("rot5", "ar_encdec", "rnn"):
-        assert "encdec.from_pretrained(RUN_DIR) loads it" in str(error.value)
+    assert "encdec.from_pretrained(RUN_DIR) loads it" in str(error.value)
+    if "transformer" in name or "norm" in name:  # and says what would export
+        assert "the transformer, t5 and t5-v1.1 presets export as they are" in str(error.value)
 
 
 def test_a_non_empty_out_is_refused_unless_forced(tmp_path):

@@ -1,4 +1,4 @@
-"""Our Marian and BART equal Hugging Face's on the same random weights: logits and generate()."""
+"""Our Marian, Pegasus, BART and mBART equal Hugging Face's on the same random weights: logits and generate()."""
 
 import pytest
 import torch
@@ -33,6 +33,10 @@ MODELS = {
     ),
     "marian-gelu": lambda: transformers.MarianMTModel(
         transformers.MarianConfig(vocab_size=101, pad_token_id=100, decoder_start_token_id=100, eos_token_id=0, **SHAPE)
+    ),
+    # Pegasus: Marian's positions, pre-norm with a LayerNorm closing each stack
+    "pegasus": lambda: transformers.PegasusForConditionalGeneration(
+        transformers.PegasusConfig(vocab_size=103, scale_embedding=True, activation_function="relu", **SHAPE)
     ),
     "bart": lambda: transformers.BartForConditionalGeneration(transformers.BartConfig(vocab_size=99, **SHAPE)),
     # mBART: pre-norm with a LayerNorm closing each stack, scaled embeddings

@@ -3,7 +3,8 @@
 Writes the run's best checkpoint (or --checkpoint) with its tokenizer and generation
 defaults where transformers' AutoModelForSeq2SeqLM and AutoTokenizer load them: T5
 (v1.0, v1.1), SwitchTransformers (T5 with experts), Marian (the canonical
-Transformer) or BART, whichever computes the same logits. A model none of them can
+Transformer), Pegasus (the pre-norm Transformer), BART or mBART, whichever computes
+the same logits. A model none of them can
 express (ROT5's RoPE, the research families, the RNN) is refused in one sentence.
 """
 

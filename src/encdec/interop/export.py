@@ -4,14 +4,15 @@ Each encoder-decoder layout goes to the Hugging Face class that computes the sam
     relative bias, dense feed-forward    T5ForConditionalGeneration (v1.0 tied and scaled, v1.1 untied)
     relative bias, mixture of experts    SwitchTransformersForConditionalGeneration (top-1, raw gates)
     sinusoidal positions, post-norm      MarianMTModel (the canonical Transformer, dimensions reordered)
-    learned positions, embedding norm    BartForConditionalGeneration
+    sinusoidal positions, pre-norm       PegasusForConditionalGeneration (likewise)
+    learned positions, embedding norm    BartForConditionalGeneration (post-norm), MBartForConditionalGeneration (pre)
 RoPE (ROT5), the research families and the RNN have no Hugging Face counterpart and are
 refused; `encdec.from_pretrained(RUN_DIR)` loads them. Every check runs before a file is written.
 The output directory must be new, empty or (with force) an earlier export: a directory holding
 anything else is refused, and every file is written anew and renamed into place, so a link
 planted there is replaced rather than written through.
 
-    out/config.json, model.safetensors   the model (hf_t5, hf_switch, hf_marian, hf_bart)
+    out/config.json, model.safetensors   the model (hf_t5, hf_switch, hf_marian, hf_pegasus, hf_bart)
     out/generation_config.json           decoder start, EOS, pad and the run's generation defaults
     out/tokenizer.json, tokenizer_config.json   the tokenizer (hf_tokenizer)
 """
@@ -23,8 +24,9 @@ from torch import nn
 
 from encdec.errors import ConfigError
 from encdec.interop.generation_config import write_generation_config
-from encdec.interop.hf_bart import check_bart_compatible, save_hf_bart
+from encdec.interop.hf_bart import check_bart_compatible, check_mbart_compatible, save_hf_bart, save_hf_mbart
 from encdec.interop.hf_marian import check_marian_compatible, save_hf_marian
+from encdec.interop.hf_pegasus import check_pegasus_compatible, save_hf_pegasus
 from encdec.interop.hf_switch import check_switch_compatible, save_hf_switch
 from encdec.interop.hf_t5 import check_t5_compatible, save_hf_t5
 from encdec.interop.hf_tokenizer import convert_tokenizer
@@ -39,8 +41,18 @@ LAYOUTS = {
     "t5": (check_t5_compatible, save_hf_t5, "T5ForConditionalGeneration"),
     "switch_transformers": (check_switch_compatible, save_hf_switch, "SwitchTransformersForConditionalGeneration"),
     "marian": (check_marian_compatible, save_hf_marian, "MarianMTModel"),
+    "pegasus": (check_pegasus_compatible, save_hf_pegasus, "PegasusForConditionalGeneration"),
     "bart": (check_bart_compatible, save_hf_bart, "BartForConditionalGeneration"),
+    "mbart": (check_mbart_compatible, save_hf_mbart, "MBartForConditionalGeneration"),
 }
+# (position, norm_position) -> the layout of that family; relative positions choose by their experts
+BART_FAMILY = {
+    ("sinusoidal", "post"): "marian",
+    ("sinusoidal", "pre"): "pegasus",
+    ("learned", "post"): "bart",
+    ("learned", "pre"): "mbart",
+}
+EXPORTABLE = "the transformer, t5 and t5-v1.1 presets export as they are, with norm_position pre or post"
 # files an earlier export or checkpoint may have left that transformers would read instead of, or beside, ours
 STALE_FILES = (
     "special_tokens_map.json",
@@ -100,8 +112,11 @@ def hf_layout(cfg: ModelConfig) -> str:
     if cfg.position == "relative":
         layout = "switch_transformers" if cfg.n_experts > 1 else "t5"
     else:
-        layout = "marian" if cfg.position == "sinusoidal" else "bart"
-    LAYOUTS[layout][0](cfg)
+        layout = BART_FAMILY[cfg.position, cfg.norm_position]
+    try:
+        LAYOUTS[layout][0](cfg)
+    except ConfigError as error:
+        raise ConfigError(f"{error} ({EXPORTABLE}); {LOAD_HINT}") from None
     return layout
 
 

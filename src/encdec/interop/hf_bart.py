@@ -3,8 +3,10 @@
 BART (Lewis et al. 2020) is the post-norm Transformer with biases, exact GELU,
 learned positions looked up at p + 2, a LayerNorm after the embeddings of each
 stack (`layernorm_embedding`), a tied head and a fixed `final_logits_bias`.
-Marian differs only in its positions and activation (see hf_marian.py), so the
-weight names and most of the config mapping live here, both ways. transformers is not needed.
+mBART is the same made pre-norm, with a LayerNorm closing each stack. Marian and
+Pegasus differ in their positions and activation (see hf_marian.py, hf_pegasus.py),
+so the weight names and most of the config mapping live here, both ways.
+transformers is not needed.
 """
 
 import re
@@ -119,12 +121,12 @@ def load_hf_mbart(path: Path, hf_config: dict) -> EncoderDecoder:
 OUR_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "silu": "swish", "gelu_tanh": "gelu_new"}
 
 
-def bart_layout_problems(cfg: ModelConfig) -> list[str]:
-    """What keeps `cfg` from the post-norm layout BART and Marian share, positions aside."""
+def bart_layout_problems(cfg: ModelConfig, norm_position: str) -> list[str]:
+    """What keeps `cfg` from the layout BART, mBART, Marian and Pegasus share, positions and norm placement aside."""
     problems = {
         "norm must be layernorm": cfg.norm != "layernorm",
         "norm_eps must be 1e-05": cfg.norm_eps != 1e-5,
-        "norm_position must be post": cfg.norm_position != "post",
+        f"norm_position must be {norm_position}": cfg.norm_position != norm_position,
         "bias must be true": not cfg.bias,
         "scale_attention must be true": not cfg.scale_attention,
         f"activation must be one of {', '.join(OUR_ACTIVATIONS)}, got {cfg.activation}": cfg.activation
@@ -180,21 +182,29 @@ def bart_layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dic
     return weights
 
 
-def check_bart_layout(cfg: ModelConfig, family: str, embeddings: dict[str, bool]) -> None:
+def check_bart_layout(cfg: ModelConfig, family: str, embeddings: dict[str, bool], norm_position: str = "post") -> None:
     """Raise ConfigError naming the first setting `family` cannot express: of its own embedding checks
-    (positions, embedding norm), then of the layout BART and Marian share."""
-    problems = [text for text, bad in embeddings.items() if bad] + bart_layout_problems(cfg)
+    (positions, embedding norm), then of the layout the BART family shares."""
+    problems = [text for text, bad in embeddings.items() if bad] + bart_layout_problems(cfg, norm_position)
     if problems:
         raise ConfigError(f"this model cannot be saved as Hugging Face {family}: {problems[0]}")
 
 
-def check_bart_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError naming the first setting BART's layout does not have."""
-    embeddings = {
+def learned_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
+    return {
         "position must be learned": cfg.position != "learned",
         "embedding_norm must be true": not cfg.embedding_norm,
     }
-    check_bart_layout(cfg, "BART", embeddings)
+
+
+def check_bart_compatible(cfg: ModelConfig) -> None:
+    """Raise ConfigError naming the first setting BART's layout does not have."""
+    check_bart_layout(cfg, "BART", learned_embedding_problems(cfg))
+
+
+def check_mbart_compatible(cfg: ModelConfig) -> None:
+    """Raise ConfigError naming the first setting mBART's (BART's, pre-norm) layout does not have."""
+    check_bart_layout(cfg, "mBART", learned_embedding_problems(cfg), norm_position="pre")
 
 
 def save_hf_bart(model: EncoderDecoder, path: Path) -> None:
@@ -202,4 +212,17 @@ def save_hf_bart(model: EncoderDecoder, path: Path) -> None:
     cfg = model.config
     check_bart_compatible(cfg)
     hf_config = {"architectures": ["BartForConditionalGeneration"], "model_type": "bart", **bart_layout_hf_config(cfg)}
+    write_hf_directory(path, bart_layout_weights(model.state_dict(), cfg), hf_config)
+
+
+def save_hf_mbart(model: EncoderDecoder, path: Path) -> None:
+    """Write a pre-norm model with learned positions and an embedding norm as MBartForConditionalGeneration
+    (its final_norm is mBART's closing layer_norm of each stack)."""
+    cfg = model.config
+    check_mbart_compatible(cfg)
+    hf_config = {
+        "architectures": ["MBartForConditionalGeneration"],
+        "model_type": "mbart",
+        **bart_layout_hf_config(cfg),
+    }
     write_hf_directory(path, bart_layout_weights(model.state_dict(), cfg), hf_config)

@@ -63,22 +63,30 @@ def permute_model_dim(state: dict[str, torch.Tensor], order: torch.Tensor) -> di
     return permuted
 
 
-def check_marian_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError naming the first setting Marian's layout does not have."""
-    embeddings = {
+def sinusoidal_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
+    return {
         "position must be sinusoidal": cfg.position != "sinusoidal",
         "embedding_norm must be false": cfg.embedding_norm,
     }
-    check_bart_layout(cfg, "Marian", embeddings)
+
+
+def check_marian_compatible(cfg: ModelConfig) -> None:
+    """Raise ConfigError naming the first setting Marian's layout does not have."""
+    check_bart_layout(cfg, "Marian", sinusoidal_embedding_problems(cfg))
+
+
+def sinusoidal_weights(model: EncoderDecoder) -> dict[str, torch.Tensor]:
+    """A model with sinusoidal positions (either layout) as BART-layout weights, its dimensions sines first."""
+    cfg, state = model.config, model.state_dict()
+    if cfg.sinusoidal_layout == "interleaved":
+        state = permute_model_dim(state, halves_order(cfg.d_model))
+    return bart_layout_weights(state, cfg)
 
 
 def save_hf_marian(model: EncoderDecoder, path: Path) -> None:
     """Write a post-norm model with sinusoidal positions (either layout) as MarianMTModel."""
     cfg = model.config
     check_marian_compatible(cfg)
-    state = model.state_dict()
-    if cfg.sinusoidal_layout == "interleaved":
-        state = permute_model_dim(state, halves_order(cfg.d_model))
     hf_config = {
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
@@ -86,4 +94,4 @@ def save_hf_marian(model: EncoderDecoder, path: Path) -> None:
         "decoder_vocab_size": cfg.vocab_size,
         "share_encoder_decoder_embeddings": True,
     }
-    write_hf_directory(path, bart_layout_weights(state, cfg), hf_config)
+    write_hf_directory(path, sinusoidal_weights(model), hf_config)

@@ -1,4 +1,4 @@
-"""A local Hugging Face model directory (T5, SwitchTransformers, Marian, BART) read into an encdec model."""
+"""A local Hugging Face model directory (T5, SwitchTransformers, Marian, Pegasus, BART, mBART) read into an encdec model."""
 
 import re
 from pathlib import Path
@@ -9,6 +9,7 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.generation_config import checked_defaults, read_generation_defaults
 from encdec.interop.hf_bart import load_hf_bart, load_hf_mbart
 from encdec.interop.hf_marian import load_hf_marian
+from encdec.interop.hf_pegasus import load_hf_pegasus
 from encdec.interop.hf_switch import load_hf_switch
 from encdec.interop.hf_t5 import load_hf_t5
 from encdec.schema import load_json, short
@@ -17,6 +18,7 @@ from encdec.schema import load_json, short
 LOADERS = {
     "t5": load_hf_t5,
     "marian": load_hf_marian,
+    "pegasus": load_hf_pegasus,
     "bart": load_hf_bart,
     "mbart": load_hf_mbart,
     "switch_transformers": load_hf_switch,
@@ -50,6 +52,7 @@ HF_KEYS = {
     "bart": BART_KEYS | IDS,
     "mbart": BART_KEYS | IDS,
     "marian": BART_KEYS | IDS,
+    "pegasus": BART_KEYS | IDS,
 }
 
 
@@ -59,7 +62,7 @@ def is_hf_dir(path: Path) -> bool:
 
 
 def load_hf(path: str | Path) -> nn.Module:
-    """Load a local Hugging Face model directory (T5, SwitchTransformers, Marian or BART) into encdec.
+    """Load a local Hugging Face model directory (T5, SwitchTransformers, Marian, Pegasus, BART or mBART) into encdec.
 
     The checkpoint's generation settings (beams, forced EOS, banned tokens, lengths)
     become `model.generation_defaults`, which `encdec.generate` starts from.

@@ -1,0 +1,39 @@
+"""Hugging Face Pegasus checkpoints <-> encdec's pre-norm encoder-decoder with sinusoidal positions.
+
+Pegasus (Zhang et al. 2020) is Marian's layout (hf_marian.py: sines in the first half of
+each position vector, no embedding LayerNorm) made pre-norm, with a LayerNorm closing
+each stack: the pre-norm Transformer (`norm_position: pre`) exactly, so that is how it
+leaves encdec. Its defaults: pad 0 (also the decoder start), EOS 1.
+"""
+
+from pathlib import Path
+
+from encdec.interop.hf_bart import bart_layout_config, bart_layout_hf_config, check_bart_layout, load_bart_layout
+from encdec.interop.hf_marian import sinusoidal_embedding_problems, sinusoidal_weights
+from encdec.interop.hf_t5 import write_hf_directory
+from encdec.models import EncoderDecoder, ModelConfig
+
+
+def pegasus_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
+    hf = {"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0, **hf}
+    return bart_layout_config(hf, untied_head, position="sinusoidal", sinusoidal_layout="halves", norm_position="pre")
+
+
+def load_hf_pegasus(path: Path, hf_config: dict) -> EncoderDecoder:
+    return load_bart_layout(path, pegasus_config_from_hf, hf_config)
+
+
+def check_pegasus_compatible(cfg: ModelConfig) -> None:
+    """Raise ConfigError naming the first setting Pegasus's layout does not have."""
+    check_bart_layout(cfg, "Pegasus", sinusoidal_embedding_problems(cfg), norm_position="pre")
+
+
+def save_hf_pegasus(model: EncoderDecoder, path: Path) -> None:
+    """Write a pre-norm model with sinusoidal positions (either layout) as PegasusForConditionalGeneration."""
+    check_pegasus_compatible(model.config)
+    hf_config = {
+        "architectures": ["PegasusForConditionalGeneration"],
+        "model_type": "pegasus",
+        **bart_layout_hf_config(model.config),
+    }
+    write_hf_directory(path, sinusoidal_weights(model), hf_config)
