@@ -238,3 +238,26 @@ def test_a_step_against_a_filled_static_cache_equals_uncached_cross_attention(
         want = attn(x, expanded, mask=mask.repeat_interleave(groups, 0))
     assert calls == [(2, 4, groups, 8)]
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("learned_bias", [False, True])
+def test_recomputing_large_scores_in_the_backward_changes_no_value_gradient_or_random_draw(monkeypatch, learned_bias):
+    """Scores past RECOMPUTE_SCORES are recomputed in the backward with the same dropout mask: the output,
+    every gradient and the generator's state after the step equal keeping them, bit for bit."""
+    import encdec.modules.attention as attention
+
+    def step(threshold):
+        monkeypatch.setattr(attention, "RECOMPUTE_SCORES", threshold)
+        torch.manual_seed(0)
+        attn = Attention(d_model=32, n_heads=4, n_kv_heads=2, dropout=0.3).train()
+        x = torch.randn(3, 9, 32, requires_grad=True)
+        bias = torch.randn(1, 4, 9, 9, requires_grad=learned_bias)
+        out = attn(x, mask=additive_mask(causal_mask(9, 9), bias, torch.float32))
+        out.square().sum().backward()
+        grads = [x.grad, attn.q.weight.grad, attn.v.weight.grad] + ([bias.grad] if learned_bias else [])
+        return out, grads, torch.rand(4)
+
+    kept, recomputed = step(1 << 40), step(1)
+    assert torch.equal(kept[0], recomputed[0])
+    assert all(torch.equal(a, b) for a, b in zip(kept[1], recomputed[1]))
+    assert torch.equal(kept[2], recomputed[2])  # the recomputation drew nothing from the generator's stream
