@@ -21,3 +21,31 @@ def test_each_input_round_trips_through_the_fits(given):
 def test_exactly_one_value_is_required():
     with pytest.raises(ConfigError, match="exactly one positive value"):
         chinchilla(flops=1e20, tokens=1e9)
+
+
+@pytest.mark.parametrize(
+    "load, threads, warned, suggested",
+    [
+        (0.1, 4, False, None),
+        (3.0, 2, True, 1),
+        (2.2, 2, False, None),
+        (2.6, 2, True, 1),
+        (6.0, 4, True, 1),
+        (9, 1, False, None),
+    ],
+)
+def test_threads_beyond_the_cores_others_leave_free_are_warned_once(
+    monkeypatch, caplog, load, threads, warned, suggested
+):
+    """On 4 cores: a load of 3 leaves 1 free, so 2 threads would wait on each other; one thread never warns."""
+    from encdec import sizing
+
+    monkeypatch.setattr(sizing.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(sizing.os, "getloadavg", lambda: (load, load, load))
+    with caplog.at_level("WARNING", logger="encdec.sizing"):
+        assert sizing.warn_if_oversubscribed(threads, "training.threads") is warned
+    assert len(caplog.records) == int(warned)
+    if warned:
+        assert (
+            f"set training.threads to {suggested}," in caplog.text and f"{load:.1f} of this machine's 4" in caplog.text
+        )

@@ -63,3 +63,19 @@ def test_hub_name_without_network_is_a_data_error(tmp_path):
 def test_missing_local_file_is_a_data_error(tmp_path):
     with pytest.raises(DataError, match=r"missing\.jsonl does not exist"):
         load_hub_dataset(data_files=str(tmp_path / "missing.jsonl"))
+
+
+def test_an_unreachable_hub_is_one_sentence_at_once_without_datasets_retries(tmp_path, monkeypatch):
+    """Online mode against an endpoint that refuses connections: refused by the probe, before datasets runs."""
+    import time
+
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")  # the discard port: closed
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("datasets was asked"))
+    started = time.monotonic()
+    with pytest.raises(DataError, match="hub cannot be reached for dataset 'roneneldan/TinyStories'.*HF_HUB_OFFLINE"):
+        load_hub_dataset(TINYSTORIES, cache_dir=tmp_path / "cache")
+    assert time.monotonic() - started < 10

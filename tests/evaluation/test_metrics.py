@@ -67,3 +67,47 @@ def test_a_report_writes_json_scores_and_a_markdown_table_with_samples(tmp_path)
     assert saved["samples"][1] == {"input": "in 2", "output": PREDICTIONS[1], "reference": REFERENCES[1]}
     text = md_path.read_text()
     assert "| rougeL |" in text and "| in \\| 1 |" in text
+
+
+def test_the_report_sets_each_score_beside_its_trivial_baseline_and_says_how_to_read_it(tmp_path):
+    import json
+
+    from encdec.evaluation.baselines import lead_scores, uniform_loss
+    from encdec.evaluation.report import write_report
+
+    inputs = ["The cat sat on the mat. It was warm there.", "Mr. Smith went home. He slept."]
+    references = ["The cat sat on the mat.", "Mr. Smith went home to sleep."]
+    baseline = uniform_loss(100) | lead_scores(inputs, references)
+    assert baseline["val_perplexity"] == 100 and baseline["val_loss"] == pytest.approx(4.60517, rel=1e-5)
+    assert baseline["rouge1"] == pytest.approx(100 * (1 + 2 * 4 / 10) / 2)  # lead-1 is the first reference exactly
+    scores = {"val_loss": 2.0, **score_texts(references, references)}
+    json_path, md_path = write_report(tmp_path, scores, inputs, references, references, baseline)
+    assert json.loads(json_path.read_text())["baseline"] == baseline
+    text = md_path.read_text()
+    assert "| metric | value | trivial baseline |" in text and "| val_loss | 2.0000 | 4.6052 |" in text
+    assert "each input's first sentence, copied" in text
+
+
+@pytest.mark.parametrize(
+    "text, first",
+    [
+        ("#Person1#: Hi, Mr. Smith. I'm Doctor Hawkins. Why?", "#Person1#: Hi, Mr. Smith."),
+        ('He said "Go!" Then he left.', 'He said "Go!"'),
+        ("J. R. Smith went home. Then", "J. R. Smith went home."),
+        ("no sentence end", "no sentence end"),
+        ("\n\nline one\nline two. More.", "line one"),
+    ],
+)
+def test_first_sentence_skips_abbreviations_and_initials(text, first):
+    from encdec.evaluation.baselines import first_sentence
+
+    assert first_sentence(text) == first
+
+
+def test_a_long_sample_shows_its_start_and_its_end():
+    from encdec.evaluation.report import cell
+
+    text = "start " + "middle " * 100 + "the very end"
+    shown = cell(text)
+    assert len(shown) <= 200 and shown.startswith("start middle") and shown.endswith("the very end")
+    assert "[...]" in shown and cell("short | text") == "short \\| text"

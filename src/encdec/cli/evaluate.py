@@ -26,6 +26,7 @@ from encdec.cli.generate import (
     resolve_device,
     whole_number,
 )
+from encdec.evaluation.baselines import lead_scores, uniform_loss
 from encdec.evaluation.generated import generate_texts
 from encdec.evaluation.metrics import score_texts
 from encdec.evaluation.report import perplexity, write_report
@@ -95,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     bar = sys.stderr.isatty()  # a progress bar on a terminal only: never in a log or before a refusal there
     generated = generate_texts(loaded.model, loaded.text, inputs, args.batch_size, progress=bar, **options)
     scores.update(score_texts(generated.predictions, references, args.rot5_preprocessing))
-    json_path, md_path = write_report(report_dir, scores, inputs, generated.predictions, references)
+    baseline = uniform_loss(loaded.tokenizer.vocab_size) | lead_scores(inputs, references, args.rot5_preprocessing)
+    json_path, md_path = write_report(report_dir, scores, inputs, generated.predictions, references, baseline)
     print(md_path.read_text(), end="")
     where = "--batches" if args.batches else "the run's evaluation.steps; --batches N for more"
     print(f"loss over {cfg.evaluation.steps} validation batches of {cfg.training.batch_size} ({where})")

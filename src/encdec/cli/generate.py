@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, BinaryIO, TextIO
 
 import torch
+from tqdm import tqdm
 
 from encdec.data.reading import MAX_INPUT_LINE_BYTES, open_text_file, read_input_lines
 from encdec.errors import ConfigError, DataError
@@ -70,7 +71,10 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--format", choices=("text", "jsonl"), default="text", help="one line or one record per input")
     parser.add_argument("--prefix", default="", help='text put before every input, e.g. "summarize: " for T5')
     parser.add_argument(
-        "--batch-size", type=whole_number(1, MAX_ROWS, "--batch-size"), default=8, help="inputs decoded together"
+        "--batch-size",
+        type=whole_number(1, MAX_ROWS, "--batch-size"),
+        default=32,
+        help="inputs decoded together (default 32, as evaluate takes them)",
     )
     add_source_length_argument(parser)
     parser.add_argument("--do-sample", action="store_true", help="sample instead of taking the most likely token")
@@ -220,8 +224,10 @@ def run(args: argparse.Namespace) -> int:
         and effective.get("num_beams", 1) == 1
         and effective.get("num_return_sequences", 1) == 1
     )
+    starts = range(0, len(inputs), args.batch_size)
+    bar = not streaming and len(starts) > 1 and sys.stderr.isatty()  # on a terminal, never into a log
     try:
-        for start in range(0, len(inputs), args.batch_size):
+        for start in tqdm(starts, desc="generate", unit="batch", leave=False, disable=not bar):
             batch = inputs[start : start + args.batch_size]
             encoded = tokenizer(batch, return_tensors="pt", padding=True, truncation=True)
             streamer = {"streamer": stream_printer(tokenizer, out)} if streaming else {}
@@ -254,7 +260,8 @@ def write_outputs(out, inputs: list[str], texts: list[str], fmt: str, streamed: 
         outputs = [text.strip() for text in texts[i * per_input : (i + 1) * per_input]]
         if fmt == "jsonl":
             record = {"input": source, "output": outputs[0] if per_input == 1 else outputs}
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            line = json.dumps(record, ensure_ascii=False)  # JSON allows U+2028/9 raw; JavaScript and splitlines not
+            out.write(line.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029") + "\n")
         elif streamed:
             out.write("\n")
         else:

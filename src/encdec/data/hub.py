@@ -53,12 +53,36 @@ def load_hub_dataset(
         source, kwargs["data_files"] = builder, {split: files}
     else:
         source = name
+        check_hub_dataset(name)
     try:
         with quiet_loggers("datasets", "huggingface_hub", "fsspec"):  # a refusal is our one sentence, not their retries
             return datasets.load_dataset(source, **kwargs)
     except Exception as error:  # ConnectionError, FileNotFoundError, DatasetNotFoundError, ...
         where = f"local files {kwargs.get('data_files')}" if data_files is not None else "the Hugging Face hub"
         raise DataError(f"dataset {name!r} cannot be loaded from {where} ({type(error).__name__}: {error})") from None
+
+
+def check_hub_dataset(name: str, timeout: float = 10.0) -> None:
+    """DataError at once where the Hub has no dataset `name` or cannot be reached; `datasets` would spend
+    30 s on retries first. With HF_HUB_OFFLINE set, nothing is asked and `datasets` reads its cache."""
+    import huggingface_hub
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    if huggingface_hub.constants.HF_HUB_OFFLINE:
+        return
+    try:
+        huggingface_hub.HfApi(endpoint=huggingface_hub.constants.ENDPOINT).dataset_info(name, timeout=timeout)
+    except RepositoryNotFoundError:
+        raise DataError(
+            f"the Hugging Face hub has no dataset {name!r} (or it is private and you are not logged in)"
+        ) from None
+    except HfHubHTTPError:  # gated, rate-limited, ...: datasets says what it needs
+        return
+    except Exception as error:  # no network, DNS, a timeout
+        raise DataError(
+            f"the Hugging Face hub cannot be reached for dataset {name!r} ({type(error).__name__}: {error}); "
+            "with a copy in the datasets cache, set HF_HUB_OFFLINE=1"
+        ) from None
 
 
 @contextlib.contextmanager

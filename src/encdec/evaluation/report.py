@@ -1,7 +1,7 @@
 """Evaluation results as JSON and as a Markdown table, with sample outputs beside their references.
 
-`encdec evaluate RUN_DIR` (next, once the trainer's checkpoint format is final)
-computes loss, perplexity and generated outputs, then calls `write_report`.
+`encdec evaluate RUN_DIR` computes loss, perplexity, generated outputs and their trivial
+baselines (baselines.py), then calls `write_report`.
 """
 
 import json
@@ -16,31 +16,57 @@ def perplexity(mean_loss: float) -> float:
     return math.exp(mean_loss) if mean_loss < 700 else math.inf
 
 
-def markdown_table(scores: dict[str, float]) -> str:
-    """One row per metric: | metric | value |."""
-    rows = [f"| {name} | {value:.4f} |" for name, value in scores.items()]
-    return "\n".join(["| metric | value |", "| --- | ---: |", *rows])
+SCALE = (
+    "Scores are 0-100, higher is better; loss and perplexity, lower. The trivial baseline is a uniform "
+    "guess over the vocabulary for the loss and perplexity, and each input's first sentence, copied as the "
+    "output, for the generated scores: a model that has learned something beats it."
+)
+
+
+def markdown_table(scores: dict[str, float], baseline: dict[str, float] | None = None) -> str:
+    """One row per metric: | metric | value |, and | trivial baseline | where `baseline` has that metric."""
+    if baseline is None:
+        rows = [f"| {name} | {value:.4f} |" for name, value in scores.items()]
+        return "\n".join(["| metric | value |", "| --- | ---: |", *rows])
+    rows = [
+        f"| {name} | {value:.4f} | {baseline[name]:.4f} |" if name in baseline else f"| {name} | {value:.4f} | |"
+        for name, value in scores.items()
+    ]
+    return "\n".join(["| metric | value | trivial baseline |", "| --- | ---: | ---: |", *rows])
+
+
+def cell(text: str, width: int = 200) -> str:
+    """`text` on one line for a table cell, cut in its middle to `width` characters: its start and its
+    end show (an output continues its input's end)."""
+    text = " ".join(text.split()).replace("|", "\\|")
+    if len(text) <= width:
+        return text
+    half = (width - len(" [...] ")) // 2
+    return f"{text[:half].rstrip()} [...] {text[-half:].lstrip()}"
 
 
 def samples_table(inputs: list[str], predictions: list[str], references: list[str], limit: int = 5) -> str:
-    """The first `limit` examples: | input | output | reference |, cells cut to 200 characters."""
-
-    def cell(text: str) -> str:
-        text = " ".join(text.split()).replace("|", "\\|")
-        return text if len(text) <= 200 else text[:197] + "..."
-
+    """The first `limit` examples: | input | output | reference |, cells cut in their middle to 200 characters."""
     rows = [f"| {cell(i)} | {cell(p)} | {cell(r)} |" for i, p, r in list(zip(inputs, predictions, references))[:limit]]
     return "\n".join(["| input | output | reference |", "| --- | --- | --- |", *rows])
 
 
 def write_report(
-    directory: Path, scores: dict[str, float], inputs: list[str], predictions: list[str], references: list[str]
+    directory: Path,
+    scores: dict[str, float],
+    inputs: list[str],
+    predictions: list[str],
+    references: list[str],
+    baseline: dict[str, float] | None = None,
 ) -> tuple[Path, Path]:
-    """Write eval.json (scores and every sample) and eval.md (the two tables); return their paths."""
+    """Write eval.json (scores, their baseline and every sample) and eval.md (the two tables, and with a
+    baseline the sentence that reads it); return their paths."""
     directory.mkdir(parents=True, exist_ok=True)
     samples = [dict(input=i, output=p, reference=r) for i, p, r in zip(inputs, predictions, references)]
     json_path, md_path = directory / "eval.json", directory / "eval.md"
-    write_atomic(json_path, json.dumps({"scores": scores, "samples": samples}, indent=2, ensure_ascii=False) + "\n")
-    md = f"# Evaluation\n\n{markdown_table(scores)}\n\n## Samples\n\n{samples_table(inputs, predictions, references)}\n"
-    write_atomic(md_path, md)
+    record = {"scores": scores, **({"baseline": baseline} if baseline else {}), "samples": samples}
+    write_atomic(json_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    scale = f"\n{SCALE}\n" if baseline else ""
+    table = samples_table(inputs, predictions, references)
+    write_atomic(md_path, f"# Evaluation\n\n{markdown_table(scores, baseline)}\n{scale}\n## Samples\n\n{table}\n")
     return json_path, md_path

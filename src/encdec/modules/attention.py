@@ -21,7 +21,6 @@ from encdec.modules.dropout import dropout
 from encdec.modules.kv_cache import KVCache, StaticKVCache
 from encdec.modules.positions import RotaryEmbedding
 
-
 # CPU training keeps three (B, H, T, S) float tensors an attention for its backward (the softmax, the
 # dropout mask, the dropped probabilities): 8.6 GB at batch 32 x 512 source tokens x 8 heads x 4 layers
 # against 3.0 GB without dropout. From this many scores up, they are recomputed in the backward instead.

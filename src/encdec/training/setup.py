@@ -22,7 +22,7 @@ from encdec.runs.config import RunConfig, build_model_config, save_config
 from encdec.runs.load import read_generation, saved_config
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.state import TrainState, check_rng_states, read_saved_state
-from encdec.sizing import capped_to_cores
+from encdec.sizing import capped_to_cores, warn_if_oversubscribed
 from encdec.training import distributed
 from encdec.training.data import RunData, build_run_data
 from encdec.training.launch import check_processes
@@ -103,6 +103,8 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     """Tokenizer, data, model, optimizer and training state, new or as the latest checkpoint left them."""
     if cfg.training.threads:
         torch.set_num_threads(capped_to_cores(cfg.training.threads, "training.threads"))
+    if info.device.type == "cpu" and info.is_main:
+        warn_if_oversubscribed(torch.get_num_threads(), "training.threads")
     start = starting_point(cfg, run, resume, accept_changes)
     cfg, parts = start.cfg, start.parts
     check_processes(cfg, info.world_size)  # what the loop would refuse, before anything is read, written or warned
