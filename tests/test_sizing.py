@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from encdec.errors import ConfigError
@@ -24,7 +26,7 @@ def test_exactly_one_value_is_required():
 
 
 @pytest.mark.parametrize(
-    "load, threads, warned, suggested",
+    "busy, threads, warned, suggested",
     [
         (0.1, 4, False, None),
         (3.0, 2, True, 1),
@@ -35,17 +37,36 @@ def test_exactly_one_value_is_required():
     ],
 )
 def test_threads_beyond_the_cores_others_leave_free_are_warned_once(
-    monkeypatch, caplog, load, threads, warned, suggested
+    monkeypatch, caplog, busy, threads, warned, suggested
 ):
-    """On 4 cores: a load of 3 leaves 1 free, so 2 threads would wait on each other; one thread never warns."""
+    """On 4 cores: 3 kept busy leave 1 free, so 2 threads would wait on each other; one thread never warns."""
     from encdec import sizing
 
     monkeypatch.setattr(sizing.os, "cpu_count", lambda: 4)
-    monkeypatch.setattr(sizing.os, "getloadavg", lambda: (load, load, load))
     with caplog.at_level("WARNING", logger="encdec.sizing"):
-        assert sizing.warn_if_oversubscribed(threads, "training.threads") is warned
+        assert sizing.warn_if_oversubscribed(threads, "training.threads", busy=busy) is warned
     assert len(caplog.records) == int(warned)
     if warned:
         assert (
-            f"set training.threads to {suggested}," in caplog.text and f"{load:.1f} of this machine's 4" in caplog.text
+            f"set training.threads to {suggested}," in caplog.text and f"{busy:.1f} of this machine's 4" in caplog.text
         )
+
+
+def test_busy_cores_sees_a_process_spinning_beside_this_one():
+    """A second process busy on one core shows as about one busy core (where /proc/stat exists)."""
+    import subprocess
+    import sys
+
+    from encdec.sizing import busy_cores
+
+    if busy_cores(0.05) is None:
+        pytest.skip("this system has no /proc/stat")
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        import time
+
+        time.sleep(0.3)
+        measured = busy_cores(0.5)
+    finally:
+        spinner.kill()
+    assert 0.7 <= measured <= (os.cpu_count() or 1)

@@ -16,6 +16,7 @@ What the machine offers, which sizes are checked against before anything is allo
 import logging
 import math
 import os
+import time
 from dataclasses import dataclass
 
 from encdec.errors import ConfigError
@@ -86,23 +87,44 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def warn_if_oversubscribed(threads: int, key: str) -> bool:
-    """One warning, and True, where `threads` exceed the cores other processes leave free (the machine's
-    1-minute load average, taken before this process's work starts): torch's threads then wait on each
-    other at every operation, and steps took 5 to 20 times longer on a 2-core machine shared with one
-    other job (encdec demo: 12.4 s with 2 threads against 2.4 s with 1)."""
+def busy_cores(window: float = 0.25) -> float | None:
+    """Cores other processes keep busy now: the machine's CPU time over `window` seconds (Linux's /proc/stat),
+    during which this process sleeps; None where the system does not say. A load average would count this
+    process too, and a job that ended a minute ago."""
+
+    def times() -> tuple[int, int]:
+        with open("/proc/stat") as stat:
+            fields = [int(value) for value in stat.readline().split()[1:9]]  # user nice system idle iowait irq ...
+        idle = fields[3] + fields[4]
+        return sum(fields) - idle, sum(fields)
+
     try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):  # no load average on this system
+        busy, total = times()
+        time.sleep(window)
+        busy_after, total_after = times()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total_after <= total:
+        return None
+    return (busy_after - busy) / (total_after - total) * (os.cpu_count() or 1)
+
+
+def warn_if_oversubscribed(threads: int, key: str, busy: float | None = None) -> bool:
+    """One warning, and True, where `threads` exceed the cores other processes leave free (`busy`, measured
+    by busy_cores when not given): torch's threads then wait on each other at every operation, and steps
+    took 5 to 20 times longer on a 2-core machine shared with other jobs (encdec demo: 12.4 s with 2
+    threads against 2.4 s with 1)."""
+    busy = busy_cores() if busy is None else busy
+    if busy is None or threads <= 1:
         return False
     cores = os.cpu_count() or 1
-    free = max(1, round(cores - load))
+    free = max(1, round(cores - busy))
     if threads <= free:
         return False
     log.warning(
-        "other processes keep %.1f of this machine's %d cores busy (load average): %d torch threads would wait "
-        "on each other and run many times slower; set %s to %d, or free the cores",
-        load,
+        "other processes keep %.1f of this machine's %d cores busy: %d torch threads would wait on each other "
+        "and run many times slower; set %s to %d, or free the cores",
+        busy,
         cores,
         threads,
         key,
