@@ -1,7 +1,8 @@
-"""Open whatever a path holds, decided in one place: an encdec run directory or a local Hugging Face directory.
+"""Open whatever a path holds, decided in one place: an encdec run directory, a Hugging Face directory or Hub id.
 
     model = encdec.from_pretrained("runs/dialogsum")             # the run's best checkpoint
-    model = encdec.from_pretrained("checkpoints/flan-t5-small")  # T5 / Flan-T5 / mT5, BART, Marian
+    model = encdec.from_pretrained("checkpoints/flan-t5-small")  # T5 / Flan-T5 / mT5, BART, Marian, Pegasus
+    model = encdec.from_pretrained("google/flan-t5-small")       # a Hub id: fetched once into HF's cache
     tokenizer = encdec.load_tokenizer("runs/dialogsum")
     opened = open_model("runs/dialogsum")                        # the model, its defaults and text encoding
     ids = opened.model.generate(**opened.text(["..."]))
@@ -21,6 +22,7 @@ from torch import nn
 
 from encdec.errors import CheckpointError
 from encdec.interop import is_hf_dir, load_hf
+from encdec.interop.hub import resolve_model
 from encdec.runs.load import LoadedRun, check_max_source_len, load_run
 from encdec.runs.run_dir import RunDir
 from encdec.tokenizers import Tokenizer
@@ -61,8 +63,8 @@ class OpenedModel:
 
 def open_model(path: str | Path, checkpoint: str = "best", max_source_len: int | None = None) -> OpenedModel:
     """The model at `path`: checkpoint `checkpoint` ("best", "latest" or a step directory name) of a run
-    directory, or a Hugging Face directory."""
-    path = Path(path)
+    directory, or a Hugging Face directory or Hub id (org/name[@revision])."""
+    path = resolve_model(path)
     if model_kind(path) == "run":
         run = load_run(path, checkpoint, max_source_len)
         return OpenedModel(run.model, run.generation, path, run, max_source_len)
@@ -102,8 +104,8 @@ def from_pretrained(
 
 def load_tokenizer(path: str | Path, checkpoint: str = "best") -> Tokenizer:
     """The tokenizer at `path`: a run directory's, a Hugging Face directory's (AutoTokenizer), or a
-    tokenizer directory an encdec tokenizer saved itself into."""
-    path = Path(path)
+    tokenizer directory an encdec tokenizer saved itself into, or a Hub id (org/name[@revision])."""
+    path = resolve_model(path)
     if not path.is_dir():
         raise CheckpointError(f"{path} is not a directory")
     if RunDir(path).is_run():

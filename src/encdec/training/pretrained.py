@@ -2,6 +2,7 @@
 
     init_from: runs/main               an encdec run: its best (else latest) checkpoint
     init_from: checkpoints/flan-t5-small   a local Hugging Face directory: T5, Flan-T5, mT5, BART, Marian
+    init_from: google/flan-t5-small        a Hub id (org/name[@revision]), fetched into the Hub cache
 
 Either way the model section, the weights, the tokenizer and the generation defaults
 come from there; the fine-tuning config's own model keys (dropout, say) go on top, and
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from encdec.interop import load_hf
+from encdec.interop.hub import resolve_model
 from encdec.models import ModelConfig
 from encdec.runs.checkpoint import load_state, load_weights
 from encdec.runs.load import read_generation, saved_config
@@ -41,7 +43,7 @@ class Pretrained:
 
 def load_pretrained(init_from: str) -> Pretrained:
     """The starting point `training.init_from` names; one sentence (CheckpointError) if it is neither kind."""
-    path = Path(init_from)
+    path = resolve_model(init_from, "training.init_from ")
     if model_kind(path, "training.init_from ") == "hf":
         model = load_hf(path)
         weights = model.state_dict()
