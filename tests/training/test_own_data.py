@@ -59,3 +59,52 @@ def test_the_own_translation_model_exports_and_reloads_in_transformers(tmp_path,
     assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "hf")]) == 0, capsys.readouterr().err
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf")
     assert type(model).__name__ == "MarianMTModel"
+
+
+def scitldr_records() -> list[dict]:
+    """SciTLDR's shape: the source a list of sentences, the target a list of reference summaries."""
+    return [
+        {"source": [s, s[::-1], "We show it."], "target": [s.split()[1], f"{s.split()[1]} {s.split()[-1]}"]}
+        for s in SENTENCES
+    ]
+
+
+@pytest.mark.parametrize(
+    "source_list, target_list, separator, expected",
+    [
+        ("join", "first", " ", [("a b. c d.", "x")]),
+        ("join", "each", " ", [("a b. c d.", "x"), ("a b. c d.", "y z")]),
+        ("first", "join", " | ", [("a b.", "x | y z")]),
+        ("each", "each", " ", [("a b.", "x"), ("a b.", "y z"), ("c d.", "x"), ("c d.", "y z")]),
+    ],
+)
+def test_list_valued_fields_are_joined_taken_first_or_paired_each(
+    tmp_path, source_list, target_list, separator, expected
+):
+    from encdec.data.corpora import read_corpus
+
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"src": ["a b.", "c d."], "tgt": ["x", "y z"]}) + "\n")
+    options = dict(source_field="src", target_field="tgt", source_list=source_list, target_list=target_list)
+    assert list(read_corpus("jsonl-pairs", [path], **options, list_separator=separator)) == expected
+
+
+def test_a_scitldr_shaped_file_trains_through_the_config_alone(tmp_path, capsys):
+    """Sentences joined, every reference summary its own pair: 48 records of 2 references train on 96 pairs."""
+    from encdec.runs.config import load_config
+    from encdec.training.data import read_items
+
+    path = tmp_path / "scitldr.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in scitldr_records()))
+    fields = ["data.source_field=source", "data.target_field=target", "data.target_list=each", f"data.train=[{path}]"]
+    overrides = [*QUICK, *fields, "objective.max_source_len=48", "data.val_fraction=0.1"]
+    cfg = load_config(CONFIGS / "summarization_jsonl.yaml", overrides)
+    train, validation = read_items(cfg)
+    assert len(train) + len(validation) == 96
+    assert (
+        "the red cat 0 sat on the blue mat tam eulb eht no tas 0 tac der eht We show it.",
+        "red mat",
+    ) in train + validation
+    argv = ["train", str(CONFIGS / "summarization_jsonl.yaml"), "--out", str(tmp_path / "run")]
+    assert main([*argv, *(a for o in overrides for a in ("--set", o))]) == 0, capsys.readouterr().err
+    assert (tmp_path / "run" / "checkpoints" / "latest").read_text().strip() == "step_00000002"

@@ -169,15 +169,28 @@ def _iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
         yield number, record
 
 
-def _field(record: dict, name: str, path: str | Path, number: int) -> str:
-    """Field `name` of a JSON record: a string, or a list of strings (sentences) joined with spaces."""
+LIST_MODES = ("join", "first", "each")  # what a list of strings in a JSON field becomes: see _values
+
+
+def _values(
+    record: dict, name: str, path: str | Path, number: int, mode: str = "join", separator: str = " "
+) -> list[str]:
+    """Field `name` of a JSON record as texts: a string is itself; a list of strings is joined with
+    `separator` ("join": sentences of one document), its first item ("first": several references, keep one)
+    or each item ("each": several references, a pair each)."""
     value = record.get(name)
     if isinstance(value, list) and value and all(isinstance(part, str) for part in value):
-        value = " ".join(part.strip() for part in value)
+        parts = [part.strip() for part in value]
+        return {"join": [separator.join(parts)], "first": parts[:1], "each": parts}[mode]
     if not isinstance(value, str):
-        problem = "has no field" if value is None else "has a non-text field"
+        problem = "has no field" if value is None else "has a field that is neither text nor a list of texts,"
         raise DataError(f"{path} line {number} {problem} {name!r}")
-    return value
+    return [value]
+
+
+def _field(record: dict, name: str, path: str | Path, number: int) -> str:
+    """Field `name` of a JSON record: a string, or a list of strings joined with spaces."""
+    return _values(record, name, path, number)[0]
 
 
 def iter_jsonl_texts(path: str | Path, text_field: str = "text") -> Iterator[str]:
@@ -187,11 +200,23 @@ def iter_jsonl_texts(path: str | Path, text_field: str = "text") -> Iterator[str
 
 
 def iter_jsonl_pairs(
-    path: str | Path, source_field: str = "dialogue", target_field: str = "summary"
+    path: str | Path,
+    source_field: str = "dialogue",
+    target_field: str = "summary",
+    source_list: str = "join",
+    target_list: str = "join",
+    list_separator: str = " ",
 ) -> Iterator[tuple[str, str]]:
-    """(source, target) of each JSON line; DialogSum's defaults."""
-    pairs = ((_field(r, source_field, path, n), _field(r, target_field, path, n)) for n, r in _iter_json_objects(path))
-    return _require_some(pairs, path, "records")
+    """(source, target) of each JSON line (DialogSum's field names by default); list-valued fields as
+    `source_list` / `target_list` say (_values), every source with every target where both are "each"."""
+
+    def pairs() -> Iterator[tuple[str, str]]:
+        for n, record in _iter_json_objects(path):
+            sources = _values(record, source_field, path, n, source_list, list_separator)
+            targets = _values(record, target_field, path, n, target_list, list_separator)
+            yield from ((source, target) for source in sources for target in targets)
+
+    return _require_some(pairs(), path, "records")
 
 
 def iter_parallel(source_path: str | Path, target_path: str | Path) -> Iterator[tuple[str, str]]:

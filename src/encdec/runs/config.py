@@ -26,14 +26,26 @@ from typing import Annotated, Literal
 
 import yaml
 
-from encdec.data.corpora import PAIR_FORMATS, TEXT_FORMATS
+from encdec.data.corpora import LIST_MODES, PAIR_FORMATS, TEXT_FORMATS
 from encdec.data.objectives import OBJECTIVES
 from encdec.data.objectives.causal_lm import WINDOW_MODES
 from encdec.data.objectives.factory import PACKABLE
 from encdec.errors import ConfigError, suggestion
 from encdec.models import ModelConfig, check_fields, preset, preset_names
 from encdec.safe_paths import write_atomic
-from encdec.schema import MAX_FILE_BYTES, Count, Length, Positive, Range, check, load_yaml, read, short, value_of
+from encdec.schema import (
+    MAX_FILE_BYTES,
+    Count,
+    Length,
+    Positive,
+    Range,
+    Satisfies,
+    check,
+    load_yaml,
+    read,
+    short,
+    value_of,
+)
 from encdec.tokenizers import KINDS as TOKENIZER_KINDS
 from encdec.tokenizers.base import MAX_SENTINELS, MAX_VOCAB
 
@@ -99,6 +111,11 @@ class DataSection:
     hub_name: str | None = None  # used when the train files are absent, e.g. roneneldan/TinyStories
     source_field: str = "dialogue"
     target_field: str = "summary"
+    source_list: Literal[LIST_MODES] = "join"  # jsonl-pairs, a field that is a list of strings: join its items,
+    target_list: Literal[LIST_MODES] = "join"  # take the first, or make a pair of each (several references)
+    list_separator: Annotated[
+        str, Satisfies(lambda v: isinstance(v, str) and len(v) <= 16, "a text of at most 16 characters")
+    ] = " "
     text_field: str = "text"
     max_documents: Positive | None = None  # read at most this many (in memory; the hub streams them)
     shards: str | None = None  # a directory for token shards, prepared once and memory-mapped; None: in memory

@@ -121,7 +121,8 @@ def read_options(cfg: RunConfig) -> dict:
     if d.format == "jsonl":
         return {"text_field": d.text_field}
     if d.format == "jsonl-pairs":
-        return {"source_field": d.source_field, "target_field": d.target_field}
+        fields = ("source_field", "target_field", "source_list", "target_list", "list_separator")
+        return {name: getattr(d, name) for name in fields}
     return {}
 
 
