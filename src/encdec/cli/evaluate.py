@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if args.batches:
         cfg.evaluation.steps = args.batches
     data = build_run_data(cfg, args.run_dir, tokenizer_dir=loaded.checkpoint.tokenizer)
-    losses = evaluate(loaded.model, data, cfg, DistInfo(device=device))
+    losses = evaluate(loaded.model, data, cfg, DistInfo(device=device), splits=("val",))  # the train loss: not asked
     loaded.model.eval()
     scores = {"val_loss": losses["val_loss"], "val_perplexity": perplexity(losses["val_loss"])}
     pairs = sample_pairs(cfg, loaded.tokenizer, args.samples)
@@ -96,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
     bar = sys.stderr.isatty()  # a progress bar on a terminal only: never in a log or before a refusal there
     generated = generate_texts(loaded.model, loaded.text, inputs, args.batch_size, progress=bar, **options)
     scores.update(score_texts(generated.predictions, references, args.rot5_preprocessing))
-    baseline = uniform_loss(loaded.tokenizer.vocab_size) | lead_scores(inputs, references, args.rot5_preprocessing)
+    baseline = uniform_loss(loaded.tokenizer.vocab_size)
+    if cfg.objective.kind == "seq2seq":  # a language model's inputs are cut mid-sentence: no first sentence to copy
+        baseline |= lead_scores(inputs, references, args.rot5_preprocessing)
     json_path, md_path = write_report(report_dir, scores, inputs, generated.predictions, references, baseline)
     print(md_path.read_text(), end="")
     where = "--batches" if args.batches else "the run's evaluation.steps; --batches N for more"

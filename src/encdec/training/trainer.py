@@ -313,8 +313,9 @@ def evaluate(
     cfg: RunConfig,
     info: distributed.DistInfo,
     amp: AbstractContextManager = nullcontext(),
+    splits: tuple[str, ...] = ("train", "val"),
 ) -> dict:
-    """Mean cross-entropy over `evaluation.steps` batches of train and of validation.
+    """Mean cross-entropy over `evaluation.steps` batches of each of `splits` (train and validation).
 
     The evaluation batches are drawn by freshly seeded objectives, so every
     evaluation sees the same batches and training's RNG is not disturbed.
@@ -322,7 +323,7 @@ def evaluate(
     model.eval()
     rows = distributed.rows_for_rank(cfg.training.batch_size, info) if info.enabled else None
     result = {}
-    for split in ("train", "val"):
+    for split in splits:
         objective = data.eval_objective(split)
         ce_sum, tokens = torch.zeros((), device=info.device), 0
         for _ in range(cfg.evaluation.steps):
