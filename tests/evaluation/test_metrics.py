@@ -5,7 +5,7 @@ import sacrebleu
 from rouge_score import rouge_scorer
 
 from encdec.errors import DataError
-from encdec.evaluation import bleu, chrf, rot5_preprocess, rouge, score_texts
+from encdec.evaluation import bleu, chrf, exact_match, rot5_preprocess, rouge, score_texts, ter
 
 PREDICTIONS = [
     "Sara and Ben played by the old oak tree and did not quit.",
@@ -20,8 +20,8 @@ REFERENCES = [
 
 
 def test_rouge_is_the_mean_of_rouge_scores_own_f_measures():
-    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"])
-    expected = {key: 0.0 for key in ("rouge1", "rouge2", "rougeL")}
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"])
+    expected = {key: 0.0 for key in ("rouge1", "rouge2", "rougeL", "rougeLsum")}
     for prediction, reference in zip(PREDICTIONS, REFERENCES):
         for key, score in scorer.score(reference, prediction).items():
             expected[key] += 100 * score.fmeasure / 3
@@ -31,11 +31,27 @@ def test_rouge_is_the_mean_of_rouge_scores_own_f_measures():
 def test_bleu_and_chrf_equal_sacrebleus_corpus_scores():
     assert bleu(PREDICTIONS, REFERENCES) == pytest.approx(sacrebleu.corpus_bleu(PREDICTIONS, [REFERENCES]).score)
     assert chrf(PREDICTIONS, REFERENCES) == pytest.approx(sacrebleu.corpus_chrf(PREDICTIONS, [REFERENCES]).score)
+    assert ter(PREDICTIONS, REFERENCES) == pytest.approx(sacrebleu.corpus_ter(PREDICTIONS, [REFERENCES]).score)
+
+
+def test_rouge_lsum_scores_newline_split_sentences_as_rouge_score_does():
+    prediction, reference = "the cat sat.\nthe dog ran.", "the dog ran.\nthe cat sat."
+    expected = rouge_scorer.RougeScorer(["rougeLsum"]).score(reference, prediction)["rougeLsum"].fmeasure
+    scores = rouge([prediction], [reference])
+    assert scores["rougeLsum"] == pytest.approx(100 * expected) and scores["rougeLsum"] > scores["rougeL"]
+
+
+def test_exact_match_counts_outputs_equal_to_their_reference():
+    assert exact_match(
+        [" Ein Hund. ", "Ein Hund.", "ein Hund."], ["Ein Hund.", "Ein Hund", "Ein Hund."]
+    ) == pytest.approx(100 / 3)
 
 
 def test_identical_texts_score_100_everywhere():
     scores = score_texts(REFERENCES, REFERENCES)
-    assert scores == pytest.approx(dict(rouge1=100, rouge2=100, rougeL=100, bleu=100, chrf=100))
+    assert scores == pytest.approx(
+        dict(rouge1=100, rouge2=100, rougeL=100, rougeLsum=100, bleu=100, chrf=100, ter=0, exact_match=100)
+    )
 
 
 def test_rot5_preprocessing_lowercases_keeps_letters_and_drops_stopwords():

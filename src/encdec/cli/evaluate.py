@@ -4,9 +4,10 @@ Loss is the mean cross-entropy over `--batches` batches of the run's own objecti
 on the split. Samples: for a seq2seq run, validation sources are generated from and
 scored against their targets; for a language-model run (UL2, causal LM), each
 validation document is split as UL2's S-denoiser splits it, the first half is the
-input and the rest the reference. Scores are ROUGE-1/2/L, BLEU and chrF (the output
-tokens generated per second are printed too); results go to RUN_DIR/eval/eval.json
-and eval.md, with samples beside their references. Both run on --device (default: a
+input and the rest the reference. Scores are ROUGE-1/2/L/Lsum, BLEU, chrF, TER and
+exact match, each beside a trivial baseline's (the output tokens generated per second
+are printed too); results go to RUN_DIR/eval/eval.json and eval.md, with samples
+beside their references. Both run on --device (default: a
 GPU when torch sees one, else the CPU); --quantize int8 runs both through int8 linear
 layers there (encdec.quantize: fbgemm's kernels on the CPU, torch._int_mm on a GPU).
 """

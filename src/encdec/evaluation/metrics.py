@@ -1,8 +1,9 @@
 """Text metrics for seq2seq outputs: ROUGE-1/2/L (Google's rouge-score), BLEU and chrF (sacrebleu).
 
-Every score is on a 0-100 scale. ROUGE is the mean over examples of the per-example
-F-measure; BLEU and chrF are sacrebleu's corpus scores with its defaults, so the
-numbers equal what the two libraries report themselves.
+Every score is on a 0-100 scale, higher is better but for TER (an edit rate). ROUGE is
+the mean over examples of the per-example F-measure; BLEU, chrF and TER are sacrebleu's
+corpus scores with its defaults, so the numbers equal what the two libraries report
+themselves; exact match is the share of outputs equal to their reference.
 
 `rot5_preprocessing` applies ROT5's normalisation before ROUGE (SEEDS.md section 2):
 lowercase, alphabetic tokens only, English stopwords dropped, words lemmatised.
@@ -22,7 +23,7 @@ from encdec.errors import DataError
 
 log = logging.getLogger(__name__)
 
-ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")  # rougeLsum: summary-level LCS over "\n"-split sentences
 
 # NLTK's English stopword list (nltk.corpus.stopwords.words("english"), 179 words)
 STOPWORDS = frozenset(
@@ -73,7 +74,8 @@ def rot5_preprocess(text: str) -> str:
 def rouge(
     predictions: list[str], references: list[str], rot5_preprocessing: bool = False, use_stemmer: bool = False
 ) -> dict[str, float]:
-    """Mean ROUGE-1, ROUGE-2 and ROUGE-L F-measures (x100) of paired strings."""
+    """Mean ROUGE-1, ROUGE-2, ROUGE-L and ROUGE-Lsum F-measures (x100) of paired strings (ROUGE-Lsum
+    equals ROUGE-L where neither text holds a newline)."""
     check_pairs(predictions, references)
     if rot5_preprocessing:
         predictions = [rot5_preprocess(text) for text in predictions]
@@ -99,10 +101,24 @@ def chrf(predictions: list[str], references: list[str]) -> float:
     return sacrebleu.corpus_chrf(predictions, [references]).score
 
 
+def ter(predictions: list[str], references: list[str]) -> float:
+    """sacrebleu's corpus TER: edits per reference word (x100), lower is better."""
+    check_pairs(predictions, references)
+    return sacrebleu.corpus_ter(predictions, [references]).score
+
+
+def exact_match(predictions: list[str], references: list[str]) -> float:
+    """The share (x100) of predictions equal to their reference, outer white space aside."""
+    check_pairs(predictions, references)
+    return 100 * sum(p.strip() == r.strip() for p, r in zip(predictions, references)) / len(predictions)
+
+
 def score_texts(predictions: list[str], references: list[str], rot5_preprocessing: bool = False) -> dict[str, float]:
-    """Every metric at once: rouge1, rouge2, rougeL, bleu, chrf."""
+    """Every metric at once: rouge1, rouge2, rougeL, rougeLsum, bleu, chrf, ter (lower is better), exact_match."""
     return {
         **rouge(predictions, references, rot5_preprocessing),
         "bleu": bleu(predictions, references),
         "chrf": chrf(predictions, references),
+        "ter": ter(predictions, references),
+        "exact_match": exact_match(predictions, references),
     }

@@ -17,7 +17,7 @@ def perplexity(mean_loss: float) -> float:
 
 
 SCALE = (
-    "Scores are 0-100, higher is better; loss and perplexity, lower. The trivial baseline is a uniform "
+    "Scores are 0-100, higher is better; TER (an edit rate), loss and perplexity, lower. The trivial baseline is a uniform "
     "guess over the vocabulary for the loss and perplexity, and (for a seq2seq run) each input's first "
     "sentence, copied as the output, for the generated scores: a model that has learned something beats it."
 )
