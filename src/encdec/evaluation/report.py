@@ -24,15 +24,15 @@ SCALE = (
 
 
 def markdown_table(scores: dict[str, float], baseline: dict[str, float] | None = None) -> str:
-    """One row per metric: | metric | value |, and | trivial baseline | where `baseline` has that metric."""
-    if baseline is None:
-        rows = [f"| {name} | {value:.4f} |" for name, value in scores.items()]
-        return "\n".join(["| metric | value |", "| --- | ---: |", *rows])
-    rows = [
-        f"| {name} | {value:.4f} | {baseline[name]:.4f} |" if name in baseline else f"| {name} | {value:.4f} | |"
-        for name, value in scores.items()
-    ]
-    return "\n".join(["| metric | value | trivial baseline |", "| --- | ---: | ---: |", *rows])
+    """One row per metric: | metric | value |, and | trivial baseline | where a `baseline` is given."""
+    header = ["metric", "value"] + (["trivial baseline"] if baseline is not None else [])
+    rows = [header, ["---"] + ["---:"] * (len(header) - 1)]
+    for name, value in scores.items():
+        row = [name, f"{value:.4f}"]
+        if baseline is not None:
+            row.append(f"{baseline[name]:.4f}" if name in baseline else "")
+        rows.append(row)
+    return "\n".join(f"| {' | '.join(row)} |" for row in rows)
 
 
 def cell(text: str, width: int = 200) -> str:

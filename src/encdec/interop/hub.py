@@ -58,13 +58,11 @@ def resolve_model(name: str | Path, label: str = "") -> Path:
 
     where = f"{label}{name} is not a local directory, and"
     try:
-        patterns = MODEL_FILES
-        if not huggingface_hub.constants.HF_HUB_OFFLINE:  # online: .bin only where there are no safetensors
-            files = huggingface_hub.list_repo_files(repo, revision=revision)
-            if not any(file.endswith(".safetensors") for file in files):
-                patterns = MODEL_FILES + PICKLED_WEIGHTS
-        else:
-            patterns = MODEL_FILES + PICKLED_WEIGHTS  # the cache holds what was fetched; nothing more is
+        # online, .bin only where there are no safetensors; offline, the cache holds what was fetched
+        has_safetensors = not huggingface_hub.constants.HF_HUB_OFFLINE and any(
+            file.endswith(".safetensors") for file in huggingface_hub.list_repo_files(repo, revision=revision)
+        )
+        patterns = MODEL_FILES if has_safetensors else MODEL_FILES + PICKLED_WEIGHTS
         snapshot = huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=patterns)
     except errors.RevisionNotFoundError:
         raise CheckpointError(f"{where} the Hugging Face hub's {repo} has no revision {revision!r}") from None
