@@ -149,6 +149,9 @@ def check(instance: Any, prefix: str = "") -> None:
         value = getattr(instance, f.name)
         if dataclasses.is_dataclass(value):
             check(value, f"{prefix}{f.name}.")
+        elif isinstance(value, list) and value and all(dataclasses.is_dataclass(item) for item in value):
+            for i, item in enumerate(value):  # a list of sections (data.mixture's members)
+                check(item, f"{prefix}{f.name}[{i}].")
         else:
             value_of(hints[f.name], value, prefix + f.name)
 

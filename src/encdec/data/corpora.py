@@ -169,28 +169,29 @@ def _iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
         yield number, record
 
 
-LIST_MODES = ("join", "first", "each")  # what a list of strings in a JSON field becomes: see _values
+LIST_MODES = ("join", "first", "each")  # what a list of strings in a JSON field becomes: see field_texts
 
 
-def _values(
-    record: dict, name: str, path: str | Path, number: int, mode: str = "join", separator: str = " "
-) -> list[str]:
-    """Field `name` of a JSON record as texts: a string is itself; a list of strings is joined with
-    `separator` ("join": sentences of one document), its first item ("first": several references, keep one)
-    or each item ("each": several references, a pair each)."""
+def field_texts(record: dict, name: str, where: str, mode: str = "join", separator: str = " ") -> list[str]:
+    """Field `name` of a record (a JSON line, a dataset row) as texts: a string is itself; a list of
+    strings is joined with `separator` ("join": sentences of one document), its first item ("first":
+    several references, keep one) or each item ("each": several references, a pair each). `where`
+    names the record in a refusal ("FILE line 3", "dataset X row 3")."""
     value = record.get(name)
     if isinstance(value, list) and value and all(isinstance(part, str) for part in value):
         parts = [part.strip() for part in value]
         return {"join": [separator.join(parts)], "first": parts[:1], "each": parts}[mode]
     if not isinstance(value, str):
         problem = "has no field" if value is None else "has a field that is neither text nor a list of texts,"
-        raise DataError(f"{path} line {number} {problem} {name!r}")
+        raise DataError(
+            f"{where} {problem} {short(name)}{' (its fields: ' + short(sorted(record)) + ')' if value is None else ''}"
+        )
     return [value]
 
 
 def _field(record: dict, name: str, path: str | Path, number: int) -> str:
     """Field `name` of a JSON record: a string, or a list of strings joined with spaces."""
-    return _values(record, name, path, number)[0]
+    return field_texts(record, name, f"{path} line {number}")[0]
 
 
 def iter_jsonl_texts(path: str | Path, text_field: str = "text") -> Iterator[str]:
@@ -208,12 +209,13 @@ def iter_jsonl_pairs(
     list_separator: str = " ",
 ) -> Iterator[tuple[str, str]]:
     """(source, target) of each JSON line (DialogSum's field names by default); list-valued fields as
-    `source_list` / `target_list` say (_values), every source with every target where both are "each"."""
+    `source_list` / `target_list` say (field_texts), every source with every target where both are "each"."""
 
     def pairs() -> Iterator[tuple[str, str]]:
         for n, record in _iter_json_objects(path):
-            sources = _values(record, source_field, path, n, source_list, list_separator)
-            targets = _values(record, target_field, path, n, target_list, list_separator)
+            where = f"{path} line {n}"
+            sources = field_texts(record, source_field, where, source_list, list_separator)
+            targets = field_texts(record, target_field, where, target_list, list_separator)
             yield from ((source, target) for source in sources for target in targets)
 
     return _require_some(pairs(), path, "records")

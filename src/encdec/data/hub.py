@@ -66,6 +66,7 @@ def check_hub_dataset(name: str, timeout: float = 10.0) -> None:
     """DataError at once where the Hub has no dataset `name` or cannot be reached; `datasets` would spend
     30 s on retries first. With HF_HUB_OFFLINE set, nothing is asked and `datasets` reads its cache."""
     import huggingface_hub
+    import huggingface_hub.constants  # not loaded by the package itself
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
     if huggingface_hub.constants.HF_HUB_OFFLINE:

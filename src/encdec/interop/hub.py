@@ -54,6 +54,7 @@ def resolve_model(name: str | Path, label: str = "") -> Path:
         return path
     repo, revision = parsed
     import huggingface_hub
+    import huggingface_hub.constants  # not loaded by the package itself
     from huggingface_hub import errors
 
     where = f"{label}{name} is not a local directory, and"

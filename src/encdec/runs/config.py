@@ -30,6 +30,7 @@ from encdec.data.corpora import LIST_MODES, PAIR_FORMATS, TEXT_FORMATS
 from encdec.data.objectives import OBJECTIVES
 from encdec.data.objectives.causal_lm import WINDOW_MODES
 from encdec.data.objectives.factory import PACKABLE
+from encdec.data.objectives.mixture import MAX_MEMBERS
 from encdec.errors import ConfigError, suggestion
 from encdec.models import ModelConfig, check_fields, preset, preset_names
 from encdec.safe_paths import write_atomic
@@ -53,7 +54,11 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
 METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf")
+DATA_FORMATS = (*PAIR_FORMATS, *TEXT_FORMATS, "datasets")
 PATH_KEYS = (("data", "train"), ("data", "validation"), ("tokenizer", "path"), ("training", "init_from"))  # files
+NAMES_OR_PATHS = (("training", "init_from"), ("data", "dataset"))  # a Hub id where no such path exists
+DECODER_ONLY_OBJECTIVES = ("causal_lm", "prefix_lm")
+MAX_STREAM_BLOCK = 10_000_000
 # The largest values a run config accepts: far beyond any real run, small enough that nothing
 # sized by them is allocated before its own memory estimate refuses it.
 MAX_STEPS = 10**9
@@ -104,11 +109,17 @@ class TokenizerSection:
 
 @dataclass
 class DataSection:
-    format: Literal[PAIR_FORMATS + TEXT_FORMATS] = "tinystories"  # tinystories | text | instruct | jsonl | ...
+    format: Literal[DATA_FORMATS] = "tinystories"  # tinystories | text | instruct | jsonl | ... | datasets
     train: list[str] = field(default_factory=list)  # files; parallel: [source, target]
     validation: list[str] = field(default_factory=list)  # empty: split val_fraction off train
     val_fraction: Annotated[float, Range(0, 1, above=True, below=True)] = 0.05
     hub_name: str | None = None  # used when the train files are absent, e.g. roneneldan/TinyStories
+    dataset: str | None = None  # format datasets: a Hub id[@revision], a local dataset directory, or json|csv|...
+    dataset_config: str | None = None  # format datasets: the dataset's configuration (datasets' `name`)
+    train_split: str = "train"  # format datasets: the split to train on ("train[:90%]" slices it)
+    validation_split: str | None = None  # format datasets: None splits val_fraction off train_split
+    streaming: bool = False  # read the corpus as training needs it, stream_block items at a time, never all
+    stream_block: Annotated[int, Range(1, MAX_STREAM_BLOCK)] = 10_000  # items held, tokenized and shuffled at once
     source_field: str = "dialogue"
     target_field: str = "summary"
     source_list: Literal[LIST_MODES] = "join"  # jsonl-pairs, a field that is a list of strings: join its items,
@@ -119,6 +130,23 @@ class DataSection:
     text_field: str = "text"
     max_documents: Positive | None = None  # read at most this many (in memory; the hub streams them)
     shards: str | None = None  # a directory for token shards, prepared once and memory-mapped; None: in memory
+    mixture: "list[MixtureMember]" = field(default_factory=list)  # corpora sampled by weight, a batch each
+    mixture_cap: Positive | None = None  # members without a weight: examples-proportional, each count capped
+
+    def __post_init__(self):
+        if self.streaming and self.shards is not None:
+            raise ConfigError("data.streaming reads the corpus as it trains; data.shards prepares it whole: choose one")
+        check_mixture(self)
+
+
+@dataclass
+class MixtureMember:
+    """One corpus of a mixture: its own data section, its weight, and the objective keys it changes."""
+
+    name: Annotated[str, Satisfies(lambda v: isinstance(v, str) and v.isidentifier(), "a name (letters, digits, _)")]
+    data: DataSection
+    weight: Annotated[float, Range(0, 1e6, above=True)] | None = None  # None: in proportion to its examples
+    objective: dict = field(default_factory=dict)  # e.g. {kind: seq2seq, source_template: "summarize: {source}"}
 
 
 @dataclass
@@ -225,6 +253,12 @@ class RunConfig:
         if sum(self.objective.ul2_probabilities) <= 0:
             raise ConfigError("objective.ul2_probabilities must have a positive sum (R, X, S), got all zeros")
         check_packing(self)
+        members = [member_objective(self, i) for i in range(len(self.data.mixture))]
+        if len({kind in DECODER_ONLY_OBJECTIVES for kind in [o.kind for o in members]}) > 1:
+            raise ConfigError(
+                "data.mixture mixes decoder-only objectives (causal_lm, prefix_lm) with encoder-decoder ones: "
+                "every member's batches must fit the one model"
+            )
 
     @property
     def warmup_steps(self) -> int:
@@ -249,6 +283,40 @@ def check_model_section(section: dict, overlay: bool = False) -> None:
             value_of(hints[key], value, f"model.{key}")
     if not overlay:
         check_fields(build_model_config(section, **PROVISIONAL_TOKENS))  # a field its family ignores is refused
+
+
+def check_mixture(data: DataSection) -> None:
+    """A mixture names its corpora in its members alone: unique names, no mixture inside a member, and
+    weights given to all members or to none (then data.mixture_cap may bound each member's count)."""
+    members = data.mixture
+    if not members:
+        if data.mixture_cap is not None:
+            raise ConfigError("data.mixture_cap caps the members of data.mixture, which is empty")
+        return
+    if len(members) > MAX_MEMBERS:
+        raise ConfigError(f"data.mixture has {len(members):,} members; at most {MAX_MEMBERS:,} are mixed")
+    if data.train or data.dataset or data.hub_name:
+        raise ConfigError(
+            "with data.mixture the members name the corpora: leave data.train, dataset and hub_name unset"
+        )
+    names = [m.name for m in members]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"data.mixture names {short(twice[0])} twice; each member needs a name of its own")
+    if any(m.data.mixture for m in members):
+        raise ConfigError("a data.mixture member cannot hold a mixture of its own")
+    weighted = [m.weight is not None for m in members]
+    if any(weighted) and not all(weighted):
+        raise ConfigError("give every data.mixture member a weight, or none (then each weighs its example count)")
+    if all(weighted) and data.mixture_cap is not None:
+        raise ConfigError("data.mixture_cap caps example counts, which weigh members only when no weight is given")
+
+
+def member_objective(cfg: RunConfig, index: int) -> ObjectiveSection:
+    """The objective section of mixture member `index`: the run's, with the member's own keys over it."""
+    member = cfg.data.mixture[index]
+    values = {**dataclasses.asdict(cfg.objective), **member.objective}
+    return read(ObjectiveSection, values, f"data.mixture[{index}].objective.")
 
 
 def check_packing(cfg: RunConfig) -> None:
@@ -313,8 +381,13 @@ def resolve_paths(values: dict, base: Path) -> None:
 
     A path missing there but present relative to the current directory (how configs were written
     before) is one sentence naming both places."""
-    for section, key in PATH_KEYS:
-        node = values.get(section)
+    data = values.get("data")
+    members = data.get("mixture") if isinstance(data, dict) else None
+    nodes = [(section, key, values.get(section)) for section, key in (*PATH_KEYS, ("data", "dataset"))]
+    for member in members if isinstance(members, list) else []:
+        if isinstance(member, dict) and isinstance(member.get("data"), dict):
+            nodes += [("data", key, member["data"]) for key in ("train", "validation", "dataset")]
+    for section, key, node in nodes:
         if not isinstance(node, dict) or not node.get(key):
             continue
         given = node[key] if isinstance(node[key], list) else [node[key]]
@@ -324,8 +397,8 @@ def resolve_paths(values: dict, base: Path) -> None:
                 resolved.append(item)
                 continue
             full = os.path.normpath(os.path.abspath(base / item))
-            if (section, key) == ("training", "init_from") and not os.path.exists(full) and not os.path.exists(item):
-                resolved.append(item)  # no such directory either way: left as written for its own error
+            if (section, key) in NAMES_OR_PATHS and not os.path.exists(full) and not os.path.exists(item):
+                resolved.append(item)  # no such path either way: a Hub id, or left as written for its own error
                 continue
             if not os.path.exists(full) and os.path.exists(item):
                 suggestion = os.path.relpath(os.path.abspath(item), os.path.abspath(base))

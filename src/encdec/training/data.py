@@ -1,31 +1,41 @@
 """From the run config to a tokenizer and the train / evaluation objectives.
 
-data files (or the hub dataset when they are absent) -> texts or pairs
--> deterministic train / validation split -> tokenizer (built, trained, or
-restored from a checkpoint) -> token documents -> the configured objective
+data files, a `datasets` dataset (or the hub dataset when the files are absent) -> texts or pairs
+-> deterministic train / validation split -> tokenizer (built, trained, or restored from a
+checkpoint) -> token documents -> the configured objective
+
+With data.streaming the items are never all read: each split is a stream the objective reads a
+block at a time (data.objectives.stream). With data.mixture each member is read so, with its own
+objective section, and a mixture objective draws a member per step (data.objectives.mixture).
 """
 
+import dataclasses
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import TypeVar
 
-from encdec.data.corpora import PAIR_FORMATS, read_corpus, split_items
+from encdec.data.corpora import PAIR_FORMATS, is_validation, read_corpus, split_items
+from encdec.data.datasets_corpus import dataset_items, open_dataset
 from encdec.data.documents import Documents, token_dtype
 from encdec.data.hub import iter_hub_instruct_pairs, iter_hub_stories, load_hub_dataset
 from encdec.data.objectives import PairTemplate, build_objective, tokenize_pairs
 from encdec.data.objectives.base import Objective
+from encdec.data.objectives.mixture import MixtureObjective, proportional_weights
+from encdec.data.objectives.stream import StreamObjective
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError, DataError
-from encdec.runs.config import ObjectiveSection, RunConfig
+from encdec.runs.config import DataSection, ObjectiveSection, RunConfig, member_objective
 from encdec.tokenizers import UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation draws from generators of their own
+MEMBER_SEED_OFFSET = 7_919  # mixture member i draws from seed + i * MEMBER_SEED_OFFSET
 
 
 @dataclass
@@ -33,37 +43,144 @@ class RunData:
     tokenizer: Tokenizer
     train: Objective
     eval_objective: Callable[[str], Objective]  # "train" or "val" -> a freshly seeded objective
+    member_eval: dict[str, Callable[[str], Objective]] = field(default_factory=dict)  # a mixture's, by name
+
+
+@dataclass
+class Corpus:
+    """One data section with its objective section, read: items in memory, or streams opened on demand."""
+
+    data: DataSection
+    objective: ObjectiveSection
+    items: tuple[list, list] | None = None  # (train, validation) in memory
+    streams: dict[str, Callable[[], Iterator]] | None = None  # "train" / "val" -> opens that split's stream
+    shards: bool = False  # tokens prepared in data.shards, read there once the tokenizer exists
+
+    @property
+    def pairs(self) -> bool:
+        return self.objective.kind == "seq2seq"
+
+    def tokenizer_texts(self) -> Iterator[str]:
+        """The training texts a bpe / unigram tokenizer learns from (a stream's first block)."""
+        train = self.items[0] if self.items else list(islice(self.streams["train"](), self.data.stream_block))
+        return (text for item in train for text in (item if self.pairs else (item,)))
+
+    def size(self) -> int:
+        """Training items, for examples-proportional mixing; a stream's is unknown until it is read."""
+        if self.items is None:
+            raise ConfigError(
+                "a data.mixture member that streams (or reads shards) has no example count to weigh it by; "
+                "give every member a weight"
+            )
+        return len(self.items[0])
 
 
 def build_run_data(cfg: RunConfig, run_dir: Path, tokenizer_dir: Path | None = None) -> RunData:
-    pairs = cfg.data.format in PAIR_FORMATS
-    if pairs != (cfg.objective.kind == "seq2seq"):
-        raise ConfigError(
-            f"objective {cfg.objective.kind} does not fit data.format {cfg.data.format}: "
-            "seq2seq takes pairs (instruct, jsonl-pairs, tsv, parallel), the others take texts"
-        )
-    template = PairTemplate(cfg.objective.source_template, cfg.objective.target_template)
-    use_shards = cfg.data.shards is not None and local_files_present(cfg)
-    items = None if use_shards and (tokenizer_dir or cfg.tokenizer.kind not in ("bpe", "unigram")) else read_items(cfg)
-    tokenizer = (
-        load_tokenizer(tokenizer_dir) if tokenizer_dir else build_run_tokenizer(cfg, items[0] if items else [], pairs)
+    trained_tokenizer = tokenizer_dir is None and cfg.tokenizer.kind in ("bpe", "unigram")
+    if not cfg.data.mixture:
+        corpus = read_section(cfg, cfg.data, cfg.objective, need_items=trained_tokenizer)
+        tokenizer = run_tokenizer(cfg, [corpus], tokenizer_dir)
+        train, evaluate = corpus_objectives(cfg, corpus, tokenizer, cfg.training.seed)
+        check_batch_size(train, cfg.training.batch_size)
+        return RunData(tokenizer, train, evaluate)
+    corpora = [
+        read_section(cfg, m.data, member_objective(cfg, i), need_items=trained_tokenizer)
+        for i, m in enumerate(cfg.data.mixture)
+    ]
+    tokenizer = run_tokenizer(cfg, corpora, tokenizer_dir)
+    members = [
+        corpus_objectives(cfg, c, tokenizer, cfg.training.seed + (i + 1) * MEMBER_SEED_OFFSET)
+        for i, c in enumerate(corpora)
+    ]
+    weights = [m.weight for m in cfg.data.mixture]
+    if weights[0] is None:
+        weights = proportional_weights([c.size() for c in corpora], cfg.data.mixture_cap)
+    seed = cfg.training.seed
+
+    def mixture(split: str, offset: int = 0) -> Objective:
+        return MixtureObjective([evaluate(split) for _, evaluate in members], weights, seed + offset)
+
+    train = MixtureObjective([train for train, _ in members], weights, seed)
+    names = [m.name for m in cfg.data.mixture]
+    return RunData(
+        tokenizer, train, lambda split: mixture(split, EVAL_SEED_OFFSET), dict(zip(names, (e for _, e in members)))
     )
-    if use_shards:
-        splits = sharded_splits(cfg, tokenizer, template, pairs)
-    elif pairs:
-        splits = {split: tokenize_pairs(tokenizer, part, template) for split, part in zip(("train", "val"), items)}
-    else:
-        splits = {split: tokenize_documents(tokenizer, part) for split, part in zip(("train", "val"), items)}
-    seed, o = cfg.training.seed, cfg.objective
 
-    def make(split: str, offset: int = 0) -> Objective:
-        return build_objective(
-            o.kind, splits[split], tokenizer, cfg.training.batch_size, seed + offset, **objective_options(o)
+
+def read_section(cfg: RunConfig, d: DataSection, o: ObjectiveSection, need_items: bool) -> Corpus:
+    """The corpus of one data section: its items read, its streams prepared, or its shards' inputs named."""
+    pairs = o.kind == "seq2seq"
+    if d.format != "datasets" and (d.format in PAIR_FORMATS) != pairs:
+        raise ConfigError(
+            f"objective {o.kind} does not fit data.format {d.format}: "
+            f"seq2seq takes pairs ({', '.join(PAIR_FORMATS)}, datasets), the others take texts"
         )
+    view = dataclasses.replace(cfg, data=d, objective=o) if (d, o) != (cfg.data, cfg.objective) else cfg
+    if d.streaming:
+        return Corpus(d, o, streams={split: stream_opener(view, split) for split in ("train", "val")})
+    if d.shards is not None and local_files_present(view):
+        return Corpus(d, o, items=read_items(view) if need_items else None, shards=True)
+    return Corpus(d, o, items=read_items(view))
 
-    train = make("train")
-    check_batch_size(train, cfg.training.batch_size)
-    return RunData(tokenizer, train, lambda split: make(split, EVAL_SEED_OFFSET))
+
+def run_tokenizer(cfg: RunConfig, corpora: list[Corpus], tokenizer_dir: Path | None) -> Tokenizer:
+    if tokenizer_dir:
+        return load_tokenizer(tokenizer_dir)
+    texts = (text for corpus in corpora for text in corpus.tokenizer_texts())
+    return build_run_tokenizer(cfg, texts if cfg.tokenizer.kind in ("bpe", "unigram") else ())
+
+
+def corpus_objectives(
+    cfg: RunConfig, corpus: Corpus, tokenizer: Tokenizer, seed: int
+) -> tuple[Objective, Callable[[str], Objective]]:
+    """(the training objective, split -> a freshly seeded evaluation objective) over one corpus."""
+    o, batch_size = corpus.objective, cfg.training.batch_size
+    template = PairTemplate(o.source_template, o.target_template)
+
+    def build(data, objective_seed: int) -> Objective:
+        return build_objective(o.kind, data, tokenizer, batch_size, objective_seed, **objective_options(o))
+
+    if corpus.streams is not None:
+        evaluation_items = min(corpus.data.stream_block, cfg.evaluation.steps * batch_size)
+
+        def streamed(split: str, objective_seed: int, block: int) -> Objective:
+            def make(items: list, block_seed: int) -> Objective:
+                return build(tokenize(tokenizer, items, template, corpus.pairs), block_seed)
+
+            what = f"the {split} split of data.{corpus.data.dataset or corpus.data.train or corpus.data.hub_name}"
+            name = f"stream_{o.kind}"
+            return StreamObjective(corpus.streams[split], make, block, objective_seed, name, what)
+
+        train = streamed("train", seed, corpus.data.stream_block)
+        return train, lambda split: streamed(split, seed + EVAL_SEED_OFFSET, evaluation_items)
+    if corpus.shards:
+        view = dataclasses.replace(cfg, data=corpus.data, objective=o)
+        splits = sharded_splits(view, tokenizer, template, corpus.pairs)
+    else:
+        splits = {
+            split: tokenize(tokenizer, part, template, corpus.pairs)
+            for split, part in zip(("train", "val"), corpus.items)
+        }
+    return build(splits["train"], seed), lambda split: build(splits[split], seed + EVAL_SEED_OFFSET)
+
+
+def generation_view(cfg: RunConfig) -> RunConfig:
+    """The config generated samples are drawn and formatted by: the run's, or its first mixture member's
+    (that member's data and objective, its template with them)."""
+    if not cfg.data.mixture:
+        return cfg
+    return dataclasses.replace(cfg, data=cfg.data.mixture[0].data, objective=member_objective(cfg, 0))
+
+
+def validation_items(cfg: RunConfig, n: int) -> list:
+    """The first `n` validation items (texts or pairs) of `cfg`'s corpus; a stream is read only that far."""
+    if cfg.data.streaming:
+        return list(islice(stream_opener(cfg, "val")(), n))
+    return read_items(cfg)[1][:n]
+
+
+def tokenize(tokenizer: Tokenizer, items: list, template: PairTemplate, pairs: bool):
+    return tokenize_pairs(tokenizer, items, template) if pairs else tokenize_documents(tokenizer, items)
 
 
 def check_batch_size(objective: Objective, batch_size: int) -> None:
@@ -100,8 +217,14 @@ def sharded_splits(cfg: RunConfig, tokenizer: Tokenizer, template: PairTemplate,
 
 
 def read_items(cfg: RunConfig) -> tuple[list, list]:
-    """(train, validation) texts or pairs from the data files, or from the hub when they are absent."""
+    """(train, validation) texts or pairs from the data files or a `datasets` dataset, or from the hub
+    when the files are absent."""
     d = cfg.data
+    if d.format == "datasets":
+        train = limit(dataset_split(cfg, "train"), d.max_documents)
+        if d.validation_split or d.validation:
+            return list(train), list(dataset_split(cfg, "val"))
+        return split_items(train, d.val_fraction, seed=0)
     missing = [path for path in d.train if not Path(path).exists()]  # a FIFO or a directory: the reader says so
     if not d.train or missing:
         if not d.hub_name:
@@ -114,6 +237,51 @@ def read_items(cfg: RunConfig) -> tuple[list, list]:
     if d.validation:
         return list(train), list(read_corpus(d.format, d.validation, **options))
     return split_items(train, d.val_fraction, seed=0)
+
+
+def dataset_split(cfg: RunConfig, split: str, streaming: bool = False) -> Iterator:
+    """The items of the "train" or "val" split of a `datasets` corpus (data.format datasets)."""
+    d = cfg.data
+    name = d.train_split if split == "train" else d.validation_split or "validation"
+    files = d.train if split == "train" else d.validation
+    if files and d.dataset not in (None, "json", "jsonl", "csv", "parquet", "txt", "text"):
+        raise ConfigError(
+            f"data.dataset {d.dataset} names a dataset; data.train and validation name files for a builder"
+        )
+    rows = open_dataset(d.dataset, name, files, d.dataset_config, streaming)
+    fields = ("text_field", "source_field", "target_field", "source_list", "target_list", "list_separator")
+    where = f"dataset {d.dataset or files[0]} split {name}"
+    return dataset_items(rows, where, cfg.objective.kind == "seq2seq", **{f: getattr(d, f) for f in fields})
+
+
+def stream_opener(cfg: RunConfig, split: str) -> Callable[[], Iterator]:
+    """A function that opens the "train" or "val" split as a stream of items, from its first on each call:
+    a split of its own, or the items of the training split that hash to it (as split_items splits)."""
+    d = cfg.data
+    hub = d.format != "datasets" and (not d.train or not all(Path(p).exists() for p in d.train)) and d.hub_name
+
+    def read(which: str) -> Iterator:
+        if d.format == "datasets":
+            return dataset_split(cfg, which, streaming=True)
+        if hub:
+            reader = iter_hub_instruct_pairs if d.format == "instruct" else iter_hub_stories
+            return reader(
+                load_hub_dataset(d.hub_name, split="train" if which == "train" else "validation", streaming=True)
+            )
+        if not d.train:
+            raise DataError("data.streaming has no data file to read; set data.train")
+        return read_corpus(d.format, d.train if which == "train" else d.validation, **read_options(cfg))
+
+    if hub or d.validation or (d.format == "datasets" and d.validation_split):
+        return lambda: limit(read(split), d.max_documents)
+
+    def hashed() -> Iterator:
+        for item in limit(read("train"), d.max_documents):
+            key = item if isinstance(item, str) else item[0]
+            if is_validation(key, d.val_fraction, seed=0) == (split == "val"):
+                yield item
+
+    return hashed
 
 
 def read_options(cfg: RunConfig) -> dict:
@@ -142,14 +310,15 @@ def limit(items: Iterable[T], n: int | None) -> Iterator[T]:
         yield item
 
 
-def build_run_tokenizer(cfg: RunConfig, train_items: list, pairs: bool) -> Tokenizer:
+def build_run_tokenizer(cfg: RunConfig, texts: Iterable[str]) -> Tokenizer:
+    """The run's tokenizer: built, or trained (bpe / unigram) on `texts`."""
     t = cfg.tokenizer
     extra = list(t.extra_specials)
-    if cfg.objective.mode_tokens:
+    objectives = [cfg.objective] + [member_objective(cfg, i) for i in range(len(cfg.data.mixture))]
+    if any(o.mode_tokens for o in objectives):
         extra += [m for m in UL2_MODE_TOKENS if m not in extra]
     options = {"num_sentinels": t.num_sentinels, "extra_specials": tuple(extra)}
     if t.kind in ("bpe", "unigram"):
-        texts = (text for item in train_items for text in (item if pairs else (item,)))
         return build_tokenizer(t.kind, texts=texts, vocab_size=t.vocab_size, **options)
     if t.kind in ("sentencepiece", "hf") and t.path and not Path(t.path).is_file():
         raise DataError(f"tokenizer file {t.path} does not exist")

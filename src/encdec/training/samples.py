@@ -14,18 +14,19 @@ from encdec.evaluation.metrics import score_texts
 from encdec.runs.config import RunConfig
 from encdec.runs.text import RunTokenizer
 from encdec.tokenizers import Tokenizer
-from encdec.training.data import read_items
+from encdec.training.data import generation_view, validation_items
 
 GENERATION_BATCH = 32  # examples decoded together at an evaluation
 
 
 def sample_pairs(cfg: RunConfig, tokenizer: Tokenizer, n: int) -> list[tuple[str, str]]:
-    """(input, reference) texts from the validation split."""
-    _, val = read_items(cfg)
+    """(input, reference) texts from the validation split (a mixture's first member's: generation_view)."""
+    cfg = generation_view(cfg)
+    val = validation_items(cfg, n)
     if cfg.objective.kind == "seq2seq":
-        return [(s, t) for s, t in val[:n]]
+        return [(s, t) for s, t in val]
     pairs = []
-    for text in val[:n]:
+    for text in val:
         ids = tokenizer.encode([text])[0][: cfg.objective.seq_len]
         cut = max(len(ids) // 2, 2)  # UL2's S split
         source, target = tokenizer.decode([ids[:cut], ids[cut:]])
@@ -45,7 +46,7 @@ class GeneratedScores:
             raise DataError("evaluation.generate asks for generated examples but the validation split is empty")
         self.inputs = [source for source, _ in pairs]
         self.references = [reference for _, reference in pairs]
-        self.text = RunTokenizer.for_run(cfg, tokenizer, model)
+        self.text = RunTokenizer.for_run(generation_view(cfg), tokenizer, model)
         self.evaluation, self.generation = cfg.evaluation, generation
 
     def __call__(self, model: nn.Module) -> dict[str, float]:

@@ -315,7 +315,8 @@ def evaluate(
     amp: AbstractContextManager = nullcontext(),
     splits: tuple[str, ...] = ("train", "val"),
 ) -> dict:
-    """Mean cross-entropy over `evaluation.steps` batches of each of `splits` (train and validation).
+    """Mean cross-entropy over `evaluation.steps` batches of each of `splits` (train and validation), and
+    for a mixture each member's own (`val_loss/NAME`) beside the mixture's.
 
     The evaluation batches are drawn by freshly seeded objectives, so every
     evaluation sees the same batches and training's RNG is not disturbed.
@@ -323,21 +324,27 @@ def evaluate(
     model.eval()
     rows = distributed.rows_for_rank(cfg.training.batch_size, info) if info.enabled else None
     result = {}
+    sources = {"": data.eval_objective} | {f"/{name}": make for name, make in data.member_eval.items()}
     for split in splits:
-        objective = data.eval_objective(split)
-        ce_sum, tokens = torch.zeros((), device=info.device), 0
-        for _ in range(cfg.evaluation.steps):
-            loaded = local_rows(objective.next_batch(), rows)
-            local = loaded.to(info.device)
-            with amp:
-                out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, **local.packing)
-            ce_sum += cross_entropy(out.logits, local.labels) * loaded.num_tokens
-            tokens += loaded.num_tokens
-        total = torch.stack([ce_sum, torch.tensor(float(tokens), device=info.device)])  # (CE * tokens, tokens)
-        total = distributed.all_reduce_sum(total, info)
-        result[f"{split}_loss"] = (total[0] / total[1]).item()  # 0 / 0 is nan: no tokens to score
+        for suffix, make in sources.items():
+            result[f"{split}_loss{suffix}"] = _mean_loss(model, make(split), cfg.evaluation.steps, rows, info, amp)
     model.train()
     return result
+
+
+def _mean_loss(model, objective, steps: int, rows, info: distributed.DistInfo, amp: AbstractContextManager) -> float:
+    """The token-weighted mean cross-entropy of `steps` batches of `objective`, over every process."""
+    ce_sum, tokens = torch.zeros((), device=info.device), 0
+    for _ in range(steps):
+        loaded = local_rows(objective.next_batch(), rows)
+        local = loaded.to(info.device)
+        with amp:
+            out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, **local.packing)
+        ce_sum += cross_entropy(out.logits, local.labels) * loaded.num_tokens
+        tokens += loaded.num_tokens
+    total = torch.stack([ce_sum, torch.tensor(float(tokens), device=info.device)])  # (CE * tokens, tokens)
+    total = distributed.all_reduce_sum(total, info)
+    return (total[0] / total[1]).item()  # 0 / 0 is nan: no tokens to score
 
 
 def best_by_score(last_eval: dict, cfg: RunConfig) -> float:
