@@ -63,7 +63,7 @@ def test_a_non_empty_out_is_one_sentence_and_exit_2_unless_forced(run_dir, tmp_p
 
 def test_a_directory_that_is_not_a_run_is_refused(tmp_path, capsys):
     assert main(["export", str(tmp_path), "--out", str(tmp_path / "hf")]) == 2
-    assert "is not a run directory of encdec train" in capsys.readouterr().err
+    assert "is neither a run directory with checkpoints nor a Hugging Face model directory" in capsys.readouterr().err
     assert not (tmp_path / "hf").exists()
 
 

@@ -139,3 +139,12 @@ def test_generate_takes_a_hub_id_and_writes_what_its_snapshot_gives(hub_cache, c
     expected = capsys.readouterr().out
     assert main(["generate", "org/tiny", *args]) == 0
     assert capsys.readouterr().out == expected and expected.count("\n") == 2
+
+
+def test_export_takes_a_hub_id_and_writes_its_pinned_snapshot_anew(hub_cache, tmp_path):
+    from encdec.cli import main
+
+    _, models = hub_cache
+    assert main(["export", "org/tiny@v1", "--out", str(tmp_path / "exported")]) == 0
+    assert (tmp_path / "exported" / "model.safetensors").is_file()
+    assert torch.allclose(logits(encdec.from_pretrained(str(tmp_path / "exported"))), logits(models[PINNED]), atol=1e-6)

@@ -1,6 +1,8 @@
-"""`encdec export RUN_DIR --out DIR`: a trained run as a Hugging Face model directory.
+"""`encdec export MODEL --out DIR`: a trained run (or any model encdec opens) as a Hugging Face model directory.
 
-Writes the run's best checkpoint (or --checkpoint) with its tokenizer and generation
+MODEL is a run directory, or a Hugging Face directory or Hub id (org/name[@revision]) written
+anew: e.g. a Hub checkpoint that has only a pickled pytorch_model.bin becomes safetensors.
+Writes a run's best checkpoint (or --checkpoint) with its tokenizer and generation
 defaults where transformers' AutoModelForSeq2SeqLM and AutoTokenizer load them: T5
 (v1.0, v1.1), SwitchTransformers (T5 with experts), Marian (the canonical
 Transformer), Pegasus (the pre-norm Transformer), BART or mBART, whichever computes
@@ -12,12 +14,15 @@ import argparse
 from pathlib import Path
 
 from encdec.errors import ConfigError
+from encdec.interop import export_hf
+from encdec.interop.hub import resolve_model
 from encdec.runs.export import export_run
+from encdec.runs.open import load_tokenizer, model_kind, open_model
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("export", help="write a run as a Hugging Face model directory", description=__doc__)
-    parser.add_argument("run_dir", type=Path, help="a run directory of encdec train")
+    parser.add_argument("model", help="a run directory of encdec train, a Hugging Face directory or a Hub id")
     parser.add_argument("--out", "-o", required=True, help="the directory to write (new or empty)")
     parser.add_argument("--force", action="store_true", help="write over an earlier export in --out")
     parser.add_argument("--checkpoint", default="best", help="best (default), latest, or a step directory name")
@@ -27,7 +32,12 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.out.strip():
         raise ConfigError("--out must name the directory to write, not an empty string")
-    name = export_run(args.run_dir, Path(args.out), force=args.force, checkpoint=args.checkpoint)
+    source = resolve_model(args.model)
+    if model_kind(source) == "run":
+        name = export_run(source, Path(args.out), force=args.force, checkpoint=args.checkpoint)
+    else:
+        opened = open_model(source)
+        name = export_hf(opened.model, load_tokenizer(source), Path(args.out), opened.generation, force=args.force)
     print(
         f"wrote {args.out}: a {name} with its tokenizer; load it with transformers' "
         "AutoModelForSeq2SeqLM.from_pretrained and AutoTokenizer.from_pretrained"
