@@ -394,7 +394,9 @@ CASES = {
         lambda p: ["evaluate", str(p.copy("run")), "--checkpoint", "step_99999999"], "step_99999999"
     ),
     "export a ROT5 run": Case(lambda p: ["export", str(p.copy("run")), "--out", str(p.out)], "no Hugging Face"),
-    "export into a full directory": Case(lambda p: ["export", str(p.copy("hf")), "--out", str(p.outside)], "run"),
+    "export into a full directory": Case(
+        lambda p: ["export", str(p.copy("hf")), "--out", str(p.outside)], "is not empty"
+    ),
 }
 
 
