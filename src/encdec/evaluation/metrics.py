@@ -1,9 +1,14 @@
-"""Text metrics for seq2seq outputs: ROUGE-1/2/L (Google's rouge-score), BLEU and chrF (sacrebleu).
+"""Text metrics for seq2seq outputs: ROUGE-1/2/L/Lsum (Google's rouge-score), BLEU, chrF and TER (sacrebleu).
 
 Every score is on a 0-100 scale, higher is better but for TER (an edit rate). ROUGE is
 the mean over examples of the per-example F-measure; BLEU, chrF and TER are sacrebleu's
 corpus scores with its defaults, so the numbers equal what the two libraries report
 themselves; exact match is the share of outputs equal to their reference.
+
+A reference is a text, or a list of texts where an input has several (a test set's
+several translations or summaries): BLEU, chrF and TER then take them all as sacrebleu
+takes multiple references (reference streams, None where an example has fewer), ROUGE
+takes the best-matching one (rouge-score's `score_multi`) and exact match any of them.
 
 `rot5_preprocessing` applies ROT5's normalisation before ROUGE (SEEDS.md section 2):
 lowercase, alphabetic tokens only, English stopwords dropped, words lemmatised.
@@ -41,11 +46,28 @@ weren weren't won won't wouldn wouldn't
 )
 
 
-def check_pairs(predictions: list[str], references: list[str]) -> None:
+References = list[str] | list[list[str]]  # one text per prediction, or a list of texts each
+
+
+def check_pairs(predictions: list[str], references: References) -> None:
     if len(predictions) != len(references):
         raise DataError(f"{len(predictions)} predictions but {len(references)} references; they must pair up")
     if not predictions:
         raise DataError("there are no predictions to score")
+    if any(not isinstance(r, str) and not r for r in references):
+        raise DataError("a prediction has an empty list of references; give each at least one")
+
+
+def reference_lists(references: References) -> list[list[str]]:
+    """Each prediction's references as a list of texts."""
+    return [[r] if isinstance(r, str) else list(r) for r in references]
+
+
+def reference_streams(references: References) -> list[list[str | None]]:
+    """sacrebleu's layout: stream k holds each prediction's k-th reference, None where it has fewer."""
+    lists = reference_lists(references)
+    width = max(len(refs) for refs in lists)
+    return [[refs[k] if k < len(refs) else None for refs in lists] for k in range(width)]
 
 
 @functools.cache
@@ -72,48 +94,51 @@ def rot5_preprocess(text: str) -> str:
 
 
 def rouge(
-    predictions: list[str], references: list[str], rot5_preprocessing: bool = False, use_stemmer: bool = False
+    predictions: list[str], references: References, rot5_preprocessing: bool = False, use_stemmer: bool = False
 ) -> dict[str, float]:
     """Mean ROUGE-1, ROUGE-2, ROUGE-L and ROUGE-Lsum F-measures (x100) of paired strings (ROUGE-Lsum
-    equals ROUGE-L where neither text holds a newline)."""
+    equals ROUGE-L where neither text holds a newline); against several references, the best one's."""
     check_pairs(predictions, references)
+    lists = reference_lists(references)
     if rot5_preprocessing:
         predictions = [rot5_preprocess(text) for text in predictions]
-        references = [rot5_preprocess(text) for text in references]
+        lists = [[rot5_preprocess(text) for text in refs] for refs in lists]
     scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=use_stemmer)
     totals = dict.fromkeys(ROUGE_TYPES, 0.0)
-    for prediction, reference in zip(predictions, references):
-        scores = scorer.score(reference, prediction)  # rouge-score takes (target, prediction)
+    for prediction, refs in zip(predictions, lists):
+        # rouge-score takes (target, prediction); score_multi keeps each type's best reference
+        scores = scorer.score(refs[0], prediction) if len(refs) == 1 else scorer.score_multi(refs, prediction)
         for key in ROUGE_TYPES:
             totals[key] += scores[key].fmeasure
     return {key: 100 * total / len(predictions) for key, total in totals.items()}
 
 
-def bleu(predictions: list[str], references: list[str]) -> float:
-    """sacrebleu's corpus BLEU (13a tokenisation, one reference per prediction)."""
+def bleu(predictions: list[str], references: References) -> float:
+    """sacrebleu's corpus BLEU (13a tokenisation, every reference of each prediction)."""
     check_pairs(predictions, references)
-    return sacrebleu.corpus_bleu(predictions, [references]).score
+    return sacrebleu.corpus_bleu(predictions, reference_streams(references)).score
 
 
-def chrf(predictions: list[str], references: list[str]) -> float:
+def chrf(predictions: list[str], references: References) -> float:
     """sacrebleu's corpus chrF (character 6-grams, beta 2)."""
     check_pairs(predictions, references)
-    return sacrebleu.corpus_chrf(predictions, [references]).score
+    return sacrebleu.corpus_chrf(predictions, reference_streams(references)).score
 
 
-def ter(predictions: list[str], references: list[str]) -> float:
+def ter(predictions: list[str], references: References) -> float:
     """sacrebleu's corpus TER: edits per reference word (x100), lower is better."""
     check_pairs(predictions, references)
-    return sacrebleu.corpus_ter(predictions, [references]).score
+    return sacrebleu.corpus_ter(predictions, reference_streams(references)).score
 
 
-def exact_match(predictions: list[str], references: list[str]) -> float:
-    """The share (x100) of predictions equal to their reference, outer white space aside."""
+def exact_match(predictions: list[str], references: References) -> float:
+    """The share (x100) of predictions equal to their reference (to one of them), outer white space aside."""
     check_pairs(predictions, references)
-    return 100 * sum(p.strip() == r.strip() for p, r in zip(predictions, references)) / len(predictions)
+    lists = reference_lists(references)
+    return 100 * sum(p.strip() in {r.strip() for r in refs} for p, refs in zip(predictions, lists)) / len(predictions)
 
 
-def score_texts(predictions: list[str], references: list[str], rot5_preprocessing: bool = False) -> dict[str, float]:
+def score_texts(predictions: list[str], references: References, rot5_preprocessing: bool = False) -> dict[str, float]:
     """Every metric at once: rouge1, rouge2, rougeL, rougeLsum, bleu, chrf, ter (lower is better), exact_match."""
     return {
         **rouge(predictions, references, rot5_preprocessing),
