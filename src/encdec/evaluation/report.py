@@ -1,7 +1,9 @@
 """Evaluation results as JSON and as a Markdown table, with sample outputs beside their references.
 
-`encdec evaluate RUN_DIR` computes loss, perplexity, generated outputs and their trivial
-baselines (baselines.py), then calls `write_report`.
+`encdec evaluate` computes loss, perplexity, generated outputs and their trivial baselines
+(scoring.py, baselines.py), then calls `write_report` (eval.json, eval.md) and
+`write_predictions` (predictions.jsonl: one record per input, its source, reference and
+prediction). A reference is a text, or a list of texts where an input has several.
 """
 
 import json
@@ -18,7 +20,7 @@ def perplexity(mean_loss: float) -> float:
 
 SCALE = (
     "Scores are 0-100, higher is better; TER (an edit rate), loss and perplexity, lower. The trivial baseline is a uniform "
-    "guess over the vocabulary for the loss and perplexity, and (for a seq2seq run) each input's first "
+    "guess over the vocabulary for the loss and perplexities, and (for source-reference pairs) each input's first "
     "sentence, copied as the output, for the generated scores: a model that has learned something beats it."
 )
 
@@ -35,9 +37,10 @@ def markdown_table(scores: dict[str, float], baseline: dict[str, float] | None =
     return "\n".join(f"| {' | '.join(row)} |" for row in rows)
 
 
-def cell(text: str, width: int = 200) -> str:
+def cell(text: str | list[str], width: int = 200) -> str:
     """`text` on one line for a table cell, cut in its middle to `width` characters: its start and its
-    end show (an output continues its input's end)."""
+    end show (an output continues its input's end). Several references are joined by " / "."""
+    text = text if isinstance(text, str) else " / ".join(text)
     text = " ".join(text.split()).replace("|", "\\|")
     if len(text) <= width:
         return text
@@ -45,7 +48,7 @@ def cell(text: str, width: int = 200) -> str:
     return f"{text[:half].rstrip()} [...] {text[-half:].lstrip()}"
 
 
-def samples_table(inputs: list[str], predictions: list[str], references: list[str], limit: int = 5) -> str:
+def samples_table(inputs: list[str], predictions: list[str], references: list, limit: int = 5) -> str:
     """The first `limit` examples: | input | output | reference |, cells cut in their middle to 200 characters."""
     rows = [f"| {cell(i)} | {cell(p)} | {cell(r)} |" for i, p, r in list(zip(inputs, predictions, references))[:limit]]
     return "\n".join(["| input | output | reference |", "| --- | --- | --- |", *rows])
@@ -56,17 +59,33 @@ def write_report(
     scores: dict[str, float],
     inputs: list[str],
     predictions: list[str],
-    references: list[str],
+    references: list,
     baseline: dict[str, float] | None = None,
+    about: dict | None = None,
+    notes: list[str] = (),
 ) -> tuple[Path, Path]:
-    """Write eval.json (scores, their baseline and every sample) and eval.md (the two tables, and with a
-    baseline the sentence that reads it); return their paths."""
+    """Write eval.json (scores, their baseline, `about` (what was scored: files, counts) and every sample)
+    and eval.md (the two tables, with a baseline the sentence that reads it, and `notes`, one line each);
+    return their paths."""
     directory.mkdir(parents=True, exist_ok=True)
     samples = [dict(input=i, output=p, reference=r) for i, p, r in zip(inputs, predictions, references)]
     json_path, md_path = directory / "eval.json", directory / "eval.md"
-    record = {"scores": scores, **({"baseline": baseline} if baseline else {}), "samples": samples}
-    write_atomic(json_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    record = {"scores": scores, **({"baseline": baseline} if baseline else {}), **({"data": about} if about else {})}
+    write_atomic(json_path, json.dumps(record | {"samples": samples}, indent=2, ensure_ascii=False) + "\n")
     scale = f"\n{SCALE}\n" if baseline else ""
-    table = samples_table(inputs, predictions, references)
-    write_atomic(md_path, f"# Evaluation\n\n{markdown_table(scores, baseline)}\n{scale}\n## Samples\n\n{table}\n")
+    lines = "".join(f"\n{line}\n" for line in notes)
+    table = f"\n## Samples\n\n{samples_table(inputs, predictions, references)}\n" if samples else ""
+    write_atomic(md_path, f"# Evaluation\n\n{markdown_table(scores, baseline)}\n{scale}{lines}{table}")
     return json_path, md_path
+
+
+def write_predictions(path: Path, inputs: list[str], predictions: list[str], references: list) -> Path:
+    """One JSON line per input: {"source", "reference", "prediction"} (a list of references where it has several)."""
+    records = (
+        json.dumps(dict(source=i, reference=r, prediction=p), ensure_ascii=False)
+        for i, p, r in zip(inputs, predictions, references)
+    )
+    # JSON allows U+2028/9 raw; JavaScript and str.splitlines do not
+    text = "".join(line.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029") + "\n" for line in records)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_atomic(path, text)

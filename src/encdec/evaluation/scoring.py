@@ -1,0 +1,193 @@
+"""One evaluation of a model on examples: its loss, its generated outputs scored, beside trivial baselines.
+
+`encdec evaluate` calls these whatever it scores, so a run's own validation split and a test
+file (`--data`) are measured alike:
+
+    generated_scores  outputs generated for examples and scored against their references
+                      (encdec.evaluation.metrics), beside each input's first sentence copied
+    evaluate_pairs    a pair file: the loss of every reference given its source, then generated_scores
+    evaluate_documents  a text file: the loss of every token, per token and per word, and with
+                      `samples` the first documents continued as UL2's S-denoiser splits them
+
+Perplexity per word is exp(total NLL / whitespace-separated words), the word-level perplexity of
+WikiText-style evaluations: it divides the same total by a count that no tokenizer changes, so it
+compares models with different vocabularies (the NLL includes each document's closing EOS, so it is
+the cost of the text and of its ends). Several references of one source (consecutive pairs with
+the same source, as `--target-list each` makes them) are one example: one output, scored against
+them all; the loss still scores every pair.
+"""
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from encdec.evaluation.baselines import lead_scores, uniform_loss
+from encdec.evaluation.encoding import TextEncoding
+from encdec.evaluation.generated import generate_texts
+from encdec.evaluation.likelihood import NLL, document_nll, pair_nll
+from encdec.evaluation.metrics import score_texts
+from encdec.evaluation.report import perplexity, write_predictions, write_report
+
+
+@dataclass
+class Example:
+    """An input, its references and the output generated for it."""
+
+    source: str
+    references: list[str]
+    prediction: str = ""
+
+
+@dataclass
+class Evaluation:
+    """Scores, their trivial baselines, the examples generated and what was measured, in words."""
+
+    scores: dict[str, float] = field(default_factory=dict)
+    baseline: dict[str, float] = field(default_factory=dict)
+    examples: list[Example] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # pairs, tokens, words, ...
+    notes: list[str] = field(default_factory=list)  # one line each: how the numbers were made
+
+
+def group_pairs(pairs: list[tuple[str, str]]) -> list[Example]:
+    """Consecutive pairs with the same source as one example with several references."""
+    examples: list[Example] = []
+    for source, target in pairs:
+        if examples and examples[-1].source == source:
+            examples[-1].references.append(target)
+        else:
+            examples.append(Example(source, [target]))
+    return examples
+
+
+def generated_scores(
+    model: nn.Module,
+    text,
+    examples: list[Example],
+    batch_size: int = 32,
+    rot5_preprocessing: bool = False,
+    lead: bool = True,
+    progress: bool = False,
+    **options: Any,
+) -> Evaluation:
+    """Generate an output for each example (its `prediction` is set) and score them: ROUGE, BLEU, chrF, TER,
+    exact match, and with `lead` the same scores of each input's first sentence copied (no use for a
+    language model's inputs, cut mid-sentence). `options` go to encdec.generate."""
+    if not examples:
+        return Evaluation()
+    inputs, references = [e.source for e in examples], [e.references for e in examples]
+    generated = generate_texts(model, text, inputs, batch_size, progress=progress, **options)
+    for example, prediction in zip(examples, generated.predictions):
+        example.prediction = prediction
+    evaluation = Evaluation(score_texts(generated.predictions, references, rot5_preprocessing), examples=examples)
+    if lead:
+        evaluation.baseline = lead_scores(inputs, references, rot5_preprocessing)
+    rate = generated.new_tokens / generated.seconds if generated.seconds else 0.0
+    evaluation.notes.append(
+        f"generated {generated.new_tokens:,} tokens for {len(examples):,} inputs in {generated.seconds:.1f} s: "
+        f"{rate:.1f} tokens/s"
+    )
+    return evaluation
+
+
+def loss_scores(nll: NLL, vocab_size: int, prefix: str) -> tuple[dict[str, float], dict[str, float]]:
+    """{prefix_loss, prefix_perplexity} of a summed NLL, and those of a uniform guess over the vocabulary."""
+    uniform = uniform_loss(vocab_size)
+    scores = {f"{prefix}_loss": nll.mean, f"{prefix}_perplexity": perplexity(nll.mean)}
+    return scores, {f"{prefix}_loss": uniform["val_loss"], f"{prefix}_perplexity": uniform["val_perplexity"]}
+
+
+def evaluate_pairs(
+    model: nn.Module,
+    encoding: TextEncoding,
+    pairs: list[tuple[str, str]],
+    samples: int | None = None,
+    batch_size: int = 32,
+    device="cpu",
+    rot5_preprocessing: bool = False,
+    progress: bool = False,
+    prefix: str = "test",
+    **options: Any,
+) -> Evaluation:
+    """The loss per reference token over every pair, then the first `samples` examples (None: all) generated
+    and scored (generated_scores)."""
+    nll = pair_nll(model, encoding, pairs, batch_size, device, progress)
+    grouped = group_pairs(pairs)
+    evaluation = generated_scores(
+        model, encoding.text, grouped[:samples], batch_size, rot5_preprocessing, True, progress, **options
+    )
+    scores, baseline = loss_scores(nll, model.config.vocab_size, prefix)
+    evaluation.scores, evaluation.baseline = scores | evaluation.scores, baseline | evaluation.baseline
+    evaluation.counts = {"pairs": len(pairs), "inputs": len(grouped), "reference_tokens": nll.tokens}
+    cut = f"; {nll.cut:,} references cut to the model's {model.config.max_positions:,} positions" if nll.cut else ""
+    evaluation.notes.insert(0, f"loss over all {len(pairs):,} pairs: {nll.tokens:,} reference tokens{cut}")
+    return evaluation
+
+
+def evaluate_documents(
+    model: nn.Module,
+    encoding: TextEncoding,
+    documents: list[str],
+    samples: int | None = None,
+    batch_size: int = 32,
+    device="cpu",
+    progress: bool = False,
+    prefix: str = "test",
+    **options: Any,
+) -> Evaluation:
+    """The loss per token and per word over every document, then the first `samples` documents (None: none)
+    continued from their first half and scored."""
+    nll = document_nll(model, encoding, documents, batch_size, device, progress)
+    words = sum(len(document.split()) for document in documents)
+    examples = continuation_examples(encoding, documents[:samples] if samples else [])
+    evaluation = generated_scores(model, encoding.text, examples, batch_size, lead=False, progress=progress, **options)
+    scores, baseline = loss_scores(nll, model.config.vocab_size, prefix)
+    scores[f"{prefix}_word_perplexity"] = word_perplexity(nll.total, words)
+    baseline[f"{prefix}_word_perplexity"] = word_perplexity(nll.tokens * math.log(model.config.vocab_size), words)
+    evaluation.scores, evaluation.baseline = scores | evaluation.scores, baseline | evaluation.baseline
+    evaluation.counts = {"documents": len(documents), "tokens": nll.tokens, "words": words}
+    evaluation.notes.insert(
+        0,
+        f"loss over all {len(documents):,} documents: {nll.tokens:,} tokens (each document's EOS among them), "
+        f"{words:,} words ({nll.tokens / max(words, 1):.2f} tokens a word)",
+    )
+    return evaluation
+
+
+def word_perplexity(total_nll: float, words: int) -> float:
+    """exp(total NLL / words); inf when it overflows or there are no words."""
+    return perplexity(total_nll / words) if words else math.inf
+
+
+def continuation_examples(encoding: TextEncoding, documents: list[str]) -> list[Example]:
+    """Each document's first source_length tokens split as UL2's S-denoiser splits a chunk (the first
+    max(n // 2, 2) tokens the input, the rest the reference), documents too short for a reference left out."""
+    examples = []
+    for ids in encoding.encode_documents(documents) if documents else []:
+        ids = ids[: encoding.source_length]
+        cut = max(len(ids) // 2, 2)
+        if len(ids) > cut:
+            decode = encoding.text.decode
+            examples.append(
+                Example(decode(ids[:cut], skip_special_tokens=True), [decode(ids[cut:], skip_special_tokens=True)])
+            )
+    return examples
+
+
+REPORT_FILES = ("eval.json", "eval.md", "predictions.jsonl")  # what write_evaluation writes into its directory
+
+
+def write_evaluation(directory: Path, evaluation: Evaluation, about: dict | None = None) -> list[Path]:
+    """eval.json, eval.md and predictions.jsonl in `directory` (encdec.evaluation.report); their paths.
+    `about` (what was scored) joins the counts in eval.json."""
+    inputs = [e.source for e in evaluation.examples]
+    predictions = [e.prediction for e in evaluation.examples]
+    references = [e.references[0] if len(e.references) == 1 else e.references for e in evaluation.examples]
+    about = (about or {}) | evaluation.counts
+    json_path, md_path = write_report(
+        directory, evaluation.scores, inputs, predictions, references, evaluation.baseline, about, evaluation.notes
+    )
+    return [json_path, md_path, write_predictions(directory / REPORT_FILES[2], inputs, predictions, references)]
