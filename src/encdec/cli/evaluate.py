@@ -1,18 +1,36 @@
-"""`encdec evaluate RUN_DIR`: loss and perplexity on a split, then generated samples scored.
+"""`encdec evaluate MODEL [--data FILE [FILE2]]`: loss, perplexity and generated outputs scored.
 
-Loss is the mean cross-entropy over `--batches` batches of the run's own objective
-on the split. Samples: for a seq2seq run, validation sources are generated from and
-scored against their targets; for a language-model run (UL2, causal LM), each
-validation document is split as UL2's S-denoiser splits it, the first half is the
-input and the rest the reference. Scores are ROUGE-1/2/L/Lsum, BLEU, chrF, TER and
-exact match, each beside a trivial baseline's (the output tokens generated per second
-are printed too); results go to RUN_DIR/eval/eval.json and eval.md, with samples
-beside their references. Both run on --device (default: a
-GPU when torch sees one, else the CPU); --quantize int8 runs both through int8 linear
-layers there (encdec.quantize: fbgemm's kernels on the CPU, torch._int_mm on a GPU).
+MODEL is a run directory of `encdec train`, a Hugging Face model directory (T5, BART, Marian,
+Pegasus; an `encdec export` directory among them) or a Hub id org/name[@revision].
+
+With --data, a test file in one of the corpus formats training reads (--format; a run's own
+data.format by default, else told by the extension: .tsv tsv, .txt text, two files parallel):
+- pairs (tsv, jsonl-pairs, parallel, instruct): the loss per reference token over every pair,
+  teacher-forced, sources cut as generation cuts them; then an output generated for every
+  input (or the first --samples) and scored: ROUGE-1/2/L/Lsum, BLEU, chrF, TER, exact match.
+  Consecutive pairs with the same source (--target-list each) are one input with several
+  references, which BLEU, chrF and TER take together (ROUGE the best, exact match any);
+- text (text, jsonl, tinystories, instruct-text): the loss per token over every document, its
+  perplexity, and the perplexity per whitespace-separated word, which compares tokenizers. A
+  causal LM slides windows of its context over each document; an encoder-decoder predicts
+  each half-length window given the previous one, as UL2's S-denoiser reads a chunk
+  (encdec.evaluation.likelihood); --samples N continues the first N documents too.
+Results go to --out DIR (needed for a Hugging Face model: nothing is written inside a model
+directory or the Hugging Face cache), else RUN_DIR/eval/<file name>/: eval.json, eval.md and
+predictions.jsonl (source, reference, prediction).
+
+Without --data, a run is scored on its own validation split, as training scored it: the loss
+is the mean cross-entropy over `--batches` batches of the run's own objective (the figure its
+metrics.jsonl holds), then --samples validation examples are generated and scored (a language
+model's documents split as UL2's S-denoiser splits them); results go to RUN_DIR/eval/.
+
+Every score stands beside a trivial baseline's (a uniform guess over the vocabulary; each
+input's first sentence copied). Both run on --device (default: a GPU when torch sees one, else
+the CPU); --quantize int8 runs both through int8 linear layers there (encdec.quantize).
 """
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -27,45 +45,80 @@ from encdec.cli.generate import (
     resolve_device,
     whole_number,
 )
-from encdec.evaluation.baselines import lead_scores, uniform_loss
-from encdec.evaluation.generated import generate_texts
-from encdec.evaluation.metrics import score_texts
-from encdec.evaluation.report import perplexity, write_report
+from encdec.data.corpora import LIST_MODES
+from encdec.errors import ConfigError
+from encdec.evaluation.baselines import uniform_loss
+from encdec.evaluation.encoding import TextEncoding, hf_encoding, run_encoding
+from encdec.evaluation.files import FORMATS, OPTION_NAMES, TestFile, infer_format, read_test_file, reader_options
+from encdec.evaluation.report import perplexity
+from encdec.evaluation.scoring import (
+    REPORT_FILES,
+    Example,
+    evaluate_documents,
+    evaluate_pairs,
+    generated_scores,
+    write_evaluation,
+)
 from encdec.generation.generate import resolve_config
+from encdec.interop.hub import resolve_model
 from encdec.quantization import quantize
-from encdec.runs.load import load_run
+from encdec.runs.load import saved_config
+from encdec.runs.open import OpenedModel, model_kind, open_model
 from encdec.runs.run_dir import RunDir
-from encdec.safe_paths import check_not_symlink
+from encdec.safe_paths import check_not_symlink, refuse_unsafe_output
 from encdec.training.data import build_run_data
 from encdec.training.distributed import DistInfo
 from encdec.training.samples import sample_pairs
 from encdec.training.trainer import evaluate
 
 MAX_EVAL_BATCHES = 1_000_000  # batches for the loss, examples to generate: more is a typo, not an evaluation
+OWN_SPLIT_SAMPLES = 8  # validation examples generated without --data
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
-        "evaluate", help="loss, perplexity and scored generations of a run", description=__doc__
+        "evaluate", help="loss, perplexity and scored generations of a model", description=__doc__
     )
-    parser.add_argument("run_dir", type=Path, help="a run directory of encdec train")
-    parser.add_argument("--checkpoint", default="best", help="best, latest, or a step directory name")
+    parser.add_argument(
+        "model", metavar="MODEL", help="a run directory, a Hugging Face model directory, or a Hub id org/name[@rev]"
+    )
+    parser.add_argument("--data", nargs="+", type=Path, help="a test file (two for --format parallel)")
+    parser.add_argument(
+        "--format", choices=FORMATS, help="the test file's format (default: the run's, or its extension's)"
+    )
+    parser.add_argument("--source-field", help="jsonl-pairs: the source's field (default: the run's, or dialogue)")
+    parser.add_argument("--target-field", help="jsonl-pairs: the reference's field (default: the run's, or summary)")
+    parser.add_argument("--text-field", help="jsonl: the text's field (default: the run's, or text)")
+    parser.add_argument(
+        "--source-list", choices=LIST_MODES, help="jsonl-pairs: a list-valued source: join, first, each"
+    )
+    parser.add_argument(
+        "--target-list",
+        choices=LIST_MODES,
+        help="jsonl-pairs: a list-valued reference: join, first, each (several references)",
+    )
+    parser.add_argument("--list-separator", help="jsonl-pairs: what joins a list's items (default: a space)")
+    parser.add_argument("--out", type=Path, help="the report's directory (default: RUN_DIR/eval[/<file name>])")
+    parser.add_argument(
+        "--checkpoint", default="best", help="a run's checkpoint: best, latest, or a step directory name"
+    )
     parser.add_argument(
         "--batches",
         type=whole_number(1, MAX_EVAL_BATCHES, "--batches"),
         default=None,
-        help="batches for the loss (default: the run's)",
+        help="without --data: batches of the run's objective for the loss (default: the run's evaluation.steps)",
     )
     parser.add_argument(
         "--samples",
         type=whole_number(1, MAX_EVAL_BATCHES, "--samples"),
-        default=8,
-        help="validation examples to generate and score",
+        default=None,
+        help=f"examples to generate and score (default: every pair of --data, no document of a text file, "
+        f"{OWN_SPLIT_SAMPLES} of the validation split)",
     )
     add_generation_option(parser, "max_new_tokens", 64)
     add_generation_option(parser, "num_beams", 1)
     parser.add_argument(
-        "--batch-size", type=whole_number(1, MAX_ROWS, "--batch-size"), default=32, help="examples generated at a time"
+        "--batch-size", type=whole_number(1, MAX_ROWS, "--batch-size"), default=32, help="examples run at a time"
     )
     parser.add_argument("--rot5-preprocessing", action="store_true", help="ROT5's ROUGE preprocessing")
     add_source_length_argument(parser)
@@ -77,34 +130,136 @@ def add_parser(subparsers) -> None:
 @torch.no_grad()
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
-    report_dir = RunDir(args.run_dir).eval_dir
-    check_not_symlink(report_dir, report_dir / "eval.json", report_dir / "eval.md")  # written at the end
-    loaded = load_run(args.run_dir, args.checkpoint, args.max_source_len)
+    path = resolve_model(args.model)
+    if args.data is None:
+        out = args.out or RunDir(path).eval_dir
+        check_output(out, path if args.out is None else None)  # before anything is read
+        if model_kind(path) == "hf":
+            raise ConfigError(f"{args.model} is a Hugging Face model, which has no validation split: give --data FILE")
+        return own_split(args, path, out, device)
+    if args.batches:
+        raise ConfigError("--batches counts batches of a run's own validation split; with --data every pair is scored")
+    if len(args.data) > 2:
+        raise ConfigError(f"--data takes one file, or two for --format parallel, got {len(args.data)}")
+    kind = model_kind(path)
+    out = report_dir(args, path, kind)
+    test = read_data(args, path, kind)  # bad data: refused before the model loads
+    opened = open_for_scoring(args, device)
+    encoding = text_encoding(opened)  # a Hugging Face directory without tokenizer files: refused here
     options = dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams)
-    resolve_config(loaded.model, options)  # refused here, before the loss is computed or a progress bar drawn
-    loaded.model.to(device)
-    if args.quantize:  # the loss and the generations both run through the int8 layers
-        quantize(loaded.model, args.quantize)
-    cfg = loaded.config
+    progress = sys.stderr.isatty()  # bars on a terminal only: never in a log
+    common = dict(batch_size=args.batch_size, device=device, progress=progress, **options)
+    if test.pairs is not None:
+        result = evaluate_pairs(
+            opened.model, encoding, test.pairs, args.samples, rot5_preprocessing=args.rot5_preprocessing, **common
+        )
+    else:
+        result = evaluate_documents(opened.model, encoding, test.documents, args.samples, **common)
+    result.notes.insert(0, f"test file {' and '.join(map(str, args.data))}, read as --format {test.format}")
+    about = {"files": [os.path.abspath(p) for p in args.data], "format": test.format, "model": str(args.model)}
+    report(write_evaluation(out, result, about))
+    return 0
+
+
+def own_split(args: argparse.Namespace, path: Path, out: Path, device: torch.device) -> int:
+    """A run on its own validation split: the loss of its objective's batches, then samples generated into `out`."""
+    opened = open_for_scoring(args, device)
+    cfg = opened.run.config
     if args.batches:
         cfg.evaluation.steps = args.batches
-    data = build_run_data(cfg, args.run_dir, tokenizer_dir=loaded.checkpoint.tokenizer)
-    losses = evaluate(loaded.model, data, cfg, DistInfo(device=device), splits=("val",))  # the train loss: not asked
-    loaded.model.eval()
-    scores = {"val_loss": losses["val_loss"], "val_perplexity": perplexity(losses["val_loss"])}
-    pairs = sample_pairs(cfg, loaded.tokenizer, args.samples)
-    inputs, references = [p[0] for p in pairs], [p[1] for p in pairs]
-    bar = sys.stderr.isatty()  # a progress bar on a terminal only: never in a log or before a refusal there
-    generated = generate_texts(loaded.model, loaded.text, inputs, args.batch_size, progress=bar, **options)
-    scores.update(score_texts(generated.predictions, references, args.rot5_preprocessing))
-    baseline = uniform_loss(loaded.tokenizer.vocab_size)
-    if cfg.objective.kind == "seq2seq":  # a language model's inputs are cut mid-sentence: no first sentence to copy
-        baseline |= lead_scores(inputs, references, args.rot5_preprocessing)
-    json_path, md_path = write_report(report_dir, scores, inputs, generated.predictions, references, baseline)
-    print(md_path.read_text(), end="")
+    data = build_run_data(cfg, path, tokenizer_dir=opened.run.checkpoint.tokenizer)
+    losses = evaluate(opened.model, data, cfg, DistInfo(device=device), splits=("val",))  # the train loss: not asked
+    opened.model.eval()
+    pairs = sample_pairs(cfg, opened.run.tokenizer, args.samples or OWN_SPLIT_SAMPLES)
+    examples = [Example(source, [reference]) for source, reference in pairs]
+    options = dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams)
+    progress = sys.stderr.isatty()
+    seq2seq = cfg.objective.kind == "seq2seq"  # a language model's inputs are cut mid-sentence: no first sentence
+    result = generated_scores(
+        opened.model, opened.text, examples, args.batch_size, args.rot5_preprocessing, seq2seq, progress, **options
+    )
+    loss = {"val_loss": losses["val_loss"], "val_perplexity": perplexity(losses["val_loss"])}
+    result.scores, result.baseline = (
+        loss | result.scores,
+        uniform_loss(opened.run.tokenizer.vocab_size) | result.baseline,
+    )
     where = "--batches" if args.batches else "the run's evaluation.steps; --batches N for more"
-    print(f"loss over {cfg.evaluation.steps} validation batches of {cfg.training.batch_size} ({where})")
-    rate = generated.new_tokens / generated.seconds
-    print(f"generated {generated.new_tokens} tokens in {generated.seconds:.1f} s: {rate:.1f} tokens/s")
-    print(f"written: {json_path}, {md_path}")
+    result.notes.insert(
+        0, f"loss over {cfg.evaluation.steps} validation batches of {cfg.training.batch_size} ({where})"
+    )
+    report(write_evaluation(out, result, {"split": "validation", "model": str(args.model)}))
     return 0
+
+
+def read_data(args: argparse.Namespace, path: Path, kind: str) -> TestFile:
+    """The --data file, read in --format, else a run's data.format, else its extension's; jsonl options as given,
+    else a run's own where it read the same format."""
+    run_data = saved_config(RunDir(path).checkpoint(args.checkpoint)).data if kind == "run" else None
+    fmt = args.format or (run_data.format if run_data else infer_format(args.data))
+    given = {name: getattr(args, name) for name in OPTION_NAMES}
+    defaults = vars(run_data) if run_data and run_data.format == fmt else None
+    return read_test_file(args.data, fmt, reader_options(fmt, given, defaults))
+
+
+def report_dir(args: argparse.Namespace, path: Path, kind: str) -> Path:
+    """--out, or for a run RUN_DIR/eval/<test file name>/; checked before any work."""
+    if args.out is None and kind == "hf":
+        raise ConfigError(
+            f"--out DIR is needed to evaluate {args.model}: encdec writes no report inside a Hugging Face model "
+            "directory or the Hugging Face cache"
+        )
+    out = args.out or RunDir(path).eval_dir / args.data[0].name.split(".")[0]
+    check_output(out, path if args.out is None else None, path if kind == "hf" else None)
+    return out
+
+
+def check_output(out: Path, run: Path | None = None, model: Path | None = None) -> None:
+    """Refuse a report directory that is a file, an unsafe place, inside the Hugging Face model `model` or the
+    Hub cache, or that is (or holds report files that are) symlinks; `run`: a run's own eval directory."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; the report needs a directory")
+    if run is None:
+        refuse_unsafe_output(out)
+    real = Path(os.path.realpath(out))
+    for protected in filter(None, (model, hub_cache())):
+        protected = Path(os.path.realpath(protected))
+        if real == protected or protected in real.parents:
+            raise ConfigError(f"--out {out} lies inside {protected}; write the report to a directory of its own")
+    links = [out, *(out / name for name in REPORT_FILES)]
+    if run is not None:
+        links.insert(0, RunDir(run).eval_dir)
+    check_not_symlink(*links)
+
+
+def hub_cache() -> Path | None:
+    """huggingface_hub's model cache, where a Hub id's files lie (None where huggingface_hub is not installed)."""
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        return None
+    return Path(constants.HF_HUB_CACHE)
+
+
+def open_for_scoring(args: argparse.Namespace, device: torch.device) -> OpenedModel:
+    """The model on `device` (int8 with --quantize), its generation options checked before any work."""
+    opened = open_model(args.model, args.checkpoint, args.max_source_len)
+    resolve_config(opened.model, dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams))
+    opened.model.to(device)
+    if args.quantize:  # the loss and the generations both run through the int8 layers
+        quantize(opened.model, args.quantize)
+    return opened
+
+
+def text_encoding(opened: OpenedModel) -> TextEncoding:
+    """A run's text encoding (its templates, its UL2 [S] token) or a Hugging Face tokenizer's."""
+    if opened.run is None:
+        return hf_encoding(opened.text, opened.model.config.eos_id)
+    objective, tokenizer = opened.run.config.objective, opened.run.tokenizer
+    template = objective.target_template if objective.kind == "seq2seq" else "{target}"
+    mode = tokenizer.special_id("[S]") if objective.mode_tokens else None
+    return run_encoding(opened.run.text, tokenizer, template, mode)
+
+
+def report(paths: list[Path]) -> None:
+    print(paths[1].read_text(), end="")  # eval.md: the table, its notes and the first samples
+    print(f"written: {', '.join(str(p) for p in paths)}")

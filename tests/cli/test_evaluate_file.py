@@ -1,0 +1,233 @@
+"""`encdec evaluate MODEL --data FILE`: a Hugging Face directory, a run and its export scored on a test file,
+each figure checked against a direct computation (transformers' loss, the model's own forward, sacrebleu)."""
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from encdec.cli import main
+from encdec.runs.load import load_run
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+MULTI30K = SHARED / "translation" / "multi30k"
+WORDS = ["<pad>", "</s>", "<unk>"] + "once upon a time there was a little girl named lily she liked to play".split()
+METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum", "bleu", "chrf", "ter", "exact_match")
+PAIRS = [
+    ("once upon a time", "there was a little girl"),
+    ("lily liked to play", "she was a little girl"),
+    ("a girl named lily", "once upon a time there was lily"),
+]
+
+
+@pytest.fixture(scope="module")
+def t5_dir(tmp_path_factory) -> Path:
+    """A random-weight T5 saved with a word-level tokenizer that closes inputs and targets with </s>, as T5's does."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    path = tmp_path_factory.mktemp("t5")
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        vocab_size=len(WORDS), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4, decoder_start_token_id=0
+    )
+    transformers.T5ForConditionalGeneration(config).save_pretrained(path)
+    return path
+
+
+def multi30k(split: str, count: int) -> list[tuple[str, str]]:
+    with gzip.open(MULTI30K / f"{split}.en.gz", "rt") as en, gzip.open(MULTI30K / f"{split}.de.gz", "rt") as de:
+        return [(e.strip(), d.strip()) for _, e, d in zip(range(count), en, de)]
+
+
+@pytest.fixture(scope="module")
+def mt_run(tmp_path_factory) -> Path:
+    """A Transformer (exportable as Marian) trained two steps on 80 Multi30k pairs, byte tokenizer; test.tsv beside it."""
+    root = tmp_path_factory.mktemp("mt")
+    (root / "train.tsv").write_text("".join(f"{en}\t{de}\n" for en, de in multi30k("train", 80)))
+    (root / "test.tsv").write_text("".join(f"{en}\t{de}\n" for en, de in multi30k("test_2016_flickr", 6)))
+    config = {
+        "model": {"preset": "transformer-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.0},
+        "tokenizer": {"kind": "byte", "num_sentinels": 0},
+        "data": {"format": "tsv", "train": [str(root / "train.tsv")], "val_fraction": 0.1},
+        "objective": {"kind": "seq2seq", "max_source_len": 48, "max_target_len": 48},
+        "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu"},
+        "evaluation": {"interval": 2, "steps": 1},
+        "output": {"save_interval": 2, "keep_last": 1, "plot": False},
+    }
+    (root / "mt.yaml").write_text(yaml.safe_dump(config))
+    assert main(["train", str(root / "mt.yaml"), "--out", str(root / "run")]) == 0
+    return root / "run"
+
+
+def report(directory: Path) -> tuple[dict, list[dict]]:
+    """eval.json and the records of predictions.jsonl."""
+    lines = (directory / "predictions.jsonl").read_text().splitlines()
+    return json.loads((directory / "eval.json").read_text()), [json.loads(line) for line in lines]
+
+
+def test_a_hugging_face_t5_scores_a_tsv_with_the_loss_transformers_computes(t5_dir, tmp_path, capsys):
+    test = tmp_path / "test.tsv"
+    test.write_text("".join(f"{source}\t{target}\n" for source, target in PAIRS))
+    out = tmp_path / "report"
+    assert main(["evaluate", str(t5_dir), "--data", str(test), "--out", str(out), "--max-new-tokens", "4"]) == 0
+    saved, predictions = report(out)
+    model = transformers.T5ForConditionalGeneration.from_pretrained(t5_dir).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(t5_dir)
+    inputs = tokenizer([s for s, _ in PAIRS], return_tensors="pt", padding=True)
+    labels = tokenizer(text_target=[t for _, t in PAIRS], return_tensors="pt", padding=True)["input_ids"]
+    labels[labels == tokenizer.pad_token_id] = -100
+    with torch.no_grad():
+        expected = model(**inputs, labels=labels).loss.item()  # the mean over every reference token
+    assert saved["scores"]["test_loss"] == pytest.approx(expected, abs=1e-4)
+    assert saved["scores"]["test_perplexity"] == pytest.approx(math.exp(expected), rel=1e-4)
+    assert saved["data"]["format"] == "tsv" and saved["data"]["pairs"] == 3  # told by the extension
+    assert set(METRICS) <= set(saved["scores"]) and set(METRICS) <= set(saved["baseline"])
+    markdown = (out / "eval.md").read_text()
+    assert all(f"| {name} |" in markdown for name in ("test_loss", "test_perplexity", *METRICS))
+    assert [(p["source"], p["reference"]) for p in predictions] == PAIRS
+    assert "written: " in capsys.readouterr().out
+
+
+def windows_nll(model, tokenizer, documents: list[str], width: int) -> tuple[float, int]:
+    """The summed NLL of each document + </s>, cut into windows of `width` tokens, each predicted by transformers'
+    T5 from the window before it + </s> (the first from T5's encoding of "": </s>)."""
+    total, tokens = 0.0, 0
+    for document in documents:
+        ids = tokenizer(document, add_special_tokens=False)["input_ids"] + [1]
+        for start in range(0, len(ids), width):
+            source = ids[max(start - width, 0) : start] + [1]
+            target = ids[start : start + width]
+            with torch.no_grad():
+                loss = model(input_ids=torch.tensor([source]), labels=torch.tensor([target])).loss.item()
+            total, tokens = total + loss * len(target), tokens + len(target)
+    return total, tokens
+
+
+@pytest.mark.parametrize("length", [None, 6], ids=["one-window", "windows-of-3"])
+def test_perplexity_of_a_text_file_per_token_and_per_word_equals_a_direct_computation(t5_dir, tmp_path, length):
+    documents = ["once upon a time there was a little girl named lily", "she liked to play", "lily was a girl"]
+    test = tmp_path / "test.txt"
+    test.write_text("\n\n".join(documents) + "\n")  # paragraphs: one document each
+    out = tmp_path / "report"
+    cut = ["--max-source-len", str(length)] if length else []
+    assert main(["evaluate", str(t5_dir), "--data", str(test), "--out", str(out), *cut]) == 0
+    saved, predictions = report(out)
+    model = transformers.T5ForConditionalGeneration.from_pretrained(t5_dir).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(t5_dir)
+    total, tokens = windows_nll(model, tokenizer, documents, (length or 512) // 2)
+    words = sum(len(d.split()) for d in documents)
+    assert saved["data"] | {"files": None} == {
+        "files": None,
+        "format": "text",
+        "model": str(t5_dir),
+        "documents": 3,
+        "tokens": tokens,
+        "words": words,
+    }
+    assert saved["scores"]["test_loss"] == pytest.approx(total / tokens, abs=1e-4)
+    assert saved["scores"]["test_perplexity"] == pytest.approx(math.exp(total / tokens), rel=1e-4)
+    assert saved["scores"]["test_word_perplexity"] == pytest.approx(math.exp(total / words), rel=1e-4)
+    assert predictions == []  # no continuation asked for (--samples)
+
+
+def test_bleu_chrf_and_ter_in_the_report_are_sacrebleus_on_the_written_predictions(mt_run, tmp_path):
+    import sacrebleu
+
+    pairs = multi30k("test_2016_flickr", 4)
+    test = tmp_path / "test.jsonl"  # the last source with two references, its own German and the first one's
+    records = [{"en": en, "de": [de]} for en, de in pairs[:3]] + [{"en": pairs[3][0], "de": [pairs[3][1], pairs[0][1]]}]
+    test.write_text("".join(json.dumps(record) + "\n" for record in records))
+    out = tmp_path / "report"
+    options = ["--format", "jsonl-pairs", "--source-field", "en", "--target-field", "de", "--target-list", "each"]
+    assert (
+        main(["evaluate", str(mt_run), "--data", str(test), *options, "--out", str(out), "--max-new-tokens", "8"]) == 0
+    )
+    saved, written = report(out)
+    assert saved["data"]["pairs"] == 5 and saved["data"]["inputs"] == 4 and written[3]["reference"] == records[3]["de"]
+    outputs = [record["prediction"] for record in written]
+    streams = [[r["reference"] if isinstance(r["reference"], str) else r["reference"][0] for r in written]]
+    streams.append([None, None, None, written[3]["reference"][1]])
+    assert saved["scores"]["bleu"] == pytest.approx(sacrebleu.corpus_bleu(outputs, streams).score)
+    assert saved["scores"]["chrf"] == pytest.approx(sacrebleu.corpus_chrf(outputs, streams).score)
+    assert saved["scores"]["ter"] == pytest.approx(sacrebleu.corpus_ter(outputs, streams).score)
+    assert any(outputs)  # something was generated: the scores are not those of empty outputs
+
+
+def test_a_run_scores_a_test_file_in_its_format_into_its_eval_directory(mt_run, capsys):
+    test = mt_run.parent / "test.tsv"
+    assert main(["evaluate", str(mt_run), "--data", str(test), "--samples", "3", "--max-new-tokens", "6"]) == 0
+    assert "written: " in capsys.readouterr().out
+    saved, predictions = report(mt_run / "eval" / "test")  # beside the validation report, never over it
+    assert not (mt_run / "eval" / "eval.json").exists()
+    assert saved["data"]["format"] == "tsv" and len(predictions) == len(saved["samples"]) == 3
+    run = load_run(mt_run)
+    total, tokens = 0.0, 0
+    for source, target in (line.split("\t") for line in test.read_text().splitlines()):
+        src = torch.tensor([run.tokenizer.encode([source])[0][:48]])  # cut as generation cuts it
+        labels = torch.tensor([run.tokenizer.encode([target.strip()])[0] + [run.tokenizer.eos_id]])
+        tgt = torch.cat([torch.tensor([[run.tokenizer.decoder_start_id]]), labels[:, :-1]], dim=1)
+        with torch.no_grad():
+            logits = run.model(src, tgt).logits
+        total += torch.nn.functional.cross_entropy(logits[0], labels[0], reduction="sum").item()
+        tokens += labels.shape[1]
+    assert saved["data"]["reference_tokens"] == tokens
+    assert saved["scores"]["test_loss"] == pytest.approx(total / tokens, abs=1e-5)
+
+
+def test_an_exported_run_scores_as_the_run_does(mt_run, tmp_path):
+    exported = tmp_path / "exported"
+    assert main(["export", str(mt_run), "--out", str(exported)]) == 0
+    test = mt_run.parent / "test.tsv"  # some sources pass the run's 48 tokens: the export's tokenizer does not
+    for model, out in ((mt_run, tmp_path / "run"), (exported, tmp_path / "hf")):  # know that length; it is given
+        args = ["--data", str(test), "--out", str(out), "--max-new-tokens", "6", "--max-source-len", "48"]
+        assert main(["evaluate", str(model), *args]) == 0
+    (run_report, run_predictions), (hf_report, hf_predictions) = report(tmp_path / "run"), report(tmp_path / "hf")
+    assert hf_predictions == run_predictions
+    assert hf_report["data"]["reference_tokens"] == run_report["data"]["reference_tokens"]  # EOS closes both
+    assert hf_report["scores"]["test_loss"] == pytest.approx(run_report["scores"]["test_loss"], abs=1e-5)
+
+
+def test_a_causal_lm_scores_each_document_after_an_opening_eos(tmp_path, tinystories_path):
+    config = {
+        "model": {"preset": "decoder_only-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "n_encoder_layers": 2},
+        "tokenizer": {"kind": "byte", "num_sentinels": 0},
+        "data": {"format": "tinystories", "train": [str(tinystories_path)], "val_fraction": 0.1, "max_documents": 40},
+        "objective": {"kind": "causal_lm", "seq_len": 64},
+        "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu"},
+        "evaluation": {"interval": 2, "steps": 1},
+        "output": {"save_interval": 2, "keep_last": 1, "plot": False},
+    }
+    (tmp_path / "lm.yaml").write_text(yaml.safe_dump(config))
+    assert main(["train", str(tmp_path / "lm.yaml"), "--out", str(tmp_path / "run")]) == 0
+    documents = ["Tom had a red ball.", "The cat sat on a warm mat all day."]  # each within the 64-byte context
+    (tmp_path / "test.txt").write_text("\n\n".join(documents) + "\n")
+    out = tmp_path / "report"
+    args = ["--data", str(tmp_path / "test.txt"), "--format", "text", "--out", str(out)]  # the run's: tinystories
+    assert main(["evaluate", str(tmp_path / "run"), *args]) == 0
+    saved, _ = report(out)
+    run = load_run(tmp_path / "run")
+    eos, total, tokens = run.tokenizer.eos_id, 0.0, 0
+    for ids in run.tokenizer.encode(documents):
+        stream = torch.tensor([[eos, *ids, eos]])
+        with torch.no_grad():
+            logits = run.model(None, stream[:, :-1]).logits
+        total += torch.nn.functional.cross_entropy(logits[0], stream[0, 1:], reduction="sum").item()
+        tokens += stream.shape[1] - 1
+    assert saved["data"]["tokens"] == tokens
+    assert saved["scores"]["test_loss"] == pytest.approx(total / tokens, abs=1e-5)
+    words = sum(len(d.split()) for d in documents)
+    assert saved["scores"]["test_word_perplexity"] == pytest.approx(math.exp(total / words), rel=1e-4)
