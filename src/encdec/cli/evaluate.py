@@ -192,10 +192,10 @@ def own_split(args: argparse.Namespace, path: Path, out: Path, device: torch.dev
 
 
 def read_data(args: argparse.Namespace, path: Path, kind: str) -> TestFile:
-    """The --data file, read in --format, else a run's data.format, else its extension's; jsonl options as given,
-    else a run's own where it read the same format."""
+    """The --data file, read in --format, else a run's data.format (a file format, not a `datasets` corpus),
+    else its extension's; jsonl options as given, else a run's own where it read the same format."""
     run_data = saved_config(RunDir(path).checkpoint(args.checkpoint)).data if kind == "run" else None
-    fmt = args.format or (run_data.format if run_data else infer_format(args.data))
+    fmt = args.format or (run_data.format if run_data and run_data.format in FORMATS else infer_format(args.data))
     given = {name: getattr(args, name) for name in OPTION_NAMES}
     defaults = vars(run_data) if run_data and run_data.format == fmt else None
     return read_test_file(args.data, fmt, reader_options(fmt, given, defaults))
