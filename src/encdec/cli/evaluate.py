@@ -82,7 +82,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "model", metavar="MODEL", help="a run directory, a Hugging Face model directory, or a Hub id org/name[@rev]"
     )
-    parser.add_argument("--data", nargs="+", type=Path, help="a test file (two for --format parallel)")
+    parser.add_argument("--data", nargs="+", type=Path, metavar="FILE", help="a test file (two for --format parallel)")
     parser.add_argument(
         "--format", choices=FORMATS, help="the test file's format (default: the run's, or its extension's)"
     )
