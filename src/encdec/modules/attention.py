@@ -5,7 +5,8 @@ module serves T5 (additive relative bias, no 1/sqrt(D) scaling), ROT5 (RoPE,
 grouped-query), Vaswani (sinusoidal, scaled) and the causal cross-attention of
 the auto-regressive encoder-decoder. The compute path is torch's
 `scaled_dot_product_attention` (CPU training takes an explicit equivalent, see
-`attend`); grouped KV heads are repeated at use.
+`attend`); grouped KV heads are repeated at use. Setting `recorded` to a list makes every
+call append its attention probabilities there (encdec.inspection reads them).
 
 Shapes: B batch, T query length, S key length, C model dim,
 H query heads, K kv heads (H % K == 0), D head dim.
@@ -56,6 +57,10 @@ class Attention(nn.Module):
         self.scale = None if scale else 1.0  # None: SDPA's default 1/sqrt(D)
         self.dropout = dropout
         self.rotary = rotary
+        # None, or a list each call appends its probabilities to, (B, H, T, S) (or (B/G, H, G*T, S) with query
+        # groups): softmax(scores) from the very q, k, mask and scale the call attends with. Off, the cost is
+        # one attribute check per call.
+        self.recorded: list[torch.Tensor] | None = None
 
     def project_kv(self, source: torch.Tensor, k_pos: torch.Tensor | None = None):
         """source (B, S, C) -> keys, values (B, K, S, D), keys rotated by `k_pos`."""
@@ -108,6 +113,8 @@ class Attention(nn.Module):
         else:
             dropout_p = self.dropout if self.training else 0.0
             out = attend(q, k, v, mask, is_causal and mask is None, self.scale, dropout_p)
+        if self.recorded is not None:
+            self.recorded.append(attention_probs(q, k, mask, is_causal and mask is None, self.scale))
         return self.project_heads(out, B, T, query_groups)
 
     def project_heads(self, out: torch.Tensor, B: int, T: int, query_groups: int) -> torch.Tensor:
@@ -182,6 +189,15 @@ def explicit_attention(q, k, v, mask, is_causal: bool, scale: float | None, drop
     """attend's CPU training path: the scores, their softmax and its dropout as tensors of (B, H, T, S)."""
     B, H, T, D = q.shape
     K, S = k.shape[1], k.shape[2]
+    probs = dropout(attention_scores(q, k, mask, is_causal, scale).softmax(dim=-1), dropout_p)
+    return (probs.view(B, K, H // K * T, S) @ v).view(B, H, T, D)
+
+
+def attention_scores(q, k, mask, is_causal: bool, scale: float | None) -> torch.Tensor:
+    """q (B, H, T, D), k (B, K, S, D) -> q k^T * scale + mask (B, H, T, S): query head h reads KV head
+    h // (H / K), as SDPA's enable_gqa repeats them, with the query heads grouped per KV head instead."""
+    B, H, T, D = q.shape
+    K, S = k.shape[1], k.shape[2]
     scores = q.reshape(B, K, H // K * T, D) @ k.transpose(-1, -2)  # (B, K, G*T, S), G = H / K
     scores = scores.view(B, H, T, S)
     if scale != 1.0:
@@ -190,8 +206,16 @@ def explicit_attention(q, k, v, mask, is_causal: bool, scale: float | None, drop
         mask = additive_mask(causal_mask(T, S, S - T, q.device), None, q.dtype)
     if mask is not None:
         scores = scores + mask
-    probs = dropout(scores.softmax(dim=-1), dropout_p)
-    return (probs.view(B, K, H // K * T, S) @ v).view(B, H, T, D)
+    return scores
+
+
+def attention_probs(q, k, mask, is_causal: bool, scale: float | None) -> torch.Tensor:
+    """softmax(q k^T * scale + mask) (B, H, T, S), detached, in q's dtype: the probabilities the explicit path
+    computes (before dropout) and SDPA's kernels compute without keeping them; what `Attention.recorded`
+    collects. A boolean mask (True = attend) is made additive first."""
+    if mask is not None and mask.dtype == torch.bool:
+        mask = additive_mask(mask, None, q.dtype)
+    return attention_scores(q, k, mask, is_causal, scale).softmax(dim=-1).detach()
 
 
 def causal_mask(T: int, S: int, offset: int = 0, device=None) -> torch.Tensor:
