@@ -18,7 +18,7 @@ LAYERS = [
     {"encdec.models"},
     {"encdec.interop", "encdec.evaluation"},
     {"encdec.runs"},
-    {"encdec.training"},
+    {"encdec.training", "encdec.inspection"},
     {"encdec.cli"},
     {"encdec", "encdec.__main__"},
 ]

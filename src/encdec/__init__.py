@@ -6,6 +6,7 @@ model = encdec.load_hf("path/to/t5")      # a local Hugging Face T5 directory
 model = encdec.from_pretrained(path)      # a run directory or a Hugging Face directory
 model = encdec.quantize(model, "int8")    # int8 linear layers for decoding (CPU or CUDA)
 tokenizer = encdec.load_tokenizer(path)
+maps = encdec.attention_maps(path, "A dog runs.")  # cross- and encoder self-attention, as the model computed them
 """
 
 import importlib
@@ -16,6 +17,7 @@ __version__ = "0.1.0"
 
 # the rest is imported on first use, so `encdec` starts (and answers Ctrl-C) before torch has loaded
 LAZY = {
+    "attention_maps": "encdec.inspection",
     "generate": "encdec.generation",
     "export_hf": "encdec.interop",
     "load_hf": "encdec.interop",
@@ -45,6 +47,7 @@ __all__ = [
     "DataError",
     "EncdecError",
     "ModelConfig",
+    "attention_maps",
     "build_model",
     "build_tokenizer",
     "count_parameters",
