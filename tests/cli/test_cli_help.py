@@ -6,7 +6,8 @@ from encdec.cli import main
 
 
 @pytest.mark.parametrize(
-    "command, example", [("size", "encdec size --preset rot5-mini"), ("compare", "encdec compare")]
+    "command, example",
+    [("size", "encdec size --preset rot5-mini"), ("compare", "encdec compare"), ("attention", "encdec attention")],
 )
 def test_help_examples_stay_one_to_a_line(command, example, capsys):
     with pytest.raises(SystemExit):
