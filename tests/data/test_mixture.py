@@ -20,7 +20,12 @@ DIALOGSUM = "summarization/dialogsum/dialogsum.dev.jsonl.gz"
 
 def mixture_config(tmp_path, shared_data, weights=(3.0, 1.0), batch_size=1, **data) -> dict:
     stories = {"format": "tinystories", "train": [str(shared_data / STORIES)], "max_documents": 60, "val_fraction": 0.2}
-    dialogues = {"format": "jsonl-pairs", "train": [str(shared_data / DIALOGSUM)], "max_documents": 80, "val_fraction": 0.2}
+    dialogues = {
+        "format": "jsonl-pairs",
+        "train": [str(shared_data / DIALOGSUM)],
+        "max_documents": 80,
+        "val_fraction": 0.2,
+    }
     members = [
         {"name": "stories", "data": stories, "objective": {"kind": "span_corruption", "seq_len": 64}},
         {"name": "dialogsum", "data": dialogues, "objective": {"kind": "seq2seq", "source_template": "sum: {source}"}},

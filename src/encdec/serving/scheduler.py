@@ -1,0 +1,234 @@
+"""Continuous batching: every request runs `generate` as it would alone; one scheduler runs their steps together.
+
+    request thread:  generate(RowModel)  -- start() -->  scheduler: encode with the others that arrived, give rows
+                                         -- step()  -->  scheduler: one decoder step of every running row
+                                         <- logits  --   (each request's rows, at their own positions)
+    scheduler:       new requests join at the next step boundary; a finished request's rows leave at once
+
+A request's search (greedy, sampling with its own seeded generator, beam search with its own scoring
+and stopping) is encdec's own `generate`, run in a thread of its own against `RowModel`, a stand-in
+model whose `start` and `step` hand their work to the scheduler and wait. The scheduler owns the
+running batch (serving.slots): at each boundary it encodes the requests that arrived (one encoder
+pass), waits until every running request has asked for its next step, and runs one decoder step
+over all their rows. So a request's tokens are those of `generate` on its input alone, whatever else
+is in flight: the same code chooses them, from logits computed the same way (a row's keys beyond its
+own length are masked; batched arithmetic may round differently in the last bit, as any batch does).
+A short request finishes and frees its rows while a long one runs on; a beam request holds its
+beams' rows. Models other than the canonical EncoderDecoder (the research families, the RNN)
+generate one request at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from encdec.generation.generate import generate
+from encdec.models.encoder_decoder import EncoderDecoder
+from encdec.serving.slots import SlotBatch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Work:
+    """One request's place in the scheduler: its rows and what it waits for."""
+
+    rows: list[int] = field(default_factory=list)
+    step: tuple[torch.Tensor, Future] | None = None  # tokens (rows,) and where the logits go
+    order: list[int] | None = None  # a beam reorder to apply before its next step
+    done: bool = False
+
+
+class RowState:
+    """`generate`'s decode state for a request served in the running batch: reorders wait for the next step."""
+
+    def __init__(self, work: Work):
+        self.work = work
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.work.order = index.tolist()
+
+
+class RowModel:
+    """What `generate` drives for one request: the served model's config and defaults, `start` and `step`
+    handed to the scheduler."""
+
+    steps_last_only = False
+
+    def __init__(self, scheduler: Scheduler, work: Work):
+        self.scheduler, self.work = scheduler, work
+        model = scheduler.model
+        self.config, self.device = model.config, next(model.parameters()).device
+        self.generation_defaults = getattr(model, "generation_defaults", None)
+
+    def start(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, max_new_tokens: int, beams: int = 1):
+        future: Future = Future()
+        self.scheduler.submit_start(self.work, src_ids, src_mask, beams, max_new_tokens + 1, future)
+        future.result()
+        return RowState(self.work)
+
+    def step(self, tgt_ids: torch.Tensor, state: RowState) -> torch.Tensor:
+        if tgt_ids.shape[1] != 1:
+            raise ValueError("a served request decodes one position a step")  # no decoder prefix is served
+        future: Future = Future()
+        self.scheduler.submit_step(self.work, tgt_ids[:, 0], future)
+        return future.result()[:, None]  # (rows, 1, V)
+
+
+class Scheduler:
+    """Owns the running batch; requests call `run(src_ids, options)` from threads of their own."""
+
+    def __init__(self, model: torch.nn.Module, max_rows: int = 64):
+        self.model, self.max_rows = model, max_rows
+        self.batched = isinstance(model, EncoderDecoder)
+        self.slots = SlotBatch(model) if self.batched else None
+        self.lock = threading.Condition()
+        self.serial = threading.Lock()  # the one-at-a-time path of the other families
+        self.starts: deque = deque()
+        self.running: list[Work] = []
+        self.stopped = False
+        self.steps = 0  # decoder steps run, for /metrics
+        self.tokens = 0  # rows stepped, for /metrics
+        self.thread = threading.Thread(target=self._loop, name="encdec-scheduler", daemon=True)
+        if self.batched:
+            self.thread.start()
+
+    # -- the request side ------------------------------------------------------------------------------
+
+    def run(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, options: dict[str, Any]):
+        """`generate(model, src_ids, src_mask, **options)` for one request, its steps batched with the others'."""
+        if not self.batched:
+            with self.serial:
+                return generate(self.model, src_ids, src_mask, **options)
+        work = Work()
+        try:
+            return generate(RowModel(self, work), src_ids, src_mask, **options)
+        finally:
+            self.finish(work)
+
+    def submit_start(self, work, src_ids, src_mask, copies: int, length: int, future: Future) -> None:
+        with self.lock:
+            if self.stopped:
+                raise RuntimeError("the server is stopping")
+            self.starts.append((work, src_ids, src_mask, copies, length, future))
+            self.lock.notify_all()
+
+    def submit_step(self, work: Work, tokens: torch.Tensor, future: Future) -> None:
+        with self.lock:
+            work.step = (tokens, future)
+            self.lock.notify_all()
+
+    def finish(self, work: Work) -> None:
+        with self.lock:
+            work.done = True
+            self.lock.notify_all()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Take no new requests; return once those running have finished (or `timeout` has passed)."""
+        with self.lock:
+            self.stopped = True
+            self.lock.notify_all()
+        if self.thread.is_alive():
+            self.thread.join(timeout)
+
+    @property
+    def running_rows(self) -> int:
+        return self.slots.used if self.slots is not None else int(self.serial.locked())
+
+    # -- the scheduler thread --------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        with torch.inference_mode():  # the slot buffers are inference tensors, changed in place
+            self._serve()
+
+    def _serve(self) -> None:
+        while True:
+            with self.lock:
+                self.lock.wait_for(self._ready)
+                if self.stopped and not self.running and not self.starts:
+                    return
+                leaving = [w for w in self.running if w.done]
+                self.running = [w for w in self.running if not w.done]
+                joining = self._joining()
+                # a step waits for every running request; joiners step from the next boundary on
+                ready = not joining and self.running and all(w.step is not None for w in self.running)
+                steps = [(w, *w.step) for w in self.running] if ready else []
+                for work in self.running if ready else []:
+                    work.step = None  # taken: the request asks again only once it has its logits
+            try:
+                self._leave(leaving)
+                self._join(joining)
+                if steps:
+                    self._step(steps)
+            except Exception as error:  # a failed batch fails its requests, never the server
+                log.exception("a scheduler step failed")
+                for future in [future for *_, future in joining] + [future for *_, future in steps]:
+                    if not future.done():
+                        future.set_exception(error)
+
+    def _ready(self) -> bool:
+        """Something to do: requests to encode, rows to free, or every running request waiting for a step."""
+        if self.starts or any(w.done for w in self.running):
+            return True
+        if self.running:
+            return all(w.step is not None for w in self.running)
+        return self.stopped
+
+    def _joining(self) -> list:
+        """The waiting requests that fit beside the running rows (at least one, whatever its size)."""
+        joining, rows = [], self.slots.used
+        while self.starts and (rows == 0 or rows + self.starts[0][3] <= self.max_rows):
+            job = self.starts.popleft()
+            joining.append(job)
+            rows += job[3]
+        return joining
+
+    def _leave(self, leaving: list[Work]) -> None:
+        rows = [r for w in leaving for r in w.rows]
+        if not rows:
+            return
+        moved = self.slots.remove(rows)
+        for work in self.running:
+            work.rows = [moved.get(r, r) for r in work.rows]
+
+    def _join(self, joining: list) -> None:
+        """Encode the joining requests in one pass (sources padded to the longest) and give them rows."""
+        if not joining:
+            return
+        length = max(src.shape[1] for _, src, *_ in joining)
+        pad = self.model.config.pad_id
+        device = self.slots.device
+        src_ids = torch.full((len(joining), length), pad, dtype=torch.long, device=device)
+        src_mask = torch.zeros(len(joining), length, dtype=torch.bool, device=device)
+        for i, (_, src, mask, *_) in enumerate(joining):
+            src_ids[i, : src.shape[1]] = src[0]
+            src_mask[i, : src.shape[1]] = mask[0] if mask is not None else True
+        copies = [job[3] for job in joining]
+        placed = self.slots.add(src_ids, src_mask, copies, max(job[4] for job in joining))
+        for (work, *_, future), rows in zip(joining, placed):
+            work.rows = list(rows)
+            self.running.append(work)
+            future.set_result(None)
+
+    def _step(self, steps: list[tuple[Work, torch.Tensor, Future]]) -> None:
+        """One decoder step of every running row; each request gets its rows' logits."""
+        for work, *_ in steps:
+            if work.order is not None:
+                self.slots.reorder(work.rows, work.order)
+                work.order = None
+        n = self.slots.used
+        tokens = torch.empty(n, dtype=torch.long, device=self.slots.device)
+        for work, chosen, _ in steps:
+            tokens[work.rows] = chosen.to(tokens.device)
+        logits = self.slots.step(tokens)
+        self.steps += 1
+        self.tokens += n
+        for work, _, future in steps:
+            future.set_result(logits[work.rows])

@@ -1,0 +1,113 @@
+"""Continuous batching: under concurrent mixed requests every request's tokens equal `generate` on its input
+alone, rows are freed as requests finish and reused by later ones, and a failing request fails alone."""
+
+import random
+import threading
+import time
+
+import pytest
+import torch
+
+import encdec
+from encdec.generation.generate import generate
+from encdec.serving.scheduler import Scheduler
+
+
+def model_of(preset: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return encdec.build_model(encdec.preset(preset, vocab_size=300, pad_id=0, eos_id=1, decoder_start_id=0)).eval()
+
+
+def mixed_requests(n: int, seed: int = 0) -> list[tuple[torch.Tensor, dict]]:
+    """Greedy, beam 4 and seeded sampling; short and long sources; short and long outputs."""
+    rng = random.Random(seed)
+    requests = []
+    for i in range(n):
+        source = torch.randint(2, 300, (1, rng.choice([3, 8, 20, 40])), generator=torch.Generator().manual_seed(i))
+        options = {"max_new_tokens": rng.choice([4, 12, 30])}
+        options |= [{}, {"num_beams": 4}, {"do_sample": True, "seed": i, "top_k": 20}][i % 3]
+        if i % 7 == 0:
+            options |= {"num_return_sequences": 2, "num_beams": 4} if i % 3 == 1 else {}
+        requests.append((source, options))
+    return requests
+
+
+def serve_together(scheduler: Scheduler, requests) -> list:
+    results = [None] * len(requests)
+
+    def one(i):
+        source, options = requests[i]
+        results[i] = scheduler.run(source, None, dict(options))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    return results
+
+
+@pytest.mark.parametrize("preset", ["t5-tiny", "rot5-tiny", "transformer-tiny"])
+def test_thirty_two_concurrent_mixed_requests_each_equal_generate_alone(preset):
+    model = model_of(preset)
+    requests = mixed_requests(32)
+    alone = [generate(model, source, None, **options) for source, options in requests]
+    scheduler = Scheduler(model, max_rows=64)
+    try:
+        served = serve_together(scheduler, requests)
+    finally:
+        scheduler.stop(timeout=30)
+    assert all(torch.equal(s, a) for s, a in zip(served, alone, strict=True))
+    assert scheduler.steps < sum(o["max_new_tokens"] for _, o in requests) / 4  # steps were shared
+    assert scheduler.slots.used == 0  # every row freed
+
+
+def test_a_short_request_finishes_while_a_long_one_runs_and_its_rows_are_reused():
+    model = model_of("t5-tiny")
+    scheduler = Scheduler(model, max_rows=4)
+    long_source, short_source = torch.randint(2, 300, (1, 30)), torch.randint(2, 300, (1, 5))
+    finished = {}
+
+    def run(name, source, options):
+        out = scheduler.run(source, None, options)
+        finished[name] = (time.perf_counter(), out)
+
+    long = threading.Thread(target=run, args=("long", long_source, {"max_new_tokens": 200, "eos_token_id": None}))
+    long.start()
+    while scheduler.slots.used == 0:
+        time.sleep(0.001)
+    shorts = [
+        threading.Thread(target=run, args=(f"short{i}", short_source, {"max_new_tokens": 3, "num_beams": 3}))
+        for i in range(3)
+    ]
+    for thread in shorts:
+        thread.start()
+        thread.join(timeout=60)  # one at a time: each needs 3 of the 3 rows the long request leaves free
+    assert "long" not in finished and scheduler.slots.used == 1  # the shorts came and went beside it
+    long.join(timeout=120)
+    scheduler.stop(timeout=30)
+    assert all(finished[f"short{i}"][0] < finished["long"][0] for i in range(3))
+    assert torch.equal(finished["long"][1], generate(model, long_source, None, max_new_tokens=200, eos_token_id=None))
+    expected = generate(model, short_source, None, max_new_tokens=3, num_beams=3)
+    assert all(torch.equal(finished[f"short{i}"][1], expected) for i in range(3))
+
+
+def test_a_request_that_fails_fails_alone():
+    model = model_of("t5-tiny")
+    scheduler = Scheduler(model)
+    good = torch.randint(2, 300, (1, 6))
+    bad = torch.tensor([[5, 6, 7000]])  # a token id beyond the vocabulary: refused before it is encoded
+    with pytest.raises(encdec.errors.DataError, match="input token ids must lie in"):
+        scheduler.run(bad, None, {"max_new_tokens": 3})
+    out = scheduler.run(good, None, {"max_new_tokens": 5})
+    scheduler.stop(timeout=30)
+    assert torch.equal(out, generate(model, good, None, max_new_tokens=5))
+
+
+def test_models_without_the_row_step_are_served_one_at_a_time():
+    model = model_of("ar_encdec-tiny")
+    scheduler = Scheduler(model)
+    requests = mixed_requests(6)
+    served = serve_together(scheduler, requests)
+    assert not scheduler.batched
+    assert all(torch.equal(s, generate(model, src, None, **o)) for s, (src, o) in zip(served, requests))
