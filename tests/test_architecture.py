@@ -18,7 +18,8 @@ LAYERS = [
     {"encdec.models"},
     {"encdec.interop", "encdec.evaluation"},
     {"encdec.runs"},
-    {"encdec.training", "encdec.inspection", "encdec.serving"},
+    {"encdec.training", "encdec.inspection"},
+    {"encdec.serving"},
     {"encdec.cli"},
     {"encdec", "encdec.__main__"},
 ]

@@ -23,13 +23,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from encdec.generation.generate import generate
+from encdec.generation.generate import generate, resolve_config
 from encdec.models.encoder_decoder import EncoderDecoder
 from encdec.serving.slots import SlotBatch
 
@@ -92,6 +93,7 @@ class Scheduler:
         self.lock = threading.Condition()
         self.serial = threading.Lock()  # the one-at-a-time path of the other families
         self.starts: deque = deque()
+        self.calls: deque = deque()  # (function, future): run in the scheduler thread between steps
         self.running: list[Work] = []
         self.stopped = False
         self.steps = 0  # decoder steps run, for /metrics
@@ -112,6 +114,23 @@ class Scheduler:
             return generate(RowModel(self, work), src_ids, src_mask, **options)
         finally:
             self.finish(work)
+
+    def eos_ids(self, options: dict[str, Any]) -> list[int]:
+        """The EOS ids `generate` stops at under `options` (its `defaults` included)."""
+        options = {k: v for k, v in options.items() if k not in ("streamer", "output_scores")}
+        return resolve_config(self.model, options, options.pop("defaults", None)).eos_ids
+
+    def exclusive(self, fn: Callable[[], Any]) -> Any:
+        """fn() run while no step runs (between two steps), e.g. a pass that records attention in the
+        model's modules; its result or its exception."""
+        if not self.batched:
+            with self.serial:
+                return fn()
+        future: Future = Future()
+        with self.lock:
+            self.calls.append((fn, future))
+            self.lock.notify_all()
+        return future.result()
 
     def submit_start(self, work, src_ids, src_mask, copies: int, length: int, future: Future) -> None:
         with self.lock:
@@ -154,6 +173,8 @@ class Scheduler:
                 self.lock.wait_for(self._ready)
                 if self.stopped and not self.running and not self.starts:
                     return
+                calls = list(self.calls)
+                self.calls.clear()
                 leaving = [w for w in self.running if w.done]
                 self.running = [w for w in self.running if not w.done]
                 joining = self._joining()
@@ -162,6 +183,11 @@ class Scheduler:
                 steps = [(w, *w.step) for w in self.running] if ready else []
                 for work in self.running if ready else []:
                     work.step = None  # taken: the request asks again only once it has its logits
+            for fn, future in calls:
+                try:
+                    future.set_result(fn())
+                except Exception as error:
+                    future.set_exception(error)
             try:
                 self._leave(leaving)
                 self._join(joining)
@@ -175,7 +201,7 @@ class Scheduler:
 
     def _ready(self) -> bool:
         """Something to do: requests to encode, rows to free, or every running request waiting for a step."""
-        if self.starts or any(w.done for w in self.running):
+        if self.starts or self.calls or any(w.done for w in self.running):
             return True
         if self.running:
             return all(w.step is not None for w in self.running)

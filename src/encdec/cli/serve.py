@@ -1,0 +1,128 @@
+"""`encdec serve MODEL`: an HTTP server with continuous batching and a page to try the model.
+
+MODEL is a run directory, a Hugging Face directory or a Hub id. The server listens on 127.0.0.1
+(--host 0.0.0.0 opens it to the network) and answers TGI's request shape:
+
+    curl -s localhost:8000/generate -H 'Content-Type: application/json' \\
+         -d '{"inputs": "A man rides a bike.", "parameters": {"num_beams": 4}}'
+    {"generated_text": "..."}
+
+POST /generate_stream streams tokens as server-sent events; GET /health, GET /metrics (Prometheus);
+GET / is a page with a text box, options, beam alternatives and the output's cross-attention map.
+Every output equals `encdec generate` on that input alone. Bounds: --max-body-bytes, --max-inputs,
+--max-input-chars, --max-new-tokens, --max-beams, and --max-queue inputs in flight (one more is a
+503); SIGTERM or Ctrl-C stops taking requests, finishes those in flight and exits 0. Needs the
+`serve` extra (pip install encdec[serve]).
+"""
+
+import argparse
+import errno
+import logging
+import signal
+import socket
+
+from encdec.cli.generate import (
+    add_device_argument,
+    add_quantize_argument,
+    add_source_length_argument,
+    resolve_device,
+    whole_number,
+)
+from encdec.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("serve", help="serve a model over HTTP, with a page to try it", description=__doc__)
+    parser.add_argument("model", help="a run directory, a Hugging Face directory or a Hub id (org/name[@revision])")
+    parser.add_argument("--checkpoint", default="best", help="a run's checkpoint: best, latest or a step directory")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: this machine only)")
+    parser.add_argument("--port", type=whole_number(0, 65535, "--port"), default=8000, help="0: any free port")
+    parser.add_argument(
+        "--max-batch-rows",
+        type=whole_number(1, 4096, "--max-batch-rows"),
+        default=64,
+        help="rows of the running decoder batch (a beam request holds one per beam)",
+    )
+    parser.add_argument(
+        "--max-queue",
+        type=whole_number(1, 4096, "--max-queue"),
+        default=64,
+        help="inputs in flight, waiting or running; one more is answered 503",
+    )
+    parser.add_argument("--max-inputs", type=whole_number(1, 1024, "--max-inputs"), default=32, help="inputs a request")
+    parser.add_argument(
+        "--max-input-chars",
+        type=whole_number(1, 1 << 24, "--max-input-chars"),
+        default=20_000,
+        help="characters of one input (its tokens are cut at the model's source length)",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=whole_number(1, 1 << 16, "--max-new-tokens"),
+        default=512,
+        help="the most max_new_tokens a request may ask",
+    )
+    parser.add_argument(
+        "--max-beams",
+        type=whole_number(1, 64, "--max-beams"),
+        default=8,
+        help="the most num_beams / num_return_sequences a request may ask",
+    )
+    parser.add_argument("--max-body-bytes", type=whole_number(1, 1 << 30, "--max-body-bytes"), default=1 << 20)
+    add_source_length_argument(parser)
+    add_device_argument(parser)
+    add_quantize_argument(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from encdec.serving.app import build_app
+        from encdec.serving.requests import Limits
+    except ImportError as error:
+        raise ConfigError(f"encdec serve needs the serve extra ({error.name} is missing): pip install encdec[serve]")
+    from encdec.quantization import quantize
+    from encdec.runs.open import open_model
+
+    check_port_free(args.host, args.port)
+    device = resolve_device(args.device)
+    opened = open_model(args.model, args.checkpoint, max_source_len=args.max_source_len)
+    opened.text  # a Hugging Face directory without tokenizer files is refused before the server starts
+    opened.model.to(device)
+    if args.quantize:
+        opened.model = quantize(opened.model, args.quantize)
+    limits = Limits(
+        max_body_bytes=args.max_body_bytes,
+        max_inputs=args.max_inputs,
+        max_input_chars=args.max_input_chars,
+        max_new_tokens=args.max_new_tokens,
+        max_beams=args.max_beams,
+        max_queue=args.max_queue,
+    )
+    app = build_app(opened, limits, args.max_batch_rows)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=None)
+    server = uvicorn.Server(config)
+    print(f"serving {args.model} at http://{args.host}:{args.port} (the page at /, the API at /generate)", flush=True)
+    # uvicorn drains on SIGTERM / SIGINT, then raises the signal again under the handlers it found: these make
+    # that a clean exit 0, not a death by the signal
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, lambda signum, frame: None)
+    server.run()
+    print("stopped: every request in flight was answered", flush=True)
+    return 0
+
+
+def check_port_free(host: str, port: int) -> None:
+    """One sentence now where the address cannot be listened on, rather than uvicorn's log lines later."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as error:
+        why = "it is in use" if error.errno == errno.EADDRINUSE else error.strerror
+        raise ConfigError(f"cannot listen on {host}:{port}: {why}") from None

@@ -1,0 +1,139 @@
+"""What a request to the server may say, declared once and checked before any work: TGI's request shape,
+Hugging Face's generation option names, every size bounded by the server's settings.
+
+    POST /generate         {"inputs": "text" | ["text", ...], "parameters": {"max_new_tokens": 32, ...}}
+    POST /generate_stream  {"inputs": "text", "parameters": {...}}          (greedy or sampling, one output)
+
+A refusal is a RequestError: its HTTP status (400 malformed, 413 too large, 422 invalid) and one sentence.
+Nothing in a request names a file, a device or a model: only texts and generation options.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from encdec.errors import ConfigError, suggestion
+from encdec.generation.config import GenerationConfig
+from encdec.schema import short
+
+# The generation options a request may set, as Hugging Face names them; the rest (a streamer, compile, a
+# generator, output_scores, ...) are the server's to decide.
+OPTIONS = (
+    "max_new_tokens",
+    "min_new_tokens",
+    "num_beams",
+    "num_return_sequences",
+    "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "epsilon_cutoff",
+    "eta_cutoff",
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "length_penalty",
+    "early_stopping",
+    "num_beam_groups",
+    "diversity_penalty",
+    "seed",
+)
+EXTRAS = ("details", "cross_attention")  # TGI's details (scores, alternatives, timings); the page's heat map
+
+
+class RequestError(Exception):
+    """A refused request: an HTTP status and one sentence."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The server's bounds on a request (encdec serve's options)."""
+
+    max_body_bytes: int = 1 << 20
+    max_inputs: int = 32  # texts in one request
+    max_input_chars: int = 20_000  # characters of one text (its tokens are cut at the model's source length)
+    max_new_tokens: int = 512
+    max_beams: int = 8  # num_beams, num_return_sequences
+    max_queue: int = 64  # requests waiting or running; one more is answered 503
+
+
+@dataclass
+class GenerateRequest:
+    inputs: list[str]
+    single: bool  # "inputs" was one text: the answer is one object, not a list
+    options: dict[str, Any]  # generation options, checked
+    details: bool = False
+    cross_attention: bool = False
+
+
+def parse_body(body: bytes, limits: Limits, defaults: dict | None = None, stream: bool = False) -> GenerateRequest:
+    """The request a body holds, or a RequestError saying in one sentence what is wrong with it; options are
+    checked over the model's generation `defaults`, as generate applies them."""
+    if len(body) > limits.max_body_bytes:
+        raise RequestError(413, f"the request body is more than {limits.max_body_bytes:,} bytes")
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError) as error:
+        raise RequestError(400, f"the request body is not valid JSON ({type(error).__name__})") from None
+    if not isinstance(value, dict):
+        raise RequestError(422, f"the request body must be a JSON object, got {short(value)}")
+    unknown = [key for key in value if key not in ("inputs", "parameters")]
+    if unknown:
+        raise RequestError(422, f"unknown field {short(unknown[0])}; a request has inputs and parameters")
+    inputs, single = check_inputs(value.get("inputs"), limits)
+    parameters = value.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise RequestError(422, f"parameters must be a JSON object, got {short(parameters)}")
+    extras = {name: parameters.get(name, False) for name in EXTRAS}
+    for name, flag in extras.items():
+        if not isinstance(flag, bool):
+            raise RequestError(422, f"parameters.{name} must be true or false, got {short(flag)}")
+    options = check_options({k: v for k, v in parameters.items() if k not in EXTRAS}, limits, defaults)
+    effective = {**(defaults or {}), **options}
+    if stream and (effective.get("num_beams", 1) > 1 or effective.get("num_return_sequences", 1) > 1 or not single):
+        raise RequestError(422, "generate_stream streams one input's greedy or sampled tokens; use /generate for beams")
+    return GenerateRequest(inputs, single, options, **extras)
+
+
+def check_inputs(inputs: Any, limits: Limits) -> tuple[list[str], bool]:
+    single = isinstance(inputs, str)
+    texts = [inputs] if single else inputs
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise RequestError(422, f"inputs must be a text or a non-empty list of texts, got {short(inputs)}")
+    if len(texts) > limits.max_inputs:
+        raise RequestError(422, f"a request holds at most {limits.max_inputs} inputs, got {len(texts)}")
+    for i, text in enumerate(texts):
+        if not text.strip():
+            raise RequestError(422, f"input {i} is empty: there is nothing to generate from")
+        if len(text) > limits.max_input_chars:
+            raise RequestError(
+                422, f"input {i} has {len(text):,} characters; the server takes {limits.max_input_chars:,}"
+            )
+    return texts, single
+
+
+def check_options(options: dict, limits: Limits, defaults: dict | None = None) -> dict:
+    """Known options, valid as GenerationConfig declares them over the model's `defaults`, within the
+    server's bounds."""
+    for name in options:
+        if name not in OPTIONS:
+            raise RequestError(422, f"unknown parameter {short(name)}{suggestion(name, [*OPTIONS, *EXTRAS])}")
+    try:
+        config = GenerationConfig.from_options(defaults, **options)
+    except ConfigError as error:
+        raise RequestError(422, f"parameters: {error}") from None
+    bounds = {"max_new_tokens": limits.max_new_tokens, "num_beams": limits.max_beams}
+    bounds["num_return_sequences"] = limits.max_beams
+    for name, most in bounds.items():
+        if getattr(config, name) > most:
+            raise RequestError(
+                422, f"parameters.{name} is {getattr(config, name):,}; this server allows at most {most:,}"
+            )
+    return options

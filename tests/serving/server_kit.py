@@ -1,0 +1,73 @@
+"""A real `encdec serve` process on a free port, and plain HTTP calls to it (urllib: nothing between the test
+and the wire)."""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import torch
+
+import encdec
+from encdec.interop import export_hf
+from encdec.tokenizers import build_tokenizer
+
+
+def tiny_model_dir(path: Path, preset: str = "t5-tiny") -> Path:
+    """A Hugging Face directory of a small random model with encdec's byte tokenizer."""
+    tokenizer = build_tokenizer("byte", num_sentinels=0)
+    torch.manual_seed(0)
+    ids = dict(pad_id=tokenizer.pad_id, eos_id=tokenizer.eos_id, decoder_start_id=tokenizer.decoder_start_id)
+    export_hf(encdec.build_model(encdec.preset(preset, vocab_size=tokenizer.vocab_size, **ids)).eval(), tokenizer, path)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Served:
+    """`encdec serve MODEL ...` in a process of its own, up and answering /health."""
+
+    def __init__(self, model: Path, *options: str, timeout: float = 120.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "encdec", "serve", str(model), "--port", str(self.port), "--device", "cpu"]
+        self.process = subprocess.Popen([*command, *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"encdec serve exited: {self.process.stderr.read()[-2000:]}")
+            try:
+                if call(self.url + "/health")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("encdec serve did not answer /health in time")
+
+    def stop(self) -> tuple[int, str]:
+        if self.process.poll() is None:
+            self.process.terminate()
+        _, err = self.process.communicate(timeout=60)
+        return self.process.returncode, err
+
+
+def call(url: str, body: bytes | dict | None = None, headers: dict | None = None, timeout: float = 300):
+    """(status, parsed JSON or text, response headers) of a GET, or of a POST of `body`."""
+    data = json.dumps(body).encode() if isinstance(body, dict | list) else body
+    request = urllib.request.Request(url, data=data, headers=headers or {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, text, got = response.status, response.read().decode(), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        status, text, got = error.code, error.read().decode(), dict(error.headers)
+    try:
+        return status, json.loads(text), got
+    except ValueError:
+        return status, text, got
