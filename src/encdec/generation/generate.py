@@ -10,6 +10,7 @@ Shapes: B examples, S source length, L output length (start token included).
 """
 
 import logging
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -50,34 +51,59 @@ def generate(
     start from `defaults` where given, else from the model's `generation_defaults` (a loaded
     checkpoint's).
     """
-    cfg = resolve_config(model, options, defaults)
-    src_ids, src_mask = check_inputs(model, src_ids, src_mask, cfg)
-    device = model_device(model, default=src_ids.device)
-    cfg.check_generator(device)
-    src_ids, src_mask = src_ids.to(device), src_mask.to(device)
-    batch = src_ids.shape[0]
-    rows = cfg.rows_per_example
-    prompt = decoder_prompt(model, decoder_input_ids, batch, cfg, device)  # (B, P)
-    check_generation_fits(model, cfg, batch, src_ids.shape[1], prompt.shape[1], device)  # before the search allocates
-    stop = stop_strings_for(cfg.stop_string_list, tokenizer, device) if cfg.stop_strings else None
+    job = prepare(model, src_ids, src_mask, decoder_input_ids, tokenizer, defaults, **options)
+    cfg = job.cfg
     was_training = isinstance(model, nn.Module) and model.training
     if was_training:
         model.eval()  # no dropout while generating
     stepper = fixed_shape_stepper(model) if cfg.compile else model  # the model, or its fixed-shape steps
     try:
         with torch.inference_mode():
-            state = stepper.start(src_ids, src_mask, cfg.max_new_tokens + prompt.shape[1] - 1, rows)
+            state = stepper.start(job.src_ids, job.src_mask, cfg.max_new_tokens + job.prompt.shape[1] - 1, job.rows)
             if cfg.num_beam_groups > 1:
-                out = group_beam_search(stepper, state, prompt, cfg, device)
+                out = group_beam_search(stepper, state, job.prompt, cfg, job.device)
             elif cfg.num_beams > 1:
-                out = beam_search(stepper, state, prompt, cfg, device, stop)
+                out = beam_search(stepper, state, job.prompt, cfg, job.device, job.stop)
             else:
-                out = sample_search(stepper, state, prompt.repeat_interleave(rows, dim=0), cfg, device, stop)
+                out = sample_search(
+                    stepper, state, job.prompt.repeat_interleave(job.rows, dim=0), cfg, job.device, job.stop
+                )
     finally:
         if was_training:
             model.train()
     log.info("generated %d rows of %d tokens (decoder prompt included)", *out.sequences.shape)
     return out if cfg.return_dict_in_generate else out.sequences
+
+
+@dataclass
+class Prepared:
+    """A generate call checked and laid out, before any model work: its options, its inputs on the model's
+    device, the decoder prompt (B, P) every row starts from, the stop-string test, the rows per example."""
+
+    cfg: GenerationConfig
+    src_ids: torch.Tensor
+    src_mask: torch.Tensor
+    prompt: torch.Tensor
+    stop: object | None
+    rows: int
+    device: torch.device
+
+
+def prepare(
+    model, src_ids, src_mask=None, decoder_input_ids=None, tokenizer=None, defaults=None, **options
+) -> Prepared:
+    """What `generate` does before its search: options resolved and checked, inputs checked and moved to the
+    model's device, the decoder prompt made, the memory estimated; each refusal one sentence."""
+    cfg = resolve_config(model, options, defaults)
+    src_ids, src_mask = check_inputs(model, src_ids, src_mask, cfg)
+    device = model_device(model, default=src_ids.device)
+    cfg.check_generator(device)
+    src_ids, src_mask = src_ids.to(device), src_mask.to(device)
+    batch = src_ids.shape[0]
+    prompt = decoder_prompt(model, decoder_input_ids, batch, cfg, device)  # (B, P)
+    check_generation_fits(model, cfg, batch, src_ids.shape[1], prompt.shape[1], device)  # before the search allocates
+    stop = stop_strings_for(cfg.stop_string_list, tokenizer, device) if cfg.stop_strings else None
+    return Prepared(cfg, src_ids, src_mask, prompt, stop, cfg.rows_per_example, device)
 
 
 def resolve_config(model, options: dict, defaults: dict | None = None) -> GenerationConfig:

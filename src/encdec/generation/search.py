@@ -42,6 +42,60 @@ def sync_interval(device: torch.device, cfg: GenerationConfig) -> int:
     return 1 if device.type == "cpu" or cfg.streamer is not None or cfg.output_scores else SYNC_EVERY
 
 
+class SampleSearch:
+    """Greedy or sampled decoding of the rows of `prompt` (R, P) one step at a time: `advance(logits)` takes
+    the logits (R, V) of every row's last position, chooses its next token (`tokens`) and says whether the
+    search is over (then `result` holds the output). `sample_search` drives it with a model; a server's
+    scheduler (encdec.serving) drives many, each with its own rows of one batched step."""
+
+    def __init__(self, prompt: torch.Tensor, cfg: GenerationConfig, device: torch.device, stop_test: StopTest | None):
+        rows, length = prompt.shape
+        self.cfg, self.stop_test, self.prompt_length, self.length = cfg, stop_test, length, length
+        self.max_length = cfg.max_new_tokens + length
+        self.has_eos = bool(cfg.eos_ids)
+        self.eos = torch.tensor(cfg.eos_ids, dtype=torch.long, device=device)
+        self.seqs = torch.empty((rows, self.max_length), dtype=torch.long, device=device)  # (R, L)
+        self.seqs[:, :length] = prompt
+        self.unfinished = torch.ones(rows, dtype=torch.bool, device=device)
+        self.chain = build_processors(cfg, self.max_length, device, prompt_length=length)
+        self.generator = cfg.make_generator(device)
+        self.steps: list[torch.Tensor] | None = [] if cfg.output_scores else None
+        self.can_stop = self.has_eos or stop_test is not None
+        self.every = sync_interval(device, cfg)
+        self.done_at = torch.full((), self.max_length, dtype=torch.long, device=device)  # length when all were done
+        self.tokens: torch.Tensor | None = None  # (R,) the tokens chosen last
+        self.result: GenerateOutput | None = None
+
+    def advance(self, logits: torch.Tensor) -> bool:
+        """Choose every row's next token from `logits` (R, V); True once the search is over."""
+        cfg = self.cfg
+        scores = apply_all(self.chain, self.seqs[:, : self.length], logits)
+        if self.steps is not None:
+            self.steps.append(scores)
+        tokens = choose_tokens(scores, cfg, self.generator)
+        if self.has_eos:
+            tokens = torch.where(self.unfinished, tokens, cfg.pad_token_id)
+        self.seqs[:, self.length] = tokens
+        self.length += 1
+        self.tokens = tokens
+        if cfg.streamer is not None:
+            cfg.streamer(tokens)
+        if self.has_eos:
+            self.unfinished &= ~torch.isin(tokens, self.eos)
+        if self.stop_test is not None:
+            self.unfinished &= ~self.stop_test(self.seqs[:, : self.length])
+        length, max_length = self.length, self.max_length
+        if self.can_stop and self.every > 1:
+            self.done_at = torch.where(self.unfinished.any() | (self.done_at < length), self.done_at, length)
+            if length >= max_length or (length - self.prompt_length) % self.every == 0:
+                if length >= max_length or int(self.done_at) < max_length:  # the sync, every `every` steps
+                    self.result = GenerateOutput(self.seqs[:, : int(self.done_at)], None)
+        elif length >= max_length or (self.can_stop and not bool(self.unfinished.any())):  # one sync
+            steps = tuple(self.steps) if self.steps is not None else None
+            self.result = GenerateOutput(self.seqs[:, :length], steps)
+        return self.result is not None
+
+
 def sample_search(
     model: Steppable,
     state: DecodeState,
@@ -53,40 +107,8 @@ def sample_search(
     """Greedy (do_sample False) or sampled decoding on `device` (default: the model's) of the rows of
     `prompt` (R, P), the decoder-start token and any prefix -> token ids (R, L) starting with it."""
     device = device if device is not None else model_device(model)
-    rows, length = prompt.shape
-    max_length = cfg.max_new_tokens + length
-    has_eos = bool(cfg.eos_ids)
-    eos = torch.tensor(cfg.eos_ids, dtype=torch.long, device=device)
-    seqs = torch.empty((rows, max_length), dtype=torch.long, device=device)  # (R, L)
-    seqs[:, :length] = prompt
-    unfinished = torch.ones(rows, dtype=torch.bool, device=device)
-    chain = build_processors(cfg, max_length, device, prompt_length=length)
-    generator = cfg.make_generator(device)
-    steps: list[torch.Tensor] | None = [] if cfg.output_scores else None
-    can_stop = has_eos or stop_test is not None
-    every = sync_interval(device, cfg)
-    done_at = torch.full((), max_length, dtype=torch.long, device=device)  # length when all rows were first done
+    search = SampleSearch(prompt, cfg, device, stop_test)
     logits = prompt_logits(model, prompt, state).float()  # (R, V)
-    while True:
-        scores = apply_all(chain, seqs[:, :length], logits)
-        if steps is not None:
-            steps.append(scores)
-        tokens = choose_tokens(scores, cfg, generator)
-        if has_eos:
-            tokens = torch.where(unfinished, tokens, cfg.pad_token_id)
-        seqs[:, length] = tokens
-        length += 1
-        if cfg.streamer is not None:
-            cfg.streamer(tokens)
-        if has_eos:
-            unfinished &= ~torch.isin(tokens, eos)
-        if stop_test is not None:
-            unfinished &= ~stop_test(seqs[:, :length])
-        if can_stop and every > 1:
-            done_at = torch.where(unfinished.any() | (done_at < length), done_at, length)
-            if length >= max_length or (length - prompt.shape[1]) % every == 0:
-                if length >= max_length or int(done_at) < max_length:  # the sync, every `every` steps
-                    return GenerateOutput(seqs[:, : int(done_at)], None)
-        elif length >= max_length or (can_stop and not bool(unfinished.any())):  # one sync
-            return GenerateOutput(seqs[:, :length], tuple(steps) if steps is not None else None)
-        logits = model.step(tokens[:, None], state)[:, -1].float()
+    while not search.advance(logits):
+        logits = model.step(search.tokens[:, None], state)[:, -1].float()
+    return search.result

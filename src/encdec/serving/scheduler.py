@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-from encdec.generation.generate import generate, resolve_config
+from encdec.generation.generate import generate, prepare, resolve_config
+from encdec.generation.search import SampleSearch
 from encdec.models.encoder_decoder import EncoderDecoder
 from encdec.serving.slots import SlotBatch
 
@@ -42,9 +43,11 @@ class Work:
     """One request's place in the scheduler: its rows and what it waits for."""
 
     rows: list[int] = field(default_factory=list)
-    step: tuple[torch.Tensor, Future] | None = None  # tokens (rows,) and where the logits go
+    step: tuple[torch.Tensor, Future | None] | None = None  # tokens (rows,) and where the logits go
     order: list[int] | None = None  # a beam reorder to apply before its next step
     done: bool = False
+    search: SampleSearch | None = None  # greedy / sampling run by the scheduler itself (its step's future None)
+    answer: Future | None = None  # where that search's output goes
 
 
 class RowState:
@@ -110,10 +113,18 @@ class Scheduler:
             with self.serial:
                 return generate(self.model, src_ids, src_mask, **options)
         work = Work()
-        try:
-            return generate(RowModel(self, work), src_ids, src_mask, **options)
-        finally:
-            self.finish(work)
+        job = prepare(RowModel(self, work), src_ids, src_mask, **options)  # checked here, in the request's thread
+        if job.cfg.num_beams > 1 or job.prompt.shape[1] > 1 or job.cfg.compile:
+            try:  # beam search: the request's thread runs it, each step handed to the scheduler
+                return generate(RowModel(self, work), src_ids, src_mask, **options)
+            finally:
+                self.finish(work)
+        # greedy and sampling: the scheduler runs the search itself, between two steps, no thread woken per step
+        work.search = SampleSearch(job.prompt.repeat_interleave(job.rows, 0), job.cfg, job.device, job.stop)
+        work.answer = Future()
+        self.submit_start(work, job.src_ids, job.src_mask, job.rows, job.cfg.max_new_tokens + 1, Future())
+        out = work.answer.result()
+        return out if job.cfg.return_dict_in_generate else out.sequences
 
     def eos_ids(self, options: dict[str, Any]) -> list[int]:
         """The EOS ids `generate` stops at under `options` (its `defaults` included)."""
@@ -195,9 +206,14 @@ class Scheduler:
                     self._step(steps)
             except Exception as error:  # a failed batch fails its requests, never the server
                 log.exception("a scheduler step failed")
-                for future in [future for *_, future in joining] + [future for *_, future in steps]:
-                    if not future.done():
+                futures = [f for *_, f in joining] + [f for *_, f in steps] + [w.answer for w, *_ in steps]
+                futures += [w.answer for w, *_ in joining if w.answer is not None]
+                for future in futures:
+                    if future is not None and not future.done():
                         future.set_exception(error)
+                for work, *_ in [*joining, *steps]:
+                    if work.search is not None:
+                        work.done = True
 
     def _ready(self) -> bool:
         """Something to do: requests to encode, rows to free, or every running request waiting for a step."""
@@ -242,6 +258,8 @@ class Scheduler:
             work.rows = list(rows)
             self.running.append(work)
             future.set_result(None)
+            if work.search is not None:  # its first step: the decoder-start token of each row
+                work.step = (work.search.seqs[:, 0], None)
 
     def _step(self, steps: list[tuple[Work, torch.Tensor, Future]]) -> None:
         """One decoder step of every running row; each request gets its rows' logits."""
@@ -257,4 +275,22 @@ class Scheduler:
         self.steps += 1
         self.tokens += n
         for work, _, future in steps:
-            future.set_result(logits[work.rows])
+            if future is not None:
+                future.set_result(logits[work.rows])
+            else:
+                self._advance(work, logits[work.rows])
+
+    def _advance(self, work: Work, logits: torch.Tensor) -> None:
+        """One step of a search the scheduler runs: its next tokens wait for the next step, or it is over."""
+        try:
+            over = work.search.advance(logits)
+        except Exception as error:  # a processor or a streamer that failed: this request alone
+            over, work.search.result = True, error
+        if not over:
+            with self.lock:
+                work.step = (work.search.tokens, None)
+            return
+        with self.lock:
+            work.done = True
+        result = work.search.result
+        work.answer.set_exception(result) if isinstance(result, Exception) else work.answer.set_result(result)
