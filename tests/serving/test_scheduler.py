@@ -83,6 +83,9 @@ def test_a_short_request_finishes_while_a_long_one_runs_and_its_rows_are_reused(
     for thread in shorts:
         thread.start()
         thread.join(timeout=60)  # one at a time: each needs 3 of the 3 rows the long request leaves free
+    deadline = time.perf_counter() + 10
+    while scheduler.slots.used != 1 and time.perf_counter() < deadline:  # their rows leave at the next boundary
+        time.sleep(0.001)
     assert "long" not in finished and scheduler.slots.used == 1  # the shorts came and went beside it
     long.join(timeout=120)
     scheduler.stop(timeout=30)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -36,6 +37,9 @@ from encdec.models.encoder_decoder import EncoderDecoder
 from encdec.serving.slots import SlotBatch
 
 log = logging.getLogger(__name__)
+
+JOIN_BATCH = 4  # waiting requests that join together beside running rows ...
+JOIN_WAIT = 0.02  # ... or after this many seconds of the oldest's wait
 
 
 @dataclass
@@ -96,6 +100,7 @@ class Scheduler:
         self.lock = threading.Condition()
         self.serial = threading.Lock()  # the one-at-a-time path of the other families
         self.starts: deque = deque()
+        self.waiting_since = 0.0  # when the oldest waiting request arrived
         self.calls: deque = deque()  # (function, future): run in the scheduler thread between steps
         self.running: list[Work] = []
         self.stopped = False
@@ -147,6 +152,8 @@ class Scheduler:
         with self.lock:
             if self.stopped:
                 raise RuntimeError("the server is stopping")
+            if not self.starts:
+                self.waiting_since = time.perf_counter()
             self.starts.append((work, src_ids, src_mask, copies, length, future))
             self.lock.notify_all()
 
@@ -181,7 +188,7 @@ class Scheduler:
     def _serve(self) -> None:
         while True:
             with self.lock:
-                self.lock.wait_for(self._ready)
+                self.lock.wait_for(self._ready, timeout=JOIN_WAIT / 2)
                 if self.stopped and not self.running and not self.starts:
                     return
                 calls = list(self.calls)
@@ -217,19 +224,33 @@ class Scheduler:
 
     def _ready(self) -> bool:
         """Something to do: requests to encode, rows to free, or every running request waiting for a step."""
-        if self.starts or self.calls or any(w.done for w in self.running):
+        if self._may_join() or self.calls or any(w.done for w in self.running):
             return True
         if self.running:
             return all(w.step is not None for w in self.running)
         return self.stopped
 
+    def _may_join(self) -> bool:
+        """Whether the waiting requests join now: at once beside no running rows, else JOIN_BATCH of them
+        together or the oldest after JOIN_WAIT, so the encoder runs on a few sources at a time, not on one
+        each step (one at a time it took 3.3 ms a source, four together 1.9 ms, at the benchmark's shape)."""
+        if not self.starts:
+            return False
+        if not self.running or self.stopped:
+            return True
+        return len(self.starts) >= JOIN_BATCH or time.perf_counter() - self.waiting_since >= JOIN_WAIT
+
     def _joining(self) -> list:
-        """The waiting requests that fit beside the running rows (at least one, whatever its size)."""
+        """The waiting requests that fit beside the running rows (at least one, whatever its size), when
+        they may join (_may_join)."""
+        if not self._may_join():
+            return []
         joining, rows = [], self.slots.used
         while self.starts and (rows == 0 or rows + self.starts[0][3] <= self.max_rows):
             job = self.starts.popleft()
             joining.append(job)
             rows += job[3]
+        self.waiting_since = time.perf_counter()  # the rest wait anew
         return joining
 
     def _leave(self, leaving: list[Work]) -> None:
@@ -267,18 +288,19 @@ class Scheduler:
             if work.order is not None:
                 self.slots.reorder(work.rows, work.order)
                 work.order = None
-        n = self.slots.used
-        tokens = torch.empty(n, dtype=torch.long, device=self.slots.device)
-        for work, chosen, _ in steps:
-            tokens[work.rows] = chosen.to(tokens.device)
+        n, device = self.slots.used, self.slots.device
+        order = torch.tensor([row for work, *_ in steps for row in work.rows], device=device)  # one index for all
+        tokens = torch.empty(n, dtype=torch.long, device=device)
+        tokens[order] = torch.cat([chosen.to(device) for _, chosen, _ in steps])
         logits = self.slots.step(tokens)
         self.steps += 1
         self.tokens += n
-        for work, _, future in steps:
+        mine = logits.index_select(0, order).split([len(work.rows) for work, *_ in steps])
+        for (work, _, future), rows in zip(steps, mine):
             if future is not None:
-                future.set_result(logits[work.rows])
+                future.set_result(rows)
             else:
-                self._advance(work, logits[work.rows])
+                self._advance(work, rows)
 
     def _advance(self, work: Work, logits: torch.Tensor) -> None:
         """One step of a search the scheduler runs: its next tokens wait for the next step, or it is over."""

@@ -149,9 +149,13 @@ class SlotBatch:
         if holes:
             src = torch.tensor(movers, device=self.device)
             dst = torch.tensor(holes, device=self.device)
-            for buffers in (self.self_keys, self.self_values, self.cross_keys, self.cross_values):
+            filled = int(self.offsets[src].max()) + 1, int(self.source_lengths[src].max())  # copy only what is held
+            for buffers, length in ((self.self_keys, filled[0]), (self.self_values, filled[0])):
                 for buffer in buffers:
-                    buffer[dst] = buffer[src]
+                    buffer[dst, :, :length] = buffer[src, :, :length]
+            for buffers in (self.cross_keys, self.cross_values):
+                for buffer in buffers:
+                    buffer[dst, :, : filled[1]] = buffer[src, :, : filled[1]]
             for tensor in (self.offsets, self.source_lengths, self.cross_mask):
                 tensor[dst] = tensor[src]
         self.used = keep_end
@@ -183,10 +187,15 @@ class SlotBatch:
         bias = None
         if decoder.position_bias is not None:  # T5: each row's bias row, relative to its own position
             bias = decoder.position_bias(offsets, keys).permute(2, 1, 0, 3)  # (1, H, n, L') -> (n, H, 1, L')
-        self_inputs = AttentionInputs(mask=additive_mask(allowed, bias, x.dtype), q_pos=pos, k_pos=pos)
+        blocked = torch.finfo(x.dtype).min  # additive_mask's value, without its per-call shape arithmetic
+        if bias is None:
+            mask = torch.zeros(allowed.shape, dtype=x.dtype, device=self.device).masked_fill_(~allowed, blocked)
+        else:
+            mask = bias.to(x.dtype).masked_fill(~allowed, blocked)
+        self_inputs = AttentionInputs(mask=mask, q_pos=pos, k_pos=pos)
         q_pos = pos + self.source_lengths[:n, None] if decoder.rope_cross == "prepended" else pos
-        S = self.capacity[2]
-        cross_inputs = AttentionInputs(mask=self.cross_mask[:n], q_pos=q_pos)
+        S = int(self.source_lengths[:n].max())  # keys past every running row's source are never read
+        cross_inputs = AttentionInputs(mask=self.cross_mask[:n, :, :, :S], q_pos=q_pos)
         caches = [
             LayerCache(
                 RowSelfCache(self, i), RowCrossCache(self.cross_keys[i][:n, :, :S], self.cross_values[i][:n, :, :S])
