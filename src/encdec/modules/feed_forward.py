@@ -53,12 +53,16 @@ class FeedForward(nn.Module):
             if isinstance(self.wo, Int8Linear):
                 return self.wo(h.float())  # int8 inside, fp32 out
             with torch.autocast(h.device.type, enabled=False):
+                if type(self.wo) is not nn.Linear:  # an adapted layer (LoRA) computes its own product
+                    return self.wo(h.float())
                 bias = self.wo.bias.float() if self.wo.bias is not None else None
                 return F.linear(h.float(), self.wo.weight.float(), bias)
         return linear(h, self.wo)
 
 
-def linear(x: torch.Tensor, layer: nn.Linear | Int8Linear, relu: bool = False) -> torch.Tensor:
-    if isinstance(layer, Int8Linear):  # quantized by encdec.quantize
+def linear(x: torch.Tensor, layer: nn.Module, relu: bool = False) -> torch.Tensor:
+    """layer(x) (then ReLU), through `decoding_linear` when `layer` is a plain nn.Linear; a quantized
+    (Int8Linear) or adapted (peft's LoRA) layer is called as it is."""
+    if type(layer) is not nn.Linear:
         return F.relu(layer(x)) if relu else layer(x)
     return decoding_linear(x, layer.weight, layer.bias, relu)  # F.linear, or a faster kernel on CPU inference
