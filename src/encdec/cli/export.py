@@ -8,6 +8,9 @@ defaults where transformers' AutoModelForSeq2SeqLM and AutoTokenizer load them: 
 Transformer), Pegasus (the pre-norm Transformer), BART or mBART, whichever computes
 the same logits. A model none of them can
 express (ROT5's RoPE, the research families, the RNN) is refused in one sentence.
+A LoRA run exports with its adapters merged into the weights; with --adapter, its
+adapters alone as a peft adapter directory (adapter_config.json, adapter_model.safetensors)
+that peft's PeftModel.from_pretrained puts on the Hugging Face T5 the run adapted.
 """
 
 import argparse
@@ -16,7 +19,7 @@ from pathlib import Path
 from encdec.errors import ConfigError
 from encdec.interop import export_hf
 from encdec.interop.hub import resolve_model
-from encdec.runs.export import export_run
+from encdec.runs.export import export_adapter, export_run
 from encdec.runs.open import load_tokenizer, model_kind, open_model
 
 
@@ -26,6 +29,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", "-o", required=True, help="the directory to write (new or empty)")
     parser.add_argument("--force", action="store_true", help="write over an earlier export in --out")
     parser.add_argument("--checkpoint", default="best", help="best (default), latest, or a step directory name")
+    parser.add_argument("--adapter", action="store_true", help="a LoRA run's adapters alone, as a peft adapter")
     parser.set_defaults(func=run)
 
 
@@ -33,6 +37,16 @@ def run(args: argparse.Namespace) -> int:
     if not args.out.strip():
         raise ConfigError("--out must name the directory to write, not an empty string")
     source = resolve_model(args.model)
+    if args.adapter:
+        if model_kind(source) != "run":
+            raise ConfigError(f"--adapter exports a LoRA run's adapters, and {args.model} is not a run directory")
+        base = export_adapter(source, Path(args.out), force=args.force, checkpoint=args.checkpoint)
+        print(
+            f"wrote {args.out}: a peft LoRA adapter; load it with peft's PeftModel.from_pretrained("
+            f"AutoModelForSeq2SeqLM.from_pretrained(BASE), {args.out!r}), BASE being {base} as a Hugging Face "
+            "directory (encdec export it first if it is a run)"
+        )
+        return 0
     if model_kind(source) == "run":
         name = export_run(source, Path(args.out), force=args.force, checkpoint=args.checkpoint)
     else:

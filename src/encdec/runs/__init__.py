@@ -8,7 +8,9 @@
     text.py          text in and out as the run's training fed it (RunTokenizer)
     open.py          a path opened as whatever it holds, a run or a Hugging Face directory (open_model,
                      from_pretrained, load_tokenizer)
-    export.py        a run's checkpoint written as a Hugging Face directory (export_run)
+    adapter.py       a LoRA run's checkpoints: the adapter alone and a pointer to its hashed base (load_adapted)
+    export.py        a run's checkpoint written as a Hugging Face directory (export_run), or its adapter as
+                     a peft adapter directory (export_adapter)
 
 Training (encdec.training) writes runs through this package; inference, export and the CLI read them
 through it, and nothing here imports the training loop.

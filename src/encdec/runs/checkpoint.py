@@ -93,7 +93,7 @@ def save_checkpoint(run: RunDir, step: int, files: dict, keep_last: int, is_best
     """Write checkpoint `step` atomically. `files` holds: model (state dict), optimizer
     (state dict), rng (dict of tensors), state (JSON-able dict), config (a callable writing
     config.yaml into a directory), tokenizer (an object with `save(directory)`) and, optionally,
-    generation (JSON-able generation defaults)."""
+    generation (JSON-able generation defaults) and base (a LoRA run's base pointer, JSON-able)."""
     root = run.checkpoints
     check_not_symlink(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -133,7 +133,7 @@ def _set_aside(path: Path) -> Path:
 
 def is_complete(checkpoint: CheckpointDir) -> bool:
     """Whether `checkpoint` holds every part a resume reads (generation defaults are optional)."""
-    needed = [part for part in checkpoint.PARTS if part != checkpoint.GENERATION]
+    needed = [part for part in checkpoint.PARTS if part not in checkpoint.OPTIONAL]
     return all((checkpoint.path / part).exists() and not (checkpoint.path / part).is_symlink() for part in needed)
 
 
@@ -170,6 +170,8 @@ def _write_parts(tmp: Path, files: dict) -> None:
     files["tokenizer"].save(parts.tokenizer)
     if files.get("generation"):
         parts.generation.write_text(json.dumps(files["generation"], indent=2) + "\n")
+    if files.get("base"):
+        parts.base.write_text(json.dumps(files["base"], indent=2) + "\n")
     for path in tmp.rglob("*"):
         if path.is_file():
             with open(path, "rb") as f:

@@ -8,6 +8,7 @@
     objective:  causal_lm, span_corruption, ul2, prefix_lm or seq2seq, lengths, and packing
                 (several examples to a row, for the encoder_decoder family only)
     optimizer, schedule, training, evaluation, output
+    lora:       LoRA adapters on a pretrained model (training.init_from); absent: full fine-tuning
 
 Field names of the seeds' code map as: n_embd -> model.d_model, n_head ->
 model.n_heads, n_layer -> model.n_encoder_layers, context_size -> objective.seq_len,
@@ -206,6 +207,18 @@ class TrainingSection:
     peak_tflops: Annotated[float, Range(0, 1e9, above=True)] | None = None  # for the logged MFU; None: data sheet
     early_stopping_patience: Count = 0  # stop after this many evaluations without a better best_by (0: never)
     init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
+    train_only: list[str] = field(default_factory=list)  # globs of parameter names that train; the rest is frozen
+
+
+@dataclass
+class LoraSection:
+    """LoRA adapters (Hu et al. 2021), in peft's own field names; the base model is frozen (see encdec.models.lora
+    for how target_modules picks layers by name)."""
+
+    r: Annotated[int, Range(1, 1 << 16)] = 8  # the adapters' rank
+    lora_alpha: Annotated[float, Range(0, 1e6, above=True)] = 16.0  # the update is scaled by lora_alpha / r
+    lora_dropout: Probability = 0.0  # dropout on the adapter's input
+    target_modules: str | list[str] = field(default_factory=lambda: ["q", "v"])  # names, or one regular expression
 
 
 @dataclass
@@ -239,6 +252,7 @@ class RunConfig:
     training: TrainingSection = field(default_factory=TrainingSection)
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
     output: OutputSection = field(default_factory=OutputSection)
+    lora: LoraSection | None = None  # None: every parameter (or training.train_only's) trains
 
     def __post_init__(self):
         """The fields' own rules (again, for a config built in Python), then the rules across fields."""
@@ -253,6 +267,8 @@ class RunConfig:
         if sum(self.objective.ul2_probabilities) <= 0:
             raise ConfigError("objective.ul2_probabilities must have a positive sum (R, X, S), got all zeros")
         check_packing(self)
+        if self.lora is not None and not self.training.init_from:
+            raise ConfigError("lora adapts a pretrained model: set training.init_from to the run or model to adapt")
         members = [member_objective(self, i) for i in range(len(self.data.mixture))]
         if len({kind in DECODER_ONLY_OBJECTIVES for kind in [o.kind for o in members]}) > 1:
             raise ConfigError(

@@ -12,6 +12,7 @@ from encdec.generation.config import SourceLength
 from encdec.interop.generation_config import checked_defaults
 from encdec.models import ModelConfig, build_model
 from encdec.models.memory import check_weights_fit
+from encdec.runs.adapter import load_adapted
 from encdec.runs.checkpoint import load_state, load_weights
 from encdec.runs.config import RunConfig, build_model_config, load_config
 from encdec.runs.run_dir import CheckpointDir, RunDir
@@ -44,7 +45,10 @@ def load_run(run_dir: str | Path | RunDir, which: str = "best", max_source_len: 
     check_weights_fit(model_cfg, "cpu", error=CheckpointError, source=f"{checkpoint.config}: ")  # before building
     check_max_source_len(max_source_len, model_cfg)
     model = build_model(model_cfg)
-    load_state(model, load_weights(checkpoint.model), f"{checkpoint.path} does not match its config")
+    if config.lora is not None:  # an adapter alone: on its base (runs/adapter.py)
+        load_adapted(model, config, checkpoint, load_weights(checkpoint.model))
+    else:
+        load_state(model, load_weights(checkpoint.model), f"{checkpoint.path} does not match its config")
     generation = read_generation(checkpoint)
     model.generation_defaults = generation
     text = RunTokenizer.for_run(config, tok, model, max_source_len)

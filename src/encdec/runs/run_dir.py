@@ -43,7 +43,9 @@ class CheckpointDir:
     CONFIG = "config.yaml"  # the resolved run config
     TOKENIZER = "tokenizer"  # the tokenizer, saved by its own `save`
     GENERATION = "generation.json"  # generation defaults (from a Hugging Face checkpoint), when there are any
-    PARTS = (MODEL, OPTIMIZER, RNG, STATE, CONFIG, TOKENIZER, GENERATION)
+    BASE = "base.json"  # a LoRA run's: the base its adapter-only weights go on (runs/adapter.py)
+    PARTS = (MODEL, OPTIMIZER, RNG, STATE, CONFIG, TOKENIZER, GENERATION, BASE)
+    OPTIONAL = (GENERATION, BASE)
 
     @property
     def name(self) -> str:
@@ -60,6 +62,7 @@ class CheckpointDir:
     config = property(lambda self: self.part(self.CONFIG))
     tokenizer = property(lambda self: self.part(self.TOKENIZER))
     generation = property(lambda self: self.part(self.GENERATION))
+    base = property(lambda self: self.part(self.BASE))
 
 
 @dataclass(frozen=True)

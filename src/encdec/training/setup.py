@@ -17,6 +17,7 @@ from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
+from encdec.runs.adapter import BasePointer, apply_lora, load_adapted, read_base, weights_sha256
 from encdec.runs.checkpoint import load_checkpoint, load_state
 from encdec.runs.config import RunConfig, build_model_config, save_config
 from encdec.runs.load import read_generation, saved_config
@@ -54,6 +55,7 @@ class Training:
     parameters: int
     parameters_without_positions: int
     generation: dict[str, Any] = field(default_factory=dict)  # the generation defaults its checkpoints carry
+    base: dict[str, str] | None = None  # a LoRA run's base pointer (runs/adapter.py), saved beside each adapter
 
     @property
     def model_config(self) -> ModelConfig:
@@ -114,12 +116,22 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     data = build_run_data(cfg, run.path, tokenizer_dir=start.tokenizer_dir)
     model = new_model(cfg, data, info.device)
     generation = start.generation  # read before the pretrained weights are let go
+    base = None
     if start.pretrained is not None:
         load_pretrained_weights(model, start.pretrained)
+        if cfg.lora is not None:
+            p = start.pretrained
+            base = BasePointer(cfg.training.init_from, p.kind, str(p.source), weights_sha256(p.weights))
         start.pretrained = None  # the weights are in the model now
     state = TrainState()
-    if parts is not None:
+    if parts is not None and cfg.lora is not None:  # the base's weights, the adapters, the checkpoint's over them
+        load_adapted(model, cfg, start.checkpoint, parts["model"])
+        base = read_base(start.checkpoint)
+    elif parts is not None:
         load_state(model, parts["model"], f"{start.checkpoint.path} does not fit the model this config builds")
+    if parts is None or cfg.lora is None:
+        apply_lora(model, cfg)  # LoRA and training.train_only, where the config asks for them
+    if parts is not None:
         saved = read_saved_state(parts["state"], start.checkpoint)
         state = saved.train
         data.train.load_state_dict(asdict(saved.data))
@@ -152,6 +164,9 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         metrics.write({"kind": "config_change", "step": state.step, "changes": start.changes})
         log.warning("resumed at step %d with config changes: %s", state.step, ", ".join(start.changes))
     log.info("model %s: %s parameters, %s on %s", model.config.family, f"{n_params:,}", precision, info.device)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if trainable < n_params:
+        log.info("training %s of them (LoRA adapters or training.train_only)", f"{trainable:,}")
     return Training(
         cfg,
         run,
@@ -167,6 +182,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         n_params,
         n_params_no_pos,
         generation,
+        asdict(base) if base is not None else None,
     )
 
 

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from encdec.errors import TrainingError
 from encdec.models import ModelConfig
+from encdec.models.lora import trainable_state
 from encdec.models.loss import compute_loss, cross_entropy
 from encdec.runs.checkpoint import save_checkpoint
 from encdec.runs.config import RunConfig, save_config
@@ -360,6 +361,8 @@ def _save(t: Training, is_best: bool) -> None:
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model_state = _full_model_state(t.model, t.wrapped, t.info)
+    if t.base is not None:  # a LoRA run keeps its adapters (and train_only's parameters) alone
+        model_state = trainable_state(t.model, model_state)
     optimizer_state = get_optimizer_state_dict(t.wrapped, t.optimizer, options=options)
     states = distributed.gather_objects(rng_states(t.info.device), t.info)  # every rank's, for an exact resume
     if not t.info.is_main:
@@ -379,6 +382,7 @@ def _save(t: Training, is_best: bool) -> None:
         "config": lambda path: save_config(t.cfg, path),
         "tokenizer": t.data.tokenizer,
         "generation": t.generation,
+        "base": t.base,
     }
     save_checkpoint(t.run, t.state.step, files, t.cfg.output.keep_last, is_best)
 

@@ -1,0 +1,79 @@
+"""An encdec model's LoRA adapters written as a peft adapter directory, in Hugging Face T5's module names.
+
+    out/adapter_config.json         peft's LoraConfig: r, lora_alpha, lora_dropout, the adapted modules
+                                    (task_type SEQ_2_SEQ_LM, base_model_name_or_path: the base)
+    out/adapter_model.safetensors   base_model.model.encoder.block.0.layer.0.SelfAttention.q.lora_A.weight, ...
+
+so that `PeftModel.from_pretrained(AutoModelForSeq2SeqLM.from_pretrained(base), out)` computes the logits
+encdec does, `base` being the T5 directory the run adapted (or `encdec export` of the base run). Only
+the T5 layout is written: its projections are Hugging Face's own matrices, name for name (hf_t5.NAME_MAP).
+"""
+
+from pathlib import Path
+
+from safetensors.torch import save_file
+from torch import nn
+
+from encdec.errors import ConfigError
+from encdec.interop.export import hf_layout
+from encdec.interop.hf_t5 import hf_name
+from encdec.models.lora import ADAPTER, lora_layers
+from encdec.safe_paths import refuse_unsafe_output
+
+FILES = ("adapter_config.json", "adapter_model.safetensors", "README.md")  # what peft's save_pretrained writes
+
+
+def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = False) -> list[str]:
+    """Write `model`'s adapters into `out` as a peft LoRA adapter of the Hugging Face T5 at `base`; returns the
+    adapted modules' Hugging Face names. Nothing is written when a check fails."""
+    from peft import LoraConfig
+
+    layout = hf_layout(model.config)
+    if layout != "t5":
+        raise ConfigError(f"a peft adapter is written for T5 models, not a {layout} one; export the merged model")
+    layers = lora_layers(model)
+    if not layers:
+        raise ConfigError("the model carries no LoRA adapter; export it without --adapter")
+    adapted = {name + ".lora" for name in layers}
+    other = sorted(
+        n for n, p in model.named_parameters() if p.requires_grad and not any(n.startswith(a) for a in adapted)
+    )
+    if other:
+        raise ConfigError(
+            f"the run also trained {other[0]}, which a peft adapter cannot carry; export the merged model"
+        )
+    first = next(iter(layers.values()))
+    r, alpha, dropout = first.r[ADAPTER], first.lora_alpha[ADAPTER], first.lora_dropout[ADAPTER]
+    targets = {name: hf_name(name + ".weight").removesuffix(".weight") for name in layers}
+    tensors = {}
+    for name, layer in layers.items():
+        for part in ("lora_A", "lora_B"):
+            weight = getattr(layer, part)[ADAPTER].weight
+            tensors[f"base_model.model.{targets[name]}.{part}.weight"] = weight.detach().cpu().contiguous()
+    check_adapter_out(out, force)
+    out.mkdir(parents=True, exist_ok=True)
+    config = LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=getattr(dropout, "p", 0.0),
+        target_modules=sorted(targets.values()),
+        task_type="SEQ_2_SEQ_LM",
+        base_model_name_or_path=base,
+    )
+    config.save_pretrained(str(out))
+    save_file(tensors, out / "adapter_model.safetensors", metadata={"format": "pt"})
+    return sorted(targets.values())
+
+
+def check_adapter_out(out: Path, force: bool) -> None:
+    """Refuse an unsafe output, a file, or a directory holding anything without `force` (or, with it, anything
+    an adapter export does not write)."""
+    refuse_unsafe_output(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"the output directory {out} is a file")
+    present = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if present and not force:
+        raise ConfigError(f"the output directory {out} exists and is not empty; choose another or pass --force")
+    foreign = [name for name in present if name not in FILES]
+    if foreign:
+        raise ConfigError(f"the output directory {out} holds {foreign[0]!r}, which no adapter export writes")

@@ -1,0 +1,109 @@
+"""A LoRA run's checkpoints: the adapter alone, beside a pointer to the base it adapts.
+
+    checkpoints/step_N/model.safetensors   the parameters that train: adapters (and training.train_only's)
+    checkpoints/step_N/base.json           {"init_from", "kind", "source", "sha256"}: where the base is, and
+                                           a hash of its weights, so that a changed base is refused
+                                           rather than silently adapted
+
+`load_adapted` rebuilds the model a LoRA checkpoint describes: the base's weights, peft's layers on the
+layers the run's lora section names, then the checkpoint's weights over them. Training (set_up, on a
+resume) and reading a run back (load_run) both go through it.
+"""
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+
+from encdec.errors import CheckpointError, ConfigError
+from encdec.interop import load_hf
+from encdec.interop.hub import resolve_model
+from encdec.models.lora import add_lora, train_only
+from encdec.runs.checkpoint import load_state, load_weights
+from encdec.runs.config import RunConfig
+from encdec.runs.run_dir import CheckpointDir, RunDir
+from encdec.schema import load_json, read
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BasePointer:
+    """What base.json holds: the base a LoRA run adapts."""
+
+    init_from: str  # as the config named it: a run directory, a Hugging Face directory or a Hub id
+    kind: Literal["run", "hf"]
+    source: str  # the checkpoint directory of a run, or the Hugging Face directory, that was read
+    sha256: str  # of the base's weights (weights_sha256)
+
+
+def weights_sha256(weights: dict[str, torch.Tensor]) -> str:
+    """A hash of a state dict: every tensor's name, dtype, shape and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        tensor = weights[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}\n".encode())
+        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def read_base(checkpoint: CheckpointDir) -> BasePointer | None:
+    """The checkpoint's base pointer; None for a checkpoint of the whole model."""
+    path = checkpoint.base
+    if not path.exists():
+        return None
+    try:
+        return read(BasePointer, load_json(path, "the base pointer", CheckpointError), "")
+    except ConfigError as error:
+        raise CheckpointError(f"{path} is not a base pointer encdec writes ({error})") from None
+
+
+def base_weights(pointer: BasePointer) -> dict[str, torch.Tensor]:
+    """The base's weights, from where training read them (else init_from again), refused in one sentence
+    when their hash is not the one the run trained against."""
+    source = Path(pointer.source)
+    if not source.exists():
+        source = resolve_model(pointer.init_from, "the base ")
+        if pointer.kind == "run":
+            source = RunDir(source).checkpoint("best").path
+    if pointer.kind == "hf":
+        weights = load_hf(source).state_dict()
+    else:
+        weights = load_weights(CheckpointDir(source).model)
+    found = weights_sha256(weights)
+    if found != pointer.sha256:
+        raise CheckpointError(
+            f"the base {source} has changed since this adapter was trained (its weights hash to {found[:12]}, "
+            f"not {pointer.sha256[:12]})"
+        )
+    return weights
+
+
+def apply_lora(model: nn.Module, cfg: RunConfig) -> None:
+    """The run's lora section and training.train_only on `model` (its base weights already loaded)."""
+    if cfg.lora is not None:
+        lora = cfg.lora
+        targets = add_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
+        log.info("LoRA r=%d on %d layers", lora.r, len(targets))
+    if cfg.training.train_only or cfg.lora is not None:
+        train_only(model, cfg.training.train_only)
+
+
+def load_adapted(model: nn.Module, cfg: RunConfig, checkpoint: CheckpointDir, weights: dict) -> None:
+    """`model` (as the run's model section builds it) made what LoRA checkpoint `checkpoint` holds: its base's
+    weights, the adapters, then the checkpoint's `weights` (every one a trainable parameter, none missing)."""
+    pointer = read_base(checkpoint)
+    if pointer is None:
+        raise CheckpointError(f"{checkpoint.path} holds an adapter but no {CheckpointDir.BASE} naming its base")
+    load_state(model, base_weights(pointer), f"the base {pointer.source} does not fit the run's model section")
+    apply_lora(model, cfg)
+    expected = {n for n, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
+    missing, extra = sorted(expected - set(weights)), sorted(set(weights) - expected)
+    if missing or extra:
+        detail = f"lacks {missing[0]}" if missing else f"holds {extra[0]}, which is not an adapter parameter"
+        raise CheckpointError(f"{checkpoint.model} does not hold this run's adapter (it {detail})")
+    model.load_state_dict(weights, strict=False)
