@@ -24,7 +24,19 @@ from types import FrameType
 
 from encdec.errors import ConfigError, EncdecError
 
-SUBCOMMANDS = ("demo", "data", "train", "compare", "size", "generate", "evaluate", "export", "attention", "serve")
+SUBCOMMANDS = (
+    "demo",
+    "data",
+    "train",
+    "compare",
+    "size",
+    "generate",
+    "evaluate",
+    "export",
+    "average",
+    "attention",
+    "serve",
+)
 MAX_LINE = 299  # characters of the one line an error is: a message embedding a megabyte is cut with "..."
 
 

@@ -100,7 +100,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--list-separator", help="jsonl-pairs: what joins a list's items (default: a space)")
     parser.add_argument("--out", type=Path, help="the report's directory (default: RUN_DIR/eval[/<file name>])")
     parser.add_argument(
-        "--checkpoint", default="best", help="a run's checkpoint: best, latest, or a step directory name"
+        "--checkpoint",
+        default="best",
+        help="a run's checkpoint: best, latest, a step directory or an averaged one (avg5_step_...)",
     )
     parser.add_argument(
         "--batches",

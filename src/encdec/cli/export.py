@@ -28,7 +28,11 @@ def add_parser(subparsers) -> None:
     parser.add_argument("model", help="a run directory of encdec train, a Hugging Face directory or a Hub id")
     parser.add_argument("--out", "-o", required=True, help="the directory to write (new or empty)")
     parser.add_argument("--force", action="store_true", help="write over an earlier export in --out")
-    parser.add_argument("--checkpoint", default="best", help="best (default), latest, or a step directory name")
+    parser.add_argument(
+        "--checkpoint",
+        default="best",
+        help="best (default), latest, a step directory or an averaged one (avg5_step_...)",
+    )
     parser.add_argument("--adapter", action="store_true", help="a LoRA run's adapters alone, as a peft adapter")
     parser.set_defaults(func=run)
 

@@ -64,7 +64,9 @@ def add_parser(subparsers) -> None:
         help="a run directory of encdec train, or a Hugging Face model directory (T5, Marian, Pegasus, BART)",
     )
     parser.add_argument(
-        "--checkpoint", default="best", help="a run's checkpoint: best (default), latest, or a step directory name"
+        "--checkpoint",
+        default="best",
+        help="a run's checkpoint: best (default), latest, a step directory or an averaged one (avg5_step_...)",
     )
     parser.add_argument("--input", "-i", default="-", help="a file with one input per line (default: stdin)")
     parser.add_argument("--output", "-o", default="-", help="where to write outputs (default: stdout)")

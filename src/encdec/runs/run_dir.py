@@ -11,6 +11,7 @@
         .encdec-run        marks the directory as a run encdec train made (runs from before it: a latest pointer)
         checkpoints/
             step_00000100/      a CheckpointDir (what it holds: below)
+            avg5_step_00000100/ encdec average's: the mean of 5 checkpoints' weights (no optimizer; never pruned)
             latest, best        the name of the newest / best checkpoint, never a path
 
 Names read from a pointer must be a `step_XXXXXXXX` directory inside checkpoints/, and no part of
@@ -28,6 +29,9 @@ from encdec.safe_paths import check_not_symlink, inside, refuse_unsafe_output, w
 
 STEP_NAME = re.compile(r"step_\d{8,}")  # checkpoint directories: pruning deletes only these and TMP_NAME
 TMP_NAME = re.compile(r"\.step_\d{8,}\.tmp")
+# checkpoints encdec average writes beside the step directories (runs/average.py): never listed as steps, so
+# never pruned, never resumed from, never named by latest or best, only by name (--checkpoint avg5_step_00001000)
+MADE_NAME = re.compile(r"(avg\d+|ema)_step_\d{8,}")
 
 
 @dataclass(frozen=True)
@@ -44,8 +48,9 @@ class CheckpointDir:
     TOKENIZER = "tokenizer"  # the tokenizer, saved by its own `save`
     GENERATION = "generation.json"  # generation defaults (from a Hugging Face checkpoint), when there are any
     BASE = "base.json"  # a LoRA run's: the base its adapter-only weights go on (runs/adapter.py)
-    PARTS = (MODEL, OPTIMIZER, RNG, STATE, CONFIG, TOKENIZER, GENERATION, BASE)
-    OPTIONAL = (GENERATION, BASE)
+    EMA = "ema.safetensors"  # training.ema_decay's moving average of the weights (float32), when kept
+    PARTS = (MODEL, OPTIMIZER, RNG, STATE, CONFIG, TOKENIZER, GENERATION, BASE, EMA)
+    OPTIONAL = (GENERATION, BASE, EMA)
 
     @property
     def name(self) -> str:
@@ -155,9 +160,11 @@ class RunDir:
         return self.step_dir(name) if name else None
 
     def checkpoint(self, which: str = "best") -> CheckpointDir:
-        """Checkpoint `which`: "best" (the latest where no best was kept), "latest", or a step directory name."""
+        """Checkpoint `which`: "best" (the latest where no best was kept), "latest", a step directory name,
+        or the name of one encdec average wrote (avg5_step_00001000, ema_step_00001000)."""
         name = self.pointer(which) or (self.pointer("latest") if which == "best" else None)
-        if name is None and STEP_NAME.fullmatch(which) and (self.checkpoints / which).is_dir():
+        named = STEP_NAME.fullmatch(which) or MADE_NAME.fullmatch(which)
+        if name is None and named and (self.checkpoints / which).is_dir():
             name = which
         if name is None:
             raise CheckpointError(f"{self.path} has no checkpoint {which!r}; is it a run directory of encdec train?")
