@@ -93,7 +93,8 @@ def save_checkpoint(run: RunDir, step: int, files: dict, keep_last: int, is_best
     """Write checkpoint `step` atomically. `files` holds: model (state dict), optimizer
     (state dict), rng (dict of tensors), state (JSON-able dict), config (a callable writing
     config.yaml into a directory), tokenizer (an object with `save(directory)`) and, optionally,
-    generation (JSON-able generation defaults) and base (a LoRA run's base pointer, JSON-able)."""
+    generation (JSON-able generation defaults), base (a LoRA run's base pointer, JSON-able) and ema
+    (training.ema_decay's average of the weights, a state dict)."""
     root = run.checkpoints
     check_not_symlink(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -170,6 +171,8 @@ def _write_parts(tmp: Path, files: dict) -> None:
     files["tokenizer"].save(parts.tokenizer)
     if files.get("generation"):
         parts.generation.write_text(json.dumps(files["generation"], indent=2) + "\n")
+    if files.get("ema"):
+        save_weights(files["ema"], parts.ema)
     if files.get("base"):
         parts.base.write_text(json.dumps(files["base"], indent=2) + "\n")
     for path in tmp.rglob("*"):

@@ -208,6 +208,7 @@ class TrainingSection:
     early_stopping_patience: Count = 0  # stop after this many evaluations without a better best_by (0: never)
     init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
     train_only: list[str] = field(default_factory=list)  # globs of parameter names that train; the rest is frozen
+    ema_decay: Annotated[float, Range(0, 1, below=True)] | None = None  # a moving average of the weights; None/0: off
 
 
 @dataclass
@@ -267,6 +268,8 @@ class RunConfig:
         if sum(self.objective.ul2_probabilities) <= 0:
             raise ConfigError("objective.ul2_probabilities must have a positive sum (R, X, S), got all zeros")
         check_packing(self)
+        if self.training.ema_decay and self.lora is not None:
+            raise ConfigError("training.ema_decay averages full weights; a LoRA run keeps adapters alone: drop one")
         if self.lora is not None and not self.training.init_from:
             raise ConfigError("lora adapts a pretrained model: set training.init_from to the run or model to adapt")
         members = [member_objective(self, i) for i in range(len(self.data.mixture))]

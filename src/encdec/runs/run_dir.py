@@ -68,6 +68,7 @@ class CheckpointDir:
     tokenizer = property(lambda self: self.part(self.TOKENIZER))
     generation = property(lambda self: self.part(self.GENERATION))
     base = property(lambda self: self.part(self.BASE))
+    ema = property(lambda self: self.part(self.EMA))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from encdec.runs.state import TrainState, check_rng_states, read_saved_state
 from encdec.sizing import capped_to_cores, warn_if_oversubscribed
 from encdec.training import distributed
 from encdec.training.data import RunData, build_run_data
+from encdec.training.ema import WeightAverage
 from encdec.training.launch import check_processes
 from encdec.training.memory import check_activations_fit, check_model_fits, check_step_size, is_out_of_memory
 from encdec.training.metrics import MetricsLog, tensorboard_available
@@ -56,6 +57,7 @@ class Training:
     parameters_without_positions: int
     generation: dict[str, Any] = field(default_factory=dict)  # the generation defaults its checkpoints carry
     base: dict[str, str] | None = None  # a LoRA run's base pointer (runs/adapter.py), saved beside each adapter
+    ema: WeightAverage | None = None  # training.ema_decay's moving average of the weights
 
     @property
     def model_config(self) -> ModelConfig:
@@ -149,6 +151,9 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     scaler = grad_scaler(precision, info.device)
     if scaler is not None and parts is not None and saved.scaler is not None:
         scaler.load_state_dict(asdict(saved.scaler))
+    if cfg.training.ema_decay and info.enabled and cfg.training.distributed == "fsdp":
+        raise ConfigError("training.ema_decay keeps whole weights in every process; use DDP, not FSDP, to keep an EMA")
+    ema = WeightAverage(model, cfg.training.ema_decay, start.checkpoint) if cfg.training.ema_decay else None
     n_params, n_params_no_pos = count_parameters(model), count_parameters(model, exclude_positions=True)
     wrapped = distributed.wrap(model, info, cfg.training.distributed, precision)
     if cfg.training.compile:
@@ -183,6 +188,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         n_params_no_pos,
         generation,
         asdict(base) if base is not None else None,
+        ema,
     )
 
 

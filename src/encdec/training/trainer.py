@@ -155,6 +155,8 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
             if not is_out_of_memory(error):
                 raise
             raise step_out_of_memory(cfg, info.device) from None
+        if t.ema is not None:
+            t.ema.update(t.model)
         state.step += 1
         state.tokens += n_tokens
         flops = batches_flops(t.model_config, taken) if peak else None  # counted only where MFU is logged
@@ -383,6 +385,7 @@ def _save(t: Training, is_best: bool) -> None:
         "tokenizer": t.data.tokenizer,
         "generation": t.generation,
         "base": t.base,
+        "ema": t.ema.state_dict() if t.ema is not None else None,
     }
     save_checkpoint(t.run, t.state.step, files, t.cfg.output.keep_last, is_best)
 

@@ -1,0 +1,39 @@
+"""training.ema_decay: an exponential moving average of the weights, kept in float32 beside the live ones.
+
+After each optimizer step, ema = decay * ema + (1 - decay) * live (Polyak averaging as fairseq's and
+timm's EMA keep it). Every checkpoint saves it as ema.safetensors and a resume reads it back as saved,
+so a resumed run's EMA is bitwise that of an uninterrupted one; `encdec average RUN --ema` writes it
+as a checkpoint of its own (ema_step_XXXXXXXX) to evaluate, generate, export or from_pretrained. Under
+DDP every process holds the same weights, hence the same EMA; FSDP's sharded weights are refused.
+"""
+
+import torch
+from torch import nn
+
+from encdec.runs.checkpoint import load_weights
+from encdec.runs.run_dir import CheckpointDir
+
+
+class WeightAverage:
+    """The moving average of a model's floating-point weights (its state dict's names, float32, on its device)."""
+
+    def __init__(self, model: nn.Module, decay: float, checkpoint: CheckpointDir | None = None):
+        self.decay = decay
+        live = {name: t for name, t in model.state_dict().items() if t.is_floating_point()}
+        saved = checkpoint.part(checkpoint.EMA) if checkpoint is not None else None
+        if saved is not None and saved.is_file():  # a resume: the average as it was saved
+            stored = load_weights(saved)
+            self.shadow = {name: stored[name].to(t.device, torch.float32) for name, t in live.items() if name in stored}
+            self.shadow |= {name: t.detach().float().clone() for name, t in live.items() if name not in stored}
+        else:  # a new run (or ema_decay turned on at a resume): the weights as they stand
+            self.shadow = {name: t.detach().float().clone() for name, t in live.items()}
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        """ema = decay * ema + (1 - decay) * live, for every floating-point weight."""
+        for name, tensor in model.state_dict().items():
+            if name in self.shadow:
+                self.shadow[name].mul_(self.decay).add_(tensor.float(), alpha=1 - self.decay)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {name: t.detach().cpu() for name, t in self.shadow.items()}
