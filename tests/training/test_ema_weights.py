@@ -58,3 +58,27 @@ def test_a_killed_run_resumes_to_the_same_losses_and_ema_and_the_ema_exports(tmp
     model = from_pretrained(full, checkpoint="ema_step_00000012")
     loaded = model.state_dict()
     assert all(torch.equal(loaded[k], a[k]) for k in a)  # float32 weights: the EMA as it was kept
+
+
+def test_ema_eval_judges_the_average_and_leaves_training_untouched(tmp_path, tiny_config):
+    import json
+
+    import pytest
+
+    from encdec.errors import ConfigError
+    from encdec.runs.config import load_config
+    from encdec.training.metrics import read_metrics
+
+    live, judged = tmp_path / "live", tmp_path / "judged"
+    ema = ["--set", "training.ema_decay=0.8"]
+    assert main(["train", str(tiny_config), "--out", str(live), *ema]) == 0
+    assert main(["train", str(tiny_config), "--out", str(judged), *ema, "--set", "training.ema_eval=true"]) == 0
+    assert losses(live) == losses(judged)  # the average was swapped in and out: the live weights trained alike
+    evals = [[r for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "eval"] for run in (live, judged)]
+    assert [r["val_loss"] for r in evals[0]] != [r["val_loss"] for r in evals[1]]
+    assert main(["average", str(judged), "--ema"]) == 0  # the average as a checkpoint, evaluated on its own
+    assert main(["evaluate", str(judged), "--checkpoint", "ema_step_00000012", "--samples", "1"]) == 0
+    own = json.loads((judged / "eval" / "eval.json").read_text())
+    assert abs(own["scores"]["val_loss"] - evals[1][-1]["val_loss"]) < 1e-6
+    with pytest.raises(ConfigError, match="training.ema_eval evaluates the moving average: set training.ema_decay"):
+        load_config(tiny_config, ["training.ema_eval=true"])

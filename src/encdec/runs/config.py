@@ -209,6 +209,7 @@ class TrainingSection:
     init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
     train_only: list[str] = field(default_factory=list)  # globs of parameter names that train; the rest is frozen
     ema_decay: Annotated[float, Range(0, 1, below=True)] | None = None  # a moving average of the weights; None/0: off
+    ema_eval: bool = False  # evaluate (and choose `best` by) the moving average instead of the live weights
 
 
 @dataclass
@@ -270,6 +271,8 @@ class RunConfig:
         check_packing(self)
         if self.training.ema_decay and self.lora is not None:
             raise ConfigError("training.ema_decay averages full weights; a LoRA run keeps adapters alone: drop one")
+        if self.training.ema_eval and not self.training.ema_decay:
+            raise ConfigError("training.ema_eval evaluates the moving average: set training.ema_decay above 0")
         if self.lora is not None and not self.training.init_from:
             raise ConfigError("lora adapts a pretrained model: set training.init_from to the run or model to adapt")
         members = [member_objective(self, i) for i in range(len(self.data.mixture))]

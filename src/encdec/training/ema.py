@@ -4,8 +4,12 @@ After each optimizer step, ema = decay * ema + (1 - decay) * live (Polyak averag
 timm's EMA keep it). Every checkpoint saves it as ema.safetensors and a resume reads it back as saved,
 so a resumed run's EMA is bitwise that of an uninterrupted one; `encdec average RUN --ema` writes it
 as a checkpoint of its own (ema_step_XXXXXXXX) to evaluate, generate, export or from_pretrained. Under
-DDP every process holds the same weights, hence the same EMA; FSDP's sharded weights are refused.
+DDP every process holds the same weights, hence the same EMA; FSDP's sharded weights are refused. With
+training.ema_eval, each evaluation (and so `best`) judges the average, swapped into the model and out again.
 """
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -34,6 +38,22 @@ class WeightAverage:
         for name, tensor in model.state_dict().items():
             if name in self.shadow:
                 self.shadow[name].mul_(self.decay).add_(tensor.float(), alpha=1 - self.decay)
+
+    @contextlib.contextmanager
+    def swapped_in(self, model: nn.Module) -> Iterator[None]:
+        """Inside the block the model holds the average (cast to each weight's dtype); after it, its live
+        weights again, bit for bit (training.ema_eval: evaluation and `best` judge the average)."""
+        state = model.state_dict()
+        live = {name: state[name].detach().clone() for name in self.shadow}
+        with torch.no_grad():
+            for name, average in self.shadow.items():
+                state[name].copy_(average)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for name, weights in live.items():
+                    state[name].copy_(weights)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {name: t.detach().cpu() for name, t in self.shadow.items()}

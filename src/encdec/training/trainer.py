@@ -174,10 +174,12 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
                     "setting such as norm_eps that divides by zero); the last checkpoint saved is kept"
                 )
         if evaluate_now:
-            last_eval = evaluate(t.wrapped, t.data, cfg, info, amp)
-            if scorer is not None:  # every rank generates (FSDP's forward needs them all); rank 0 logs
-                with amp:
-                    last_eval.update(scorer(t.model))
+            judged = t.ema.swapped_in(t.model) if cfg.training.ema_eval else nullcontext()
+            with judged:  # training.ema_eval: the moving average is evaluated, the live weights train on
+                last_eval = evaluate(t.wrapped, t.data, cfg, info, amp)
+                if scorer is not None:  # every rank generates (FSDP's forward needs them all); rank 0 logs
+                    with amp:
+                        last_eval.update(scorer(t.model))
             t.metrics.write({"kind": "eval", "step": state.step, **last_eval})
             log.info("step %d: train %.4f, validation %.4f", state.step, last_eval["train_loss"], last_eval["val_loss"])
         if save_now:
