@@ -192,6 +192,8 @@ class ScheduleSection:
 class TrainingSection:
     steps: Annotated[int, Range(1, MAX_STEPS)] = 1000
     batch_size: Annotated[int, Range(1, MAX_BATCH)] = 16  # global: split over processes under torchrun
+    batch_tokens: Annotated[int, Range(1, MAX_BATCH * MAX_LENGTH)] | None = None  # seq2seq: a token budget a batch
+    # (rows x longest source + target, length-bucketed; at most batch_size rows): fairseq's --max-tokens
     grad_accum: Annotated[int, Range(1, MAX_GRAD_ACCUM)] = 1
     clip_norm: Annotated[float, Range(0)] = 1.0  # 0 turns clipping off
     label_smoothing: Probability = 0.0  # the target mixed with a uniform one (Szegedy et al. 2016; 0.1 in Vaswani)

@@ -137,8 +137,11 @@ def corpus_objectives(
     o, batch_size = corpus.objective, cfg.training.batch_size
     template = PairTemplate(o.source_template, o.target_template)
 
+    budget = cfg.training.batch_tokens
+
     def build(data, objective_seed: int) -> Objective:
-        return build_objective(o.kind, data, tokenizer, batch_size, objective_seed, **objective_options(o))
+        options = objective_options(o) | {"batch_tokens": budget}
+        return build_objective(o.kind, data, tokenizer, batch_size, objective_seed, **options)
 
     if corpus.streams is not None:
         evaluation_items = min(corpus.data.stream_block, cfg.evaluation.steps * batch_size)
@@ -336,4 +339,4 @@ def objective_options(o: ObjectiveSection) -> dict:
     """The objective section's settings as `build_objective`'s keyword arguments: its keyword-only
     parameters, each of which the section holds under the same name."""
     parameters = inspect.signature(build_objective).parameters.values()
-    return {p.name: getattr(o, p.name) for p in parameters if p.kind is p.KEYWORD_ONLY}
+    return {p.name: getattr(o, p.name) for p in parameters if p.kind is p.KEYWORD_ONLY and hasattr(o, p.name)}

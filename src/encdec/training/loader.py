@@ -107,6 +107,12 @@ def batch_stream(
     (training.data_workers) above the machine's cores is capped at them, with a warning."""
     if rows is not None and getattr(objective, "pack", False):
         refuse_packing_across_processes()  # here, before any worker starts, so the refusal is one sentence
+    members = getattr(objective, "members", [objective])  # a mixture's, or the objective itself
+    if rows is not None and any(getattr(m, "batch_tokens", None) is not None for m in members):
+        raise ConfigError(
+            "training.batch_tokens does not run under torchrun yet (a step's row count varies with the budget); "
+            "run on one process or set training.batch_size alone"
+        )
     workers = default_workers(device) if workers is None else capped_to_cores(workers, "training.data_workers")
     loader = DataLoader(
         _Positions(objective, objective.position, rows),

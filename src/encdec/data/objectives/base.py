@@ -89,14 +89,30 @@ class EpochPlan:
 
     With `lengths` given, each pool of `bucket_batches` batches is sorted by
     length before being cut into batches (less padding), and the batch order
-    is then shuffled so lengths do not trend through the epoch.
+    is then shuffled so lengths do not trend through the epoch. With `batch_tokens`
+    (fairseq's --max-tokens) a batch holds as many of the sorted examples as keep
+    rows x its longest example within that many tokens (at most `batch_size` rows; an
+    example longer than the budget alone), so short examples come many to a batch.
     """
 
-    def __init__(self, num_examples: int, batch_size: int, lengths: np.ndarray | None = None, bucket_batches: int = 50):
+    def __init__(
+        self,
+        num_examples: int,
+        batch_size: int,
+        lengths: np.ndarray | None = None,
+        bucket_batches: int = 50,
+        batch_tokens: int | None = None,
+        sizes: np.ndarray | None = None,
+    ):
+        """`sizes`: what a token budget counts per example (default: `lengths`), e.g. (N, 2) source and
+        target lengths, which a batch pads apart."""
         if num_examples == 0:
             raise DataError("the objective has no examples to draw batches from")
+        if batch_tokens is not None and lengths is None:
+            raise ConfigError("a token budget needs the examples' lengths (seq2seq without pack)")
         self.num_examples, self.batch_size = num_examples, batch_size
-        self.lengths, self.bucket_batches = lengths, bucket_batches
+        self.lengths, self.bucket_batches, self.batch_tokens = lengths, bucket_batches, batch_tokens
+        self.sizes = sizes if sizes is not None else lengths
         self._cache: tuple[tuple[int, int], list[np.ndarray]] | None = None
 
     def batches(self, seed: int, epoch: int, shuffle: bool = True) -> list[np.ndarray]:
@@ -112,8 +128,29 @@ class EpochPlan:
                     for chunk in np.array_split(order, max(1, -(-len(order) // pool)))
                 ]
             )
-        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        if self.batch_tokens is None:
+            batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        else:
+            batches = token_budget_batches(order, self.sizes, self.batch_tokens, self.batch_size)
         if self.lengths is not None and shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         self._cache = ((seed, epoch), batches)
         return batches
+
+
+def token_budget_batches(order: np.ndarray, sizes: np.ndarray, budget: int, most_rows: int) -> list[np.ndarray]:
+    """`order` cut into consecutive batches whose padded size, rows x the sum of each column's longest
+    (`sizes` (N,) lengths, or (N, 2) source and target lengths, padded apart), stays within `budget` tokens,
+    and whose rows stay within `most_rows`; an example longer than the budget makes a batch of its own."""
+    sizes = sizes.reshape(len(sizes), -1)
+    batches, start, longest = [], 0, np.zeros(sizes.shape[1], dtype=np.int64)
+    for i, index in enumerate(order):
+        widest = np.maximum(longest, sizes[index])
+        rows = i - start + 1
+        if i > start and (rows * int(widest.sum()) > budget or rows > most_rows):
+            batches.append(order[start:i])
+            start, widest = i, sizes[index].astype(np.int64)
+        longest = widest
+    if start < len(order):
+        batches.append(order[start:])
+    return batches

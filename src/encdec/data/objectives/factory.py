@@ -41,19 +41,23 @@ def build_objective(
     ul2_probabilities: Sequence[float] = (0.25, 0.25, 0.5),
     mode_tokens: bool = False,
     pack: bool = False,
+    batch_tokens: int | None = None,
 ) -> Objective:
     """The objective `kind` over `data`: documents, or (sources, targets) for seq2seq.
 
     `seq_len` is the causal LM's window and the chunk length of the denoisers; the R
     denoiser masks `noise_density` of a chunk in spans of mean `mean_span`; `mode_tokens`
     prepends UL2's [R] / [X] / [S] to ul2's inputs (the tokenizer must hold them); `pack` lays
-    the examples of each step out several to a row (seq2seq, span_corruption and ul2 only).
+    the examples of each step out several to a row (seq2seq, span_corruption and ul2 only);
+    `batch_tokens` sizes seq2seq batches by a token budget instead of `batch_size` rows.
     """
     tok = tokenizer
     if kind not in OBJECTIVES:
         raise ConfigError(f"objective {kind!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
     if pack and kind not in PACKABLE:
         raise ConfigError(f"objective.pack works with {', '.join(PACKABLE)}, not {kind}")
+    if batch_tokens is not None and kind != "seq2seq":
+        raise ConfigError(f"training.batch_tokens sizes seq2seq batches by their tokens; objective {kind} has none")
     if kind == "causal_lm":
         return CausalLMObjective(data, seq_len, batch_size, mode=windows, seed=seed)
     if kind == "prefix_lm":
@@ -71,6 +75,7 @@ def build_objective(
             max_target_len,
             pack=pack,
             seed=seed,
+            batch_tokens=batch_tokens,
         )
     if kind == "span_corruption":
         config = UL2Config.span_corruption(mean_span, noise_density, max_length=seq_len)

@@ -71,8 +71,15 @@ class Seq2SeqObjective(Objective):
         batch_format: str = "encoder_decoder",
         pack: bool = False,
         seed: int = 0,
+        batch_tokens: int | None = None,
     ):
         super().__init__(seed)
+        if pack and batch_tokens is not None:
+            raise ConfigError(
+                "training.batch_tokens sizes batches by their padded tokens; objective.pack fills rows instead: "
+                "choose one"
+            )
+        self.batch_tokens = batch_tokens
         if pack and batch_format != "encoder_decoder":
             raise ConfigError("objective.pack packs encoder-decoder batches only, not the prefix-LM layout")
         if truncation not in TRUNCATIONS:
@@ -90,7 +97,10 @@ class Seq2SeqObjective(Objective):
         lengths = np.minimum(src_len, max_source_len) + np.minimum(tgt_len, max_target_len)
         # Packing fills rows best from examples of mixed lengths: it takes the place of length bucketing.
         bucket_lengths = None if pack else lengths[self.indices]
-        self.plan = EpochPlan(len(self.indices), batch_size, lengths=bucket_lengths, bucket_batches=bucket_batches)
+        sizes = np.stack((np.minimum(src_len, max_source_len), np.minimum(tgt_len, max_target_len)), 1)[self.indices]
+        self.plan = EpochPlan(
+            len(self.indices), batch_size, bucket_lengths, bucket_batches, batch_tokens=batch_tokens, sizes=sizes
+        )
 
     def example(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """(source, target + EOS) of pair `index`, truncated by the policy."""
