@@ -11,13 +11,14 @@ FAMILIES = {
     "rot5": dict(),
     "rot5-prepended": dict(rope_cross="prepended"),
     "rot5-moe": dict(n_experts=4),
+    "rot5-cross-heads": dict(cross_n_heads=2, cross_n_kv_heads=1),  # cross heads of their own width: own RoPE table
     "transformer-post": dict(),
     "transformer-pre": dict(norm_position="pre"),
 }
 
 
 def tiny(name: str):
-    family = name.split("-post")[0].split("-pre")[0].split("-moe")[0]
+    family = name.split("-post")[0].split("-pre")[0].split("-moe")[0].split("-cross")[0]
     return build_model(preset(f"{family}-tiny", vocab_size=V, max_positions=64, **FAMILIES[name])).eval()
 
 

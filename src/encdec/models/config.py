@@ -121,10 +121,21 @@ class ModelConfig:
                 raise ConfigError(f"model.{kv} ({k}) must divide model.{heads} ({h})")
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError(f"RoPE needs an even head dimension, got d_head {self.head_dim}")
+        if self.position == "rope" and self.rope_cross != "none" and self.cross_head_dim % 2:
+            raise ConfigError(
+                f"RoPE in cross-attention needs an even head width, got d_model / cross_n_heads = {self.cross_head_dim}"
+            )
 
     @property
     def head_dim(self) -> int:
         return self.d_head or self.d_model // self.n_heads
+
+    @property
+    def cross_head_dim(self) -> int:
+        """A cross-attention head's width: head_dim, or d_model split among cross_n_heads of their own
+        (components.build_attention)."""
+        heads = self.cross_n_heads or self.n_heads
+        return self.head_dim if heads == self.n_heads else self.d_model // heads
 
     @property
     def decoder_layers(self) -> int:

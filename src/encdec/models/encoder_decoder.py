@@ -130,7 +130,10 @@ class Decoder(nn.Module):
             if cfg.position == "relative"
             else None
         )
-        cross_rotary = rotary if cfg.rope_cross != "none" else None
+        cross_rotary = None
+        if cfg.rope_cross != "none" and rotary is not None:  # cross heads of their own width rotate by their own table
+            width = cfg.cross_head_dim
+            cross_rotary = rotary if width == rotary.d_head else RotaryEmbedding(width, cfg.rope_theta)
         self.blocks = nn.ModuleList(build_decoder_block(cfg, rotary, cross_rotary) for _ in range(cfg.decoder_layers))
         self.final_norm = build_final_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
