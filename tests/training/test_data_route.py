@@ -34,3 +34,22 @@ def test_absent_local_files_without_a_hub_name_are_one_sentence(tiny_config):
     cfg = load_config(tiny_config, ["data.train=[/absent/stories.txt]"])
     with pytest.raises(DataError, match="data file /absent/stories.txt does not exist"):
         run_data.read_items(cfg)
+
+
+def test_an_hf_tokenizer_path_may_name_the_directory_holding_tokenizer_json(tiny_config, tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=120, special_tokens=["<pad>", "</s>", "<unk>"], show_progress=False)
+    backend.train_from_iterator(["once upon a time there was a cat", "the cat sat on the mat"], trainer=trainer)
+    (tmp_path / "hf").mkdir()
+    backend.save(str(tmp_path / "hf" / "tokenizer.json"))
+    cfg = load_config(tiny_config, ["tokenizer.kind=hf", f"tokenizer.path={tmp_path / 'hf'}"])
+    from_directory = run_data.build_run_tokenizer(cfg, ())
+    cfg = load_config(tiny_config, ["tokenizer.kind=hf", f"tokenizer.path={tmp_path / 'hf' / 'tokenizer.json'}"])
+    assert from_directory.encode(["the cat"]) == run_data.build_run_tokenizer(cfg, ()).encode(["the cat"])
+    (tmp_path / "empty").mkdir()
+    cfg = load_config(tiny_config, ["tokenizer.kind=hf", f"tokenizer.path={tmp_path / 'empty'}"])
+    with pytest.raises(DataError, match="is a directory without one; tokenizer.kind hf reads a tokenizer.json file"):
+        run_data.build_run_tokenizer(cfg, ())

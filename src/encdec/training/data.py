@@ -323,9 +323,14 @@ def build_run_tokenizer(cfg: RunConfig, texts: Iterable[str]) -> Tokenizer:
     options = {"num_sentinels": t.num_sentinels, "extra_specials": tuple(extra)}
     if t.kind in ("bpe", "unigram"):
         return build_tokenizer(t.kind, texts=texts, vocab_size=t.vocab_size, **options)
-    if t.kind in ("sentencepiece", "hf") and t.path and not Path(t.path).is_file():
-        raise DataError(f"tokenizer file {t.path} does not exist")
-    return build_tokenizer(t.kind, t.path, **options)
+    path = t.path
+    if t.kind == "hf" and path and Path(path).is_dir() and (Path(path) / "tokenizer.json").is_file():
+        path = str(Path(path) / "tokenizer.json")  # a Hugging Face directory: its tokenizer.json
+    if t.kind in ("sentencepiece", "hf") and path and not Path(path).is_file():
+        wanted = "a .model file" if t.kind == "sentencepiece" else "a tokenizer.json file or a directory holding one"
+        what = "is a directory without one" if Path(path).is_dir() else "does not exist"
+        raise DataError(f"tokenizer.path {path} {what}; tokenizer.kind {t.kind} reads {wanted}")
+    return build_tokenizer(t.kind, path, **options)
 
 
 def tokenize_documents(tokenizer: Tokenizer, texts: list[str]) -> Documents:
