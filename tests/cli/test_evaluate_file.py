@@ -231,3 +231,31 @@ def test_a_causal_lm_scores_each_document_after_an_opening_eos(tmp_path, tinysto
     assert saved["scores"]["test_loss"] == pytest.approx(total / tokens, abs=1e-5)
     words = sum(len(d.split()) for d in documents)
     assert saved["scores"]["test_word_perplexity"] == pytest.approx(math.exp(total / words), rel=1e-4)
+
+
+def test_no_repeat_ngram_size_reaches_the_generations_as_generate_applies_it(mt_run, tmp_path):
+    from encdec.generation import generate
+    from encdec.runs.open import open_model
+
+    pairs = multi30k("test_2016_flickr", 3)
+    test = tmp_path / "test.tsv"
+    test.write_text("".join(f"{en}\t{de}\n" for en, de in pairs))
+    out = tmp_path / "report"
+    flags = ["--max-new-tokens", "24", "--no-repeat-ngram-size", "2", "--num-beams", "2", "--length-penalty", "0.5"]
+    assert main(["evaluate", str(mt_run), "--data", str(test), "--out", str(out), *flags]) == 0
+    _, written = report(out)
+    opened = open_model(mt_run)
+    for (source, _), record in zip(pairs, written):
+        encoded = opened.text([source], return_tensors="pt", padding=True, truncation=True)
+        options = dict(max_new_tokens=24, num_beams=2, no_repeat_ngram_size=2, length_penalty=0.5)
+        ids = generate(
+            opened.model, encoded["input_ids"], encoded["attention_mask"], defaults=opened.generation, **options
+        )
+        assert record["prediction"] == opened.text.batch_decode(ids[:, 1:], skip_special_tokens=True)[0].strip()
+        tokens = ids[0, 1:].tolist()
+        bigrams = [
+            tuple(tokens[i : i + 2])
+            for i in range(len(tokens) - 1)
+            if opened.model.config.pad_id not in tokens[i : i + 2]
+        ]
+        assert len(bigrams) == len(set(bigrams))  # no token bigram twice

@@ -119,6 +119,8 @@ def add_parser(subparsers) -> None:
     )
     add_generation_option(parser, "max_new_tokens", 64)
     add_generation_option(parser, "num_beams", 1)
+    add_generation_option(parser, "no_repeat_ngram_size", None, "never repeat an n-gram of this size")
+    add_generation_option(parser, "length_penalty", None, "beam score = log-prob sum / length ** this")
     parser.add_argument(
         "--batch-size", type=whole_number(1, MAX_ROWS, "--batch-size"), default=32, help="examples run at a time"
     )
@@ -148,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     test = read_data(args, path, kind)  # bad data: refused before the model loads
     opened = open_for_scoring(args, device)
     encoding = text_encoding(opened)  # a Hugging Face directory without tokenizer files: refused here
-    options = dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams)
+    options = generation_options(args)
     progress = sys.stderr.isatty()  # bars on a terminal only: never in a log
     common = dict(batch_size=args.batch_size, device=device, progress=progress, **options)
     if test.pairs is not None:
@@ -174,7 +176,7 @@ def own_split(args: argparse.Namespace, path: Path, out: Path, device: torch.dev
     opened.model.eval()
     pairs = sample_pairs(cfg, opened.run.tokenizer, args.samples or OWN_SPLIT_SAMPLES)
     examples = [Example(source, [reference]) for source, reference in pairs]
-    options = dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams)
+    options = generation_options(args)
     progress = sys.stderr.isatty()
     seq2seq = cfg.objective.kind == "seq2seq"  # a language model's inputs are cut mid-sentence: no first sentence
     result = generated_scores(
@@ -245,7 +247,7 @@ def hub_cache() -> Path | None:
 def open_for_scoring(args: argparse.Namespace, device: torch.device) -> OpenedModel:
     """The model on `device` (int8 with --quantize), its generation options checked before any work."""
     opened = open_model(args.model, args.checkpoint, args.max_source_len)
-    resolve_config(opened.model, dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams))
+    resolve_config(opened.model, generation_options(args))
     opened.model.to(device)
     if args.quantize:  # the loss and the generations both run through the int8 layers
         quantize(opened.model, args.quantize)
@@ -265,3 +267,12 @@ def text_encoding(opened: OpenedModel) -> TextEncoding:
 def report(paths: list[Path]) -> None:
     print(paths[1].read_text(), end="")  # eval.md: the table, its notes and the first samples
     print(f"written: {', '.join(str(p) for p in paths)}")
+
+
+def generation_options(args: argparse.Namespace) -> dict:
+    """The generation options the command line set: lengths and beams, and any of the others given."""
+    options = dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams)
+    for name in ("no_repeat_ngram_size", "length_penalty"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    return options
