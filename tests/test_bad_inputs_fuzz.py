@@ -22,7 +22,7 @@ from encdec.cli import main
 from encdec.errors import EncdecError
 from encdec.generation import GenerationConfig
 from encdec.models import ModelConfig
-from encdec.runs.config import RunConfig, load_config
+from encdec.runs.config import DataSection, RunConfig, load_config
 from encdec.runs.load import read_generation
 from encdec.runs.run_dir import CheckpointDir
 from encdec.runs.state import read_saved_state
@@ -55,9 +55,11 @@ def dotted_fields(cls: type, prefix: str = "") -> list[str]:
     """Every field of the run config as a dotted key: training.steps, objective.ul2_probabilities, ..."""
     keys = []
     for name, hint in typing.get_type_hints(cls).items():
-        if dataclasses.is_dataclass(hint):
-            keys += dotted_fields(hint, f"{prefix}{name}.")
-        else:
+        optional = type(None) in typing.get_args(hint)  # `lora: LoraSection | None`; a list of sections stays whole
+        sections = [h for h in (hint, *(typing.get_args(hint) if optional else ())) if dataclasses.is_dataclass(h)]
+        if sections:
+            keys += dotted_fields(sections[0], f"{prefix}{name}.")
+        if not sections or optional:  # an optional section is also fuzzed whole
             keys.append(prefix + name)
     return keys
 
@@ -91,6 +93,18 @@ def nested(key: str, value: object) -> dict:
 @given(key=st.sampled_from(FIELDS), value=anything)
 def test_every_field_given_any_value_is_read_or_refused_in_one_sentence(key, value):
     ends_well(lambda: read(RunConfig, nested(key, value)))
+
+
+MEMBER_FIELDS = ["name", "weight", "objective", *(f"data.{k}" for k in dotted_fields(DataSection))]
+
+
+@FUZZ
+@given(key=st.sampled_from(MEMBER_FIELDS), value=anything)
+def test_every_field_of_a_mixture_member_given_any_value_is_read_or_refused_in_one_sentence(key, value):
+    member = {"name": "a", "weight": 1.0, "data": {"format": "text", "train": ["a.txt"]}}
+    section, _, rest = key.partition(".")
+    member[section] = {**member[section], rest: value} if rest else value
+    ends_well(lambda: read(RunConfig, {"data": {"mixture": [member]}}))
 
 
 @FUZZ
