@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import yaml
 from encdec.runs.checkpoint import load_checkpoint
 from encdec.runs.run_dir import RunDir
 from encdec.training.metrics import read_metrics
+from tests.training.test_resume import losses, train_command, wait_for_step
 
 BUDGET_MB = {"jsonl": 64, "datasets": 320}  # growth of the peak RSS allowed while a whole pass is read
 CORPUS_MB = 400
@@ -74,23 +74,6 @@ def test_a_corpus_larger_than_the_memory_budget_streams_in_constant_memory(tmp_p
         blocks, growth = map(int, done.stdout.split())
         assert blocks * 2000 >= 0.98 * documents  # the pass read holds (nearly: 1% hashed to validation) every one
         assert growth < budget, f"{fmt}: reading a {CORPUS_MB} MB pass raised the peak RSS by {growth} MB"
-
-
-def train_command(config, out, *extra):
-    return [sys.executable, "-m", "encdec", "train", str(config), "--out", str(out), *extra]
-
-
-def losses(run_dir: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
-
-
-def wait_for_step(run_dir: Path, step: int, process, timeout=120.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline and process.poll() is None:
-        if (run_dir / "metrics.jsonl").exists() and any(s >= step for s, _ in losses(run_dir)):
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"the run did not reach step {step}")
 
 
 def streamed(tiny_config: Path, shared_data: Path, mixture: bool) -> Path:

@@ -16,6 +16,7 @@ Every output equals `encdec generate` on that input alone. Bounds: --max-body-by
 """
 
 import argparse
+import dataclasses
 import errno
 import logging
 import signal
@@ -29,8 +30,24 @@ from encdec.cli.generate import (
     whole_number,
 )
 from encdec.errors import ConfigError
+from encdec.serving.requests import Limits
 
 log = logging.getLogger(__name__)
+
+
+def bounds() -> dict[str, tuple[int, int, str]]:
+    """--max-* option -> (its largest value, its default, its help); the defaults are serving.Limits'."""
+    defaults = {"max_batch_rows": 64, **{f.name: f.default for f in dataclasses.fields(Limits)}}
+    helps = {
+        "max_batch_rows": (4096, "rows of the running decoder batch (a beam request holds one per beam)"),
+        "max_queue": (4096, "inputs in flight, waiting or running; one more is answered 503"),
+        "max_inputs": (1024, "inputs a request"),
+        "max_input_chars": (1 << 24, "characters of one input (its tokens are cut at the model's source length)"),
+        "max_new_tokens": (1 << 16, "the most max_new_tokens a request may ask"),
+        "max_beams": (64, "the most num_beams / num_return_sequences a request may ask"),
+        "max_body_bytes": (1 << 30, "bytes of one request body"),
+    }
+    return {name: (most, defaults[name], text) for name, (most, text) in helps.items()}
 
 
 def add_parser(subparsers) -> None:
@@ -39,38 +56,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--checkpoint", default="best", help="a run's checkpoint: best, latest or a step directory")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: this machine only)")
     parser.add_argument("--port", type=whole_number(0, 65535, "--port"), default=8000, help="0: any free port")
-    parser.add_argument(
-        "--max-batch-rows",
-        type=whole_number(1, 4096, "--max-batch-rows"),
-        default=64,
-        help="rows of the running decoder batch (a beam request holds one per beam)",
-    )
-    parser.add_argument(
-        "--max-queue",
-        type=whole_number(1, 4096, "--max-queue"),
-        default=64,
-        help="inputs in flight, waiting or running; one more is answered 503",
-    )
-    parser.add_argument("--max-inputs", type=whole_number(1, 1024, "--max-inputs"), default=32, help="inputs a request")
-    parser.add_argument(
-        "--max-input-chars",
-        type=whole_number(1, 1 << 24, "--max-input-chars"),
-        default=20_000,
-        help="characters of one input (its tokens are cut at the model's source length)",
-    )
-    parser.add_argument(
-        "--max-new-tokens",
-        type=whole_number(1, 1 << 16, "--max-new-tokens"),
-        default=512,
-        help="the most max_new_tokens a request may ask",
-    )
-    parser.add_argument(
-        "--max-beams",
-        type=whole_number(1, 64, "--max-beams"),
-        default=8,
-        help="the most num_beams / num_return_sequences a request may ask",
-    )
-    parser.add_argument("--max-body-bytes", type=whole_number(1, 1 << 30, "--max-body-bytes"), default=1 << 20)
+    for name, (most, default, text) in bounds().items():  # defaults: the server's own (Limits), one place
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, type=whole_number(1, most, flag), default=default, help=text)
     add_source_length_argument(parser)
     add_device_argument(parser)
     add_quantize_argument(parser)
@@ -82,7 +70,6 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from encdec.serving.app import build_app
-        from encdec.serving.requests import Limits
     except ImportError as error:
         raise ConfigError(f"encdec serve needs the serve extra ({error.name} is missing): pip install encdec[serve]")
     from encdec.quantization import quantize
@@ -95,14 +82,7 @@ def run(args: argparse.Namespace) -> int:
     opened.model.to(device)
     if args.quantize:
         opened.model = quantize(opened.model, args.quantize)
-    limits = Limits(
-        max_body_bytes=args.max_body_bytes,
-        max_inputs=args.max_inputs,
-        max_input_chars=args.max_input_chars,
-        max_new_tokens=args.max_new_tokens,
-        max_beams=args.max_beams,
-        max_queue=args.max_queue,
-    )
+    limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     app = build_app(opened, limits, args.max_batch_rows)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=None)
     server = uvicorn.Server(config)

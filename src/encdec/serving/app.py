@@ -252,7 +252,7 @@ async def stream_events(server: Server, request: GenerateRequest):
             if ids and ids[-1] in eos:
                 continue  # the padding after EOS
             ids.append(item)
-            text = server.text.batch_decode(torch.tensor([ids]), skip_special_tokens=True)[0]
+            text = server.text.batch_decode(torch.tensor([ids], device="cpu"), skip_special_tokens=True)[0]  # host ids
             piece, shown = text[len(shown) :], text
             token = {"id": item, "text": piece, "special": item in eos}
             yield event({"index": len(ids), "token": token, "generated_text": None})
