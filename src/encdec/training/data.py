@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from encdec.data.corpora import PAIR_FORMATS, is_validation, read_corpus, split_items
-from encdec.data.datasets_corpus import dataset_items, open_dataset
+from encdec.data.datasets_corpus import BUILDERS, dataset_items, open_dataset
 from encdec.data.documents import Documents, token_dtype
 from encdec.data.hub import iter_hub_instruct_pairs, iter_hub_stories, load_hub_dataset
 from encdec.data.objectives import PairTemplate, build_objective, tokenize_pairs
@@ -247,7 +247,7 @@ def dataset_split(cfg: RunConfig, split: str, streaming: bool = False) -> Iterat
     d = cfg.data
     name = d.train_split if split == "train" else d.validation_split or "validation"
     files = d.train if split == "train" else d.validation
-    if files and d.dataset not in (None, "json", "jsonl", "csv", "parquet", "txt", "text"):
+    if files and d.dataset is not None and d.dataset not in BUILDERS:
         raise ConfigError(
             f"data.dataset {d.dataset} names a dataset; data.train and validation name files for a builder"
         )
