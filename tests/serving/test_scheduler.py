@@ -114,3 +114,24 @@ def test_models_without_the_row_step_are_served_one_at_a_time():
     served = serve_together(scheduler, requests)
     assert not scheduler.batched
     assert all(torch.equal(s, generate(model, src, None, **o)) for s, (src, o) in zip(served, requests))
+
+
+def test_the_scheduler_thread_loads_the_model_it_serves_and_a_failed_load_is_raised_to_the_caller():
+    loaded_in = []
+
+    def load():
+        loaded_in.append(threading.current_thread())
+        return model_of("t5-tiny")
+
+    scheduler = Scheduler(load)
+    source = torch.randint(2, 300, (1, 6))
+    out = scheduler.run(source, None, {"max_new_tokens": 4})
+    scheduler.stop(timeout=30)
+    assert loaded_in == [scheduler.thread]  # one thread made the model and computes with it
+    assert torch.equal(out, generate(scheduler.model, source, None, max_new_tokens=4))
+
+    def refuse():
+        raise encdec.errors.ConfigError("no model here")
+
+    with pytest.raises(encdec.errors.ConfigError, match="no model here"):
+        Scheduler(refuse)

@@ -119,3 +119,37 @@ def test_fsdp_in_bf16_computes_in_bf16_and_tracks_the_one_process_bf16_run(tmp_p
     single = train_losses(train(tiny_config, tmp_path / "single", 1, *bf16))
     sharded = train_losses(train(tiny_config, tmp_path / "fsdp", 2, *bf16, "--set", "training.distributed=fsdp"))
     assert max(abs(a - b) for a, b in zip(single, sharded, strict=True)) < 0.05  # bf16 rounds differently
+
+
+@pytest.mark.slow
+def test_an_ema_of_the_weights_under_ddp_evaluates_as_one_process_does_and_fsdp_refuses_it(tmp_path, tiny_config):
+    """training.ema_decay with ema_eval: DDP's validation losses (computed on the moving average) equal one
+    process's; FSDP, whose processes hold shards, refuses an EMA of whole weights in one sentence."""
+    ema = ["--set", "training.device=cpu", "--set", "training.ema_decay=0.8", "--set", "training.ema_eval=true"]
+
+    def evals(records):
+        return [r["val_loss"] for r in records if r["kind"] == "eval"]
+
+    single = train(tiny_config, tmp_path / "single", 1, *ema)
+    ddp = train(tiny_config, tmp_path / "ddp", 2, *ema, "--set", "training.distributed=ddp")
+    assert max(abs(a - b) for a, b in zip(train_losses(single), train_losses(ddp), strict=True)) < 1e-5
+    assert len(evals(single)) == 2 and max(abs(a - b) for a, b in zip(evals(single), evals(ddp), strict=True)) < 1e-5
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "encdec", "train"]
+    done = subprocess.run(
+        [
+            *launcher,
+            str(tiny_config),
+            "--out",
+            str(tmp_path / "fsdp"),
+            *COMMON,
+            *ema,
+            "--set",
+            "training.distributed=fsdp",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = {line for line in done.stderr.splitlines() if line.startswith("encdec: error:")}
+    assert done.returncode != 0 and len(errors) == 1 and "use DDP, not FSDP" in errors.pop()
+    assert "/encdec/" not in done.stderr  # no traceback through encdec's code

@@ -144,3 +144,22 @@ def test_bad_lora_and_train_only_settings_are_one_sentence(lora_setup, shared_da
     assert main(["train", str(path), "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.slow
+def test_lora_with_train_only_under_ddp_and_fsdp_matches_one_process_and_fsdp_resumes(lora_setup, tmp_path):
+    """Two processes on gloo train the adapters and the unfrozen norms as one process does (the global batch
+    the same: tests/training/test_distributed.py's settings), and a sharded run resumes to the same losses."""
+    from tests.training.test_distributed import train as launch
+    from tests.training.test_distributed import train_losses
+
+    _, lora_yaml = lora_setup
+    extra = ["--set", "lora.lora_dropout=0.0", "--set", "training.train_only=[decoder.*_norm.weight]"]
+    single = train_losses(launch(lora_yaml, tmp_path / "single", 1, *extra))
+    for kind in ("ddp", "fsdp"):
+        sharded = train_losses(launch(lora_yaml, tmp_path / kind, 2, *extra, "--set", f"training.distributed={kind}"))
+        assert max(abs(a - b) for a, b in zip(single, sharded, strict=True)) < 1e-5, kind
+    fsdp = ["--set", "training.distributed=fsdp"]
+    launch(lora_yaml, tmp_path / "resumed", 2, *extra, *fsdp, "--set", "training.steps=10")
+    resumed = train_losses(launch(lora_yaml, tmp_path / "resumed", 2, *extra, *fsdp, "--resume"))
+    assert max(abs(a - b) for a, b in zip(single, resumed, strict=True)) < 1e-5

@@ -77,13 +77,17 @@ def run(args: argparse.Namespace) -> int:
 
     check_port_free(args.host, args.port)
     device = resolve_device(args.device)
-    opened = open_model(args.model, args.checkpoint, max_source_len=args.max_source_len)
-    opened.text  # a Hugging Face directory without tokenizer files is refused before the server starts
-    opened.model.to(device)
-    if args.quantize:
-        opened.model = quantize(opened.model, args.quantize)
+
+    def load():  # in the scheduler's thread, the one that computes (serving.scheduler says why)
+        opened = open_model(args.model, args.checkpoint, max_source_len=args.max_source_len)
+        opened.text  # a Hugging Face directory without tokenizer files is refused before the server starts
+        opened.model.to(device)
+        if args.quantize:
+            opened.model = quantize(opened.model, args.quantize)
+        return opened
+
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
-    app = build_app(opened, limits, args.max_batch_rows)
+    app = build_app(load, limits, args.max_batch_rows)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=None)
     server = uvicorn.Server(config)
     print(f"serving {args.model} at http://{args.host}:{args.port} (the page at /, the API at /generate)", flush=True)

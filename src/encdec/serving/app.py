@@ -20,6 +20,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -153,9 +154,22 @@ def sequence_scores(out, eos: set[int]) -> list[float]:
     return picked.masked_fill(~alive | picked.isinf(), 0.0).sum(1).tolist()
 
 
-def build_app(opened: OpenedModel, limits: Limits = Limits(), max_rows: int = 64) -> FastAPI:
-    """The server's routes around `opened` (a model opened by encdec.runs.open.open_model)."""
-    scheduler = Scheduler(opened.model, max_rows)
+def build_app(
+    opened: OpenedModel | Callable[[], OpenedModel], limits: Limits = Limits(), max_rows: int = 64
+) -> FastAPI:
+    """The server's routes around `opened` (a model opened by encdec.runs.open.open_model), or around what
+    a function that opens it returns: called in the scheduler's thread, the one thread that computes."""
+    if isinstance(opened, OpenedModel):
+        scheduler = Scheduler(opened.model, max_rows)
+    else:
+        load, loaded = opened, []
+
+        def model() -> torch.nn.Module:
+            loaded.append(load())
+            return loaded[0].model
+
+        scheduler = Scheduler(model, max_rows)
+        opened = loaded[0]
     server = Server(opened, scheduler, limits, ServerMetrics(scheduler))
     page = resources.files("encdec.serving").joinpath("page.html").read_text(encoding="utf-8")
 

@@ -16,6 +16,13 @@ own length are masked; batched arithmetic may round differently in the last bit,
 A short request finishes and frees its rows while a long one runs on; a beam request holds its
 beams' rows. Models other than the canonical EncoderDecoder (the research families, the RNN)
 generate one request at a time.
+
+One thread computes. The scheduler's thread loads the model (when given a function that does) and runs
+every pass over it: steps, encodes, the other families' `generate`, `exclusive` calls. On CPU this is
+worth a third of the throughput: torch's OpenMP kernels keep a pool of worker threads per calling
+thread, and once a process holds more such workers than cores, OpenMP stops spinning between kernels
+and sleeps, so every one of a step's ~300 small kernels pays a wake-up (a 32-row step of the serving
+benchmark took 8.2 ms in the thread that loaded the model against 10.8 ms in another thread).
 """
 
 from __future__ import annotations
@@ -92,14 +99,16 @@ class RowModel:
 
 
 class Scheduler:
-    """Owns the running batch; requests call `run(src_ids, options)` from threads of their own."""
+    """Owns the running batch; requests call `run(src_ids, options)` from threads of their own.
 
-    def __init__(self, model: torch.nn.Module, max_rows: int = 64):
-        self.model, self.max_rows = model, max_rows
-        self.batched = isinstance(model, EncoderDecoder)
-        self.slots = SlotBatch(model) if self.batched else None
+    `model` is the model, or a function that loads it, called in the scheduler's thread so that the
+    thread that serves the model is the one that made it (see the module's note on one computing thread);
+    its exception is raised here."""
+
+    def __init__(self, model: torch.nn.Module | Callable[[], torch.nn.Module], max_rows: int = 64):
+        self.max_rows = max_rows
         self.lock = threading.Condition()
-        self.serial = threading.Lock()  # the one-at-a-time path of the other families
+        self.serving_one = 0  # the other families: 1 while a request's generate runs
         self.starts: deque = deque()
         self.waiting_since = 0.0  # when the oldest waiting request arrived
         self.calls: deque = deque()  # (function, future): run in the scheduler thread between steps
@@ -107,17 +116,17 @@ class Scheduler:
         self.stopped = False
         self.steps = 0  # decoder steps run, for /metrics
         self.tokens = 0  # rows stepped, for /metrics
-        self.thread = threading.Thread(target=self._loop, name="encdec-scheduler", daemon=True)
-        if self.batched:
-            self.thread.start()
+        loaded: Future = Future()
+        self.thread = threading.Thread(target=self._loop, args=(model, loaded), name="encdec-scheduler", daemon=True)
+        self.thread.start()
+        loaded.result()
 
     # -- the request side ------------------------------------------------------------------------------
 
     def run(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, options: dict[str, Any]):
         """`generate(model, src_ids, src_mask, **options)` for one request, its steps batched with the others'."""
         if not self.batched:
-            with self.serial:
-                return generate(self.model, src_ids, src_mask, **options)
+            return self.exclusive(lambda: self._one(src_ids, src_mask, options))
         work = Work()
         job = prepare(RowModel(self, work), src_ids, src_mask, **options)  # checked here, in the request's thread
         if job.cfg.num_beams > 1 or job.prompt.shape[1] > 1 or job.cfg.compile:
@@ -138,11 +147,8 @@ class Scheduler:
         return resolve_config(self.model, options, options.pop("defaults", None)).eos_ids
 
     def exclusive(self, fn: Callable[[], Any]) -> Any:
-        """fn() run while no step runs (between two steps), e.g. a pass that records attention in the
-        model's modules; its result or its exception."""
-        if not self.batched:
-            with self.serial:
-                return fn()
+        """fn() run in the scheduler's thread while no step runs (between two steps), e.g. a pass that records
+        attention in the model's modules; its result or its exception."""
         future: Future = Future()
         with self.lock:
             self.calls.append((fn, future))
@@ -178,13 +184,29 @@ class Scheduler:
 
     @property
     def running_rows(self) -> int:
-        return self.slots.used if self.slots is not None else int(self.serial.locked())
+        return self.slots.used if self.slots is not None else self.serving_one
 
     # -- the scheduler thread --------------------------------------------------------------------------
 
-    def _loop(self) -> None:
+    def _loop(self, model: torch.nn.Module | Callable[[], torch.nn.Module], loaded: Future) -> None:
+        try:
+            self.model = model if isinstance(model, torch.nn.Module) else model()
+            self.batched = isinstance(self.model, EncoderDecoder)
+            self.slots = SlotBatch(self.model) if self.batched else None
+        except BaseException as error:  # the loader's refusal, raised in the thread that made the scheduler
+            loaded.set_exception(error)
+            return
+        loaded.set_result(None)
         with torch.inference_mode():  # the slot buffers are inference tensors, changed in place
             self._serve()
+
+    def _one(self, src_ids, src_mask, options):
+        """A request of a model without the row step: its whole generate, alone."""
+        self.serving_one = 1
+        try:
+            return generate(self.model, src_ids, src_mask, **options)
+        finally:
+            self.serving_one = 0
 
     def _serve(self) -> None:
         while True:
