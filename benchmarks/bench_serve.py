@@ -1,50 +1,68 @@
-"""Serving benchmark: continuous batching (encdec serve's scheduler) beside one-at-a-time and static batching.
+"""Serving benchmark: continuous batching (encdec serve's scheduler) beside one-at-a-time, static batching and
+CTranslate2, under closed-loop load from 1, 8, 32 and 128 clients.
 
-Run: python benchmarks/bench_serve.py [--clients 32] [--requests 128] [--repeats 3] [--shape small] [--device cpu]
+Run: python benchmarks/bench_serve.py [--clients 1,8,32,128] [--repeats 3] [--shape t5-small] [--device cpu]
 
-`--clients` threads each send requests back to back, as clients of a server would, taking the next of
-`--requests` requests as soon as their last one is answered. A request is a source of 8 to 40 random
-tokens and an output length of 8 to 64 tokens drawn at random (min_new_tokens = max_new_tokens, so every
-system makes exactly the same tokens; greedy). Systems, all on the same random-weight T5 (`--shape` as
-in bench_generate.py: "small" d_model 256, 4 + 4 layers; "t5-small"):
+Each of `--clients` threads sends requests back to back, as clients of a server do, taking the next
+request as soon as its last one is answered; a round serves max(32, 4 x clients) requests. A request
+is a Multi30k test sentence (test_2016_flickr, English) tokenized by Mistral's SentencePiece model,
+and its output length is its German reference's length in the same tokens (min_new_tokens =
+max_new_tokens: on random weights every system then makes exactly the same tokens, greedy, and a
+request's length is as long as a translation of it would be). The model is a random-weight T5 of
+`--shape` ("t5-small": d_model 512, 6 + 6 layers, vocabulary 32,128; "small": d_model 256, 4 + 4).
+Systems:
 
-    one-at-a-time   each request's generate alone, one after another (what a server without batching does)
-    static          a batcher takes every waiting request (up to --clients, after a 10 ms window), runs one
-                    generate over the padded batch to its longest output, then answers them all together
+    one-at-a-time   each request's generate alone, one after another (the same server limited to one request)
+    static          a batcher takes every waiting request (up to the client count, after a 10 ms window),
+                    runs one generate over the padded batch to its longest output, then answers them all
     continuous      encdec's Scheduler: requests join the running batch at the next step and leave when done
+    ct2 static      CTranslate2's Translator (the same weights, converted; in a process of its own, one
+                    translate_batch at a time with max_batch_size = the client count) behind the same batcher;
+                    where ctranslate2 is installed (the `bench` extra)
 
-Printed per system: requests/s, generated tokens/s, and the median and 99th-percentile latency (from a
-request's send to its answer), medians over `--repeats` rounds that alternate between the systems. The
-HTTP layer is left out: each system is called in-process, so the table compares scheduling alone
-(tests/serving/test_server.py checks the served outputs equal generate's).
+All of encdec's passes run in the scheduler's thread (serving.scheduler says why one thread computes).
+Printed per client count and system: requests/s, new tokens/s, p50 / p95 / p99 latency (a request's send to
+its answer) and peak memory (CPU: the serving process's peak resident set during the round, in MiB;
+CUDA: torch's peak allocation), medians over `--repeats` rounds that alternate between the systems. The
+HTTP layer is left out: each system is called in-process (tests/serving/test_server.py checks the served
+outputs equal generate's).
 """
 
 import argparse
+import gzip
+import os
 import queue
-import random
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
 
 import torch
 
-import encdec
 from encdec.generation.generate import generate
 from encdec.serving.scheduler import Scheduler
 
-SHAPES = {
-    "small": dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=4, n_decoder_layers=4, vocab_size=8192),
-    "t5-small": dict(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=6, n_decoder_layers=6, vocab_size=32128),
-}
-WINDOW = 0.010  # static batching's wait for more requests after the first
+sys.path.insert(0, str(Path(__file__).parent))
+from generate_systems import SHAPES, build_pair, ctranslate2_systems  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+WINDOW = 0.010  # a static batcher's wait for more requests after the first
 
 
-def workload(n: int, vocab: int, seed: int = 0) -> list[tuple[torch.Tensor, int]]:
-    rng = random.Random(seed)
-    generator = torch.Generator().manual_seed(seed)
-    return [
-        (torch.randint(2, vocab, (1, rng.randint(8, 40)), generator=generator), rng.randint(8, 64)) for _ in range(n)
-    ]
+def workload(data: Path, vocab: int) -> list[tuple[torch.Tensor, int]]:
+    """(source ids (1, S), output length) of every Multi30k 2016 test pair, in Mistral's SentencePiece tokens
+    (ids past the model's vocabulary folded into it)."""
+    import sentencepiece
+
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(data / "tokenizers" / "mistral_tokenizer.model.v1"))
+
+    def lines(language):
+        with gzip.open(data / "translation" / "multi30k" / f"test_2016_flickr.{language}.gz", "rt") as f:
+            return [line.strip() for line in f]
+
+    pairs = zip(sp.encode(lines("en")), sp.encode(lines("de")))
+    return [(torch.tensor([[2 + i % (vocab - 2) for i in en]]), len(de) + 1) for en, de in pairs]
 
 
 def options(length: int) -> dict:
@@ -76,20 +94,12 @@ def drive(submit, requests, clients: int) -> tuple[float, list[float]]:
     return time.perf_counter() - started, latencies
 
 
-class OneAtATime:
-    def __init__(self, model):
-        self.model, self.lock = model, threading.Lock()
-
-    def __call__(self, source, length):
-        with self.lock:
-            return generate(self.model, source, None, **options(length))
-
-
 class Static:
-    """Batches of whatever waits (after a WINDOW), each run to its longest output before the next begins."""
+    """Batches of whatever waits (after a WINDOW, up to `most`), each run by `run_batch(src, mask, length)` to its
+    longest output before the next begins."""
 
-    def __init__(self, model, most: int):
-        self.model, self.most, self.waiting = model, most, queue.Queue()
+    def __init__(self, run_batch, most: int):
+        self.run_batch, self.most, self.waiting = run_batch, most, queue.Queue()
         threading.Thread(target=self.loop, daemon=True).start()
 
     def __call__(self, source, length):
@@ -109,63 +119,126 @@ class Static:
                 except queue.Empty:
                     break
             width = max(s["source"].shape[1] for s in batch)
-            ids = torch.zeros(len(batch), width, dtype=torch.long)
-            mask = torch.zeros(len(batch), width, dtype=torch.bool)
+            device = batch[0]["source"].device
+            ids = torch.zeros(len(batch), width, dtype=torch.long, device=device)
+            mask = torch.zeros(len(batch), width, dtype=torch.bool, device=device)
             for i, s in enumerate(batch):
                 ids[i, : s["source"].shape[1]], mask[i, : s["source"].shape[1]] = s["source"][0], True
-            out = generate(self.model, ids, mask, **options(max(s["length"] for s in batch)))
+            out = self.run_batch(ids, mask, max(s["length"] for s in batch))
             for i, s in enumerate(batch):
                 s["out"] = out[i : i + 1, : 1 + s["length"]]
                 s["done"].set()
 
 
-def main() -> None:
+class PeakMemory:
+    """The peak resident set (MiB) of the processes `pids` while in the `with` block, sampled every 2 ms; on CUDA,
+    torch's peak allocation."""
+
+    def __init__(self, device: torch.device, pids: list[int]):
+        self.device, self.pids = device, pids
+
+    def __enter__(self):
+        self.peak, self.stop = 0.0, threading.Event()
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self.thread = threading.Thread(target=self.sample, daemon=True)
+            self.thread.start()
+        return self
+
+    def sample(self):
+        while not self.stop.wait(0.002):
+            self.peak = max(self.peak, sum(resident_mib(pid) for pid in self.pids))
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            self.peak = torch.cuda.max_memory_allocated(self.device) / 2**20
+        else:
+            self.stop.set()
+            self.thread.join()
+
+
+def resident_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--requests", type=int, default=128)
+    parser.add_argument("--clients", default="1,8,32,128", help="client counts, comma-separated")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--shape", choices=SHAPES, default="small")
+    parser.add_argument("--shape", choices=SHAPES, default="t5-small")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None)
-    args = parser.parse_args()
+    parser.add_argument("--data", type=Path, default=DATA, help="the shared data folder (Multi30k, the tokenizer)")
+    parser.add_argument("--no-ctranslate2", action="store_true", help="leave CTranslate2 out even if installed")
+    args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    shape = SHAPES[args.shape]
-    model = encdec.build_model(encdec.preset("t5-small", **shape, pad_id=0, eos_id=1, decoder_start_id=0))
-    model = model.eval().to(args.device)
-    requests = [(s.to(args.device), n) for s, n in workload(args.requests, shape["vocab_size"])]
-    scheduler = Scheduler(model, max_rows=max(64, args.clients))
-    systems = {"one-at-a-time": OneAtATime(model), "static": Static(model, args.clients), "continuous": scheduler.run}
-    submit = {
-        "one-at-a-time": systems["one-at-a-time"],
-        "static": systems["static"],
-        "continuous": lambda source, length: scheduler.run(source, None, options(length)),
-    }
-    drive(submit["continuous"], requests[: args.clients], args.clients)  # warm-up: kernels, buffers
-    results = {name: [] for name in submit}
-    for _ in range(args.repeats):
-        for name, fn in submit.items():
-            share = requests if name != "one-at-a-time" else requests[: max(args.clients, len(requests) // 4)]
-            seconds, latencies = drive(fn, share, args.clients)
-            tokens = sum(n for _, n in share)
-            latencies.sort()
-            p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
-            results[name].append((len(share) / seconds, tokens / seconds, statistics.median(latencies), p99))
+    device = torch.device(args.device)
+    counts = [int(c) for c in args.clients.split(",")]
+    made = {}
+
+    def load():  # in the scheduler's thread: the one thread that computes
+        made["reference"], model = build_pair(args.shape, device, torch.float32)
+        return model
+
+    scheduler = Scheduler(load, max_rows=max(64, *counts))
+    model = scheduler.model
+    stream = [(s.to(device), n) for s, n in workload(args.data, SHAPES[args.shape]["vocab_size"])]
+
+    def one(source, length):
+        return scheduler.exclusive(lambda: generate(model, source, None, **options(length)))
+
+    def batch(ids, mask, length):
+        return scheduler.exclusive(lambda: generate(model, ids, mask, **options(length)))
+
+    threads = torch.get_num_threads()
+    converted = lambda: ctranslate2_systems(made["reference"], device, "fp32", threads)  # noqa: E731
+    ct2 = None if args.no_ctranslate2 else scheduler.exclusive(converted).get("ct2")
+    print(
+        f"shape {args.shape}, {args.device}, {torch.get_num_threads()} threads, Multi30k test_2016_flickr "
+        f"({len(stream)} sources), medians of {args.repeats}"
+    )
+    print(
+        f"{'clients':>7} {'system':<14} {'requests/s':>10} {'tokens/s':>9} {'p50 s':>7} {'p95 s':>7} {'p99 s':>7} {'peak MiB':>8}"
+    )
+    for clients in counts:
+        requests = [stream[i % len(stream)] for i in range(max(32, 4 * clients))]
+        systems = {
+            "one-at-a-time": one,
+            "static": Static(batch, clients),
+            "continuous": lambda source, length: scheduler.run(source, None, options(length)),
+        }
+        if ct2 is not None:
+            systems["ct2 static"] = Static(lambda ids, mask, length: ct2(ids, mask, options(length)), clients)
+        drive(systems["continuous"], requests[:clients], clients)  # warm-up: kernels, buffers
+        results = {name: [] for name in systems}
+        for _ in range(args.repeats):
+            for name, submit in systems.items():
+                share = requests if name != "one-at-a-time" else requests[: max(clients, len(requests) // 4)]
+                pid = ct2.worker.process.pid if name == "ct2 static" else os.getpid()
+                with PeakMemory(device if name != "ct2 static" else torch.device("cpu"), [pid]) as peak:
+                    seconds, latencies = drive(submit, share, clients)
+                tokens = sum(n for _, n in share)
+                quantiles = [percentile(latencies, q) for q in (0.5, 0.95, 0.99)]
+                results[name].append((len(share) / seconds, tokens / seconds, *quantiles, peak.peak))
+        table = {name: [statistics.median(column) for column in zip(*rows)] for name, rows in results.items()}
+        for name, (rps, tps, p50, p95, p99, mib) in table.items():
+            print(f"{clients:>7} {name:<14} {rps:>10.2f} {tps:>9.0f} {p50:>7.2f} {p95:>7.2f} {p99:>7.2f} {mib:>8.0f}")
+        continuous = table["continuous"][0]
+        print(
+            f"{clients:>7} continuous / one-at-a-time: {continuous / table['one-at-a-time'][0]:.2f}x requests/s; "
+            f"/ static: {continuous / table['static'][0]:.2f}x"
+            + (f"; / ct2 static: {continuous / table['ct2 static'][0]:.2f}x" if ct2 is not None else ""),
+            flush=True,
+        )
     scheduler.stop(timeout=60)
-    print(
-        f"{args.clients} clients, {args.requests} requests, shape {args.shape}, {args.device}, "
-        f"{torch.get_num_threads()} threads, medians of {args.repeats}"
-    )
-    print(f"{'system':<15} {'requests/s':>10} {'tokens/s':>9} {'p50 s':>7} {'p99 s':>7}")
-    table = {name: [statistics.median(column) for column in zip(*rows)] for name, rows in results.items()}
-    for name, (rps, tps, p50, p99) in table.items():
-        print(f"{name:<15} {rps:>10.2f} {tps:>9.0f} {p50:>7.2f} {p99:>7.2f}")
-    continuous = table["continuous"][0]
-    print(
-        f"continuous / one-at-a-time: {continuous / table['one-at-a-time'][0]:.2f}x requests/s; "
-        f"continuous / static: {continuous / table['static'][0]:.2f}x"
-    )
 
 
 if __name__ == "__main__":

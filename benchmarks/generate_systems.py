@@ -154,7 +154,8 @@ def ct2_system(worker: Ct2Worker, names: tuple):
     to_token, to_id = names
 
     def run(src, mask, options):
-        batch = [[to_token[int(i)] for i in row] for row in src.cpu()]
+        rows = src.cpu() if mask is None else [row[kept] for row, kept in zip(src.cpu(), mask.cpu())]  # no padding
+        batch = [[to_token[int(i)] for i in row] for row in rows]
         new = options["max_new_tokens"]
         kwargs = dict(max_decoding_length=new, min_decoding_length=new, beam_size=options.get("num_beams", 1))
         if options.get("do_sample"):
@@ -162,6 +163,7 @@ def ct2_system(worker: Ct2Worker, names: tuple):
         hypotheses = worker.translate(batch, **kwargs)
         return torch.tensor([[0] + [to_id[t] for t in tokens] for tokens in hypotheses])
 
+    run.worker = worker
     return run
 
 

@@ -128,3 +128,51 @@ def test_a_rank_below_one_and_a_pattern_matching_no_parameter_are_one_sentence()
         add_lora(tiny(), 0, 8, 0.0, ["q"])
     with pytest.raises(ConfigError, match=r"training.train_only 'decoder.nothing\*' matches no parameter"):
         train_only(tiny(), ["decoder.nothing*"])
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "t5-tiny",
+        "t5-v1.1-tiny",
+        "rot5-tiny",
+        "transformer-tiny",
+        "ar_encdec-tiny",
+        "parallel_encdec-tiny",
+        "decoder_only-tiny",
+    ],
+)
+def test_every_attention_family_takes_adapters_and_checkpointed_blocks_give_the_same_gradients(name):
+    """Unchanged logits at initialisation; one optimizer step moves the adapters alone; with activation
+    checkpointing (training.activation_checkpointing's wrapper) the adapters' gradients are the same."""
+    from encdec.training.numerics import checkpoint_activations
+
+    src, tgt = batch()
+    grads = []
+    for checkpointed in (False, True):
+        model = tiny(name)
+        before = model(src, tgt).logits
+        add_lora(model, r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q", "v"])
+        assert torch.allclose(model(src, tgt).logits, before, rtol=1e-6, atol=1e-6)
+        frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+        for p in model.parameters():  # B = 0 gives A no gradient: start B off zero so both train
+            if p.requires_grad and p.dim() == 2 and not p.any():
+                torch.nn.init.normal_(p, std=0.02)
+        if checkpointed:
+            assert checkpoint_activations(model) > 0
+        model.train()
+        logits = model(src, tgt).logits
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt.flatten()).backward()
+        grads.append(
+            {
+                n.replace("_checkpoint_wrapped_module.", ""): p.grad
+                for n, p in model.named_parameters()
+                if p.requires_grad
+            }
+        )
+        assert all(g is not None and g.abs().sum() > 0 for g in grads[-1].values())
+        torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1).step()
+        clean = {n.replace("_checkpoint_wrapped_module.", ""): p for n, p in model.named_parameters()}
+        assert all(torch.equal(clean[n], p) for n, p in frozen.items())  # the base did not move
+    assert grads[0].keys() == grads[1].keys()
+    assert all(torch.allclose(grads[0][n], grads[1][n], rtol=1e-5, atol=1e-7) for n in grads[0])

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 JOIN_BATCH = 4  # waiting requests that join together beside running rows ...
 JOIN_WAIT = 0.02  # ... or after this many seconds of the oldest's wait
-SOURCE_BUCKET = 16  # joining sources are padded to a multiple of this many tokens
+SOURCE_BUCKET = 16  # the joining sources, packed in one row, are padded to a multiple of this many tokens
 
 
 @dataclass
@@ -285,24 +285,12 @@ class Scheduler:
             work.rows = [moved.get(r, r) for r in work.rows]
 
     def _join(self, joining: list) -> None:
-        """Encode the joining requests in one pass (sources padded to the longest) and give them rows."""
+        """Encode the joining requests in one packed pass (serving.slots) and give them rows."""
         if not joining:
             return
-        longest = max(src.shape[1] for _, src, *_ in joining)
-        most = getattr(self.model.config, "max_positions", None) or longest  # never past the position table
-        length = max(
-            longest, min(most, -(-longest // SOURCE_BUCKET) * SOURCE_BUCKET)
-        )  # few distinct shapes: each new one costs the
-        # CPU's kernels a first call twice as slow (6.3 ms against 12.9 ms an encode at the benchmark's shape)
-        pad = self.model.config.pad_id
-        device = self.slots.device
-        src_ids = torch.full((len(joining), length), pad, dtype=torch.long, device=device)
-        src_mask = torch.zeros(len(joining), length, dtype=torch.bool, device=device)
-        for i, (_, src, mask, *_) in enumerate(joining):
-            src_ids[i, : src.shape[1]] = src[0]
-            src_mask[i, : src.shape[1]] = mask[0] if mask is not None else True
+        sources = [src[0] if mask is None else src[0][mask[0].bool()] for _, src, mask, *_ in joining]
         copies = [job[3] for job in joining]
-        placed = self.slots.add(src_ids, src_mask, copies, max(job[4] for job in joining))
+        placed = self.slots.add(sources, copies, max(job[4] for job in joining), SOURCE_BUCKET)
         for (work, *_, future), rows in zip(joining, placed):
             work.rows = list(rows)
             self.running.append(work)

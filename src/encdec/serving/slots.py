@@ -26,6 +26,7 @@ from encdec.models.encoder_decoder import EncoderDecoder
 from encdec.modules import additive_mask
 from encdec.modules.blocks import AttentionInputs
 from encdec.modules.kv_cache import LayerCache, StaticKVCache
+from encdec.modules.masks import Packing
 
 
 class RowSelfCache:
@@ -112,30 +113,54 @@ class SlotBatch:
         self.capacity = (R, L, S)
 
     @torch.inference_mode()
-    def add(self, src_ids: torch.Tensor, src_mask: torch.Tensor, copies: list[int], max_length: int) -> list[range]:
-        """Encode sources (B, S) in one pass and give example b `copies[b]` new rows (its beams or samples),
-        each with the example's cross-attention keys, for decoding up to `max_length` positions.
-        Returns each example's rows (they move when others leave: see `remove`)."""
-        model, (B, S) = self.model, src_ids.shape
-        memory = model.encode(src_ids, src_mask)
-        start, total = self.used, sum(copies)
-        self.ensure(start + total, max_length, S)
-        example = torch.repeat_interleave(torch.arange(B, device=self.device), torch.tensor(copies, device=self.device))
-        rows = slice(start, start + total)
-        k_pos = torch.arange(S, device=self.device)
+    def add(self, sources: list[torch.Tensor], copies: list[int], max_length: int, bucket: int = 16) -> list[range]:
+        """Encode `sources` (each (S_b,) token ids) in one packed pass and give example b `copies[b]` new rows (its
+        beams or samples), each with the example's cross-attention keys, for decoding up to `max_length`
+        positions. Returns each example's rows (they move when others leave: see `remove`).
+
+        The sources lie end to end in one row, each attending within itself at positions counted from its
+        start (the encoder's packed path, as training's objective.pack uses it): no padding is encoded, so
+        four sources of 14 tokens cost 56 token rows, not the 4 x 32 of a padded batch. The row is padded
+        to a multiple of `bucket` tokens so that few distinct shapes reach the kernels (each new one costs
+        the CPU's kernels a slow first call)."""
+        model, device = self.model, self.device
+        lengths = torch.tensor([len(source) for source in sources], device=device)
+        B, S, total = len(sources), int(lengths.max()), int(lengths.sum())
+        width = -(-total // bucket) * bucket
+        ids = torch.full((1, width), model.config.pad_id, dtype=torch.long, device=device)
+        ids[0, :total] = torch.cat(sources).to(device)
+        example = torch.repeat_interleave(torch.arange(B, device=device), lengths)  # (total,) each token's example
+        starts = torch.cumsum(lengths, 0) - lengths
+        positions = torch.zeros(1, width, dtype=torch.long, device=device)
+        positions[0, :total] = torch.arange(total, device=device) - starts[example]
+        segments = torch.zeros(1, width, dtype=torch.long, device=device)
+        segments[0, :total] = example + 1
+        nothing = segments.new_zeros(1, 0)
+        memory = model.encode(ids, None, Packing(segments, nothing, positions, nothing))
+        start, rows_needed = self.used, sum(copies)
+        self.ensure(start + rows_needed, max_length, S)
+        row_example = torch.repeat_interleave(torch.arange(B, device=device), torch.tensor(copies, device=device))
+        # each example's tokens gathered into a padded (B, S) layout: token j of example b, or the last token
+        k = torch.arange(S, device=device)
+        gather = (
+            starts[:, None] + torch.minimum(k[None, :], (lengths[:, None] - 1).clamp(min=0))
+        ).flatten()  # (B * S,)
+        rows = slice(start, start + rows_needed)
         for i, block in enumerate(model.decoder.blocks):
-            keys, values = block.cross_attn.project_kv(memory.hidden, k_pos)  # (B, K, S, D)
-            self.cross_keys[i][rows, :, :S] = keys[example]
-            self.cross_values[i][rows, :, :S] = values[example]
+            keys, values = block.cross_attn.project_kv(memory.hidden, positions)  # (1, K, width, D)
+            K, D = keys.shape[1], keys.shape[-1]
+            keys = keys[0].index_select(1, gather).view(K, B, S, D).transpose(0, 1)  # (B, K, S, D)
+            values = values[0].index_select(1, gather).view(K, B, S, D).transpose(0, 1)
+            self.cross_keys[i][rows, :, :S] = keys[row_example]
+            self.cross_values[i][rows, :, :S] = values[row_example]
             self.cross_keys[i][rows, :, S:] = 0
             self.cross_values[i][rows, :, S:] = 0
-        mask = memory.mask if memory.mask is not None else torch.ones(B, S, dtype=torch.bool, device=self.device)
         blocked = torch.finfo(self.dtype).min
         self.cross_mask[rows] = blocked
-        self.cross_mask[rows, 0, 0, :S] = additive_mask(mask[example], None, self.dtype)
-        self.source_lengths[rows] = mask.sum(-1)[example]
+        self.cross_mask[rows, 0, 0, :S] = additive_mask(k[None, :] < lengths[row_example, None], None, self.dtype)
+        self.source_lengths[rows] = lengths[row_example]
         self.offsets[rows] = 0
-        self.used += total
+        self.used += rows_needed
         firsts = [start + sum(copies[:b]) for b in range(B)]
         return [range(first, first + c) for first, c in zip(firsts, copies)]
 
