@@ -154,7 +154,9 @@ def ct2_system(worker: Ct2Worker, names: tuple):
     to_token, to_id = names
 
     def run(src, mask, options):
-        rows = src.cpu() if mask is None else [row[kept] for row, kept in zip(src.cpu(), mask.cpu())]  # no padding
+        rows = (
+            src.cpu() if mask is None else [row[kept.bool()] for row, kept in zip(src.cpu(), mask.cpu())]
+        )  # no padding
         batch = [[to_token[int(i)] for i in row] for row in rows]
         new = options["max_new_tokens"]
         kwargs = dict(max_decoding_length=new, min_decoding_length=new, beam_size=options.get("num_beams", 1))

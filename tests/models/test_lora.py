@@ -153,7 +153,7 @@ def test_every_attention_family_takes_adapters_and_checkpointed_blocks_give_the_
         model = tiny(name)
         before = model(src, tgt).logits
         add_lora(model, r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q", "v"])
-        assert torch.allclose(model(src, tgt).logits, before, rtol=1e-6, atol=1e-6)
+        assert torch.allclose(model(src, tgt).logits, before, rtol=1e-5, atol=1e-5)  # B = 0; F.linear's rounding
         frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
         for p in model.parameters():  # B = 0 gives A no gradient: start B off zero so both train
             if p.requires_grad and p.dim() == 2 and not p.any():
