@@ -81,20 +81,22 @@ EXPORT_NAMES = {
 LOAD_HINT = "encdec.from_pretrained(RUN_DIR) loads it"
 
 
-def check_export_out(out: Path, force: bool) -> None:
+def check_export_out(out: Path, force: bool, writes=None, kind: str = "export") -> None:
     """Refuse an output directory that is a file, an unsafe place (safe_paths.refuse_unsafe_output), not
-    empty without `force`, or, with it, holding a file no export writes."""
+    empty without `force`, or, with it, holding anything `writes(path)` says no `kind` writes (default: a
+    directory or a file no export writes)."""
+    writes = writes or (lambda path: not path.is_dir() and _export_file(path.name))
     refuse_unsafe_output(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"the output directory {out} is a file")
     present = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
     if present and not force:
         raise ConfigError(f"the output directory {out} exists and is not empty; choose another or pass --force")
-    foreign = [name for name in present if (out / name).is_dir() or not _export_file(name)]
+    foreign = [name for name in present if not writes(out / name)]
     if foreign:
         raise ConfigError(
-            f"the output directory {out} holds {foreign[0]!r}, which no export writes; --force replaces only "
-            "an earlier export, so choose another directory"
+            f"the output directory {out} holds {foreign[0]!r}, which no {kind} writes; --force replaces only "
+            f"an earlier {kind}, so choose another directory"
         )
 
 

@@ -15,10 +15,9 @@ from safetensors.torch import save_file
 from torch import nn
 
 from encdec.errors import ConfigError
-from encdec.interop.export import hf_layout
+from encdec.interop.export import check_export_out, hf_layout
 from encdec.interop.hf_t5 import hf_name
 from encdec.models.lora import ADAPTER, lora_layers
-from encdec.safe_paths import refuse_unsafe_output
 
 FILES = ("adapter_config.json", "adapter_model.safetensors", "README.md")  # what peft's save_pretrained writes
 
@@ -67,13 +66,5 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
 
 def check_adapter_out(out: Path, force: bool) -> None:
     """Refuse an unsafe output, a file, or a directory holding anything without `force` (or, with it, anything
-    an adapter export does not write)."""
-    refuse_unsafe_output(out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"the output directory {out} is a file")
-    present = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-    if present and not force:
-        raise ConfigError(f"the output directory {out} exists and is not empty; choose another or pass --force")
-    foreign = [name for name in present if name not in FILES]
-    if foreign:
-        raise ConfigError(f"the output directory {out} holds {foreign[0]!r}, which no adapter export writes")
+    an adapter export does not write): export's check with the adapter's files."""
+    check_export_out(out, force, lambda path: path.name in FILES, "adapter export")

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from encdec.errors import CheckpointError, ConfigError
-from encdec.runs.checkpoint import load_weights, save_weights
+from encdec.runs.checkpoint import fsync_dir, load_weights, save_weights
 from encdec.runs.load import saved_config
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.safe_paths import check_not_symlink, inside, refuse_unsafe_output, write_atomic
@@ -131,7 +131,7 @@ def write_made(
         raise ConfigError(f"{final} already exists; encdec never writes over a checkpoint, delete it to make it anew")
     _write_checkpoint(tmp, source, weights, about)
     os.rename(tmp, final)
-    _fsync_dir(run.checkpoints)
+    fsync_dir(run.checkpoints)
     return CheckpointDir(final)
 
 
@@ -181,11 +181,3 @@ def _write_checkpoint(tmp: Path, source: CheckpointDir, weights: dict, about: di
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

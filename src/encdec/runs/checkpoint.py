@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 FREE_WHEN_FULL = 64 << 20  # bytes: a failed write with less free space than this was a full disk
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -112,7 +112,7 @@ def save_checkpoint(run: RunDir, step: int, files: dict, keep_last: int, is_best
     if final.exists():
         _set_aside(final)
     os.rename(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     _write_pointer(root, "latest", name)
     if is_best:
         _write_pointer(root, "best", name)
