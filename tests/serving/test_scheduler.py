@@ -107,6 +107,44 @@ def test_a_request_that_fails_fails_alone():
     assert torch.equal(out, generate(model, good, None, max_new_tokens=5))
 
 
+def test_a_greedy_request_whose_streamer_fails_fails_alone_beside_those_sharing_its_steps():
+    model = model_of("t5-tiny")
+    scheduler = Scheduler(model)
+    requests = mixed_requests(6, seed=3)
+    for _, options in requests:
+        options.pop("num_beams", None), options.pop("num_return_sequences", None)
+    seen = []
+
+    def streamer(tokens):
+        seen.append(tokens)
+        if len(seen) == 3:
+            raise RuntimeError("the client went away")
+
+    failing = (torch.randint(2, 300, (1, 9)), {"max_new_tokens": 20, "eos_token_id": None, "streamer": streamer})
+    errors, outputs = [], [None] * len(requests)
+
+    def run(i, source, options):
+        try:
+            out = scheduler.run(source, None, dict(options))
+        except RuntimeError as error:
+            errors.append(str(error))
+            return
+        if i >= 0:
+            outputs[i] = out
+
+    threads = [threading.Thread(target=run, args=(-1, *failing))]
+    threads += [threading.Thread(target=run, args=(i, *request)) for i, request in enumerate(requests)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    scheduler.stop(timeout=30)
+    assert errors == ["the client went away"] and len(seen) == 3
+    alone = [generate(model, source, None, **options) for source, options in requests]
+    assert all(torch.equal(s, a) for s, a in zip(outputs, alone, strict=True))
+    assert scheduler.slots.used == 0
+
+
 def test_models_without_the_row_step_are_served_one_at_a_time():
     model = model_of("ar_encdec-tiny")
     scheduler = Scheduler(model)

@@ -14,7 +14,8 @@ data.format by default, else told by the extension: .tsv tsv, .txt text, two fil
   perplexity, and the perplexity per whitespace-separated word, which compares tokenizers. A
   causal LM slides windows of its context over each document; an encoder-decoder predicts
   each half-length window given the previous one, as UL2's S-denoiser reads a chunk
-  (encdec.evaluation.likelihood); --samples N continues the first N documents too.
+  (encdec.evaluation.likelihood); --samples N continues N windows of the documents too (each
+  document's first window, then their second ...: a file that is one running text gives N).
 Results go to --out DIR (needed for a Hugging Face model: nothing is written inside a model
 directory or the Hugging Face cache), else RUN_DIR/eval/<file name>/: eval.json, eval.md and
 predictions.jsonl (source, reference, prediction).
@@ -22,7 +23,8 @@ predictions.jsonl (source, reference, prediction).
 Without --data, a run is scored on its own validation split, as training scored it: the loss
 is the mean cross-entropy over `--batches` batches of the run's own objective (the figure its
 metrics.jsonl holds), then --samples validation examples are generated and scored (a language
-model's documents split as UL2's S-denoiser splits them); results go to RUN_DIR/eval/.
+model's windows of its documents, the same way, split as UL2's S-denoiser splits them); results go
+to RUN_DIR/eval/.
 
 Every score stands beside a trivial baseline's (a uniform guess over the vocabulary; each
 input's first sentence copied). Both run on --device (default: a GPU when torch sees one, else

@@ -138,11 +138,11 @@ def evaluate_documents(
     prefix: str = "test",
     **options: Any,
 ) -> Evaluation:
-    """The loss per token and per word over every document, then the first `samples` documents (None: none)
-    continued from their first half and scored."""
+    """The loss per token and per word over every document, then `samples` examples (None: none) continued from
+    the first half of a window of the documents (continuation_splits) and scored."""
     nll = document_nll(model, encoding, documents, batch_size, device, progress)
     words = sum(len(document.split()) for document in documents)
-    examples = continuation_examples(encoding, documents[:samples] if samples else [])
+    examples = continuation_examples(encoding, documents, samples) if samples else []
     evaluation = generated_scores(model, encoding.text, examples, batch_size, lead=False, progress=progress, **options)
     scores, baseline = loss_scores(nll, model.config.vocab_size, prefix)
     scores[f"{prefix}_word_perplexity"] = word_perplexity(nll.total, words)
@@ -162,19 +162,35 @@ def word_perplexity(total_nll: float, words: int) -> float:
     return perplexity(total_nll / words) if words else math.inf
 
 
-def continuation_examples(encoding: TextEncoding, documents: list[str]) -> list[Example]:
-    """Each document's first source_length tokens split as UL2's S-denoiser splits a chunk (the first
-    max(n // 2, 2) tokens the input, the rest the reference), documents too short for a reference left out."""
-    examples = []
-    for ids in encoding.encode_documents(documents) if documents else []:
-        ids = ids[: encoding.source_length]
-        cut = max(len(ids) // 2, 2)
-        if len(ids) > cut:
-            decode = encoding.text.decode
-            examples.append(
-                Example(decode(ids[:cut], skip_special_tokens=True), [decode(ids[cut:], skip_special_tokens=True)])
-            )
-    return examples
+def continuation_examples(encoding: TextEncoding, documents: list[str], n: int) -> list[Example]:
+    """Up to `n` examples continuing the documents from windows of source_length tokens (continuation_splits)."""
+    decode = encoding.text.decode
+    documents = [document[: n * encoding.source_length * CHARS_A_TOKEN] for document in documents[:n]]
+    ids = encoding.encode_documents(documents) if documents else []
+    return [
+        Example(decode(source, skip_special_tokens=True), [decode(target, skip_special_tokens=True)])
+        for source, target in continuation_splits(ids, encoding.source_length, n)
+    ]
+
+
+CHARS_A_TOKEN = 16  # a document is cut to n windows of this many characters a token before it is encoded
+
+
+def continuation_splits(documents: list[list[int]], length: int, n: int) -> list[tuple[list[int], list[int]]]:
+    """(input, reference) token ids of up to `n` examples: windows of `length` tokens of the documents, every
+    document's first window, then their second windows, and so on, so that one running text (a file without
+    document separators) still gives n examples; each split as UL2's S-denoiser splits a chunk (the first
+    max(w // 2, 2) tokens the input, the rest the reference), windows too short for a reference left out."""
+    splits: list[tuple[list[int], list[int]]] = []
+    for start in range(0, max((len(ids) for ids in documents), default=0), length):
+        for ids in documents:
+            window = ids[start : start + length]
+            cut = max(len(window) // 2, 2)
+            if len(window) > cut:
+                splits.append((window[:cut], window[cut:]))
+            if len(splits) == n:
+                return splits
+    return splits
 
 
 REPORT_FILES = ("eval.json", "eval.md", "predictions.jsonl")  # what write_evaluation writes into its directory

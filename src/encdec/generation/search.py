@@ -28,12 +28,30 @@ SYNC_EVERY = 8  # steps between host syncs of the stop test on an accelerator
 StopTest = Callable[[torch.Tensor], torch.Tensor]  # token ids (R, L) -> (R,) bool, e.g. `StopStrings`
 
 
+ARGMAX_BLOCK = 64  # elements per block of `argmax`'s first pass
+
+
 def choose_tokens(scores: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator | None) -> torch.Tensor:
     """scores (R, V) -> tokens (R,): the argmax, or a draw from softmax(scores)."""
     if not cfg.do_sample:
-        return scores.argmax(dim=-1)
+        return argmax(scores)
     probs = scores.softmax(dim=-1)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
+
+
+def argmax(scores: torch.Tensor) -> torch.Tensor:
+    """scores (R, V) -> (R,) the index of each row's first maximum (a NaN counting as one), `argmax(-1)`'s.
+
+    On CPU torch's argmax walks a row one element at a time (28 us a row of 32,128 here) while its max
+    is vectorised (3 us): so the maximum of each block of ARGMAX_BLOCK elements first, then the argmax over
+    the first block holding the row's maximum. 24 rows: 70 against 380 us; one: 19 against 28."""
+    R, V = scores.shape
+    if scores.device.type != "cpu" or V % ARGMAX_BLOCK or V < 4 * ARGMAX_BLOCK:
+        return scores.argmax(dim=-1)
+    blocks = scores.view(R, V // ARGMAX_BLOCK, ARGMAX_BLOCK)
+    block = blocks.amax(dim=-1).argmax(dim=-1)  # (R,) the first block holding the maximum
+    within = blocks[torch.arange(R, device=scores.device), block].argmax(dim=-1)
+    return block * ARGMAX_BLOCK + within
 
 
 def sync_interval(device: torch.device, cfg: GenerationConfig) -> int:
@@ -68,11 +86,20 @@ class SampleSearch:
 
     def advance(self, logits: torch.Tensor) -> bool:
         """Choose every row's next token from `logits` (R, V); True once the search is over."""
-        cfg = self.cfg
+        scores = self.scores(logits)
+        return self.take(choose_tokens(scores, self.cfg, self.generator))
+
+    def scores(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits (R, V) through the processors: what the next tokens are chosen from (kept when
+        output_scores asks)."""
         scores = apply_all(self.chain, self.seqs[:, : self.length], logits)
         if self.steps is not None:
             self.steps.append(scores)
-        tokens = choose_tokens(scores, cfg, self.generator)
+        return scores
+
+    def take(self, tokens: torch.Tensor) -> bool:
+        """Append the chosen `tokens` (R,) (finished rows get the pad token); True once the search is over."""
+        cfg = self.cfg
         if self.has_eos:
             tokens = torch.where(self.unfinished, tokens, cfg.pad_token_id)
         self.seqs[:, self.length] = tokens

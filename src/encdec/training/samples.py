@@ -11,6 +11,7 @@ from torch import nn
 from encdec.errors import DataError
 from encdec.evaluation.generated import generate_texts
 from encdec.evaluation.metrics import score_texts
+from encdec.evaluation.scoring import CHARS_A_TOKEN, continuation_splits
 from encdec.runs.config import RunConfig
 from encdec.runs.text import RunTokenizer
 from encdec.tokenizers import Tokenizer
@@ -20,18 +21,16 @@ GENERATION_BATCH = 32  # examples decoded together at an evaluation
 
 
 def sample_pairs(cfg: RunConfig, tokenizer: Tokenizer, n: int) -> list[tuple[str, str]]:
-    """(input, reference) texts from the validation split (a mixture's first member's: generation_view)."""
+    """`n` (input, reference) texts from the validation split (a mixture's first member's: generation_view): its
+    first pairs, or for a language model continuations of windows of its first texts (continuation_splits: a
+    validation file that is one running text gives n of them, not one)."""
     cfg = generation_view(cfg)
     val = validation_items(cfg, n)
     if cfg.objective.kind == "seq2seq":
         return [(s, t) for s, t in val]
-    pairs = []
-    for text in val:
-        ids = tokenizer.encode([text])[0][: cfg.objective.seq_len]
-        cut = max(len(ids) // 2, 2)  # UL2's S split
-        source, target = tokenizer.decode([ids[:cut], ids[cut:]])
-        pairs.append((source, target))
-    return pairs
+    length = cfg.objective.seq_len
+    ids = tokenizer.encode([text[: n * length * CHARS_A_TOKEN] for text in val]) if val else []
+    return [tuple(tokenizer.decode([source, target])) for source, target in continuation_splits(ids, length, n)]
 
 
 class GeneratedScores:
