@@ -6,6 +6,7 @@ from rouge_score import rouge_scorer
 
 from encdec.errors import DataError
 from encdec.evaluation import bleu, chrf, exact_match, rot5_preprocess, rouge, score_texts, ter
+from encdec.evaluation.metrics import rot5_lemmas
 
 PREDICTIONS = [
     "Sara and Ben played by the old oak tree and did not quit.",
@@ -127,3 +128,7 @@ def test_a_long_sample_shows_its_start_and_its_end():
     shown = cell(text)
     assert len(shown) <= 200 and shown.startswith("start middle") and shown.endswith("the very end")
     assert "[...]" in shown and cell("short | text") == "short \\| text"
+
+
+def test_rot5_lemmas_name_what_the_preprocessing_did():
+    assert rot5_preprocess("studies") == {"wordnet": "study", "porter": "studi"}[rot5_lemmas()]

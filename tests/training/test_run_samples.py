@@ -7,6 +7,9 @@ import sys
 
 import yaml
 
+from encdec.evaluation.metrics import rot5_lemmas
+from encdec.evaluation.scoring import LEMMAS
+
 
 def test_evaluate_scores_the_samples_asked_for_on_a_validation_file_without_separators(tmp_path, tiny_config):
     config = yaml.safe_load(tiny_config.read_text())
@@ -24,7 +27,11 @@ def test_evaluate_scores_the_samples_asked_for_on_a_validation_file_without_sepa
     for extra in ([], ["--data", str(valid), "--format", "text"]):
         out = tmp_path / f"eval{len(extra)}"
         command = ["evaluate", str(run), "--samples", "4", "--max-new-tokens", "3", "--out", str(out), *extra]
+        command += ["--rot5-preprocessing"]
         subprocess.run([sys.executable, "-m", "encdec", *command], check=True, capture_output=True)
-        samples = json.loads((out / "eval.json").read_text())["samples"]
+        report = json.loads((out / "eval.json").read_text())
+        samples = report["samples"]
         assert len(samples) == 4
+        assert report["data"]["rouge_rot5_lemmas"] == rot5_lemmas()  # the report names the lemmas it scored with
+        assert LEMMAS[rot5_lemmas()] in (out / "eval.md").read_text()
         assert len({s["input"] for s in samples}) > 1  # distinct windows, not one repeated

@@ -160,7 +160,9 @@ def run(args: argparse.Namespace) -> int:
             opened.model, encoding, test.pairs, args.samples, rot5_preprocessing=args.rot5_preprocessing, **common
         )
     else:
-        result = evaluate_documents(opened.model, encoding, test.documents, args.samples, **common)
+        result = evaluate_documents(
+            opened.model, encoding, test.documents, args.samples, rot5_preprocessing=args.rot5_preprocessing, **common
+        )
     result.notes.insert(0, f"test file {' and '.join(map(str, args.data))}, read as --format {test.format}")
     about = {"files": [os.path.abspath(p) for p in args.data], "format": test.format, "model": str(args.model)}
     report(write_evaluation(out, result, about))

@@ -14,12 +14,14 @@ takes the best-matching one (rouge-score's `score_multi`) and exact match any of
 lowercase, alphabetic tokens only, English stopwords dropped, words lemmatised.
 NLTK's stopword list is bundled below (the NLTK corpus cannot be downloaded
 offline); lemmatisation uses NLTK's WordNet lemmatiser when its data is installed,
-and otherwise falls back to the Porter stemmer, with a warning.
+and otherwise falls back to the Porter stemmer, with a warning, and every report that
+used it says which (`rot5_lemmas`).
 """
 
 import functools
 import logging
 import re
+from collections.abc import Callable
 
 import sacrebleu
 from rouge_score import rouge_scorer
@@ -71,24 +73,31 @@ def reference_streams(references: References) -> list[list[str | None]]:
 
 
 @functools.cache
-def lemmatizer():
-    """word -> lemma: WordNet's when its data is present, else the Porter stem (logged once)."""
+def lemmatizer() -> tuple[str, Callable[[str], str]]:
+    """(name, word -> lemma): ("wordnet", WordNet's lemmatiser) when NLTK's WordNet data is present, else
+    ("porter", the Porter stemmer: logged once). No package index carries the WordNet data (NLTK downloads it
+    from GitHub), so every report that used ROT5's preprocessing names the one it had (`rot5_lemmas`)."""
     try:
         from nltk.stem import WordNetLemmatizer
 
         wordnet = WordNetLemmatizer()
         wordnet.lemmatize("tests")  # raises LookupError without the WordNet data
-        return wordnet.lemmatize
+        return "wordnet", wordnet.lemmatize
     except LookupError:
         from nltk.stem.porter import PorterStemmer
 
         log.warning("NLTK's WordNet data is not installed; ROT5 preprocessing stems with Porter instead of lemmatising")
-        return PorterStemmer().stem
+        return "porter", PorterStemmer().stem
+
+
+def rot5_lemmas() -> str:
+    """Which lemmas ROT5's preprocessing takes here: "wordnet" (ROT5's own) or "porter" (without WordNet's data)."""
+    return lemmatizer()[0]
 
 
 def rot5_preprocess(text: str) -> str:
     """Lowercase, keep alphabetic tokens, drop stopwords, lemmatise (ROT5's ROUGE normalisation)."""
-    lemma = lemmatizer()
+    lemma = lemmatizer()[1]
     words = re.findall(r"[a-z]+", text.lower())
     return " ".join(lemma(word) for word in words if word not in STOPWORDS)
 

@@ -28,7 +28,7 @@ from encdec.evaluation.baselines import lead_scores, uniform_loss
 from encdec.evaluation.encoding import TextEncoding
 from encdec.evaluation.generated import generate_texts
 from encdec.evaluation.likelihood import NLL, document_nll, pair_nll
-from encdec.evaluation.metrics import score_texts
+from encdec.evaluation.metrics import rot5_lemmas, score_texts
 from encdec.evaluation.report import perplexity, write_predictions, write_report
 
 
@@ -48,7 +48,7 @@ class Evaluation:
     scores: dict[str, float] = field(default_factory=dict)
     baseline: dict[str, float] = field(default_factory=dict)
     examples: list[Example] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=dict)  # pairs, tokens, words, ...
+    counts: dict[str, Any] = field(default_factory=dict)  # pairs, tokens, words, ..., the ROUGE lemmas
     notes: list[str] = field(default_factory=list)  # one line each: how the numbers were made
 
 
@@ -85,6 +85,9 @@ def generated_scores(
     evaluation = Evaluation(score_texts(generated.predictions, references, rot5_preprocessing), examples=examples)
     if lead:
         evaluation.baseline = lead_scores(inputs, references, rot5_preprocessing)
+    if rot5_preprocessing:  # which lemmas produced the ROUGE figures: WordNet's (ROT5's) or Porter's stems
+        evaluation.counts["rouge_rot5_lemmas"] = rot5_lemmas()
+        evaluation.notes.append(f"ROUGE after ROT5's preprocessing, lemmatised by {LEMMAS[rot5_lemmas()]}")
     rate = generated.new_tokens / generated.seconds if generated.seconds else 0.0
     evaluation.notes.append(
         f"generated {generated.new_tokens:,} tokens for {len(examples):,} inputs in {generated.seconds:.1f} s: "
@@ -121,7 +124,11 @@ def evaluate_pairs(
     )
     scores, baseline = loss_scores(nll, model.config.vocab_size, prefix)
     evaluation.scores, evaluation.baseline = scores | evaluation.scores, baseline | evaluation.baseline
-    evaluation.counts = {"pairs": len(pairs), "inputs": len(grouped), "reference_tokens": nll.tokens}
+    evaluation.counts = {
+        "pairs": len(pairs),
+        "inputs": len(grouped),
+        "reference_tokens": nll.tokens,
+    } | evaluation.counts
     cut = f"; {nll.cut:,} references cut to the model's {model.config.max_positions:,} positions" if nll.cut else ""
     evaluation.notes.insert(0, f"loss over all {len(pairs):,} pairs: {nll.tokens:,} reference tokens{cut}")
     return evaluation
@@ -136,6 +143,7 @@ def evaluate_documents(
     device="cpu",
     progress: bool = False,
     prefix: str = "test",
+    rot5_preprocessing: bool = False,
     **options: Any,
 ) -> Evaluation:
     """The loss per token and per word over every document, then `samples` examples (None: none) continued from
@@ -143,12 +151,14 @@ def evaluate_documents(
     nll = document_nll(model, encoding, documents, batch_size, device, progress)
     words = sum(len(document.split()) for document in documents)
     examples = continuation_examples(encoding, documents, samples) if samples else []
-    evaluation = generated_scores(model, encoding.text, examples, batch_size, lead=False, progress=progress, **options)
+    evaluation = generated_scores(
+        model, encoding.text, examples, batch_size, rot5_preprocessing, lead=False, progress=progress, **options
+    )
     scores, baseline = loss_scores(nll, model.config.vocab_size, prefix)
     scores[f"{prefix}_word_perplexity"] = word_perplexity(nll.total, words)
     baseline[f"{prefix}_word_perplexity"] = word_perplexity(nll.tokens * math.log(model.config.vocab_size), words)
     evaluation.scores, evaluation.baseline = scores | evaluation.scores, baseline | evaluation.baseline
-    evaluation.counts = {"documents": len(documents), "tokens": nll.tokens, "words": words}
+    evaluation.counts = {"documents": len(documents), "tokens": nll.tokens, "words": words} | evaluation.counts
     evaluation.notes.insert(
         0,
         f"loss over all {len(documents):,} documents: {nll.tokens:,} tokens (each document's EOS among them), "
@@ -173,6 +183,10 @@ def continuation_examples(encoding: TextEncoding, documents: list[str], n: int) 
     ]
 
 
+LEMMAS = {
+    "wordnet": "NLTK's WordNet lemmatiser (as ROT5)",
+    "porter": "the Porter stemmer (NLTK's WordNet data is not installed; ROT5 used WordNet's lemmas)",
+}
 CHARS_A_TOKEN = 16  # a document is cut to n windows of this many characters a token before it is encoded
 
 
