@@ -37,16 +37,22 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Annotated
 
 import torch
 
+from encdec.errors import ConfigError
 from encdec.generation.generate import generate
+from encdec.schema import Range, argument_type
 from encdec.serving.scheduler import Scheduler
 
 sys.path.insert(0, str(Path(__file__).parent))
 from generate_systems import SHAPES, build_pair, ctranslate2_systems  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+MULTI30K = Path("translation") / "multi30k"
+TOKENIZER = Path("tokenizers") / "mistral_tokenizer.model.v1"
+MOST_CLIENTS = 4096  # client threads a round may start
 WINDOW = 0.010  # a static batcher's wait for more requests after the first
 # Between two samples of the peak resident set: a sampler thread takes the GIL from the thread that computes
 # each time it wakes, and every 2 ms it cost both batching systems 10-15% of their requests/s at 32 clients.
@@ -58,10 +64,10 @@ def workload(data: Path, vocab: int) -> list[tuple[torch.Tensor, int]]:
     (ids past the model's vocabulary folded into it)."""
     import sentencepiece
 
-    sp = sentencepiece.SentencePieceProcessor(model_file=str(data / "tokenizers" / "mistral_tokenizer.model.v1"))
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(data / TOKENIZER))
 
     def lines(language):
-        with gzip.open(data / "translation" / "multi30k" / f"test_2016_flickr.{language}.gz", "rt") as f:
+        with gzip.open(data / MULTI30K / f"test_2016_flickr.{language}.gz", "rt") as f:
             return [line.strip() for line in f]
 
     pairs = zip(sp.encode(lines("en")), sp.encode(lines("de")))
@@ -171,20 +177,49 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
-def main(argv: list[str] | None = None) -> None:
+def checked(annotation, flag: str):
+    """An argparse type for `flag`, declared as `annotation` and checked as encdec checks its own options; a
+    refusal is argparse's one-line error."""
+    parse = argument_type(annotation, flag)
+
+    def check(text: str):
+        try:
+            return parse(text)
+        except ConfigError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return check
+
+
+def client_counts(text: str) -> list[int]:
+    """--clients: comma-separated counts of 1 to MOST_CLIENTS."""
+    return [checked(Annotated[int, Range(1, MOST_CLIENTS)], "--clients")(count) for count in text.split(",")]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", default="1,8,32,128", help="client counts, comma-separated")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--clients", type=client_counts, default="1,8,32,128", help="client counts, comma-separated")
+    parser.add_argument("--repeats", type=checked(Annotated[int, Range(1, 100)], "--repeats"), default=3)
     parser.add_argument("--shape", choices=SHAPES, default="t5-small")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--threads", type=checked(Annotated[int, Range(1, 1024)], "--threads"), default=None)
     parser.add_argument("--data", type=Path, default=DATA, help="the shared data folder (Multi30k, the tokenizer)")
     parser.add_argument("--no-ctranslate2", action="store_true", help="leave CTranslate2 out even if installed")
     args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no GPU")
+    needed = [args.data / MULTI30K / f"test_2016_flickr.{language}.gz" for language in ("en", "de")]
+    if not all(path.is_file() for path in [*needed, args.data / TOKENIZER]):
+        parser.error(f"--data {args.data}: no Multi30k test sentences and Mistral tokenizer there")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    counts = [int(c) for c in args.clients.split(",")]
+    counts = args.clients
     made = {}
 
     def load():  # in the scheduler's thread: the one thread that computes

@@ -1,23 +1,14 @@
 """benchmarks/bench_generate.py at a toy shape: its flags, its table and its token checks."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-TOY = dict(vocab_size=64, d_model=16, d_kv=4, num_heads=4, d_ff=32, num_layers=1, num_decoder_layers=1)
+from tests.bench_kit import load_benchmark
 
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location("bench_generate", BENCHMARKS / "bench_generate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules["generate_systems"].SHAPES, "toy", TOY)
+    module = load_benchmark(monkeypatch, "bench_generate")
     monkeypatch.setattr(module, "SOURCE", 12)
     monkeypatch.setattr(module, "NEW", 5)
     return module

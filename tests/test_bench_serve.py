@@ -1,25 +1,20 @@
 """benchmarks/bench_serve.py at a toy shape: its workload from Multi30k and its table, one row per client
 count and system."""
 
+import contextlib
 import gzip
-import importlib.util
-import sys
-from pathlib import Path
+import io
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-TOY = dict(vocab_size=64, d_model=16, d_kv=4, num_heads=4, d_ff=32, num_layers=1, num_decoder_layers=1)
+from tests.bench_kit import load_benchmark
 
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location("bench_serve", BENCHMARKS / "bench_serve.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules["generate_systems"].SHAPES, "toy", TOY)
-    return module
+    return load_benchmark(monkeypatch, "bench_serve")
 
 
 def test_the_workload_is_multi30k_in_sentencepiece_tokens_with_the_reference_lengths(bench, shared_data):
@@ -45,3 +40,30 @@ def test_a_toy_run_prints_every_system_for_every_client_count(bench, shared_data
     for row in rows:
         rps, tps, p50, p95, p99, peak = map(float, row[2:])
         assert rps > 0 and tps > rps and 0 < p50 <= p95 <= p99 and peak > 0
+
+
+NUMBERS = {"--clients": (1, 4096), "--repeats": (1, 100), "--threads": (1, 1024)}
+
+
+@settings(max_examples=100, deadline=None)
+@given(flag=st.sampled_from(sorted(NUMBERS)), value=st.one_of(st.integers(-(10**12), 10**12).map(str), st.text()))
+def test_every_number_is_taken_within_its_range_or_refused_in_one_line(flag, value):
+    bench = load_benchmark(pytest.MonkeyPatch(), "bench_serve")
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            args = bench.parse_args([flag, value])
+    except SystemExit as stop:
+        lines = errors.getvalue().strip().splitlines()  # argparse's usage, then the one sentence
+        assert stop.code == 2 and lines[0].startswith("usage:") and sum("error" in line for line in lines) == 1
+        assert f": error: argument {flag}: {flag} must be" in lines[-1]
+        return
+    low, high = NUMBERS[flag]
+    number = getattr(args, flag[2:])
+    assert all(low <= n <= high for n in (number if isinstance(number, list) else [number]))
+
+
+def test_a_data_folder_without_multi30k_is_refused_in_one_line(bench, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--data", str(tmp_path)])
+    assert "no Multi30k test sentences and Mistral tokenizer there" in capsys.readouterr().err

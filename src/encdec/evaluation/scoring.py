@@ -175,7 +175,7 @@ def word_perplexity(total_nll: float, words: int) -> float:
 def continuation_examples(encoding: TextEncoding, documents: list[str], n: int) -> list[Example]:
     """Up to `n` examples continuing the documents from windows of source_length tokens (continuation_splits)."""
     decode = encoding.text.decode
-    documents = [document[: n * encoding.source_length * CHARS_A_TOKEN] for document in documents[:n]]
+    documents = continuation_texts(documents, encoding.source_length, n)
     ids = encoding.encode_documents(documents) if documents else []
     return [
         Example(decode(source, skip_special_tokens=True), [decode(target, skip_special_tokens=True)])
@@ -188,6 +188,12 @@ LEMMAS = {
     "porter": "the Porter stemmer (NLTK's WordNet data is not installed; ROT5 used WordNet's lemmas)",
 }
 CHARS_A_TOKEN = 16  # a document is cut to n windows of this many characters a token before it is encoded
+
+
+def continuation_texts(texts: list[str], length: int, n: int) -> list[str]:
+    """The first `n` texts, each cut to what n windows of `length` tokens can hold (CHARS_A_TOKEN characters a
+    token), so a long running text is not encoded whole for a few examples."""
+    return [text[: n * length * CHARS_A_TOKEN] for text in texts[:n]]
 
 
 def continuation_splits(documents: list[list[int]], length: int, n: int) -> list[tuple[list[int], list[int]]]:

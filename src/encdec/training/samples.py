@@ -11,7 +11,7 @@ from torch import nn
 from encdec.errors import DataError
 from encdec.evaluation.generated import generate_texts
 from encdec.evaluation.metrics import score_texts
-from encdec.evaluation.scoring import CHARS_A_TOKEN, continuation_splits
+from encdec.evaluation.scoring import continuation_splits, continuation_texts
 from encdec.runs.config import RunConfig
 from encdec.runs.text import RunTokenizer
 from encdec.tokenizers import Tokenizer
@@ -29,7 +29,7 @@ def sample_pairs(cfg: RunConfig, tokenizer: Tokenizer, n: int) -> list[tuple[str
     if cfg.objective.kind == "seq2seq":
         return [(s, t) for s, t in val]
     length = cfg.objective.seq_len
-    ids = tokenizer.encode([text[: n * length * CHARS_A_TOKEN] for text in val]) if val else []
+    ids = tokenizer.encode(continuation_texts(val, length, n)) if val else []
     return [tuple(tokenizer.decode([source, target])) for source, target in continuation_splits(ids, length, n)]
 
 
