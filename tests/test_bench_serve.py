@@ -52,7 +52,7 @@ def test_every_number_is_taken_within_its_range_or_refused_in_one_line(flag, val
     errors = io.StringIO()
     try:
         with contextlib.redirect_stderr(errors):
-            args = bench.parse_args([flag, value])
+            args = bench.parse_args([f"{flag}={value}"])  # "=": a value that begins with "-" is still its value
     except SystemExit as stop:
         lines = errors.getvalue().strip().splitlines()  # argparse's usage, then the one sentence
         assert stop.code == 2 and lines[0].startswith("usage:") and sum("error" in line for line in lines) == 1
