@@ -173,7 +173,10 @@ def test_init_scales_residual_projections_by_the_per_side_depth():
     "values,message",
     [
         (dict(order_type="SIDEWAYS"), "model.research.order_type must be one of ORIGINAL, ALT"),
-        (dict(embedding_loss="L1"), "model.research.embedding_loss must be one of NONE, MSE, COSINE, LOG_COSINE"),
+        (
+            dict(embedding_loss="KL"),
+            "model.research.embedding_loss must be one of NONE, MSE, COSINE, LOG_COSINE, L1, HUBER",
+        ),
         (dict(detach="ENCODER_OUT"), "model.research.detach is set but model.research.embedding_loss is NONE"),
         (dict(embedding_loss="MSE", embedding_loss_coeff=-1.0), "embedding_loss_coeff must be positive"),
     ],
@@ -197,11 +200,13 @@ def test_loss_options_take_the_seed_codes_defaults():
         "INIT",
         True,
     )
+    assert (r.embedding_aggregation, r.embedding_norm_affine) == ("MEAN", True)  # the seeds' mean and norms
 
 
+@pytest.mark.parametrize("position", ["learned", "rope"])
 @pytest.mark.parametrize("research", [{}, ALL_ON])
-def test_cached_decoding_equals_the_full_forward(research, device):
-    assert_lm_cached_equals_full(tiny("ar_encdec-tiny", research=research).to(device))
+def test_cached_decoding_equals_the_full_forward(research, position, device):
+    assert_lm_cached_equals_full(tiny("ar_encdec-tiny", research=research, position=position).to(device))
 
 
 def test_generate_greedy_equals_argmax_over_the_full_forward(device):

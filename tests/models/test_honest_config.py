@@ -160,10 +160,17 @@ def test_an_unused_field_is_refused_in_one_sentence(family, field):
         check_fields(config(family, **overrides))
 
 
+@pytest.mark.parametrize("position", ["sinusoidal", "relative"])
 @pytest.mark.parametrize("family", CAUSAL)
-def test_causal_lms_need_learned_positions(family):
-    with pytest.raises(ConfigError, match="needs model.position learned"):
-        build(family, position="rope")
+def test_causal_lms_need_learned_or_rope_positions(family, position):
+    with pytest.raises(ConfigError, match=f"needs model.position learned or rope, got '{position}'$"):
+        build(family, position=position)
+
+
+@pytest.mark.parametrize("family", CAUSAL)
+def test_causal_lms_refuse_rope_settings_without_rope(family):
+    with pytest.raises(ConfigError, match="^model.rope_theta acts only with model.position rope; remove it$"):
+        build(family, rope_theta=500.0)
 
 
 def test_rnn_decoder_depth_must_equal_the_encoders():
@@ -257,8 +264,9 @@ def test_a_late_parallel_decoder_starts_from_the_embeddings_beside_the_last_enco
         dict(n_kv_heads=2, n_experts=4),
         dict(norm_position="post", n_decoder_layers=1),
         dict(d_head=8, scale_embeddings=True, embedding_norm=True, scale_output=True),
+        dict(position="rope", rope_theta=500.0, n_kv_heads=2, d_head=8),
     ],
-    ids=["gqa-moe", "post-unequal", "d_head-scales"],
+    ids=["gqa-moe", "post-unequal", "d_head-scales", "rope-gqa"],
 )
 def test_cached_decoding_still_equals_the_full_forward(family, options):
     if family == "decoder_only":

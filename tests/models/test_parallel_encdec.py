@@ -76,9 +76,10 @@ def test_changing_a_token_leaves_earlier_logits_unchanged():
     assert not torch.allclose(a[:, 6:], b[:, 6:])
 
 
+@pytest.mark.parametrize("position", ["learned", "rope"])
 @pytest.mark.parametrize("research", [{}, ALL_ON])
-def test_cached_decoding_equals_the_full_forward(research, device):
-    assert_lm_cached_equals_full(tiny("parallel_encdec-tiny", research=research).to(device))
+def test_cached_decoding_equals_the_full_forward(research, position, device):
+    assert_lm_cached_equals_full(tiny("parallel_encdec-tiny", research=research, position=position).to(device))
 
 
 def test_generate_greedy_equals_argmax_over_the_full_forward(device):

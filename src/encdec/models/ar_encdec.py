@@ -1,6 +1,6 @@
 """The auto-regressive encoder-decoder of seed 000 (SEEDS.md section 3), a causal LM.
 
-    E    = dropout(token + position[0..T-1])
+    E    = dropout(token + position[0..T-1])             token alone with position rope
     enc  = [causal block] x N_enc (E)                   no final norm
     d    = Linear(C, C)(LN?(enc)) (+ position[1..T])     add_ln_before_decoder_ff, add_pos_embed_to_decoder
     d    = [decoder block(d, enc)] x N_dec               self-attn, causal cross-attn, MLP (ALT: cross first)
@@ -14,8 +14,9 @@ two stack sizes (the seed's "next step"). Every decoder block cross-attends to t
 encoder output through its own LayerNorm of it; decoder position t sees encoder positions <= t,
 so a cached step runs one more encoder position and appends it to growing cross-attention
 caches. The position table has max_positions + 1 rows when positions 1..T are added or
-subtracted. The settings the causal LMs share (GQA, experts, ...) are honoured as
-encdec.models.causal_lm lists; expert losses are reported per side (moe_aux_encoder, ...).
+subtracted (with position rope it is kept for that alone: see causal_lm). The settings the
+causal LMs share (GQA, experts, RoPE, ...) are honoured as encdec.models.causal_lm lists;
+expert losses are reported per side (moe_aux_encoder, ...).
 
 Shapes: B batch, T length, C model dim, V vocabulary.
 """
@@ -30,6 +31,7 @@ from encdec.models.causal_lm import (
     StackOutput,
     build_causal_block,
     build_cross_block,
+    build_rotaries,
     check_lm_config,
     new_kv_caches,
 )
@@ -47,10 +49,13 @@ class AREncoderDecoder(ResearchLM, nn.Module):
         refuse_unused(cfg, self.UNUSED)
         check_lm_config(cfg)
         self.config = cfg
-        self.build_embeddings(cfg, extra_positions=int(cfg.research.extra_position))
-        self.encoder_blocks = nn.ModuleList(build_causal_block(cfg) for _ in range(cfg.n_encoder_layers))
+        self.build_embeddings(cfg, next_positions=cfg.research.extra_position)
+        rotary, cross_rotary = build_rotaries(cfg)
+        self.encoder_blocks = nn.ModuleList(build_causal_block(cfg, rotary) for _ in range(cfg.n_encoder_layers))
         self.build_decoder_input(cfg)
-        self.decoder_blocks = nn.ModuleList(build_cross_block(cfg) for _ in range(cfg.decoder_layers))
+        self.decoder_blocks = nn.ModuleList(
+            build_cross_block(cfg, rotary, cross_rotary) for _ in range(cfg.decoder_layers)
+        )
         self.build_output_norms(cfg)
         self.embedding_loss = build_embedding_loss(cfg)
         self.lm_head = build_lm_head(cfg)

@@ -26,6 +26,15 @@ experts (whose aux and z losses join the loss), scale_embeddings, embedding_norm
 scale_output, tie_embeddings, bias, dropout. A family refuses, in one sentence, any
 setting it has no use for (LM_UNUSED plus its own UNUSED).
 
+Positions are learned (nanoGPT: a table added to the token embeddings) or rope (Su et al.
+2021: queries and keys of every self-attention rotated by their stream positions, and of
+cross-attention too unless rope_cross is none; the input holds token embeddings alone).
+Encoder and decoder read the same positions, so cross-attention's RoPE is rope_cross
+relative; prepended (decoder positions after the source's) has no meaning here and is
+refused. With rope, a research model that adds or subtracts the positions 1..T
+(add_pos_embed_to_decoder, sub_pos_embed) keeps a learned table of max_positions + 1 rows
+for that alone. Keys are cached rotated, so a cached step equals the full forward.
+
 Shapes: B batch, R rows (B * beams), T new positions, C model dim, V vocabulary.
 """
 
@@ -57,22 +66,21 @@ from encdec.modules import (
     EncoderBlock,
     KVCache,
     LearnedPositions,
+    RotaryEmbedding,
     additive_mask,
     as_bool_mask,
     causal_mask,
     lm_head,
 )
 
-# What no causal LM uses: other position schemes (position must be learned), Marian and BART's
-# checkpoint details, the RNN's options. Each family adds its own to these.
+# What no causal LM uses: other position schemes (position must be learned or rope), Marian and
+# BART's checkpoint details, the RNN's options. Each family adds its own to these.
 LM_UNUSED = frozenset(
     {
         "sinusoidal_layout",
         "position_offset",
         "relative_buckets",
         "relative_max_distance",
-        "rope_theta",
-        "rope_cross",
         "final_logits_bias",
         "rnn_cell",
         "rnn_attention",
@@ -80,26 +88,68 @@ LM_UNUSED = frozenset(
 )
 
 
-def build_causal_block(cfg: ModelConfig) -> EncoderBlock:
+def build_causal_block(cfg: ModelConfig, rotary: RotaryEmbedding | None = None) -> EncoderBlock:
     """A GPT block, x += attn(ln1(x)); x += mlp(ln2(x)) (post-norm: a norm after each addition), causal
     through its inputs. The MLP's only dropout is the block's residual one, as in nanoGPT."""
-    return build_encoder_block(cfg, ffn_dropout=0.0)
+    return build_encoder_block(cfg, rotary, ffn_dropout=0.0)
 
 
-def build_cross_block(cfg: ModelConfig) -> DecoderBlock:
+def cross_heads(cfg: ModelConfig) -> int:
+    """The research families' cross-attention heads: cross_n_heads, default 2 x n_heads."""
+    return cfg.cross_n_heads or 2 * cfg.n_heads
+
+
+def build_rotaries(cfg: ModelConfig, cross: bool = True) -> tuple[RotaryEmbedding | None, RotaryEmbedding | None]:
+    """With position rope, the rotation of self-attention's heads and of cross-attention's (None without
+    `cross` or with rope_cross none; the same module when both are as wide); (None, None) with learned
+    positions."""
+    if cfg.position != "rope":
+        return None, None
+    rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
+    if not cross or cfg.rope_cross == "none":
+        return rotary, None
+    heads = cross_heads(cfg)
+    width = cfg.head_dim if heads == cfg.n_heads else cfg.d_model // heads  # as components.build_attention
+    if width % 2:
+        raise ConfigError(
+            f"RoPE in cross-attention needs an even head width, got d_model / cross heads = {width}; "
+            "set model.rope_cross none or other model.cross_n_heads"
+        )
+    return rotary, rotary if width == cfg.head_dim else RotaryEmbedding(width, cfg.rope_theta)
+
+
+def build_cross_block(
+    cfg: ModelConfig, rotary: RotaryEmbedding | None = None, cross_rotary: RotaryEmbedding | None = None
+) -> DecoderBlock:
     """Self-attention, causal cross-attention (cross_n_heads, default 2 x n_heads) with its own
     norm of the memory, and MLP; research.order_type ALT puts cross-attention first."""
-    cross_heads = cfg.cross_n_heads or 2 * cfg.n_heads
-    if cross_heads != cfg.n_heads and cfg.d_model % cross_heads:
-        raise ConfigError(f"model.cross_n_heads ({cross_heads}) must divide model.d_model ({cfg.d_model})")
+    heads = cross_heads(cfg)
+    if heads != cfg.n_heads and cfg.d_model % heads:
+        raise ConfigError(f"model.cross_n_heads ({heads}) must divide model.d_model ({cfg.d_model})")
     return build_decoder_block(
-        cfg, cross_heads=cross_heads, ffn_dropout=0.0, cross_first=cfg.research.order_type == "ALT", memory_norm=True
+        cfg,
+        rotary,
+        cross_rotary,
+        cross_heads=heads,
+        ffn_dropout=0.0,
+        cross_first=cfg.research.order_type == "ALT",
+        memory_norm=True,
     )
 
 
 def check_lm_config(cfg: ModelConfig) -> None:
-    if cfg.position != "learned":
-        raise ConfigError(f"model.family {cfg.family} needs model.position learned, got {cfg.position!r}")
+    """Refuse the position settings a causal LM cannot honour, each in one sentence."""
+    if cfg.position not in ("learned", "rope"):
+        raise ConfigError(f"model.family {cfg.family} needs model.position learned or rope, got {cfg.position!r}")
+    if cfg.position == "learned":
+        for key in ("rope_theta", "rope_cross"):
+            if getattr(cfg, key) != getattr(ModelConfig, key):
+                raise ConfigError(f"model.{key} acts only with model.position rope; remove it")
+    elif cfg.rope_cross == "prepended":
+        raise ConfigError(
+            f"model.rope_cross prepended does not apply to the {cfg.family} family, whose encoder and decoder "
+            "read the same positions; use relative or none"
+        )
 
 
 def stream_positions(offset: int, T: int, device, pad: torch.Tensor | None = None) -> torch.Tensor:
@@ -111,17 +161,20 @@ def stream_positions(offset: int, T: int, device, pad: torch.Tensor | None = Non
     return (pos[None, :] - pad[:, None]).clamp(min=0)  # (R, T)
 
 
-def causal_inputs(offset: int, T: int, device, dtype, pad: torch.Tensor | None = None) -> AttentionInputs:
+def causal_inputs(
+    offset: int, T: int, device, dtype, pad: torch.Tensor | None = None, positions: torch.Tensor | None = None
+) -> AttentionInputs:
     """Attention inputs for T new positions after `offset` cached ones; keys are all positions so far,
-    less each row's first pad (R,) columns when rows are left-padded."""
+    less each row's first pad (R,) columns when rows are left-padded. `positions` (T,) or (R, T), those
+    of the new columns, rotate queries and new keys under RoPE (and are ignored without it)."""
     if pad is None and offset == 0:
-        return AttentionInputs(is_causal=True)
+        return AttentionInputs(is_causal=True, q_pos=positions, k_pos=positions)
     allowed = causal_mask(T, offset + T, offset, device) if T > 1 else None  # one new position sees everything
     if pad is not None:
         real = torch.arange(offset + T, device=device)[None, :] >= pad[:, None]  # (R, offset+T)
         real = real[:, None, None, :]  # (R, 1, 1, offset+T)
         allowed = real if allowed is None else real & allowed  # (R, 1, T, offset+T)
-    return AttentionInputs(mask=additive_mask(allowed, None, dtype))
+    return AttentionInputs(mask=additive_mask(allowed, None, dtype), q_pos=positions, k_pos=positions)
 
 
 def left_padding(mask: torch.Tensor) -> torch.Tensor | None:
@@ -185,17 +238,23 @@ class PromptedLM(GenerationMixin, abc.ABC):
 
     config: ModelConfig
 
-    def build_embeddings(self, cfg: ModelConfig, extra_positions: int = 0) -> None:
-        """Token and position tables (max_positions + extra_positions rows), dropout, embedding norm, scales."""
+    def build_embeddings(self, cfg: ModelConfig, next_positions: bool = False) -> None:
+        """Token table, dropout, embedding norm, scales, and the learned position table: max_positions rows,
+        one more when `next_positions` (1..T) are looked up; with position rope, only for those, else None."""
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.positions = LearnedPositions(cfg.max_positions + extra_positions, cfg.d_model)
+        rows = cfg.max_positions + int(next_positions)
+        self.positions = LearnedPositions(rows, cfg.d_model) if cfg.position == "learned" or next_positions else None
         self.dropout = Dropout(cfg.dropout)
         self.embed_norm = build_embedding_norm(cfg)
         self.embed_scale, self.output_scale = embedding_scale(cfg), output_scale(cfg)
 
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """ids (B, T) at positions pos (T,) or (B, T) -> E (B, T, C) = dropout(norm?(token * scale + position))."""
-        return self.dropout(self.embed_norm(self.embed(ids) * self.embed_scale + self.positions(pos)))
+        """ids (B, T) at positions pos (T,) or (B, T) -> E (B, T, C) = dropout(norm?(token * scale + position)),
+        without the position under RoPE (it rotates queries and keys instead)."""
+        x = self.embed(ids) * self.embed_scale
+        if self.config.position == "learned":
+            x = x + self.positions(pos)
+        return self.dropout(self.embed_norm(x))
 
     def embed_columns(self, ids: torch.Tensor, offset: int = 0, pad: torch.Tensor | None = None) -> StreamColumns:
         """ids (B, T) at columns offset..offset+T-1 -> their positions, embeddings and attention inputs;
@@ -204,7 +263,7 @@ class PromptedLM(GenerationMixin, abc.ABC):
         self.check_positions(offset + T)
         pos = stream_positions(offset, T, ids.device, pad)  # (T,) or (B, T)
         E = self.embed_tokens(ids, pos)  # (B, T, C)
-        return StreamColumns(pos, E, causal_inputs(offset, T, ids.device, E.dtype, pad))
+        return StreamColumns(pos, E, causal_inputs(offset, T, ids.device, E.dtype, pad, pos))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (B, T, C) -> logits (B, T, V), through the tied head unless lm_head is set."""

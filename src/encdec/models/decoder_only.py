@@ -2,6 +2,9 @@
 
     x -> token + learned position -> dropout -> [causal block] x n_encoder_layers -> LayerNorm -> tied head
 
+With position rope there is no position table: every self-attention rotates its queries and
+keys by their positions (causal_lm) and the input is the token embedding alone.
+
 The depth is n_encoder_layers (the seeds' n_layer; n_decoder_layers is refused: there is
 one stack); the MLP is C -> d_ff -> C with exact GELU; no biases with bias false. The
 settings the causal LMs share (GQA, experts, norm position, ...) are honoured as
@@ -19,6 +22,7 @@ from encdec.models.causal_lm import (
     LMState,
     PromptedLM,
     build_causal_block,
+    build_rotaries,
     check_lm_config,
     new_kv_caches,
 )
@@ -31,7 +35,8 @@ from encdec.modules import KVCache
 
 
 class DecoderOnly(PromptedLM, nn.Module):
-    UNUSED = LM_UNUSED | {"n_decoder_layers", "cross_n_heads", "cross_n_kv_heads", "research"}  # no second stack
+    # one stack: no decoder depth, cross-attention or research options
+    UNUSED = LM_UNUSED | {"n_decoder_layers", "cross_n_heads", "cross_n_kv_heads", "rope_cross", "research"}
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -39,7 +44,8 @@ class DecoderOnly(PromptedLM, nn.Module):
         check_lm_config(cfg)
         self.config = cfg
         self.build_embeddings(cfg)
-        self.blocks = nn.ModuleList(build_causal_block(cfg) for _ in range(cfg.n_encoder_layers))
+        rotary, _ = build_rotaries(cfg, cross=False)
+        self.blocks = nn.ModuleList(build_causal_block(cfg, rotary) for _ in range(cfg.n_encoder_layers))
         self.final_norm = build_final_norm(cfg)
         self.lm_head = build_lm_head(cfg)
 

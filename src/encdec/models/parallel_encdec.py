@@ -1,6 +1,6 @@
 """The parallel encoder-decoder of seed 001 (SEEDS.md section 4), a causal LM.
 
-    enc_0 = E = dropout(token + position[0..T-1])
+    enc_0 = E = dropout(token + position[0..T-1])          token alone with position rope
     dec_0 = Linear(C, C)(LN?(E)) (+ position[1..T])        add_pos_embed_to_decoder
     layer l:  enc_l = causal block(enc_{l-1})                self-attn, MLP
               dec_l = decoder block(dec_{l-1}, enc_l)        self-attn, causal cross-attn to THIS
@@ -32,6 +32,7 @@ from encdec.models.causal_lm import (
     StackOutput,
     build_causal_block,
     build_cross_block,
+    build_rotaries,
     check_lm_config,
     new_kv_caches,
 )
@@ -45,10 +46,11 @@ class ParallelLayer(nn.Module):
     """One layer: the encoder block, then (from the layer where the decoder starts) the decoder block
     attending to its output."""
 
-    def __init__(self, cfg: ModelConfig, with_decoder: bool = True):
+    def __init__(self, cfg: ModelConfig, with_decoder: bool = True, rotaries: tuple = (None, None)):
         super().__init__()
-        self.encoder_block = build_causal_block(cfg)
-        self.decoder_block = build_cross_block(cfg) if with_decoder else None
+        rotary, cross_rotary = rotaries  # RoPE's rotations (position rope), shared by every layer
+        self.encoder_block = build_causal_block(cfg, rotary)
+        self.decoder_block = build_cross_block(cfg, rotary, cross_rotary) if with_decoder else None
 
     def forward(
         self,
@@ -81,11 +83,12 @@ class ParallelEncoderDecoder(ResearchLM, nn.Module):
                 "with an encoder block, so its decoder may start late but not early"
             )
         self.config = cfg
-        self.build_embeddings(cfg, extra_positions=int(cfg.research.extra_position))
+        self.build_embeddings(cfg, next_positions=cfg.research.extra_position)
         self.build_decoder_input(cfg)
         self.decoder_start = cfg.n_encoder_layers - cfg.decoder_layers  # layers before it hold no decoder block
+        rotaries = build_rotaries(cfg)
         self.layers = nn.ModuleList(
-            ParallelLayer(cfg, with_decoder=i >= self.decoder_start) for i in range(cfg.n_encoder_layers)
+            ParallelLayer(cfg, i >= self.decoder_start, rotaries) for i in range(cfg.n_encoder_layers)
         )
         self.build_output_norms(cfg)
         self.encoder_loss = build_embedding_loss(cfg)
