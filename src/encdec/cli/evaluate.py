@@ -10,7 +10,7 @@ data.format by default, else told by the extension: .tsv tsv, .txt text, two fil
   input (or the first --samples) and scored: ROUGE-1/2/L/Lsum, BLEU, chrF, TER, exact match.
   Consecutive pairs with the same source (--target-list each) are one input with several
   references, which BLEU, chrF and TER take together (ROUGE the best, exact match any);
-- text (text, jsonl, tinystories, instruct-text): the loss per token over every document, its
+- text (text, jsonl, tinystories, instruct-text, instruct-records): the loss per token over every document, its
   perplexity, and the perplexity per whitespace-separated word, which compares tokenizers. A
   causal LM slides windows of its context over each document; an encoder-decoder predicts
   each half-length window given the previous one, as UL2's S-denoiser reads a chunk

@@ -9,8 +9,9 @@ at most MAX_CORPUS_LINE_BYTES, documents gathered from lines at most
 MAX_DOCUMENT_CHARS, a gzip file checked to its end before it is used.
 
 Formats: TinyStories (`<|endoftext|>`-separated stories), TinyStoriesInstruct
-records (`Features:` / `Words:` / `Summary:` / `Story:`), plain text, JSONL
-(texts or pairs), line-aligned parallel files, TSV pairs.
+records (`Features:` / `Words:` / `Summary:` / `Story:`: their Story -> Summary pairs,
+their stories alone, or the whole records as text), plain text, JSONL (texts or
+pairs), line-aligned parallel files, TSV pairs.
 """
 
 from __future__ import annotations
@@ -148,6 +149,32 @@ def parse_instruct_record(text: str) -> InstructRecord:
 def iter_instruct_records(path: str | Path) -> Iterator[InstructRecord]:
     """Every TinyStoriesInstruct record of a file (records are `<|endoftext|>`-separated)."""
     return (parse_instruct_record(text) for text in iter_tinystories(path))
+
+
+def iter_instruct_stories(path: str | Path) -> Iterator[str]:
+    """The non-empty stories of a TinyStoriesInstruct file, without their other lines."""
+    return (record.story for record in iter_instruct_records(path) if record.story)
+
+
+def iter_instruct_record_texts(path: str | Path) -> Iterator[str]:
+    """Each TinyStoriesInstruct record whole, as written (`Features:` ... `Story:` lines, trailing spaces
+    dropped): the task data read as unlabeled text, as ROT5 pretrained its mini model on it.
+
+    A record with none of the Instruct keys is refused: the file is then plain stories (format tinystories).
+    """
+
+    def texts() -> Iterator[str]:
+        for number, text in enumerate(iter_tinystories(path), start=1):
+            lines = [line.rstrip() for line in text.split("\n")]
+            keys = {name.strip() for name, sep, _ in (line.partition(":") for line in lines) if sep}
+            if not keys & set(INSTRUCT_KEYS):
+                raise DataError(
+                    f"{path} record {number} has no line starting with {', '.join(k + ':' for k in INSTRUCT_KEYS)}; "
+                    "is it a TinyStoriesInstruct file? (plain stories: format tinystories)"
+                )
+            yield "\n".join(lines)
+
+    return texts()
 
 
 def iter_instruct_pairs(path: str | Path) -> Iterator[tuple[str, str]]:
@@ -290,6 +317,8 @@ def read_corpus(format: str, paths: list[str | Path], **options) -> Iterator[str
         "text": iter_plain_text,
         "jsonl": iter_jsonl_texts,
         "instruct": iter_instruct_pairs,
+        "instruct-text": iter_instruct_stories,  # the stories alone; ROT5 pretrained its mini on whole records
+        "instruct-records": iter_instruct_record_texts,
         "jsonl-pairs": iter_jsonl_pairs,
         "tsv": iter_tsv_pairs,
     }
@@ -297,14 +326,10 @@ def read_corpus(format: str, paths: list[str | Path], **options) -> Iterator[str
         if len(paths) != 2:
             raise DataError(f"format 'parallel' needs two files (source and target), got {len(paths)}")
         return iter_parallel(paths[0], paths[1])
-    if format == "instruct-text":  # the Instruct stories as unlabeled LM text, as the ROT5 mini pretraining used
-        return (s for p in paths for s in (r.story for r in iter_instruct_records(p)) if s)
     if format not in readers:
-        raise DataError(
-            f"corpus format {short(format)} is unknown; choose one of {', '.join([*readers, 'parallel', 'instruct-text'])}"
-        )
+        raise DataError(f"corpus format {short(format)} is unknown; choose one of {', '.join([*readers, 'parallel'])}")
     return (item for path in paths for item in readers[format](path, **options))
 
 
 PAIR_FORMATS = ("instruct", "jsonl-pairs", "tsv", "parallel")
-TEXT_FORMATS = ("tinystories", "text", "jsonl", "instruct-text")
+TEXT_FORMATS = ("tinystories", "text", "jsonl", "instruct-text", "instruct-records")

@@ -11,6 +11,7 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.generation.config import SourceLength
 from encdec.interop.generation_config import checked_defaults
 from encdec.models import ModelConfig, build_model
+from encdec.models.config import CAUSAL_LMS
 from encdec.models.memory import check_weights_fit
 from encdec.runs.adapter import load_adapted
 from encdec.runs.checkpoint import load_state, load_weights
@@ -57,11 +58,11 @@ def load_run(run_dir: str | Path | RunDir, which: str = "best", max_source_len: 
 
 def check_max_source_len(max_source_len: int | None, cfg: ModelConfig) -> None:
     """ConfigError where inputs would be cut to more tokens than generation takes (SourceLength) or than
-    the model's absolute position table holds (a longer input could not be encoded)."""
+    the model's absolute position table or a causal LM's context holds (a longer input could not be encoded)."""
     if max_source_len is None:
         return
     value_of(SourceLength, max_source_len, "max_source_len")
-    if cfg.position in ("sinusoidal", "learned") and max_source_len > cfg.max_positions:
+    if (cfg.position in ("sinusoidal", "learned") or cfg.family in CAUSAL_LMS) and max_source_len > cfg.max_positions:
         raise ConfigError(
             f"max_source_len is {max_source_len:,} but this model has {cfg.max_positions:,} positions for its input"
         )
