@@ -32,6 +32,8 @@ def test_compare_trains_each_run_and_prints_the_seeds_table(capsys, tmp_path, ti
     rows = json.loads((out / "results.json").read_text())
     assert [r["run"] for r in rows] == ["t5", "rot5"]
     assert rows[0]["parameters"] != rows[1]["parameters"]
+    assert len(rows[0]["seed_val_losses"]) == 2  # each seed's, for the paired differences of docs/experiments.md
+    assert sum(rows[0]["seed_val_losses"]) / 2 == pytest.approx(rows[0]["val_loss"][0])
     assert (out / "curves.png").stat().st_size > 10_000
 
     metrics = out / "t5" / "seed1" / "metrics.jsonl"
@@ -39,6 +41,21 @@ def test_compare_trains_each_run_and_prints_the_seeds_table(capsys, tmp_path, ti
     assert main(["compare", "--experiment", str(experiment), "--out", str(out)]) == 0  # finished runs are reused
     assert metrics.stat().st_mtime_ns == before
     assert capsys.readouterr().out == table
+
+
+def test_seed_in_a_value_is_each_runs_own_seed(capsys, tmp_path, tiny_config):
+    """A fine-tuning experiment starts each seed from the pretraining run of the same seed."""
+    pretrain, finetune = tmp_path / "pretrain.yaml", tmp_path / "finetune.yaml"
+    steps = {"training.steps": 2, "evaluation.interval": 2, "output.save_interval": 2}
+    pretrain.write_text(yaml.safe_dump({"base": tiny_config.name, "set": steps, "seeds": [1, 2], "runs": {"pre": {}}}))
+    assert main(["compare", "--experiment", str(pretrain), "--out", str(tmp_path / "pre")]) == 0
+    runs = {"ft": {"training.init_from": str(tmp_path / "pre" / "pre" / "seed{seed}")}}
+    finetune.write_text(yaml.safe_dump({"base": tiny_config.name, "set": steps, "seeds": [1, 2], "runs": runs}))
+    assert main(["compare", "--experiment", str(finetune), "--out", str(tmp_path / "ft")]) == 0
+    for seed in (1, 2):
+        saved = (tmp_path / "ft" / "ft" / f"seed{seed}" / "config.yaml").read_text()
+        assert f"seed{seed}" in saved and "{seed}" not in saved
+    capsys.readouterr()
 
 
 def test_compare_needs_configs_or_an_experiment(capsys, tmp_path):

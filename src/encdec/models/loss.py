@@ -9,10 +9,15 @@ each side (SEEDS.md section 2), the embedding loss of seed 000 and the encoder l
 (SEEDS.md sections 3 and 4). The reported cross-entropy is always the plain one, whatever the
 smoothing, so validation losses compare across runs.
 
+With a teacher (training.distill), the cross-entropy term is mixed with logit distillation
+(Hinton et al. 2015, section 2), both averaged over the same labelled target tokens:
+
+    loss = (1 - alpha) * CE + alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + aux
+
 Shapes: B batch, T target length, V vocabulary.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +55,7 @@ class Loss:
     ce: torch.Tensor  # plain cross-entropy: what is logged and validated
     objective: torch.Tensor  # the cross-entropy optimised: smoothed when label_smoothing > 0, else ce
     aux: torch.Tensor  # the weighted sum of the auxiliary terms (0 when there are none)
+    distill_kl: torch.Tensor | None = None  # the distillation KL (detached, for the log); None without a teacher
 
     @property
     def total(self) -> torch.Tensor:
@@ -76,6 +82,34 @@ def compute_loss(
     ce = cross_entropy(logits, labels)
     objective = cross_entropy(logits, labels, label_smoothing) if label_smoothing else ce
     return Loss(ce, objective, weighted_aux(aux_losses, cfg, ce))
+
+
+def distillation_kl(
+    logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """Mean KL(teacher_T || student_T) (in fp32) over the labelled tokens of logits (B, T, V), where labels
+    (B, T) is not IGNORE_INDEX, as cross_entropy averages; 0 (not nan) for a batch without labels."""
+    student = F.log_softmax(logits.float() / temperature, dim=-1)  # (B, T, V)
+    teacher = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    per_token = F.kl_div(student, teacher, reduction="none", log_target=True).sum(-1)  # (B, T)
+    scored = labels != IGNORE_INDEX
+    return torch.where(scored, per_token, 0.0).sum() / scored.sum().clamp(min=1)
+
+
+def distilled(
+    loss: Loss,
+    logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    labels: torch.Tensor,
+    alpha: float,
+    temperature: float,
+) -> Loss:
+    """`loss` with its objective mixed with the distillation term; T^2 keeps the soft targets' gradients at
+    the scale of the hard ones' whatever T (Hinton et al. 2015, section 2). alpha 0 optimises the objective
+    alone (bit for bit), the KL only logged."""
+    kl = distillation_kl(logits, teacher_logits, labels, temperature)
+    objective = loss.objective if alpha == 0 else (1 - alpha) * loss.objective + alpha * temperature**2 * kl
+    return replace(loss, objective=objective, distill_kl=kl.detach())
 
 
 def with_loss(

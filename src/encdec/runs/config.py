@@ -57,7 +57,7 @@ DISTRIBUTED = ("ddp", "fsdp")
 METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf")
 DATA_FORMATS = (*PAIR_FORMATS, *TEXT_FORMATS, "datasets")
 PATH_KEYS = (("data", "train"), ("data", "validation"), ("tokenizer", "path"), ("training", "init_from"))  # files
-NAMES_OR_PATHS = (("training", "init_from"), ("data", "dataset"))  # a Hub id where no such path exists
+NAMES_OR_PATHS = (("training", "init_from"), ("training.distill", "teacher"), ("data", "dataset"))  # or a Hub id
 DECODER_ONLY_OBJECTIVES = ("causal_lm", "prefix_lm")
 MAX_STREAM_BLOCK = 10_000_000
 # The largest values a run config accepts: far beyond any real run, small enough that nothing
@@ -189,6 +189,18 @@ class ScheduleSection:
 
 
 @dataclass
+class DistillSection:
+    """Logit distillation from a frozen teacher (Hinton et al. 2015, section 2): the step's objective becomes
+    (1 - alpha) * CE + alpha * temperature^2 * KL(teacher_T || student_T), over the target tokens CE counts;
+    the teacher needs the student's tokenizer and vocabulary (encdec.training.distill)."""
+
+    # a run directory (its best, else latest, checkpoint), a Hugging Face model directory or a Hub id
+    teacher: Annotated[str, Satisfies(lambda v: isinstance(v, str) and v.strip() != "", "a run or model directory")]
+    alpha: Fraction = 0.5  # the distillation term's share of the objective: 0 plain CE (KL still logged), 1 KL alone
+    temperature: Annotated[float, Range(0, 1000, above=True)] = 2.0  # softens both distributions; T^2 keeps gradients
+
+
+@dataclass
 class TrainingSection:
     steps: Annotated[int, Range(1, MAX_STEPS)] = 1000
     batch_size: Annotated[int, Range(1, MAX_BATCH)] = 16  # global: split over processes under torchrun
@@ -209,6 +221,7 @@ class TrainingSection:
     peak_tflops: Annotated[float, Range(0, 1e9, above=True)] | None = None  # for the logged MFU; None: data sheet
     early_stopping_patience: Count = 0  # stop after this many evaluations without a better best_by (0: never)
     init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
+    distill: DistillSection | None = None  # learn from a frozen teacher's logits as well as the labels; None: off
     train_only: list[str] = field(default_factory=list)  # globs of parameter names that train; the rest is frozen
     ema_decay: Annotated[float, Range(0, 1, below=True)] | None = None  # a moving average of the weights; None/0: off
     ema_eval: bool = False  # evaluate (and choose `best` by) the moving average instead of the live weights
@@ -385,9 +398,9 @@ def build_model_config(section: dict, vocab_size: int, pad_id: int, eos_id: int,
 def load_config(path: str | Path, overrides: list[str] = (), paths_from_file: bool = True) -> RunConfig:
     """Read a run config from YAML, apply `--set` overrides, and check it.
 
-    Relative data, tokenizer and init_from paths written in the file are relative to the file's folder (so a
-    config works from any directory) and become absolute; paths given with --set are relative to
-    the current directory, as the shell's are. A config a run saved holds absolute paths already
+    Relative data, tokenizer, init_from and distill.teacher paths written in the file are relative to the
+    file's folder (so a config works from any directory) and become absolute; paths given with --set are
+    relative to the current directory, as the shell's are. A config a run saved holds absolute paths already
     (older runs saved theirs relative to where they ran: `paths_from_file=False` keeps those)."""
     path = Path(path)
     if not path.is_file():
@@ -408,6 +421,9 @@ def resolve_paths(values: dict, base: Path) -> None:
     data = values.get("data")
     members = data.get("mixture") if isinstance(data, dict) else None
     nodes = [(section, key, values.get(section)) for section, key in (*PATH_KEYS, ("data", "dataset"))]
+    training = values.get("training")
+    if isinstance(training, dict) and isinstance(training.get("distill"), dict):
+        nodes.append(("training.distill", "teacher", training["distill"]))  # a teacher run, like init_from
     for member in members if isinstance(members, list) else []:
         if isinstance(member, dict) and isinstance(member.get("data"), dict):
             nodes += [("data", key, member["data"]) for key in ("train", "validation", "dataset")]

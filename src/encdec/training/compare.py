@@ -15,7 +15,8 @@ A member already trained is reused only while its saved config is the one the
 experiment now asks for (up to the keys a resume may change, training/same_run.py);
 one whose config changed is moved aside to `NAME.stale-N` and trained again. The plot
 shows every seed: the mean of each run's curves with a band from the lowest to the
-highest seed.
+highest seed. Where a run distils from a teacher (training.distill), the table gains a
+column for its distillation KL over the last evaluation interval.
 
 Run names are plain names (no '/', not '..'), so every run stays inside --out, and
 --out is a new or empty directory or an experiment's own (marked by .encdec-compare).
@@ -57,7 +58,8 @@ class RunSpec:
 class ExperimentFile:
     """An experiment file: runs that differ by a few config keys, trained and compared side by side.
 
-    runs: {NAME: {config: FILE (else base), dotted.key: value, ...}}; set: keys every run takes.
+    runs: {NAME: {config: FILE (else base), dotted.key: value, ...}}; set: keys every run takes; seeds: each
+    run trained once per seed, `{seed}` in a value standing for it.
     """
 
     runs: dict[str, dict | None]
@@ -93,6 +95,14 @@ def read_experiment(path: Path, extra: list[str] = ()) -> tuple[list[RunSpec], l
     return runs, spec.seeds
 
 
+def seeded(overrides: list[str], seed: int | None) -> list[str]:
+    """A run's overrides for one seed: training.seed, and `{seed}` in a value replaced by it (a fine-tuning
+    that starts from the pretraining run of its own seed: training.init_from: runs/pre/seed{seed})."""
+    if seed is None:
+        return list(overrides)
+    return [value.replace("{seed}", str(seed)) for value in overrides] + [f"training.seed={seed}"]
+
+
 def _assignments(values: dict) -> list[str]:
     return [f"{key}={json.dumps(value)}" for key, value in values.items()]
 
@@ -107,7 +117,7 @@ def run_experiment(runs: list[RunSpec], out_dir: Path, seeds: list[int] | None =
     for run in runs:
         results = []
         for seed in seeds or [None]:
-            overrides = run.overrides + ([f"training.seed={seed}"] if seed is not None else [])
+            overrides = seeded(run.overrides, seed)
             cfg = load_config(run.config, overrides)
             run_dir = out_dir / run.name / (f"seed{seed}" if seed is not None else "")
             set_aside_if_changed(run_dir, cfg)
@@ -221,11 +231,15 @@ def summarise(name: str, results: list[TrainResult]) -> dict:
         return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
     first = results[0]
+    kl = [last_interval_mean(r.history, "distill_kl") for r in results]
     return {
         "run": name,
         "seeds": len(results),
         "train_loss": stats([r.train_loss for r in results]),
         "val_loss": stats([r.val_loss for r in results]),
+        "seed_train_losses": [r.train_loss for r in results],  # per seed, in the experiment's seed order
+        "seed_val_losses": [r.val_loss for r in results],
+        "distill_kl": stats(kl) if any(v is not None for v in kl) else None,
         "parameters": first.parameters,
         "parameters_without_positions": first.parameters_without_positions,
         "wall_time": statistics.fmean(r.wall_time for r in results),
@@ -235,19 +249,33 @@ def summarise(name: str, results: list[TrainResult]) -> dict:
     }
 
 
+def last_interval_mean(history: list[dict], name: str) -> float | None:
+    """The mean of the train records' `name` since the last-but-one evaluation (the steps the final train
+    loss closes); None where no record carries it."""
+    evals = [r["step"] for r in history if r.get("kind") == "eval"]
+    since = evals[-2] if len(evals) > 1 else 0
+    values = [r[name] for r in history if r.get("kind") == "train" and r["step"] > since and name in r]
+    return statistics.fmean(values) if values else None
+
+
 def markdown_table(rows: list[dict]) -> str:
-    def loss(mean_spread: tuple[float, float], seeds: int) -> str:
+    def loss(mean_spread: tuple[float, float] | None, seeds: int) -> str:
+        if mean_spread is None:
+            return "-"
         mean, spread = mean_spread
         return f"{mean:.4f} ± {spread:.4f}" if seeds > 1 else f"{mean:.4f}"
 
+    kl = any(r.get("distill_kl") is not None for r in rows)  # a column only where a run distils
     lines = [
-        "| run | train loss | val loss | params | params w/o pos | wall time (s) | tokens/s |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| run | train loss | val loss |{' distill KL |' if kl else ''} params | params w/o pos | wall time (s) "
+        "| tokens/s |",
+        f"| --- | --- | --- |{' --- |' if kl else ''} --- | --- | --- | --- |",
     ]
     for r in rows:
+        kl_cell = f" {loss(r.get('distill_kl'), r['seeds'])} |" if kl else ""
         lines.append(
-            f"| {r['run']} | {loss(r['train_loss'], r['seeds'])} | {loss(r['val_loss'], r['seeds'])} "
-            f"| {r['parameters']:,} | {r['parameters_without_positions']:,} | {r['wall_time']:.1f} "
+            f"| {r['run']} | {loss(r['train_loss'], r['seeds'])} | {loss(r['val_loss'], r['seeds'])} |{kl_cell}"
+            f" {r['parameters']:,} | {r['parameters_without_positions']:,} | {r['wall_time']:.1f} "
             f"| {r['tokens_per_s']:,.0f} |"
         )
     return "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import torch
+from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from encdec.data.batch import IGNORE_INDEX, PACKING_FIELDS, Batch
@@ -44,6 +45,12 @@ class LoadedBatch:
     def to(self, device: torch.device) -> Batch:
         """The rows on `device`; the copy does not wait when the memory is pinned."""
         return self.batch.to(device, non_blocking=True)
+
+
+def forward(model: nn.Module, batch: Batch):
+    """The model's output on a batch on its device, as training and evaluation (and a distillation teacher,
+    which so reads exactly the student's inputs) call it."""
+    return model(batch.src_ids, batch.tgt_ids, src_mask=batch.src_mask, **batch.packing)
 
 
 def local_rows(batch: Batch, rows: slice | None) -> LoadedBatch:

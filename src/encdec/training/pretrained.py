@@ -41,10 +41,11 @@ class Pretrained:
     generation: dict[str, Any] = field(default_factory=dict)
 
 
-def load_pretrained(init_from: str) -> Pretrained:
-    """The starting point `training.init_from` names; one sentence (CheckpointError) if it is neither kind."""
-    path = resolve_model(init_from, "training.init_from ")
-    if model_kind(path, "training.init_from ") == "hf":
+def load_pretrained(name: str, label: str = "training.init_from ") -> Pretrained:
+    """The model `name` names (training.init_from's starting point, training.distill's teacher); one sentence
+    (CheckpointError) starting with `label` if it is neither kind."""
+    path = resolve_model(name, label)
+    if model_kind(path, label) == "hf":
         model = load_hf(path)
         weights = model.state_dict()
         return Pretrained(path, "hf", model_section(model.config), path, weights, model.generation_defaults)

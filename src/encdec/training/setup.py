@@ -3,8 +3,8 @@ loop works with into one `Training`.
 
     starting point  the latest checkpoint (resume: the same config, or accepted changes), another
                     run or a Hugging Face directory (training.init_from), or nothing
-    then            tokenizer and data, model (weights, RNG), precision, wrapping (DDP / FSDP /
-                    torch.compile), optimizer, config.yaml and metrics.jsonl
+    then            tokenizer and data, model (weights, RNG), a distillation teacher (training.distill),
+                    precision, wrapping (DDP / FSDP / torch.compile), optimizer, config.yaml and metrics.jsonl
 """
 
 import logging
@@ -26,6 +26,7 @@ from encdec.runs.state import TrainState, check_rng_states, read_saved_state
 from encdec.sizing import capped_to_cores, warn_if_oversubscribed
 from encdec.training import distributed
 from encdec.training.data import RunData, build_run_data
+from encdec.training.distill import Teacher, find_teacher, load_teacher
 from encdec.training.ema import WeightAverage
 from encdec.training.launch import check_processes
 from encdec.training.memory import check_activations_fit, check_model_fits, check_step_size, is_out_of_memory
@@ -58,6 +59,7 @@ class Training:
     generation: dict[str, Any] = field(default_factory=dict)  # the generation defaults its checkpoints carry
     base: dict[str, str] | None = None  # a LoRA run's base pointer (runs/adapter.py), saved beside each adapter
     ema: WeightAverage | None = None  # training.ema_decay's moving average of the weights
+    teacher: Teacher | None = None  # training.distill's frozen teacher: in no optimizer, wrapper or checkpoint
 
     @property
     def model_config(self) -> ModelConfig:
@@ -113,10 +115,13 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     cfg, parts = start.cfg, start.parts
     check_processes(cfg, info.world_size)  # what the loop would refuse, before anything is read, written or warned
     check_step_size(cfg)  # before any data is read
+    found_teacher = find_teacher(cfg)  # a bad teacher path is refused before the run directory is made
     run.path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.training.seed)
     data = build_run_data(cfg, run.path, tokenizer_dir=start.tokenizer_dir)
     model = new_model(cfg, data, info.device)
+    teacher = load_teacher(cfg, found_teacher, data.tokenizer, model.config, info.device) if found_teacher else None
+    found_teacher = None  # the weights are in the teacher now
     generation = start.generation  # read before the pretrained weights are let go
     base = None
     if start.pretrained is not None:
@@ -189,6 +194,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         generation,
         asdict(base) if base is not None else None,
         ema,
+        teacher,
     )
 
 

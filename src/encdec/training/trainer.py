@@ -32,22 +32,19 @@ from tqdm import tqdm
 from encdec.errors import TrainingError
 from encdec.models import ModelConfig
 from encdec.models.lora import trainable_state
-from encdec.models.loss import compute_loss, cross_entropy
+from encdec.models.loss import compute_loss, cross_entropy, distilled
 from encdec.runs.checkpoint import save_checkpoint
 from encdec.runs.config import RunConfig, save_config
 from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import write_atomic
 from encdec.training import distributed
 from encdec.training.data import RunData
+from encdec.training.distill import Teacher
 from encdec.training.flops import step_flops, training_peak_tflops
-from encdec.training.loader import LoadedBatch, batch_stream, local_rows
+from encdec.training.loader import LoadedBatch, batch_stream, forward, local_rows
 from encdec.training.memory import is_out_of_memory, step_out_of_memory
 from encdec.training.metrics import plot_curves, read_metrics
-from encdec.training.numerics import (
-    autocast,
-    numerics,
-    rng_states,
-)
+from encdec.training.numerics import autocast, numerics, rng_states
 from encdec.training.optim import lr_at
 from encdec.training.run_lock import hold_run_dir
 from encdec.training.samples import GeneratedScores
@@ -149,7 +146,7 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
         taken = [next(batches) for _ in range(cfg.training.grad_accum)]
         try:
             ce_sum, aux, n_tokens = _optimizer_step(
-                t.wrapped, t.optimizer, taken, cfg, t.model_config, info, amp, t.scaler
+                t.wrapped, t.optimizer, taken, cfg, t.model_config, info, amp, t.scaler, t.teacher
             )
         except (RuntimeError, MemoryError) as error:
             if not is_out_of_memory(error):
@@ -269,23 +266,29 @@ def _optimizer_step(
     info: distributed.DistInfo,
     amp: AbstractContextManager,
     scaler: torch.amp.GradScaler | None = None,
+    teacher: Teacher | None = None,
 ):
     """One optimizer step over `grad_accum` global batches -> (CE sum over the batch's tokens, on the
     device; aux losses, on the device; loss tokens, a host int). Nothing here waits for the device.
 
     The loss is averaged over every target token of the global batch, whichever
-    process and micro-batch holds it, so W processes match one exactly.
+    process and micro-batch holds it, so W processes match one exactly; so is a teacher's
+    distillation KL (training.distill), logged as `distill_kl` beside the CE's `loss`.
     """
     accum, smoothing = len(batches), cfg.training.label_smoothing
     n_tokens = sum(b.global_tokens for b in batches)
-    ce_sum = torch.zeros((), device=info.device)
+    ce_sum, kl_sum = torch.zeros((), device=info.device), torch.zeros((), device=info.device)
     aux_sums: dict[str, torch.Tensor | float] = {}
     for i, loaded in enumerate(batches):
         local = loaded.to(info.device)
         with distributed.gradient_sync(model, enabled=i == accum - 1):
             with amp:
-                out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, **local.packing)
+                out = forward(model, local)
             losses = compute_loss(out.logits, local.labels, out.aux_losses, model_cfg, smoothing)
+            if teacher is not None:  # the frozen teacher's logits on the same rows
+                taught = teacher.logits(local, amp)
+                losses = distilled(losses, out.logits, taught, local.labels, teacher.alpha, teacher.temperature)
+                kl_sum += losses.distill_kl * loaded.num_tokens
             share = loaded.num_tokens / max(n_tokens, 1) * info.world_size
             loss = losses.objective * share + losses.aux / accum
             (scaler.scale(loss) if scaler is not None else loss).backward()
@@ -308,7 +311,11 @@ def _optimizer_step(
     else:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return distributed.all_reduce_sum(ce_sum, info), aux_sums, n_tokens
+    if teacher is None:
+        return distributed.all_reduce_sum(ce_sum, info), aux_sums, n_tokens
+    ce_sum, kl_sum = distributed.all_reduce_sum(torch.stack([ce_sum, kl_sum]), info)  # one collective for both
+    aux_sums["distill_kl"] = kl_sum / max(n_tokens, 1)
+    return ce_sum, aux_sums, n_tokens
 
 
 @torch.no_grad()
@@ -344,7 +351,7 @@ def _mean_loss(model, objective, steps: int, rows, info: distributed.DistInfo, a
         loaded = local_rows(objective.next_batch(), rows)
         local = loaded.to(info.device)
         with amp:
-            out = model(local.src_ids, local.tgt_ids, src_mask=local.src_mask, **local.packing)
+            out = forward(model, local)
         ce_sum += cross_entropy(out.logits, local.labels) * loaded.num_tokens
         tokens += loaded.num_tokens
     total = torch.stack([ce_sum, torch.tensor(float(tokens), device=info.device)])  # (CE * tokens, tokens)
