@@ -63,3 +63,37 @@ def test_pretraining_budgets_are_the_seeds_epochs():
     assert base_moe.training.steps * EXAMPLES_A_STEP["base_moe8"] >= 2_119_719 > (base_moe.training.steps - 1) * 256
     assert base_moe.training.batch_size * base_moe.training.grad_accum == EXAMPLES_A_STEP["base_moe8"]
     assert base_moe.model["n_experts"] == config("mini_moe8").model["n_experts"] == 8
+
+
+STORIES = Path(__file__).parents[3] / "shared" / "data" / "tinystories" / "tinystories_train_head.txt.gz"
+
+
+@pytest.fixture(scope="module")
+def instruct_file(tmp_path_factory) -> Path:
+    """20 TinyStoriesInstruct-format records (Features / Words / Summary / Story) made from TinyStories stories."""
+    import gzip
+
+    with gzip.open(STORIES, "rt", encoding="utf-8") as f:
+        stories = [s.strip() for s in f.read().split("<|endoftext|>") if s.strip()][:20]
+    records = [
+        f"Features: Dialogue\nWords: {' '.join(story.split()[:3])}\nSummary: {story.split('. ')[0]}.\nStory: \n\n{story}"
+        for story in stories
+    ]
+    path = tmp_path_factory.mktemp("instruct") / "instruct.txt"
+    path.write_text("\n<|endoftext|>\n".join(records) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(PARAMETERS) if "pretrain" in n])
+def test_first_step_runs_on_cpu_at_one_layer(name, instruct_file, tmp_path):
+    """Each pretraining config takes its first step as written but for the device, precision, depth, batch and
+    data (its tokenizer, objective, format and the rest of its model as the GPU run has them)."""
+    data = instruct_file if "mini" in name else STORIES
+    overrides = [
+        "training.device=cpu", "training.precision=fp32", "training.steps=1", "training.batch_size=2",
+        "training.grad_accum=1", "evaluation.steps=1", "evaluation.interval=1", "model.n_encoder_layers=1",
+        f'data.train=["{data}"]', f'data.validation=["{data}"]', f"data.shards={tmp_path / 'shards'}",
+    ]  # fmt: skip
+    args = ["train", str(ROOT / name), "--out", str(tmp_path / "run")]
+    assert main([*args, *[a for o in overrides for a in ("--set", o)]]) == 0
+    assert (tmp_path / "run" / "metrics.jsonl").read_text().count('"kind": "train"') == 1
