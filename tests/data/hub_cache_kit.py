@@ -1,7 +1,7 @@
 """Offline Hugging Face caches laid out by the tests as a download would leave them, under one HF_HOME:
 
     HF_HOME/hub/models--org--name/refs/main, snapshots/<commit>/...     (huggingface_hub's model cache)
-    HF_HOME/datasets/org___name/default/0.0.0/<commit>/*.arrow          (`datasets`' prepared dataset cache)
+    HF_HOME/datasets/org___snake_name/default/0.0.0/<commit>/*.arrow          (`datasets`' prepared dataset cache)
 
 With HF_HUB_OFFLINE=1, `datasets.load_dataset("org/name")` and encdec's Hub ids read these and ask no network.
 """
@@ -17,6 +17,7 @@ def cache_hub_dataset(hf_home: Path, repo_id: str, files: dict[str, Path], build
     """Prepare `files` ({split: data file}) with the `datasets` builder `builder` and put the result
     where `datasets` keeps the Hub dataset `repo_id` it downloaded; returns that directory."""
     import datasets
+    from datasets.naming import camelcase_to_snakecase
 
     module = {"json": "json.json.Json", "csv": "csv.csv.Csv", "parquet": "parquet.parquet.Parquet"}[builder]
     package, name = module.rsplit(".", 1)
@@ -27,7 +28,8 @@ def cache_hub_dataset(hf_home: Path, repo_id: str, files: dict[str, Path], build
             cache_dir=scratch, dataset_name=dataset, data_files={s: str(f) for s, f in files.items()}
         )
         prepared.download_and_prepare()
-        target = Path(hf_home) / "datasets" / f"{namespace}___{dataset}" / "default" / "0.0.0" / COMMIT
+        folder = f"{namespace}___{camelcase_to_snakecase(dataset)}"  # as datasets names it: TinyStories -> tiny_stories
+        target = Path(hf_home) / "datasets" / folder / "default" / "0.0.0" / COMMIT
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(prepared.cache_dir, target)
     assert datasets.__version__  # the library that reads it back is the one that wrote it

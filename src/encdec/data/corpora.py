@@ -76,22 +76,24 @@ def _require_some(items: Iterable[Item], path: str | Path, what: str) -> Iterato
 
 def iter_tinystories(path: str | Path, separator: str = END_OF_TEXT) -> Iterator[str]:
     """Stories separated by `separator` lines (TinyStories-train.txt), stripped, empty ones dropped."""
+    return _require_some(iter_separated(iter_lines(path), path, separator), path, "stories")
 
-    def stories() -> Iterator[str]:
-        document = _Document(path, "story", f"is a {separator!r} separator missing?")
-        for number, line in iter_lines(path):
-            while separator in line:
-                head, line = line.split(separator, 1)
-                document.add(head, number)
-                story = document.take().strip()
-                if story:
-                    yield story
-            document.add(line, number)
-        story = document.take().strip()
-        if story:
-            yield story
 
-    return _require_some(stories(), path, "stories")
+def iter_separated(lines: Iterable[tuple[int, str]], where: str | Path, separator: str = END_OF_TEXT) -> Iterator[str]:
+    """The documents of numbered lines, split at each `separator` (anywhere in a line), stripped, empty ones
+    dropped: a file's lines or a dataset's line rows alike. `where` names the source in a refusal."""
+    document = _Document(where, "story", f"is a {separator!r} separator missing?")
+    for number, line in lines:
+        while separator in line:
+            head, line = line.split(separator, 1)
+            document.add(head, number)
+            story = document.take().strip()
+            if story:
+                yield story
+        document.add(line, number)
+    story = document.take().strip()
+    if story:
+        yield story
 
 
 def iter_plain_text(path: str | Path, unit: str = "paragraph") -> Iterator[str]:
@@ -162,19 +164,21 @@ def iter_instruct_record_texts(path: str | Path) -> Iterator[str]:
 
     A record with none of the Instruct keys is refused: the file is then plain stories (format tinystories).
     """
+    records = enumerate(iter_tinystories(path), start=1)
+    return (instruct_record_text(text, f"{path} record {number}") for number, text in records)
 
-    def texts() -> Iterator[str]:
-        for number, text in enumerate(iter_tinystories(path), start=1):
-            lines = [line.rstrip() for line in text.split("\n")]
-            keys = {name.strip() for name, sep, _ in (line.partition(":") for line in lines) if sep}
-            if not keys & set(INSTRUCT_KEYS):
-                raise DataError(
-                    f"{path} record {number} has no line starting with {', '.join(k + ':' for k in INSTRUCT_KEYS)}; "
-                    "is it a TinyStoriesInstruct file? (plain stories: format tinystories)"
-                )
-            yield "\n".join(lines)
 
-    return texts()
+def instruct_record_text(text: str, where: str) -> str:
+    """One TinyStoriesInstruct record as written, trailing spaces dropped; refused, naming `where`, when no
+    line starts with an Instruct key (plain stories)."""
+    lines = [line.rstrip() for line in text.split("\n")]
+    keys = {name.strip() for name, sep, _ in (line.partition(":") for line in lines) if sep}
+    if not keys & set(INSTRUCT_KEYS):
+        raise DataError(
+            f"{where} has no line starting with {', '.join(k + ':' for k in INSTRUCT_KEYS)}; "
+            "is it a TinyStoriesInstruct file? (plain stories: format tinystories)"
+        )
+    return "\n".join(lines)
 
 
 def iter_instruct_pairs(path: str | Path) -> Iterator[tuple[str, str]]:

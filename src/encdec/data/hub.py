@@ -3,8 +3,10 @@
 The hub names are the real defaults; `data_files` points the same code at local
 files (the offline route, and how the tests run it). TinyStories rows are one
 story each in a `text` column. TinyStoriesInstruct rows are single LINES of the
-record text, records ending at an `<|endoftext|>` row, so they are regrouped
-and parsed with `parse_instruct_record`. Needs the `encdec[hf]` extra.
+record text (its text file read by `datasets`' text builder), so they are regrouped
+into records at `<|endoftext|>` as a local file is (corpora.iter_separated) and read
+by corpora's record functions: the same pairs, stories or whole records as the local
+formats `instruct`, `instruct-text` and `instruct-records`. Needs the `encdec[hf]` extra.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from encdec.data.corpora import END_OF_TEXT, parse_instruct_record
+from encdec.data.corpora import instruct_record_text, iter_separated, parse_instruct_record
 from encdec.errors import DataError
 
 logger = logging.getLogger(__name__)
 
 TINYSTORIES = "roneneldan/TinyStories"
 TINYSTORIES_INSTRUCT = "roneneldan/TinyStoriesInstruct"
+INSTRUCT_TEXT_FORMATS = ("instruct-text", "instruct-records")  # read by iter_hub_instruct_texts
 
 
 def load_hub_dataset(
@@ -108,20 +111,28 @@ def iter_hub_stories(dataset, text_field: str = "text") -> Iterator[str]:
             yield text
 
 
-def iter_hub_instruct_pairs(dataset, text_field: str = "text") -> Iterator[tuple[str, str]]:
-    """(story, summary) from a TinyStoriesInstruct-style dataset whose rows are lines of the records."""
-    lines: list[str] = []
+def iter_hub_instruct_records(dataset, text_field: str = "text", where: str = "the dataset") -> Iterator[str]:
+    """The record texts of a TinyStoriesInstruct-style dataset whose rows are lines, regrouped at
+    `<|endoftext|>` as a local file's lines are (stripped, empty ones dropped); `where` names it in a refusal."""
+    lines = ((number, row.get(text_field) or "") for number, row in enumerate(dataset, start=1))
+    return iter_separated(lines, where)
 
-    def flush() -> Iterator[tuple[str, str]]:
-        record = parse_instruct_record("\n".join(lines))
-        if record.story and record.summary:
-            yield record.story, record.summary
 
-    for row in dataset:
-        line = row.get(text_field) or ""
-        if line.strip() == END_OF_TEXT:
-            yield from flush()
-            lines = []
-        else:
-            lines.append(line)
-    yield from flush()
+def iter_hub_instruct_pairs(dataset, text_field: str = "text", where: str = "the dataset") -> Iterator[tuple[str, str]]:
+    """(story, summary) of the records that have both, as the local format `instruct` reads them."""
+    records = (parse_instruct_record(text) for text in iter_hub_instruct_records(dataset, text_field, where))
+    return ((record.story, record.summary) for record in records if record.story and record.summary)
+
+
+def iter_hub_instruct_texts(
+    dataset, format: str = "instruct-records", text_field: str = "text", where: str = "the dataset"
+) -> Iterator[str]:
+    """Documents of a TinyStoriesInstruct-style dataset as the local text formats read them: each record
+    whole (`instruct-records`, refused where a record has no Instruct key) or its story alone (`instruct-text`)."""
+    if format not in INSTRUCT_TEXT_FORMATS:
+        raise DataError(f"Instruct text format {format!r} is unknown; choose {' or '.join(INSTRUCT_TEXT_FORMATS)}")
+    records = enumerate(iter_hub_instruct_records(dataset, text_field, where), start=1)
+    if format == "instruct-records":
+        return (instruct_record_text(text, f"{where} record {number}") for number, text in records)
+    stories = (parse_instruct_record(text).story for _, text in records)
+    return (story for story in stories if story)

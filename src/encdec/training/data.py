@@ -21,7 +21,13 @@ from typing import TypeVar
 from encdec.data.corpora import PAIR_FORMATS, is_validation, read_corpus, split_items
 from encdec.data.datasets_corpus import BUILDERS, dataset_items, open_dataset
 from encdec.data.documents import Documents, token_dtype
-from encdec.data.hub import iter_hub_instruct_pairs, iter_hub_stories, load_hub_dataset
+from encdec.data.hub import (
+    INSTRUCT_TEXT_FORMATS,
+    iter_hub_instruct_pairs,
+    iter_hub_instruct_texts,
+    iter_hub_stories,
+    load_hub_dataset,
+)
 from encdec.data.objectives import PairTemplate, build_objective, tokenize_pairs
 from encdec.data.objectives.base import Objective
 from encdec.data.objectives.mixture import MixtureObjective, proportional_weights
@@ -267,10 +273,7 @@ def stream_opener(cfg: RunConfig, split: str) -> Callable[[], Iterator]:
         if d.format == "datasets":
             return dataset_split(cfg, which, streaming=True)
         if hub:
-            reader = iter_hub_instruct_pairs if d.format == "instruct" else iter_hub_stories
-            return reader(
-                load_hub_dataset(d.hub_name, split="train" if which == "train" else "validation", streaming=True)
-            )
+            return hub_items(d, "train" if which == "train" else "validation", streaming=True)
         if not d.train:
             raise DataError("data.streaming has no data file to read; set data.train")
         return read_corpus(d.format, d.train if which == "train" else d.validation, **read_options(cfg))
@@ -299,11 +302,22 @@ def read_options(cfg: RunConfig) -> dict:
 
 def read_hub(cfg: RunConfig) -> tuple[list, list]:
     d = cfg.data
-    reader = iter_hub_instruct_pairs if d.format == "instruct" else iter_hub_stories
     streaming = d.max_documents is not None  # read only the first documents instead of downloading all
-    train = list(limit(reader(load_hub_dataset(d.hub_name, split="train", streaming=streaming)), d.max_documents))
-    val = list(limit(reader(load_hub_dataset(d.hub_name, split="validation", streaming=streaming)), d.max_documents))
+    train = list(limit(hub_items(d, "train", streaming), d.max_documents))
+    val = list(limit(hub_items(d, "validation", streaming), d.max_documents))
     return train, val
+
+
+def hub_items(d: DataSection, split: str, streaming: bool) -> Iterator:
+    """The items of split `split` of the hub dataset data.hub_name as data.format reads them: Instruct
+    line rows regrouped into records (pairs, stories or whole records, as from a local file), else a row each."""
+    rows = load_hub_dataset(d.hub_name, split=split, streaming=streaming)
+    where = f"dataset {d.hub_name} split {split}"
+    if d.format == "instruct":
+        return iter_hub_instruct_pairs(rows, where=where)
+    if d.format in INSTRUCT_TEXT_FORMATS:
+        return iter_hub_instruct_texts(rows, d.format, where=where)
+    return iter_hub_stories(rows)
 
 
 def limit(items: Iterable[T], n: int | None) -> Iterator[T]:
