@@ -130,7 +130,7 @@ def iter_hub_instruct_texts(
     """Documents of a TinyStoriesInstruct-style dataset as the local text formats read them: each record
     whole (`instruct-records`, refused where a record has no Instruct key) or its story alone (`instruct-text`)."""
     if format not in INSTRUCT_TEXT_FORMATS:
-        raise DataError(f"Instruct text format {format!r} is unknown; choose {' or '.join(INSTRUCT_TEXT_FORMATS)}")
+        raise DataError(f"the Instruct text format {format!r} is unknown; choose {' or '.join(INSTRUCT_TEXT_FORMATS)}")
     records = enumerate(iter_hub_instruct_records(dataset, text_field, where), start=1)
     if format == "instruct-records":
         return (instruct_record_text(text, f"{where} record {number}") for number, text in records)
