@@ -87,8 +87,9 @@ def test_training_loss_adds_the_weighted_embedding_loss_and_validation_reports_p
     assert out.aux_losses == {} and torch.equal(out.loss, out.ce_loss)
 
 
-def test_subtraction_uses_the_embeddings_of_positions_one_to_t():
-    model = tiny("ar_encdec-tiny", research=dict(sub_pos_embed="YES_NO_LN"))
+@pytest.mark.parametrize("position", ["learned", "rope"])  # with rope the table is kept for this alone
+def test_subtraction_uses_the_embeddings_of_positions_one_to_t(position):
+    model = tiny("ar_encdec-tiny", position=position, research=dict(sub_pos_embed="YES_NO_LN"))
     ids = torch.randint(0, V, (2, 7))
     with torch.no_grad():
         subtracted = model.run(ids).hidden

@@ -63,16 +63,6 @@ def test_subtraction_or_addition_keeps_a_learned_table_of_one_more_row(name, res
     assert table.std().item() == pytest.approx(0.02, rel=0.1)  # initialised as the learned table is
 
 
-def test_rope_subtraction_removes_positions_one_to_t_from_the_output():
-    model = rope("ar_encdec-tiny", research=dict(sub_pos_embed="YES_NO_LN"))
-    ids = torch.randint(0, V, (2, 7))
-    with torch.no_grad():
-        subtracted = model.run(ids).hidden
-        model.config.research.sub_pos_embed = "NO"
-        plain = model.run(ids).hidden
-    torch.testing.assert_close(plain - subtracted, model.positions.weight[1:8].expand(2, 7, -1))
-
-
 @pytest.mark.parametrize("name", PRESETS)
 def test_the_rotations_act_on_the_logits(name):
     research = dict(research=NO_POSITIONS) if name in RESEARCH else {}

@@ -94,27 +94,16 @@ def build_causal_block(cfg: ModelConfig, rotary: RotaryEmbedding | None = None) 
     return build_encoder_block(cfg, rotary, ffn_dropout=0.0)
 
 
-def cross_heads(cfg: ModelConfig) -> int:
-    """The research families' cross-attention heads: cross_n_heads, default 2 x n_heads."""
-    return cfg.cross_n_heads or 2 * cfg.n_heads
-
-
 def build_rotaries(cfg: ModelConfig, cross: bool = True) -> tuple[RotaryEmbedding | None, RotaryEmbedding | None]:
     """With position rope, the rotation of self-attention's heads and of cross-attention's (None without
     `cross` or with rope_cross none; the same module when both are as wide); (None, None) with learned
-    positions."""
+    positions. ModelConfig has checked both widths are even."""
     if cfg.position != "rope":
         return None, None
     rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
     if not cross or cfg.rope_cross == "none":
         return rotary, None
-    heads = cross_heads(cfg)
-    width = cfg.head_dim if heads == cfg.n_heads else cfg.d_model // heads  # as components.build_attention
-    if width % 2:
-        raise ConfigError(
-            f"RoPE in cross-attention needs an even head width, got d_model / cross heads = {width}; "
-            "set model.rope_cross none or other model.cross_n_heads"
-        )
+    width = cfg.cross_head_dim
     return rotary, rotary if width == cfg.head_dim else RotaryEmbedding(width, cfg.rope_theta)
 
 
@@ -123,7 +112,7 @@ def build_cross_block(
 ) -> DecoderBlock:
     """Self-attention, causal cross-attention (cross_n_heads, default 2 x n_heads) with its own
     norm of the memory, and MLP; research.order_type ALT puts cross-attention first."""
-    heads = cross_heads(cfg)
+    heads = cfg.cross_heads
     if heads != cfg.n_heads and cfg.d_model % heads:
         raise ConfigError(f"model.cross_n_heads ({heads}) must divide model.d_model ({cfg.d_model})")
     return build_decoder_block(

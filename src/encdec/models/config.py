@@ -115,7 +115,7 @@ class ModelConfig:
                 f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model}), or set model.d_head"
             )
         for heads, kv in (("n_heads", "n_kv_heads"), ("cross_n_heads", "cross_n_kv_heads")):
-            h = getattr(self, heads) or self.n_heads
+            h = self.n_heads if heads == "n_heads" else self.cross_heads
             k = getattr(self, kv) or (self.n_kv_heads if kv == "cross_n_kv_heads" else None) or h
             if h % k:
                 raise ConfigError(f"model.{kv} ({k}) must divide model.{heads} ({h})")
@@ -123,7 +123,8 @@ class ModelConfig:
             raise ConfigError(f"RoPE needs an even head dimension, got d_head {self.head_dim}")
         if self.position == "rope" and self.rope_cross != "none" and self.cross_head_dim % 2:
             raise ConfigError(
-                f"RoPE in cross-attention needs an even head width, got d_model / cross_n_heads = {self.cross_head_dim}"
+                f"RoPE in cross-attention needs an even head width, got d_model / cross heads = {self.cross_head_dim}; "
+                "set model.rope_cross none or other model.cross_n_heads"
             )
 
     @property
@@ -131,10 +132,17 @@ class ModelConfig:
         return self.d_head or self.d_model // self.n_heads
 
     @property
+    def cross_heads(self) -> int:
+        """Cross-attention's query heads: cross_n_heads, else the family's default (the research
+        encoder-decoders' 2 x n_heads, as the seeds' code; n_heads for the others)."""
+        default = 2 * self.n_heads if self.family in ("ar_encdec", "parallel_encdec") else self.n_heads
+        return self.cross_n_heads or default
+
+    @property
     def cross_head_dim(self) -> int:
-        """A cross-attention head's width: head_dim, or d_model split among cross_n_heads of their own
+        """A cross-attention head's width: head_dim, or d_model split among cross heads of their own
         (components.build_attention)."""
-        heads = self.cross_n_heads or self.n_heads
+        heads = self.cross_heads
         return self.head_dim if heads == self.n_heads else self.d_model // heads
 
     @property

@@ -56,8 +56,8 @@ DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
 METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf")
 DATA_FORMATS = (*PAIR_FORMATS, *TEXT_FORMATS, "datasets")
-PATH_KEYS = (("data", "train"), ("data", "validation"), ("tokenizer", "path"), ("training", "init_from"))  # files
 NAMES_OR_PATHS = (("training", "init_from"), ("training.distill", "teacher"), ("data", "dataset"))  # or a Hub id
+PATH_KEYS = (("data", "train"), ("data", "validation"), ("tokenizer", "path"), *NAMES_OR_PATHS)  # (section, key)
 DECODER_ONLY_OBJECTIVES = ("causal_lm", "prefix_lm")
 MAX_STREAM_BLOCK = 10_000_000
 # The largest values a run config accepts: far beyond any real run, small enough that nothing
@@ -420,10 +420,7 @@ def resolve_paths(values: dict, base: Path) -> None:
     before) is one sentence naming both places."""
     data = values.get("data")
     members = data.get("mixture") if isinstance(data, dict) else None
-    nodes = [(section, key, values.get(section)) for section, key in (*PATH_KEYS, ("data", "dataset"))]
-    training = values.get("training")
-    if isinstance(training, dict) and isinstance(training.get("distill"), dict):
-        nodes.append(("training.distill", "teacher", training["distill"]))  # a teacher run, like init_from
+    nodes = [(section, key, section_of(values, section)) for section, key in PATH_KEYS]
     for member in members if isinstance(members, list) else []:
         if isinstance(member, dict) and isinstance(member.get("data"), dict):
             nodes += [("data", key, member["data"]) for key in ("train", "validation", "dataset")]
@@ -448,6 +445,15 @@ def resolve_paths(values: dict, base: Path) -> None:
                 )
             resolved.append(full)
         node[key] = resolved if isinstance(node[key], list) else resolved[0]
+
+
+def section_of(values: dict, dotted: str) -> dict | None:
+    """The mapping at a dotted section ("training.distill") of a config's values; None where any part is
+    missing or not a mapping."""
+    node = values
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
 
 
 def read_yaml(path: Path) -> dict:
