@@ -210,3 +210,17 @@ def test_the_cli_trains_each_option_and_its_checkpoint_loads(tmp_path, shared_da
     if "model.research.embedding_aggregation=MATMUL" in options:
         assert model.embedding_loss.aggregation.logits.abs().sum() > 0  # trained, saved and loaded
     encdec.generate(model, torch.randint(0, 100, (1, 4)), max_new_tokens=3, eos_token_id=[])
+
+
+def test_a_huge_learned_aggregation_is_refused_before_it_is_allocated():
+    """MATMUL holds max_positions^2 weights: a context of 10^6 asks for 4 TB, refused in one sentence."""
+    from encdec.models.memory import check_weights_fit, estimated_parameters
+    from encdec.models.presets import preset
+
+    research = dict(embedding_loss="MSE", embedding_aggregation="MATMUL")
+    small = preset("ar_encdec-tiny", vocab_size=V, max_positions=128, research=research)
+    model = build_model(small)
+    assert estimated_parameters(small) >= sum(p.numel() for p in model.parameters())  # still an upper estimate
+    huge = preset("ar_encdec-tiny", vocab_size=V, max_positions=10**6, research=research)
+    with pytest.raises(ConfigError, match="the model has about 1e\\+12 parameters"):
+        check_weights_fit(huge)

@@ -33,7 +33,9 @@ def estimated_parameters(cfg: ModelConfig) -> int:
         attention, ffn = 8 * d * d, 3 * d * d
     layers = cfg.n_encoder_layers * (attention + ffn) + cfg.decoder_layers * (2 * attention + ffn)
     positions = (cfg.max_positions + cfg.position_offset + 1) * d + cfg.relative_buckets * heads
-    return 2 * cfg.vocab_size * d + 2 * positions + layers
+    research = getattr(cfg, "research", None)  # a learned causal aggregation's matrix: max_positions^2
+    mixing = cfg.max_positions**2 if getattr(research, "embedding_aggregation", None) == "MATMUL" else 0
+    return 2 * cfg.vocab_size * d + 2 * positions + layers + mixing
 
 
 def building_bytes(cfg: ModelConfig) -> int:
