@@ -51,6 +51,17 @@ def test_safe_keys_may_change_on_resume(tmp_path, tiny_config):
     assert changes == [{"evaluation.interval": [2, 3], "output.log_interval": [10, 1], "training.steps": [2, 3]}]
 
 
+def test_a_model_key_set_to_the_value_it_had_is_no_change(tmp_path, tiny_config):
+    """The model is compared as the ModelConfig it builds: naming a default (rope_theta, rope_cross)
+    or the value the section already gave is the same model, so the run resumes."""
+    run = tmp_path / "run"
+    assert train(tiny_config, run) == 0
+    same = ["--set", "model.rope_theta=10000.0", "--set", "model.rope_cross=relative", "--set", "model.d_ff=64"]
+    assert train(tiny_config, run, "--resume", "--set", "training.steps=3", *same) == 0
+    records = read_metrics(run / "metrics.jsonl")
+    assert [r["changes"] for r in records if r["kind"] == "config_change"] == [{"training.steps": [2, 3]}]
+
+
 def test_accepted_changes_continue_the_run_and_are_recorded(tmp_path, tiny_config):
     run = tmp_path / "run"
     assert train(tiny_config, run) == 0

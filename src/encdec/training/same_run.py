@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import replace
 
 from encdec.errors import ConfigError
-from encdec.runs.config import RunConfig
+from encdec.runs.config import PROVISIONAL_TOKENS, RunConfig, build_model_config
 from encdec.schema import short
 
 SAFE = frozenset(
@@ -43,7 +43,7 @@ def resumed_config(cfg: RunConfig, saved: RunConfig, accept_changes: bool) -> tu
     """
     if cfg.training.init_from:
         cfg = replace(cfg, model={**saved.model, **cfg.model})
-    changes = differences(flatten(dataclasses.asdict(saved)), flatten(dataclasses.asdict(cfg)))
+    changes = differences(comparable(saved), comparable(cfg))
     unsafe = {key: change for key, change in changes.items() if key not in SAFE}
     if unsafe and not accept_changes:
         listed = "; ".join(
@@ -55,6 +55,17 @@ def resumed_config(cfg: RunConfig, saved: RunConfig, accept_changes: bool) -> tu
             "the same config, or pass --accept-changes to continue with these changes"
         )
     return cfg, changes
+
+
+def comparable(cfg: RunConfig) -> dict:
+    """The config's keys flattened, with the model section as the ModelConfig it builds: a key set to
+    its default (or to its preset's value) is the same model, not a change."""
+    values = dataclasses.asdict(cfg)
+    try:
+        values["model"] = dataclasses.asdict(build_model_config(cfg.model, **PROVISIONAL_TOKENS))
+    except ConfigError:  # a saved section this version cannot build: compared as written
+        pass
+    return flatten(values)
 
 
 def flatten(values: dict, prefix: str = "") -> dict:
