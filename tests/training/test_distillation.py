@@ -2,7 +2,9 @@
 student's batches and stays out of its optimizer and checkpoints, a resumed run repeats its losses, and a
 teacher that cannot teach this student is one sentence."""
 
+import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -145,6 +147,36 @@ def test_a_resumed_distilled_run_repeats_the_uninterrupted_losses(setup, tmp_pat
     train(load_config(config, distill), tmp_path / "cut", resume=True)
     picked = [[(r["step"], r["loss"], r["distill_kl"]) for r in records(tmp_path / run)] for run in ("full", "cut")]
     assert picked[0] == picked[1] and len(picked[0]) == 6  # bitwise, dropout on, across the resume
+
+
+def test_a_resumed_run_reads_the_teacher_it_started_with_though_the_teacher_run_trained_on(setup, tmp_path, capsys):
+    """The teacher run's best checkpoint moves as it trains on; the student resumes with the weights it started
+    with (teacher.json), and refuses in one sentence once those are gone and the run holds others."""
+    config, _ = setup
+    teacher = tmp_path / "teacher"
+    assert main(["train", str(config), "--out", str(teacher), "--set", "model.d_model=48"]) == 0
+    distill = [f"training.distill.teacher={teacher}", "training.steps=6"]
+    train(load_config(config, distill), tmp_path / "full")
+    train(load_config(config, [*distill, "training.steps=3"]), tmp_path / "cut")
+    started = RunDir(teacher).checkpoint("best").path
+    pointer = json.loads(RunDir(tmp_path / "cut").latest().teacher.read_text())
+    assert pointer["teacher"] == str(teacher) and pointer["source"] == str(started) and len(pointer["sha256"]) == 64
+    more = ["--set", "training.steps=10", "--set", "output.keep_last=10", "--set", "model.d_model=48"]
+    assert main(["train", str(config), "--out", str(teacher), "--resume", *more]) == 0
+    assert RunDir(teacher).checkpoint("best").path != started  # the teacher run's best has moved
+
+    train(load_config(config, distill), tmp_path / "cut", resume=True)
+    picked = [[(r["step"], r["loss"], r["distill_kl"]) for r in records(tmp_path / run)] for run in ("full", "cut")]
+    assert picked[0] == picked[1]  # bitwise: the same teacher after the resume
+
+    shutil.rmtree(started)
+    before = {p: p.read_bytes() for p in sorted((tmp_path / "cut").rglob("*")) if p.is_file()}
+    capsys.readouterr()
+    code = main(["train", str(config), "--out", str(tmp_path / "cut"), "--resume", *(f"--set={s}" for s in distill)])
+    err = capsys.readouterr().err
+    assert code == 2 and "now holds other weights than this run was distilled from" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert {p: p.read_bytes() for p in sorted((tmp_path / "cut").rglob("*")) if p.is_file()} == before
 
 
 def test_a_teacher_path_in_a_config_file_is_relative_to_its_folder(tmp_path, monkeypatch):

@@ -93,8 +93,9 @@ def save_checkpoint(run: RunDir, step: int, files: dict, keep_last: int, is_best
     """Write checkpoint `step` atomically. `files` holds: model (state dict), optimizer
     (state dict), rng (dict of tensors), state (JSON-able dict), config (a callable writing
     config.yaml into a directory), tokenizer (an object with `save(directory)`) and, optionally,
-    generation (JSON-able generation defaults), base (a LoRA run's base pointer, JSON-able) and ema
-    (training.ema_decay's average of the weights, a state dict)."""
+    generation (JSON-able generation defaults), base (a LoRA run's base pointer, JSON-able), ema
+    (training.ema_decay's average of the weights, a state dict) and teacher (a distilled run's teacher
+    pointer, JSON-able)."""
     root = run.checkpoints
     check_not_symlink(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -175,6 +176,8 @@ def _write_parts(tmp: Path, files: dict) -> None:
         save_weights(files["ema"], parts.ema)
     if files.get("base"):
         parts.base.write_text(json.dumps(files["base"], indent=2) + "\n")
+    if files.get("teacher"):
+        parts.teacher.write_text(json.dumps(files["teacher"], indent=2) + "\n")
     for path in tmp.rglob("*"):
         if path.is_file():
             with open(path, "rb") as f:

@@ -49,8 +49,9 @@ class CheckpointDir:
     GENERATION = "generation.json"  # generation defaults (from a Hugging Face checkpoint), when there are any
     BASE = "base.json"  # a LoRA run's: the base its adapter-only weights go on (runs/adapter.py)
     EMA = "ema.safetensors"  # training.ema_decay's moving average of the weights (float32), when kept
-    PARTS = (MODEL, OPTIMIZER, RNG, STATE, CONFIG, TOKENIZER, GENERATION, BASE, EMA)
-    OPTIONAL = (GENERATION, BASE, EMA)
+    TEACHER = "teacher.json"  # a distilled run's: the teacher it learns from (training/distill.py)
+    PARTS = (MODEL, OPTIMIZER, RNG, STATE, CONFIG, TOKENIZER, GENERATION, BASE, EMA, TEACHER)
+    OPTIONAL = (GENERATION, BASE, EMA, TEACHER)
 
     @property
     def name(self) -> str:
@@ -69,6 +70,7 @@ class CheckpointDir:
     generation = property(lambda self: self.part(self.GENERATION))
     base = property(lambda self: self.part(self.BASE))
     ema = property(lambda self: self.part(self.EMA))
+    teacher = property(lambda self: self.part(self.TEACHER))
 
 
 @dataclass(frozen=True)

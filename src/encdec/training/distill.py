@@ -2,37 +2,54 @@
 objective learns from beside the labels (Hinton et al. 2015; the loss is encdec.models.loss's `distilled`).
 
     find_teacher     the run or Hugging Face directory training.distill.teacher names, as training.init_from
-                     reads one (training/pretrained.py), before any data is read or the run directory made
+                     reads one (training/pretrained.py), before any data is read or the run directory made;
+                     on a resume, the very weights the run started with (its checkpoint's teacher.json)
     load_teacher     its model, refused in one sentence where it cannot teach this student (another
                      vocabulary or tokenizer, batches of another shape); frozen, in eval mode (no dropout),
                      on the student's device
     Teacher.logits   its logits on a batch: the student's own inputs, under the student's autocast
 
 The teacher is no submodule of the student: it is in no optimizer and no checkpoint, and DDP, FSDP and
-torch.compile wrap the student alone. A resumed run reads it again from training.distill.teacher; its
-forward draws no random numbers, so the resumed losses equal the uninterrupted run's.
+torch.compile wrap the student alone. Every checkpoint keeps a pointer to it (teacher.json: the directory
+read and a hash of its weights), and a resumed run reads that directory again, not the teacher run's best
+checkpoint of now (which may have moved); teacher weights other than those hashed are refused. Its forward
+draws no random numbers, so the resumed losses equal the uninterrupted run's.
 """
 
 import logging
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import nn
 
 from encdec.data.batch import Batch
-from encdec.errors import ConfigError
+from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
 from encdec.models.config import CAUSAL_LMS
+from encdec.runs.adapter import weights_sha256
 from encdec.runs.checkpoint import load_state
 from encdec.runs.config import RunConfig, build_model_config
+from encdec.runs.run_dir import CheckpointDir
+from encdec.schema import load_json, read
 from encdec.tokenizers import Tokenizer, load_tokenizer
 from encdec.training.loader import forward
-from encdec.training.pretrained import Pretrained, load_pretrained
+from encdec.training.pretrained import Pretrained, from_checkpoint, load_pretrained
 
 log = logging.getLogger(__name__)
 LABEL = "training.distill.teacher "
+
+
+@dataclass
+class TeacherPointer:
+    """What a distilled run's checkpoints keep of its teacher (teacher.json)."""
+
+    teacher: str  # training.distill.teacher as the config named it
+    kind: Literal["run", "hf"]
+    source: str  # the checkpoint of a run, or the Hugging Face directory, that was read
+    sha256: str  # of its weights (runs.adapter.weights_sha256)
 
 
 @dataclass
@@ -42,7 +59,7 @@ class Teacher:
     model: nn.Module = field(repr=False)  # eval mode, no gradients, on the student's device
     alpha: float
     temperature: float
-    source: Path  # the checkpoint (or Hugging Face) directory its weights came from
+    pointer: TeacherPointer  # where its weights came from, and their hash
 
     @torch.no_grad()
     def logits(self, batch: Batch, amp: AbstractContextManager) -> torch.Tensor:
@@ -51,13 +68,52 @@ class Teacher:
             return forward(self.model, batch).logits
 
 
-def find_teacher(cfg: RunConfig) -> Pretrained | None:
-    """The teacher's weights, model section and tokenizer directory; None without training.distill."""
-    return load_pretrained(cfg.training.distill.teacher, LABEL) if cfg.training.distill else None
+def find_teacher(cfg: RunConfig, checkpoint: CheckpointDir | None = None) -> tuple[Pretrained, TeacherPointer] | None:
+    """The teacher's weights, model section and tokenizer directory, and the pointer the run's checkpoints
+    keep; None without training.distill. Resuming from `checkpoint`, the teacher it names is read again
+    (from where it was read, while that exists) and must hash as it did."""
+    if not cfg.training.distill:
+        return None
+    name = cfg.training.distill.teacher
+    saved = read_teacher(checkpoint) if checkpoint is not None else None
+    if saved is not None and saved.teacher != name:  # a teacher change the user accepted: a new pointer
+        saved = None
+    if saved is not None and Path(saved.source).is_dir():
+        found = (
+            from_checkpoint(CheckpointDir(Path(saved.source)))
+            if saved.kind == "run"
+            else load_pretrained(saved.source, LABEL)
+        )
+    else:
+        found = load_pretrained(name, LABEL)
+    pointer = TeacherPointer(name, found.kind, str(found.source), weights_sha256(found.weights))
+    if saved is not None and pointer.sha256 != saved.sha256:
+        raise CheckpointError(
+            f"{LABEL}{name} now holds other weights than this run was distilled from ({found.source} hashes to "
+            f"{pointer.sha256[:12]}, not {saved.sha256[:12]}, and {saved.source} is gone or changed); restore "
+            "that teacher to resume, or start a new run"
+        )
+    return found, pointer
+
+
+def read_teacher(checkpoint: CheckpointDir) -> TeacherPointer | None:
+    """The checkpoint's teacher pointer; None for a run that does not distil (or saved before pointers)."""
+    path = checkpoint.teacher
+    if not path.exists():
+        return None
+    try:
+        return read(TeacherPointer, load_json(path, "the teacher pointer", CheckpointError), "")
+    except ConfigError as error:
+        raise CheckpointError(f"{path} is not a teacher pointer encdec writes ({error})") from None
 
 
 def load_teacher(
-    cfg: RunConfig, found: Pretrained, tokenizer: Tokenizer, student: ModelConfig, device: torch.device
+    cfg: RunConfig,
+    found: Pretrained,
+    pointer: TeacherPointer,
+    tokenizer: Tokenizer,
+    student: ModelConfig,
+    device: torch.device,
 ) -> Teacher:
     """The teacher `found` holds, checked against the student (its config and tokenizer) and frozen."""
     what = f"{LABEL}{cfg.training.distill.teacher}"
@@ -96,4 +152,4 @@ def load_teacher(
         d.alpha,
         d.temperature,
     )
-    return Teacher(model, d.alpha, d.temperature, found.source)
+    return Teacher(model, d.alpha, d.temperature, pointer)

@@ -24,7 +24,7 @@ from encdec.models import ModelConfig
 from encdec.runs.checkpoint import load_state, load_weights
 from encdec.runs.load import read_generation, saved_config
 from encdec.runs.open import model_kind
-from encdec.runs.run_dir import RunDir
+from encdec.runs.run_dir import CheckpointDir, RunDir
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,11 @@ def load_pretrained(name: str, label: str = "training.init_from ") -> Pretrained
         model = load_hf(path)
         weights = model.state_dict()
         return Pretrained(path, "hf", model_section(model.config), path, weights, model.generation_defaults)
-    checkpoint = RunDir(path).checkpoint("best")  # the latest where no best was kept
+    return from_checkpoint(RunDir(path).checkpoint("best"))  # the latest where no best was kept
+
+
+def from_checkpoint(checkpoint: CheckpointDir) -> Pretrained:
+    """What one checkpoint of a run holds, as a starting point."""
     section = saved_config(checkpoint).model
     weights = load_weights(checkpoint.model)
     return Pretrained(checkpoint.path, "run", section, checkpoint.tokenizer, weights, read_generation(checkpoint))

@@ -115,12 +115,12 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     cfg, parts = start.cfg, start.parts
     check_processes(cfg, info.world_size)  # what the loop would refuse, before anything is read, written or warned
     check_step_size(cfg)  # before any data is read
-    found_teacher = find_teacher(cfg)  # a bad teacher path is refused before the run directory is made
+    found_teacher = find_teacher(cfg, start.checkpoint)  # a bad teacher is refused before the run directory is made
     run.path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.training.seed)
     data = build_run_data(cfg, run.path, tokenizer_dir=start.tokenizer_dir)
     model = new_model(cfg, data, info.device)
-    teacher = load_teacher(cfg, found_teacher, data.tokenizer, model.config, info.device) if found_teacher else None
+    teacher = load_teacher(cfg, *found_teacher, data.tokenizer, model.config, info.device) if found_teacher else None
     found_teacher = None  # the weights are in the teacher now
     generation = start.generation  # read before the pretrained weights are let go
     base = None

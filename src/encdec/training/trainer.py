@@ -395,6 +395,7 @@ def _save(t: Training, is_best: bool) -> None:
         "generation": t.generation,
         "base": t.base,
         "ema": t.ema.state_dict() if t.ema is not None else None,
+        "teacher": asdict(t.teacher.pointer) if t.teacher is not None else None,
     }
     save_checkpoint(t.run, t.state.step, files, t.cfg.output.keep_last, is_best)
 
