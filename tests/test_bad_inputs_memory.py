@@ -329,6 +329,16 @@ def step_floor(place: Place) -> Callable[[], object]:
     return partial(check_activations_fit, cfg, model_cfg, torch.device("cpu"), 1000)
 
 
+def step_floor_small(place: Place) -> Callable[..., object]:
+    """The memory floor of a training step that fits any machine, asked directly."""
+    from encdec.runs.config import load_config
+    from encdec.training.memory import check_activations_fit
+
+    model_cfg = encdec.preset("rot5-tiny", vocab_size=280)
+    check_activations_fit(load_config(place.config), model_cfg, torch.device("cpu"), 1000)  # fits alone
+    return partial(check_activations_fit, load_config(place.config), model_cfg, torch.device("cpu"), 1000)
+
+
 TRAINING_STEP = {
     "a batch larger than the data": (lambda p: train(p, "training.batch_size=1000"), "exceeds the 815 training"),
     "2^28 tokens a step": (
@@ -336,6 +346,10 @@ TRAINING_STEP = {
         "one optimizer step would gather 268,435,456 tokens",
     ),
     "a step's activations": (step_floor, "lower training.batch_size"),
+    "a step beside a teacher of 2^60 bytes": (
+        lambda p: partial(step_floor_small(p), teacher_bytes=1 << 60),
+        "of it activations and logits, 1.1e+09 GiB the teacher's weights)",
+    ),
     "size --tokens nan": (lambda p: ["size", "--tokens", "nan"], "must be a positive finite number, got nan"),
     "size --flops inf": (lambda p: ["size", "--flops", "inf"], "must be a positive finite number, got inf"),
     "size --params -1": (lambda p: ["size", "--params=-1"], "must be a positive finite number, got -1"),

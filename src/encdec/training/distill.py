@@ -96,6 +96,11 @@ def find_teacher(cfg: RunConfig, checkpoint: CheckpointDir | None = None) -> tup
     return found, pointer
 
 
+def teacher_bytes(found: Pretrained) -> int:
+    """What the teacher's weights take on the device: float32, as build_model makes them."""
+    return 4 * sum(tensor.numel() for tensor in found.weights.values())
+
+
 def read_teacher(checkpoint: CheckpointDir) -> TeacherPointer | None:
     """The checkpoint's teacher pointer; None for a run that does not distil (or saved before pointers)."""
     path = checkpoint.teacher

@@ -58,21 +58,27 @@ def check_step_size(cfg: RunConfig) -> None:
         raise ConfigError(f"{gathered}, which need ~{gib(held)} of host memory; it has {gib(free)} free")
 
 
-def check_activations_fit(cfg: RunConfig, model_cfg: ModelConfig, device: torch.device, parameters: int) -> None:
+def check_activations_fit(
+    cfg: RunConfig, model_cfg: ModelConfig, device: torch.device, parameters: int, teacher_bytes: int = 0
+) -> None:
     """ConfigError where a floor of one step's memory (training's share of the weights, the activations of
-    batch_size rows through every layer, and their logits) exceeds what `device` has free."""
+    batch_size rows through every layer, and their logits; a distillation teacher's weights, `teacher_bytes`,
+    and its logits) exceeds what `device` has free."""
     source, target = row_lengths(cfg)
     rows, layers = cfg.training.batch_size, model_cfg.n_encoder_layers
     if model_cfg.family != "decoder_only":  # its one stack is n_encoder_layers deep
         layers += model_cfg.decoder_layers
     activations = rows * (source + target) * layers * model_cfg.d_model * ACTIVATION_FLOOR_BYTES
-    logits = rows * target * model_cfg.vocab_size * 4
-    need, free = parameters * TRAINING_BYTES_PER_PARAMETER + activations + logits, free_bytes(device)
+    logits = rows * target * model_cfg.vocab_size * 4 * (2 if teacher_bytes else 1)  # the teacher's too
+    need = parameters * TRAINING_BYTES_PER_PARAMETER + teacher_bytes + activations + logits
+    free = free_bytes(device)
     if free is not None and need > free:
+        teacher = f", {gib(teacher_bytes)} the teacher's weights" if teacher_bytes else ""
         raise ConfigError(
             f"a training step of {rows:,} rows of {source:,} + {target:,} positions needs at least ~{gib(need)} "
-            f"on {device} ({gib(activations + logits)} of it activations and logits), which has {gib(free)} free; "
-            "lower training.batch_size (training.grad_accum keeps the global batch) or the objective's lengths"
+            f"on {device} ({gib(activations + logits)} of it activations and logits{teacher}), which has "
+            f"{gib(free)} free; lower training.batch_size (training.grad_accum keeps the global batch) or the "
+            "objective's lengths"
         )
 
 

@@ -26,7 +26,7 @@ from encdec.runs.state import TrainState, check_rng_states, read_saved_state
 from encdec.sizing import capped_to_cores, warn_if_oversubscribed
 from encdec.training import distributed
 from encdec.training.data import RunData, build_run_data
-from encdec.training.distill import Teacher, find_teacher, load_teacher
+from encdec.training.distill import Teacher, find_teacher, load_teacher, teacher_bytes
 from encdec.training.ema import WeightAverage
 from encdec.training.launch import check_processes
 from encdec.training.memory import check_activations_fit, check_model_fits, check_step_size, is_out_of_memory
@@ -119,7 +119,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     run.path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.training.seed)
     data = build_run_data(cfg, run.path, tokenizer_dir=start.tokenizer_dir)
-    model = new_model(cfg, data, info.device)
+    model = new_model(cfg, data, info.device, teacher_bytes(found_teacher[0]) if found_teacher else 0)
     teacher = load_teacher(cfg, *found_teacher, data.tokenizer, model.config, info.device) if found_teacher else None
     found_teacher = None  # the weights are in the teacher now
     generation = start.generation  # read before the pretrained weights are let go
@@ -198,12 +198,12 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     )
 
 
-def new_model(cfg: RunConfig, data: RunData, device: torch.device) -> nn.Module:
+def new_model(cfg: RunConfig, data: RunData, device: torch.device, teacher: int = 0) -> nn.Module:
     """The model the config's model section describes, for the run's tokenizer; refused before it is
-    built where it or a training step cannot fit the device."""
+    built where it or a training step (beside a distillation teacher of `teacher` bytes) cannot fit the device."""
     tok = data.tokenizer
     model_cfg = build_model_config(cfg.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id)
-    check_activations_fit(cfg, model_cfg, device, check_model_fits(model_cfg, device))
+    check_activations_fit(cfg, model_cfg, device, check_model_fits(model_cfg, device), teacher)
     try:
         return build_model(model_cfg)
     except RuntimeError as error:
