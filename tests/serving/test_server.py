@@ -3,6 +3,7 @@ alone, streaming gives the same text token by token, bad requests are one-senten
 full), /metrics speaks Prometheus, and SIGTERM finishes the requests in flight before exiting 0."""
 
 import gzip
+import http.client
 import json
 import signal
 import threading
@@ -142,6 +143,20 @@ def test_a_bad_request_is_a_4xx_with_one_sentence(server, body, status, says):
     got, answer, _ = call(server.url + "/generate", body)
     assert got == status and set(answer) == {"error"} and says in answer["error"], answer
     assert "\n" not in answer["error"] and "Traceback" not in answer["error"]
+
+
+def test_a_body_declared_far_too_large_is_refused_before_any_of_it_is_sent(server):
+    """Content-Length of 10^12 bytes and no body: a 413 at once (nothing is waited for, read or allocated)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    connection.putrequest("POST", "/generate")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", str(10**12))
+    connection.endheaders()
+    response = connection.getresponse()
+    answer = json.loads(response.read())
+    connection.close()
+    assert response.status == 413 and answer == {"error": "the request body is more than 1,048,576 bytes"}
 
 
 def test_streaming_beams_is_refused(server):

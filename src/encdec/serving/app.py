@@ -39,6 +39,7 @@ from encdec.serving.metrics import ServerMetrics
 from encdec.serving.requests import GenerateRequest, Limits, RequestError, parse_body
 from encdec.serving.scheduler import Scheduler
 
+DRAIN_BYTES = 16 << 20  # an oversized body up to this beyond the limit is read and dropped before its 413
 MAX_ATTENTION_NUMBERS = 2_000_000  # a cross-attention map larger than this (layers x heads x T x S) is left out
 
 
@@ -280,13 +281,21 @@ def event(payload: dict) -> str:
 
 
 async def read_body(request: Request, limits: Limits) -> bytes:
-    """The request body, read no further than --max-body bytes (413 beyond, whatever Content-Length says)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
-        raise RequestError(413, f"the request body is more than {limits.max_body_bytes:,} bytes")
-    body = bytearray()
+    """The request body, kept no further than --max-body bytes (413 beyond, whatever Content-Length says).
+    An oversized body up to DRAIN_BYTES beyond the limit is read to its end and dropped before the 413, so
+    that a client still writing it gets the answer instead of a broken pipe (a lingering close); a larger
+    one is answered at once."""
+    too_large = RequestError(413, f"the request body is more than {limits.max_body_bytes:,} bytes")
+    declared, drained = request.headers.get("content-length"), limits.max_body_bytes + DRAIN_BYTES
+    if declared is not None and declared.isdigit() and int(declared) > drained:
+        raise too_large
+    body, read = bytearray(), 0
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > limits.max_body_bytes:
-            raise RequestError(413, f"the request body is more than {limits.max_body_bytes:,} bytes")
+        read += len(chunk)
+        if read <= limits.max_body_bytes:
+            body += chunk
+        elif read > drained:
+            break
+    if read > limits.max_body_bytes:
+        raise too_large
     return bytes(body)
