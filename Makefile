@@ -4,6 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Where `make test` runs the device-aware tests: cpu, or cuda on a machine with a GPU.
 DEVICE ?= cpu
+# Test processes (pytest-xdist): auto is one per core; each runs torch on its share of the cores.
+TEST_WORKERS ?= auto
 # An extra wheel index for torch, e.g. PyTorch's CPU index for the CPU-only build; empty: pip's default.
 TORCH_INDEX ?=
 
@@ -18,4 +20,4 @@ main: $(BIN)/encdec
 	$(BIN)/encdec evaluate runs/main --samples 4 --max-new-tokens 48
 
 test: $(BIN)/encdec
-	$(BIN)/python -m pytest --device $(DEVICE)
+	$(BIN)/python -m pytest --device $(DEVICE) -n $(TEST_WORKERS) --dist loadfile

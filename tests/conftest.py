@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from encdec.sizing import available_cores
+
 DEVICES = ("cpu", "cuda")
 
 
@@ -23,6 +25,11 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:  # pytest-xdist: each test process computes on its share of the cores, as do its children
+        threads = max(1, available_cores() // workers)
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     device = config.getoption("--device")
     if device not in DEVICES:
         raise pytest.UsageError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")

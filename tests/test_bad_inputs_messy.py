@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -82,10 +83,18 @@ def test_ctrl_c_during_start_up_is_one_line_and_exit_code_130(delay, library, tm
     run = tmp_path / "run"
     forever = ["--set", "training.steps=100000", "--set", "output.save_interval=100000"]
     command = [sys.executable, "-m", "encdec", "train", str(library / "tiny.yaml"), "--out", str(run), *forever]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(delay)
-    process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=120)
+    # Ctrl-C at a terminal: SIGINT at its default, whatever this test process inherited (pytest-xdist's
+    # workers ignore it, and an ignored SIGINT is inherited: Python then installs no KeyboardInterrupt)
+    interactive = partial(signal.signal, signal.SIGINT, signal.SIG_DFL)
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interactive
+    ) as process:
+        try:
+            time.sleep(delay)
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=120)
+        finally:
+            process.kill()  # never left running past a failure
     lines = [line for line in err.splitlines() if line.strip()]
     assert process.returncode == 130 and "Traceback" not in err, err
     assert lines == ["encdec: interrupted"] or (len(lines) == 1 and lines[0].startswith("stopped by signal")), err
