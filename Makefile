@@ -4,7 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Where `make test` runs the device-aware tests: cpu, or cuda on a machine with a GPU.
 DEVICE ?= cpu
-# Test processes (pytest-xdist): auto is one per core; each runs torch on its share of the cores.
+# Test processes (pytest-xdist): auto is one per core; each runs torch on its share of the cores. The tests
+# marked serial (process groups stopped by signals, timing-sensitive under a loaded CPU) run alone after.
 TEST_WORKERS ?= auto
 # An extra wheel index for torch, e.g. PyTorch's CPU index for the CPU-only build; empty: pip's default.
 TORCH_INDEX ?=
@@ -20,4 +21,5 @@ main: $(BIN)/encdec
 	$(BIN)/encdec evaluate runs/main --samples 4 --max-new-tokens 48
 
 test: $(BIN)/encdec
-	$(BIN)/python -m pytest --device $(DEVICE) -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest --device $(DEVICE) -n $(TEST_WORKERS) --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest --device $(DEVICE) -m serial

@@ -23,6 +23,8 @@ from encdec.cli import main
 from encdec.sizing import available_cores
 from encdec.training.launch import WorkerError, _report
 
+pytestmark = pytest.mark.serial  # process groups stopped on a schedule: alone, not beside other tests
+
 TINY = tiny(training={**BASE["training"], "distributed": "ddp"})
 TORCHRUN_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 HOST = {"MASTER_ADDR": "localhost", "MASTER_PORT": "29511"}

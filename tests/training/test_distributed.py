@@ -13,6 +13,8 @@ import torch
 
 from encdec.training.metrics import read_metrics
 
+pytestmark = pytest.mark.serial  # process groups stopped on a schedule: alone, not beside other tests
+
 COMMON = [
     "--set",
     "training.steps=20",
