@@ -10,7 +10,6 @@ layers the run's lora section names, then the checkpoint's weights over them. Tr
 resume) and reading a run back (load_run) both go through it.
 """
 
-import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +18,13 @@ from typing import Literal
 import torch
 from torch import nn
 
-from encdec.errors import CheckpointError, ConfigError
+from encdec.errors import CheckpointError
 from encdec.interop import load_hf
 from encdec.interop.hub import resolve_model
 from encdec.models.lora import add_lora, train_only
-from encdec.runs.checkpoint import load_state, load_weights
+from encdec.runs.checkpoint import NAME, SHA256, load_state, load_weights, read_pointer, weights_sha256
 from encdec.runs.config import RunConfig
 from encdec.runs.run_dir import CheckpointDir, RunDir
-from encdec.schema import load_json, read
 
 log = logging.getLogger(__name__)
 
@@ -35,31 +33,15 @@ log = logging.getLogger(__name__)
 class BasePointer:
     """What base.json holds: the base a LoRA run adapts."""
 
-    init_from: str  # as the config named it: a run directory, a Hugging Face directory or a Hub id
+    init_from: NAME  # as the config named it: a run directory, a Hugging Face directory or a Hub id
     kind: Literal["run", "hf"]
-    source: str  # the checkpoint directory of a run, or the Hugging Face directory, that was read
-    sha256: str  # of the base's weights (weights_sha256)
-
-
-def weights_sha256(weights: dict[str, torch.Tensor]) -> str:
-    """A hash of a state dict: every tensor's name, dtype, shape and bytes, in name order."""
-    digest = hashlib.sha256()
-    for name in sorted(weights):
-        tensor = weights[name].detach().cpu().contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}\n".encode())
-        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+    source: NAME  # the checkpoint directory of a run, or the Hugging Face directory, that was read
+    sha256: SHA256  # of the base's weights (runs.checkpoint.weights_sha256)
 
 
 def read_base(checkpoint: CheckpointDir) -> BasePointer | None:
     """The checkpoint's base pointer; None for a checkpoint of the whole model."""
-    path = checkpoint.base
-    if not path.exists():
-        return None
-    try:
-        return read(BasePointer, load_json(path, "the base pointer", CheckpointError), "")
-    except ConfigError as error:
-        raise CheckpointError(f"{path} is not a base pointer encdec writes ({error})") from None
+    return read_pointer(checkpoint.base, BasePointer, "base pointer")
 
 
 def base_weights(pointer: BasePointer) -> dict[str, torch.Tensor]:

@@ -10,16 +10,21 @@ for tensors, `torch.load(weights_only=True)` for the optimizer, JSON for the res
 A step directory this training did not write is never deleted or written over:
 pruning takes only those older than the one just saved, and one already holding
 the name being saved is set aside. A run whose `latest` pointer is lost gets it
-back from its newest complete checkpoint (`recover_latest`).
+back from its newest complete checkpoint (`recover_latest`). A checkpoint may also point
+at weights kept elsewhere (a LoRA run's base, a distilled run's teacher): a small JSON part
+naming them and their hash (`weights_sha256`), read back by `read_pointer`.
 """
 
 import errno
+import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
+from typing import Annotated, TypeVar
 
 import torch
 from safetensors import SafetensorError
@@ -29,9 +34,46 @@ from torch import nn
 from encdec.errors import CheckpointError, ConfigError
 from encdec.runs.run_dir import TMP_NAME, CheckpointDir, RunDir
 from encdec.safe_paths import check_not_symlink, inside, write_atomic
+from encdec.schema import Satisfies, load_json, read
 
 log = logging.getLogger(__name__)
 FREE_WHEN_FULL = 64 << 20  # bytes: a failed write with less free space than this was a full disk
+MAX_NAME_CHARS = 4096  # a path or Hub id a pointer part names: PATH_MAX on Linux
+T = TypeVar("T")
+
+
+def is_sha256(value: object) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None
+
+
+def is_name(value: object) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_NAME_CHARS and "\0" not in value
+
+
+# the fields of a pointer part (runs/adapter.py's BasePointer, training/distill.py's TeacherPointer)
+SHA256 = Annotated[str, Satisfies(is_sha256, "64 lowercase hex digits (a SHA-256)")]
+NAME = Annotated[str, Satisfies(is_name, f"a path or Hub id of 1 to {MAX_NAME_CHARS:,} characters")]
+
+
+def weights_sha256(weights: dict[str, torch.Tensor]) -> str:
+    """A hash of a state dict: every tensor's name, dtype, shape and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        tensor = weights[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}\n".encode())
+        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def read_pointer(path: Path, schema: type[T], what: str) -> T | None:
+    """A checkpoint's pointer part at `path` (base.json, teacher.json) as `schema`, the `what` it is
+    ("base pointer"); None where the checkpoint has none, one CheckpointError sentence where it is not one."""
+    if not path.exists():
+        return None
+    try:
+        return read(schema, load_json(path, f"the {what}", CheckpointError), "")
+    except ConfigError as error:
+        raise CheckpointError(f"{path} is not a {what} encdec writes ({error})") from None
 
 
 def fsync_dir(path: Path) -> None:

@@ -29,11 +29,9 @@ from encdec.data.batch import Batch
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
 from encdec.models.config import CAUSAL_LMS
-from encdec.runs.adapter import weights_sha256
-from encdec.runs.checkpoint import load_state
+from encdec.runs.checkpoint import NAME, SHA256, load_state, read_pointer, weights_sha256
 from encdec.runs.config import RunConfig, build_model_config
 from encdec.runs.run_dir import CheckpointDir
-from encdec.schema import load_json, read
 from encdec.tokenizers import Tokenizer, load_tokenizer
 from encdec.training.loader import forward
 from encdec.training.pretrained import Pretrained, from_checkpoint, load_pretrained
@@ -46,10 +44,10 @@ LABEL = "training.distill.teacher "
 class TeacherPointer:
     """What a distilled run's checkpoints keep of its teacher (teacher.json)."""
 
-    teacher: str  # training.distill.teacher as the config named it
+    teacher: NAME  # training.distill.teacher as the config named it
     kind: Literal["run", "hf"]
-    source: str  # the checkpoint of a run, or the Hugging Face directory, that was read
-    sha256: str  # of its weights (runs.adapter.weights_sha256)
+    source: NAME  # the checkpoint of a run, or the Hugging Face directory, that was read
+    sha256: SHA256  # of its weights (runs.checkpoint.weights_sha256)
 
 
 @dataclass
@@ -103,13 +101,7 @@ def teacher_bytes(found: Pretrained) -> int:
 
 def read_teacher(checkpoint: CheckpointDir) -> TeacherPointer | None:
     """The checkpoint's teacher pointer; None for a run that does not distil (or saved before pointers)."""
-    path = checkpoint.teacher
-    if not path.exists():
-        return None
-    try:
-        return read(TeacherPointer, load_json(path, "the teacher pointer", CheckpointError), "")
-    except ConfigError as error:
-        raise CheckpointError(f"{path} is not a teacher pointer encdec writes ({error})") from None
+    return read_pointer(checkpoint.teacher, TeacherPointer, "teacher pointer")
 
 
 def load_teacher(

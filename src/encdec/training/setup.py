@@ -17,8 +17,8 @@ from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
-from encdec.runs.adapter import BasePointer, apply_lora, load_adapted, read_base, weights_sha256
-from encdec.runs.checkpoint import load_checkpoint, load_state
+from encdec.runs.adapter import BasePointer, apply_lora, load_adapted, read_base
+from encdec.runs.checkpoint import load_checkpoint, load_state, weights_sha256
 from encdec.runs.config import RunConfig, build_model_config, save_config
 from encdec.runs.load import read_generation, saved_config
 from encdec.runs.run_dir import CheckpointDir, RunDir
