@@ -157,11 +157,15 @@ def file_schemas() -> list[type]:
     """The declared schemas of the files encdec reads back, beside the config's (fuzzed field by field above)."""
     from encdec.data.objectives.base import DataPosition
     from encdec.data.shards import ShardManifest
+    from encdec.runs.adapter import BasePointer
     from encdec.runs.state import LossScale, SavedState, TrainState
     from encdec.tokenizers import TokenizerManifest
     from encdec.training.compare import ExperimentFile, SummaryFile
+    from encdec.training.distill import TeacherPointer
 
     return [
+        BasePointer,
+        TeacherPointer,
         DataPosition,
         ShardManifest,
         LossScale,
@@ -228,6 +232,24 @@ def test_any_generation_json_is_read_or_refused_in_one_sentence(generation, tmp_
     checkpoint = CheckpointDir(tmp_path_factory.mktemp("step_00000001"))
     (checkpoint.path / "generation.json").write_text(json.dumps(generation))
     ends_well(lambda: read_generation(checkpoint))
+
+
+POINTED = {"kind": "run", "source": "/runs/teacher/checkpoints/step_00000004", "sha256": "0" * 64}
+GOOD_POINTERS = {"base": {"init_from": "runs/base", **POINTED}, "teacher": {"teacher": "runs/teacher", **POINTED}}
+
+
+@FUZZ
+@given(pointers=st.one_of(mutations(GOOD_POINTERS), anything))
+def test_any_pointer_json_is_read_or_refused_in_one_sentence(pointers, tmp_path_factory):
+    """base.json (a LoRA run's base) and teacher.json (a distilled run's teacher), whatever they hold."""
+    from encdec.runs.adapter import read_base
+    from encdec.training.distill import read_teacher
+
+    checkpoint = CheckpointDir(tmp_path_factory.mktemp("step_00000001"))
+    for part, read_part in (("base", read_base), ("teacher", read_teacher)):
+        held = pointers.get(part) if isinstance(pointers, dict) else pointers
+        (checkpoint.path / f"{part}.json").write_text(json.dumps(held))
+        ends_well(lambda read_part=read_part: read_part(checkpoint))
 
 
 YAML_SCALARS = ["nan", ".inf", "-1", "0", "1e30", "10**9", "'0.5'", "yes", "~", "[1, 2]", "{a: 1}", "x", "1e-4", "3"]
