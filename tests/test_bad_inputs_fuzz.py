@@ -206,7 +206,8 @@ def mutations(good: dict) -> st.SearchStrategy:
             node[draw_path[-1]] = value
         return copy
 
-    paths = [(a, b) for a in good for b in good[a]] + [(a,) for a in good] + [("extra",), ("train", "stepz")]
+    misspelt = (next(iter(good)), "stepz")  # an unknown key in the first section
+    paths = [(a, b) for a in good for b in good[a]] + [(a,) for a in good] + [("extra",), misspelt]
     return st.builds(mutate, st.sampled_from(paths), anything, st.booleans())
 
 
