@@ -29,17 +29,23 @@ tensors, with where they happened, so tests can assert a hot loop never waits.
 
 from __future__ import annotations
 
+import functools
 import sys
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
+import encdec
+
 DEVICE, HOST = "device", "host"
 TAG = "_device_check_tag"
-SRC_MARK = "/encdec/"  # frames of the package under test, for locations
+# frames of the package under test, for locations: its own folder, wherever it is installed or cloned (a path
+# fragment such as "/encdec/" would also match a clone named encdec, and torch's frames in its .venv)
+PACKAGE = Path(encdec.__file__).resolve().parent
 Tensor = torch.Tensor
 
 SYNCS = {
@@ -139,11 +145,18 @@ def set_tag(value, tag: str | None) -> None:
 def location() -> str:
     """The innermost frame of the package under test, as path:line."""
     for frame in reversed(traceback.extract_stack()[:-2]):
-        name = frame.filename.replace("\\", "/")
-        if SRC_MARK in name and "device_check" not in name:
-            return f"{name.split(SRC_MARK, 1)[1]}:{frame.lineno}"
+        within = in_package(frame.filename)
+        if within is not None:
+            return f"{within}:{frame.lineno}"
     frame = traceback.extract_stack()[-4]
     return f"{frame.filename}:{frame.lineno}"
+
+
+@functools.cache
+def in_package(filename: str) -> str | None:
+    """A frame's file relative to the package under test, or None for a file outside it (torch's, a test's)."""
+    path = Path(filename).resolve()
+    return path.relative_to(PACKAGE).as_posix() if path.is_relative_to(PACKAGE) else None
 
 
 def name_of(func) -> str:
