@@ -2,6 +2,8 @@ import gzip
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from encdec.data.corpora import (
     is_validation,
@@ -78,6 +80,22 @@ def test_split_is_deterministic_disjoint_and_near_the_fraction(tinystories_stori
     assert split_items(tinystories_stories, 0.1, seed=4)[1] != validation
     assert not set(train) & set(validation)
     assert not is_validation("anything", 0.0) and is_validation("anything", 1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(st.text(max_size=12), max_size=40), val_fraction=st.floats(0.0, 1.0, exclude_min=True))
+def test_a_split_of_two_or_more_items_leaves_neither_side_empty_and_moves_nothing_else(texts, val_fraction):
+    """A few documents (data.max_documents) at a small val_fraction: one item crosses to the side the hash left
+    empty; a split whose sides both hold items is the hash split itself."""
+    train, validation = split_items(texts, val_fraction)
+    assert sorted(train + validation) == sorted(texts)
+    hashed = [t for t in texts if is_validation(t, val_fraction)]
+    if len(texts) >= 2:
+        assert train and validation
+    if 0 < len(hashed) < len(texts):
+        assert validation == hashed
+    else:
+        assert len(validation) - len(hashed) in (-1, 0, 1)
 
 
 # --- bad data: one sentence naming the file and, where it applies, the line ---

@@ -101,6 +101,8 @@ def test_members_without_weights_weigh_their_example_counts(tmp_path, shared_dat
         (lambda v: v["data"]["mixture"][1].update(name="stories"), "data.mixture names 'stories' twice"),
         (lambda v: v["data"]["mixture"][1].pop("weight"), "give every data.mixture member a weight, or none"),
         (lambda v: v["data"].update(train=["x.txt"]), "with data.mixture the members name the corpora"),
+        (lambda v: v["data"].update(max_documents=30), "set data.max_documents in the data section of each member"),
+        (lambda v: v["data"].update(val_fraction=0.1), "set data.val_fraction in the data section of each member"),
         (lambda v: v["data"].update(mixture_cap=5), "data.mixture_cap caps example counts"),
         (lambda v: v["data"]["mixture"][0].update(weight=-1), r"data.mixture\[0\].weight must be positive"),
         (lambda v: v["data"]["mixture"][0]["objective"].update(kind="causal_lm"), "mixes decoder-only objectives"),
@@ -124,3 +126,29 @@ def test_a_mixture_run_reports_each_members_loss(tmp_path, shared_data, capsys):
         assert {f"{split}_loss/stories", f"{split}_loss/dialogsum"} <= set(last)
         assert np.isfinite([last[f"{split}_loss/stories"], last[f"{split}_loss/dialogsum"]]).all()
     assert last["val_loss/stories"] != last["val_loss/dialogsum"]
+
+
+OWN_LIMITS = {  # a member's data section with its own max_documents, at the default val_fraction (5%)
+    "stories": {"format": "tinystories", "train": [STORIES], "max_documents": 30},
+    "dialogues": {"format": "jsonl-pairs", "train": [DIALOGSUM], "max_documents": 12},
+    "streamed stories": {"format": "tinystories", "train": [STORIES], "max_documents": 30, "streaming": True},
+}
+
+
+@pytest.mark.parametrize("name", OWN_LIMITS)
+def test_a_member_with_its_own_max_documents_trains(name, tmp_path, shared_data):
+    """A few documents hash none to validation at 5%: the split still holds one out, so the member trains and
+    reports its own validation loss instead of refusing an empty split."""
+    data = {**OWN_LIMITS[name], "train": [str(shared_data / OWN_LIMITS[name]["train"][0])]}
+    pairs = data["format"] == "jsonl-pairs"
+    values = mixture_config(tmp_path, shared_data)
+    values["data"]["mixture"] = [
+        {"name": "own", "weight": 1.0, "data": data, "objective": {"kind": "seq2seq" if pairs else "span_corruption"}}
+    ]
+    values["objective"]["seq_len"] = 64
+    path = tmp_path / "mixture.yaml"
+    path.write_text(yaml.safe_dump(values))
+    assert main(["train", str(path), "--out", str(tmp_path / "run")]) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in records if r["kind"] == "eval"][-1]
+    assert np.isfinite(last["val_loss/own"]) and np.isfinite(last["val_loss"])

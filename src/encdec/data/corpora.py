@@ -296,21 +296,45 @@ class PairTemplate:
         return self.source.format(source=source), self.target.format(target=target)
 
 
+def split_hash(key: str, seed: int = 0) -> float:
+    """Where an item's text falls in [0, 1): a hash, stable and order-free."""
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8, key=str(seed).encode()).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
 def is_validation(key: str, val_fraction: float, seed: int = 0) -> bool:
     """Whether an item goes to validation, decided by a hash of its text: stable, order-free, streaming."""
-    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8, key=str(seed).encode()).digest()
-    return int.from_bytes(digest, "big") / 2**64 < val_fraction
+    return split_hash(key, seed) < val_fraction
+
+
+def item_key(item: str | tuple) -> str:
+    """The text an item is split by: a document's own, a pair's source."""
+    return item if isinstance(item, str) else item[0]
+
+
+def crossing(hashes: list[float], val_fraction: float) -> int | None:
+    """The index of the one item that changes side where the hash split (`split_hash` of each item) of two
+    or more items leaves a side empty (a few documents, data.max_documents, at a small val_fraction): the
+    item whose hash lies nearest the threshold. None where both sides hold items, as in any corpus of use."""
+    validation = sum(h < val_fraction for h in hashes)
+    if len(hashes) < 2 or 0 < validation < len(hashes):
+        return None
+    nearest = min if validation == 0 else max  # the lowest train hash joins validation, or the reverse
+    return hashes.index(nearest(hashes))
 
 
 def split_items(
     items: Iterable[Item], val_fraction: float, seed: int = 0, key: Callable[[Item], str] | None = None
 ) -> tuple[list[Item], list[Item]]:
-    """Deterministic (train, validation) lists for a corpus without a split; pairs split by their source."""
-    key = key or (lambda item: item if isinstance(item, str) else item[0])
+    """Deterministic (train, validation) lists for a corpus without a split; pairs split by their source.
+    Each side holds an item where there are two or more (`crossing`)."""
+    items, key = list(items), key or item_key
+    hashes = [split_hash(key(item), seed) for item in items]
+    crossed = crossing(hashes, val_fraction)
     train: list[Item] = []
     validation: list[Item] = []
-    for item in items:
-        (validation if is_validation(key(item), val_fraction, seed) else train).append(item)
+    for i, (item, where) in enumerate(zip(items, hashes, strict=True)):
+        (validation if (where < val_fraction) != (i == crossed) else train).append(item)
     return train, validation
 
 

@@ -332,9 +332,11 @@ def check_mixture(data: DataSection) -> None:
         return
     if len(members) > MAX_MEMBERS:
         raise ConfigError(f"data.mixture has {len(members):,} members; at most {MAX_MEMBERS:,} are mixed")
-    if data.train or data.dataset or data.hub_name:
+    beside = [key for key in corpus_keys_set(data) if key not in ("mixture", "mixture_cap")]
+    if beside:  # each member reads its corpus by its own data section: one beside the mixture would do nothing
         raise ConfigError(
-            "with data.mixture the members name the corpora: leave data.train, dataset and hub_name unset"
+            f"with data.mixture the members name the corpora and how each is read: set data.{beside[0]} in "
+            "the data section of each member it applies to, not beside the mixture"
         )
     names = [m.name for m in members]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -347,6 +349,15 @@ def check_mixture(data: DataSection) -> None:
         raise ConfigError("give every data.mixture member a weight, or none (then each weighs its example count)")
     if all(weighted) and data.mixture_cap is not None:
         raise ConfigError("data.mixture_cap caps example counts, which weigh members only when no weight is given")
+
+
+def corpus_keys_set(data: DataSection) -> list[str]:
+    """The keys of a data section that hold other than their defaults."""
+    defaults = {
+        f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        for f in dataclasses.fields(data)
+    }
+    return [key for key, default in defaults.items() if getattr(data, key) != default]
 
 
 def member_objective(cfg: RunConfig, index: int) -> ObjectiveSection:

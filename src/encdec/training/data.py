@@ -18,7 +18,7 @@ from itertools import islice
 from pathlib import Path
 from typing import TypeVar
 
-from encdec.data.corpora import PAIR_FORMATS, is_validation, read_corpus, split_items
+from encdec.data.corpora import PAIR_FORMATS, crossing, is_validation, item_key, read_corpus, split_hash, split_items
 from encdec.data.datasets_corpus import BUILDERS, dataset_items, open_dataset
 from encdec.data.documents import Documents, token_dtype
 from encdec.data.hub import (
@@ -265,7 +265,8 @@ def dataset_split(cfg: RunConfig, split: str, streaming: bool = False) -> Iterat
 
 def stream_opener(cfg: RunConfig, split: str) -> Callable[[], Iterator]:
     """A function that opens the "train" or "val" split as a stream of items, from its first on each call:
-    a split of its own, or the items of the training split that hash to it (as split_items splits)."""
+    a split of its own, or the items of the training split that hash to it (as split_items splits; the side a
+    hash split leaves empty gets its crossing item only where data.max_documents bounds the stream)."""
     d = cfg.data
     hub = d.format != "datasets" and (not d.train or not all(Path(p).exists() for p in d.train)) and d.hub_name
 
@@ -281,10 +282,15 @@ def stream_opener(cfg: RunConfig, split: str) -> Callable[[], Iterator]:
     if hub or d.validation or (d.format == "datasets" and d.validation_split):
         return lambda: limit(read(split), d.max_documents)
 
+    crossed: list[int | None] = []  # split_items' crossing item, found once
+
     def hashed() -> Iterator:
-        for item in limit(read("train"), d.max_documents):
-            key = item if isinstance(item, str) else item[0]
-            if is_validation(key, d.val_fraction, seed=0) == (split == "val"):
+        if not crossed:  # data.max_documents bounds the stream: a first pass over its hashes finds the crossing
+            bounded = d.max_documents is not None
+            hashes = [split_hash(item_key(item)) for item in limit(read("train"), d.max_documents)] if bounded else []
+            crossed.append(crossing(hashes, d.val_fraction))
+        for i, item in enumerate(limit(read("train"), d.max_documents)):
+            if (is_validation(item_key(item), d.val_fraction) != (i == crossed[0])) == (split == "val"):
                 yield item
 
     return hashed
