@@ -10,15 +10,23 @@ for tensors, `torch.load(weights_only=True)` for the optimizer, JSON for the res
 A step directory this training did not write is never deleted or written over:
 pruning takes only those older than the one just saved, and one already holding
 the name being saved is set aside. A run whose `latest` pointer is lost gets it
-back from its newest complete checkpoint (`recover_latest`). A checkpoint may also point
-at weights kept elsewhere (a LoRA run's base, a distilled run's teacher): a small JSON part
-naming them and their hash (`weights_sha256`), read back by `read_pointer`.
+back from its newest complete checkpoint (`recover_latest`).
+
+A checkpoint declares the parts it holds by its own config.yaml (`declared_parts`: the parts every
+checkpoint holds, and those its config keeps, CheckpointDir.KEPT_BY: training.ema_decay's
+ema.safetensors, say). A resume requires each declared part present and readable, and the numbers of
+the weights, the optimizer state and the EMA finite (CheckpointDir.FINITE); a missing or damaged part
+is one sentence naming the file, never a fresh start of what it held.
+
+A checkpoint may also point at weights kept elsewhere (a LoRA run's base, a distilled run's teacher):
+a small JSON part naming them and their hash (`weights_sha256`), read back by `read_pointer`.
 """
 
 import errno
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -32,9 +40,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
+from encdec.runs.config import RunConfig, load_config
 from encdec.runs.run_dir import TMP_NAME, CheckpointDir, RunDir
 from encdec.safe_paths import check_not_symlink, inside, write_atomic
-from encdec.schema import Satisfies, load_json, read
+from encdec.schema import Satisfies, load_json, read, short
 
 log = logging.getLogger(__name__)
 FREE_WHEN_FULL = 64 << 20  # bytes: a failed write with less free space than this was a full disk
@@ -175,9 +184,33 @@ def _set_aside(path: Path) -> Path:
     return aside
 
 
+def saved_config(checkpoint: CheckpointDir) -> RunConfig:
+    """The config a checkpoint saved; CheckpointError where it cannot be read."""
+    try:
+        return load_config(checkpoint.config, paths_from_file=False)
+    except ConfigError as error:
+        raise CheckpointError(f"the config saved in {checkpoint.path} cannot be read: {error}") from None
+
+
+def declared_parts(checkpoint: CheckpointDir, cfg: RunConfig) -> list[str]:
+    """The parts `checkpoint` holds by `cfg`, its own config: every part but the optional ones, and each
+    optional one that a key of its config keeps (CheckpointDir.KEPT_BY: training.ema_decay's EMA, ...)."""
+    kept = [part for part, key in checkpoint.KEPT_BY.items() if config_value(cfg, key)]
+    return [part for part in checkpoint.PARTS if part not in checkpoint.OPTIONAL or part in kept]
+
+
+def config_value(cfg: object, dotted: str) -> object:
+    for name in dotted.split("."):
+        cfg = getattr(cfg, name)
+    return cfg
+
+
 def is_complete(checkpoint: CheckpointDir) -> bool:
-    """Whether `checkpoint` holds every part a resume reads (generation defaults are optional)."""
-    needed = [part for part in checkpoint.PARTS if part not in checkpoint.OPTIONAL]
+    """Whether `checkpoint` holds every part it declares (`declared_parts`), none a symlink."""
+    try:
+        needed = declared_parts(checkpoint, saved_config(checkpoint))
+    except CheckpointError:
+        return False
     return all((checkpoint.path / part).exists() and not (checkpoint.path / part).is_symlink() for part in needed)
 
 
@@ -267,12 +300,20 @@ def _prune(run: RunDir, keep_last: int, saved_step: int) -> None:
 
 
 def load_checkpoint(checkpoint: CheckpointDir) -> dict:
-    """Read every part of `checkpoint`; CheckpointError if any part is bad."""
+    """Read every part of `checkpoint` a resume takes: model, optimizer, rng, state and (where its config
+    keeps one) ema. Each part it declares must be there, and every number of the FINITE parts finite;
+    CheckpointError naming the first part that is missing or bad."""
     path = checkpoint.path
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} does not exist")
     for part in checkpoint.PARTS:
         checkpoint.part(part)  # a symlink would read a file outside the checkpoint
+    declared = declared_parts(checkpoint, saved_config(checkpoint))
+    for part in declared:
+        if not (path / part).exists():
+            key = checkpoint.KEPT_BY.get(part)
+            why = f", which its config keeps ({key} is set)" if key else ""
+            raise CheckpointError(f"checkpoint {path} has no {part}{why}; the checkpoint is incomplete")
     parts = {"model": load_weights(checkpoint.model)}
     try:
         with warnings.catch_warnings():  # torch warns of a pickle protocol before it refuses the file
@@ -292,7 +333,35 @@ def load_checkpoint(checkpoint: CheckpointDir) -> dict:
         parts["state"] = json.loads(checkpoint.state.read_text())
     except (OSError, ValueError) as error:
         raise CheckpointError(f"{checkpoint.state} is corrupt or truncated ({_first_line(error)})") from None
+    if checkpoint.EMA in declared:
+        parts["ema"] = load_weights(checkpoint.ema)
+    for key, part in (("model", checkpoint.MODEL), ("optimizer", checkpoint.OPTIMIZER), ("ema", checkpoint.EMA)):
+        if part in checkpoint.FINITE and key in parts:
+            check_finite(parts[key], checkpoint.part(part))
     return parts
+
+
+def check_finite(values: object, path: Path, name: str = "") -> None:
+    """Every float in `values` (a state dict, or an optimizer's nested state) finite, else CheckpointError
+    naming `path` and the first entry holding NaN or infinity."""
+    if isinstance(values, dict):
+        for key, value in values.items():
+            check_finite(value, path, f"{name}.{key}" if name else str(key))
+        return
+    if isinstance(values, (list, tuple)):
+        for i, value in enumerate(values):
+            check_finite(value, path, f"{name}[{i}]")
+        return
+    finite = (
+        bool(torch.isfinite(values).all())
+        if isinstance(values, torch.Tensor) and values.is_floating_point()
+        else not isinstance(values, float) or math.isfinite(values)
+    )
+    if not finite:
+        raise CheckpointError(
+            f"{path} holds NaN or infinite values (in {short(name, 80)}); the checkpoint is damaged, "
+            "resume from an earlier one"
+        )
 
 
 def _first_line(error: BaseException) -> str:

@@ -14,8 +14,8 @@ from encdec.models import ModelConfig, build_model
 from encdec.models.config import CAUSAL_LMS
 from encdec.models.memory import check_weights_fit
 from encdec.runs.adapter import load_adapted
-from encdec.runs.checkpoint import load_state, load_weights
-from encdec.runs.config import RunConfig, build_model_config, load_config
+from encdec.runs.checkpoint import load_state, load_weights, saved_config
+from encdec.runs.config import RunConfig, build_model_config
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.text import RunTokenizer
 from encdec.schema import load_json, value_of
@@ -66,14 +66,6 @@ def check_max_source_len(max_source_len: int | None, cfg: ModelConfig) -> None:
         raise ConfigError(
             f"max_source_len is {max_source_len:,} but this model has {cfg.max_positions:,} positions for its input"
         )
-
-
-def saved_config(checkpoint: CheckpointDir) -> RunConfig:
-    """The config a checkpoint saved; CheckpointError where it cannot be read."""
-    try:
-        return load_config(checkpoint.config, paths_from_file=False)
-    except ConfigError as error:
-        raise CheckpointError(f"the config saved in {checkpoint.path} cannot be read: {error}") from None
 
 
 def read_generation(checkpoint: CheckpointDir) -> dict[str, Any]:

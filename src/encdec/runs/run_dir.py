@@ -52,6 +52,10 @@ class CheckpointDir:
     TEACHER = "teacher.json"  # a distilled run's: the teacher it learns from (training/distill.py)
     PARTS = (MODEL, OPTIMIZER, RNG, STATE, CONFIG, TOKENIZER, GENERATION, BASE, EMA, TEACHER)
     OPTIONAL = (GENERATION, BASE, EMA, TEACHER)
+    # the optional parts a checkpoint declares by its own config.yaml: each is kept (and a resume requires
+    # it) where the config key it names is set (runs.checkpoint.declared_parts)
+    KEPT_BY = {BASE: "lora", EMA: "training.ema_decay", TEACHER: "training.distill"}
+    FINITE = (MODEL, OPTIMIZER, EMA)  # the parts whose numbers must all be finite (no NaN, no infinity)
 
     @property
     def name(self) -> str:

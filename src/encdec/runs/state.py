@@ -65,7 +65,8 @@ def read_saved_state(values: object, checkpoint: CheckpointDir) -> SavedState:
 
 
 def check_rng_states(rng: dict[str, torch.Tensor], checkpoint: CheckpointDir) -> None:
-    """Every saved generator state is a byte tensor of the size this torch's generators take."""
+    """Every saved generator state is a byte tensor of the size this torch's generators take, and each CPU
+    one a state a generator takes."""
     sizes = {"cpu": torch.get_rng_state().numel()}
     if "torch" not in rng:
         raise CheckpointError(f"{checkpoint.rng} holds no CPU random state; the checkpoint is damaged")
@@ -79,3 +80,16 @@ def check_rng_states(rng: dict[str, torch.Tensor], checkpoint: CheckpointDir) ->
                 f"{checkpoint.rng}: {name} is a {tuple(state.shape)} {state.dtype} tensor, not the random state "
                 f"torch saves{f' ({size} bytes)' if size else ''}; the checkpoint is damaged"
             )
+        if kind == "cpu" and not is_generator_state(state):
+            raise CheckpointError(
+                f"{checkpoint.rng}: {name} is not a random state torch can restore; the checkpoint is damaged"
+            )
+
+
+def is_generator_state(state: torch.Tensor) -> bool:
+    """Whether a CPU generator takes `state` (a Mersenne Twister state of the right bytes, not any bytes)."""
+    try:
+        torch.Generator().set_state(state)
+    except RuntimeError:
+        return False
+    return True

@@ -135,7 +135,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         load_adapted(model, cfg, start.checkpoint, parts["model"])
         base = read_base(start.checkpoint)
     elif parts is not None:
-        load_state(model, parts["model"], f"{start.checkpoint.path} does not fit the model this config builds")
+        load_state(model, parts["model"], f"{start.checkpoint.model} does not fit the model this config builds")
     if parts is None or cfg.lora is None:
         apply_lora(model, cfg)  # LoRA and training.train_only, where the config asks for them
     if parts is not None:
@@ -149,7 +149,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         )
     if parts is not None:
         check_rng_states(parts["rng"], start.checkpoint)
-        _restore_rng(parts["rng"], info)
+        _restore_rng(parts["rng"], info, start.checkpoint.rng)
     precision = resolve_precision(
         cfg.training.precision, info.device, cfg.training.distributed if info.enabled else None
     )
@@ -158,7 +158,10 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         scaler.load_state_dict(asdict(saved.scaler))
     if cfg.training.ema_decay and info.enabled and cfg.training.distributed == "fsdp":
         raise ConfigError("training.ema_decay keeps whole weights in every process; use DDP, not FSDP, to keep an EMA")
-    ema = WeightAverage(model, cfg.training.ema_decay, start.checkpoint) if cfg.training.ema_decay else None
+    ema = None
+    if cfg.training.ema_decay:  # a resume's saved average where its checkpoint keeps one (load_checkpoint)
+        saved_ema = parts.get("ema") if parts is not None else None
+        ema = WeightAverage(model, cfg.training.ema_decay, saved_ema, start.checkpoint and start.checkpoint.ema)
     n_params, n_params_no_pos = count_parameters(model), count_parameters(model, exclude_positions=True)
     wrapped = distributed.wrap(model, info, cfg.training.distributed, precision)
     if cfg.training.compile:
@@ -222,12 +225,19 @@ def tensorboard_dir(cfg: RunConfig, run: RunDir) -> Path | None:
     return run.tensorboard if board else None
 
 
-def _restore_rng(saved: dict, info: distributed.DistInfo) -> None:
-    """This rank's RNG states from a checkpoint (older checkpoints hold only the CPU state, as "torch")."""
+def _restore_rng(saved: dict, info: distributed.DistInfo, path: Path) -> None:
+    """This rank's RNG states from a checkpoint's `path` (older checkpoints hold only the CPU state, as "torch")."""
     states = {"cpu": saved.get(f"cpu_rank{info.rank}", saved["torch"])}
     if f"cuda_rank{info.rank}" in saved:
         states["cuda"] = saved[f"cuda_rank{info.rank}"]
-    if not set_rng_states(states, info.device):
+    try:
+        restored = set_rng_states(states, info.device)
+    except RuntimeError as error:  # a GPU generator refusing the bytes it is given
+        raise CheckpointError(
+            f"{path}: rank {info.rank}'s random state cannot be restored ({str(error).splitlines()[0][:100]}); "
+            "the checkpoint is damaged"
+        ) from None
+    if not restored:
         log.warning(
             "the checkpoint holds no GPU random state for rank %d: dropout will not repeat the "
             "uninterrupted run's masks",
