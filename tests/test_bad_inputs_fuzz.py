@@ -253,6 +253,91 @@ def test_any_pointer_json_is_read_or_refused_in_one_sentence(pointers, tmp_path_
         ends_well(lambda read_part=read_part: read_part(checkpoint))
 
 
+@pytest.fixture(scope="module")
+def pointed_tree(tmp_path_factory) -> Path:
+    """What a pointer's source may name: a teacher run's checkpoint, a Hugging Face directory, a symlink to
+    each, a file, and a directory that is no checkpoint (its real path: no link above it either)."""
+    import os
+
+    root = Path(os.path.realpath(tmp_path_factory.mktemp("pointed")))
+    (root / "teacher" / "checkpoints" / "step_00000004").mkdir(parents=True)
+    (root / "hf").mkdir()
+    (root / "file").write_text("not a directory\n")
+    (root / "teacher" / "checkpoints" / "file").write_text("not a directory\n")
+    (root / "link").symlink_to(root / "teacher")
+    (root / "hf_link").symlink_to(root / "hf")
+    (root / "teacher" / "checkpoints" / "step_00000009").symlink_to(root / "teacher" / "checkpoints" / "step_00000004")
+    return root
+
+
+COMPONENTS = ["teacher", "checkpoints", "step_00000004", "step_00000009", "hf", "hf_link", "link", "file"]
+PATH_PARTS = st.lists(st.sampled_from([*COMPONENTS, "..", ".", "", "~", "x\0y", "gone"]), max_size=5)
+
+
+@FUZZ
+@given(parts=PATH_PARTS, absolute=st.booleans(), kind=st.sampled_from(["run", "hf"]))
+def test_a_pointer_source_is_read_only_as_the_real_directory_encdec_wrote(pointed_tree, parts, absolute, kind):
+    """Whatever path a pointer's source holds, it is read back only as encdec writes one (the real path of a
+    directory: absolute, no '.', '..' or symlink on the way, for a run a checkpoint directory in checkpoints/),
+    or refused in one sentence; a source that is gone is read (its name is resolved again)."""
+    import os
+
+    from encdec.runs.adapter import read_base
+    from encdec.training.distill import read_teacher
+
+    source = "/".join([str(pointed_tree)] * absolute + parts) or "."
+    checkpoint = CheckpointDir(pointed_tree / "teacher" / "checkpoints" / "step_00000004")
+    for part, read_part, name in (("base", read_base, "init_from"), ("teacher", read_teacher, "teacher")):
+        pointer = {name: "runs/x", "kind": kind, "source": source, "sha256": "0" * 64}
+        (checkpoint.path / f"{part}.json").write_text(json.dumps(pointer))
+        read = ends_well(lambda read_part=read_part: read_part(checkpoint))
+        if isinstance(read, EncdecError):
+            continue
+        held = read.source
+        assert held.startswith("/") and os.path.normpath(held) == held and os.path.realpath(held) == held
+        assert not os.path.lexists(held) or (os.path.isdir(held) and not os.path.islink(held))
+        if kind == "run":
+            assert Path(held).parent.name == "checkpoints" and Path(held).name.startswith("step_")
+
+
+@pytest.mark.parametrize(
+    "source, says",
+    [
+        ("runs/teacher/checkpoints/step_00000004", "must be an absolute path"),
+        ("ROOT/teacher/../teacher/checkpoints/step_00000004", "must be an absolute path"),
+        ("ROOT/teacher/./checkpoints/step_00000004", "must be an absolute path"),
+        ("ROOT/link/checkpoints/step_00000004", "passes through a symlink"),
+        ("ROOT/teacher/checkpoints/step_00000009", "passes through a symlink"),
+        ("ROOT/teacher/checkpoints/file", "is not a directory"),
+        ("ROOT/hf", "is not a checkpoint directory"),
+        ("ROOT/teacher\0/checkpoints/step_00000004", "must be an absolute path"),
+    ],
+)
+def test_a_pointer_source_breaking_a_path_rule_is_refused_naming_the_pointer(pointed_tree, source, says):
+    from encdec.training.distill import read_teacher
+
+    checkpoint = CheckpointDir(pointed_tree / "teacher" / "checkpoints" / "step_00000004")
+    pointer = {
+        "teacher": "runs/x",
+        "kind": "run",
+        "source": source.replace("ROOT", str(pointed_tree)),
+        "sha256": "0" * 64,
+    }
+    (checkpoint.path / "teacher.json").write_text(json.dumps(pointer))
+    error = ends_well(lambda: read_teacher(checkpoint))
+    assert isinstance(error, EncdecError) and says in str(error) and "teacher.json" in str(error), error
+
+
+def test_a_pointer_source_as_encdec_writes_it_is_read_and_one_that_is_gone_too(pointed_tree):
+    from encdec.runs.adapter import read_base
+
+    checkpoint = CheckpointDir(pointed_tree / "teacher" / "checkpoints" / "step_00000004")
+    for kind, source in (("run", "teacher/checkpoints/step_00000004"), ("hf", "hf"), ("hf", "gone/hf")):
+        pointer = {"init_from": "org/name", "kind": kind, "source": f"{pointed_tree}/{source}", "sha256": "0" * 64}
+        (checkpoint.path / "base.json").write_text(json.dumps(pointer))
+        assert read_base(checkpoint).source == f"{pointed_tree}/{source}"
+
+
 YAML_SCALARS = ["nan", ".inf", "-1", "0", "1e30", "10**9", "'0.5'", "yes", "~", "[1, 2]", "{a: 1}", "x", "1e-4", "3"]
 
 

@@ -198,3 +198,38 @@ def test_a_lost_latest_pointer_resumes_from_the_newest_checkpoint_holding_every_
     steps = [r["step"] for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "train"]
     assert steps[-2:] == [3, 4] and RunDir(run).latest().ema.is_file()
     assert json.loads(RunDir(run).latest().state.read_text())["train"]["step"] == 4
+
+
+@pytest.fixture(scope="module")
+def distilled(library, tmp_path_factory) -> Path:
+    """A run distilled (2 of 4 steps) from the library's run as its teacher."""
+    run = tmp_path_factory.mktemp("distilled") / "run"
+    teacher = ["--set", f"training.distill.teacher={library[1]}", "--set", "training.steps=2"]
+    assert main(["train", str(library[0]), "--out", str(run), *teacher]) == 0
+    return run
+
+
+@pytest.mark.parametrize("damage", ["deleted", "through a symlink", "relative", "a file"])
+def test_a_teacher_pointer_deleted_or_breaking_the_path_rules_is_refused_at_resume(
+    library, distilled, tmp_path, capsys, damage
+):
+    """teacher.json is declared by training.distill: gone, it is refused (not the teacher run's best of now);
+    a source that is not the real checkpoint directory encdec wrote is refused, not followed."""
+    run = tmp_path / "run"
+    shutil.copytree(distilled, run)
+    pointer_path = RunDir(run).latest().teacher
+    pointer = json.loads(pointer_path.read_text())
+    if damage == "deleted":
+        pointer_path.unlink()
+    else:
+        teacher = Path(pointer["source"])
+        (tmp_path / "link").symlink_to(teacher.parent.parent)
+        (tmp_path / "file").write_text("x\n")
+        source = {
+            "through a symlink": str(tmp_path / "link" / "checkpoints" / teacher.name),
+            "relative": str(teacher.relative_to(teacher.parents[2])),
+            "a file": str(tmp_path / "file"),
+        }[damage]
+        pointer_path.write_text(json.dumps({**pointer, "source": source}))
+    err = refused(library[0], run, capsys, "--set", f"training.distill.teacher={library[1]}")
+    assert "teacher.json" in err, err

@@ -22,7 +22,7 @@ from encdec.errors import CheckpointError
 from encdec.interop import load_hf
 from encdec.interop.hub import resolve_model
 from encdec.models.lora import add_lora, train_only
-from encdec.runs.checkpoint import NAME, SHA256, load_state, load_weights, read_pointer, weights_sha256
+from encdec.runs.checkpoint import NAME, SHA256, SOURCE, load_state, load_weights, read_pointer, weights_sha256
 from encdec.runs.config import RunConfig
 from encdec.runs.run_dir import CheckpointDir, RunDir
 
@@ -35,7 +35,7 @@ class BasePointer:
 
     init_from: NAME  # as the config named it: a run directory, a Hugging Face directory or a Hub id
     kind: Literal["run", "hf"]
-    source: NAME  # the checkpoint directory of a run, or the Hugging Face directory, that was read
+    source: SOURCE  # the checkpoint directory of a run, or the Hugging Face directory, that was read (real path)
     sha256: SHA256  # of the base's weights (runs.checkpoint.weights_sha256)
 
 

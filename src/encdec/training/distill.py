@@ -29,7 +29,7 @@ from encdec.data.batch import Batch
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
 from encdec.models.config import CAUSAL_LMS
-from encdec.runs.checkpoint import NAME, SHA256, load_state, read_pointer, weights_sha256
+from encdec.runs.checkpoint import NAME, SHA256, SOURCE, load_state, read_pointer, source_path, weights_sha256
 from encdec.runs.config import RunConfig, build_model_config
 from encdec.runs.run_dir import CheckpointDir
 from encdec.tokenizers import Tokenizer, load_tokenizer
@@ -46,7 +46,7 @@ class TeacherPointer:
 
     teacher: NAME  # training.distill.teacher as the config named it
     kind: Literal["run", "hf"]
-    source: NAME  # the checkpoint of a run, or the Hugging Face directory, that was read
+    source: SOURCE  # the checkpoint of a run, or the Hugging Face directory, that was read (its real path)
     sha256: SHA256  # of its weights (runs.checkpoint.weights_sha256)
 
 
@@ -84,7 +84,7 @@ def find_teacher(cfg: RunConfig, checkpoint: CheckpointDir | None = None) -> tup
         )
     else:
         found = load_pretrained(name, LABEL)
-    pointer = TeacherPointer(name, found.kind, str(found.source), weights_sha256(found.weights))
+    pointer = TeacherPointer(name, found.kind, source_path(found.source), weights_sha256(found.weights))
     if saved is not None and pointer.sha256 != saved.sha256:
         raise CheckpointError(
             f"{LABEL}{name} now holds other weights than this run was distilled from ({found.source} hashes to "

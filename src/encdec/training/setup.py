@@ -18,7 +18,7 @@ from torch import nn
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
 from encdec.runs.adapter import BasePointer, apply_lora, load_adapted, read_base
-from encdec.runs.checkpoint import load_checkpoint, load_state, weights_sha256
+from encdec.runs.checkpoint import load_checkpoint, load_state, source_path, weights_sha256
 from encdec.runs.config import RunConfig, build_model_config, save_config
 from encdec.runs.load import read_generation, saved_config
 from encdec.runs.run_dir import CheckpointDir, RunDir
@@ -128,7 +128,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         load_pretrained_weights(model, start.pretrained)
         if cfg.lora is not None:
             p = start.pretrained
-            base = BasePointer(cfg.training.init_from, p.kind, str(p.source), weights_sha256(p.weights))
+            base = BasePointer(cfg.training.init_from, p.kind, source_path(p.source), weights_sha256(p.weights))
         start.pretrained = None  # the weights are in the model now
     state = TrainState()
     if parts is not None and cfg.lora is not None:  # the base's weights, the adapters, the checkpoint's over them
