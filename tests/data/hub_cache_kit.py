@@ -13,9 +13,11 @@ from pathlib import Path
 COMMIT = "c" * 40
 
 
-def cache_hub_dataset(hf_home: Path, repo_id: str, files: dict[str, Path], builder: str = "json") -> Path:
+def cache_hub_dataset(
+    hf_home: Path, repo_id: str, files: dict[str, Path], builder: str = "json", commit: str = COMMIT
+) -> Path:
     """Prepare `files` ({split: data file}) with the `datasets` builder `builder` and put the result
-    where `datasets` keeps the Hub dataset `repo_id` it downloaded; returns that directory."""
+    where `datasets` keeps the Hub dataset `repo_id` it downloaded at `commit`; returns that directory."""
     import datasets
     from datasets.naming import camelcase_to_snakecase
 
@@ -29,7 +31,7 @@ def cache_hub_dataset(hf_home: Path, repo_id: str, files: dict[str, Path], build
         )
         prepared.download_and_prepare()
         folder = f"{namespace}___{camelcase_to_snakecase(dataset)}"  # as datasets names it: TinyStories -> tiny_stories
-        target = Path(hf_home) / "datasets" / folder / "default" / "0.0.0" / COMMIT
+        target = Path(hf_home) / "datasets" / folder / "default" / "0.0.0" / commit
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(prepared.cache_dir, target)
     assert datasets.__version__  # the library that reads it back is the one that wrote it

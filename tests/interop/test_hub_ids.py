@@ -90,13 +90,59 @@ def test_a_local_directory_of_the_same_name_wins(hub_cache, tmp_path):
     "name, message",
     [
         ("org/absent", "org/absent is not a local directory, and org/absent is not in the Hugging Face cache"),
-        ("org/tiny@v9", "org/tiny@v9 is not in the Hugging Face cache"),
+        ("org/tiny@v9", "org/tiny@v9 names no commit, branch or tag in the Hugging Face cache"),
     ],
 )
 def test_a_model_absent_from_the_cache_is_one_sentence(hub_cache, name, message):
     with pytest.raises(CheckpointError, match=message) as error:
         encdec.from_pretrained(name)
     assert "\n" not in str(error.value)
+
+
+UNCACHED = "d" * 40
+
+
+@pytest.mark.parametrize(
+    "revision, expected",
+    [
+        (None, MAIN),  # no revision: the default branch's snapshot, as before
+        (MAIN, MAIN),  # a commit whose snapshot is cached
+        (PINNED, PINNED),
+        ("main", MAIN),  # a branch or tag whose ref the cache keeps
+        ("v1", PINNED),
+        ("release/1", PINNED),  # a ref name with a slash, in refs/release/1
+        ("v9", None),  # no such ref
+        (UNCACHED, None),  # a commit the cache has no snapshot of
+        (PINNED[:7], None),  # a short hash: offline, nothing can expand it
+        ("gone", None),  # a ref naming a commit whose snapshot is not cached
+        ("garbage", None),  # a ref file holding no commit
+        ("linked", None),  # a ref that is a symlink
+        ("../refs/v1", None),  # climbing out of refs/ and back
+        ("./v1", None),
+        ("v1/", None),
+        ("release", None),  # a folder of refs, not a ref
+        ("refs/v1", None),
+        ("../snapshots/" + PINNED, None),
+    ],
+)
+def test_an_offline_revision_is_resolved_exactly_from_the_cache_or_refused(hub_cache, revision, expected):
+    """HF_HUB_OFFLINE: a revision is a commit with a snapshot or a ref (refs/NAME) naming one, read as that
+    snapshot, never as the one that happens to be cached; anything else is one sentence naming it."""
+    from encdec.interop.hub import resolve_model
+
+    repo, _ = hub_cache
+    (repo / "refs" / "release").mkdir()
+    (repo / "refs" / "release" / "1").write_text(PINNED)
+    (repo / "refs" / "gone").write_text(UNCACHED)
+    (repo / "refs" / "garbage").write_text("not a commit\n")
+    (repo / "refs" / "linked").symlink_to(repo / "refs" / "v1")
+    name = "org/tiny" + (f"@{revision}" if revision else "")
+    if expected is None:
+        with pytest.raises(CheckpointError, match="names no commit, branch or tag in the Hugging Face cache") as error:
+            resolve_model(name)
+        assert "\n" not in str(error.value) and name in str(error.value)
+    else:
+        assert resolve_model(name) == repo / "snapshots" / expected
 
 
 def test_a_pickle_only_snapshot_loads_its_tensors_and_refuses_anything_else(hub_cache):

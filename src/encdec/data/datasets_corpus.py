@@ -1,6 +1,7 @@
 """Any Hugging Face dataset as a corpus (data.format `datasets`), read through the `datasets` library.
 
-    data.dataset: org/name[@revision]   a Hub dataset (in HF's cache, HF_HOME / HF_HUB_OFFLINE honoured)
+    data.dataset: org/name[@revision]   a Hub dataset (in HF's cache, HF_HOME / HF_HUB_OFFLINE honoured;
+                                        offline, the revision's own prepared copy or a refusal)
                   path/to/directory     a local dataset: `save_to_disk`'s output, or a folder of data files
                   json | csv | parquet | text, or unset: data.train's files (by extension, .gz allowed)
     data.dataset_config                 the dataset's configuration (`datasets`' `name`, e.g. "3.0.0")
@@ -15,16 +16,18 @@ rows are read as they are needed, never all held (training.data's streamed objec
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from encdec.data.corpora import field_texts
-from encdec.data.hub import check_hub_dataset, quiet_loggers
+from encdec.data.hub import HUB_NAME, check_hub_dataset, named_commit, quiet_loggers
 from encdec.errors import DataError
 from encdec.schema import short
 
 BUILDERS = {"json": "json", "jsonl": "json", "csv": "csv", "parquet": "parquet", "txt": "text", "text": "text"}
 SAVED_MARKERS = ("dataset_dict.json", "state.json")  # what `Dataset(Dict).save_to_disk` leaves in its folder
+HUB_DATASET = re.compile(rf"(?:{HUB_NAME}/)?{HUB_NAME}")  # org/name, or a canonical dataset's name alone
 
 
 def builder_of(files: list[str]) -> str:
@@ -70,6 +73,8 @@ def open_dataset(
         name, _, revision = dataset.partition("@")
         options["revision"] = revision or None
         check_hub_dataset(name)
+        if revision and is_offline():  # `datasets` would read whichever copy it prepared last
+            return _load_cached_revision(datasets, name, revision, config, split, streaming)
     if config is not None:
         options["name"] = config
     try:
@@ -78,6 +83,59 @@ def open_dataset(
     except Exception as error:  # ConnectionError, FileNotFoundError, DatasetNotFoundError, a bad split, ...
         raise DataError(
             f"dataset {short(dataset or files)} cannot be loaded ({type(error).__name__}: {error})"
+        ) from None
+
+
+def is_offline() -> bool:
+    import huggingface_hub.constants  # not loaded by the package itself
+
+    return bool(huggingface_hub.constants.HF_HUB_OFFLINE)
+
+
+def _load_cached_revision(datasets, name: str, revision: str, config: str | None, split: str, streaming: bool):
+    """Split `split` of Hub dataset `name` as commit `revision` prepared it in the datasets cache, read offline:
+    the revision a full commit hash, or a branch or tag the Hub cache's refs/ name (data.hub's `named_commit`),
+    whose prepared copy (CACHE/org___name/CONFIG/VERSION/COMMIT) is there; else one sentence."""
+    import huggingface_hub.constants
+    from datasets.naming import camelcase_to_snakecase
+    from datasets.packaged_modules.cache.cache import Cache
+
+    if not HUB_DATASET.fullmatch(name):
+        raise DataError(f"data.dataset {short(name)} is neither a local path nor a Hub id (org/name[@revision])")
+    namespace, _, short_name = name.rpartition("/")
+    refs = Path(huggingface_hub.constants.HF_HUB_CACHE) / f"datasets--{name.replace('/', '--')}" / "refs"
+    commit = named_commit(refs, revision)
+    root = Path(datasets.config.HF_DATASETS_CACHE) / "___".join(
+        filter(None, [namespace, camelcase_to_snakecase(short_name)])
+    )
+    prepared_copies = root.glob(f"*/*/{commit}") if commit else []
+    found = sorted(p for p in prepared_copies if p.is_dir() and not p.is_symlink() and config in (None, p.parts[-3]))
+    if not found:
+        raise DataError(
+            f"dataset {name}@{revision} names no commit, branch or tag prepared in the datasets cache "
+            "(HF_HUB_OFFLINE is set, so a revision is read from the cache alone)"
+        )
+    configs = sorted({p.parts[-3] for p in found})
+    if len(configs) > 1:
+        raise DataError(
+            f"dataset {name}@{revision} is cached in the configurations {', '.join(configs)}; set data.dataset_config"
+        )
+    prepared = found[-1]
+    try:
+        with quiet_loggers("datasets", "huggingface_hub", "fsspec"):
+            builder = Cache(
+                cache_dir=str(datasets.config.HF_DATASETS_CACHE),
+                dataset_name=short_name,
+                repo_id=name,
+                config_name=prepared.parts[-3],
+                version=prepared.parts[-2],
+                hash=commit,
+            )
+            return builder.as_streaming_dataset(split=split) if streaming else builder.as_dataset(split=split)
+    except Exception as error:  # a split it lacks, a damaged copy, ...
+        raise DataError(
+            f"dataset {name}@{revision} cannot be loaded from {prepared} "
+            f"({type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''})"
         ) from None
 
 

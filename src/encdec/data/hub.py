@@ -7,23 +7,50 @@ record text (its text file read by `datasets`' text builder), so they are regrou
 into records at `<|endoftext|>` as a local file is (corpora.iter_separated) and read
 by corpora's record functions: the same pairs, stories or whole records as the local
 formats `instruct`, `instruct-text` and `instruct-records`. Needs the `encdec[hf]` extra.
+
+With HF_HUB_OFFLINE set, a Hub id's revision (org/name@revision, a model's or a dataset's) is resolved
+from the cache alone by `named_commit`: a full commit hash, or a branch or tag whose ref file the Hub
+cache keeps (refs/NAME); the caller then requires that commit's snapshot, or refuses.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from encdec.data.corpora import instruct_record_text, iter_separated, parse_instruct_record
-from encdec.errors import DataError
+from encdec.errors import DataError, EncdecError
+from encdec.safe_paths import inside
 
 logger = logging.getLogger(__name__)
 
 TINYSTORIES = "roneneldan/TinyStories"
 TINYSTORIES_INSTRUCT = "roneneldan/TinyStoriesInstruct"
 INSTRUCT_TEXT_FORMATS = ("instruct-text", "instruct-records")  # read by iter_hub_instruct_texts
+COMMIT = re.compile(r"[0-9a-f]{40}")  # a full commit hash, as the Hub cache names its snapshots
+HUB_NAME = r"[A-Za-z0-9][\w.-]*"  # an org's or a repository's name on the Hub: letters, digits, - _ . (no leading dot)
+
+
+def named_commit(refs: Path, revision: str) -> str | None:
+    """The commit `revision` names in a Hub cache whose ref files are in `refs`, read offline: the revision
+    itself where it is a full commit hash, else the commit that the branch or tag of that name holds
+    (refs/NAME, a plain name inside refs/: no '.', '..' or empty part, no symlink); None where neither."""
+    if COMMIT.fullmatch(revision):
+        return revision
+    if any(part in ("", ".", "..") for part in revision.split("/")):
+        return None
+    try:
+        path = inside(refs, revision, "a revision")
+    except EncdecError:  # a symlink on the way: not a ref the cache wrote
+        return None
+    if not path.is_file():
+        return None
+    with open(path, "rb") as f:
+        text = f.read(128).decode("ascii", errors="replace").strip()
+    return text if COMMIT.fullmatch(text) else None
 
 
 def load_hub_dataset(

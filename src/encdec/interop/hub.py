@@ -6,7 +6,9 @@
 
 A local directory of that name always wins. Otherwise huggingface_hub fetches the files a
 model needs into its cache (HF_HOME, HF_HUB_CACHE), with its own download bars and its own
-login (HF_TOKEN, `hf auth login`); with HF_HUB_OFFLINE=1 it reads the cache alone. Only
+login (HF_TOKEN, `hf auth login`); with HF_HUB_OFFLINE=1 it reads the cache alone, and a revision
+is taken exactly as the cache holds it (`cached_commit`: a commit under snapshots/, or a branch or
+tag under refs/ naming one) or refused, never read as the snapshot that happens to be there. Only
 the config, tokenizer and safetensors weights are fetched; a repository that has no
 safetensors gets its pytorch_model.bin, which is read with torch.load(weights_only=True)
 (hf_t5.read_hf_weights), never unpickled. Every failure is one sentence (CheckpointError).
@@ -15,10 +17,11 @@ safetensors gets its pytorch_model.bin, which is read with torch.load(weights_on
 import re
 from pathlib import Path
 
+from encdec.data.hub import HUB_NAME, named_commit
 from encdec.errors import CheckpointError
 
 # org/name[@revision]: Hub names are letters, digits, - _ . (no leading dot); a revision may hold /
-HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(@(?P<revision>[\w./-]+))?")
+HUB_ID = re.compile(rf"(?P<repo>{HUB_NAME}/{HUB_NAME})(@(?P<revision>[\w./-]+))?")
 MODEL_FILES = [
     "config.json",
     "generation_config.json",
@@ -58,6 +61,9 @@ def resolve_model(name: str | Path, label: str = "") -> Path:
     from huggingface_hub import errors
 
     where = f"{label}{name} is not a local directory, and"
+    asked = revision
+    if huggingface_hub.constants.HF_HUB_OFFLINE and revision is not None:
+        revision = cached_commit(Path(huggingface_hub.constants.HF_HUB_CACHE), repo, revision, where)
     try:
         # online, .bin only where there are no safetensors; offline, the cache holds what was fetched
         has_safetensors = not huggingface_hub.constants.HF_HUB_OFFLINE and any(
@@ -66,7 +72,7 @@ def resolve_model(name: str | Path, label: str = "") -> Path:
         patterns = MODEL_FILES if has_safetensors else MODEL_FILES + PICKLED_WEIGHTS
         snapshot = huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=patterns)
     except errors.RevisionNotFoundError:
-        raise CheckpointError(f"{where} the Hugging Face hub's {repo} has no revision {revision!r}") from None
+        raise CheckpointError(f"{where} the Hugging Face hub's {repo} has no revision {asked!r}") from None
     except errors.GatedRepoError:
         raise CheckpointError(
             f"{where} {repo} on the Hugging Face hub is gated: accept its terms on the Hub and log in (hf auth login)"
@@ -77,7 +83,7 @@ def resolve_model(name: str | Path, label: str = "") -> Path:
         ) from None
     except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled):
         raise CheckpointError(
-            f"{where} {repo}{'@' + revision if revision else ''} is not in the Hugging Face cache "
+            f"{where} {repo}{'@' + asked if asked else ''} is not in the Hugging Face cache "
             "(HF_HUB_OFFLINE is set, or the Hub cannot be reached)"
         ) from None
     except errors.HfHubHTTPError as error:
@@ -88,3 +94,18 @@ def resolve_model(name: str | Path, label: str = "") -> Path:
             f"{str(error).splitlines()[0] if str(error) else ''}); with a copy in the cache, set HF_HUB_OFFLINE=1"
         ) from None
     return Path(snapshot)
+
+
+def cached_commit(cache: Path, repo: str, revision: str, where: str) -> str:
+    """The commit `revision` of model `repo` names in the Hub cache `cache`, read offline (data.hub's
+    `named_commit`: a full commit hash, or a branch or tag under refs/), whose snapshot the cache holds;
+    anything else is one sentence (`where` starts it): offline, nothing else could resolve it."""
+    folder = cache / f"models--{repo.replace('/', '--')}"
+    commit = named_commit(folder / "refs", revision)
+    snapshot = folder / "snapshots" / commit if commit else None
+    if snapshot is None or not snapshot.is_dir() or snapshot.is_symlink():
+        raise CheckpointError(
+            f"{where} {repo}@{revision} names no commit, branch or tag in the Hugging Face cache (HF_HUB_OFFLINE "
+            "is set, so a revision is read from the cache alone)"
+        )
+    return commit
