@@ -108,7 +108,7 @@ def test_generation_runs_through_the_adapters():
         (["nowhere"], "lora.target_modules 'nowhere' names no layer of the encoder_decoder model"),
         (["self_attn"], "picks encoder.blocks.0.self_attn, a Attention; LoRA adapts linear layers"),
         ([], "lora.target_modules is empty"),
-        ("(", "is not a regular expression"),
+        ("(", "lora.target_modules '(' has a ( it never closes at character 1"),
     ],
 )
 def test_a_bad_target_is_one_sentence(targets, says):
@@ -128,6 +128,53 @@ def test_a_rank_below_one_and_a_pattern_matching_no_parameter_are_one_sentence()
         add_lora(tiny(), 0, 8, 0.0, ["q"])
     with pytest.raises(ConfigError, match=r"training.train_only 'decoder.nothing\*' matches no parameter"):
         train_only(tiny(), ["decoder.nothing*"])
+
+
+PICKS = {  # pattern -> the layers it picks from t5-tiny, as re.fullmatch would (0: it names none)
+    r".*\.(q|v)$": 12,  # the patterns peft users write
+    ".*decoder.*(q|k|v|o)": 18,  # ffn.wo too
+    r"(.|\w)*cross_attn\.(q|q)": 2,  # backtracking's worst: each character read two ways, twice
+    r"(\w+\.?)+\.q": 6,
+    "(.*.*)*Z": 0,
+    "(d+e+c+o+d+e+r+.*)+Z": 0,
+}
+
+
+def test_a_regular_expression_picks_layers_in_bounded_steps_whatever_it_is():
+    """Python's re would take minutes to hours over these names for the last four patterns. The child process's
+    timeout only turns a matcher that backtracks again into a failure instead of a hung suite; no speed is
+    asserted."""
+    import json
+    import subprocess
+    import sys
+
+    code = f"""
+import json
+from encdec.errors import ConfigError
+from encdec.models import build_model
+from encdec.models.lora import add_lora
+from encdec.models.presets import preset
+said = []
+for pattern in {list(PICKS)!r}:
+    model = build_model(preset("t5-tiny", vocab_size=64, pad_id=0, eos_id=1, decoder_start_id=0))
+    try:
+        said.append(len(add_lora(model, 4, 8, 0.0, pattern)))
+    except ConfigError as error:
+        said.append(str(error))
+print(json.dumps(said))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    for (pattern, picks), said in zip(PICKS.items(), json.loads(done.stdout), strict=True):
+        assert said == picks if picks else said.startswith(f"lora.target_modules {pattern!r} names no layer")
+
+
+def test_globs_of_train_only_are_bounded_in_length_and_count():
+    with pytest.raises(ConfigError, match="training.train_only\\[0\\] is 5,000 characters long; at most 256"):
+        train_only(tiny(), ["*a" * 2_500])
+    with pytest.raises(ConfigError, match="training.train_only lists 257 patterns; at most 256"):
+        train_only(tiny(), ["decoder.*"] * 257)
+    assert train_only(tiny(), ["*?" * 8 + "final_norm*"]) == ["encoder.final_norm.weight", "decoder.final_norm.weight"]
 
 
 @pytest.mark.parametrize(

@@ -13,19 +13,21 @@ names (`python -c "...; print([n for n, _ in model.named_modules()])"` lists the
     (gated: ffn.wi_0, ffn.wi_1)               decoder.blocks.{i}.ffn.{wi,wo}
 
 so ["q", "v"] is every attention's queries and values, ["cross_attn.q", "cross_attn.v"] the
-cross-attention's alone, and r"encoder\\..*\\.(q|v)" the encoder's. Each pattern must name a layer and
+cross-attention's alone, and r"encoder\\..*\\.(q|v)" the encoder's. A regular expression is matched by
+encdec.models.name_patterns, in steps bounded by its length times the name's: Python's syntax less
+backreferences, lookarounds and flags, at most 256 characters. Each pattern must name a layer and
 only linear layers (one sentence otherwise). peft's layer keeps the original as `base_layer`, so a
 weight `...q.weight` is then `...q.base_layer.weight` and the adapter `...q.lora_A.default.weight`.
 peft is imported only where LoRA is used.
 """
 
 import fnmatch
-import re
 
 import torch
 from torch import nn
 
 from encdec.errors import ConfigError
+from encdec.models.name_patterns import NamePattern, NamePatterns
 
 ADAPTER = "default"  # peft's name for the one adapter a model carries
 WRAPPED = "_checkpoint_wrapped_module."  # activation checkpointing's wrapper, absent from state dict names
@@ -38,13 +40,13 @@ def lora_targets(model: nn.Module, target_modules: list[str] | str) -> list[str]
     patterns = [target_modules] if isinstance(target_modules, str) else list(target_modules)
     if not patterns:
         raise ConfigError("lora.target_modules is empty; name the layers to adapt, e.g. [q, v]")
+    if not isinstance(target_modules, str):
+        NamePatterns().check(patterns, "lora.target_modules", list)
     picked = []
     for pattern in patterns:
         if isinstance(target_modules, str):
-            try:
-                hits = [n for n in names if re.fullmatch(pattern, n)]
-            except re.error as error:
-                raise ConfigError(f"lora.target_modules {pattern!r} is not a regular expression ({error})") from None
+            matcher = NamePattern(pattern, "lora.target_modules")
+            hits = [n for n in names if matcher.fullmatch(n)]
         else:
             hits = [n for n in names if n == pattern or n.endswith("." + pattern)]
         if not hits:
@@ -108,6 +110,7 @@ def base_name(name: str) -> str:
 def train_only(model: nn.Module, patterns: list[str]) -> list[str]:
     """Freeze every parameter but those whose name matches one of the glob `patterns` (`*` crosses dots) and
     any LoRA adapter's; ConfigError for a pattern matching no parameter. Returns the names left to train."""
+    NamePatterns().check(patterns, "training.train_only", list)  # bounded: fnmatch's own work grows with both
     names = [(base_name(n), p) for n, p in model.named_parameters(remove_duplicate=False)]
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(n, pattern) for n, _ in names):

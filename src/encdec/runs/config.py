@@ -34,6 +34,7 @@ from encdec.data.objectives.factory import PACKABLE
 from encdec.data.objectives.mixture import MAX_MEMBERS
 from encdec.errors import ConfigError, suggestion
 from encdec.models import ModelConfig, check_fields, preset, preset_names
+from encdec.models.name_patterns import NamePatterns
 from encdec.safe_paths import write_atomic
 from encdec.schema import (
     MAX_FILE_BYTES,
@@ -222,7 +223,8 @@ class TrainingSection:
     early_stopping_patience: Count = 0  # stop after this many evaluations without a better best_by (0: never)
     init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
     distill: DistillSection | None = None  # learn from a frozen teacher's logits as well as the labels; None: off
-    train_only: list[str] = field(default_factory=list)  # globs of parameter names that train; the rest is frozen
+    # globs of parameter names that train, the rest frozen (at most 256, of 256 characters each)
+    train_only: Annotated[list[str], NamePatterns()] = field(default_factory=list)
     ema_decay: Annotated[float, Range(0, 1, below=True)] | None = None  # a moving average of the weights; None/0: off
     ema_eval: bool = False  # evaluate (and choose `best` by) the moving average instead of the live weights
 
@@ -235,7 +237,8 @@ class LoraSection:
     r: Annotated[int, Range(1, 1 << 16)] = 8  # the adapters' rank
     lora_alpha: Annotated[float, Range(0, 1e6, above=True)] = 16.0  # the update is scaled by lora_alpha / r
     lora_dropout: Probability = 0.0  # dropout on the adapter's input
-    target_modules: str | list[str] = field(default_factory=lambda: ["q", "v"])  # names, or one regular expression
+    # names, or one regular expression of the subset encdec.models.name_patterns matches in bounded steps
+    target_modules: Annotated[str | list[str], NamePatterns(regex=True)] = field(default_factory=lambda: ["q", "v"])
 
 
 @dataclass
