@@ -15,11 +15,32 @@ destination is replaced, never written through, and a kill leaves the old file
 or the new one, never half of one. `refuse_unsafe_output` keeps an output
 directory away from the root, the home directory, the current one's parents and
 a project's checkout.
+
+An output path is confined as a whole, not only at its last name (`output_path`,
+`output_dir`, and the same check in `new_file_beside` and `staged_files`, which
+every write above goes through): no component of it may be a symlink, neither
+the file or directory written nor any directory on the way, existing or about to
+be made, or the bytes would land wherever the link leads. The path is checked as
+it is spelled, name by name, from the root for an absolute path and from the
+current directory (which the system has already resolved) for a relative one. Two
+kinds of link are the system's own, and they may stand among the components:
+
+- an entry of the file-system root (macOS's /tmp and /var, /bin on a merged /usr,
+  a cluster's /scratch): only an administrator makes one;
+- the home directory and the directories above it, as $HOME spells them: where the
+  login itself stands, not a place a command names.
+
+Any other link is refused in one sentence, one the user made included: encdec
+cannot tell it from one planted in a shared or cloned folder, and the sentence
+says where the link leads, so that the user can give that real path and where the
+bytes go is written on the command line. The check sees the file system as the command finds it; it is not a
+guard against another process swapping a directory for a link while encdec writes.
 """
 
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,9 +84,67 @@ def check_not_symlink(*paths: Path, error: type[EncdecError] = CheckpointError) 
             )
 
 
-def new_file_beside(path: Path) -> tuple[Path, int]:
-    """A new empty file beside `path` under a fresh hidden name, and a descriptor open for writing on it."""
+def symlink_on_the_way(path: str | Path) -> Path | None:
+    """The first component of `path` as spelled (`path` itself included) that is a symlink other than the
+    system's own (the module's docstring says which), or None where there is none."""
     path = Path(path)
+    partial = Path(path.anchor)
+    for part in path.parts[1 if path.anchor else 0 :]:
+        partial = partial / part
+        try:
+            mode = os.lstat(partial).st_mode
+        except (OSError, ValueError):  # absent, below a file (or a NUL in the name): nothing further down is a link
+            return None
+        if stat.S_ISLNK(mode) and not _systems_own(partial):
+            return partial
+    return None
+
+
+def _systems_own(link: Path) -> bool:
+    """Whether `link` is an entry of the file-system root, or the home directory or one above it."""
+    spelled = Path(os.path.abspath(link))
+    home = Path(os.path.abspath(os.path.expanduser("~")))
+    return spelled.parent == Path(spelled.anchor) or spelled == home or spelled in home.parents
+
+
+def _refuse_links(path: Path, checked: Path, subject: str, error: type[EncdecError]) -> None:
+    """Raise `error` where `checked` (`path` or a directory above it) is or passes through a symlink."""
+    link = symlink_on_the_way(checked)
+    if link is None:
+        return
+    target = os.path.realpath(link)
+    if link == path:
+        raise error(
+            f"{subject} is a symlink to {target}; encdec writes nothing through a symlink, "
+            "so remove it or choose another name"
+        )
+    raise error(
+        f"{subject} goes through the symlink {link.name} to {target}; encdec writes nothing through a "
+        "symlink, so name the real directory"
+    )
+
+
+def output_path(path: str | Path, what: str = "the output", error: type[EncdecError] = ConfigError) -> Path:
+    """`path` as given, refused in one sentence (`what` names it: "--out") where it is, or goes through, a
+    symlink that is not the system's own; what a command that writes checks its output path with."""
+    path = Path(path)
+    _refuse_links(path, path, f"{what} {path}", error)
+    return path
+
+
+def output_dir(path: str | Path, what: str = "the output", error: type[EncdecError] = ConfigError) -> Path:
+    """The directory `path`, made with its missing parents once `output_path` lets it: a directory is never
+    made through a link, so a refused path leaves nothing behind where the link leads."""
+    path = output_path(path, what, error)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def new_file_beside(path: Path) -> tuple[Path, int]:
+    """A new empty file beside `path` under a fresh hidden name, and a descriptor open for writing on it;
+    refused where a directory on the way to `path` is a symlink (a link at `path` itself is replaced)."""
+    path = Path(path)
+    _refuse_links(path, path.parent, f"writing {path}", ConfigError)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(16):
         tmp = path.with_name(f".{path.name[:200]}.{secrets.token_hex(4)}.tmp")
@@ -143,6 +222,7 @@ def staged_files(directory: str | Path) -> Iterator[Path]:
     """A new hidden directory inside `directory` for a writer of several files (transformers'
     save_pretrained); each plain file it wrote is renamed into `directory` when the block ends."""
     directory = Path(directory)
+    _refuse_links(directory, directory, f"writing into {directory}", ConfigError)
     stage = Path(tempfile.mkdtemp(prefix=".staged.", dir=directory))
     try:
         yield stage

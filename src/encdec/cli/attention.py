@@ -23,13 +23,14 @@ import os
 from pathlib import Path
 
 from encdec.cli.generate import add_device_argument, add_source_length_argument, resolve_device, whole_number
+from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
 from encdec.generation.config import MAX_NEW_TOKENS
 from encdec.inspection import attention_maps, plot_attention, save_maps
 from encdec.inspection.record import check_has_maps
 from encdec.runs.open import open_model
 from encdec.runs.run_dir import RunDir
-from encdec.safe_paths import check_not_symlink
+from encdec.safe_paths import output_path
 
 MAX_LAYER = 1 << 16
 
@@ -41,7 +42,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("model", help="a run directory of encdec train, a Hugging Face directory or a Hub id")
     parser.add_argument("--source", required=True, help="the text the model reads")
     parser.add_argument("--target", default=None, help="the text it writes (default: its own greedy output)")
-    parser.add_argument("--output", "-o", type=Path, required=True, help="the PNG file to write")
+    parser.add_argument("--output", "-o", type=OutputPath("-o", Path), required=True, help="the PNG file to write")
     parser.add_argument(
         "--layer", type=whole_number(0, MAX_LAYER, "--layer"), default=None, help="only this layer (0 = the first)"
     )
@@ -53,7 +54,12 @@ def add_parser(subparsers) -> None:
         "(default: the last layer)",
     )
     parser.add_argument("--encoder", action="store_true", help="the encoder's self-attention instead")
-    parser.add_argument("--npz", type=Path, default=None, help="also write the probabilities and tokens here (.npz)")
+    parser.add_argument(
+        "--npz",
+        type=OutputPath("--npz", Path),
+        default=None,
+        help="also write the probabilities and tokens here (.npz)",
+    )
     parser.add_argument("--checkpoint", default="best", help="a run's checkpoint: best (default), latest, or a step")
     add_source_length_argument(parser)
     parser.add_argument(
@@ -98,15 +104,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_output(path: Path, flag: str, suffix: str) -> None:
-    """Refuse before any work an output file with another suffix, in a directory that does not exist, that
-    is a directory or a symlink, or that lies inside a run's checkpoints/ (which training alone writes)."""
+    """Refuse before any work an output file with another suffix, that is or goes through a symlink, that is a
+    directory or in one that does not exist, or that lies inside a run's checkpoints/ (which training alone
+    writes)."""
     if path.suffix.lower() != suffix:
         raise ConfigError(f"{flag} {path} must name a {suffix} file")
+    output_path(path, flag)  # no symlink at it or on the way
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a directory; name the {suffix} file to write")
     if not path.parent.is_dir():
         raise ConfigError(f"{flag} {path}: the directory {path.parent} does not exist")
-    check_not_symlink(path, error=ConfigError)
     real = Path(os.path.realpath(path.parent))
     for folder in (real, *real.parents):
         if folder.name == "checkpoints" and RunDir(folder.parent).is_run():

@@ -15,6 +15,7 @@ that a checkpoint of a run trained with training.ema_decay keeps (ema_step_XXXXX
 
 import argparse
 
+from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
 from encdec.runs.average import average_checkpoints, export_ema
 
@@ -26,7 +27,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--steps", help="average the checkpoints of these steps, comma-separated")
     parser.add_argument("--ema", action="store_true", help="write a checkpoint's EMA weights instead")
     parser.add_argument("--checkpoint", default="latest", help="--ema: the checkpoint whose EMA (default latest)")
-    parser.add_argument("--out", "-o", help="write a new run directory here instead of a checkpoint in RUN")
+    parser.add_argument(
+        "--out", "-o", type=OutputPath("--out"), help="write a new run directory here instead of a checkpoint in RUN"
+    )
     parser.set_defaults(func=run)
 
 

@@ -8,6 +8,7 @@ import shutil
 import textwrap
 from pathlib import Path
 
+from encdec.cli.output_paths import OutputPath
 from encdec.data.batch import IGNORE_INDEX, Batch
 from encdec.data.corpora import PAIR_FORMATS, TEXT_FORMATS, read_corpus
 from encdec.data.objectives import OBJECTIVES, PairTemplate, build_objective
@@ -34,7 +35,7 @@ def add_parser(subparsers) -> None:
         "inputs", nargs="+", type=Path, help="corpus files (plain or .gz); 'parallel' takes SOURCE TARGET"
     )
     prepare.add_argument("--format", required=True, choices=[*TEXT_FORMATS, *PAIR_FORMATS])
-    prepare.add_argument("--out", required=True, type=Path, help="shard directory to write")
+    prepare.add_argument("--out", required=True, type=OutputPath("--out", Path), help="shard directory to write")
     prepare.add_argument(
         "--tokenizer", required=True, help=f"a kind ({', '.join(KINDS)}) or a saved tokenizer directory"
     )

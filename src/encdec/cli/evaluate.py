@@ -47,6 +47,7 @@ from encdec.cli.generate import (
     resolve_device,
     whole_number,
 )
+from encdec.cli.output_paths import OutputPath
 from encdec.data.corpora import LIST_MODES
 from encdec.errors import ConfigError
 from encdec.evaluation.baselines import uniform_loss
@@ -67,7 +68,7 @@ from encdec.quantization import quantize
 from encdec.runs.load import saved_config
 from encdec.runs.open import OpenedModel, model_kind, open_model
 from encdec.runs.run_dir import RunDir
-from encdec.safe_paths import check_not_symlink, refuse_unsafe_output
+from encdec.safe_paths import check_not_symlink, output_path, refuse_unsafe_output
 from encdec.training.data import build_run_data
 from encdec.training.distributed import DistInfo
 from encdec.training.samples import sample_pairs
@@ -100,7 +101,9 @@ def add_parser(subparsers) -> None:
         help="jsonl-pairs: a list-valued reference: join, first, each (several references)",
     )
     parser.add_argument("--list-separator", help="jsonl-pairs: what joins a list's items (default: a space)")
-    parser.add_argument("--out", type=Path, help="the report's directory (default: RUN_DIR/eval[/<file name>])")
+    parser.add_argument(
+        "--out", type=OutputPath("--out", Path), help="the report's directory (default: RUN_DIR/eval[/<file name>])"
+    )
     parser.add_argument(
         "--checkpoint",
         default="best",
@@ -237,6 +240,7 @@ def check_output(out: Path, run: Path | None = None, model: Path | None = None) 
     if run is not None:
         links.insert(0, RunDir(run).eval_dir)
     check_not_symlink(*links)
+    output_path(out, "--out" if run is None else "the report directory")
 
 
 def hub_cache() -> Path | None:

@@ -16,6 +16,7 @@ that peft's PeftModel.from_pretrained puts on the Hugging Face T5 the run adapte
 import argparse
 from pathlib import Path
 
+from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
 from encdec.interop import export_hf
 from encdec.interop.hub import resolve_model
@@ -26,7 +27,9 @@ from encdec.runs.open import load_tokenizer, model_kind, open_model
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("export", help="write a run as a Hugging Face model directory", description=__doc__)
     parser.add_argument("model", help="a run directory of encdec train, a Hugging Face directory or a Hub id")
-    parser.add_argument("--out", "-o", required=True, help="the directory to write (new or empty)")
+    parser.add_argument(
+        "--out", "-o", type=OutputPath("--out"), required=True, help="the directory to write (new or empty)"
+    )
     parser.add_argument("--force", action="store_true", help="write over an earlier export in --out")
     parser.add_argument(
         "--checkpoint",

@@ -24,12 +24,14 @@ from typing import Annotated, BinaryIO, TextIO
 import torch
 from tqdm import tqdm
 
+from encdec.cli.output_paths import OutputPath
 from encdec.data.reading import MAX_INPUT_LINE_BYTES, open_text_file, read_input_lines
 from encdec.errors import ConfigError, DataError
 from encdec.generation import generate
 from encdec.generation.config import GenerationConfig, SourceLength
 from encdec.quantization import SCHEMES, quantize
 from encdec.runs.open import open_model
+from encdec.safe_paths import open_replacing, output_path
 from encdec.schema import Range, argument_type
 
 GENERATION_FIELDS = typing.get_type_hints(GenerationConfig, include_extras=True)
@@ -69,7 +71,13 @@ def add_parser(subparsers) -> None:
         help="a run's checkpoint: best (default), latest, a step directory or an averaged one (avg5_step_...)",
     )
     parser.add_argument("--input", "-i", default="-", help="a file with one input per line (default: stdin)")
-    parser.add_argument("--output", "-o", default="-", help="where to write outputs (default: stdout)")
+    parser.add_argument(
+        "--output",
+        "-o",
+        type=OutputPath("-o", stdout="-"),
+        default="-",
+        help="where to write outputs (default: stdout)",
+    )
     parser.add_argument("--format", choices=("text", "jsonl"), default="text", help="one line or one record per input")
     parser.add_argument("--prefix", default="", help='text put before every input, e.g. "summarize: " for T5')
     parser.add_argument(
@@ -249,10 +257,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def open_output(path: Path):
+def open_output(path: Path) -> TextIO:
+    """A new file renamed over `path` at once, open for the outputs: never written through a link (a symlink
+    at `path` or on the way is refused, a hard link replaced), and never a device or a FIFO replaced."""
+    output_path(path, "-o")
     if not path.parent.is_dir():
         raise ConfigError(f"-o {path}: the directory {path.parent} does not exist")
-    return open(path, "w", encoding="utf-8")  # noqa: SIM115
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"-o {path} is not a regular file; name a file to write, or - for stdout")
+    return open_replacing(path)
 
 
 def write_outputs(out, inputs: list[str], texts: list[str], fmt: str, streamed: bool = False) -> None:

@@ -12,6 +12,7 @@ import signal
 from pathlib import Path
 
 from encdec.cli.generate import whole_number
+from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
 from encdec.training import load_config, train
 from encdec.training.distributed import read_layout
@@ -23,7 +24,9 @@ MAX_NPROC = 1024  # processes one machine starts
 def add_parser(subparsers):
     parser = subparsers.add_parser("train", help="train a model from a YAML run config")
     parser.add_argument("config", help="the run config (YAML)")
-    parser.add_argument("--out", required=True, help="the run directory: checkpoints, metrics, plots")
+    parser.add_argument(
+        "--out", type=OutputPath("--out"), required=True, help="the run directory: checkpoints, metrics, plots"
+    )
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
     parser.add_argument(
         "--accept-changes",

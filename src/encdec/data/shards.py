@@ -36,7 +36,15 @@ from encdec.data.corpora import PAIR_FORMATS, PairTemplate, is_validation, read_
 from encdec.data.documents import Documents, token_dtype
 from encdec.data.reading import require_regular_file
 from encdec.errors import ConfigError, DataError
-from encdec.safe_paths import atomic_path, check_not_symlink, inside, new_file_beside, plain_name, write_atomic
+from encdec.safe_paths import (
+    atomic_path,
+    check_not_symlink,
+    inside,
+    new_file_beside,
+    output_dir,
+    plain_name,
+    write_atomic,
+)
 from encdec.schema import Count, load_json, read, short
 from encdec.tokenizers import Tokenizer, load_tokenizer
 
@@ -219,7 +227,7 @@ def prepare_shards(
     check_not_symlink(out_dir / MANIFEST, out_dir / "tokenizer", error=DataError)
     for split, field, suffix in itertools.product(splits, fields, (".bin", ".bin.tmp", ".idx.npy")):
         _shard_file(out_dir, split, field, suffix)  # refuses a symlink: writing through it changes a file elsewhere
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_dir(out_dir, "--out", DataError)
     (out_dir / MANIFEST).unlink(missing_ok=True)
     tokenizer_dir = tokenizer.save(out_dir / "tokenizer")
     writers = {(s, f): _FieldWriter(out_dir / f"{s}.{f}.bin", np.dtype(dtype)) for s in splits for f in fields}

@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from encdec.safe_paths import write_atomic
+from encdec.safe_paths import output_dir, write_atomic
 
 
 def perplexity(mean_loss: float) -> float:
@@ -67,7 +67,7 @@ def write_report(
     """Write eval.json (scores, their baseline, `about` (what was scored: files, counts) and every sample)
     and eval.md (the two tables, with a baseline the sentence that reads it, and `notes`, one line each);
     return their paths."""
-    directory.mkdir(parents=True, exist_ok=True)
+    output_dir(directory, "the report directory")
     samples = [dict(input=i, output=p, reference=r) for i, p, r in zip(inputs, predictions, references)]
     json_path, md_path = directory / "eval.json", directory / "eval.md"
     record = {"scores": scores, **({"baseline": baseline} if baseline else {}), **({"data": about} if about else {})}
@@ -87,5 +87,5 @@ def write_predictions(path: Path, inputs: list[str], predictions: list[str], ref
     )
     # JSON allows U+2028/9 raw; JavaScript and str.splitlines do not
     text = "".join(line.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029") + "\n" for line in records)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    output_dir(path.parent, "the predictions' directory")
     return write_atomic(path, text)

@@ -31,7 +31,7 @@ from encdec.interop.hf_switch import check_switch_compatible, save_hf_switch
 from encdec.interop.hf_t5 import check_t5_compatible, save_hf_t5
 from encdec.interop.hf_tokenizer import convert_tokenizer
 from encdec.models import ModelConfig
-from encdec.safe_paths import refuse_unsafe_output
+from encdec.safe_paths import output_dir, output_path, refuse_unsafe_output
 from encdec.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,7 @@ def check_export_out(out: Path, force: bool, writes=None, kind: str = "export") 
     empty without `force`, or, with it, holding anything `writes(path)` says no `kind` writes (default: a
     directory or a file no export writes)."""
     writes = writes or (lambda path: not path.is_dir() and _export_file(path.name))
+    output_path(out, "--out")
     refuse_unsafe_output(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"the output directory {out} is a file")
@@ -137,7 +138,7 @@ def export_hf(
         raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model embeds only {cfg.vocab_size}")
     check_export_out(out, force)
     files = convert_tokenizer(tokenizer)
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out, "--out")
     for name in STALE_FILES:
         if (out / name).is_file():
             (out / name).unlink()

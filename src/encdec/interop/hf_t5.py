@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import EncoderDecoder, ModelConfig
 from encdec.models.memory import check_weights_fit
-from encdec.safe_paths import atomic_path, inside, write_atomic
+from encdec.safe_paths import atomic_path, inside, output_dir, write_atomic
 
 # Hugging Face feed_forward_proj -> our activation name
 HF_ACTIVATIONS = {
@@ -171,7 +171,7 @@ def fill_from_hf(
 
 def write_hf_directory(path: Path, weights: dict[str, torch.Tensor], hf_config: dict) -> None:
     """Write a Hugging Face model directory: the tensors as model.safetensors, the config as config.json."""
-    path.mkdir(parents=True, exist_ok=True)
+    output_dir(path, "--out")
     with atomic_path(path / "model.safetensors") as tmp:  # a new file renamed into place: a link is replaced
         save_file(weights, tmp, metadata={"format": "pt"})
     write_atomic(path / "config.json", json.dumps(hf_config, indent=2) + "\n")

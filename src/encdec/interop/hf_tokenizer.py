@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from encdec.errors import DataError
-from encdec.safe_paths import atomic_path, staged_files, write_atomic
+from encdec.safe_paths import atomic_path, output_dir, staged_files, write_atomic
 from encdec.tokenizers import Tokenizer
 
 # encodes the same with both or the conversion is wrong: spaces, digits, accents, byte fallback
@@ -41,7 +41,7 @@ class TokenizerFiles:
 
     def save(self, path: Path) -> None:
         """Write the files into `path`, each a new file renamed into place (a link there is replaced)."""
-        path.mkdir(parents=True, exist_ok=True)
+        output_dir(path, "--out")
         if self.pretrained is not None:
             with staged_files(path) as stage:
                 self.pretrained.save_pretrained(stage)

@@ -18,6 +18,7 @@ from encdec.errors import ConfigError
 from encdec.interop.export import check_export_out, hf_layout
 from encdec.interop.hf_t5 import hf_name
 from encdec.models.lora import ADAPTER, lora_layers
+from encdec.safe_paths import atomic_path, output_dir, staged_files
 
 FILES = ("adapter_config.json", "adapter_model.safetensors", "README.md")  # what peft's save_pretrained writes
 
@@ -50,7 +51,7 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
             weight = getattr(layer, part)[ADAPTER].weight
             tensors[f"base_model.model.{targets[name]}.{part}.weight"] = weight.detach().cpu().contiguous()
     check_adapter_out(out, force)
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out, "--out")
     config = LoraConfig(
         r=r,
         lora_alpha=alpha,
@@ -59,8 +60,10 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
         task_type="SEQ_2_SEQ_LM",
         base_model_name_or_path=base,
     )
-    config.save_pretrained(str(out))
-    save_file(tensors, out / "adapter_model.safetensors", metadata={"format": "pt"})
+    with staged_files(out) as stage:  # each file renamed into place: a link there is replaced
+        config.save_pretrained(str(stage))
+    with atomic_path(out / "adapter_model.safetensors") as tmp:
+        save_file(tensors, tmp, metadata={"format": "pt"})
     return sorted(targets.values())
 
 

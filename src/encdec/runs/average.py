@@ -25,7 +25,7 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.runs.checkpoint import fsync_dir, load_weights, save_weights
 from encdec.runs.load import saved_config
 from encdec.runs.run_dir import CheckpointDir, RunDir
-from encdec.safe_paths import check_not_symlink, inside, refuse_unsafe_output, write_atomic
+from encdec.safe_paths import check_not_symlink, inside, output_path, refuse_unsafe_output, write_atomic
 
 AVERAGE = "average.json"  # in an averaged checkpoint: the steps it averaged (or the EMA it holds)
 
@@ -126,6 +126,7 @@ def write_made(
     if out is not None:
         return _write_run(run, source, weights, about, Path(out))
     check_not_symlink(run.checkpoints)
+    output_path(run.checkpoints, "the run's checkpoints")
     final, tmp = inside(run.checkpoints, name, "checkpoint"), inside(run.checkpoints, f".{name}.tmp", "checkpoint")
     if final.exists():
         raise ConfigError(f"{final} already exists; encdec never writes over a checkpoint, delete it to make it anew")
@@ -138,7 +139,7 @@ def write_made(
 def _write_run(run: RunDir, source: CheckpointDir, weights: dict, about: dict, out: Path) -> CheckpointDir:
     """A new run directory `out` whose only checkpoint (latest and best) holds `weights`."""
     refuse_unsafe_output(out)
-    check_not_symlink(out, error=ConfigError)
+    output_path(out, "--out")
     if Path(os.path.realpath(out)).is_relative_to(os.path.realpath(run.path)):
         raise ConfigError(f"--out {out} is inside the run {run.path}; write the new run directory beside it")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated
 
 from encdec.errors import ConfigError, DataError
-from encdec.safe_paths import write_atomic
+from encdec.safe_paths import output_dir, write_atomic
 from encdec.schema import Range, value_of
 
 MANIFEST_NAME = "encdec_tokenizer.json"
@@ -198,6 +198,6 @@ class Tokenizer(abc.ABC):
 def write_manifest(directory: str | Path, kind: str, **options) -> Path:
     """Write `MANIFEST_NAME` with the tokenizer kind and the options that rebuild it."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    output_dir(directory, "the tokenizer directory")
     write_atomic(directory / MANIFEST_NAME, json.dumps({"kind": kind, **options}, indent=2) + "\n")
     return directory

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from encdec.errors import ConfigError, DataError
+from encdec.safe_paths import atomic_path, output_dir
 from encdec.tokenizers.base import MAX_VOCAB, Tokenizer, added_special_names, special_tokens, write_manifest
 
 logger = logging.getLogger(__name__)
@@ -83,9 +84,9 @@ class HFTokenizer(Tokenizer):
         return self.tokenizer.to_str().encode()
 
     def save(self, directory: str | Path) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.tokenizer.save(str(directory / TOKENIZER_FILE))
+        directory = output_dir(directory, "the tokenizer directory")
+        with atomic_path(directory / TOKENIZER_FILE) as tmp:  # a link there is replaced, not written through
+            self.tokenizer.save(str(tmp))
         return write_manifest(
             directory,
             self.kind,

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from encdec.errors import ConfigError, DataError
+from encdec.safe_paths import output_dir, staged_files
 from encdec.tokenizers.base import MAX_SENTINELS, SpecialTokens, Tokenizer, write_manifest
 
 # files one of which a directory needs before AutoTokenizer can build a tokenizer from it
@@ -106,9 +107,9 @@ class PretrainedTokenizer(Tokenizer):
         return json.dumps(self.hf.get_vocab(), sort_keys=True).encode()
 
     def save(self, directory: str | Path) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.hf.save_pretrained(directory)
+        directory = output_dir(directory, "the tokenizer directory")
+        with staged_files(directory) as stage:  # each file renamed into place: a link there is replaced
+            self.hf.save_pretrained(stage)
         return write_manifest(directory, self.kind, decoder_start_id=self.decoder_start_id)
 
 

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from encdec.errors import DataError
+from encdec.safe_paths import atomic_path, output_dir
 from encdec.tokenizers.base import Tokenizer, added_special_names, appended_special_ids, special_tokens, write_manifest
 
 MODEL_FILE = "tokenizer.model"
@@ -63,11 +64,11 @@ class SentencePieceTokenizer(Tokenizer):
         return self._model
 
     def save(self, directory: str | Path) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        directory = output_dir(directory, "the tokenizer directory")
         target = directory / MODEL_FILE
         if target.resolve() != self.model_file.resolve():
-            shutil.copyfile(self.model_file, target)
+            with atomic_path(target) as tmp:  # a link at `target` is replaced, not written through
+                shutil.copyfile(self.model_file, tmp)
         return write_manifest(
             directory,
             self.kind,

@@ -32,7 +32,7 @@ from typing import Annotated
 from encdec.errors import ConfigError, EncdecError
 from encdec.runs.config import RunConfig, load_config, read_yaml
 from encdec.runs.run_dir import RunDir
-from encdec.safe_paths import plain_name, refuse_unsafe_output, write_atomic
+from encdec.safe_paths import output_dir, output_path, plain_name, refuse_unsafe_output, write_atomic
 from encdec.schema import Count, Range, load_json, read, short
 from encdec.training.metrics import plot_curves, read_metrics
 from encdec.training.same_run import SAFE, resumed_config
@@ -110,7 +110,7 @@ def _assignments(values: dict) -> list[str]:
 def run_experiment(runs: list[RunSpec], out_dir: Path, seeds: list[int] | None = None) -> list[dict]:
     """Train every run (once per seed); finished runs in `out_dir` are reused, unfinished ones resumed."""
     check_experiment_out(out_dir, runs, seeds)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_dir(out_dir, "--out")
     if not (out_dir / MARKER).is_file():
         write_atomic(out_dir / MARKER, "the runs of an experiment of encdec compare\n")
     rows = []
@@ -142,6 +142,7 @@ def check_experiment_out(out_dir: Path, runs: list[RunSpec], seeds: list[int] | 
         plain_name(run.name, "run name", out_dir, ConfigError)
         for seed in seeds or []:
             plain_name(f"seed{seed}", "seed directory", out_dir, ConfigError)
+    output_path(out_dir, "--out")
     refuse_unsafe_output(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out_dir} is a file, not a directory for the experiment's runs")

@@ -22,7 +22,7 @@ from pathlib import Path
 from encdec.errors import ConfigError, EncdecError
 from encdec.runs.checkpoint import recover_latest
 from encdec.runs.run_dir import RunDir
-from encdec.safe_paths import check_not_symlink, new_file_beside
+from encdec.safe_paths import check_not_symlink, new_file_beside, output_path, symlink_on_the_way
 from encdec.training import distributed
 
 
@@ -103,6 +103,7 @@ def hold_run_dir(run: RunDir, info: distributed.DistInfo, resume: bool = False) 
             refusal = None
             if info.is_main:
                 try:
+                    output_path(run.path, "--out")
                     run.check_out()
                     held.enter_context(lock_run_dir(run))
                     run.check_files()
@@ -123,7 +124,7 @@ def hold_run_dir(run: RunDir, info: distributed.DistInfo, resume: bool = False) 
 def remove_if_unused(run: RunDir, made: bool) -> None:
     """Delete what starting wrote into a run directory that was empty (the lock, the marker, config.yaml, an
     empty metrics.jsonl), and the directory where this process made it: a failed start leaves no empty run."""
-    if not run.path.is_dir() or run.path.is_symlink():
+    if not run.path.is_dir() or symlink_on_the_way(run.path) is not None:  # never delete through a link
         return
     started = {".lock", ".encdec-run", "config.yaml", "metrics.jsonl"}
     entries = list(run.path.iterdir())
