@@ -24,7 +24,7 @@ Run names are plain names (no '/', not '..'), so every run stays inside --out, a
 
 import json
 import logging
-import statistics
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -193,17 +193,20 @@ def set_aside_if_changed(run_dir: Path, cfg: RunConfig) -> Path | None:
     return stale
 
 
+Loss = Annotated[float, Range(0, 10**6)]  # the bounds lie far beyond any run's figures: past them a file is damaged
+
+
 @dataclass
 class SummaryFile:
     """A finished run's summary.json, as the trainer writes it (TrainResult without its history)."""
 
     steps: Count
-    train_loss: float | None
-    val_loss: float | None
+    train_loss: Loss | None
+    val_loss: Loss | None
     parameters: Count
     parameters_without_positions: Count
-    wall_time: Annotated[float, Range(0)]
-    tokens_per_s: Annotated[float, Range(0)]
+    wall_time: Annotated[float, Range(0, 10**9)]  # seconds: 31 years
+    tokens_per_s: Annotated[float, Range(0, 10**12)]
     interrupted: bool = False
     early_stopped: bool = False
     signal: int | None = None
@@ -211,40 +214,58 @@ class SummaryFile:
 
 
 def _finished(run_dir: Path, steps: int) -> TrainResult | None:
-    """The result of a run already trained to `steps`, read back from its summary.json (None where it
-    is absent, or damaged: the member is then trained again, resuming from its checkpoint)."""
-    summary_path = RunDir(run_dir).summary
-    if not summary_path.exists():
+    """The result of a run already trained to `steps` (or stopped early), read back from its summary.json.
+    None where it is absent, or damaged (whatever its schema refuses, or a summary of an interrupted run):
+    the member is then trained again, resuming from its checkpoint, which writes the summary anew (a run
+    resumed at its end evaluates once more: the same figures)."""
+    run = RunDir(run_dir)
+    run.check_files()  # a link where a run writes is refused, as training it again would refuse it
+    for part in (run.summary, run.metrics):
+        if part.exists() and not part.is_file():
+            raise ConfigError(f"{part} is not a file, so the run cannot write its {part.name} there; remove it")
+    if not run.summary.exists():
         return None
     try:
-        summary = read(SummaryFile, load_json(summary_path, "run summary"))
+        summary = read(SummaryFile, load_json(run.summary, "run summary"), "summary.")
+        if summary.interrupted or not summary.is_main:
+            raise ConfigError("it is not a finished run's")
+        if not run.metrics.is_file():
+            raise ConfigError(f"its {run.metrics.name} is missing")
     except ConfigError as error:
-        log.warning("%s is damaged (%s); training that member again", summary_path, str(error)[:160])
+        log.warning("%s is damaged (%s); resuming that member to write it again", run.summary, str(error)[:160])
         return None
-    if summary.steps < steps:
+    if summary.steps < steps and not summary.early_stopped:
         return None
-    return TrainResult(run_dir=run_dir, **asdict(summary), history=read_metrics(RunDir(run_dir).metrics))
+    return TrainResult(run_dir=run_dir, **asdict(summary), history=read_metrics(run.metrics))
+
+
+def mean_spread(values: list[float | None]) -> tuple[float, float] | None:
+    """The mean and sample standard deviation of the values given (None: no value). Plain float arithmetic,
+    which overflows to inf rather than raising (fmean's fsum raises on 1e308 + 1e308)."""
+    values = [float(v) for v in values if v is not None]
+    if not values:
+        return None
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) * (v - mean) for v in values) / (len(values) - 1))
 
 
 def summarise(name: str, results: list[TrainResult]) -> dict:
-    def stats(values: list[float | None]) -> tuple[float, float]:
-        values = [v for v in values if v is not None]
-        return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
     first = results[0]
     kl = [last_interval_mean(r.history, "distill_kl") for r in results]
     return {
         "run": name,
         "seeds": len(results),
-        "train_loss": stats([r.train_loss for r in results]),
-        "val_loss": stats([r.val_loss for r in results]),
+        "train_loss": mean_spread([r.train_loss for r in results]),
+        "val_loss": mean_spread([r.val_loss for r in results]),
         "seed_train_losses": [r.train_loss for r in results],  # per seed, in the experiment's seed order
         "seed_val_losses": [r.val_loss for r in results],
-        "distill_kl": stats(kl) if any(v is not None for v in kl) else None,
+        "distill_kl": mean_spread(kl),
         "parameters": first.parameters,
         "parameters_without_positions": first.parameters_without_positions,
-        "wall_time": statistics.fmean(r.wall_time for r in results),
-        "tokens_per_s": statistics.fmean(r.tokens_per_s for r in results),
+        "wall_time": mean_spread([r.wall_time for r in results])[0],
+        "tokens_per_s": mean_spread([r.tokens_per_s for r in results])[0],
         "run_dir": first.run_dir,
         "run_dirs": [r.run_dir for r in results],
     }
@@ -256,14 +277,15 @@ def last_interval_mean(history: list[dict], name: str) -> float | None:
     evals = [r["step"] for r in history if r.get("kind") == "eval"]
     since = evals[-2] if len(evals) > 1 else 0
     values = [r[name] for r in history if r.get("kind") == "train" and r["step"] > since and name in r]
-    return statistics.fmean(values) if values else None
+    spread = mean_spread(values)
+    return spread[0] if spread else None
 
 
 def markdown_table(rows: list[dict]) -> str:
-    def loss(mean_spread: tuple[float, float] | None, seeds: int) -> str:
-        if mean_spread is None:
+    def loss(figures: tuple[float, float] | None, seeds: int) -> str:
+        if figures is None:
             return "-"
-        mean, spread = mean_spread
+        mean, spread = figures
         return f"{mean:.4f} ± {spread:.4f}" if seeds > 1 else f"{mean:.4f}"
 
     kl = any(r.get("distill_kl") is not None for r in rows)  # a column only where a run distils

@@ -13,6 +13,7 @@ descriptor, so a link planted at its name never carries a record elsewhere.
 import importlib.util
 import json
 import logging
+import math
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from encdec.safe_paths import atomic_path, check_not_symlink, open_replacing
 from encdec.schema import Count, value_of
 
 log = logging.getLogger(__name__)
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def tensorboard_available() -> bool:
@@ -95,7 +97,7 @@ def read_metrics(path: Path) -> list[dict]:
                 for key, hint in hints.items():
                     value_of(hint, record.get(key), key)
                 figures = (v for k, v in record.items() if k not in ("kind", "changes"))  # changes: config_change's
-                if not all(v is None or isinstance(v, (int, float)) for v in figures):
+                if not all(is_figure(v) for v in figures):
                     raise ConfigError("a figure is not a number")
             except ConfigError:
                 dropped += 1
@@ -104,6 +106,14 @@ def read_metrics(path: Path) -> list[dict]:
     if dropped:
         log.warning("%s: %d lines are not metrics records; they are left out", path, dropped)
     return records
+
+
+def is_figure(value: object) -> bool:
+    """A record's figure: None, nan or inf (the trainer writes them: nothing scored, an overflowed gradient), or
+    a number within float32's range, which every figure a run computes stays in (matplotlib cannot scale 1e308)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return True
+    return value is None or (isinstance(value, (int, float)) and abs(value) <= FLOAT32_MAX)
 
 
 def plot_curves(runs: dict[str, list[dict] | list[list[dict]]], path: Path, title: str = "") -> Path:
@@ -136,11 +146,12 @@ def plot_curves(runs: dict[str, list[dict] | list[list[dict]]], path: Path, titl
         if train:
             whole.plot(train[0], train[1], color=colour, alpha=0.35, linewidth=0.8)
         evals = {key: across_seeds(seeds, "eval", key) for key in ("train_loss", "val_loss")}
-        if not evals["val_loss"]:
-            continue
         for ax, first in ((whole, 0), (end, last_step / 2)):
             for key, marker, kind in (("train_loss", "o--", "train"), ("val_loss", "s-", "validation")):
-                steps, mean, low, high = (list(v) for v in zip(*(row for row in zip(*evals[key]) if row[0] >= first)))
+                rows = [row for row in zip(*evals[key] or ()) if row[0] >= first]
+                if not rows:  # no evaluation of it (in this half)
+                    continue
+                steps, mean, low, high = (list(v) for v in zip(*rows))
                 ax.plot(steps, mean, marker, color=colour, label=f"{label} {kind}")
                 if len(seeds) > 1:
                     ax.fill_between(steps, low, high, color=colour, alpha=0.15, linewidth=0)
@@ -162,7 +173,8 @@ def plot_curves(runs: dict[str, list[dict] | list[list[dict]]], path: Path, titl
         ax.set_xlabel("step")
         ax.set_ylabel("cross-entropy loss")
         ax.grid(alpha=0.3)
-    whole.legend(fontsize="small")
+    if whole.get_legend_handles_labels()[0]:  # a run without evaluations has no labelled line
+        whole.legend(fontsize="small")
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format=Path(path).suffix.lstrip(".") or "png")
@@ -179,7 +191,9 @@ def extra_panels(seeds_of: dict[str, list[list[dict]]]) -> list[tuple[str, str]]
 
 def across_seeds(seeds: list[list[dict]], kind: str, key: str) -> tuple[list, list, list, list] | None:
     """(steps, mean, lowest, highest) of `key` over the seeds' records of `kind`, at the steps every seed has."""
-    series = [{r["step"]: r[key] for r in records if r.get("kind") == kind and key in r} for records in seeds]
+    series = [
+        {r["step"]: r[key] for r in records if r.get("kind") == kind and r.get(key) is not None} for records in seeds
+    ]
     steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
     if not steps:
         return None

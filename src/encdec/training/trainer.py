@@ -171,12 +171,7 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
                     "setting such as norm_eps that divides by zero); the last checkpoint saved is kept"
                 )
         if evaluate_now:
-            judged = t.ema.swapped_in(t.model) if cfg.training.ema_eval else nullcontext()
-            with judged:  # training.ema_eval: the moving average is evaluated, the live weights train on
-                last_eval = evaluate(t.wrapped, t.data, cfg, info, amp)
-                if scorer is not None:  # every rank generates (FSDP's forward needs them all); rank 0 logs
-                    with amp:
-                        last_eval.update(scorer(t.model))
+            last_eval = _evaluation(t, scorer, amp)
             t.metrics.write({"kind": "eval", "step": state.step, **last_eval})
             log.info("step %d: train %.4f, validation %.4f", state.step, last_eval["train_loss"], last_eval["val_loss"])
         if save_now:
@@ -203,7 +198,20 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
     state.elapsed = losses.elapsed()
     bar.close()
     t.metrics.close()
+    if last_eval is None and state.step >= cfg.training.steps:  # resumed at its end (a lost summary): its figures
+        last_eval = _evaluation(t, scorer, amp)  # again, the same as its last evaluation's (fresh, seeded batches)
     return _finish(t, last_eval, stop, early_stopped)
+
+
+def _evaluation(t: Training, scorer: GeneratedScores | None, amp: AbstractContextManager) -> dict:
+    """The evaluation's figures (and generated metrics, with evaluation.generate) of the model as it stands."""
+    judged = t.ema.swapped_in(t.model) if t.cfg.training.ema_eval else nullcontext()
+    with judged:  # training.ema_eval: the moving average is evaluated, the live weights train on
+        figures = evaluate(t.wrapped, t.data, t.cfg, t.info, amp)
+        if scorer is not None:  # every rank generates (FSDP's forward needs them all); rank 0 logs
+            with amp:
+                figures.update(scorer(t.model))
+    return figures
 
 
 def compare_to_best(score: float | None, best: float | None) -> tuple[bool, bool]:
