@@ -233,3 +233,38 @@ def test_a_teacher_pointer_deleted_or_breaking_the_path_rules_is_refused_at_resu
         pointer_path.write_text(json.dumps({**pointer, "source": source}))
     err = refused(library[0], run, capsys, "--set", f"training.distill.teacher={library[1]}")
     assert "teacher.json" in err, err
+
+
+@pytest.fixture(scope="module", params=["adamw", "adafactor", "adamw_scale"])
+def optimizer_run(request, library, tmp_path_factory) -> tuple[Path, Path]:
+    """A config and a run of 2 steps with each optimizer kind (each keeps other moments: Adafactor's factored)."""
+    root = tmp_path_factory.mktemp(request.param)
+    config = root / "tiny.yaml"
+    values = yaml.safe_load(library[0].read_text())
+    values["optimizer"] = {"kind": request.param, "lr": 2e-3}
+    config.write_text(yaml.safe_dump(values))
+    assert main(["train", str(config), "--out", str(root / "run"), "--set", "training.steps=2"]) == 0
+    return config, root / "run"
+
+
+@pytest.mark.parametrize("damage", ["a moment dropped", "every moment one longer", "a moment of another rank"])
+def test_optimizer_state_not_as_its_own_step_keeps_it_is_refused(optimizer_run, tmp_path, capsys, damage):
+    """Whatever the optimizer, each parameter's saved state is what one step of it keeps (not a moment loading
+    would silently start again from zero, nor one of another shape); an intact one resumes."""
+    config, library_run = optimizer_run
+    run = tmp_path / "run"
+    shutil.copytree(library_run, run)
+    path = RunDir(run).latest().optimizer
+    state = torch.load(path, weights_only=True)
+    for moments in state["state"].values():
+        names = [k for k in sorted(moments) if k != "step"]
+        if damage == "a moment dropped":
+            del moments[names[0]]
+        elif damage == "every moment one longer":
+            moments.update({k: torch.zeros(moments[k].numel() + 1) for k in names})
+        else:
+            moments.update({k: moments[k].reshape(-1) for k in names if moments[k].dim() > 1})
+    torch.save(state, path)
+    assert "optimizer.pt does not hold the state of this model's" in refused(config, run, capsys)
+    shutil.copy(RunDir(library_run).latest().optimizer, path)
+    assert main(["train", str(config), "--out", str(run), "--resume"]) == 0

@@ -9,6 +9,9 @@ With `schedule.kind: constant` and lr 1e-2 that is T5's relative-step schedule; 
 lr 1e-3, T5's constant fine-tuning rate. `adamw_scale` is nanoT5's AdamW: each
 parameter's step scaled by its RMS (at least 1e-3), as Adafactor scales its steps, which
 lets T5 pretrain with AdamW at lr 2e-2 (Nawrot 2023).
+
+What an optimizer keeps for each parameter is its own class's to say: `state_layout` asks it, with one step
+on a small stand-in, so a resume can check a saved state against it whatever the optimizer.
 """
 
 import math
@@ -18,6 +21,31 @@ import torch
 from torch import nn
 
 from encdec.runs.config import RunConfig
+
+PROBE_SIZES = (2, 3, 5, 7, 11, 13, 17, 19)  # a stand-in's sizes: distinct, and none a 1 its state could hold
+
+
+def state_layout(optimizer: torch.optim.Optimizer, group: dict, shape: tuple[int, ...]) -> dict[str, tuple] | None:
+    """{name: shape} of the tensors one step of `optimizer`'s class, with `group`'s settings, keeps for a
+    parameter of `shape` (AdamW's exp_avg, Adafactor's row_var (n, 1), ...); None past 8 dimensions. Worked
+    out on a stand-in of distinct prime sizes on the CPU, each size mapped back to the parameter's own, so
+    nothing of the parameter's size is allocated."""
+    if len(shape) > len(PROBE_SIZES):
+        return None
+    small = PROBE_SIZES[: len(shape)]
+    standin = torch.zeros(small, requires_grad=True)
+    standin.grad = torch.zeros_like(standin)
+    settings = {key: value for key, value in group.items() if key != "params"}
+    settings |= {key: False for key in ("fused", "capturable", "differentiable") if settings.get(key)}
+    probe = type(optimizer)([{**settings, "params": [standin]}])
+    probe.step()
+    back = dict(zip(small, shape, strict=True))
+    state = probe.state[standin]
+    return {
+        key: tuple(back.get(size, size) for size in value.shape)
+        for key, value in state.items()
+        if torch.is_tensor(value)
+    }
 
 
 def build_optimizer(model: nn.Module, cfg: RunConfig, fused: bool = False) -> torch.optim.Optimizer:

@@ -32,7 +32,7 @@ from encdec.training.launch import check_processes
 from encdec.training.memory import check_activations_fit, check_model_fits, check_step_size, is_out_of_memory
 from encdec.training.metrics import MetricsLog, tensorboard_available
 from encdec.training.numerics import checkpoint_activations, grad_scaler, resolve_precision, set_rng_states
-from encdec.training.optim import build_optimizer
+from encdec.training.optim import build_optimizer, state_layout
 from encdec.training.pretrained import Pretrained, load_pretrained, load_pretrained_weights
 from encdec.training.same_run import resumed_config
 
@@ -169,7 +169,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     fused = info.device.type == "cuda" and not (info.enabled and cfg.training.distributed == "fsdp")
     optimizer = build_optimizer(wrapped, cfg, fused=fused)
     if parts is not None:
-        _load_optimizer(wrapped, optimizer, parts["optimizer"], start.checkpoint.optimizer)
+        _load_optimizer(model, wrapped, optimizer, parts["optimizer"], start.checkpoint.optimizer)
     if info.is_main:
         save_config(cfg, run.config)
     metrics = MetricsLog(run.metrics, state.step if parts else None, info.is_main, tensorboard_dir(cfg, run))
@@ -245,8 +245,12 @@ def _restore_rng(saved: dict, info: distributed.DistInfo, path: Path) -> None:
         )
 
 
-def _load_optimizer(wrapped: nn.Module, optimizer: torch.optim.Optimizer, state: object, path: Path) -> None:
-    """The saved optimizer state into `optimizer`; state of another model or optimizer is one sentence."""
+def _load_optimizer(
+    model: nn.Module, wrapped: nn.Module, optimizer: torch.optim.Optimizer, state: object, path: Path
+) -> None:
+    """The saved optimizer state into `optimizer`; state of another model or optimizer is one sentence, and so
+    is a parameter's state that is not what the optimizer's own step keeps (`state_layout`: a moment missing,
+    which loading would silently start again from zero, or one of another shape)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     foreign = CheckpointError(f"{path} does not hold the state of this model's {type(optimizer).__name__}")
@@ -256,12 +260,20 @@ def _load_optimizer(wrapped: nn.Module, optimizer: torch.optim.Optimizer, state:
         or not isinstance(state.get("param_groups"), list)
     ):
         raise foreign
+    group_of = {id(p): i for i, group in enumerate(optimizer.param_groups) for p in group["params"]}
+    params = model.state_dict(keep_vars=True)  # the names checkpoints use (no wrapper's), a tied weight under each
+    layouts = {}
+    for name, saved in state["state"].items():
+        p = params.get(name)
+        if not isinstance(p, nn.Parameter) or id(p) not in group_of or not isinstance(saved, dict):
+            raise foreign
+        key = (group_of[id(p)], tuple(p.shape))
+        if key not in layouts:
+            layouts[key] = state_layout(optimizer, optimizer.param_groups[key[0]], key[1])
+        found = {k: tuple(v.shape) for k, v in saved.items() if torch.is_tensor(v)}
+        if layouts[key] is not None and found != layouts[key]:
+            raise foreign
     try:
         set_optimizer_state_dict(wrapped, optimizer, state, options=StateDictOptions(full_state_dict=True))
     except (KeyError, ValueError, TypeError, RuntimeError, IndexError, AssertionError, AttributeError):
         raise foreign from None
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            moments = optimizer.state.get(p, {})
-            if any(moments[k].shape != p.shape for k in ("exp_avg", "exp_avg_sq") if k in moments):
-                raise foreign
