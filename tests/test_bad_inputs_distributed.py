@@ -156,6 +156,19 @@ def test_the_launcher_trains_in_two_processes_and_says_nothing_else(config, tmp_
     assert (tmp_path / "run" / "checkpoints" / "latest").read_text().strip() == "step_00000002"
 
 
+def test_what_a_library_logs_in_each_process_before_its_refusal_is_not_printed(config, tmp_path):
+    """Each process reads a corrupt parquet file: `datasets` logs its error there before encdec refuses, and the
+    processes' stderr is the terminal's; the launcher's one sentence still comes alone."""
+    pytest.importorskip("datasets")
+    if available_cores() < 2:
+        pytest.skip("this machine has one core: two processes are refused")
+    (tmp_path / "stories.parquet").write_text("PAR1 not parquet at all")
+    data = ["data.format=datasets", "data.dataset=parquet", f"data.train=[{tmp_path / 'stories.parquet'}]"]
+    settings = [word for setting in data for word in ("--set", setting)]
+    done = encdec("train", str(config), "--out", str(tmp_path / "run"), "--nproc-per-node", "2", *settings)
+    assert "cannot be loaded (ArrowInvalid" in one_sentence(done.returncode, done.stderr)
+
+
 def failure(exitcode: int, timestamp: int = 0, message: object = "", signal_name: str = "<N/A>"):
     """A stand-in for torch elastic's ProcessFailure: what `_report` reads of one."""
     return SimpleNamespace(exitcode=exitcode, timestamp=timestamp, message=message, signal_name=lambda: signal_name)

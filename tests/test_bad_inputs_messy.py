@@ -121,6 +121,25 @@ def hf_with(place: Path, **config) -> Path:
     return hf
 
 
+def hf_bin(place: Path, data: bytes) -> list[str]:
+    """`generate` from a Hugging Face directory whose weights are a pytorch_model.bin holding `data`."""
+    hf = place / "hf"
+    (hf / "model.safetensors").unlink()
+    (hf / "pytorch_model.bin").write_bytes(data)
+    (place / "in.txt").write_text("once upon a time\n")
+    return ["generate", str(hf), "-i", str(place / "in.txt")]
+
+
+def datasets_run(place: Path, dataset: str, file: str, text: str, *settings: str) -> list[str]:
+    """`train` on data file `file` (holding `text`) read by the `datasets` builder `dataset`."""
+    (place / file).write_text(text)
+    options = ["data.format=datasets", f"data.dataset={dataset}", f"data.train=[{place / file}]", *settings]
+    return ["train", str(place / "tiny.yaml"), "--out", str(place / "out"), *(w for o in options for w in ("--set", o))]
+
+
+STORY_ROWS = "".join(json.dumps({"text": f"story {i}: once upon a time"}) + "\n" for i in range(8))
+
+
 def evaluate_with_generation(place: Path, generation: dict, *options: str) -> list[str]:
     run = place / "run"
     best = run / "checkpoints" / (run / "checkpoints" / "best").read_text().strip()
@@ -154,12 +173,38 @@ NOISY = {  # what a refusal came with: the command line (made in a copy of the l
         lambda p: evaluate_with_generation(p, {"num_beams": 2, "num_return_sequences": 2}, "--num-beams", "1"),
         "num_return_sequences > 1 needs beam search",
     ),
+    "torch's pickle-protocol warning before a refused pytorch_model.bin": (
+        lambda p: hf_bin(p, pickle.dumps({"shared.weight": [0.0]}, protocol=4)),
+        "pytorch_model.bin is corrupt or truncated",
+    ),
+    "torch's weights_only advice on a pytorch_model.bin that runs code": (
+        lambda p: hf_bin(p, pickle.dumps({"shared.weight": Payload()}, protocol=2)),
+        "pytorch_model.bin carries pickled objects other than tensors",
+    ),
+    "the datasets logger's errors before a corrupt parquet file is refused": (
+        lambda p: datasets_run(p, "parquet", "stories.parquet", "PAR1 not parquet at all"),
+        "cannot be loaded (ArrowInvalid",
+    ),
+    "datasets' progress bar before an empty slice of a split": (
+        lambda p: datasets_run(p, "json", "stories.jsonl", STORY_ROWS, "data.train_split=train[5:2]"),
+        "the corpus split is empty",
+    ),
+    "a split slice out of datasets' grammar": (
+        lambda p: datasets_run(p, "json", "stories.jsonl", STORY_ROWS, "data.train_split=train[abc]"),
+        "data.train_split must be a split name",
+    ),
+    "a split slice of more than all its rows": (
+        lambda p: datasets_run(p, "json", "stories.jsonl", STORY_ROWS, "data.train_split=train[:200%]"),
+        "got 'train[:200%]'",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", NOISY)
 def test_a_refusal_comes_alone_without_a_library_s_warning_or_progress_bar(name, library, tmp_path):
     build, says = NOISY[name]
+    if "datasets" in name or "split" in name:
+        pytest.importorskip("datasets")
     for part in ("tiny.yaml", "run", "hf"):
         copy = shutil.copytree if (library / part).is_dir() else shutil.copy
         copy(library / part, tmp_path / part)
@@ -198,6 +243,46 @@ def test_a_message_is_one_line_however_long_the_value_or_whatever_it_holds(name,
     capsys.readouterr()
     line = one_line(main(argv), capsys.readouterr().err)
     assert line.endswith(ends), line
+
+
+CHATTER = """
+import logging, sys, warnings
+from encdec.cli import main, say
+from encdec.cli import size as command
+from encdec.errors import ConfigError
+
+def library(n):  # what a library says on stderr: a warning, its logger's error, a progress bar
+    warnings.warn(f"advice {n}", UserWarning)
+    chatty = logging.getLogger(f"library{n}")
+    chatty.addHandler(logging.StreamHandler())
+    chatty.error(f"error {n}")
+    sys.stderr.write(f"\\rbar {n}: 100%\\r")
+
+def run(args):
+    library(1)
+    if args.tokens == 1:
+        raise ConfigError("refused")
+    say("encdec speaks")
+    library(2)
+    return 0
+
+command.run = run
+sys.exit(main(["size", "--tokens", sys.argv[1]]))
+"""
+
+
+def test_what_libraries_say_waits_for_encdec_and_a_refusal_drops_it(tmp_path):
+    """Any library's warning, log record or progress bar (not only the kinds met so far): before a refusal it is
+    dropped, so the sentence comes alone; in a command that goes on, it comes out in its order before encdec's
+    next output, and at the end."""
+    script = tmp_path / "chatter.py"
+    script.write_text(CHATTER)
+    refused = subprocess.run([sys.executable, str(script), "1"], capture_output=True, text=True, timeout=120)
+    assert one_line(refused.returncode, refused.stderr) == "encdec: error: refused"
+    done = subprocess.run([sys.executable, str(script), "2"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = [done.stderr.index(piece) for piece in ("advice 1", "error 1", "bar 1", "encdec speaks", "advice 2")]
+    assert said == sorted(said) and "error 2" in done.stderr and "bar 2" in done.stderr, done.stderr
 
 
 def test_the_command_line_cuts_any_message_to_one_line_as_a_last_defence(monkeypatch, capsys):

@@ -5,7 +5,8 @@ arguments and sets `func`. User errors (`EncdecError`) become one sentence on
 stderr and exit code 2, never a traceback; the system's refusals (OSError: a full disk,
 a permission) one sentence and exit code 1; Ctrl-C `encdec: interrupted` and exit code 130,
 from the first moment: the subcommands (and torch) are imported inside `main`. Whatever a
-message embeds, it is printed as one line of at most MAX_LINE characters. Under torchrun
+message embeds, it is printed as one line of at most MAX_LINE characters, alone: what libraries write to
+stderr waits for encdec's own output and a refusal drops it (encdec.cli.held). Under torchrun
 only rank 0 prints (every process fails alike) and each writes its sentence for the
 launcher (encdec.training.launch).
 """
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from encdec.cli.held import library_output_held
 from encdec.errors import ConfigError, EncdecError
 
 SUBCOMMANDS = (
@@ -63,23 +65,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        with interrupts_stop_at_once():
-            args = build_parser().parse_args(argv)
-        logging.basicConfig(level=log_level(args.verbose), format="%(message)s")
-        return args.func(args) or 0
-    except EncdecError as error:
-        return refuse(str(error), getattr(error, "exit_code", 2))
-    except KeyboardInterrupt:
-        say("encdec: interrupted")
-        return 130
-    except BrokenPipeError:  # output piped into a reader that closed early (`| head`)
-        sys.stderr.close()
-        return 0
-    except OSError as error:  # the system refused: a full disk, a permission, a missing directory
-        where = f"{error.filename}: " if error.filename else ""
-        reason = "the disk is full" if error.errno == errno.ENOSPC else error.strerror or str(error)
-        return refuse(f"{where}{reason}", 1)
+    with library_output_held() as held:  # a library's warnings wait for encdec's output; a refusal drops them
+        try:
+            with interrupts_stop_at_once():
+                args = build_parser().parse_args(argv)
+            logging.basicConfig(level=log_level(args.verbose), format="%(message)s")
+            return args.func(args) or 0
+        except EncdecError as error:
+            held.drop()
+            return refuse(str(error), getattr(error, "exit_code", 2))
+        except KeyboardInterrupt:
+            held.drop()
+            say("encdec: interrupted")
+            return 130
+        except BrokenPipeError:  # output piped into a reader that closed early (`| head`)
+            held.drop()
+            sys.stderr.close()
+            return 0
+        except OSError as error:  # the system refused: a full disk, a permission, a missing directory
+            held.drop()
+            where = f"{error.filename}: " if error.filename else ""
+            reason = "the disk is full" if error.errno == errno.ENOSPC else error.strerror or str(error)
+            return refuse(f"{where}{reason}", 1)
 
 
 @contextmanager

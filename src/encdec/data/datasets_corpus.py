@@ -27,6 +27,43 @@ from encdec.schema import short
 
 BUILDERS = {"json": "json", "jsonl": "json", "csv": "csv", "parquet": "parquet", "txt": "text", "text": "text"}
 SAVED_MARKERS = ("dataset_dict.json", "state.json")  # what `Dataset(Dict).save_to_disk` leaves in its folder
+
+# a split as `datasets` reads it (its ReadInstruction): NAME, NAME[FROM:TO] in rows or percents, with an optional
+# rounding after a percent slice, several joined by "+"
+BOUND = r"-?\d{1,18}%?"
+SPLIT_PART = re.compile(
+    rf"(?P<name>\w+(?:\.\w+)*)(?:\[(?P<start>{BOUND})?:(?P<stop>{BOUND})?\](?:\((?P<rounding>[a-z_0-9]+)\))?)?",
+    re.ASCII,
+)
+ROUNDINGS = ("closest", "pct1_dropremainder")
+SPLIT_SAYS = "a split name, sliced as datasets slices it (train, train[:10%], train[100:200], train[:50%]+test)"
+
+
+def split_names(spec: str) -> list[str] | None:
+    """The split names `spec` reads ("train[:10%]+test": train, test), or None where `datasets` would refuse it:
+    a name or slice out of its grammar, a percent beyond 100, rows and percents in one slice, a rounding that is
+    not one of ROUNDINGS or not after a percent slice."""
+    if not isinstance(spec, str) or not 0 < len(spec) <= 200:
+        return None
+    names = []
+    for part in re.split(r"\s*\+\s*", spec):
+        found = SPLIT_PART.fullmatch(part)
+        if found is None:
+            return None
+        bounds = [b for b in (found["start"], found["stop"]) if b is not None]
+        percent = [b.endswith("%") for b in bounds]
+        if len(set(percent)) > 1 or any(p and abs(int(b[:-1])) > 100 for b, p in zip(bounds, percent, strict=True)):
+            return None
+        if found["rounding"] is not None and (found["rounding"] not in ROUNDINGS or not any(percent)):
+            return None
+        names.append(found["name"])
+    return names
+
+
+def is_split(spec: object) -> bool:
+    return split_names(spec) is not None
+
+
 HUB_DATASET = re.compile(rf"(?:{HUB_NAME}/)?{HUB_NAME}")  # org/name, or a canonical dataset's name alone
 
 
@@ -66,7 +103,10 @@ def open_dataset(
     if dataset is None or dataset in BUILDERS:
         if not files:
             raise DataError(f"data.dataset {dataset or '(unset)'} reads data files; name them in data.train")
-        name, options["data_files"] = BUILDERS[dataset] if dataset else builder_of(files), {split: files}
+        names = sorted(set(split_names(split) or [split]))
+        if len(names) > 1:
+            raise DataError(f"data files make one split, read as {short(split)}; it names {' and '.join(names)}")
+        name, options["data_files"] = BUILDERS[dataset] if dataset else builder_of(files), {names[0]: files}
     elif Path(dataset).is_dir() and any((Path(dataset) / m).is_file() for m in SAVED_MARKERS):
         return _load_saved(datasets, Path(dataset), split, streaming)
     elif not Path(dataset).exists():

@@ -11,6 +11,7 @@ Reading and writing a model directory's files (`read_hf_weights`, `fill_from_hf`
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import torch
@@ -109,12 +110,23 @@ def read_hf_weights(path: Path) -> dict[str, torch.Tensor]:
             weights.update(read_safetensors(inside(path, shard, "weight shard", CheckpointError)))
         return weights
     if (path / "pytorch_model.bin").exists():
-        try:
-            return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        except Exception as error:
-            first = str(error).splitlines()[0][:100] if str(error) else type(error).__name__
-            raise CheckpointError(f"{path / 'pytorch_model.bin'} is not a plain tensor file ({first})") from None
+        return load_tensor_pickle(path / "pytorch_model.bin")
     raise CheckpointError(f"{path} holds no model.safetensors, safetensors index or pytorch_model.bin")
+
+
+def load_tensor_pickle(file: Path) -> object:
+    """What a torch.save file holds, read with weights_only (tensors and plain containers, never code); a file
+    that holds anything else or is damaged is one CheckpointError sentence saying which, not torch's advice."""
+    try:
+        with warnings.catch_warnings():  # torch warns of a pickle protocol before it refuses the file
+            warnings.simplefilter("ignore")
+            return torch.load(file, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as error:  # unpickling refused (a pickle payload) or a truncated file
+        code = "GLOBAL" in str(error) or "global" in str(error)  # weights_only names the class or function it refused
+        kind = "carries pickled objects other than tensors" if code else "is corrupt or truncated"
+        raise CheckpointError(f"{file} {kind}; refusing to load it") from None
 
 
 def read_safetensors(file: Path) -> dict[str, torch.Tensor]:

@@ -32,7 +32,6 @@ import math
 import os
 import re
 import shutil
-import warnings
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -42,6 +41,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
+from encdec.interop.hf_t5 import load_tensor_pickle
 from encdec.runs.config import RunConfig, load_config
 from encdec.runs.run_dir import MADE_NAME, STEP_NAME, TMP_NAME, CheckpointDir, RunDir
 from encdec.safe_paths import check_not_symlink, inside, write_atomic
@@ -349,15 +349,9 @@ def load_checkpoint(checkpoint: CheckpointDir) -> dict:
             raise CheckpointError(f"checkpoint {path} has no {part}{why}; the checkpoint is incomplete")
     parts = {"model": load_weights(checkpoint.model)}
     try:
-        with warnings.catch_warnings():  # torch warns of a pickle protocol before it refuses the file
-            warnings.simplefilter("ignore")
-            parts["optimizer"] = torch.load(checkpoint.optimizer, map_location="cpu", weights_only=True)
+        parts["optimizer"] = load_tensor_pickle(checkpoint.optimizer)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {path} has no optimizer.pt") from None
-    except Exception as error:  # unpickling refused (a pickle payload) or a truncated file
-        code = "GLOBAL" in str(error) or "global" in str(error)  # weights_only names the class or function it refused
-        kind = "carries pickled objects other than tensors" if code else "is corrupt or truncated"
-        raise CheckpointError(f"{checkpoint.optimizer} {kind}; refusing to load it") from None
     try:
         parts["rng"] = load_file(checkpoint.rng)
     except (SafetensorError, OSError, ValueError) as error:

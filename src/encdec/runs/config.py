@@ -28,6 +28,7 @@ from typing import Annotated, Literal
 import yaml
 
 from encdec.data.corpora import LIST_MODES, PAIR_FORMATS, TEXT_FORMATS
+from encdec.data.datasets_corpus import SPLIT_SAYS, is_split
 from encdec.data.objectives import OBJECTIVES
 from encdec.data.objectives.causal_lm import WINDOW_MODES
 from encdec.data.objectives.factory import PACKABLE
@@ -109,6 +110,9 @@ class TokenizerSection:
     extra_specials: list[str] = field(default_factory=list)
 
 
+Split = Annotated[str, Satisfies(is_split, SPLIT_SAYS)]
+
+
 @dataclass
 class DataSection:
     format: Literal[DATA_FORMATS] = "tinystories"  # tinystories | text | instruct | jsonl | ... | datasets
@@ -118,8 +122,8 @@ class DataSection:
     hub_name: str | None = None  # used when the train files are absent, e.g. roneneldan/TinyStories
     dataset: str | None = None  # format datasets: a Hub id[@revision], a local dataset directory, or json|csv|...
     dataset_config: str | None = None  # format datasets: the dataset's configuration (datasets' `name`)
-    train_split: str = "train"  # format datasets: the split to train on ("train[:90%]" slices it)
-    validation_split: str | None = None  # format datasets: None splits val_fraction off train_split
+    train_split: Split = "train"  # format datasets: the split to train on ("train[:90%]" slices it)
+    validation_split: Split | None = None  # format datasets: None splits val_fraction off train_split
     streaming: bool = False  # read the corpus as training needs it, stream_block items at a time, never all
     stream_block: Annotated[int, Range(1, MAX_STREAM_BLOCK)] = 10_000  # items held, tokenized and shuffled at once
     source_field: str = "dialogue"
@@ -138,6 +142,9 @@ class DataSection:
     def __post_init__(self):
         if self.streaming and self.shards is not None:
             raise ConfigError("data.streaming reads the corpus as it trains; data.shards prepares it whole: choose one")
+        sliced = [s for s in (self.train_split, self.validation_split) if s is not None and "[" in s]
+        if self.streaming and sliced:
+            raise ConfigError(f"data.streaming reads whole splits (datasets slices no stream); {sliced[0]} slices one")
         check_mixture(self)
 
 
