@@ -79,7 +79,7 @@ def test_a_damaged_summary_trains_its_member_again_to_the_same_figures(damage, e
     summary.write_bytes(DAMAGED[damage].encode("utf-8", "surrogateescape"))
     with caplog.at_level(logging.WARNING):
         assert main(["compare", str(place / "tiny.yaml"), "--out", str(place / "out")]) == 0
-    assert "is damaged" in caplog.text and "resuming that member" in caplog.text
+    assert "is damaged" in caplog.text and "training that member again" in caplog.text
     assert figures(place / "out") == figures(experiment / "out")
     read(SummaryFile, load_json(summary, "run summary"))  # written anew
 

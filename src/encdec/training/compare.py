@@ -232,7 +232,9 @@ def _finished(run_dir: Path, steps: int) -> TrainResult | None:
         if not run.metrics.is_file():
             raise ConfigError(f"its {run.metrics.name} is missing")
     except ConfigError as error:
-        log.warning("%s is damaged (%s); resuming that member to write it again", run.summary, str(error)[:160])
+        log.warning(
+            "%s is damaged (%s); training that member again, from its checkpoint", run.summary, str(error)[:160]
+        )
         return None
     if summary.steps < steps and not summary.early_stopped:
         return None
