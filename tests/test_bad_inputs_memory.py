@@ -211,7 +211,7 @@ OUT_OF_RANGE = {
     "a million layers": (lambda p: train(p, "model.n_encoder_layers=1000000"), "must be at most 4,096, got 1,000,000"),
     "d_head 0": (lambda p: train(p, "model.d_head=0"), "model.d_head must be a positive integer, got 0"),
     "no kv heads": (lambda p: train(p, "model.n_kv_heads=0"), "model.n_kv_heads must be a positive integer"),
-    "zero norm eps": (lambda p: train(p, "model.norm_eps=0"), "model.norm_eps must be positive, got 0.0"),
+    "zero norm eps": (lambda p: train(p, "model.norm_eps=0"), "model.norm_eps must be in (0, 1], got 0.0"),
     "HF d_kv 0": (
         lambda p: generate(p, p.hf(d_kv=0)),
         "model.d_head must be a positive integer, got 0 (config.json's d_kv)",
@@ -350,12 +350,13 @@ TRAINING_STEP = {
         lambda p: partial(step_floor_small(p), teacher_bytes=1 << 60),
         "of it activations and logits, 1.1e+09 GiB the teacher's weights)",
     ),
-    "size --tokens nan": (lambda p: ["size", "--tokens", "nan"], "must be a positive finite number, got nan"),
-    "size --flops inf": (lambda p: ["size", "--flops", "inf"], "must be a positive finite number, got inf"),
-    "size --params -1": (lambda p: ["size", "--params=-1"], "must be a positive finite number, got -1"),
+    "size --tokens nan": (lambda p: ["size", "--tokens", "nan"], "--tokens must be a finite number, got nan"),
+    "size --flops inf": (lambda p: ["size", "--flops", "inf"], "--flops must be a finite number, got inf"),
+    "size --params -1": (lambda p: ["size", "--params=-1"], "--params must be from 0.6 to 1.9e+13 (what the fits"),
+    "size --tokens 1e200": (lambda p: ["size", "--tokens", "1e200"], "--tokens must be from 0.3 to 9.49e+15"),
     "API chinchilla of nan tokens": (
         lambda p: partial(chinchilla, tokens=float("nan")),
-        "a finite number, got nan",
+        "the Chinchilla fits size 0.3 to 9.49e+15 tokens, got nan",
     ),
 }
 

@@ -19,6 +19,11 @@ one ConfigError sentence naming the key, what it allows and (cut short) what it 
 
 `load_yaml` and `load_json` read the text first: bounded in size and nesting, string keys
 only, no YAML aliases (their expansion is unbounded).
+
+Every number read from text (a command-line option, a YAML or JSON scalar) is at most MAX_NUMBER_CHARS
+characters, checked before it is converted (Python's int() refuses 4,300 digits and is slow below),
+then checked as its field declares: an integer within its range and MAX_INT, a float finite and within
+its range. A YAML scalar tagged as what it cannot be (`!!int abc`) is one sentence too.
 """
 
 import collections.abc
@@ -40,6 +45,8 @@ from encdec.errors import ConfigError, EncdecError, suggestion
 MAX_DEPTH = 32  # nesting of a config or run file: the deepest real one is 4
 MAX_INT = 2**62  # no count encdec reads comes near; a larger one is a mistake or an attack
 MAX_FILE_BYTES = 1 << 20  # configs and run files are a page or two; anything near this is a mistake
+MAX_NUMBER_CHARS = 100  # a number written as text: MAX_INT has 19 digits, a float's repr at most 24 characters
+NUMBER_CHARACTERS = frozenset("0123456789_+-.eE")  # what a long text made only of is a number too long to read
 
 __all__ = [
     "Count",
@@ -49,6 +56,8 @@ __all__ = [
     "Satisfies",
     "argument_type",
     "check",
+    "field_type",
+    "number",
     "load_json",
     "load_yaml",
     "read",
@@ -210,20 +219,38 @@ def value_of(annotation: Any, value: Any, key: str) -> Any:
 
 def argument_type(annotation: Any, flag: str) -> Callable[[str], Any]:
     """An argparse `type=` for a command-line option declared as `annotation` (a field's, so that the
-    option and the field it sets take the same values): the text read as a number where it is one,
-    then checked as `value_of` checks a config value, the refusal naming `flag`."""
+    option and the field it sets take the same values): the text read as a number where it is one
+    (`number`), a list comma-separated where a list is declared, then checked as `value_of` checks a
+    config value, the refusal naming `flag`."""
+    inner = typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
+    listed = typing.get_origin(inner) is list
 
     def parse(text: str) -> Any:
-        value: Any = text
-        for number in (int, float):
-            try:
-                value = number(text)
-                break
-            except ValueError:
-                continue
+        value = [number(part.strip(), flag) for part in text.split(",")] if listed else number(text, flag)
         return value_of(annotation, value, flag)
 
     return parse
+
+
+def field_type(cls: type, name: str, flag: str | None = None) -> Callable[[str], Any]:
+    """argument_type of dataclass `cls`'s field `name`: an option taking what the config key takes."""
+    return argument_type(typing.get_type_hints(cls, include_extras=True)[name], flag or "--" + name.replace("_", "-"))
+
+
+def number(text: str, key: str) -> int | float | str:
+    """The number `text` writes: an int where it is a whole one, else a float (inf and nan too, for the
+    field's rule to refuse), else `text` itself, a word. A number longer than MAX_NUMBER_CHARS characters
+    is refused before it is converted."""
+    if len(text) > MAX_NUMBER_CHARS:
+        if text.strip() and set(text.strip()) <= NUMBER_CHARACTERS:
+            raise ConfigError(f"{key} takes numbers of at most {MAX_NUMBER_CHARS} characters, got {len(text):,}")
+        return text
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            continue
+    return text
 
 
 def scalar(annotation: type, value: Any, key: str) -> Any:
@@ -253,9 +280,35 @@ def short(value: object, limit: int = 60) -> str:
 
 
 class YamlLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading 1e-4 as the number YAML 1.2 says it is (YAML 1.1 wants a dot)."""
+    """PyYAML's safe loader, reading 1e-4 as the number YAML 1.2 says it is (YAML 1.1 wants a dot), and
+    numbers, booleans and dates of at most MAX_NUMBER_CHARS characters, each what its tag says or refused."""
 
 
+class ScalarError(ConfigError):
+    """A YAML scalar that cannot be what its tag says; load_yaml names the text it is in."""
+
+
+def bounded_constructor(tag: str, kind: str) -> Callable:
+    """PyYAML's constructor of `tag`, refusing a scalar longer than MAX_NUMBER_CHARS before converting it and
+    one it cannot convert (`!!int abc`, `!!timestamp 2020-13-45`) in one sentence."""
+    construct = yaml.SafeLoader.yaml_constructors[f"tag:yaml.org,2002:{tag}"]
+
+    def constructor(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+        line = node.start_mark.line + 1
+        if isinstance(node, yaml.ScalarNode) and len(node.value) > MAX_NUMBER_CHARS:
+            raise ScalarError(
+                f"holds a {kind} of {len(node.value):,} characters at line {line}; encdec reads at most {MAX_NUMBER_CHARS}"
+            )
+        try:
+            return construct(loader, node)
+        except (ValueError, KeyError, AttributeError, IndexError, TypeError):
+            raise ScalarError(f"holds {short(node.value)} at line {line}, which is not a {kind}") from None
+
+    return constructor
+
+
+for _tag, _kind in (("int", "number"), ("float", "number"), ("bool", "boolean"), ("timestamp", "date")):
+    YamlLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", bounded_constructor(_tag, _kind))
 YamlLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
@@ -277,6 +330,8 @@ def load_yaml(text: str, what: str) -> Any:
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
         value = yaml.load(text, Loader=YamlLoader)
+    except ScalarError as error:
+        raise ConfigError(f"{what} {error}") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         raise ConfigError(f"{what} is not valid YAML{f' at line {mark.line + 1}' if mark else ''}") from None
@@ -295,7 +350,9 @@ def load_json(path: Path, what: str, error: type[EncdecError] = ConfigError, max
     try:
         with open(path, "rb") as f:
             text = f.read(max_bytes + 1).decode("utf-8")
-        value = json.loads(text, parse_constant=refuse_constant)
+        value = json.loads(
+            text, parse_constant=refuse_constant, parse_int=json_number(int), parse_float=json_number(float)
+        )
     except UnicodeDecodeError as problem:
         raise error(f"{what} {path} is not UTF-8 text (byte {problem.start})") from None
     except json.JSONDecodeError as problem:
@@ -312,6 +369,17 @@ def load_json(path: Path, what: str, error: type[EncdecError] = ConfigError, max
 
 def refuse_constant(name: str) -> None:
     raise ConfigError(f"holds {name}, which is not a number encdec accepts")
+
+
+def json_number(convert: type) -> Callable[[str], Any]:
+    """json's parse_int or parse_float: `convert`, after refusing a number longer than MAX_NUMBER_CHARS."""
+
+    def parse(text: str) -> Any:
+        if len(text) > MAX_NUMBER_CHARS:
+            raise ConfigError(f"holds a number of {len(text):,} characters; encdec reads at most {MAX_NUMBER_CHARS}")
+        return convert(text)
+
+    return parse
 
 
 def check_keys(value: Any, what: str, depth: int = 0) -> None:

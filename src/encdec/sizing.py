@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 
 N_COEF, N_EXP = 0.6, 0.45
 D_COEF, D_EXP = 0.3, 0.55
+# the compute the fits size, and the tokens and parameters they give at its ends: past 1e30 FLOPs (10^5 times
+# the largest runs of 2024) a fit's power overflows before long (1e200 tokens did), below 1 FLOP nothing is sized
+MIN_FLOPS, MAX_FLOPS = 1.0, 1e30
+MIN_TOKENS, MAX_TOKENS = D_COEF * MIN_FLOPS**D_EXP, D_COEF * MAX_FLOPS**D_EXP
+MIN_PARAMS, MAX_PARAMS = N_COEF * MIN_FLOPS**N_EXP, N_COEF * MAX_FLOPS**N_EXP
 
 
 @dataclass
@@ -39,11 +44,18 @@ class ChinchillaPoint:
 
 
 def chinchilla(flops: float | None = None, tokens: float | None = None, params: float | None = None) -> ChinchillaPoint:
-    """The compute-optimal point from exactly one of FLOPs, tokens or parameters."""
+    """The compute-optimal point from exactly one of FLOPs, tokens or parameters, each within the range the
+    fits size (MIN_FLOPS to MAX_FLOPS, and the tokens and parameters they give)."""
     given = [x for x in (flops, tokens, params) if x is not None]
-    if len(given) != 1 or not math.isfinite(given[0]) or given[0] <= 0:
-        shown = f" (a finite number, got {given[0]})" if len(given) == 1 else ""
-        raise ConfigError(f"give exactly one positive value: FLOPs, tokens or parameters{shown}")
+    if len(given) != 1:
+        raise ConfigError("give exactly one positive value: FLOPs, tokens or parameters")
+    for value, what, lo, hi in (
+        (flops, "FLOPs", MIN_FLOPS, MAX_FLOPS),
+        (tokens, "tokens", MIN_TOKENS, MAX_TOKENS),
+        (params, "parameters", MIN_PARAMS, MAX_PARAMS),
+    ):
+        if value is not None and not (math.isfinite(value) and lo <= value <= hi):
+            raise ConfigError(f"the Chinchilla fits size {lo:.3g} to {hi:.3g} {what}, got {value:.3g}")
     if tokens is not None:
         flops = (tokens / D_COEF) ** (1 / D_EXP)
     elif params is not None:

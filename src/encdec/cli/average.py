@@ -14,17 +14,25 @@ that a checkpoint of a run trained with training.ema_decay keeps (ema_step_XXXXX
 """
 
 import argparse
+from typing import Annotated
 
+from encdec.cli.generate import whole_number
 from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
 from encdec.runs.average import average_checkpoints, export_ema
+from encdec.runs.config import MAX_STEPS
+from encdec.schema import Range, argument_type
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("average", help="average a run's last checkpoints", description=__doc__)
     parser.add_argument("run", help="a run directory of encdec train")
-    parser.add_argument("--last", type=int, help="average the newest N checkpoints")
-    parser.add_argument("--steps", help="average the checkpoints of these steps, comma-separated")
+    parser.add_argument("--last", type=whole_number(1, MAX_STEPS, "--last"), help="average the newest N checkpoints")
+    parser.add_argument(
+        "--steps",
+        type=argument_type(list[Annotated[int, Range(0, MAX_STEPS)]], "--steps"),
+        help="average the checkpoints of these steps, comma-separated",
+    )
     parser.add_argument("--ema", action="store_true", help="write a checkpoint's EMA weights instead")
     parser.add_argument("--checkpoint", default="latest", help="--ema: the checkpoint whose EMA (default latest)")
     parser.add_argument(
@@ -41,17 +49,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--ema writes one checkpoint's EMA weights; it takes no --last or --steps")
         made = export_ema(args.run, args.checkpoint, args.out)
     else:
-        made = average_checkpoints(args.run, args.last, parse_steps(args.steps), args.out)
+        made = average_checkpoints(args.run, args.last, args.steps, args.out)
     where = f"--checkpoint {made.name}" if args.out is None else f"the run directory {args.out}"
     print(f"wrote {made.path}; evaluate, generate or export it with {where}")
     return 0
-
-
-def parse_steps(text: str | None) -> list[int] | None:
-    """--steps 1000,2000 as [1000, 2000]; ConfigError for anything but comma-separated step numbers."""
-    if text is None:
-        return None
-    parts = [part.strip() for part in text.split(",")]
-    if not all(part.isdigit() for part in parts):
-        raise ConfigError(f"--steps takes step numbers separated by commas, e.g. 1000,2000, not {text[:60]!r}")
-    return [int(part) for part in parts]

@@ -7,18 +7,24 @@ import itertools
 import shutil
 import textwrap
 from pathlib import Path
+from typing import Annotated
 
+from encdec.cli.generate import whole_number
 from encdec.cli.output_paths import OutputPath
 from encdec.data.batch import IGNORE_INDEX, Batch
 from encdec.data.corpora import PAIR_FORMATS, TEXT_FORMATS, read_corpus
 from encdec.data.objectives import OBJECTIVES, PairTemplate, build_objective
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError
+from encdec.runs.config import MAX_LENGTH, MAX_PROCESSES, TokenizerSection, TrainingSection
+from encdec.schema import Range, argument_type, field_type
 from encdec.sizing import capped_to_cores
 from encdec.tokenizers import KINDS, MANIFEST_NAME, UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
 
 # the short names `--objective` took before it took the run config's; still accepted
 OBJECTIVE_ALIASES = {"causal": "causal_lm", "span": "span_corruption", "prefix": "prefix_lm"}
+MAX_SHOWN = 1000  # examples `inspect` shows: a batch of them is built at --max-length
+MAX_WIDTH = 1 << 16  # characters of an output line
 
 
 def objective_name(name: str) -> str:
@@ -40,13 +46,22 @@ def add_parser(subparsers) -> None:
         "--tokenizer", required=True, help=f"a kind ({', '.join(KINDS)}) or a saved tokenizer directory"
     )
     prepare.add_argument("--tokenizer-path", type=Path, help="model file for sentencepiece / hf")
-    prepare.add_argument("--vocab-size", type=int, default=8000, help="for trained bpe / unigram")
     prepare.add_argument(
-        "--num-sentinels", type=int, help="sentinel tokens to add (default 500 sentencepiece, 100 others)"
+        "--vocab-size", type=field_type(TokenizerSection, "vocab_size"), default=8000, help="for trained bpe / unigram"
+    )
+    prepare.add_argument(
+        "--num-sentinels",
+        type=field_type(TokenizerSection, "num_sentinels"),
+        help="sentinel tokens to add (default 500 sentencepiece, 100 others)",
     )
     prepare.add_argument("--mode-tokens", action="store_true", help="also add UL2 mode tokens [R] [X] [S]")
-    prepare.add_argument("--val-fraction", type=float, default=0.0, help="hash split for corpora without one")
-    prepare.add_argument("--seed", type=int, default=0)
+    prepare.add_argument(
+        "--val-fraction",
+        type=argument_type(Annotated[float, Range(0, 1, below=True)], "--val-fraction"),
+        default=0.0,
+        help="hash split for corpora without one",
+    )
+    prepare.add_argument("--seed", type=field_type(TrainingSection, "seed"), default=0)
     prepare.add_argument("--bos", action="store_true", help="prepend BOS to each document")
     prepare.add_argument("--no-eos", action="store_true", help="no EOS after each document (yif-AI)")
     prepare.add_argument("--source-template", default="{source}", help='e.g. "{source}\\nSummary:" (ROT5)')
@@ -56,7 +71,10 @@ def add_parser(subparsers) -> None:
     prepare.add_argument("--text-field", default="text", help="jsonl text field")
     prepare.add_argument("--dtype", default="auto", choices=["auto", "uint16", "uint32"])
     prepare.add_argument(
-        "--workers", type=worker_count, default=2, help="encoding processes (0 or 1: this one; at most the cores)"
+        "--workers",
+        type=whole_number(0, MAX_PROCESSES, "--workers"),
+        default=2,
+        help="encoding processes (0 or 1: this one; at most the cores)",
     )
     prepare.set_defaults(func=run_prepare)
 
@@ -70,17 +88,21 @@ def add_parser(subparsers) -> None:
         help="as objective.kind in a run config (causal, span and prefix also accepted)",
     )
     inspect.add_argument("--split", default="train")
-    inspect.add_argument("-n", "--num-examples", type=int, default=3)
+    inspect.add_argument("-n", "--num-examples", type=whole_number(1, MAX_SHOWN, "--num-examples"), default=3)
     inspect.add_argument(
         "--max-length",
-        type=int,
+        type=whole_number(2, MAX_LENGTH, "--max-length"),
         default=512,
         help="chunk length (ul2, span_corruption, prefix_lm), source length (seq2seq)",
     )
-    inspect.add_argument("--block-size", type=int, default=128, help="window length (causal_lm)")
+    inspect.add_argument(
+        "--block-size", type=whole_number(2, MAX_LENGTH, "--block-size"), default=128, help="window length (causal_lm)"
+    )
     inspect.add_argument("--mode-tokens", action="store_true", help="prepend [R]/[X]/[S] (ul2)")
-    inspect.add_argument("--seed", type=int, default=0)
-    inspect.add_argument("--width", type=int, default=0, help="output width (default: the terminal's)")
+    inspect.add_argument("--seed", type=field_type(TrainingSection, "seed"), default=0)
+    inspect.add_argument(
+        "--width", type=whole_number(0, MAX_WIDTH, "--width"), default=0, help="output width (default: the terminal's)"
+    )
     inspect.set_defaults(func=run_inspect)
 
 
@@ -108,17 +130,6 @@ def _make_tokenizer(args: argparse.Namespace) -> Tokenizer:
         items = read_corpus(args.format, args.inputs, **_reader_options(args))
         texts = (text for item in items for text in ((item,) if isinstance(item, str) else item))
     return build_tokenizer(args.tokenizer, args.tokenizer_path, texts=texts, **options)
-
-
-def worker_count(text: str) -> int:
-    """An argparse type: a whole number of processes, 0 or more (argparse reports anything else in one line)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
 
 
 def run_prepare(args: argparse.Namespace) -> int:

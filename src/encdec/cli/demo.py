@@ -14,10 +14,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from encdec.cli.generate import whole_number
 from encdec.generation import generate
 from encdec.models import build_model, count_parameters, preset, preset_names
 from encdec.tokenizers.byte import ByteTokenizer
 
+MAX_DEMO_STEPS = 100_000  # a tour: the copy task is learnt in 150
 FALLBACK = "Once upon a time, there was a little girl named Lily."
 SHARED_STORIES = Path(__file__).resolve().parents[3].parent / "shared/data/tinystories/tinystories_train_head.txt.gz"
 
@@ -26,7 +28,9 @@ def add_parser(subparsers):
     parser = subparsers.add_parser("demo", help="a short tour of the model API", description=__doc__)
     seq2seq = [name for name in preset_names() if preset(name).family == "encoder_decoder"]  # what the tour drives
     parser.add_argument("--preset", default="rot5-tiny", choices=seq2seq, help="model to build")
-    parser.add_argument("--steps", type=int, default=150, help="training steps of the copy task")
+    parser.add_argument(
+        "--steps", type=whole_number(1, MAX_DEMO_STEPS, "--steps"), default=150, help="training steps of the copy task"
+    )
     parser.set_defaults(func=run)
 
 

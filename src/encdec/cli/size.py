@@ -6,8 +6,7 @@ encdec size --tokens 1.37e9            compute-optimal FLOPs and parameters for 
 encdec size --flops 3.65e17 / --params 48e6
 """
 
-import argparse
-import math
+from typing import Annotated
 
 import torch
 
@@ -15,7 +14,8 @@ from encdec.errors import ConfigError
 from encdec.models import FAMILY_CLASSES, count_parameters, preset
 from encdec.models.memory import check_weights_fit
 from encdec.runs.config import build_model_config, load_config
-from encdec.sizing import chinchilla
+from encdec.schema import Range, argument_type
+from encdec.sizing import MAX_FLOPS, MAX_PARAMS, MAX_TOKENS, MIN_FLOPS, MIN_PARAMS, MIN_TOKENS, chinchilla
 
 
 def add_parser(subparsers):
@@ -24,21 +24,15 @@ def add_parser(subparsers):
     parser.add_argument("--preset", help="a model preset instead of a config")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--flops", type=positive_number, help="training compute C")
-    budget.add_argument("--tokens", type=positive_number, help="training tokens D")
-    budget.add_argument("--params", type=positive_number, help="parameters N")
+    budget.add_argument("--flops", type=budget_type("--flops", MIN_FLOPS, MAX_FLOPS), help="training compute C")
+    budget.add_argument("--tokens", type=budget_type("--tokens", MIN_TOKENS, MAX_TOKENS), help="training tokens D")
+    budget.add_argument("--params", type=budget_type("--params", MIN_PARAMS, MAX_PARAMS), help="parameters N")
     parser.set_defaults(func=run)
 
 
-def positive_number(text: str) -> float:
-    """An argparse type: a finite number above 0 (nan, inf and 0 size nothing; argparse says so in one line)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
-    return value
+def budget_type(flag: str, lo: float, hi: float):
+    """An argparse type: a number within what the Chinchilla fits size (encdec.sizing), so no result is inf."""
+    return argument_type(Annotated[float, Range(lo, hi, says=f"from {lo:.3g} to {hi:.3g} (what the fits size)")], flag)
 
 
 def model_config(args):

@@ -20,6 +20,8 @@ from encdec.schema import Count, Range, Satisfies, check
 MAX_NEW_TOKENS = 1 << 20  # tokens generated per row
 MAX_BEAMS = 1024  # beams, returned sequences, beam groups per example
 MAX_SOURCE_TOKENS = 1 << 20  # an input's tokens (--max-source-len)
+MAX_SCALE = 1e6  # temperatures and penalties: far past it every distribution is flat or one token
+MAX_LENGTH_PENALTY = 100.0  # either way: length ** 100 already overflows a float32 score
 SourceLength = Annotated[int, Range(1, MAX_SOURCE_TOKENS)]  # what inputs may be cut to (max_source_len)
 
 
@@ -58,14 +60,16 @@ class GenerationConfig:
     min_new_tokens: Annotated[int, Range(0, MAX_NEW_TOKENS)] = 0
     num_beams: Beams = 1
     do_sample: bool = False
-    temperature: Annotated[float, Range(0, above=True, says="greater than 0")] = 1.0
+    temperature: Annotated[float, Range(0, MAX_SCALE, above=True)] = 1.0
     top_k: Annotated[int, Range(0, says="zero (off) or more")] = (
         50  # sampling only; 0 keeps every token (Hugging Face's default is 50)
     )
     top_p: Annotated[float, Range(0, 1, above=True)] = 1.0
-    repetition_penalty: Annotated[float, Range(0, above=True, says="greater than 0")] = 1.0
+    repetition_penalty: Annotated[float, Range(0, MAX_SCALE, above=True)] = 1.0
     no_repeat_ngram_size: Annotated[int, Range(0, MAX_NEW_TOKENS, says=f"zero (off) or up to {MAX_NEW_TOKENS:,}")] = 0
-    length_penalty: float = 1.0  # beam scores are sum(log p) / generated_length ** length_penalty
+    length_penalty: Annotated[float, Range(-MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)] = (
+        1.0  # beam scores are sum(log p) / generated_length ** length_penalty
+    )
     early_stopping: Annotated[bool | str, Satisfies(valid_early_stopping, "True, False or 'never'")] = False  # as HF
     num_return_sequences: Beams = 1
     bad_words_ids: list[list[int]] | None = None
@@ -98,7 +102,7 @@ class GenerationConfig:
     )
     renormalize_logits: bool = False  # log-softmax the processed scores
     num_beam_groups: Beams = 1  # diverse beam search (Vijayakumar et al. 2016): groups of num_beams / groups beams
-    diversity_penalty: Annotated[float, Range(0, says="zero (off) or more")] = (
+    diversity_penalty: Annotated[float, Range(0, MAX_SCALE, says=f"zero (off) or more, up to {MAX_SCALE:,.0f}")] = (
         0.0  # subtracted per earlier group that chose the token at this step
     )
     stop_strings: Annotated[

@@ -25,6 +25,7 @@ FAMILY_DEFAULTS = {
 
 MAX_LAYERS = 4096  # per stack; the deepest trained transformers have a few hundred
 MAX_EXPERTS = 4096  # Switch-C has 2048; each expert is its own modules in every layer
+MAX_COEF = 1e6  # a loss coefficient: the auxiliary losses' are 1e-3 to 1e-2
 # Each field's type, allowed values and bounds are declared on it (encdec.schema) and checked when a config
 # is made (from YAML, a config.json or Python): a zero or negative size is one sentence, not a traceback or
 # a model missing a stack. Counts of modules are bounded here (a million layers of width 16 would take
@@ -50,7 +51,7 @@ class ModelConfig:
     cross_n_kv_heads: Positive | None = None  # None: n_kv_heads
     activation: Literal["relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"] = "relu"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    norm_eps: Annotated[float, Range(0, above=True)] = 1e-6
+    norm_eps: Annotated[float, Range(0, 1, above=True)] = 1e-6
     norm_position: Literal["pre", "post"] = "pre"
     bias: bool = False  # biases in linear layers and LayerNorms
     scale_attention: bool | None = None  # divide scores by sqrt(d_head); None: the family's (T5 no, GPT yes)
@@ -63,7 +64,7 @@ class ModelConfig:
     embedding_norm: bool = False  # a norm after token + position embeddings (BART's layernorm_embedding)
     relative_buckets: Annotated[int, Range(4)] = 32
     relative_max_distance: Positive = 128
-    rope_theta: Annotated[float, Range(0, above=True)] = 10000.0
+    rope_theta: Annotated[float, Range(0, 1e12, above=True)] = 10000.0  # Llama 3 uses 500,000
     rope_cross: Literal["relative", "prepended", "none"] = (
         "relative"  # RoPE in cross-attention: i and j from 0, encoder first, or none
     )
@@ -76,8 +77,8 @@ class ModelConfig:
     moe_top_k: Positive = 1
     moe_renormalize: bool = False  # gates renormalised over top-k (ROT5) or raw (Switch, default)
     moe_activation: Literal["relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"] = "gelu"
-    aux_loss_coef: Annotated[float, Range(0)] = 0.001
-    z_loss_coef: Annotated[float, Range(0)] = 0.001
+    aux_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001
+    z_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001
     init: Literal["t5", "normal"] | None = None  # "t5": HF T5's scheme; "normal": N(0, 0.02), residuals scaled;
     # None: the family's (T5's for the encoder-decoder, nanoGPT's normal for the causal LMs and the RNN)
     pad_id: Count = 0

@@ -53,7 +53,7 @@ class ResearchOptions:
     embedding_loss: Literal["NONE", "MSE", "COSINE", "LOG_COSINE", "L1", "HUBER"] = (
         "NONE"  # disaffinity of the encoder output and the aggregated E
     )
-    embedding_loss_coeff: Annotated[float, Range(0, above=True)] | None = (
+    embedding_loss_coeff: Annotated[float, Range(0, 1e6, above=True)] | None = (
         None  # total = CE + coeff * embedding loss (training only)
     )
     detach: Literal["NONE", "EMBEDDING", "ENCODER_OUT"] | None = None  # which side the embedding loss does not train

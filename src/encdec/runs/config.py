@@ -215,7 +215,7 @@ class TrainingSection:
     batch_tokens: Annotated[int, Range(1, MAX_BATCH * MAX_LENGTH)] | None = None  # seq2seq: a token budget a batch
     # (rows x longest source + target, length-bucketed; at most batch_size rows): fairseq's --max-tokens
     grad_accum: Annotated[int, Range(1, MAX_GRAD_ACCUM)] = 1
-    clip_norm: Annotated[float, Range(0)] = 1.0  # 0 turns clipping off
+    clip_norm: Annotated[float, Range(0, 1e6)] = 1.0  # 0 turns clipping off
     label_smoothing: Probability = 0.0  # the target mixed with a uniform one (Szegedy et al. 2016; 0.1 in Vaswani)
     seed: Annotated[int, Range(0, 2**32 - 1)] = 1337
     precision: Literal[PRECISIONS] = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16
