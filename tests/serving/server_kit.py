@@ -71,3 +71,32 @@ def call(url: str, body: bytes | dict | None = None, headers: dict | None = None
         return status, json.loads(text), got
     except ValueError:
         return status, text, got
+
+
+def metric(url: str, name: str) -> float:
+    """The value of an unlabelled metric (or the sum over a labelled one's series) on /metrics."""
+    text = call(url + "/metrics")[1]
+    values = [float(line.split()[-1]) for line in text.splitlines() if line.split("{")[0].split(" ")[0] == name]
+    assert values, f"{name} is not on /metrics"
+    return sum(values)
+
+
+def post_raw(port: int, path: str, body: bytes, declared: int | None = None) -> socket.socket:
+    """A socket that has sent a POST of `body` (declaring `declared` bytes, else its length) and reads nothing."""
+    connection = socket.create_connection(("127.0.0.1", port), timeout=120)
+    head = f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+    head += f"Content-Length: {len(body) if declared is None else declared}\r\n\r\n"
+    connection.sendall(head.encode() + body)
+    return connection
+
+
+def exchange(port: int, data: bytes, timeout: float = 60) -> bytes:
+    """What the server answers to `data` sent whole on a fresh connection, then half-closed, until it closes
+    (or `timeout`, a hang detector, passes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+        connection.sendall(data)
+        connection.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+        return answer

@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from encdec.serving.app import build_app
+        from encdec.serving.wire import JsonWireProtocol
     except ImportError as error:
         raise ConfigError(f"encdec serve needs the serve extra ({error.name} is missing): pip install encdec[serve]")
     from encdec.quantization import quantize
@@ -88,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
 
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     app = build_app(load, limits, args.max_batch_rows)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=None)
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, http=JsonWireProtocol, log_level="info", timeout_graceful_shutdown=None
+    )
     server = uvicorn.Server(config)
     print(f"serving {args.model} at http://{args.host}:{args.port} (the page at /, the API at /generate)", flush=True)
     # uvicorn drains on SIGTERM / SIGINT, then raises the signal again under the handlers it found: these make

@@ -116,6 +116,12 @@ def check_inputs(inputs: Any, limits: Limits) -> tuple[list[str], bool]:
             raise RequestError(
                 422, f"input {i} has {len(text):,} characters; the server takes {limits.max_input_chars:,}"
             )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:  # JSON's \ud800 escapes decode to text that no encoder takes
+            raise RequestError(
+                422, f"input {i} is not valid Unicode: character {error.start} is a lone surrogate"
+            ) from None
     return texts, single
 
 

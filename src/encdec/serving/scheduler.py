@@ -19,6 +19,10 @@ A short request finishes and frees its rows while a long one runs on; a beam req
 beams' rows. Models other than the canonical EncoderDecoder (the research families, the RNN)
 generate one request at a time.
 
+A request whose client is gone (its `gone` event set, then `wake()`) stops at the next step boundary,
+wherever it is: waiting to join (it leaves the queue), running (its rows leave, its thread's wait
+fails with `Abandoned`), or served alone (its next step raises `Abandoned`). Nothing of it stays.
+
 One thread computes. The scheduler's thread loads the model (when given a function that does) and runs
 every pass over it: steps, encodes, the other families' `generate`, `exclusive` calls. On CPU this is
 worth a third of the throughput: torch's OpenMP kernels keep a pool of worker threads per calling
@@ -33,7 +37,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,10 +55,16 @@ JOIN_STEPS = 4  # ... or once the oldest has waited this many decoder steps
 SOURCE_BUCKET = 16  # the joining sources, packed in one row, are padded to a multiple of this many tokens
 
 
+class Abandoned(Exception):
+    """The request's client went away; its work was stopped."""
+
+
 @dataclass
 class Work:
     """One request's place in the scheduler: its rows and what it waits for."""
 
+    gone: threading.Event | None = None  # set once the request's client is gone
+    waiting: Future | None = None  # what the request's own thread waits for (a beam search's start or step)
     rows: list[int] = field(default_factory=list)
     step: tuple[torch.Tensor, Future | None] | None = None  # tokens (rows,) and where the logits go
     order: list[int] | None = None  # a beam reorder to apply before its next step
@@ -87,6 +97,7 @@ class RowModel:
 
     def start(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, max_new_tokens: int, beams: int = 1):
         future: Future = Future()
+        self.work.waiting = future
         self.scheduler.submit_start(self.work, src_ids, src_mask, beams, max_new_tokens + 1, future)
         future.result()
         return RowState(self.work)
@@ -95,8 +106,32 @@ class RowModel:
         if tgt_ids.shape[1] != 1:
             raise ValueError("a served request decodes one position a step")  # no decoder prefix is served
         future: Future = Future()
+        self.work.waiting = future
         self.scheduler.submit_step(self.work, tgt_ids[:, 0], future)
         return future.result()[:, None]  # (rows, 1, V)
+
+
+class Abandonable:
+    """A model served one request at a time, whose `start` and `step` raise Abandoned once `gone` is set;
+    everything else is the model's."""
+
+    def __init__(self, model, gone: threading.Event | None):
+        self.model, self.gone = model, gone
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
+
+    def start(self, *args, **kwargs):
+        self.check()
+        return self.model.start(*args, **kwargs)
+
+    def step(self, *args, **kwargs):
+        self.check()
+        return self.model.step(*args, **kwargs)
+
+    def check(self) -> None:
+        if self.gone is not None and self.gone.is_set():
+            raise Abandoned("the client is gone")
 
 
 class Scheduler:
@@ -124,11 +159,20 @@ class Scheduler:
 
     # -- the request side ------------------------------------------------------------------------------
 
-    def run(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, options: dict[str, Any]):
-        """`generate(model, src_ids, src_mask, **options)` for one request, its steps batched with the others'."""
+    def run(
+        self,
+        src_ids: torch.Tensor,
+        src_mask: torch.Tensor | None,
+        options: dict[str, Any],
+        gone: threading.Event | None = None,
+    ):
+        """`generate(model, src_ids, src_mask, **options)` for one request, its steps batched with the others';
+        Abandoned once `gone` is set (and the scheduler woken), at the next step boundary."""
+        if gone is not None and gone.is_set():
+            raise Abandoned("the client is gone")
         if not self.batched:
-            return self.exclusive(lambda: self._one(src_ids, src_mask, options))
-        work = Work()
+            return self.exclusive(lambda: self._one(src_ids, src_mask, options, gone))
+        work = Work(gone=gone)
         job = prepare(RowModel(self, work), src_ids, src_mask, **options)  # checked here, in the request's thread
         if job.cfg.num_beams > 1 or job.prompt.shape[1] > 1 or job.cfg.compile:
             try:  # beam search: the request's thread runs it, each step handed to the scheduler
@@ -160,6 +204,8 @@ class Scheduler:
         with self.lock:
             if self.stopped:
                 raise RuntimeError("the server is stopping")
+            if gone(work):
+                raise Abandoned("the client is gone")
             if not self.starts:
                 self.waiting_since = self.steps
             self.starts.append((work, src_ids, src_mask, copies, length, future))
@@ -167,12 +213,19 @@ class Scheduler:
 
     def submit_step(self, work: Work, tokens: torch.Tensor, future: Future) -> None:
         with self.lock:
+            if work.done:  # its client went away meanwhile: it has left the batch
+                raise Abandoned("the client is gone")
             work.step = (tokens, future)
             self.lock.notify_all()
 
     def finish(self, work: Work) -> None:
         with self.lock:
             work.done = True
+            self.lock.notify_all()
+
+    def wake(self) -> None:
+        """Look again now (a request's `gone` event was set)."""
+        with self.lock:
             self.lock.notify_all()
 
     def stop(self, timeout: float | None = None) -> None:
@@ -201,11 +254,11 @@ class Scheduler:
         with torch.inference_mode():  # the slot buffers are inference tensors, changed in place
             self._serve()
 
-    def _one(self, src_ids, src_mask, options):
-        """A request of a model without the row step: its whole generate, alone."""
+    def _one(self, src_ids, src_mask, options, gone: threading.Event | None):
+        """A request of a model without the row step: its whole generate, alone, stopped once `gone` is set."""
         self.serving_one = 1
         try:
-            return generate(self.model, src_ids, src_mask, **options)
+            return generate(Abandonable(self.model, gone), src_ids, src_mask, **options)
         finally:
             self.serving_one = 0
 
@@ -215,6 +268,7 @@ class Scheduler:
                 self.lock.wait_for(self._ready, timeout=0.05)
                 if self.stopped and not self.running and not self.starts:
                     return
+                self._abandon()
                 calls = list(self.calls)
                 self.calls.clear()
                 leaving = [w for w in self.running if w.done]
@@ -246,9 +300,23 @@ class Scheduler:
                     if work.search is not None:
                         work.done = True
 
+    def _abandon(self) -> None:
+        """Under the lock: the requests whose client is gone leave the queue, and their rows at this boundary;
+        whatever they (or their threads) wait for fails with Abandoned."""
+        for job in [job for job in self.starts if gone(job[0])]:
+            self.starts.remove(job)
+            fail(job[0].waiting, job[-1], job[0].answer)
+        for work in self.running:
+            if gone(work) and not work.done:
+                work.done = True
+                fail(work.waiting, work.answer)
+
     def _ready(self) -> bool:
-        """Something to do: requests to encode, rows to free, or every running request waiting for a step."""
-        if self._may_join() or self.calls or any(w.done for w in self.running):
+        """Something to do: requests to encode, rows to free, a client gone, or every running request waiting
+        for a step."""
+        if self._may_join() or self.calls or any(w.done or gone(w) for w in self.running):
+            return True
+        if any(gone(job[0]) for job in self.starts):
             return True
         if self.running:
             return all(w.step is not None for w in self.running)
@@ -358,3 +426,17 @@ class Scheduler:
             work.done = True
         result = work.search.result
         work.answer.set_exception(result) if isinstance(result, Exception) else work.answer.set_result(result)
+
+
+def gone(work: Work) -> bool:
+    return work.gone is not None and work.gone.is_set()
+
+
+def fail(*futures: Future | None) -> None:
+    """Abandoned into each future still waiting (one may be answered in another thread meanwhile)."""
+    for future in futures:
+        if future is not None and not future.done():
+            try:
+                future.set_exception(Abandoned("the client is gone"))
+            except InvalidStateError:
+                pass
