@@ -57,6 +57,7 @@ __all__ = [
     "argument_type",
     "check",
     "field_type",
+    "json_number",
     "number",
     "load_json",
     "load_yaml",

@@ -131,6 +131,22 @@ def test_jsonl_line_that_is_not_json_names_the_line(tmp_path):
         list(read_corpus("jsonl", [path]))
 
 
+@pytest.mark.parametrize(
+    "line, says",
+    [
+        ('{"text": "ok", "id": ' + "1" * 5_000 + "}", "line 2 holds a number of 5,000 characters"),
+        ('{"text": "ok", "score": 0.' + "5" * 5_000 + "}", "line 2 holds a number of 5,002 characters"),
+        ('{"text": "ok", "deep": ' + "[" * 100_000 + "]" * 100_000 + "}", "line 2 nests deeper than Python reads"),
+    ],
+)
+def test_a_jsonl_line_of_unbounded_numbers_or_nesting_names_the_line(tmp_path, line, says):
+    """Python's int() refuses 4,300 digits with a ValueError, and its JSON reader recurses per level."""
+    path = tmp_path / "huge.jsonl"
+    path.write_text('{"text": "fine"}\n' + line + "\n")
+    with pytest.raises(DataError, match=f"huge.jsonl {says}"):
+        list(read_corpus("jsonl", [path]))
+
+
 def test_parallel_files_of_different_lengths_name_the_longer_file(tmp_path):
     (tmp_path / "a.en").write_text("1\n2\n3\n")
     (tmp_path / "a.de").write_text("1\n2\n")

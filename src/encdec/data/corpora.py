@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from encdec.data.reading import MAX_DOCUMENT_CHARS, iter_text_lines
-from encdec.errors import DataError
-from encdec.schema import short
+from encdec.errors import ConfigError, DataError
+from encdec.schema import json_number, short
 
 END_OF_TEXT = "<|endoftext|>"
 INSTRUCT_KEYS = ("Features", "Words", "Summary", "Random sentence", "Story")
@@ -191,10 +191,13 @@ def _iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
     for number, line in iter_lines(path):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
+        try:  # numbers bounded before they are converted, as a config's are
+            record = json.loads(line, parse_int=json_number(int), parse_float=json_number(float))
         except json.JSONDecodeError as error:
             raise DataError(f"{path} line {number} is not valid JSON ({error.msg})") from None
+        except (ConfigError, RecursionError) as error:
+            reason = str(error) if isinstance(error, ConfigError) else "nests deeper than Python reads"
+            raise DataError(f"{path} line {number} {reason}") from None
         if not isinstance(record, dict):
             raise DataError(f"{path} line {number} is not a JSON object")
         yield number, record
