@@ -162,3 +162,15 @@ def test_top_k_then_top_p_equals_the_two_in_turn_to_the_bit(k, p, keep, device, 
         sorts.clear()
         assert torch.equal(top_k_then_top_p(k, p, keep)(None, batch), want)
         assert len(sorts) == (sorted_on_cpu if device.type == "cpu" else 1)  # the sort skipped where it can be
+
+
+def test_an_exponential_decay_past_a_floats_range_ends_rows_instead_of_raising():
+    """factor ** steps overflows Python's float after ~1,750 steps at 1.5 (Hugging Face raises OverflowError):
+    the EOS score is pushed to infinity, so each row ends there."""
+    from encdec.generation.logits_processors import exponential_decay
+
+    apply = exponential_decay(0, 1e300, [1])
+    scores = torch.tensor([[0.5, -2.0, 3.0], [0.1, 0.0, 0.2]])
+    out = apply(torch.zeros(2, 4, dtype=torch.long), scores)
+    assert out[0, 1] == float("inf") and out[1, 1] == 0.0 and not out.isnan().any()
+    assert torch.equal(out[:, [0, 2]], scores[:, [0, 2]])

@@ -110,8 +110,13 @@ def exponential_decay(
         if steps <= 0:
             return scores
         eos_scores = scores[:, eos]  # (R, E)
-        penalty = (eos_scores.abs() * (pow(factor, steps) - 1)).masked_fill(~torch.isfinite(eos_scores), 0.0)
-        return scores.index_add(1, eos, penalty)
+        try:
+            growth = pow(factor, steps) - 1
+        except OverflowError:  # past a float's range (Hugging Face raises here): the score's dtype holds inf
+            growth = math.inf
+        penalty = eos_scores.abs() * growth
+        penalty = penalty.masked_fill(penalty.isnan(), 0.0)  # a zero score times inf: no penalty
+        return scores.index_add(1, eos, penalty.masked_fill(~torch.isfinite(eos_scores), 0.0))
 
     return apply
 
