@@ -232,7 +232,7 @@ def test_a_signal_that_reaches_one_process_stops_them_all_at_the_same_step(tmp_p
     command = [sys.executable, "-m", "encdec", "train", str(config), "--out", str(run), "--nproc-per-node", "2"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     rank1 = None
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a hang detector: two workers start and log a step in about 20 s here
     while rank1 is None and time.monotonic() < deadline:  # once training has logged a step
         time.sleep(0.2)
         if not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").stat().st_size:

@@ -18,6 +18,8 @@ from encdec.runs.checkpoint import load_checkpoint
 from encdec.runs.run_dir import RunDir
 from encdec.training.metrics import read_metrics
 
+HANG = 300.0  # seconds: a hang detector, not a speed test; each wait ends as soon as its process gets there
+
 
 def train_command(config, out, *extra):
     return [sys.executable, "-m", "encdec", "train", str(config), "--out", str(out), *extra]
@@ -27,7 +29,7 @@ def losses(run_dir: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
 
 
-def wait_for_step(run_dir: Path, step: int, process, timeout=120.0):
+def wait_for_step(run_dir: Path, step: int, process, timeout=HANG):
     deadline = time.time() + timeout
     while time.time() < deadline and process.poll() is None:
         if (run_dir / "metrics.jsonl").exists() and any(s >= step for s, _ in losses(run_dir)):
@@ -64,7 +66,7 @@ def test_a_signal_saves_a_checkpoint_prints_the_exact_resume_command_and_exits_1
     )
     wait_for_step(run, 3, process)
     process.send_signal(stop)
-    out, err = process.communicate(timeout=60)
+    out, err = process.communicate(timeout=HANG)
     assert process.returncode == 128 + stop, err  # 130 for Ctrl-C: scripts can tell a stop from success
     assert "Traceback" not in err and "stopped by signal" in out
     step = load_checkpoint(RunDir(run).latest())["state"]["train"]["step"]
@@ -103,7 +105,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one_loadable(tmp_p
     subprocess.run([sys.executable, str(script), str(tmp_path), "1"], check=True)
     process = subprocess.Popen([sys.executable, str(script), str(tmp_path), "2"])
     partial = tmp_path / "checkpoints" / ".step_00000002.tmp" / "tokenizer" / "partial"
-    deadline = time.time() + 60
+    deadline = time.time() + HANG
     while not partial.exists() and time.time() < deadline:
         time.sleep(0.02)
     assert partial.exists()
