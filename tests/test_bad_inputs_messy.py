@@ -7,6 +7,7 @@ names or whatever line breaks it holds; a resume refused under several processes
 config-change warning first.
 """
 
+import io
 import json
 import logging
 import os
@@ -283,6 +284,22 @@ def test_what_libraries_say_waits_for_encdec_and_a_refusal_drops_it(tmp_path):
     assert done.returncode == 0, done.stderr
     said = [done.stderr.index(piece) for piece in ("advice 1", "error 1", "bar 1", "encdec speaks", "advice 2")]
     assert said == sorted(said) and "error 2" in done.stderr and "bar 2" in done.stderr, done.stderr
+
+
+def test_a_library_that_says_more_than_a_refusal_s_preamble_is_not_held_back():
+    """Held text is bounded (a library logging every step of a long run goes out as it grows past MAX_HELD), and
+    goes out whole, in its order, once."""
+    from encdec.cli.held import MAX_HELD, HeldStderr
+
+    terminal = io.StringIO()
+    held = HeldStderr(terminal)
+    held.write("first ")  # this module is not encdec's: a library's text
+    assert terminal.getvalue() == ""
+    held.write("x" * MAX_HELD)
+    assert terminal.getvalue() == "first " + "x" * MAX_HELD
+    held.write("last")
+    held.release()
+    assert terminal.getvalue() == "first " + "x" * MAX_HELD + "last"
 
 
 def test_the_command_line_cuts_any_message_to_one_line_as_a_last_defence(monkeypatch, capsys):

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 PLUMBING = ("logging", "warnings", "tqdm", "threading", "contextlib", __name__)
+MAX_HELD = 1 << 20  # characters: a library that says more goes out at once (no refusal's preamble is that long)
 
 
 def is_encdec_s(frame: FrameType | None) -> bool:
@@ -36,6 +37,7 @@ class HeldStderr:
     def __init__(self, stream):
         self.stream = stream
         self.held: list[str] = []
+        self.size = 0  # characters held
         self.holding = True
         self.lock = threading.RLock()  # data-loading threads and tqdm's monitor write too
 
@@ -43,6 +45,9 @@ class HeldStderr:
         with self.lock:
             if self.holding and not is_encdec_s(sys._getframe(1)):
                 self.held.append(text)
+                self.size += len(text)
+                if self.size > MAX_HELD:
+                    self._write_held()
                 return len(text)
             self._write_held()
             return self.stream.write(text)
@@ -56,6 +61,7 @@ class HeldStderr:
         if self.held:
             self.stream.write("".join(self.held))
             self.held.clear()
+            self.size = 0
 
     def release(self) -> None:
         """Write what is held, and hold nothing from now on."""
