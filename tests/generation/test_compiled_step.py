@@ -1,4 +1,4 @@
-"""Fixed-shape decoding steps (encdec.models.fixed_step) and generate(compile=True) (encdec.generation.compiled).
+"""Fixed-shape decoding steps (a static-mode DecodeState) and generate(compile=True) (encdec.generation.compiled).
 
 The fixed step must give the eager step's logits (up to the order of sums) at every position, after beam
 reorders too; generate(compile=True) must give generate()'s tokens for greedy, beam and seeded sampling,
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from encdec.generation import compiled, generate
-from encdec.generation.compiled import EagerRunner, FixedShapeStepper, FixedState, bucket
-from encdec.models.fixed_step import FixedSteps
+from encdec.generation.compiled import EagerRunner, FixedShapeStepper, FixedState, FixedStep, bucket
+from encdec.modules import DecodeState
 from tests.generation.helpers import padded_batch, tiny
 
 MODES = {
@@ -26,12 +26,10 @@ MODES = {
 def eager_fixed_state(model, src, mask, max_new_tokens: int, beams: int) -> FixedState:
     """The fixed-shape state of a batch, its step run eagerly (no compile)."""
     state = model.start(src, mask, max_new_tokens, beams)
-    hidden = state.memory.hidden
-    B, S = hidden.shape[:2]
-    steps = FixedSteps(model, B * beams, B, bucket(max_new_tokens + 1), bucket(S), hidden)
-    steps.load(state)
-    steps.runner = EagerRunner(steps)
-    return FixedState(steps)
+    step = FixedStep(model, DecodeState.fixed(state, bucket(max_new_tokens + 1), bucket(state.memory_width)))
+    step.state.load(state)
+    step.runner = EagerRunner(step)
+    return FixedState(step)
 
 
 @pytest.mark.parametrize(
@@ -173,8 +171,8 @@ def test_the_fixed_step_is_one_graph(family):
     model = tiny(family)
     src, mask = padded_batch(3, 11)
     with torch.inference_mode():
-        fixed = eager_fixed_state(model, src, mask, 10, 2).steps
+        fixed = eager_fixed_state(model, src, mask, 10, 2).step
         traced = torch.compile(fixed.run, backend="eager", fullgraph=True, dynamic=False)
-        tokens = torch.randint(3, 97, (6, 1))
-        expected = fixed.run(tokens, fixed.pos)
-        torch.testing.assert_close(traced(tokens, fixed.pos), expected, atol=1e-5, rtol=0)
+        fixed.tokens.copy_(torch.randint(3, 97, (6, 1)))
+        expected = fixed.run()
+        torch.testing.assert_close(traced(), expected, atol=1e-5, rtol=0)

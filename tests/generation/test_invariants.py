@@ -89,7 +89,7 @@ def test_beams_sharing_one_cross_attention_cache_equal_expanded_rows(name, devic
     b = torch.cat([model.step(tgt[:, t : t + 1], expanded) for t in range(4)], dim=1)
     tolerance = 1e-5 if exact else 1e-4
     torch.testing.assert_close(a, b, atol=tolerance, rtol=tolerance)
-    assert shared.cache.layers[0].cross_attn.keys.shape[0] == 3  # one row per example, not per beam
+    assert shared.memory[0].keys.shape[0] == 3  # one row per example, not per beam
 
 
 def test_seeded_sampling_is_reproducible_and_seeds_differ(device):

@@ -67,11 +67,12 @@ def test_prefill_logits_of_a_padded_row_match_the_row_alone(name):
     prompts = prompts_of([6, 1, 3])
     ids, mask = left_padded(prompts)
     state = model.start(ids, mask, 4, beams=2)
+    start = torch.zeros(6, 1, dtype=torch.long)  # generate's placeholder: the prompt's last token is decoded
     tokens = torch.tensor([[5], [5], [9], [9], [11], [11]])
-    batched = torch.cat((state.pending, model.step(tokens, state)), dim=1)  # the prompt's last, then a step
+    batched = torch.cat((model.step(start, state), model.step(tokens, state)), dim=1)  # the prompt's last, a step
     for i, prompt in enumerate(prompts):
         alone = model.start(prompt[None], None, 4)
-        expected = torch.cat((alone.pending, model.step(tokens[2 * i : 2 * i + 1], alone)), dim=1)
+        expected = torch.cat((model.step(start[:1], alone), model.step(tokens[2 * i : 2 * i + 1], alone)), dim=1)
         torch.testing.assert_close(batched[2 * i : 2 * i + 2], expected.expand(2, -1, -1), atol=1e-5, rtol=1e-5)
 
 

@@ -1,5 +1,7 @@
-"""A causal family's prefill: the prompt runs once per example and the vocabulary product covers its
-last position only; the beams then copy the example's caches. Nothing a search sees changes."""
+"""A causal family's prefill: the prompt but its last token runs once per example, with no vocabulary
+product; the beams then copy the example's caches, and the first step decodes the prompt's last token
+(generate's placeholder's place), the vocabulary product on that position only. Nothing a search sees
+changes."""
 
 import pytest
 import torch
@@ -8,15 +10,17 @@ from .test_left_padding import FAMILIES, left_padded, prompts_of, tiny
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_prefill_runs_the_head_on_one_position_once_per_example(monkeypatch, name):
+def test_the_head_runs_on_the_first_step_alone_on_one_position_a_row(monkeypatch, name):
     model = tiny(name)
     ids, mask = left_padded(prompts_of([6, 4]))
     shapes = []
     head = model.logits
     monkeypatch.setattr(model, "logits", lambda hidden: shapes.append(tuple(hidden.shape[:2])) or head(hidden))
     with torch.inference_mode():
-        model.start(ids, mask, 5, beams=3)
-    assert shapes == [(2, 1)]
+        state = model.start(ids, mask, 5, beams=3)
+        assert shapes == []
+        model.step(torch.zeros(6, 1, dtype=torch.long), state)
+    assert shapes == [(6, 1)]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -54,7 +58,6 @@ def test_a_decoder_prefix_is_multiplied_by_the_vocabulary_on_its_last_position_o
     """The first step of a search over a decoder prefix of four positions computes logits for one of them,
     and the tokens equal those of a step that computes all four."""
     import encdec
-    from encdec.models import EncoderDecoder
 
     from . import helpers
 
@@ -76,5 +79,5 @@ def test_a_decoder_prefix_is_multiplied_by_the_vocabulary_on_its_last_position_o
         monkeypatch.setattr(type(model), "steps_last_only", False)
         shapes.clear()
         want = encdec.generate(model, src, mask, decoder_input_ids=prefix, **options)
-    assert max(shapes) == (4 if isinstance(model, EncoderDecoder) else 3)  # the start token is the prompt's last
+    assert max(shapes) == 4  # a causal LM's start token is decoded as the prompt's last: four positions too
     assert torch.equal(got, want)

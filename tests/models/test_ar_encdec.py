@@ -146,9 +146,9 @@ def test_changing_a_token_leaves_earlier_logits_unchanged():
 def test_causal_cross_attention_does_not_see_later_encoder_positions():
     model = tiny("ar_encdec-tiny")
     block = model.decoder_blocks[0]
-    from encdec.models.causal_lm import causal_inputs
+    from encdec.modules import AttentionInputs
 
-    inputs = causal_inputs(0, 6, "cpu", torch.float32)
+    inputs = AttentionInputs(is_causal=True)
     x, memory = torch.randn(1, 6, 64), torch.randn(1, 6, 64)
     later = memory.clone()
     later[:, 4:] = torch.randn(1, 2, 64)  # a constant shift would vanish in the memory LayerNorm

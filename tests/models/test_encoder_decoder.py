@@ -36,10 +36,9 @@ def test_incremental_decoding_through_the_cache_equals_the_full_forward(name, de
     model = tiny(name).to(device)
     src, mask, tgt = batch(device=device)
     full = model(src, tgt, src_mask=mask).logits
-    memory = model.encode(src, mask)
-    cache = model.new_cache(max_len=4)  # outgrown on purpose
-    steps = [model.decode(tgt[:, :3], memory, cache)[0]]  # a prefill of 3, then one at a time
-    steps += [model.decode(tgt[:, t : t + 1], memory, cache)[0] for t in range(3, tgt.shape[1])]
+    state = model.start(src, mask, max_new_tokens=3)  # room for 4 positions: outgrown on purpose
+    steps = [model.step(tgt[:, :3], state)]  # a prefill of 3, then one at a time
+    steps += [model.step(tgt[:, t : t + 1], state) for t in range(3, tgt.shape[1])]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
 

@@ -23,8 +23,7 @@ from encdec.models import (
     preset,
     preset_names,
 )
-from encdec.models.causal_lm import causal_inputs
-from encdec.modules import Attention, MoE
+from encdec.modules import Attention, AttentionInputs, MoE
 
 PRESETS = {
     "encoder_decoder": "t5-tiny",
@@ -247,7 +246,7 @@ def test_the_parallel_decoder_cannot_be_deeper_than_its_encoder():
 def test_a_late_parallel_decoder_starts_from_the_embeddings_beside_the_last_encoder_layer():
     model = build("parallel_encdec", n_encoder_layers=3, n_decoder_layers=1).eval()
     ids, pos = torch.randint(0, V - 2, (1, 6)), torch.arange(6)
-    inputs = causal_inputs(0, 6, ids.device, torch.float32)
+    inputs = AttentionInputs(is_causal=True)
     with torch.no_grad():
         E = enc = model.embed_tokens(ids, pos)
         for layer in model.layers:

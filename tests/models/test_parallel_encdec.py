@@ -4,7 +4,7 @@ import pytest
 import torch
 from lm_checks import V, assert_lm_cached_equals_full, assert_lm_generate_is_greedy_over_full_forward, tiny
 
-from encdec.models.causal_lm import causal_inputs
+from encdec.modules import AttentionInputs
 
 ALL_ON = dict(
     order_type="ALT",
@@ -34,7 +34,7 @@ def test_forward_follows_the_seed_pseudocode():
     model = tiny("parallel_encdec-tiny")  # add_pos_embed_to_decoder, MSE encoder loss
     ids = torch.randint(0, V, (2, 6))
     T = ids.shape[1]
-    inputs = causal_inputs(0, T, "cpu", torch.float32)
+    inputs = AttentionInputs(is_causal=True)  # learned positions: no rotation to give positions to
     with torch.no_grad():
         E = model.embed(ids) + model.positions.weight[:T]
         enc, dec = E, model.decoder_in(E) + model.positions.weight[1 : T + 1]

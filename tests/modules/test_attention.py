@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from encdec.modules import Attention, KVCache, RotaryEmbedding, additive_mask, causal_mask
+from encdec.modules import Attention, DecodeState, RotaryEmbedding, additive_mask, causal_mask
 
 
 def reference_attention(attn: Attention, x, source, mask=None, scale=True):
@@ -96,12 +96,15 @@ def test_growing_self_attention_cache_equals_full_causal_attention_with_rope(n_k
     x = torch.randn(2, 10, 32)
     pos = torch.arange(10)
     full = attn(x, is_causal=True, q_pos=pos, k_pos=pos)
-    cache = KVCache(max_len=4)  # outgrown on purpose: the buffer must grow
+    state = DecodeState(2, 4, "cpu", torch.float32)  # room for 4 positions: outgrown on purpose
+    cache = state.new_caches(1)[0]
     steps = []
     for start, end in ((0, 3), (3, 4), (4, 10)):
         p = pos[start:end]
         mask = additive_mask(causal_mask(end - start, end, start), None, torch.float32)
+        state.ensure(end - start)
         steps.append(attn(x[:, start:end], mask=mask, q_pos=p, k_pos=p, cache=cache))
+        state.advance(end - start)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     assert cache.keys.shape[1] == n_kv_heads  # stored per KV head, not repeated
 
@@ -110,8 +113,12 @@ def test_growing_cross_attention_cache_equals_full_causal_cross_attention():
     attn = Attention(d_model=16, n_heads=4, n_kv_heads=2).eval()
     x, source = torch.randn(2, 6, 16), torch.randn(2, 6, 16)
     full = attn(x, source, mask=additive_mask(causal_mask(6, 6), None, torch.float32))
-    cache = KVCache(max_len=6)
-    steps = [attn(x[:, t : t + 1], source[:, t : t + 1], cache=cache) for t in range(6)]
+    state = DecodeState(2, 6, "cpu", torch.float32)
+    cache = state.new_caches(1)[0]
+    steps = []
+    for t in range(6):
+        steps.append(attn(x[:, t : t + 1], source[:, t : t + 1], cache=cache))
+        state.advance(1)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
 

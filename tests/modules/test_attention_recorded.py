@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from encdec.modules import Attention, KVCache, StaticKVCache, additive_mask
+from encdec.modules import Attention, DecodeState, StaticKVCache, additive_mask
 
 
 def reference_probs(attn: Attention, x, source, mask=None, scale=True, causal=False):
@@ -67,9 +67,11 @@ def test_a_decoding_step_records_against_its_cached_keys(transposed):
         expected = reference_probs(cross, x, memory)
     torch.testing.assert_close(cross.recorded[0], expected, atol=1e-6, rtol=1e-5)
     own = Attention(d_model=16, n_heads=2).eval()
-    growing = KVCache(8)
+    state = DecodeState(1, 8, "cpu", torch.float32)
+    growing = state.new_caches(1)[0]
     with torch.no_grad():
         own(torch.randn(1, 3, 16), is_causal=True, cache=growing)
+        state.advance(3)
         own.recorded = []
         own(torch.randn(1, 1, 16), cache=growing)
     assert own.recorded[0].shape == (1, 2, 1, 4)

@@ -26,10 +26,10 @@ def until(condition, what: str) -> None:
 class Request(threading.Thread):
     """scheduler.run in a thread of its own, with its own `gone` event; `.out` or `.error` once joined."""
 
-    def __init__(self, scheduler: Scheduler, source: torch.Tensor, options: dict):
+    def __init__(self, scheduler: Scheduler, source: torch.Tensor, options: dict, gone: threading.Event | None = None):
         super().__init__()
         self.scheduler, self.source, self.options = scheduler, source, options
-        self.gone, self.out, self.error = threading.Event(), None, None
+        self.gone, self.out, self.error = gone or threading.Event(), None, None
         self.start()
 
     def run(self):
@@ -61,27 +61,29 @@ def test_a_request_whose_client_is_already_gone_does_no_work(model):
     with pytest.raises(Abandoned):
         scheduler.run(source(5, 0), None, {"max_new_tokens": 5}, gone)
     scheduler.stop(timeout=30)
-    assert scheduler.steps == 0 and scheduler.slots.used == 0
+    assert scheduler.steps == 0 and scheduler.batch.rows == 0
 
 
-def test_a_greedy_request_gone_mid_search_stops_within_a_step_and_frees_its_rows(model):
+@pytest.mark.parametrize("preset", ["t5-tiny", "ar_encdec-tiny"])
+def test_a_greedy_request_gone_mid_search_stops_within_a_step_and_frees_its_rows(preset):
+    model = model_of(preset)
     scheduler = Scheduler(model)
     other = source(7, 1), {"max_new_tokens": 12}
-    seen = []
-    request = None
+    seen, gone = [], threading.Event()
 
     def streamer(tokens):  # the client goes after its third token, from the scheduler's own thread
         seen.append(tokens)
         if len(seen) == 3:
-            request.gone.set()
+            gone.set()
 
-    request = Request(scheduler, source(9, 0), LONG | {"streamer": streamer})
+    longest = {"max_new_tokens": 100, "min_new_tokens": 100}  # within a research model's 128 positions
+    request = Request(scheduler, source(9, 0), longest | {"streamer": streamer}, gone)
     beside = Request(scheduler, *other)
     request.join(HANG), beside.join(HANG)
     scheduler.stop(timeout=30)
     assert isinstance(request.error, Abandoned) and len(seen) <= 4  # noticed at the next step boundary
     assert torch.equal(beside.out, generate(model, other[0], None, **other[1]))
-    assert scheduler.slots.used == 0 and scheduler.steps < LONG["max_new_tokens"]
+    assert scheduler.batch.rows == 0 and scheduler.steps < longest["max_new_tokens"]
 
 
 def test_a_beam_request_gone_mid_beam_ends_its_thread_and_frees_its_rows(model):
@@ -90,7 +92,7 @@ def test_a_beam_request_gone_mid_beam_ends_its_thread_and_frees_its_rows(model):
     until(lambda: scheduler.steps >= 3, "the beam request never stepped")
     request.leave()
     assert isinstance(request.error, Abandoned)
-    until(lambda: scheduler.slots.used == 0, "the abandoned beams kept their rows")
+    until(lambda: scheduler.batch.rows == 0, "the abandoned beams kept their rows")
     steps = scheduler.steps
     after = source(6, 2), {"max_new_tokens": 6, "num_beams": 2}
     assert torch.equal(scheduler.run(after[0], None, dict(after[1])), generate(model, after[0], None, **after[1]))
@@ -102,7 +104,7 @@ def test_a_request_gone_while_waiting_to_join_leaves_the_queue_and_the_running_o
     scheduler = Scheduler(model, max_rows=4)
     running = source(9, 0), {"max_new_tokens": 60, "min_new_tokens": 60, "num_beams": 4}
     first = Request(scheduler, *running)
-    until(lambda: scheduler.slots.used == 4, "the first request never took its rows")
+    until(lambda: scheduler.batch.rows == 4, "the first request never took its rows")
     waiting = Request(scheduler, source(5, 1), {"max_new_tokens": 5})  # no row is free: it waits
     until(lambda: len(scheduler.starts) == 1, "the second request never queued")
     waiting.leave()
@@ -110,22 +112,21 @@ def test_a_request_gone_while_waiting_to_join_leaves_the_queue_and_the_running_o
     first.join(HANG)
     scheduler.stop(timeout=30)
     assert torch.equal(first.out, generate(model, running[0], None, **running[1]))
-    assert scheduler.slots.used == 0
+    assert scheduler.batch.rows == 0
 
 
 def test_a_request_of_a_family_served_alone_stops_at_its_next_step():
-    model = model_of("ar_encdec-tiny")
+    model = model_of("rnn_seq2seq-tiny")
     scheduler = Scheduler(model)
-    seen = []
-    request = None
+    seen, gone = [], threading.Event()
 
     def streamer(tokens):
         seen.append(tokens)
         if len(seen) == 3:
-            request.gone.set()
+            gone.set()
 
     longest = {"max_new_tokens": 100, "min_new_tokens": 100}  # within the research model's 128 positions
-    request = Request(scheduler, source(9, 0), longest | {"streamer": streamer})
+    request = Request(scheduler, source(9, 0), longest | {"streamer": streamer}, gone)
     request.join(HANG)
     assert isinstance(request.error, Abandoned) and len(seen) == 3
     after = source(6, 2), {"max_new_tokens": 6}

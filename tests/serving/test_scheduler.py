@@ -47,7 +47,10 @@ def serve_together(scheduler: Scheduler, requests) -> list:
     return results
 
 
-@pytest.mark.parametrize("preset", ["t5-tiny", "rot5-tiny", "transformer-tiny"])
+BATCHED = ["t5-tiny", "rot5-tiny", "transformer-tiny", "decoder_only-tiny", "ar_encdec-tiny", "parallel_encdec-tiny"]
+
+
+@pytest.mark.parametrize("preset", BATCHED)
 def test_thirty_two_concurrent_mixed_requests_each_equal_generate_alone(preset):
     model = model_of(preset)
     requests = mixed_requests(32)
@@ -59,7 +62,7 @@ def test_thirty_two_concurrent_mixed_requests_each_equal_generate_alone(preset):
         scheduler.stop(timeout=30)
     assert all(torch.equal(s, a) for s, a in zip(served, alone, strict=True))
     assert scheduler.steps < sum(o["max_new_tokens"] for _, o in requests) / 4  # steps were shared
-    assert scheduler.slots.used == 0  # every row freed
+    assert scheduler.batch.rows == 0  # every row freed
 
 
 def test_a_short_request_finishes_while_a_long_one_runs_and_its_rows_are_reused():
@@ -74,7 +77,7 @@ def test_a_short_request_finishes_while_a_long_one_runs_and_its_rows_are_reused(
 
     long = threading.Thread(target=run, args=("long", long_source, {"max_new_tokens": 200, "eos_token_id": None}))
     long.start()
-    while scheduler.slots.used == 0:
+    while scheduler.batch.rows == 0:
         time.sleep(0.001)
     shorts = [
         threading.Thread(target=run, args=(f"short{i}", short_source, {"max_new_tokens": 3, "num_beams": 3}))
@@ -84,9 +87,9 @@ def test_a_short_request_finishes_while_a_long_one_runs_and_its_rows_are_reused(
         thread.start()
         thread.join(timeout=60)  # one at a time: each needs 3 of the 3 rows the long request leaves free
     deadline = time.perf_counter() + 10
-    while scheduler.slots.used != 1 and time.perf_counter() < deadline:  # their rows leave at the next boundary
+    while scheduler.batch.rows != 1 and time.perf_counter() < deadline:  # their rows leave at the next boundary
         time.sleep(0.001)
-    assert "long" not in finished and scheduler.slots.used == 1  # the shorts came and went beside it
+    assert "long" not in finished and scheduler.batch.rows == 1  # the shorts came and went beside it
     long.join(timeout=120)
     scheduler.stop(timeout=30)
     assert all(finished[f"short{i}"][0] < finished["long"][0] for i in range(3))
@@ -142,11 +145,11 @@ def test_a_greedy_request_whose_streamer_fails_fails_alone_beside_those_sharing_
     assert errors == ["the client went away"] and len(seen) == 3
     alone = [generate(model, source, None, **options) for source, options in requests]
     assert all(torch.equal(s, a) for s, a in zip(outputs, alone, strict=True))
-    assert scheduler.slots.used == 0
+    assert scheduler.batch.rows == 0
 
 
-def test_models_without_the_row_step_are_served_one_at_a_time():
-    model = model_of("ar_encdec-tiny")
+def test_models_without_a_decode_state_are_served_one_at_a_time():
+    model = model_of("rnn_seq2seq-tiny")
     scheduler = Scheduler(model)
     requests = mixed_requests(6)
     served = serve_together(scheduler, requests)

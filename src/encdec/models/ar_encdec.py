@@ -26,19 +26,17 @@ from torch import nn
 
 from encdec.models.causal_lm import (
     LM_UNUSED,
-    LMState,
     ResearchLM,
     StackOutput,
     build_causal_block,
     build_cross_block,
     build_rotaries,
     check_lm_config,
-    new_kv_caches,
 )
 from encdec.models.components import build_lm_head
 from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.research_losses import build_embedding_loss
-from encdec.modules import DecoderCache
+from encdec.modules import DecodeState, LayerCache
 
 
 class AREncoderDecoder(ResearchLM, nn.Module):
@@ -60,12 +58,15 @@ class AREncoderDecoder(ResearchLM, nn.Module):
         self.embedding_loss = build_embedding_loss(cfg)
         self.lm_head = build_lm_head(cfg)
 
-    def run(self, ids: torch.Tensor, offset: int = 0, state: LMState | None = None) -> StackOutput:
-        """ids (B, T) at positions offset..offset+T-1 -> StackOutput; a state's caches are extended."""
-        pad = state.pad if state is not None else None  # left padding of a prompted batch
-        columns = self.embed_columns(ids, offset, pad)
+    def run(self, ids: torch.Tensor, state: DecodeState | None = None) -> StackOutput:
+        """ids (B, T), the whole window or each row's next T columns of `state` -> StackOutput; the state's
+        caches take the new columns' keys."""
+        columns = self.embed_columns(ids, state)
         inputs = columns.attention  # self- and cross-attention alike
-        caches = state.caches if state is not None else None  # encoder layers' KVCaches, then the DecoderCache
+        caches = (
+            state.caches if state is not None else None
+        )  # the encoder layers', then (self, cross) per decoder layer
+        n = len(self.encoder_blocks)
         enc, encoder_logits, decoder_logits = columns.embeddings, [], []  # router logits of MoE layers, per side
         for i, block in enumerate(self.encoder_blocks):
             enc, logits = block(enc, inputs, caches[i] if caches is not None else None)
@@ -73,7 +74,7 @@ class AREncoderDecoder(ResearchLM, nn.Module):
                 encoder_logits.append(logits)
         d = self.decoder_input(enc, columns.positions)
         for i, block in enumerate(self.decoder_blocks):
-            layer_cache = caches[-1].layers[i] if caches is not None else None
+            layer_cache = LayerCache(caches[n + 2 * i], caches[n + 2 * i + 1]) if caches is not None else None
             d, logits = block(d, enc, inputs, inputs, layer_cache)
             if logits is not None:
                 decoder_logits.append(logits)
@@ -81,6 +82,5 @@ class AREncoderDecoder(ResearchLM, nn.Module):
             self.output_hidden(d, columns.positions), columns.embeddings, enc, encoder_logits, decoder_logits
         )
 
-    def new_state(self, max_len: int) -> LMState:
-        caches = new_kv_caches(len(self.encoder_blocks), max_len)
-        return LMState([*caches, DecoderCache(len(self.decoder_blocks), max_len, growing_cross=True)])
+    def new_caches(self, state: DecodeState) -> None:
+        state.new_caches(len(self.encoder_blocks) + 2 * len(self.decoder_blocks))

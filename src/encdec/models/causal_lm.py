@@ -5,15 +5,16 @@ token stream: in training `tgt_ids` is the window x and `labels` its next tokens
 (src_ids is None and ignored). Every part of them is causal, so decoding with
 caches computes exactly what the full forward computes at each position.
 
-Generation (encdec.generation.interface): `start(src_ids, ...)` runs the prompt
-src_ids through the model once, filling every cache, and keeps the logits of its
-last position. `encdec.generate` then feeds the decoder-start token: `step` treats
-that first token as a placeholder and returns the kept logits, so row r of
-generate's output is [decoder_start_id, continuation of prompt r ...]; drop the
-first column. With `src_ids=None`, `start` prefills nothing and every token given
-to `step` is real (LM use with a BOS prompt in tgt_ids). The context is
-max_positions: prompt plus generated tokens must fit in it (no sliding window,
-which a cache cannot reproduce).
+Generation (encdec.generation.interface) runs over a `DecodeState` (encdec.modules.decode_state),
+as the encoder-decoder's does, so the server batches these families too: `start(src_ids, ...)`
+runs all but the last token of the prompt src_ids through the model once, filling every cache,
+and keeps that last token as each row's `next_input`. `encdec.generate` then feeds the decoder-
+start token: `step` decodes the prompt's last token in place of that first placeholder, so its
+logits are the prompt's last position's and row r of generate's output is [decoder_start_id,
+continuation of prompt r ...]; drop the first column. With `src_ids=None`, `start` prefills
+nothing and every token given to `step` is real (LM use with a BOS prompt in tgt_ids). The
+context is max_positions: prompt plus generated tokens must fit in it (no sliding window, which a
+cache cannot reproduce).
 
 Prompts of different lengths come padded on the left, as Hugging Face's decoder-only
 `generate` takes them: each row counts positions from its first real token, and its
@@ -39,7 +40,7 @@ Shapes: B batch, R rows (B * beams), T new positions, C model dim, V vocabulary.
 """
 
 import abc
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -62,14 +63,12 @@ from encdec.models.outputs import Seq2SeqOutput
 from encdec.modules import (
     AttentionInputs,
     DecoderBlock,
+    DecodeState,
     Dropout,
     EncoderBlock,
-    KVCache,
     LearnedPositions,
     RotaryEmbedding,
-    additive_mask,
     as_bool_mask,
-    causal_mask,
     lm_head,
 )
 
@@ -141,31 +140,6 @@ def check_lm_config(cfg: ModelConfig) -> None:
         )
 
 
-def stream_positions(offset: int, T: int, device, pad: torch.Tensor | None = None) -> torch.Tensor:
-    """Positions of T new columns after `offset` ones: (T,), or (R, T) counted from each row's first real
-    token when rows are left-padded by pad (R,) columns (padded columns take 0: no real token sees them)."""
-    pos = torch.arange(offset, offset + T, device=device)  # (T,)
-    if pad is None:
-        return pos
-    return (pos[None, :] - pad[:, None]).clamp(min=0)  # (R, T)
-
-
-def causal_inputs(
-    offset: int, T: int, device, dtype, pad: torch.Tensor | None = None, positions: torch.Tensor | None = None
-) -> AttentionInputs:
-    """Attention inputs for T new positions after `offset` cached ones; keys are all positions so far,
-    less each row's first pad (R,) columns when rows are left-padded. `positions` (T,) or (R, T), those
-    of the new columns, rotate queries and new keys under RoPE (and are ignored without it)."""
-    if pad is None and offset == 0:
-        return AttentionInputs(is_causal=True, q_pos=positions, k_pos=positions)
-    allowed = causal_mask(T, offset + T, offset, device) if T > 1 else None  # one new position sees everything
-    if pad is not None:
-        real = torch.arange(offset + T, device=device)[None, :] >= pad[:, None]  # (R, offset+T)
-        real = real[:, None, None, :]  # (R, 1, 1, offset+T)
-        allowed = real if allowed is None else real & allowed  # (R, 1, T, offset+T)
-    return AttentionInputs(mask=additive_mask(allowed, None, dtype), q_pos=positions, k_pos=positions)
-
-
 def left_padding(mask: torch.Tensor) -> torch.Tensor | None:
     """mask (B, S) bool -> each row's leading padded columns (B,), or None when no row is padded.
 
@@ -198,34 +172,18 @@ class StackOutput:
     hidden: torch.Tensor  # (B, T, C) before the head
     embeddings: torch.Tensor  # E (B, T, C)
     encoder_out: torch.Tensor  # (B, T, C)
-    encoder_router_logits: list[torch.Tensor] = field(default_factory=list)  # one (N, E) per MoE layer
-    decoder_router_logits: list[torch.Tensor] = field(default_factory=list)
-
-
-@dataclass
-class LMState:
-    """Caches of one decode; all of them follow the rows through `reorder`."""
-
-    caches: list = field(default_factory=list)  # KVCache / DecoderCache objects, each with .reorder
-    offset: int = 0  # columns already run
-    pending: torch.Tensor | None = None  # (R, 1, V) logits of the prompt's last position
-    pad: torch.Tensor | None = None  # (R,) left-padded columns of each row's prompt; None: none padded
-
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows `index` (R,): every row has its own caches (its encoder advanced on its own tokens)."""
-        for cache in self.caches:
-            cache.reorder(index)
-        if self.pending is not None:
-            self.pending = self.pending.index_select(0, index)
-        if self.pad is not None:
-            self.pad = self.pad.index_select(0, index)
+    encoder_router_logits: list[torch.Tensor]  # one (N, E) per MoE layer
+    decoder_router_logits: list[torch.Tensor]
 
 
 class PromptedLM(GenerationMixin, abc.ABC):
     """Input embeddings, output head and start/step of a causal LM; the class calls `build_embeddings`
-    and implements `new_state(max_len)` and `advance(ids, state)`."""
+    and implements `new_caches(state)` and `advance(ids, state)`."""
 
     config: ModelConfig
+    steps_last_only = True  # step(..., last_only=True): the vocabulary product on the last position only
+    continuous_batching = True  # its DecodeState's rows may join and leave a running batch (encdec.serving)
+    pads_left = True  # prompts of different lengths are padded on the left
 
     def build_embeddings(self, cfg: ModelConfig, next_positions: bool = False) -> None:
         """Token table, dropout, embedding norm, scales, and the learned position table: max_positions rows,
@@ -245,27 +203,33 @@ class PromptedLM(GenerationMixin, abc.ABC):
             x = x + self.positions(pos)
         return self.dropout(self.embed_norm(x))
 
-    def embed_columns(self, ids: torch.Tensor, offset: int = 0, pad: torch.Tensor | None = None) -> StreamColumns:
-        """ids (B, T) at columns offset..offset+T-1 -> their positions, embeddings and attention inputs;
-        rows left-padded by pad (B,) columns count positions from their first real token."""
+    def embed_columns(self, ids: torch.Tensor, state: DecodeState | None = None) -> StreamColumns:
+        """ids (B, T), the whole window (no state) or each row's next T columns of `state` -> their positions,
+        embeddings and causal attention inputs; left-padded rows count positions from their first real token."""
         T = ids.shape[1]
-        self.check_positions(offset + T)
-        pos = stream_positions(offset, T, ids.device, pad)  # (T,) or (B, T)
-        E = self.embed_tokens(ids, pos)  # (B, T, C)
-        return StreamColumns(pos, E, causal_inputs(offset, T, ids.device, E.dtype, pad, pos))
+        if state is None:
+            self.check_positions(T)
+            pos = torch.arange(T, device=ids.device)  # (T,)
+            return StreamColumns(
+                pos, self.embed_tokens(ids, pos), AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos)
+            )
+        self.check_positions(state.columns + T)
+        pos = state.positions(T)  # (T,) or (R, T)
+        return StreamColumns(pos, self.embed_tokens(ids, pos), state.self_attention(T, pos))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (B, T, C) -> logits (B, T, V), through the tied head unless lm_head is set."""
         return lm_head(hidden * self.output_scale, self.embed, self.lm_head)
 
     @abc.abstractmethod
-    def new_state(self, max_len: int) -> LMState:
-        """Empty caches for up to `max_len` positions."""
+    def new_caches(self, state: DecodeState) -> None:
+        """The step caches of every attention layer, in the order `advance` reads them."""
 
     @abc.abstractmethod
-    def advance(self, ids: torch.Tensor, state: LMState, last_only: bool = False) -> torch.Tensor:
-        """ids (R, T) at positions state.offset.. -> logits (R, T, V), caches extended; with last_only,
-        those of the last position alone (R, 1, V): a prefill's vocabulary product on one position."""
+    def advance(self, ids: torch.Tensor, state: DecodeState, last_only: bool = False) -> torch.Tensor | None:
+        """ids (R, T), each row's next T columns of `state` -> logits (R, T, V), caches written (the state is
+        not moved on); with last_only, those of the last position alone (R, 1, V); with last_only None, no
+        logits (a prefill's)."""
 
     def check_positions(self, length: int) -> None:
         if length > self.config.max_positions:
@@ -277,41 +241,47 @@ class PromptedLM(GenerationMixin, abc.ABC):
     @torch.no_grad()
     def start(
         self, src_ids: torch.Tensor | None, src_mask: torch.Tensor | None, max_new_tokens: int, beams: int = 1
-    ) -> LMState:
+    ) -> DecodeState:
         """Prefill the prompt src_ids (B, S) for B * beams rows; None starts from nothing.
 
         src_mask (B, S) bool, 0/1 integer or float, nonzero at real tokens: prompts of different lengths
-        are padded on the left (checked here, one host sync). The prompt runs once per example, the
-        vocabulary product on its last position only; the caches are then copied to the example's
-        beams (as CTranslate2 expands the batch only after the first step), not computed `beams` times.
+        are padded on the left (checked here, one host sync). All but the prompt's last token run once per
+        example, with no vocabulary product; the caches are then copied to the example's beams (as
+        CTranslate2 expands the batch only after the first step), not computed `beams` times; the last token
+        is each row's first step (`DecodeState.next_input`).
         """
         prompt_len = 0 if src_ids is None else src_ids.shape[1]
         self.check_positions(prompt_len + max(max_new_tokens - 1, 0))
+        dtype, device = self.embed.weight.dtype, self.embed.weight.device
+        B = 0 if src_ids is None else src_ids.shape[0]  # without a prompt: sized by the first step
+        state = DecodeState(B, prompt_len + max_new_tokens + 1, device if src_ids is None else src_ids.device, dtype)
+        self.new_caches(state)
+        if src_ids is None:
+            return state
         src_mask = as_bool_mask(src_mask)
-        pad = left_padding(src_mask) if src_ids is not None and src_mask is not None else None
-        state = self.new_state(prompt_len + max_new_tokens + 1)
-        if src_ids is not None:
-            state.pad = pad  # (B,)
-            state.pending = self.advance(src_ids, state, last_only=True)  # (B, 1, V)
-            if beams > 1:
-                state.reorder(torch.arange(src_ids.shape[0], device=src_ids.device).repeat_interleave(beams))
+        state.pad = left_padding(src_mask) if src_mask is not None else None  # (B,)
+        if prompt_len > 1:
+            self.advance(src_ids[:, :-1], state, last_only=None)
+            state.advance(prompt_len - 1)
+        state.next_input = src_ids[:, -1]  # (B,)
+        state.substitute = torch.ones(B, dtype=torch.bool, device=src_ids.device)
+        if beams > 1:
+            state.repeat(beams)
         return state
 
-    steps_last_only = True  # step(..., last_only=True): the vocabulary product on the last position only
-
     @torch.no_grad()
-    def step(self, tgt_ids: torch.Tensor, state: LMState, last_only: bool = False) -> torch.Tensor:
+    def step(self, tgt_ids: torch.Tensor, state: DecodeState, last_only: bool = False) -> torch.Tensor:
         """tgt_ids (R, t) -> logits (R, t, V), or (R, 1, V) of the last position with last_only. After a
-        prompt, the first token given is generate's decoder-start placeholder: its logits are those of
-        the prompt's last position."""
-        if state.pending is None:
-            return self.advance(tgt_ids, state, last_only)
-        pending, state.pending = state.pending, None
-        if tgt_ids.shape[1] == 1:
-            return pending
-        if last_only:
-            return self.advance(tgt_ids[:, 1:], state, last_only=True)
-        return torch.cat((pending, self.advance(tgt_ids[:, 1:], state)), dim=1)
+        prompt, the first token given is generate's decoder-start placeholder: the prompt's last token is
+        decoded in its place, so its logits are those of the prompt's last position."""
+        if state.rows == 0:  # started without a prompt
+            state.resize_rows(tgt_ids.shape[0])
+        tgt_ids = state.first_inputs(tgt_ids)
+        T = tgt_ids.shape[1]
+        state.ensure(T)
+        logits = self.advance(tgt_ids, state, last_only)
+        state.advance(T)
+        return logits
 
 
 class ResearchLM(PromptedLM):
@@ -325,8 +295,9 @@ class ResearchLM(PromptedLM):
     extra_loss_name = "embedding_loss"
 
     @abc.abstractmethod
-    def run(self, ids: torch.Tensor, offset: int = 0, state: LMState | None = None) -> StackOutput:
-        """ids (B, T) at positions offset..offset+T-1 -> StackOutput; a state's caches are extended."""
+    def run(self, ids: torch.Tensor, state: DecodeState | None = None) -> StackOutput:
+        """ids (B, T), the whole window or each row's next T columns of `state` -> StackOutput; the state's
+        caches take the new columns' keys."""
 
     def build_decoder_input(self, cfg: ModelConfig) -> None:
         """The Linear(C, C) that makes the decoder's input, with a LayerNorm before it if add_ln_before_decoder_ff."""
@@ -381,11 +352,8 @@ class ResearchLM(PromptedLM):
         aux.update(moe_losses(run.encoder_router_logits, run.decoder_router_logits))
         return with_loss(logits, aux, labels, self.config)
 
-    def advance(self, ids: torch.Tensor, state: LMState, last_only: bool = False) -> torch.Tensor:
-        run = self.run(ids, state.offset, state)
-        state.offset += ids.shape[1]
+    def advance(self, ids: torch.Tensor, state: DecodeState, last_only: bool | None = False) -> torch.Tensor | None:
+        run = self.run(ids, state)
+        if last_only is None:
+            return None
         return self.logits(run.hidden[:, -1:] if last_only else run.hidden)
-
-
-def new_kv_caches(n: int, max_len: int) -> list[KVCache]:
-    return [KVCache(max_len) for _ in range(n)]

@@ -17,21 +17,13 @@ Shapes: B batch, T length, C model dim, V vocabulary.
 import torch
 from torch import nn
 
-from encdec.models.causal_lm import (
-    LM_UNUSED,
-    LMState,
-    PromptedLM,
-    build_causal_block,
-    build_rotaries,
-    check_lm_config,
-    new_kv_caches,
-)
+from encdec.models.causal_lm import LM_UNUSED, PromptedLM, build_causal_block, build_rotaries, check_lm_config
 from encdec.models.components import build_final_norm, build_lm_head
 from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.loss import with_loss
 from encdec.models.moe_losses import moe_losses
 from encdec.models.outputs import Seq2SeqOutput
-from encdec.modules import KVCache
+from encdec.modules import DecodeState
 
 
 class DecoderOnly(PromptedLM, nn.Module):
@@ -49,15 +41,13 @@ class DecoderOnly(PromptedLM, nn.Module):
         self.final_norm = build_final_norm(cfg)
         self.lm_head = build_lm_head(cfg)
 
-    def hidden(
-        self, ids: torch.Tensor, offset: int = 0, caches: list[KVCache] | None = None, pad: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """ids (B, T) at columns offset..offset+T-1 -> final hidden states (B, T, C) and router logits;
-        rows left-padded by pad (B,) columns count positions from their first real token."""
-        columns = self.embed_columns(ids, offset, pad)
+    def hidden(self, ids: torch.Tensor, state: DecodeState | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """ids (B, T), the whole window or each row's next T columns of `state` -> final hidden states (B, T, C)
+        and router logits; left-padded rows count positions from their first real token."""
+        columns = self.embed_columns(ids, state)
         x, router_logits = columns.embeddings, []  # (B, T, C)
         for i, block in enumerate(self.blocks):
-            x, logits = block(x, columns.attention, caches[i] if caches is not None else None)
+            x, logits = block(x, columns.attention, state.caches[i] if state is not None else None)
             if logits is not None:
                 router_logits.append(logits)
         return self.final_norm(x), router_logits
@@ -74,10 +64,11 @@ class DecoderOnly(PromptedLM, nn.Module):
         logits = self.logits(hidden)
         return with_loss(logits, moe_losses([], router_logits), labels, self.config)
 
-    def new_state(self, max_len: int) -> LMState:
-        return LMState(new_kv_caches(len(self.blocks), max_len))
+    def new_caches(self, state: DecodeState) -> None:
+        state.new_caches(len(self.blocks))
 
-    def advance(self, ids: torch.Tensor, state: LMState, last_only: bool = False) -> torch.Tensor:
-        hidden, _ = self.hidden(ids, state.offset, state.caches, state.pad)
-        state.offset += ids.shape[1]
+    def advance(self, ids: torch.Tensor, state: DecodeState, last_only: bool | None = False) -> torch.Tensor | None:
+        hidden, _ = self.hidden(ids, state)
+        if last_only is None:
+            return None
         return self.logits(hidden[:, -1:] if last_only else hidden)

@@ -10,7 +10,8 @@ cross-attention), norm and its placement, feed-forward or mixture of experts,
 grouped-query attention, and the output head (tied, scaled by d_model^-0.5). Marian
 adds sinusoidal positions in halves and a fixed logits bias; BART learned positions
 at an offset of 2 and a norm after the embeddings. `start` / `step` are the per-step
-interface generation drives (encdec.generation.interface). A packed batch
+interface generation drives (encdec.generation.interface), over a `DecodeState`
+(encdec.modules.decode_state) that eager generation, compiled steps and the server share. A packed batch
 (objective.pack) passes its segments and positions to forward(); one segment mask per
 attention kind (encdec.modules.Packing) keeps its examples apart. Attention, feed-forward or MoE,
 norms and head come from encdec.models.components, shared with the causal LMs; the
@@ -18,8 +19,6 @@ research families' and the RNN's options (UNUSED) are refused.
 
 Shapes: B batch, S source length, T target length, C model dim, V vocabulary.
 """
-
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -35,15 +34,15 @@ from encdec.models.components import (
     output_scale,
 )
 from encdec.models.config import ModelConfig, refuse_unused
-from encdec.models.fixed_step import FixedSteps
 from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.loss import with_loss
 from encdec.models.moe_losses import moe_losses
 from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
 from encdec.modules import (
     AttentionInputs,
-    DecoderCache,
+    DecodeState,
     Dropout,
+    LayerCache,
     LearnedPositions,
     Packing,
     RelativePositionBias,
@@ -140,25 +139,31 @@ class Decoder(nn.Module):
         self.rope_cross = cfg.rope_cross
 
     def forward(
-        self,
-        tgt_ids: torch.Tensor,
-        memory: EncoderOutput,
-        cache: DecoderCache | None = None,
-        packing: Packing | None = None,
+        self, tgt_ids: torch.Tensor, memory: EncoderOutput, packing: Packing | None = None
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """tgt_ids (B, T) at positions offset..offset+T-1 -> hidden (B, T, C), router logits.
+        """tgt_ids (B, T) at positions 0..T-1 -> hidden (B, T, C), router logits (the whole target at once, as
+        training reads it; decoding steps through `step`).
 
-        A packed batch (no cache) is at each example's own positions, and its examples attend only
-        to themselves and to their own sources."""
+        A packed batch is at each example's own positions, and its examples attend only to themselves and
+        to their own sources."""
         if packing is not None:
             return self._forward_packed(tgt_ids, memory, packing)
-        T = tgt_ids.shape[1]
-        offset = cache.offset if cache is not None else 0
-        pos = torch.arange(offset, offset + T, device=tgt_ids.device)  # (T,)
+        pos = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # (T,)
         x = self.embed_tokens(tgt_ids, pos)
-        self_inputs = self._self_inputs(pos, offset, x.dtype)
-        cross_inputs = self._cross_inputs(pos, memory, x.dtype)
-        return self.run_blocks(x, memory.hidden, self_inputs, cross_inputs, cache)
+        return self.run_blocks(
+            x, memory.hidden, self._self_inputs(pos, x.dtype), self._cross_inputs(pos, memory, x.dtype)
+        )
+
+    def step(self, tgt_ids: torch.Tensor, state: DecodeState) -> torch.Tensor:
+        """tgt_ids (R, t), the next t positions of every row of `state` -> hidden (R, t, C) after the final
+        norm; the state's caches take the new positions' keys (the state is not moved on: see
+        EncoderDecoder.step)."""
+        T = tgt_ids.shape[1]
+        pos = state.positions(T)  # (t,) or (R, t)
+        x = self.embed_tokens(tgt_ids, pos)
+        self_inputs = state.self_attention(T, pos)
+        hidden, _ = self.run_blocks(x, None, self_inputs, state.memory_attention(pos), state.decoder_layers())
+        return hidden
 
     def _forward_packed(
         self, tgt_ids: torch.Tensor, memory: EncoderOutput, packing: Packing
@@ -174,7 +179,7 @@ class Decoder(nn.Module):
         q_pos = packing.source_lengths() + pos if self.rope_cross == "prepended" else pos  # (B, T)
         cross_mask = additive_mask(packing.cross_allowed(), None, x.dtype)  # (B, 1, T, S)
         cross_inputs = AttentionInputs(mask=cross_mask, q_pos=q_pos, k_pos=k_pos)
-        return self.run_blocks(x, memory.hidden, self_inputs, cross_inputs, None)
+        return self.run_blocks(x, memory.hidden, self_inputs, cross_inputs)
 
     def embed_tokens(self, tgt_ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """tgt_ids (B, T) at positions pos (T,) -> (B, T, C): token embeddings plus absolute positions."""
@@ -186,30 +191,30 @@ class Decoder(nn.Module):
     def run_blocks(
         self,
         x: torch.Tensor,
-        memory: torch.Tensor,
+        memory: torch.Tensor | None,
         self_inputs: AttentionInputs,
         cross_inputs: AttentionInputs,
-        cache: DecoderCache | None,
+        caches: list[LayerCache] | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """x (B, T, C), memory (B, S, C) -> hidden (B, T, C) after the final norm, router logits."""
+        """x (B, T, C), memory (B, S, C) (None: every cross-attention cache holds its keys) -> hidden (B, T, C)
+        after the final norm, router logits."""
         router_logits = []
         for i, block in enumerate(self.blocks):
-            layer_cache = cache.layers[i] if cache is not None else None
-            x, logits = block(x, memory, self_inputs, cross_inputs, layer_cache)
+            x, logits = block(x, memory, self_inputs, cross_inputs, caches[i] if caches is not None else None)
             if logits is not None:
                 router_logits.append(logits)
         return self.dropout(self.final_norm(x)), router_logits
 
-    def _self_inputs(self, pos: torch.Tensor, offset: int, dtype: torch.dtype) -> AttentionInputs:
-        T = pos.shape[0]
-        keys = torch.arange(offset + T, device=pos.device)
-        bias = self.position_bias(pos, keys) if self.position_bias is not None else None  # (1, H, T, offset+T)
-        if bias is None and offset == 0:
+    def _self_inputs(self, pos: torch.Tensor, dtype: torch.dtype) -> AttentionInputs:
+        """Causal self-attention over the whole target, positions pos (T,)."""
+        if self.position_bias is None:
             return AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos)
-        allowed = causal_mask(T, offset + T, offset, pos.device) if T > 1 else None
+        bias = self.position_bias(pos, pos)  # (1, H, T, T)
+        allowed = causal_mask(pos.shape[0], pos.shape[0], 0, pos.device)
         return AttentionInputs(mask=additive_mask(allowed, bias, dtype), q_pos=pos, k_pos=pos)
 
     def _cross_inputs(self, pos: torch.Tensor, memory: EncoderOutput, dtype: torch.dtype) -> AttentionInputs:
+        """Cross-attention of the whole target, positions pos (T,), to the encoder output."""
         S = memory.hidden.shape[1]
         k_pos = torch.arange(S, device=pos.device)
         q_pos = pos
@@ -220,33 +225,11 @@ class Decoder(nn.Module):
         return AttentionInputs(mask=additive_mask(allowed, None, dtype), q_pos=q_pos, k_pos=k_pos)
 
 
-@dataclass
-class EncoderDecoderState:
-    """What decoding one batch carries between steps (see encdec.generation.interface).
-
-    The encoder output and the cross-attention keys and values are kept once per
-    example; the `beams` rows of one example share them, so only the self-attention
-    caches, one per row, differ between beams and are reordered.
-    """
-
-    memory: EncoderOutput  # hidden (B, S, C), mask (B, S)
-    cache: DecoderCache  # self-attention per row (B*N), cross-attention per example (B)
-    beams: int  # N rows per example
-    cross_mask: torch.Tensor | None  # additive (B, 1, 1, S), fixed for the whole decode
-    self_bias: torch.Tensor | None  # T5's relative bias for positions 0..L-1, (1, H, L, L)
-    prepended_offset: torch.Tensor | None  # (B*N, 1) source lengths, for rope_cross="prepended"
-
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows `index` (B*N,); each row must stay within its example's N rows."""
-        for layer in self.cache.layers:
-            layer.self_attn.reorder(index)
-
-
 class EncoderDecoder(GenerationMixin, nn.Module):
     """encode() once, decode() as often as needed; forward() does both and the loss.
 
-    start() and step() are the same two stages for generation, with the caches,
-    masks and cross-attention keys prepared once and beams sharing their example's.
+    start() and step() are the same two stages for generation, over a DecodeState: the caches, masks
+    and cross-attention keys prepared once, beams sharing their example's.
     """
 
     UNUSED = frozenset({"research", "rnn_cell", "rnn_attention"})  # the research and RNN families' options
@@ -274,17 +257,10 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         return self.encoder(src_ids, as_bool_mask(src_mask), packing)
 
     def decode(
-        self,
-        tgt_ids: torch.Tensor,
-        memory: EncoderOutput,
-        cache: DecoderCache | None = None,
-        packing: Packing | None = None,
+        self, tgt_ids: torch.Tensor, memory: EncoderOutput, packing: Packing | None = None
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """tgt_ids (B, T) -> logits (B, T, V) and the decoder's router logits.
-
-        With a cache, tgt_ids are the next T positions after those already cached.
-        """
-        hidden, router_logits = self.decoder(tgt_ids, memory, cache, packing)
+        """tgt_ids (B, T) -> logits (B, T, V) and the decoder's router logits (the whole target at once)."""
+        hidden, router_logits = self.decoder(tgt_ids, memory, packing)
         return self.head(hidden), router_logits
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -292,63 +268,49 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         logits = lm_head(hidden, self.embed, self.lm_head)
         return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
-    def new_cache(self, max_len: int, beams: int = 1) -> DecoderCache:
-        """An empty cache for decoding up to `max_len` target positions (it grows if outgrown), `beams` rows
-        per example (their cross-attention keys laid out for it)."""
-        return DecoderCache(len(self.decoder.blocks), max_len, cross_transposed=beams > 1)
-
     @torch.no_grad()
     def start(
         self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, max_new_tokens: int, beams: int = 1
-    ) -> EncoderDecoderState:
+    ) -> DecodeState:
         """Encode once and prepare decoding of up to `max_new_tokens` positions for `beams` rows per example.
 
         src_ids (B, S), src_mask (B, S) as encode() takes it. Cross-attention keys and values are computed
-        here, once, from the unexpanded encoder output.
+        here, once, from the unexpanded encoder output: the beams of an example share them.
         """
         check_lengths(self.config, src_ids.shape[1], max_new_tokens)
         memory = self.encode(src_ids, src_mask)
         B, S, _ = memory.hidden.shape
+        state = DecodeState(B * beams, max_new_tokens + 1, src_ids.device, memory.hidden.dtype)
+        attention = self.decoder.blocks[0].self_attn
+        state.new_caches(len(self.decoder.blocks), attention.n_kv_heads, attention.d_head)
         k_pos = torch.arange(S, device=src_ids.device)
-        cache = self.new_cache(max_new_tokens + 1, beams)
-        for block, layer in zip(self.decoder.blocks, cache.layers):
-            layer.cross_attn.append(*block.cross_attn.project_kv(memory.hidden, k_pos))
-        mask = memory.mask
-        cross_mask = additive_mask(mask[:, None, None, :], None, memory.hidden.dtype) if mask is not None else None
-        self_bias = None
-        if self.decoder.position_bias is not None:
-            pos = torch.arange(max_new_tokens + 1, device=src_ids.device)
-            self_bias = self.decoder.position_bias(pos, pos)  # (1, H, L, L)
-        offset = None
-        if self.decoder.rope_cross == "prepended":
-            lengths = mask.sum(-1) if mask is not None else torch.full((B,), S, device=src_ids.device)
-            offset = lengths.repeat_interleave(beams)[:, None]  # (B*N, 1)
-        return EncoderDecoderState(memory, cache, beams, cross_mask, self_bias, offset)
+        state.set_memory(
+            [block.cross_attn.project_kv(memory.hidden, k_pos) for block in self.decoder.blocks], memory.mask
+        )
+        state.bias = self.decoder.position_bias  # T5's relative bias, or None
+        if self.decoder.rope_cross == "prepended":  # decoder positions continue after each example's source
+            lengths = memory.mask.sum(-1) if memory.mask is not None else torch.full((B,), S, device=src_ids.device)
+            state.source_lengths = lengths.repeat_interleave(beams)  # (B*N,)
+        return state
 
     steps_last_only = True  # step(..., last_only=True): the vocabulary product on the last position only
+    continuous_batching = True  # its DecodeState's rows may join and leave a running batch (encdec.serving)
 
     @torch.no_grad()
-    def step(self, tgt_ids: torch.Tensor, state: EncoderDecoderState, last_only: bool = False) -> torch.Tensor:
-        """tgt_ids (B*N, t), the next t positions of every row -> logits (B*N, t, V), or (B*N, 1, V) of the
-        last position with last_only (a decoder prefix's: the others are never sampled from)."""
+    def step(self, tgt_ids: torch.Tensor, state: DecodeState, last_only: bool = False) -> torch.Tensor:
+        """tgt_ids (R, t), the next t positions of every row -> logits (R, t, V), or (R, 1, V) of the last
+        position with last_only (a decoder prefix's: the others are never sampled from)."""
         T = tgt_ids.shape[1]
-        offset = state.cache.offset
-        pos = torch.arange(offset, offset + T, device=tgt_ids.device)  # (t,)
-        x = self.decoder.embed_tokens(tgt_ids, pos)
-        if T > 1 or (state.self_bias is not None and offset + T > state.self_bias.shape[-1]):
-            self_inputs = self.decoder._self_inputs(pos, offset, x.dtype)
-        else:  # one new position sees every cached key: no causal mask, the bias is a slice
-            bias = state.self_bias[:, :, offset : offset + 1, : offset + 1] if state.self_bias is not None else None
-            self_inputs = AttentionInputs(mask=bias, q_pos=pos, k_pos=pos)
-        q_pos = pos if state.prepended_offset is None else state.prepended_offset + pos  # (t,) or (B*N, t)
-        cross_inputs = AttentionInputs(mask=state.cross_mask, q_pos=q_pos, query_groups=state.beams)
-        hidden, _ = self.decoder.run_blocks(x, state.memory.hidden, self_inputs, cross_inputs, state.cache)
-        return self.head(hidden[:, -1:] if last_only else hidden)
+        state.ensure(T)
+        logits = self.step_logits(tgt_ids, state, last_only)
+        state.advance(T)
+        return logits
 
-    def fixed_steps(self, rows: int, examples: int, length: int, source: int, like: torch.Tensor) -> FixedSteps:
-        """Buffers for decoding steps whose shapes never change (generate's compile=True): `rows` rows of
-        `examples` examples, `length` positions, `source` source positions, in `like`'s dtype and device."""
-        return FixedSteps(self, rows, examples, length, source, like)
+    def step_logits(self, tgt_ids: torch.Tensor, state: DecodeState, last_only: bool = False) -> torch.Tensor:
+        """`step` without moving the state on: what a fixed-shape (compiled, CUDA-graphed) step runs, the
+        state's position advanced apart (encdec.generation.compiled)."""
+        hidden = self.decoder.step(tgt_ids, state)
+        return self.head(hidden[:, -1:] if last_only else hidden)
 
     def forward(
         self,
@@ -367,7 +329,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         positions of its examples, (B, S) and (B, T) (see encdec.modules.Packing)."""
         packing = packing_of(src_segments, tgt_segments, src_positions, tgt_positions)
         memory = self.encode(src_ids, src_mask, packing)
-        logits, decoder_router_logits = self.decode(tgt_ids, memory, packing=packing)
+        logits, decoder_router_logits = self.decode(tgt_ids, memory, packing)
         return with_loss(logits, moe_losses(memory.router_logits, decoder_router_logits), labels, self.config)
 
 

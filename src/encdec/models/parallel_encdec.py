@@ -27,19 +27,17 @@ from torch import nn
 from encdec.errors import ConfigError
 from encdec.models.causal_lm import (
     LM_UNUSED,
-    LMState,
     ResearchLM,
     StackOutput,
     build_causal_block,
     build_cross_block,
     build_rotaries,
     check_lm_config,
-    new_kv_caches,
 )
 from encdec.models.components import build_lm_head
 from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.research_losses import build_embedding_loss
-from encdec.modules import AttentionInputs, DecoderCache, KVCache, LayerCache
+from encdec.modules import AttentionInputs, DecodeState, LayerCache, StepCache
 
 
 class ParallelLayer(nn.Module):
@@ -57,7 +55,7 @@ class ParallelLayer(nn.Module):
         enc: torch.Tensor,
         dec: torch.Tensor,
         inputs: AttentionInputs,
-        encoder_cache: KVCache | None = None,
+        encoder_cache: StepCache | None = None,
         decoder_cache: LayerCache | None = None,
     ):
         """enc, dec (B, T, C) -> updated enc, dec (B, T, C), and the router logits of each block (or None)."""
@@ -94,18 +92,20 @@ class ParallelEncoderDecoder(ResearchLM, nn.Module):
         self.encoder_loss = build_embedding_loss(cfg)
         self.lm_head = build_lm_head(cfg)
 
-    def run(self, ids: torch.Tensor, offset: int = 0, state: LMState | None = None) -> StackOutput:
-        """ids (B, T) at positions offset..offset+T-1 -> StackOutput; a state's caches are extended."""
-        pad = state.pad if state is not None else None  # left padding of a prompted batch
-        columns = self.embed_columns(ids, offset, pad)
+    def run(self, ids: torch.Tensor, state: DecodeState | None = None) -> StackOutput:
+        """ids (B, T), the whole window or each row's next T columns of `state` -> StackOutput; the state's
+        caches take the new columns' keys."""
+        columns = self.embed_columns(ids, state)
         dec = self.decoder_input(columns.embeddings, columns.positions)
-        caches = state.caches if state is not None else None  # encoder KVCaches, then the DecoderCache
+        caches = state.caches if state is not None else None  # the encoder layers', then (self, cross) per decoder
+        n = len(self.layers)
         enc, encoder_logits, decoder_logits = columns.embeddings, [], []  # router logits of MoE layers, per side
         for i, layer in enumerate(self.layers):
             encoder_cache = decoder_cache = None
             if caches is not None:
                 encoder_cache = caches[i]
-                decoder_cache = caches[-1].layers[i - self.decoder_start] if i >= self.decoder_start else None
+                j = i - self.decoder_start
+                decoder_cache = LayerCache(caches[n + 2 * j], caches[n + 2 * j + 1]) if j >= 0 else None
             enc, dec, enc_logits, dec_logits = layer(enc, dec, columns.attention, encoder_cache, decoder_cache)
             if enc_logits is not None:
                 encoder_logits.append(enc_logits)
@@ -115,6 +115,5 @@ class ParallelEncoderDecoder(ResearchLM, nn.Module):
             self.output_hidden(dec, columns.positions), columns.embeddings, enc, encoder_logits, decoder_logits
         )
 
-    def new_state(self, max_len: int) -> LMState:
-        decoder_cache = DecoderCache(len(self.layers) - self.decoder_start, max_len, growing_cross=True)
-        return LMState([*new_kv_caches(len(self.layers), max_len), decoder_cache])
+    def new_caches(self, state: DecodeState) -> None:
+        state.new_caches(len(self.layers) + 2 * (len(self.layers) - self.decoder_start))

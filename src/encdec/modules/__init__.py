@@ -2,9 +2,10 @@
 
 from encdec.modules.attention import Attention, additive_mask, causal_mask
 from encdec.modules.blocks import AttentionInputs, DecoderBlock, EncoderBlock
+from encdec.modules.decode_state import DecodeState, StepCache
 from encdec.modules.dropout import Dropout, dropout
 from encdec.modules.feed_forward import FeedForward
-from encdec.modules.kv_cache import DecoderCache, KVCache, LayerCache, StaticKVCache
+from encdec.modules.kv_cache import LayerCache, StaticKVCache
 from encdec.modules.masks import Packing, as_bool_mask
 from encdec.modules.moe import MoE, load_balance_loss, router_z_loss
 from encdec.modules.norms import RMSNorm, build_norm
@@ -21,12 +22,11 @@ from encdec.modules.vocab_projection import lm_head
 __all__ = [
     "Attention",
     "AttentionInputs",
+    "DecodeState",
     "DecoderBlock",
-    "DecoderCache",
     "Dropout",
     "EncoderBlock",
     "FeedForward",
-    "KVCache",
     "LayerCache",
     "LearnedPositions",
     "MoE",
@@ -36,6 +36,7 @@ __all__ = [
     "RotaryEmbedding",
     "SinusoidalPositions",
     "StaticKVCache",
+    "StepCache",
     "additive_mask",
     "as_bool_mask",
     "build_norm",

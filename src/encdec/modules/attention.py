@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from encdec.modules.decoding_linear import decoding_linear
 from encdec.modules.dropout import dropout
-from encdec.modules.kv_cache import KVCache, StaticKVCache
+from encdec.modules.kv_cache import StaticKVCache
 from encdec.modules.positions import RotaryEmbedding
 
 # CPU training keeps three (B, H, T, S) float tensors an attention for its backward (the softmax, the
@@ -80,7 +80,7 @@ class Attention(nn.Module):
         is_causal: bool = False,
         q_pos: torch.Tensor | None = None,
         k_pos: torch.Tensor | None = None,
-        cache: KVCache | StaticKVCache | None = None,
+        cache=None,
         query_groups: int = 1,
     ) -> torch.Tensor:
         """Attend from x (B, T, C) to `source` (B, S, C_src), or to x itself when None.
@@ -90,7 +90,8 @@ class Attention(nn.Module):
             any additive position bias. `is_causal` is the mask-free causal fast path
             (T == S, no cache).
         q_pos, k_pos: positions for RoPE, (T,) / (S,) or per example (B, T) / (B, S).
-        cache: appended to (growing) or filled once and reused (static, frozen).
+        cache: appended to (a StepCache: the keys a step reads come back) or filled once and reused (a
+            frozen StaticKVCache).
         query_groups: G > 1 when each G consecutive rows of x share one row of keys (the
             beams of one example over its encoder output): their queries are folded into
             the query length, so shared keys are neither copied nor reordered.

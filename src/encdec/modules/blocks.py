@@ -18,7 +18,7 @@ from torch import nn
 from encdec.modules.attention import Attention
 from encdec.modules.dropout import Dropout
 from encdec.modules.fp16 import clamp_fp16
-from encdec.modules.kv_cache import KVCache, LayerCache
+from encdec.modules.kv_cache import LayerCache
 
 
 @dataclass
@@ -69,7 +69,7 @@ class EncoderBlock(nn.Module):
         self.pre_norm = pre_norm
 
     def forward(
-        self, x: torch.Tensor, self_inputs: AttentionInputs, cache: KVCache | None = None
+        self, x: torch.Tensor, self_inputs: AttentionInputs, cache=None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, S, C) -> (B, S, C), router logits or None. A cache serves causal (decoder-only) stacks."""
         attend = _attend(self.self_attn, self_inputs, cache=cache)

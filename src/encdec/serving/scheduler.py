@@ -9,15 +9,16 @@ A request's search is encdec's own: beam search (its own scoring and stopping) i
 the request's thread against `RowModel`, a stand-in model whose `start` and `step` hand their work to
 the scheduler and wait; greedy and sampling (its own seeded generator) are `generate`'s SampleSearch,
 which the scheduler advances itself after each step (the greedy rows of all requests chosen by one
-argmax). The scheduler owns the running batch (serving.slots): at a step boundary it encodes the
-requests waiting (one packed encoder pass, once JOIN_BATCH wait or the oldest has waited JOIN_STEPS
-steps), waits until every running request has asked for its next step, and runs one decoder step
-over all their rows. So a request's tokens are those of `generate` on its input alone, whatever else
+argmax). The scheduler owns the running batch, a `DecodeState` of rows that join and leave
+(encdec.modules.decode_state): at a step boundary it starts the requests waiting (one `model.start`
+for all of them, once JOIN_BATCH wait or the oldest has waited JOIN_STEPS steps) and joins their
+rows to the batch, waits until every running request has asked for its next step, and runs one
+`model.step` over all their rows, each at its own position. So a request's tokens are those of `generate` on its input alone, whatever else
 is in flight: the same code chooses them, from logits computed the same way (a row's keys beyond its
 own length are masked; batched arithmetic may round differently in the last bit, as any batch does).
 A short request finishes and frees its rows while a long one runs on; a beam request holds its
-beams' rows. Models other than the canonical EncoderDecoder (the research families, the RNN)
-generate one request at a time.
+beams' rows. Every family whose `start` makes a DecodeState (`continuous_batching`) is batched so;
+the others (the RNN) generate one request at a time.
 
 A request whose client is gone (its `gone` event set, then `wake()`) stops at the next step boundary,
 wherever it is: waiting to join (it leaves the queue), running (its rows leave, its thread's wait
@@ -45,14 +46,13 @@ import torch
 
 from encdec.generation.generate import generate, prepare, resolve_config
 from encdec.generation.search import SampleSearch, argmax
-from encdec.models.encoder_decoder import EncoderDecoder
-from encdec.serving.slots import SlotBatch
+from encdec.modules import DecodeState
 
 log = logging.getLogger(__name__)
 
 JOIN_BATCH = 16  # waiting requests that join together beside running rows ...
 JOIN_STEPS = 4  # ... or once the oldest has waited this many decoder steps
-SOURCE_BUCKET = 16  # the joining sources, packed in one row, are padded to a multiple of this many tokens
+SOURCE_BUCKET = 16  # the joining sources are padded to a multiple of this many tokens (few distinct shapes)
 
 
 class Abandoned(Exception):
@@ -238,15 +238,16 @@ class Scheduler:
 
     @property
     def running_rows(self) -> int:
-        return self.slots.used if self.slots is not None else self.serving_one
+        return self.batch.rows if self.batch is not None else self.serving_one
 
     # -- the scheduler thread --------------------------------------------------------------------------
 
     def _loop(self, model: torch.nn.Module | Callable[[], torch.nn.Module], loaded: Future) -> None:
         try:
             self.model = model if isinstance(model, torch.nn.Module) else model()
-            self.batched = isinstance(self.model, EncoderDecoder)
-            self.slots = SlotBatch(self.model) if self.batched else None
+            self.batched = getattr(self.model, "continuous_batching", False)
+            like = next(self.model.parameters())
+            self.batch = DecodeState.batch(like.device, like.dtype) if self.batched else None
         except BaseException as error:  # the loader's refusal, raised in the thread that made the scheduler
             loaded.set_exception(error)
             return
@@ -340,7 +341,7 @@ class Scheduler:
         they may join (_may_join)."""
         if not self._may_join():
             return []
-        joining, rows = [], self.slots.used
+        joining, rows = [], self.batch.rows
         while self.starts and (rows == 0 or rows + self.starts[0][3] <= self.max_rows):
             job = self.starts.popleft()
             joining.append(job)
@@ -352,17 +353,27 @@ class Scheduler:
         rows = [r for w in leaving for r in w.rows]
         if not rows:
             return
-        moved = self.slots.remove(rows)
+        moved = self.batch.remove(rows)
         for work in self.running:
             work.rows = [moved.get(r, r) for r in work.rows]
 
     def _join(self, joining: list) -> None:
-        """Encode the joining requests in one packed pass (serving.slots) and give them rows."""
+        """Start the joining requests together (one `model.start`: one encoder pass, or one prefill) and join
+        their rows to the running batch."""
         if not joining:
             return
         sources = [src[0] if mask is None else src[0][mask[0].bool()] for _, src, mask, *_ in joining]
-        copies = [job[3] for job in joining]
-        placed = self.slots.add(sources, copies, max(job[4] for job in joining), SOURCE_BUCKET)
+        width = -(-max(len(source) for source in sources) // SOURCE_BUCKET) * SOURCE_BUCKET
+        src_ids = torch.full(
+            (len(sources), width), self.model.config.pad_id, dtype=torch.long, device=self.batch.device
+        )
+        src_mask = torch.zeros(len(sources), width, dtype=torch.bool, device=self.batch.device)
+        left = getattr(self.model, "pads_left", False)  # a causal LM's prompts end where generation starts
+        for i, source in enumerate(sources):
+            at = slice(width - len(source), width) if left else slice(0, len(source))
+            src_ids[i, at], src_mask[i, at] = source.to(self.batch.device), True
+        started = self.model.start(src_ids, src_mask, max(job[4] for job in joining) - 1)
+        placed = self.batch.join(started, [job[3] for job in joining])
         for (work, *_, future), rows in zip(joining, placed):
             work.rows = list(rows)
             self.running.append(work)
@@ -374,13 +385,13 @@ class Scheduler:
         """One decoder step of every running row; each request gets its rows' logits."""
         for work, *_ in steps:
             if work.order is not None:
-                self.slots.reorder(work.rows, work.order)
+                self.batch.reorder_rows(work.rows, work.order)
                 work.order = None
-        n, device = self.slots.used, self.slots.device
+        n, device = self.batch.rows, self.batch.device
         order = torch.tensor([row for work, *_ in steps for row in work.rows], device=device)  # one index for all
         tokens = torch.empty(n, dtype=torch.long, device=device)
         tokens[order] = torch.cat([chosen.to(device) for _, chosen, _ in steps])
-        logits = self.slots.step(tokens)
+        logits = self.model.step(tokens[:, None], self.batch)[:, -1].float()
         self.steps += 1
         self.tokens += n
         mine = logits.index_select(0, order).split([len(work.rows) for work, *_ in steps])
