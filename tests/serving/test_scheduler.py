@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import encdec
+from encdec.generation import STRATEGIES, GenerationConfig, strategy_for
 from encdec.generation.generate import generate
 from encdec.serving.scheduler import Scheduler
 
@@ -176,3 +177,45 @@ def test_the_scheduler_thread_loads_the_model_it_serves_and_a_failed_load_is_rai
 
     with pytest.raises(encdec.errors.ConfigError, match="no model here"):
         Scheduler(refuse)
+
+
+SEARCHES = {  # a config that selects each entry of generation's strategy table
+    "greedy": {},
+    "sampling": {"do_sample": True, "seed": 3, "top_k": 20},
+    "beam search": {"num_beams": 3, "num_return_sequences": 2},
+    "diverse beam search": {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 0.5},
+}
+
+
+def test_every_search_of_the_strategy_table_is_served_as_generate_runs_it():
+    """The scheduler asks generation which search a request runs (generation.strategies): each entry of the
+    table, served, gives generate's tokens on that input alone."""
+    assert set(SEARCHES) == {strategy.name for strategy in STRATEGIES}
+    model = model_of("t5-tiny")
+    scheduler = Scheduler(model)
+    source = torch.randint(2, 300, (1, 9), generator=torch.Generator().manual_seed(5))
+    try:
+        for name, options in SEARCHES.items():
+            options = {"max_new_tokens": 8, **options}
+            assert strategy_for(GenerationConfig.from_options(None, **options)).name == name
+            assert torch.equal(scheduler.run(source, None, dict(options)), generate(model, source, None, **options)), (
+                name
+            )
+    finally:
+        scheduler.stop(timeout=30)
+
+
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        ({"decoder_input_ids": torch.tensor([[0, 5, 6]])}, "a decoder prefix"),
+        ({"compile": True}, "compile is not served"),
+    ],
+)
+def test_what_the_server_cannot_step_is_refused_in_one_sentence(options, says):
+    scheduler = Scheduler(model_of("t5-tiny"))
+    try:
+        with pytest.raises(encdec.errors.ConfigError, match=says):
+            scheduler.run(torch.randint(2, 300, (1, 5)), None, {"max_new_tokens": 4, **options})
+    finally:
+        scheduler.stop(timeout=30)

@@ -14,17 +14,22 @@ from encdec.generation.beam_search import beam_search
 from encdec.generation.config import GenerationConfig
 from encdec.generation.generate import generate
 from encdec.generation.group_beam_search import group_beam_search
-from encdec.generation.interface import DecodeState, Steppable
+from encdec.generation.interface import SearchState, Steppable
 from encdec.generation.outputs import GenerateOutput
 from encdec.generation.search import sample_search
+from encdec.generation.strategies import STRATEGIES, strategy_for
+from encdec.modules import DecodeState
 
 __all__ = [
     "DecodeState",
     "GenerateOutput",
     "GenerationConfig",
+    "STRATEGIES",
+    "SearchState",
     "Steppable",
     "beam_search",
     "generate",
     "group_beam_search",
     "sample_search",
+    "strategy_for",
 ]

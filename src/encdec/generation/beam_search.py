@@ -22,7 +22,7 @@ token and any prefix), L maximal length (prompt included), V vocabulary.
 import torch
 
 from encdec.generation.config import GenerationConfig
-from encdec.generation.interface import DecodeState, Steppable, model_device, prompt_logits
+from encdec.generation.interface import SearchState, Steppable, model_device, prompt_logits
 from encdec.generation.logits_processors import apply_all, build_processors
 from encdec.generation.outputs import GenerateOutput
 from encdec.generation.search import StopTest, sync_interval
@@ -39,7 +39,7 @@ def gather_beams(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def beam_search(
     model: Steppable,
-    state: DecodeState,
+    state: SearchState,
     prompt: torch.Tensor,
     cfg: GenerationConfig,
     device: torch.device | None = None,

@@ -16,15 +16,13 @@ import torch
 from torch import nn
 
 from encdec.errors import ConfigError, DataError
-from encdec.generation.beam_search import beam_search
 from encdec.generation.compiled import fixed_shape_stepper
 from encdec.generation.config import GenerationConfig
-from encdec.generation.group_beam_search import group_beam_search
 from encdec.generation.interface import Steppable, model_device
 from encdec.generation.memory import check_generation_fits
 from encdec.generation.outputs import GenerateOutput
-from encdec.generation.search import sample_search
 from encdec.generation.stop_strings import stop_strings_for
+from encdec.generation.strategies import strategy_for
 from encdec.modules import as_bool_mask
 
 log = logging.getLogger(__name__)
@@ -60,14 +58,7 @@ def generate(
     try:
         with torch.inference_mode():
             state = stepper.start(job.src_ids, job.src_mask, cfg.max_new_tokens + job.prompt.shape[1] - 1, job.rows)
-            if cfg.num_beam_groups > 1:
-                out = group_beam_search(stepper, state, job.prompt, cfg, job.device)
-            elif cfg.num_beams > 1:
-                out = beam_search(stepper, state, job.prompt, cfg, job.device, job.stop)
-            else:
-                out = sample_search(
-                    stepper, state, job.prompt.repeat_interleave(job.rows, dim=0), cfg, job.device, job.stop
-                )
+            out = strategy_for(cfg).run(stepper, state, job)
     finally:
         if was_training:
             model.train()

@@ -26,7 +26,7 @@ import torch
 
 from encdec.generation.beam_search import NEG, gather_beams
 from encdec.generation.config import GenerationConfig
-from encdec.generation.interface import DecodeState, Steppable, model_device, prompt_logits
+from encdec.generation.interface import SearchState, Steppable, model_device, prompt_logits
 from encdec.generation.logits_processors import apply_all, build_processors
 from encdec.generation.outputs import GenerateOutput
 
@@ -61,7 +61,7 @@ class Hypotheses:
 
 def group_beam_search(
     model: Steppable,
-    state: DecodeState,
+    state: SearchState,
     prompt: torch.Tensor,
     cfg: GenerationConfig,
     device: torch.device | None = None,

@@ -29,8 +29,9 @@ from torch import nn
 
 
 @runtime_checkable
-class DecodeState(Protocol):
-    """Whatever a family carries between steps: caches, encoder output, masks."""
+class SearchState(Protocol):
+    """What a search needs of the state a family carries between steps (caches, encoder output, masks):
+    its reorder. Every attention family's is encdec.modules.DecodeState; the RNN keeps a recurrent state."""
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows `index` (B*N,) in that order; beam search calls it after every step.
@@ -48,14 +49,14 @@ class Steppable(Protocol):
 
     def start(
         self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, max_new_tokens: int, beams: int = 1
-    ) -> DecodeState:
+    ) -> SearchState:
         """src_ids (B, S), src_mask (B, S) bool, True at real tokens -> a state for B*N rows."""
 
-    def step(self, tgt_ids: torch.Tensor, state: DecodeState) -> torch.Tensor:
+    def step(self, tgt_ids: torch.Tensor, state: SearchState) -> torch.Tensor:
         """tgt_ids (B*N, t), the next t target positions of every row -> logits (B*N, t, V)."""
 
 
-def prompt_logits(model: Steppable, prompt: torch.Tensor, state: DecodeState) -> torch.Tensor:
+def prompt_logits(model: Steppable, prompt: torch.Tensor, state: SearchState) -> torch.Tensor:
     """prompt (R, P) -> the logits (R, V) of its last position, the first a search samples from.
 
     A model whose `step` takes `last_only` (it says so with `steps_last_only = True`) multiplies

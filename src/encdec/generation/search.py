@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 
 from encdec.generation.config import GenerationConfig
-from encdec.generation.interface import DecodeState, Steppable, model_device, prompt_logits
+from encdec.generation.interface import SearchState, Steppable, model_device, prompt_logits
 from encdec.generation.logits_processors import apply_all, build_processors
 from encdec.generation.outputs import GenerateOutput
 
@@ -125,7 +125,7 @@ class SampleSearch:
 
 def sample_search(
     model: Steppable,
-    state: DecodeState,
+    state: SearchState,
     prompt: torch.Tensor,
     cfg: GenerationConfig,
     device: torch.device | None = None,

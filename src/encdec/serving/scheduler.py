@@ -5,17 +5,20 @@
                                          <- logits  --   (each request's rows, at their own positions)
     scheduler:       new requests join at a step boundary; a finished request's rows leave at once
 
-A request's search is encdec's own: beam search (its own scoring and stopping) is `generate` run in
-the request's thread against `RowModel`, a stand-in model whose `start` and `step` hand their work to
-the scheduler and wait; greedy and sampling (its own seeded generator) are `generate`'s SampleSearch,
-which the scheduler advances itself after each step (the greedy rows of all requests chosen by one
-argmax). The scheduler owns the running batch, a `DecodeState` of rows that join and leave
+A request's search is encdec's own, the one `generate` would choose (generation.strategies): beam
+searches (their own scoring and stopping) are `generate` run in the request's thread against
+`RowModel`, a stand-in model whose `start` and `step` hand their work to the scheduler and wait;
+greedy and sampling (its own seeded generator) are `generate`'s SampleSearch, which the scheduler
+advances itself after each step (the greedy rows of all requests chosen by one argmax). The
+scheduler owns the running batch, a `DecodeState` of rows that join and leave
 (encdec.modules.decode_state): at a step boundary it starts the requests waiting (one `model.start`
 for all of them, once JOIN_BATCH wait or the oldest has waited JOIN_STEPS steps) and joins their
 rows to the batch, waits until every running request has asked for its next step, and runs one
-`model.step` over all their rows, each at its own position. So a request's tokens are those of `generate` on its input alone, whatever else
-is in flight: the same code chooses them, from logits computed the same way (a row's keys beyond its
-own length are masked; batched arithmetic may round differently in the last bit, as any batch does).
+`model.step` over all their rows, each at its own position. So a request's tokens are those of
+`generate` on its input alone, whatever else is in flight: the same code chooses them, from logits
+computed the same way (a row's keys beyond its own length are masked; batched arithmetic may round
+differently in the last bit, as any batch does). A decoder prefix and compile are refused in one
+sentence: the server steps one position a row, eagerly.
 A short request finishes and frees its rows while a long one runs on; a beam request holds its
 beams' rows. Every family whose `start` makes a DecodeState (`continuous_batching`) is batched so;
 the others (the RNN) generate one request at a time.
@@ -44,8 +47,10 @@ from typing import Any
 
 import torch
 
+from encdec.errors import ConfigError
 from encdec.generation.generate import generate, prepare, resolve_config
 from encdec.generation.search import SampleSearch, argmax
+from encdec.generation.strategies import strategy_for
 from encdec.modules import DecodeState
 
 log = logging.getLogger(__name__)
@@ -174,13 +179,18 @@ class Scheduler:
             return self.exclusive(lambda: self._one(src_ids, src_mask, options, gone))
         work = Work(gone=gone)
         job = prepare(RowModel(self, work), src_ids, src_mask, **options)  # checked here, in the request's thread
-        if job.cfg.num_beams > 1 or job.prompt.shape[1] > 1 or job.cfg.compile:
-            try:  # beam search: the request's thread runs it, each step handed to the scheduler
+        if job.prompt.shape[1] > 1:
+            raise ConfigError("a decoder prefix (decoder_input_ids) is not served: the server steps one position a row")
+        if job.cfg.compile:
+            raise ConfigError("compile is not served: the server's steps are batched over rows of changing shapes")
+        strategy = strategy_for(job.cfg)  # generate's own choice of search (generation.strategies)
+        if not strategy.stepwise:
+            try:  # beam searches: the request's thread runs them, each step handed to the scheduler
                 return generate(RowModel(self, work), src_ids, src_mask, **options)
             finally:
                 self.finish(work)
         # greedy and sampling: the scheduler runs the search itself, between two steps, no thread woken per step
-        work.search = SampleSearch(job.prompt.repeat_interleave(job.rows, 0), job.cfg, job.device, job.stop)
+        work.search = strategy.search(job)
         work.answer = Future()
         self.submit_start(work, job.src_ids, job.src_mask, job.rows, job.cfg.max_new_tokens + 1, Future())
         out = work.answer.result()
