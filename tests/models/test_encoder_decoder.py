@@ -134,3 +134,21 @@ def test_rot5_mini_has_the_seeds_46_8m_parameters():
 def test_parameter_count_without_positions_drops_learned_tables_only():
     model = build_model(preset("transformer-tiny", position="learned", vocab_size=V, max_positions=64))
     assert count_parameters(model) - count_parameters(model, exclude_positions=True) == 2 * 64 * 64
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_packed_start_decodes_as_a_padded_one(name, device):
+    """start(packed=True) encodes the sources end to end in one row: the steps after it give the padded
+    start's logits (left-padded sources too, whose real tokens move first)."""
+    model = tiny(name).to(device)
+    src, mask, tgt = batch(device=device)
+    left = torch.stack([torch.cat((row[~m], row[m])) for row, m in zip(src, mask)])
+    left_mask = torch.stack([torch.cat((m[~m], m[m])) for m in mask])
+    padded = model.start(src, mask, max_new_tokens=4)
+    for ids, m in ((src, mask), (left, left_mask)):
+        packed = model.start(ids, m, max_new_tokens=4, packed=True)
+        for t in range(3):
+            torch.testing.assert_close(
+                model.step(tgt[:, t : t + 1], packed), model.step(tgt[:, t : t + 1], padded), atol=1e-5, rtol=1e-5
+            )
+        padded = model.start(src, mask, max_new_tokens=4)

@@ -268,17 +268,25 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         logits = lm_head(hidden, self.embed, self.lm_head)
         return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
+    packs_sources = True  # start(..., packed=True): the sources encoded end to end in one row
+
     @torch.no_grad()
     def start(
-        self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, max_new_tokens: int, beams: int = 1
+        self,
+        src_ids: torch.Tensor,
+        src_mask: torch.Tensor | None,
+        max_new_tokens: int,
+        beams: int = 1,
+        packed: bool = False,
     ) -> DecodeState:
         """Encode once and prepare decoding of up to `max_new_tokens` positions for `beams` rows per example.
 
         src_ids (B, S), src_mask (B, S) as encode() takes it. Cross-attention keys and values are computed
-        here, once, from the unexpanded encoder output: the beams of an example share them.
+        here, once, from the unexpanded encoder output: the beams of an example share them. With `packed`,
+        the sources' real tokens are encoded end to end in one row (`encode_packed`), no padding computed.
         """
         check_lengths(self.config, src_ids.shape[1], max_new_tokens)
-        memory = self.encode(src_ids, src_mask)
+        memory = self.encode_packed(src_ids, src_mask) if packed else self.encode(src_ids, src_mask)
         B, S, _ = memory.hidden.shape
         state = DecodeState(B * beams, max_new_tokens + 1, src_ids.device, memory.hidden.dtype)
         attention = self.decoder.blocks[0].self_attn
@@ -292,6 +300,34 @@ class EncoderDecoder(GenerationMixin, nn.Module):
             lengths = memory.mask.sum(-1) if memory.mask is not None else torch.full((B,), S, device=src_ids.device)
             state.source_lengths = lengths.repeat_interleave(beams)  # (B*N,)
         return state
+
+    @torch.no_grad()
+    def encode_packed(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, bucket: int = 16) -> EncoderOutput:
+        """The encoder output of src_ids (B, S) (real tokens: src_mask, as encode() takes it) computed in one
+        packed row: the sources lie end to end, each attending within itself at positions counted from its
+        start (the encoder's packed path, as training's objective.pack uses it), so four sources of 14 tokens
+        cost 56 token rows, not the 4 x 32 of a padded batch; the row is padded to a multiple of `bucket`
+        tokens so that few distinct shapes reach the kernels. Returned in the padded (B, S, C) layout,
+        padding positions holding a copy of their row's last real one (masked)."""
+        mask = as_bool_mask(src_mask) if src_mask is not None else torch.ones_like(src_ids, dtype=torch.bool)
+        device, (B, S) = src_ids.device, src_ids.shape
+        lengths = mask.sum(-1)  # (B,)
+        total = int(lengths.sum())
+        width = -(-total // bucket) * bucket
+        ids = torch.full((1, width), self.config.pad_id, dtype=torch.long, device=device)
+        ids[0, :total] = src_ids[mask]  # each row's real tokens, in order (left or right padding alike)
+        example = torch.repeat_interleave(torch.arange(B, device=device), lengths)  # (total,) each token's row
+        starts = torch.cumsum(lengths, 0) - lengths  # (B,)
+        positions = torch.zeros(1, width, dtype=torch.long, device=device)
+        positions[0, :total] = torch.arange(total, device=device) - starts[example]
+        segments = torch.zeros(1, width, dtype=torch.long, device=device)
+        segments[0, :total] = example + 1
+        nothing = segments.new_zeros(1, 0)
+        packed = self.encoder(ids, None, Packing(segments, nothing, positions, nothing)).hidden[0]  # (width, C)
+        k = torch.arange(S, device=device)
+        at = starts[:, None] + torch.minimum(k[None, :], (lengths[:, None] - 1).clamp(min=0))  # (B, S)
+        real = k[None, :] < lengths[:, None]  # (B, S): real tokens first, in the padded layout
+        return EncoderOutput(packed[at], real, [])
 
     steps_last_only = True  # step(..., last_only=True): the vocabulary product on the last position only
     continuous_batching = True  # its DecodeState's rows may join and leave a running batch (encdec.serving)

@@ -382,7 +382,8 @@ class Scheduler:
         for i, source in enumerate(sources):
             at = slice(width - len(source), width) if left else slice(0, len(source))
             src_ids[i, at], src_mask[i, at] = source.to(self.batch.device), True
-        started = self.model.start(src_ids, src_mask, max(job[4] for job in joining) - 1)
+        packed = {"packed": True} if getattr(self.model, "packs_sources", False) else {}  # no padding encoded
+        started = self.model.start(src_ids, src_mask, max(job[4] for job in joining) - 1, **packed)
         placed = self.batch.join(started, [job[3] for job in joining])
         for (work, *_, future), rows in zip(joining, placed):
             work.rows = list(rows)
