@@ -24,7 +24,7 @@ from bad_inputs_kit import STORIES, TINY
 
 from encdec.cli import main
 from encdec.data import reading
-from encdec.data.corpora import read_corpus
+from encdec.data.formats import read_corpus
 from encdec.data.reading import MAX_CORPUS_LINE_BYTES, MAX_INPUT_LINE_BYTES, iter_text_lines, read_input_lines
 from encdec.errors import DataError
 

@@ -227,6 +227,8 @@ def argument_type(annotation: Any, flag: str) -> Callable[[str], Any]:
     listed = typing.get_origin(inner) is list
 
     def parse(text: str) -> Any:
+        if inner is str:  # a name or a separator: "2024" stays text
+            return value_of(annotation, text, flag)
         value = [number(part.strip(), flag) for part in text.split(",")] if listed else number(text, flag)
         return value_of(annotation, value, flag)
 

@@ -14,9 +14,9 @@ from encdec.data.corpora import (
     iter_plain_text,
     iter_tinystories,
     iter_tsv_pairs,
-    read_corpus,
     split_items,
 )
+from encdec.data.formats import read_corpus
 from encdec.errors import DataError
 
 

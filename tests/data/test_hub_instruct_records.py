@@ -7,7 +7,7 @@ import json
 import pytest
 from hub_cache_kit import cache_hub_dataset
 
-from encdec.data.corpora import read_corpus
+from encdec.data.formats import read_corpus
 from encdec.data.hub import (
     TINYSTORIES_INSTRUCT,
     iter_hub_instruct_pairs,

@@ -5,7 +5,7 @@ import gzip
 import pytest
 
 from encdec.cli import main
-from encdec.data.corpora import TEXT_FORMATS, read_corpus
+from encdec.data.formats import TEXT_FORMATS, read_corpus
 from encdec.errors import DataError
 from encdec.runs.config import DataSection, ObjectiveSection, RunConfig
 from encdec.training.data import read_items

@@ -81,7 +81,7 @@ def scitldr_records() -> list[dict]:
 def test_list_valued_fields_are_joined_taken_first_or_paired_each(
     tmp_path, source_list, target_list, separator, expected
 ):
-    from encdec.data.corpora import read_corpus
+    from encdec.data.formats import read_corpus
 
     path = tmp_path / "one.jsonl"
     path.write_text(json.dumps({"src": ["a b.", "c d."], "tgt": ["x", "y z"]}) + "\n")

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Annotated
 
 from encdec.cli.generate import whole_number
+from encdec.cli.options import add_reader_options, flag_of, given_reader_options
 from encdec.cli.output_paths import OutputPath
 from encdec.data.batch import IGNORE_INDEX, Batch
-from encdec.data.corpora import PAIR_FORMATS, TEXT_FORMATS, read_corpus
+from encdec.data.formats import FILE_FORMATS, read_corpus, reader_options
 from encdec.data.objectives import OBJECTIVES, PairTemplate, build_objective
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError
@@ -40,7 +41,7 @@ def add_parser(subparsers) -> None:
     prepare.add_argument(
         "inputs", nargs="+", type=Path, help="corpus files (plain or .gz); 'parallel' takes SOURCE TARGET"
     )
-    prepare.add_argument("--format", required=True, choices=[*TEXT_FORMATS, *PAIR_FORMATS])
+    prepare.add_argument("--format", required=True, choices=FILE_FORMATS)
     prepare.add_argument("--out", required=True, type=OutputPath("--out", Path), help="shard directory to write")
     prepare.add_argument(
         "--tokenizer", required=True, help=f"a kind ({', '.join(KINDS)}) or a saved tokenizer directory"
@@ -66,9 +67,7 @@ def add_parser(subparsers) -> None:
     prepare.add_argument("--no-eos", action="store_true", help="no EOS after each document (yif-AI)")
     prepare.add_argument("--source-template", default="{source}", help='e.g. "{source}\\nSummary:" (ROT5)')
     prepare.add_argument("--target-template", default="{target}")
-    prepare.add_argument("--source-field", default="dialogue", help="jsonl-pairs source field")
-    prepare.add_argument("--target-field", default="summary", help="jsonl-pairs target field")
-    prepare.add_argument("--text-field", default="text", help="jsonl text field")
+    add_reader_options(prepare)
     prepare.add_argument("--dtype", default="auto", choices=["auto", "uint16", "uint32"])
     prepare.add_argument(
         "--workers",
@@ -106,15 +105,7 @@ def add_parser(subparsers) -> None:
     inspect.set_defaults(func=run_inspect)
 
 
-def _reader_options(args: argparse.Namespace) -> dict:
-    if args.format == "jsonl-pairs":
-        return {"source_field": args.source_field, "target_field": args.target_field}
-    if args.format == "jsonl":
-        return {"text_field": args.text_field}
-    return {}
-
-
-def _make_tokenizer(args: argparse.Namespace) -> Tokenizer:
+def _make_tokenizer(args: argparse.Namespace, reading: dict) -> Tokenizer:
     if (Path(args.tokenizer) / MANIFEST_NAME).is_file():
         return load_tokenizer(args.tokenizer)
     if args.tokenizer not in KINDS:
@@ -127,13 +118,14 @@ def _make_tokenizer(args: argparse.Namespace) -> Tokenizer:
     texts = None
     if args.tokenizer in ("bpe", "unigram"):
         options["vocab_size"] = args.vocab_size
-        items = read_corpus(args.format, args.inputs, **_reader_options(args))
+        items = read_corpus(args.format, args.inputs, **reading)
         texts = (text for item in items for text in ((item,) if isinstance(item, str) else item))
     return build_tokenizer(args.tokenizer, args.tokenizer_path, texts=texts, **options)
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    tokenizer = _make_tokenizer(args)
+    options = reader_options(args.format, given_reader_options(args), flag_of)  # refused before any work
+    tokenizer = _make_tokenizer(args, options)
     out = prepare_shards(
         args.out,
         tokenizer,
@@ -146,7 +138,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         template=PairTemplate(args.source_template.replace("\\n", "\n"), args.target_template.replace("\\n", "\n")),
         dtype=args.dtype,
         workers=capped_to_cores(args.workers, "--workers"),
-        reader_options=_reader_options(args),
+        reader_options=options,
     )
     splits = read_shards(out).manifest["splits"]
     for split, fields in splits.items():

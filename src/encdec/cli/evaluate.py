@@ -47,12 +47,13 @@ from encdec.cli.generate import (
     resolve_device,
     whole_number,
 )
+from encdec.cli.options import add_reader_options, given_reader_options
 from encdec.cli.output_paths import OutputPath
-from encdec.data.corpora import LIST_MODES
+from encdec.data.formats import FILE_FORMATS
 from encdec.errors import ConfigError
 from encdec.evaluation.baselines import uniform_loss
 from encdec.evaluation.encoding import TextEncoding, hf_encoding, run_encoding
-from encdec.evaluation.files import FORMATS, OPTION_NAMES, TestFile, infer_format, read_test_file, reader_options
+from encdec.evaluation.files import TestFile, infer_format, read_test_file, reader_options
 from encdec.evaluation.report import perplexity
 from encdec.evaluation.scoring import (
     REPORT_FILES,
@@ -87,20 +88,9 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--data", nargs="+", type=Path, metavar="FILE", help="a test file (two for --format parallel)")
     parser.add_argument(
-        "--format", choices=FORMATS, help="the test file's format (default: the run's, or its extension's)"
+        "--format", choices=FILE_FORMATS, help="the test file's format (default: the run's, or its extension's)"
     )
-    parser.add_argument("--source-field", help="jsonl-pairs: the source's field (default: the run's, or dialogue)")
-    parser.add_argument("--target-field", help="jsonl-pairs: the reference's field (default: the run's, or summary)")
-    parser.add_argument("--text-field", help="jsonl: the text's field (default: the run's, or text)")
-    parser.add_argument(
-        "--source-list", choices=LIST_MODES, help="jsonl-pairs: a list-valued source: join, first, each"
-    )
-    parser.add_argument(
-        "--target-list",
-        choices=LIST_MODES,
-        help="jsonl-pairs: a list-valued reference: join, first, each (several references)",
-    )
-    parser.add_argument("--list-separator", help="jsonl-pairs: what joins a list's items (default: a space)")
+    add_reader_options(parser, default="the run's, or ")
     parser.add_argument(
         "--out", type=OutputPath("--out", Path), help="the report's directory (default: RUN_DIR/eval[/<file name>])"
     )
@@ -206,10 +196,9 @@ def read_data(args: argparse.Namespace, path: Path, kind: str) -> TestFile:
     """The --data file, read in --format, else a run's data.format (a file format, not a `datasets` corpus),
     else its extension's; jsonl options as given, else a run's own where it read the same format."""
     run_data = saved_config(RunDir(path).checkpoint(args.checkpoint)).data if kind == "run" else None
-    fmt = args.format or (run_data.format if run_data and run_data.format in FORMATS else infer_format(args.data))
-    given = {name: getattr(args, name) for name in OPTION_NAMES}
+    fmt = args.format or (run_data.format if run_data and run_data.format in FILE_FORMATS else infer_format(args.data))
     defaults = vars(run_data) if run_data and run_data.format == fmt else None
-    return read_test_file(args.data, fmt, reader_options(fmt, given, defaults))
+    return read_test_file(args.data, fmt, reader_options(fmt, given_reader_options(args), defaults))
 
 
 def report_dir(args: argparse.Namespace, path: Path, kind: str) -> Path:

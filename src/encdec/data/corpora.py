@@ -11,7 +11,8 @@ MAX_DOCUMENT_CHARS, a gzip file checked to its end before it is used.
 Formats: TinyStories (`<|endoftext|>`-separated stories), TinyStoriesInstruct
 records (`Features:` / `Words:` / `Summary:` / `Story:`: their Story -> Summary pairs,
 their stories alone, or the whole records as text), plain text, JSONL (texts or
-pairs), line-aligned parallel files, TSV pairs.
+pairs), line-aligned parallel files, TSV pairs. Which reader a format name means, and the
+options each takes, is the table in formats.py.
 """
 
 from __future__ import annotations
@@ -339,28 +340,3 @@ def split_items(
     for i, (item, where) in enumerate(zip(items, hashes, strict=True)):
         (validation if (where < val_fraction) != (i == crossed) else train).append(item)
     return train, validation
-
-
-def read_corpus(format: str, paths: list[str | Path], **options) -> Iterator[str] | Iterator[tuple[str, str]]:
-    """Dispatch by format name (the CLI's `--format`): documents for LM formats, pairs for the others."""
-    readers: dict[str, Callable] = {
-        "tinystories": iter_tinystories,
-        "text": iter_plain_text,
-        "jsonl": iter_jsonl_texts,
-        "instruct": iter_instruct_pairs,
-        "instruct-text": iter_instruct_stories,  # the stories alone; ROT5 pretrained its mini on whole records
-        "instruct-records": iter_instruct_record_texts,
-        "jsonl-pairs": iter_jsonl_pairs,
-        "tsv": iter_tsv_pairs,
-    }
-    if format == "parallel":
-        if len(paths) != 2:
-            raise DataError(f"format 'parallel' needs two files (source and target), got {len(paths)}")
-        return iter_parallel(paths[0], paths[1])
-    if format not in readers:
-        raise DataError(f"corpus format {short(format)} is unknown; choose one of {', '.join([*readers, 'parallel'])}")
-    return (item for path in paths for item in readers[format](path, **options))
-
-
-PAIR_FORMATS = ("instruct", "jsonl-pairs", "tsv", "parallel")
-TEXT_FORMATS = ("tinystories", "text", "jsonl", "instruct-text", "instruct-records")

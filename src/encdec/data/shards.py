@@ -32,8 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from encdec.data.corpora import PAIR_FORMATS, PairTemplate, is_validation, read_corpus
+from encdec.data.corpora import PairTemplate, is_validation
 from encdec.data.documents import Documents, token_dtype
+from encdec.data.formats import PAIR_FORMATS, read_corpus
 from encdec.data.reading import require_regular_file
 from encdec.errors import ConfigError, DataError
 from encdec.safe_paths import (

@@ -3,23 +3,19 @@
 The format is --format, else a run's own data.format, else the file's extension where it says
 one thing (.tsv: tsv, .txt: text; a .gz after it is looked through; two files: parallel). A
 .jsonl file may hold texts (jsonl) or pairs (jsonl-pairs), so it needs --format. The file is
-read by encdec.data.corpora.read_corpus, as training reads its data: a pair format gives
+read by encdec.data.formats.read_corpus, as training reads its data: a pair format gives
 (source, target) pairs, a text format documents (a text file's blank-line-separated paragraphs).
+Which formats there are and the options each takes is the table encdec.data.formats.FORMATS.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from encdec.data.corpora import PAIR_FORMATS, TEXT_FORMATS, read_corpus
+from encdec.data.formats import FILE_FORMATS, FORMATS, files_of, read_corpus
+from encdec.data.formats import reader_options as format_options
 from encdec.errors import ConfigError
 
-FORMATS = PAIR_FORMATS + TEXT_FORMATS
 EXTENSION_FORMATS = {".tsv": "tsv", ".txt": "text"}
-READER_OPTIONS = {  # format -> the options its reader takes (the config's data section names them alike)
-    "jsonl": ("text_field",),
-    "jsonl-pairs": ("source_field", "target_field", "source_list", "target_list", "list_separator"),
-}
-OPTION_NAMES = tuple(dict.fromkeys(name for names in READER_OPTIONS.values() for name in names))
 
 
 @dataclass
@@ -57,27 +53,26 @@ def infer_format(paths: list[Path]) -> str:
 def reader_options(format: str, given: dict[str, str | None], defaults: dict[str, str] | None = None) -> dict:
     """The reader options of `format`: those `given` (None: not given), else `defaults` (a run's data section
     when it read the same format), else the reader's own. An option the format's reader has no use for is refused."""
-    used = READER_OPTIONS.get(format, ())
-    for name, value in given.items():
-        if value is not None and name not in used:
-            flag = "--" + name.replace("_", "-")
-            takers = " or ".join(f for f, names in READER_OPTIONS.items() if name in names)
-            raise ConfigError(f"{flag} applies to --format {takers}, not {format}")
-    options = {name: defaults[name] for name in used if defaults and name in defaults}
-    return options | {name: value for name, value in given.items() if value is not None}
+    check_format(format)
+    return format_options(format, given, lambda name: "--" + name.replace("_", "-"), defaults)
+
+
+def check_format(format: str) -> None:
+    if format not in FILE_FORMATS:
+        raise ConfigError(f"--format {format} is unknown; choose one of {', '.join(FILE_FORMATS)}")
 
 
 def read_test_file(paths: list[Path], format: str, options: dict) -> TestFile:
     """Every pair or document of the files (one sentence, DataError, for a file that is missing or unreadable)."""
-    if format not in FORMATS:
-        raise ConfigError(f"--format {format} is unknown; choose one of {', '.join(FORMATS)}")
-    if (len(paths) == 2) != (format == "parallel"):
+    check_format(format)
+    files = FORMATS[format].files or 1
+    if len(paths) != files:
         raise ConfigError(
-            f"--format parallel takes two files (source and target), got {len(paths)}"
-            if format == "parallel"
+            f"--format {format} takes {files_of(FORMATS[format])}, got {len(paths)}"
+            if files > 1
             else f"--format {format} takes one file; two files are read as --format parallel"
         )
     items = list(read_corpus(format, paths, **options))
-    if format in PAIR_FORMATS:
+    if FORMATS[format].pairs:
         return TestFile(paths, format, pairs=items)
     return TestFile(paths, format, documents=items)

@@ -27,8 +27,8 @@ from typing import Annotated, Literal
 
 import yaml
 
-from encdec.data.corpora import LIST_MODES, PAIR_FORMATS, TEXT_FORMATS
 from encdec.data.datasets_corpus import SPLIT_SAYS, is_split
+from encdec.data.formats import FORMATS, ReaderOptions, options_set, reader_options
 from encdec.data.objectives import OBJECTIVES
 from encdec.data.objectives.causal_lm import WINDOW_MODES
 from encdec.data.objectives.factory import PACKABLE
@@ -57,7 +57,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
 METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf")
-DATA_FORMATS = (*PAIR_FORMATS, *TEXT_FORMATS, "datasets")
+DATA_FORMATS = tuple(FORMATS)
 NAMES_OR_PATHS = (("training", "init_from"), ("training.distill", "teacher"), ("data", "dataset"))  # or a Hub id
 PATH_KEYS = (("data", "train"), ("data", "validation"), ("tokenizer", "path"), *NAMES_OR_PATHS)  # (section, key)
 DECODER_ONLY_OBJECTIVES = ("causal_lm", "prefix_lm")
@@ -114,7 +114,10 @@ Split = Annotated[str, Satisfies(is_split, SPLIT_SAYS)]
 
 
 @dataclass
-class DataSection:
+class DataSection(ReaderOptions):
+    """A corpus and how it is read: the reader options (text_field, source_field, ...) are ReaderOptions',
+    declared with the format table (encdec.data.formats); one the format does not take is refused."""
+
     format: Literal[DATA_FORMATS] = "tinystories"  # tinystories | text | instruct | jsonl | ... | datasets
     train: list[str] = field(default_factory=list)  # files; parallel: [source, target]
     validation: list[str] = field(default_factory=list)  # empty: split val_fraction off train
@@ -126,14 +129,6 @@ class DataSection:
     validation_split: Split | None = None  # format datasets: None splits val_fraction off train_split
     streaming: bool = False  # read the corpus as training needs it, stream_block items at a time, never all
     stream_block: Annotated[int, Range(1, MAX_STREAM_BLOCK)] = 10_000  # items held, tokenized and shuffled at once
-    source_field: str = "dialogue"
-    target_field: str = "summary"
-    source_list: Literal[LIST_MODES] = "join"  # jsonl-pairs, a field that is a list of strings: join its items,
-    target_list: Literal[LIST_MODES] = "join"  # take the first, or make a pair of each (several references)
-    list_separator: Annotated[
-        str, Satisfies(lambda v: isinstance(v, str) and len(v) <= 16, "a text of at most 16 characters")
-    ] = " "
-    text_field: str = "text"
     max_documents: Positive | None = None  # read at most this many (in memory; the hub streams them)
     shards: str | None = None  # a directory for token shards, prepared once and memory-mapped; None: in memory
     mixture: "list[MixtureMember]" = field(default_factory=list)  # corpora sampled by weight, a batch each
@@ -145,6 +140,7 @@ class DataSection:
         sliced = [s for s in (self.train_split, self.validation_split) if s is not None and "[" in s]
         if self.streaming and sliced:
             raise ConfigError(f"data.streaming reads whole splits (datasets slices no stream); {sliced[0]} slices one")
+        reader_options(self.format, options_set(self), key=lambda name: f"data.{name}")
         check_mixture(self)
 
 

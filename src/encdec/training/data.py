@@ -18,9 +18,10 @@ from itertools import islice
 from pathlib import Path
 from typing import TypeVar
 
-from encdec.data.corpora import PAIR_FORMATS, crossing, is_validation, item_key, read_corpus, split_hash, split_items
+from encdec.data.corpora import crossing, is_validation, item_key, split_hash, split_items
 from encdec.data.datasets_corpus import BUILDERS, dataset_items, open_dataset
 from encdec.data.documents import Documents, token_dtype
+from encdec.data.formats import FORMATS, PAIR_FORMATS, read_corpus
 from encdec.data.hub import (
     INSTRUCT_TEXT_FORMATS,
     iter_hub_instruct_pairs,
@@ -116,7 +117,7 @@ def build_run_data(cfg: RunConfig, run_dir: Path, tokenizer_dir: Path | None = N
 def read_section(cfg: RunConfig, d: DataSection, o: ObjectiveSection, need_items: bool) -> Corpus:
     """The corpus of one data section: its items read, its streams prepared, or its shards' inputs named."""
     pairs = o.kind == "seq2seq"
-    if d.format != "datasets" and (d.format in PAIR_FORMATS) != pairs:
+    if FORMATS[d.format].pairs not in (None, pairs):
         raise ConfigError(
             f"objective {o.kind} does not fit data.format {d.format}: "
             f"seq2seq takes pairs ({', '.join(PAIR_FORMATS)}, datasets), the others take texts"
@@ -258,9 +259,8 @@ def dataset_split(cfg: RunConfig, split: str, streaming: bool = False) -> Iterat
             f"data.dataset {d.dataset} names a dataset; data.train and validation name files for a builder"
         )
     rows = open_dataset(d.dataset, name, files, d.dataset_config, streaming)
-    fields = ("text_field", "source_field", "target_field", "source_list", "target_list", "list_separator")
     where = f"dataset {d.dataset or files[0]} split {name}"
-    return dataset_items(rows, where, cfg.objective.kind == "seq2seq", **{f: getattr(d, f) for f in fields})
+    return dataset_items(rows, where, cfg.objective.kind == "seq2seq", **read_options(cfg))
 
 
 def stream_opener(cfg: RunConfig, split: str) -> Callable[[], Iterator]:
@@ -297,13 +297,8 @@ def stream_opener(cfg: RunConfig, split: str) -> Callable[[], Iterator]:
 
 
 def read_options(cfg: RunConfig) -> dict:
-    d = cfg.data
-    if d.format == "jsonl":
-        return {"text_field": d.text_field}
-    if d.format == "jsonl-pairs":
-        fields = ("source_field", "target_field", "source_list", "target_list", "list_separator")
-        return {name: getattr(d, name) for name in fields}
-    return {}
+    """The reader options data.format takes (encdec.data.formats), as the data section holds them."""
+    return {name: getattr(cfg.data, name) for name in FORMATS[cfg.data.format].options}
 
 
 def read_hub(cfg: RunConfig) -> tuple[list, list]:
