@@ -268,3 +268,20 @@ def test_recomputing_large_scores_in_the_backward_changes_no_value_gradient_or_r
     assert torch.equal(kept[0], recomputed[0])
     assert all(torch.equal(a, b) for a, b in zip(kept[1], recomputed[1]))
     assert torch.equal(kept[2], recomputed[2])  # the recomputation drew nothing from the generator's stream
+
+
+def test_masks_broadcast_without_importing_torch_fx():
+    """additive_mask's shape arithmetic is its own: torch.broadcast_shapes imports torch.fx's symbolic shapes
+    (seconds on a process's first call), which a decoding step must not pay."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from encdec.modules.attention import additive_mask, broadcast_shape\n"
+        "mask = additive_mask(torch.ones(3, 1, 1, 5, dtype=torch.bool), torch.zeros(1, 4, 2, 5), torch.float32)\n"
+        "assert mask.shape == (3, 4, 2, 5) and broadcast_shape((2, 1, 5), (4, 1)) == (2, 4, 5)\n"
+        "print('torch.fx.experimental.symbolic_shapes' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr

@@ -236,8 +236,21 @@ def additive_mask(allowed: torch.Tensor | None, bias: torch.Tensor | None, dtype
     blocked = blocked_value(dtype, allowed.device.type)
     if bias is None:
         return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, blocked)
-    shape = torch.broadcast_shapes(allowed.shape, bias.shape)
+    shape = broadcast_shape(allowed.shape, bias.shape)
     return bias.to(dtype).expand(shape).masked_fill(~allowed, blocked)
+
+
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape `a` and `b` broadcast to, as torch.broadcast_shapes gives it, without its import of torch.fx's
+    symbolic shapes (2.5 s on a process's first call, which decoding paid); a mismatch is torch's error."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    shape = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise RuntimeError(f"shapes {a} and {b} do not broadcast")
+        shape.append(y if x == 1 else x)
+    return tuple(shape)
 
 
 def blocked_value(dtype: torch.dtype, device_type: str) -> float:
