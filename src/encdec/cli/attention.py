@@ -22,7 +22,7 @@ import argparse
 import os
 from pathlib import Path
 
-from encdec.cli.generate import add_device_argument, add_source_length_argument, resolve_device, whole_number
+from encdec.cli.options import add_device_argument, add_source_length_argument, resolve_device, whole_number
 from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
 from encdec.generation.config import MAX_NEW_TOKENS

@@ -16,7 +16,7 @@ that a checkpoint of a run trained with training.ema_decay keeps (ema_step_XXXXX
 import argparse
 from typing import Annotated
 
-from encdec.cli.generate import whole_number
+from encdec.cli.options import whole_number
 from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
 from encdec.runs.average import average_checkpoints, export_ema

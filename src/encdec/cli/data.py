@@ -9,8 +9,7 @@ import textwrap
 from pathlib import Path
 from typing import Annotated
 
-from encdec.cli.generate import whole_number
-from encdec.cli.options import add_reader_options, flag_of, given_reader_options
+from encdec.cli.options import add_reader_options, flag_of, given_reader_options, whole_number
 from encdec.cli.output_paths import OutputPath
 from encdec.data.batch import IGNORE_INDEX, Batch
 from encdec.data.formats import FILE_FORMATS, read_corpus, reader_options

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from encdec.cli.generate import whole_number
+from encdec.cli.options import whole_number
 from encdec.generation import generate
 from encdec.models import build_model, count_parameters, preset, preset_names
 from encdec.tokenizers.byte import ByteTokenizer

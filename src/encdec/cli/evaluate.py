@@ -38,16 +38,18 @@ from pathlib import Path
 
 import torch
 
-from encdec.cli.generate import (
+from encdec.cli.options import (
     MAX_ROWS,
     add_device_argument,
-    add_generation_option,
+    add_generation_options,
     add_quantize_argument,
+    add_reader_options,
     add_source_length_argument,
+    given_generation_options,
+    given_reader_options,
     resolve_device,
     whole_number,
 )
-from encdec.cli.options import add_reader_options, given_reader_options
 from encdec.cli.output_paths import OutputPath
 from encdec.data.formats import FILE_FORMATS
 from encdec.errors import ConfigError
@@ -77,6 +79,7 @@ from encdec.training.trainer import evaluate
 
 MAX_EVAL_BATCHES = 1_000_000  # batches for the loss, examples to generate: more is a typo, not an evaluation
 OWN_SPLIT_SAMPLES = 8  # validation examples generated without --data
+GENERATION_DEFAULTS = {"max_new_tokens": 64, "num_beams": 1}  # over a checkpoint's, so scores compare across models
 
 
 def add_parser(subparsers) -> None:
@@ -112,10 +115,7 @@ def add_parser(subparsers) -> None:
         help=f"examples to generate and score (default: every pair of --data, no document of a text file, "
         f"{OWN_SPLIT_SAMPLES} of the validation split)",
     )
-    add_generation_option(parser, "max_new_tokens", 64)
-    add_generation_option(parser, "num_beams", 1)
-    add_generation_option(parser, "no_repeat_ngram_size", None, "never repeat an n-gram of this size")
-    add_generation_option(parser, "length_penalty", None, "beam score = log-prob sum / length ** this")
+    add_generation_options(parser, GENERATION_DEFAULTS)
     parser.add_argument(
         "--batch-size", type=whole_number(1, MAX_ROWS, "--batch-size"), default=32, help="examples run at a time"
     )
@@ -267,9 +267,5 @@ def report(paths: list[Path]) -> None:
 
 
 def generation_options(args: argparse.Namespace) -> dict:
-    """The generation options the command line set: lengths and beams, and any of the others given."""
-    options = dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams)
-    for name in ("no_repeat_ngram_size", "length_penalty"):
-        if getattr(args, name) is not None:
-            options[name] = getattr(args, name)
-    return options
+    """The generation options the command line set: GENERATION_DEFAULTS' lengths and beams, and any other given."""
+    return given_generation_options(args)

@@ -17,45 +17,29 @@ import argparse
 import io
 import json
 import sys
-import typing
 from pathlib import Path
-from typing import Annotated, BinaryIO, TextIO
+from typing import BinaryIO, TextIO
 
 import torch
 from tqdm import tqdm
 
+from encdec.cli.options import (
+    MAX_ROWS,
+    add_device_argument,
+    add_generation_options,
+    add_quantize_argument,
+    add_source_length_argument,
+    given_generation_options,
+    resolve_device,
+    whole_number,
+)
 from encdec.cli.output_paths import OutputPath
 from encdec.data.reading import MAX_INPUT_LINE_BYTES, open_text_file, read_input_lines
 from encdec.errors import ConfigError, DataError
 from encdec.generation import generate
-from encdec.generation.config import GenerationConfig, SourceLength
-from encdec.quantization import SCHEMES, quantize
+from encdec.quantization import quantize
 from encdec.runs.open import open_model
 from encdec.safe_paths import open_replacing, output_path
-from encdec.schema import Range, argument_type
-
-GENERATION_FIELDS = typing.get_type_hints(GenerationConfig, include_extras=True)
-
-
-OPTIONS = {  # option -> (its type, help): --NAME sets the generation option NAME, as GenerationConfig declares it
-    "max_new_tokens": (int, "most tokens to generate per input"),
-    "min_new_tokens": (int, "fewest tokens before EOS is allowed"),
-    "num_beams": (int, "beam width (1: greedy or sampling)"),
-    "length_penalty": (float, "beam score = log-prob sum / length ** this"),
-    "no_repeat_ngram_size": (int, "never repeat an n-gram of this size"),
-    "num_return_sequences": (int, "outputs per input (beams or samples)"),
-    "repetition_penalty": (float, "penalise tokens already generated (> 1)"),
-    "temperature": (float, "sampling temperature"),
-    "top_k": (int, "sample among the k most likely tokens (0: all)"),
-    "top_p": (float, "sample within this probability mass"),
-    "min_p": (float, "sample among tokens at least this times as likely as the best"),
-    "typical_p": (float, "locally typical sampling: keep this much typical mass"),
-    "epsilon_cutoff": (float, "sample among tokens at least this likely"),
-    "eta_cutoff": (float, "eta sampling: entropy-dependent probability floor"),
-    "num_beam_groups": (int, "diverse beam search: split the beams into this many groups"),
-    "diversity_penalty": (float, "diverse beam search: penalty for a token an earlier group chose"),
-    "seed": (int, "seed for reproducible sampling"),
-}
 
 
 def add_parser(subparsers) -> None:
@@ -87,77 +71,11 @@ def add_parser(subparsers) -> None:
         help="inputs decoded together (default 32, as evaluate takes them)",
     )
     add_source_length_argument(parser)
-    parser.add_argument("--do-sample", action="store_true", help="sample instead of taking the most likely token")
     parser.add_argument("--no-stream", action="store_true", help="do not stream the tokens of a single input")
-    parser.add_argument(
-        "--compile",
-        action="store_true",
-        help="fixed-shape decoding steps, compiled (CPU) or CUDA-graphed (GPU); the first batch of "
-        "each shape pays the compile",
-    )
     add_device_argument(parser)
     add_quantize_argument(parser)
-    for name, (kind, text) in OPTIONS.items():
-        add_generation_option(parser, name, None, text)
+    add_generation_options(parser)  # --max-new-tokens, --num-beams, --do-sample, --compile, ...: GenerationConfig's
     parser.set_defaults(func=run)
-
-
-def add_generation_option(parser: argparse.ArgumentParser, name: str, default, text: str | None = None) -> None:
-    """--NAME for GenerationConfig's field `name`, taking the values its declaration allows."""
-    flag = "--" + name.replace("_", "-")
-    parser.add_argument(flag, dest=name, type=argument_type(GENERATION_FIELDS[name], flag), default=default, help=text)
-
-
-MAX_ROWS = 1 << 20  # inputs or examples decoded together
-
-
-def whole_number(low: int, high: int, flag: str):
-    """An argparse type: a whole number from `low` to `high`, declared and checked as a config field is."""
-    return argument_type(Annotated[int, Range(low, high)], flag)
-
-
-def add_source_length_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--max-source-len",
-        type=argument_type(SourceLength, "--max-source-len"),
-        default=None,
-        help="cut longer inputs to this many tokens (default: the length the model was trained "
-        "with: a run's objective lengths, a Hugging Face tokenizer's model_max_length)",
-    )
-
-
-def add_device_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--device", default="auto", help="cpu, cuda, cuda:N, or auto (default): cuda when torch sees a GPU, else cpu"
-    )
-
-
-def add_quantize_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--quantize",
-        choices=SCHEMES,
-        default=None,
-        help="int8: int8 linear layers on --device, at a small cost in accuracy (the CPU "
-        "needs an fp32 model; a GPU takes fp32, bf16 or fp16)",
-    )
-
-
-def resolve_device(name: str) -> torch.device:
-    """The torch.device --device names; asking for a GPU torch cannot see is one sentence (ConfigError)."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        device = None
-    if device is None or device.type not in ("cpu", "cuda"):
-        raise ConfigError(f"--device must be cpu, cuda, cuda:N or auto, got {name!r}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {name} asks for a GPU but torch sees none; use --device cpu or auto")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        count = torch.cuda.device_count()
-        raise ConfigError(f"--device {name} asks for GPU {device.index} but torch sees only {count} GPU(s)")
-    return device
 
 
 def read_inputs(source: str, prefix: str) -> list[str]:
@@ -219,11 +137,7 @@ def run(args: argparse.Namespace) -> int:
     if args.quantize:
         model = quantize(model, args.quantize)
     inputs = read_inputs(args.input, args.prefix)
-    options = {name: getattr(args, name) for name in OPTIONS if getattr(args, name) is not None}
-    if args.do_sample:
-        options["do_sample"] = True
-    if args.compile:
-        options["compile"] = True
+    options = given_generation_options(args)
     out = sys.stdout if args.output == "-" else open_output(Path(args.output))
     effective = {**opened.generation, **options}  # the checkpoint may default to beams
     streaming = (

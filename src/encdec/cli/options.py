@@ -1,13 +1,22 @@
 """Options several commands share, each derived from the declaration of what it sets.
 
-add_reader_options     --text-field, --source-field, ...: encdec.data.formats.ReaderOptions' fields
+add_generation_options  --max-new-tokens, --num-beams, ...: GenerationConfig's fields exposed to the CLI
+add_reader_options      --text-field, --source-field, ...: encdec.data.formats.ReaderOptions' fields
+whole_number, --max-source-len, --device, --quantize: what generate, evaluate, attention and serve share
 """
 
 import argparse
 import dataclasses
+import typing
+from typing import Annotated
+
+import torch
 
 from encdec.data.formats import FILE_FORMATS, FORMATS, OPTION_NAMES, ReaderOptions
-from encdec.schema import field_type
+from encdec.errors import ConfigError
+from encdec.generation.config import CLI, CLI_OPTIONS, GenerationConfig, SourceLength
+from encdec.quantization import SCHEMES
+from encdec.schema import Range, argument_type, field_type
 
 
 def flag_of(name: str) -> str:
@@ -33,3 +42,81 @@ def add_reader_options(parser: argparse.ArgumentParser, default: str = "") -> No
 def given_reader_options(args: argparse.Namespace) -> dict:
     """The reader options the command line gave (None where not given)."""
     return {name: getattr(args, name) for name in OPTION_NAMES}
+
+
+def add_generation_options(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
+    """--NAME for each GenerationConfig field exposed to the command line (CLI_OPTIONS), taking the values its
+    declaration allows, with its declared help; not given: None (the model's default), or `defaults`' value."""
+    hints = typing.get_type_hints(GenerationConfig, include_extras=True)
+    for option in dataclasses.fields(GenerationConfig):
+        if CLI in option.metadata.get("exposed", ()):
+            add_generation_option(parser, option.name, (defaults or {}).get(option.name), hints[option.name])
+
+
+def add_generation_option(parser: argparse.ArgumentParser, name: str, default, annotation=None) -> None:
+    """--NAME for GenerationConfig's field `name`: a switch for a true-or-false one, else a value it allows."""
+    annotation = annotation or typing.get_type_hints(GenerationConfig, include_extras=True)[name]
+    help = next(f for f in dataclasses.fields(GenerationConfig) if f.name == name).metadata.get("help")
+    help += f" (default {default})" if default is not None else ""
+    flag = flag_of(name)
+    if annotation is bool:
+        parser.add_argument(flag, dest=name, action="store_const", const=True, default=default, help=help)
+    else:
+        parser.add_argument(flag, dest=name, type=argument_type(annotation, flag), default=default, help=help)
+
+
+def given_generation_options(args: argparse.Namespace) -> dict:
+    """The generation options the command line set (those left at None are the model's to decide)."""
+    return {name: getattr(args, name) for name in CLI_OPTIONS if getattr(args, name) is not None}
+
+
+MAX_ROWS = 1 << 20  # inputs or examples decoded together
+
+
+def whole_number(low: int, high: int, flag: str):
+    """An argparse type: a whole number from `low` to `high`, declared and checked as a config field is."""
+    return argument_type(Annotated[int, Range(low, high)], flag)
+
+
+def add_source_length_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-source-len",
+        type=argument_type(SourceLength, "--max-source-len"),
+        default=None,
+        help="cut longer inputs to this many tokens (default: the length the model was trained "
+        "with: a run's objective lengths, a Hugging Face tokenizer's model_max_length)",
+    )
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device", default="auto", help="cpu, cuda, cuda:N, or auto (default): cuda when torch sees a GPU, else cpu"
+    )
+
+
+def add_quantize_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--quantize",
+        choices=SCHEMES,
+        default=None,
+        help="int8: int8 linear layers on --device, at a small cost in accuracy (the CPU "
+        "needs an fp32 model; a GPU takes fp32, bf16 or fp16)",
+    )
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch.device --device names; asking for a GPU torch cannot see is one sentence (ConfigError)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device must be cpu, cuda, cuda:N or auto, got {name!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name} asks for a GPU but torch sees none; use --device cpu or auto")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ConfigError(f"--device {name} asks for GPU {device.index} but torch sees only {count} GPU(s)")
+    return device

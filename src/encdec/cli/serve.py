@@ -22,7 +22,7 @@ import logging
 import signal
 import socket
 
-from encdec.cli.generate import (
+from encdec.cli.options import (
     add_device_argument,
     add_quantize_argument,
     add_source_length_argument,

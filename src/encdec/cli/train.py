@@ -11,7 +11,7 @@ import shlex
 import signal
 from pathlib import Path
 
-from encdec.cli.generate import whole_number
+from encdec.cli.options import whole_number
 from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
 from encdec.training import load_config, train

@@ -7,7 +7,7 @@ the model (`model.config` and, for loaded checkpoints, `model.generation_default
 
 import difflib
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Annotated
 
 import torch
@@ -54,43 +54,68 @@ TokenId = Count
 Beams = Annotated[int, Range(1, MAX_BEAMS)]
 
 
+# where an option is exposed: encdec generate / evaluate's flags, a request's parameters, generation_config.json
+CLI, HTTP, HF = "cli", "http", "hf"
+
+
+def option(default, help: str, *exposed: str):
+    """A GenerationConfig field exposed by its own name where `exposed` says: as --NAME on the command line
+    (CLI), as a parameter of a server request (HTTP), as a key of Hugging Face's generation_config.json (HF)."""
+    return field(default=default, metadata={"help": help, "exposed": frozenset(exposed)})
+
+
 @dataclass
 class GenerationConfig:
-    max_new_tokens: Annotated[int, Range(1, MAX_NEW_TOKENS)] = 20
-    min_new_tokens: Annotated[int, Range(0, MAX_NEW_TOKENS)] = 0
-    num_beams: Beams = 1
-    do_sample: bool = False
-    temperature: Annotated[float, Range(0, MAX_SCALE, above=True)] = 1.0
-    top_k: Annotated[int, Range(0, says="zero (off) or more")] = (
-        50  # sampling only; 0 keeps every token (Hugging Face's default is 50)
+    """Every generation option, declared once: its type and bounds in the annotation, its default, and in
+    `option(...)` its help and the surfaces that expose it (CLI_OPTIONS, HTTP_OPTIONS, HF_OPTIONS derive from it)."""
+
+    max_new_tokens: Annotated[int, Range(1, MAX_NEW_TOKENS)] = option(
+        20, "most tokens to generate per input", CLI, HTTP, HF
     )
-    top_p: Annotated[float, Range(0, 1, above=True)] = 1.0
-    repetition_penalty: Annotated[float, Range(0, MAX_SCALE, above=True)] = 1.0
-    no_repeat_ngram_size: Annotated[int, Range(0, MAX_NEW_TOKENS, says=f"zero (off) or up to {MAX_NEW_TOKENS:,}")] = 0
-    length_penalty: Annotated[float, Range(-MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)] = (
-        1.0  # beam scores are sum(log p) / generated_length ** length_penalty
+    min_new_tokens: Annotated[int, Range(0, MAX_NEW_TOKENS)] = option(
+        0, "fewest tokens before EOS is allowed", CLI, HTTP, HF
     )
-    early_stopping: Annotated[bool | str, Satisfies(valid_early_stopping, "True, False or 'never'")] = False  # as HF
-    num_return_sequences: Beams = 1
-    bad_words_ids: list[list[int]] | None = None
-    forced_bos_token_id: TokenId | None = None
-    forced_eos_token_id: TokenId | None = None
+    num_beams: Beams = option(1, "beam width (1: greedy or sampling)", CLI, HTTP, HF)
+    do_sample: bool = option(False, "sample instead of taking the most likely token", CLI, HTTP, HF)
+    temperature: Annotated[float, Range(0, MAX_SCALE, above=True)] = option(1.0, "sampling temperature", CLI, HTTP, HF)
+    top_k: Annotated[int, Range(0, says="zero (off) or more")] = option(  # Hugging Face's default is 50 too
+        50, "sample among the k most likely tokens (0: all)", CLI, HTTP, HF
+    )
+    top_p: Annotated[float, Range(0, 1, above=True)] = option(1.0, "sample within this probability mass", CLI, HTTP, HF)
+    repetition_penalty: Annotated[float, Range(0, MAX_SCALE, above=True)] = option(
+        1.0, "penalise tokens already generated (> 1)", CLI, HTTP, HF
+    )
+    no_repeat_ngram_size: Annotated[int, Range(0, MAX_NEW_TOKENS, says=f"zero (off) or up to {MAX_NEW_TOKENS:,}")] = (
+        option(0, "never repeat an n-gram of this size", CLI, HTTP, HF)
+    )
+    length_penalty: Annotated[float, Range(-MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)] = option(
+        1.0, "beam score = log-prob sum / length ** this", CLI, HTTP, HF
+    )
+    early_stopping: Annotated[bool | str, Satisfies(valid_early_stopping, "True, False or 'never'")] = option(
+        False, "beam search: stop when num_beams hypotheses are done (True), never (as Hugging Face)", HTTP, HF
+    )
+    num_return_sequences: Beams = option(1, "outputs per input (beams or samples)", CLI, HTTP, HF)
+    bad_words_ids: list[list[int]] | None = option(None, "token sequences never generated", HF)
+    forced_bos_token_id: TokenId | None = option(None, "the token forced first", HF)
+    forced_eos_token_id: TokenId | None = option(None, "the token forced at the length limit", HF)
     eos_token_id: TokenId | list[TokenId] | None = None
     pad_token_id: TokenId | None = None
     decoder_start_token_id: TokenId | None = None
-    seed: int | None = None  # a private generator seeded once: reproducible sampling
+    seed: int | None = option(None, "seed for reproducible sampling", CLI, HTTP)  # a private generator seeded once
     generator: torch.Generator | None = None
     streamer: Callable[[torch.Tensor], None] | None = None  # called with each step's tokens (B,) (greedy, sampling)
     # sampling-only filters, applied after top-k and top-p as Hugging Face applies them
-    min_p: Annotated[float, Range(0, 1, says="None (off) or in [0, 1]")] | None = (
-        None  # drop tokens below min_p times the top token's probability
+    min_p: Annotated[float, Range(0, 1, says="None (off) or in [0, 1]")] | None = option(
+        None, "sample among tokens at least this times as likely as the best", CLI, HTTP
     )
-    typical_p: Annotated[float, Range(0, 1, above=True)] = (
-        1.0  # locally typical sampling (Meister et al. 2022); 1 is off
+    typical_p: Annotated[float, Range(0, 1, above=True)] = option(  # Meister et al. 2022; 1 is off
+        1.0, "locally typical sampling: keep this much typical mass", CLI, HTTP
     )
-    epsilon_cutoff: Annotated[float, Range(0, 1, below=True)] = 0.0  # drop tokens below this probability; 0 is off
-    eta_cutoff: Annotated[float, Range(0, 1, below=True)] = (
-        0.0  # drop tokens below min(eta, sqrt(eta) * exp(-entropy)); 0 is off
+    epsilon_cutoff: Annotated[float, Range(0, 1, below=True)] = option(
+        0.0, "sample among tokens at least this likely", CLI, HTTP
+    )
+    eta_cutoff: Annotated[float, Range(0, 1, below=True)] = option(  # drops below min(eta, sqrt(eta) * exp(-H))
+        0.0, "eta sampling: entropy-dependent probability floor", CLI, HTTP
     )
     # every search
     exponential_decay_length_penalty: Annotated[
@@ -101,16 +126,23 @@ class GenerationConfig:
         None  # not generated as the first new token
     )
     renormalize_logits: bool = False  # log-softmax the processed scores
-    num_beam_groups: Beams = 1  # diverse beam search (Vijayakumar et al. 2016): groups of num_beams / groups beams
+    num_beam_groups: Beams = option(  # diverse beam search (Vijayakumar et al. 2016): num_beams / groups each
+        1, "diverse beam search: split the beams into this many groups", CLI, HTTP
+    )
     diversity_penalty: Annotated[float, Range(0, MAX_SCALE, says=f"zero (off) or more, up to {MAX_SCALE:,.0f}")] = (
-        0.0  # subtracted per earlier group that chose the token at this step
+        option(0.0, "diverse beam search: penalty for a token an earlier group chose", CLI, HTTP)
     )
     stop_strings: Annotated[
         str | list[str] | None, Satisfies(valid_stop_strings, "None, a non-empty string or a list of them")
     ] = None  # needs generate(..., tokenizer=)
     return_dict_in_generate: bool = False  # return a GenerateOutput instead of the token ids
     output_scores: bool = False  # with return_dict_in_generate: the processed scores of every step
-    compile: bool = False  # fixed-shape decoding steps, compiled on CPU, CUDA-graphed on GPUs (encdec only)
+    compile: bool = option(  # encdec only
+        False,
+        "fixed-shape decoding steps, compiled (CPU) or CUDA-graphed (GPU); the first batch of each shape pays "
+        "the compile",
+        CLI,
+    )
 
     def __post_init__(self):
         check(self)
@@ -189,6 +221,16 @@ class GenerationConfig:
         values = {k: v for k, v in (defaults or {}).items() if k in known}
         values.update(options)
         return cls(**values)
+
+
+def exposed(surface: str) -> tuple[str, ...]:
+    """The generation options `surface` (CLI, HTTP or HF) takes, by their declarations."""
+    return tuple(f.name for f in fields(GenerationConfig) if surface in f.metadata.get("exposed", ()))
+
+
+CLI_OPTIONS = exposed(CLI)  # encdec generate and evaluate: --NAME
+HTTP_OPTIONS = exposed(HTTP)  # a server request's parameters
+HF_OPTIONS = exposed(HF)  # generation_config.json's keys, read and written
 
 
 def same_device(a: torch.device, b: torch.device) -> bool:

@@ -1,5 +1,6 @@
 """Generation defaults in Hugging Face's files: read from config.json and generation_config.json, written
-into an exported generation_config.json. One list of the options both sides know by the same name."""
+into an exported generation_config.json. The options both sides know by the same name are those
+GenerationConfig's declarations expose to HF (generation.config.HF_OPTIONS)."""
 
 import json
 import logging
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.generation import GenerationConfig
+from encdec.generation.config import HF_OPTIONS
 from encdec.models import ModelConfig
 from encdec.safe_paths import write_atomic
 from encdec.schema import value_of
@@ -15,24 +17,9 @@ from encdec.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 
-# generation options Hugging Face's files carry under the same names as encdec.generate's
-GENERATION_KEYS = (
-    "num_beams",
-    "length_penalty",
-    "early_stopping",
-    "no_repeat_ngram_size",
-    "repetition_penalty",
-    "bad_words_ids",
-    "forced_bos_token_id",
-    "forced_eos_token_id",
-    "do_sample",
-    "temperature",
-    "top_k",
-    "top_p",
-    "max_new_tokens",
-    "min_new_tokens",
-    "num_return_sequences",
-)
+# generation options Hugging Face's files carry under the same names as encdec.generate's: those
+# GenerationConfig exposes to HF
+GENERATION_KEYS = HF_OPTIONS
 
 
 def read_generation_defaults(hf_config: dict, generation_config: dict) -> dict:

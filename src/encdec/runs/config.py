@@ -34,6 +34,7 @@ from encdec.data.objectives.causal_lm import WINDOW_MODES
 from encdec.data.objectives.factory import PACKABLE
 from encdec.data.objectives.mixture import MAX_MEMBERS
 from encdec.errors import ConfigError, suggestion
+from encdec.generation.config import Beams
 from encdec.models import ModelConfig, check_fields, preset, preset_names
 from encdec.models.name_patterns import NamePatterns
 from encdec.safe_paths import write_atomic
@@ -68,7 +69,6 @@ MAX_STEPS = 10**9
 MAX_BATCH = 1 << 20  # rows a step
 MAX_GRAD_ACCUM = 1 << 16
 MAX_LENGTH = 1 << 20  # tokens of a sequence
-MAX_BEAMS = 1024
 MAX_PROCESSES = 4096  # threads and data workers (above the machine's cores they are capped with a warning)
 MAX_LR = 100.0
 # Stand-ins for what the tokenizer decides later, so a model section is checked when it loads:
@@ -251,7 +251,7 @@ class EvaluationSection:
     generate: Annotated[int, Range(0, MAX_BATCH)] = 0  # validation examples generated and scored each time (0: none)
     metric: Literal[METRICS] = "rougeL"  # what those generations are scored by
     max_new_tokens: Length_ = 64  # per generated example
-    num_beams: Annotated[int, Range(1, MAX_BEAMS)] = 1
+    num_beams: Beams = 1  # as GenerationConfig bounds it
 
 
 @dataclass

@@ -15,32 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from encdec.errors import ConfigError, suggestion
-from encdec.generation.config import GenerationConfig
+from encdec.generation.config import HTTP_OPTIONS, GenerationConfig
 from encdec.schema import short
 
-# The generation options a request may set, as Hugging Face names them; the rest (a streamer, compile, a
-# generator, output_scores, ...) are the server's to decide.
-OPTIONS = (
-    "max_new_tokens",
-    "min_new_tokens",
-    "num_beams",
-    "num_return_sequences",
-    "do_sample",
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "typical_p",
-    "epsilon_cutoff",
-    "eta_cutoff",
-    "repetition_penalty",
-    "no_repeat_ngram_size",
-    "length_penalty",
-    "early_stopping",
-    "num_beam_groups",
-    "diversity_penalty",
-    "seed",
-)
+# The generation options a request may set, as Hugging Face names them: those GenerationConfig exposes to HTTP;
+# the rest (a streamer, compile, a generator, output_scores, ...) are the server's to decide.
+OPTIONS = HTTP_OPTIONS
 EXTRAS = ("details", "cross_attention")  # TGI's details (scores, alternatives, timings); the page's heat map
 
 
