@@ -1,6 +1,8 @@
 """Hugging Face's checkpoints read into encdec models, and encdec models written as Hugging Face directories.
 
-load.py               load_hf: a local T5 / Switch / Marian / BART / mBART directory -> an encdec model
+families.py           one entry per Hugging Face family (T5, Switch, Marian, Pegasus, BART, mBART): its loader,
+                      its writer and the layout it is written for, its config.json key names, its tokenizer files
+load.py               load_hf: a local directory of a family -> an encdec model
 export.py             export_hf: an encdec model and tokenizer -> a directory transformers loads
 generation_config.py  the generation defaults both sides carry
 hf_*.py               one file per Hugging Face architecture: its names, its config, its checks

@@ -12,7 +12,7 @@ The output directory must be new, empty or (with force) an earlier export: a dir
 anything else is refused, and every file is written anew and renamed into place, so a link
 planted there is replaced rather than written through.
 
-    out/config.json, model.safetensors   the model (hf_t5, hf_switch, hf_marian, hf_pegasus, hf_bart)
+    out/config.json, model.safetensors   the model (its family's writer: interop.families)
     out/generation_config.json           decoder start, EOS, pad and the run's generation defaults
     out/tokenizer.json, tokenizer_config.json   the tokenizer (hf_tokenizer)
 """
@@ -23,12 +23,8 @@ from pathlib import Path
 from torch import nn
 
 from encdec.errors import ConfigError
+from encdec.interop.families import FAMILIES, family_for
 from encdec.interop.generation_config import write_generation_config
-from encdec.interop.hf_bart import check_bart_compatible, check_mbart_compatible, save_hf_bart, save_hf_mbart
-from encdec.interop.hf_marian import check_marian_compatible, save_hf_marian
-from encdec.interop.hf_pegasus import check_pegasus_compatible, save_hf_pegasus
-from encdec.interop.hf_switch import check_switch_compatible, save_hf_switch
-from encdec.interop.hf_t5 import check_t5_compatible, save_hf_t5
 from encdec.interop.hf_tokenizer import convert_tokenizer
 from encdec.models import ModelConfig
 from encdec.safe_paths import output_dir, output_path, refuse_unsafe_output
@@ -36,22 +32,6 @@ from encdec.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 
-# Hugging Face model_type -> (check, save, class name)
-LAYOUTS = {
-    "t5": (check_t5_compatible, save_hf_t5, "T5ForConditionalGeneration"),
-    "switch_transformers": (check_switch_compatible, save_hf_switch, "SwitchTransformersForConditionalGeneration"),
-    "marian": (check_marian_compatible, save_hf_marian, "MarianMTModel"),
-    "pegasus": (check_pegasus_compatible, save_hf_pegasus, "PegasusForConditionalGeneration"),
-    "bart": (check_bart_compatible, save_hf_bart, "BartForConditionalGeneration"),
-    "mbart": (check_mbart_compatible, save_hf_mbart, "MBartForConditionalGeneration"),
-}
-# (position, norm_position) -> the layout of that family; relative positions choose by their experts
-BART_FAMILY = {
-    ("sinusoidal", "post"): "marian",
-    ("sinusoidal", "pre"): "pegasus",
-    ("learned", "post"): "bart",
-    ("learned", "pre"): "mbart",
-}
 EXPORTABLE = "the transformer, t5 and t5-v1.1 presets export as they are, with norm_position pre or post"
 # files an earlier export or checkpoint may have left that transformers would read instead of, or beside, ours
 STALE_FILES = (
@@ -62,20 +42,17 @@ STALE_FILES = (
     "tokenizer.model",
     "spiece.model",
 )
-# what an export (or a Hugging Face tokenizer's save_pretrained) writes: force replaces a directory of only these
+# what an export (or a Hugging Face tokenizer's save_pretrained: a family's own files) writes: force replaces a
+# directory of only these
 EXPORT_NAMES = {
     "config.json",
     "model.safetensors",
     "generation_config.json",
     "tokenizer.json",
     "tokenizer_config.json",
-    "vocab.json",
     "vocab.txt",
-    "merges.txt",
-    "sentencepiece.bpe.model",
-    "source.spm",
-    "target.spm",
     "chat_template.jinja",
+    *(name for family in FAMILIES.values() for name in family.tokenizer_files),
     *STALE_FILES,
 }
 LOAD_HINT = "encdec.from_pretrained(RUN_DIR) loads it"
@@ -112,15 +89,16 @@ def hf_layout(cfg: ModelConfig) -> str:
         raise ConfigError(f"the {cfg.family} family has no Hugging Face counterpart to export to; {LOAD_HINT}")
     if cfg.position == "rope":
         raise ConfigError(f"RoPE positions (ROT5) have no Hugging Face encoder-decoder counterpart; {LOAD_HINT}")
-    if cfg.position == "relative":
-        layout = "switch_transformers" if cfg.n_experts > 1 else "t5"
-    else:
-        layout = BART_FAMILY[cfg.position, cfg.norm_position]
+    family = family_for(cfg)
+    if family is None:
+        raise ConfigError(
+            f"no Hugging Face family has {cfg.position} positions with {cfg.norm_position}-norm; {LOAD_HINT}"
+        )
     try:
-        LAYOUTS[layout][0](cfg)
+        family.check(cfg)
     except ConfigError as error:
         raise ConfigError(f"{error} ({EXPORTABLE}); {LOAD_HINT}") from None
-    return layout
+    return family.model_type
 
 
 def export_hf(
@@ -143,11 +121,11 @@ def export_hf(
         if (out / name).is_file():
             (out / name).unlink()
     files.save(out)
-    LAYOUTS[layout][1](model, out)
+    FAMILIES[layout].save(model, out)
     write_generation_config(out, cfg, tokenizer, generation or {})
     if layout in ("t5", "switch_transformers") and cfg.decoder_layers > cfg.n_encoder_layers:
         log.warning(
             "the decoder is deeper than the encoder: transformers' generate() sizes its cache by the "
             "encoder (num_layers) and fails; its forward() is unaffected"
         )
-    return LAYOUTS[layout][2]
+    return FAMILIES[layout].hf_class

@@ -24,6 +24,14 @@ from encdec.interop.hf_t5 import (
 )
 from encdec.models import EncoderDecoder, ModelConfig
 
+# The config.json key each ModelConfig field is read from where the names differ (BART, mBART, Marian, Pegasus)
+BART_KEYS = {
+    "n_heads": "encoder_attention_heads",
+    "d_ff": "encoder_ffn_dim",
+    "n_encoder_layers": "encoder_layers",
+    "n_decoder_layers": "decoder_layers",
+    "max_positions": "max_position_embeddings",
+}
 # Hugging Face activation_function -> our activation name
 HF_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "swish": "silu", "silu": "silu", "gelu_new": "gelu_tanh"}
 

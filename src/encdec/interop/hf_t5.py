@@ -40,6 +40,20 @@ OUR_ACTIVATIONS = {
     "swiglu": "gated-silu",
 }
 
+# The config.json key each ModelConfig field is read from where the names differ, so that a refused value is
+# named as the file names it too (SwitchTransformers shares them)
+T5_KEYS = {
+    "d_head": "d_kv",
+    "n_heads": "num_heads",
+    "n_encoder_layers": "num_layers",
+    "n_decoder_layers": "num_decoder_layers",
+    "relative_buckets": "relative_attention_num_buckets",
+    "relative_max_distance": "relative_attention_max_distance",
+    "dropout": "dropout_rate",
+    "norm_eps": "layer_norm_epsilon",
+    "n_experts": "num_experts",
+}
+
 # (our parameter name pattern, Hugging Face name pattern); {i} is the block index
 NAME_MAP = [
     (r"((encoder|decoder)\.)?embed\.weight", "shared.weight"),  # one matrix, registered in three places

@@ -1,0 +1,66 @@
+"""The Hugging Face families are one table (interop.families) that export_hf, load_hf and the tokenizer files
+read: every family in it writes the layout it claims, reads back what it wrote, and ships tokenizer files
+encdec recognises; a model_type outside it is one sentence naming the table's families."""
+
+import json
+
+import pytest
+import torch
+
+import encdec
+from encdec.errors import CheckpointError
+from encdec.interop import export_hf, load_hf
+from encdec.interop.export import EXPORT_NAMES, hf_layout
+from encdec.interop.families import FAMILIES, family_for
+from encdec.tokenizers import build_tokenizer
+from encdec.tokenizers.pretrained import TOKENIZER_FILES
+
+BART = {"position": "learned", "position_offset": 2, "embedding_norm": True, "activation": "gelu"}
+LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): every family in the table has one
+    "t5": ("t5-tiny", {}),
+    "switch_transformers": ("t5-tiny", {"n_experts": 2}),
+    "marian": ("transformer-tiny", {}),
+    "pegasus": ("transformer-tiny", {"norm_position": "pre"}),
+    "bart": ("transformer-tiny", BART),
+    "mbart": ("transformer-tiny", {**BART, "norm_position": "pre"}),
+}
+
+
+def tiny(model_type: str, tokenizer) -> torch.nn.Module:
+    preset, overrides = LAYOUTS[model_type]
+    ids = {"pad_id": tokenizer.pad_id, "eos_id": tokenizer.eos_id, "decoder_start_id": tokenizer.decoder_start_id}
+    torch.manual_seed(0)
+    return encdec.build_model(encdec.preset(preset, vocab_size=tokenizer.vocab_size, **ids, **overrides)).eval()
+
+
+def test_every_family_has_a_layout_here():
+    assert set(LAYOUTS) == set(FAMILIES)
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_each_family_writes_its_layout_and_reads_back_the_same_model(model_type, tmp_path):
+    tokenizer = build_tokenizer("byte")
+    model = tiny(model_type, tokenizer)
+    family = FAMILIES[model_type]
+    assert family_for(model.config) is family and hf_layout(model.config) == model_type
+    assert export_hf(model, tokenizer, tmp_path / "hf") == family.hf_class
+    written = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert written["model_type"] == model_type and written["architectures"] == [family.hf_class]
+    loaded = load_hf(tmp_path / "hf")
+    src, tgt = torch.tensor([[5, 6, 7, 1]]), torch.tensor([[0, 9, 8]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(src, tgt).logits, model(src, tgt).logits)
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_a_family_s_tokenizer_files_are_recognised_and_an_export_may_replace_them(model_type):
+    files = FAMILIES[model_type].tokenizer_files
+    assert set(files) & set(TOKENIZER_FILES)  # a directory holding them is seen to hold a tokenizer
+    assert set(files) <= EXPORT_NAMES
+
+
+def test_a_model_type_outside_the_table_names_the_table_s_families(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    with pytest.raises(CheckpointError) as error:
+        load_hf(tmp_path)
+    assert str(error.value).endswith(f"supported: {', '.join(FAMILIES)}")
