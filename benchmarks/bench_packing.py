@@ -21,9 +21,10 @@ from pathlib import Path
 import torch
 
 from encdec.models import build_model
-from encdec.runs.config import build_model_config, load_config
+from encdec.runs.model_section import build_model_config
 from encdec.training.data import build_run_data
 from encdec.training.loader import fill
+from encdec.training.run_config import load_config
 
 
 def timed_step(model, batch) -> tuple[float, float]:

@@ -296,10 +296,10 @@ def run_trainer(cfg: ModelConfig, shape: Shape, dims: tuple[int, int, int], args
     every warm-up-many steps (output.log_interval), so the record closing the warm-up carries its own
     time rather than one spread over a longer interval."""
     from encdec.data.corpora import iter_tinystories
-    from encdec.runs.config import RunConfig
     from encdec.schema import read
     from encdec.tokenizers import build_tokenizer
     from encdec.training.metrics import read_metrics
+    from encdec.training.run_config import RunConfig
     from encdec.training.trainer import train
 
     batch, src_len, tgt_len = dims

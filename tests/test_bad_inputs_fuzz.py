@@ -24,11 +24,11 @@ from encdec.cli import main
 from encdec.errors import EncdecError
 from encdec.generation import GenerationConfig
 from encdec.models import ModelConfig
-from encdec.runs.config import DataSection, RunConfig, load_config
 from encdec.runs.load import read_generation
 from encdec.runs.run_dir import CheckpointDir
 from encdec.runs.state import read_saved_state
 from encdec.schema import read
+from encdec.training.run_config import DataSection, RunConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if "experiments" not in p.parts)
@@ -164,14 +164,17 @@ def file_schemas() -> list[type]:
     """The declared schemas of the files encdec reads back, beside the config's (fuzzed field by field above)."""
     from encdec.data.objectives.base import DataPosition
     from encdec.data.shards import ShardManifest
-    from encdec.runs.adapter import BasePointer
+    from encdec.runs.adapter import AdapterConfig, BasePointer
     from encdec.runs.state import LossScale, SavedState, TrainState
+    from encdec.runs.text import TextFormat
     from encdec.tokenizers import TokenizerManifest
     from encdec.training.compare import ExperimentFile, SummaryFile
     from encdec.training.distill import TeacherPointer
 
     return [
         BasePointer,
+        AdapterConfig,
+        TextFormat,
         TeacherPointer,
         DataPosition,
         ShardManifest,
@@ -240,6 +243,35 @@ def test_any_generation_json_is_read_or_refused_in_one_sentence(generation, tmp_
     checkpoint = CheckpointDir(tmp_path_factory.mktemp("step_00000001"))
     (checkpoint.path / "generation.json").write_text(json.dumps(generation))
     ends_well(lambda: read_generation(checkpoint))
+
+
+GOOD_DESCRIPTION = {
+    "model": ModelConfig(vocab_size=300, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2).to_dict(),
+    "text": {
+        "source_template": "summarize: {source}",
+        "target_template": "{target}",
+        "mode_tokens": False,
+        "padding_side": "right",
+        "source_length": 512,
+    },
+    "adapter": {
+        "lora": {"r": 8, "lora_alpha": 16.0, "lora_dropout": 0.0, "target_modules": ["q", "v"]},
+        "train_only": [],
+    },
+}
+
+
+@FUZZ
+@given(description=st.one_of(mutations(GOOD_DESCRIPTION), anything))
+def test_any_checkpoint_description_is_read_or_refused_in_one_sentence(description, tmp_path_factory):
+    """model.json, text.json and adapter.json, the parts a checkpoint is opened by, whatever they hold."""
+    from encdec.runs.description import read_description
+
+    checkpoint = CheckpointDir(tmp_path_factory.mktemp("step_00000001"))
+    for part, name in (("model", "model.json"), ("text", "text.json"), ("adapter", "adapter.json")):
+        held = description.get(part) if isinstance(description, dict) else description
+        (checkpoint.path / name).write_text(json.dumps(held))
+    ends_well(lambda: read_description(checkpoint))
 
 
 POINTED = {"kind": "run", "source": "/runs/teacher/checkpoints/step_00000004", "sha256": "0" * 64}

@@ -321,8 +321,8 @@ def test_a_generation_too_large_is_one_sentence_before_the_search_allocates(name
 
 def step_floor(place: Place) -> Callable[[], object]:
     """The memory floor of a training step of 2^20 rows of 2^20 positions, asked directly."""
-    from encdec.runs.config import load_config
     from encdec.training.memory import check_activations_fit
+    from encdec.training.run_config import load_config
 
     cfg = load_config(place.config, ["training.batch_size=1048576", "objective.seq_len=1048576"])
     model_cfg = encdec.preset("rot5-tiny", vocab_size=280)
@@ -331,8 +331,8 @@ def step_floor(place: Place) -> Callable[[], object]:
 
 def step_floor_small(place: Place) -> Callable[..., object]:
     """The memory floor of a training step that fits any machine, asked directly."""
-    from encdec.runs.config import load_config
     from encdec.training.memory import check_activations_fit
+    from encdec.training.run_config import load_config
 
     model_cfg = encdec.preset("rot5-tiny", vocab_size=280)
     check_activations_fit(load_config(place.config), model_cfg, torch.device("cpu"), 1000)  # fits alone

@@ -28,9 +28,9 @@ from bad_inputs_kit import TINY
 from encdec.cli import main
 from encdec.cli import size as size_command
 from encdec.errors import ConfigError
-from encdec.runs.config import load_config
 from encdec.runs.run_dir import RunDir
 from encdec.training.distributed import DistInfo
+from encdec.training.run_config import load_config
 from encdec.training.setup import set_up
 
 transformers = pytest.importorskip("transformers")

@@ -19,9 +19,9 @@ from encdec.cli import build_parser, main
 from encdec.errors import ConfigError
 from encdec.generation import GenerationConfig
 from encdec.models import ModelConfig
-from encdec.runs.config import RunConfig, load_config
 from encdec.schema import MAX_NUMBER_CHARS, Range, load_json, load_yaml, number
 from encdec.sizing import MAX_TOKENS
+from encdec.training.run_config import RunConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"

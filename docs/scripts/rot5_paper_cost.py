@@ -17,9 +17,10 @@ import numpy as np
 
 from encdec.data.documents import Documents
 from encdec.data.objectives import PairTemplate, build_objective, tokenize_pairs
-from encdec.runs.config import build_model_config, load_config
+from encdec.runs.model_section import build_model_config
 from encdec.tokenizers import build_tokenizer
 from encdec.training.flops import step_flops
+from encdec.training.run_config import load_config
 
 PEAK = 989e12  # H100 SXM and H200, dense bf16 (training/flops.py's PEAK_TFLOPS)
 MFUS = (0.40, 0.35, 0.25)

@@ -342,6 +342,25 @@ def load_yaml(text: str, what: str) -> Any:
     return value
 
 
+def read_yaml_file(path: Path) -> dict:
+    """The mapping a YAML config file holds (a run config, or the one a checkpoint saved): bounded in size and
+    nesting, UTF-8, string keys, without aliases (whose expansion is unbounded: a few lines of nested aliases
+    make billions of nodes)."""
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ConfigError(f"config file {path} is {size:,} bytes; run configs are at most {MAX_FILE_BYTES:,}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {error.start})") from None
+    values = load_yaml(text, f"config file {path}")
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(values).__name__}")
+    return values
+
+
 def load_json(path: Path, what: str, error: type[EncdecError] = ConfigError, max_bytes: int = MAX_FILE_BYTES) -> Any:
     """The value JSON file `path` holds: a regular file of at most `max_bytes`, UTF-8, nested at most
     MAX_DEPTH, with finite numbers; anything else is one sentence (`error`) naming `what`."""

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from encdec.cli import main
-from encdec.runs.config import load_config
+from encdec.training.run_config import load_config
 
 ROOT = Path(__file__).parents[2] / "configs" / "seeds" / "rot5"
 PARAMETERS = {  # encdec size, with Mistral's 32,000 pieces + pad, 500 sentinels and a decoder start

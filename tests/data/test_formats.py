@@ -12,9 +12,9 @@ from encdec.cli.evaluate import read_data
 from encdec.data.formats import FILE_FORMATS, FORMATS, OPTION_NAMES, ReaderOptions
 from encdec.data.shards import read_shards
 from encdec.errors import ConfigError
-from encdec.runs.config import RunConfig
 from encdec.schema import read
 from encdec.training.data import read_items
+from encdec.training.run_config import RunConfig
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 STORIES = ["the cat sat on the mat.", "a dog ran to the park.", "the sun was warm all day."]

@@ -8,8 +8,8 @@ from encdec.errors import ConfigError
 from encdec.models import build_model
 from encdec.models.lora import add_lora, lora_layers, merge_lora, train_only, trainable_state
 from encdec.models.presets import preset
-from encdec.runs.config import RunConfig
 from encdec.training.optim import build_optimizer
+from encdec.training.run_config import RunConfig
 
 pytest.importorskip("peft")
 

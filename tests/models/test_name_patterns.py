@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from encdec.errors import ConfigError
 from encdec.models.name_patterns import MAX_PATTERN, MAX_PATTERNS, NamePattern, NamePatterns
-from encdec.runs.config import RunConfig
 from encdec.schema import read
+from encdec.training.run_config import RunConfig
 
 KEY = "lora.target_modules"
 NAMES = [

@@ -6,7 +6,7 @@ import pytest
 
 from encdec.cli import main
 from encdec.models import ModelConfig
-from encdec.runs.config import build_model_config
+from encdec.runs.model_section import build_model_config
 from encdec.training import load_config
 
 SEEDS = Path(__file__).parents[2] / "configs" / "seeds"

@@ -1,13 +1,16 @@
-"""A run written before the `runs/` layer existed (tests/fixtures/checkpoint_2ba69c1) loads and
-generates the same tokens and texts, through the Python API and the CLI."""
+"""Runs written before today's checkpoints load and generate the same tokens and texts, through the Python API
+and the CLI: one from before the `runs/` layer existed (tests/fixtures/checkpoint_2ba69c1), and two from before
+checkpoints described themselves (tests/fixtures/runs_ad614a0), read through their config.yaml."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
 import encdec
+import encdec.runs
 from encdec.cli import main
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoint_2ba69c1"
@@ -52,3 +55,32 @@ def test_encdec_generate_writes_the_same_text(args, expected, tmp_path):
     ]
     assert main(argv) == 0
     assert out.read_text() == (FIXTURE / expected).read_text()
+
+
+# Two runs written by encdec at commit ad614a0, the last before checkpoints described themselves: their
+# checkpoints hold config.yaml but no model.json or text.json (tests/fixtures/runs_ad614a0/make.py made them).
+BEFORE = Path(__file__).resolve().parents[1] / "fixtures" / "runs_ad614a0"
+EXPECTED_BEFORE = json.loads((BEFORE / "expected.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["seq2seq", "lm"])
+def test_a_run_from_before_descriptions_encodes_and_generates_as_it_did(name):
+    expected = EXPECTED_BEFORE[name]
+    opened = encdec.runs.open_model(BEFORE / name)
+    assert not opened.run.checkpoint.model_config.exists()  # described by its config.yaml
+    encoded = opened.text(expected["inputs"])
+    assert encoded["input_ids"].tolist() == expected["input_ids"]  # template, padding side and length as then
+    assert encoded["attention_mask"].int().tolist() == expected["attention_mask"]
+    for label, options in {"greedy": {}, "beam3": {"num_beams": 3}}.items():
+        ids = opened.model.generate(encoded["input_ids"], encoded["attention_mask"], max_new_tokens=12, **options)
+        assert ids.tolist() == expected[label], label
+
+
+@pytest.mark.parametrize("name", ["seq2seq", "lm"])
+def test_a_checkpoint_from_before_descriptions_copied_out_of_its_run_writes_the_same_text(name, tmp_path):
+    checkpoint = shutil.copytree(BEFORE / name / "checkpoints" / "step_00000400", tmp_path / "model")
+    for model in (BEFORE / name, checkpoint):
+        out = tmp_path / "out.txt"
+        argv = ["generate", str(model), "-i", str(BEFORE / f"{name}_inputs.txt"), "-o", str(out)]
+        assert main([*argv, "--max-new-tokens", "12"]) == 0
+        assert out.read_text() == (BEFORE / f"cli_{name}.txt").read_text()

@@ -51,7 +51,7 @@ def test_the_command_line_exits_without_traceback(tmp_path, tiny_config):
 
 
 def test_numbers_written_without_a_dot_are_numbers(tiny_config):
-    from encdec.runs.config import load_config
+    from encdec.training.run_config import load_config
 
     assert load_config(tiny_config, ["optimizer.lr=1e-4"]).optimizer.lr == 1e-4
 

@@ -5,7 +5,7 @@ import re
 import sys
 from pathlib import Path
 
-from encdec.runs.config import load_config
+from encdec.training.run_config import load_config
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_packing.py"
 

@@ -8,7 +8,7 @@ import yaml
 
 from encdec.cli import main
 from encdec.errors import ConfigError
-from encdec.runs.config import load_config
+from encdec.training.run_config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,7 +84,7 @@ def test_the_shipped_tiny_config_trains_from_another_directory(tmp_path, monkeyp
 
 def test_init_from_in_a_config_file_is_relative_to_its_folder_like_the_data(tmp_path, monkeypatch):
     """One rule for every path a config file names: from the file's folder; --set paths from the shell's."""
-    from encdec.runs.config import load_config
+    from encdec.training.run_config import load_config
 
     (tmp_path / "configs").mkdir()
     (tmp_path / "runs" / "main").mkdir(parents=True)

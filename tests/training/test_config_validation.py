@@ -6,8 +6,8 @@ import pytest
 from work_kit import counted_calls
 
 from encdec.errors import ConfigError
-from encdec.runs.config import load_config
 from encdec.training import data as run_data
+from encdec.training.run_config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 MAIN = CONFIGS / "main.yaml"  # rot5-small: d_model 256, 8 heads, 2 KV heads, RoPE

@@ -6,8 +6,8 @@ import logging
 import pytest
 
 from encdec.errors import DataError
-from encdec.runs.config import load_config
 from encdec.training import data as run_data
+from encdec.training.run_config import load_config
 
 
 def test_absent_local_files_say_so_and_take_the_hub_dataset(monkeypatch, caplog, tmp_path, tiny_config, shared_data):

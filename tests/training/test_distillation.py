@@ -16,12 +16,12 @@ from encdec.data.batch import IGNORE_INDEX
 from encdec.models import ModelConfig, build_model
 from encdec.models.loss import compute_loss, distillation_kl, distilled
 from encdec.runs.checkpoint import load_checkpoint
-from encdec.runs.config import load_config
 from encdec.runs.load import load_run
 from encdec.runs.run_dir import RunDir
 from encdec.training import train
 from encdec.training.compare import last_interval_mean, markdown_table
 from encdec.training.metrics import read_metrics
+from encdec.training.run_config import load_config
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 CONFIG = {

@@ -66,8 +66,8 @@ def test_ema_eval_judges_the_average_and_leaves_training_untouched(tmp_path, tin
     import pytest
 
     from encdec.errors import ConfigError
-    from encdec.runs.config import load_config
     from encdec.training.metrics import read_metrics
+    from encdec.training.run_config import load_config
 
     live, judged = tmp_path / "live", tmp_path / "judged"
     ema = ["--set", "training.ema_decay=0.8"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from encdec.runs.config import load_config
 from encdec.training.compare import read_experiment, seeded
+from encdec.training.run_config import load_config
 from encdec.training.trainer import train
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "configs" / "experiments"

@@ -3,6 +3,7 @@ to the same losses, `from_pretrained` applying the adapter, and both exports: th
 adapter that Hugging Face's T5 under peft loads with encdec's logits."""
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,6 +125,29 @@ def test_a_changed_base_is_refused_in_one_sentence(lora_setup, tmp_path, capsys)
     assert main(["export", str(copy), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "has changed since this adapter was trained" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_lora_checkpoint_copied_out_of_its_run_goes_on_its_base_or_says_the_base_is_unreachable(
+    lora_setup, tmp_path, capsys
+):
+    """adapter.json says how the adapter goes on base.json's base, wherever the checkpoint lies."""
+    root, _ = lora_setup
+    latest = RunDir(root / "full").latest()
+    adapter = json.loads(latest.adapter.read_text())
+    assert adapter == {"lora": {**LORA, "lora_alpha": float(LORA["lora_alpha"])}, "train_only": []}
+    copied = shutil.copytree(latest.path, tmp_path / "elsewhere" / "adapter")
+    src, tgt = torch.tensor([[40, 41, 42, 43, 44, 1]]), torch.tensor([[0, 50, 51, 52]])
+    in_run = encdec.from_pretrained(root / "full", checkpoint=latest.name)(src, tgt).logits
+    assert torch.equal(encdec.from_pretrained(copied)(src, tgt).logits, in_run)
+    gone = tmp_path / "gone"  # the base moved away: neither where training read it nor where its config named it
+    pointer = json.loads((copied / "base.json").read_text())
+    pointer.update(init_from=str(gone), source=str(gone / "checkpoints" / "step_00000002"))
+    (copied / "base.json").write_text(json.dumps(pointer))
+    (tmp_path / "in.txt").write_text("Once upon a time\n")
+    capsys.readouterr()
+    assert main(["generate", str(copied), "-i", str(tmp_path / "in.txt")]) != 0
+    err = capsys.readouterr().err
+    assert err.startswith("encdec: error: ") and str(gone) in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize(

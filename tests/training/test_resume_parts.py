@@ -13,7 +13,7 @@ from bad_inputs_kit import tiny
 from safetensors.torch import load_file, save_file
 
 from encdec.cli import main
-from encdec.runs.checkpoint import declared_parts, load_weights, save_weights, saved_config
+from encdec.runs.checkpoint import declared_parts, load_weights, save_weights, saved_values
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.training.metrics import read_metrics
 
@@ -58,18 +58,18 @@ def refused(config: Path, run: Path, capsys, *extra: str) -> str:
 
 def test_an_ema_run_declares_its_ema_and_a_plain_run_does_not(library):
     checkpoint = RunDir(library[1]).latest()
-    declared = declared_parts(checkpoint, saved_config(checkpoint))
+    declared = declared_parts(checkpoint, saved_values(checkpoint))
     assert CheckpointDir.EMA in declared and CheckpointDir.TEACHER not in declared
     assert set(declared) - set(CheckpointDir.OPTIONAL) == set(CheckpointDir.PARTS) - set(CheckpointDir.OPTIONAL)
-    plain = saved_config(checkpoint)
-    plain.training.ema_decay = 0.0
+    plain = saved_values(checkpoint)
+    plain["training"]["ema_decay"] = 0.0
     assert CheckpointDir.EMA not in declared_parts(checkpoint, plain)
 
 
 def test_every_declared_part_missing_is_refused_naming_it(library, tmp_path, capsys):
     """Whatever the part (weights, optimizer, RNG, state, tokenizer, the EMA its config keeps), not a fresh start."""
     checkpoint = RunDir(library[1]).latest()
-    for part in declared_parts(checkpoint, saved_config(checkpoint)):
+    for part in declared_parts(checkpoint, saved_values(checkpoint)):
         if part == CheckpointDir.CONFIG:
             continue  # what declares the rest: its own refusal below
         run, latest = copy_run(library, tmp_path / part)

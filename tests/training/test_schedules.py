@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from encdec.runs.config import OptimizerSection, RunConfig, ScheduleSection, TrainingSection
 from encdec.training.optim import build_optimizer, lr_at
+from encdec.training.run_config import OptimizerSection, RunConfig, ScheduleSection, TrainingSection
 
 
 def config(kind, steps=1000, **schedule):

@@ -23,7 +23,7 @@ CORPUS_MB = 400
 READ_A_PASS = """
 import resource, sys
 from pathlib import Path
-from encdec.runs.config import load_config
+from encdec.training.run_config import load_config
 from encdec.training.data import build_run_data
 
 data = build_run_data(load_config(sys.argv[1]), Path(sys.argv[2]))  # the first block read and tokenized

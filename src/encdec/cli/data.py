@@ -16,10 +16,11 @@ from encdec.data.formats import FILE_FORMATS, read_corpus, reader_options
 from encdec.data.objectives import OBJECTIVES, PairTemplate, build_objective
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError
-from encdec.runs.config import MAX_LENGTH, MAX_PROCESSES, TokenizerSection, TrainingSection
+from encdec.runs.text import MAX_LENGTH
 from encdec.schema import Range, argument_type, field_type
 from encdec.sizing import capped_to_cores
 from encdec.tokenizers import KINDS, MANIFEST_NAME, UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
+from encdec.training.run_config import MAX_PROCESSES, TokenizerSection, TrainingSection
 
 # the short names `--objective` took before it took the run config's; still accepted
 OBJECTIVE_ALIASES = {"causal": "causal_lm", "span": "span_corruption", "prefix": "prefix_lm"}

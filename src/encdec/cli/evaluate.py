@@ -1,7 +1,8 @@
 """`encdec evaluate MODEL [--data FILE [FILE2]]`: loss, perplexity and generated outputs scored.
 
-MODEL is a run directory of `encdec train`, a Hugging Face model directory (T5, BART, Marian,
-Pegasus; an `encdec export` directory among them) or a Hub id org/name[@revision].
+MODEL is a run directory of `encdec train`, one of its checkpoint directories (copied anywhere), a
+Hugging Face model directory (T5, BART, Marian, Pegasus; an `encdec export` directory among them) or a
+Hub id org/name[@revision].
 
 With --data, a test file in one of the corpus formats training reads (--format; a run's own
 data.format by default, else told by the extension: .tsv tsv, .txt text, two files parallel):
@@ -16,8 +17,8 @@ data.format by default, else told by the extension: .tsv tsv, .txt text, two fil
   each half-length window given the previous one, as UL2's S-denoiser reads a chunk
   (encdec.evaluation.likelihood); --samples N continues N windows of the documents too (each
   document's first window, then their second ...: a file that is one running text gives N).
-Results go to --out DIR (needed for a Hugging Face model: nothing is written inside a model
-directory or the Hugging Face cache), else RUN_DIR/eval/<file name>/: eval.json, eval.md and
+Results go to --out DIR (needed for a Hugging Face model or a checkpoint directory: nothing is written
+inside a model directory or the Hugging Face cache), else RUN_DIR/eval/<file name>/: eval.json, eval.md and
 predictions.jsonl (source, reference, prediction).
 
 Without --data, a run is scored on its own validation split, as training scored it: the loss
@@ -68,12 +69,13 @@ from encdec.evaluation.scoring import (
 from encdec.generation.generate import resolve_config
 from encdec.interop.hub import resolve_model
 from encdec.quantization import quantize
-from encdec.runs.load import saved_config
+from encdec.runs.load import checkpoint_at
 from encdec.runs.open import OpenedModel, model_kind, open_model
 from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import check_not_symlink, output_path, refuse_unsafe_output
 from encdec.training.data import build_run_data
 from encdec.training.distributed import DistInfo
+from encdec.training.run_config import saved_config
 from encdec.training.samples import sample_pairs
 from encdec.training.trainer import evaluate
 
@@ -133,8 +135,10 @@ def run(args: argparse.Namespace) -> int:
     if args.data is None:
         out = args.out or RunDir(path).eval_dir
         check_output(out, path if args.out is None else None)  # before anything is read
-        if model_kind(path) == "hf":
-            raise ConfigError(f"{args.model} is a Hugging Face model, which has no validation split: give --data FILE")
+        kind = model_kind(path)
+        if kind != "run":
+            what = "a Hugging Face model" if kind == "hf" else "a checkpoint directory, not its run"
+            raise ConfigError(f"{args.model} is {what}, which has no validation split: give --data FILE")
         return own_split(args, path, out, device)
     if args.batches:
         raise ConfigError("--batches counts batches of a run's own validation split; with --data every pair is scored")
@@ -165,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
 def own_split(args: argparse.Namespace, path: Path, out: Path, device: torch.device) -> int:
     """A run on its own validation split: the loss of its objective's batches, then samples generated into `out`."""
     opened = open_for_scoring(args, device)
-    cfg = opened.run.config
+    cfg = saved_config(opened.run.checkpoint)  # the run's training config: its data, objective and batches
     if args.batches:
         cfg.evaluation.steps = args.batches
     data = build_run_data(cfg, path, tokenizer_dir=opened.run.checkpoint.tokenizer)
@@ -195,7 +199,7 @@ def own_split(args: argparse.Namespace, path: Path, out: Path, device: torch.dev
 def read_data(args: argparse.Namespace, path: Path, kind: str) -> TestFile:
     """The --data file, read in --format, else a run's data.format (a file format, not a `datasets` corpus),
     else its extension's; jsonl options as given, else a run's own where it read the same format."""
-    run_data = saved_config(RunDir(path).checkpoint(args.checkpoint)).data if kind == "run" else None
+    run_data = saved_config(checkpoint_at(path, args.checkpoint)).data if kind != "hf" else None
     fmt = args.format or (run_data.format if run_data and run_data.format in FILE_FORMATS else infer_format(args.data))
     defaults = vars(run_data) if run_data and run_data.format == fmt else None
     return read_test_file(args.data, fmt, reader_options(fmt, given_reader_options(args), defaults))
@@ -203,19 +207,17 @@ def read_data(args: argparse.Namespace, path: Path, kind: str) -> TestFile:
 
 def report_dir(args: argparse.Namespace, path: Path, kind: str) -> Path:
     """--out, or for a run RUN_DIR/eval/<test file name>/; checked before any work."""
-    if args.out is None and kind == "hf":
-        raise ConfigError(
-            f"--out DIR is needed to evaluate {args.model}: encdec writes no report inside a Hugging Face model "
-            "directory or the Hugging Face cache"
-        )
+    if args.out is None and kind != "run":
+        where = "a Hugging Face model directory or the Hugging Face cache" if kind == "hf" else "a checkpoint directory"
+        raise ConfigError(f"--out DIR is needed to evaluate {args.model}: encdec writes no report inside {where}")
     out = args.out or RunDir(path).eval_dir / args.data[0].name.split(".")[0]
-    check_output(out, path if args.out is None else None, path if kind == "hf" else None)
+    check_output(out, path if args.out is None else None, path if kind != "run" else None)
     return out
 
 
 def check_output(out: Path, run: Path | None = None, model: Path | None = None) -> None:
-    """Refuse a report directory that is a file, an unsafe place, inside the Hugging Face model `model` or the
-    Hub cache, or that is (or holds report files that are) symlinks; `run`: a run's own eval directory."""
+    """Refuse a report directory that is a file, an unsafe place, inside the model directory `model` (a Hugging
+    Face directory or a checkpoint directory) or the Hub cache, or that is (or holds report files that are) symlinks; `run`: a run's own eval directory."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; the report needs a directory")
     if run is None:
@@ -255,10 +257,9 @@ def text_encoding(opened: OpenedModel) -> TextEncoding:
     """A run's text encoding (its templates, its UL2 [S] token) or a Hugging Face tokenizer's."""
     if opened.run is None:
         return hf_encoding(opened.text, opened.model.config.eos_id)
-    objective, tokenizer = opened.run.config.objective, opened.run.tokenizer
-    template = objective.target_template if objective.kind == "seq2seq" else "{target}"
-    mode = tokenizer.special_id("[S]") if objective.mode_tokens else None
-    return run_encoding(opened.run.text, tokenizer, template, mode)
+    text, tokenizer = opened.run.description.text, opened.run.tokenizer
+    mode = tokenizer.special_id("[S]") if text.mode_tokens else None
+    return run_encoding(opened.run.text, tokenizer, text.target_template, mode)
 
 
 def report(paths: list[Path]) -> None:

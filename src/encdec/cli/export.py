@@ -1,7 +1,7 @@
 """`encdec export MODEL --out DIR`: a trained run (or any model encdec opens) as a Hugging Face model directory.
 
-MODEL is a run directory, or a Hugging Face directory or Hub id (org/name[@revision]) written
-anew: e.g. a Hub checkpoint that has only a pickled pytorch_model.bin becomes safetensors.
+MODEL is a run directory or one of its checkpoint directories (copied anywhere), or a Hugging Face
+directory or Hub id (org/name[@revision]) written anew: e.g. a Hub checkpoint that has only a pickled pytorch_model.bin becomes safetensors.
 Writes a run's best checkpoint (or --checkpoint) with its tokenizer and generation
 defaults where transformers' AutoModelForSeq2SeqLM and AutoTokenizer load them: T5
 (v1.0, v1.1), SwitchTransformers (T5 with experts), Marian (the canonical
@@ -26,7 +26,9 @@ from encdec.runs.open import load_tokenizer, model_kind, open_model
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("export", help="write a run as a Hugging Face model directory", description=__doc__)
-    parser.add_argument("model", help="a run directory of encdec train, a Hugging Face directory or a Hub id")
+    parser.add_argument(
+        "model", help="a run directory of encdec train, a checkpoint directory, a Hugging Face directory or a Hub id"
+    )
     parser.add_argument(
         "--out", "-o", type=OutputPath("--out"), required=True, help="the directory to write (new or empty)"
     )
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--out must name the directory to write, not an empty string")
     source = resolve_model(args.model)
     if args.adapter:
-        if model_kind(source) != "run":
+        if model_kind(source) == "hf":
             raise ConfigError(f"--adapter exports a LoRA run's adapters, and {args.model} is not a run directory")
         base = export_adapter(source, Path(args.out), force=args.force, checkpoint=args.checkpoint)
         print(
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             "directory (encdec export it first if it is a run)"
         )
         return 0
-    if model_kind(source) == "run":
+    if model_kind(source) in ("run", "checkpoint"):
         name = export_run(source, Path(args.out), force=args.force, checkpoint=args.checkpoint)
     else:
         opened = open_model(source)

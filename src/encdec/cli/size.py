@@ -13,9 +13,10 @@ import torch
 from encdec.errors import ConfigError
 from encdec.models import FAMILY_CLASSES, count_parameters, preset
 from encdec.models.memory import check_weights_fit
-from encdec.runs.config import build_model_config, load_config
+from encdec.runs.model_section import build_model_config
 from encdec.schema import Range, argument_type
 from encdec.sizing import MAX_FLOPS, MAX_PARAMS, MAX_TOKENS, MIN_FLOPS, MIN_PARAMS, MIN_TOKENS, chinchilla
+from encdec.training.run_config import load_config
 
 
 def add_parser(subparsers):

@@ -102,8 +102,7 @@ def target_encoder(opened: OpenedModel):
     encodes references): a run's target template and EOS, a Hugging Face tokenizer's text_target."""
     if opened.run is None:
         return hf_encoding(opened.text, opened.model.config.eos_id).encode_targets
-    objective = opened.run.config.objective
-    template = objective.target_template if objective.kind == "seq2seq" else "{target}"
+    template = opened.run.description.text.target_template
     return run_encoding(opened.run.text, opened.run.tokenizer, template).encode_targets
 
 

@@ -4,16 +4,18 @@
     checkpoints/step_N/base.json           {"init_from", "kind", "source", "sha256"}: where the base is, and
                                            a hash of its weights, so that a changed base is refused
                                            rather than silently adapted
+    checkpoints/step_N/adapter.json        {"lora": {r, lora_alpha, ...}, "train_only": [...]}: the adapters'
+                                           shape and what trains (AdapterConfig), from the run's config
 
 `load_adapted` rebuilds the model a LoRA checkpoint describes: the base's weights, peft's layers on the
-layers the run's lora section names, then the checkpoint's weights over them. Training (set_up, on a
-resume) and reading a run back (load_run) both go through it.
+layers its AdapterConfig names, then the checkpoint's weights over them. Training (set_up, on a resume)
+and reading a run back (load_run) both go through it.
 """
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 from torch import nn
@@ -22,11 +24,13 @@ from encdec.errors import CheckpointError
 from encdec.interop import load_hf
 from encdec.interop.hub import resolve_model
 from encdec.models.lora import add_lora, train_only
+from encdec.models.name_patterns import NamePatterns
 from encdec.runs.checkpoint import NAME, SHA256, SOURCE, load_state, load_weights, read_pointer, weights_sha256
-from encdec.runs.config import RunConfig
 from encdec.runs.run_dir import CheckpointDir, RunDir
+from encdec.schema import Range
 
 log = logging.getLogger(__name__)
+TRAIN_ONLY = Annotated[list[str], NamePatterns()]  # globs of parameter names that train (training.train_only)
 
 
 @dataclass
@@ -37,6 +41,27 @@ class BasePointer:
     kind: Literal["run", "hf"]
     source: SOURCE  # the checkpoint directory of a run, or the Hugging Face directory, that was read (real path)
     sha256: SHA256  # of the base's weights (runs.checkpoint.weights_sha256)
+
+
+@dataclass
+class LoraSection:
+    """LoRA adapters (Hu et al. 2021), in peft's own field names; the base model is frozen (see encdec.models.lora
+    for how target_modules picks layers by name)."""
+
+    r: Annotated[int, Range(1, 1 << 16)] = 8  # the adapters' rank
+    lora_alpha: Annotated[float, Range(0, 1e6, above=True)] = 16.0  # the update is scaled by lora_alpha / r
+    lora_dropout: Annotated[float, Range(0, 1, below=True)] = 0.0  # dropout on the adapter's input
+    # names, or one regular expression of the subset encdec.models.name_patterns matches in bounded steps
+    target_modules: Annotated[str | list[str], NamePatterns(regex=True)] = field(default_factory=lambda: ["q", "v"])
+
+
+@dataclass
+class AdapterConfig:
+    """What adapter.json holds: what puts a LoRA checkpoint's weights on its base (the run's lora section and
+    training.train_only, which say which parameters the checkpoint holds)."""
+
+    lora: LoraSection
+    train_only: TRAIN_ONLY = field(default_factory=list)
 
 
 def read_base(checkpoint: CheckpointDir) -> BasePointer | None:
@@ -50,6 +75,11 @@ def base_weights(pointer: BasePointer) -> dict[str, torch.Tensor]:
     source = Path(pointer.source)
     if not source.exists():
         source = resolve_model(pointer.init_from, "the base ")
+        if not source.exists():  # a checkpoint copied away from both
+            raise CheckpointError(
+                f"the base this adapter goes on is unreachable: base.json names {pointer.source} and "
+                f"{pointer.init_from}, and neither is there"
+            )
         if pointer.kind == "run":
             source = RunDir(source).checkpoint("best").path
     if pointer.kind == "hf":
@@ -65,24 +95,24 @@ def base_weights(pointer: BasePointer) -> dict[str, torch.Tensor]:
     return weights
 
 
-def apply_lora(model: nn.Module, cfg: RunConfig) -> None:
-    """The run's lora section and training.train_only on `model` (its base weights already loaded)."""
-    if cfg.lora is not None:
-        lora = cfg.lora
+def apply_lora(model: nn.Module, lora: LoraSection | None, trained: list[str]) -> None:
+    """LoRA adapters of `lora` and the parameters `trained` names (training.train_only) on `model`, its base
+    weights already loaded."""
+    if lora is not None:
         targets = add_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
         log.info("LoRA r=%d on %d layers", lora.r, len(targets))
-    if cfg.training.train_only or cfg.lora is not None:
-        train_only(model, cfg.training.train_only)
+    if trained or lora is not None:
+        train_only(model, trained)
 
 
-def load_adapted(model: nn.Module, cfg: RunConfig, checkpoint: CheckpointDir, weights: dict) -> None:
-    """`model` (as the run's model section builds it) made what LoRA checkpoint `checkpoint` holds: its base's
-    weights, the adapters, then the checkpoint's `weights` (every one a trainable parameter, none missing)."""
+def load_adapted(model: nn.Module, adapter: AdapterConfig, checkpoint: CheckpointDir, weights: dict) -> None:
+    """`model` (as the checkpoint's model config builds it) made what LoRA checkpoint `checkpoint` holds: its
+    base's weights, the adapters, then the checkpoint's `weights` (every one a trainable parameter, none missing)."""
     pointer = read_base(checkpoint)
     if pointer is None:
         raise CheckpointError(f"{checkpoint.path} holds an adapter but no {CheckpointDir.BASE} naming its base")
     load_state(model, base_weights(pointer), f"the base {pointer.source} does not fit the run's model section")
-    apply_lora(model, cfg)
+    apply_lora(model, adapter.lora, adapter.train_only)
     expected = {n for n, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
     missing, extra = sorted(expected - set(weights)), sorted(set(weights) - expected)
     if missing or extra:

@@ -7,7 +7,9 @@ mean of each weight over several checkpoints of one run, written as a checkpoint
 
 Inside the run, the averaged checkpoint sits beside the step directories under a name (`MADE_NAME`)
 that `--checkpoint` and `from_pretrained(..., checkpoint=)` take, but that no pointer, prune or resume
-ever picks: it holds weights, config, tokenizer and generation defaults, no optimizer state. With `out`
+ever picks: it holds weights, config, tokenizer, generation defaults and the model config and text format
+that describe it (runs/description.py, written anew from the config of a checkpoint older than them), no
+optimizer state. With `out`
 it becomes the one checkpoint (latest and best) of a new run directory. Each mean is summed in float64
 and cast back to the tensor's dtype, so averaging N identical checkpoints gives that checkpoint bit for
 bit (a float32 sum of N copies divided by N need not); integer tensors are the newest checkpoint's.
@@ -23,9 +25,10 @@ import torch
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.runs.checkpoint import fsync_dir, load_weights, save_weights
-from encdec.runs.load import saved_config
+from encdec.runs.description import describe, write_description
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.safe_paths import check_not_symlink, inside, output_path, refuse_unsafe_output, write_atomic
+from encdec.tokenizers import load_tokenizer
 
 AVERAGE = "average.json"  # in an averaged checkpoint: the steps it averaged (or the EMA it holds)
 
@@ -38,7 +41,7 @@ def average_checkpoints(
     run = RunDir(run_dir)
     chosen = pick_checkpoints(run, last, steps)
     newest = chosen[-1]
-    if saved_config(newest).lora is not None:
+    if describe(newest, load_tokenizer(newest.tokenizer)).adapter is not None:
         raise ConfigError(
             f"{run.path} is a LoRA run, whose checkpoints hold adapters alone; average full fine-tunes, or export "
             "the merged model and average those runs"
@@ -164,7 +167,9 @@ def _write_run(run: RunDir, source: CheckpointDir, weights: dict, about: dict, o
 
 
 def _write_checkpoint(tmp: Path, source: CheckpointDir, weights: dict, about: dict) -> None:
-    """A checkpoint directory at `tmp`: `weights`, and `source`'s config, tokenizer and generation defaults."""
+    """A checkpoint directory at `tmp`: `weights`, and `source`'s config, tokenizer, generation defaults and
+    description."""
+    description = describe(source, load_tokenizer(source.tokenizer))  # a bad one refused before any writing
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     made = CheckpointDir(tmp)
@@ -172,6 +177,7 @@ def _write_checkpoint(tmp: Path, source: CheckpointDir, weights: dict, about: di
         save_weights(weights, made.model)
         shutil.copyfile(source.config, made.config)
         shutil.copytree(source.tokenizer, made.tokenizer, symlinks=True)
+        write_description(made, description)
         if source.generation.is_file():
             shutil.copyfile(source.generation, made.generation)
         (tmp / AVERAGE).write_text(json.dumps(about) + "\n")

@@ -1,7 +1,8 @@
 """Checkpoints that resume exactly and are written atomically, and the one loader of their weights.
 
 What a checkpoint holds is `CheckpointDir`'s (runs/run_dir.py: weights, optimizer, RNG states,
-training state, config, tokenizer, generation defaults), and where it goes the `RunDir`'s.
+training state, config, tokenizer, generation defaults, and the model config and text format that
+describe it to inference, runs/description.py), and where it goes the `RunDir`'s.
 
 A checkpoint is written into a temporary directory and renamed into place, and
 `latest` is replaced atomically after it, so a kill at any moment leaves the
@@ -14,7 +15,8 @@ back from its newest complete checkpoint (`recover_latest`).
 
 A checkpoint declares the parts it holds by its own config.yaml (`declared_parts`: the parts every
 checkpoint holds, and those its config keeps, CheckpointDir.KEPT_BY: training.ema_decay's
-ema.safetensors, say). A resume requires each declared part present and readable, and the numbers of
+ema.safetensors, say; of the config, only those keys are read here, the training config that checks
+the whole of it being encdec.training's). A resume requires each declared part present and readable, and the numbers of
 the weights, the optimizer state and the EMA finite (CheckpointDir.FINITE); a missing or damaged part
 is one sentence naming the file, never a fresh start of what it held.
 
@@ -42,10 +44,9 @@ from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.hf_t5 import load_tensor_pickle
-from encdec.runs.config import RunConfig, load_config
 from encdec.runs.run_dir import MADE_NAME, STEP_NAME, TMP_NAME, CheckpointDir, RunDir
 from encdec.safe_paths import check_not_symlink, inside, write_atomic
-from encdec.schema import Satisfies, load_json, read, short
+from encdec.schema import Satisfies, load_json, read, read_yaml_file, short
 
 log = logging.getLogger(__name__)
 FREE_WHEN_FULL = 64 << 20  # bytes: a failed write with less free space than this was a full disk
@@ -176,10 +177,11 @@ def load_state(model: nn.Module, weights: dict[str, torch.Tensor], mismatch: str
 def save_checkpoint(run: RunDir, step: int, files: dict, keep_last: int, is_best: bool = False) -> CheckpointDir:
     """Write checkpoint `step` atomically. `files` holds: model (state dict), optimizer
     (state dict), rng (dict of tensors), state (JSON-able dict), config (a callable writing
-    config.yaml into a directory), tokenizer (an object with `save(directory)`) and, optionally,
-    generation (JSON-able generation defaults), base (a LoRA run's base pointer, JSON-able), ema
-    (training.ema_decay's average of the weights, a state dict) and teacher (a distilled run's teacher
-    pointer, JSON-able)."""
+    config.yaml into a directory), tokenizer (an object with `save(directory)`), the JSON-able parts
+    that describe it (`runs.description.description_files`: model_config, text and a LoRA run's adapter)
+    and, optionally, generation (JSON-able generation defaults), base (a LoRA run's base pointer,
+    JSON-able), ema (training.ema_decay's average of the weights, a state dict) and teacher (a distilled
+    run's teacher pointer, JSON-able)."""
     root = run.checkpoints
     check_not_symlink(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -217,31 +219,36 @@ def _set_aside(path: Path) -> Path:
     return aside
 
 
-def saved_config(checkpoint: CheckpointDir) -> RunConfig:
-    """The config a checkpoint saved; CheckpointError where it cannot be read."""
+def saved_values(checkpoint: CheckpointDir) -> dict:
+    """The mapping a checkpoint's config.yaml holds, read within the bounds of any config file but otherwise
+    unchecked (encdec.training.run_config.saved_config checks it whole); CheckpointError where it cannot be read."""
     try:
-        return load_config(checkpoint.config, paths_from_file=False)
+        if not checkpoint.config.is_file():
+            raise ConfigError(f"config file {checkpoint.config} does not exist")
+        return read_yaml_file(checkpoint.config)
     except ConfigError as error:
         raise CheckpointError(f"the config saved in {checkpoint.path} cannot be read: {error}") from None
 
 
-def declared_parts(checkpoint: CheckpointDir, cfg: RunConfig) -> list[str]:
-    """The parts `checkpoint` holds by `cfg`, its own config: every part but the optional ones, and each
-    optional one that a key of its config keeps (CheckpointDir.KEPT_BY: training.ema_decay's EMA, ...)."""
-    kept = [part for part, key in checkpoint.KEPT_BY.items() if config_value(cfg, key)]
+def declared_parts(checkpoint: CheckpointDir, values: dict) -> list[str]:
+    """The parts `checkpoint` holds by `values`, its own config's mapping (`saved_values`): every part but the
+    optional ones, and each optional one that a key of its config keeps (CheckpointDir.KEPT_BY:
+    training.ema_decay's EMA, ...)."""
+    kept = [part for part, key in checkpoint.KEPT_BY.items() if config_value(values, key)]
     return [part for part in checkpoint.PARTS if part not in checkpoint.OPTIONAL or part in kept]
 
 
-def config_value(cfg: object, dotted: str) -> object:
+def config_value(values: dict, dotted: str) -> object:
+    """The value at a dotted key ("training.ema_decay") of a config's mapping; None where any part is missing."""
     for name in dotted.split("."):
-        cfg = getattr(cfg, name)
-    return cfg
+        values = values.get(name) if isinstance(values, dict) else None
+    return values
 
 
 def is_complete(checkpoint: CheckpointDir) -> bool:
     """Whether `checkpoint` holds every part it declares (`declared_parts`), none a symlink."""
     try:
-        needed = declared_parts(checkpoint, saved_config(checkpoint))
+        needed = declared_parts(checkpoint, saved_values(checkpoint))
     except CheckpointError:
         return False
     return all((checkpoint.path / part).exists() and not (checkpoint.path / part).is_symlink() for part in needed)
@@ -278,18 +285,31 @@ def _write_parts(tmp: Path, files: dict) -> None:
     parts.state.write_text(json.dumps(files["state"]))
     files["config"](parts.config)
     files["tokenizer"].save(parts.tokenizer)
-    if files.get("generation"):
-        parts.generation.write_text(json.dumps(files["generation"], indent=2) + "\n")
     if files.get("ema"):
         save_weights(files["ema"], parts.ema)
-    if files.get("base"):
-        parts.base.write_text(json.dumps(files["base"], indent=2) + "\n")
-    if files.get("teacher"):
-        parts.teacher.write_text(json.dumps(files["teacher"], indent=2) + "\n")
+    write_json_parts(parts, files)
     for path in tmp.rglob("*"):
         if path.is_file():
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
+
+
+JSON_PARTS = {  # files' keys -> the JSON parts they are written as
+    "generation": CheckpointDir.GENERATION,
+    "base": CheckpointDir.BASE,
+    "teacher": CheckpointDir.TEACHER,
+    "model_config": CheckpointDir.MODEL_CONFIG,
+    "text": CheckpointDir.TEXT,
+    "adapter": CheckpointDir.ADAPTER,
+}
+
+
+def write_json_parts(checkpoint: CheckpointDir, files: dict) -> None:
+    """Each JSON part `files` holds (JSON_PARTS) into `checkpoint`, a directory being written (a temporary one,
+    renamed into place whole); one `files` holds as None or empty is not written."""
+    for key, name in JSON_PARTS.items():
+        if files.get(key):
+            checkpoint.part(name).write_text(json.dumps(files[key], indent=2) + "\n")
 
 
 # what torch's and safetensors' writers say when a write fails: the disk is full where little space is left
@@ -341,7 +361,7 @@ def load_checkpoint(checkpoint: CheckpointDir) -> dict:
         raise CheckpointError(f"checkpoint {path} does not exist")
     for part in checkpoint.PARTS:
         checkpoint.part(part)  # a symlink would read a file outside the checkpoint
-    declared = declared_parts(checkpoint, saved_config(checkpoint))
+    declared = declared_parts(checkpoint, saved_values(checkpoint))
     for part in declared:
         if not (path / part).exists():
             key = checkpoint.KEPT_BY.get(part)

@@ -1,5 +1,6 @@
-"""A run's checkpoint written as a Hugging Face directory (`encdec export RUN_DIR --out DIR`), a LoRA run's with its
-adapters merged in; or a LoRA run's adapters alone as a peft adapter directory (`--adapter`)."""
+"""A run's checkpoint (or a checkpoint directory on its own) written as a Hugging Face directory (`encdec export
+RUN_DIR --out DIR`), a LoRA run's with its adapters merged in; or a LoRA run's adapters alone as a peft adapter
+directory (`--adapter`)."""
 
 import logging
 from pathlib import Path
@@ -8,43 +9,47 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.interop import export_hf
 from encdec.interop.peft_adapter import save_peft_adapter
 from encdec.models.lora import merge_lora
+from encdec.runs.adapter import read_base
 from encdec.runs.load import load_run
-from encdec.runs.run_dir import RunDir
+from encdec.runs.run_dir import CheckpointDir, RunDir
 
 log = logging.getLogger(__name__)
 
 
 def check_paths(run_dir: Path, out: Path) -> None:
-    if not RunDir(run_dir).is_run():
-        raise CheckpointError(f"{run_dir} is not a run directory of encdec train (it has no checkpoints/latest)")
+    if not RunDir(run_dir).is_run() and not CheckpointDir(run_dir).is_checkpoint():
+        raise CheckpointError(
+            f"{run_dir} is not a run directory of encdec train (it has no checkpoints/latest) nor a checkpoint directory"
+        )
     if out.resolve() == run_dir.resolve() or run_dir.resolve() in out.resolve().parents:
         raise ConfigError(f"the output directory {out} is inside the run directory {run_dir}; choose one outside it")
 
 
 def export_adapter(run_dir: str | Path, out: str | Path, force: bool = False, checkpoint: str = "best") -> str:
-    """Write the LoRA adapters of checkpoint `checkpoint` of a run as a peft adapter directory; returns its base."""
+    """Write the LoRA adapters of checkpoint `checkpoint` of a run (or of a checkpoint directory) as a peft
+    adapter directory; returns its base."""
     run_dir, out = Path(run_dir), Path(out)
     check_paths(run_dir, out)
     run = load_run(run_dir, checkpoint)
-    if run.config.lora is None:
+    if run.description.adapter is None:
         raise ConfigError(f"{run_dir} trained every parameter, not LoRA adapters; export it without --adapter")
-    base = run.config.training.init_from
+    base = read_base(run.checkpoint).init_from
     save_peft_adapter(run.model, out, base, force)
     return base
 
 
 def export_run(run_dir: str | Path, out: str | Path, force: bool = False, checkpoint: str = "best") -> str:
-    """Export checkpoint `checkpoint` of an `encdec train` run directory; returns the Hugging Face class name."""
+    """Export checkpoint `checkpoint` of an `encdec train` run directory (or a checkpoint directory itself);
+    returns the Hugging Face class name."""
     run_dir, out = Path(run_dir), Path(out)
     check_paths(run_dir, out)
     run = load_run(run_dir, checkpoint)
-    if run.config.lora is not None:
+    if run.description.adapter is not None:
         merge_lora(run.model)  # W + (alpha / r) B A: plain linear layers again
     name = export_hf(run.model, run.tokenizer, out, run.generation, force)
-    objective = run.config.objective
-    if objective.kind == "seq2seq" and objective.source_template != "{source}":
+    template = run.description.text.source_template
+    if template != "{source}":
         log.warning(
-            "this run formats each source as %r before tokenizing; do the same with the exported tokenizer",
-            objective.source_template,
+            "this run formats each source as %r before tokenizing; do the same with the exported tokenizer", template
         )
     return name

@@ -1,5 +1,5 @@
-"""A trained run read back for use: its model, tokenizer, config, generation defaults and text encoding,
-from one checkpoint."""
+"""A trained run read back for use: its model, tokenizer, description, generation defaults and text encoding,
+from one checkpoint, which may be a checkpoint directory on its own, out of its run."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +14,8 @@ from encdec.models import ModelConfig, build_model
 from encdec.models.config import CAUSAL_LMS
 from encdec.models.memory import check_weights_fit
 from encdec.runs.adapter import load_adapted
-from encdec.runs.checkpoint import load_state, load_weights, saved_config
-from encdec.runs.config import RunConfig, build_model_config
+from encdec.runs.checkpoint import load_state, load_weights
+from encdec.runs.description import Description, describe
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.text import RunTokenizer
 from encdec.schema import load_json, value_of
@@ -28,32 +28,47 @@ class LoadedRun:
 
     model: nn.Module  # in eval mode
     tokenizer: Tokenizer
-    config: RunConfig
+    description: Description  # its model config, text format and (LoRA) adapter config
     checkpoint: CheckpointDir
     generation: dict[str, Any]  # the generation defaults the checkpoint carries (generation.json), {} if none
     text: RunTokenizer  # text in and out as the run's training fed it
 
 
-def load_run(run_dir: str | Path | RunDir, which: str = "best", max_source_len: int | None = None) -> LoadedRun:
-    """Checkpoint `which` ("best", "latest", or a step directory name) of a run, its model in eval mode and
-    carrying the checkpoint's generation defaults (`model.generation_defaults`, what generate starts from).
-    The text encoder cuts inputs to `max_source_len` tokens (default: the run's trained source length)."""
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    checkpoint = run.checkpoint(which)
-    config = saved_config(checkpoint)
+def load_run(path: str | Path | RunDir, which: str = "best", max_source_len: int | None = None) -> LoadedRun:
+    """Checkpoint `which` ("best", "latest", or a step directory name) of a run, or the checkpoint directory
+    `path` itself, its model in eval mode and carrying the checkpoint's generation defaults
+    (`model.generation_defaults`, what generate starts from). The model, tokenizer and text encoding are
+    what the checkpoint describes (runs/description.py), never the training config. The text encoder cuts
+    inputs to `max_source_len` tokens (default: the run's trained source length)."""
+    checkpoint = checkpoint_at(path, which)
     tok = load_tokenizer(checkpoint.tokenizer)
-    model_cfg = build_model_config(config.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id)
-    check_weights_fit(model_cfg, "cpu", error=CheckpointError, source=f"{checkpoint.config}: ")  # before building
-    check_max_source_len(max_source_len, model_cfg)
-    model = build_model(model_cfg)
-    if config.lora is not None:  # an adapter alone: on its base (runs/adapter.py)
-        load_adapted(model, config, checkpoint, load_weights(checkpoint.model))
+    description = describe(checkpoint, tok)
+    said = checkpoint.model_config if checkpoint.model_config.exists() else checkpoint.config
+    check_weights_fit(description.model, "cpu", error=CheckpointError, source=f"{said}: ")  # before building
+    check_max_source_len(max_source_len, description.model)
+    try:
+        model = build_model(description.model)
+    except ConfigError as error:  # what a family's constructor alone refuses (a causal LM's positions, ...)
+        raise CheckpointError(f"{said} describes a model encdec cannot build ({error})") from None
+    if description.adapter is not None:  # an adapter alone: on its base (runs/adapter.py)
+        load_adapted(model, description.adapter, checkpoint, load_weights(checkpoint.model))
     else:
         load_state(model, load_weights(checkpoint.model), f"{checkpoint.path} does not match its config")
     generation = read_generation(checkpoint)
     model.generation_defaults = generation
-    text = RunTokenizer.for_run(config, tok, model, max_source_len)
-    return LoadedRun(model.eval(), tok, config, checkpoint, generation, text)
+    text = RunTokenizer.for_text(description.text, tok, max_source_len)
+    return LoadedRun(model.eval(), tok, description, checkpoint, generation, text)
+
+
+def checkpoint_at(path: str | Path | RunDir, which: str = "best") -> CheckpointDir:
+    """Checkpoint `which` of the run at `path`, or `path` itself where it is a checkpoint directory (which
+    holds no other checkpoint to choose: `which` other than best is refused)."""
+    run = path if isinstance(path, RunDir) else RunDir(path)
+    if run.is_run() or not CheckpointDir(run.path).is_checkpoint():
+        return run.checkpoint(which)
+    if which != "best":
+        raise ConfigError(f"{run.path} is one checkpoint directory, not a run: it holds no checkpoint {which!r}")
+    return CheckpointDir(run.path)
 
 
 def check_max_source_len(max_source_len: int | None, cfg: ModelConfig) -> None:

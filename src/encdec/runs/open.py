@@ -1,6 +1,8 @@
-"""Open whatever a path holds, decided in one place: an encdec run directory, a Hugging Face directory or Hub id.
+"""Open whatever a path holds, decided in one place: an encdec run directory, one checkpoint directory of a
+run (copied anywhere: it describes itself), a Hugging Face directory or Hub id.
 
     model = encdec.from_pretrained("runs/dialogsum")             # the run's best checkpoint
+    model = encdec.from_pretrained("models/dialogsum-step-3000") # a checkpoint directory on its own
     model = encdec.from_pretrained("checkpoints/flan-t5-small")  # T5 / Flan-T5 / mT5, BART, Marian, Pegasus
     model = encdec.from_pretrained("google/flan-t5-small")       # a Hub id: fetched once into HF's cache
     tokenizer = encdec.load_tokenizer("runs/dialogsum")
@@ -23,24 +25,32 @@ from torch import nn
 from encdec.errors import CheckpointError
 from encdec.interop import is_hf_dir, load_hf
 from encdec.interop.hub import resolve_model
-from encdec.runs.load import LoadedRun, check_max_source_len, load_run
-from encdec.runs.run_dir import RunDir
+from encdec.runs.load import LoadedRun, check_max_source_len, checkpoint_at, load_run
+from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.tokenizers import Tokenizer
 from encdec.tokenizers import load_tokenizer as load_tokenizer_dir
 
 MAX_SOURCE_LEN = 1 << 16  # above this, a Hugging Face tokenizer's model_max_length means "not set"
 
 
-def model_kind(path: Path, label: str = "") -> Literal["run", "hf"]:
-    """ "run" for a run directory of encdec train, "hf" for a Hugging Face model directory, else one
-    sentence (CheckpointError) starting with `label` (the option that named the path, if any)."""
+def model_kind(path: Path, label: str = "") -> Literal["run", "checkpoint", "hf"]:
+    """ "run" for a run directory of encdec train, "checkpoint" for one of its checkpoint directories (in its
+    run or copied out of it), "hf" for a Hugging Face model directory, else one sentence (CheckpointError)
+    starting with `label` (the option that named the path, if any)."""
     if RunDir(path).is_run():
         return "run"
+    if CheckpointDir(path).is_checkpoint():
+        return "checkpoint"
     if is_hf_dir(path):
         return "hf"
-    why = "it has no checkpoints/latest and has no config.json" if path.is_dir() else "it is not a directory"
+    why = (
+        "it has no checkpoints/latest and has no config.json (nor a checkpoint's weights, tokenizer and model.json)"
+        if path.is_dir()
+        else "it is not a directory"
+    )
     raise CheckpointError(
-        f"{label}{path} is neither a run directory with checkpoints nor a Hugging Face model directory: {why}"
+        f"{label}{path} is neither a run directory with checkpoints nor a Hugging Face model directory "
+        f"nor a checkpoint directory: {why}"
     )
 
 
@@ -51,7 +61,7 @@ class OpenedModel:
     model: nn.Module  # in eval mode, carrying `generation` as its generation_defaults
     generation: dict[str, Any]  # the generation defaults the checkpoint carries
     path: Path
-    run: LoadedRun | None = None  # a run directory's checkpoint: its config, tokenizer and text encoding
+    run: LoadedRun | None = None  # a run's checkpoint: its description, tokenizer and text encoding
     max_source_len: int | None = None  # inputs cut to this many tokens; None: what the model was trained with
 
     @cached_property
@@ -63,9 +73,9 @@ class OpenedModel:
 
 def open_model(path: str | Path, checkpoint: str = "best", max_source_len: int | None = None) -> OpenedModel:
     """The model at `path`: checkpoint `checkpoint` ("best", "latest" or a step directory name) of a run
-    directory, or a Hugging Face directory or Hub id (org/name[@revision])."""
+    directory, a checkpoint directory, or a Hugging Face directory or Hub id (org/name[@revision])."""
     path = resolve_model(path)
-    if model_kind(path) == "run":
+    if model_kind(path) in ("run", "checkpoint"):
         run = load_run(path, checkpoint, max_source_len)
         return OpenedModel(run.model, run.generation, path, run, max_source_len)
     model = load_hf(path)
@@ -103,11 +113,12 @@ def from_pretrained(
 
 
 def load_tokenizer(path: str | Path, checkpoint: str = "best") -> Tokenizer:
-    """The tokenizer at `path`: a run directory's, a Hugging Face directory's (AutoTokenizer), or a
-    tokenizer directory an encdec tokenizer saved itself into, or a Hub id (org/name[@revision])."""
+    """The tokenizer at `path`: a run directory's or a checkpoint directory's, a Hugging Face directory's
+    (AutoTokenizer), or a tokenizer directory an encdec tokenizer saved itself into, or a Hub id
+    (org/name[@revision])."""
     path = resolve_model(path)
     if not path.is_dir():
         raise CheckpointError(f"{path} is not a directory")
-    if RunDir(path).is_run():
-        return load_tokenizer_dir(RunDir(path).checkpoint(checkpoint).tokenizer)
+    if RunDir(path).is_run() or CheckpointDir(path).is_checkpoint():
+        return load_tokenizer_dir(checkpoint_at(path, checkpoint).tokenizer)
     return load_tokenizer_dir(path)

@@ -36,7 +36,8 @@ MADE_NAME = re.compile(r"(avg\d+|ema)_step_\d{8,}")
 
 @dataclass(frozen=True)
 class CheckpointDir:
-    """One checkpoint: the files `save_checkpoint` writes into it and `load_checkpoint` reads back."""
+    """One checkpoint: the files `save_checkpoint` writes into it, `load_checkpoint` reads back for a resume
+    and `load_run` for use (the weights, the tokenizer and the DESCRIPTION parts, or config.yaml before them)."""
 
     path: Path
 
@@ -50,8 +51,28 @@ class CheckpointDir:
     BASE = "base.json"  # a LoRA run's: the base its adapter-only weights go on (runs/adapter.py)
     EMA = "ema.safetensors"  # training.ema_decay's moving average of the weights (float32), when kept
     TEACHER = "teacher.json"  # a distilled run's: the teacher it learns from (training/distill.py)
-    PARTS = (MODEL, OPTIMIZER, RNG, STATE, CONFIG, TOKENIZER, GENERATION, BASE, EMA, TEACHER)
-    OPTIONAL = (GENERATION, BASE, EMA, TEACHER)
+    MODEL_CONFIG = "model.json"  # the ModelConfig the weights belong to, resolved (vocabulary and ids included)
+    TEXT = "text.json"  # how the model takes text: templates, padding side, source length (runs.text.TextFormat)
+    ADAPTER = "adapter.json"  # a LoRA run's: the adapters' shape and what trains, to put them on base.json's base
+    PARTS = (
+        MODEL,
+        OPTIMIZER,
+        RNG,
+        STATE,
+        CONFIG,
+        TOKENIZER,
+        GENERATION,
+        BASE,
+        EMA,
+        TEACHER,
+        MODEL_CONFIG,
+        TEXT,
+        ADAPTER,
+    )
+    # what inference reads beside the weights and tokenizer (runs/description.py), never the training config;
+    # a checkpoint written before them has none and is described by its config.yaml instead
+    DESCRIPTION = (MODEL_CONFIG, TEXT, ADAPTER)
+    OPTIONAL = (GENERATION, BASE, EMA, TEACHER, *DESCRIPTION)  # a resume reads none of the description
     # the optional parts a checkpoint declares by its own config.yaml: each is kept (and a resume requires
     # it) where the config key it names is set (runs.checkpoint.declared_parts)
     KEPT_BY = {BASE: "lora", EMA: "training.ema_decay", TEACHER: "training.distill"}
@@ -75,6 +96,17 @@ class CheckpointDir:
     base = property(lambda self: self.part(self.BASE))
     ema = property(lambda self: self.part(self.EMA))
     teacher = property(lambda self: self.part(self.TEACHER))
+    model_config = property(lambda self: self.part(self.MODEL_CONFIG))
+    text = property(lambda self: self.part(self.TEXT))
+    adapter = property(lambda self: self.part(self.ADAPTER))
+
+    def is_checkpoint(self) -> bool:
+        """True for a directory holding a checkpoint's weights, tokenizer and what describes them (its model
+        config, or the config.yaml of a checkpoint from before it): one opened on its own, out of its run."""
+        weights, described, configured = (
+            (self.path / name).is_file() for name in (self.MODEL, self.MODEL_CONFIG, self.CONFIG)
+        )
+        return weights and (described or configured) and (self.path / self.TOKENIZER).is_dir()
 
 
 @dataclass(frozen=True)

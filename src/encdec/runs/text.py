@@ -1,19 +1,87 @@
-"""Text in and out of a trained run's model, as its training fed it: `RunTokenizer`.
+"""Text in and out of a trained run's model, as its training fed it: `TextFormat` and `RunTokenizer`.
 
-`encdec generate`, `encdec evaluate` and the trainer's generating evaluation all encode
-through it: the run's source template applied, inputs cut to the length it was trained
-with, batches padded on the side its family continues from. It speaks the small part of
-Hugging Face's tokenizer interface those callers use, so a Hugging Face directory's own
-tokenizer can stand in its place.
+`TextFormat` is what a checkpoint keeps of it (text.json): the source and target templates, UL2's mode
+token, the side a batch is padded on and the length sources were cut to; `TextObjective` is the part of a
+run config's objective section it follows from. `encdec generate`, `encdec evaluate` and the trainer's
+generating evaluation all encode through `RunTokenizer`: the run's source template applied, inputs cut to
+the length it was trained with, batches padded on the side its family continues from. It speaks the small
+part of Hugging Face's tokenizer interface those callers use, so a Hugging Face directory's own tokenizer
+can stand in its place.
 """
+
+import string
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import torch
 from torch import nn
 
 from encdec.errors import ConfigError, DataError
+from encdec.models import FAMILY_CLASSES, ModelConfig
 from encdec.models.causal_lm import PromptedLM
-from encdec.runs.config import RunConfig
+from encdec.schema import Range, short
 from encdec.tokenizers import Tokenizer
+
+MAX_LENGTH = 1 << 20  # tokens of a sequence: the longest a run config or a checkpoint's text.json declares
+
+
+@dataclass(frozen=True)
+class Template:
+    """A source or target template: it may name only `{field}`, plainly (no other key, attribute,
+    index or format spec), so it cannot fail minutes into a run or read an object's attributes."""
+
+    field: str
+
+    def check(self, template: str, key: str, base: type) -> None:
+        try:
+            parts = list(string.Formatter().parse(template))
+        except ValueError as error:
+            raise ConfigError(f"{key} is not a valid template ({error}); write braces as {{{{ and }}}}") from None
+        for _, name, spec, conversion in parts:
+            if name is None:
+                continue
+            if name != self.field or spec or conversion:
+                shown = "{" + name + ("!" + conversion if conversion else "") + (":" + spec if spec else "") + "}"
+                raise ConfigError(f"{key} may contain only {{{self.field}}}, got {short(shown)}")
+
+
+SourceTemplate = Annotated[str, Template("source")]
+TargetTemplate = Annotated[str, Template("target")]
+
+
+@dataclass
+class TextFormat:
+    """How a run's model takes and gives text, as a checkpoint keeps it (text.json): every field is needed."""
+
+    source_template: SourceTemplate  # "{source}" but for a seq2seq run's own ("summarize: {source}")
+    target_template: TargetTemplate  # how references were written as targets ("{target}" but for seq2seq)
+    mode_tokens: bool  # UL2's [S] token went before every input (objective.mode_tokens)
+    padding_side: Literal["left", "right"]  # left for the causal families, whose prompts continue at the end
+    source_length: Annotated[int, Range(1, MAX_LENGTH)]  # inputs are cut to it, as training cut its sources
+
+
+@dataclass
+class TextObjective:
+    """The keys of a run config's objective section that decide its TextFormat (the section declares the rest)."""
+
+    kind: str = "ul2"
+    seq_len: Annotated[int, Range(2, MAX_LENGTH)] = 256  # causal LM window / document chunk length
+    max_source_len: Annotated[int, Range(1, MAX_LENGTH)] = 512
+    source_template: SourceTemplate = "{source}"  # seq2seq; ROT5: "{source}\nSummary:"
+    target_template: TargetTemplate = "{target}"
+    mode_tokens: bool = False
+
+    def text_format(self, padding_side: str) -> TextFormat:
+        """A seq2seq run's templates and source length, or for the denoising and LM objectives plain text cut
+        to their chunks."""
+        seq2seq = self.kind == "seq2seq"
+        return TextFormat(
+            self.source_template if seq2seq else "{source}",
+            self.target_template if seq2seq else "{target}",
+            self.mode_tokens,
+            padding_side,
+            self.max_source_len if seq2seq else self.seq_len,
+        )
 
 
 class RunTokenizer:
@@ -37,14 +105,10 @@ class RunTokenizer:
         self.max_length = max_length  # inputs are cut to it, as training cut its sources
 
     @classmethod
-    def for_run(
-        cls, config: RunConfig, tokenizer: Tokenizer, model: nn.Module, max_length: int | None = None
-    ) -> "RunTokenizer":
-        """The run's text encoding: its seq2seq source template, its family's padding side, and inputs cut
-        to `max_length` tokens (default: the length its training cut them to)."""
-        objective = config.objective
-        template = objective.source_template if objective.kind == "seq2seq" else "{source}"
-        return cls(tokenizer, template, cls.padding_side_for(model), max_length or trained_source_length(config))
+    def for_text(cls, text: TextFormat, tokenizer: Tokenizer, max_length: int | None = None) -> "RunTokenizer":
+        """The run's text encoding: its source template, its padding side, and inputs cut to `max_length`
+        tokens (default: the length its training cut them to)."""
+        return cls(tokenizer, text.source_template, text.padding_side, max_length or text.source_length)
 
     def __call__(
         self,
@@ -74,15 +138,14 @@ class RunTokenizer:
         """Left for a causal family, whose prompts continue at their last column; right for the others."""
         return "left" if isinstance(model, PromptedLM) else "right"
 
+    @staticmethod
+    def padding_side_of(cfg: ModelConfig) -> str:
+        """`padding_side_for` the model `cfg` builds, without building it."""
+        return "left" if issubclass(FAMILY_CLASSES[cfg.family], PromptedLM) else "right"
+
     def batch_decode(self, ids: torch.Tensor, skip_special_tokens: bool = True) -> list[str]:
         return self.tokenizer.decode(ids.tolist(), skip_special=skip_special_tokens)
 
     def decode(self, ids: torch.Tensor | list[int], skip_special_tokens: bool = True) -> str:
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
         return self.tokenizer.decode([ids], skip_special=skip_special_tokens)[0]
-
-
-def trained_source_length(config: RunConfig) -> int:
-    """The longest input a run's model saw in training: a seq2seq run's sources, else its chunks."""
-    objective = config.objective
-    return objective.max_source_len if objective.kind == "seq2seq" else objective.seq_len

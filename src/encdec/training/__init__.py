@@ -4,7 +4,7 @@ The run it writes (directory, config, checkpoints) is encdec.runs'. `train`, `ev
 `TrainResult` are imported on first use, so `import encdec.training` does not load the loop.
 """
 
-from encdec.runs.config import RunConfig, load_config
+from encdec.training.run_config import RunConfig, load_config
 
 LOOP_NAMES = ("TrainResult", "evaluate", "train")
 

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Annotated
 
 from encdec.errors import ConfigError, EncdecError
-from encdec.runs.config import RunConfig, load_config, read_yaml
 from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import output_dir, output_path, plain_name, refuse_unsafe_output, write_atomic
-from encdec.schema import Count, Range, load_json, read, short
+from encdec.schema import Count, Range, load_json, read, read_yaml_file, short
 from encdec.training.metrics import plot_curves, read_metrics
+from encdec.training.run_config import RunConfig, load_config
 from encdec.training.same_run import SAFE, resumed_config
 from encdec.training.trainer import TrainResult, train
 
@@ -80,7 +80,7 @@ def read_experiment(path: Path, extra: list[str] = ()) -> tuple[list[RunSpec], l
     if not path.is_file():
         raise ConfigError(f"experiment file {path} does not exist")
     try:
-        spec = read(ExperimentFile, read_yaml(path))
+        spec = read(ExperimentFile, read_yaml_file(path))
     except ConfigError as error:
         raise ConfigError(f"experiment {path}: {error}"[:280]) from None
     base = path.parent / spec.base if spec.base is not None else None

@@ -35,8 +35,8 @@ from encdec.data.objectives.mixture import MixtureObjective, proportional_weight
 from encdec.data.objectives.stream import StreamObjective
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError, DataError
-from encdec.runs.config import DataSection, ObjectiveSection, RunConfig, member_objective
 from encdec.tokenizers import UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
+from encdec.training.run_config import DataSection, ObjectiveSection, RunConfig, member_objective
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -30,11 +30,12 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
 from encdec.models.config import CAUSAL_LMS
 from encdec.runs.checkpoint import NAME, SHA256, SOURCE, load_state, read_pointer, source_path, weights_sha256
-from encdec.runs.config import RunConfig, build_model_config
+from encdec.runs.model_section import build_model_config
 from encdec.runs.run_dir import CheckpointDir
 from encdec.tokenizers import Tokenizer, load_tokenizer
 from encdec.training.loader import forward
 from encdec.training.pretrained import Pretrained, from_checkpoint, load_pretrained
+from encdec.training.run_config import RunConfig
 
 log = logging.getLogger(__name__)
 LABEL = "training.distill.teacher "

@@ -21,10 +21,10 @@ import uuid
 from collections.abc import Mapping
 
 from encdec.errors import ConfigError, EncdecError
-from encdec.runs.config import RunConfig
 from encdec.sizing import available_cores
 from encdec.training import distributed
 from encdec.training.loader import refuse_packing_across_processes
+from encdec.training.run_config import RunConfig
 
 LAUNCHED_BY = "ENCDEC_LAUNCHER"  # set to the process count in the environment of the processes it starts
 ERROR_FILE = "TORCHELASTIC_ERROR_FILE"  # where torch elastic's agent reads a failed process's cause

@@ -15,8 +15,8 @@ import torch
 from encdec.errors import ConfigError
 from encdec.models import ModelConfig
 from encdec.models.memory import check_weights_fit
-from encdec.runs.config import RunConfig
 from encdec.sizing import free_bytes, gib
+from encdec.training.run_config import RunConfig
 
 TRAINING_BYTES_PER_PARAMETER = 16  # fp32 weight, gradient, AdamW's exp_avg and exp_avg_sq
 MAX_TOKENS_PER_STEP = 1 << 27  # 134M: 8 times the largest published steps (Llama 3's 16M tokens)

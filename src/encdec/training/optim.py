@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from encdec.runs.config import RunConfig
+from encdec.training.run_config import RunConfig
 
 PROBE_SIZES = (2, 3, 5, 7, 11, 13, 17, 19)  # a stand-in's sizes: distinct, and none a 1 its state could hold
 

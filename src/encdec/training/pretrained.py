@@ -18,13 +18,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from encdec.errors import CheckpointError
 from encdec.interop import load_hf
 from encdec.interop.hub import resolve_model
 from encdec.models import ModelConfig
 from encdec.runs.checkpoint import load_state, load_weights
-from encdec.runs.load import read_generation, saved_config
+from encdec.runs.load import read_generation
 from encdec.runs.open import model_kind
 from encdec.runs.run_dir import CheckpointDir, RunDir
+from encdec.training.run_config import saved_config
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,13 @@ def load_pretrained(name: str, label: str = "training.init_from ") -> Pretrained
     """The model `name` names (training.init_from's starting point, training.distill's teacher); one sentence
     (CheckpointError) starting with `label` if it is neither kind."""
     path = resolve_model(name, label)
-    if model_kind(path, label) == "hf":
+    kind = model_kind(path, label)
+    if kind == "checkpoint":  # the pointers a run keeps to what it started from name a run's checkpoints
+        raise CheckpointError(
+            f"{label}{path} is a checkpoint directory on its own; name the run directory it belongs to, or export "
+            "it as a Hugging Face directory (encdec export) and name that"
+        )
+    if kind == "hf":
         model = load_hf(path)
         weights = model.state_dict()
         return Pretrained(path, "hf", model_section(model.config), path, weights, model.generation_defaults)

@@ -12,8 +12,9 @@ import dataclasses
 from dataclasses import replace
 
 from encdec.errors import ConfigError
-from encdec.runs.config import PROVISIONAL_TOKENS, RunConfig, build_model_config
+from encdec.runs.model_section import PROVISIONAL_TOKENS, build_model_config
 from encdec.schema import short
+from encdec.training.run_config import RunConfig
 
 SAFE = frozenset(
     {

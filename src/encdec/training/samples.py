@@ -12,10 +12,10 @@ from encdec.errors import DataError
 from encdec.evaluation.generated import generate_texts
 from encdec.evaluation.metrics import score_texts
 from encdec.evaluation.scoring import continuation_splits, continuation_texts
-from encdec.runs.config import RunConfig
 from encdec.runs.text import RunTokenizer
 from encdec.tokenizers import Tokenizer
 from encdec.training.data import generation_view, validation_items
+from encdec.training.run_config import RunConfig
 
 GENERATION_BATCH = 32  # examples decoded together at an evaluation
 
@@ -45,7 +45,7 @@ class GeneratedScores:
             raise DataError("evaluation.generate asks for generated examples but the validation split is empty")
         self.inputs = [source for source, _ in pairs]
         self.references = [reference for _, reference in pairs]
-        self.text = RunTokenizer.for_run(generation_view(cfg), tokenizer, model)
+        self.text = RunTokenizer.for_text(generation_view(cfg).text_format(model), tokenizer)
         self.evaluation, self.generation = cfg.evaluation, generation
 
     def __call__(self, model: nn.Module) -> dict[str, float]:

@@ -19,8 +19,8 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
 from encdec.runs.adapter import BasePointer, apply_lora, load_adapted, read_base
 from encdec.runs.checkpoint import load_checkpoint, load_state, source_path, weights_sha256
-from encdec.runs.config import RunConfig, build_model_config, save_config
-from encdec.runs.load import read_generation, saved_config
+from encdec.runs.load import read_generation
+from encdec.runs.model_section import build_model_config
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.state import TrainState, check_rng_states, read_saved_state
 from encdec.sizing import capped_to_cores, warn_if_oversubscribed
@@ -34,6 +34,7 @@ from encdec.training.metrics import MetricsLog, tensorboard_available
 from encdec.training.numerics import checkpoint_activations, grad_scaler, resolve_precision, set_rng_states
 from encdec.training.optim import build_optimizer, state_layout
 from encdec.training.pretrained import Pretrained, load_pretrained, load_pretrained_weights
+from encdec.training.run_config import RunConfig, save_config, saved_config
 from encdec.training.same_run import resumed_config
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,9 @@ def starting_point(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bo
     if resume and latest is None:
         log.info("no checkpoint in %s: starting from scratch", run.path)
     if resume and latest is not None:  # the same run, or changes the user accepted
+        saved = saved_config(latest)  # whole and checked, before the parts it declares are read
         parts = load_checkpoint(latest)
-        cfg, changes = resumed_config(cfg, saved_config(latest), accept_changes)
+        cfg, changes = resumed_config(cfg, saved, accept_changes)
         return StartingPoint(cfg, latest, parts, changes)
     if cfg.training.init_from:  # fine-tuning starts from another run or a Hugging Face checkpoint
         pretrained = load_pretrained(cfg.training.init_from)
@@ -132,12 +134,12 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         start.pretrained = None  # the weights are in the model now
     state = TrainState()
     if parts is not None and cfg.lora is not None:  # the base's weights, the adapters, the checkpoint's over them
-        load_adapted(model, cfg, start.checkpoint, parts["model"])
+        load_adapted(model, cfg.adapter_config(), start.checkpoint, parts["model"])
         base = read_base(start.checkpoint)
     elif parts is not None:
         load_state(model, parts["model"], f"{start.checkpoint.model} does not fit the model this config builds")
     if parts is None or cfg.lora is None:
-        apply_lora(model, cfg)  # LoRA and training.train_only, where the config asks for them
+        apply_lora(model, cfg.lora, cfg.training.train_only)  # where the config asks for them
     if parts is not None:
         saved = read_saved_state(parts["state"], start.checkpoint)
         state = saved.train

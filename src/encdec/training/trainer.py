@@ -34,7 +34,7 @@ from encdec.models import ModelConfig
 from encdec.models.lora import trainable_state
 from encdec.models.loss import compute_loss, cross_entropy, distilled
 from encdec.runs.checkpoint import save_checkpoint
-from encdec.runs.config import RunConfig, save_config
+from encdec.runs.description import description_files
 from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import write_atomic
 from encdec.training import distributed
@@ -46,6 +46,7 @@ from encdec.training.memory import is_out_of_memory, step_out_of_memory
 from encdec.training.metrics import plot_curves, read_metrics
 from encdec.training.numerics import autocast, numerics, rng_states
 from encdec.training.optim import lr_at
+from encdec.training.run_config import RunConfig, save_config
 from encdec.training.run_lock import hold_run_dir
 from encdec.training.samples import GeneratedScores
 from encdec.training.setup import Training, set_up
@@ -400,6 +401,7 @@ def _save(t: Training, is_best: bool) -> None:
         },
         "config": lambda path: save_config(t.cfg, path),
         "tokenizer": t.data.tokenizer,
+        **description_files(t.cfg.description(t.model)),  # what inference reads instead of the config
         "generation": t.generation,
         "base": t.base,
         "ema": t.ema.state_dict() if t.ema is not None else None,

@@ -1,0 +1,438 @@
+"""The run configuration: one YAML file per run, loaded into typed sections: how a run trains.
+
+    model:      a preset name and/or any ModelConfig field (vocab size and special
+                ids default to the tokenizer's); checked as a ModelConfig when loaded
+    tokenizer:  which tokenizer (byte, sentencepiece, hf, bpe / unigram trained on
+                the corpus, tiktoken)
+    data:       corpus files (or a Hugging Face hub name) and the validation split
+    objective:  causal_lm, span_corruption, ul2, prefix_lm or seq2seq, lengths, and packing
+                (several examples to a row, for the encoder_decoder family only)
+    optimizer, schedule, training, evaluation, output
+    lora:       LoRA adapters on a pretrained model (training.init_from); absent: full fine-tuning
+
+Field names of the seeds' code map as: n_embd -> model.d_model, n_head ->
+model.n_heads, n_layer -> model.n_encoder_layers, context_size -> objective.seq_len,
+batch_size -> training.batch_size, gradient_accumulation_steps -> training.grad_accum,
+est_interval -> evaluation.interval, est_steps -> evaluation.steps, lr_decay_iters ->
+schedule.decay_steps, warmup_iters -> schedule.warmup_steps.
+
+Training reads it; inference never does. What a checkpoint needs to be used is written beside its weights
+(`RunConfig.description`: the model config, the text format, a LoRA run's adapter config) and read back by
+encdec.runs, which declares those parts: the model section's building (runs/model_section.py), the objective's
+text keys (runs/text.py's TextObjective, which ObjectiveSection extends) and the lora section (runs/adapter.py).
+"""
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from torch import nn
+
+from encdec.data.datasets_corpus import SPLIT_SAYS, is_split
+from encdec.data.formats import FORMATS, ReaderOptions, options_set, reader_options
+from encdec.data.objectives import OBJECTIVES
+from encdec.data.objectives.causal_lm import WINDOW_MODES
+from encdec.data.objectives.factory import PACKABLE
+from encdec.data.objectives.mixture import MAX_MEMBERS
+from encdec.errors import CheckpointError, ConfigError
+from encdec.generation.config import Beams
+from encdec.runs.adapter import TRAIN_ONLY, AdapterConfig, LoraSection
+from encdec.runs.description import Description
+from encdec.runs.model_section import check_model_section, model_family
+from encdec.runs.run_dir import CheckpointDir
+from encdec.runs.state import MAX_STEPS
+from encdec.runs.text import MAX_LENGTH, RunTokenizer, TextFormat, TextObjective
+from encdec.safe_paths import write_atomic
+from encdec.schema import (
+    Count,
+    Length,
+    Positive,
+    Range,
+    Satisfies,
+    check,
+    load_yaml,
+    read,
+    read_yaml_file,
+    short,
+)
+from encdec.tokenizers import KINDS as TOKENIZER_KINDS
+from encdec.tokenizers.base import MAX_SENTINELS, MAX_VOCAB
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda")
+DISTRIBUTED = ("ddp", "fsdp")
+METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf")
+DATA_FORMATS = tuple(FORMATS)
+NAMES_OR_PATHS = (("training", "init_from"), ("training.distill", "teacher"), ("data", "dataset"))  # or a Hub id
+PATH_KEYS = (("data", "train"), ("data", "validation"), ("tokenizer", "path"), *NAMES_OR_PATHS)  # (section, key)
+DECODER_ONLY_OBJECTIVES = ("causal_lm", "prefix_lm")
+MAX_STREAM_BLOCK = 10_000_000
+# The largest values a run config accepts: far beyond any real run, small enough that nothing
+# sized by them is allocated before its own memory estimate refuses it (with runs' MAX_STEPS and MAX_LENGTH,
+# which a checkpoint's state.json and text.json declare too).
+MAX_BATCH = 1 << 20  # rows a step
+MAX_GRAD_ACCUM = 1 << 16
+MAX_PROCESSES = 4096  # threads and data workers (above the machine's cores they are capped with a warning)
+MAX_LR = 100.0
+
+Length_ = Annotated[int, Range(1, MAX_LENGTH)]
+Fraction = Annotated[float, Range(0, 1)]
+Probability = Annotated[float, Range(0, 1, below=True)]
+
+
+@dataclass
+class TokenizerSection:
+    kind: Literal[TOKENIZER_KINDS] = "byte"  # byte | sentencepiece | hf | bpe | unigram | tiktoken
+    path: str | None = None  # the .model / tokenizer.json file
+    vocab_size: Annotated[int, Range(1, MAX_VOCAB)] = 8192  # for bpe / unigram trained on the training corpus
+    num_sentinels: Annotated[int, Range(0, MAX_SENTINELS)] = 100
+    extra_specials: list[str] = field(default_factory=list)
+
+
+Split = Annotated[str, Satisfies(is_split, SPLIT_SAYS)]
+
+
+@dataclass
+class DataSection(ReaderOptions):
+    """A corpus and how it is read: the reader options (text_field, source_field, ...) are ReaderOptions',
+    declared with the format table (encdec.data.formats); one the format does not take is refused."""
+
+    format: Literal[DATA_FORMATS] = "tinystories"  # tinystories | text | instruct | jsonl | ... | datasets
+    train: list[str] = field(default_factory=list)  # files; parallel: [source, target]
+    validation: list[str] = field(default_factory=list)  # empty: split val_fraction off train
+    val_fraction: Annotated[float, Range(0, 1, above=True, below=True)] = 0.05
+    hub_name: str | None = None  # used when the train files are absent, e.g. roneneldan/TinyStories
+    dataset: str | None = None  # format datasets: a Hub id[@revision], a local dataset directory, or json|csv|...
+    dataset_config: str | None = None  # format datasets: the dataset's configuration (datasets' `name`)
+    train_split: Split = "train"  # format datasets: the split to train on ("train[:90%]" slices it)
+    validation_split: Split | None = None  # format datasets: None splits val_fraction off train_split
+    streaming: bool = False  # read the corpus as training needs it, stream_block items at a time, never all
+    stream_block: Annotated[int, Range(1, MAX_STREAM_BLOCK)] = 10_000  # items held, tokenized and shuffled at once
+    max_documents: Positive | None = None  # read at most this many (in memory; the hub streams them)
+    shards: str | None = None  # a directory for token shards, prepared once and memory-mapped; None: in memory
+    mixture: "list[MixtureMember]" = field(default_factory=list)  # corpora sampled by weight, a batch each
+    mixture_cap: Positive | None = None  # members without a weight: examples-proportional, each count capped
+
+    def __post_init__(self):
+        if self.streaming and self.shards is not None:
+            raise ConfigError("data.streaming reads the corpus as it trains; data.shards prepares it whole: choose one")
+        sliced = [s for s in (self.train_split, self.validation_split) if s is not None and "[" in s]
+        if self.streaming and sliced:
+            raise ConfigError(f"data.streaming reads whole splits (datasets slices no stream); {sliced[0]} slices one")
+        reader_options(self.format, options_set(self), key=lambda name: f"data.{name}")
+        check_mixture(self)
+
+
+@dataclass
+class MixtureMember:
+    """One corpus of a mixture: its own data section, its weight, and the objective keys it changes."""
+
+    name: Annotated[str, Satisfies(lambda v: isinstance(v, str) and v.isidentifier(), "a name (letters, digits, _)")]
+    data: DataSection
+    weight: Annotated[float, Range(0, 1e6, above=True)] | None = None  # None: in proportion to its examples
+    objective: dict = field(default_factory=dict)  # e.g. {kind: seq2seq, source_template: "summarize: {source}"}
+
+
+@dataclass
+class ObjectiveSection(TextObjective):
+    """The objective: TextObjective's keys (seq_len, max_source_len, source_template, target_template,
+    mode_tokens: what a checkpoint's text format follows from), its kind, and the rest of how examples are made."""
+
+    kind: Literal[OBJECTIVES] = "ul2"  # causal_lm | span_corruption | ul2 | prefix_lm | seq2seq
+    windows: Literal[WINDOW_MODES] = "random"  # causal LM: random (yif-AI) or sequential
+    max_target_len: Length_ = 128
+    noise_density: Annotated[float, Range(0, 1, above=True, below=True)] = 0.15
+    mean_span: Annotated[float, Range(1, MAX_LENGTH)] = 3.0
+    ul2_probabilities: Annotated[list[float], Length(3, "non-negative numbers (R, X, S)", each=Range(0, 1e6))] = field(
+        default_factory=lambda: [0.25, 0.25, 0.5]
+    )  # R, X, S: their sum must be positive
+    pack: bool = False  # several examples per row, attending within their own (seq2seq, span_corruption, ul2)
+
+
+@dataclass
+class OptimizerSection:
+    kind: Literal["adamw", "adafactor", "adamw_scale"] = "adamw"  # adafactor: T5's; adamw_scale: nanoT5's
+    lr: Annotated[float, Range(0, MAX_LR, above=True)] = 5e-4
+    betas: Annotated[list[float], Length(2, "numbers in [0, 1)", each=Range(0, 1, below=True))] = field(
+        default_factory=lambda: [0.9, 0.999]
+    )
+    weight_decay: Annotated[float, Range(0, MAX_LR)] = 0.01  # on parameters of 2 or more dimensions only
+    eps: Annotated[float, Range(0, MAX_LR, above=True)] = 1e-8
+
+
+@dataclass
+class ScheduleSection:
+    kind: Literal["constant", "linear", "cosine", "inverse_sqrt"] = "linear"  # linear: ROT5; cosine: nanoGPT
+    warmup_steps: Count | None = None  # None: warmup_fraction of training.steps
+    warmup_fraction: Fraction = 0.01
+    min_lr: Annotated[float, Range(0, MAX_LR)] = 0.0  # cosine floor; at most optimizer.lr
+    decay_steps: Positive | None = None  # cosine: lr_decay_iters; None: training.steps
+
+
+@dataclass
+class DistillSection:
+    """Logit distillation from a frozen teacher (Hinton et al. 2015, section 2): the step's objective becomes
+    (1 - alpha) * CE + alpha * temperature^2 * KL(teacher_T || student_T), over the target tokens CE counts;
+    the teacher needs the student's tokenizer and vocabulary (encdec.training.distill)."""
+
+    # a run directory (its best, else latest, checkpoint), a Hugging Face model directory or a Hub id
+    teacher: Annotated[str, Satisfies(lambda v: isinstance(v, str) and v.strip() != "", "a run or model directory")]
+    alpha: Fraction = 0.5  # the distillation term's share of the objective: 0 plain CE (KL still logged), 1 KL alone
+    temperature: Annotated[float, Range(0, 1000, above=True)] = 2.0  # softens both distributions; T^2 keeps gradients
+
+
+@dataclass
+class TrainingSection:
+    steps: Annotated[int, Range(1, MAX_STEPS)] = 1000
+    batch_size: Annotated[int, Range(1, MAX_BATCH)] = 16  # global: split over processes under torchrun
+    batch_tokens: Annotated[int, Range(1, MAX_BATCH * MAX_LENGTH)] | None = None  # seq2seq: a token budget a batch
+    # (rows x longest source + target, length-bucketed; at most batch_size rows): fairseq's --max-tokens
+    grad_accum: Annotated[int, Range(1, MAX_GRAD_ACCUM)] = 1
+    clip_norm: Annotated[float, Range(0, 1e6)] = 1.0  # 0 turns clipping off
+    label_smoothing: Probability = 0.0  # the target mixed with a uniform one (Szegedy et al. 2016; 0.1 in Vaswani)
+    seed: Annotated[int, Range(0, 2**32 - 1)] = 1337
+    precision: Literal[PRECISIONS] = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16
+    compile: bool = False
+    activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory, more compute
+    device: Literal[DEVICES] = "auto"  # auto (cuda when present) | cpu | cuda
+    deterministic: bool = False  # bitwise-repeatable GPU runs (torch's deterministic algorithms; slower)
+    data_workers: Annotated[int, Range(0, MAX_PROCESSES)] | None = None  # None: 2 beside a GPU, 0 on a CPU
+    distributed: Literal[DISTRIBUTED] = "ddp"  # under torchrun: ddp or fsdp
+    threads: Annotated[int, Range(1, MAX_PROCESSES)] | None = None  # torch CPU threads (above the cores: capped)
+    peak_tflops: Annotated[float, Range(0, 1e9, above=True)] | None = None  # for the logged MFU; None: data sheet
+    early_stopping_patience: Count = 0  # stop after this many evaluations without a better best_by (0: never)
+    init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
+    distill: DistillSection | None = None  # learn from a frozen teacher's logits as well as the labels; None: off
+    # globs of parameter names that train, the rest frozen (at most 256, of 256 characters each)
+    train_only: TRAIN_ONLY = field(default_factory=list)
+    ema_decay: Annotated[float, Range(0, 1, below=True)] | None = None  # a moving average of the weights; None/0: off
+    ema_eval: bool = False  # evaluate (and choose `best` by) the moving average instead of the live weights
+
+
+@dataclass
+class EvaluationSection:
+    interval: Positive = 100  # every N steps (est_interval)
+    steps: Annotated[int, Range(1, MAX_STEPS)] = 10  # over M batches of train and validation (est_steps)
+    generate: Annotated[int, Range(0, MAX_BATCH)] = 0  # validation examples generated and scored each time (0: none)
+    metric: Literal[METRICS] = "rougeL"  # what those generations are scored by
+    max_new_tokens: Length_ = 64  # per generated example
+    num_beams: Beams = 1  # as GenerationConfig bounds it
+
+
+@dataclass
+class OutputSection:
+    log_interval: Positive = 10
+    save_interval: Count = 0  # 0: save at every evaluation
+    keep_last: Positive = 2
+    plot: bool = True
+    best_by: Literal["val_loss", "metric"] = "val_loss"  # lowest val_loss, or highest evaluation.metric ("metric")
+    tensorboard: bool | None = None  # a TensorBoard log in RUN_DIR/tensorboard; None: when tensorboard is installed
+
+
+@dataclass
+class RunConfig:
+    model: dict = field(default_factory=dict)
+    tokenizer: TokenizerSection = field(default_factory=TokenizerSection)
+    data: DataSection = field(default_factory=DataSection)
+    objective: ObjectiveSection = field(default_factory=ObjectiveSection)
+    optimizer: OptimizerSection = field(default_factory=OptimizerSection)
+    schedule: ScheduleSection = field(default_factory=ScheduleSection)
+    training: TrainingSection = field(default_factory=TrainingSection)
+    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    output: OutputSection = field(default_factory=OutputSection)
+    lora: LoraSection | None = None  # None: every parameter (or training.train_only's) trains
+
+    def __post_init__(self):
+        """The fields' own rules (again, for a config built in Python), then the rules across fields."""
+        check(self)
+        check_model_section(self.model, overlay=bool(self.training.init_from))
+        if self.schedule.min_lr > self.optimizer.lr:
+            raise ConfigError(
+                f"schedule.min_lr ({self.schedule.min_lr}) must not exceed optimizer.lr ({self.optimizer.lr})"
+            )
+        if self.output.best_by == "metric" and not self.evaluation.generate:
+            raise ConfigError("output.best_by is metric but evaluation.generate is 0: set how many examples to score")
+        if sum(self.objective.ul2_probabilities) <= 0:
+            raise ConfigError("objective.ul2_probabilities must have a positive sum (R, X, S), got all zeros")
+        check_packing(self)
+        if self.training.ema_decay and self.lora is not None:
+            raise ConfigError("training.ema_decay averages full weights; a LoRA run keeps adapters alone: drop one")
+        if self.training.ema_eval and not self.training.ema_decay:
+            raise ConfigError("training.ema_eval evaluates the moving average: set training.ema_decay above 0")
+        if self.lora is not None and not self.training.init_from:
+            raise ConfigError("lora adapts a pretrained model: set training.init_from to the run or model to adapt")
+        members = [member_objective(self, i) for i in range(len(self.data.mixture))]
+        if len({kind in DECODER_ONLY_OBJECTIVES for kind in [o.kind for o in members]}) > 1:
+            raise ConfigError(
+                "data.mixture mixes decoder-only objectives (causal_lm, prefix_lm) with encoder-decoder ones: "
+                "every member's batches must fit the one model"
+            )
+
+    @property
+    def warmup_steps(self) -> int:
+        s = self.schedule
+        return s.warmup_steps if s.warmup_steps is not None else int(s.warmup_fraction * self.training.steps)
+
+    def text_format(self, model: nn.Module) -> TextFormat:
+        """How the run's `model` takes text, as its objective fed it (text.json)."""
+        return self.objective.text_format(RunTokenizer.padding_side_for(model))
+
+    def adapter_config(self) -> AdapterConfig | None:
+        """What puts this run's checkpoints on their base (adapter.json); None but for a LoRA run."""
+        return AdapterConfig(self.lora, self.training.train_only) if self.lora is not None else None
+
+    def description(self, model: nn.Module) -> Description:
+        """What this run's checkpoints of `model` say about themselves (runs/description.py)."""
+        return Description(model.config, self.text_format(model), self.adapter_config())
+
+
+def check_mixture(data: DataSection) -> None:
+    """A mixture names its corpora in its members alone: unique names, no mixture inside a member, and
+    weights given to all members or to none (then data.mixture_cap may bound each member's count)."""
+    members = data.mixture
+    if not members:
+        if data.mixture_cap is not None:
+            raise ConfigError("data.mixture_cap caps the members of data.mixture, which is empty")
+        return
+    if len(members) > MAX_MEMBERS:
+        raise ConfigError(f"data.mixture has {len(members):,} members; at most {MAX_MEMBERS:,} are mixed")
+    beside = [key for key in corpus_keys_set(data) if key not in ("mixture", "mixture_cap")]
+    if beside:  # each member reads its corpus by its own data section: one beside the mixture would do nothing
+        raise ConfigError(
+            f"with data.mixture the members name the corpora and how each is read: set data.{beside[0]} in "
+            "the data section of each member it applies to, not beside the mixture"
+        )
+    names = [m.name for m in members]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"data.mixture names {short(twice[0])} twice; each member needs a name of its own")
+    if any(m.data.mixture for m in members):
+        raise ConfigError("a data.mixture member cannot hold a mixture of its own")
+    weighted = [m.weight is not None for m in members]
+    if any(weighted) and not all(weighted):
+        raise ConfigError("give every data.mixture member a weight, or none (then each weighs its example count)")
+    if all(weighted) and data.mixture_cap is not None:
+        raise ConfigError("data.mixture_cap caps example counts, which weigh members only when no weight is given")
+
+
+def corpus_keys_set(data: DataSection) -> list[str]:
+    """The keys of a data section that hold other than their defaults."""
+    defaults = {
+        f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        for f in dataclasses.fields(data)
+    }
+    return [key for key, default in defaults.items() if getattr(data, key) != default]
+
+
+def member_objective(cfg: RunConfig, index: int) -> ObjectiveSection:
+    """The objective section of mixture member `index`: the run's, with the member's own keys over it."""
+    member = cfg.data.mixture[index]
+    values = {**dataclasses.asdict(cfg.objective), **member.objective}
+    return read(ObjectiveSection, values, f"data.mixture[{index}].objective.")
+
+
+def check_packing(cfg: RunConfig) -> None:
+    """objective.pack needs an encoder-decoder objective and a family that keeps packed examples apart:
+    the encoder_decoder family's segment-aware masks and positions (models.encoder_decoder)."""
+    if not cfg.objective.pack:
+        return
+    if cfg.objective.kind not in PACKABLE:
+        raise ConfigError(f"objective.pack works with objective.kind {', '.join(PACKABLE)}, not {cfg.objective.kind}")
+    family = model_family(cfg.model)
+    if family != "encoder_decoder":
+        raise ConfigError(
+            f"objective.pack needs model.family encoder_decoder, whose attention keeps packed "
+            f"examples apart; the {family} family does not"
+        )
+
+
+def load_config(path: str | Path, overrides: list[str] = (), paths_from_file: bool = True) -> RunConfig:
+    """Read a run config from YAML, apply `--set` overrides, and check it.
+
+    Relative data, tokenizer, init_from and distill.teacher paths written in the file are relative to the
+    file's folder (so a config works from any directory) and become absolute; paths given with --set are
+    relative to the current directory, as the shell's are. A config a run saved holds absolute paths already
+    (older runs saved theirs relative to where they ran: `paths_from_file=False` keeps those)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    values = read_yaml_file(path)
+    if paths_from_file:
+        resolve_paths(values, path.parent)
+    for assignment in overrides:
+        apply_override(values, assignment)
+    return read(RunConfig, values)
+
+
+def resolve_paths(values: dict, base: Path) -> None:
+    """Make the relative paths of PATH_KEYS in `values` (a config file's mapping) absolute from `base`.
+
+    A path missing there but present relative to the current directory (how configs were written
+    before) is one sentence naming both places."""
+    data = values.get("data")
+    members = data.get("mixture") if isinstance(data, dict) else None
+    nodes = [(section, key, section_of(values, section)) for section, key in PATH_KEYS]
+    for member in members if isinstance(members, list) else []:
+        if isinstance(member, dict) and isinstance(member.get("data"), dict):
+            nodes += [("data", key, member["data"]) for key in ("train", "validation", "dataset")]
+    for section, key, node in nodes:
+        if not isinstance(node, dict) or not node.get(key):
+            continue
+        given = node[key] if isinstance(node[key], list) else [node[key]]
+        resolved = []
+        for item in given:
+            if not isinstance(item, str) or Path(item).is_absolute():
+                resolved.append(item)
+                continue
+            full = os.path.normpath(os.path.abspath(base / item))
+            if (section, key) in NAMES_OR_PATHS and not os.path.exists(full) and not os.path.exists(item):
+                resolved.append(item)  # no such path either way: a Hub id, or left as written for its own error
+                continue
+            if not os.path.exists(full) and os.path.exists(item):
+                suggestion = os.path.relpath(os.path.abspath(item), os.path.abspath(base))
+                raise ConfigError(
+                    f"{section}.{key}: {item} is not at {full} (paths in a config are relative to its "
+                    f"folder) but is at {os.path.abspath(item)}; write {suggestion}"
+                )
+            resolved.append(full)
+        node[key] = resolved if isinstance(node[key], list) else resolved[0]
+
+
+def section_of(values: dict, dotted: str) -> dict | None:
+    """The mapping at a dotted section ("training.distill") of a config's values; None where any part is
+    missing or not a mapping."""
+    node = values
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
+
+
+def apply_override(values: dict, assignment: str) -> None:
+    """Apply "a.b.c=value" to nested dict `values`; the value is parsed as YAML (10, 1e-3, true, [1, 2])."""
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"--set takes key.sub=value, got {short(assignment)}")
+    value = load_yaml(raw, f"--set {short(key)[1:-1]}'s value") if raw.strip() else None
+    node = values
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {key}: {part} is not a section")
+    node[parts[-1]] = value
+
+
+def saved_config(checkpoint: CheckpointDir) -> RunConfig:
+    """The config a checkpoint saved, read whole, as a resume or a fine-tuning start reads it; CheckpointError
+    where it cannot be read (inference reads the checkpoint's description instead: runs/description.py)."""
+    try:
+        return load_config(checkpoint.config, paths_from_file=False)
+    except ConfigError as error:
+        raise CheckpointError(f"the config saved in {checkpoint.path} cannot be read: {error}") from None
+
+
+def save_config(config: RunConfig, path: Path) -> None:
+    write_atomic(path, yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))  # replaces a link, never follows
