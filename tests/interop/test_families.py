@@ -10,8 +10,8 @@ import torch
 import encdec
 from encdec.errors import CheckpointError
 from encdec.interop import export_hf, load_hf
-from encdec.interop.export import EXPORT_NAMES, hf_layout
 from encdec.interop.families import FAMILIES, family_for
+from encdec.interop.to_hf import EXPORT_NAMES, hf_layout
 from encdec.tokenizers import build_tokenizer
 from encdec.tokenizers.pretrained import TOKENIZER_FILES
 

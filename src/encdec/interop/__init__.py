@@ -2,8 +2,8 @@
 
 families.py           one entry per Hugging Face family (T5, Switch, Marian, Pegasus, BART, mBART): its loader,
                       its writer and the layout it is written for, its config.json key names, its tokenizer files
-load.py               load_hf: a local directory of a family -> an encdec model
-export.py             export_hf: an encdec model and tokenizer -> a directory transformers loads
+from_hf.py            load_hf: a local directory of a family -> an encdec model
+to_hf.py              export_hf: an encdec model and tokenizer -> a directory transformers loads
 generation_config.py  the generation defaults both sides carry
 hf_*.py               one file per Hugging Face architecture: its names, its config, its checks
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 
 from torch import nn
 
-from encdec.interop.export import export_hf
+from encdec.interop.from_hf import is_hf_dir, load_hf
 from encdec.interop.hf_t5 import save_hf_t5
-from encdec.interop.load import is_hf_dir, load_hf
+from encdec.interop.to_hf import export_hf
 
 
 def save_hf(model: nn.Module, path: str | Path) -> None:

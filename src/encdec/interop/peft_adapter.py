@@ -15,8 +15,8 @@ from safetensors.torch import save_file
 from torch import nn
 
 from encdec.errors import ConfigError
-from encdec.interop.export import check_export_out, hf_layout
 from encdec.interop.hf_t5 import hf_name
+from encdec.interop.to_hf import check_export_out, hf_layout
 from encdec.models.lora import ADAPTER, lora_layers
 from encdec.safe_paths import atomic_path, output_dir, staged_files
 

@@ -43,7 +43,7 @@ from encdec.inspection.maps import token_strings
 from encdec.inspection.record import record_attention
 from encdec.runs.open import OpenedModel
 from encdec.schema import short
-from encdec.serving.metrics import ServerMetrics
+from encdec.serving.prometheus import ServerMetrics
 from encdec.serving.requests import GenerateRequest, Limits, RequestError, parse_body
 from encdec.serving.scheduler import Abandoned, Scheduler
 from encdec.serving.wire import HeaderLimit
