@@ -13,9 +13,9 @@ state's `reorder`.
 from encdec.generation.beam_search import beam_search
 from encdec.generation.config import GenerationConfig
 from encdec.generation.generate import generate
+from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.group_beam_search import group_beam_search
 from encdec.generation.interface import SearchState, Steppable
-from encdec.generation.outputs import GenerateOutput
 from encdec.generation.search import sample_search
 from encdec.generation.strategies import STRATEGIES, strategy_for
 from encdec.modules import DecodeState

@@ -22,9 +22,9 @@ token and any prefix), L maximal length (prompt included), V vocabulary.
 import torch
 
 from encdec.generation.config import GenerationConfig
+from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.interface import SearchState, Steppable, model_device, prompt_logits
 from encdec.generation.logits_processors import apply_all, build_processors
-from encdec.generation.outputs import GenerateOutput
 from encdec.generation.search import StopTest, sync_interval
 
 NEG = -1.0e9  # Hugging Face's "impossible" score; kept identical so ties break identically

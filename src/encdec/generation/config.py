@@ -16,7 +16,7 @@ from encdec.errors import ConfigError
 from encdec.schema import Count, Range, Satisfies, check
 
 # The largest values generation takes, far beyond any real use and small enough that the memory estimate
-# (generation/memory.py) is computed before anything sized by them is allocated.
+# (generation/decode_memory.py) is computed before anything sized by them is allocated.
 MAX_NEW_TOKENS = 1 << 20  # tokens generated per row
 MAX_BEAMS = 1024  # beams, returned sequences, beam groups per example
 MAX_SOURCE_TOKENS = 1 << 20  # an input's tokens (--max-source-len)

@@ -18,9 +18,9 @@ from torch import nn
 from encdec.errors import ConfigError, DataError
 from encdec.generation.compiled import fixed_shape_stepper
 from encdec.generation.config import GenerationConfig
+from encdec.generation.decode_memory import check_generation_fits
+from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.interface import Steppable, model_device
-from encdec.generation.memory import check_generation_fits
-from encdec.generation.outputs import GenerateOutput
 from encdec.generation.stop_strings import stop_strings_for
 from encdec.generation.strategies import strategy_for
 from encdec.modules import as_bool_mask

@@ -26,9 +26,9 @@ import torch
 
 from encdec.generation.beam_search import NEG, gather_beams
 from encdec.generation.config import GenerationConfig
+from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.interface import SearchState, Steppable, model_device, prompt_logits
 from encdec.generation.logits_processors import apply_all, build_processors
-from encdec.generation.outputs import GenerateOutput
 
 
 class Hypotheses:

@@ -20,9 +20,9 @@ from collections.abc import Callable
 import torch
 
 from encdec.generation.config import GenerationConfig
+from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.interface import SearchState, Steppable, model_device, prompt_logits
 from encdec.generation.logits_processors import apply_all, build_processors
-from encdec.generation.outputs import GenerateOutput
 
 SYNC_EVERY = 8  # steps between host syncs of the stop test on an accelerator
 StopTest = Callable[[torch.Tensor], torch.Tensor]  # token ids (R, L) -> (R,) bool, e.g. `StopStrings`

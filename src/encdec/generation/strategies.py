@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from encdec.generation.beam_search import beam_search
 from encdec.generation.config import GenerationConfig
+from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.group_beam_search import group_beam_search
-from encdec.generation.outputs import GenerateOutput
 from encdec.generation.search import SampleSearch, sample_search
 
 
