@@ -1,7 +1,9 @@
 """`encdec average`: the element-wise mean of a run's checkpoints, written as a checkpoint of its own that
 evaluates, generates and exports like any other, and refused in one sentence where it cannot be made."""
 
+import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +12,7 @@ import yaml
 from encdec.cli import main
 from encdec.runs.average import average_checkpoints
 from encdec.runs.checkpoint import load_weights, save_weights
+from encdec.runs.open import open_model
 from encdec.runs.run_dir import RunDir
 from encdec.training import load_config, train
 
@@ -126,3 +129,17 @@ def test_checkpoints_of_different_shapes_and_an_existing_average_are_refused(run
     assert main(["average", str(run_copy), "--last", "2"]) == 0
     assert main(["average", str(run_copy), "--last", "2"]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+def test_an_average_describes_itself_as_its_checkpoints_do_and_one_of_an_older_run_too(run_copy, tmp_path):
+    """model.json and text.json beside the mean, copied from a described checkpoint, else written from the
+    config.yaml of a run from before them (tests/fixtures/runs_ad614a0)."""
+    newest = RunDir(run_copy).latest()
+    made = average_checkpoints(run_copy, last=2)
+    for part in ("model.json", "text.json"):
+        assert (made.path / part).read_bytes() == (newest.path / part).read_bytes()
+    older = shutil.copytree(Path(__file__).parents[1] / "fixtures" / "runs_ad614a0" / "seq2seq", tmp_path / "old")
+    made = average_checkpoints(older, last=1)
+    opened = open_model(older, made.name)
+    assert json.loads(made.model_config.read_text()) == opened.model.config.to_dict()
+    assert json.loads(made.text.read_text())["source_template"] == "translate English to German: {source}"

@@ -107,6 +107,20 @@ def test_a_copied_checkpoint_evaluates_and_exports_as_its_run(run_dir, copied, t
     ).read_bytes()
 
 
+def test_a_copied_checkpoint_is_served_as_its_run_generates(run_dir, copied, tmp_path):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from serving.server_kit import Served, call  # tests/serving's: a real `encdec serve` process
+
+    server = Served(copied)
+    try:
+        status, answer, _ = call(server.url + "/generate", {"inputs": "red cat", "parameters": {"max_new_tokens": 8}})
+    finally:
+        server.stop()
+    (tmp_path / "in.txt").write_text("red cat\n")
+    assert status == 200 and answer["generated_text"] + "\n" == generated(run_dir, tmp_path / "in.txt", tmp_path / "o")
+
+
 def test_a_copied_checkpoint_asked_for_another_checkpoint_or_without_a_report_directory_is_one_sentence(copied, capsys):
     with pytest.raises(ConfigError, match="is one checkpoint directory, not a run: it holds no checkpoint 'latest'"):
         open_model(copied, "latest")
@@ -114,6 +128,14 @@ def test_a_copied_checkpoint_asked_for_another_checkpoint_or_without_a_report_di
     assert main(["evaluate", str(copied), "--data", str(copied / "nothing.tsv")]) != 0
     err = capsys.readouterr().err
     assert err.startswith("encdec: error: ") and "--out DIR is needed" in err and len(err.splitlines()) == 1
+
+
+def test_a_copied_checkpoint_is_no_fine_tuning_start_of_its_own(copied):
+    """A run's pointers to what it started from name a run's checkpoints: its run directory is asked for."""
+    from encdec.training.pretrained import load_pretrained
+
+    with pytest.raises(CheckpointError, match="is a checkpoint directory on its own; name the run directory"):
+        load_pretrained(str(copied))
 
 
 @pytest.mark.parametrize(
