@@ -6,6 +6,7 @@ model = encdec.load_hf("path/to/t5")      # a local Hugging Face T5 directory
 model = encdec.from_pretrained(path)      # a run directory or a Hugging Face directory
 model = encdec.quantize(model, "int8")    # int8 linear layers for decoding (CPU or CUDA)
 tokenizer = encdec.load_tokenizer(path)
+config = encdec.load_config("configs/tiny.yaml")   # a run config (encdec.training's RunConfig), checked
 maps = encdec.attention_maps(path, "A dog runs.")  # cross- and encoder self-attention, as the model computed them
 """
 
@@ -28,6 +29,8 @@ LAZY = {
     "preset": "encdec.models",
     "preset_names": "encdec.models",
     "quantize": "encdec.quantization",
+    "RunConfig": "encdec.training",
+    "load_config": "encdec.training",
     "export_run": "encdec.runs",
     "build_tokenizer": "encdec.tokenizers",
     "from_pretrained": "encdec.runs",
@@ -47,6 +50,7 @@ __all__ = [
     "DataError",
     "EncdecError",
     "ModelConfig",
+    "RunConfig",
     "attention_maps",
     "build_model",
     "build_tokenizer",
@@ -55,6 +59,7 @@ __all__ = [
     "export_run",
     "from_pretrained",
     "generate",
+    "load_config",
     "load_hf",
     "load_tokenizer",
     "preset",

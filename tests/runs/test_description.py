@@ -190,3 +190,11 @@ def test_a_checkpoint_without_a_description_is_described_by_its_config_as_traini
     save_config(cfg, checkpoint.config)
     described = described_by_config(checkpoint, tokenizer)
     assert described == cfg.description(build_model(described.model))
+
+
+def test_the_run_config_is_trainings_and_the_package_root_offers_it():
+    import encdec.runs
+    import encdec.training
+
+    assert encdec.load_config is load_config and encdec.RunConfig is encdec.training.RunConfig
+    assert "RunConfig" not in encdec.runs.__all__  # runs reads no training config
