@@ -22,9 +22,9 @@ import torch
 
 from encdec.models import build_model
 from encdec.runs.model_section import build_model_config
-from encdec.training.data import build_run_data
 from encdec.training.loader import fill
 from encdec.training.run_config import load_config
+from encdec.training.run_data import build_run_data
 
 
 def timed_step(model, batch) -> tuple[float, float]:

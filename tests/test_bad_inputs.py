@@ -588,7 +588,7 @@ def test_lines_of_metrics_jsonl_that_are_not_records_are_left_out_and_the_run_go
 
 @pytest.mark.parametrize("summary", ["", "[]", '{"steps": "two"}', '{"steps": 2}'])
 def test_a_damaged_summary_of_a_compare_member_is_trained_again_not_a_traceback(tmp_path, caplog, summary):
-    from encdec.training.compare import _finished
+    from encdec.training.experiments import _finished
 
     (tmp_path / "summary.json").write_text(summary)
     assert _finished(tmp_path, steps=2) is None

@@ -162,14 +162,14 @@ def test_every_shipped_config_mutated_is_read_or_refused_in_one_sentence(config,
 
 def file_schemas() -> list[type]:
     """The declared schemas of the files encdec reads back, beside the config's (fuzzed field by field above)."""
-    from encdec.data.objectives.base import DataPosition
+    from encdec.data.objectives.objective import DataPosition
     from encdec.data.shards import ShardManifest
     from encdec.runs.adapter import AdapterConfig, BasePointer
     from encdec.runs.state import LossScale, SavedState, TrainState
     from encdec.runs.text import TextFormat
     from encdec.tokenizers import TokenizerManifest
-    from encdec.training.compare import ExperimentFile, SummaryFile
     from encdec.training.distill import TeacherPointer
+    from encdec.training.experiments import ExperimentFile, SummaryFile
 
     return [
         BasePointer,

@@ -14,8 +14,8 @@ import yaml
 from hub_cache_kit import cache_hub_dataset, cache_hub_model
 
 from encdec.errors import DataError
-from encdec.training.data import read_items, stream_opener
 from encdec.training.run_config import load_config
+from encdec.training.run_data import read_items, stream_opener
 
 datasets = pytest.importorskip("datasets")
 

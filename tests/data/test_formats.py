@@ -13,8 +13,8 @@ from encdec.data.formats import FILE_FORMATS, FORMATS, OPTION_NAMES, ReaderOptio
 from encdec.data.shards import read_shards
 from encdec.errors import ConfigError
 from encdec.schema import read
-from encdec.training.data import read_items
 from encdec.training.run_config import RunConfig
+from encdec.training.run_data import read_items
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 STORIES = ["the cat sat on the mat.", "a dog ran to the park.", "the sun was warm all day."]

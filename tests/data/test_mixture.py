@@ -11,8 +11,8 @@ import yaml
 from encdec.cli import main
 from encdec.data.objectives.mixture import MixtureObjective, proportional_weights
 from encdec.errors import ConfigError
-from encdec.training.data import build_run_data
 from encdec.training.run_config import load_config
+from encdec.training.run_data import build_run_data
 
 STORIES = "tinystories/tinystories_train_head.txt.gz"
 DIALOGSUM = "summarization/dialogsum/dialogsum.dev.jsonl.gz"

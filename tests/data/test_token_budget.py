@@ -11,7 +11,7 @@ import yaml
 from encdec.cli import main
 from encdec.data.corpora import iter_jsonl_pairs
 from encdec.data.objectives import build_objective, tokenize_pairs
-from encdec.data.objectives.base import token_budget_batches
+from encdec.data.objectives.objective import token_budget_batches
 from encdec.errors import ConfigError
 from encdec.tokenizers import build_tokenizer
 from encdec.training.loader import batch_stream

@@ -6,7 +6,7 @@ from rouge_score import rouge_scorer
 
 from encdec.errors import DataError
 from encdec.evaluation import bleu, chrf, exact_match, rot5_preprocess, rouge, score_texts, ter
-from encdec.evaluation.metrics import rot5_lemmas
+from encdec.evaluation.text_metrics import rot5_lemmas
 
 PREDICTIONS = [
     "Sara and Ben played by the old oak tree and did not quit.",

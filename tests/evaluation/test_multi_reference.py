@@ -6,7 +6,7 @@ from rouge_score import rouge_scorer
 
 from encdec.errors import DataError
 from encdec.evaluation import score_texts
-from encdec.evaluation.metrics import reference_streams, rouge
+from encdec.evaluation.text_metrics import reference_streams, rouge
 
 PREDICTIONS = ["A man rides a bike.", "Two dogs play in the snow.", "A girl reads."]
 REFERENCES = [

@@ -110,7 +110,7 @@ def test_decoding_waits_for_the_host_only_for_the_stop_decision(name, options, d
     assert check.errors == []
     places = Counter(sync.where.split(":")[0] for sync in check.syncs if not sync.where.startswith(MOE))
     search = "generation/beam_search.py" if options else "generation/search.py"
-    once = {"generation/generate.py": 1, "models/causal_lm.py": 1, "models/rnn_seq2seq.py": 4}
+    once = {"generation/generate.py": 1, "models/causal_lm_shared.py": 1, "models/rnn_seq2seq.py": 4}
     assert set(places) <= {search, *once}, places
     assert places[search] <= new + (1 if options else 0), where  # one stop test per step (+ beam's width)
     for place, most in once.items():

@@ -103,8 +103,8 @@ def test_padded_prompts_cost_one_host_sync_at_start_and_none_per_step(options, d
     assert check.errors == []
     places = Counter(sync.where.split(":")[0] for sync in check.syncs)
     search = "generation/beam_search.py" if options else "generation/search.py"
-    assert set(places) <= {search, "generation/generate.py", "models/causal_lm.py"}, places
-    assert places["models/causal_lm.py"] == 1 and places[search] <= new + 1, places
+    assert set(places) <= {search, "generation/generate.py", "models/causal_lm_shared.py"}, places
+    assert places["models/causal_lm_shared.py"] == 1 and places[search] <= new + 1, places
 
 
 def test_the_run_tokenizer_pads_causal_prompts_on_the_left():

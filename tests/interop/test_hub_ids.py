@@ -7,7 +7,7 @@ import torch
 import encdec
 from encdec.errors import CheckpointError
 from encdec.interop import export_hf
-from encdec.interop.hub import hub_id
+from encdec.interop.hub_ids import hub_id
 from encdec.tokenizers import build_tokenizer
 
 pytest.importorskip("huggingface_hub")
@@ -128,7 +128,7 @@ UNCACHED = "d" * 40
 def test_an_offline_revision_is_resolved_exactly_from_the_cache_or_refused(hub_cache, revision, expected):
     """HF_HUB_OFFLINE: a revision is a commit with a snapshot or a ref (refs/NAME) naming one, read as that
     snapshot, never as the one that happens to be cached; anything else is one sentence naming it."""
-    from encdec.interop.hub import resolve_model
+    from encdec.interop.hub_ids import resolve_model
 
     repo, _ = hub_cache
     (repo / "refs" / "release").mkdir()

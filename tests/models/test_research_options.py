@@ -214,8 +214,8 @@ def test_the_cli_trains_each_option_and_its_checkpoint_loads(tmp_path, shared_da
 
 def test_a_huge_learned_aggregation_is_refused_before_it_is_allocated():
     """MATMUL holds max_positions^2 weights: a context of 10^6 asks for 4 TB, refused in one sentence."""
-    from encdec.models.memory import check_weights_fit, estimated_parameters
     from encdec.models.presets import preset
+    from encdec.models.weights_memory import check_weights_fit, estimated_parameters
 
     research = dict(embedding_loss="MSE", embedding_aggregation="MATMUL")
     small = preset("ar_encdec-tiny", vocab_size=V, max_positions=128, research=research)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from encdec.cli import main
 from encdec.errors import EncdecError
 from encdec.schema import load_json, read
-from encdec.training.compare import SummaryFile, _finished, markdown_table, summarise
+from encdec.training.experiments import SummaryFile, _finished, markdown_table, summarise
 from encdec.training.metrics import plot_curves, read_metrics
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

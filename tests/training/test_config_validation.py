@@ -6,7 +6,7 @@ import pytest
 from work_kit import counted_calls
 
 from encdec.errors import ConfigError
-from encdec.training import data as run_data
+from encdec.training import run_data
 from encdec.training.run_config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

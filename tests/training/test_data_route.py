@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from encdec.errors import DataError
-from encdec.training import data as run_data
+from encdec.training import run_data
 from encdec.training.run_config import load_config
 
 

@@ -19,7 +19,7 @@ from encdec.runs.checkpoint import load_checkpoint
 from encdec.runs.load import load_run
 from encdec.runs.run_dir import RunDir
 from encdec.training import train
-from encdec.training.compare import last_interval_mean, markdown_table
+from encdec.training.experiments import last_interval_mean, markdown_table
 from encdec.training.metrics import read_metrics
 from encdec.training.run_config import load_config
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from encdec.training.compare import read_experiment
+from encdec.training.experiments import read_experiment
 from encdec.training.run_config import load_config
 
 EXPERIMENTS = sorted((Path(__file__).resolve().parents[2] / "configs" / "experiments").glob("*.yaml"))

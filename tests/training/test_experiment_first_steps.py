@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from encdec.training.compare import read_experiment, seeded
+from encdec.training.experiments import read_experiment, seeded
 from encdec.training.run_config import load_config
 from encdec.training.trainer import train
 

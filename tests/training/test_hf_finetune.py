@@ -207,8 +207,8 @@ def test_the_first_loss_of_fine_tuning_is_hugging_faces_loss_on_the_same_batch(
         )
         == 0
     )
-    from encdec.training.data import build_run_data
     from encdec.training.run_config import load_config
+    from encdec.training.run_data import build_run_data
 
     run = load_run(tmp_path / "run", "latest")
     cfg = load_config(run.checkpoint.config)

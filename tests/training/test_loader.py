@@ -6,9 +6,9 @@ import torch
 from encdec.data.batch import IGNORE_INDEX
 from encdec.errors import ConfigError
 from encdec.training import load_config, train
-from encdec.training.data import build_run_data
 from encdec.training.loader import batch_stream, local_rows
 from encdec.training.metrics import read_metrics
+from encdec.training.run_data import build_run_data
 
 
 @pytest.fixture

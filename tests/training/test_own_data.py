@@ -91,8 +91,8 @@ def test_list_valued_fields_are_joined_taken_first_or_paired_each(
 
 def test_a_scitldr_shaped_file_trains_through_the_config_alone(tmp_path, capsys):
     """Sentences joined, every reference summary its own pair: 48 records of 2 references train on 96 pairs."""
-    from encdec.training.data import read_items
     from encdec.training.run_config import load_config
+    from encdec.training.run_data import read_items
 
     path = tmp_path / "scitldr.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in scitldr_records()))

@@ -7,8 +7,8 @@ import sys
 
 import yaml
 
-from encdec.evaluation.metrics import rot5_lemmas
 from encdec.evaluation.scoring import LEMMAS
+from encdec.evaluation.text_metrics import rot5_lemmas
 
 
 def test_evaluate_scores_the_samples_asked_for_on_a_validation_file_without_separators(tmp_path, tiny_config):

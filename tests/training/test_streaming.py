@@ -24,7 +24,7 @@ READ_A_PASS = """
 import resource, sys
 from pathlib import Path
 from encdec.training.run_config import load_config
-from encdec.training.data import build_run_data
+from encdec.training.run_data import build_run_data
 
 data = build_run_data(load_config(sys.argv[1]), Path(sys.argv[2]))  # the first block read and tokenized
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
-from encdec.training.compare import RunSpec, read_experiment, run_experiment
+from encdec.training.experiments import RunSpec, read_experiment, run_experiment
 
 
 def add_parser(subparsers):

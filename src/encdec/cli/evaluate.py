@@ -67,15 +67,15 @@ from encdec.evaluation.scoring import (
     write_evaluation,
 )
 from encdec.generation.generate import resolve_config
-from encdec.interop.hub import resolve_model
+from encdec.interop.hub_ids import resolve_model
 from encdec.quantization import quantize
 from encdec.runs.load import checkpoint_at
 from encdec.runs.open import OpenedModel, model_kind, open_model
 from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import check_not_symlink, output_path, refuse_unsafe_output
-from encdec.training.data import build_run_data
 from encdec.training.distributed import DistInfo
 from encdec.training.run_config import saved_config
+from encdec.training.run_data import build_run_data
 from encdec.training.samples import sample_pairs
 from encdec.training.trainer import evaluate
 

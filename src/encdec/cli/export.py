@@ -19,9 +19,9 @@ from pathlib import Path
 from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
 from encdec.interop import export_hf
-from encdec.interop.hub import resolve_model
-from encdec.runs.export import export_adapter, export_run
+from encdec.interop.hub_ids import resolve_model
 from encdec.runs.open import load_tokenizer, model_kind, open_model
+from encdec.runs.run_export import export_adapter, export_run
 
 
 def add_parser(subparsers) -> None:

@@ -12,7 +12,7 @@ import torch
 
 from encdec.errors import ConfigError
 from encdec.models import FAMILY_CLASSES, count_parameters, preset
-from encdec.models.memory import check_weights_fit
+from encdec.models.weights_memory import check_weights_fit
 from encdec.runs.model_section import build_model_config
 from encdec.schema import Range, argument_type
 from encdec.sizing import MAX_FLOPS, MAX_PARAMS, MAX_TOKENS, MIN_FLOPS, MIN_PARAMS, MIN_TOKENS, chinchilla

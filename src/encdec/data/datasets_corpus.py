@@ -10,7 +10,7 @@
 Rows become encdec's items through the column mapping of the data section: `text_field` for
 documents, `source_field` / `target_field` for pairs, a list-valued column turned into texts as
 `source_list` / `target_list` say (corpora.field_texts: join, first, each). With `streaming` the
-rows are read as they are needed, never all held (training.data's streamed objectives). Needs the
+rows are read as they are needed, never all held (training.run_data's streamed objectives). Needs the
 `encdec[hf]` extra.
 """
 

@@ -10,8 +10,8 @@ scoring.py     one evaluation (loss, generations scored, baselines) and its repo
 report.py      eval.json, eval.md and predictions.jsonl
 """
 
-from encdec.evaluation.metrics import bleu, chrf, exact_match, rot5_preprocess, rouge, score_texts, ter
 from encdec.evaluation.report import markdown_table, perplexity, write_report
+from encdec.evaluation.text_metrics import bleu, chrf, exact_match, rot5_preprocess, rouge, score_texts, ter
 
 __all__ = [
     "bleu",

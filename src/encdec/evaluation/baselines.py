@@ -9,7 +9,7 @@ uniform guess over the vocabulary: loss ln V, perplexity V.
 import math
 import re
 
-from encdec.evaluation.metrics import score_texts
+from encdec.evaluation.text_metrics import score_texts
 
 # a full stop after these words (lowercased, without the stop) ends no sentence
 ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "no", "mt"})

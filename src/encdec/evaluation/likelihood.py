@@ -3,7 +3,7 @@
 Pairs: each reference given its source, the source cut as generation cuts it (`TextEncoding.text`),
 the reference encoded as the model was taught to emit it (`TextEncoding.encode_targets`). An
 encoder-decoder reads the source and its decoder is fed the reference shifted right after its
-decoder-start token, as training fed it; a causal LM (encdec.models.causal_lm.PromptedLM) reads
+decoder-start token, as training fed it; a causal LM (encdec.models.causal_lm_shared.PromptedLM) reads
 source + reference as one stream and is scored on the reference alone, the layout in which it
 generates (the prompt's last position predicts the first output token).
 
@@ -35,7 +35,7 @@ from tqdm import tqdm
 from encdec.data.batch import Batch, collate_encoder_decoder
 from encdec.data.objectives.collate import collate_prefix_lm
 from encdec.evaluation.encoding import TextEncoding
-from encdec.models.causal_lm import PromptedLM
+from encdec.models.causal_lm_shared import PromptedLM
 from encdec.models.loss import cross_entropy
 
 MAX_LOGITS = 1 << 27  # logits of one forward (rows x length x vocabulary): 512 MiB in fp32

@@ -4,7 +4,7 @@
 file (`--data`) are measured alike:
 
     generated_scores  outputs generated for examples and scored against their references
-                      (encdec.evaluation.metrics), beside each input's first sentence copied
+                      (encdec.evaluation.text_metrics), beside each input's first sentence copied
     evaluate_pairs    a pair file: the loss of every reference given its source, then generated_scores
     evaluate_documents  a text file: the loss of every token, per token and per word, and with
                       `samples` the first documents continued as UL2's S-denoiser splits them
@@ -28,8 +28,8 @@ from encdec.evaluation.baselines import lead_scores, uniform_loss
 from encdec.evaluation.encoding import TextEncoding
 from encdec.evaluation.generated import generate_texts
 from encdec.evaluation.likelihood import NLL, document_nll, pair_nll
-from encdec.evaluation.metrics import rot5_lemmas, score_texts
 from encdec.evaluation.report import perplexity, write_predictions, write_report
+from encdec.evaluation.text_metrics import rot5_lemmas, score_texts
 
 
 @dataclass

@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import EncoderDecoder, ModelConfig
-from encdec.models.memory import check_weights_fit
+from encdec.models.weights_memory import check_weights_fit
 from encdec.safe_paths import atomic_path, inside, output_dir, write_atomic
 
 # Hugging Face feed_forward_proj -> our activation name

@@ -17,10 +17,10 @@ The parts themselves (attention, caches, positions, MoE, norms) are in encdec.mo
 from torch import nn
 
 from encdec.models.ar_encdec import AREncoderDecoder
-from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.decoder_only import DecoderOnly
 from encdec.models.encoder_decoder import EncoderDecoder
 from encdec.models.init import init_weights
+from encdec.models.model_config import ModelConfig, refuse_unused
 from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
 from encdec.models.parallel_encdec import ParallelEncoderDecoder
 from encdec.models.presets import preset, preset_names

@@ -15,7 +15,7 @@ encoder output through its own LayerNorm of it; decoder position t sees encoder 
 so a cached step runs one more encoder position and appends it to growing cross-attention
 caches. The position table has max_positions + 1 rows when positions 1..T are added or
 subtracted (with position rope it is kept for that alone: see causal_lm). The settings the
-causal LMs share (GQA, experts, RoPE, ...) are honoured as encdec.models.causal_lm lists;
+causal LMs share (GQA, experts, RoPE, ...) are honoured as encdec.models.causal_lm_shared lists;
 expert losses are reported per side (moe_aux_encoder, ...).
 
 Shapes: B batch, T length, C model dim, V vocabulary.
@@ -24,7 +24,7 @@ Shapes: B batch, T length, C model dim, V vocabulary.
 import torch
 from torch import nn
 
-from encdec.models.causal_lm import (
+from encdec.models.causal_lm_shared import (
     LM_UNUSED,
     ResearchLM,
     StackOutput,
@@ -34,7 +34,7 @@ from encdec.models.causal_lm import (
     check_lm_config,
 )
 from encdec.models.components import build_lm_head
-from encdec.models.config import ModelConfig, refuse_unused
+from encdec.models.model_config import ModelConfig, refuse_unused
 from encdec.models.research_losses import build_embedding_loss
 from encdec.modules import DecodeState, LayerCache
 

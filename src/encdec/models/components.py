@@ -16,7 +16,7 @@ import math
 
 from torch import nn
 
-from encdec.models.config import ModelConfig
+from encdec.models.model_config import ModelConfig
 from encdec.modules import Attention, DecoderBlock, EncoderBlock, FeedForward, MoE, RotaryEmbedding, build_norm
 
 

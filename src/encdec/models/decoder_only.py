@@ -8,7 +8,7 @@ keys by their positions (causal_lm) and the input is the token embedding alone.
 The depth is n_encoder_layers (the seeds' n_layer; n_decoder_layers is refused: there is
 one stack); the MLP is C -> d_ff -> C with exact GELU; no biases with bias false. The
 settings the causal LMs share (GQA, experts, norm position, ...) are honoured as
-encdec.models.causal_lm lists; with experts the loss adds their aux and z terms under
+encdec.models.causal_lm_shared lists; with experts the loss adds their aux and z terms under
 moe_aux_decoder and moe_z_decoder. Generation prefills the prompt (see causal_lm).
 
 Shapes: B batch, T length, C model dim, V vocabulary.
@@ -17,10 +17,10 @@ Shapes: B batch, T length, C model dim, V vocabulary.
 import torch
 from torch import nn
 
-from encdec.models.causal_lm import LM_UNUSED, PromptedLM, build_causal_block, build_rotaries, check_lm_config
+from encdec.models.causal_lm_shared import LM_UNUSED, PromptedLM, build_causal_block, build_rotaries, check_lm_config
 from encdec.models.components import build_final_norm, build_lm_head
-from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.loss import with_loss
+from encdec.models.model_config import ModelConfig, refuse_unused
 from encdec.models.moe_losses import moe_losses
 from encdec.models.outputs import Seq2SeqOutput
 from encdec.modules import DecodeState

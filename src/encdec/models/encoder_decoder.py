@@ -33,9 +33,9 @@ from encdec.models.components import (
     embedding_scale,
     output_scale,
 )
-from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.loss import with_loss
+from encdec.models.model_config import ModelConfig, refuse_unused
 from encdec.models.moe_losses import moe_losses
 from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
 from encdec.modules import (

@@ -11,7 +11,7 @@ import math
 
 from torch import nn
 
-from encdec.models.config import ModelConfig
+from encdec.models.model_config import ModelConfig
 from encdec.modules import Attention, FeedForward, MoE, RelativePositionBias
 
 

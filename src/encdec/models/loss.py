@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from encdec.data.batch import IGNORE_INDEX
-from encdec.models.config import ModelConfig
+from encdec.models.model_config import ModelConfig
 from encdec.models.outputs import Seq2SeqOutput
 
 

@@ -16,7 +16,7 @@ the first N - n_decoder_layers layers hold an encoder block only, dec_0 still co
 E, and decoder block j pairs with encoder block N - n_decoder_layers + j. A cached step
 runs one more position through every layer, appending each paired layer's encoder
 position to its decoder block's growing cross-attention cache. The settings the causal
-LMs share (GQA, experts, ...) are honoured as encdec.models.causal_lm lists.
+LMs share (GQA, experts, ...) are honoured as encdec.models.causal_lm_shared lists.
 
 Shapes: B batch, T length, C model dim, V vocabulary.
 """
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from encdec.errors import ConfigError
-from encdec.models.causal_lm import (
+from encdec.models.causal_lm_shared import (
     LM_UNUSED,
     ResearchLM,
     StackOutput,
@@ -35,7 +35,7 @@ from encdec.models.causal_lm import (
     check_lm_config,
 )
 from encdec.models.components import build_lm_head
-from encdec.models.config import ModelConfig, refuse_unused
+from encdec.models.model_config import ModelConfig, refuse_unused
 from encdec.models.research_losses import build_embedding_loss
 from encdec.modules import AttentionInputs, DecodeState, LayerCache, StepCache
 

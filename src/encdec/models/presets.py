@@ -20,7 +20,7 @@ A preset sets only fields its family uses: a family refuses the others (see buil
 """
 
 from encdec.errors import ConfigError, suggestion
-from encdec.models.config import ModelConfig
+from encdec.models.model_config import ModelConfig
 
 FAMILIES = {
     "transformer": dict(

@@ -24,9 +24,9 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from encdec.errors import ConfigError
-from encdec.models.config import ModelConfig, refuse_unused
 from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.loss import with_loss
+from encdec.models.model_config import ModelConfig, refuse_unused
 from encdec.models.outputs import Seq2SeqOutput
 from encdec.modules import Dropout, as_bool_mask, lm_head
 

@@ -20,10 +20,10 @@ load_config: encdec.training.run_config); inference, export and the CLI read run
 nothing here imports the training loop or its config.
 """
 
-from encdec.runs.export import export_run
 from encdec.runs.load import LoadedRun, load_run
 from encdec.runs.open import OpenedModel, from_pretrained, load_tokenizer, model_kind, open_model
 from encdec.runs.run_dir import CheckpointDir, RunDir
+from encdec.runs.run_export import export_run
 from encdec.runs.text import RunTokenizer
 
 __all__ = [

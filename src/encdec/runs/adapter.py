@@ -22,7 +22,7 @@ from torch import nn
 
 from encdec.errors import CheckpointError
 from encdec.interop import load_hf
-from encdec.interop.hub import resolve_model
+from encdec.interop.hub_ids import resolve_model
 from encdec.models.lora import add_lora, train_only
 from encdec.models.name_patterns import NamePatterns
 from encdec.runs.checkpoint import NAME, SHA256, SOURCE, load_state, load_weights, read_pointer, weights_sha256

@@ -11,8 +11,8 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.generation.config import SourceLength
 from encdec.interop.generation_config import checked_defaults
 from encdec.models import ModelConfig, build_model
-from encdec.models.config import CAUSAL_LMS
-from encdec.models.memory import check_weights_fit
+from encdec.models.model_config import CAUSAL_LMS
+from encdec.models.weights_memory import check_weights_fit
 from encdec.runs.adapter import load_adapted
 from encdec.runs.checkpoint import load_state, load_weights
 from encdec.runs.description import Description, describe

@@ -24,7 +24,7 @@ from torch import nn
 
 from encdec.errors import CheckpointError
 from encdec.interop import is_hf_dir, load_hf
-from encdec.interop.hub import resolve_model
+from encdec.interop.hub_ids import resolve_model
 from encdec.runs.load import LoadedRun, check_max_source_len, checkpoint_at, load_run
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.tokenizers import Tokenizer

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import torch
 
-from encdec.data.objectives.base import DataPosition
+from encdec.data.objectives.objective import DataPosition
 from encdec.errors import CheckpointError, ConfigError
 from encdec.runs.run_dir import CheckpointDir
 from encdec.schema import Count, Positive, Range, read

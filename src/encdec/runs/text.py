@@ -18,7 +18,7 @@ from torch import nn
 
 from encdec.errors import ConfigError, DataError
 from encdec.models import FAMILY_CLASSES, ModelConfig
-from encdec.models.causal_lm import PromptedLM
+from encdec.models.causal_lm_shared import PromptedLM
 from encdec.schema import Range, short
 from encdec.tokenizers import Tokenizer
 

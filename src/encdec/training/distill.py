@@ -28,7 +28,7 @@ from torch import nn
 from encdec.data.batch import Batch
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
-from encdec.models.config import CAUSAL_LMS
+from encdec.models.model_config import CAUSAL_LMS
 from encdec.runs.checkpoint import NAME, SHA256, SOURCE, load_state, read_pointer, source_path, weights_sha256
 from encdec.runs.model_section import build_model_config
 from encdec.runs.run_dir import CheckpointDir

@@ -3,7 +3,7 @@
     objective.batch_at(position)  ->  this process's rows  ->  token counts (host ints)  ->  pinned
     worker w of W builds positions w, w + W, ...; the DataLoader yields them in order
 
-Each batch is a pure function of its position (data.objectives.base), so workers
+Each batch is a pure function of its position (data.objectives.objective), so workers
 can build ahead in any process and the batches are exactly those of
 `objective.next_batch()`. The loop's objective advances only as batches are
 consumed, so a checkpoint records the next batch to train on, not how far the
@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from encdec.data.batch import IGNORE_INDEX, PACKING_FIELDS, Batch
-from encdec.data.objectives.base import Objective
+from encdec.data.objectives.objective import Objective
 from encdec.errors import ConfigError
 from encdec.sizing import capped_to_cores
 

@@ -2,7 +2,7 @@
 
 A model section with d_model 10^6 or a batch of 10^5 rows should not end in an
 allocator's traceback or the kernel's OOM killer: before the model is built, its
-parameters are estimated from the config (models/memory.py), and training's share
+parameters are estimated from the config (models/weights_memory.py), and training's share
 (weights, gradients and AdamW's two moments: 16 bytes a parameter) plus a floor of
 one step's activations is compared with what the device has free. The tokens one
 optimizer step gathers (batch_size x grad_accum x the sequence length) are bounded
@@ -14,7 +14,7 @@ import torch
 
 from encdec.errors import ConfigError
 from encdec.models import ModelConfig
-from encdec.models.memory import check_weights_fit
+from encdec.models.weights_memory import check_weights_fit
 from encdec.sizing import free_bytes, gib
 from encdec.training.run_config import RunConfig
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from encdec.errors import CheckpointError
 from encdec.interop import load_hf
-from encdec.interop.hub import resolve_model
+from encdec.interop.hub_ids import resolve_model
 from encdec.models import ModelConfig
 from encdec.runs.checkpoint import load_state, load_weights
 from encdec.runs.load import read_generation

@@ -10,12 +10,12 @@ from torch import nn
 
 from encdec.errors import DataError
 from encdec.evaluation.generated import generate_texts
-from encdec.evaluation.metrics import score_texts
 from encdec.evaluation.scoring import continuation_splits, continuation_texts
+from encdec.evaluation.text_metrics import score_texts
 from encdec.runs.text import RunTokenizer
 from encdec.tokenizers import Tokenizer
-from encdec.training.data import generation_view, validation_items
 from encdec.training.run_config import RunConfig
+from encdec.training.run_data import generation_view, validation_items
 
 GENERATION_BATCH = 32  # examples decoded together at an evaluation
 

@@ -25,7 +25,6 @@ from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.state import TrainState, check_rng_states, read_saved_state
 from encdec.sizing import capped_to_cores, warn_if_oversubscribed
 from encdec.training import distributed
-from encdec.training.data import RunData, build_run_data
 from encdec.training.distill import Teacher, find_teacher, load_teacher, teacher_bytes
 from encdec.training.ema import WeightAverage
 from encdec.training.launch import check_processes
@@ -35,6 +34,7 @@ from encdec.training.numerics import checkpoint_activations, grad_scaler, resolv
 from encdec.training.optim import build_optimizer, state_layout
 from encdec.training.pretrained import Pretrained, load_pretrained, load_pretrained_weights
 from encdec.training.run_config import RunConfig, save_config, saved_config
+from encdec.training.run_data import RunData, build_run_data
 from encdec.training.same_run import resumed_config
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,6 @@ from encdec.runs.description import description_files
 from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import write_atomic
 from encdec.training import distributed
-from encdec.training.data import RunData
 from encdec.training.distill import Teacher
 from encdec.training.flops import step_flops, training_peak_tflops
 from encdec.training.loader import LoadedBatch, batch_stream, forward, local_rows
@@ -47,6 +46,7 @@ from encdec.training.metrics import plot_curves, read_metrics
 from encdec.training.numerics import autocast, numerics, rng_states
 from encdec.training.optim import lr_at
 from encdec.training.run_config import RunConfig, save_config
+from encdec.training.run_data import RunData
 from encdec.training.run_lock import hold_run_dir
 from encdec.training.samples import GeneratedScores
 from encdec.training.setup import Training, set_up

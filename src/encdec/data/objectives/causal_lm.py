@@ -16,7 +16,7 @@ import torch
 
 from encdec.data.batch import Batch
 from encdec.data.documents import Documents
-from encdec.data.objectives.base import Objective
+from encdec.data.objectives.objective import Objective
 from encdec.errors import ConfigError, DataError
 
 WINDOW_MODES = ("random", "sequential")

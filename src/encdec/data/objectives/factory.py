@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from encdec.data.documents import Documents
-from encdec.data.objectives.base import Objective
 from encdec.data.objectives.causal_lm import CausalLMObjective
+from encdec.data.objectives.objective import Objective
 from encdec.data.objectives.prefix_lm import prefix_lm_objective
 from encdec.data.objectives.seq2seq import Seq2SeqObjective
 from encdec.data.objectives.ul2 import UL2Config, UL2Objective, ul2_mode_ids

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from encdec.data.batch import Batch
-from encdec.data.objectives.base import Objective
+from encdec.data.objectives.objective import Objective
 from encdec.errors import ConfigError
 
 MAX_MEMBERS = 64

@@ -21,8 +21,8 @@ import numpy as np
 from encdec.data.batch import Batch, collate_encoder_decoder
 from encdec.data.corpora import PairTemplate
 from encdec.data.documents import Documents, token_dtype
-from encdec.data.objectives.base import EpochPlan, Objective
 from encdec.data.objectives.collate import collate_prefix_lm
+from encdec.data.objectives.objective import EpochPlan, Objective
 from encdec.data.objectives.packing import collate_packed
 from encdec.errors import ConfigError
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from itertools import islice
 
 from encdec.data.batch import Batch
-from encdec.data.objectives.base import Objective
+from encdec.data.objectives.objective import Objective
 from encdec.errors import DataError
 
 BLOCK_SEED = 1_000_033  # block b's objective is seeded seed * BLOCK_SEED + b

@@ -22,8 +22,8 @@ import numpy as np
 
 from encdec.data.batch import Batch, collate_encoder_decoder
 from encdec.data.documents import Documents
-from encdec.data.objectives.base import EpochPlan, Objective
 from encdec.data.objectives.collate import collate_prefix_lm
+from encdec.data.objectives.objective import EpochPlan, Objective
 from encdec.data.objectives.packing import collate_packed
 from encdec.data.objectives.span_corruption import random_spans_noise_mask, span_corrupt
 from encdec.errors import ConfigError

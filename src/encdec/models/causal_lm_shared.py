@@ -55,9 +55,9 @@ from encdec.models.components import (
     norm_factory,
     output_scale,
 )
-from encdec.models.config import ModelConfig
 from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.loss import with_loss
+from encdec.models.model_config import ModelConfig
 from encdec.models.moe_losses import moe_losses
 from encdec.models.outputs import Seq2SeqOutput
 from encdec.modules import (

@@ -30,8 +30,8 @@ from encdec.data.hub import (
     load_hub_dataset,
 )
 from encdec.data.objectives import PairTemplate, build_objective, tokenize_pairs
-from encdec.data.objectives.base import Objective
 from encdec.data.objectives.mixture import MixtureObjective, proportional_weights
+from encdec.data.objectives.objective import Objective
 from encdec.data.objectives.stream import StreamObjective
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError, DataError

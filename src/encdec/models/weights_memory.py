@@ -12,7 +12,7 @@ one takes where it lives, and compared with what the device has free
 import torch
 
 from encdec.errors import ConfigError, EncdecError
-from encdec.models.config import ModelConfig
+from encdec.models.model_config import ModelConfig
 from encdec.sizing import free_bytes, gib
 
 WEIGHT_BYTES = 4  # models are built in fp32

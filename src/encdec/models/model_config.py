@@ -30,7 +30,7 @@ MAX_COEF = 1e6  # a loss coefficient: the auxiliary losses' are 1e-3 to 1e-2
 # is made (from YAML, a config.json or Python): a zero or negative size is one sentence, not a traceback or
 # a model missing a stack. Counts of modules are bounded here (a million layers of width 16 would take
 # minutes to build); how many parameters a model may have is the memory estimate's to say
-# (models/memory.py), against what the device has free.
+# (models/weights_memory.py), against what the device has free.
 Layers = Annotated[int, Range(1, MAX_LAYERS)]
 
 
