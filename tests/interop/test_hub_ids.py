@@ -164,7 +164,7 @@ def test_a_pickle_only_snapshot_loads_its_tensors_and_refuses_anything_else(hub_
 
 
 def test_fine_tuning_starts_from_a_hub_id(hub_cache):
-    from encdec.training.pretrained import load_pretrained
+    from encdec.training.init_from import load_pretrained
 
     repo, models = hub_cache
     pretrained = load_pretrained("org/tiny@v1")

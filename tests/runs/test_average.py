@@ -10,10 +10,10 @@ import torch
 import yaml
 
 from encdec.cli import main
-from encdec.runs.average import average_checkpoints
 from encdec.runs.checkpoint import load_weights, save_weights
 from encdec.runs.open import open_model
 from encdec.runs.run_dir import RunDir
+from encdec.runs.weight_average import average_checkpoints
 from encdec.training import load_config, train
 
 

@@ -132,7 +132,7 @@ def test_a_copied_checkpoint_asked_for_another_checkpoint_or_without_a_report_di
 
 def test_a_copied_checkpoint_is_no_fine_tuning_start_of_its_own(copied):
     """A run's pointers to what it started from name a run's checkpoints: its run directory is asked for."""
-    from encdec.training.pretrained import load_pretrained
+    from encdec.training.init_from import load_pretrained
 
     with pytest.raises(CheckpointError, match="is a checkpoint directory on its own; name the run directory"):
         load_pretrained(str(copied))

@@ -19,8 +19,8 @@ from typing import Annotated
 from encdec.cli.options import whole_number
 from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
-from encdec.runs.average import average_checkpoints, export_ema
 from encdec.runs.state import MAX_STEPS
+from encdec.runs.weight_average import average_checkpoints, export_ema
 from encdec.schema import Range, argument_type
 
 

@@ -29,7 +29,7 @@ from encdec.safe_paths import check_not_symlink, inside, refuse_unsafe_output, w
 
 STEP_NAME = re.compile(r"step_\d{8,}")  # checkpoint directories: pruning deletes only these and TMP_NAME
 TMP_NAME = re.compile(r"\.step_\d{8,}\.tmp")
-# checkpoints encdec average writes beside the step directories (runs/average.py): never listed as steps, so
+# checkpoints encdec average writes beside the step directories (runs/weight_average.py): never listed as steps, so
 # never pruned, never resumed from, never named by latest or best, only by name (--checkpoint avg5_step_00001000)
 MADE_NAME = re.compile(r"(avg\d+|ema)_step_\d{8,}")
 

@@ -2,7 +2,7 @@
 objective learns from beside the labels (Hinton et al. 2015; the loss is encdec.models.loss's `distilled`).
 
     find_teacher     the run or Hugging Face directory training.distill.teacher names, as training.init_from
-                     reads one (training/pretrained.py), before any data is read or the run directory made;
+                     reads one (training/init_from.py), before any data is read or the run directory made;
                      on a resume, the very weights the run started with (its checkpoint's teacher.json)
     load_teacher     its model, refused in one sentence where it cannot teach this student (another
                      vocabulary or tokenizer, batches of another shape); frozen, in eval mode (no dropout),
@@ -33,8 +33,8 @@ from encdec.runs.checkpoint import NAME, SHA256, SOURCE, load_state, read_pointe
 from encdec.runs.model_section import build_model_config
 from encdec.runs.run_dir import CheckpointDir
 from encdec.tokenizers import Tokenizer, load_tokenizer
+from encdec.training.init_from import Pretrained, from_checkpoint, load_pretrained
 from encdec.training.loader import forward
-from encdec.training.pretrained import Pretrained, from_checkpoint, load_pretrained
 from encdec.training.run_config import RunConfig
 
 log = logging.getLogger(__name__)

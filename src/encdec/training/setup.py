@@ -27,12 +27,12 @@ from encdec.sizing import capped_to_cores, warn_if_oversubscribed
 from encdec.training import distributed
 from encdec.training.distill import Teacher, find_teacher, load_teacher, teacher_bytes
 from encdec.training.ema import WeightAverage
+from encdec.training.init_from import Pretrained, load_pretrained, load_pretrained_weights
 from encdec.training.launch import check_processes
 from encdec.training.memory import check_activations_fit, check_model_fits, check_step_size, is_out_of_memory
 from encdec.training.metrics import MetricsLog, tensorboard_available
 from encdec.training.numerics import checkpoint_activations, grad_scaler, resolve_precision, set_rng_states
 from encdec.training.optim import build_optimizer, state_layout
-from encdec.training.pretrained import Pretrained, load_pretrained, load_pretrained_weights
 from encdec.training.run_config import RunConfig, save_config, saved_config
 from encdec.training.run_data import RunData, build_run_data
 from encdec.training.same_run import resumed_config
