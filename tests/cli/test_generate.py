@@ -9,7 +9,7 @@ import torch
 
 import encdec
 from encdec.cli import main
-from encdec.cli.generate import stream_printer
+from encdec.cli.generate_text import stream_printer
 
 transformers = pytest.importorskip("transformers")
 WORDS = ["<pad>", "</s>", "<unk>"] + "once upon a time there was a little girl named lily she liked to play".split()

@@ -26,19 +26,19 @@ from types import FrameType
 from encdec.cli.held import library_output_held
 from encdec.errors import ConfigError, EncdecError
 
-SUBCOMMANDS = (
-    "demo",
-    "data",
-    "train",
-    "compare",
-    "size",
-    "generate",
-    "evaluate",
-    "export",
-    "average",
-    "attention",
-    "serve",
-)
+SUBCOMMANDS = {  # subcommand -> its module in encdec.cli (named for what it holds where the word means more)
+    "demo": "demo",
+    "data": "data",
+    "train": "train",
+    "compare": "compare",
+    "size": "size",
+    "generate": "generate_text",  # generation/generate.py is the library's generate
+    "evaluate": "evaluate",
+    "export": "export",
+    "average": "average",
+    "attention": "attention_maps",  # modules/attention.py is the attention layer
+    "serve": "serve",
+}
 MAX_LINE = 299  # characters of the one line an error is: a message embedding a megabyte is cut with "..."
 
 
@@ -59,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="encdec", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for name in SUBCOMMANDS:
-        importlib.import_module(f"encdec.cli.{name}").add_parser(subparsers)
+    for module in SUBCOMMANDS.values():
+        importlib.import_module(f"encdec.cli.{module}").add_parser(subparsers)
     return parser
 
 
