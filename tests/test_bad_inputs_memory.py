@@ -65,7 +65,7 @@ class Place:
 
     def bart(self) -> Path:
         """A tiny BART directory: learned positions, 64 of them."""
-        from encdec.interop.hf_bart import save_hf_bart
+        from encdec.interop.families import FAMILIES
 
         target = self.root / "bart"
         cfg = encdec.ModelConfig(
@@ -88,7 +88,7 @@ class Place:
             activation="gelu",
             scale_output=False,
         )
-        save_hf_bart(encdec.build_model(cfg), target)
+        FAMILIES["bart"].save(encdec.build_model(cfg), target)
         return target
 
     def run_with(self, relative: str, change: Callable[[str], str]) -> Path:

@@ -12,14 +12,14 @@ from pathlib import Path
 
 from torch import nn
 
+from encdec.interop.families import FAMILIES
 from encdec.interop.from_hf import is_hf_dir, load_hf
-from encdec.interop.hf_t5 import save_hf_t5
 from encdec.interop.to_hf import export_hf
 
 
 def save_hf(model: nn.Module, path: str | Path) -> None:
     """Write a T5-family encdec model as a Hugging Face T5ForConditionalGeneration directory."""
-    save_hf_t5(model, Path(path))
+    FAMILIES["t5"].save(model, Path(path))
 
 
 __all__ = ["export_hf", "is_hf_dir", "load_hf", "save_hf"]

@@ -11,19 +11,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from encdec.interop.hf_bart import (
     BART_KEYS,
+    bart_files,
     check_bart_compatible,
     check_mbart_compatible,
     load_hf_bart,
     load_hf_mbart,
-    save_hf_bart,
-    save_hf_mbart,
 )
-from encdec.interop.hf_marian import check_marian_compatible, load_hf_marian, save_hf_marian
-from encdec.interop.hf_pegasus import check_pegasus_compatible, load_hf_pegasus, save_hf_pegasus
-from encdec.interop.hf_switch import check_switch_compatible, load_hf_switch, save_hf_switch
-from encdec.interop.hf_t5 import T5_KEYS, check_t5_compatible, load_hf_t5, save_hf_t5
+from encdec.interop.hf_marian import check_marian_compatible, load_hf_marian, marian_files
+from encdec.interop.hf_pegasus import check_pegasus_compatible, load_hf_pegasus, pegasus_files
+from encdec.interop.hf_switch import check_switch_compatible, load_hf_switch, switch_files
+from encdec.interop.hf_t5 import T5_KEYS, check_t5_compatible, load_hf_t5, t5_files, write_hf_directory
 from encdec.models import EncoderDecoder, ModelConfig
 
 IDS = {"pad_id": "pad_token_id", "eos_id": "eos_token_id", "decoder_start_id": "decoder_start_token_id"}
@@ -35,10 +36,17 @@ class Family:
     hf_class: str  # the transformers class an export loads as
     load: Callable[[Path, dict], EncoderDecoder]  # (directory, its config.json) -> our model, weights filled
     check: Callable[[ModelConfig], None]  # ConfigError naming what keeps a config from this layout
-    save: Callable[[EncoderDecoder, Path], None]  # our model -> config.json and model.safetensors
+    files: Callable[[EncoderDecoder], tuple[dict[str, torch.Tensor], dict]]  # our model -> its weights, config keys
     writes: Callable[[ModelConfig], bool]  # whether a model of this layout exports as this family
     keys: dict[str, str]  # ModelConfig field -> the config.json key it is read from, where the names differ
     tokenizer_files: tuple[str, ...]  # the tokenizer files its checkpoints ship beside tokenizer.json
+
+    def save(self, model: EncoderDecoder, path: Path) -> None:
+        """Write `model` into `path` as this family's config.json and model.safetensors; a layout the family
+        cannot express is refused first (ConfigError), nothing written."""
+        self.check(model.config)
+        weights, config = self.files(model)
+        write_hf_directory(path, weights, {"architectures": [self.hf_class], "model_type": self.model_type, **config})
 
 
 FAMILIES: dict[str, Family] = {
@@ -49,7 +57,7 @@ FAMILIES: dict[str, Family] = {
             "T5ForConditionalGeneration",
             load_hf_t5,
             check_t5_compatible,
-            save_hf_t5,
+            t5_files,
             lambda cfg: cfg.position == "relative" and cfg.n_experts == 1,
             T5_KEYS | IDS,
             ("spiece.model",),
@@ -59,7 +67,7 @@ FAMILIES: dict[str, Family] = {
             "SwitchTransformersForConditionalGeneration",
             load_hf_switch,
             check_switch_compatible,
-            save_hf_switch,
+            switch_files,
             lambda cfg: cfg.position == "relative" and cfg.n_experts > 1,
             T5_KEYS | IDS,
             ("spiece.model",),
@@ -69,7 +77,7 @@ FAMILIES: dict[str, Family] = {
             "MarianMTModel",
             load_hf_marian,
             check_marian_compatible,
-            save_hf_marian,
+            marian_files,
             lambda cfg: cfg.position == "sinusoidal" and cfg.norm_position == "post",
             BART_KEYS | IDS,
             ("source.spm", "target.spm", "vocab.json"),
@@ -79,7 +87,7 @@ FAMILIES: dict[str, Family] = {
             "PegasusForConditionalGeneration",
             load_hf_pegasus,
             check_pegasus_compatible,
-            save_hf_pegasus,
+            pegasus_files,
             lambda cfg: cfg.position == "sinusoidal" and cfg.norm_position == "pre",
             BART_KEYS | IDS,
             ("spiece.model",),
@@ -89,7 +97,7 @@ FAMILIES: dict[str, Family] = {
             "BartForConditionalGeneration",
             load_hf_bart,
             check_bart_compatible,
-            save_hf_bart,
+            bart_files,
             lambda cfg: cfg.position == "learned" and cfg.norm_position == "post",
             BART_KEYS | IDS,
             ("vocab.json", "merges.txt"),
@@ -99,7 +107,7 @@ FAMILIES: dict[str, Family] = {
             "MBartForConditionalGeneration",
             load_hf_mbart,
             check_mbart_compatible,
-            save_hf_mbart,
+            bart_files,
             lambda cfg: cfg.position == "learned" and cfg.norm_position == "pre",
             BART_KEYS | IDS,
             ("sentencepiece.bpe.model",),

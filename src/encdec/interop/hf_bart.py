@@ -18,9 +18,10 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.hf_t5 import (
     check_hf_model_fits,
     fill_from_hf,
+    hf_layer_sizes,
+    layer_sizes,
     plain_heads_problems,
     read_weights_with_shared,
-    write_hf_directory,
 )
 from encdec.models import EncoderDecoder, ModelConfig
 
@@ -63,12 +64,7 @@ def bart_layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
         )
     eos = hf.get("eos_token_id", 2)
     return ModelConfig(
-        vocab_size=hf["vocab_size"],
-        d_model=hf["d_model"],
-        n_heads=hf["encoder_attention_heads"],
-        d_ff=hf["encoder_ffn_dim"],
-        n_encoder_layers=hf["encoder_layers"],
-        n_decoder_layers=hf.get("decoder_layers") or hf["encoder_layers"],
+        **layer_sizes(hf, BART_KEYS),
         activation=HF_ACTIVATIONS[activation],
         norm="layernorm",
         norm_eps=1e-5,
@@ -150,13 +146,8 @@ def bart_layout_problems(cfg: ModelConfig, norm_position: str) -> list[str]:
 def bart_layout_hf_config(cfg: ModelConfig) -> dict:
     """The config.json keys BART and Marian share."""
     return {
-        "vocab_size": cfg.vocab_size,
-        "d_model": cfg.d_model,
-        "encoder_layers": cfg.n_encoder_layers,
-        "decoder_layers": cfg.decoder_layers,
-        "encoder_attention_heads": cfg.n_heads,
+        **hf_layer_sizes(cfg, BART_KEYS),
         "decoder_attention_heads": cfg.n_heads,
-        "encoder_ffn_dim": cfg.d_ff,
         "decoder_ffn_dim": cfg.d_ff,
         "activation_function": OUR_ACTIVATIONS[cfg.activation],
         "max_position_embeddings": cfg.max_positions,
@@ -215,22 +206,7 @@ def check_mbart_compatible(cfg: ModelConfig) -> None:
     check_bart_layout(cfg, "mBART", learned_embedding_problems(cfg), norm_position="pre")
 
 
-def save_hf_bart(model: EncoderDecoder, path: Path) -> None:
-    """Write a post-norm model with learned positions and an embedding norm as BartForConditionalGeneration."""
-    cfg = model.config
-    check_bart_compatible(cfg)
-    hf_config = {"architectures": ["BartForConditionalGeneration"], "model_type": "bart", **bart_layout_hf_config(cfg)}
-    write_hf_directory(path, bart_layout_weights(model.state_dict(), cfg), hf_config)
-
-
-def save_hf_mbart(model: EncoderDecoder, path: Path) -> None:
-    """Write a pre-norm model with learned positions and an embedding norm as MBartForConditionalGeneration
-    (its final_norm is mBART's closing layer_norm of each stack)."""
-    cfg = model.config
-    check_mbart_compatible(cfg)
-    hf_config = {
-        "architectures": ["MBartForConditionalGeneration"],
-        "model_type": "mbart",
-        **bart_layout_hf_config(cfg),
-    }
-    write_hf_directory(path, bart_layout_weights(model.state_dict(), cfg), hf_config)
+def bart_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
+    """A model with learned positions and an embedding norm (post-norm: BART; pre-norm: mBART, its final_norm
+    mBART's closing layer_norm of each stack) as BART-layout weights and config.json keys."""
+    return bart_layout_weights(model.state_dict(), model.config), bart_layout_hf_config(model.config)

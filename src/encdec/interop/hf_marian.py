@@ -25,7 +25,6 @@ from encdec.interop.hf_bart import (
     check_bart_layout,
     load_bart_layout,
 )
-from encdec.interop.hf_t5 import write_hf_directory
 from encdec.models import EncoderDecoder, ModelConfig
 
 # our parameter name pattern -> the dimension of that tensor that is the model dimension C
@@ -83,15 +82,12 @@ def sinusoidal_weights(model: EncoderDecoder) -> dict[str, torch.Tensor]:
     return bart_layout_weights(state, cfg)
 
 
-def save_hf_marian(model: EncoderDecoder, path: Path) -> None:
-    """Write a post-norm model with sinusoidal positions (either layout) as MarianMTModel."""
+def marian_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
+    """A post-norm model with sinusoidal positions (either layout) as MarianMTModel's weights and config keys."""
     cfg = model.config
-    check_marian_compatible(cfg)
-    hf_config = {
-        "architectures": ["MarianMTModel"],
-        "model_type": "marian",
+    config = {
         **bart_layout_hf_config(cfg),
         "decoder_vocab_size": cfg.vocab_size,
         "share_encoder_decoder_embeddings": True,
     }
-    write_hf_directory(path, sinusoidal_weights(model), hf_config)
+    return sinusoidal_weights(model), config

@@ -8,9 +8,10 @@ leaves encdec. Its defaults: pad 0 (also the decoder start), EOS 1.
 
 from pathlib import Path
 
+import torch
+
 from encdec.interop.hf_bart import bart_layout_config, bart_layout_hf_config, check_bart_layout, load_bart_layout
 from encdec.interop.hf_marian import sinusoidal_embedding_problems, sinusoidal_weights
-from encdec.interop.hf_t5 import write_hf_directory
 from encdec.models import EncoderDecoder, ModelConfig
 
 
@@ -28,12 +29,6 @@ def check_pegasus_compatible(cfg: ModelConfig) -> None:
     check_bart_layout(cfg, "Pegasus", sinusoidal_embedding_problems(cfg), norm_position="pre")
 
 
-def save_hf_pegasus(model: EncoderDecoder, path: Path) -> None:
-    """Write a pre-norm model with sinusoidal positions (either layout) as PegasusForConditionalGeneration."""
-    check_pegasus_compatible(model.config)
-    hf_config = {
-        "architectures": ["PegasusForConditionalGeneration"],
-        "model_type": "pegasus",
-        **bart_layout_hf_config(model.config),
-    }
-    write_hf_directory(path, sinusoidal_weights(model), hf_config)
+def pegasus_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
+    """A pre-norm model with sinusoidal positions (either layout) as Pegasus's weights and config.json keys."""
+    return sinusoidal_weights(model), bart_layout_hf_config(model.config)

@@ -11,6 +11,8 @@ encdec's router has none. transformers itself is not needed.
 
 from pathlib import Path
 
+import torch
+
 from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.hf_t5 import (
     NAME_MAP,
@@ -22,7 +24,6 @@ from encdec.interop.hf_t5 import (
     t5_layout_config,
     t5_layout_problems,
     t5_layout_weights,
-    write_hf_directory,
 )
 from encdec.interop.hf_t5 import hf_name as t5_name
 from encdec.models import EncoderDecoder, ModelConfig
@@ -64,17 +65,14 @@ def check_switch_compatible(cfg: ModelConfig) -> None:
         raise ConfigError(f"this model cannot be saved as Hugging Face SwitchTransformers: {failed[0]}")
 
 
-def save_hf_switch(model: EncoderDecoder, path: Path) -> None:
-    """Write a T5-layout MoE model as a SwitchTransformersForConditionalGeneration directory."""
+def switch_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
+    """A T5-layout MoE model's weights under SwitchTransformers' names and its config.json keys."""
     cfg = model.config
-    check_switch_compatible(cfg)
     weights = t5_layout_weights(model, hf_name)
     if not cfg.scale_output:  # with tie_word_embeddings false, transformers ties no stack's embeddings either
         for side in ("encoder", "decoder"):
             weights[f"{side}.embed_tokens.weight"] = weights["shared.weight"].clone()
-    hf_config = {
-        "architectures": ["SwitchTransformersForConditionalGeneration"],
-        "model_type": "switch_transformers",
+    config = {
         **t5_layout_config(cfg),
         "num_sparse_encoder_layers": cfg.n_encoder_layers,  # every layer sparse: a sparse step of 1
         "num_sparse_decoder_layers": cfg.decoder_layers,
@@ -88,7 +86,7 @@ def save_hf_switch(model: EncoderDecoder, path: Path) -> None:
         "router_aux_loss_coef": cfg.aux_loss_coef,
         "dense_act_fn": OUR_EXPERT_ACTIVATIONS[cfg.moe_activation],
     }
-    write_hf_directory(path, weights, hf_config)
+    return weights, config
 
 
 def load_hf_switch(path: Path, hf_config: dict) -> EncoderDecoder:

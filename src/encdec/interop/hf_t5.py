@@ -82,19 +82,29 @@ def hf_name(our_name: str, name_map: list[tuple[str, str]] = NAME_MAP, family: s
     raise ConfigError(f"parameter {our_name} has no Hugging Face {family} counterpart")
 
 
+def layer_sizes(hf: dict, keys: dict[str, str]) -> dict:
+    """The vocabulary, widths, heads and layer counts of a config.json, each read from the key `keys` names
+    (the one refusals name it by; the field's own name otherwise); the decoder's layers default to the encoder's."""
+    names = ("vocab_size", "d_model", "d_ff", "n_heads", "n_encoder_layers")
+    sizes = {name: hf[keys.get(name, name)] for name in names}
+    return sizes | {"n_decoder_layers": hf.get(keys["n_decoder_layers"]) or sizes["n_encoder_layers"]}
+
+
+def hf_layer_sizes(cfg: ModelConfig, keys: dict[str, str]) -> dict:
+    """layer_sizes the other way: `cfg`'s vocabulary, widths, heads and layer counts under the keys `keys` names."""
+    sizes = {"vocab_size": cfg.vocab_size, "d_model": cfg.d_model, "d_ff": cfg.d_ff, "n_heads": cfg.n_heads}
+    sizes |= {"n_encoder_layers": cfg.n_encoder_layers, "n_decoder_layers": cfg.decoder_layers}
+    return {keys.get(name, name): value for name, value in sizes.items()}
+
+
 def config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     proj = hf.get("feed_forward_proj", "relu")
     if proj not in HF_ACTIVATIONS:
         raise CheckpointError(f"unsupported T5 feed_forward_proj {proj!r}; supported: {', '.join(HF_ACTIVATIONS)}")
     tie_flag = hf.get("tie_word_embeddings", True)
     return ModelConfig(
-        vocab_size=hf["vocab_size"],
-        d_model=hf["d_model"],
+        **layer_sizes(hf, T5_KEYS),
         d_head=hf["d_kv"],
-        d_ff=hf["d_ff"],
-        n_heads=hf["num_heads"],
-        n_encoder_layers=hf["num_layers"],
-        n_decoder_layers=hf.get("num_decoder_layers") or hf["num_layers"],
         relative_buckets=hf.get("relative_attention_num_buckets", 32),
         relative_max_distance=hf.get("relative_attention_max_distance", 128),
         dropout=hf.get("dropout_rate", 0.1),
@@ -239,16 +249,10 @@ def check_t5_compatible(cfg: ModelConfig) -> None:
         raise ConfigError(f"this model cannot be saved as Hugging Face T5: {'; '.join(failed)}")
 
 
-def save_hf_t5(model: EncoderDecoder, path: Path) -> None:
-    cfg = model.config
-    check_t5_compatible(cfg)
-    hf_config = {
-        "architectures": ["T5ForConditionalGeneration"],
-        "model_type": "t5",
-        **t5_layout_config(cfg),
-        "feed_forward_proj": OUR_ACTIVATIONS[cfg.activation],
-    }
-    write_hf_directory(path, t5_layout_weights(model, hf_name), hf_config)
+def t5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
+    """A T5-compatible model's weights under Hugging Face's names and its config.json keys."""
+    config = {**t5_layout_config(model.config), "feed_forward_proj": OUR_ACTIVATIONS[model.config.activation]}
+    return t5_layout_weights(model, hf_name), config
 
 
 def t5_layout_weights(model: EncoderDecoder, rename) -> dict[str, torch.Tensor]:
@@ -263,13 +267,8 @@ def t5_layout_weights(model: EncoderDecoder, rename) -> dict[str, torch.Tensor]:
 def t5_layout_config(cfg: ModelConfig) -> dict:
     """The config.json keys T5 and SwitchTransformers share."""
     return {
-        "vocab_size": cfg.vocab_size,
-        "d_model": cfg.d_model,
+        **hf_layer_sizes(cfg, T5_KEYS),
         "d_kv": cfg.head_dim,
-        "d_ff": cfg.d_ff,
-        "num_layers": cfg.n_encoder_layers,
-        "num_decoder_layers": cfg.decoder_layers,
-        "num_heads": cfg.n_heads,
         "relative_attention_num_buckets": cfg.relative_buckets,
         "relative_attention_max_distance": cfg.relative_max_distance,
         "dropout_rate": cfg.dropout,
