@@ -22,10 +22,15 @@ import argparse
 import os
 from pathlib import Path
 
-from encdec.cli.options import add_device_argument, add_source_length_argument, resolve_device, whole_number
+from encdec.cli.options import (
+    add_device_argument,
+    add_generation_option,
+    add_source_length_argument,
+    resolve_device,
+    whole_number,
+)
 from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
-from encdec.generation.config import MAX_NEW_TOKENS
 from encdec.inspection import attention_maps, plot_attention, save_maps
 from encdec.inspection.record import check_has_maps
 from encdec.runs.open import open_model
@@ -62,12 +67,7 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--checkpoint", default="best", help="a run's checkpoint: best (default), latest, or a step")
     add_source_length_argument(parser)
-    parser.add_argument(
-        "--max-new-tokens",
-        type=whole_number(1, MAX_NEW_TOKENS, "--max-new-tokens"),
-        default=64,
-        help="the most target tokens drawn, generated or given (default 64)",
-    )
+    add_generation_option(parser, "max_new_tokens", 64, "the most target tokens drawn, generated or given")
     add_device_argument(parser)
     parser.set_defaults(func=run)
 

@@ -14,7 +14,7 @@ import torch
 
 from encdec.data.formats import FILE_FORMATS, FORMATS, OPTION_NAMES, ReaderOptions
 from encdec.errors import ConfigError
-from encdec.generation.config import CLI, CLI_OPTIONS, GenerationConfig, SourceLength
+from encdec.generation.config import CLI_OPTIONS, GenerationConfig, SourceLength
 from encdec.quantization import SCHEMES
 from encdec.schema import Range, argument_type, field_type
 
@@ -47,16 +47,15 @@ def given_reader_options(args: argparse.Namespace) -> dict:
 def add_generation_options(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
     """--NAME for each GenerationConfig field exposed to the command line (CLI_OPTIONS), taking the values its
     declaration allows, with its declared help; not given: None (the model's default), or `defaults`' value."""
-    hints = typing.get_type_hints(GenerationConfig, include_extras=True)
-    for option in dataclasses.fields(GenerationConfig):
-        if CLI in option.metadata.get("exposed", ()):
-            add_generation_option(parser, option.name, (defaults or {}).get(option.name), hints[option.name])
+    for name in CLI_OPTIONS:
+        add_generation_option(parser, name, (defaults or {}).get(name))
 
 
-def add_generation_option(parser: argparse.ArgumentParser, name: str, default, annotation=None) -> None:
-    """--NAME for GenerationConfig's field `name`: a switch for a true-or-false one, else a value it allows."""
-    annotation = annotation or typing.get_type_hints(GenerationConfig, include_extras=True)[name]
-    help = next(f for f in dataclasses.fields(GenerationConfig) if f.name == name).metadata.get("help")
+def add_generation_option(parser: argparse.ArgumentParser, name: str, default, help: str | None = None) -> None:
+    """--NAME for GenerationConfig's field `name`: a switch for a true-or-false one, else a value it allows;
+    its help the field's own unless `help` says what the option does in a command of its own."""
+    annotation = typing.get_type_hints(GenerationConfig, include_extras=True)[name]
+    help = help or next(f for f in dataclasses.fields(GenerationConfig) if f.name == name).metadata.get("help")
     help += f" (default {default})" if default is not None else ""
     flag = flag_of(name)
     if annotation is bool:
