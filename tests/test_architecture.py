@@ -120,6 +120,15 @@ def test_nothing_imports_a_higher_layer_or_a_neighbour_of_its_own():
     assert wrong == []
 
 
+def test_no_two_modules_share_a_basename_but_init():
+    """A module's name says what it holds: metrics.py or memory.py in two folders would mean two things."""
+    folders: dict[str, list[str]] = {}
+    for path in SRC.rglob("*.py"):
+        if path.name != "__init__.py":
+            folders.setdefault(path.name, []).append(str(path.parent.relative_to(SRC)))
+    assert {name: where for name, where in folders.items() if len(where) > 1} == {}
+
+
 def test_a_detected_circle_is_reported():
     """The checker itself: a planted circle a -> b -> c -> a and a self-contained d are told apart."""
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
