@@ -217,11 +217,11 @@ LONG = "y" * 5000
 SHAPES = {  # the command line, made in a copy of the library; what the one line must end with
     "a 5,000-character model_type": (
         lambda p: ["generate", str(hf_with(p, model_type=LONG)), "-i", str(p / "in.txt")],
-        "is not supported; supported: t5, marian, pegasus, bart, mbart, switch_transformers",
+        "is not supported; supported: t5, switch_transformers, marian, pegasus, bart, mbart",
     ),
     "a model_type that is a list": (
         lambda p: ["generate", str(hf_with(p, model_type=["t5"])), "-i", str(p / "in.txt")],
-        "model_type ['t5'] is not supported; supported: t5, marian, pegasus, bart, mbart, switch_transformers",
+        "model_type ['t5'] is not supported; supported: t5, switch_transformers, marian, pegasus, bart, mbart",
     ),
     "a 5,000-character data path": (
         lambda p: ["train", str(p / "tiny.yaml"), "--out", str(p / "out"), "--set", f"data.train=[/{LONG}]"],

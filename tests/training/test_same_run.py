@@ -4,7 +4,9 @@ import pytest
 
 from encdec.cli import main
 from encdec.runs.load import load_run
+from encdec.runs.run_dir import RunDir
 from encdec.training.metrics import read_metrics
+from encdec.training.run_config import saved_config
 
 FAST = ["--set", "training.steps=2", "--set", "output.save_interval=2", "--set", "evaluation.interval=2"]
 
@@ -74,7 +76,7 @@ def test_accepted_changes_continue_the_run_and_are_recorded(tmp_path, tiny_confi
     records = read_metrics(run / "metrics.jsonl")
     change = next(r for r in records if r["kind"] == "config_change")
     assert change["step"] == 2 and change["changes"]["optimizer.lr"] == [0.002, 0.001]
-    assert load_run(run, "latest").config.optimizer.lr == 0.001
+    assert saved_config(RunDir(run).checkpoint("latest")).optimizer.lr == 0.001  # the checkpoint's training config
     assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3]
 
 
