@@ -185,30 +185,20 @@ def total_nll(
     return total.item(), tokens  # one host sync, at the end
 
 
-def pair_nll(
+def file_nll(
     model: nn.Module,
     encoding: TextEncoding,
-    pairs: list[tuple[str, str]],
+    items: list[tuple[str, str]] | list[str],
     batch_size: int,
     device: torch.device,
     progress: bool = False,
 ) -> NLL:
-    """The NLL of every pair's reference given its source."""
-    examples, cut = pair_examples(model, encoding, pairs)
+    """The NLL of a test file's items: of every pair's reference given its source (pairs), or of every token
+    of every document, each document's closing EOS included (texts)."""
+    if items and isinstance(items[0], tuple):
+        (examples, cut), expected = pair_examples(model, encoding, items), None
+    else:
+        (examples, expected), cut = document_examples(model, encoding, items), 0
     total, tokens = total_nll(model, examples, batch_size, device, progress)
+    assert expected is None or tokens == expected, f"{tokens} tokens scored, {expected} in the documents"  # each once
     return NLL(total, tokens, cut)
-
-
-def document_nll(
-    model: nn.Module,
-    encoding: TextEncoding,
-    documents: list[str],
-    batch_size: int,
-    device: torch.device,
-    progress: bool = False,
-) -> NLL:
-    """The NLL of every token of every document, each document's closing EOS included."""
-    examples, expected = document_examples(model, encoding, documents)
-    total, tokens = total_nll(model, examples, batch_size, device, progress)
-    assert tokens == expected, f"{tokens} tokens scored, {expected} in the documents"  # each exactly once
-    return NLL(total, tokens)

@@ -27,7 +27,7 @@ from torch import nn
 from encdec.evaluation.baselines import lead_scores, uniform_loss
 from encdec.evaluation.encoding import TextEncoding
 from encdec.evaluation.generated import generate_texts
-from encdec.evaluation.likelihood import NLL, document_nll, pair_nll
+from encdec.evaluation.likelihood import NLL, file_nll
 from encdec.evaluation.report import perplexity, write_predictions, write_report
 from encdec.evaluation.text_metrics import rot5_lemmas, score_texts
 
@@ -117,7 +117,7 @@ def evaluate_pairs(
 ) -> Evaluation:
     """The loss per reference token over every pair, then the first `samples` examples (None: all) generated
     and scored (generated_scores)."""
-    nll = pair_nll(model, encoding, pairs, batch_size, device, progress)
+    nll = file_nll(model, encoding, pairs, batch_size, device, progress)
     grouped = group_pairs(pairs)
     evaluation = generated_scores(
         model, encoding.text, grouped[:samples], batch_size, rot5_preprocessing, True, progress, **options
@@ -148,7 +148,7 @@ def evaluate_documents(
 ) -> Evaluation:
     """The loss per token and per word over every document, then `samples` examples (None: none) continued from
     the first half of a window of the documents (continuation_splits) and scored."""
-    nll = document_nll(model, encoding, documents, batch_size, device, progress)
+    nll = file_nll(model, encoding, documents, batch_size, device, progress)
     words = sum(len(document.split()) for document in documents)
     examples = continuation_examples(encoding, documents, samples) if samples else []
     evaluation = generated_scores(

@@ -24,41 +24,24 @@ Shapes: B batch, T length, C model dim, V vocabulary.
 import torch
 from torch import nn
 
-from encdec.models.causal_lm_shared import (
-    LM_UNUSED,
-    ResearchLM,
-    StackOutput,
-    build_causal_block,
-    build_cross_block,
-    build_rotaries,
-    check_lm_config,
-)
-from encdec.models.components import build_lm_head
-from encdec.models.model_config import ModelConfig, refuse_unused
-from encdec.models.research_losses import build_embedding_loss
+from encdec.models import causal_lm_shared as lm
+from encdec.models.model_config import ModelConfig
 from encdec.modules import DecodeState, LayerCache
 
 
-class AREncoderDecoder(ResearchLM, nn.Module):
-    UNUSED = LM_UNUSED
-
+class AREncoderDecoder(lm.ResearchLM, nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        refuse_unused(cfg, self.UNUSED)
-        check_lm_config(cfg)
-        self.config = cfg
-        self.build_embeddings(cfg, next_positions=cfg.research.extra_position)
-        rotary, cross_rotary = build_rotaries(cfg)
-        self.encoder_blocks = nn.ModuleList(build_causal_block(cfg, rotary) for _ in range(cfg.n_encoder_layers))
+        self.build_input(cfg)
+        rotary, cross_rotary = lm.build_rotaries(cfg)
+        self.encoder_blocks = nn.ModuleList(lm.build_causal_block(cfg, rotary) for _ in range(cfg.n_encoder_layers))
         self.build_decoder_input(cfg)
         self.decoder_blocks = nn.ModuleList(
-            build_cross_block(cfg, rotary, cross_rotary) for _ in range(cfg.decoder_layers)
+            lm.build_cross_block(cfg, rotary, cross_rotary) for _ in range(cfg.decoder_layers)
         )
-        self.build_output_norms(cfg)
-        self.embedding_loss = build_embedding_loss(cfg)
-        self.lm_head = build_lm_head(cfg)
+        self.build_output(cfg)
 
-    def run(self, ids: torch.Tensor, state: DecodeState | None = None) -> StackOutput:
+    def run(self, ids: torch.Tensor, state: DecodeState | None = None) -> lm.StackOutput:
         """ids (B, T), the whole window or each row's next T columns of `state` -> StackOutput; the state's
         caches take the new columns' keys."""
         columns = self.embed_columns(ids, state)
@@ -78,7 +61,7 @@ class AREncoderDecoder(ResearchLM, nn.Module):
             d, logits = block(d, enc, inputs, inputs, layer_cache)
             if logits is not None:
                 decoder_logits.append(logits)
-        return StackOutput(
+        return lm.StackOutput(
             self.output_hidden(d, columns.positions), columns.embeddings, enc, encoder_logits, decoder_logits
         )
 

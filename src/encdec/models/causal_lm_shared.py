@@ -46,20 +46,13 @@ import torch
 from torch import nn
 
 from encdec.errors import ConfigError, DataError
-from encdec.models.components import (
-    build_decoder_block,
-    build_embedding_norm,
-    build_encoder_block,
-    build_final_norm,
-    embedding_scale,
-    norm_factory,
-    output_scale,
-)
+from encdec.models import components as parts
 from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.loss import with_loss
-from encdec.models.model_config import ModelConfig
+from encdec.models.model_config import ModelConfig, refuse_unused
 from encdec.models.moe_losses import moe_losses
 from encdec.models.outputs import Seq2SeqOutput
+from encdec.models.research_losses import build_embedding_loss
 from encdec.modules import (
     AttentionInputs,
     DecoderBlock,
@@ -90,7 +83,7 @@ LM_UNUSED = frozenset(
 def build_causal_block(cfg: ModelConfig, rotary: RotaryEmbedding | None = None) -> EncoderBlock:
     """A GPT block, x += attn(ln1(x)); x += mlp(ln2(x)) (post-norm: a norm after each addition), causal
     through its inputs. The MLP's only dropout is the block's residual one, as in nanoGPT."""
-    return build_encoder_block(cfg, rotary, ffn_dropout=0.0)
+    return parts.build_encoder_block(cfg, rotary, ffn_dropout=0.0)
 
 
 def build_rotaries(cfg: ModelConfig, cross: bool = True) -> tuple[RotaryEmbedding | None, RotaryEmbedding | None]:
@@ -114,7 +107,7 @@ def build_cross_block(
     heads = cfg.cross_heads
     if heads != cfg.n_heads and cfg.d_model % heads:
         raise ConfigError(f"model.cross_n_heads ({heads}) must divide model.d_model ({cfg.d_model})")
-    return build_decoder_block(
+    return parts.build_decoder_block(
         cfg,
         rotary,
         cross_rotary,
@@ -192,8 +185,8 @@ class PromptedLM(GenerationMixin, abc.ABC):
         rows = cfg.max_positions + int(next_positions)
         self.positions = LearnedPositions(rows, cfg.d_model) if cfg.position == "learned" or next_positions else None
         self.dropout = Dropout(cfg.dropout)
-        self.embed_norm = build_embedding_norm(cfg)
-        self.embed_scale, self.output_scale = embedding_scale(cfg), output_scale(cfg)
+        self.embed_norm = parts.build_embedding_norm(cfg)
+        self.embed_scale, self.output_scale = parts.embedding_scale(cfg), parts.output_scale(cfg)
 
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (B, T) at positions pos (T,) or (B, T) -> E (B, T, C) = dropout(norm?(token * scale + position)),
@@ -220,6 +213,22 @@ class PromptedLM(GenerationMixin, abc.ABC):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (B, T, C) -> logits (B, T, V), through the tied head unless lm_head is set."""
         return lm_head(hidden * self.output_scale, self.embed, self.lm_head)
+
+    def forward(
+        self,
+        src_ids: torch.Tensor | None,
+        tgt_ids: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> Seq2SeqOutput:
+        """tgt_ids (B, T) the window, labels (B, T) its next tokens; src_ids and src_mask are ignored. The
+        loss weighs what `window` gives beside the cross-entropy (encdec.models.loss)."""
+        logits, aux = self.window(tgt_ids)
+        return with_loss(logits, aux, labels, self.config)
+
+    @abc.abstractmethod
+    def window(self, tgt_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """tgt_ids (B, T), a whole window -> logits (B, T, V) and the auxiliary loss terms, unweighted."""
 
     @abc.abstractmethod
     def new_caches(self, state: DecodeState) -> None:
@@ -293,6 +302,21 @@ class ResearchLM(PromptedLM):
     """
 
     extra_loss_name = "embedding_loss"
+    UNUSED = LM_UNUSED
+
+    def build_input(self, cfg: ModelConfig) -> None:
+        """What both families build first: the config's checks, the embeddings (a position table one row
+        longer when positions 1..T are added or subtracted), the decoder's input layers."""
+        refuse_unused(cfg, self.UNUSED)
+        check_lm_config(cfg)
+        self.config = cfg
+        self.build_embeddings(cfg, next_positions=cfg.research.extra_position)
+
+    def build_output(self, cfg: ModelConfig) -> None:
+        """What both families build last: the output norms, the extra loss (under extra_loss_name), the head."""
+        self.build_output_norms(cfg)
+        setattr(self, self.extra_loss_name, build_embedding_loss(cfg))
+        self.lm_head = parts.build_lm_head(cfg)
 
     @abc.abstractmethod
     def run(self, ids: torch.Tensor, state: DecodeState | None = None) -> StackOutput:
@@ -301,13 +325,13 @@ class ResearchLM(PromptedLM):
 
     def build_decoder_input(self, cfg: ModelConfig) -> None:
         """The Linear(C, C) that makes the decoder's input, with a LayerNorm before it if add_ln_before_decoder_ff."""
-        self.decoder_in_norm = norm_factory(cfg)() if cfg.research.add_ln_before_decoder_ff else None
+        self.decoder_in_norm = parts.norm_factory(cfg)() if cfg.research.add_ln_before_decoder_ff else None
         self.decoder_in = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
 
     def build_output_norms(self, cfg: ModelConfig) -> None:
         """The final norm, and the LayerNorm after subtracting positions if sub_pos_embed is YES_LN."""
-        self.final_norm = build_final_norm(cfg)
-        self.post_sub_norm = norm_factory(cfg)() if cfg.research.sub_pos_embed == "YES_LN" else None
+        self.final_norm = parts.build_final_norm(cfg)
+        self.post_sub_norm = parts.norm_factory(cfg)() if cfg.research.sub_pos_embed == "YES_LN" else None
 
     def next_positions(self, pos: torch.Tensor) -> torch.Tensor:
         """The position embeddings of the tokens after those at `pos` (T,) or (R, T): (T, C) or (R, T, C)."""
@@ -331,26 +355,16 @@ class ResearchLM(PromptedLM):
                 out = self.post_sub_norm(out)
         return out
 
-    def forward(
-        self,
-        src_ids: torch.Tensor | None,
-        tgt_ids: torch.Tensor,
-        src_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-    ) -> Seq2SeqOutput:
-        """tgt_ids (B, T) the window, labels (B, T) its next tokens; src_ids and src_mask are ignored.
-
-        In training aux_losses[extra_loss_name] holds the extra term, unweighted, beside any experts'
-        terms; encdec.models.loss weighs them (loss = CE + coeff * extra + the MoE terms).
-        """
+    def window(self, tgt_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """In training the terms hold the extra one under extra_loss_name, beside any experts' terms;
+        encdec.models.loss weighs them (loss = CE + coeff * extra + the MoE terms)."""
         run = self.run(tgt_ids)
-        logits = self.logits(run.hidden)
         extra_loss = getattr(self, self.extra_loss_name)
         aux = {}
         if self.training and extra_loss is not None:
             aux[self.extra_loss_name] = extra_loss(run.embeddings, run.encoder_out)
         aux.update(moe_losses(run.encoder_router_logits, run.decoder_router_logits))
-        return with_loss(logits, aux, labels, self.config)
+        return self.logits(run.hidden), aux
 
     def advance(self, ids: torch.Tensor, state: DecodeState, last_only: bool | None = False) -> torch.Tensor | None:
         run = self.run(ids, state)

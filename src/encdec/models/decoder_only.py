@@ -19,10 +19,8 @@ from torch import nn
 
 from encdec.models.causal_lm_shared import LM_UNUSED, PromptedLM, build_causal_block, build_rotaries, check_lm_config
 from encdec.models.components import build_final_norm, build_lm_head
-from encdec.models.loss import with_loss
 from encdec.models.model_config import ModelConfig, refuse_unused
 from encdec.models.moe_losses import moe_losses
-from encdec.models.outputs import Seq2SeqOutput
 from encdec.modules import DecodeState
 
 
@@ -52,17 +50,9 @@ class DecoderOnly(PromptedLM, nn.Module):
                 router_logits.append(logits)
         return self.final_norm(x), router_logits
 
-    def forward(
-        self,
-        src_ids: torch.Tensor | None,
-        tgt_ids: torch.Tensor,
-        src_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-    ) -> Seq2SeqOutput:
-        """tgt_ids (B, T) the window, labels (B, T) its next tokens; src_ids and src_mask are ignored."""
+    def window(self, tgt_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hidden, router_logits = self.hidden(tgt_ids)
-        logits = self.logits(hidden)
-        return with_loss(logits, moe_losses([], router_logits), labels, self.config)
+        return self.logits(hidden), moe_losses([], router_logits)
 
     def new_caches(self, state: DecodeState) -> None:
         state.new_caches(len(self.blocks))

@@ -73,18 +73,33 @@ def check_lengths(cfg: ModelConfig, src_len: int, max_new_tokens: int) -> None:
         raise ConfigError(f"max_new_tokens is {max_new_tokens} but this model decodes at most {cfg.max_positions}")
 
 
-class Encoder(nn.Module):
-    def __init__(self, cfg: ModelConfig, embed: nn.Embedding, rotary: RotaryEmbedding | None):
+class Stack(nn.Module):
+    """What the encoder and the decoder share: the (shared) token table and its scale, absolute positions,
+    the embedding norm, and T5's relative bias (bidirectional in the encoder, causal in the decoder)."""
+
+    def __init__(self, cfg: ModelConfig, embed: nn.Embedding, bidirectional: bool):
         super().__init__()
         self.embed = embed
         self.embed_scale = embedding_scale(cfg)
         self.positions = build_absolute_positions(cfg)
         self.embed_norm = build_embedding_norm(cfg)
         self.position_bias = (
-            RelativePositionBias(cfg.n_heads, True, cfg.relative_buckets, cfg.relative_max_distance)
+            RelativePositionBias(cfg.n_heads, bidirectional, cfg.relative_buckets, cfg.relative_max_distance)
             if cfg.position == "relative"
             else None
         )
+
+    def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """ids (B, T) at positions pos (T,) or (B, T) -> (B, T, C): token embeddings plus absolute positions."""
+        x = self.embed(ids) * self.embed_scale
+        if self.positions is not None:
+            x = x + self.positions(pos)
+        return self.dropout(self.embed_norm(x))
+
+
+class Encoder(Stack):
+    def __init__(self, cfg: ModelConfig, embed: nn.Embedding, rotary: RotaryEmbedding | None):
+        super().__init__(cfg, embed, bidirectional=True)
         self.blocks = nn.ModuleList(build_encoder_block(cfg, rotary) for _ in range(cfg.n_encoder_layers))
         self.final_norm = build_final_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
@@ -98,10 +113,7 @@ class Encoder(nn.Module):
         B, S = src_ids.shape
         row = torch.arange(S, device=src_ids.device)
         pos = packing.src_positions if packing is not None else row  # (B, S) or (S,)
-        x = self.embed(src_ids) * self.embed_scale
-        if self.positions is not None:
-            x = x + self.positions(pos)
-        x = self.dropout(self.embed_norm(x))
+        x = self.embed_tokens(src_ids, pos)
         # T5's bias sees only k - q, the same inside a segment counted from its start or the row's: one for all rows
         bias = self.position_bias(row, row) if self.position_bias is not None else None  # (1, H, S, S)
         if packing is not None:
@@ -117,18 +129,9 @@ class Encoder(nn.Module):
         return EncoderOutput(self.dropout(self.final_norm(x)), src_mask, router_logits)
 
 
-class Decoder(nn.Module):
+class Decoder(Stack):
     def __init__(self, cfg: ModelConfig, embed: nn.Embedding, rotary: RotaryEmbedding | None):
-        super().__init__()
-        self.embed = embed
-        self.embed_scale = embedding_scale(cfg)
-        self.positions = build_absolute_positions(cfg)
-        self.embed_norm = build_embedding_norm(cfg)
-        self.position_bias = (
-            RelativePositionBias(cfg.n_heads, False, cfg.relative_buckets, cfg.relative_max_distance)
-            if cfg.position == "relative"
-            else None
-        )
+        super().__init__(cfg, embed, bidirectional=False)
         cross_rotary = None
         if cfg.rope_cross != "none" and rotary is not None:  # cross heads of their own width rotate by their own table
             width = cfg.cross_head_dim
@@ -180,13 +183,6 @@ class Decoder(nn.Module):
         cross_mask = additive_mask(packing.cross_allowed(), None, x.dtype)  # (B, 1, T, S)
         cross_inputs = AttentionInputs(mask=cross_mask, q_pos=q_pos, k_pos=k_pos)
         return self.run_blocks(x, memory.hidden, self_inputs, cross_inputs)
-
-    def embed_tokens(self, tgt_ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """tgt_ids (B, T) at positions pos (T,) -> (B, T, C): token embeddings plus absolute positions."""
-        x = self.embed(tgt_ids) * self.embed_scale
-        if self.positions is not None:
-            x = x + self.positions(pos)
-        return self.dropout(self.embed_norm(x))
 
     def run_blocks(
         self,

@@ -25,18 +25,8 @@ import torch
 from torch import nn
 
 from encdec.errors import ConfigError
-from encdec.models.causal_lm_shared import (
-    LM_UNUSED,
-    ResearchLM,
-    StackOutput,
-    build_causal_block,
-    build_cross_block,
-    build_rotaries,
-    check_lm_config,
-)
-from encdec.models.components import build_lm_head
-from encdec.models.model_config import ModelConfig, refuse_unused
-from encdec.models.research_losses import build_embedding_loss
+from encdec.models import causal_lm_shared as lm
+from encdec.models.model_config import ModelConfig
 from encdec.modules import AttentionInputs, DecodeState, LayerCache, StepCache
 
 
@@ -47,8 +37,8 @@ class ParallelLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, with_decoder: bool = True, rotaries: tuple = (None, None)):
         super().__init__()
         rotary, cross_rotary = rotaries  # RoPE's rotations (position rope), shared by every layer
-        self.encoder_block = build_causal_block(cfg, rotary)
-        self.decoder_block = build_cross_block(cfg, rotary, cross_rotary) if with_decoder else None
+        self.encoder_block = lm.build_causal_block(cfg, rotary)
+        self.decoder_block = lm.build_cross_block(cfg, rotary, cross_rotary) if with_decoder else None
 
     def forward(
         self,
@@ -66,33 +56,27 @@ class ParallelLayer(nn.Module):
         return enc, dec, encoder_logits, decoder_logits
 
 
-class ParallelEncoderDecoder(ResearchLM, nn.Module):
-    UNUSED = LM_UNUSED
+class ParallelEncoderDecoder(lm.ResearchLM, nn.Module):
     extra_loss_name = "encoder_loss"
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        refuse_unused(cfg, self.UNUSED)
-        check_lm_config(cfg)
         if cfg.decoder_layers > cfg.n_encoder_layers:
             raise ConfigError(
                 f"model.n_decoder_layers ({cfg.decoder_layers}) exceeds model.n_encoder_layers "
                 f"({cfg.n_encoder_layers}): the parallel_encdec family pairs every decoder block "
                 "with an encoder block, so its decoder may start late but not early"
             )
-        self.config = cfg
-        self.build_embeddings(cfg, next_positions=cfg.research.extra_position)
+        self.build_input(cfg)
         self.build_decoder_input(cfg)
         self.decoder_start = cfg.n_encoder_layers - cfg.decoder_layers  # layers before it hold no decoder block
-        rotaries = build_rotaries(cfg)
+        rotaries = lm.build_rotaries(cfg)
         self.layers = nn.ModuleList(
             ParallelLayer(cfg, i >= self.decoder_start, rotaries) for i in range(cfg.n_encoder_layers)
         )
-        self.build_output_norms(cfg)
-        self.encoder_loss = build_embedding_loss(cfg)
-        self.lm_head = build_lm_head(cfg)
+        self.build_output(cfg)
 
-    def run(self, ids: torch.Tensor, state: DecodeState | None = None) -> StackOutput:
+    def run(self, ids: torch.Tensor, state: DecodeState | None = None) -> lm.StackOutput:
         """ids (B, T), the whole window or each row's next T columns of `state` -> StackOutput; the state's
         caches take the new columns' keys."""
         columns = self.embed_columns(ids, state)
@@ -111,7 +95,7 @@ class ParallelEncoderDecoder(ResearchLM, nn.Module):
                 encoder_logits.append(enc_logits)
             if dec_logits is not None:
                 decoder_logits.append(dec_logits)
-        return StackOutput(
+        return lm.StackOutput(
             self.output_hidden(dec, columns.positions), columns.embeddings, enc, encoder_logits, decoder_logits
         )
 
