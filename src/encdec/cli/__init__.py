@@ -26,18 +26,20 @@ from types import FrameType
 from encdec.cli.held import library_output_held
 from encdec.errors import ConfigError, EncdecError
 
-SUBCOMMANDS = {  # subcommand -> its module in encdec.cli (named for what it holds where the word means more)
-    "demo": "demo",
-    "data": "data",
-    "train": "train",
-    "compare": "compare",
-    "size": "size",
-    "generate": "generate_text",  # generation/generate.py is the library's generate
-    "evaluate": "evaluate",
-    "export": "export",
-    "average": "average",
-    "attention": "attention_maps",  # modules/attention.py is the attention layer
-    "serve": "serve",
+# subcommand -> (its module in encdec.cli, its help); modules are named for what they hold where the word means
+# more elsewhere (generation/generate.py is the library's generate, modules/attention.py the attention layer)
+SUBCOMMANDS = {
+    "demo": ("demo", "a short tour of the model API"),
+    "data": ("data", "prepare and inspect data"),
+    "train": ("train", "train a model from a YAML run config"),
+    "compare": ("compare", "train configs side by side; print the table"),
+    "size": ("size", "parameter counts and Chinchilla sizing"),
+    "generate": ("generate_text", "generate text from a model directory"),
+    "evaluate": ("evaluate", "loss, perplexity and scored generations of a model"),
+    "export": ("export", "write a run as a Hugging Face model directory"),
+    "average": ("average", "average a run's last checkpoints"),
+    "attention": ("attention_maps", "draw a model's cross- or encoder self-attention as heat maps"),
+    "serve": ("serve", "serve a model over HTTP, with a page to try it"),
 }
 MAX_LINE = 299  # characters of the one line an error is: a message embedding a megabyte is cut with "..."
 
@@ -55,20 +57,38 @@ class Parser(argparse.ArgumentParser):
         raise ConfigError(f"{command + ': ' if command else ''}{message} (see --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser. Given the arguments, only the subcommand they name has its module (and what
+    it imports: torch, for most) imported and its arguments declared; the others are listed by name and help,
+    so `encdec --help` imports no subcommand. Without them, every subcommand is declared."""
     parser = Parser(prog="encdec", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in SUBCOMMANDS.values():
-        importlib.import_module(f"encdec.cli.{module}").add_parser(subparsers)
+    subparsers = Commands(parser.add_subparsers(dest="command", required=True))
+    named = None if argv is None else next((word for word in argv if word in SUBCOMMANDS), "")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        if named is None or name == named:
+            importlib.import_module(f"encdec.cli.{module}").add_parser(subparsers)
+        else:
+            subparsers.add_parser(name)
     return parser
+
+
+class Commands:
+    """argparse's subparsers as a subcommand's `add_parser` sees them: its help comes from SUBCOMMANDS."""
+
+    def __init__(self, subparsers):
+        self.subparsers = subparsers
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
+        return self.subparsers.add_parser(name, help=SUBCOMMANDS[name][1], **kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
     with library_output_held() as held:  # a library's warnings wait for encdec's output; a refusal drops them
         try:
             with interrupts_stop_at_once():
-                args = build_parser().parse_args(argv)
+                argv = sys.argv[1:] if argv is None else argv
+                args = build_parser(argv).parse_args(argv)
             logging.basicConfig(level=log_level(args.verbose), format="%(message)s")
             return args.func(args) or 0
         except EncdecError as error:

@@ -41,9 +41,7 @@ MAX_LAYER = 1 << 16
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "attention", help="draw a model's cross- or encoder self-attention as heat maps", description=__doc__
-    )
+    parser = subparsers.add_parser("attention", description=__doc__)
     parser.add_argument("model", help="a run directory of encdec train, a Hugging Face directory or a Hub id")
     parser.add_argument("--source", required=True, help="the text the model reads")
     parser.add_argument("--target", default=None, help="the text it writes (default: its own greedy output)")

@@ -25,7 +25,7 @@ from encdec.schema import Range, argument_type
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("average", help="average a run's last checkpoints", description=__doc__)
+    parser = subparsers.add_parser("average", description=__doc__)
     parser.add_argument("run", help="a run directory of encdec train")
     parser.add_argument("--last", type=whole_number(1, MAX_STEPS, "--last"), help="average the newest N checkpoints")
     parser.add_argument(

@@ -12,7 +12,7 @@ from encdec.training.experiments import RunSpec, read_experiment, run_experiment
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("compare", help="train configs side by side; print the table", description=__doc__)
+    parser = subparsers.add_parser("compare", description=__doc__)
     parser.add_argument("configs", nargs="*", help="run configs (YAML), one run each")
     parser.add_argument("--experiment", help="an experiment file listing the runs")
     parser.add_argument(

@@ -34,7 +34,7 @@ def objective_name(name: str) -> str:
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("data", help="prepare and inspect data")
+    parser = subparsers.add_parser("data")
     commands = parser.add_subparsers(dest="data_command", required=True)
 
     prepare = commands.add_parser("prepare", help="tokenize a corpus once into shards on disk")

@@ -25,7 +25,7 @@ SHARED_STORIES = Path(__file__).resolve().parents[3].parent / "shared/data/tinys
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("demo", help="a short tour of the model API", description=__doc__)
+    parser = subparsers.add_parser("demo", description=__doc__)
     seq2seq = [name for name in preset_names() if preset(name).family == "encoder_decoder"]  # what the tour drives
     parser.add_argument("--preset", default="rot5-tiny", choices=seq2seq, help="model to build")
     parser.add_argument(

@@ -85,9 +85,7 @@ GENERATION_DEFAULTS = {"max_new_tokens": 64, "num_beams": 1}  # over a checkpoin
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "evaluate", help="loss, perplexity and scored generations of a model", description=__doc__
-    )
+    parser = subparsers.add_parser("evaluate", description=__doc__)
     parser.add_argument(
         "model", metavar="MODEL", help="a run directory, a Hugging Face model directory, or a Hub id org/name[@rev]"
     )

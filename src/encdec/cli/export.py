@@ -25,7 +25,7 @@ from encdec.runs.run_export import export_adapter, export_run
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("export", help="write a run as a Hugging Face model directory", description=__doc__)
+    parser = subparsers.add_parser("export", description=__doc__)
     parser.add_argument(
         "model", help="a run directory of encdec train, a checkpoint directory, a Hugging Face directory or a Hub id"
     )

@@ -43,7 +43,7 @@ from encdec.safe_paths import open_replacing, output_path
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("generate", help="generate text from a model directory", description=__doc__)
+    parser = subparsers.add_parser("generate", description=__doc__)
     parser.add_argument(
         "model_dir",
         type=Path,

@@ -51,7 +51,7 @@ def bounds() -> dict[str, tuple[int, int, str]]:
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("serve", help="serve a model over HTTP, with a page to try it", description=__doc__)
+    parser = subparsers.add_parser("serve", description=__doc__)
     parser.add_argument("model", help="a run directory, a Hugging Face directory or a Hub id (org/name[@revision])")
     parser.add_argument("--checkpoint", default="best", help="a run's checkpoint: best, latest or a step directory")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: this machine only)")

@@ -8,19 +8,13 @@ encdec size --flops 3.65e17 / --params 48e6
 
 from typing import Annotated
 
-import torch
-
 from encdec.errors import ConfigError
-from encdec.models import FAMILY_CLASSES, count_parameters, preset
-from encdec.models.weights_memory import check_weights_fit
-from encdec.runs.model_section import build_model_config
 from encdec.schema import Range, argument_type
 from encdec.sizing import MAX_FLOPS, MAX_PARAMS, MAX_TOKENS, MIN_FLOPS, MIN_PARAMS, MIN_TOKENS, chinchilla
-from encdec.training.run_config import load_config
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("size", help="parameter counts and Chinchilla sizing", description=__doc__)
+    parser = subparsers.add_parser("size", description=__doc__)
     parser.add_argument("config", nargs="?", help="a run config (YAML)")
     parser.add_argument("--preset", help="a model preset instead of a config")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
@@ -37,6 +31,10 @@ def budget_type(flag: str, lo: float, hi: float):
 
 
 def model_config(args):
+    from encdec.models.presets import preset
+    from encdec.runs.model_section import build_model_config
+    from encdec.training.run_config import load_config
+
     if args.preset:
         return preset(args.preset)
     cfg = load_config(args.config, args.set)
@@ -60,6 +58,11 @@ def run(args) -> int:
     if not (args.config or args.preset or args.flops or args.tokens or args.params):
         raise ConfigError("give a run config, --preset, or one of --flops, --tokens, --params")
     if args.config or args.preset:
+        import torch
+
+        from encdec.models import FAMILY_CLASSES, count_parameters
+        from encdec.models.weights_memory import check_weights_fit
+
         cfg = model_config(args)
         check_weights_fit(cfg, "cpu", 0, "building its modules, even on the meta device, needs")  # else hours
         with torch.device("meta"):  # count without allocating

@@ -22,7 +22,7 @@ MAX_NPROC = 1024  # processes one machine starts
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("train", help="train a model from a YAML run config")
+    parser = subparsers.add_parser("train")
     parser.add_argument("config", help="the run config (YAML)")
     parser.add_argument(
         "--out", type=OutputPath("--out"), required=True, help="the run directory: checkpoints, metrics, plots"
