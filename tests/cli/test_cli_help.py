@@ -41,6 +41,41 @@ def test_chinchilla_sizing_imports_no_torch():
     assert "torch" not in imported_by("size", "--tokens", "1e9")
 
 
+def test_a_preset_is_counted_without_torch_and_as_its_built_model(capsys):
+    """`encdec size --preset` counts from the config (no torch in a fresh process), and says the count
+    of the model build_model makes, position tables and all."""
+    assert "torch" not in imported_by("size", "--preset", "rot5-mini")
+    from encdec.models import build_model, count_parameters, preset
+
+    main(["size", "--preset", "rot5-mini"])
+    out = capsys.readouterr().out
+    model = build_model(preset("rot5-mini"))
+    assert f"parameters:                    {count_parameters(model):,}" in out
+    assert f"without position embeddings:   {count_parameters(model, exclude_positions=True):,}" in out
+
+
+def test_a_family_s_refusal_is_said_by_size_as_build_model_says_it(tmp_path, capsys):
+    """What a family refuses (here a decoder deeper than the parallel family's encoder) is the same
+    sentence from `encdec size`, which does not build, as from building."""
+    from pathlib import Path
+
+    import yaml
+
+    from encdec.errors import ConfigError
+    from encdec.models import build_model, preset
+
+    config = yaml.safe_load((Path(__file__).parents[2] / "configs" / "tiny.yaml").read_text())
+    model = {"family": "parallel_encdec", "position": "rope", "rope_cross": "none"}
+    config["model"] = {"preset": "rot5-tiny", **model, "n_encoder_layers": 1, "n_decoder_layers": 2}
+    path = tmp_path / "deep.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["size", str(path)]) != 0
+    said = capsys.readouterr().err
+    with pytest.raises(ConfigError) as built:
+        build_model(preset("rot5-tiny", **model, n_encoder_layers=1, n_decoder_layers=2))
+    assert str(built.value) in said
+
+
 def test_each_subcommand_is_listed_with_the_help_its_parser_carries(capsys):
     """The full parser (every subcommand declared) and the command list show the same help for each."""
     from encdec.cli import SUBCOMMANDS, build_parser

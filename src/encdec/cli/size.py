@@ -1,5 +1,8 @@
 """`encdec size CONFIG`: parameter counts of a run config's model, and Chinchilla sizing.
 
+The model is counted from its config (models/parameter_count.py), neither built nor importing torch, so
+any size answers at once.
+
 encdec size configs/tiny.yaml          parameters, total and without position tables
 encdec size --preset rot5-mini         the same for a preset
 encdec size --tokens 1.37e9            compute-optimal FLOPs and parameters for a token budget
@@ -31,12 +34,13 @@ def budget_type(flag: str, lo: float, hi: float):
 
 
 def model_config(args):
-    from encdec.models.presets import preset
-    from encdec.runs.model_section import build_model_config
-    from encdec.training.run_config import load_config
-
     if args.preset:
+        from encdec.models.presets import preset
+
         return preset(args.preset)
+    from encdec.runs.model_section import build_model_config
+    from encdec.training.run_config import load_config  # the whole run config, checked as train checks it
+
     cfg = load_config(args.config, args.set)
     vocab = cfg.model.get("vocab_size") or tokenizer_vocab_size(cfg)
     return build_model_config(cfg.model, vocab, 0, 1, 0)
@@ -58,16 +62,13 @@ def run(args) -> int:
     if not (args.config or args.preset or args.flops or args.tokens or args.params):
         raise ConfigError("give a run config, --preset, or one of --flops, --tokens, --params")
     if args.config or args.preset:
-        import torch
-
-        from encdec.models import FAMILY_CLASSES, count_parameters
-        from encdec.models.weights_memory import check_weights_fit
+        from encdec.models.family_rules import check_family
+        from encdec.models.parameter_count import count_parameters_of
 
         cfg = model_config(args)
-        check_weights_fit(cfg, "cpu", 0, "building its modules, even on the meta device, needs")  # else hours
-        with torch.device("meta"):  # count without allocating
-            model = FAMILY_CLASSES[cfg.family](cfg)
-        total, without = count_parameters(model), count_parameters(model, exclude_positions=True)
+        check_family(cfg)  # what building the model would refuse, said without building it
+        count = count_parameters_of(cfg)  # to the parameter what the built model has (models/parameter_count.py)
+        total, without = count.total, count.without_positions
         print(f"family {cfg.family}, vocabulary {cfg.vocab_size:,}")
         print(f"parameters:                    {total:,}")
         print(f"without position embeddings:   {without:,}")

@@ -25,7 +25,7 @@ Their parts come from encdec.models.components, so they honour what the encoder-
 does: n_kv_heads (GQA, MQA), d_head, scale_attention, norm, norm_eps, norm_position,
 experts (whose aux and z losses join the loss), scale_embeddings, embedding_norm,
 scale_output, tie_embeddings, bias, dropout. A family refuses, in one sentence, any
-setting it has no use for (LM_UNUSED plus its own UNUSED).
+setting it has no use for (family_rules.UNUSED_BY_FAMILY: LM_UNUSED plus its own).
 
 Positions are learned (nanoGPT: a table added to the token embeddings) or rope (Su et al.
 2021: queries and keys of every self-attention rotated by their stream positions, and of
@@ -47,9 +47,10 @@ from torch import nn
 
 from encdec.errors import ConfigError, DataError
 from encdec.models import components as parts
+from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
 from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.loss import with_loss
-from encdec.models.model_config import ModelConfig, refuse_unused
+from encdec.models.model_config import ModelConfig
 from encdec.models.moe_losses import moe_losses
 from encdec.models.outputs import Seq2SeqOutput
 from encdec.models.research_losses import build_embedding_loss
@@ -63,20 +64,6 @@ from encdec.modules import (
     RotaryEmbedding,
     as_bool_mask,
     lm_head,
-)
-
-# What no causal LM uses: other position schemes (position must be learned or rope), Marian and
-# BART's checkpoint details, the RNN's options. Each family adds its own to these.
-LM_UNUSED = frozenset(
-    {
-        "sinusoidal_layout",
-        "position_offset",
-        "relative_buckets",
-        "relative_max_distance",
-        "final_logits_bias",
-        "rnn_cell",
-        "rnn_attention",
-    }
 )
 
 
@@ -104,33 +91,15 @@ def build_cross_block(
 ) -> DecoderBlock:
     """Self-attention, causal cross-attention (cross_n_heads, default 2 x n_heads) with its own
     norm of the memory, and MLP; research.order_type ALT puts cross-attention first."""
-    heads = cfg.cross_heads
-    if heads != cfg.n_heads and cfg.d_model % heads:
-        raise ConfigError(f"model.cross_n_heads ({heads}) must divide model.d_model ({cfg.d_model})")
-    return parts.build_decoder_block(
+    return parts.build_decoder_block(  # family_rules.check_cross_heads has checked the heads split d_model
         cfg,
         rotary,
         cross_rotary,
-        cross_heads=heads,
+        cross_heads=cfg.cross_heads,
         ffn_dropout=0.0,
         cross_first=cfg.research.order_type == "ALT",
         memory_norm=True,
     )
-
-
-def check_lm_config(cfg: ModelConfig) -> None:
-    """Refuse the position settings a causal LM cannot honour, each in one sentence."""
-    if cfg.position not in ("learned", "rope"):
-        raise ConfigError(f"model.family {cfg.family} needs model.position learned or rope, got {cfg.position!r}")
-    if cfg.position == "learned":
-        for key in ("rope_theta", "rope_cross"):
-            if getattr(cfg, key) != getattr(ModelConfig, key):
-                raise ConfigError(f"model.{key} acts only with model.position rope; remove it")
-    elif cfg.rope_cross == "prepended":
-        raise ConfigError(
-            f"model.rope_cross prepended does not apply to the {cfg.family} family, whose encoder and decoder "
-            "read the same positions; use relative or none"
-        )
 
 
 def left_padding(mask: torch.Tensor) -> torch.Tensor | None:
@@ -302,13 +271,12 @@ class ResearchLM(PromptedLM):
     """
 
     extra_loss_name = "embedding_loss"
-    UNUSED = LM_UNUSED
+    UNUSED = UNUSED_BY_FAMILY["ar_encdec"]  # and parallel_encdec's, the same
 
     def build_input(self, cfg: ModelConfig) -> None:
         """What both families build first: the config's checks, the embeddings (a position table one row
         longer when positions 1..T are added or subtracted), the decoder's input layers."""
-        refuse_unused(cfg, self.UNUSED)
-        check_lm_config(cfg)
+        check_family(cfg)
         self.config = cfg
         self.build_embeddings(cfg, next_positions=cfg.research.extra_position)
 

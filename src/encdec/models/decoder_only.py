@@ -17,21 +17,20 @@ Shapes: B batch, T length, C model dim, V vocabulary.
 import torch
 from torch import nn
 
-from encdec.models.causal_lm_shared import LM_UNUSED, PromptedLM, build_causal_block, build_rotaries, check_lm_config
+from encdec.models.causal_lm_shared import PromptedLM, build_causal_block, build_rotaries
 from encdec.models.components import build_final_norm, build_lm_head
-from encdec.models.model_config import ModelConfig, refuse_unused
+from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
+from encdec.models.model_config import ModelConfig
 from encdec.models.moe_losses import moe_losses
 from encdec.modules import DecodeState
 
 
 class DecoderOnly(PromptedLM, nn.Module):
-    # one stack: no decoder depth, cross-attention or research options
-    UNUSED = LM_UNUSED | {"n_decoder_layers", "cross_n_heads", "cross_n_kv_heads", "rope_cross", "research"}
+    UNUSED = UNUSED_BY_FAMILY["decoder_only"]  # one stack: no decoder depth, cross-attention or research options
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        refuse_unused(cfg, self.UNUSED)
-        check_lm_config(cfg)
+        check_family(cfg)
         self.config = cfg
         self.build_embeddings(cfg)
         rotary, _ = build_rotaries(cfg, cross=False)

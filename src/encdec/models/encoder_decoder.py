@@ -33,9 +33,10 @@ from encdec.models.components import (
     embedding_scale,
     output_scale,
 )
+from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
 from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.loss import with_loss
-from encdec.models.model_config import ModelConfig, refuse_unused
+from encdec.models.model_config import ModelConfig
 from encdec.models.moe_losses import moe_losses
 from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
 from encdec.modules import (
@@ -228,11 +229,11 @@ class EncoderDecoder(GenerationMixin, nn.Module):
     and cross-attention keys prepared once, beams sharing their example's.
     """
 
-    UNUSED = frozenset({"research", "rnn_cell", "rnn_attention"})  # the research and RNN families' options
+    UNUSED = UNUSED_BY_FAMILY["encoder_decoder"]  # the research and RNN families' options
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        refuse_unused(cfg, self.UNUSED)
+        check_family(cfg)
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta) if cfg.position == "rope" else None

@@ -24,7 +24,6 @@ Shapes: B batch, T length, C model dim, V vocabulary.
 import torch
 from torch import nn
 
-from encdec.errors import ConfigError
 from encdec.models import causal_lm_shared as lm
 from encdec.models.model_config import ModelConfig
 from encdec.modules import AttentionInputs, DecodeState, LayerCache, StepCache
@@ -61,13 +60,7 @@ class ParallelEncoderDecoder(lm.ResearchLM, nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        if cfg.decoder_layers > cfg.n_encoder_layers:
-            raise ConfigError(
-                f"model.n_decoder_layers ({cfg.decoder_layers}) exceeds model.n_encoder_layers "
-                f"({cfg.n_encoder_layers}): the parallel_encdec family pairs every decoder block "
-                "with an encoder block, so its decoder may start late but not early"
-            )
-        self.build_input(cfg)
+        self.build_input(cfg)  # refuses a decoder deeper than the encoder (family_rules)
         self.build_decoder_input(cfg)
         self.decoder_start = cfg.n_encoder_layers - cfg.decoder_layers  # layers before it hold no decoder block
         rotaries = lm.build_rotaries(cfg)

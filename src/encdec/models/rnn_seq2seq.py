@@ -23,10 +23,10 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from encdec.errors import ConfigError
+from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
 from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.loss import with_loss
-from encdec.models.model_config import ModelConfig, refuse_unused
+from encdec.models.model_config import ModelConfig
 from encdec.models.outputs import Seq2SeqOutput
 from encdec.modules import Dropout, as_bool_mask, lm_head
 
@@ -73,47 +73,11 @@ class RNNState:
 
 
 class RNNSeq2Seq(GenerationMixin, nn.Module):
-    # the transformer's settings: attention, feed-forward, norms, positions, experts, head scaling
-    UNUSED = frozenset(
-        {
-            "n_heads",
-            "n_kv_heads",
-            "d_head",
-            "d_ff",
-            "cross_n_heads",
-            "cross_n_kv_heads",
-            "activation",
-            "norm",
-            "norm_eps",
-            "norm_position",
-            "scale_attention",
-            "position",
-            "max_positions",
-            "sinusoidal_layout",
-            "position_offset",
-            "embedding_norm",
-            "relative_buckets",
-            "relative_max_distance",
-            "rope_theta",
-            "rope_cross",
-            "scale_embeddings",
-            "scale_output",
-            "final_logits_bias",
-            "n_experts",
-            "moe_top_k",
-            "moe_renormalize",
-            "moe_activation",
-            "aux_loss_coef",
-            "z_loss_coef",
-            "research",
-        }
-    )
+    UNUSED = UNUSED_BY_FAMILY["rnn_seq2seq"]  # the transformer's settings: attention, norms, positions, ...
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        refuse_unused(cfg, self.UNUSED)
-        if cfg.decoder_layers != cfg.n_encoder_layers:
-            raise ConfigError("rnn_seq2seq needs model.n_decoder_layers equal to model.n_encoder_layers (or unset)")
+        check_family(cfg)
         self.config = cfg
         rnn = nn.GRU if cfg.rnn_cell == "gru" else nn.LSTM
         layers, dropout = cfg.n_encoder_layers, cfg.dropout if cfg.n_encoder_layers > 1 else 0.0

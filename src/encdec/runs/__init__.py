@@ -20,11 +20,30 @@ load_config: encdec.training.run_config); inference, export and the CLI read run
 nothing here imports the training loop or its config.
 """
 
-from encdec.runs.load import LoadedRun, load_run
-from encdec.runs.open import OpenedModel, from_pretrained, load_tokenizer, model_kind, open_model
-from encdec.runs.run_dir import CheckpointDir, RunDir
-from encdec.runs.run_export import export_run
-from encdec.runs.text import RunTokenizer
+import importlib
+
+# imported on first use of their names (PEP 562): a run config's model section (model_section.py) reads
+# without torch, which load.py and open.py bring
+LAZY = {
+    "LoadedRun": "encdec.runs.load",
+    "load_run": "encdec.runs.load",
+    "OpenedModel": "encdec.runs.open",
+    "from_pretrained": "encdec.runs.open",
+    "load_tokenizer": "encdec.runs.open",
+    "model_kind": "encdec.runs.open",
+    "open_model": "encdec.runs.open",
+    "CheckpointDir": "encdec.runs.run_dir",
+    "RunDir": "encdec.runs.run_dir",
+    "export_run": "encdec.runs.run_export",
+    "RunTokenizer": "encdec.runs.text",
+}
+
+
+def __getattr__(name: str):
+    if name in LAZY:
+        return getattr(importlib.import_module(LAZY[name]), name)
+    raise AttributeError(f"module 'encdec.runs' has no attribute {name!r}")
+
 
 __all__ = [
     "CheckpointDir",

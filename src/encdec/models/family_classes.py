@@ -1,0 +1,43 @@
+"""The family classes by name, and what needs them built: `build_model`, `count_parameters`.
+
+The one table from `model.family` to its class; a new family is one line here (its refusals are
+family_rules.py's, its count from a config parameter_count.py's).
+"""
+
+from torch import nn
+
+from encdec.models.ar_encdec import AREncoderDecoder
+from encdec.models.decoder_only import DecoderOnly
+from encdec.models.encoder_decoder import EncoderDecoder
+from encdec.models.init import init_weights
+from encdec.models.model_config import ModelConfig
+from encdec.models.parallel_encdec import ParallelEncoderDecoder
+from encdec.models.rnn_seq2seq import RNNSeq2Seq
+from encdec.modules import LearnedPositions, RelativePositionBias
+
+FAMILY_CLASSES = {
+    "encoder_decoder": EncoderDecoder,
+    "ar_encdec": AREncoderDecoder,
+    "parallel_encdec": ParallelEncoderDecoder,
+    "decoder_only": DecoderOnly,
+    "rnn_seq2seq": RNNSeq2Seq,
+}
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """Construct and initialise the model `cfg` describes. A family refuses (ConfigError, one sentence)
+    what family_rules.check_family refuses, a field of its UNUSED set among them, rather than build something else."""
+    model = FAMILY_CLASSES[cfg.family](cfg)  # its constructor refuses first
+    init_weights(model, cfg)
+    return model
+
+
+def count_parameters(model: nn.Module, exclude_positions: bool = False) -> int:
+    """Parameters, each shared tensor counted once; optionally without position tables
+    (learned absolute positions and T5's relative bias), as the seeds count them."""
+    skip = set()
+    if exclude_positions:
+        for module in model.modules():
+            if isinstance(module, (LearnedPositions, RelativePositionBias)):
+                skip.update(id(p) for p in module.parameters())
+    return sum(p.numel() for p in model.parameters() if id(p) not in skip)

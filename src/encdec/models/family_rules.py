@@ -1,0 +1,112 @@
+"""What each family refuses, decided from a ModelConfig alone, without torch: the fields it does not use
+(`UNUSED_BY_FAMILY`, each class's `UNUSED`) and the settings it cannot honour, each in one sentence.
+
+The family classes refuse through `check_family` before they build anything; a config loader asks
+`check_fields` (the unused fields alone), and `encdec size` asks `check_family` without building.
+"""
+
+from encdec.errors import ConfigError
+from encdec.models.model_config import CAUSAL_LMS, ModelConfig, refuse_unused
+
+# What no causal LM uses: other position schemes (position must be learned or rope), Marian and
+# BART's checkpoint details, the RNN's options. Each family adds its own to these.
+LM_UNUSED = frozenset(
+    {
+        "sinusoidal_layout",
+        "position_offset",
+        "relative_buckets",
+        "relative_max_distance",
+        "final_logits_bias",
+        "rnn_cell",
+        "rnn_attention",
+    }
+)
+
+# family -> the fields it refuses away from their defaults (its class's UNUSED)
+UNUSED_BY_FAMILY = {
+    "encoder_decoder": frozenset({"research", "rnn_cell", "rnn_attention"}),  # the research and RNN families'
+    "ar_encdec": LM_UNUSED,
+    "parallel_encdec": LM_UNUSED,
+    # one stack: no decoder depth, cross-attention or research options
+    "decoder_only": LM_UNUSED | {"n_decoder_layers", "cross_n_heads", "cross_n_kv_heads", "rope_cross", "research"},
+    # the transformer's settings: attention, feed-forward, norms, positions, experts, head scaling
+    "rnn_seq2seq": frozenset(
+        {
+            "n_heads",
+            "n_kv_heads",
+            "d_head",
+            "d_ff",
+            "cross_n_heads",
+            "cross_n_kv_heads",
+            "activation",
+            "norm",
+            "norm_eps",
+            "norm_position",
+            "scale_attention",
+            "position",
+            "max_positions",
+            "sinusoidal_layout",
+            "position_offset",
+            "embedding_norm",
+            "relative_buckets",
+            "relative_max_distance",
+            "rope_theta",
+            "rope_cross",
+            "scale_embeddings",
+            "scale_output",
+            "final_logits_bias",
+            "n_experts",
+            "moe_top_k",
+            "moe_renormalize",
+            "moe_activation",
+            "aux_loss_coef",
+            "z_loss_coef",
+            "research",
+        }
+    ),
+}
+
+
+def check_fields(cfg: ModelConfig) -> None:
+    """A field of `cfg` its family does not use, set away from its default: ConfigError, one sentence."""
+    refuse_unused(cfg, UNUSED_BY_FAMILY[cfg.family])
+
+
+def check_family(cfg: ModelConfig) -> None:
+    """Everything building `cfg`'s family refuses, without building it: an unused field, then the family's
+    own rules."""
+    check_fields(cfg)
+    if cfg.family in CAUSAL_LMS:
+        check_lm_config(cfg)
+    if cfg.family in ("ar_encdec", "parallel_encdec"):
+        check_cross_heads(cfg)
+    if cfg.family == "parallel_encdec" and cfg.decoder_layers > cfg.n_encoder_layers:
+        raise ConfigError(
+            f"model.n_decoder_layers ({cfg.decoder_layers}) exceeds model.n_encoder_layers "
+            f"({cfg.n_encoder_layers}): the parallel_encdec family pairs every decoder block "
+            "with an encoder block, so its decoder may start late but not early"
+        )
+    if cfg.family == "rnn_seq2seq" and cfg.decoder_layers != cfg.n_encoder_layers:
+        raise ConfigError("rnn_seq2seq needs model.n_decoder_layers equal to model.n_encoder_layers (or unset)")
+
+
+def check_lm_config(cfg: ModelConfig) -> None:
+    """Refuse the position settings a causal LM cannot honour, each in one sentence."""
+    if cfg.position not in ("learned", "rope"):
+        raise ConfigError(f"model.family {cfg.family} needs model.position learned or rope, got {cfg.position!r}")
+    if cfg.position == "learned":
+        for key in ("rope_theta", "rope_cross"):
+            if getattr(cfg, key) != getattr(ModelConfig, key):
+                raise ConfigError(f"model.{key} acts only with model.position rope; remove it")
+    elif cfg.rope_cross == "prepended":
+        raise ConfigError(
+            f"model.rope_cross prepended does not apply to the {cfg.family} family, whose encoder and decoder "
+            "read the same positions; use relative or none"
+        )
+
+
+def check_cross_heads(cfg: ModelConfig) -> None:
+    """The research encoder-decoders' cross-attention heads of their own count split d_model among them."""
+    heads = cfg.cross_heads
+    if heads != cfg.n_heads and cfg.d_model % heads:
+        raise ConfigError(f"model.cross_n_heads ({heads}) must divide model.d_model ({cfg.d_model})")

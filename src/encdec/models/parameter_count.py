@@ -1,0 +1,154 @@
+"""A model's parameters counted from its ModelConfig alone, without torch or building it: what `encdec size`
+prints, in a fraction of a second for any size.
+
+Each count is, to the parameter, what `count_parameters` gives of the model the config builds
+(tests/models/test_parameter_count.py holds the two equal on every preset and on drawn configs of every
+family): a shared tensor once (a tied head is the token table; the encoder and decoder share it), buffers
+(sinusoidal tables, RoPE's frequencies, a fixed logits bias) not at all. "Without positions" leaves out
+the learned absolute position tables and T5's relative bias, as `count_parameters(exclude_positions=True)`
+and the seeds count. Whether the family accepts the config is `family_rules.check_family`'s to say.
+"""
+
+from dataclasses import dataclass
+
+from encdec.models.model_config import ModelConfig
+
+GATED_ACTIVATIONS = ("gated_gelu", "swiglu")  # two input projections (modules.feed_forward.GATED)
+
+
+@dataclass(frozen=True)
+class ParameterCount:
+    total: int
+    positions: int  # of `total`: learned absolute position tables and T5's relative bias
+
+    @property
+    def without_positions(self) -> int:
+        return self.total - self.positions
+
+
+def count_parameters_of(cfg: ModelConfig) -> ParameterCount:
+    """The parameters of the model `cfg` describes, counted from its fields."""
+    return COUNTERS[cfg.family](cfg)
+
+
+def linear(d_in: int, d_out: int, bias: bool) -> int:
+    return d_in * d_out + (d_out if bias else 0)
+
+
+def norm(cfg: ModelConfig) -> int:
+    """RMSNorm: a gain; LayerNorm: a gain, and a bias with model.bias."""
+    return cfg.d_model * (2 if cfg.norm == "layernorm" and cfg.bias else 1)
+
+
+def attention(cfg: ModelConfig, n_heads: int, n_kv_heads: int | None) -> int:
+    """q, k, v and o (components.build_attention: heads d_head wide when they are the model's n_heads, else
+    d_model split among them)."""
+    d, d_head = cfg.d_model, cfg.head_dim if n_heads == cfg.n_heads else cfg.d_model // n_heads
+    kv = n_kv_heads or n_heads
+    return (
+        linear(d, n_heads * d_head, cfg.bias)
+        + 2 * linear(d, kv * d_head, cfg.bias)
+        + linear(n_heads * d_head, d, cfg.bias)
+    )
+
+
+def feed_forward(cfg: ModelConfig, activation: str) -> int:
+    inputs = 2 if activation in GATED_ACTIVATIONS else 1
+    return inputs * linear(cfg.d_model, cfg.d_ff, cfg.bias) + linear(cfg.d_ff, cfg.d_model, cfg.bias)
+
+
+def ffn(cfg: ModelConfig) -> int:
+    """A feed-forward, or with experts a bias-free router and n_experts feed-forwards."""
+    if cfg.n_experts > 1:
+        return cfg.d_model * cfg.n_experts + cfg.n_experts * feed_forward(cfg, cfg.moe_activation)
+    return feed_forward(cfg, cfg.activation)
+
+
+def encoder_block(cfg: ModelConfig) -> int:
+    """Self-attention and feed-forward, a norm each (an encoder layer, or a GPT block)."""
+    return attention(cfg, cfg.n_heads, cfg.n_kv_heads) + ffn(cfg) + 2 * norm(cfg)
+
+
+def decoder_block(cfg: ModelConfig, memory_norm: bool = False) -> int:
+    """Self-attention, cross-attention (cross heads over cross_n_kv_heads, else n_kv_heads) and feed-forward,
+    a norm each, and with `memory_norm` one of the memory (the research families')."""
+    cross = attention(cfg, cfg.cross_heads, cfg.cross_n_kv_heads or cfg.n_kv_heads)
+    return encoder_block(cfg) + cross + norm(cfg) * (2 if memory_norm else 1)
+
+
+def token_tables(cfg: ModelConfig) -> int:
+    """The token table, and the head when it is not tied to it."""
+    return cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2)
+
+
+def stack_norms(cfg: ModelConfig) -> int:
+    """A stack's norm after its embeddings (BART's) and its final norm (pre-norm: post-norm ends normalised)."""
+    return (norm(cfg) if cfg.embedding_norm else 0) + (norm(cfg) if cfg.norm_position == "pre" else 0)
+
+
+def encoder_decoder(cfg: ModelConfig) -> ParameterCount:
+    """Two stacks over one token table, each with its own position table or relative bias and norms."""
+    if cfg.position == "learned":
+        positions = (cfg.max_positions + cfg.position_offset) * cfg.d_model
+    elif cfg.position == "relative":
+        positions = cfg.relative_buckets * cfg.n_heads
+    else:  # sinusoidal (a buffer) or rope (rotations)
+        positions = 0
+    layers = cfg.n_encoder_layers * encoder_block(cfg) + cfg.decoder_layers * decoder_block(cfg)
+    return ParameterCount(token_tables(cfg) + 2 * (stack_norms(cfg) + positions) + layers, 2 * positions)
+
+
+def causal_positions(cfg: ModelConfig, next_positions: bool) -> int:
+    """The learned table (causal_lm_shared.PromptedLM.build_embeddings): max_positions rows, one more when
+    positions 1..T are looked up; with rope, kept for those alone."""
+    if cfg.position == "learned" or next_positions:
+        return (cfg.max_positions + int(next_positions)) * cfg.d_model
+    return 0
+
+
+def decoder_only(cfg: ModelConfig) -> ParameterCount:
+    positions = causal_positions(cfg, next_positions=False)
+    blocks = cfg.n_encoder_layers * encoder_block(cfg)
+    return ParameterCount(token_tables(cfg) + stack_norms(cfg) + positions + blocks, positions)
+
+
+def research_lm(cfg: ModelConfig) -> ParameterCount:
+    """ar_encdec and parallel_encdec hold the same parts, arranged differently: causal encoder blocks, the
+    decoder's input layer (and its norm), decoder blocks with a norm of the memory each, the norm after
+    subtracting positions (YES_LN) and the embedding or encoder loss's own parameters."""
+    r = cfg.research
+    positions = causal_positions(cfg, next_positions=r.extra_position)
+    decoder_input = linear(cfg.d_model, cfg.d_model, cfg.bias) + (norm(cfg) if r.add_ln_before_decoder_ff else 0)
+    blocks = cfg.n_encoder_layers * encoder_block(cfg) + cfg.decoder_layers * decoder_block(cfg, memory_norm=True)
+    post_sub_norm = norm(cfg) if r.sub_pos_embed == "YES_LN" else 0
+    own = decoder_input + blocks + post_sub_norm + embedding_loss(cfg)
+    total = token_tables(cfg) + stack_norms(cfg) + positions + own
+    return ParameterCount(total, positions)
+
+
+def embedding_loss(cfg: ModelConfig) -> int:
+    """research_losses.EmbeddingLoss: its LayerNorms (a gain and a bias each when affine, whatever model.bias
+    says) and the MATMUL aggregation's max_positions^2 mixing matrix; nothing without a loss."""
+    r = cfg.research
+    if r.embedding_loss == "NONE":
+        return 0
+    layer_norm = 2 * cfg.d_model if r.embedding_norm_affine else 0
+    norms = layer_norm * ((r.embedding_ln_type != "NONE") + bool(r.use_ln_on_encoder_out))
+    return norms + (cfg.max_positions**2 if r.embedding_aggregation == "MATMUL" else 0)
+
+
+def rnn_seq2seq(cfg: ModelConfig) -> ParameterCount:
+    """A GRU (3 gates) or LSTM (4) encoder and decoder, d_model wide at every layer, and Luong attention."""
+    d, gates = cfg.d_model, 3 if cfg.rnn_cell == "gru" else 4
+    layer = gates * (2 * d * d + (2 * d if cfg.bias else 0))  # input and hidden weights (and biases)
+    attention = d * d + linear(2 * d, d, cfg.bias) if cfg.rnn_attention else 0  # score, combine
+    return ParameterCount(token_tables(cfg) + 2 * cfg.n_encoder_layers * layer + attention, 0)
+
+
+COUNTERS = {
+    "encoder_decoder": encoder_decoder,
+    "ar_encdec": research_lm,
+    "parallel_encdec": research_lm,
+    "decoder_only": decoder_only,
+    "rnn_seq2seq": rnn_seq2seq,
+}

@@ -1,0 +1,157 @@
+"""The parameter count from a config alone equals the count of the model it builds: every preset, every run
+config encdec size accepts, and configs of every family drawn over the options that change a parameter."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from encdec.errors import ConfigError, EncdecError
+from encdec.models import FAMILY_CLASSES, ModelConfig, count_parameters, preset, preset_names
+from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
+from encdec.models.parameter_count import GATED_ACTIVATIONS, count_parameters_of
+from encdec.models.research_config import ResearchOptions
+from encdec.modules.feed_forward import GATED
+
+CONFIGS = Path(__file__).parents[2] / "configs"
+
+
+def built_counts(cfg: ModelConfig) -> tuple[int, int]:
+    with torch.device("meta"):  # as encdec size counted before it counted from the config
+        model = FAMILY_CLASSES[cfg.family](cfg)
+    return count_parameters(model), count_parameters(model, exclude_positions=True)
+
+
+def counted(cfg: ModelConfig) -> tuple[int, int]:
+    count = count_parameters_of(cfg)
+    return count.total, count.without_positions
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_every_preset_is_counted_as_its_model(name):
+    cfg = preset(name)
+    assert counted(cfg) == built_counts(cfg)
+
+
+def size_configs() -> list[Path]:
+    """The run configs under configs/ (the experiment files beside them are not run configs)."""
+    return sorted(p for p in CONFIGS.rglob("*.yaml") if "experiments" not in p.parts or "bases" in p.parts)
+
+
+@pytest.mark.parametrize("path", size_configs(), ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_every_run_config_is_counted_as_its_model(path):
+    from encdec.cli.size import model_config
+
+    class Args:
+        config, preset, set = str(path), None, []
+
+    try:
+        cfg = model_config(Args)
+    except EncdecError as error:  # a tokenizer this machine lacks (a sentencepiece file not downloaded)
+        pytest.skip(str(error))
+    check_family(cfg)
+    assert counted(cfg) == built_counts(cfg)
+
+
+def test_the_gated_activations_are_the_feed_forwards():
+    assert set(GATED_ACTIVATIONS) == GATED
+
+
+def test_each_family_table_entry_is_its_class_s_unused_set():
+    assert {family: cls.UNUSED for family, cls in FAMILY_CLASSES.items()} == UNUSED_BY_FAMILY
+
+
+maybe = st.none
+SMALL = st.integers(1, 4)
+RESEARCH = st.fixed_dictionaries(
+    {
+        "order_type": st.sampled_from(["ORIGINAL", "ALT"]),
+        "sub_pos_embed": st.sampled_from(["NO", "YES_NO_LN", "YES_LN"]),
+        "add_pos_embed_to_decoder": st.booleans(),
+        "add_ln_before_decoder_ff": st.booleans(),
+        "embedding_loss": st.sampled_from(["NONE", "MSE", "COSINE", "L1"]),
+    }
+)
+LOSS = st.fixed_dictionaries(
+    {
+        "embedding_ln_type": st.sampled_from(["NONE", "INIT", "AVG_CUM_SUM"]),
+        "use_ln_on_encoder_out": st.booleans(),
+        "embedding_aggregation": st.sampled_from(["MEAN", "MATMUL"]),
+        "embedding_norm_affine": st.booleans(),
+    }
+)
+
+
+@st.composite
+def family_configs(draw) -> ModelConfig:
+    """A small config of any family, drawing only the fields that family uses, over the options that change its
+    parameters: widths, heads (GQA, d_head, cross heads), depths, activation, norm and its place, bias, position
+    scheme and table size, experts, head tying, the research options and the RNN's cell and attention."""
+    family = draw(st.sampled_from(sorted(FAMILY_CLASSES)))
+    causal = family in ("ar_encdec", "parallel_encdec", "decoder_only")
+    n_heads = draw(SMALL)
+    values = {
+        "family": family,
+        "vocab_size": draw(st.integers(3, 40)),
+        "d_model": n_heads * draw(st.sampled_from([2, 4, 6])),
+        "n_heads": n_heads,
+        "n_kv_heads": draw(st.one_of(maybe(), st.sampled_from([k for k in (1, 2) if n_heads % k == 0]))),
+        "d_head": draw(st.one_of(maybe(), st.sampled_from([2, 4, 6]))),
+        "d_ff": draw(st.integers(1, 12)),
+        "n_encoder_layers": draw(st.integers(1, 3)),
+        "n_decoder_layers": draw(st.one_of(maybe(), st.integers(1, 3))),
+        "cross_n_heads": draw(st.one_of(maybe(), st.sampled_from([1, 2, 4, 8]))),
+        "cross_n_kv_heads": draw(st.one_of(maybe(), st.just(1))),
+        "activation": draw(st.sampled_from(["relu", "gelu", "silu", "gated_gelu", "swiglu"])),
+        "norm": draw(st.sampled_from(["rmsnorm", "layernorm"])),
+        "norm_position": draw(st.sampled_from(["pre", "post"])),
+        "bias": draw(st.booleans()),
+        "position": draw(
+            st.sampled_from(["learned", "rope"] if causal else ["sinusoidal", "learned", "relative", "rope"])
+        ),
+        "max_positions": draw(st.integers(1, 12)),
+        "position_offset": draw(st.integers(0, 2)),
+        "embedding_norm": draw(st.booleans()),
+        "relative_buckets": draw(st.integers(4, 8)),
+        "relative_max_distance": draw(st.integers(5, 20)),
+        "rope_cross": draw(st.sampled_from(["relative", "none"] if causal else ["relative", "prepended", "none"])),
+        "tie_embeddings": draw(st.booleans()),
+        "n_experts": draw(st.integers(1, 3)),
+        "moe_activation": draw(st.sampled_from(["relu", "gelu", "swiglu"])),
+        "rnn_cell": draw(st.sampled_from(["gru", "lstm"])),
+        "rnn_attention": draw(st.booleans()),
+        "dropout": 0.0,
+    }
+    if family in ("ar_encdec", "parallel_encdec"):
+        research = draw(RESEARCH)
+        if research["embedding_loss"] != "NONE":
+            research |= draw(LOSS)
+        values["research"] = research
+    if values["position"] != "rope":
+        values.pop("rope_cross")
+    if family == "rnn_seq2seq":
+        values["n_decoder_layers"] = None
+    values = {k: v for k, v in values.items() if k not in UNUSED_BY_FAMILY[family]}
+    try:
+        cfg = ModelConfig.from_dict(values)
+        check_family(cfg)
+    except ConfigError:
+        assume(False)
+    return cfg
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(family_configs())
+def test_a_drawn_config_of_any_family_is_counted_as_its_model(cfg):
+    assert counted(cfg) == built_counts(cfg)
+
+
+def test_research_loss_parameters_are_counted():
+    """The embedding loss's own parameters: affine LayerNorms and the MATMUL mixing matrix (P^2)."""
+    options = dict(embedding_loss="MSE", embedding_aggregation="MATMUL", embedding_ln_type="INIT")
+    cfg = preset("ar_encdec-tiny", research=ResearchOptions(**options))
+    plain = preset("ar_encdec-tiny", research=ResearchOptions(embedding_loss="MSE"))
+    assert count_parameters_of(cfg).total - count_parameters_of(plain).total == cfg.max_positions**2
+    assert counted(cfg) == built_counts(cfg)
