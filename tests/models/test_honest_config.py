@@ -68,6 +68,8 @@ ALTERNATIVE = dict(
     rope_cross="none",
     dropout=0.3,
     n_experts=4,
+    moe_every=2,
+    decoder_moe_every=2,
     moe_top_k=2,
     moe_activation="relu",
     aux_loss_coef=0.5,
@@ -78,6 +80,8 @@ ALTERNATIVE = dict(
 # what a field needs around it to have an effect at all (e.g. MoE settings need experts)
 CONTEXT = dict(
     moe_top_k=dict(n_experts=4),
+    moe_every=dict(n_experts=4),
+    decoder_moe_every=dict(n_experts=4),
     moe_renormalize=dict(n_experts=4),
     moe_activation=dict(n_experts=4),
     aux_loss_coef=dict(n_experts=4),

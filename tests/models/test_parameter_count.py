@@ -88,7 +88,8 @@ LOSS = st.fixed_dictionaries(
 def family_configs(draw) -> ModelConfig:
     """A small config of any family, drawing only the fields that family uses, over the options that change its
     parameters: widths, heads (GQA, d_head, cross heads), depths, activation, norm and its place, bias, position
-    scheme and table size, experts, head tying, the research options and the RNN's cell and attention."""
+    scheme and table size, experts and their layers, head tying, the research options and the RNN's cell and
+    attention."""
     family = draw(st.sampled_from(sorted(FAMILY_CLASSES)))
     causal = family in ("ar_encdec", "parallel_encdec", "decoder_only")
     n_heads = draw(SMALL)
@@ -119,6 +120,8 @@ def family_configs(draw) -> ModelConfig:
         "rope_cross": draw(st.sampled_from(["relative", "none"] if causal else ["relative", "prepended", "none"])),
         "tie_embeddings": draw(st.booleans()),
         "n_experts": draw(st.integers(1, 3)),
+        "moe_every": draw(st.integers(1, 3)),
+        "decoder_moe_every": draw(st.one_of(maybe(), st.integers(1, 3))),
         "moe_activation": draw(st.sampled_from(["relu", "gelu", "swiglu"])),
         "rnn_cell": draw(st.sampled_from(["gru", "lstm"])),
         "rnn_attention": draw(st.booleans()),

@@ -3,7 +3,7 @@ a ModelConfig into attention, feed-forward, norms, blocks and the output head.
 
     attention   n_heads query heads over n_kv_heads key/value heads (MHA, GQA, MQA), d_head wide,
                 scores scaled by 1/sqrt(d_head) or not (scale_attention), bias, dropout
-    ffn         MoE(...) if n_experts > 1 else FeedForward(...)
+    ffn         MoE(...) in a sparse layer (n_experts > 1, every moe_every-th) else FeedForward(...)
     norms       norm (rmsnorm, layernorm), norm_eps, bias; placed before (pre) or after (post) each
                 sublayer, with a final norm closing a pre-norm stack
     head        tied to the token embeddings or its own Linear; output scaled by d_model^-0.5 or not
@@ -76,10 +76,11 @@ def build_cross_attention(
     )
 
 
-def build_ffn(cfg: ModelConfig, dropout: float) -> nn.Module:
-    """Every feed-forward is a mixture of experts when n_experts > 1; `dropout` acts between its two
-    projections (the encoder-decoder's cfg.dropout; 0 for nanoGPT's MLP)."""
-    if cfg.n_experts > 1:
+def build_ffn(cfg: ModelConfig, dropout: float, sparse: bool = True) -> nn.Module:
+    """A mixture of experts when n_experts > 1 and the layer is `sparse` (ModelConfig.moe_layer), else a
+    feed-forward; `dropout` acts between its two projections (the encoder-decoder's cfg.dropout; 0 for
+    nanoGPT's MLP)."""
+    if cfg.n_experts > 1 and sparse:
         return MoE(
             cfg.d_model,
             cfg.d_ff,
@@ -94,11 +95,12 @@ def build_ffn(cfg: ModelConfig, dropout: float) -> nn.Module:
 
 
 def build_encoder_block(
-    cfg: ModelConfig, rotary: RotaryEmbedding | None = None, ffn_dropout: float | None = None
+    cfg: ModelConfig, rotary: RotaryEmbedding | None = None, ffn_dropout: float | None = None, sparse: bool = True
 ) -> EncoderBlock:
-    """Self-attention then feed-forward: an encoder layer, or a GPT block when its inputs are causal."""
+    """Self-attention then feed-forward (experts where `sparse`): an encoder layer, or a GPT block when its
+    inputs are causal."""
     attention = build_self_attention(cfg, rotary)
-    ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout)
+    ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout, sparse)
     return EncoderBlock(attention, ffn, norm_factory(cfg), cfg.dropout, pre_norm=cfg.norm_position == "pre")
 
 
@@ -110,12 +112,14 @@ def build_decoder_block(
     ffn_dropout: float | None = None,
     cross_first: bool = False,
     memory_norm: bool = False,
+    sparse: bool = True,
 ) -> DecoderBlock:
-    """Causal self-attention, cross-attention (`cross_heads` unless cross_n_heads is set) and feed-forward;
-    `cross_first` and `memory_norm` (a norm of the memory in every block) serve the research families."""
+    """Causal self-attention, cross-attention (`cross_heads` unless cross_n_heads is set) and feed-forward
+    (experts where `sparse`); `cross_first` and `memory_norm` (a norm of the memory in every block) serve the
+    research families."""
     norm = norm_factory(cfg)
     self_attn, cross_attn = build_self_attention(cfg, rotary), build_cross_attention(cfg, cross_rotary, cross_heads)
-    ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout)
+    ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout, sparse)
     return DecoderBlock(
         self_attn,
         cross_attn,

@@ -6,8 +6,9 @@ Marian and BART layouts of Hugging Face checkpoints.
 
 The variants differ only in what the config selects: position scheme (sinusoidal,
 learned, T5 relative bias shared by all layers of a stack, RoPE in self- and
-cross-attention), norm and its placement, feed-forward or mixture of experts,
-grouped-query attention, and the output head (tied, scaled by d_model^-0.5). Marian
+cross-attention), norm and its placement, feed-forward or mixture of experts (in every
+layer or every moe_every-th, Switch's layout), grouped-query attention, and the output
+head (tied, scaled by d_model^-0.5). Marian
 adds sinusoidal positions in halves and a fixed logits bias; BART learned positions
 at an offset of 2 and a norm after the embeddings. `start` / `step` are the per-step
 interface generation drives (encdec.generation.interface), over a `DecodeState`
@@ -101,7 +102,9 @@ class Stack(nn.Module):
 class Encoder(Stack):
     def __init__(self, cfg: ModelConfig, embed: nn.Embedding, rotary: RotaryEmbedding | None):
         super().__init__(cfg, embed, bidirectional=True)
-        self.blocks = nn.ModuleList(build_encoder_block(cfg, rotary) for _ in range(cfg.n_encoder_layers))
+        self.blocks = nn.ModuleList(
+            build_encoder_block(cfg, rotary, sparse=cfg.moe_layer(i)) for i in range(cfg.n_encoder_layers)
+        )
         self.final_norm = build_final_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
         self.rotary = rotary
@@ -137,7 +140,10 @@ class Decoder(Stack):
         if cfg.rope_cross != "none" and rotary is not None:  # cross heads of their own width rotate by their own table
             width = cfg.cross_head_dim
             cross_rotary = rotary if width == rotary.d_head else RotaryEmbedding(width, cfg.rope_theta)
-        self.blocks = nn.ModuleList(build_decoder_block(cfg, rotary, cross_rotary) for _ in range(cfg.decoder_layers))
+        self.blocks = nn.ModuleList(
+            build_decoder_block(cfg, rotary, cross_rotary, sparse=cfg.moe_layer(i, decoder=True))
+            for i in range(cfg.decoder_layers)
+        )
         self.final_norm = build_final_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
         self.rope_cross = cfg.rope_cross

@@ -9,9 +9,12 @@ from encdec.errors import ConfigError
 from encdec.models.model_config import CAUSAL_LMS, ModelConfig, refuse_unused
 
 # What no causal LM uses: other position schemes (position must be learned or rope), Marian and
-# BART's checkpoint details, the RNN's options. Each family adds its own to these.
+# BART's checkpoint details, Switch's layout of sparse layers (every feed-forward is one with experts),
+# the RNN's options. Each family adds its own to these.
 LM_UNUSED = frozenset(
     {
+        "moe_every",
+        "decoder_moe_every",
         "sinusoidal_layout",
         "position_offset",
         "relative_buckets",
@@ -56,6 +59,8 @@ UNUSED_BY_FAMILY = {
             "scale_output",
             "final_logits_bias",
             "n_experts",
+            "moe_every",
+            "decoder_moe_every",
             "moe_top_k",
             "moe_renormalize",
             "moe_activation",
@@ -88,6 +93,22 @@ def check_family(cfg: ModelConfig) -> None:
         )
     if cfg.family == "rnn_seq2seq" and cfg.decoder_layers != cfg.n_encoder_layers:
         raise ConfigError("rnn_seq2seq needs model.n_decoder_layers equal to model.n_encoder_layers (or unset)")
+    if cfg.family == "encoder_decoder":
+        check_moe_layout(cfg)
+
+
+def check_moe_layout(cfg: ModelConfig) -> None:
+    """A step of sparse layers needs experts and must fit its stack, which so keeps at least one sparse layer."""
+    decoder_key = "decoder_moe_every" if cfg.decoder_moe_every is not None else "moe_every"
+    for key, step, side, layers in (
+        ("moe_every", cfg.moe_every, "encoder", cfg.n_encoder_layers),
+        (decoder_key, cfg.decoder_moe_every or cfg.moe_every, "decoder", cfg.decoder_layers),
+    ):
+        if cfg.n_experts == 1 and (step != 1 or key == "decoder_moe_every"):
+            raise ConfigError(f"model.{key} acts only with model.n_experts above 1; remove it")
+        if step > layers:
+            hint = "; set model.decoder_moe_every" if side == "decoder" and key == "moe_every" else ""
+            raise ConfigError(f"model.{key} ({step}) exceeds the {side}'s {layers} layers{hint}")
 
 
 def check_lm_config(cfg: ModelConfig) -> None:

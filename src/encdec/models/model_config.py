@@ -73,7 +73,9 @@ class ModelConfig:
     scale_output: bool | None = None  # output times d_model^-0.5 before the head; None: the family's (T5 v1.0 yes)
     final_logits_bias: bool = False  # a fixed bias added to the logits (Marian, BART)
     dropout: Annotated[float, Range(0, 1, below=True)] = 0.1
-    n_experts: Annotated[int, Range(1, MAX_EXPERTS)] = 1  # > 1 makes every feed-forward a mixture of experts
+    n_experts: Annotated[int, Range(1, MAX_EXPERTS)] = 1  # > 1: feed-forwards are mixtures of experts (moe_every)
+    moe_every: Layers = 1  # with experts, every n-th feed-forward is one, from a stack's second (see moe_layer)
+    decoder_moe_every: Layers | None = None  # None: moe_every (Switch's configs set each stack's)
     moe_top_k: Positive = 1
     moe_renormalize: bool = False  # gates renormalised over top-k (ROT5) or raw (Switch, default)
     moe_activation: Literal["relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"] = "gelu"
@@ -149,6 +151,13 @@ class ModelConfig:
     @property
     def decoder_layers(self) -> int:
         return self.n_decoder_layers or self.n_encoder_layers
+
+    def moe_layer(self, layer: int, decoder: bool = False) -> bool:
+        """Whether a stack's feed-forward `layer` (from 0) is a mixture of experts: with n_experts > 1, every
+        one when its step (moe_every, decoder_moe_every) is 1, else layers 1, 1 + step, 1 + 2 step, ... as
+        Switch Transformers lay them out (transformers: `i % sparse_step == 1`; a step of 2 is every other one)."""
+        step = (self.decoder_moe_every or self.moe_every) if decoder else self.moe_every
+        return self.n_experts > 1 and layer % step == 1 % step
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -57,23 +57,23 @@ def feed_forward(cfg: ModelConfig, activation: str) -> int:
     return inputs * linear(cfg.d_model, cfg.d_ff, cfg.bias) + linear(cfg.d_ff, cfg.d_model, cfg.bias)
 
 
-def ffn(cfg: ModelConfig) -> int:
-    """A feed-forward, or with experts a bias-free router and n_experts feed-forwards."""
-    if cfg.n_experts > 1:
+def ffn(cfg: ModelConfig, sparse: bool = True) -> int:
+    """A feed-forward, or in a sparse layer with experts a bias-free router and n_experts feed-forwards."""
+    if cfg.n_experts > 1 and sparse:
         return cfg.d_model * cfg.n_experts + cfg.n_experts * feed_forward(cfg, cfg.moe_activation)
     return feed_forward(cfg, cfg.activation)
 
 
-def encoder_block(cfg: ModelConfig) -> int:
-    """Self-attention and feed-forward, a norm each (an encoder layer, or a GPT block)."""
-    return attention(cfg, cfg.n_heads, cfg.n_kv_heads) + ffn(cfg) + 2 * norm(cfg)
+def encoder_block(cfg: ModelConfig, sparse: bool = True) -> int:
+    """Self-attention and feed-forward (experts where `sparse`), a norm each (an encoder layer, or a GPT block)."""
+    return attention(cfg, cfg.n_heads, cfg.n_kv_heads) + ffn(cfg, sparse) + 2 * norm(cfg)
 
 
-def decoder_block(cfg: ModelConfig, memory_norm: bool = False) -> int:
+def decoder_block(cfg: ModelConfig, memory_norm: bool = False, sparse: bool = True) -> int:
     """Self-attention, cross-attention (cross heads over cross_n_kv_heads, else n_kv_heads) and feed-forward,
     a norm each, and with `memory_norm` one of the memory (the research families')."""
     cross = attention(cfg, cfg.cross_heads, cfg.cross_n_kv_heads or cfg.n_kv_heads)
-    return encoder_block(cfg) + cross + norm(cfg) * (2 if memory_norm else 1)
+    return encoder_block(cfg, sparse) + cross + norm(cfg) * (2 if memory_norm else 1)
 
 
 def token_tables(cfg: ModelConfig) -> int:
@@ -87,14 +87,16 @@ def stack_norms(cfg: ModelConfig) -> int:
 
 
 def encoder_decoder(cfg: ModelConfig) -> ParameterCount:
-    """Two stacks over one token table, each with its own position table or relative bias and norms."""
+    """Two stacks over one token table, each with its own position table or relative bias and norms, and
+    experts in the layers ModelConfig.moe_layer names."""
     if cfg.position == "learned":
         positions = (cfg.max_positions + cfg.position_offset) * cfg.d_model
     elif cfg.position == "relative":
         positions = cfg.relative_buckets * cfg.n_heads
     else:  # sinusoidal (a buffer) or rope (rotations)
         positions = 0
-    layers = cfg.n_encoder_layers * encoder_block(cfg) + cfg.decoder_layers * decoder_block(cfg)
+    layers = sum(encoder_block(cfg, cfg.moe_layer(i)) for i in range(cfg.n_encoder_layers))
+    layers += sum(decoder_block(cfg, sparse=cfg.moe_layer(i, decoder=True)) for i in range(cfg.decoder_layers))
     return ParameterCount(token_tables(cfg) + 2 * (stack_norms(cfg) + positions) + layers, 2 * positions)
 
 

@@ -23,24 +23,28 @@ def step_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int) -> floa
     A (d x n) projection costs 2dn per token; attention 4 * keys * d_head per query and
     head (scores, then their weighted sum), over full score matrices as computed; the LM
     head 2 * d_model * vocab per target token; with experts, top-k feed-forwards and a router
-    (2 * d_model * experts) per token.
+    (2 * d_model * experts) per token in each sparse layer (ModelConfig.moe_layer), one feed-forward in the others.
     Norms, softmax and the like are not counted.
     """
     d, dh, heads = cfg.d_model, cfg.head_dim, cfg.n_heads
     q, kv = heads * dh, (cfg.n_kv_heads or heads) * dh  # query / output width, key / value width
-    ffn = (3 if cfg.activation in GATED else 2) * d * cfg.d_ff
-    if cfg.n_experts > 1:  # each token through its top-k experts, after the router
-        ffn = ffn * cfg.moe_top_k + d * cfg.n_experts
+    dense = (3 if cfg.activation in GATED else 2) * d * cfg.d_ff
+    sparse = (3 if cfg.moe_activation in GATED else 2) * d * cfg.d_ff * cfg.moe_top_k + d * cfg.n_experts
     src, tgt = batch * src_len, batch * tgt_len  # tokens
 
     def attention(queries: int, keys: int) -> int:
         return batch * heads * queries * keys * dh * 4
 
-    encoder = 2 * src * (2 * d * q + 2 * d * kv + ffn) + attention(src_len, src_len)
-    decoder = 2 * tgt * (4 * d * q + 2 * d * kv + ffn)  # self q k v o, cross q o, feed-forward
+    def ffn(layer: int, decoder: bool) -> int:  # each token through its top-k experts, after the router
+        return sparse if cfg.moe_layer(layer, decoder) else dense
+
+    encoder = 2 * src * (2 * d * q + 2 * d * kv) + attention(src_len, src_len)
+    decoder = 2 * tgt * (4 * d * q + 2 * d * kv)  # self q k v o, cross q o
     decoder += 2 * src * 2 * d * kv + attention(tgt_len, tgt_len) + attention(tgt_len, src_len)  # cross k v
+    ffns = sum(2 * src * ffn(i, False) for i in range(cfg.n_encoder_layers))
+    ffns += sum(2 * tgt * ffn(i, True) for i in range(cfg.decoder_layers))
     head = 2 * tgt * d * cfg.vocab_size
-    return 3.0 * (cfg.n_encoder_layers * encoder + cfg.decoder_layers * decoder + head)
+    return 3.0 * (cfg.n_encoder_layers * encoder + cfg.decoder_layers * decoder + ffns + head)
 
 
 def datasheet_tflops(device: torch.device, precision: str) -> float | None:
