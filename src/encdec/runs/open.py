@@ -26,6 +26,7 @@ from encdec.errors import CheckpointError
 from encdec.interop import is_hf_dir, load_hf
 from encdec.interop.hub_ids import resolve_model
 from encdec.runs.load import LoadedRun, check_max_source_len, checkpoint_at, load_run
+from encdec.runs.model_dtype import cast_to, dtype_named, stored_dtype
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.tokenizers import Tokenizer
 from encdec.tokenizers import load_tokenizer as load_tokenizer_dir
@@ -71,15 +72,22 @@ class OpenedModel:
         return self.run.text if self.run is not None else hf_text_encoder(self)
 
 
-def open_model(path: str | Path, checkpoint: str = "best", max_source_len: int | None = None) -> OpenedModel:
+def open_model(
+    path: str | Path, checkpoint: str = "best", max_source_len: int | None = None, dtype: str | torch.dtype = "auto"
+) -> OpenedModel:
     """The model at `path`: checkpoint `checkpoint` ("best", "latest" or a step directory name) of a run
-    directory, a checkpoint directory, or a Hugging Face directory or Hub id (org/name[@revision])."""
+    directory, a checkpoint directory, or a Hugging Face directory or Hub id (org/name[@revision]); in
+    `dtype`, "auto" being the dtype its weights were stored in (runs.model_dtype)."""
+    asked = dtype_named(dtype)  # a bad name is refused before anything is read
     path = resolve_model(path)
     if model_kind(path) in ("run", "checkpoint"):
         run = load_run(path, checkpoint, max_source_len)
+        weights = checkpoint_at(path, checkpoint).path / CheckpointDir.MODEL
+        cast_to(run.model, asked or stored_dtype(weights.parent, weights))
         return OpenedModel(run.model, run.generation, path, run, max_source_len)
     model = load_hf(path)
     check_max_source_len(max_source_len, model.config)
+    cast_to(model, asked or stored_dtype(path))
     return OpenedModel(model.eval(), model.generation_defaults, path, None, max_source_len)
 
 
@@ -97,12 +105,18 @@ def hf_text_encoder(opened: OpenedModel):
 
 
 def from_pretrained(
-    path: str | Path, checkpoint: str = "best", device: str | torch.device | None = None, quantize: str | None = None
+    path: str | Path,
+    checkpoint: str = "best",
+    device: str | torch.device | None = None,
+    quantize: str | None = None,
+    dtype: str | torch.dtype = "auto",
 ) -> nn.Module:
     """The model at `path` in eval mode (on `device` if given). `checkpoint` picks a run's
-    checkpoint: "best", "latest" or a step directory name; `quantize="int8"` returns it with
+    checkpoint: "best", "latest" or a step directory name; `dtype` "auto" keeps the dtype the weights were
+    stored in (a bf16 Hugging Face checkpoint stays bf16, as in transformers), or names one ("float32",
+    "bfloat16", "float16", their short names, or a torch dtype); `quantize="int8"` returns it with
     int8 linear layers, quantized on `device` (the CPU, fp32 weights only, or a CUDA GPU; see encdec.quantize)."""
-    model = open_model(path, checkpoint).model
+    model = open_model(path, checkpoint, dtype=dtype).model
     if device is not None:
         model.to(device)
     if quantize is not None:
