@@ -23,6 +23,7 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
     "pegasus": ("transformer-tiny", {"norm_position": "pre"}),
     "bart": ("transformer-tiny", BART),
     "mbart": ("transformer-tiny", {**BART, "norm_position": "pre"}),
+    "m2m_100": ("transformer-tiny", {"sinusoidal_layout": "fairseq", "norm_position": "pre"}),
 }
 
 

@@ -4,11 +4,13 @@ The model is counted from its config (models/parameter_count.py), neither built 
 any size answers at once.
 
 encdec size configs/tiny.yaml          parameters, total and without position tables
+encdec size nllb-200/config.json       the same for a Hugging Face checkpoint's config.json (or its directory)
 encdec size --preset rot5-mini         the same for a preset
 encdec size --tokens 1.37e9            compute-optimal FLOPs and parameters for a token budget
 encdec size --flops 3.65e17 / --params 48e6
 """
 
+from pathlib import Path
 from typing import Annotated
 
 from encdec.errors import ConfigError
@@ -18,7 +20,7 @@ from encdec.sizing import MAX_FLOPS, MAX_PARAMS, MAX_TOKENS, MIN_FLOPS, MIN_PARA
 
 def add_parser(subparsers):
     parser = subparsers.add_parser("size", description=__doc__)
-    parser.add_argument("config", nargs="?", help="a run config (YAML)")
+    parser.add_argument("config", nargs="?", help="a run config (YAML), or a Hugging Face config.json or directory")
     parser.add_argument("--preset", help="a model preset instead of a config")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
     budget = parser.add_mutually_exclusive_group()
@@ -38,6 +40,13 @@ def model_config(args):
         from encdec.models.presets import preset
 
         return preset(args.preset)
+    path = Path(args.config)
+    if path.suffix == ".json" or path.is_dir():  # a Hugging Face checkpoint's, read as load_hf reads it
+        from encdec.interop.from_hf import hf_model_config
+
+        if args.set:
+            raise ConfigError("--set overrides a run config's values, not a Hugging Face config.json's")
+        return hf_model_config(path)
     from encdec.runs.model_section import build_model_config
     from encdec.training.run_config import load_config  # the whole run config, checked as train checks it
 

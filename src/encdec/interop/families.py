@@ -21,6 +21,7 @@ from encdec.interop.hf_bart import (
     load_hf_bart,
     load_hf_mbart,
 )
+from encdec.interop.hf_m2m100 import check_m2m100_compatible, load_hf_m2m100, m2m100_config, m2m100_files
 from encdec.interop.hf_marian import check_marian_compatible, load_hf_marian, marian_files
 from encdec.interop.hf_pegasus import check_pegasus_compatible, load_hf_pegasus, pegasus_files
 from encdec.interop.hf_switch import check_switch_compatible, load_hf_switch, switch_files
@@ -40,6 +41,7 @@ class Family:
     writes: Callable[[ModelConfig], bool]  # whether a model of this layout exports as this family
     keys: dict[str, str]  # ModelConfig field -> the config.json key it is read from, where the names differ
     tokenizer_files: tuple[str, ...]  # the tokenizer files its checkpoints ship beside tokenizer.json
+    config: Callable[[dict], ModelConfig] | None = None  # config.json -> our config, no weight read (encdec size)
 
     def save(self, model: EncoderDecoder, path: Path) -> None:
         """Write `model` into `path` as this family's config.json and model.safetensors; a layout the family
@@ -47,6 +49,11 @@ class Family:
         self.check(model.config)
         weights, config = self.files(model)
         write_hf_directory(path, weights, {"architectures": [self.hf_class], "model_type": self.model_type, **config})
+
+
+def vaswani_sinusoids(cfg: ModelConfig) -> bool:
+    """Sinusoidal positions Marian and Pegasus write (interleaved or halves); fairseq's are M2M100's."""
+    return cfg.position == "sinusoidal" and cfg.sinusoidal_layout != "fairseq"
 
 
 FAMILIES: dict[str, Family] = {
@@ -78,7 +85,7 @@ FAMILIES: dict[str, Family] = {
             load_hf_marian,
             check_marian_compatible,
             marian_files,
-            lambda cfg: cfg.position == "sinusoidal" and cfg.norm_position == "post",
+            lambda cfg: vaswani_sinusoids(cfg) and cfg.norm_position == "post",
             BART_KEYS | IDS,
             ("source.spm", "target.spm", "vocab.json"),
         ),
@@ -88,7 +95,7 @@ FAMILIES: dict[str, Family] = {
             load_hf_pegasus,
             check_pegasus_compatible,
             pegasus_files,
-            lambda cfg: cfg.position == "sinusoidal" and cfg.norm_position == "pre",
+            lambda cfg: vaswani_sinusoids(cfg) and cfg.norm_position == "pre",
             BART_KEYS | IDS,
             ("spiece.model",),
         ),
@@ -111,6 +118,17 @@ FAMILIES: dict[str, Family] = {
             lambda cfg: cfg.position == "learned" and cfg.norm_position == "pre",
             BART_KEYS | IDS,
             ("sentencepiece.bpe.model",),
+        ),
+        Family(
+            "m2m_100",
+            "M2M100ForConditionalGeneration",
+            load_hf_m2m100,
+            check_m2m100_compatible,
+            m2m100_files,
+            lambda cfg: cfg.position == "sinusoidal" and cfg.sinusoidal_layout == "fairseq",
+            BART_KEYS | IDS,
+            ("sentencepiece.bpe.model", "vocab.json"),  # NLLB's, M2M100's (beside its spm)
+            m2m100_config,
         ),
     )
 }

@@ -1,14 +1,17 @@
 """A local Hugging Face model directory read into an encdec model, by its family (interop.families: T5,
-SwitchTransformers, Marian, Pegasus, BART, mBART)."""
+SwitchTransformers, Marian, Pegasus, BART, mBART, ...), or its config.json alone read into a ModelConfig."""
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
-from encdec.interop.families import FAMILIES
+from encdec.interop.families import FAMILIES, Family
 from encdec.interop.generation_config import checked_defaults, read_generation_defaults
+from encdec.models import ModelConfig
 from encdec.schema import load_json, short
 
 
@@ -24,27 +27,51 @@ def load_hf(path: str | Path) -> nn.Module:
     become `model.generation_defaults`, which `encdec.generate` starts from.
     """
     path = Path(path)
-    hf_config = read_json(path / "config.json", required=True)
+    family, hf_config = read_family(path / "config.json")
+    with described(path / "config.json", family):
+        model = family.load(path, hf_config)
+    generation = path / "generation_config.json"
+    model.generation_defaults = checked_defaults(read_generation_defaults(hf_config, read_json(generation)), generation)
+    return model
+
+
+def hf_model_config(file: str | Path) -> ModelConfig:
+    """The ModelConfig a Hugging Face config.json `file` describes (a directory: its config.json), read without
+    a weight: what `encdec size` counts. Its head is tied unless tie_word_embeddings says false."""
+    file = Path(file)
+    file = file / "config.json" if file.is_dir() else file
+    family, hf_config = read_family(file)
+    if family.config is None:
+        raise CheckpointError(f"{file}: encdec does not yet read a {family.model_type} config.json without its weights")
+    with described(file, family):
+        return family.config(hf_config)
+
+
+def read_family(file: Path) -> tuple[Family, dict]:
+    """A config.json's family (interop.families) and its keys; a model_type outside the table is one sentence."""
+    hf_config = read_json(file, required=True)
     model_type = hf_config.get("model_type")
     if not isinstance(model_type, str) or model_type not in FAMILIES:  # checked before anything reads the rest
         raise CheckpointError(
-            f"{path / 'config.json'}: model_type {short(model_type, 40)} is not supported; "
-            f"supported: {', '.join(FAMILIES)}"
+            f"{file}: model_type {short(model_type, 40)} is not supported; supported: {', '.join(FAMILIES)}"
         )
-    family = FAMILIES[model_type]
+    return FAMILIES[model_type], hf_config
+
+
+@contextmanager
+def described(file: Path, family: Family) -> Iterator[None]:
+    """A config.json without the keys (or types) its family needs, or with a value ModelConfig refuses, as one
+    sentence (CheckpointError) naming the file and, where it has another name there, its key."""
     try:
-        model = family.load(path, hf_config)
-    except (KeyError, TypeError, ValueError) as error:  # a config.json without the keys (or types) it needs
+        yield
+    except (KeyError, TypeError, ValueError) as error:
         detail = f"the key {error}" if isinstance(error, KeyError) else str(error).splitlines()[0][:100]
-        raise CheckpointError(f"{path / 'config.json'} does not describe a {model_type} model ({detail})") from None
+        raise CheckpointError(f"{file} does not describe a {family.model_type} model ({detail})") from None
     except ConfigError as error:  # a value ModelConfig refuses: a size of 0, a negative layer count, ...
         ours = re.search(r"model\.(\w+)", str(error))
         theirs = family.keys.get(ours.group(1)) if ours else None
         named = f" (config.json's {theirs})" if theirs else ""
-        raise CheckpointError(f"{path / 'config.json'}: {error}{named}") from None
-    generation = path / "generation_config.json"
-    model.generation_defaults = checked_defaults(read_generation_defaults(hf_config, read_json(generation)), generation)
-    return model
+        raise CheckpointError(f"{file}: {error}{named}") from None
 
 
 def read_json(file: Path, required: bool = False) -> dict:

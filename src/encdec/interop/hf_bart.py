@@ -53,7 +53,8 @@ def hf_name(our_name: str) -> str:
 
 
 def bart_layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
-    """The ModelConfig of a BART-layout checkpoint; `family` adds the position scheme."""
+    """The ModelConfig of a BART-layout checkpoint; `family` adds the position scheme (and may set
+    norm_position, default post, and final_logits_bias, default true)."""
     for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
         if hf.get(dec, hf[enc]) != hf[enc]:
             raise CheckpointError(f"{enc} ({hf[enc]}) differs from {dec} ({hf[dec]}), which encdec does not support")
@@ -75,7 +76,7 @@ def bart_layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
         scale_embeddings=bool(hf.get("scale_embedding", False)),
         tie_embeddings=not untied_head,
         scale_output=False,
-        final_logits_bias=True,
+        final_logits_bias=family.pop("final_logits_bias", True),
         dropout=hf.get("dropout", 0.1),
         init="normal",
         pad_id=hf.get("pad_token_id", 1),

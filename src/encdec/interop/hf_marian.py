@@ -65,6 +65,7 @@ def permute_model_dim(state: dict[str, torch.Tensor], order: torch.Tensor) -> di
 def sinusoidal_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
     return {
         "position must be sinusoidal": cfg.position != "sinusoidal",
+        "sinusoidal_layout must be interleaved or halves (fairseq's is M2M100's)": cfg.sinusoidal_layout == "fairseq",
         "embedding_norm must be false": cfg.embedding_norm,
     }
 

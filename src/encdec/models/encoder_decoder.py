@@ -47,6 +47,7 @@ from encdec.modules import (
     LayerCache,
     LearnedPositions,
     Packing,
+    PaddedSinusoidalPositions,
     RelativePositionBias,
     RotaryEmbedding,
     SinusoidalPositions,
@@ -58,6 +59,8 @@ from encdec.modules import (
 
 
 def build_absolute_positions(cfg: ModelConfig) -> nn.Module | None:
+    if cfg.position == "sinusoidal" and cfg.sinusoidal_layout == "fairseq":
+        return PaddedSinusoidalPositions(cfg.max_positions, cfg.d_model, cfg.pad_id)
     if cfg.position == "sinusoidal":
         return SinusoidalPositions(cfg.max_positions, cfg.d_model, cfg.sinusoidal_layout)
     if cfg.position == "learned":
@@ -94,9 +97,18 @@ class Stack(nn.Module):
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (B, T) at positions pos (T,) or (B, T) -> (B, T, C): token embeddings plus absolute positions."""
         x = self.embed(ids) * self.embed_scale
-        if self.positions is not None:
+        if isinstance(self.positions, PaddedSinusoidalPositions):  # pads take no position (fairseq)
+            x = x + self.positions(pos, ids)
+        elif self.positions is not None:
             x = x + self.positions(pos)
         return self.dropout(self.embed_norm(x))
+
+    def whole_positions(self, ids: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+        """The positions a whole unpacked sequence ids (B, T) is embedded at: row (T,), or with fairseq's
+        positions each token's count among its row's real tokens (B, T)."""
+        if isinstance(self.positions, PaddedSinusoidalPositions):
+            return self.positions.count_real(ids)
+        return row
 
 
 class Encoder(Stack):
@@ -117,7 +129,7 @@ class Encoder(Stack):
         B, S = src_ids.shape
         row = torch.arange(S, device=src_ids.device)
         pos = packing.src_positions if packing is not None else row  # (B, S) or (S,)
-        x = self.embed_tokens(src_ids, pos)
+        x = self.embed_tokens(src_ids, pos if packing is not None else self.whole_positions(src_ids, row))
         # T5's bias sees only k - q, the same inside a segment counted from its start or the row's: one for all rows
         bias = self.position_bias(row, row) if self.position_bias is not None else None  # (1, H, S, S)
         if packing is not None:
@@ -159,7 +171,7 @@ class Decoder(Stack):
         if packing is not None:
             return self._forward_packed(tgt_ids, memory, packing)
         pos = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # (T,)
-        x = self.embed_tokens(tgt_ids, pos)
+        x = self.embed_tokens(tgt_ids, self.whole_positions(tgt_ids, pos))
         return self.run_blocks(
             x, memory.hidden, self._self_inputs(pos, x.dtype), self._cross_inputs(pos, memory, x.dtype)
         )

@@ -57,9 +57,9 @@ class ModelConfig:
     scale_attention: bool | None = None  # divide scores by sqrt(d_head); None: the family's (T5 no, GPT yes)
     position: Literal["sinusoidal", "learned", "relative", "rope"] = "relative"
     max_positions: Positive = 512  # rows of sinusoidal / learned tables
-    sinusoidal_layout: Literal["interleaved", "halves"] = (
-        "interleaved"  # sin/cos interleaved (Vaswani) or sin then cos halves (Marian)
-    )
+    # sin/cos interleaved (Vaswani), sin then cos halves (Marian), or fairseq's (M2M100, NLLB): halves of other
+    # frequencies, position p at table row pad_id + 1 + p, counted over real tokens, pads a zero vector
+    sinusoidal_layout: Literal["interleaved", "halves", "fairseq"] = "interleaved"
     position_offset: Count = 0  # learned table index of position 0 (BART: 2)
     embedding_norm: bool = False  # a norm after token + position embeddings (BART's layernorm_embedding)
     relative_buckets: Annotated[int, Range(4)] = 32
@@ -109,6 +109,8 @@ class ModelConfig:
             )
         if self.family != "rnn_seq2seq":  # the only family without attention
             self._check_heads()
+        if self.position == "sinusoidal" and self.sinusoidal_layout == "fairseq" and self.d_model < 4:
+            raise ConfigError(f"model.sinusoidal_layout fairseq needs d_model of 4 or more, got {self.d_model}")
         if self.moe_top_k > self.n_experts:
             raise ConfigError(f"model.moe_top_k ({self.moe_top_k}) exceeds model.n_experts ({self.n_experts})")
 

@@ -11,6 +11,7 @@ from encdec.modules.moe import MoE, load_balance_loss, router_z_loss
 from encdec.modules.norms import RMSNorm, build_norm
 from encdec.modules.positions import (
     LearnedPositions,
+    PaddedSinusoidalPositions,
     RelativePositionBias,
     RotaryEmbedding,
     SinusoidalPositions,
@@ -31,6 +32,7 @@ __all__ = [
     "LearnedPositions",
     "MoE",
     "Packing",
+    "PaddedSinusoidalPositions",
     "RMSNorm",
     "RelativePositionBias",
     "RotaryEmbedding",

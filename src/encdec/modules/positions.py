@@ -1,4 +1,4 @@
-"""Position information: sinusoidal, learned absolute, T5 relative bias, and RoPE.
+"""Position information: sinusoidal (Vaswani, Marian, fairseq), learned absolute, T5 relative bias, and RoPE.
 
 Shapes: B batch, T query length, S key length, H heads, D head dim, C model dim.
 """
@@ -36,6 +36,38 @@ class SinusoidalPositions(nn.Module):
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         return self.table[positions]
+
+
+def fairseq_table(first: int, n_positions: int, d_model: int) -> torch.Tensor:
+    """Rows first .. first + n_positions - 1 of fairseq's sinusoidal table (tensor2tensor's): sines in the first
+    half, cosines in the second, frequencies 10000^(-i / (C/2 - 1)), a zero column when C is odd; computed in
+    float32 as fairseq and Hugging Face's M2M100SinusoidalPositionalEmbedding compute it, so the values agree."""
+    half = d_model // 2
+    inv_freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+    angles = torch.arange(first, first + n_positions, dtype=torch.int64).float()[:, None] * inv_freq[None, :]
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    return torch.cat([table, torch.zeros(n_positions, 1)], dim=1) if d_model % 2 else table
+
+
+class PaddedSinusoidalPositions(nn.Module):
+    """fairseq's sinusoidal positions (M2M100, NLLB): (positions (..., T), ids (..., T)) -> (..., T, C).
+
+    Position p is looked up at row pad_id + 1 + p of fairseq's table (rows up to pad_id are never read, so
+    they are not kept) and a pad token gets a zero vector, as fairseq's `make_positions` pads them.
+    """
+
+    def __init__(self, max_positions: int, d_model: int, pad_id: int):
+        super().__init__()
+        self.pad_id = pad_id
+        self.register_buffer("table", fairseq_table(pad_id + 1, max_positions, d_model), persistent=False)
+
+    def forward(self, positions: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return self.table[positions] * (ids != self.pad_id).unsqueeze(-1).to(self.table.dtype)
+
+    def count_real(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids (B, T) -> (B, T): each token's position among the real tokens of its row (pads: 0, zeroed
+        anyway), so a left-padded row reads the positions a right-padded one does, as in fairseq."""
+        return ((ids != self.pad_id).cumsum(-1) - 1).clamp(min=0)
 
 
 class LearnedPositions(nn.Embedding):

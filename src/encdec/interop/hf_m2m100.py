@@ -1,0 +1,69 @@
+"""Hugging Face M2M100 and NLLB checkpoints (model_type m2m_100) <-> encdec's pre-norm encoder-decoder.
+
+M2M100 (Fan et al. 2020) and NLLB-200 (NLLB Team 2022) are fairseq's pre-norm Transformer in BART's weight
+layout (hf_bart.py): biases, ReLU, a LayerNorm closing each stack, no embedding LayerNorm, no logits bias,
+embeddings scaled by sqrt(d_model) and shared by both stacks and the head. Their positions are fairseq's
+sinusoids (`sinusoidal_layout: fairseq`): position p at table row pad_id + 1 + p, counted over a row's real
+tokens, pads a zero vector. Defaults as M2M100Config's: pad 1, EOS 2, decoder start 2 (EOS).
+The language codes (NLLB's eng_Latn, fra_Latn, ...) are tokens of the tokenizer: see tokenizers/languages.py.
+"""
+
+from pathlib import Path
+
+import torch
+
+from encdec.interop.hf_bart import (
+    bart_layout_config,
+    bart_layout_hf_config,
+    bart_layout_weights,
+    check_bart_layout,
+    load_bart_layout,
+)
+from encdec.models import EncoderDecoder, ModelConfig
+
+DEFAULTS = {  # M2M100Config's, where they differ from BART's
+    "pad_token_id": 1,
+    "eos_token_id": 2,
+    "decoder_start_token_id": 2,
+    "scale_embedding": True,
+    "activation_function": "relu",
+}
+
+
+def m2m100_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
+    return bart_layout_config(
+        {**DEFAULTS, **hf},
+        untied_head,
+        position="sinusoidal",
+        sinusoidal_layout="fairseq",
+        norm_position="pre",
+        final_logits_bias=False,
+    )
+
+
+def m2m100_config(hf: dict) -> ModelConfig:
+    """The config.json's model, its head tied to the embeddings unless tie_word_embeddings says false."""
+    return m2m100_config_from_hf(hf, untied_head=hf.get("tie_word_embeddings") is False)
+
+
+def load_hf_m2m100(path: Path, hf_config: dict) -> EncoderDecoder:
+    return load_bart_layout(path, m2m100_config_from_hf, hf_config)
+
+
+def check_m2m100_compatible(cfg: ModelConfig) -> None:
+    """Raise ConfigError naming the first setting M2M100's layout does not have."""
+    embeddings = {
+        "position must be sinusoidal with sinusoidal_layout fairseq": cfg.position != "sinusoidal"
+        or cfg.sinusoidal_layout != "fairseq",
+        "embedding_norm must be false": cfg.embedding_norm,
+        "final_logits_bias must be false": cfg.final_logits_bias,
+    }
+    check_bart_layout(cfg, "M2M100", embeddings, norm_position="pre")
+
+
+def m2m100_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
+    """A pre-norm model with fairseq's positions as M2M100's weights (BART's names, no logits bias) and
+    config.json keys."""
+    weights = bart_layout_weights(model.state_dict(), model.config)
+    del weights["final_logits_bias"]
+    return weights, bart_layout_hf_config(model.config)
