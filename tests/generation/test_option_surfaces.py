@@ -31,6 +31,8 @@ SAMPLES = {
     "bad_words_ids": ([[5, 6]], {}),
     "forced_bos_token_id": (3, {}),
     "forced_eos_token_id": (2, {}),
+    "src_lang": ("eng_Latn", {}),
+    "tgt_lang": ("fra_Latn", {}),
     "seed": (11, {"do_sample": True}),
     "min_p": (0.05, {}),
     "typical_p": (0.8, {}),

@@ -73,6 +73,7 @@ from encdec.runs.load import checkpoint_at
 from encdec.runs.open import OpenedModel, model_kind, open_model
 from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import check_not_symlink, output_path, refuse_unsafe_output
+from encdec.tokenizers.languages import set_languages
 from encdec.training.distributed import DistInfo
 from encdec.training.run_config import saved_config
 from encdec.training.run_data import build_run_data
@@ -146,8 +147,9 @@ def run(args: argparse.Namespace) -> int:
     out = report_dir(args, path, kind)
     test = read_data(args, path, kind)  # bad data: refused before the model loads
     opened = open_for_scoring(args, device)
-    encoding = text_encoding(opened)  # a Hugging Face directory without tokenizer files: refused here
     options = generation_options(args)
+    set_languages(opened.text, options.get("src_lang"), options.get("tgt_lang"))  # inputs and references
+    encoding = text_encoding(opened)  # a Hugging Face directory without tokenizer files: refused here
     progress = sys.stderr.isatty()  # bars on a terminal only: never in a log
     common = dict(batch_size=args.batch_size, device=device, progress=progress, **options)
     if test.pairs is not None:

@@ -10,7 +10,8 @@ optional `hf` extra). --device picks where the model runs (default: a GPU when
 torch sees one, else the CPU); --quantize int8 decodes there with int8 linear layers
 (encdec.quantize: fbgemm's kernels on the CPU, torch._int_mm on a GPU); --compile
 decodes with fixed-shape steps, compiled on the CPU and captured in CUDA graphs on a GPU
-(generate's compile=True).
+(generate's compile=True). A multilingual model's languages are its tokenizer's codes: NLLB's
+`--src-lang eng_Latn --tgt-lang fra_Latn` encodes each input as English and writes French.
 """
 
 import argparse
@@ -40,6 +41,7 @@ from encdec.generation import generate
 from encdec.quantization import quantize
 from encdec.runs.open import open_model
 from encdec.safe_paths import open_replacing, output_path
+from encdec.tokenizers.languages import encode_in, hf_tokenizer_of
 
 
 def add_parser(subparsers) -> None:
@@ -153,12 +155,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         for start in tqdm(starts, desc="generate", unit="batch", leave=False, disable=not bar):
             batch = inputs[start : start + args.batch_size]
-            encoded = tokenizer(batch, return_tensors="pt", padding=True, truncation=True)
+            encoded = encode_in(
+                tokenizer, batch, options.get("src_lang"), return_tensors="pt", padding=True, truncation=True
+            )
             streamer = {"streamer": stream_printer(tokenizer, out)} if streaming else {}
             ids = generate(
                 model,
                 encoded["input_ids"],
                 encoded["attention_mask"],
+                tokenizer=hf_tokenizer_of(tokenizer),  # the language codes of --src-lang and --tgt-lang
                 defaults=opened.generation,
                 **options,
                 **streamer,

@@ -49,7 +49,15 @@ def valid_early_stopping(value) -> bool:
     return value is True or value is False or value == "never"
 
 
+def valid_language_code(code) -> bool:
+    """A language code's form (NLLB's eng_Latn, mBART-50's en_XX, M2M100's __en__); the tokenizer says which exist."""
+    if not isinstance(code, str) or not 0 < len(code) <= 32 or not code.isascii():
+        return False
+    return code.replace("_", "").replace("-", "").isalnum()
+
+
 TOKEN_LIST = "None or a list of token ids (integers >= 0)"
+LanguageCode = Annotated[str, Satisfies(valid_language_code, "a language code: up to 32 letters, digits, _ or -")]
 TokenId = Count
 Beams = Annotated[int, Range(1, MAX_BEAMS)]
 
@@ -98,6 +106,11 @@ class GenerationConfig:
     bad_words_ids: list[list[int]] | None = option(None, "token sequences never generated", HF)
     forced_bos_token_id: TokenId | None = option(None, "the token forced first", HF)
     forced_eos_token_id: TokenId | None = option(None, "the token forced at the length limit", HF)
+    # a multilingual tokenizer's language codes (tokenizers.languages; generate needs tokenizer= for them)
+    src_lang: LanguageCode | None = option(None, "the language code inputs are encoded in (NLLB: eng_Latn)", CLI, HTTP)
+    tgt_lang: LanguageCode | None = option(
+        None, "the language to write: its code forced as the first token (NLLB: fra_Latn)", CLI, HTTP
+    )
     eos_token_id: TokenId | list[TokenId] | None = None
     pad_token_id: TokenId | None = None
     decoder_start_token_id: TokenId | None = None

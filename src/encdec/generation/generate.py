@@ -24,6 +24,7 @@ from encdec.generation.interface import Steppable, model_device
 from encdec.generation.stop_strings import stop_strings_for
 from encdec.generation.strategies import strategy_for
 from encdec.modules import as_bool_mask
+from encdec.tokenizers.languages import generation_languages
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ def generate(
     result is on the model's device (see `model_device`): the token ids, or with
     return_dict_in_generate=True a `GenerateOutput`. decoder_input_ids (B, P) is a prefix
     every row continues, as in Hugging Face (the start token is put first where no row
-    begins with it); `tokenizer`, a Hugging Face tokenizer, is what stop_strings needs. The options
+    begins with it); `tokenizer`, a Hugging Face tokenizer, is what stop_strings, src_lang and tgt_lang
+    need (tgt_lang's code is forced first, as forced_bos_token_id; every row must hold src_lang's). The options
     start from `defaults` where given, else from the model's `generation_defaults` (a loaded
     checkpoint's).
     """
@@ -87,6 +89,10 @@ def prepare(
     model's device, the decoder prompt made, the memory estimated; each refusal one sentence."""
     cfg = resolve_config(model, options, defaults)
     src_ids, src_mask = check_inputs(model, src_ids, src_mask, cfg)
+    if cfg.src_lang is not None or cfg.tgt_lang is not None:  # codes of the tokenizer: tokenizers.languages
+        given = options.get("forced_bos_token_id")
+        forced = generation_languages(tokenizer, cfg.src_lang, cfg.tgt_lang, given, src_ids, src_mask)
+        cfg.forced_bos_token_id = cfg.forced_bos_token_id if forced is None else forced
     device = model_device(model, default=src_ids.device)
     cfg.check_generator(device)
     src_ids, src_mask = src_ids.to(device), src_mask.to(device)

@@ -47,6 +47,7 @@ from encdec.serving.prometheus import ServerMetrics
 from encdec.serving.requests import GenerateRequest, Limits, RequestError, parse_body
 from encdec.serving.scheduler import Abandoned, Scheduler
 from encdec.serving.wire import HeaderLimit
+from encdec.tokenizers.languages import as_forced_token, encode_in
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +91,10 @@ class Server:
         """One input generated as `encdec generate` would generate it alone, with details if asked;
         Abandoned once `gone` is set."""
         started = time.perf_counter()
-        encoded = self.text([text], return_tensors="pt", padding=True, truncation=True)
-        options = {"defaults": self.defaults, **request.options}
+        src_lang = request.options.get("src_lang")
+        encoded = encode_in(self.text, [text], src_lang, return_tensors="pt", padding=True, truncation=True)
+        languages = as_forced_token(self.text, request.options, encoded["input_ids"], encoded["attention_mask"])
+        options = {"defaults": self.defaults, **languages}
         if request.details:
             options |= {"output_scores": True, "return_dict_in_generate": True}
         if streamer is not None:

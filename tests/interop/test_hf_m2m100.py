@@ -1,0 +1,246 @@
+"""M2M100 / NLLB (model_type m2m_100): our model equals Hugging Face's on the same random weights (logits on
+padded batches, greedy and beam tokens with the target language forced), exports back to the same logits,
+and the language codes of an NLLB tokenizer reach generate, the command line and the server."""
+
+import json
+
+import pytest
+import torch
+
+import encdec
+from encdec.cli import main
+from encdec.errors import ConfigError, DataError
+from encdec.interop import export_hf
+from encdec.tokenizers.pretrained import PretrainedTokenizer
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
+
+LANGUAGES = ["eng_Latn", "fra_Latn", "deu_Latn"]
+TEXTS = ["the cat sat on the mat", "a dog"]
+
+
+def nllb_tokenizer():
+    """An NLLB tokenizer of letters and a few merges, with three language codes (nothing downloaded)."""
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for piece in [*"\u2581abcdefghijklmnopqrstuvwxyz", "\u2581t", "\u2581th", "\u2581the", "at"]:
+        vocab.setdefault(piece, len(vocab))
+    merges = [("\u2581", "t"), ("\u2581t", "h"), ("\u2581th", "e"), ("a", "t")]
+    return transformers.NllbTokenizer(vocab=vocab, merges=merges, additional_special_tokens=LANGUAGES)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A random-weight M2M100 (NLLB's architecture) saved with its NLLB tokenizer: a Hugging Face directory."""
+    path = tmp_path_factory.mktemp("nllb")
+    tokenizer = nllb_tokenizer()
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(0)
+    config = transformers.M2M100Config(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=3,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=48,
+        decoder_ffn_dim=48,
+        max_position_embeddings=64,
+    )
+    reference = transformers.M2M100ForConditionalGeneration(config).eval()
+    with torch.no_grad():  # HF initialises LayerNorms to 1 and 0; random values test that they are carried over
+        for module in reference.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.normal_(1.0, 0.1)
+                module.bias.normal_(0, 0.1)
+    reference.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir):
+    return transformers.M2M100ForConditionalGeneration.from_pretrained(model_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def ours(model_dir):
+    return encdec.load_hf(model_dir)
+
+
+def padded_batch(vocab: int, left: bool = False):
+    """(src, mask): 4 rows of 30, two of them padded (on the left with `left`), pad id 1."""
+    torch.manual_seed(1)
+    src = torch.randint(3, vocab, (4, 30))
+    mask = torch.ones(4, 30, dtype=torch.long)
+    mask[1, 20:] = 0
+    mask[2, 4:] = 0
+    if left:
+        mask = mask.flip(1)
+    return src.masked_fill(mask == 0, 1), mask
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
+def test_logits_equal_hugging_face_on_a_padded_batch(reference, ours, left):
+    src, mask = padded_batch(reference.config.vocab_size, left)
+    tgt = torch.randint(3, reference.config.vocab_size, (4, 25))
+    tgt[3, 20:] = 1  # a padded target: its pads take no position, as fairseq's
+    with torch.no_grad():
+        expected = reference(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+        got = ours(src, tgt, src_mask=mask.bool()).logits
+    assert (got - expected).abs().max().item() < 1e-4
+
+
+def test_the_checkpoint_reads_as_fairseq_s_pre_norm_transformer(ours, reference):
+    cfg = ours.config
+    assert (cfg.position, cfg.sinusoidal_layout, cfg.norm_position) == ("sinusoidal", "fairseq", "pre")
+    assert cfg.scale_embeddings and cfg.tie_embeddings and not cfg.final_logits_bias and not cfg.embedding_norm
+    assert (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id) == (1, 2, 2)
+    table = reference.model.encoder.embed_positions.weights  # row pad + 1 + p holds position p
+    assert torch.equal(ours.encoder.positions.table, table[2 : 2 + cfg.max_positions])
+
+
+@pytest.mark.parametrize(
+    "options", [dict(), dict(num_beams=4, length_penalty=0.8, num_return_sequences=2)], ids=["greedy", "beam"]
+)
+def test_generate_with_the_target_language_forced_equals_hugging_face(model_dir, reference, ours, options):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, src_lang="eng_Latn")
+    encoded = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    french = tokenizer.convert_tokens_to_ids("fra_Latn")
+    options = dict(options, max_new_tokens=12)
+    expected = reference.generate(**encoded, forced_bos_token_id=french, **options)
+    got = encdec.generate(ours, encoded["input_ids"], encoded["attention_mask"], forced_bos_token_id=french, **options)
+    assert torch.equal(got, expected) and (got[:, 1] == french).all()
+    named = encdec.generate(
+        ours, encoded["input_ids"], encoded["attention_mask"], tokenizer=tokenizer, src_lang="eng_Latn",
+        tgt_lang="fra_Latn", **options,
+    )  # fmt: skip
+    assert torch.equal(named, expected)
+
+
+def test_language_codes_a_tokenizer_lacks_are_one_sentence(model_dir, ours):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)  # eng_Latn by default
+    encoded = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    with pytest.raises(ConfigError, match="tgt_lang 'fra_Latm' is not a language code of this tokenizer; did you"):
+        encdec.generate(ours, ids, mask, tokenizer=tokenizer, tgt_lang="fra_Latm")
+    with pytest.raises(ConfigError, match="tgt_lang needs a multilingual tokenizer with language codes"):
+        encdec.generate(ours, ids, mask, tgt_lang="fra_Latn")
+    with pytest.raises(DataError, match="input row 0 does not hold src_lang deu_Latn's token"):
+        encdec.generate(ours, ids, mask, tokenizer=tokenizer, src_lang="deu_Latn")
+    with pytest.raises(ConfigError, match="tgt_lang must be a language code"):
+        encdec.generate(ours, ids, mask, tokenizer=tokenizer, tgt_lang="fra Latn")
+
+
+def test_an_export_reloads_in_transformers_with_the_same_logits_and_language_codes(
+    model_dir, reference, ours, tmp_path
+):
+    tokenizer = PretrainedTokenizer.from_directory(model_dir)
+    assert export_hf(ours, tokenizer, tmp_path / "out") == "M2M100ForConditionalGeneration"
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["model_type"] == "m2m_100"
+    reloaded = transformers.M2M100ForConditionalGeneration.from_pretrained(tmp_path / "out").eval()
+    src, mask = padded_batch(reference.config.vocab_size)
+    tgt = torch.randint(3, reference.config.vocab_size, (4, 25))
+    with torch.no_grad():
+        expected = reference(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+        got = reloaded(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+    assert (got - expected).abs().max().item() < 1e-5
+    exported = transformers.AutoTokenizer.from_pretrained(tmp_path / "out", src_lang="deu_Latn")
+    original = transformers.AutoTokenizer.from_pretrained(model_dir, src_lang="deu_Latn")
+    assert exported(TEXTS)["input_ids"] == original(TEXTS)["input_ids"]
+
+
+def translated(model_dir, source: str, target: str, **options) -> list[str]:
+    """What transformers' NLLB recipe writes: the tokenizer's src_lang, the target's code forced first."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, src_lang=source)
+    model = transformers.M2M100ForConditionalGeneration.from_pretrained(model_dir).eval()
+    encoded = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    forced = tokenizer.convert_tokens_to_ids(target)
+    ids = model.generate(**encoded, forced_bos_token_id=forced, **options)
+    return [text.strip() for text in tokenizer.batch_decode(ids[:, 1:], skip_special_tokens=True)]
+
+
+def test_the_command_line_translates_with_language_flags_and_exports(model_dir, tmp_path, capsys):
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("\n".join(TEXTS) + "\n")
+    flags = ["-i", str(inputs), "--src-lang", "fra_Latn", "--tgt-lang", "deu_Latn", "--max-new-tokens", "8"]
+    beams = ["--num-beams", "4"]
+    assert main(["generate", str(model_dir), *flags, *beams]) == 0
+    written = capsys.readouterr().out.splitlines()
+    assert written == translated(model_dir, "fra_Latn", "deu_Latn", max_new_tokens=8, num_beams=4)
+    assert main(["export", str(model_dir), "--out", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    assert main(["generate", str(tmp_path / "out"), *flags, *beams]) == 0
+    assert capsys.readouterr().out.splitlines() == written
+    assert main(["generate", str(model_dir), *flags, "--tgt-lang", "xx_Latn"]) == 2
+    error = capsys.readouterr().err
+    assert (
+        error == "encdec: error: tgt_lang 'xx_Latn' is not a language code of this tokenizer; did you mean fra_Latn?\n"
+    )
+
+
+def test_a_served_request_in_two_languages_equals_generate_alone(model_dir, tmp_path, capsys):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from serving.server_kit import Served, call  # tests/serving's: a real `encdec serve` process
+
+    parameters = {"src_lang": "fra_Latn", "tgt_lang": "deu_Latn", "max_new_tokens": 8}
+    server = Served(model_dir)
+    try:
+        status, answer, _ = call(server.url + "/generate", {"inputs": TEXTS[0], "parameters": parameters})
+        refused = call(server.url + "/generate", {"inputs": TEXTS[0], "parameters": {"src_lang": "xx_Latn"}})
+    finally:
+        server.stop()
+    assert (
+        status == 200 and answer["generated_text"] == translated(model_dir, "fra_Latn", "deu_Latn", max_new_tokens=8)[0]
+    )
+    assert refused[0] == 422 and refused[1]["error"].startswith("src_lang 'xx_Latn' is not a language code")
+
+
+NLLB_600M = {  # facebook/nllb-200-distilled-600M's config.json, as published
+    "activation_dropout": 0.0,
+    "activation_function": "relu",
+    "architectures": ["M2M100ForConditionalGeneration"],
+    "attention_dropout": 0.1,
+    "bos_token_id": 0,
+    "d_model": 1024,
+    "decoder_attention_heads": 16,
+    "decoder_ffn_dim": 4096,
+    "decoder_layerdrop": 0,
+    "decoder_layers": 12,
+    "decoder_start_token_id": 2,
+    "dropout": 0.1,
+    "encoder_attention_heads": 16,
+    "encoder_ffn_dim": 4096,
+    "encoder_layerdrop": 0,
+    "encoder_layers": 12,
+    "eos_token_id": 2,
+    "init_std": 0.02,
+    "is_encoder_decoder": True,
+    "max_length": 200,
+    "max_position_embeddings": 1024,
+    "model_type": "m2m_100",
+    "num_hidden_layers": 12,
+    "pad_token_id": 1,
+    "scale_embedding": True,
+    "tokenizer_class": "NllbTokenizer",
+    "torch_dtype": "float32",
+    "transformers_version": "4.21.0.dev0",
+    "use_cache": True,
+    "vocab_size": 256206,
+}
+
+
+def test_size_of_nllb_600m_s_config_json_is_transformers_parameter_count(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps(NLLB_600M))
+    assert main(["size", str(tmp_path / "config.json")]) == 0
+    printed = capsys.readouterr().out
+    keys = {k: v for k, v in NLLB_600M.items() if k not in ("architectures", "model_type", "transformers_version")}
+    with torch.device("meta"):
+        built = transformers.M2M100ForConditionalGeneration(transformers.M2M100Config(**keys))
+    expected = sum(p.numel() for p in built.parameters())
+    assert f"parameters:                    {expected:,}\n" in printed and expected == 615_073_792
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "m2m_100", "vocab_size": 99}))
+    assert main(["size", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"encdec: error: {tmp_path / 'config.json'} does not describe a m2m_100 model (the key 'encoder_attention_heads')\n"
+    )
