@@ -1,14 +1,23 @@
 """Hugging Face SwitchTransformers checkpoints <-> encdec's T5 with a mixture of experts.
 
-SwitchTransformers (Fedus et al. 2021) is T5 v1.0 / v1.1 whose feed-forwards are
-top-1 mixtures of non-gated experts, each expert's output times its raw router
-probability (softmax in fp32): encdec's `MoE` with moe_top_k 1 and gates not
-renormalised. encdec makes every feed-forward sparse, so both stacks are written
-with a sparse step of 1, and with an expert capacity no sequence reaches, so Hugging
-Face drops no token, as encdec's dropless dispatch never does. Router jitter is 0:
-encdec's router has none. transformers itself is not needed.
+SwitchTransformers (Fedus et al. 2021) is T5 v1.0 / v1.1 whose sparse feed-forwards are top-1
+mixtures of non-gated experts, each expert's output times its raw router probability (softmax
+in fp32): encdec's `MoE` with moe_top_k 1 and gates not renormalised. Which layers are sparse
+is each stack's step, num_layers // num_sparse_*_layers (layer i is sparse when i % step == 1,
+every layer with a step of 1): Google's releases make every other one sparse (step 2), read
+into moe_every / decoder_moe_every (ModelConfig.moe_layer); the dense ones are T5's wi -> act
+-> wo with the experts' activation (dense_act_fn).
+
+Expert capacity: transformers lets an expert take at most `expert_capacity` tokens of a sequence
+(64 in the releases) and passes the tokens past it through the residual alone, also at
+evaluation; encdec's dispatch is dropless, so the two agree while no expert gets more than
+expert_capacity tokens of one sequence and differ past it (a cached decoding step, one token a
+sequence, never drops in either). An export writes a capacity no sequence reaches, so that
+transformers computes what encdec does. Router jitter is training noise encdec's router has
+none of: read as 0, written as 0. transformers itself is not needed.
 """
 
+import logging
 from pathlib import Path
 
 import torch
@@ -28,22 +37,32 @@ from encdec.interop.hf_t5 import (
 from encdec.interop.hf_t5 import hf_name as t5_name
 from encdec.models import EncoderDecoder, ModelConfig
 
+log = logging.getLogger(__name__)
+
 # Hugging Face's expert is wi -> act -> wo: our non-gated expert activations and their ACT2FN names
 OUR_EXPERT_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new"}
 DROPLESS_CAPACITY = 2**31 - 1  # tokens one expert may take per sequence: more than any sequence has
+# each stack's config.json keys: its layers, its sparse layers
+STACK_KEYS = {
+    "encoder": ("num_layers", "num_sparse_encoder_layers"),
+    "decoder": ("num_decoder_layers", "num_sparse_decoder_layers"),
+}
 
-# (our parameter name pattern, Hugging Face name pattern): T5's attention, norms and embeddings, plus the experts
+# (our parameter name pattern, Hugging Face name pattern): T5's attention, norms and embeddings, the dense
+# feed-forwards (mlp.wi, mlp.wo) and the experts
 SWITCH_NAME_MAP = [(ours, theirs) for ours, theirs in NAME_MAP if "DenseReluDense" not in theirs] + [
     (r"encoder\.blocks\.(\d+)\.ffn\.router\.weight", r"encoder.block.\1.layer.1.mlp.router.classifier.weight"),
     (
         r"encoder\.blocks\.(\d+)\.ffn\.experts\.(\d+)\.(wi|wo)\.weight",
         r"encoder.block.\1.layer.1.mlp.experts.expert_\2.\3.weight",
     ),
+    (r"encoder\.blocks\.(\d+)\.ffn\.(wi|wo)\.weight", r"encoder.block.\1.layer.1.mlp.\2.weight"),
     (r"decoder\.blocks\.(\d+)\.ffn\.router\.weight", r"decoder.block.\1.layer.2.mlp.router.classifier.weight"),
     (
         r"decoder\.blocks\.(\d+)\.ffn\.experts\.(\d+)\.(wi|wo)\.weight",
         r"decoder.block.\1.layer.2.mlp.experts.expert_\2.\3.weight",
     ),
+    (r"decoder\.blocks\.(\d+)\.ffn\.(wi|wo)\.weight", r"decoder.block.\1.layer.2.mlp.\2.weight"),
 ]
 
 
@@ -51,18 +70,58 @@ def hf_name(our_name: str) -> str:
     return t5_name(our_name, SWITCH_NAME_MAP, "SwitchTransformers")
 
 
+def sparse_layers(layers: int, step: int) -> list[int]:
+    """The sparse layers of a stack of `layers` with a sparse step `step` (transformers' rule, ModelConfig's)."""
+    return [i for i in range(layers) if i % step == 1 % step]
+
+
+def sparse_step(hf_config: dict, side: str) -> int:
+    """A stack's sparse step as transformers derives it: num_layers // num_sparse (num_layers when 0)."""
+    layers_key, sparse_key = STACK_KEYS[side]
+    layers = hf_config.get(layers_key) or hf_config["num_layers"]
+    sparse = hf_config.get(sparse_key, 3)
+    step = layers // sparse if sparse > 0 else layers
+    if step == 0:
+        raise ConfigError(
+            f"{sparse_key} ({sparse}) exceeds the {side}'s {layers} layers, which transformers reads as no sparse "
+            "layer; encdec puts experts in at least one layer of each stack"
+        )
+    return step
+
+
+def sparse_count(layers: int, step: int) -> int:
+    """The num_sparse_*_layers transformers reads back as `step`'s layout over `layers`: the sparse layers'
+    count where it gives that layout (Google's configs), else another that does (ConfigError if none)."""
+    wanted = sparse_layers(layers, step)
+    counts = (len(wanted), *range(1, layers + 1))
+    count = next((n for n in counts if sparse_layers(layers, layers // n) == wanted), None)
+    if count is None:
+        raise ConfigError(
+            f"this model cannot be saved as Hugging Face SwitchTransformers: a sparse step of {step} over {layers} "
+            f"layers (layers {', '.join(map(str, wanted))}) is no num_layers // num_sparse layout"
+        )
+    return count
+
+
 def check_switch_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the first setting SwitchTransformers cannot express."""
+    dense = any(not cfg.moe_layer(i) for i in range(cfg.n_encoder_layers)) or any(
+        not cfg.moe_layer(i, decoder=True) for i in range(cfg.decoder_layers)
+    )
     problems = {
         "n_experts must be greater than 1 (a dense model exports as T5)": cfg.n_experts < 2,
         f"moe_top_k must be 1 (Hugging Face routes each token to one expert), got {cfg.moe_top_k}": cfg.moe_top_k != 1,
         "moe_renormalize must be false (Hugging Face weighs an expert by its raw router probability)": cfg.moe_renormalize,
         f"moe_activation must be one of {', '.join(OUR_EXPERT_ACTIVATIONS)} (Hugging Face's experts are not gated), "
         f"got {cfg.moe_activation}": cfg.moe_activation not in OUR_EXPERT_ACTIVATIONS,
+        f"activation must equal moe_activation ({cfg.moe_activation}) in the dense layers, got {cfg.activation}": dense
+        and cfg.activation != cfg.moe_activation,
     }
     failed = [text for text, bad in problems.items() if bad] + t5_layout_problems(cfg)
     if failed:
         raise ConfigError(f"this model cannot be saved as Hugging Face SwitchTransformers: {failed[0]}")
+    sparse_count(cfg.n_encoder_layers, cfg.moe_every)
+    sparse_count(cfg.decoder_layers, cfg.decoder_moe_every or cfg.moe_every)
 
 
 def switch_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
@@ -74,8 +133,8 @@ def switch_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
             weights[f"{side}.embed_tokens.weight"] = weights["shared.weight"].clone()
     config = {
         **t5_layout_config(cfg),
-        "num_sparse_encoder_layers": cfg.n_encoder_layers,  # every layer sparse: a sparse step of 1
-        "num_sparse_decoder_layers": cfg.decoder_layers,
+        "num_sparse_encoder_layers": sparse_count(cfg.n_encoder_layers, cfg.moe_every),
+        "num_sparse_decoder_layers": sparse_count(cfg.decoder_layers, cfg.decoder_moe_every or cfg.moe_every),
         "num_experts": cfg.n_experts,
         "expert_capacity": DROPLESS_CAPACITY,
         "router_bias": False,
@@ -90,43 +149,55 @@ def switch_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
 
 
 def load_hf_switch(path: Path, hf_config: dict) -> EncoderDecoder:
-    """Read a SwitchTransformers directory whose every feed-forward is sparse (as encdec writes them)."""
-    for side, layers, sparse in (
-        ("encoder", "num_layers", "num_sparse_encoder_layers"),
-        ("decoder", "num_decoder_layers", "num_sparse_decoder_layers"),
-    ):
-        total = hf_config.get(layers) or hf_config["num_layers"]
-        if hf_config.get(sparse, 3) != total:
-            raise CheckpointError(
-                f"{path}: {hf_config.get(sparse, 3)} of the {total} {side} layers are sparse, "
-                "but encdec makes every feed-forward a mixture of experts"
-            )
-    if hf_config.get("router_bias"):
-        raise CheckpointError(f"{path}: router_bias is set, which encdec's router does not have")
-    activation = hf_config.get("dense_act_fn", "relu")
-    ours = {v: k for k, v in OUR_EXPERT_ACTIVATIONS.items()} | {"gelu_pytorch_tanh": "gelu_tanh"}
-    if activation not in ours:
-        supported = ", ".join(ours)
-        raise CheckpointError(f"unsupported SwitchTransformers dense_act_fn {activation!r}; supported: {supported}")
-    check_hf_model_fits(switch_config(hf_config, ours[activation], True), path)
+    """Read a SwitchTransformers directory, its sparse layers where its config.json puts them."""
+    check_hf_model_fits(switch_model_config(hf_config), path)
     weights = read_weights_with_shared(path)
-    head = weights.get("lm_head.weight")
-    untied = hf_config.get("tie_word_embeddings", True) is False and head is not None
-    model = EncoderDecoder(switch_config(hf_config, ours[activation], untied))
+    for side in ("encoder", "decoder"):  # one table for both stacks, as encdec has it
+        table = weights.get(f"{side}.embed_tokens.weight")
+        if table is not None and not torch.equal(table, weights["shared.weight"]):
+            raise CheckpointError(
+                f"{path}: {side}.embed_tokens.weight differs from shared.weight, which encdec's stacks share"
+            )
+    untied = hf_config.get("tie_word_embeddings", True) is False and "lm_head.weight" in weights
+    capacity = hf_config.get("expert_capacity", 64)
+    if capacity < DROPLESS_CAPACITY:
+        log.info(
+            "%s: expert_capacity %s is not applied: encdec routes every token, where transformers passes the "
+            "tokens of a sequence past an expert's capacity through the residual alone",
+            path,
+            capacity,
+        )
+    model = EncoderDecoder(switch_model_config(hf_config, untied))
     return fill_from_hf(model, weights, hf_name, path)
 
 
-def switch_config(hf_config: dict, expert_activation: str, untied: bool) -> ModelConfig:
-    """The ModelConfig of a SwitchTransformers config.json whose experts use `expert_activation` (ours)."""
-    proj = OUR_ACTIVATIONS[expert_activation]  # the dense activation, unused when every feed-forward is sparse
+def switch_model_config(hf_config: dict, untied: bool | None = None) -> ModelConfig:
+    """The ModelConfig of a SwitchTransformers config.json, its head untied where `untied` says (None: where
+    tie_word_embeddings is false); what encdec cannot compute is one ConfigError sentence."""
+    if hf_config.get("num_experts", 8) < 2:
+        raise ConfigError(f"num_experts is {hf_config['num_experts']}, but a mixture needs at least 2")
+    if hf_config.get("router_bias"):
+        raise ConfigError("router_bias is set, which encdec's router does not have")
+    if hf_config.get("router_dtype", "float32") != "float32":
+        raise ConfigError(f"router_dtype is {hf_config['router_dtype']!r}, but encdec's router computes in float32")
+    activation = hf_config.get("dense_act_fn", "relu")
+    ours = {v: k for k, v in OUR_EXPERT_ACTIVATIONS.items()} | {"gelu_pytorch_tanh": "gelu_tanh"}
+    if activation not in ours:
+        raise ConfigError(f"unsupported SwitchTransformers dense_act_fn {activation!r}; supported: {', '.join(ours)}")
+    if untied is None:
+        untied = hf_config.get("tie_word_embeddings", True) is False
+    proj = OUR_ACTIVATIONS[ours[activation]]  # the dense feed-forwards' activation: dense_act_fn as well
     cfg = config_from_hf({**hf_config, "feed_forward_proj": proj, "scale_decoder_outputs": not untied}, untied)
+    encoder_step, decoder_step = sparse_step(hf_config, "encoder"), sparse_step(hf_config, "decoder")
     return ModelConfig(
         **{
             **cfg.to_dict(),
             "n_experts": hf_config.get("num_experts", 8),
+            "moe_every": encoder_step,
+            "decoder_moe_every": decoder_step if decoder_step != encoder_step else None,
             "moe_top_k": 1,
             "moe_renormalize": False,
-            "moe_activation": expert_activation,
+            "moe_activation": ours[activation],
             "aux_loss_coef": hf_config.get("router_aux_loss_coef", 0.001),
             "z_loss_coef": hf_config.get("router_z_loss_coef", 0.001),
         }
