@@ -6,6 +6,7 @@ Each encoder-decoder layout goes to the Hugging Face class that computes the sam
     sinusoidal positions, post-norm      MarianMTModel (the canonical Transformer, dimensions reordered)
     sinusoidal positions, pre-norm       PegasusForConditionalGeneration (likewise)
     learned positions, embedding norm    BartForConditionalGeneration (post-norm), MBartForConditionalGeneration (pre)
+    fairseq's sinusoids, pre-norm        M2M100ForConditionalGeneration (M2M100, NLLB)
 RoPE (ROT5), the research families and the RNN have no Hugging Face counterpart and are
 refused; `encdec.from_pretrained(RUN_DIR)` loads them. Every check runs before a file is written.
 The output directory must be new, empty or (with force) an earlier export: a directory holding
