@@ -251,12 +251,22 @@ def test_lora_with_peft_s_module_names_trains_and_merges_into_an_export(tmp_path
     assert (adapted_logits - expected).abs().max() < 1e-4
 
 
-def test_switch_base_8_s_config_is_counted_as_transformers_builds_it(tmp_path):
-    counted = count_parameters_of(switch_model_config(SWITCH_BASE_8)).total
+def test_encdec_size_of_switch_base_8_s_config_json_is_transformers_parameter_count(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps(SWITCH_BASE_8))
+    assert main(["size", str(tmp_path / "config.json")]) == 0
+    printed = capsys.readouterr().out
+    keys = {k: v for k, v in SWITCH_BASE_8.items() if k not in ("architectures", "model_type")}
     with torch.device("meta"):
-        config = transformers.SwitchTransformersConfig(**{k: v for k, v in SWITCH_BASE_8.items() if k != "model_type"})
-        reference = transformers.SwitchTransformersForConditionalGeneration(config)
-    assert counted == sum(p.numel() for p in reference.parameters()) == 619_339_008
+        built = transformers.SwitchTransformersForConditionalGeneration(transformers.SwitchTransformersConfig(**keys))
+    expected = sum(p.numel() for p in built.parameters())
+    assert f"parameters:                    {expected:,}\n" in printed and expected == 619_339_008
+    assert count_parameters_of(switch_model_config(SWITCH_BASE_8)).total == expected
+    (tmp_path / "config.json").write_text(json.dumps({**SWITCH_BASE_8, "router_bias": True}))
+    assert main(["size", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert (
+        error == f"encdec: error: {tmp_path / 'config.json'}: router_bias is set, which encdec's router does not have\n"
+    )
 
 
 @pytest.mark.parametrize(

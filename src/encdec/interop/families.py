@@ -24,7 +24,7 @@ from encdec.interop.hf_bart import (
 from encdec.interop.hf_m2m100 import check_m2m100_compatible, load_hf_m2m100, m2m100_config, m2m100_files
 from encdec.interop.hf_marian import check_marian_compatible, load_hf_marian, marian_files
 from encdec.interop.hf_pegasus import check_pegasus_compatible, load_hf_pegasus, pegasus_files
-from encdec.interop.hf_switch import check_switch_compatible, load_hf_switch, switch_files
+from encdec.interop.hf_switch import check_switch_compatible, load_hf_switch, switch_files, switch_model_config
 from encdec.interop.hf_t5 import T5_KEYS, check_t5_compatible, load_hf_t5, t5_files, write_hf_directory
 from encdec.models import EncoderDecoder, ModelConfig
 
@@ -78,6 +78,7 @@ FAMILIES: dict[str, Family] = {
             lambda cfg: cfg.position == "relative" and cfg.n_experts > 1,
             T5_KEYS | IDS,
             ("spiece.model",),
+            switch_model_config,
         ),
         Family(
             "marian",
