@@ -1,0 +1,64 @@
+"""A checkpoint's model.json carries which feed-forwards are mixtures of experts (moe_every, decoder_moe_every),
+so the run reopens with experts in the same layers; a model.json written before those keys existed opens with
+every feed-forward sparse, as such a run was trained."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from encdec.modules import MoE
+from encdec.runs import open_model
+from encdec.runs.run_dir import RunDir
+from encdec.training import load_config, train
+
+PAIRS = [(f"{a} {b}", f"{b} {a}") for a in ("red", "green", "blue") for b in ("cat", "dog", "bird")]
+
+
+def moe_run(root: Path, **model) -> Path:
+    """A seq2seq run of 2 steps of t5-tiny with experts, byte tokenizer, on the CPU."""
+    (root / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in PAIRS * 4))
+    config = {
+        "model": {"preset": "t5-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.0, **model},
+        "tokenizer": {"kind": "byte", "num_sentinels": 0},
+        "data": {"format": "tsv", "train": ["pairs.tsv"], "val_fraction": 0.1},
+        "objective": {"kind": "seq2seq", "max_source_len": 16, "max_target_len": 16},
+        "training": {"steps": 2, "batch_size": 8, "seed": 7, "threads": 1, "device": "cpu"},
+        "evaluation": {"interval": 2, "steps": 1},
+        "output": {"plot": False, "tensorboard": False},
+    }
+    (root / "moe.yaml").write_text(yaml.safe_dump(config))
+    train(load_config(root / "moe.yaml"), root / "run")
+    return root / "run"
+
+
+def sparse(model) -> tuple[list[bool], list[bool]]:
+    return tuple([isinstance(b.ffn, MoE) for b in stack.blocks] for stack in (model.encoder, model.decoder))
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return moe_run(tmp_path_factory.mktemp("sparse"), n_experts=2, n_encoder_layers=4, moe_every=2, decoder_moe_every=4)
+
+
+def test_model_json_carries_the_sparse_layers_and_the_run_reopens_with_them(run_dir):
+    checkpoint = RunDir(run_dir).checkpoint("latest")
+    written = json.loads(checkpoint.model_config.read_text())
+    assert (written["moe_every"], written["decoder_moe_every"]) == (2, 4)
+    model = open_model(run_dir).run.model
+    assert sparse(model) == ([False, True, False, True], [False, True, False, False])
+
+
+def test_a_model_json_from_before_the_sparse_layers_opens_with_every_feed_forward_sparse(tmp_path):
+    """A run of experts in every layer, its model.json stripped of moe_every and decoder_moe_every as one written
+    before them was: it reopens with the same experts and weights."""
+    run_dir = moe_run(tmp_path, n_experts=2)
+    expected = open_model(run_dir).run.model.state_dict()
+    model_json = RunDir(run_dir).checkpoint("latest").model_config
+    old = {k: v for k, v in json.loads(model_json.read_text()).items() if "moe_every" not in k}
+    model_json.write_text(json.dumps(old))
+    reopened = open_model(run_dir).run.model
+    assert sparse(reopened) == ([True, True], [True, True])
+    assert all(torch.equal(reopened.state_dict()[k], v) for k, v in expected.items())
