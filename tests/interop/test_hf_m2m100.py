@@ -244,3 +244,37 @@ def test_size_of_nllb_600m_s_config_json_is_transformers_parameter_count(tmp_pat
     assert capsys.readouterr().err == (
         f"encdec: error: {tmp_path / 'config.json'} does not describe a m2m_100 model (the key 'encoder_attention_heads')\n"
     )
+
+
+def test_m2m100_s_own_tokenizer_takes_its_short_codes(shared_data, tmp_path, capsys):
+    """facebook/m2m100's layout: M2M100Tokenizer (vocab.json and a SentencePiece model, here the shared one), whose
+    codes `en`, `fr` are written __en__, __fr__."""
+    import sentencepiece
+
+    model_file = shared_data / "tokenizers/mistral_tokenizer.model.v1"
+    pieces = sentencepiece.SentencePieceProcessor(model_file=str(model_file))
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}  # fairseq's dictionary: its specials, then the pieces
+    for piece in map(pieces.id_to_piece, range(pieces.get_piece_size())):
+        vocab.setdefault(piece, len(vocab))
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab))
+    (tmp_path / "sentencepiece.bpe.model").write_bytes(model_file.read_bytes())
+    tokenizer = transformers.M2M100Tokenizer(tmp_path / "vocab.json", tmp_path / "sentencepiece.bpe.model")
+    tokenizer.save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    config = transformers.M2M100Config(
+        vocab_size=32128,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=64,
+    )
+    transformers.M2M100ForConditionalGeneration(config).save_pretrained(tmp_path)
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n")
+    assert (
+        main(["generate", str(tmp_path), "-i", str(tmp_path / "in.txt"), "--src-lang", "de", "--tgt-lang", "fr"]) == 0
+    )
+    assert capsys.readouterr().out.splitlines() == translated(tmp_path, "de", "__fr__", max_new_tokens=20)

@@ -1,12 +1,12 @@
 """The language codes of a multilingual Hugging Face tokenizer (NLLB's eng_Latn, fra_Latn, ...; mBART-50's
-en_XX), as generate's src_lang and tgt_lang name them.
+en_XX; M2M100's en, fr, ... written __en__, __fr__), as generate's src_lang and tgt_lang name them.
 
     src_lang  the code the tokenizer puts around each source (NLLB: `eng_Latn ... </s>`; legacy: at the end)
     tgt_lang  the code generation forces first after the decoder start: forced_bos_token_id, as transformers'
               translation pipeline sets it
 
-A code is one of the tokenizer's special tokens other than its roles (pad, EOS, ...), on a tokenizer that
-takes a `src_lang`; anything else is one sentence. Setting a tokenizer's src_lang changes the tokenizer
+A code is one of the tokenizer's special tokens other than its roles (pad, EOS, ...), or one of M2M100's
+table of codes, on a tokenizer that takes a `src_lang`; anything else is one sentence. Setting a tokenizer's src_lang changes the tokenizer
 itself, so `encode_in` sets it, encodes and sets it back under one lock: a server's requests in different
 languages never see each other's.
 """
@@ -31,26 +31,31 @@ def takes_languages(tokenizer) -> bool:
     return tokenizer is not None and isinstance(getattr(type(tokenizer), "src_lang", None), property)
 
 
-def language_codes(tokenizer) -> list[str]:
-    """The codes a multilingual tokenizer knows: its special tokens that play no role; [] for other tokenizers."""
+def code_tokens(tokenizer) -> dict[str, str]:
+    """Each language code a multilingual tokenizer knows -> its token: M2M100's `en` -> `__en__`
+    (lang_code_to_token), else each special token that plays no role is its own code (NLLB, mBART-50);
+    {} for other tokenizers."""
     if not takes_languages(tokenizer):
-        return []
+        return {}
+    table = getattr(tokenizer, "lang_code_to_token", None)
+    if isinstance(table, dict):
+        return dict(table)
     roles = {getattr(tokenizer, role, None) for role in ROLES}
-    return [token for token in tokenizer.all_special_tokens if token not in roles]
+    return {token: token for token in tokenizer.all_special_tokens if token not in roles}
 
 
 def language_id(tokenizer, code: str, option: str) -> int:
     """The token id of language `code`; one sentence (ConfigError) naming `option` where the tokenizer has
     no language codes or not this one."""
-    codes = language_codes(tokenizer)
+    codes = code_tokens(tokenizer)
     if not codes:
         raise ConfigError(
             f"{option} needs a multilingual tokenizer with language codes (NLLB's, mBART-50's); this one has "
             "none (in Python, pass it as generate(..., tokenizer=))"
         )
     if code not in codes:
-        raise ConfigError(f"{option} {code!r} is not a language code of this tokenizer{suggestion(code, codes)}")
-    return tokenizer.convert_tokens_to_ids(code)
+        raise ConfigError(f"{option} {code!r} is not a language code of this tokenizer{suggestion(code, list(codes))}")
+    return tokenizer.convert_tokens_to_ids(codes[code])
 
 
 def source_tokenizer(text, src_lang: str):
