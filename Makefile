@@ -16,9 +16,9 @@ $(BIN)/encdec: pyproject.toml constraints.txt
 	touch $@
 
 .PHONY: main test
-main: $(BIN)/encdec
-	$(BIN)/encdec train configs/main.yaml --out runs/main --resume
-	$(BIN)/encdec evaluate runs/main --samples 4 --max-new-tokens 48
+main: $(BIN)/encdec  # THREADS=N: torch's threads (default: the cores other processes leave free)
+	$(BIN)/encdec train configs/main.yaml --out runs/main --resume $(if $(THREADS),--threads $(THREADS))
+	$(BIN)/encdec evaluate runs/main --samples 4 --max-new-tokens 48 $(if $(THREADS),--threads $(THREADS))
 
 test: $(BIN)/encdec
 	$(BIN)/python -m pytest --device $(DEVICE) -n $(TEST_WORKERS) --dist loadfile -m "not serial"

@@ -30,6 +30,8 @@ def pytest_configure(config):
         threads = max(1, available_cores() // workers)
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)
+    else:  # one process: torch's own default, said, so runs do not choose by the load (sizing.choose_threads)
+        os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
     device = config.getoption("--device")
     if device not in DEVICES:
         raise pytest.UsageError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")

@@ -28,6 +28,7 @@ from bad_inputs_kit import TINY
 from encdec.cli import main
 from encdec.cli import size as size_command
 from encdec.errors import ConfigError
+from encdec.interop.families import FAMILIES
 from encdec.runs.run_dir import RunDir
 from encdec.training.distributed import DistInfo
 from encdec.training.run_config import load_config
@@ -214,14 +215,15 @@ def test_a_refusal_comes_alone_without_a_library_s_warning_or_progress_bar(name,
 
 
 LONG = "y" * 5000
+SUPPORTED = ", ".join(FAMILIES)  # the family table's model types, in its order
 SHAPES = {  # the command line, made in a copy of the library; what the one line must end with
     "a 5,000-character model_type": (
         lambda p: ["generate", str(hf_with(p, model_type=LONG)), "-i", str(p / "in.txt")],
-        "is not supported; supported: t5, switch_transformers, marian, pegasus, bart, mbart",
+        f"is not supported; supported: {SUPPORTED}",
     ),
     "a model_type that is a list": (
         lambda p: ["generate", str(hf_with(p, model_type=["t5"])), "-i", str(p / "in.txt")],
-        "model_type ['t5'] is not supported; supported: t5, switch_transformers, marian, pegasus, bart, mbart",
+        f"model_type ['t5'] is not supported; supported: {SUPPORTED}",
     ),
     "a 5,000-character data path": (
         lambda p: ["train", str(p / "tiny.yaml"), "--out", str(p / "out"), "--set", f"data.train=[/{LONG}]"],

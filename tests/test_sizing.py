@@ -70,3 +70,36 @@ def test_busy_cores_sees_a_process_spinning_beside_this_one():
     finally:
         spinner.kill()
     assert 0.7 <= measured <= (os.cpu_count() or 1)
+
+
+@pytest.mark.parametrize(
+    "busy, processes, chosen",
+    [(0.0, 1, 4), (1.2, 1, 3), (3.9, 1, 1), (0.0, 2, 2), (2.0, 4, 1), (None, 1, 4)],
+)
+def test_threads_not_set_are_the_cores_others_leave_free(monkeypatch, caplog, busy, processes, chosen):
+    """On 4 cores, with no OMP_NUM_THREADS: the free cores (all 4 where the system does not say), shared among
+    this machine's processes, and said."""
+    from encdec import sizing
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(sizing.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(sizing, "available_cores", lambda: 4)
+    monkeypatch.setattr(sizing, "busy_cores", lambda: busy)
+    with caplog.at_level("INFO", logger="encdec.sizing"):
+        assert sizing.choose_threads(None, "training.threads", processes=processes) == chosen
+    assert f"training.threads not set: {chosen} thread" in caplog.text
+
+
+def test_threads_asked_kept_or_given_by_omp_num_threads_are_not_chosen(monkeypatch):
+    from encdec import sizing
+
+    monkeypatch.setattr(sizing, "available_cores", lambda: 4)
+    monkeypatch.setattr(sizing, "busy_cores", lambda: 3.0)
+    monkeypatch.setattr(sizing.os, "cpu_count", lambda: 4)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert sizing.choose_threads(None, "training.threads") is None  # torch's, as OMP_NUM_THREADS says
+    assert sizing.choose_threads(2, "training.threads") == 2  # asked (and warned: 1 core is free)
+    assert sizing.choose_threads(8, "training.threads") == 4  # asked, capped at the cores
+    assert sizing.choose_threads(None, "training.threads", kept=3) == 3  # a resumed run's own
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert sizing.choose_threads(None, "training.threads", kept=3) == 3  # kept, whatever the load now

@@ -145,6 +145,32 @@ def warn_if_oversubscribed(threads: int, key: str, busy: float | None = None) ->
     return True
 
 
+def choose_threads(asked: int | None, key: str, kept: int | None = None, processes: int = 1) -> int | None:
+    """The torch threads to compute with: `asked` (capped at the cores), else `kept` (a resumed run's own, so
+    that it repeats bitwise), else, where OMP_NUM_THREADS does not say, the cores other processes leave free
+    now (busy_cores) shared among this machine's `processes`; None: leave torch's (OMP_NUM_THREADS). A count
+    above the free cores is warned about; one chosen here is said."""
+    if asked or kept:
+        threads = capped_to_cores(asked, key) if asked else min(kept, available_cores())
+        warn_if_oversubscribed(threads, key)
+        return threads
+    if os.environ.get("OMP_NUM_THREADS"):
+        return None
+    busy = busy_cores()
+    cores = available_cores()
+    free = cores if busy is None else max(1, min(cores, round((os.cpu_count() or 1) - busy)))
+    threads = max(1, free // max(1, processes))
+    log.info(
+        "%s not set: %d thread%s, the cores other processes leave free (%s busy of %d)",
+        key,
+        threads,
+        "" if threads == 1 else "s",
+        "unknown" if busy is None else f"{busy:.1f}",
+        os.cpu_count() or 1,
+    )
+    return threads
+
+
 def capped_to_cores(value: int, key: str) -> int:
     """`value` threads or processes, capped at the cores with one warning naming `key`: more than the
     machine has only contend for the same cores."""

@@ -165,6 +165,14 @@ def test_bleu_chrf_and_ter_in_the_report_are_sacrebleus_on_the_written_predictio
     assert saved["scores"]["chrf"] == pytest.approx(sacrebleu.corpus_chrf(outputs, streams).score)
     assert saved["scores"]["ter"] == pytest.approx(sacrebleu.corpus_ter(outputs, streams).score)
     assert any(outputs)  # something was generated: the scores are not those of empty outputs
+    # each with the signature sacrebleu gives it (2 references in some streams: nrefs:var), in eval.md too
+    from sacrebleu.metrics import BLEU, CHRF, TER
+
+    for name, metric in {"bleu": BLEU(), "chrf": CHRF(), "ter": TER()}.items():
+        metric.corpus_score(outputs, streams)
+        assert saved["data"]["sacrebleu_signatures"][name] == str(metric.get_signature())
+    assert "nrefs:var|case:mixed|eff:no|tok:13a|smooth:exp|version:" in saved["data"]["sacrebleu_signatures"]["bleu"]
+    assert f"BLEU signature: {saved['data']['sacrebleu_signatures']['bleu']}" in (out / "eval.md").read_text()
 
 
 def test_a_run_scores_a_test_file_in_its_format_into_its_eval_directory(mt_run, capsys):

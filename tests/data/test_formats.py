@@ -34,7 +34,7 @@ SAMPLES = {
         {"source_field": "src", "target_field": "tgt", "source_list": "join", "target_list": "each"}
         | {"list_separator": " / "},
     ),
-    "tsv": (["".join(f"{s}\t{s.upper()}\n" for s in STORIES)], {}),
+    "tsv": (["source\ttarget\n" + "".join(f"{s}\t{s.upper()}\n" for s in STORIES)], {"header": True}),
     "parallel": (["\n".join(STORIES) + "\n", "\n".join(s.upper() for s in STORIES) + "\n"], {}),
 }
 NOT_DEFAULT = {  # a value other than ReaderOptions' default for each option (one a config can be seen to set)
@@ -44,6 +44,7 @@ NOT_DEFAULT = {  # a value other than ReaderOptions' default for each option (on
     "source_list": "first",
     "target_list": "each",
     "list_separator": " / ",
+    "header": True,
 }
 
 
@@ -57,7 +58,9 @@ def sample_files(fmt: str, root: Path) -> list[Path]:
 
 
 def flags(options: dict) -> list[str]:
-    return [part for name, value in options.items() for part in ("--" + name.replace("_", "-"), value)]
+    switches = ["--" + name.replace("_", "-") for name, value in options.items() if value is True]
+    given = {name: value for name, value in options.items() if not isinstance(value, bool)}
+    return switches + [part for name, value in given.items() for part in ("--" + name.replace("_", "-"), value)]
 
 
 def run_config(fmt: str, paths: list[Path], options: dict) -> RunConfig:
@@ -136,9 +139,13 @@ def taker_list(name: str) -> str:
     return " or ".join(f.name for f in FORMATS.values() if name in f.options)
 
 
-def test_the_datasets_format_takes_every_option_in_a_config_and_is_no_command_s_file_format(tmp_path, capsys):
-    data = {"format": "datasets", "dataset": "org/name", **NOT_DEFAULT}
+def test_the_datasets_format_takes_every_field_option_in_a_config_and_is_no_command_s_file_format(tmp_path, capsys):
+    """Every option that names or joins a record's fields; a file's header line is no dataset's."""
+    fields = {name: value for name, value in NOT_DEFAULT.items() if name != "header"}
+    data = {"format": "datasets", "dataset": "org/name", **fields}
     assert read(RunConfig, {"data": data, "objective": {"kind": "seq2seq"}}).data.source_list == "first"
+    with pytest.raises(ConfigError, match="data.header applies to data.format tsv, not datasets"):
+        read(RunConfig, {"data": {**data, "header": True}, "objective": {"kind": "seq2seq"}})
     assert "datasets" not in FILE_FORMATS
     (tmp_path / "f.txt").write_text("x\n")
     for argv in (

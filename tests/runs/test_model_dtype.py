@@ -20,9 +20,7 @@ TOLERANCE = {torch.bfloat16: 0.06, torch.float16: 0.01}
 
 def hf_t5(path, dtype: torch.dtype, drop_dtype_key: bool = False):
     torch.manual_seed(0)
-    config = T5Config(
-        vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_heads=4, decoder_start_token_id=0
-    )
+    config = T5Config(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_heads=4, decoder_start_token_id=0)
     model = T5ForConditionalGeneration(config).eval().to(dtype)
     model.save_pretrained(path)
     if drop_dtype_key:  # a config.json written before transformers recorded the dtype

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from encdec.cli.held import library_output_held
+from encdec.cli.threads import add_threads_option, use_threads
 from encdec.errors import ConfigError, EncdecError
 
 # subcommand -> (its module in encdec.cli, its help); modules are named for what they hold where the word means
@@ -80,7 +81,9 @@ class Commands:
         self.subparsers = subparsers
 
     def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
-        return self.subparsers.add_parser(name, help=SUBCOMMANDS[name][1], **kwargs)
+        parser = self.subparsers.add_parser(name, help=SUBCOMMANDS[name][1], **kwargs)
+        add_threads_option(parser, name)  # --threads on every command that computes
+        return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 argv = sys.argv[1:] if argv is None else argv
                 args = build_parser(argv).parse_args(argv)
             logging.basicConfig(level=log_level(args.verbose), format="%(message)s")
+            use_threads(args)
             return args.func(args) or 0
         except EncdecError as error:
             held.drop()

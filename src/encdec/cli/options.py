@@ -30,12 +30,16 @@ def add_reader_options(parser: argparse.ArgumentParser, default: str = "") -> No
     for option in dataclasses.fields(ReaderOptions):
         takers = " / ".join(name for name in FILE_FORMATS if option.name in FORMATS[name].options)
         flag = flag_of(option.name)
+        said = f"{takers}: {option.metadata['help']}"
+        if option.type is bool:  # a switch: given, True; not given, None (the config's or the default, False)
+            parser.add_argument(flag, dest=option.name, action="store_const", const=True, default=None, help=said)
+            continue
         parser.add_argument(
             flag,
             dest=option.name,
             type=field_type(ReaderOptions, option.name, flag),
             default=None,
-            help=f"{takers}: {option.metadata['help']} (default: {default}{option.default!r})",
+            help=f"{said} (default: {default}{option.default!r})",
         )
 
 

@@ -7,6 +7,7 @@ would), and a failure is one sentence, where torchrun adds its own traceback.
 """
 
 import os
+import re
 import shlex
 import signal
 from pathlib import Path
@@ -35,6 +36,13 @@ def add_parser(subparsers):
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
     parser.add_argument(
+        "--max-time",
+        type=duration,
+        metavar="TIME",
+        help="training.max_time: stop after this much training (90s, 15m, 1h30m, 1:30:00 or seconds), "
+        "evaluated and saved",
+    )
+    parser.add_argument(
         "--nproc-per-node",
         type=whole_number(1, MAX_NPROC, "--nproc-per-node"),
         default=1,
@@ -44,7 +52,26 @@ def add_parser(subparsers):
     parser.set_defaults(func=run)
 
 
+def duration(text: str) -> str:
+    """A time budget as seconds (text), from 90s, 15m, 1h30m, 1:30:00 or a number of seconds; else one sentence.
+    The run config's training.max_time then bounds it (schema)."""
+    words = text.strip().lower()
+    match = re.fullmatch(r"(?:(\d{1,5})h)?(?:(\d{1,7})m)?(?:(\d{1,9}(?:\.\d{1,6})?)s)?", words)
+    if match and words:
+        hours, minutes, seconds = (float(x) if x else 0.0 for x in match.groups())
+        return f"{hours * 3600 + minutes * 60 + seconds:g}"
+    clock = re.fullmatch(r"(\d{1,5}):(\d{2}):(\d{2})", words)
+    if clock:
+        hours, minutes, seconds = (int(x) for x in clock.groups())
+        return str(hours * 3600 + minutes * 60 + seconds)
+    if re.fullmatch(r"\d{1,9}(\.\d{1,6})?", words):
+        return words
+    raise ConfigError(f"--max-time must be a duration such as 90s, 15m, 1h30m, 1:30:00 or seconds, got {text[:40]!r}")
+
+
 def run(args) -> int:
+    if args.max_time is not None:
+        args.set = [*args.set, f"training.max_time={args.max_time}"]
     cfg = load_config(args.config, args.set)
     if args.accept_changes and not args.resume:
         raise ConfigError("--accept-changes goes with --resume")
@@ -63,7 +90,12 @@ def run(args) -> int:
         f"{result.parameters:,} parameters"
     )
     if result.val_loss is not None:
-        print(f"train loss {result.train_loss:.4f}, validation loss {result.val_loss:.4f}")
+        print(
+            f"at step {result.eval_step} (its last evaluation): train loss {result.train_loss:.4f}, "
+            f"validation loss {result.val_loss:.4f}"
+        )
+    if result.out_of_time:
+        print(f"stopped at step {result.steps}: training.max_time reached; evaluated and saved")
     if result.early_stopped:
         print(
             f"stopped early at step {result.steps}: training.early_stopping_patience evaluations without a "

@@ -273,13 +273,15 @@ def iter_parallel(source_path: str | Path, target_path: str | Path) -> Iterator[
     return _require_some(pairs(), source_path, "lines")
 
 
-def iter_tsv_pairs(path: str | Path, source_column: int = 0, target_column: int = 1) -> Iterator[tuple[str, str]]:
-    """(source, target) columns of a tab-separated file."""
+def iter_tsv_pairs(
+    path: str | Path, source_column: int = 0, target_column: int = 1, header: bool = False
+) -> Iterator[tuple[str, str]]:
+    """(source, target) columns of a tab-separated file; with `header`, its first line (column names) skipped."""
 
     def pairs() -> Iterator[tuple[str, str]]:
         need = max(source_column, target_column) + 1
         for number, line in iter_lines(path):
-            if not line.strip():
+            if not line.strip() or (header and number == 1):
                 continue
             columns = line.split("\t")
             if len(columns) < need:

@@ -60,10 +60,12 @@ class ReaderOptions:
     list_separator: Annotated[str, Satisfies(short_text, f"a text of at most {MAX_SEPARATOR_CHARS} characters")] = (
         field(default=" ", metadata=_help("what joins a list's items"))
     )
+    header: bool = field(default=False, metadata=_help("the first line of each file names its columns: skip it"))
 
 
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(ReaderOptions))
 OPTION_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ReaderOptions)}
+FIELD_OPTIONS = tuple(name for name in OPTION_NAMES if name != "header")  # a record's fields; a file's lines aside
 PAIR_OPTIONS = ("source_field", "target_field", "source_list", "target_list", "list_separator")
 
 
@@ -89,9 +91,9 @@ FORMATS: dict[str, Format] = {
         Format("instruct-records", iter_instruct_record_texts, False, "TinyStoriesInstruct records, whole"),
         Format("instruct", iter_instruct_pairs, True, "TinyStoriesInstruct records: (story, summary) pairs"),
         Format("jsonl-pairs", iter_jsonl_pairs, True, "one JSON object a line", PAIR_OPTIONS),
-        Format("tsv", iter_tsv_pairs, True, "source<TAB>target a line"),
+        Format("tsv", iter_tsv_pairs, True, "source<TAB>target a line", ("header",)),
         Format("parallel", iter_parallel, True, "two files of aligned lines: source, target", files=2),
-        Format("datasets", None, None, "a `datasets` dataset (data.dataset)", OPTION_NAMES),
+        Format("datasets", None, None, "a `datasets` dataset (data.dataset)", FIELD_OPTIONS),
     )
 }
 FILE_FORMATS = tuple(name for name, f in FORMATS.items() if f.read is not None)  # what a command reads

@@ -29,7 +29,7 @@ from encdec.evaluation.encoding import TextEncoding
 from encdec.evaluation.generated import generate_texts
 from encdec.evaluation.likelihood import NLL, file_nll
 from encdec.evaluation.report import perplexity, write_predictions, write_report
-from encdec.evaluation.text_metrics import rot5_lemmas, score_texts
+from encdec.evaluation.text_metrics import rot5_lemmas, scored_texts
 
 
 @dataclass
@@ -82,7 +82,10 @@ def generated_scores(
     generated = generate_texts(model, text, inputs, batch_size, progress=progress, **options)
     for example, prediction in zip(examples, generated.predictions):
         example.prediction = prediction
-    evaluation = Evaluation(score_texts(generated.predictions, references, rot5_preprocessing), examples=examples)
+    scores, signatures = scored_texts(generated.predictions, references, rot5_preprocessing)
+    evaluation = Evaluation(scores, examples=examples)
+    evaluation.counts["sacrebleu_signatures"] = signatures  # how BLEU, chrF and TER were computed
+    evaluation.notes.append(f"BLEU signature: {signatures['bleu']}")
     if lead:
         evaluation.baseline = lead_scores(inputs, references, rot5_preprocessing)
     if rot5_preprocessing:  # which lemmas produced the ROUGE figures: WordNet's (ROT5's) or Porter's stems

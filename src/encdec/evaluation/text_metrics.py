@@ -23,13 +23,14 @@ import logging
 import re
 from collections.abc import Callable
 
-import sacrebleu
 from rouge_score import rouge_scorer
+from sacrebleu.metrics import BLEU, CHRF, TER
 
 from encdec.errors import DataError
 
 log = logging.getLogger(__name__)
 
+SACREBLEU = {"bleu": BLEU, "chrf": CHRF, "ter": TER}  # sacrebleu's defaults: 13a, exp smoothing; 6-grams, beta 2
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")  # rougeLsum: summary-level LCS over "\n"-split sentences
 
 # NLTK's English stopword list (nltk.corpus.stopwords.words("english"), 179 words)
@@ -122,22 +123,28 @@ def rouge(
     return {key: 100 * total / len(predictions) for key, total in totals.items()}
 
 
+def corpus_score(metric: str, predictions: list[str], references: References) -> tuple[float, str]:
+    """sacrebleu's corpus `metric` ("bleu", "chrf" or "ter") and its signature, the string that says how it
+    was computed (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.5.1), as papers report it."""
+    check_pairs(predictions, references)
+    scorer = SACREBLEU[metric]()
+    score = scorer.corpus_score(predictions, reference_streams(references)).score
+    return score, str(scorer.get_signature())
+
+
 def bleu(predictions: list[str], references: References) -> float:
     """sacrebleu's corpus BLEU (13a tokenisation, every reference of each prediction)."""
-    check_pairs(predictions, references)
-    return sacrebleu.corpus_bleu(predictions, reference_streams(references)).score
+    return corpus_score("bleu", predictions, references)[0]
 
 
 def chrf(predictions: list[str], references: References) -> float:
     """sacrebleu's corpus chrF (character 6-grams, beta 2)."""
-    check_pairs(predictions, references)
-    return sacrebleu.corpus_chrf(predictions, reference_streams(references)).score
+    return corpus_score("chrf", predictions, references)[0]
 
 
 def ter(predictions: list[str], references: References) -> float:
     """sacrebleu's corpus TER: edits per reference word (x100), lower is better."""
-    check_pairs(predictions, references)
-    return sacrebleu.corpus_ter(predictions, reference_streams(references)).score
+    return corpus_score("ter", predictions, references)[0]
 
 
 def exact_match(predictions: list[str], references: References) -> float:
@@ -149,10 +156,14 @@ def exact_match(predictions: list[str], references: References) -> float:
 
 def score_texts(predictions: list[str], references: References, rot5_preprocessing: bool = False) -> dict[str, float]:
     """Every metric at once: rouge1, rouge2, rougeL, rougeLsum, bleu, chrf, ter (lower is better), exact_match."""
-    return {
-        **rouge(predictions, references, rot5_preprocessing),
-        "bleu": bleu(predictions, references),
-        "chrf": chrf(predictions, references),
-        "ter": ter(predictions, references),
-        "exact_match": exact_match(predictions, references),
-    }
+    return scored_texts(predictions, references, rot5_preprocessing)[0]
+
+
+def scored_texts(
+    predictions: list[str], references: References, rot5_preprocessing: bool = False
+) -> tuple[dict[str, float], dict[str, str]]:
+    """score_texts' scores and the sacrebleu signature of each of BLEU, chrF and TER."""
+    scores, signatures = rouge(predictions, references, rot5_preprocessing), {}
+    for metric in SACREBLEU:
+        scores[metric], signatures[metric] = corpus_score(metric, predictions, references)
+    return scores | {"exact_match": exact_match(predictions, references)}, signatures

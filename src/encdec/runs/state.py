@@ -19,6 +19,7 @@ from encdec.runs.run_dir import CheckpointDir
 from encdec.schema import Count, Positive, Range, read
 
 MAX_STEPS = 10**9  # the most steps a run config asks for, and so a checkpoint's step
+MAX_THREADS = 4096  # the most threads a run config asks for (training.threads), and so a checkpoint's
 
 
 @dataclass
@@ -30,6 +31,9 @@ class TrainState:
     elapsed: Annotated[float, Range(0)] = 0.0  # seconds of training, summed over resumes
     best_val: float | None = None  # the best score of output.best_by (val_loss, or minus the metric)
     evals_since_best: Count = 0  # evaluations since best_val improved (early stopping)
+    # the torch CPU threads it computes with, chosen at its start (sizing.choose_threads) and kept on resume, as
+    # sums split among threads round differently; None in checkpoints from before it was kept
+    threads: Annotated[int, Range(1, MAX_THREADS)] | None = None
 
 
 @dataclass

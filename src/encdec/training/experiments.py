@@ -209,6 +209,8 @@ class SummaryFile:
     tokens_per_s: Annotated[float, Range(0, 10**12)]
     interrupted: bool = False
     early_stopped: bool = False
+    out_of_time: bool = False
+    eval_step: Count | None = None
     signal: int | None = None
     is_main: bool = True
 

@@ -184,6 +184,9 @@ class DistillSection:
     temperature: Annotated[float, Range(0, 1000, above=True)] = 2.0  # softens both distributions; T^2 keeps gradients
 
 
+Seconds = Annotated[float, Range(1, 1e8, says="from 1 to 100,000,000 seconds")]  # a time budget or interval
+
+
 @dataclass
 class TrainingSection:
     steps: Annotated[int, Range(1, MAX_STEPS)] = 1000
@@ -201,7 +204,9 @@ class TrainingSection:
     deterministic: bool = False  # bitwise-repeatable GPU runs (torch's deterministic algorithms; slower)
     data_workers: Annotated[int, Range(0, MAX_PROCESSES)] | None = None  # None: 2 beside a GPU, 0 on a CPU
     distributed: Literal[DISTRIBUTED] = "ddp"  # under torchrun: ddp or fsdp
-    threads: Annotated[int, Range(1, MAX_PROCESSES)] | None = None  # torch CPU threads (above the cores: capped)
+    # torch CPU threads (above the cores: capped); None: the cores other processes leave free when the run starts,
+    # kept by its resumes (runs.state.TrainState.threads)
+    threads: Annotated[int, Range(1, MAX_PROCESSES)] | None = None
     peak_tflops: Annotated[float, Range(0, 1e9, above=True)] | None = None  # for the logged MFU; None: data sheet
     early_stopping_patience: Count = 0  # stop after this many evaluations without a better best_by (0: never)
     init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
@@ -210,11 +215,14 @@ class TrainingSection:
     train_only: TRAIN_ONLY = field(default_factory=list)
     ema_decay: Annotated[float, Range(0, 1, below=True)] | None = None  # a moving average of the weights; None/0: off
     ema_eval: bool = False  # evaluate (and choose `best` by) the moving average instead of the live weights
+    # seconds of training (summed over resumes) after which the run evaluates, saves and stops; None: steps alone
+    max_time: Seconds | None = None
 
 
 @dataclass
 class EvaluationSection:
     interval: Positive = 100  # every N steps (est_interval)
+    interval_time: Seconds | None = None  # and every so many seconds of training; None: steps alone
     steps: Annotated[int, Range(1, MAX_STEPS)] = 10  # over M batches of train and validation (est_steps)
     generate: Annotated[int, Range(0, MAX_BATCH)] = 0  # validation examples generated and scored each time (0: none)
     metric: Literal[METRICS] = "rougeL"  # what those generations are scored by
@@ -226,6 +234,7 @@ class EvaluationSection:
 class OutputSection:
     log_interval: Positive = 10
     save_interval: Count = 0  # 0: save at every evaluation
+    save_interval_time: Seconds | None = None  # and every so many seconds of training; None: steps alone
     keep_last: Positive = 2
     plot: bool = True
     best_by: Literal["val_loss", "metric"] = "val_loss"  # lowest val_loss, or highest evaluation.metric ("metric")

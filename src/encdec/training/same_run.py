@@ -19,16 +19,19 @@ from encdec.training.run_config import RunConfig
 SAFE = frozenset(
     {
         "training.steps",
+        "training.max_time",
         "training.threads",
         "training.data_workers",
         "training.device",
         "training.compile",
         "training.peak_tflops",
         "evaluation.interval",
+        "evaluation.interval_time",
         "evaluation.steps",
         "evaluation.generate",
         "output.log_interval",
         "output.save_interval",
+        "output.save_interval_time",
         "output.keep_last",
         "output.plot",
     }

@@ -23,7 +23,7 @@ from encdec.runs.load import read_generation
 from encdec.runs.model_section import build_model_config
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.state import TrainState, check_rng_states, read_saved_state
-from encdec.sizing import capped_to_cores, warn_if_oversubscribed
+from encdec.sizing import choose_threads
 from encdec.training import distributed
 from encdec.training.distill import Teacher, find_teacher, load_teacher, teacher_bytes
 from encdec.training.ema import WeightAverage
@@ -109,12 +109,14 @@ def starting_point(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bo
 
 def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info: distributed.DistInfo) -> Training:
     """Tokenizer, data, model, optimizer and training state, new or as the latest checkpoint left them."""
-    if cfg.training.threads:
-        torch.set_num_threads(capped_to_cores(cfg.training.threads, "training.threads"))
-    if info.device.type == "cpu" and info.is_main:
-        warn_if_oversubscribed(torch.get_num_threads(), "training.threads")
     start = starting_point(cfg, run, resume, accept_changes)
     cfg, parts = start.cfg, start.parts
+    saved = read_saved_state(parts["state"], start.checkpoint) if parts is not None else None
+    kept = saved.train.threads if saved is not None else None
+    processes = distributed.read_layout().local_world_size  # the processes sharing this machine's cores
+    threads = choose_threads(cfg.training.threads, "training.threads", kept, processes)
+    if threads is not None:
+        torch.set_num_threads(threads)
     check_processes(cfg, info.world_size)  # what the loop would refuse, before anything is read, written or warned
     check_step_size(cfg)  # before any data is read
     found_teacher = find_teacher(cfg, start.checkpoint)  # a bad teacher is refused before the run directory is made
@@ -140,10 +142,10 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         load_state(model, parts["model"], f"{start.checkpoint.model} does not fit the model this config builds")
     if parts is None or cfg.lora is None:
         apply_lora(model, cfg.lora, cfg.training.train_only)  # where the config asks for them
-    if parts is not None:
-        saved = read_saved_state(parts["state"], start.checkpoint)
+    if saved is not None:
         state = saved.train
         data.train.load_state_dict(asdict(saved.data))
+    state.threads = torch.get_num_threads()  # what a resume computes with again
     model.to(info.device)
     if cfg.training.activation_checkpointing:
         log.info(

@@ -1,7 +1,9 @@
 """The per-step records of a training run: losses kept on the device and read in one transfer per
 log interval, then written to metrics.jsonl (and TensorBoard) with the interval's rates."""
 
+import datetime
 import math
+import sys
 import time
 
 import torch
@@ -30,8 +32,12 @@ class StepLog:
         state: TrainState,
         device: torch.device,
         peak_tflops: float | None = None,
+        print_progress_of: int | None = None,
     ):
+        """`print_progress_of`: the run's steps, where a progress line is printed to stderr at each flush, in the
+        bar's place (stderr is no terminal, so the bar is off: `2> log`); None: the bar alone."""
         self.metrics, self.bar, self.state, self.device = metrics, bar, state, device
+        self.total_steps = print_progress_of
         self.peak_flops = peak_tflops * 1e12 if peak_tflops else None
         self.pending: list[tuple[int, torch.Tensor, int, dict, float]] = []
         self.flops: float | None = 0.0  # the pending steps' matmul FLOPs; None once a step's are unknown
@@ -95,9 +101,26 @@ class StepLog:
             host = {n: v for n, v in aux.items() if n not in names}  # host numbers (fill) as they are
             self.metrics.write({**record, **dict(zip(names, row[1:], strict=True)), **host})
         self.bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{tokens_per_s:,.0f}")
+        if self.total_steps is not None:
+            print(progress_line(record, seconds / len(self.pending), self.total_steps), file=sys.stderr, flush=True)
         diverged = next((step for (step, *_), row in zip(self.pending, values) if not math.isfinite(row[0])), None)
         self.pending.clear()
         self.flops = 0.0
         self.flushed_elapsed = elapsed
         self.interval_started = now
         return diverged
+
+
+def progress_line(record: dict, seconds_per_step: float, total_steps: int) -> str:
+    """A step's figures as the Hugging Face Trainer prints its logs off a terminal, a Python dict a line:
+    {'step': 120, 'loss': 4.1234, 'learning_rate': 0.0012, 'seconds_per_step': 0.52, ...}."""
+    left = max(total_steps - record["step"], 0) * seconds_per_step
+    figures = {
+        "step": record["step"],
+        "loss": round(record["loss"], 4),
+        "learning_rate": float(f"{record['lr']:.3g}"),
+        "seconds_per_step": round(seconds_per_step, 3),
+        "tokens_per_second": round(record["tokens_per_s"]),
+        "time_left": str(datetime.timedelta(seconds=round(left))),
+    }
+    return str(figures)

@@ -3,8 +3,10 @@
     set_up:         build tokenizer, data, model, optimizer (or restore them from the latest
                     checkpoint) into one `Training`
     run_loop, for each step:  lr from the schedule; grad-accumulated micro-batches; clip; AdamW
-                    every `output.log_interval` steps read the losses and log them;
-                    every `evaluation.interval` steps evaluate and checkpoint
+                    every `output.log_interval` steps read the losses and log them (and, where
+                    stderr is no terminal, print a progress line in the bar's place);
+                    every `evaluation.interval` steps (or `interval_time` seconds) evaluate and
+                    checkpoint; past `training.max_time` seconds evaluate, checkpoint and stop
     at the end:     the curves as a PNG
 
 The device never waits on the host inside a step: batches are built ahead by
@@ -67,6 +69,8 @@ class TrainResult:
     tokens_per_s: float
     interrupted: bool = False
     early_stopped: bool = False
+    out_of_time: bool = False  # stopped by training.max_time (after its evaluation and checkpoint)
+    eval_step: int | None = None  # the step of the evaluation train_loss and val_loss come from
     signal: int | None = None  # the signal that stopped the run, if one did
     is_main: bool = True  # False on the other processes under torchrun
     history: list = field(default_factory=list)
@@ -109,6 +113,40 @@ class StopRequest:
         return self.stopped
 
 
+class Clock:
+    """What time asks of the loop after a step: training.max_time reached, an evaluation or a checkpoint due by
+    evaluation.interval_time / output.save_interval_time (seconds of training, over resumes). With several
+    processes they are decided every log interval and all together (one all-reduce), as a signal is."""
+
+    def __init__(self, cfg: RunConfig, elapsed: float):
+        self.budget = cfg.training.max_time
+        self.eval_every, self.save_every = cfg.evaluation.interval_time, cfg.output.save_interval_time
+        self.last_eval = self.last_save = elapsed
+
+    @property
+    def timed(self) -> bool:
+        return any(x is not None for x in (self.budget, self.eval_every, self.save_every))
+
+    def due(self, step: int, elapsed: float, info: distributed.DistInfo, every: int) -> tuple[bool, bool, bool]:
+        """(out of time, an evaluation due, a checkpoint due) after `step`, at `elapsed` seconds."""
+        if not self.timed or (info.enabled and step % every):
+            return False, False, False
+        flags = [
+            self.budget is not None and elapsed >= self.budget,
+            self.eval_every is not None and elapsed - self.last_eval >= self.eval_every,
+            self.save_every is not None and elapsed - self.last_save >= self.save_every,
+        ]
+        if info.enabled:  # rank 0's clock and the others' differ a little: any one's due makes all due
+            flags = distributed.all_reduce_max(torch.tensor(flags, device=info.device).long(), info).tolist()
+        return tuple(bool(f) for f in flags)
+
+    def evaluated(self, elapsed: float) -> None:
+        self.last_eval = elapsed
+
+    def saved(self, elapsed: float) -> None:
+        self.last_save = elapsed
+
+
 def train(cfg: RunConfig, run_dir: str | Path, resume: bool = False, accept_changes: bool = False) -> TrainResult:
     """Train `cfg` into `run_dir`; `resume` continues its latest checkpoint, refusing a changed config
     (see same_run.py) unless `accept_changes`."""
@@ -133,11 +171,13 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
     batches = batch_stream(t.data.train, rows, info.device, cfg.training.data_workers)
     bar = tqdm(
         total=cfg.training.steps, initial=state.step, disable=None if info.is_main else True, desc="train", unit="step"
-    )  # None: off where stderr is not a terminal (logs, pipes)
+    )  # None: off where stderr is not a terminal (logs, pipes), where StepLog prints progress lines instead
     peak = training_peak_tflops(info.device, t.precision, cfg.training.peak_tflops)
-    losses = StepLog(t.metrics, bar, state, info.device, peak)
-    last_eval = None
-    early_stopped = False
+    text_progress = info.is_main and bar.disable  # rank 0, its stderr no terminal
+    losses = StepLog(t.metrics, bar, state, info.device, peak, cfg.training.steps if text_progress else None)
+    clock = Clock(cfg, state.elapsed)
+    last_eval, eval_step = None, None
+    early_stopped = out_of_time = False
     scorer = GeneratedScores(cfg, t.data.tokenizer, t.model, t.generation) if cfg.evaluation.generate else None
     save_every = cfg.output.save_interval or cfg.evaluation.interval
     while state.step < cfg.training.steps:
@@ -161,9 +201,11 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
         losses.add(state.step, ce_sum, n_tokens, aux, lr, flops)
         bar.update(1)
 
+        out_of_time, eval_due, save_due = clock.due(state.step, losses.elapsed(), info, cfg.output.log_interval)
         evaluate_now = state.step % cfg.evaluation.interval == 0 or state.step == cfg.training.steps
+        evaluate_now = evaluate_now or eval_due or out_of_time
         stopping = stop.now(state.step, info, cfg.output.log_interval)
-        save_now = evaluate_now or state.step % save_every == 0 or stopping
+        save_now = evaluate_now or state.step % save_every == 0 or stopping or save_due
         if save_now or state.step % cfg.output.log_interval == 0 or state.step == 1:
             diverged = losses.flush()  # the one host sync of these steps
             if diverged is not None:
@@ -172,7 +214,8 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
                     "setting such as norm_eps that divides by zero); the last checkpoint saved is kept"
                 )
         if evaluate_now:
-            last_eval = _evaluation(t, scorer, amp)
+            last_eval, eval_step = _evaluation(t, scorer, amp), state.step
+            clock.evaluated(losses.elapsed())
             t.metrics.write({"kind": "eval", "step": state.step, **last_eval})
             log.info("step %d: train %.4f, validation %.4f", state.step, last_eval["train_loss"], last_eval["val_loss"])
         if save_now:
@@ -184,10 +227,18 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
                 state.best_val = score
             state.elapsed = losses.elapsed()
             _save(t, evaluate_now and is_best)
+            clock.saved(losses.elapsed())
         if evaluate_now or save_now:
             losses.restart_interval()  # tokens/s counts training time only
         if stopping:
             log.warning("stopped by signal at step %d; checkpoint saved", state.step)
+            break
+        if out_of_time:
+            log.warning(
+                "stopped at step %d: training.max_time (%g s) reached; evaluated and saved",
+                state.step,
+                cfg.training.max_time,
+            )
             break
         patience = cfg.training.early_stopping_patience
         if evaluate_now and patience and state.evals_since_best >= patience:
@@ -200,8 +251,8 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
     bar.close()
     t.metrics.close()
     if last_eval is None and state.step >= cfg.training.steps:  # resumed at its end (a lost summary): its figures
-        last_eval = _evaluation(t, scorer, amp)  # again, the same as its last evaluation's (fresh, seeded batches)
-    return _finish(t, last_eval, stop, early_stopped)
+        last_eval, eval_step = _evaluation(t, scorer, amp), state.step  # again, as its last evaluation's were
+    return _finish(t, last_eval, eval_step, stop, early_stopped, out_of_time)
 
 
 def _evaluation(t: Training, scorer: GeneratedScores | None, amp: AbstractContextManager) -> dict:
@@ -225,7 +276,14 @@ def compare_to_best(score: float | None, best: float | None) -> tuple[bool, bool
     return score <= best, score < best
 
 
-def _finish(t: Training, last_eval: dict | None, stop: StopRequest, early_stopped: bool) -> TrainResult:
+def _finish(
+    t: Training,
+    last_eval: dict | None,
+    eval_step: int | None,
+    stop: StopRequest,
+    early_stopped: bool,
+    out_of_time: bool,
+) -> TrainResult:
     """The run's result; on rank 0 also its curves and, unless interrupted, summary.json."""
     run, state, info = t.run, t.state, t.info
     history = read_metrics(run.metrics) if info.is_main else []
@@ -243,6 +301,8 @@ def _finish(t: Training, last_eval: dict | None, stop: StopRequest, early_stoppe
         tokens_per_s=state.tokens / max(state.elapsed, 1e-9),
         interrupted=stop.stopped,
         early_stopped=early_stopped,
+        out_of_time=out_of_time,
+        eval_step=eval_step if last_eval else None,
         signal=stop.signal,
         is_main=info.is_main,
         history=history,
