@@ -10,6 +10,7 @@ V = 97
 FAMILIES = {  # name -> (preset, overrides)
     "t5": ("t5-tiny", {}),
     "t5-v1.1": ("t5-v1.1-tiny", {}),
+    "umt5": ("t5-v1.1-tiny", dict(relative_bias_per_layer=True)),
     "rot5": ("rot5-tiny", {}),
     "rot5-prepended": ("rot5-tiny", dict(rope_cross="prepended")),
     "rot5-moe": ("rot5-tiny", dict(n_experts=4)),

@@ -33,7 +33,7 @@ def eager_fixed_state(model, src, mask, max_new_tokens: int, beams: int) -> Fixe
 
 
 @pytest.mark.parametrize(
-    "family", ["t5", "t5-v1.1", "rot5", "rot5-prepended", "rot5-moe", "transformer-post", "transformer-pre"]
+    "family", ["t5", "t5-v1.1", "umt5", "rot5", "rot5-prepended", "rot5-moe", "transformer-post", "transformer-pre"]
 )
 def test_fixed_step_equals_eager_step(family):
     torch.manual_seed(0)
@@ -163,10 +163,11 @@ def test_cuda_graph_generate_equals_eager(mode, caplog):
     assert all(s.runner.graph is not None for s in model._fixed_steps.values())
 
 
-@pytest.mark.parametrize("family", ["t5", "rot5", "rot5-prepended", "transformer-post"])
+@pytest.mark.parametrize("family", ["t5", "umt5", "rot5", "rot5-prepended", "transformer-post"])
 def test_the_fixed_step_is_one_graph(family):
     """Traced whole (fullgraph=True, no graph break): no host read of a device value, no Python branch on
     one, which is also what capturing it in a CUDA graph needs. The eager backend: tracing only."""
+    torch._dynamo.reset()  # each family traced afresh: dynamo's recompile limit counts every test's FixedStep.run
     torch.manual_seed(0)
     model = tiny(family)
     src, mask = padded_batch(3, 11)

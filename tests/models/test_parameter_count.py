@@ -117,6 +117,7 @@ def family_configs(draw) -> ModelConfig:
         "embedding_norm": draw(st.booleans()),
         "relative_buckets": draw(st.integers(4, 8)),
         "relative_max_distance": draw(st.integers(5, 20)),
+        "relative_bias_per_layer": draw(st.booleans()),
         "rope_cross": draw(st.sampled_from(["relative", "none"] if causal else ["relative", "prepended", "none"])),
         "tie_embeddings": draw(st.booleans()),
         "n_experts": draw(st.integers(1, 3)),
@@ -125,6 +126,7 @@ def family_configs(draw) -> ModelConfig:
         "moe_activation": draw(st.sampled_from(["relu", "gelu", "swiglu"])),
         "rnn_cell": draw(st.sampled_from(["gru", "lstm"])),
         "rnn_attention": draw(st.booleans()),
+        "hf_model_type": draw(st.sampled_from([None, "mt5"])),
         "dropout": 0.0,
     }
     if family in ("ar_encdec", "parallel_encdec"):
@@ -134,6 +136,8 @@ def family_configs(draw) -> ModelConfig:
         values["research"] = research
     if values["position"] != "rope":
         values.pop("rope_cross")
+    if values["position"] != "relative":
+        values.pop("relative_bias_per_layer")
     if family == "rnn_seq2seq":
         values["n_decoder_layers"] = None
     values = {k: v for k, v in values.items() if k not in UNUSED_BY_FAMILY[family]}

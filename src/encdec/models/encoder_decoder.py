@@ -5,7 +5,7 @@ Marian and BART layouts of Hugging Face checkpoints.
     tgt_ids -> embed (+ positions) -> [DecoderBlock(memory)] x N_dec -> norm -> head -> logits
 
 The variants differ only in what the config selects: position scheme (sinusoidal,
-learned, T5 relative bias shared by all layers of a stack, RoPE in self- and
+learned, T5 relative bias shared by all layers of a stack or UMT5's one per layer, RoPE in self- and
 cross-attention), norm and its placement, feed-forward or mixture of experts (in every
 layer or every moe_every-th, Switch's layout), grouped-query attention, and the output
 head (tied, scaled by d_model^-0.5). Marian
@@ -56,6 +56,7 @@ from encdec.modules import (
     causal_mask,
     lm_head,
 )
+from encdec.modules.blocks import for_layer
 
 
 def build_absolute_positions(cfg: ModelConfig) -> nn.Module | None:
@@ -80,7 +81,8 @@ def check_lengths(cfg: ModelConfig, src_len: int, max_new_tokens: int) -> None:
 
 class Stack(nn.Module):
     """What the encoder and the decoder share: the (shared) token table and its scale, absolute positions,
-    the embedding norm, and T5's relative bias (bidirectional in the encoder, causal in the decoder)."""
+    the embedding norm, and the relative bias (bidirectional in the encoder, causal in the decoder): T5's one
+    that every layer reads (`position_bias`), or UMT5's one per layer (`layer_biases`)."""
 
     def __init__(self, cfg: ModelConfig, embed: nn.Embedding, bidirectional: bool):
         super().__init__()
@@ -88,11 +90,27 @@ class Stack(nn.Module):
         self.embed_scale = embedding_scale(cfg)
         self.positions = build_absolute_positions(cfg)
         self.embed_norm = build_embedding_norm(cfg)
-        self.position_bias = (
-            RelativePositionBias(cfg.n_heads, bidirectional, cfg.relative_buckets, cfg.relative_max_distance)
-            if cfg.position == "relative"
-            else None
-        )
+        relative = cfg.position == "relative"
+
+        def relative_bias() -> RelativePositionBias:
+            return RelativePositionBias(cfg.n_heads, bidirectional, cfg.relative_buckets, cfg.relative_max_distance)
+
+        layers = cfg.n_encoder_layers if bidirectional else cfg.decoder_layers
+        per_layer = relative and cfg.relative_bias_per_layer
+        self.position_bias = relative_bias() if relative and not per_layer else None
+        self.layer_biases = nn.ModuleList(relative_bias() for _ in range(layers)) if per_layer else None
+
+    def relative_biases(self) -> list[RelativePositionBias]:
+        """The relative biases the layers read, for `for_layer`: T5's one, UMT5's one per layer, or none."""
+        if self.layer_biases is not None:
+            return list(self.layer_biases)
+        return [self.position_bias] if self.position_bias is not None else []
+
+    def bias_masks(self, allowed: torch.Tensor | None, q_pos: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
+        """The additive masks of `allowed` with each relative bias of positions q_pos (T,) among themselves,
+        (B or 1, H, T, T) for `for_layer`; one mask of `allowed` alone without a bias."""
+        biases = [bias(q_pos, q_pos) for bias in self.relative_biases()] or [None]  # each (1, H, T, T)
+        return [additive_mask(allowed, bias, dtype) for bias in biases]
 
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (B, T) at positions pos (T,) or (B, T) -> (B, T, C): token embeddings plus absolute positions."""
@@ -130,16 +148,15 @@ class Encoder(Stack):
         row = torch.arange(S, device=src_ids.device)
         pos = packing.src_positions if packing is not None else row  # (B, S) or (S,)
         x = self.embed_tokens(src_ids, pos if packing is not None else self.whole_positions(src_ids, row))
-        # T5's bias sees only k - q, the same inside a segment counted from its start or the row's: one for all rows
-        bias = self.position_bias(row, row) if self.position_bias is not None else None  # (1, H, S, S)
         if packing is not None:
             allowed = packing.encoder_allowed()  # (B, 1, S, S)
         else:
             allowed = src_mask[:, None, None, :] if src_mask is not None else None  # (B, 1, 1, S)
-        inputs = AttentionInputs(mask=additive_mask(allowed, bias, x.dtype), q_pos=pos, k_pos=pos)
+        # T5's bias sees only k - q, the same inside a segment counted from its start or the row's: one for all rows
+        inputs = [AttentionInputs(mask=mask, q_pos=pos, k_pos=pos) for mask in self.bias_masks(allowed, row, x.dtype)]
         router_logits = []
-        for block in self.blocks:
-            x, logits = block(x, inputs)
+        for i, block in enumerate(self.blocks):
+            x, logits = block(x, for_layer(inputs, i))
             if logits is not None:
                 router_logits.append(logits)
         return EncoderOutput(self.dropout(self.final_norm(x)), src_mask, router_logits)
@@ -183,7 +200,7 @@ class Decoder(Stack):
         T = tgt_ids.shape[1]
         pos = state.positions(T)  # (t,) or (R, t)
         x = self.embed_tokens(tgt_ids, pos)
-        self_inputs = state.self_attention(T, pos)
+        self_inputs = state.self_attentions(T, pos)
         hidden, _ = self.run_blocks(x, None, self_inputs, state.memory_attention(pos), state.decoder_layers())
         return hidden
 
@@ -194,10 +211,8 @@ class Decoder(Stack):
         pos, k_pos = packing.tgt_positions, packing.src_positions  # (B, T), (B, S)
         x = self.embed_tokens(tgt_ids, pos)
         row = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # T5's bias sees only k - q (see Encoder)
-        bias = self.position_bias(row, row) if self.position_bias is not None else None  # (1, H, T, T)
-        self_inputs = AttentionInputs(
-            mask=additive_mask(packing.decoder_allowed(), bias, x.dtype), q_pos=pos, k_pos=pos
-        )
+        masks = self.bias_masks(packing.decoder_allowed(), row, x.dtype)
+        self_inputs = [AttentionInputs(mask=mask, q_pos=pos, k_pos=pos) for mask in masks]
         q_pos = packing.source_lengths() + pos if self.rope_cross == "prepended" else pos  # (B, T)
         cross_mask = additive_mask(packing.cross_allowed(), None, x.dtype)  # (B, 1, T, S)
         cross_inputs = AttentionInputs(mask=cross_mask, q_pos=q_pos, k_pos=k_pos)
@@ -207,26 +222,27 @@ class Decoder(Stack):
         self,
         x: torch.Tensor,
         memory: torch.Tensor | None,
-        self_inputs: AttentionInputs,
+        self_inputs: list[AttentionInputs],
         cross_inputs: AttentionInputs,
         caches: list[LayerCache] | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """x (B, T, C), memory (B, S, C) (None: every cross-attention cache holds its keys) -> hidden (B, T, C)
-        after the final norm, router logits."""
+        after the final norm, router logits. `self_inputs` holds one entry all layers share or one per layer."""
         router_logits = []
         for i, block in enumerate(self.blocks):
-            x, logits = block(x, memory, self_inputs, cross_inputs, caches[i] if caches is not None else None)
+            cache = caches[i] if caches is not None else None
+            x, logits = block(x, memory, for_layer(self_inputs, i), cross_inputs, cache)
             if logits is not None:
                 router_logits.append(logits)
         return self.dropout(self.final_norm(x)), router_logits
 
-    def _self_inputs(self, pos: torch.Tensor, dtype: torch.dtype) -> AttentionInputs:
-        """Causal self-attention over the whole target, positions pos (T,)."""
-        if self.position_bias is None:
-            return AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos)
-        bias = self.position_bias(pos, pos)  # (1, H, T, T)
+    def _self_inputs(self, pos: torch.Tensor, dtype: torch.dtype) -> list[AttentionInputs]:
+        """Causal self-attention over the whole target, positions pos (T,): one entry all layers share or one
+        per layer (see run_blocks)."""
+        if not self.relative_biases():
+            return [AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos)]
         allowed = causal_mask(pos.shape[0], pos.shape[0], 0, pos.device)
-        return AttentionInputs(mask=additive_mask(allowed, bias, dtype), q_pos=pos, k_pos=pos)
+        return [AttentionInputs(mask=mask, q_pos=pos, k_pos=pos) for mask in self.bias_masks(allowed, pos, dtype)]
 
     def _cross_inputs(self, pos: torch.Tensor, memory: EncoderOutput, dtype: torch.dtype) -> AttentionInputs:
         """Cross-attention of the whole target, positions pos (T,), to the encoder output."""
@@ -310,7 +326,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         state.set_memory(
             [block.cross_attn.project_kv(memory.hidden, k_pos) for block in self.decoder.blocks], memory.mask
         )
-        state.bias = self.decoder.position_bias  # T5's relative bias, or None
+        state.biases = self.decoder.relative_biases()  # T5's relative bias, UMT5's per layer, or none
         if self.decoder.rope_cross == "prepended":  # decoder positions continue after each example's source
             lengths = memory.mask.sum(-1) if memory.mask is not None else torch.full((B,), S, device=src_ids.device)
             state.source_lengths = lengths.repeat_interleave(beams)  # (B*N,)

@@ -19,7 +19,9 @@ LM_UNUSED = frozenset(
         "position_offset",
         "relative_buckets",
         "relative_max_distance",
+        "relative_bias_per_layer",  # UMT5's
         "final_logits_bias",
+        "hf_model_type",  # the Hugging Face family an encoder-decoder exports as
         "rnn_cell",
         "rnn_attention",
     }
@@ -53,6 +55,7 @@ UNUSED_BY_FAMILY = {
             "embedding_norm",
             "relative_buckets",
             "relative_max_distance",
+            "relative_bias_per_layer",
             "rope_theta",
             "rope_cross",
             "scale_embeddings",
@@ -66,6 +69,7 @@ UNUSED_BY_FAMILY = {
             "moe_activation",
             "aux_loss_coef",
             "z_loss_coef",
+            "hf_model_type",
             "research",
         }
     ),
@@ -91,6 +95,8 @@ def check_family(cfg: ModelConfig) -> None:
             f"({cfg.n_encoder_layers}): the parallel_encdec family pairs every decoder block "
             "with an encoder block, so its decoder may start late but not early"
         )
+    if cfg.relative_bias_per_layer and cfg.position != "relative":
+        raise ConfigError(f"model.relative_bias_per_layer acts only with model.position relative, got {cfg.position!r}")
     if cfg.family == "rnn_seq2seq" and cfg.decoder_layers != cfg.n_encoder_layers:
         raise ConfigError("rnn_seq2seq needs model.n_decoder_layers equal to model.n_encoder_layers (or unset)")
     if cfg.family == "encoder_decoder":

@@ -64,6 +64,7 @@ class ModelConfig:
     embedding_norm: bool = False  # a norm after token + position embeddings (BART's layernorm_embedding)
     relative_buckets: Annotated[int, Range(4)] = 32
     relative_max_distance: Positive = 128
+    relative_bias_per_layer: bool = False  # every layer its own relative bias (UMT5), not the stack's first's (T5)
     rope_theta: Annotated[float, Range(0, 1e12, above=True)] = 10000.0  # Llama 3 uses 500,000
     rope_cross: Literal["relative", "prepended", "none"] = (
         "relative"  # RoPE in cross-attention: i and j from 0, encoder first, or none
@@ -83,6 +84,8 @@ class ModelConfig:
     z_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001
     init: Literal["t5", "normal"] | None = None  # "t5": HF T5's scheme; "normal": N(0, 0.02), residuals scaled;
     # None: the family's (T5's for the encoder-decoder, nanoGPT's normal for the causal LMs and the RNN)
+    # the Hugging Face model_type an export writes where layouts coincide (mT5's is T5 v1.1's); None: the layout's
+    hf_model_type: Literal["mt5"] | None = None
     pad_id: Count = 0
     eos_id: Count = 1
     decoder_start_id: Count = 0

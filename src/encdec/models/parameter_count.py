@@ -89,15 +89,16 @@ def stack_norms(cfg: ModelConfig) -> int:
 def encoder_decoder(cfg: ModelConfig) -> ParameterCount:
     """Two stacks over one token table, each with its own position table or relative bias and norms, and
     experts in the layers ModelConfig.moe_layer names."""
-    if cfg.position == "learned":
-        positions = (cfg.max_positions + cfg.position_offset) * cfg.d_model
-    elif cfg.position == "relative":
-        positions = cfg.relative_buckets * cfg.n_heads
+    if cfg.position == "learned":  # both stacks'
+        positions = 2 * (cfg.max_positions + cfg.position_offset) * cfg.d_model
+    elif cfg.position == "relative":  # a bias per stack (T5) or per layer (UMT5)
+        biases = cfg.n_encoder_layers + cfg.decoder_layers if cfg.relative_bias_per_layer else 2
+        positions = cfg.relative_buckets * cfg.n_heads * biases
     else:  # sinusoidal (a buffer) or rope (rotations)
         positions = 0
     layers = sum(encoder_block(cfg, cfg.moe_layer(i)) for i in range(cfg.n_encoder_layers))
     layers += sum(decoder_block(cfg, sparse=cfg.moe_layer(i, decoder=True)) for i in range(cfg.decoder_layers))
-    return ParameterCount(token_tables(cfg) + 2 * (stack_norms(cfg) + positions) + layers, 2 * positions)
+    return ParameterCount(token_tables(cfg) + 2 * stack_norms(cfg) + positions + layers, positions)
 
 
 def causal_positions(cfg: ModelConfig, next_positions: bool) -> int:

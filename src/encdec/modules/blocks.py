@@ -32,6 +32,12 @@ class AttentionInputs:
     query_groups: int = 1  # rows of queries per row of keys (beams sharing one encoder output)
 
 
+def for_layer(inputs: list[AttentionInputs], layer: int) -> AttentionInputs:
+    """Layer `layer`'s inputs from a list of one that every layer shares (T5's bias, or none) or one per layer
+    (UMT5's biases)."""
+    return inputs[layer if len(inputs) > 1 else 0]
+
+
 def residual(x, fn, norm: nn.Module, dropout: nn.Module, pre_norm: bool):
     """Apply `fn` as a residual sublayer; returns (x, router logits or None)."""
     y = fn(norm(x) if pre_norm else x)

@@ -25,8 +25,9 @@ Three ways to run a step:
   static    nothing read on the host, every shape fixed (compiled steps, CUDA graphs): the column is a
             device tensor, attention runs over all L columns of the buffers, those not written masked.
 
-A family adds what its positions need: `bias` (T5's relative bias, a function of query and key positions,
-tabulated once per width), `source_lengths` (R,) where decoder positions continue after the source
+A family adds what its positions need: `biases` (relative biases, functions of query and key positions,
+each tabulated once per width: T5's one that every layer shares, or UMT5's one per layer), `source_lengths`
+(R,) where decoder positions continue after the source
 (RoPE's "prepended" cross positions), and `next_input` (R,) where the first step decodes the prompt's
 last token in place of generate's decoder-start placeholder (the causal LMs).
 
@@ -146,8 +147,8 @@ class DecodeState:
         self.memory_mask: torch.Tensor | None = None  # additive (M, 1, 1, S); None: every position real
         self.memory_width = 0  # host: S, the widest memory row's real length
         self.groups = 1  # rows per memory row (beams sharing their example's memory)
-        self.bias: BiasFn | None = None  # T5's decoder bias, of query and key positions
-        self._bias_table: torch.Tensor | None = None  # (1, H, N, N) bias of positions 0..N-1
+        self.biases: list[BiasFn] = []  # the decoder's relative biases: T5's one for all layers, UMT5's per layer
+        self._bias_tables: dict[int, torch.Tensor] = {}  # bias -> (1, H, N, N) of positions 0..N-1
         self.source_lengths: torch.Tensor | None = None  # (R,) where positions continue after the source
         self.next_input: torch.Tensor | None = None  # (R,) the token a row's first step decodes instead
         self.substitute: torch.Tensor | None = None  # (R,) bool: rows whose next step takes next_input
@@ -195,17 +196,24 @@ class DecodeState:
         pos = self.lengths[: self.rows, None] + torch.arange(t, device=self.device)  # (R, t)
         return pos if self.pad is None else (pos - self.pad[: self.rows, None]).clamp(min=0)
 
-    def self_attention(self, t: int, positions: torch.Tensor) -> AttentionInputs:
+    def self_attentions(self, t: int, positions: torch.Tensor) -> list[AttentionInputs]:
+        """`self_attention` for every relative bias in `biases` (one entry every layer shares, or one per layer:
+        blocks.for_layer picks a layer's), or one entry without a bias."""
+        return [self.self_attention(t, positions, bias) for bias in range(max(len(self.biases), 1))]
+
+    def self_attention(self, t: int, positions: torch.Tensor, bias_index: int = 0) -> AttentionInputs:
         """The inputs of a causal attention over the written columns for the next t columns of every row
-        (self-attention; the research families' cross-attention to their advancing encoder)."""
+        (self-attention; the research families' cross-attention to their advancing encoder), with relative
+        bias `bias_index` of `biases` where there are any."""
         R = self.rows
+        has_bias = bool(self.biases)
         if self.static:
             keys = torch.arange(self.capacity, device=self.device)
             allowed = (keys <= self.position)[None, None, None, :]  # (1, 1, 1, L)
-            bias = self.bias_rows(self.position, keys) if self.bias is not None else None
+            bias = self.bias_rows(self.position, bias_index) if has_bias else None
             return AttentionInputs(mask=masked(allowed, bias, self.dtype), q_pos=positions, k_pos=positions)
         width = self.columns + t
-        if self.aligned and self.columns == 0 and t > 1 and self.pad is None and self.bias is None:
+        if self.aligned and self.columns == 0 and t > 1 and self.pad is None and not has_bias:
             return AttentionInputs(is_causal=True, q_pos=positions, k_pos=positions)  # SDPA's mask-free path
         keys = torch.arange(width, device=self.device)  # (W,)
         if self.aligned:
@@ -216,8 +224,8 @@ class DecodeState:
                 real = (keys[None, :] >= self.pad[:R, None])[:, None, None, :]  # (R, 1, 1, W)
                 allowed = real if allowed is None else real & allowed
             bias = None
-            if self.bias is not None:
-                bias = self.bias_table(width)[:, :, self.columns : width, :width]  # (1, H, t, W)
+            if has_bias:
+                bias = self.bias_table(width, bias_index)[:, :, self.columns : width, :width]  # (1, H, t, W)
             mask = bias if allowed is None else masked(allowed, bias, self.dtype)
             return AttentionInputs(mask=mask, q_pos=positions, k_pos=positions)
         lengths = self.lengths[:R]
@@ -226,8 +234,8 @@ class DecodeState:
             allowed &= keys[None, :] >= self.pad[:R, None]
         allowed = allowed[:, None, None, :]  # (R, 1, 1, W)
         bias = None
-        if self.bias is not None:  # each row's bias row, at its own position
-            bias = self.bias_table(width)[0][:, lengths, :width].transpose(0, 1)[:, :, None]  # (R, H, 1, W)
+        if has_bias:  # each row's bias row, at its own position
+            bias = self.bias_table(width, bias_index)[0][:, lengths, :width].transpose(0, 1)[:, :, None]  # (R, H, 1, W)
         return AttentionInputs(mask=masked(allowed, bias, self.dtype), q_pos=positions, k_pos=positions)
 
     def memory_attention(self, positions: torch.Tensor) -> AttentionInputs:
@@ -249,17 +257,20 @@ class DecodeState:
             self._layers = [LayerCache(c, m) for c, m in zip(self.caches, memory)]
         return self._layers
 
-    def bias_table(self, width: int) -> torch.Tensor:
-        """(1, H, N, N) of T5's bias for positions 0..N-1, N >= width (made again, doubled, when outgrown)."""
-        if self._bias_table is None or self._bias_table.shape[-1] < width:
-            n = max(width, self.capacity, 2 * (0 if self._bias_table is None else self._bias_table.shape[-1]))
+    def bias_table(self, width: int, bias_index: int = 0) -> torch.Tensor:
+        """(1, H, N, N) of relative bias `bias_index` for positions 0..N-1, N >= width (made again, doubled, when
+        outgrown)."""
+        table = self._bias_tables.get(bias_index)
+        if table is None or table.shape[-1] < width:
+            n = max(width, self.capacity, 2 * (0 if table is None else table.shape[-1]))
             pos = torch.arange(n, device=self.device)
-            self._bias_table = self.bias(pos, pos).to(self.dtype).contiguous()
-        return self._bias_table
+            table = self._bias_tables[bias_index] = self.biases[bias_index](pos, pos).to(self.dtype).contiguous()
+        return table
 
-    def bias_rows(self, position: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """Static mode: the bias row of `position` (1,) over all L keys, (1, H, 1, L), chosen on the device."""
-        return self.bias_table(self.capacity).index_select(2, position)[..., : self.capacity]
+    def bias_rows(self, position: torch.Tensor, bias_index: int = 0) -> torch.Tensor:
+        """Static mode: the row of `position` (1,) of bias `bias_index` over all L keys, (1, H, 1, L), chosen on
+        the device."""
+        return self.bias_table(self.capacity, bias_index).index_select(2, position)[..., : self.capacity]
 
     def first_inputs(self, tgt_ids: torch.Tensor) -> torch.Tensor:
         """tgt_ids (R, t) with each first step's placeholder replaced by the row's `next_input`."""
@@ -375,8 +386,8 @@ class DecodeState:
         if other.substitute is not None or other.next_input is not None:
             flags = self._row_tensor("substitute", torch.bool)
             flags[rows] = other.substitute[pick] if other.substitute is not None else False
-        if other.bias is not None:
-            self.bias = other.bias
+        if other.biases:
+            self.biases = other.biases
         self.rows += n
         self.columns = max(self.columns, other.columns)
         self.aligned = False
@@ -499,7 +510,7 @@ class DecodeState:
     def fixed(cls, like: DecodeState, capacity: int, source: int) -> DecodeState:
         """Static-mode buffers of `like`'s layout (rows, memory rows, caches) for `capacity` columns and a memory
         of `source` positions (masked past each row's own), made once and filled anew by `load` for every
-        call of that shape; T5's bias is tabulated here, not in the step."""
+        call of that shape; relative biases are tabulated here, not in the step."""
         state = cls(like.rows, capacity, like.device, like.dtype)
         state.static = True
         for theirs in like.caches:
@@ -517,9 +528,9 @@ class DecodeState:
         state.groups, state.memory_width = like.groups, source
         blocked = blocked_value(state.dtype, state.device.type)
         state.memory_mask = torch.full((M, 1, 1, source), blocked, dtype=state.dtype, device=state.device)
-        state.bias = like.bias
-        if state.bias is not None:
-            state.bias_table(capacity)
+        state.biases = like.biases
+        for bias_index in range(len(state.biases)):
+            state.bias_table(capacity, bias_index)
         if like.source_lengths is not None:
             state.source_lengths = torch.zeros_like(like.source_lengths)
         return state
