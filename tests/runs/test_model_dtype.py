@@ -85,3 +85,21 @@ def test_a_run_opens_in_float32_as_trained_or_in_the_dtype_asked(tiny_run):
 def test_a_dtype_that_is_none_is_one_sentence(tmp_path, bad):
     with pytest.raises(ConfigError, match="dtype must be one of auto, float32, bfloat16, float16"):
         encdec.from_pretrained(tmp_path, dtype=bad)
+
+
+def test_the_commands_that_open_a_model_take_its_dtype(tiny_run, tmp_path, capsys):
+    """`encdec generate RUN --dtype bf16` generates what the library's bf16 model generates; a dtype that is none
+    is one sentence on every command that opens a model."""
+    from encdec.cli import main
+
+    (tmp_path / "in.txt").write_text("red cat\nblue dog\n")
+    argv = ["generate", str(tiny_run), "--input", str(tmp_path / "in.txt"), "--max-new-tokens", "6"]
+    assert main([*argv, "--dtype", "bf16"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    opened = encdec.runs.open_model(tiny_run, dtype="bf16")
+    batch = opened.text(["red cat", "blue dog"], padding=True, return_tensors="pt")
+    ids = opened.model.generate(batch["input_ids"], batch["attention_mask"].bool(), max_new_tokens=6)
+    assert said == opened.text.batch_decode(ids, skip_special_tokens=True)
+    for command in ("generate", "evaluate", "attention", "serve"):
+        assert main([command, str(tiny_run), "--dtype", "float64"]) == 2
+        assert "argument --dtype: invalid choice: 'float64'" in capsys.readouterr().err

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from encdec.cli.options import (
     add_device_argument,
+    add_dtype_argument,
     add_generation_option,
     add_source_length_argument,
     resolve_device,
@@ -65,6 +66,7 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--checkpoint", default="best", help="a run's checkpoint: best (default), latest, or a step")
     add_source_length_argument(parser)
+    add_dtype_argument(parser)
     add_generation_option(parser, "max_new_tokens", 64, "the most target tokens drawn, generated or given")
     add_device_argument(parser)
     parser.set_defaults(func=run)
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if args.target is not None and not args.target.strip():
         raise ConfigError("--target is empty; give the text the model should write, or leave it out")
     device = resolve_device(args.device)
-    opened = open_model(args.model, args.checkpoint, max_source_len=args.max_source_len)
+    opened = open_model(args.model, args.checkpoint, max_source_len=args.max_source_len, dtype=args.dtype)
     check_has_maps(opened.model)
     for path, flag in ((args.output, "-o"), (args.npz, "--npz")):
         if path is not None:

@@ -42,6 +42,7 @@ import torch
 from encdec.cli.options import (
     MAX_ROWS,
     add_device_argument,
+    add_dtype_argument,
     add_generation_options,
     add_quantize_argument,
     add_reader_options,
@@ -122,6 +123,7 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--rot5-preprocessing", action="store_true", help="ROT5's ROUGE preprocessing")
     add_source_length_argument(parser)
+    add_dtype_argument(parser)
     add_device_argument(parser)
     add_quantize_argument(parser)
     parser.set_defaults(func=run)
@@ -245,7 +247,7 @@ def hub_cache() -> Path | None:
 
 def open_for_scoring(args: argparse.Namespace, device: torch.device) -> OpenedModel:
     """The model on `device` (int8 with --quantize), its generation options checked before any work."""
-    opened = open_model(args.model, args.checkpoint, args.max_source_len)
+    opened = open_model(args.model, args.checkpoint, args.max_source_len, dtype=args.dtype)
     resolve_config(opened.model, generation_options(args))
     opened.model.to(device)
     if args.quantize:  # the loss and the generations both run through the int8 layers

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from encdec.cli.options import (
     MAX_ROWS,
     add_device_argument,
+    add_dtype_argument,
     add_generation_options,
     add_quantize_argument,
     add_source_length_argument,
@@ -73,6 +74,7 @@ def add_parser(subparsers) -> None:
         help="inputs decoded together (default 32, as evaluate takes them)",
     )
     add_source_length_argument(parser)
+    add_dtype_argument(parser)
     parser.add_argument("--no-stream", action="store_true", help="do not stream the tokens of a single input")
     add_device_argument(parser)
     add_quantize_argument(parser)
@@ -133,7 +135,7 @@ def stream_printer(tokenizer, stream):
 
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
-    opened = open_model(args.model_dir, args.checkpoint, max_source_len=args.max_source_len)
+    opened = open_model(args.model_dir, args.checkpoint, max_source_len=args.max_source_len, dtype=args.dtype)
     tokenizer = opened.text  # a Hugging Face directory without tokenizer files is refused before any work
     model = opened.model.to(device)
     if args.quantize:

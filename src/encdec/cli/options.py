@@ -81,6 +81,19 @@ def whole_number(low: int, high: int, flag: str):
     return argument_type(Annotated[int, Range(low, high)], flag)
 
 
+def add_dtype_argument(parser: argparse.ArgumentParser) -> None:
+    """--dtype: the dtype the model is opened in (encdec.runs.model_dtype); by default the one it was stored in."""
+    from encdec.runs.model_dtype import CHOICES
+
+    parser.add_argument(
+        "--dtype",
+        choices=CHOICES,
+        default="auto",
+        help="the model's dtype: auto (default) keeps the one its weights were stored in, as transformers does "
+        "(a bf16 checkpoint stays bf16; an encdec run is float32); float32, bfloat16, float16 cast it",
+    )
+
+
 def add_source_length_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-source-len",

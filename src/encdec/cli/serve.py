@@ -24,6 +24,7 @@ import socket
 
 from encdec.cli.options import (
     add_device_argument,
+    add_dtype_argument,
     add_quantize_argument,
     add_source_length_argument,
     resolve_device,
@@ -60,6 +61,7 @@ def add_parser(subparsers) -> None:
         flag = "--" + name.replace("_", "-")
         parser.add_argument(flag, type=whole_number(1, most, flag), default=default, help=text)
     add_source_length_argument(parser)
+    add_dtype_argument(parser)
     add_device_argument(parser)
     add_quantize_argument(parser)
     parser.set_defaults(func=run)
@@ -80,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
 
     def load():  # in the scheduler's thread, the one that computes (serving.scheduler says why)
-        opened = open_model(args.model, args.checkpoint, max_source_len=args.max_source_len)
+        opened = open_model(args.model, args.checkpoint, max_source_len=args.max_source_len, dtype=args.dtype)
         opened.text  # a Hugging Face directory without tokenizer files is refused before the server starts
         opened.model.to(device)
         if args.quantize:
