@@ -18,6 +18,8 @@ from encdec.tokenizers.pretrained import TOKENIZER_FILES
 BART = {"position": "learned", "position_offset": 2, "embedding_norm": True, "activation": "gelu"}
 LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): every family in the table has one
     "t5": ("t5-tiny", {}),
+    "mt5": ("t5-v1.1-tiny", {"hf_model_type": "mt5"}),
+    "umt5": ("t5-v1.1-tiny", {"relative_bias_per_layer": True}),
     "switch_transformers": ("t5-tiny", {"n_experts": 2}),
     "marian": ("transformer-tiny", {}),
     "pegasus": ("transformer-tiny", {"norm_position": "pre"}),

@@ -3,7 +3,7 @@ refusals that name config.json's keys and the files an export may replace all re
 
 A family is the model_type of a config.json: its loader (directory -> model), its check and writer (model
 -> directory), which of our layouts it is written for, the config.json keys our ModelConfig fields are read
-from where the names differ, and the tokenizer files its checkpoints ship. A new family (mT5, UMT5, NLLB,
+from where the names differ, and the tokenizer files its checkpoints ship. A new family (LongT5, T5Gemma,
 ...) is one entry here and its hf_*.py module of names and config mapping.
 """
 
@@ -23,6 +23,16 @@ from encdec.interop.hf_bart import (
 )
 from encdec.interop.hf_m2m100 import check_m2m100_compatible, load_hf_m2m100, m2m100_config, m2m100_files
 from encdec.interop.hf_marian import check_marian_compatible, load_hf_marian, marian_files
+from encdec.interop.hf_mt5 import (
+    check_mt5_compatible,
+    check_umt5_compatible,
+    load_hf_mt5,
+    load_hf_umt5,
+    mt5_files,
+    mt5_model_config,
+    umt5_files,
+    umt5_model_config,
+)
 from encdec.interop.hf_pegasus import check_pegasus_compatible, load_hf_pegasus, pegasus_files
 from encdec.interop.hf_switch import check_switch_compatible, load_hf_switch, switch_files, switch_model_config
 from encdec.interop.hf_t5 import T5_KEYS, check_t5_compatible, load_hf_t5, t5_files, write_hf_directory
@@ -56,6 +66,11 @@ def vaswani_sinusoids(cfg: ModelConfig) -> bool:
     return cfg.position == "sinusoidal" and cfg.sinusoidal_layout != "fairseq"
 
 
+def t5_bias(cfg: ModelConfig) -> bool:
+    """T5's relative bias, in each stack's first layer (UMT5's is in every layer)."""
+    return cfg.position == "relative" and not cfg.relative_bias_per_layer
+
+
 FAMILIES: dict[str, Family] = {
     f.model_type: f
     for f in (
@@ -65,9 +80,31 @@ FAMILIES: dict[str, Family] = {
             load_hf_t5,
             check_t5_compatible,
             t5_files,
-            lambda cfg: cfg.position == "relative" and cfg.n_experts == 1,
+            lambda cfg: t5_bias(cfg) and cfg.n_experts == 1 and cfg.hf_model_type is None,
             T5_KEYS | IDS,
             ("spiece.model",),
+        ),
+        Family(
+            "mt5",
+            "MT5ForConditionalGeneration",
+            load_hf_mt5,
+            check_mt5_compatible,
+            mt5_files,
+            lambda cfg: cfg.hf_model_type == "mt5",
+            T5_KEYS | IDS,
+            ("spiece.model",),
+            mt5_model_config,
+        ),
+        Family(
+            "umt5",
+            "UMT5ForConditionalGeneration",
+            load_hf_umt5,
+            check_umt5_compatible,
+            umt5_files,
+            lambda cfg: cfg.position == "relative" and cfg.relative_bias_per_layer,
+            T5_KEYS | IDS,
+            ("spiece.model",),
+            umt5_model_config,
         ),
         Family(
             "switch_transformers",
@@ -136,5 +173,8 @@ FAMILIES: dict[str, Family] = {
 
 
 def family_for(cfg: ModelConfig) -> Family | None:
-    """The family a model of `cfg`'s layout is written as (None: no Hugging Face family has its layout)."""
+    """The family a model of `cfg`'s layout is written as (None: no Hugging Face family has its layout); one read
+    from a family whose layout another shares (mT5's, T5 v1.1's) is written as the family it names."""
+    if cfg.hf_model_type is not None:
+        return FAMILIES[cfg.hf_model_type]
     return next((family for family in FAMILIES.values() if family.writes(cfg)), None)

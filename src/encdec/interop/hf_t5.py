@@ -97,7 +97,8 @@ def hf_layer_sizes(cfg: ModelConfig, keys: dict[str, str]) -> dict:
     return {keys.get(name, name): value for name, value in sizes.items()}
 
 
-def config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
+def config_from_hf(hf: dict, untied_head: bool, **fields) -> ModelConfig:
+    """The ModelConfig of a T5 config.json; `fields` are those of a family built on T5's layout (mT5's, UMT5's)."""
     proj = hf.get("feed_forward_proj", "relu")
     if proj not in HF_ACTIVATIONS:
         raise CheckpointError(f"unsupported T5 feed_forward_proj {proj!r}; supported: {', '.join(HF_ACTIVATIONS)}")
@@ -116,6 +117,7 @@ def config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
         pad_id=hf.get("pad_token_id", 0),
         eos_id=hf.get("eos_token_id", 1) if isinstance(hf.get("eos_token_id", 1), int) else hf["eos_token_id"][0],
         decoder_start_id=hf.get("decoder_start_token_id", hf.get("pad_token_id", 0)),
+        **fields,
     )
 
 
@@ -169,14 +171,15 @@ def read_weights_with_shared(path: Path, prefix: str = "") -> dict[str, torch.Te
     return weights
 
 
-def load_hf_t5(path: Path, hf_config: dict) -> EncoderDecoder:
-    check_hf_model_fits(config_from_hf(hf_config, untied_head=True), path)
+def load_hf_t5(path: Path, hf_config: dict, rename=hf_name, **fields) -> EncoderDecoder:
+    """A directory of T5's layout, its head untied where lm_head differs from the token table; a family built on
+    it (mT5, UMT5) gives its ModelConfig `fields` and its names' `rename`."""
+    check_hf_model_fits(config_from_hf(hf_config, untied_head=True, **fields), path)
     weights = read_weights_with_shared(path)
     head = weights.get("lm_head.weight")
     untied = head is not None and not torch.equal(head, weights["shared.weight"])
-    cfg = config_from_hf(hf_config, untied)
-    model = EncoderDecoder(cfg)
-    return fill_from_hf(model, weights, hf_name, path)
+    model = EncoderDecoder(config_from_hf(hf_config, untied, **fields))
+    return fill_from_hf(model, weights, rename, path)
 
 
 def check_hf_model_fits(cfg: ModelConfig, path: Path) -> None:
@@ -236,17 +239,18 @@ def t5_layout_problems(cfg: ModelConfig) -> list[str]:
         "an untied head cannot have scaled output": not cfg.tie_embeddings and cfg.scale_output,
         "embedding_norm must be false": cfg.embedding_norm,
         "final_logits_bias must be false": cfg.final_logits_bias,
+        "relative_bias_per_layer must be false (a bias in every layer is UMT5's)": cfg.relative_bias_per_layer,
     }
     return [text for text, bad in problems.items() if bad]
 
 
-def check_t5_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError unless `cfg` is expressible as a Hugging Face T5 config."""
+def check_t5_compatible(cfg: ModelConfig, family: str = "T5") -> None:
+    """Raise ConfigError unless `cfg` is expressible as a Hugging Face T5 config (or one of `family`, built on it)."""
     failed = t5_layout_problems(cfg) + (["n_experts must be 1"] if cfg.n_experts != 1 else [])
     if cfg.activation not in OUR_ACTIVATIONS:
         failed.append(f"activation must be one of {', '.join(OUR_ACTIVATIONS)}")
     if failed:
-        raise ConfigError(f"this model cannot be saved as Hugging Face T5: {'; '.join(failed)}")
+        raise ConfigError(f"this model cannot be saved as Hugging Face {family}: {'; '.join(failed)}")
 
 
 def t5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:

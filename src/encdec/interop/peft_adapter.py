@@ -6,7 +6,8 @@
 
 so that `PeftModel.from_pretrained(AutoModelForSeq2SeqLM.from_pretrained(base), out)` computes the logits
 encdec does, `base` being the T5 directory the run adapted (or `encdec export` of the base run). Only
-the T5 layout is written: its projections are Hugging Face's own matrices, name for name (hf_t5.NAME_MAP).
+the T5 layout (T5, mT5, UMT5) is written: its projections are Hugging Face's own matrices, name for name
+(hf_t5.NAME_MAP).
 """
 
 from pathlib import Path
@@ -21,6 +22,7 @@ from encdec.models.lora import ADAPTER, lora_layers
 from encdec.safe_paths import atomic_path, output_dir, staged_files
 
 FILES = ("adapter_config.json", "adapter_model.safetensors", "README.md")  # what peft's save_pretrained writes
+PEFT_LAYOUTS = ("t5", "mt5", "umt5")  # whose attention and feed-forward layers have T5's names (hf_t5.NAME_MAP)
 
 
 def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = False) -> list[str]:
@@ -29,8 +31,10 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
     from peft import LoraConfig
 
     layout = hf_layout(model.config)
-    if layout != "t5":
-        raise ConfigError(f"a peft adapter is written for T5 models, not a {layout} one; export the merged model")
+    if layout not in PEFT_LAYOUTS:
+        raise ConfigError(
+            f"a peft adapter is written for T5, mT5 and UMT5 models, not a {layout} one; export the merged model"
+        )
     layers = lora_layers(model)
     if not layers:
         raise ConfigError("the model carries no LoRA adapter; export it without --adapter")

@@ -1,7 +1,9 @@
 """An encdec model and its tokenizer as a Hugging Face directory AutoModelForSeq2SeqLM and AutoTokenizer load.
 
 Each encoder-decoder layout goes to the Hugging Face class that computes the same logits:
-    relative bias, dense feed-forward    T5ForConditionalGeneration (v1.0 tied and scaled, v1.1 untied)
+    relative bias, dense feed-forward    T5ForConditionalGeneration (v1.0 tied and scaled, v1.1 untied), or
+                                         MT5ForConditionalGeneration for a model read from mT5 (hf_model_type)
+    relative bias in every layer         UMT5ForConditionalGeneration
     relative bias, mixture of experts    SwitchTransformersForConditionalGeneration (top-1, raw gates)
     sinusoidal positions, post-norm      MarianMTModel (the canonical Transformer, dimensions reordered)
     sinusoidal positions, pre-norm       PegasusForConditionalGeneration (likewise)
@@ -124,7 +126,7 @@ def export_hf(
     files.save(out)
     FAMILIES[layout].save(model, out)
     write_generation_config(out, cfg, tokenizer, generation or {})
-    if layout in ("t5", "switch_transformers") and cfg.decoder_layers > cfg.n_encoder_layers:
+    if layout in ("t5", "mt5", "umt5", "switch_transformers") and cfg.decoder_layers > cfg.n_encoder_layers:
         log.warning(
             "the decoder is deeper than the encoder: transformers' generate() sizes its cache by the "
             "encoder (num_layers) and fails; its forward() is unaffected"

@@ -1,0 +1,97 @@
+"""Hugging Face mT5 and UMT5 checkpoints <-> encdec's encoder-decoder: T5 v1.1's layout, read and written
+through hf_t5's names and config keys, with what each family changes.
+
+mT5 (Xue et al. 2021) is T5 v1.1 over a multilingual vocabulary. transformers' MT5ForConditionalGeneration
+never scales the decoder output before the head, whatever tie_word_embeddings says, while a T5 of the same
+config.json scales it by d_model^-0.5 unless that key is false (transformers writes it true): read as T5,
+a tied mT5 came out with logits some 22 apart. An mT5 is read with scale_output false and
+hf_model_type "mt5", which exports it back as MT5ForConditionalGeneration although T5 computes the same.
+
+UMT5 (Chung et al. 2023) gives every self-attention layer a relative bias of its own, not only each stack's
+first (relative_bias_per_layer: encdec's `layer_biases`), and scales the output as T5 does
+(scale_decoder_outputs, else tie_word_embeddings not false). transformers itself is not needed.
+"""
+
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from encdec.errors import ConfigError
+from encdec.interop.hf_t5 import (
+    NAME_MAP,
+    OUR_ACTIVATIONS,
+    check_t5_compatible,
+    config_from_hf,
+    load_hf_t5,
+    t5_files,
+    t5_layout_config,
+    t5_layout_weights,
+)
+from encdec.interop.hf_t5 import hf_name as t5_name
+from encdec.models import EncoderDecoder, ModelConfig
+
+# T5's names, each self-attention layer's bias where T5 has the first layer's alone
+UMT5_NAME_MAP = [
+    (
+        r"(encoder|decoder)\.layer_biases\.(\d+)\.embed\.weight",
+        r"\1.block.\2.layer.0.SelfAttention.relative_attention_bias.weight",
+    ),
+    *((ours, theirs) for ours, theirs in NAME_MAP if "position_bias" not in ours),
+]
+
+
+def umt5_name(our_name: str) -> str:
+    return t5_name(our_name, UMT5_NAME_MAP, "UMT5")
+
+
+def load_hf_mt5(path: Path, hf_config: dict) -> EncoderDecoder:
+    """An mT5 directory: T5's layout, the output never scaled (MT5ForConditionalGeneration has no scaling)."""
+    return load_hf_t5(path, {**hf_config, "scale_decoder_outputs": False}, hf_model_type="mt5")
+
+
+def load_hf_umt5(path: Path, hf_config: dict) -> EncoderDecoder:
+    """A UMT5 directory: T5's layout with a relative bias in every self-attention layer."""
+    return load_hf_t5(path, hf_config, umt5_name, relative_bias_per_layer=True)
+
+
+def mt5_model_config(hf_config: dict) -> ModelConfig:
+    """An mT5 config.json's ModelConfig, no weight read (encdec size): the head untied where
+    tie_word_embeddings is false, as the released checkpoints say."""
+    untied = hf_config.get("tie_word_embeddings", True) is False
+    return config_from_hf({**hf_config, "scale_decoder_outputs": False}, untied, hf_model_type="mt5")
+
+
+def umt5_model_config(hf_config: dict) -> ModelConfig:
+    """A UMT5 config.json's ModelConfig, no weight read (encdec size); the head as in mt5_model_config."""
+    untied = hf_config.get("tie_word_embeddings", True) is False
+    return config_from_hf(hf_config, untied, relative_bias_per_layer=True)
+
+
+def check_mt5_compatible(cfg: ModelConfig) -> None:
+    """Raise ConfigError naming the first setting mT5 cannot express: T5's, an output scaling it lacks."""
+    if cfg.scale_output:
+        raise ConfigError("this model cannot be saved as Hugging Face mT5: mT5 never scales its output")
+    check_t5_compatible(cfg, "mT5")
+
+
+def check_umt5_compatible(cfg: ModelConfig) -> None:
+    """Raise ConfigError naming what UMT5 cannot express: T5's refusals for a model with a bias per layer."""
+    if not cfg.relative_bias_per_layer:
+        raise ConfigError("this model cannot be saved as Hugging Face UMT5: it needs relative_bias_per_layer")
+    check_t5_compatible(replace(cfg, relative_bias_per_layer=False), "UMT5")
+
+
+def mt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
+    """T5's weights and config keys, tie_word_embeddings saying whether the head is the token table (which
+    mT5 never scales, so it needs no scaling flag)."""
+    weights, config = t5_files(model)
+    return weights, {**config, "tie_word_embeddings": model.config.tie_embeddings}
+
+
+def umt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
+    """A per-layer-bias model's weights under UMT5's names and its config.json keys (T5's, the scaling said
+    twice as transformers writes it)."""
+    cfg = model.config
+    config = {**t5_layout_config(cfg), "feed_forward_proj": OUR_ACTIVATIONS[cfg.activation]}
+    return t5_layout_weights(model, umt5_name), {**config, "scale_decoder_outputs": cfg.scale_output}
