@@ -7,6 +7,7 @@ step (tests/generation's families and here)."""
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -288,3 +289,38 @@ def test_encdec_size_of_a_published_config_json_is_transformers_parameter_count(
     expected = sum(p.numel() for p in built.parameters())
     assert f"parameters:                    {expected:,}\n" in capsys.readouterr().out
     assert published is not MT5_SMALL or expected == 300_176_768
+
+
+@pytest.mark.parametrize("family", ["mt5", "umt5"])
+def test_a_run_fine_tuned_from_the_checkpoint_keeps_its_family_in_model_json_and_exports_as_it(
+    family, tmp_path, shared_data, capsys
+):
+    saved(family, "untied", tmp_path / "base")
+    dialogsum = shared_data / "summarization" / "dialogsum"
+    overrides = [
+        f"training.init_from={tmp_path / 'base'}",
+        f"data.train=[{dialogsum / 'dialogsum.train.jsonl.gz'}]",
+        f"data.validation=[{dialogsum / 'dialogsum.dev.jsonl.gz'}]",
+        "data.max_documents=40",
+        "training.steps=2",
+        "training.batch_size=2",
+        "training.device=cpu",
+        "evaluation.steps=1",
+        "evaluation.generate=2",
+        "evaluation.max_new_tokens=4",
+        "objective.max_source_len=32",
+        "objective.max_target_len=8",
+    ]
+    recipe = Path(__file__).resolve().parents[2] / "configs" / "recipes" / "dialogsum_t5_finetune.yaml"
+    assert (
+        main(["train", str(recipe), "--out", str(tmp_path / "run"), *(a for o in overrides for a in ("--set", o))]) == 0
+    )
+    described = json.loads(next((tmp_path / "run").rglob("model.json")).read_text())
+    assert (described["relative_bias_per_layer"], described["hf_model_type"]) == (
+        family == "umt5",
+        "mt5" if family == "mt5" else None,
+    )
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0
+    assert FAMILIES[family][1] in capsys.readouterr().out
+    reloaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "out").eval()
+    assert logit_gap(reloaded, encdec.from_pretrained(tmp_path / "run")) < 1e-4
