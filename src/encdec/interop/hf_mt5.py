@@ -63,8 +63,10 @@ def mt5_model_config(hf_config: dict) -> ModelConfig:
 
 
 def umt5_model_config(hf_config: dict) -> ModelConfig:
-    """A UMT5 config.json's ModelConfig, no weight read (encdec size); the head as in mt5_model_config."""
-    untied = hf_config.get("tie_word_embeddings", True) is False
+    """A UMT5 config.json's ModelConfig, no weight read (encdec size): the head untied where tie_word_embeddings
+    or scale_decoder_outputs is false (transformers 5 writes the first true whatever the head, the second false
+    for an unscaled one: every released UMT5)."""
+    untied = False in (hf_config.get("tie_word_embeddings"), hf_config.get("scale_decoder_outputs"))
     return config_from_hf(hf_config, untied, relative_bias_per_layer=True)
 
 
