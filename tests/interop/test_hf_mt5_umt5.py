@@ -324,3 +324,15 @@ def test_a_run_fine_tuned_from_the_checkpoint_keeps_its_family_in_model_json_and
     assert FAMILIES[family][1] in capsys.readouterr().out
     reloaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "out").eval()
     assert logit_gap(reloaded, encdec.from_pretrained(tmp_path / "run")) < 1e-4
+
+
+@pytest.mark.parametrize("family", ["mt5", "umt5"])
+def test_a_config_json_without_its_keys_or_with_a_bad_value_is_one_sentence_naming_its_key(family, tmp_path):
+    saved(family, "tied", tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": family}))
+    with pytest.raises(CheckpointError, match=f"config.json does not describe a {family} model \\(the key "):
+        encdec.load_hf(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_heads": 0}))
+    with pytest.raises(CheckpointError, match="config.json: model.n_heads .*\\(config.json's num_heads\\)$"):
+        encdec.load_hf(tmp_path)
