@@ -20,3 +20,9 @@ TINY = {
 def tiny(**sections: dict) -> dict:
     """TINY with `sections` replacing its own (a fresh copy: a test may change it)."""
     return {**copy.deepcopy(TINY), **copy.deepcopy(sections)}
+
+
+def progress(line: str) -> bool:
+    """A training progress line: stderr is no terminal under pytest, so a run prints one per log interval in
+    the bar's place; a refusal mid-run comes after them and is its own line."""
+    return line.startswith("{'step': ")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from bad_inputs_kit import TINY
+from bad_inputs_kit import TINY, progress
 
 from encdec.cli import main
 
@@ -481,12 +481,6 @@ def checkpoints(root: Path) -> dict:
 
 def test_the_catalogue_is_large():
     assert len(CASES) >= 60
-
-
-def progress(line: str) -> bool:
-    """A training progress line (stderr is no terminal under pytest, so the trainer prints them in the bar's
-    place), which comes before an error and is not part of it."""
-    return line.startswith("{'step': ")
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -158,6 +158,7 @@ def test_bleu_chrf_and_ter_in_the_report_are_sacrebleus_on_the_written_predictio
     )
     saved, written = report(out)
     assert saved["data"]["pairs"] == 5 and saved["data"]["inputs"] == 4 and written[3]["reference"] == records[3]["de"]
+    assert [record["pairs"] for record in written] == [[0], [1], [2], [3, 4]]  # each input's pairs in the file
     outputs = [record["prediction"] for record in written]
     streams = [[r["reference"] if isinstance(r["reference"], str) else r["reference"][0] for r in written]]
     streams.append([None, None, None, written[3]["reference"][1]])
@@ -209,7 +210,7 @@ def test_an_exported_run_scores_as_the_run_does(mt_run, tmp_path):
     assert hf_report["scores"]["test_loss"] == pytest.approx(run_report["scores"]["test_loss"], abs=1e-5)
 
 
-def test_a_causal_lm_scores_each_document_after_an_opening_eos(tmp_path, tinystories_path):
+def test_a_causal_lm_scores_each_document_after_an_opening_eos(tmp_path, tinystories_path, capsys):
     config = {
         "model": {"preset": "decoder_only-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "n_encoder_layers": 2},
         "tokenizer": {"kind": "byte", "num_sentinels": 0},
@@ -239,6 +240,14 @@ def test_a_causal_lm_scores_each_document_after_an_opening_eos(tmp_path, tinysto
     assert saved["scores"]["test_loss"] == pytest.approx(total / tokens, abs=1e-5)
     words = sum(len(d.split()) for d in documents)
     assert saved["scores"]["test_word_perplexity"] == pytest.approx(math.exp(total / words), rel=1e-4)
+    # a file of 150 paragraphs, read as the run's tinystories (no <|endoftext|>), would be one document:
+    # refused in one sentence, where --format text reads its 150
+    (tmp_path / "wiki.txt").write_text("\n\n".join(f"Paragraph {i} of the page." for i in range(150)) + "\n")
+    argv = ["evaluate", str(tmp_path / "run"), "--data", str(tmp_path / "wiki.txt"), "--out", str(out)]
+    assert main(argv) == 2
+    assert "read as --format tinystories is one document of 299 lines" in capsys.readouterr().err
+    assert main([*argv, "--format", "text", "--samples", "1", "--max-new-tokens", "1"]) == 0
+    assert report(out)[0]["data"]["documents"] == 150
 
 
 def test_no_repeat_ngram_size_reaches_the_generations_as_generate_applies_it(mt_run, tmp_path):

@@ -54,7 +54,8 @@ def test_a_batch_of_windows_scores_what_they_score_one_by_one(preset):
 
 def test_consecutive_pairs_with_one_source_are_one_example_with_several_references():
     pairs = [("a", "x"), ("a", "y"), ("b", "z"), ("a", "w")]
-    assert group_pairs(pairs) == [Example("a", ["x", "y"]), Example("b", ["z"]), Example("a", ["w"])]
+    expected = [Example("a", ["x", "y"], pairs=[0, 1]), Example("b", ["z"], pairs=[2]), Example("a", ["w"], pairs=[3])]
+    assert group_pairs(pairs) == expected
 
 
 def test_word_perplexity_is_the_exponent_of_the_nll_per_word():

@@ -22,6 +22,7 @@ import argparse
 import os
 from pathlib import Path
 
+from encdec.cli.held import say_unless_refused
 from encdec.cli.options import (
     add_device_argument,
     add_dtype_argument,
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--target is empty; give the text the model should write, or leave it out")
     device = resolve_device(args.device)
     opened = open_model(args.model, args.checkpoint, max_source_len=args.max_source_len, dtype=args.dtype)
+    say_unless_refused(opened.said)  # which checkpoint, and why
     check_has_maps(opened.model)
     for path, flag in ((args.output, "-o"), (args.npz, "--npz")):
         if path is not None:

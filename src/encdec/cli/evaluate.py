@@ -18,7 +18,8 @@ data.format by default, else told by the extension: .tsv tsv, .txt text, two fil
   (encdec.evaluation.likelihood); --samples N continues N windows of the documents too (each
   document's first window, then their second ...: a file that is one running text gives N).
 Results go to --out DIR (needed for a Hugging Face model or a checkpoint directory: nothing is written
-inside a model directory or the Hugging Face cache), else RUN_DIR/eval/<file name>/: eval.json, eval.md and
+inside a model directory or the Hugging Face cache), else RUN_DIR/eval/<file name>/ (and <checkpoint>/ under
+it for a --checkpoint other than best): eval.json (with the checkpoint scored and why that one), eval.md and
 predictions.jsonl (source, reference, prediction).
 
 Without --data, a run is scored on its own validation split, as training scored it: the loss
@@ -39,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from encdec.cli.held import say_unless_refused
 from encdec.cli.options import (
     MAX_ROWS,
     add_device_argument,
@@ -83,6 +85,7 @@ from encdec.training.trainer import evaluate
 
 MAX_EVAL_BATCHES = 1_000_000  # batches for the loss, examples to generate: more is a typo, not an evaluation
 OWN_SPLIT_SAMPLES = 8  # validation examples generated without --data
+ONE_DOCUMENT_LINES = 100  # a file of documents read as one this long was read in a format other than its own
 GENERATION_DEFAULTS = {"max_new_tokens": 64, "num_beams": 1}  # over a checkpoint's, so scores compare across models
 
 
@@ -134,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     path = resolve_model(args.model)
     if args.data is None:
-        out = args.out or RunDir(path).eval_dir
+        out = args.out or per_checkpoint(RunDir(path).eval_dir, args.checkpoint)
         check_output(out, path if args.out is None else None)  # before anything is read
         kind = model_kind(path)
         if kind != "run":
@@ -163,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
             opened.model, encoding, test.documents, args.samples, rot5_preprocessing=args.rot5_preprocessing, **common
         )
     result.notes.insert(0, f"test file {' and '.join(map(str, args.data))}, read as --format {test.format}")
-    about = {"files": [os.path.abspath(p) for p in args.data], "format": test.format, "model": str(args.model)}
+    about = {"files": [os.path.abspath(p) for p in args.data], "format": test.format, **opened_model(args, opened)}
     report(write_evaluation(out, result, about))
     return 0
 
@@ -194,7 +197,7 @@ def own_split(args: argparse.Namespace, path: Path, out: Path, device: torch.dev
     result.notes.insert(
         0, f"loss over {cfg.evaluation.steps} validation batches of {cfg.training.batch_size} ({where})"
     )
-    report(write_evaluation(out, result, {"split": "validation", "model": str(args.model)}))
+    report(write_evaluation(out, result, {"split": "validation", **opened_model(args, opened)}))
     return 0
 
 
@@ -204,7 +207,16 @@ def read_data(args: argparse.Namespace, path: Path, kind: str) -> TestFile:
     run_data = saved_config(checkpoint_at(path, args.checkpoint)).data if kind != "hf" else None
     fmt = args.format or (run_data.format if run_data and run_data.format in FILE_FORMATS else infer_format(args.data))
     defaults = vars(run_data) if run_data and run_data.format == fmt else None
-    return read_test_file(args.data, fmt, reader_options(fmt, given_reader_options(args), defaults))
+    test = read_test_file(args.data, fmt, reader_options(fmt, given_reader_options(args), defaults))
+    if args.format is None and test.documents is not None and len(test.documents) == 1:
+        lines = test.documents[0].count("\n") + 1
+        if lines >= ONE_DOCUMENT_LINES:  # the run's format or the extension's is not the file's own
+            raise ConfigError(
+                f"{args.data[0]} read as --format {fmt} is one document of {lines:,} lines, which is not what a "
+                f"test file of documents holds; give the format it is written in (--format text: paragraphs "
+                f"separated by blank lines; jsonl; tinystories: <|endoftext|> between documents)"
+            )
+    return test
 
 
 def report_dir(args: argparse.Namespace, path: Path, kind: str) -> Path:
@@ -212,9 +224,22 @@ def report_dir(args: argparse.Namespace, path: Path, kind: str) -> Path:
     if args.out is None and kind != "run":
         where = "a Hugging Face model directory or the Hugging Face cache" if kind == "hf" else "a checkpoint directory"
         raise ConfigError(f"--out DIR is needed to evaluate {args.model}: encdec writes no report inside {where}")
-    out = args.out or RunDir(path).eval_dir / args.data[0].name.split(".")[0]
+    out = args.out or per_checkpoint(RunDir(path).eval_dir / args.data[0].name.split(".")[0], args.checkpoint)
     check_output(out, path if args.out is None else None, path if kind != "run" else None)
     return out
+
+
+def per_checkpoint(directory: Path, checkpoint: str) -> Path:
+    """A run's report directory for `checkpoint`: `directory` for its best, `directory/<checkpoint>` for another,
+    so that evaluating two checkpoints on one file keeps both reports."""
+    return directory if checkpoint == "best" else directory / checkpoint
+
+
+def opened_model(args: argparse.Namespace, opened: OpenedModel) -> dict:
+    """What eval.json records of the model scored: its path and, for a run, the checkpoint and why that one."""
+    if opened.run is None:
+        return {"model": str(args.model)}
+    return {"model": str(args.model), "checkpoint": opened.run.checkpoint.name, "checkpoint_chosen": opened.run.chosen}
 
 
 def check_output(out: Path, run: Path | None = None, model: Path | None = None) -> None:
@@ -248,6 +273,7 @@ def hub_cache() -> Path | None:
 def open_for_scoring(args: argparse.Namespace, device: torch.device) -> OpenedModel:
     """The model on `device` (int8 with --quantize), its generation options checked before any work."""
     opened = open_model(args.model, args.checkpoint, args.max_source_len, dtype=args.dtype)
+    say_unless_refused(opened.said)  # which checkpoint, and why
     resolve_config(opened.model, generation_options(args))
     opened.model.to(device)
     if args.quantize:  # the loss and the generations both run through the int8 layers

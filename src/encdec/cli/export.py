@@ -16,10 +16,12 @@ that peft's PeftModel.from_pretrained puts on the Hugging Face T5 the run adapte
 import argparse
 from pathlib import Path
 
+from encdec.cli.held import say_unless_refused
 from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
 from encdec.interop import export_hf
 from encdec.interop.hub_ids import resolve_model
+from encdec.runs.load import chosen_checkpoint
 from encdec.runs.open import load_tokenizer, model_kind, open_model
 from encdec.runs.run_export import export_adapter, export_run
 
@@ -57,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     if model_kind(source) in ("run", "checkpoint"):
+        checkpoint, why = chosen_checkpoint(source, args.checkpoint)
+        say_unless_refused(f"model: {source}, checkpoint {checkpoint.name} ({why})")
         name = export_run(source, Path(args.out), force=args.force, checkpoint=args.checkpoint)
     else:
         opened = open_model(source)

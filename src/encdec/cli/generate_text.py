@@ -24,6 +24,7 @@ from typing import BinaryIO, TextIO
 import torch
 from tqdm import tqdm
 
+from encdec.cli.held import say_unless_refused
 from encdec.cli.options import (
     MAX_ROWS,
     add_device_argument,
@@ -136,6 +137,7 @@ def stream_printer(tokenizer, stream):
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     opened = open_model(args.model_dir, args.checkpoint, max_source_len=args.max_source_len, dtype=args.dtype)
+    say_unless_refused(opened.said)  # which checkpoint, and why
     tokenizer = opened.text  # a Hugging Face directory without tokenizer files is refused before any work
     model = opened.model.to(device)
     if args.quantize:

@@ -95,3 +95,17 @@ def library_output_held() -> Iterator[HeldStderr]:
             held.release()
         except (OSError, ValueError):  # the stream is closed (a reader that went away)
             pass
+
+
+def say_unless_refused(line: str) -> None:
+    """One line of encdec's on stderr (which checkpoint a command opened) that goes out with encdec's next
+    output there or when the command ends, and is dropped where the command is refused: the refusal's
+    sentence stands alone."""
+    stream = sys.stderr
+    if isinstance(stream, HeldStderr):
+        with stream.lock:
+            if stream.holding:
+                stream.held.append(line + "\n")
+                stream.size += len(line) + 1
+                return
+    print(line, file=sys.stderr)

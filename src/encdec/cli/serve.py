@@ -21,6 +21,7 @@ import errno
 import logging
 import signal
 import socket
+import sys
 
 from encdec.cli.options import (
     add_device_argument,
@@ -84,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     def load():  # in the scheduler's thread, the one that computes (serving.scheduler says why)
         opened = open_model(args.model, args.checkpoint, max_source_len=args.max_source_len, dtype=args.dtype)
         opened.text  # a Hugging Face directory without tokenizer files is refused before the server starts
+        print(opened.said, file=sys.stderr, flush=True)  # which checkpoint, and why: at once, as it serves
         opened.model.to(device)
         if args.quantize:
             opened.model = quantize(opened.model, args.quantize)

@@ -79,11 +79,15 @@ def write_report(
     return json_path, md_path
 
 
-def write_predictions(path: Path, inputs: list[str], predictions: list[str], references: list) -> Path:
-    """One JSON line per input: {"source", "reference", "prediction"} (a list of references where it has several)."""
+def write_predictions(
+    path: Path, inputs: list[str], predictions: list[str], references: list, pairs: list[list[int]] | None = None
+) -> Path:
+    """One JSON line per input: {"source", "reference", "prediction"} (a list of references where it has several)
+    and, for a test file's pairs, "pairs": the places in the file (from 0) of the pairs it was made from, which
+    line up with the file's references where one input has several."""
     records = (
-        json.dumps(dict(source=i, reference=r, prediction=p), ensure_ascii=False)
-        for i, p, r in zip(inputs, predictions, references)
+        json.dumps(dict(source=i, reference=r, prediction=p, **({"pairs": n} if n else {})), ensure_ascii=False)
+        for i, p, r, n in zip(inputs, predictions, references, pairs or [None] * len(inputs))
     )
     # JSON allows U+2028/9 raw; JavaScript and str.splitlines do not
     text = "".join(line.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029") + "\n" for line in records)

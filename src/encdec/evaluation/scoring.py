@@ -39,6 +39,7 @@ class Example:
     source: str
     references: list[str]
     prediction: str = ""
+    pairs: list[int] = field(default_factory=list)  # a test file's: its pairs' places in the file, from 0
 
 
 @dataclass
@@ -55,11 +56,12 @@ class Evaluation:
 def group_pairs(pairs: list[tuple[str, str]]) -> list[Example]:
     """Consecutive pairs with the same source as one example with several references."""
     examples: list[Example] = []
-    for source, target in pairs:
+    for number, (source, target) in enumerate(pairs):
         if examples and examples[-1].source == source:
             examples[-1].references.append(target)
+            examples[-1].pairs.append(number)
         else:
-            examples.append(Example(source, [target]))
+            examples.append(Example(source, [target], pairs=[number]))
     return examples
 
 
@@ -225,8 +227,9 @@ def write_evaluation(directory: Path, evaluation: Evaluation, about: dict | None
     inputs = [e.source for e in evaluation.examples]
     predictions = [e.prediction for e in evaluation.examples]
     references = [e.references[0] if len(e.references) == 1 else e.references for e in evaluation.examples]
+    places = [e.pairs for e in evaluation.examples] if any(e.pairs for e in evaluation.examples) else None
     about = (about or {}) | evaluation.counts
     json_path, md_path = write_report(
         directory, evaluation.scores, inputs, predictions, references, evaluation.baseline, about, evaluation.notes
     )
-    return [json_path, md_path, write_predictions(directory / REPORT_FILES[2], inputs, predictions, references)]
+    return [json_path, md_path, write_predictions(directory / REPORT_FILES[2], inputs, predictions, references, places)]

@@ -32,6 +32,7 @@ class LoadedRun:
     checkpoint: CheckpointDir
     generation: dict[str, Any]  # the generation defaults the checkpoint carries (generation.json), {} if none
     text: RunTokenizer  # text in and out as the run's training fed it
+    chosen: str = ""  # why this checkpoint: "the run's best", "the latest: the run has kept no best ...", ...
 
 
 def load_run(path: str | Path | RunDir, which: str = "best", max_source_len: int | None = None) -> LoadedRun:
@@ -40,7 +41,7 @@ def load_run(path: str | Path | RunDir, which: str = "best", max_source_len: int
     (`model.generation_defaults`, what generate starts from). The model, tokenizer and text encoding are
     what the checkpoint describes (runs/description.py), never the training config. The text encoder cuts
     inputs to `max_source_len` tokens (default: the run's trained source length)."""
-    checkpoint = checkpoint_at(path, which)
+    checkpoint, chosen = chosen_checkpoint(path, which)
     tok = load_tokenizer(checkpoint.tokenizer)
     description = describe(checkpoint, tok)
     said = checkpoint.model_config if checkpoint.model_config.exists() else checkpoint.config
@@ -57,18 +58,23 @@ def load_run(path: str | Path | RunDir, which: str = "best", max_source_len: int
     generation = read_generation(checkpoint)
     model.generation_defaults = generation
     text = RunTokenizer.for_text(description.text, tok, max_source_len)
-    return LoadedRun(model.eval(), tok, description, checkpoint, generation, text)
+    return LoadedRun(model.eval(), tok, description, checkpoint, generation, text, chosen)
 
 
 def checkpoint_at(path: str | Path | RunDir, which: str = "best") -> CheckpointDir:
     """Checkpoint `which` of the run at `path`, or `path` itself where it is a checkpoint directory (which
     holds no other checkpoint to choose: `which` other than best is refused)."""
+    return chosen_checkpoint(path, which)[0]
+
+
+def chosen_checkpoint(path: str | Path | RunDir, which: str = "best") -> tuple[CheckpointDir, str]:
+    """checkpoint_at's checkpoint and why it is that one, in words (RunDir.chosen)."""
     run = path if isinstance(path, RunDir) else RunDir(path)
     if run.is_run() or not CheckpointDir(run.path).is_checkpoint():
-        return run.checkpoint(which)
+        return run.chosen(which)
     if which != "best":
         raise ConfigError(f"{run.path} is one checkpoint directory, not a run: it holds no checkpoint {which!r}")
-    return CheckpointDir(run.path)
+    return CheckpointDir(run.path), "a checkpoint directory on its own"
 
 
 def check_max_source_len(max_source_len: int | None, cfg: ModelConfig) -> None:

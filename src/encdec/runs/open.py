@@ -65,6 +65,15 @@ class OpenedModel:
     run: LoadedRun | None = None  # a run's checkpoint: its description, tokenizer and text encoding
     max_source_len: int | None = None  # inputs cut to this many tokens; None: what the model was trained with
 
+    @property
+    def said(self) -> str:
+        """What was opened, and for a run which checkpoint and why, as a command says it."""
+        if self.run is None:
+            return f"model: {self.path} (a Hugging Face directory)"
+        if self.run.checkpoint.path == self.path:
+            return f"model: {self.path} ({self.run.chosen})"
+        return f"model: {self.path}, checkpoint {self.run.checkpoint.name} ({self.run.chosen})"
+
     @cached_property
     def text(self):
         """The model's text encoder, Hugging Face's tokenizer interface: a run's `RunTokenizer`, or a Hugging

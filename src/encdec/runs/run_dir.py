@@ -201,10 +201,17 @@ class RunDir:
     def checkpoint(self, which: str = "best") -> CheckpointDir:
         """Checkpoint `which`: "best" (the latest where no best was kept), "latest", a step directory name,
         or the name of one encdec average wrote (avg5_step_00001000, ema_step_00001000)."""
-        name = self.pointer(which) or (self.pointer("latest") if which == "best" else None)
+        return self.chosen(which)[0]
+
+    def chosen(self, which: str = "best") -> tuple[CheckpointDir, str]:
+        """Checkpoint `which` (as `checkpoint`) and why it is that one, in words a command says."""
+        best = self.pointer(which) if which == "best" else None
+        if best is not None:
+            return self.step_dir(best), "the run's best"
+        if which in ("best", "latest") and (latest := self.pointer("latest")) is not None:
+            why = "the latest: the run has kept no best (no evaluation yet)" if which == "best" else "the latest"
+            return self.step_dir(latest), why
         named = STEP_NAME.fullmatch(which) or MADE_NAME.fullmatch(which)
-        if name is None and named and (self.checkpoints / which).is_dir():
-            name = which
-        if name is None:
-            raise CheckpointError(f"{self.path} has no checkpoint {which!r}; is it a run directory of encdec train?")
-        return self.step_dir(name)
+        if named and (self.checkpoints / which).is_dir():
+            return self.step_dir(which), "as named"
+        raise CheckpointError(f"{self.path} has no checkpoint {which!r}; is it a run directory of encdec train?")
