@@ -251,6 +251,26 @@ def test_lora_with_peft_s_module_names_trains_and_merges_into_an_export(tmp_path
     assert (adapted_logits - expected).abs().max() < 1e-4
 
 
+def test_a_lora_adapter_with_peft_s_names_loads_in_peft_over_transformers_with_equal_logits(tmp_path):
+    """peft has no default targets for Switch: its module names are transformers', q, v, wi and wo of the
+    attention, the dense feed-forwards and every expert alike, as encdec's are."""
+    from peft import PeftModel
+
+    from encdec.interop.peft_adapter import save_peft_adapter
+    from encdec.models.lora import add_lora, lora_layers
+
+    saved("every-other", tmp_path / "base")
+    ours = encdec.load_hf(tmp_path / "base")
+    add_lora(ours, r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q", "v", "wi", "wo"])
+    torch.manual_seed(2)
+    for layer in lora_layers(ours).values():
+        torch.nn.init.normal_(layer.lora_B["default"].weight, std=0.1)
+    written = save_peft_adapter(ours, tmp_path / "adapter", str(tmp_path / "base"))
+    assert "encoder.block.1.layer.1.mlp.experts.expert_3.wi" in written and "encoder.block.0.layer.1.mlp.wo" in written
+    base = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "base")
+    assert logit_gap(PeftModel.from_pretrained(base, tmp_path / "adapter").eval(), ours.eval()) < 1e-4
+
+
 def test_encdec_size_of_switch_base_8_s_config_json_is_transformers_parameter_count(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps(SWITCH_BASE_8))
     assert main(["size", str(tmp_path / "config.json")]) == 0

@@ -6,8 +6,8 @@
 
 so that `PeftModel.from_pretrained(AutoModelForSeq2SeqLM.from_pretrained(base), out)` computes the logits
 encdec does, `base` being the T5 directory the run adapted (or `encdec export` of the base run). Only
-the T5 layout (T5, mT5, UMT5) is written: its projections are Hugging Face's own matrices, name for name
-(hf_t5.NAME_MAP).
+the T5 layouts (T5, mT5, UMT5, SwitchTransformers) are written: their projections are Hugging Face's own
+matrices, name for name (hf_t5.NAME_MAP, hf_switch.SWITCH_NAME_MAP).
 """
 
 from pathlib import Path
@@ -16,13 +16,14 @@ from safetensors.torch import save_file
 from torch import nn
 
 from encdec.errors import ConfigError
-from encdec.interop.hf_t5 import hf_name
+from encdec.interop import hf_switch, hf_t5
 from encdec.interop.to_hf import check_export_out, hf_layout
 from encdec.models.lora import ADAPTER, lora_layers
 from encdec.safe_paths import atomic_path, output_dir, staged_files
 
 FILES = ("adapter_config.json", "adapter_model.safetensors", "README.md")  # what peft's save_pretrained writes
-PEFT_LAYOUTS = ("t5", "mt5", "umt5")  # whose attention and feed-forward layers have T5's names (hf_t5.NAME_MAP)
+# the layouts whose linear layers are Hugging Face's own, each with its names: ours -> Hugging Face's
+HF_NAMES = {"t5": hf_t5.hf_name, "mt5": hf_t5.hf_name, "umt5": hf_t5.hf_name, "switch_transformers": hf_switch.hf_name}
 
 
 def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = False) -> list[str]:
@@ -31,9 +32,9 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
     from peft import LoraConfig
 
     layout = hf_layout(model.config)
-    if layout not in PEFT_LAYOUTS:
+    if layout not in HF_NAMES:
         raise ConfigError(
-            f"a peft adapter is written for T5, mT5 and UMT5 models, not a {layout} one; export the merged model"
+            f"a peft adapter is written for T5, mT5, UMT5 and Switch models, not a {layout} one; export the merged model"
         )
     layers = lora_layers(model)
     if not layers:
@@ -48,7 +49,7 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
         )
     first = next(iter(layers.values()))
     r, alpha, dropout = first.r[ADAPTER], first.lora_alpha[ADAPTER], first.lora_dropout[ADAPTER]
-    targets = {name: hf_name(name + ".weight").removesuffix(".weight") for name in layers}
+    targets = {name: HF_NAMES[layout](name + ".weight").removesuffix(".weight") for name in layers}
     tensors = {}
     for name, layer in layers.items():
         for part in ("lora_A", "lora_B"):
