@@ -1,11 +1,12 @@
 """Switch Transformers as Google released them (every other feed-forward sparse) and in other layouts load
 exactly: random-weight checkpoints from transformers' SwitchTransformersConfig, saved with save_pretrained (no
 download), give logits within 1e-4 of transformers on a padded batch, the same greedy and beam-4 tokens, an
-export transformers reloads with the same logits, `encdec generate` and `encdec export` on the directory, and
-train with the router losses of the sparse layers alone; switch-base-8's config.json is counted as
-transformers builds it."""
+export transformers reloads with the same logits, `encdec generate` and `encdec export` on the directory, train
+(and fine-tune through training.init_from) with the router losses of the sparse layers alone, and take LoRA in
+peft's module names; switch-base-8's config.json is counted as transformers builds it."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -227,6 +228,40 @@ def test_training_takes_the_router_losses_of_the_sparse_layers_alone(tmp_path):
     routers = [n for n, p in model.named_parameters() if n.endswith("router.weight") and p.grad is not None]
     assert len(routers) == 5 and all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < losses[0]
+
+
+def test_a_run_fine_tuned_from_a_switch_directory_keeps_its_sparse_layers(tmp_path, shared_data):
+    """training.init_from a Switch directory: the run trains its routers' losses and its checkpoints reopen with
+    experts where the checkpoint had them."""
+    from encdec.runs.load import load_run
+    from encdec.training.metrics import read_metrics
+
+    saved("every-other", tmp_path / "in")
+    dialogsum = shared_data / "summarization" / "dialogsum"
+    overrides = [
+        f"training.init_from={tmp_path / 'in'}",
+        "training.steps=2",
+        "training.batch_size=4",
+        "training.device=cpu",
+        "evaluation.steps=1",
+        "evaluation.generate=2",
+        "evaluation.max_new_tokens=4",
+        "data.max_documents=100",
+        f"data.train=[{dialogsum / 'dialogsum.train.jsonl.gz'}]",
+        f"data.validation=[{dialogsum / 'dialogsum.dev.jsonl.gz'}]",
+        "objective.max_source_len=64",
+        "objective.max_target_len=16",
+    ]
+    recipe = Path(__file__).parents[2] / "configs" / "recipes" / "dialogsum_t5_finetune.yaml"
+    assert (
+        main(["train", str(recipe), "--out", str(tmp_path / "run"), *(a for o in overrides for a in ("--set", o))]) == 0
+    )
+    model = load_run(tmp_path / "run", "latest").model
+    assert (model.config.moe_every, sparse(model.encoder.blocks)) == (2, [False, True, False, True])
+    steps = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"]
+    assert len(steps) == 2 and all(
+        r[f"moe_{k}_{s}"] > 0 for r in steps for k in ("aux", "z") for s in ("encoder", "decoder")
+    )
 
 
 def test_lora_with_peft_s_module_names_trains_and_merges_into_an_export(tmp_path):
