@@ -15,6 +15,21 @@ from encdec.generation.logits_processors import bad_words, no_repeat_ngram, repe
 from .helpers import padded_batch, tiny
 
 
+@pytest.mark.parametrize("option", [dict(temperature=0.7), dict(top_k=5), dict(top_p=0.9), dict(min_p=0.1)])
+def test_a_sampling_option_without_sampling_is_one_sentence_not_ignored(device, option):
+    """Asked by the caller, that is: a checkpoint's own temperature beside do_sample false is kept as
+    Hugging Face keeps it, and an option at its off value is no request."""
+    model = tiny("t5").to(device)
+    src, mask = padded_batch()
+    name = next(iter(option))
+    with pytest.raises(ConfigError, match=f"{name} acts only when sampling.*add do_sample"):
+        encdec.generate(model, src, mask, max_new_tokens=2, **option)
+    encdec.generate(model, src, mask, max_new_tokens=2, do_sample=True, seed=0, **option)
+    encdec.generate(model, src, mask, max_new_tokens=2, temperature=1.0, top_k=50)
+    model.generation_defaults = {"temperature": 0.6, "do_sample": False}  # as many checkpoints ship
+    encdec.generate(model, src, mask, max_new_tokens=2)
+
+
 def test_an_unknown_option_is_named_with_a_suggestion(device):
     model = tiny("t5").to(device)
     src, mask = padded_batch()

@@ -45,7 +45,7 @@ def test_typing_a_sentence_shows_the_output_and_draws_the_heat_map(tmp_path, bro
         wait = WebDriverWait(browser, 60)
         wait.until(lambda b: b.find_element(By.ID, "layer").find_elements(By.TAG_NAME, "option"))
         shown = browser.find_element(By.ID, "output").text
-        parameters = {"max_new_tokens": 12, "num_beams": 1}
+        parameters = {"max_new_tokens": 12, "num_beams": 4}  # the page's default, as the README shows it
         _, answer, _ = call(served.url + "/generate", {"inputs": sentence, "parameters": parameters})
         assert shown == answer["generated_text"].strip() and browser.find_element(By.ID, "error").text == ""
         canvas = browser.find_element(By.ID, "map")

@@ -112,7 +112,9 @@ def test_streaming_sends_each_token_then_the_text_generate_writes(server, model_
     tokens, last = events[:-1], events[-1]
     assert tokens and all(e["token"]["id"] >= 0 and e["generated_text"] is None for e in tokens)
     assert last["generated_text"] == generate_alone(model_dir, sentences[1], options, tmp_path)
-    assert "".join(e["token"]["text"] for e in tokens).strip() == last["generated_text"]
+    assert last["token"]["id"] >= 0 and last["index"] == len(events)  # TGI: the last token carries the text
+    assert [e["index"] for e in events] == list(range(1, len(events) + 1))
+    assert "".join(e["token"]["text"] for e in events).strip() == last["generated_text"]
 
 
 def urllib_stream(url: str, body: dict) -> list[str]:

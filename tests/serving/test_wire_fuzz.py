@@ -103,7 +103,7 @@ def test_any_json_body_to_a_real_server_is_answered_or_refused_in_a_sentence(ser
             assert "generated_text" in (answer if isinstance(answer, dict) else answer[0])
         else:
             events = [json.loads(line[6:]) for line in answer.splitlines() if line.startswith("data: ")]
-            assert events and events[-1]["token"] is None and "generated_text" in events[-1], answer
+            assert events and events[-1].get("generated_text") is not None, answer  # the last token's event
 
     one()
     assert call(server.url + "/health")[0] == 200

@@ -10,7 +10,7 @@ Shapes: B examples, S source length, L output length (start token included).
 """
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
@@ -108,6 +108,7 @@ def resolve_config(model, options: dict, defaults: dict | None = None) -> Genera
     if defaults is None:
         defaults = getattr(model, "generation_defaults", None)  # a Steppable need not carry any
     cfg = GenerationConfig.from_options(defaults, **options)
+    check_sampling_asked(cfg, options)
     model_cfg = getattr(model, "config", None)
     if cfg.decoder_start_token_id is None:
         cfg.decoder_start_token_id = getattr(model_cfg, "decoder_start_id", None)
@@ -120,6 +121,23 @@ def resolve_config(model, options: dict, defaults: dict | None = None) -> Genera
     if cfg.decoder_start_token_id is None:
         raise ConfigError("no decoder_start_token_id: the model config has none, so pass it as an option")
     return cfg
+
+
+SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
+SAMPLING_OFF = {f.name: f.default for f in fields(GenerationConfig) if f.name in SAMPLING_ONLY}  # what is off
+
+
+def check_sampling_asked(cfg: GenerationConfig, options: dict) -> None:
+    """A sampling option the caller set (a checkpoint's defaults aside, whose temperature Hugging Face keeps
+    beside do_sample false) where the generation does not sample is one sentence, not ignored in silence."""
+    if cfg.do_sample:
+        return
+    given = [name for name in SAMPLING_ONLY if options.get(name) not in (None, SAMPLING_OFF[name])]
+    if given:
+        raise ConfigError(
+            f"{given[0]} acts only when sampling, and this generation does not sample: add do_sample "
+            f'(--do-sample, or "do_sample": true), or leave {given[0]} out'
+        )
 
 
 def check_inputs(

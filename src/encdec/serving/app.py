@@ -324,14 +324,24 @@ class TokenStream:
         await self.queue.put(answer)
 
     async def events(self):
+        """TGI's stream: an event per token, {"index", "token": {id, text, special}, "generated_text": null}, the
+        last token's carrying the whole text (and details where asked). Each token's event waits for the next
+        token (one decoder step) so that the last one can carry it; an error after the headers is the last
+        event, {"index", "token": null, "error"}."""
         server = self.server
         eos = set(server.scheduler.eos_ids({"defaults": server.defaults, **self.request.options}))
         ids: list[int] = []
         shown = ""
+        pending = None  # the newest token's event, sent when the next token or the answer comes
         while True:
             item = await self.queue.get()
             if isinstance(item, dict):  # the answer
-                yield event({"index": len(ids), "token": None, **item})
+                if pending is not None and "error" not in item:
+                    yield event({**pending, **item})
+                else:
+                    if pending is not None:
+                        yield event(pending)
+                    yield event({"index": len(ids), "token": None, **item})
                 return
             token_id = int(item[0])
             if ids and ids[-1] in eos:
@@ -339,8 +349,10 @@ class TokenStream:
             ids.append(token_id)
             text = server.text.batch_decode(torch.tensor([ids], device="cpu"), skip_special_tokens=True)[0]  # host ids
             piece, shown = text[len(shown) :], text
-            token = {"id": token_id, "text": piece, "special": token_id in eos}
-            yield event({"index": len(ids), "token": token, "generated_text": None})
+            if pending is not None:
+                yield event(pending)
+            pending = {"index": len(ids), "token": {"id": token_id, "text": piece, "special": token_id in eos}}
+            pending["generated_text"] = None
 
 
 class ClosingStream(StreamingResponse):
