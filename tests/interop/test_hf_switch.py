@@ -230,6 +230,36 @@ def test_training_takes_the_router_losses_of_the_sparse_layers_alone(tmp_path):
     assert losses[-1] < losses[0]
 
 
+def test_a_server_batch_of_switch_rows_each_at_its_own_position_equals_generate_alone(tmp_path):
+    import threading
+
+    from encdec.serving.scheduler import Scheduler
+
+    saved("step-3-encoder-all-sparse-decoder-untied", tmp_path)
+    model = encdec.load_hf(tmp_path)
+    generator = torch.Generator().manual_seed(3)
+    requests = [
+        (torch.randint(3, SHAPE["vocab_size"], (1, length), generator=generator), options)
+        for length, options in [(3, {"max_new_tokens": 4}), (20, {"max_new_tokens": 12}), (8, {"num_beams": 4})]
+    ]
+    alone = [encdec.generate(model, source, None, **{"max_new_tokens": 9, **options}) for source, options in requests]
+    scheduler = Scheduler(model, max_rows=16)
+    served = [None] * len(requests)
+
+    def run(i):
+        served[i] = scheduler.run(requests[i][0], None, {"max_new_tokens": 9, **requests[i][1]})
+
+    try:
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    finally:
+        scheduler.stop(timeout=30)
+    assert all(torch.equal(s, a) for s, a in zip(served, alone, strict=True))
+
+
 def test_a_run_fine_tuned_from_a_switch_directory_keeps_its_sparse_layers(tmp_path, shared_data):
     """training.init_from a Switch directory: the run trains its routers' losses and its checkpoints reopen with
     experts where the checkpoint had them."""
