@@ -114,7 +114,8 @@ def check_moe_layout(cfg: ModelConfig) -> None:
             raise ConfigError(f"model.{key} acts only with model.n_experts above 1; remove it")
         if step > layers:
             hint = "; set model.decoder_moe_every" if side == "decoder" and key == "moe_every" else ""
-            raise ConfigError(f"model.{key} ({step}) exceeds the {side}'s {layers} layers{hint}")
+            plural = "s" if layers > 1 else ""
+            raise ConfigError(f"model.{key} ({step}) exceeds the {side}'s {layers} layer{plural}{hint}")
 
 
 def check_lm_config(cfg: ModelConfig) -> None:

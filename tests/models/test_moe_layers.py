@@ -1,0 +1,67 @@
+"""Which feed-forwards are mixtures of experts: every one by default, or every moe_every-th (decoder_moe_every for
+the decoder) in Switch Transformers' layout; the router losses come from those layers alone, and a step that
+cannot act is one sentence."""
+
+import pytest
+import torch
+
+import encdec
+from encdec.errors import ConfigError
+from encdec.modules import MoE
+
+
+def tiny(**overrides):
+    torch.manual_seed(0)
+    cfg = encdec.preset("t5-tiny", vocab_size=64, dropout=0.0, **overrides)
+    return encdec.build_model(cfg).eval()
+
+
+@pytest.mark.parametrize("layers", range(1, 13))
+@pytest.mark.parametrize("step", range(1, 13))
+def test_the_sparse_layers_are_transformers_switch_layout(layers, step):
+    if step > layers:
+        return
+    cfg = encdec.preset("t5-tiny", n_experts=2, n_encoder_layers=layers, moe_every=step)
+    transformers_rule = [i % step == 1 or step == 1 for i in range(layers)]  # SwitchTransformersStack
+    assert [cfg.moe_layer(i) for i in range(layers)] == transformers_rule
+
+
+def test_the_built_model_has_experts_where_the_config_says_and_their_router_losses_alone():
+    model = tiny(n_experts=3, n_encoder_layers=4, n_decoder_layers=3, moe_every=2, decoder_moe_every=3).train()
+    assert [isinstance(b.ffn, MoE) for b in model.encoder.blocks] == [False, True, False, True]
+    assert [isinstance(b.ffn, MoE) for b in model.decoder.blocks] == [False, True, False]
+    ids = torch.randint(2, 64, (2, 8))
+    memory = model.encode(ids)
+    assert len(memory.router_logits) == 2 and len(model.decode(ids, memory)[1]) == 1
+    out = model(ids, ids, labels=ids)
+    assert {"moe_aux_encoder", "moe_z_encoder", "moe_aux_decoder", "moe_z_decoder"} <= set(out.aux_losses)
+
+
+def test_every_feed_forward_is_sparse_by_default():
+    model = tiny(n_experts=2)
+    assert all(isinstance(b.ffn, MoE) for stack in (model.encoder, model.decoder) for b in stack.blocks)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"moe_every": 2}, "model.moe_every acts only with model.n_experts above 1; remove it"),
+        ({"decoder_moe_every": 1}, "model.decoder_moe_every acts only with model.n_experts above 1; remove it"),
+        ({"n_experts": 2, "moe_every": 3}, "model.moe_every (3) exceeds the encoder's 2 layers"),
+        (
+            {"n_experts": 2, "n_encoder_layers": 4, "n_decoder_layers": 1, "moe_every": 2},
+            "model.moe_every (2) exceeds the decoder's 1 layer; set model.decoder_moe_every",
+        ),
+        ({"n_experts": 2, "decoder_moe_every": 3}, "model.decoder_moe_every (3) exceeds the decoder's 2 layers"),
+    ],
+)
+def test_a_step_that_cannot_act_is_one_sentence(overrides, message):
+    with pytest.raises(ConfigError) as refused:
+        tiny(**overrides)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("family", ["decoder_only", "ar_encdec", "rnn_seq2seq"])
+def test_the_families_that_make_every_feed_forward_sparse_refuse_a_step(family):
+    with pytest.raises(ConfigError, match=f"^model.moe_every is not used by the {family} family; remove it$"):
+        encdec.build_model(encdec.preset(f"{family}-tiny", moe_every=2))
