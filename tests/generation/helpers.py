@@ -7,6 +7,19 @@ import torch
 from encdec.models import build_model, preset
 
 V = 97
+GEMMA = dict(
+    norm="gemma_rmsnorm",
+    post_norms=True,
+    activation="gated_gelu",
+    rope_cross="none",
+    scale_attention=True,
+    attention_scale_dim=12,
+    attention_softcap=2.0,
+    logit_softcap=5.0,
+    sliding_window=3,
+    scale_embeddings=True,
+    shared_embeddings=False,
+)
 FAMILIES = {  # name -> (preset, overrides)
     "t5": ("t5-tiny", {}),
     "t5-v1.1": ("t5-v1.1-tiny", {}),
@@ -14,6 +27,7 @@ FAMILIES = {  # name -> (preset, overrides)
     "rot5": ("rot5-tiny", {}),
     "rot5-prepended": ("rot5-tiny", dict(rope_cross="prepended")),
     "rot5-moe": ("rot5-tiny", dict(n_experts=4)),
+    "gemma": ("rot5-tiny", GEMMA),  # T5Gemma's layout: capped scores and logits, a window of 3 every other layer
     "transformer-post": ("transformer-tiny", {}),
     "transformer-pre": ("transformer-tiny", dict(norm_position="pre")),
 }

@@ -78,6 +78,11 @@ ALTERNATIVE = dict(
     research=dict(order_type="ALT"),
     rnn_cell="lstm",
     hf_model_type="mt5",
+    attention_scale_dim=7,
+    attention_softcap=0.5,
+    logit_softcap=0.5,
+    sliding_window=2,
+    global_every=3,
 )
 # fields that change what an export writes, not the model: tests/interop holds them honoured
 EXPORT_ONLY = {"hf_model_type"}
@@ -95,6 +100,9 @@ CONTEXT = dict(
     sinusoidal_layout=dict(position="sinusoidal"),
     max_positions=dict(position="learned"),
     position_offset=dict(position="learned"),
+    attention_scale_dim=dict(scale_attention=True),
+    sliding_window=dict(position="rope"),
+    global_every=dict(position="rope", sliding_window=2),
 )
 FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in NOT_MODEL]
 

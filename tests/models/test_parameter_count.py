@@ -87,9 +87,9 @@ LOSS = st.fixed_dictionaries(
 @st.composite
 def family_configs(draw) -> ModelConfig:
     """A small config of any family, drawing only the fields that family uses, over the options that change its
-    parameters: widths, heads (GQA, d_head, cross heads), depths, activation, norm and its place, bias, position
-    scheme and table size, experts and their layers, head tying, the research options and the RNN's cell and
-    attention."""
+    parameters: widths, heads (GQA, d_head, cross heads), depths, activation, norm and its place (post_norms),
+    bias, position scheme and table size, experts and their layers, head tying, the encoder's own token table,
+    the research options and the RNN's cell and attention; Gemma 2's caps and window, which add none."""
     family = draw(st.sampled_from(sorted(FAMILY_CLASSES)))
     causal = family in ("ar_encdec", "parallel_encdec", "decoder_only")
     n_heads = draw(SMALL)
@@ -106,8 +106,12 @@ def family_configs(draw) -> ModelConfig:
         "cross_n_heads": draw(st.one_of(maybe(), st.sampled_from([1, 2, 4, 8]))),
         "cross_n_kv_heads": draw(st.one_of(maybe(), st.just(1))),
         "activation": draw(st.sampled_from(["relu", "gelu", "silu", "gated_gelu", "swiglu"])),
-        "norm": draw(st.sampled_from(["rmsnorm", "layernorm"])),
+        "norm": draw(st.sampled_from(["rmsnorm", "layernorm", "gemma_rmsnorm"])),
         "norm_position": draw(st.sampled_from(["pre", "post"])),
+        "post_norms": draw(st.booleans()),
+        "shared_embeddings": draw(st.booleans()),
+        "attention_softcap": draw(st.one_of(maybe(), st.just(50.0))),
+        "logit_softcap": draw(st.one_of(maybe(), st.just(30.0))),
         "bias": draw(st.booleans()),
         "position": draw(
             st.sampled_from(["learned", "rope"] if causal else ["sinusoidal", "learned", "relative", "rope"])
@@ -138,6 +142,8 @@ def family_configs(draw) -> ModelConfig:
         values.pop("rope_cross")
     if values["position"] != "relative":
         values.pop("relative_bias_per_layer")
+    if values["position"] == "rope" and family == "encoder_decoder":  # Gemma 2's window, every other layer
+        values |= {"sliding_window": draw(st.integers(1, 4)), "global_every": draw(st.integers(1, 3))}
     if family == "rnn_seq2seq":
         values["n_decoder_layers"] = None
     values = {k: v for k, v in values.items() if k not in UNUSED_BY_FAMILY[family]}

@@ -2,10 +2,12 @@
 a ModelConfig into attention, feed-forward, norms, blocks and the output head.
 
     attention   n_heads query heads over n_kv_heads key/value heads (MHA, GQA, MQA), d_head wide,
-                scores scaled by 1/sqrt(d_head) or not (scale_attention), bias, dropout
+                scores scaled by 1/sqrt(d_head) (or of attention_scale_dim) or not (scale_attention),
+                capped (attention_softcap), bias, dropout
     ffn         MoE(...) in a sparse layer (n_experts > 1, every moe_every-th) else FeedForward(...)
-    norms       norm (rmsnorm, layernorm), norm_eps, bias; placed before (pre) or after (post) each
-                sublayer, with a final norm closing a pre-norm stack
+    norms       norm (rmsnorm, gemma_rmsnorm, layernorm), norm_eps, bias; placed before (pre) or after (post)
+                each sublayer, with a final norm closing a pre-norm stack; post_norms: also one of each
+                pre-norm sublayer's output (Gemma 2)
     head        tied to the token embeddings or its own Linear; output scaled by d_model^-0.5 or not
 
 The encoder-decoder (encoder_decoder.py) and the causal LMs (causal_lm.py) take every part
@@ -60,6 +62,8 @@ def build_attention(
         scale=cfg.scale_attention,
         dropout=cfg.dropout,
         rotary=rotary,
+        scale_dim=cfg.attention_scale_dim,
+        softcap=cfg.attention_softcap,
     )
 
 
@@ -101,7 +105,8 @@ def build_encoder_block(
     inputs are causal."""
     attention = build_self_attention(cfg, rotary)
     ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout, sparse)
-    return EncoderBlock(attention, ffn, norm_factory(cfg), cfg.dropout, pre_norm=cfg.norm_position == "pre")
+    pre_norm = cfg.norm_position == "pre"
+    return EncoderBlock(attention, ffn, norm_factory(cfg), cfg.dropout, pre_norm, cfg.post_norms)
 
 
 def build_decoder_block(
@@ -129,6 +134,7 @@ def build_decoder_block(
         cfg.norm_position == "pre",
         cross_first=cross_first,
         memory_norm=norm() if memory_norm else None,
+        post_norms=cfg.post_norms,
     )
 
 

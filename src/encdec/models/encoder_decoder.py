@@ -8,7 +8,9 @@ The variants differ only in what the config selects: position scheme (sinusoidal
 learned, T5 relative bias shared by all layers of a stack or UMT5's one per layer, RoPE in self- and
 cross-attention), norm and its placement, feed-forward or mixture of experts (in every
 layer or every moe_every-th, Switch's layout), grouped-query attention, and the output
-head (tied, scaled by d_model^-0.5). Marian
+head (tied, scaled by d_model^-0.5). Gemma 2's layout (T5Gemma) adds its RMSNorm before and after each
+sublayer, capped attention scores and logits, sliding-window self-attention in most layers and an encoder
+token table of its own. Marian
 adds sinusoidal positions in halves and a fixed logits bias; BART learned positions
 at an offset of 2 and a norm after the embeddings. `start` / `step` are the per-step
 interface generation drives (encdec.generation.interface), over a `DecodeState`
@@ -55,7 +57,9 @@ from encdec.modules import (
     as_bool_mask,
     causal_mask,
     lm_head,
+    within_window,
 )
+from encdec.modules.attention import soft_cap
 from encdec.modules.blocks import for_layer
 
 
@@ -88,6 +92,7 @@ class Stack(nn.Module):
         super().__init__()
         self.embed = embed
         self.embed_scale = embedding_scale(cfg)
+        self.scale_in_dtype = cfg.norm == "gemma_rmsnorm"  # Gemma rounds sqrt(d_model) to the model's dtype first
         self.positions = build_absolute_positions(cfg)
         self.embed_norm = build_embedding_norm(cfg)
         relative = cfg.position == "relative"
@@ -96,6 +101,9 @@ class Stack(nn.Module):
             return RelativePositionBias(cfg.n_heads, bidirectional, cfg.relative_buckets, cfg.relative_max_distance)
 
         layers = cfg.n_encoder_layers if bidirectional else cfg.decoder_layers
+        self.window = cfg.sliding_window  # Gemma 2's sliding self-attention, in the layers `sliding` names
+        self.sliding = [cfg.sliding_layer(i) for i in range(layers)]
+        self.causal = not bidirectional
         per_layer = relative and cfg.relative_bias_per_layer
         self.position_bias = relative_bias() if relative and not per_layer else None
         self.layer_biases = nn.ModuleList(relative_bias() for _ in range(layers)) if per_layer else None
@@ -112,9 +120,22 @@ class Stack(nn.Module):
         biases = [bias(q_pos, q_pos) for bias in self.relative_biases()] or [None]  # each (1, H, T, T)
         return [additive_mask(allowed, bias, dtype) for bias in biases]
 
+    def windowed(
+        self, inputs: list[AttentionInputs], allowed: torch.Tensor | None, pos: torch.Tensor, dtype: torch.dtype
+    ) -> list[AttentionInputs]:
+        """`inputs` (one entry every layer shares) with a sliding window: one entry per layer, the sliding
+        layers' seeing only what `allowed` allows within the window of positions pos (T,) or (B, T)."""
+        if self.window is None:
+            return inputs
+        near = within_window(pos, pos, self.window, self.causal)
+        near = near if allowed is None else allowed & near
+        sliding = AttentionInputs(mask=additive_mask(near, None, dtype), q_pos=pos, k_pos=pos)
+        return [sliding if slides else inputs[0] for slides in self.sliding]
+
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (B, T) at positions pos (T,) or (B, T) -> (B, T, C): token embeddings plus absolute positions."""
-        x = self.embed(ids) * self.embed_scale
+        x = self.embed(ids)
+        x = x * (torch.tensor(self.embed_scale, dtype=x.dtype) if self.scale_in_dtype else self.embed_scale)
         if isinstance(self.positions, PaddedSinusoidalPositions):  # pads take no position (fairseq)
             x = x + self.positions(pos, ids)
         elif self.positions is not None:
@@ -154,6 +175,7 @@ class Encoder(Stack):
             allowed = src_mask[:, None, None, :] if src_mask is not None else None  # (B, 1, 1, S)
         # T5's bias sees only k - q, the same inside a segment counted from its start or the row's: one for all rows
         inputs = [AttentionInputs(mask=mask, q_pos=pos, k_pos=pos) for mask in self.bias_masks(allowed, row, x.dtype)]
+        inputs = self.windowed(inputs, allowed, pos, x.dtype)
         router_logits = []
         for i, block in enumerate(self.blocks):
             x, logits = block(x, for_layer(inputs, i))
@@ -211,8 +233,11 @@ class Decoder(Stack):
         pos, k_pos = packing.tgt_positions, packing.src_positions  # (B, T), (B, S)
         x = self.embed_tokens(tgt_ids, pos)
         row = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # T5's bias sees only k - q (see Encoder)
-        masks = self.bias_masks(packing.decoder_allowed(), row, x.dtype)
-        self_inputs = [AttentionInputs(mask=mask, q_pos=pos, k_pos=pos) for mask in masks]
+        allowed = packing.decoder_allowed()
+        self_inputs = [
+            AttentionInputs(mask=mask, q_pos=pos, k_pos=pos) for mask in self.bias_masks(allowed, row, x.dtype)
+        ]
+        self_inputs = self.windowed(self_inputs, allowed, pos, x.dtype)
         q_pos = packing.source_lengths() + pos if self.rope_cross == "prepended" else pos  # (B, T)
         cross_mask = additive_mask(packing.cross_allowed(), None, x.dtype)  # (B, 1, T, S)
         cross_inputs = AttentionInputs(mask=cross_mask, q_pos=q_pos, k_pos=k_pos)
@@ -239,9 +264,9 @@ class Decoder(Stack):
     def _self_inputs(self, pos: torch.Tensor, dtype: torch.dtype) -> list[AttentionInputs]:
         """Causal self-attention over the whole target, positions pos (T,): one entry all layers share or one
         per layer (see run_blocks)."""
-        if not self.relative_biases():
-            return [AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos)]
         allowed = causal_mask(pos.shape[0], pos.shape[0], 0, pos.device)
+        if not self.relative_biases():
+            return self.windowed([AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos)], allowed, pos, dtype)
         return [AttentionInputs(mask=mask, q_pos=pos, k_pos=pos) for mask in self.bias_masks(allowed, pos, dtype)]
 
     def _cross_inputs(self, pos: torch.Tensor, memory: EncoderOutput, dtype: torch.dtype) -> AttentionInputs:
@@ -271,7 +296,9 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta) if cfg.position == "rope" else None
-        self.encoder = Encoder(cfg, self.embed, rotary)
+        # the encoder's token table: the decoder's, or one of its own (T5Gemma's), as encoder.embed
+        encoder_embed = self.embed if cfg.shared_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.encoder = Encoder(cfg, encoder_embed, rotary)
         self.decoder = Decoder(cfg, self.embed, rotary)
         self.lm_head = build_lm_head(cfg)
         self.output_scale = output_scale(cfg)
@@ -297,6 +324,8 @@ class EncoderDecoder(GenerationMixin, nn.Module):
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden * self.output_scale
         logits = lm_head(hidden, self.embed, self.lm_head)
+        if self.config.logit_softcap is not None:
+            logits = soft_cap(logits, self.config.logit_softcap)
         return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
     packs_sources = True  # start(..., packed=True): the sources encoded end to end in one row
@@ -327,6 +356,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
             [block.cross_attn.project_kv(memory.hidden, k_pos) for block in self.decoder.blocks], memory.mask
         )
         state.biases = self.decoder.relative_biases()  # T5's relative bias, UMT5's per layer, or none
+        state.window, state.sliding = self.decoder.window, self.decoder.sliding
         if self.decoder.rope_cross == "prepended":  # decoder positions continue after each example's source
             lengths = memory.mask.sum(-1) if memory.mask is not None else torch.full((B,), S, device=src_ids.device)
             state.source_lengths = lengths.repeat_interleave(beams)  # (B*N,)

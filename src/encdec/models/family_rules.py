@@ -22,6 +22,10 @@ LM_UNUSED = frozenset(
         "relative_bias_per_layer",  # UMT5's
         "final_logits_bias",
         "hf_model_type",  # the Hugging Face family an encoder-decoder exports as
+        "sliding_window",  # Gemma 2's, as T5Gemma's encoder-decoder has it
+        "global_every",
+        "logit_softcap",
+        "shared_embeddings",  # one stack, one token table
         "rnn_cell",
         "rnn_attention",
     }
@@ -71,6 +75,13 @@ UNUSED_BY_FAMILY = {
             "z_loss_coef",
             "hf_model_type",
             "research",
+            "post_norms",
+            "attention_scale_dim",
+            "attention_softcap",
+            "sliding_window",
+            "global_every",
+            "logit_softcap",
+            "shared_embeddings",
         }
     ),
 }
@@ -95,12 +106,23 @@ def check_family(cfg: ModelConfig) -> None:
             f"({cfg.n_encoder_layers}): the parallel_encdec family pairs every decoder block "
             "with an encoder block, so its decoder may start late but not early"
         )
+    if cfg.attention_scale_dim is not None and not cfg.scale_attention:
+        raise ConfigError("model.attention_scale_dim acts only with model.scale_attention true")
     if cfg.relative_bias_per_layer and cfg.position != "relative":
         raise ConfigError(f"model.relative_bias_per_layer acts only with model.position relative, got {cfg.position!r}")
     if cfg.family == "rnn_seq2seq" and cfg.decoder_layers != cfg.n_encoder_layers:
         raise ConfigError("rnn_seq2seq needs model.n_decoder_layers equal to model.n_encoder_layers (or unset)")
     if cfg.family == "encoder_decoder":
         check_moe_layout(cfg)
+        check_sliding_window(cfg)
+
+
+def check_sliding_window(cfg: ModelConfig) -> None:
+    """A sliding window needs positions no relative bias carries; global_every means nothing without one."""
+    if cfg.sliding_window is None and cfg.global_every != ModelConfig.global_every:
+        raise ConfigError("model.global_every acts only with model.sliding_window; remove it")
+    if cfg.sliding_window is not None and cfg.position == "relative":
+        raise ConfigError("model.sliding_window does not combine with model.position relative; use rope")
 
 
 def check_moe_layout(cfg: ModelConfig) -> None:

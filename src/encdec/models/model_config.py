@@ -32,6 +32,7 @@ MAX_COEF = 1e6  # a loss coefficient: the auxiliary losses' are 1e-3 to 1e-2
 # minutes to build); how many parameters a model may have is the memory estimate's to say
 # (models/weights_memory.py), against what the device has free.
 Layers = Annotated[int, Range(1, MAX_LAYERS)]
+Softcap = Annotated[float, Range(0, 1e6, above=True)]  # c in c * tanh(x / c); Gemma 2's are 50 and 30
 
 
 @dataclass
@@ -50,11 +51,18 @@ class ModelConfig:
     cross_n_heads: Positive | None = None  # None: n_heads (ar_encdec, parallel_encdec: 2 * n_heads)
     cross_n_kv_heads: Positive | None = None  # None: n_kv_heads
     activation: Literal["relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"] = "relu"
-    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    # gemma_rmsnorm: Gemma's x * (1 + weight), in float32, and its embedding scale rounded to the model's dtype
+    norm: Literal["rmsnorm", "layernorm", "gemma_rmsnorm"] = "rmsnorm"
     norm_eps: Annotated[float, Range(0, 1, above=True)] = 1e-6
     norm_position: Literal["pre", "post"] = "pre"
+    post_norms: bool = False  # pre-norm sublayers' outputs normalised too before the residual (Gemma 2)
     bias: bool = False  # biases in linear layers and LayerNorms
     scale_attention: bool | None = None  # divide scores by sqrt(d_head); None: the family's (T5 no, GPT yes)
+    attention_scale_dim: Positive | None = None  # with scale_attention, sqrt of this, not of d_head (Gemma's
+    # query_pre_attn_scalar)
+    attention_softcap: Softcap | None = None  # scores capped c * tanh(s / c) before the mask (Gemma 2)
+    sliding_window: Positive | None = None  # self-attention of most layers sees keys this near (global_every)
+    global_every: Layers = 2  # with sliding_window, layers i with (i + 1) % global_every == 0 see every key
     position: Literal["sinusoidal", "learned", "relative", "rope"] = "relative"
     max_positions: Positive = 512  # rows of sinusoidal / learned tables
     # sin/cos interleaved (Vaswani), sin then cos halves (Marian), or fairseq's (M2M100, NLLB): halves of other
@@ -71,8 +79,10 @@ class ModelConfig:
     )
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani)
     tie_embeddings: bool = True  # the LM head shares the token embedding matrix
+    shared_embeddings: bool = True  # the encoder reads the decoder's token table; false: its own (T5Gemma)
     scale_output: bool | None = None  # output times d_model^-0.5 before the head; None: the family's (T5 v1.0 yes)
     final_logits_bias: bool = False  # a fixed bias added to the logits (Marian, BART)
+    logit_softcap: Softcap | None = None  # logits capped c * tanh(l / c) (Gemma 2's final_logit_softcapping)
     dropout: Annotated[float, Range(0, 1, below=True)] = 0.1
     n_experts: Annotated[int, Range(1, MAX_EXPERTS)] = 1  # > 1: feed-forwards are mixtures of experts (moe_every)
     moe_every: Layers = 1  # with experts, every n-th feed-forward is one, from a stack's second (see moe_layer)
@@ -156,6 +166,11 @@ class ModelConfig:
     @property
     def decoder_layers(self) -> int:
         return self.n_decoder_layers or self.n_encoder_layers
+
+    def sliding_layer(self, layer: int) -> bool:
+        """Whether a stack's self-attention `layer` (from 0) sees only keys within sliding_window of its
+        query: with a window, every layer but each global_every-th (Gemma 2's step 2: layers 0, 2, 4, ...)."""
+        return self.sliding_window is not None and (layer + 1) % self.global_every != 0
 
     def moe_layer(self, layer: int, decoder: bool = False) -> bool:
         """Whether a stack's feed-forward `layer` (from 0) is a mixture of experts: with n_experts > 1, every

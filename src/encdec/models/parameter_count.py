@@ -64,21 +64,27 @@ def ffn(cfg: ModelConfig, sparse: bool = True) -> int:
     return feed_forward(cfg, cfg.activation)
 
 
+def sublayer_norms(cfg: ModelConfig) -> int:
+    """A sublayer's norm, and with post_norms the norm of its output (Gemma 2's)."""
+    return norm(cfg) * (2 if cfg.post_norms else 1)
+
+
 def encoder_block(cfg: ModelConfig, sparse: bool = True) -> int:
-    """Self-attention and feed-forward (experts where `sparse`), a norm each (an encoder layer, or a GPT block)."""
-    return attention(cfg, cfg.n_heads, cfg.n_kv_heads) + ffn(cfg, sparse) + 2 * norm(cfg)
+    """Self-attention and feed-forward (experts where `sparse`), their norms (an encoder layer, or a GPT block)."""
+    return attention(cfg, cfg.n_heads, cfg.n_kv_heads) + ffn(cfg, sparse) + 2 * sublayer_norms(cfg)
 
 
 def decoder_block(cfg: ModelConfig, memory_norm: bool = False, sparse: bool = True) -> int:
     """Self-attention, cross-attention (cross heads over cross_n_kv_heads, else n_kv_heads) and feed-forward,
-    a norm each, and with `memory_norm` one of the memory (the research families')."""
+    their norms, and with `memory_norm` one of the memory (the research families')."""
     cross = attention(cfg, cfg.cross_heads, cfg.cross_n_kv_heads or cfg.n_kv_heads)
-    return encoder_block(cfg, sparse) + cross + norm(cfg) * (2 if memory_norm else 1)
+    return encoder_block(cfg, sparse) + cross + sublayer_norms(cfg) + (norm(cfg) if memory_norm else 0)
 
 
 def token_tables(cfg: ModelConfig) -> int:
-    """The token table, and the head when it is not tied to it."""
-    return cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2)
+    """The token table, the head when it is not tied to it, and the encoder's own table where it has one
+    (shared_embeddings false, T5Gemma's)."""
+    return cfg.vocab_size * cfg.d_model * (1 + (not cfg.tie_embeddings) + (not cfg.shared_embeddings))
 
 
 def stack_norms(cfg: ModelConfig) -> int:
@@ -87,8 +93,8 @@ def stack_norms(cfg: ModelConfig) -> int:
 
 
 def encoder_decoder(cfg: ModelConfig) -> ParameterCount:
-    """Two stacks over one token table, each with its own position table or relative bias and norms, and
-    experts in the layers ModelConfig.moe_layer names."""
+    """Two stacks over one token table (or the encoder over its own), each with its own position table or
+    relative bias and norms, and experts in the layers ModelConfig.moe_layer names."""
     if cfg.position == "learned":  # both stacks'
         positions = 2 * (cfg.max_positions + cfg.position_offset) * cfg.d_model
     elif cfg.position == "relative":  # a bias per stack (T5) or per layer (UMT5)

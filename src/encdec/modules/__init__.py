@@ -6,7 +6,7 @@ from encdec.modules.decode_state import DecodeState, StepCache
 from encdec.modules.dropout import Dropout, dropout
 from encdec.modules.feed_forward import FeedForward
 from encdec.modules.kv_cache import LayerCache, StaticKVCache
-from encdec.modules.masks import Packing, as_bool_mask
+from encdec.modules.masks import Packing, as_bool_mask, within_window
 from encdec.modules.moe import MoE, load_balance_loss, router_z_loss
 from encdec.modules.norms import RMSNorm, build_norm
 from encdec.modules.positions import (
@@ -48,5 +48,6 @@ __all__ = [
     "load_balance_loss",
     "relative_position_bucket",
     "router_z_loss",
+    "within_window",
     "sinusoidal_table",
 ]

@@ -42,6 +42,8 @@ class Attention(nn.Module):
         scale: bool = True,
         dropout: float = 0.0,
         rotary: RotaryEmbedding | None = None,
+        scale_dim: int | None = None,
+        softcap: float | None = None,
     ):
         super().__init__()
         self.n_heads = n_heads
@@ -54,7 +56,9 @@ class Attention(nn.Module):
         self.k = nn.Linear(d_source, self.n_kv_heads * self.d_head, bias=bias)
         self.v = nn.Linear(d_source, self.n_kv_heads * self.d_head, bias=bias)
         self.o = nn.Linear(n_heads * self.d_head, d_model, bias=bias)
-        self.scale = None if scale else 1.0  # None: SDPA's default 1/sqrt(D)
+        # None: SDPA's default 1/sqrt(D); scale_dim: 1/sqrt(scale_dim) instead (Gemma's query_pre_attn_scalar)
+        self.scale = (scale_dim**-0.5 if scale_dim else None) if scale else 1.0
+        self.softcap = softcap  # scores capped softcap * tanh(s / softcap) before the mask (Gemma 2); None: not
         self.dropout = dropout
         self.rotary = rotary
         # None, or a list each call appends its probabilities to, (B, H, T, S) (or (B/G, H, G*T, S) with query
@@ -110,12 +114,12 @@ class Attention(nn.Module):
             q = q.view(B // query_groups, query_groups, self.n_heads, T, self.d_head).transpose(1, 2)
             q = q.reshape(B // query_groups, self.n_heads, query_groups * T, self.d_head)
         if isinstance(cache, StaticKVCache) and few_queries_on_cpu(q, mask, self.training):
-            out = attend_transposed(q, cache.keys_t, v, mask, self.scale)
+            out = attend_transposed(q, cache.keys_t, v, mask, self.scale, self.softcap)
         else:
             dropout_p = self.dropout if self.training else 0.0
-            out = attend(q, k, v, mask, is_causal and mask is None, self.scale, dropout_p)
+            out = attend(q, k, v, mask, is_causal and mask is None, self.scale, dropout_p, self.softcap)
         if self.recorded is not None:
-            self.recorded.append(attention_probs(q, k, mask, is_causal and mask is None, self.scale))
+            self.recorded.append(attention_probs(q, k, mask, is_causal and mask is None, self.scale, self.softcap))
         return self.project_heads(out, B, T, query_groups)
 
     def project_heads(self, out: torch.Tensor, B: int, T: int, query_groups: int) -> torch.Tensor:
@@ -146,7 +150,7 @@ def few_queries_on_cpu(q: torch.Tensor, mask: torch.Tensor | None, training: boo
     return q.device.type == "cpu" and not training and no_grad and additive and q.shape[2] <= FEW_QUERIES
 
 
-def attend_transposed(q, keys_t, v, mask, scale: float | None) -> torch.Tensor:
+def attend_transposed(q, keys_t, v, mask, scale: float | None, softcap: float | None = None) -> torch.Tensor:
     """q (B, H, T, D), keys_t (B, K, D, S) (a static cache's, see StaticKVCache for its layouts), v (B, K, S, D),
     an additive mask -> (B, H, T, D).
 
@@ -158,12 +162,16 @@ def attend_transposed(q, keys_t, v, mask, scale: float | None) -> torch.Tensor:
     scores = (q.reshape(B, K, H // K * T, D) @ keys_t).view(B, H, T, S)  # (B, H, T, S)
     if scale != 1.0:
         scores = scores * (D**-0.5 if scale is None else scale)
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)
     if mask is not None:
         scores = scores + mask
-    return (scores.softmax(dim=-1).view(B, K, H // K * T, S) @ v).view(B, H, T, D)
+    return (softmax(scores, softcap).view(B, K, H // K * T, S) @ v).view(B, H, T, D)
 
 
-def attend(q, k, v, mask, is_causal: bool, scale: float | None, dropout_p: float) -> torch.Tensor:
+def attend(
+    q, k, v, mask, is_causal: bool, scale: float | None, dropout_p: float, softcap: float | None = None
+) -> torch.Tensor:
     """softmax(q k^T * scale + mask) v with K kv heads serving H query heads: (B, H, T, D).
 
     torch's SDPA, whose fused kernels serve inference and mask-free training. In
@@ -172,37 +180,44 @@ def attend(q, k, v, mask, is_causal: bool, scale: float | None, dropout_p: float
     path here computes the same thing with cheap dropout masks, grouping query heads
     per KV head instead of repeating keys. It also serves a compiled decoding step's few
     queries on CPU, which inductor fuses: SDPA's CPU kernel over a fixed-shape step's
-    whole buffer took 150 us a call against about 55 us in the eager step.
+    whole buffer took 150 us a call against about 55 us in the eager step. SDPA cannot cap scores
+    (`softcap`, Gemma 2's), so a capped attention takes the explicit path everywhere.
     """
     needs_grad = mask is not None and mask.requires_grad
     compiled_step = torch.compiler.is_compiling() and q.shape[2] <= FEW_QUERIES  # see below
-    if q.device.type != "cpu" or not (dropout_p > 0 or needs_grad or compiled_step):
+    if softcap is None and (q.device.type != "cpu" or not (dropout_p > 0 or needs_grad or compiled_step)):
         gqa = k.shape[1] != q.shape[1]
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=gqa
         )
     if torch.is_grad_enabled() and q.numel() // q.shape[-1] * k.shape[2] >= RECOMPUTE_SCORES:
-        return checkpoint(explicit_attention, q, k, v, mask, is_causal, scale, dropout_p, use_reentrant=False)
-    return explicit_attention(q, k, v, mask, is_causal, scale, dropout_p)
+        return checkpoint(explicit_attention, q, k, v, mask, is_causal, scale, dropout_p, softcap, use_reentrant=False)
+    return explicit_attention(q, k, v, mask, is_causal, scale, dropout_p, softcap)
 
 
-def explicit_attention(q, k, v, mask, is_causal: bool, scale: float | None, dropout_p: float) -> torch.Tensor:
-    """attend's CPU training path: the scores, their softmax and its dropout as tensors of (B, H, T, S)."""
+def explicit_attention(
+    q, k, v, mask, is_causal: bool, scale: float | None, dropout_p: float, softcap: float | None = None
+) -> torch.Tensor:
+    """attend's CPU training path (and every capped attention's): the scores, their softmax and its dropout as
+    tensors of (B, H, T, S)."""
     B, H, T, D = q.shape
     K, S = k.shape[1], k.shape[2]
-    probs = dropout(attention_scores(q, k, mask, is_causal, scale).softmax(dim=-1), dropout_p)
+    probs = dropout(softmax(attention_scores(q, k, mask, is_causal, scale, softcap), softcap), dropout_p)
     return (probs.view(B, K, H // K * T, S) @ v).view(B, H, T, D)
 
 
-def attention_scores(q, k, mask, is_causal: bool, scale: float | None) -> torch.Tensor:
-    """q (B, H, T, D), k (B, K, S, D) -> q k^T * scale + mask (B, H, T, S): query head h reads KV head
-    h // (H / K), as SDPA's enable_gqa repeats them, with the query heads grouped per KV head instead."""
+def attention_scores(q, k, mask, is_causal: bool, scale: float | None, softcap: float | None = None) -> torch.Tensor:
+    """q (B, H, T, D), k (B, K, S, D) -> q k^T * scale (capped by `softcap`) + mask (B, H, T, S): query head h
+    reads KV head h // (H / K), as SDPA's enable_gqa repeats them, with the query heads grouped per KV head
+    instead."""
     B, H, T, D = q.shape
     K, S = k.shape[1], k.shape[2]
     scores = q.reshape(B, K, H // K * T, D) @ k.transpose(-1, -2)  # (B, K, G*T, S), G = H / K
     scores = scores.view(B, H, T, S)
     if scale != 1.0:
         scores = scores * (D**-0.5 if scale is None else scale)
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)
     if is_causal:
         mask = additive_mask(causal_mask(T, S, S - T, q.device), None, q.dtype)
     if mask is not None:
@@ -210,13 +225,26 @@ def attention_scores(q, k, mask, is_causal: bool, scale: float | None) -> torch.
     return scores
 
 
-def attention_probs(q, k, mask, is_causal: bool, scale: float | None) -> torch.Tensor:
+def softmax(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """The scores' softmax over keys, in their dtype; a capped attention's in float32 and then cast, as Gemma 2
+    computes it."""
+    if softcap is None:
+        return scores.softmax(dim=-1)
+    return scores.softmax(dim=-1, dtype=torch.float32).to(scores.dtype)
+
+
+def soft_cap(x: torch.Tensor, cap: float) -> torch.Tensor:
+    """cap * tanh(x / cap): x kept within (-cap, cap), near unchanged well inside (Gemma 2's scores, logits)."""
+    return torch.tanh(x / cap) * cap
+
+
+def attention_probs(q, k, mask, is_causal: bool, scale: float | None, softcap: float | None = None) -> torch.Tensor:
     """softmax(q k^T * scale + mask) (B, H, T, S), detached, in q's dtype: the probabilities the explicit path
     computes (before dropout) and SDPA's kernels compute without keeping them; what `Attention.recorded`
     collects. A boolean mask (True = attend) is made additive first."""
     if mask is not None and mask.dtype == torch.bool:
         mask = additive_mask(mask, None, q.dtype)
-    return attention_scores(q, k, mask, is_causal, scale).softmax(dim=-1).detach()
+    return attention_scores(q, k, mask, is_causal, scale, softcap).softmax(dim=-1).detach()
 
 
 def causal_mask(T: int, S: int, offset: int = 0, device=None) -> torch.Tensor:

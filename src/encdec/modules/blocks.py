@@ -3,6 +3,7 @@ layer (causal self-attention, cross-attention, feed-forward), pre- or post-norm.
 
     pre-norm  (T5, GPT):      x = x + dropout(sublayer(norm(x)))
     post-norm (Vaswani 2017): x = norm(x + dropout(sublayer(x)))
+    pre- and post-sublayer norms (Gemma 2): x = x + dropout(post_norm(sublayer(norm(x))))
 
 A feed-forward sublayer may be an `MoE`, whose router logits the block returns
 so the model can gather them across layers for the aux and z losses.
@@ -38,12 +39,15 @@ def for_layer(inputs: list[AttentionInputs], layer: int) -> AttentionInputs:
     return inputs[layer if len(inputs) > 1 else 0]
 
 
-def residual(x, fn, norm: nn.Module, dropout: nn.Module, pre_norm: bool):
-    """Apply `fn` as a residual sublayer; returns (x, router logits or None)."""
+def residual(x, fn, norm: nn.Module, dropout: nn.Module, pre_norm: bool, post_norm: nn.Module | None = None):
+    """Apply `fn` as a residual sublayer, its output normalised by `post_norm` where given; returns (x, router
+    logits or None)."""
     y = fn(norm(x) if pre_norm else x)
     router_logits = None
     if isinstance(y, tuple):  # an MoE feed-forward
         y, router_logits = y
+    if post_norm is not None:
+        y = post_norm(y)
     x = clamp_fp16(x + dropout(y))  # a half-precision model stays finite (modules/fp16.py)
     return (x if pre_norm else norm(x)), router_logits
 
@@ -64,13 +68,28 @@ def _attend(attn: Attention, inputs: AttentionInputs, source=None, cache=None):
     return fn
 
 
+def post_norm(make_norm, post_norms: bool) -> nn.Module | None:
+    """A norm of a sublayer's output (Gemma 2's post-sublayer norms), or None."""
+    return make_norm() if post_norms else None
+
+
 class EncoderBlock(nn.Module):
-    def __init__(self, self_attn: Attention, ffn: nn.Module, make_norm, dropout: float, pre_norm: bool = True):
+    def __init__(
+        self,
+        self_attn: Attention,
+        ffn: nn.Module,
+        make_norm,
+        dropout: float,
+        pre_norm: bool = True,
+        post_norms: bool = False,
+    ):
         super().__init__()
         self.self_attn = self_attn
         self.self_attn_norm = make_norm()
+        self.self_attn_post_norm = post_norm(make_norm, post_norms)
         self.ffn = ffn
         self.ffn_norm = make_norm()
+        self.ffn_post_norm = post_norm(make_norm, post_norms)
         self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
@@ -79,8 +98,8 @@ class EncoderBlock(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, S, C) -> (B, S, C), router logits or None. A cache serves causal (decoder-only) stacks."""
         attend = _attend(self.self_attn, self_inputs, cache=cache)
-        x, _ = residual(x, attend, self.self_attn_norm, self.dropout, self.pre_norm)
-        return residual(x, self.ffn, self.ffn_norm, self.dropout, self.pre_norm)
+        x, _ = residual(x, attend, self.self_attn_norm, self.dropout, self.pre_norm, self.self_attn_post_norm)
+        return residual(x, self.ffn, self.ffn_norm, self.dropout, self.pre_norm, self.ffn_post_norm)
 
 
 class DecoderBlock(nn.Module):
@@ -101,15 +120,19 @@ class DecoderBlock(nn.Module):
         pre_norm: bool = True,
         cross_first: bool = False,
         memory_norm: nn.Module | None = None,
+        post_norms: bool = False,
     ):
         super().__init__()
         self.memory_norm = memory_norm
         self.self_attn = self_attn
         self.self_attn_norm = make_norm()
+        self.self_attn_post_norm = post_norm(make_norm, post_norms)
         self.cross_attn = cross_attn
         self.cross_attn_norm = make_norm()
+        self.cross_attn_post_norm = post_norm(make_norm, post_norms)
         self.ffn = ffn
         self.ffn_norm = make_norm()
+        self.ffn_post_norm = post_norm(make_norm, post_norms)
         self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
         self.cross_first = cross_first
@@ -127,7 +150,10 @@ class DecoderBlock(nn.Module):
             memory = self.memory_norm(memory)
         self_fn = _attend(self.self_attn, self_inputs, cache=cache and cache.self_attn)
         cross_fn = _attend(self.cross_attn, cross_inputs, memory, cache=cache and cache.cross_attn)
-        steps = [(cross_fn, self.cross_attn_norm), (self_fn, self.self_attn_norm)]
-        for fn, norm in steps if self.cross_first else reversed(steps):
-            x, _ = residual(x, fn, norm, self.dropout, self.pre_norm)
-        return residual(x, self.ffn, self.ffn_norm, self.dropout, self.pre_norm)
+        steps = [
+            (cross_fn, self.cross_attn_norm, self.cross_attn_post_norm),
+            (self_fn, self.self_attn_norm, self.self_attn_post_norm),
+        ]
+        for fn, norm, after in steps if self.cross_first else reversed(steps):
+            x, _ = residual(x, fn, norm, self.dropout, self.pre_norm, after)
+        return residual(x, self.ffn, self.ffn_norm, self.dropout, self.pre_norm, self.ffn_post_norm)

@@ -28,8 +28,10 @@ Three ways to run a step:
 A family adds what its positions need: `biases` (relative biases, functions of query and key positions,
 each tabulated once per width: T5's one that every layer shares, or UMT5's one per layer), `source_lengths`
 (R,) where decoder positions continue after the source
-(RoPE's "prepended" cross positions), and `next_input` (R,) where the first step decodes the prompt's
-last token in place of generate's decoder-start placeholder (the causal LMs).
+(RoPE's "prepended" cross positions), `window` and `sliding` (a sliding-window self-attention's width and
+which layers slide: their masks also block keys `window` or more columns behind the query), and
+`next_input` (R,) where the first step decodes the prompt's last token in place of generate's
+decoder-start placeholder (the causal LMs).
 
 Shapes: R rows, M memory rows, K kv heads, L columns held, S memory (source) length, D head dim,
 H heads, t new columns.
@@ -149,6 +151,8 @@ class DecodeState:
         self.groups = 1  # rows per memory row (beams sharing their example's memory)
         self.biases: list[BiasFn] = []  # the decoder's relative biases: T5's one for all layers, UMT5's per layer
         self._bias_tables: dict[int, torch.Tensor] = {}  # bias -> (1, H, N, N) of positions 0..N-1
+        self.window: int | None = None  # sliding self-attention sees keys fewer than this many columns back
+        self.sliding: list[bool] = []  # per decoder layer: whether its self-attention slides
         self.source_lengths: torch.Tensor | None = None  # (R,) where positions continue after the source
         self.next_input: torch.Tensor | None = None  # (R,) the token a row's first step decodes instead
         self.substitute: torch.Tensor | None = None  # (R,) bool: rows whose next step takes next_input
@@ -198,28 +202,43 @@ class DecodeState:
 
     def self_attentions(self, t: int, positions: torch.Tensor) -> list[AttentionInputs]:
         """`self_attention` for every relative bias in `biases` (one entry every layer shares, or one per layer:
-        blocks.for_layer picks a layer's), or one entry without a bias."""
-        return [self.self_attention(t, positions, bias) for bias in range(max(len(self.biases), 1))]
+        blocks.for_layer picks a layer's), or one entry without a bias; with a sliding window, one per layer."""
+        inputs = [self.self_attention(t, positions, bias) for bias in range(max(len(self.biases), 1))]
+        if self.window is None:
+            return inputs
+        near = self.self_attention(t, positions, window=self.window)  # no relative bias beside a window
+        return [near if slides else inputs[0] for slides in self.sliding]
 
-    def self_attention(self, t: int, positions: torch.Tensor, bias_index: int = 0) -> AttentionInputs:
+    def self_attention(
+        self, t: int, positions: torch.Tensor, bias_index: int = 0, window: int | None = None
+    ) -> AttentionInputs:
         """The inputs of a causal attention over the written columns for the next t columns of every row
         (self-attention; the research families' cross-attention to their advancing encoder), with relative
-        bias `bias_index` of `biases` where there are any."""
+        bias `bias_index` of `biases` where there are any, over the keys fewer than `window` columns back
+        where given."""
         R = self.rows
         has_bias = bool(self.biases)
         if self.static:
             keys = torch.arange(self.capacity, device=self.device)
-            allowed = (keys <= self.position)[None, None, None, :]  # (1, 1, 1, L)
+            allowed = keys <= self.position
+            if window is not None:
+                allowed = allowed & (keys > self.position - window)
+            allowed = allowed[None, None, None, :]  # (1, 1, 1, L)
             bias = self.bias_rows(self.position, bias_index) if has_bias else None
             return AttentionInputs(mask=masked(allowed, bias, self.dtype), q_pos=positions, k_pos=positions)
         width = self.columns + t
-        if self.aligned and self.columns == 0 and t > 1 and self.pad is None and not has_bias:
+        if self.aligned and self.columns == 0 and t > 1 and self.pad is None and not has_bias and window is None:
             return AttentionInputs(is_causal=True, q_pos=positions, k_pos=positions)  # SDPA's mask-free path
         keys = torch.arange(width, device=self.device)  # (W,)
         if self.aligned:
             allowed = None  # one new column sees every written one
+            if t > 1 or window is not None:
+                query = self.columns + torch.arange(t, device=self.device)[:, None]  # (t, 1)
             if t > 1:  # (1, 1, t, W): causal among the new columns
-                allowed = (keys[None, :] <= self.columns + torch.arange(t, device=self.device)[:, None])[None, None]
+                allowed = (keys[None, :] <= query)[None, None]
+            if window is not None:  # (1, 1, t, W): and within the window
+                near = (keys[None, :] > query - window)[None, None]
+                allowed = near if allowed is None else allowed & near
             if self.pad is not None:
                 real = (keys[None, :] >= self.pad[:R, None])[:, None, None, :]  # (R, 1, 1, W)
                 allowed = real if allowed is None else real & allowed
@@ -230,6 +249,8 @@ class DecodeState:
             return AttentionInputs(mask=mask, q_pos=positions, k_pos=positions)
         lengths = self.lengths[:R]
         allowed = keys[None, :] <= lengths[:, None]  # (R, W): each row up to its own column
+        if window is not None:
+            allowed &= keys[None, :] > lengths[:, None] - window
         if self.pad is not None:
             allowed &= keys[None, :] >= self.pad[:R, None]
         allowed = allowed[:, None, None, :]  # (R, 1, 1, W)
@@ -388,6 +409,8 @@ class DecodeState:
             flags[rows] = other.substitute[pick] if other.substitute is not None else False
         if other.biases:
             self.biases = other.biases
+        if other.window is not None:
+            self.window, self.sliding = other.window, other.sliding
         self.rows += n
         self.columns = max(self.columns, other.columns)
         self.aligned = False
@@ -529,6 +552,7 @@ class DecodeState:
         blocked = blocked_value(state.dtype, state.device.type)
         state.memory_mask = torch.full((M, 1, 1, source), blocked, dtype=state.dtype, device=state.device)
         state.biases = like.biases
+        state.window, state.sliding = like.window, like.sliding
         for bias_index in range(len(state.biases)):
             state.bias_table(capacity, bias_index)
         if like.source_lengths is not None:

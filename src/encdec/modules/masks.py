@@ -65,3 +65,13 @@ def same_segment(q_segments: torch.Tensor, k_segments: torch.Tensor) -> torch.Te
     (never at a padding key; a padding query sees nothing, which additive_mask keeps finite)."""
     same = q_segments[:, :, None] == k_segments[:, None, :]  # (B, T, S)
     return (same & (k_segments[:, None, :] > 0))[:, None]
+
+
+def within_window(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, causal: bool) -> torch.Tensor:
+    """Which keys a sliding-window attention's queries see, True to attend: q_pos, k_pos (T,) / (S,) ->
+    (1, 1, T, S), or (B, T) / (B, S) -> (B, 1, T, S). Causal: the `window` newest keys up to the query,
+    q - k < window; bidirectional: keys at most `window` away either side, |q - k| <= window (transformers'
+    masks for Gemma 2 and T5Gemma, the second's inclusive as there)."""
+    distance = q_pos[..., :, None] - k_pos[..., None, :]  # (T, S) or (B, T, S)
+    near = distance < window if causal else distance.abs() <= window
+    return near[None, None] if near.dim() == 2 else near[:, None]
