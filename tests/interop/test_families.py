@@ -16,6 +16,19 @@ from encdec.tokenizers import build_tokenizer
 from encdec.tokenizers.pretrained import TOKENIZER_FILES
 
 BART = {"position": "learned", "position_offset": 2, "embedding_norm": True, "activation": "gelu"}
+GEMMA = {  # T5Gemma's layout: Gemma 2's norms, caps, window and token tables, RoPE in self-attention alone
+    "norm": "gemma_rmsnorm",
+    "post_norms": True,
+    "activation": "gated_gelu",
+    "rope_cross": "none",
+    "scale_attention": True,
+    "scale_embeddings": True,
+    "scale_output": False,
+    "shared_embeddings": False,
+    "sliding_window": 2,
+    "attention_softcap": 50.0,
+    "logit_softcap": 30.0,
+}
 LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): every family in the table has one
     "t5": ("t5-tiny", {}),
     "mt5": ("t5-v1.1-tiny", {"hf_model_type": "mt5"}),
@@ -26,6 +39,7 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
     "bart": ("transformer-tiny", BART),
     "mbart": ("transformer-tiny", {**BART, "norm_position": "pre"}),
     "m2m_100": ("transformer-tiny", {"sinusoidal_layout": "fairseq", "norm_position": "pre"}),
+    "t5gemma": ("rot5-tiny", GEMMA),
 }
 
 

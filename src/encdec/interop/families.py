@@ -36,6 +36,13 @@ from encdec.interop.hf_mt5 import (
 from encdec.interop.hf_pegasus import check_pegasus_compatible, load_hf_pegasus, pegasus_files
 from encdec.interop.hf_switch import check_switch_compatible, load_hf_switch, switch_files, switch_model_config
 from encdec.interop.hf_t5 import T5_KEYS, check_t5_compatible, load_hf_t5, t5_files, write_hf_directory
+from encdec.interop.hf_t5gemma import (
+    T5GEMMA_KEYS,
+    check_t5gemma_compatible,
+    load_hf_t5gemma,
+    t5gemma_config,
+    t5gemma_files,
+)
 from encdec.models import EncoderDecoder, ModelConfig
 
 IDS = {"pad_id": "pad_token_id", "eos_id": "eos_token_id", "decoder_start_id": "decoder_start_token_id"}
@@ -167,6 +174,17 @@ FAMILIES: dict[str, Family] = {
             BART_KEYS | IDS,
             ("sentencepiece.bpe.model", "vocab.json"),  # NLLB's, M2M100's (beside its spm)
             m2m100_config,
+        ),
+        Family(
+            "t5gemma",
+            "T5GemmaForConditionalGeneration",
+            load_hf_t5gemma,
+            check_t5gemma_compatible,
+            t5gemma_files,
+            lambda cfg: cfg.position == "rope" and cfg.norm == "gemma_rmsnorm",
+            T5GEMMA_KEYS | IDS,
+            ("tokenizer.model",),  # Gemma's SentencePiece model beside its tokenizer.json
+            t5gemma_config,
         ),
     )
 }

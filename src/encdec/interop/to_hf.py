@@ -9,7 +9,8 @@ Each encoder-decoder layout goes to the Hugging Face class that computes the sam
     sinusoidal positions, pre-norm       PegasusForConditionalGeneration (likewise)
     learned positions, embedding norm    BartForConditionalGeneration (post-norm), MBartForConditionalGeneration (pre)
     fairseq's sinusoids, pre-norm        M2M100ForConditionalGeneration (M2M100, NLLB)
-RoPE (ROT5), the research families and the RNN have no Hugging Face counterpart and are
+    RoPE with Gemma's RMSNorm            T5GemmaForConditionalGeneration (T5Gemma)
+Other RoPE models (ROT5), the research families and the RNN have no Hugging Face counterpart and are
 refused; `encdec.from_pretrained(RUN_DIR)` loads them. Every check runs before a file is written.
 The output directory must be new, empty or (with force) an earlier export: a directory holding
 anything else is refused, and every file is written anew and renamed into place, so a link
@@ -90,9 +91,9 @@ def hf_layout(cfg: ModelConfig) -> str:
     """The Hugging Face model_type `cfg` exports as; ConfigError naming why when it has none."""
     if cfg.family != "encoder_decoder":
         raise ConfigError(f"the {cfg.family} family has no Hugging Face counterpart to export to; {LOAD_HINT}")
-    if cfg.position == "rope":
-        raise ConfigError(f"RoPE positions (ROT5) have no Hugging Face encoder-decoder counterpart; {LOAD_HINT}")
     family = family_for(cfg)
+    if cfg.position == "rope" and family is None:
+        raise ConfigError(f"RoPE positions (ROT5) have no Hugging Face encoder-decoder counterpart; {LOAD_HINT}")
     if family is None:
         raise ConfigError(
             f"no Hugging Face family has {cfg.position} positions with {cfg.norm_position}-norm; {LOAD_HINT}"

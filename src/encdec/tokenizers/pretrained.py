@@ -25,6 +25,7 @@ TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
     "spiece.model",
+    "tokenizer.model",  # Gemma's and Llama's SentencePiece model
     "sentencepiece.bpe.model",
     "source.spm",
     "vocab.json",
