@@ -148,6 +148,19 @@ def test_generated_tokens_equal_transformers(pair, options):
     assert torch.equal(encdec.generate(ours, src, mask, max_new_tokens=12, **options), expected)
 
 
+def test_a_decoder_start_token_id_in_config_json_starts_decoding_as_in_transformers(tmp_path):
+    """transformers' generate starts at decoder_start_token_id where a config.json sets one, else at the
+    decoder's bos_token_id: encdec reads the same."""
+    reference = hf_model()
+    reference.config.decoder_start_token_id = reference.generation_config.decoder_start_token_id = 0
+    reference.save_pretrained(tmp_path)
+    ours = encdec.load_hf(tmp_path)
+    src, mask, _ = padded_batch()
+    expected = reference.generate(input_ids=src, attention_mask=mask, max_new_tokens=6, do_sample=False)
+    assert ours.config.decoder_start_id == 0 and expected[0, 0] == 0
+    assert torch.equal(encdec.generate(ours, src, mask, max_new_tokens=6), expected)
+
+
 def test_the_compiled_fixed_step_generates_the_eager_tokens(pair):
     _, ours, _ = pair
     src, mask, _ = padded_batch()

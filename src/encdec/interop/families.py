@@ -15,14 +15,16 @@ import torch
 
 from encdec.interop.hf_bart import (
     BART_KEYS,
+    bart_config_from_hf,
     bart_files,
     check_bart_compatible,
     check_mbart_compatible,
     load_hf_bart,
     load_hf_mbart,
+    mbart_config_from_hf,
 )
 from encdec.interop.hf_m2m100 import check_m2m100_compatible, load_hf_m2m100, m2m100_config, m2m100_files
-from encdec.interop.hf_marian import check_marian_compatible, load_hf_marian, marian_files
+from encdec.interop.hf_marian import check_marian_compatible, load_hf_marian, marian_config_from_hf, marian_files
 from encdec.interop.hf_mt5 import (
     check_mt5_compatible,
     check_umt5_compatible,
@@ -33,9 +35,16 @@ from encdec.interop.hf_mt5 import (
     umt5_files,
     umt5_model_config,
 )
-from encdec.interop.hf_pegasus import check_pegasus_compatible, load_hf_pegasus, pegasus_files
+from encdec.interop.hf_pegasus import check_pegasus_compatible, load_hf_pegasus, pegasus_config_from_hf, pegasus_files
 from encdec.interop.hf_switch import check_switch_compatible, load_hf_switch, switch_files, switch_model_config
-from encdec.interop.hf_t5 import T5_KEYS, check_t5_compatible, load_hf_t5, t5_files, write_hf_directory
+from encdec.interop.hf_t5 import (
+    T5_KEYS,
+    check_t5_compatible,
+    config_from_hf,
+    load_hf_t5,
+    t5_files,
+    write_hf_directory,
+)
 from encdec.interop.hf_t5gemma import (
     T5GEMMA_KEYS,
     check_t5gemma_compatible,
@@ -46,6 +55,12 @@ from encdec.interop.hf_t5gemma import (
 from encdec.models import EncoderDecoder, ModelConfig
 
 IDS = {"pad_id": "pad_token_id", "eos_id": "eos_token_id", "decoder_start_id": "decoder_start_token_id"}
+
+
+def config_read_alone(config_from_hf: Callable[..., ModelConfig]) -> Callable[[dict], ModelConfig]:
+    """A family's config.json -> ModelConfig without its weights (encdec size): the head untied where
+    tie_word_embeddings says false (a loader reads it from the weights themselves)."""
+    return lambda hf: config_from_hf(hf, untied_head=hf.get("tie_word_embeddings", True) is False)
 
 
 @dataclass(frozen=True)
@@ -90,6 +105,7 @@ FAMILIES: dict[str, Family] = {
             lambda cfg: t5_bias(cfg) and cfg.n_experts == 1 and cfg.hf_model_type is None,
             T5_KEYS | IDS,
             ("spiece.model",),
+            config_read_alone(config_from_hf),
         ),
         Family(
             "mt5",
@@ -133,6 +149,7 @@ FAMILIES: dict[str, Family] = {
             lambda cfg: vaswani_sinusoids(cfg) and cfg.norm_position == "post",
             BART_KEYS | IDS,
             ("source.spm", "target.spm", "vocab.json"),
+            config_read_alone(marian_config_from_hf),
         ),
         Family(
             "pegasus",
@@ -143,6 +160,7 @@ FAMILIES: dict[str, Family] = {
             lambda cfg: vaswani_sinusoids(cfg) and cfg.norm_position == "pre",
             BART_KEYS | IDS,
             ("spiece.model",),
+            config_read_alone(pegasus_config_from_hf),
         ),
         Family(
             "bart",
@@ -153,6 +171,7 @@ FAMILIES: dict[str, Family] = {
             lambda cfg: cfg.position == "learned" and cfg.norm_position == "post",
             BART_KEYS | IDS,
             ("vocab.json", "merges.txt"),
+            config_read_alone(bart_config_from_hf),
         ),
         Family(
             "mbart",
@@ -163,6 +182,7 @@ FAMILIES: dict[str, Family] = {
             lambda cfg: cfg.position == "learned" and cfg.norm_position == "pre",
             BART_KEYS | IDS,
             ("sentencepiece.bpe.model",),
+            config_read_alone(mbart_config_from_hf),
         ),
         Family(
             "m2m_100",

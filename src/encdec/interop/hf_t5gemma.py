@@ -9,7 +9,8 @@ global_every), gated GELU (tanh) feed-forwards, token embeddings times sqrt(hidd
 stack (shared_embeddings false), the head tied to the decoder's or its own, and the logits capped at the
 decoder's final_logit_softcapping (logit_softcap). config.json holds an `encoder` and a `decoder` config;
 encdec reads those of one width (hidden size, heads, feed-forward, attention settings), each stack of its own
-depth, and refuses others in one sentence. Decoding starts at the decoder's bos_token_id. transformers
+depth, and refuses others in one sentence. Decoding starts at config.json's decoder_start_token_id where it
+sets one, else at the decoder's bos_token_id, as transformers' generate does. transformers
 itself is not needed.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 import torch
 
 from encdec.errors import CheckpointError, ConfigError
+from encdec.interop.hf_bart import first_set
 from encdec.interop.hf_t5 import check_hf_model_fits, fill_from_hf, hf_name, read_hf_weights
 from encdec.models import EncoderDecoder, ModelConfig
 
@@ -175,7 +177,7 @@ def config_from_t5gemma(hf: dict, untied_head: bool) -> ModelConfig:
         dropout=hf.get("dropout_rate", 0.0),
         pad_id=decoder["pad_token_id"],
         eos_id=eos if isinstance(eos, int) else eos[0],
-        decoder_start_id=decoder["bos_token_id"],
+        decoder_start_id=first_set(hf.get("decoder_start_token_id"), decoder["bos_token_id"]),  # as generate reads
     )
 
 
