@@ -1,41 +1,77 @@
-"""An encdec model's LoRA adapters written as a peft adapter directory, in Hugging Face T5's module names.
+"""An encdec model's LoRA adapters written as a peft adapter directory, in its Hugging Face family's module names.
 
     out/adapter_config.json         peft's LoraConfig: r, lora_alpha, lora_dropout, the adapted modules
                                     (task_type SEQ_2_SEQ_LM, base_model_name_or_path: the base)
-    out/adapter_model.safetensors   base_model.model.encoder.block.0.layer.0.SelfAttention.q.lora_A.weight, ...
+    out/adapter_model.safetensors   base_model.model.encoder.block.0.layer.0.SelfAttention.q.lora_A.weight (T5),
+                                    base_model.model.model.encoder.layers.0.self_attn.q_proj.lora_A.weight (BART), ...
 
 so that `PeftModel.from_pretrained(AutoModelForSeq2SeqLM.from_pretrained(base), out)` computes the logits
-encdec does, `base` being the T5 directory the run adapted (or `encdec export` of the base run). Only
-the T5 layouts (T5, mT5, UMT5, SwitchTransformers) are written: their projections are Hugging Face's own
-matrices, name for name (hf_t5.NAME_MAP, hf_switch.SWITCH_NAME_MAP).
+encdec does, `base` being the Hugging Face directory the run adapted (or `encdec export` of the base run).
+Every family of interop.families is written: each linear layer of ours is one of Hugging Face's, name for
+name (HF_NAMES: T5, mT5, UMT5, Switch, BART, mBART, Marian, Pegasus, M2M100/NLLB, T5Gemma), so peft's
+targets are those layers. A model Marian or Pegasus holds with its dimensions reordered (interleaved
+sinusoids) has its adapters reordered alike. The same names let `lora.target_modules` name layers as peft
+does for the family (q_proj, fc1, ...): `hf_module_names`.
 """
 
+import re
 from pathlib import Path
 
+import torch
 from safetensors.torch import save_file
 from torch import nn
 
 from encdec.errors import ConfigError
-from encdec.interop import hf_switch, hf_t5
+from encdec.interop import hf_bart, hf_switch, hf_t5, hf_t5gemma
+from encdec.interop.families import family_for
+from encdec.interop.hf_marian import MODEL_DIM, halves_order
 from encdec.interop.to_hf import check_export_out, hf_layout
-from encdec.models.lora import ADAPTER, lora_layers
+from encdec.models.lora import ADAPTER, base_name, lora_layers
 from encdec.safe_paths import atomic_path, output_dir, staged_files
 
 FILES = ("adapter_config.json", "adapter_model.safetensors", "README.md")  # what peft's save_pretrained writes
-# the layouts whose linear layers are Hugging Face's own, each with its names: ours -> Hugging Face's
-HF_NAMES = {"t5": hf_t5.hf_name, "mt5": hf_t5.hf_name, "umt5": hf_t5.hf_name, "switch_transformers": hf_switch.hf_name}
+# the layouts whose linear layers are Hugging Face's own, each with its parameter names: ours -> Hugging Face's
+HF_NAMES = {
+    "t5": hf_t5.hf_name,
+    "mt5": hf_t5.hf_name,
+    "umt5": hf_t5.hf_name,
+    "switch_transformers": hf_switch.hf_name,
+    "bart": hf_bart.hf_name,  # q_proj, k_proj, v_proj, out_proj, fc1, fc2 (encoder_attn: the cross-attention)
+    "mbart": hf_bart.hf_name,
+    "marian": hf_bart.hf_name,
+    "pegasus": hf_bart.hf_name,
+    "m2m_100": hf_bart.hf_name,
+    "t5gemma": hf_t5gemma.t5gemma_name,  # q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
+}
+
+
+def hf_module_names(model: nn.Module) -> dict[str, str]:
+    """Each linear layer's name -> its module's name in the Hugging Face model `model` exports as (T5's
+    encoder.block.0.layer.0.SelfAttention.q, BART's model.encoder.layers.0.self_attn.q_proj, ...); empty for a
+    model no family writes. Layers without a counterpart are left out."""
+    cfg = getattr(model, "config", None)
+    family = family_for(cfg) if getattr(cfg, "family", None) == "encoder_decoder" else None
+    names = HF_NAMES.get(family.model_type) if family is not None else None
+    if names is None:
+        return {}
+    found = {}
+    for name, module in model.named_modules():
+        if type(module) is nn.Linear:
+            try:
+                found[name] = names(base_name(name) + ".weight").removesuffix(".weight")
+            except ConfigError:  # a layer the family has no name for: peft's names do not reach it
+                continue
+    return found
 
 
 def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = False) -> list[str]:
-    """Write `model`'s adapters into `out` as a peft LoRA adapter of the Hugging Face T5 at `base`; returns the
+    """Write `model`'s adapters into `out` as a peft LoRA adapter of the Hugging Face model at `base`; returns the
     adapted modules' Hugging Face names. Nothing is written when a check fails."""
     from peft import LoraConfig
 
     layout = hf_layout(model.config)
     if layout not in HF_NAMES:
-        raise ConfigError(
-            f"a peft adapter is written for T5, mT5, UMT5 and Switch models, not a {layout} one; export the merged model"
-        )
+        raise ConfigError(f"a peft adapter is not written for a {layout} model yet; export the merged model")
     layers = lora_layers(model)
     if not layers:
         raise ConfigError("the model carries no LoRA adapter; export it without --adapter")
@@ -49,12 +85,17 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
         )
     first = next(iter(layers.values()))
     r, alpha, dropout = first.r[ADAPTER], first.lora_alpha[ADAPTER], first.lora_dropout[ADAPTER]
-    targets = {name: HF_NAMES[layout](name + ".weight").removesuffix(".weight") for name in layers}
+    targets = {name: HF_NAMES[layout](base_name(name) + ".weight").removesuffix(".weight") for name in layers}
+    cfg = model.config  # Marian and Pegasus hold interleaved sinusoids' dimensions reordered (hf_marian)
+    interleaved = cfg.position == "sinusoidal" and cfg.sinusoidal_layout == "interleaved"
+    order = halves_order(cfg.d_model) if interleaved else None
     tensors = {}
     for name, layer in layers.items():
         for part in ("lora_A", "lora_B"):
-            weight = getattr(layer, part)[ADAPTER].weight
-            tensors[f"base_model.model.{targets[name]}.{part}.weight"] = weight.detach().cpu().contiguous()
+            weight = getattr(layer, part)[ADAPTER].weight.detach().cpu()
+            if order is not None:  # the export reorders the model dimension: A reads it, B writes it
+                weight = reordered(base_name(name), part, weight, order)
+            tensors[f"base_model.model.{targets[name]}.{part}.weight"] = weight.contiguous()
     check_adapter_out(out, force)
     output_dir(out, "--out")
     config = LoraConfig(
@@ -70,6 +111,15 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
     with atomic_path(out / "adapter_model.safetensors") as tmp:
         save_file(tensors, tmp, metadata={"format": "pt"})
     return sorted(targets.values())
+
+
+def reordered(name: str, part: str, weight: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """An adapter matrix of layer `name` with the model dimension reordered as hf_marian reorders the layer's
+    weight: lora_A (r, in) where the layer reads the residual stream, lora_B (out, r) where it writes it."""
+    dim = next((d for pattern, d in MODEL_DIM if re.fullmatch(pattern, name + ".weight")), None)
+    if (part, dim) == ("lora_A", 1) or (part, dim) == ("lora_B", 0):
+        return weight.index_select(dim, order)
+    return weight
 
 
 def check_adapter_out(out: Path, force: bool) -> None:

@@ -13,11 +13,15 @@ names (`python -c "...; print([n for n, _ in model.named_modules()])"` lists the
     (gated: ffn.wi_0, ffn.wi_1)               decoder.blocks.{i}.ffn.{wi,wo}
 
 so ["q", "v"] is every attention's queries and values, ["cross_attn.q", "cross_attn.v"] the
-cross-attention's alone, and r"encoder\\..*\\.(q|v)" the encoder's. A regular expression is matched by
-encdec.models.name_patterns, in steps bounded by its length times the name's: Python's syntax less
-backreferences, lookarounds and flags, at most 256 characters. Each pattern must name a layer and
-only linear layers (one sentence otherwise). peft's layer keeps the original as `base_layer`, so a
-weight `...q.weight` is then `...q.base_layer.weight` and the adapter `...q.lora_A.default.weight`.
+cross-attention's alone, and r"encoder\\..*\\.(q|v)" the encoder's. `aliases` gives each layer a second
+name a pattern may pick it by: its module's name in the Hugging Face model it exports as
+(interop.peft_adapter.hf_module_names), so that a run names layers as peft does for that family
+(BART's ["q_proj", "v_proj", "fc1"], T5Gemma's ["q_proj", "gate_proj"], T5's ["SelfAttention.q"]).
+A regular expression is matched by encdec.models.name_patterns, in steps bounded by its length times
+the name's: Python's syntax less backreferences, lookarounds and flags, at most 256 characters. Each
+pattern must name a layer and only linear layers (one sentence otherwise). peft's layer keeps the
+original as `base_layer`, so a weight `...q.weight` is then `...q.base_layer.weight` and the adapter
+`...q.lora_A.default.weight`.
 peft is imported only where LoRA is used.
 """
 
@@ -33,9 +37,11 @@ ADAPTER = "default"  # peft's name for the one adapter a model carries
 WRAPPED = "_checkpoint_wrapped_module."  # activation checkpointing's wrapper, absent from state dict names
 
 
-def lora_targets(model: nn.Module, target_modules: list[str] | str) -> list[str]:
-    """The names of the linear layers `target_modules` picks (peft's rules); ConfigError for a pattern that
-    picks nothing or picks a module that is not a linear layer."""
+def lora_targets(model: nn.Module, target_modules: list[str] | str, aliases: dict[str, str] | None = None) -> list[str]:
+    """The names of the linear layers `target_modules` picks (peft's rules) by their own names or their
+    `aliases` (layer name -> another name); ConfigError for a pattern that picks nothing or picks a module
+    that is not a linear layer."""
+    aliases = aliases or {}
     names = [name for name, _ in model.named_modules() if name]
     patterns = [target_modules] if isinstance(target_modules, str) else list(target_modules)
     if not patterns:
@@ -46,14 +52,15 @@ def lora_targets(model: nn.Module, target_modules: list[str] | str) -> list[str]
     for pattern in patterns:
         if isinstance(target_modules, str):
             matcher = NamePattern(pattern, "lora.target_modules")
-            hits = [n for n in names if matcher.fullmatch(n)]
+            hits = [n for n in names if matcher.fullmatch(n) or (n in aliases and matcher.fullmatch(aliases[n]))]
         else:
-            hits = [n for n in names if n == pattern or n.endswith("." + pattern)]
+            hits = [n for n in names if any(picks(pattern, a) for a in (n, aliases.get(n)) if a is not None)]
         if not hits:
             family = getattr(getattr(model, "config", None), "family", type(model).__name__)
+            other = f", or in Hugging Face's names {', '.join(suffixes(aliases.values()))}" if aliases else ""
             raise ConfigError(
                 f"lora.target_modules {pattern!r} names no layer of the {family} model "
-                f"(its linear layers end in {', '.join(linear_suffixes(model)) or 'nothing: it has none'})"
+                f"(its linear layers end in {', '.join(linear_suffixes(model)) or 'nothing: it has none'}{other})"
             )
         other = next((n for n in hits if type(model.get_submodule(n)) is not nn.Linear), None)
         if other is not None:
@@ -65,22 +72,42 @@ def lora_targets(model: nn.Module, target_modules: list[str] | str) -> list[str]
     return picked
 
 
+def picks(pattern: str, name: str) -> bool:
+    """peft's rule for a list entry: the whole name, or its last dotted parts."""
+    return name == pattern or name.endswith("." + pattern)
+
+
 def linear_suffixes(model: nn.Module) -> list[str]:
     """The last two dotted parts of every linear layer's name (self_attn.q, ffn.wi, ...), each once."""
     found = [".".join(n.split(".")[-2:]) for n, m in model.named_modules() if type(m) is nn.Linear]
     return list(dict.fromkeys(found))
 
 
+def suffixes(names) -> list[str]:
+    """The last two dotted parts after a layer's number of each of `names` (self_attn.q_proj, fc1), each once."""
+    found = []
+    for name in names:
+        parts = name.split(".")
+        numbers = [i for i, part in enumerate(parts) if part.isdigit()]
+        found.append(".".join(parts[numbers[-1] + 1 if numbers else 0 :][-2:]))
+    return list(dict.fromkeys(found))
+
+
 def add_lora(
-    model: nn.Module, r: int, lora_alpha: float, lora_dropout: float, target_modules: list[str] | str
+    model: nn.Module,
+    r: int,
+    lora_alpha: float,
+    lora_dropout: float,
+    target_modules: list[str] | str,
+    aliases: dict[str, str] | None = None,
 ) -> list[str]:
-    """Replace the picked linear layers by peft's LoRA layers (B zero, so the logits are unchanged) and freeze
-    every other parameter. Returns the adapted layers' names."""
+    """Replace the picked linear layers (by their names or `aliases`) by peft's LoRA layers (B zero, so the
+    logits are unchanged) and freeze every other parameter. Returns the adapted layers' names."""
     from peft import LoraConfig, inject_adapter_in_model
 
     if r < 1:
         raise ConfigError(f"lora.r must be a positive integer, got {r}")
-    targets = lora_targets(model, target_modules)
+    targets = lora_targets(model, target_modules, aliases)
     config = LoraConfig(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=targets)
     inject_adapter_in_model(config, model, adapter_name=ADAPTER)
     return targets

@@ -23,6 +23,7 @@ from torch import nn
 from encdec.errors import CheckpointError
 from encdec.interop import load_hf
 from encdec.interop.hub_ids import resolve_model
+from encdec.interop.peft_adapter import hf_module_names
 from encdec.models.lora import add_lora, train_only
 from encdec.models.name_patterns import NamePatterns
 from encdec.runs.checkpoint import NAME, SHA256, SOURCE, load_state, load_weights, read_pointer, weights_sha256
@@ -46,7 +47,7 @@ class BasePointer:
 @dataclass
 class LoraSection:
     """LoRA adapters (Hu et al. 2021), in peft's own field names; the base model is frozen (see encdec.models.lora
-    for how target_modules picks layers by name)."""
+    for how target_modules picks layers by name: encdec's, or the Hugging Face family's that peft uses)."""
 
     r: Annotated[int, Range(1, 1 << 16)] = 8  # the adapters' rank
     lora_alpha: Annotated[float, Range(0, 1e6, above=True)] = 16.0  # the update is scaled by lora_alpha / r
@@ -99,7 +100,8 @@ def apply_lora(model: nn.Module, lora: LoraSection | None, trained: list[str]) -
     """LoRA adapters of `lora` and the parameters `trained` names (training.train_only) on `model`, its base
     weights already loaded."""
     if lora is not None:
-        targets = add_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
+        aliases = hf_module_names(model)  # the family's peft names (q_proj, fc1, ...) pick layers too
+        targets = add_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules, aliases)
         log.info("LoRA r=%d on %d layers", lora.r, len(targets))
     if trained or lora is not None:
         train_only(model, trained)
