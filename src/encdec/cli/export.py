@@ -5,12 +5,12 @@ directory or Hub id (org/name[@revision]) written anew: e.g. a Hub checkpoint th
 Writes a run's best checkpoint (or --checkpoint) with its tokenizer and generation
 defaults where transformers' AutoModelForSeq2SeqLM and AutoTokenizer load them: T5
 (v1.0, v1.1), SwitchTransformers (T5 with experts), Marian (the canonical
-Transformer), Pegasus (the pre-norm Transformer), BART or mBART, whichever computes
+Transformer), Pegasus (the pre-norm Transformer), BART, mBART, M2M100 / NLLB or T5Gemma, whichever computes
 the same logits. A model none of them can
 express (ROT5's RoPE, the research families, the RNN) is refused in one sentence.
 A LoRA run exports with its adapters merged into the weights; with --adapter, its
 adapters alone as a peft adapter directory (adapter_config.json, adapter_model.safetensors)
-that peft's PeftModel.from_pretrained puts on the Hugging Face T5 the run adapted.
+that peft's PeftModel.from_pretrained puts on the Hugging Face model the run adapted, for each family above.
 """
 
 import argparse
