@@ -78,7 +78,7 @@ def test_ema_eval_judges_the_average_and_leaves_training_untouched(tmp_path, tin
     assert [r["val_loss"] for r in evals[0]] != [r["val_loss"] for r in evals[1]]
     assert main(["average", str(judged), "--ema"]) == 0  # the average as a checkpoint, evaluated on its own
     assert main(["evaluate", str(judged), "--checkpoint", "ema_step_00000012", "--samples", "1"]) == 0
-    own = json.loads((judged / "eval" / "eval.json").read_text())
+    own = json.loads((judged / "eval" / "ema_step_00000012" / "eval.json").read_text())  # its own report
     assert abs(own["scores"]["val_loss"] - evals[1][-1]["val_loss"]) < 1e-6
     with pytest.raises(ConfigError, match="training.ema_eval evaluates the moving average: set training.ema_decay"):
         load_config(tiny_config, ["training.ema_eval=true"])
