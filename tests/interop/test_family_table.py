@@ -1,0 +1,37 @@
+"""docs/hf_families.md is what benchmarks/hf_families.py finds: every family of the table (interop.families)
+is a row read exactly, no other row is, and the script's comparison itself holds on two families here."""
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from encdec.interop.families import FAMILIES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def script():
+    spec = importlib.util.spec_from_file_location("hf_families", ROOT / "benchmarks" / "hf_families.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_table_says_exact_for_the_families_encdec_reads_and_no_other():
+    rows = re.findall(r"^\| `([^`]+)` \| \w+ \| (\w+) \|", (ROOT / "docs" / "hf_families.md").read_text(), re.M)
+    assert rows, "docs/hf_families.md has no table"
+    assert {model_type for model_type, status in rows if status == "exact"} == set(FAMILIES)
+    assert all(status in ("exact", "refused") for _, status in rows)
+
+
+@pytest.mark.parametrize("model_type, class_name", [("t5", "T5ForConditionalGeneration"), ("marian", "MarianMTModel")])
+def test_the_script_finds_a_family_exact_through_load_export_and_size(tmp_path, model_type, class_name):
+    status, detail = script().status(model_type, class_name, tmp_path)
+    assert status == "exact" and "greedy tokens equal; export exact; size exact" in detail, detail
+
+
+def test_the_script_shows_a_family_encdec_refuses_with_why(tmp_path):
+    status, detail = script().status("prophetnet", "ProphetNetForConditionalGeneration", tmp_path)
+    assert status == "refused" and detail.startswith("an n-stream self-attention decoder"), detail
