@@ -42,7 +42,7 @@ def config(tmp_path_factory) -> Path:
 
 def one_sentence(code: int, err: str) -> str:
     """The one `encdec: error:` line of a failure, checked: non-zero exit, one short line, no traceback."""
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = [line for line in err.splitlines() if line.strip() and not progress(line)]
     assert code != 0, err
     assert len(lines) == 1 and lines[0].startswith("encdec: error: "), err
     assert len(lines[0]) < 300 and "Traceback" not in err, err

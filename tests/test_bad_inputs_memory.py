@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from bad_inputs_kit import TINY
+from bad_inputs_kit import TINY, progress
 
 import encdec
 from encdec.cli import main
@@ -153,7 +153,7 @@ def refusal(act: list[str] | Callable[[], object], capsys) -> str:
     with guarded():
         code = main(argv)
     err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = [line for line in err.splitlines() if line.strip() and not progress(line)]
     assert code == 2 and "Traceback" not in err, err
     assert len(lines) == 1 and lines[0].startswith("encdec: error: ") and len(lines[0]) < 300, err
     return lines[0]

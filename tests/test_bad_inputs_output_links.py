@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from bad_inputs_kit import tiny
+from bad_inputs_kit import progress, tiny
 
 from encdec.cli import build_parser, main
 from encdec.cli.output_paths import OutputPath
@@ -169,7 +169,7 @@ def snapshot(root: Path) -> dict:
 
 def one_sentence(capsys) -> str:
     err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = [line for line in err.splitlines() if line.strip() and not progress(line)]
     assert len(lines) == 1 and lines[0].startswith("encdec: error: ") and len(lines[0]) < 300, err
     assert "Traceback" not in err, err
     return lines[0]
