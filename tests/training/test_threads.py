@@ -43,7 +43,7 @@ def test_every_command_that_computes_takes_threads_and_the_others_do_not():
         assert ("--threads" in flags) == (name in COMPUTING), name
 
 
-def test_a_command_computes_with_the_threads_given_or_the_free_cores(monkeypatch, tmp_path, tiny_config):
+def test_a_command_computes_with_the_threads_given_or_the_free_cores(monkeypatch, tmp_path, tiny_config, capsys):
     """`encdec generate RUN --threads 1`, and without it the cores other processes leave free."""
     monkeypatch.setattr(sizing, "available_cores", lambda: 2)
     monkeypatch.setattr(sizing.os, "cpu_count", lambda: 2)
@@ -54,6 +54,7 @@ def test_a_command_computes_with_the_threads_given_or_the_free_cores(monkeypatch
         assert main(["train", str(tiny_config), "--out", str(run), "--set", "training.steps=2", "--threads", "2"]) == 0
         saved = json.loads((run / "checkpoints" / "step_00000002" / "state.json").read_text())
         assert saved["train"]["threads"] == 2 and "threads: 2" in (run / "config.yaml").read_text()
+        assert "tokens/s, 2 CPU threads)" in capsys.readouterr().out  # the summary line says how many
         (tmp_path / "in.txt").write_text("Once upon a time\n")
         generate = ["generate", str(run), "--input", str(tmp_path / "in.txt"), "--max-new-tokens", "2"]
         assert main([*generate, "--threads", "1"]) == 0 and torch.get_num_threads() == 1

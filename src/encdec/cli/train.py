@@ -12,6 +12,8 @@ import shlex
 import signal
 from pathlib import Path
 
+import torch
+
 from encdec.cli.options import whole_number
 from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
@@ -85,9 +87,10 @@ def run(args) -> int:
     result = train(cfg, Path(args.out), resume=args.resume, accept_changes=args.accept_changes)
     if not result.is_main:  # another process under torchrun: rank 0 reports
         return 0
+    threads = torch.get_num_threads()  # as chosen (--threads, training.threads or the free cores) and kept
     print(
-        f"{result.steps} steps in {result.wall_time:.1f}s ({result.tokens_per_s:,.0f} tokens/s); "
-        f"{result.parameters:,} parameters"
+        f"{result.steps} steps in {result.wall_time:.1f}s ({result.tokens_per_s:,.0f} tokens/s, "
+        f"{threads} CPU thread{'' if threads == 1 else 's'}); {result.parameters:,} parameters"
     )
     if result.val_loss is not None:
         print(
