@@ -81,3 +81,26 @@ def test_a_model_type_outside_the_table_names_the_table_s_families(tmp_path):
     with pytest.raises(CheckpointError) as error:
         load_hf(tmp_path)
     assert str(error.value).endswith(f"supported: {', '.join(FAMILIES)}")
+
+
+@pytest.mark.parametrize(
+    "hf_class, config, prefix",
+    [
+        ("T5ForConditionalGeneration", dict(d_model=16, d_kv=4, d_ff=32, num_layers=2, num_heads=4), ""),
+        ("BartForConditionalGeneration", dict(d_model=16, encoder_layers=1, decoder_layers=1), "model."),
+    ],
+)
+def test_a_stack_s_own_token_table_is_refused_not_read_as_the_shared_one(tmp_path, hf_class, config, prefix):
+    """A checkpoint whose encoder keeps a token table other than the shared one (written by hand or by another
+    library) would compute other logits in encdec, whose stacks share one: one sentence instead."""
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    model_class = getattr(transformers, hf_class)
+    config = model_class.config_class(vocab_size=64, decoder_start_token_id=0, **config)
+    model_class(config).save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    weights[f"{prefix}encoder.embed_tokens.weight"] = weights[f"{prefix}shared.weight"] + 1
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=f"{prefix}encoder.embed_tokens.weight differs from {prefix}shared"):
+        encdec.load_hf(tmp_path)

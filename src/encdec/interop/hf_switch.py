@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from encdec.errors import CheckpointError, ConfigError
+from encdec.errors import ConfigError
 from encdec.interop.hf_t5 import (
     NAME_MAP,
     OUR_ACTIVATIONS,
@@ -151,13 +151,7 @@ def switch_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
 def load_hf_switch(path: Path, hf_config: dict) -> EncoderDecoder:
     """Read a SwitchTransformers directory, its sparse layers where its config.json puts them."""
     check_hf_model_fits(switch_model_config(hf_config), path)
-    weights = read_weights_with_shared(path)
-    for side in ("encoder", "decoder"):  # one table for both stacks, as encdec has it
-        table = weights.get(f"{side}.embed_tokens.weight")
-        if table is not None and not torch.equal(table, weights["shared.weight"]):
-            raise CheckpointError(
-                f"{path}: {side}.embed_tokens.weight differs from shared.weight, which encdec's stacks share"
-            )
+    weights = read_weights_with_shared(path)  # one table for both stacks, as encdec has it, or refused
     untied = hf_config.get("tie_word_embeddings", True) is False and "lm_head.weight" in weights
     capacity = hf_config.get("expert_capacity", 64)
     if capacity < DROPLESS_CAPACITY:

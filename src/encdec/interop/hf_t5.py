@@ -164,10 +164,19 @@ def read_safetensors(file: Path) -> dict[str, torch.Tensor]:
 
 def read_weights_with_shared(path: Path, prefix: str = "") -> dict[str, torch.Tensor]:
     """`read_hf_weights`, with the embedding both stacks share under `{prefix}shared.weight` also where a
-    checkpoint keeps it only as the encoder's `embed_tokens`."""
+    checkpoint keeps it only as the encoder's `embed_tokens`. A stack's own `embed_tokens` that differs from
+    the shared table is one sentence: encdec's stacks read one table, and taking either would compute
+    other logits without a word."""
     weights = read_hf_weights(path)
     if f"{prefix}shared.weight" not in weights and f"{prefix}encoder.embed_tokens.weight" in weights:
         weights[f"{prefix}shared.weight"] = weights[f"{prefix}encoder.embed_tokens.weight"]
+    for side in ("encoder", "decoder"):
+        table = weights.get(f"{prefix}{side}.embed_tokens.weight")
+        if table is not None and not torch.equal(table, weights[f"{prefix}shared.weight"]):
+            raise CheckpointError(
+                f"{path}: {prefix}{side}.embed_tokens.weight differs from {prefix}shared.weight, which encdec's "
+                "stacks share"
+            )
     return weights
 
 
