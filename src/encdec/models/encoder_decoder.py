@@ -135,7 +135,10 @@ class Stack(nn.Module):
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (B, T) at positions pos (T,) or (B, T) -> (B, T, C): token embeddings plus absolute positions."""
         x = self.embed(ids)
-        x = x * (torch.tensor(self.embed_scale, dtype=x.dtype) if self.scale_in_dtype else self.embed_scale)
+        scale = (
+            torch.tensor(self.embed_scale, dtype=x.dtype, device=x.device) if self.scale_in_dtype else self.embed_scale
+        )
+        x = x * scale  # Gemma rounds the scale to the model dtype first
         if isinstance(self.positions, PaddedSinusoidalPositions):  # pads take no position (fairseq)
             x = x + self.positions(pos, ids)
         elif self.positions is not None:
