@@ -94,3 +94,32 @@ def test_main_runs_both_models_and_the_trainer_for_one_step(bench, shared_data, 
     out = capsys.readouterr().out
     assert "encdec/HF speed" in out
     assert "trainer end-to-end:" in out and "% of the bare step" in out
+
+
+def test_the_step_profile_names_each_implementations_matmuls(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("profile_train_step", SCRIPT.parent / "profile_train_step.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(
+        [
+            "--device",
+            "cpu",
+            "--batch",
+            "1",
+            "--src-len",
+            "16",
+            "--tgt-len",
+            "8",
+            "--warmup",
+            "0",
+            "--steps",
+            "1",
+            "--rows",
+            "40",
+        ]
+    )
+    out = capsys.readouterr().out
+    encdec_table, hf_table = out.split("== encdec")[1].split("== hf")
+    for table in (encdec_table, hf_table):  # each implementation's own operators, its matmuls among them
+        assert "aten::mm" in table and "Self CPU time total" in table
