@@ -26,6 +26,7 @@ import transformers
 from transformers import CONFIG_MAPPING, PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
 
+import encdec
 from encdec.interop import load_hf
 from encdec.interop.families import FAMILIES
 
@@ -58,7 +59,6 @@ REASONS = {  # why encdec does not read a family (its architecture, in a phrase)
     "granite_speech": "a speech model: audio encoder and projector into a decoder-only LM",
     "granite_speech_plus": "a speech model: audio encoder and projector into a decoder-only LM",
     "led": "Longformer's local and global encoder attention",
-    "longt5": "local and transient-global encoder attention (issue 45: not built yet)",
     "moss_transcribe_diarize": "a speech model: audio encoder",
     "musicflamingo": "an audio-language model: audio encoder",
     "mvp": "not mapped yet: BART with prompts per task",
@@ -72,7 +72,6 @@ REASONS = {  # why encdec does not read a family (its architecture, in a phrase)
     "qwen3_asr": "a speech recognition model: audio encoder",
     "seamless_m4t": "speech and text translation with separate modality encoders",
     "seamless_m4t_v2": "speech and text translation with separate modality encoders",
-    "t5gemma2": "Gemma 3's merged decoder attention and a vision tower (issue 45: not built yet)",
     "vibevoice_asr": "a speech recognition model: audio encoder",
     "voxtral": "a speech model: audio encoder feeding a decoder-only LM",
     "voxtral_realtime": "a speech model: audio encoder",
@@ -113,11 +112,14 @@ def build(model_type: str, class_name: str, path: Path) -> str | None:
         return f"{type(error).__name__}: {str(error).splitlines()[0][:80]}" if str(error) else type(error).__name__
 
 
-def compare(path: Path, class_name: str) -> tuple[str, str]:
-    """(status, detail) of encdec against transformers on one padded batch: logits and greedy tokens."""
-    theirs = getattr(transformers, class_name).from_pretrained(path, attn_implementation="eager").eval().float()
-    ours = load_hf(path).eval().float()
-    cfg = ours.config
+# bf16 keeps 8 bits of mantissa (a relative step of 2^-8 = 0.4%), and two implementations round in different
+# places: encdec in bfloat16 must stay as near the float32 logits as transformers in bfloat16 does, within
+# BF16_FACTOR times its distance plus BF16_SLACK of the largest logit (tests/interop/test_family_table.py)
+BF16_FACTOR, BF16_SLACK = 1.5, 0.005
+
+
+def padded_inputs(cfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Two sources of 9 tokens, the second padded after 6, and 5 decoder inputs: ids, mask, decoder ids."""
     plain = [i for i in range(cfg.vocab_size) if i not in (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id)]
     ids = torch.tensor(plain)[torch.randint(0, len(plain), (2, 9), generator=torch.Generator().manual_seed(0))]
     ids[:, -1] = cfg.eos_id
@@ -126,6 +128,30 @@ def compare(path: Path, class_name: str) -> tuple[str, str]:
     mask = torch.ones_like(ids, dtype=torch.bool)
     mask[1, 6:] = False
     tgt = torch.cat([torch.full((2, 1), cfg.decoder_start_id), ids[:, :4]], dim=1)
+    return ids, mask, tgt
+
+
+def bf16_errors(path: Path, class_name: str) -> tuple[float, float]:
+    """(encdec's, transformers') largest logit difference in bfloat16, both holding and computing in it, from
+    transformers' float32 logits on the padded batch, each as a share of the largest float32 logit."""
+    load = getattr(transformers, class_name).from_pretrained
+    truth_model = load(path, attn_implementation="eager").eval()
+    theirs = load(path, attn_implementation="eager", dtype=torch.bfloat16).eval()
+    ours = encdec.from_pretrained(path, dtype=torch.bfloat16).eval()
+    ids, mask, tgt = padded_inputs(ours.config)
+    with torch.no_grad():
+        truth = truth_model(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt).logits
+        theirs_logits = theirs(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt).logits.float()
+        ours_logits = ours(ids, tgt, src_mask=mask).logits.float()
+    scale = truth.abs().max()
+    return ((ours_logits - truth).abs().max() / scale).item(), ((theirs_logits - truth).abs().max() / scale).item()
+
+
+def compare(path: Path, class_name: str) -> tuple[str, str]:
+    """(status, detail) of encdec against transformers on one padded batch: logits and greedy tokens."""
+    theirs = getattr(transformers, class_name).from_pretrained(path, attn_implementation="eager").eval().float()
+    ours = load_hf(path).eval().float()
+    ids, mask, tgt = padded_inputs(ours.config)
     with torch.no_grad():
         reference = theirs(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt).logits
         logits = ours(ids, tgt, src_mask=mask).logits
@@ -138,6 +164,8 @@ def compare(path: Path, class_name: str) -> tuple[str, str]:
     same = torch.equal(greedy[:, :width], expected[:, :width])
     exact = difference < 1e-4 and same
     detail = f"max logit difference {difference:.1e}, greedy tokens {'equal' if same else 'differ'}"
+    ours16, theirs16 = bf16_errors(path, class_name)
+    detail += f", in bf16 {ours16:.1%} off float32 (transformers' {theirs16:.1%})"
     return ("exact" if exact else "differs"), f"{detail}; {paths(ours, theirs, path, class_name, ids, mask, tgt)}"
 
 
@@ -145,7 +173,7 @@ def paths(ours, theirs, path: Path, class_name: str, ids, mask, tgt) -> str:
     """What else the family does in encdec: its export reloaded by transformers with the same logits, its
     config.json counted by `encdec size` as transformers counts the model, and a peft adapter written for it."""
     from encdec.cli import main as encdec
-    from encdec.interop.peft_adapter import HF_NAMES
+    from encdec.interop.peft_adapter import renamer
     from encdec.interop.to_hf import hf_layout
 
     layout = hf_layout(ours.config)
@@ -162,9 +190,12 @@ def paths(ours, theirs, path: Path, class_name: str, ids, mask, tgt) -> str:
     counted = said.getvalue().split("parameters:")[1].split()[0] if code == 0 else None
     fixed = {id(p) for m in theirs.modules() if "Sinusoidal" in type(m).__name__ for p in m.parameters()}
     learned = {id(p): p for p in theirs.parameters() if id(p) not in fixed}  # Marian's sinusoid tables are fixed
+    # T5Gemma 2's vision tower and projector: encdec reads (and counts) the text model alone
+    image = {id(p) for name, p in theirs.named_parameters() if "vision_tower" in name or "multi_modal" in name}
+    learned = {key: p for key, p in learned.items() if key not in image}
     theirs_count = f"{sum(p.numel() for p in learned.values()):,}"
     size = "size exact" if counted == theirs_count else f"size {counted or 'refused'} vs {theirs_count}"
-    return f"{exported}; {size}; peft adapter {'written' if layout in HF_NAMES else 'no (merged export)'}"
+    return f"{exported}; {size}; peft adapter {'written' if renamer(layout, ours.config) else 'no (merged export)'}"
 
 
 def status(model_type: str, class_name: str, root: Path) -> tuple[str, str]:
@@ -206,7 +237,10 @@ def main() -> int:
         f"Written by `python benchmarks/hf_families.py --write` with transformers {transformers.__version__} and "
         f"torch {torch.__version__}: each of transformers' {len(rows)} sequence-to-sequence model types built tiny "
         "from its config (random weights), saved, opened by encdec and compared on a padded batch in float32 "
-        f"(logits within 1e-4 and the same greedy tokens: exact). {exact} are exact; the rest are refused in one "
+        f"(logits within 1e-4 and the same greedy tokens: exact); and in bfloat16, both holding and computing in it, "
+        "how far each lands from transformers' float32 logits, as a share of the largest (encdec within "
+        f"{BF16_FACTOR}x transformers' own distance plus {BF16_SLACK:.1%} for every exact one: "
+        f"tests/interop/test_family_table.py). {exact} are exact; the rest are refused in one "
         "sentence, with what in their architecture encdec does not compute.\n\n"
     )
     print(table)

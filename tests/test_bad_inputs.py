@@ -166,6 +166,13 @@ CASES = {
         lambda p: train(p, "objective.pack=true", "model.preset=decoder_only-tiny"),
         "objective.pack needs model.family encoder_decoder",
     ),
+    "pack a transient-global encoder": Case(
+        lambda p: train(p, "objective.pack=true", "model.encoder_attention=transient_global"),
+        "objective.pack does not combine with model.encoder_attention transient_global",
+    ),
+    "local radius without local attention": Case(
+        lambda p: train(p, "model.local_radius=8"), "model.local_radius acts only with model.encoder_attention"
+    ),
     "pack a causal LM": Case(
         lambda p: train(p, "objective.pack=true", "objective.kind=causal_lm"),
         "objective.pack works with objective.kind seq2seq, span_corruption, ul2",

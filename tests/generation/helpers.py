@@ -20,6 +20,22 @@ GEMMA = dict(
     scale_embeddings=True,
     shared_embeddings=False,
 )
+GEMMA2 = dict(  # T5Gemma 2's: qk norms, merged decoder attention, a split window, RoPE bases per layer kind
+    norm="gemma_rmsnorm",
+    post_norms=True,
+    activation="gated_gelu",
+    rope_cross="none",
+    scale_attention=True,
+    attention_scale_dim=12,
+    sliding_window=3,
+    sliding_window_layout="split",
+    rope_local_theta=100.0,
+    rope_scale=2.0,
+    qk_norm=True,
+    merged_cross_attention=True,
+    scale_embeddings=True,
+    eoi_token_id=5,
+)
 FAMILIES = {  # name -> (preset, overrides)
     "t5": ("t5-tiny", {}),
     "t5-v1.1": ("t5-v1.1-tiny", {}),
@@ -28,6 +44,7 @@ FAMILIES = {  # name -> (preset, overrides)
     "rot5-prepended": ("rot5-tiny", dict(rope_cross="prepended")),
     "rot5-moe": ("rot5-tiny", dict(n_experts=4)),
     "gemma": ("rot5-tiny", GEMMA),  # T5Gemma's layout: capped scores and logits, a window of 3 every other layer
+    "gemma2": ("rot5-tiny", GEMMA2),
     "transformer-post": ("transformer-tiny", {}),
     "transformer-pre": ("transformer-tiny", dict(norm_position="pre")),
 }

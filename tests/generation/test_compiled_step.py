@@ -34,7 +34,18 @@ def eager_fixed_state(model, src, mask, max_new_tokens: int, beams: int) -> Fixe
 
 @pytest.mark.parametrize(
     "family",
-    ["t5", "t5-v1.1", "umt5", "rot5", "rot5-prepended", "rot5-moe", "gemma", "transformer-post", "transformer-pre"],
+    [
+        "t5",
+        "t5-v1.1",
+        "umt5",
+        "rot5",
+        "rot5-prepended",
+        "rot5-moe",
+        "gemma",
+        "gemma2",
+        "transformer-post",
+        "transformer-pre",
+    ],
 )
 def test_fixed_step_equals_eager_step(family):
     torch.manual_seed(0)
@@ -164,7 +175,7 @@ def test_cuda_graph_generate_equals_eager(mode, caplog):
     assert all(s.runner.graph is not None for s in model._fixed_steps.values())
 
 
-@pytest.mark.parametrize("family", ["t5", "umt5", "rot5", "rot5-prepended", "gemma", "transformer-post"])
+@pytest.mark.parametrize("family", ["t5", "umt5", "rot5", "rot5-prepended", "gemma", "gemma2", "transformer-post"])
 def test_the_fixed_step_is_one_graph(family):
     """Traced whole (fullgraph=True, no graph break): no host read of a device value, no Python branch on
     one, which is also what capturing it in a CUDA graph needs. The eager backend: tracing only."""

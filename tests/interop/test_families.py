@@ -33,6 +33,7 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
     "t5": ("t5-tiny", {}),
     "mt5": ("t5-v1.1-tiny", {"hf_model_type": "mt5"}),
     "umt5": ("t5-v1.1-tiny", {"relative_bias_per_layer": True}),
+    "longt5": ("t5-tiny", {"encoder_attention": "transient_global", "local_radius": 1, "global_block_size": 2}),
     "switch_transformers": ("t5-tiny", {"n_experts": 2}),
     "marian": ("transformer-tiny", {}),
     "pegasus": ("transformer-tiny", {"norm_position": "pre"}),
@@ -40,6 +41,19 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
     "mbart": ("transformer-tiny", {**BART, "norm_position": "pre"}),
     "m2m_100": ("transformer-tiny", {"sinusoidal_layout": "fairseq", "norm_position": "pre"}),
     "t5gemma": ("rot5-tiny", GEMMA),
+    "t5gemma2": (
+        "rot5-tiny",
+        {
+            **GEMMA,
+            "shared_embeddings": True,
+            "qk_norm": True,
+            "merged_cross_attention": True,
+            "sliding_window_layout": "split",
+            "rope_local_theta": 100.0,
+            "rope_scale": 2.0,
+            "eoi_token_id": 5,
+        },
+    ),
 }
 
 

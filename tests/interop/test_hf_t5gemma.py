@@ -10,6 +10,7 @@ import threading
 
 import pytest
 import torch
+from gemma_kit import TEXTS, VOCAB, tokenizer_json
 
 import encdec
 from encdec.cli import main
@@ -20,12 +21,7 @@ from encdec.serving.scheduler import Scheduler
 from encdec.tokenizers.pretrained import PretrainedTokenizer
 
 transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
-
-SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]  # Gemma's, at its ids 0, 1, 2, 3
-VOCAB = 64
-TEXTS = ["the cat sat on the mat and then the dog ran far away", "a dog came home", "sleep"]
 
 
 def stack(layers: int, **overrides) -> dict:
@@ -60,18 +56,6 @@ def hf_model(tied: bool = True, **decoder):
         for name, param in model.named_parameters():
             param.normal_(0, 0.1 if "embed" in name or "lm_head" in name else 0.2)
     return model
-
-
-def tokenizer_json(path) -> None:
-    """A Gemma-shaped tokenizer.json (BPE pieces over text whose spaces are "▁", Gemma's special tokens at its
-    ids 0-3) trained on TEXTS, the directory's only tokenizer file: transformers builds Gemma's pipeline
-    around its pieces and merges, as it does for a released checkpoint's."""
-    backend = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
-    backend.normalizer = tokenizers.normalizers.Replace(" ", "\u2581")
-    # one id short of the model's: transformers adds Gemma's <mask>
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=VOCAB - 1, special_tokens=SPECIALS, show_progress=False)
-    backend.train_from_iterator(TEXTS * 4, trainer)
-    backend.save(str(path / "tokenizer.json"))
 
 
 def saved(path, tied: bool = True):

@@ -83,9 +83,19 @@ ALTERNATIVE = dict(
     logit_softcap=0.5,
     sliding_window=2,
     global_every=3,
+    encoder_attention="transient_global",
+    sliding_window_layout="split",
+    rope_local_theta=50.0,
+    rope_scale=4.0,
+    eoi_token_id=3,
+    image_token_id=3,
+    local_radius=2,
+    global_block_size=4,
 )
 # fields that change what an export writes, not the model: tests/interop holds them honoured
 EXPORT_ONLY = {"hf_model_type"}
+# a field that refuses inputs rather than change what the model computes (tests/interop/test_hf_t5gemma2.py)
+EXPORT_ONLY |= {"image_token_id"}
 # what a field needs around it to have an effect at all (e.g. MoE settings need experts)
 CONTEXT = dict(
     moe_top_k=dict(n_experts=4),
@@ -103,6 +113,13 @@ CONTEXT = dict(
     attention_scale_dim=dict(scale_attention=True),
     sliding_window=dict(position="rope"),
     global_every=dict(position="rope", sliding_window=2),
+    local_radius=dict(encoder_attention="local"),
+    sliding_window_layout=dict(position="rope", sliding_window=2),
+    rope_local_theta=dict(position="rope", sliding_window=2),
+    rope_scale=dict(position="rope"),
+    qk_norm=dict(position="rope"),
+    merged_cross_attention=dict(position="rope", rope_cross="none"),
+    global_block_size=dict(encoder_attention="transient_global"),
 )
 FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in NOT_MODEL]
 

@@ -86,7 +86,8 @@ def family_configs(draw) -> ModelConfig:
     """A small config of any family, drawing only the fields that family uses, over the options that change its
     parameters: widths, heads (GQA, d_head, cross heads), depths, activation, norm and its place (post_norms),
     bias, position scheme and table size, experts and their layers, head tying, the encoder's own token table,
-    the research options and the RNN's cell and attention; Gemma 2's caps and window, which add none."""
+    the research options and the RNN's cell and attention, LongT5's encoder attention (its global keys' bias and
+    norms); Gemma 2's caps and window, which add none."""
     family = draw(st.sampled_from(sorted(FAMILY_CLASSES)))
     causal = family in ("ar_encdec", "parallel_encdec", "decoder_only")
     n_heads = draw(SMALL)
@@ -141,6 +142,13 @@ def family_configs(draw) -> ModelConfig:
         values.pop("relative_bias_per_layer")
     if values["position"] == "rope" and family == "encoder_decoder":  # Gemma 2's window, every other layer
         values |= {"sliding_window": draw(st.integers(1, 4)), "global_every": draw(st.integers(1, 3))}
+        # T5Gemma 2's: norms of each head's queries and keys, the decoder's attentions merged, a token's own vector
+        values |= {"qk_norm": draw(st.booleans()), "merged_cross_attention": draw(st.booleans())}
+        values |= {"eoi_token_id": draw(st.one_of(maybe(), st.just(0)))}
+        if values["merged_cross_attention"]:
+            values |= {"rope_cross": "none", "cross_n_heads": None, "cross_n_kv_heads": None}
+    if family == "encoder_decoder":  # LongT5's encoder: local, or local and global keys (with a relative bias)
+        values["encoder_attention"] = draw(st.sampled_from(["full", "local", "transient_global"]))
     if family == "rnn_seq2seq":
         values["n_decoder_layers"] = None
     values = {k: v for k, v in values.items() if k not in UNUSED_BY_FAMILY[family]}

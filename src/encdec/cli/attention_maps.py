@@ -99,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
     kind = "encoder self-attention" if args.encoder else "cross-attention"
     queries = "source" if args.encoder else ("generated target" if maps.generated else "target")
     rows = len(maps.source_tokens if args.encoder else maps.target_tokens)
-    print(f"wrote {args.output}: {kind}, {rows} {queries} x {len(maps.source_tokens)} source tokens")
+    blocks = (maps.encoder.shape[-1] - len(maps.source_tokens)) if args.encoder else 0  # LongT5's global keys
+    also = f" and {blocks} block keys" if blocks else ""
+    print(f"wrote {args.output}: {kind}, {rows} {queries} x {len(maps.source_tokens)} source tokens{also}")
     if args.npz is not None:
         print(f"wrote {args.npz}: the probabilities and the tokens")
     return 0

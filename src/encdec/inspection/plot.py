@@ -1,7 +1,7 @@
 """Attention maps as heat maps in a PNG: `plot_attention(maps, path, ...)`.
 
 One panel per layer with its heads averaged (heads="mean"), or one panel per head of one layer
-(heads="grid"); source tokens along x, the tokens the queries belong to along y (the target's for
+(heads="grid"); source tokens along x (and a transient-global encoder's block keys after them), the tokens the queries belong to along y (the target's for
 cross-attention, the source's again for the encoder's self-attention). Each panel's colours run from 0 to
 its own largest probability, which its colour bar gives. Drawn with matplotlib's Agg backend (no display).
 """
@@ -51,7 +51,7 @@ def plot_attention(
                 image = ax.imshow(values.numpy(), cmap="viridis", vmin=0.0, aspect="auto", interpolation="nearest")
                 fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02)
                 ax.set_title(title)
-                label_axis(ax.set_xticks, ax.set_xticklabels, maps.source_tokens, rotation=90)
+                label_axis(ax.set_xticks, ax.set_xticklabels, key_labels(maps.source_tokens, S), rotation=90)
                 label_axis(ax.set_yticks, ax.set_yticklabels, rows_tokens)
                 ax.set_xlabel("source token (key)")
                 ax.set_ylabel(("source" if encoder else "target") + " token (query)")
@@ -66,6 +66,12 @@ def plot_attention(
         finally:
             plt.close(fig)
     return Path(path)
+
+
+def key_labels(source_tokens: list[str], keys: int) -> list[str]:
+    """The keys' labels: the source tokens, then a transient-global encoder's keys of each block (LongT5's,
+    after the tokens) as [block 0], [block 1], ..."""
+    return [*source_tokens, *(f"[block {i}]" for i in range(keys - len(source_tokens)))]
 
 
 def select_panels(probs: torch.Tensor, layer: int | None, heads: str, side: str) -> list[tuple[str, torch.Tensor]]:

@@ -35,6 +35,7 @@ class AttentionRecord:
     """Probabilities of one teacher-forced pass, in fp32 on the CPU; each row sums to 1, masked keys hold 0."""
 
     cross: torch.Tensor  # (B, L_dec, H, T, S): decoder layer l's cross-attention, row t predicting target token t
+    # (a merged attention's source columns, T5Gemma 2's: what each query gives the source of its one softmax)
     encoder: torch.Tensor  # (B, L_enc, H, S, S): encoder layer l's self-attention, row s the query at token s
 
 
@@ -89,7 +90,7 @@ def record_attention(
         raise DataError("the source and the target must each have at least one token")
     start = model.config.decoder_start_id if decoder_start_id is None else decoder_start_id
     encoder_attns = [block.self_attn for block in model.encoder.blocks]
-    cross_attns = [block.cross_attn for block in model.decoder.blocks]
+    cross_attns = [block.cross_attn or block.self_attn for block in model.decoder.blocks]  # merged: self_attn
     was_training = model.training
     model.eval()
     try:
@@ -99,7 +100,8 @@ def record_attention(
     finally:
         model.train(was_training)
     encoder = [record[0] for record in records[: len(encoder_attns)]]  # one call each: (B, H, S, S)
-    cross = [record[0] for record in records[len(encoder_attns) :]]  # (B, H, T, S)
+    S = src_ids.shape[1]  # a merged attention's keys are the target's, then the source's S
+    cross = [record[0][..., -S:] for record in records[len(encoder_attns) :]]  # (B, H, T, S)
     return AttentionRecord(stacked(cross), stacked(encoder))
 
 

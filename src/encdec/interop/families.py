@@ -23,6 +23,7 @@ from encdec.interop.hf_bart import (
     load_hf_mbart,
     mbart_config_from_hf,
 )
+from encdec.interop.hf_longt5 import check_longt5_compatible, load_hf_longt5, longt5_files, longt5_model_config
 from encdec.interop.hf_m2m100 import check_m2m100_compatible, load_hf_m2m100, m2m100_config, m2m100_files
 from encdec.interop.hf_marian import check_marian_compatible, load_hf_marian, marian_config_from_hf, marian_files
 from encdec.interop.hf_mt5 import (
@@ -51,6 +52,13 @@ from encdec.interop.hf_t5gemma import (
     load_hf_t5gemma,
     t5gemma_config,
     t5gemma_files,
+)
+from encdec.interop.hf_t5gemma2 import (
+    T5GEMMA2_KEYS,
+    check_t5gemma2_compatible,
+    load_hf_t5gemma2,
+    t5gemma2_config,
+    t5gemma2_files,
 )
 from encdec.models import EncoderDecoder, ModelConfig
 
@@ -102,7 +110,9 @@ FAMILIES: dict[str, Family] = {
             load_hf_t5,
             check_t5_compatible,
             t5_files,
-            lambda cfg: t5_bias(cfg) and cfg.n_experts == 1 and cfg.hf_model_type is None,
+            lambda cfg: (
+                t5_bias(cfg) and cfg.n_experts == 1 and cfg.hf_model_type is None and cfg.encoder_attention == "full"
+            ),
             T5_KEYS | IDS,
             ("spiece.model",),
             config_read_alone(config_from_hf),
@@ -128,6 +138,17 @@ FAMILIES: dict[str, Family] = {
             T5_KEYS | IDS,
             ("spiece.model",),
             umt5_model_config,
+        ),
+        Family(
+            "longt5",
+            "LongT5ForConditionalGeneration",
+            load_hf_longt5,
+            check_longt5_compatible,
+            longt5_files,
+            lambda cfg: cfg.encoder_attention != "full",
+            T5_KEYS | IDS | {"encoder_attention": "encoder_attention_type"},
+            ("spiece.model",),
+            longt5_model_config,
         ),
         Family(
             "switch_transformers",
@@ -201,10 +222,21 @@ FAMILIES: dict[str, Family] = {
             load_hf_t5gemma,
             check_t5gemma_compatible,
             t5gemma_files,
-            lambda cfg: cfg.position == "rope" and cfg.norm == "gemma_rmsnorm",
+            lambda cfg: cfg.position == "rope" and cfg.norm == "gemma_rmsnorm" and not cfg.merged_cross_attention,
             T5GEMMA_KEYS | IDS,
             ("tokenizer.model",),  # Gemma's SentencePiece model beside its tokenizer.json
             t5gemma_config,
+        ),
+        Family(
+            "t5gemma2",
+            "T5Gemma2ForConditionalGeneration",
+            load_hf_t5gemma2,
+            check_t5gemma2_compatible,
+            t5gemma2_files,
+            lambda cfg: cfg.merged_cross_attention,
+            T5GEMMA2_KEYS | IDS,
+            ("tokenizer.model",),
+            t5gemma2_config,
         ),
     )
 }

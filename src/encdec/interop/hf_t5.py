@@ -249,6 +249,7 @@ def t5_layout_problems(cfg: ModelConfig) -> list[str]:
         "embedding_norm must be false": cfg.embedding_norm,
         "final_logits_bias must be false": cfg.final_logits_bias,
         "relative_bias_per_layer must be false (a bias in every layer is UMT5's)": cfg.relative_bias_per_layer,
+        "encoder_attention must be full (local and transient-global are LongT5's)": cfg.encoder_attention != "full",
     }
     return [text for text, bad in problems.items() if bad]
 

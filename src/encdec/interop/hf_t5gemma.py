@@ -208,6 +208,15 @@ def check_t5gemma_compatible(cfg: ModelConfig) -> None:
         "embedding_norm must be false": cfg.embedding_norm,
         "final_logits_bias must be false": cfg.final_logits_bias,
         "n_experts must be 1": cfg.n_experts != 1,
+        "qk_norm, merged_cross_attention, rope_local_theta, rope_scale and a split window are T5Gemma 2's": (
+            cfg.qk_norm
+            or cfg.merged_cross_attention
+            or cfg.rope_local_theta is not None
+            or cfg.rope_scale != 1.0
+            or cfg.sliding_window_layout != "each_side"
+        ),
+        "eoi_token_id and image_token_id are T5Gemma 2's": cfg.eoi_token_id is not None
+        or cfg.image_token_id is not None,
     }
     failed = [text for text, bad in problems.items() if bad]
     if failed:

@@ -8,7 +8,7 @@
 so that `PeftModel.from_pretrained(AutoModelForSeq2SeqLM.from_pretrained(base), out)` computes the logits
 encdec does, `base` being the Hugging Face directory the run adapted (or `encdec export` of the base run).
 Every family of interop.families is written: each linear layer of ours is one of Hugging Face's, name for
-name (HF_NAMES: T5, mT5, UMT5, Switch, BART, mBART, Marian, Pegasus, M2M100/NLLB, T5Gemma), so peft's
+name (`renamer`: T5, mT5, UMT5, LongT5, Switch, BART, mBART, Marian, Pegasus, M2M100/NLLB, T5Gemma, T5Gemma 2), so peft's
 targets are those layers. A model Marian or Pegasus holds with its dimensions reordered (interleaved
 sinusoids) has its adapters reordered alike. The same names let `lora.target_modules` name layers as peft
 does for the family (q_proj, fc1, ...): `hf_module_names`.
@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from encdec.errors import ConfigError
-from encdec.interop import hf_bart, hf_switch, hf_t5, hf_t5gemma
+from encdec.interop import hf_bart, hf_longt5, hf_switch, hf_t5, hf_t5gemma, hf_t5gemma2
 from encdec.interop.families import family_for
 from encdec.interop.hf_marian import MODEL_DIM, halves_order
 from encdec.interop.to_hf import check_export_out, hf_layout
@@ -42,7 +42,16 @@ HF_NAMES = {
     "pegasus": hf_bart.hf_name,
     "m2m_100": hf_bart.hf_name,
     "t5gemma": hf_t5gemma.t5gemma_name,  # q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
+    "t5gemma2": hf_t5gemma2.t5gemma2_module_name,  # T5Gemma's, the decoder's merged attention under self_attn
 }
+
+
+def renamer(layout: str, cfg):
+    """The function naming our parameters as `layout`'s checkpoints do, None for a layout without one; LongT5's
+    encoder attention is named by its kind (LocalSelfAttention, TransientGlobalSelfAttention)."""
+    if layout == "longt5":
+        return hf_longt5.longt5_renamer(cfg.encoder_attention)
+    return HF_NAMES.get(layout)
 
 
 def hf_module_names(model: nn.Module) -> dict[str, str]:
@@ -51,7 +60,7 @@ def hf_module_names(model: nn.Module) -> dict[str, str]:
     model no family writes. Layers without a counterpart are left out."""
     cfg = getattr(model, "config", None)
     family = family_for(cfg) if getattr(cfg, "family", None) == "encoder_decoder" else None
-    names = HF_NAMES.get(family.model_type) if family is not None else None
+    names = renamer(family.model_type, cfg) if family is not None else None
     if names is None:
         return {}
     found = {}
@@ -70,7 +79,8 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
     from peft import LoraConfig
 
     layout = hf_layout(model.config)
-    if layout not in HF_NAMES:
+    names = renamer(layout, model.config)
+    if names is None:
         raise ConfigError(f"a peft adapter is not written for a {layout} model yet; export the merged model")
     layers = lora_layers(model)
     if not layers:
@@ -85,7 +95,7 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
         )
     first = next(iter(layers.values()))
     r, alpha, dropout = first.r[ADAPTER], first.lora_alpha[ADAPTER], first.lora_dropout[ADAPTER]
-    targets = {name: HF_NAMES[layout](base_name(name) + ".weight").removesuffix(".weight") for name in layers}
+    targets = {name: names(base_name(name) + ".weight").removesuffix(".weight") for name in layers}
     cfg = model.config  # Marian and Pegasus hold interleaved sinusoids' dimensions reordered (hf_marian)
     interleaved = cfg.position == "sinusoidal" and cfg.sinusoidal_layout == "interleaved"
     order = halves_order(cfg.d_model) if interleaved else None

@@ -3,7 +3,10 @@ a ModelConfig into attention, feed-forward, norms, blocks and the output head.
 
     attention   n_heads query heads over n_kv_heads key/value heads (MHA, GQA, MQA), d_head wide,
                 scores scaled by 1/sqrt(d_head) (or of attention_scale_dim) or not (scale_attention),
-                capped (attention_softcap), bias, dropout
+                capped (attention_softcap), each head's queries and keys normed (qk_norm), bias, dropout;
+                in the decoder self- and cross-attention merged (merged_cross_attention); in the encoder local or
+                transient-global
+                (encoder_attention, LongT5's: the masks are encoder_decoder.py's, the global keys' norm here)
     ffn         MoE(...) in a sparse layer (n_experts > 1, every moe_every-th) else FeedForward(...)
     norms       norm (rmsnorm, gemma_rmsnorm, layernorm), norm_eps, bias; placed before (pre) or after (post)
                 each sublayer, with a final norm closing a pre-norm stack; post_norms: also one of each
@@ -64,6 +67,7 @@ def build_attention(
         rotary=rotary,
         scale_dim=cfg.attention_scale_dim,
         softcap=cfg.attention_softcap,
+        qk_norm=(lambda width: build_norm(cfg.norm, width, cfg.norm_eps, cfg.bias)) if cfg.qk_norm else None,
     )
 
 
@@ -102,8 +106,10 @@ def build_encoder_block(
     cfg: ModelConfig, rotary: RotaryEmbedding | None = None, ffn_dropout: float | None = None, sparse: bool = True
 ) -> EncoderBlock:
     """Self-attention then feed-forward (experts where `sparse`): an encoder layer, or a GPT block when its
-    inputs are causal."""
+    inputs are causal. A transient-global encoder's attention norms its block sums (LongT5)."""
     attention = build_self_attention(cfg, rotary)
+    if cfg.encoder_attention == "transient_global":
+        attention.global_norm = norm_factory(cfg)()
     ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout, sparse)
     pre_norm = cfg.norm_position == "pre"
     return EncoderBlock(attention, ffn, norm_factory(cfg), cfg.dropout, pre_norm, cfg.post_norms)
@@ -123,7 +129,9 @@ def build_decoder_block(
     (experts where `sparse`); `cross_first` and `memory_norm` (a norm of the memory in every block) serve the
     research families."""
     norm = norm_factory(cfg)
-    self_attn, cross_attn = build_self_attention(cfg, rotary), build_cross_attention(cfg, cross_rotary, cross_heads)
+    self_attn = build_self_attention(cfg, rotary)
+    # a merged attention reads the encoder through the self-attention's projections (T5Gemma 2): no cross-attention
+    cross_attn = None if cfg.merged_cross_attention else build_cross_attention(cfg, cross_rotary, cross_heads)
     ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout, sparse)
     return DecoderBlock(
         self_attn,

@@ -10,7 +10,8 @@ cross-attention), norm and its placement, feed-forward or mixture of experts (in
 layer or every moe_every-th, Switch's layout), grouped-query attention, and the output
 head (tied, scaled by d_model^-0.5). Gemma 2's layout (T5Gemma) adds its RMSNorm before and after each
 sublayer, capped attention scores and logits, sliding-window self-attention in most layers and an encoder
-token table of its own. Marian
+token table of its own. LongT5's encoder attends locally, within local_radius, or also to a key per block
+of its input (transient-global, modules.transient_global). Marian
 adds sinusoidal positions in halves and a fixed logits bias; BART learned positions
 at an offset of 2 and a norm after the embeddings. `start` / `step` are the per-step
 interface generation drives (encdec.generation.interface), over a `DecodeState`
@@ -22,6 +23,8 @@ research families' and the RNN's options (UNUSED) are refused.
 
 Shapes: B batch, S source length, T target length, C model dim, V vocabulary.
 """
+
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -61,6 +64,7 @@ from encdec.modules import (
 )
 from encdec.modules.attention import soft_cap
 from encdec.modules.blocks import for_layer
+from encdec.modules.transient_global import transient_globals
 
 
 def build_absolute_positions(cfg: ModelConfig) -> nn.Module | None:
@@ -102,6 +106,9 @@ class Stack(nn.Module):
 
         layers = cfg.n_encoder_layers if bidirectional else cfg.decoder_layers
         self.window = cfg.sliding_window  # Gemma 2's sliding self-attention, in the layers `sliding` names
+        self.split_window = cfg.sliding_window_layout == "split"  # T5Gemma 2's encoder window
+        self.eoi_id = cfg.eoi_token_id
+        self.register_parameter("eoi_embedding", None)  # the model's, where a token has a vector of its own
         self.sliding = [cfg.sliding_layer(i) for i in range(layers)]
         self.causal = not bidirectional
         per_layer = relative and cfg.relative_bias_per_layer
@@ -127,7 +134,7 @@ class Stack(nn.Module):
         layers' seeing only what `allowed` allows within the window of positions pos (T,) or (B, T)."""
         if self.window is None:
             return inputs
-        near = within_window(pos, pos, self.window, self.causal)
+        near = within_window(pos, pos, self.window, self.causal, self.split_window)
         near = near if allowed is None else allowed & near
         sliding = AttentionInputs(mask=additive_mask(near, None, dtype), q_pos=pos, k_pos=pos)
         return [sliding if slides else inputs[0] for slides in self.sliding]
@@ -139,6 +146,8 @@ class Stack(nn.Module):
             torch.tensor(self.embed_scale, dtype=x.dtype, device=x.device) if self.scale_in_dtype else self.embed_scale
         )
         x = x * scale  # Gemma rounds the scale to the model dtype first
+        if self.eoi_embedding is not None:  # that token's own vector, unscaled (T5Gemma 2)
+            x = torch.where((ids == self.eoi_id)[..., None], self.eoi_embedding.to(x.dtype), x)
         if isinstance(self.positions, PaddedSinusoidalPositions):  # pads take no position (fairseq)
             x = x + self.positions(pos, ids)
         elif self.positions is not None:
@@ -154,10 +163,20 @@ class Stack(nn.Module):
 
 
 class Encoder(Stack):
-    def __init__(self, cfg: ModelConfig, embed: nn.Embedding, rotary: RotaryEmbedding | None):
+    def __init__(
+        self, cfg: ModelConfig, embed: nn.Embedding, rotary: RotaryEmbedding | None, local_rotary=None
+    ) -> None:
         super().__init__(cfg, embed, bidirectional=True)
+        self.image_token_id = cfg.image_token_id
+        self.local_radius = cfg.local_radius if cfg.encoder_attention != "full" else None
+        self.global_block_size = cfg.global_block_size
+        self.global_bias = None  # the transient-global keys' relative bias, every layer reads (as T5's own)
+        if cfg.encoder_attention == "transient_global":
+            buckets, distance = cfg.relative_buckets, cfg.relative_max_distance
+            self.global_bias = RelativePositionBias(cfg.n_heads, True, buckets, distance)
         self.blocks = nn.ModuleList(
-            build_encoder_block(cfg, rotary, sparse=cfg.moe_layer(i)) for i in range(cfg.n_encoder_layers)
+            build_encoder_block(cfg, local_rotary if self.sliding[i] else rotary, sparse=cfg.moe_layer(i))
+            for i in range(cfg.n_encoder_layers)
         )
         self.final_norm = build_final_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
@@ -169,6 +188,11 @@ class Encoder(Stack):
         """src_ids (B, S), src_mask (B, S) bool -> memory (B, S, C). A packed batch's examples attend
         within themselves, at positions counted from 0 in each."""
         B, S = src_ids.shape
+        if self.image_token_id is not None and bool((src_ids == self.image_token_id).any()):
+            raise DataError(
+                f"the input holds the image token (id {self.image_token_id}); encdec reads this model's text alone, "
+                "without its vision tower"
+            )
         row = torch.arange(S, device=src_ids.device)
         pos = packing.src_positions if packing is not None else row  # (B, S) or (S,)
         x = self.embed_tokens(src_ids, pos if packing is not None else self.whole_positions(src_ids, row))
@@ -176,9 +200,12 @@ class Encoder(Stack):
             allowed = packing.encoder_allowed()  # (B, 1, S, S)
         else:
             allowed = src_mask[:, None, None, :] if src_mask is not None else None  # (B, 1, 1, S)
+        allowed = self.local(allowed, row)
         # T5's bias sees only k - q, the same inside a segment counted from its start or the row's: one for all rows
         inputs = [AttentionInputs(mask=mask, q_pos=pos, k_pos=pos) for mask in self.bias_masks(allowed, row, x.dtype)]
         inputs = self.windowed(inputs, allowed, pos, x.dtype)
+        if self.global_bias is not None:
+            inputs = self.with_globals(inputs, src_mask, packing, x)
         router_logits = []
         for i, block in enumerate(self.blocks):
             x, logits = block(x, for_layer(inputs, i))
@@ -186,16 +213,49 @@ class Encoder(Stack):
                 router_logits.append(logits)
         return EncoderOutput(self.dropout(self.final_norm(x)), src_mask, router_logits)
 
+    def local(self, allowed: torch.Tensor | None, row: torch.Tensor) -> torch.Tensor | None:
+        """`allowed` (B, 1, 1 or S, S) narrowed to keys at most local_radius from their query (LongT5's local
+        attention: transformers' blocks of local_radius + 1 see exactly these); unchanged for full attention."""
+        if self.local_radius is None:
+            return allowed
+        near = within_window(row, row, self.local_radius, causal=False)  # (1, 1, S, S)
+        return near if allowed is None else allowed & near
+
+    def with_globals(
+        self, inputs: list[AttentionInputs], src_mask: torch.Tensor | None, packing: Packing | None, x: torch.Tensor
+    ) -> list[AttentionInputs]:
+        """`inputs` with the transient-global keys after the local ones: their blocks, and the mask (B, H, S, S + G)
+        that lets a real token see every real global key through the global bias."""
+        if packing is not None:
+            raise ConfigError("a transient-global encoder cannot read a packed batch: its blocks would span examples")
+        B, S = x.shape[:2]
+        mask = src_mask if src_mask is not None else torch.ones(B, S, dtype=torch.bool, device=x.device)
+        globals_ = transient_globals(mask, self.global_block_size)
+        side = additive_mask(globals_.sees(mask), self.global_bias(*globals_.positions()), x.dtype)  # (B, H, S, G)
+        return [
+            replace(
+                entry,
+                mask=torch.cat([entry.mask.expand(*side.shape[:3], S), side], dim=-1),
+                global_blocks=globals_.blocks,
+                n_globals=globals_.count,
+            )
+            for entry in inputs
+        ]
+
 
 class Decoder(Stack):
-    def __init__(self, cfg: ModelConfig, embed: nn.Embedding, rotary: RotaryEmbedding | None):
+    def __init__(
+        self, cfg: ModelConfig, embed: nn.Embedding, rotary: RotaryEmbedding | None, local_rotary=None
+    ) -> None:
         super().__init__(cfg, embed, bidirectional=False)
         cross_rotary = None
         if cfg.rope_cross != "none" and rotary is not None:  # cross heads of their own width rotate by their own table
             width = cfg.cross_head_dim
             cross_rotary = rotary if width == rotary.d_head else RotaryEmbedding(width, cfg.rope_theta)
         self.blocks = nn.ModuleList(
-            build_decoder_block(cfg, rotary, cross_rotary, sparse=cfg.moe_layer(i, decoder=True))
+            build_decoder_block(
+                cfg, local_rotary if self.sliding[i] else rotary, cross_rotary, sparse=cfg.moe_layer(i, decoder=True)
+            )
             for i in range(cfg.decoder_layers)
         )
         self.final_norm = build_final_norm(cfg)
@@ -298,11 +358,17 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         check_family(cfg)
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta) if cfg.position == "rope" else None
+        rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scale) if cfg.position == "rope" else None
+        local_rotary = rotary  # the sliding layers' RoPE: the global layers' or its own base (Gemma 3's)
+        if rotary is not None and cfg.rope_local_theta is not None:
+            local_rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_local_theta)
         # the encoder's token table: the decoder's, or one of its own (T5Gemma's), as encoder.embed
         encoder_embed = self.embed if cfg.shared_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.encoder = Encoder(cfg, encoder_embed, rotary)
-        self.decoder = Decoder(cfg, self.embed, rotary)
+        self.encoder = Encoder(cfg, encoder_embed, rotary, local_rotary)
+        self.decoder = Decoder(cfg, self.embed, rotary, local_rotary)
+        if cfg.eoi_token_id is not None:  # one vector both stacks read for that token (T5Gemma 2's end-of-image)
+            self.eoi_embedding = nn.Parameter(torch.zeros(cfg.d_model))
+            self.encoder.eoi_embedding = self.decoder.eoi_embedding = self.eoi_embedding
         self.lm_head = build_lm_head(cfg)
         self.output_scale = output_scale(cfg)
         if cfg.final_logits_bias:  # fixed, not trained (as in Marian and BART)
@@ -331,7 +397,11 @@ class EncoderDecoder(GenerationMixin, nn.Module):
             logits = soft_cap(logits, self.config.logit_softcap)
         return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
-    packs_sources = True  # start(..., packed=True): the sources encoded end to end in one row
+    @property
+    def packs_sources(self) -> bool:
+        """Whether start(..., packed=True) may encode the sources end to end in one row: not where a
+        transient-global encoder's blocks would span them."""
+        return self.encoder.global_bias is None
 
     @torch.no_grad()
     def start(
@@ -355,9 +425,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         attention = self.decoder.blocks[0].self_attn
         state.new_caches(len(self.decoder.blocks), attention.n_kv_heads, attention.d_head)
         k_pos = torch.arange(S, device=src_ids.device)
-        state.set_memory(
-            [block.cross_attn.project_kv(memory.hidden, k_pos) for block in self.decoder.blocks], memory.mask
-        )
+        state.set_memory([block.memory_kv(memory.hidden, k_pos) for block in self.decoder.blocks], memory.mask)
         state.biases = self.decoder.relative_biases()  # T5's relative bias, UMT5's per layer, or none
         state.window, state.sliding = self.decoder.window, self.decoder.sliding
         if self.decoder.rope_cross == "prepended":  # decoder positions continue after each example's source

@@ -24,6 +24,16 @@ LM_UNUSED = frozenset(
         "hf_model_type",  # the Hugging Face family an encoder-decoder exports as
         "sliding_window",  # Gemma 2's, as T5Gemma's encoder-decoder has it
         "global_every",
+        "encoder_attention",  # LongT5's, and its two settings
+        "sliding_window_layout",  # T5Gemma 2's, with its RoPE, norms, merged attention and tokens
+        "rope_local_theta",
+        "rope_scale",
+        "qk_norm",
+        "merged_cross_attention",
+        "eoi_token_id",
+        "image_token_id",
+        "local_radius",
+        "global_block_size",
         "logit_softcap",
         "shared_embeddings",  # one stack, one token table
         "rnn_cell",
@@ -80,6 +90,16 @@ UNUSED_BY_FAMILY = {
             "attention_softcap",
             "sliding_window",
             "global_every",
+            "encoder_attention",
+            "sliding_window_layout",
+            "rope_local_theta",
+            "rope_scale",
+            "qk_norm",
+            "merged_cross_attention",
+            "eoi_token_id",
+            "image_token_id",
+            "local_radius",
+            "global_block_size",
             "logit_softcap",
             "shared_embeddings",
         }
@@ -115,6 +135,44 @@ def check_family(cfg: ModelConfig) -> None:
     if cfg.family == "encoder_decoder":
         check_moe_layout(cfg)
         check_sliding_window(cfg)
+        check_encoder_attention(cfg)
+        check_gemma3_fields(cfg)
+
+
+def check_gemma3_fields(cfg: ModelConfig) -> None:
+    """T5Gemma 2's settings that mean something only beside another: a window's layout, RoPE's bases and scaling,
+    merged attention's one set of projections (RoPE in self-attention alone, cross heads the same)."""
+    if cfg.sliding_window is None and cfg.sliding_window_layout != ModelConfig.sliding_window_layout:
+        raise ConfigError("model.sliding_window_layout acts only with model.sliding_window; remove it")
+    for key in ("rope_local_theta", "rope_scale"):
+        if getattr(cfg, key) != getattr(ModelConfig, key) and cfg.position != "rope":
+            raise ConfigError(f"model.{key} acts only with model.position rope; remove it")
+    if cfg.rope_local_theta is not None and cfg.sliding_window is None:
+        raise ConfigError("model.rope_local_theta acts only with model.sliding_window, in the sliding layers")
+    if cfg.merged_cross_attention:
+        if cfg.position == "rope" and cfg.rope_cross != "none":
+            raise ConfigError(
+                "model.merged_cross_attention needs model.rope_cross none: the encoder's keys are not rotated"
+            )
+        if cfg.cross_n_heads not in (None, cfg.n_heads) or cfg.cross_n_kv_heads not in (None, cfg.n_kv_heads):
+            raise ConfigError(
+                "model.merged_cross_attention reads the encoder through the self-attention's heads; "
+                "remove model.cross_n_heads and model.cross_n_kv_heads"
+            )
+
+
+def check_encoder_attention(cfg: ModelConfig) -> None:
+    """LongT5's radius and blocks mean something only with its attention; a transient-global attention's bias of
+    the block keys is a relative one, kept once per stack as T5's."""
+    full = cfg.encoder_attention == "full"
+    for key in ("local_radius", "global_block_size"):
+        unused = full or (key == "global_block_size" and cfg.encoder_attention == "local")
+        if unused and getattr(cfg, key) != getattr(ModelConfig, key):
+            raise ConfigError(f"model.{key} acts only with model.encoder_attention local or transient_global")
+    if cfg.encoder_attention == "transient_global" and (cfg.position != "relative" or cfg.relative_bias_per_layer):
+        raise ConfigError(
+            "model.encoder_attention transient_global needs model.position relative with one bias per stack (T5's)"
+        )
 
 
 def check_sliding_window(cfg: ModelConfig) -> None:

@@ -63,6 +63,14 @@ class ModelConfig:
     attention_softcap: Softcap | None = None  # scores capped c * tanh(s / c) before the mask (Gemma 2)
     sliding_window: Positive | None = None  # self-attention of most layers sees keys this near (global_every)
     global_every: Layers = 2  # with sliding_window, layers i with (i + 1) % global_every == 0 see every key
+    # the encoder's window: keys at most sliding_window away on each side (T5Gemma), or sliding_window keys in all,
+    # (w + 1) // 2 back counting the query's own and w // 2 ahead (T5Gemma 2)
+    sliding_window_layout: Literal["each_side", "split"] = "each_side"
+    # the encoder's self-attention (LongT5): every key; "local": keys at most local_radius away; "transient_global":
+    # those and, per global_block_size-token block of the input, one key of the block's summed states, normed
+    encoder_attention: Literal["full", "local", "transient_global"] = "full"
+    local_radius: Positive = 127
+    global_block_size: Positive = 16
     position: Literal["sinusoidal", "learned", "relative", "rope"] = "relative"
     max_positions: Positive = 512  # rows of sinusoidal / learned tables
     # sin/cos interleaved (Vaswani), sin then cos halves (Marian), or fairseq's (M2M100, NLLB): halves of other
@@ -74,6 +82,13 @@ class ModelConfig:
     relative_max_distance: Positive = 128
     relative_bias_per_layer: bool = False  # every layer its own relative bias (UMT5), not the stack's first's (T5)
     rope_theta: Annotated[float, Range(0, 1e12, above=True)] = 10000.0  # Llama 3 uses 500,000
+    rope_local_theta: Annotated[float, Range(0, 1e12, above=True)] | None = None  # the sliding layers' (Gemma 3's
+    # 10,000 beside its global layers' 1,000,000); None: rope_theta
+    rope_scale: Annotated[float, Range(1, 1e6)] = 1.0  # the global layers' positions divided by it (linear RoPE
+    # scaling, Gemma 3's factor 8)
+    qk_norm: bool = False  # each head's queries and keys normed (RMS) before RoPE (Gemma 3)
+    merged_cross_attention: bool = False  # the decoder's self- and cross-attention one softmax over both keys,
+    # through one set of projections (T5Gemma 2)
     rope_cross: Literal["relative", "prepended", "none"] = (
         "relative"  # RoPE in cross-attention: i and j from 0, encoder first, or none
     )
@@ -96,6 +111,9 @@ class ModelConfig:
     # None: the family's (T5's for the encoder-decoder, nanoGPT's normal for the causal LMs and the RNN)
     # the Hugging Face model_type an export writes where layouts coincide (mT5's is T5 v1.1's); None: the layout's
     hf_model_type: Literal["mt5"] | None = None
+    eoi_token_id: Count | None = None  # a token whose embedding is a vector of its own, unscaled (T5Gemma 2's
+    # end-of-image)
+    image_token_id: Count | None = None  # a token that stands for an image, which a text model refuses (T5Gemma 2)
     pad_id: Count = 0
     eos_id: Count = 1
     decoder_start_id: Count = 0

@@ -45,10 +45,12 @@ def attention(cfg: ModelConfig, n_heads: int, n_kv_heads: int | None) -> int:
     d_model split among them)."""
     d, d_head = cfg.d_model, cfg.head_dim if n_heads == cfg.n_heads else cfg.d_model // n_heads
     kv = n_kv_heads or n_heads
+    qk_norms = 2 * d_head * (2 if cfg.norm == "layernorm" and cfg.bias else 1) if cfg.qk_norm else 0
     return (
         linear(d, n_heads * d_head, cfg.bias)
         + 2 * linear(d, kv * d_head, cfg.bias)
         + linear(n_heads * d_head, d, cfg.bias)
+        + qk_norms
     )
 
 
@@ -77,14 +79,17 @@ def encoder_block(cfg: ModelConfig, sparse: bool = True) -> int:
 def decoder_block(cfg: ModelConfig, memory_norm: bool = False, sparse: bool = True) -> int:
     """Self-attention, cross-attention (cross heads over cross_n_kv_heads, else n_kv_heads) and feed-forward,
     their norms, and with `memory_norm` one of the memory (the research families')."""
+    if cfg.merged_cross_attention:  # the self-attention reads the memory too (T5Gemma 2)
+        return encoder_block(cfg, sparse)
     cross = attention(cfg, cfg.cross_heads, cfg.cross_n_kv_heads or cfg.n_kv_heads)
     return encoder_block(cfg, sparse) + cross + sublayer_norms(cfg) + (norm(cfg) if memory_norm else 0)
 
 
 def token_tables(cfg: ModelConfig) -> int:
-    """The token table, the head when it is not tied to it, and the encoder's own table where it has one
-    (shared_embeddings false, T5Gemma's)."""
-    return cfg.vocab_size * cfg.d_model * (1 + (not cfg.tie_embeddings) + (not cfg.shared_embeddings))
+    """The token table, the head when it is not tied to it, the encoder's own table where it has one
+    (shared_embeddings false, T5Gemma's), and the end-of-image token's vector (T5Gemma 2's)."""
+    tables = cfg.vocab_size * cfg.d_model * (1 + (not cfg.tie_embeddings) + (not cfg.shared_embeddings))
+    return tables + (cfg.d_model if cfg.eoi_token_id is not None else 0)  # a token's own vector (T5Gemma 2)
 
 
 def stack_norms(cfg: ModelConfig) -> int:
@@ -102,7 +107,10 @@ def encoder_decoder(cfg: ModelConfig) -> ParameterCount:
         positions = cfg.relative_buckets * cfg.n_heads * biases
     else:  # sinusoidal (a buffer) or rope (rotations)
         positions = 0
+    if cfg.encoder_attention == "transient_global":  # its keys' bias in the encoder, a norm of them per layer
+        positions += cfg.relative_buckets * cfg.n_heads
     layers = sum(encoder_block(cfg, cfg.moe_layer(i)) for i in range(cfg.n_encoder_layers))
+    layers += cfg.n_encoder_layers * norm(cfg) if cfg.encoder_attention == "transient_global" else 0
     layers += sum(decoder_block(cfg, sparse=cfg.moe_layer(i, decoder=True)) for i in range(cfg.decoder_layers))
     return ParameterCount(token_tables(cfg) + 2 * stack_norms(cfg) + positions + layers, positions)
 

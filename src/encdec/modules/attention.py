@@ -5,7 +5,10 @@ module serves T5 (additive relative bias, no 1/sqrt(D) scaling), ROT5 (RoPE,
 grouped-query), Vaswani (sinusoidal, scaled) and the causal cross-attention of
 the auto-regressive encoder-decoder. The compute path is torch's
 `scaled_dot_product_attention` (CPU training takes an explicit equivalent, see
-`attend`); grouped KV heads are repeated at use. Setting `recorded` to a list makes every
+`attend`); grouped KV heads are repeated at use. LongT5's transient-global attention adds keys of
+each block's summed inputs (`global_norm`, modules.transient_global); T5Gemma 2's decoder attends to its own
+keys and the encoder's in one softmax (`extra_kv`), each head's queries and keys normed first (`q_norm`,
+`k_norm`, Gemma 3's). Setting `recorded` to a list makes every
 call append its attention probabilities there (encdec.inspection reads them).
 
 Shapes: B batch, T query length, S key length, C model dim,
@@ -21,6 +24,7 @@ from encdec.modules.decoding_linear import decoding_linear
 from encdec.modules.dropout import dropout
 from encdec.modules.kv_cache import StaticKVCache
 from encdec.modules.positions import RotaryEmbedding
+from encdec.modules.transient_global import block_sums
 
 # CPU training keeps three (B, H, T, S) float tensors an attention for its backward (the softmax, the
 # dropout mask, the dropped probabilities): 8.6 GB at batch 32 x 512 source tokens x 8 heads x 4 layers
@@ -44,6 +48,8 @@ class Attention(nn.Module):
         rotary: RotaryEmbedding | None = None,
         scale_dim: int | None = None,
         softcap: float | None = None,
+        global_norm: nn.Module | None = None,
+        qk_norm=None,
     ):
         super().__init__()
         self.n_heads = n_heads
@@ -61,17 +67,24 @@ class Attention(nn.Module):
         self.softcap = softcap  # scores capped softcap * tanh(s / softcap) before the mask (Gemma 2); None: not
         self.dropout = dropout
         self.rotary = rotary
+        self.global_norm = global_norm  # a transient-global attention's norm of the block sums (LongT5's)
+        # qk_norm: a function making a norm of d_head, or None; each head's queries and keys normed before RoPE
+        self.q_norm = qk_norm(self.d_head) if qk_norm else None
+        self.k_norm = qk_norm(self.d_head) if qk_norm else None
         # None, or a list each call appends its probabilities to, (B, H, T, S) (or (B/G, H, G*T, S) with query
         # groups): softmax(scores) from the very q, k, mask and scale the call attends with. Off, the cost is
         # one attribute check per call.
         self.recorded: list[torch.Tensor] | None = None
 
-    def project_kv(self, source: torch.Tensor, k_pos: torch.Tensor | None = None):
-        """source (B, S, C) -> keys, values (B, K, S, D), keys rotated by `k_pos`."""
+    def project_kv(self, source: torch.Tensor, k_pos: torch.Tensor | None = None, rotate: bool = True):
+        """source (B, S, C) -> keys, values (B, K, S, D), keys normed (qk norm) and rotated by `k_pos` (not with
+        `rotate` false: the encoder's keys of a merged attention)."""
         B, S, _ = source.shape
         k = project(self.k, source).view(B, S, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, K, S, D)
         v = project(self.v, source).view(B, S, self.n_kv_heads, self.d_head).transpose(1, 2)
-        if self.rotary is not None:
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        if self.rotary is not None and rotate:
             k = self.rotary(k, k_pos)
         return k, v
 
@@ -86,6 +99,10 @@ class Attention(nn.Module):
         k_pos: torch.Tensor | None = None,
         cache=None,
         query_groups: int = 1,
+        global_blocks: torch.Tensor | None = None,
+        n_globals: int = 0,
+        extra_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+        extra_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Attend from x (B, T, C) to `source` (B, S, C_src), or to x itself when None.
 
@@ -99,9 +116,15 @@ class Attention(nn.Module):
         query_groups: G > 1 when each G consecutive rows of x share one row of keys (the
             beams of one example over its encoder output): their queries are folded into
             the query length, so shared keys are neither copied nor reordered.
+        global_blocks: (B, S) each token's block (-1: none) of a transient-global self-attention, whose
+            `n_globals` block sums, normed, are keys and values after the S local ones (the mask covers both).
+        extra_kv: keys and values (B, K, S2, D) attended beside x's own in one softmax, under `extra_mask`
+            (additive, broadcastable to (B, H, T, S2); None: all seen): a merged attention's encoder keys.
         """
         B, T, _ = x.shape
         q = project(self.q, x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
         if self.rotary is not None:
             q = self.rotary(q, q_pos)
         if cache is not None and cache.frozen:
@@ -110,6 +133,13 @@ class Attention(nn.Module):
             k, v = self.project_kv(x if source is None else source, k_pos)  # (B, K, S, D)
             if cache is not None:
                 k, v = cache.append(k, v)
+        if global_blocks is not None:
+            global_k, global_v = self.project_kv(self.global_norm(block_sums(x, global_blocks, n_globals)))
+            k, v = torch.cat([k, global_k], dim=2), torch.cat([v, global_v], dim=2)  # (B, K, S + G, D)
+        if extra_kv is not None:
+            mask = joined_mask(mask, is_causal, extra_mask, T, k.shape[2], extra_kv[0].shape[2], x.dtype, x.device)
+            k, v = torch.cat([k, extra_kv[0]], dim=2), torch.cat([v, extra_kv[1]], dim=2)
+            is_causal = False
         if query_groups > 1:  # (B, H, T, D) -> (B/G, H, G*T, D)
             q = q.view(B // query_groups, query_groups, self.n_heads, T, self.d_head).transpose(1, 2)
             q = q.reshape(B // query_groups, self.n_heads, query_groups * T, self.d_head)
@@ -129,6 +159,33 @@ class Attention(nn.Module):
         else:
             out = out.transpose(1, 2)  # (B, T, H, D)
         return project(self.o, out.reshape(B, T, self.n_heads * self.d_head))
+
+
+def joined_mask(
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    extra: torch.Tensor | None,
+    T: int,
+    width: int,
+    extra_width: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> torch.Tensor:
+    """One additive mask over a query's own keys (`mask`, or causal, or none: all seen; the last `T` of `width`
+    keys are the queries') and then `extra_width` extra keys (`extra`, None: all seen): (B or 1, H or 1, T,
+    width + extra_width)."""
+    if mask is None:
+        allowed = causal_mask(T, width, width - T, device) if is_causal else None
+        mask = (
+            additive_mask(allowed, None, dtype)
+            if allowed is not None
+            else torch.zeros(1, 1, 1, width, dtype=dtype, device=device)
+        )
+    if extra is None:
+        extra = torch.zeros(1, 1, 1, extra_width, dtype=dtype, device=device)
+    mask = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    rows, heads = max(mask.shape[0], extra.shape[0]), max(mask.shape[1], extra.shape[1])
+    return torch.cat([mask.expand(rows, heads, T, width), extra.expand(rows, heads, T, extra_width)], dim=-1)
 
 
 def project(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -5,6 +5,9 @@ layer (causal self-attention, cross-attention, feed-forward), pre- or post-norm.
     post-norm (Vaswani 2017): x = norm(x + dropout(sublayer(x)))
     pre- and post-sublayer norms (Gemma 2): x = x + dropout(post_norm(sublayer(norm(x))))
 
+A decoder layer without a cross-attention merges it into its self-attention (T5Gemma 2): one softmax over its
+own keys and the memory's.
+
 A feed-forward sublayer may be an `MoE`, whose router logits the block returns
 so the model can gather them across layers for the aux and z losses.
 
@@ -31,6 +34,8 @@ class AttentionInputs:
     q_pos: torch.Tensor | None = None
     k_pos: torch.Tensor | None = None
     query_groups: int = 1  # rows of queries per row of keys (beams sharing one encoder output)
+    global_blocks: torch.Tensor | None = None  # (B, S) a transient-global attention's blocks (LongT5)
+    n_globals: int = 0
 
 
 def for_layer(inputs: list[AttentionInputs], layer: int) -> AttentionInputs:
@@ -63,6 +68,8 @@ def _attend(attn: Attention, inputs: AttentionInputs, source=None, cache=None):
             k_pos=inputs.k_pos,
             cache=cache,
             query_groups=inputs.query_groups,
+            global_blocks=inputs.global_blocks,
+            n_globals=inputs.n_globals,
         )
 
     return fn
@@ -127,9 +134,9 @@ class DecoderBlock(nn.Module):
         self.self_attn = self_attn
         self.self_attn_norm = make_norm()
         self.self_attn_post_norm = post_norm(make_norm, post_norms)
-        self.cross_attn = cross_attn
-        self.cross_attn_norm = make_norm()
-        self.cross_attn_post_norm = post_norm(make_norm, post_norms)
+        self.cross_attn = cross_attn  # None: merged into self_attn, which reads the memory too (T5Gemma 2)
+        self.cross_attn_norm = make_norm() if cross_attn is not None else None
+        self.cross_attn_post_norm = post_norm(make_norm, post_norms) if cross_attn is not None else None
         self.ffn = ffn
         self.ffn_norm = make_norm()
         self.ffn_post_norm = post_norm(make_norm, post_norms)
@@ -148,6 +155,10 @@ class DecoderBlock(nn.Module):
         """x (B, T, C), memory (B, S, C) -> (B, T, C), router logits or None."""
         if self.memory_norm is not None:
             memory = self.memory_norm(memory)
+        if self.cross_attn is None:
+            merged_fn = self._merged(memory, self_inputs, cross_inputs, cache)
+            x, _ = residual(x, merged_fn, self.self_attn_norm, self.dropout, self.pre_norm, self.self_attn_post_norm)
+            return residual(x, self.ffn, self.ffn_norm, self.dropout, self.pre_norm, self.ffn_post_norm)
         self_fn = _attend(self.self_attn, self_inputs, cache=cache and cache.self_attn)
         cross_fn = _attend(self.cross_attn, cross_inputs, memory, cache=cache and cache.cross_attn)
         steps = [
@@ -157,3 +168,37 @@ class DecoderBlock(nn.Module):
         for fn, norm, after in steps if self.cross_first else reversed(steps):
             x, _ = residual(x, fn, norm, self.dropout, self.pre_norm, after)
         return residual(x, self.ffn, self.ffn_norm, self.dropout, self.pre_norm, self.ffn_post_norm)
+
+    def memory_kv(self, memory: torch.Tensor, k_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values this layer reads the memory (B, S, C) through, for a decode state to keep: the
+        cross-attention's, or a merged attention's own projections, unrotated."""
+        if self.cross_attn is None:
+            return self.self_attn.project_kv(memory, rotate=False)
+        return self.cross_attn.project_kv(memory, k_pos)
+
+    def _merged(self, memory, self_inputs: AttentionInputs, cross_inputs: AttentionInputs, cache: LayerCache | None):
+        """The merged attention (T5Gemma 2): the queries see their own keys (cached ones included) and the
+        memory's in one softmax, under the self mask beside the memory mask; a memory row shared by G query rows
+        (beams) is repeated for them."""
+
+        def fn(h):
+            if cache is not None and cache.cross_attn.frozen:
+                keys, values = cache.cross_attn.keys, cache.cross_attn.values
+            else:
+                keys, values = self.self_attn.project_kv(memory, rotate=False)  # (M, K, S, D)
+            memory_mask, groups = cross_inputs.mask, cross_inputs.query_groups
+            if groups > 1:
+                keys, values = keys.repeat_interleave(groups, 0), values.repeat_interleave(groups, 0)
+                memory_mask = memory_mask.repeat_interleave(groups, 0) if memory_mask is not None else None
+            return self.self_attn(
+                h,
+                mask=self_inputs.mask,
+                is_causal=self_inputs.is_causal,
+                q_pos=self_inputs.q_pos,
+                k_pos=self_inputs.k_pos,
+                cache=cache and cache.self_attn,
+                extra_kv=(keys, values),
+                extra_mask=memory_mask,
+            )
+
+        return fn

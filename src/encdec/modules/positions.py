@@ -120,10 +120,11 @@ class RelativePositionBias(nn.Module):
         self.max_distance = max_distance
 
     def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        """q_pos (T,), k_pos (S,) -> bias (1, H, T, S)."""
-        relative = k_pos[None, :] - q_pos[:, None]  # (T, S)
+        """q_pos (T,), k_pos (S,) -> bias (1, H, T, S); q_pos (B, T) -> (B, H, T, S)."""
+        relative = k_pos[..., None, :] - q_pos[..., :, None]  # (T, S) or (B, T, S)
         bucket = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
-        return self.embed(bucket).permute(2, 0, 1).unsqueeze(0)
+        bias = self.embed(bucket).movedim(-1, -3)  # (H, T, S) or (B, H, T, S)
+        return bias if bias.dim() == 4 else bias.unsqueeze(0)
 
 
 class RotaryEmbedding(nn.Module):
@@ -135,16 +136,18 @@ class RotaryEmbedding(nn.Module):
     angle at position 511 would be off by about 0.27 rad.
     """
 
-    def __init__(self, d_head: int, theta: float = 10000.0):
+    def __init__(self, d_head: int, theta: float = 10000.0, scale: float = 1.0):
         super().__init__()
         if d_head % 2:
             raise ValueError(f"RoPE needs an even head dimension, got {d_head}")
-        self.d_head, self.theta = d_head, theta
+        self.d_head, self.theta, self.scale = d_head, theta, scale
         self.register_buffer("inv_freq", self.frequencies(), persistent=False)
 
     def frequencies(self) -> torch.Tensor:
-        """(D/2,) fp32 on the CPU: theta^(-2i/D)."""
-        return 1.0 / self.theta ** (torch.arange(0, self.d_head, 2, dtype=torch.float32) / self.d_head)
+        """(D/2,) fp32 on the CPU: theta^(-2i/D), divided by `scale` (linear scaling: positions read 1/scale apart,
+        as transformers' "linear" RoPE divides its frequencies)."""
+        inv_freq = 1.0 / self.theta ** (torch.arange(0, self.d_head, 2, dtype=torch.float32) / self.d_head)
+        return inv_freq / self.scale if self.scale != 1.0 else inv_freq
 
     def _apply(self, fn, recurse=True):
         """Follow device moves (and to_empty) but not dtype casts: rebuild the table in fp32

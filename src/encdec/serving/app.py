@@ -130,7 +130,7 @@ class Server:
         if not generated:
             return {"omitted": "no token was generated"}
         config = model.config
-        heads = model.decoder.blocks[0].cross_attn.n_heads
+        heads = (model.decoder.blocks[0].cross_attn or model.decoder.blocks[0].self_attn).n_heads  # merged: self
         numbers = len(model.decoder.blocks) * heads * len(generated) * encoded["input_ids"].shape[1]
         if numbers > MAX_ATTENTION_NUMBERS:
             return {"omitted": f"the map would hold {numbers:,} numbers; at most {MAX_ATTENTION_NUMBERS:,} are sent"}

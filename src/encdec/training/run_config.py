@@ -356,6 +356,11 @@ def check_packing(cfg: RunConfig) -> None:
             f"objective.pack needs model.family encoder_decoder, whose attention keeps packed "
             f"examples apart; the {family} family does not"
         )
+    if cfg.model.get("encoder_attention") == "transient_global":  # a checkpoint's own is refused at its first step
+        raise ConfigError(
+            "objective.pack does not combine with model.encoder_attention transient_global, whose block keys "
+            "would span the packed examples"
+        )
 
 
 def load_config(path: str | Path, overrides: list[str] = (), paths_from_file: bool = True) -> RunConfig:

@@ -1,0 +1,109 @@
+"""Hugging Face LongT5 checkpoints <-> encdec's encoder-decoder with a local or transient-global encoder.
+
+LongT5 (Guo et al. 2022) is T5 v1.1 whose encoder self-attention sees only keys within `local_radius` of each
+query ("local"), or those and one key per `global_block_size` tokens made from the block's summed inputs
+("transient-global"): encdec's encoder_attention local / transient_global (modules.transient_global). Its
+decoder is T5's. transformers splits the input into blocks of local_radius + 1 tokens, each seeing its own and
+its two neighbours' under a mask of |q - k| <= local_radius: the keys encdec's band mask leaves, so the
+arithmetic agrees. The names are T5's with the encoder's attention module renamed (LocalSelfAttention,
+TransientGlobalSelfAttention), the global keys' bias in its first layer and a norm of them in every layer.
+
+transformers 5 ties LongT5's head to the token table whatever config.json says (tie_word_embeddings false
+means only "do not scale the output", as in T5 v1.1): a model with a head of its own is refused at export.
+transformers itself is not needed.
+"""
+
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from encdec.errors import CheckpointError, ConfigError
+from encdec.interop.hf_t5 import (
+    NAME_MAP,
+    OUR_ACTIVATIONS,
+    check_t5_compatible,
+    config_from_hf,
+    load_hf_t5,
+    t5_layout_config,
+    t5_layout_weights,
+)
+from encdec.interop.hf_t5 import hf_name as t5_name
+from encdec.models import EncoderDecoder, ModelConfig
+
+# config.json's encoder_attention_type -> ours, and the module transformers names each attention's weights by
+HF_ATTENTION = {"local": "local", "transient-global": "transient_global"}
+OUR_ATTENTION = {ours: theirs for theirs, ours in HF_ATTENTION.items()}
+MODULES = {"local": "LocalSelfAttention", "transient_global": "TransientGlobalSelfAttention"}
+
+
+def longt5_name_map(attention: str) -> list[tuple[str, str]]:
+    """T5's names with the encoder's self-attention under `attention`'s module, and its global keys' weights."""
+    module = MODULES[attention]
+    return [
+        (r"encoder\.position_bias\.embed\.weight", f"encoder.block.0.layer.0.{module}.relative_attention_bias.weight"),
+        (
+            r"encoder\.global_bias\.embed\.weight",
+            f"encoder.block.0.layer.0.{module}.global_relative_attention_bias.weight",
+        ),
+        (
+            r"encoder\.blocks\.(\d+)\.self_attn\.global_norm\.weight",
+            rf"encoder.block.\1.layer.0.{module}.global_input_layer_norm.weight",
+        ),
+        (r"encoder\.blocks\.(\d+)\.self_attn\.(q|k|v|o)\.weight", rf"encoder.block.\1.layer.0.{module}.\2.weight"),
+        *NAME_MAP,
+    ]
+
+
+def longt5_renamer(attention: str):
+    """Our parameter name -> its name in a LongT5 checkpoint whose encoder attention is `attention`."""
+    return partial(t5_name, name_map=longt5_name_map(attention), family="LongT5")
+
+
+def longt5_fields(hf_config: dict) -> dict:
+    """The ModelConfig fields of LongT5's encoder attention, from its config.json."""
+    kind = hf_config.get("encoder_attention_type", "local")
+    if kind not in HF_ATTENTION:
+        raise CheckpointError(f"unsupported LongT5 encoder_attention_type {kind!r}; supported: local, transient-global")
+    fields = {"encoder_attention": HF_ATTENTION[kind], "local_radius": hf_config.get("local_radius", 127)}
+    if kind == "transient-global":
+        fields["global_block_size"] = hf_config.get("global_block_size", 16)
+    return fields
+
+
+def load_hf_longt5(path: Path, hf_config: dict) -> EncoderDecoder:
+    fields = longt5_fields(hf_config)
+    return load_hf_t5(path, hf_config, longt5_renamer(fields["encoder_attention"]), **fields)
+
+
+def longt5_model_config(hf_config: dict) -> ModelConfig:
+    """A LongT5 config.json's ModelConfig, no weight read (encdec size): the head tied, as transformers ties it."""
+    return config_from_hf(hf_config, False, **longt5_fields(hf_config))
+
+
+def check_longt5_compatible(cfg: ModelConfig) -> None:
+    """Raise ConfigError naming what LongT5 cannot express: a full encoder attention, a head of its own, T5's."""
+    if cfg.encoder_attention == "full":
+        raise ConfigError(
+            "this model cannot be saved as Hugging Face LongT5: it needs encoder_attention local or transient_global"
+        )
+    if not cfg.tie_embeddings:
+        raise ConfigError(
+            "this model cannot be saved as Hugging Face LongT5: transformers ties its head to the "
+            "token table, and this model has a head of its own"
+        )
+    plain = {"encoder_attention": "full", "local_radius": ModelConfig.local_radius}
+    check_t5_compatible(replace(cfg, **plain, global_block_size=ModelConfig.global_block_size), "LongT5")
+
+
+def longt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
+    cfg = model.config
+    config = {
+        **t5_layout_config(cfg),
+        "feed_forward_proj": OUR_ACTIVATIONS[cfg.activation],
+        "encoder_attention_type": OUR_ATTENTION[cfg.encoder_attention],
+        "local_radius": cfg.local_radius,
+        "global_block_size": cfg.global_block_size,
+    }
+    return t5_layout_weights(model, longt5_renamer(cfg.encoder_attention)), config
