@@ -209,6 +209,49 @@ def t5gemma(texts, path):
     return T5GEMMA_TARGETS
 
 
+def longt5(texts, path):
+    """LongT5, transient-global (a radius of 3, blocks of 4: narrower than the 32-token sources), tied head
+    unscaled as released, over T5's tokenizer layout."""
+    tokenizer = t5_tokenizer(texts, path)
+    config = transformers.LongT5Config(
+        vocab_size=len(tokenizer),
+        feed_forward_proj="gated-gelu",
+        tie_word_embeddings=False,
+        decoder_start_token_id=0,
+        encoder_attention_type="transient-global",
+        local_radius=3,
+        global_block_size=4,
+        **T5_SHAPE,
+    )
+    transformers.LongT5ForConditionalGeneration(config).save_pretrained(path)
+    return T5_TARGETS
+
+
+def t5gemma2(texts, path):
+    """T5Gemma 2's text model (qk norms, merged decoder attention, a split window of 4, Gemma 3's RoPE) with a
+    tiny vision tower, over t5gemma's Gemma-shaped tokenizer and the tokenizer class a release names."""
+    t5gemma(texts, path)
+    (path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GemmaTokenizer"}))
+    stack = dict(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=40,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=12,
+        sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+    vision = dict(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14
+    )
+    config = transformers.T5Gemma2Config(encoder=dict(text_config=stack, vision_config=vision), decoder=stack)
+    transformers.T5Gemma2ForConditionalGeneration(config).save_pretrained(path)
+    return T5GEMMA_TARGETS
+
+
 FAMILIES = {  # name -> builder(texts, directory) writing the checkpoint and tokenizer; returns peft's targets
     "t5-v1.1": t5_family("t5"),
     "mt5": t5_family("mt5"),
@@ -220,6 +263,8 @@ FAMILIES = {  # name -> builder(texts, directory) writing the checkpoint and tok
     "pegasus": pegasus,
     "nllb": nllb,
     "t5gemma": t5gemma,
+    "longt5": longt5,
+    "t5gemma2": t5gemma2,
 }
 
 
