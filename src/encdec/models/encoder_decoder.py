@@ -24,7 +24,7 @@ research families' and the RNN's options (UNUSED) are refused.
 Shapes: B batch, S source length, T target length, C model dim, V vocabulary.
 """
 
-from dataclasses import replace
+from functools import partial
 
 import torch
 from torch import nn
@@ -64,6 +64,8 @@ from encdec.modules import (
 )
 from encdec.modules.attention import soft_cap
 from encdec.modules.blocks import for_layer
+from encdec.modules.chunked_attention import LazyMask
+from encdec.modules.masks import same_segment
 from encdec.modules.transient_global import transient_globals
 
 
@@ -171,6 +173,7 @@ class Encoder(Stack):
         self.local_radius = cfg.local_radius if cfg.encoder_attention != "full" else None
         self.global_block_size = cfg.global_block_size
         self.global_bias = None  # the transient-global keys' relative bias, every layer reads (as T5's own)
+        self.long_scores = LONG_SCORES
         if cfg.encoder_attention == "transient_global":
             buckets, distance = cfg.relative_buckets, cfg.relative_max_distance
             self.global_bias = RelativePositionBias(cfg.n_heads, True, buckets, distance)
@@ -196,16 +199,7 @@ class Encoder(Stack):
         row = torch.arange(S, device=src_ids.device)
         pos = packing.src_positions if packing is not None else row  # (B, S) or (S,)
         x = self.embed_tokens(src_ids, pos if packing is not None else self.whole_positions(src_ids, row))
-        if packing is not None:
-            allowed = packing.encoder_allowed()  # (B, 1, S, S)
-        else:
-            allowed = src_mask[:, None, None, :] if src_mask is not None else None  # (B, 1, 1, S)
-        allowed = self.local(allowed, row)
-        # T5's bias sees only k - q, the same inside a segment counted from its start or the row's: one for all rows
-        inputs = [AttentionInputs(mask=mask, q_pos=pos, k_pos=pos) for mask in self.bias_masks(allowed, row, x.dtype)]
-        inputs = self.windowed(inputs, allowed, pos, x.dtype)
-        if self.global_bias is not None:
-            inputs = self.with_globals(inputs, src_mask, packing, x)
+        inputs = self.attention_inputs(SelfMasks(self, src_mask, packing, row, pos, x))
         router_logits = []
         for i, block in enumerate(self.blocks):
             x, logits = block(x, for_layer(inputs, i))
@@ -213,34 +207,85 @@ class Encoder(Stack):
                 router_logits.append(logits)
         return EncoderOutput(self.dropout(self.final_norm(x)), src_mask, router_logits)
 
-    def local(self, allowed: torch.Tensor | None, row: torch.Tensor) -> torch.Tensor | None:
-        """`allowed` (B, 1, 1 or S, S) narrowed to keys at most local_radius from their query (LongT5's local
-        attention: transformers' blocks of local_radius + 1 see exactly these); unchanged for full attention."""
-        if self.local_radius is None:
-            return allowed
-        near = within_window(row, row, self.local_radius, causal=False)  # (1, 1, S, S)
-        return near if allowed is None else allowed & near
+    def attention_inputs(self, masks: "SelfMasks") -> list[AttentionInputs]:
+        """Each layer's self-attention inputs: its mask whole, one tensor for the layers that read the same (T5's
+        bias, a window), or, where the scores of a layer would hold LONG_SCORES or more numbers, a LazyMask that
+        makes the rows a chunk of queries reads (modules.chunked_attention): memory linear in the input."""
+        B, S = masks.x.shape[:2]
+        heads = self.blocks[0].self_attn.n_heads
+        extra = {}
+        if masks.globals is not None:
+            extra = {"global_blocks": masks.globals.blocks, "n_globals": masks.globals.count}
+        if B * heads * S * (S + (masks.globals.count if masks.globals is not None else 0)) >= self.long_scores:
+            made = [LazyMask(partial(masks.rows, i), S) for i in range(len(self.blocks))]
+        else:
+            by_kind = {}
+            for i in range(len(self.blocks)):
+                if masks.kind(i) not in by_kind:
+                    by_kind[masks.kind(i)] = masks.rows(i, 0, S)
+            made = [by_kind[masks.kind(i)] for i in range(len(self.blocks))]
+        return [AttentionInputs(mask=m, q_pos=masks.pos, k_pos=masks.pos, **extra) for m in made]
 
-    def with_globals(
-        self, inputs: list[AttentionInputs], src_mask: torch.Tensor | None, packing: Packing | None, x: torch.Tensor
-    ) -> list[AttentionInputs]:
-        """`inputs` with the transient-global keys after the local ones: their blocks, and the mask (B, H, S, S + G)
-        that lets a real token see every real global key through the global bias."""
-        if packing is not None:
-            raise ConfigError("a transient-global encoder cannot read a packed batch: its blocks would span examples")
-        B, S = x.shape[:2]
-        mask = src_mask if src_mask is not None else torch.ones(B, S, dtype=torch.bool, device=x.device)
-        globals_ = transient_globals(mask, self.global_block_size)
-        side = additive_mask(globals_.sees(mask), self.global_bias(*globals_.positions()), x.dtype)  # (B, H, S, G)
-        return [
-            replace(
-                entry,
-                mask=torch.cat([entry.mask.expand(*side.shape[:3], S), side], dim=-1),
-                global_blocks=globals_.blocks,
-                n_globals=globals_.count,
-            )
-            for entry in inputs
-        ]
+
+LONG_SCORES = 1 << 27  # numbers in a layer's scores (512 MiB in float32) from which the encoder attends by chunks
+
+
+class SelfMasks:
+    """The encoder's self-attention masks of one batch, by layer and by rows of queries: padding or packing,
+    LongT5's local band, T5's relative bias (UMT5's a layer), Gemma's sliding window, LongT5's global keys."""
+
+    def __init__(
+        self,
+        encoder: "Encoder",
+        src_mask: torch.Tensor | None,
+        packing: Packing | None,
+        row: torch.Tensor,
+        pos: torch.Tensor,
+        x: torch.Tensor,
+    ):
+        self.encoder, self.src_mask, self.packing, self.row, self.pos, self.x = encoder, src_mask, packing, row, pos, x
+        self.globals = None
+        if encoder.global_bias is not None:
+            if packing is not None:
+                raise ConfigError(
+                    "a transient-global encoder cannot read a packed batch: its blocks would span examples"
+                )
+            B, S = x.shape[:2]
+            self.real = src_mask if src_mask is not None else torch.ones(B, S, dtype=torch.bool, device=x.device)
+            self.globals = transient_globals(self.real, encoder.global_block_size)
+
+    def kind(self, layer: int) -> tuple:
+        """What decides a layer's mask: a window, or which relative bias it reads (layers of one kind share it)."""
+        encoder = self.encoder
+        if encoder.window is not None and encoder.sliding[layer]:
+            return ("window",)
+        return ("bias", layer if encoder.layer_biases is not None else 0)
+
+    def rows(self, layer: int, t0: int, t1: int) -> torch.Tensor | None:
+        """Layer `layer`'s additive mask for query rows t0..t1 over every key: (B or 1, H or 1, t1 - t0, S), with
+        the global keys' columns after them (B, H, t1 - t0, S + G); None where nothing is masked."""
+        encoder, q_row = self.encoder, self.row[t0:t1]
+        if self.packing is not None:  # a token sees its own example's
+            segments = self.packing.src_segments
+            allowed = same_segment(segments[:, t0:t1], segments)  # (B, 1, rows, S)
+        else:
+            allowed = self.src_mask[:, None, None, :] if self.src_mask is not None else None  # (B, 1, 1, S)
+        if encoder.local_radius is not None:  # LongT5: transformers' blocks of local_radius + 1 see these keys
+            near = within_window(q_row, self.row, encoder.local_radius, causal=False)
+            allowed = near if allowed is None else allowed & near
+        if encoder.window is not None and encoder.sliding[layer]:  # no relative bias beside a window
+            near = within_window(self.pos[..., t0:t1], self.pos, encoder.window, encoder.causal, encoder.split_window)
+            mask = additive_mask(near if allowed is None else allowed & near, None, self.x.dtype)
+        else:  # T5's bias sees only k - q, the same inside a segment counted from its start or the row's
+            biases = encoder.relative_biases()
+            bias = for_layer(biases, layer)(q_row, self.row) if biases else None  # (1, H, rows, S)
+            mask = additive_mask(allowed, bias, self.x.dtype)
+        if self.globals is None:
+            return mask
+        blocks, keys = self.globals.positions()
+        sees = (self.real[:, t0:t1, None] == self.globals.real[:, None, :])[:, None]  # (B, 1, rows, G)
+        side = additive_mask(sees, encoder.global_bias(blocks[:, t0:t1], keys), self.x.dtype)  # (B, H, rows, G)
+        return torch.cat([mask.expand(*side.shape[:3], mask.shape[-1]), side], dim=-1)
 
 
 class Decoder(Stack):

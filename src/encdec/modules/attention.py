@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from encdec.modules.chunked_attention import LazyMask, chunked_attend
 from encdec.modules.decoding_linear import decoding_linear
 from encdec.modules.dropout import dropout
 from encdec.modules.kv_cache import StaticKVCache
@@ -108,7 +109,8 @@ class Attention(nn.Module):
 
         mask: additive float (or boolean, True = attend) broadcastable to (B, H, T, S),
             covering all keys including cached ones; it carries padding, causality and
-            any additive position bias. `is_causal` is the mask-free causal fast path
+            any additive position bias. A LazyMask (long inputs) makes it by rows of queries,
+            which are then attended a chunk at a time. `is_causal` is the mask-free causal fast path
             (T == S, no cache).
         q_pos, k_pos: positions for RoPE, (T,) / (S,) or per example (B, T) / (B, S).
         cache: appended to (a StepCache: the keys a step reads come back) or filled once and reused (a
@@ -143,13 +145,18 @@ class Attention(nn.Module):
         if query_groups > 1:  # (B, H, T, D) -> (B/G, H, G*T, D)
             q = q.view(B // query_groups, query_groups, self.n_heads, T, self.d_head).transpose(1, 2)
             q = q.reshape(B // query_groups, self.n_heads, query_groups * T, self.d_head)
-        if isinstance(cache, StaticKVCache) and few_queries_on_cpu(q, mask, self.training):
+        if isinstance(mask, LazyMask):  # long scores: a chunk of queries at a time (modules.chunked_attention)
+            out = chunked_attend(
+                attend, q, k, v, mask, self.scale, self.dropout if self.training else 0.0, self.softcap
+            )
+        elif isinstance(cache, StaticKVCache) and few_queries_on_cpu(q, mask, self.training):
             out = attend_transposed(q, cache.keys_t, v, mask, self.scale, self.softcap)
         else:
             dropout_p = self.dropout if self.training else 0.0
             out = attend(q, k, v, mask, is_causal and mask is None, self.scale, dropout_p, self.softcap)
         if self.recorded is not None:
-            self.recorded.append(attention_probs(q, k, mask, is_causal and mask is None, self.scale, self.softcap))
+            whole = mask.dense() if isinstance(mask, LazyMask) else mask
+            self.recorded.append(attention_probs(q, k, whole, is_causal and mask is None, self.scale, self.softcap))
         return self.project_heads(out, B, T, query_groups)
 
     def project_heads(self, out: torch.Tensor, B: int, T: int, query_groups: int) -> torch.Tensor:
@@ -227,7 +234,15 @@ def attend_transposed(q, keys_t, v, mask, scale: float | None, softcap: float | 
 
 
 def attend(
-    q, k, v, mask, is_causal: bool, scale: float | None, dropout_p: float, softcap: float | None = None
+    q,
+    k,
+    v,
+    mask,
+    is_causal: bool,
+    scale: float | None,
+    dropout_p: float,
+    softcap: float | None = None,
+    recompute: bool = True,
 ) -> torch.Tensor:
     """softmax(q k^T * scale + mask) v with K kv heads serving H query heads: (B, H, T, D).
 
@@ -247,7 +262,7 @@ def attend(
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=gqa
         )
-    if torch.is_grad_enabled() and q.numel() // q.shape[-1] * k.shape[2] >= RECOMPUTE_SCORES:
+    if recompute and torch.is_grad_enabled() and q.numel() // q.shape[-1] * k.shape[2] >= RECOMPUTE_SCORES:
         return checkpoint(explicit_attention, q, k, v, mask, is_causal, scale, dropout_p, softcap, use_reentrant=False)
     return explicit_attention(q, k, v, mask, is_causal, scale, dropout_p, softcap)
 
