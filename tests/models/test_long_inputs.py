@@ -166,3 +166,37 @@ def test_dropout_by_chunks_is_recomputed_as_it_was_drawn(monkeypatch):
     kept_logits, kept = run()
     assert torch.equal(recomputed_logits, kept_logits)
     assert all(torch.allclose(recomputed[n], kept[n], atol=1e-6) for n in kept)
+
+
+def test_a_banded_layer_reads_only_the_keys_within_its_band(monkeypatch):
+    """LongT5's local attention sees keys at most local_radius away: by chunks, each chunk of query rows reads
+    only the keys within the band of its rows, so the scores computed grow linearly with the input (here, a
+    2,048-token source: under 5% of the whole scores), and the logits are the whole path's."""
+    from encdec.models import encoder_decoder
+    from encdec.modules import attention
+
+    torch.manual_seed(0)
+    cfg = preset("t5-tiny", vocab_size=V, dropout=0.0, encoder_attention="local", local_radius=8)
+    m = build_model(cfg).eval()
+    src = torch.randint(3, V - 1, (1, 2048), generator=torch.Generator().manual_seed(0))
+    tgt = src[:, :5]
+    widths = []
+    real_attend = attention.attend
+
+    def counted(q, k, *args, **kwargs):
+        if q.shape[2] != tgt.shape[1]:  # the encoder's (the decoder's queries are the target's 5)
+            widths.append((q.shape[2], k.shape[2]))
+        return real_attend(q, k, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "attend", counted)
+    with torch.no_grad():
+        banded = m(src, tgt).logits
+    assert len(widths) == 2 * len(range(0, 2048, widths[0][0]))  # both layers, by chunks
+    assert all(keys <= rows + 2 * 8 for rows, keys in widths)
+    assert sum(rows * keys for rows, keys in widths) < 0.05 * 2 * 2048 * 2048
+    monkeypatch.setattr(encoder_decoder, "BAND_SHARE", 10**9)  # the whole scores (below LONG_SCORES at 2,048)
+    widths.clear()
+    with torch.no_grad():
+        whole = m(src, tgt).logits
+    assert widths == [(2048, 2048)] * 2
+    assert (banded - whole).abs().max() < 1e-5

@@ -209,25 +209,31 @@ class Encoder(Stack):
 
     def attention_inputs(self, masks: "SelfMasks") -> list[AttentionInputs]:
         """Each layer's self-attention inputs: its mask whole, one tensor for the layers that read the same (T5's
-        bias, a window), or, where the scores of a layer would hold LONG_SCORES or more numbers, a LazyMask that
-        makes the rows a chunk of queries reads (modules.chunked_attention): memory linear in the input."""
+        bias, a window), or a LazyMask that makes the part a chunk of queries reads (modules.chunked_attention),
+        memory linear in the input: where the scores of a layer would hold LONG_SCORES or more numbers, and for a
+        layer whose keys lie within a band (LongT5's local attention, a sliding window) where the band's keys are
+        at most an eighth of them, compute linear in the input too."""
         B, S = masks.x.shape[:2]
         heads = self.blocks[0].self_attn.n_heads
         extra = {}
+        G = masks.globals.count if masks.globals is not None else 0
         if masks.globals is not None:
-            extra = {"global_blocks": masks.globals.blocks, "n_globals": masks.globals.count}
-        if B * heads * S * (S + (masks.globals.count if masks.globals is not None else 0)) >= self.long_scores:
-            made = [LazyMask(partial(masks.rows, i), S) for i in range(len(self.blocks))]
-        else:
-            by_kind = {}
-            for i in range(len(self.blocks)):
-                if masks.kind(i) not in by_kind:
-                    by_kind[masks.kind(i)] = masks.rows(i, 0, S)
-            made = [by_kind[masks.kind(i)] for i in range(len(self.blocks))]
+            extra = {"global_blocks": masks.globals.blocks, "n_globals": G}
+        long = B * heads * S * (S + G) >= self.long_scores
+        made, by_kind = [], {}
+        for i in range(len(self.blocks)):
+            band = masks.band(i)
+            if long or (band is not None and S >= BAND_SHARE * (2 * band + 1)):
+                made.append(LazyMask(partial(masks.rows, i), S, band, G))
+                continue
+            if masks.kind(i) not in by_kind:
+                by_kind[masks.kind(i)] = masks.rows(i, 0, S, 0, S)
+            made.append(by_kind[masks.kind(i)])
         return [AttentionInputs(mask=m, q_pos=masks.pos, k_pos=masks.pos, **extra) for m in made]
 
 
 LONG_SCORES = 1 << 27  # numbers in a layer's scores (512 MiB in float32) from which the encoder attends by chunks
+BAND_SHARE = 8  # a banded layer attends by chunks of its band where the band holds at most 1 / BAND_SHARE of the keys
 
 
 class SelfMasks:
@@ -261,24 +267,36 @@ class SelfMasks:
             return ("window",)
         return ("bias", layer if encoder.layer_biases is not None else 0)
 
-    def rows(self, layer: int, t0: int, t1: int) -> torch.Tensor | None:
-        """Layer `layer`'s additive mask for query rows t0..t1 over every key: (B or 1, H or 1, t1 - t0, S), with
-        the global keys' columns after them (B, H, t1 - t0, S + G); None where nothing is masked."""
-        encoder, q_row = self.encoder, self.row[t0:t1]
+    def band(self, layer: int) -> int | None:
+        """How far from itself a query of layer `layer` may see a key, at most: LongT5's radius, a sliding
+        window's width (in rows: a window counts positions inside one packed example); None: anywhere."""
+        encoder, bands = self.encoder, []
+        if encoder.local_radius is not None:
+            bands.append(encoder.local_radius)
+        if encoder.window is not None and encoder.sliding[layer]:
+            bands.append(encoder.window)
+        return min(bands) if bands else None
+
+    def rows(self, layer: int, t0: int, t1: int, k0: int, k1: int) -> torch.Tensor | None:
+        """Layer `layer`'s additive mask for query rows t0..t1 over keys k0..k1: (B or 1, H or 1, t1 - t0,
+        k1 - k0), with every global key's column after them (B, H, t1 - t0, k1 - k0 + G); None where nothing is
+        masked."""
+        encoder, q_row, k_row = self.encoder, self.row[t0:t1], self.row[k0:k1]
         if self.packing is not None:  # a token sees its own example's
             segments = self.packing.src_segments
-            allowed = same_segment(segments[:, t0:t1], segments)  # (B, 1, rows, S)
+            allowed = same_segment(segments[:, t0:t1], segments[:, k0:k1])  # (B, 1, rows, keys)
         else:
-            allowed = self.src_mask[:, None, None, :] if self.src_mask is not None else None  # (B, 1, 1, S)
+            allowed = self.src_mask[:, None, None, k0:k1] if self.src_mask is not None else None  # (B, 1, 1, keys)
         if encoder.local_radius is not None:  # LongT5: transformers' blocks of local_radius + 1 see these keys
-            near = within_window(q_row, self.row, encoder.local_radius, causal=False)
+            near = within_window(q_row, k_row, encoder.local_radius, causal=False)
             allowed = near if allowed is None else allowed & near
         if encoder.window is not None and encoder.sliding[layer]:  # no relative bias beside a window
-            near = within_window(self.pos[..., t0:t1], self.pos, encoder.window, encoder.causal, encoder.split_window)
+            pos = self.pos
+            near = within_window(pos[..., t0:t1], pos[..., k0:k1], encoder.window, encoder.causal, encoder.split_window)
             mask = additive_mask(near if allowed is None else allowed & near, None, self.x.dtype)
         else:  # T5's bias sees only k - q, the same inside a segment counted from its start or the row's
             biases = encoder.relative_biases()
-            bias = for_layer(biases, layer)(q_row, self.row) if biases else None  # (1, H, rows, S)
+            bias = for_layer(biases, layer)(q_row, k_row) if biases else None  # (1, H, rows, keys)
             mask = additive_mask(allowed, bias, self.x.dtype)
         if self.globals is None:
             return mask

@@ -7,8 +7,10 @@ chunk of queries need nothing of the other rows: `chunked_attend` computes them 
 explicit path, the same arithmetic as the whole), keeps only their outputs (B, H, rows, D) and, where autograd
 records, wraps each chunk in a non-reentrant checkpoint, so the backward pass recomputes one chunk's scores
 at a time (its dropout mask too: the checkpoint restores the random state). At most CHUNK_SCORES numbers of
-scores exist at once. A `LazyMask` is a mask by rows: what makes the part a chunk reads (padding, packing,
-windows, relative biases, whose gradients reach their tables through the recomputation).
+scores exist at once. A `LazyMask` is a mask by rows and keys: what makes the part a chunk reads (padding,
+packing, windows, relative biases, whose gradients reach their tables through the recomputation). Where no
+query sees a key farther than a band from itself (LongT5's local attention, a sliding window), a chunk reads
+only the keys within the band of its rows, so the work too grows linearly with the input.
 
 On the CPU each chunk's transient memory goes back to the system after it (`release_freed`): glibc's malloc
 keeps freed blocks of up to 32 MiB in its heap, and the chunks' scores, interleaved with what the pass keeps,
@@ -23,6 +25,7 @@ Shapes: B batch, H heads, K kv heads, T queries, S keys, D head dim.
 
 import ctypes
 import ctypes.util
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -31,6 +34,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 CHUNK_SCORES = 1 << 23  # 8M numbers of scores a chunk holds at most (32 MiB in float32)
+MIN_BAND_ROWS = 64  # query rows a banded chunk may take however narrow its band (fewer chunks to loop over)
 
 
 def _malloc_trim():
@@ -52,41 +56,56 @@ def release_freed(device: torch.device) -> None:
 
 @dataclass
 class LazyMask:
-    """An additive mask made by rows of queries: make(t0, t1) -> (B or 1, H or 1, t1 - t0, S), or None (none)."""
+    """An additive mask made by rows of queries and a range of keys: make(t0, t1, k0, k1) -> (B or 1, H or 1,
+    t1 - t0, k1 - k0 + extra) over queries t0..t1, keys k0..k1 of the `rows` own keys and then the `extra` keys
+    after them (LongT5's global keys), or None (nothing masked). `band`: no query sees an own key farther than
+    this from itself (a local or sliding window), so a chunk of rows reads only the keys within the band of its
+    rows; None: every key."""
 
-    make: Callable[[int, int], torch.Tensor | None]
+    make: Callable[[int, int, int, int], torch.Tensor | None]
     rows: int
+    band: int | None = None
+    extra: int = 0
 
     def dense(self) -> torch.Tensor | None:
         """The whole mask (what a recording of the probabilities reads)."""
-        return self.make(0, self.rows)
+        return self.make(0, self.rows, 0, self.rows)
+
+    def keys(self, t0: int, t1: int) -> tuple[int, int]:
+        """The own keys k0..k1 the query rows t0..t1 may see: within the band of those rows, or all."""
+        if self.band is None:
+            return 0, self.rows
+        return max(0, t0 - self.band), min(self.rows, t1 + self.band)
 
 
-def rows_of(mask, t0: int, t1: int) -> torch.Tensor | None:
-    """Rows t0..t1 of a mask: a LazyMask's made, a tensor's sliced (one broadcast over queries as it is)."""
-    if isinstance(mask, LazyMask):
-        return mask.make(t0, t1)
-    if mask is None or mask.shape[-2] == 1:
-        return mask
-    return mask[..., t0:t1, :]
-
-
-def chunk_rows(q: torch.Tensor, keys: int) -> int:
-    """Rows of queries per chunk: as many as keep a chunk's scores within CHUNK_SCORES, at least one."""
+def chunk_rows(q: torch.Tensor, mask: LazyMask) -> int:
+    """Rows of queries per chunk: as many as keep a chunk's scores within CHUNK_SCORES, at least one. A chunk of
+    r rows reads at most every key, or r + 2 * band of them, and the extra ones; a banded chunk takes at most
+    twice its band's width of rows (MIN_BAND_ROWS at least), so that at most about half of the scores it
+    computes are outside the band."""
     B, H = q.shape[:2]
-    return max(1, CHUNK_SCORES // (B * H * keys))
+    budget = CHUNK_SCORES // (B * H)
+    rows = budget // (mask.rows + mask.extra)
+    if mask.band is not None:  # the largest r with r * (r + 2 * band + extra) <= budget, and few keys wasted
+        width = 2 * mask.band + mask.extra
+        fits = (math.isqrt(width * width + 4 * budget) - width) // 2
+        rows = min(fits, max(MIN_BAND_ROWS, 2 * (2 * mask.band + 1)))
+    return max(1, rows)
 
 
-def chunked_attend(attend: Callable, q, k, v, mask, scale, dropout_p: float, softcap) -> torch.Tensor:
-    """`attend`(q, k, v, mask, is_causal=False, scale, dropout_p, softcap, recompute=False) (B, H, T, D), a chunk of query rows at
-    a time, each recomputed in the backward pass where autograd records: the same result, scores of one chunk at
-    a time."""
-    T, S = q.shape[2], k.shape[2]
-    rows = chunk_rows(q, S)
+def chunked_attend(attend: Callable, q, k, v, mask: LazyMask, scale, dropout_p: float, softcap) -> torch.Tensor:
+    """`attend`(q, k, v, mask, is_causal=False, scale, dropout_p, softcap, recompute=False) (B, H, T, D), a chunk
+    of query rows at a time over the keys its rows may see (`mask.keys`, and the extra ones), each recomputed in
+    the backward pass where autograd records: the same result, scores of one chunk at a time."""
+    T = q.shape[2]
+    rows = chunk_rows(q, mask)
     outputs = []
     for t0 in range(0, T, rows):
         t1 = min(T, t0 + rows)
-        part = partial(_chunk, attend, k=k, v=v, mask=mask, t0=t0, t1=t1, scale=scale, p=dropout_p, cap=softcap)
+        k0, k1 = mask.keys(t0, t1)
+        part = partial(
+            _chunk, attend, k=k, v=v, mask=mask, span=(t0, t1, k0, k1), scale=scale, p=dropout_p, cap=softcap
+        )
         if torch.is_grad_enabled():
             outputs.append(checkpoint(part, q[:, :, t0:t1], use_reentrant=False))
         else:
@@ -94,6 +113,16 @@ def chunked_attend(attend: Callable, q, k, v, mask, scale, dropout_p: float, sof
     return torch.cat(outputs, dim=2)
 
 
-def _chunk(attend, q_rows, *, k, v, mask, t0: int, t1: int, scale, p: float, cap) -> torch.Tensor:
+def _keys(k: torch.Tensor, mask: LazyMask, k0: int, k1: int) -> torch.Tensor:
+    """Own keys (or values) k0..k1 and the extra ones after them."""
+    if k0 == 0 and k1 == mask.rows:
+        return k
+    own = k[:, :, k0:k1]
+    return own if mask.extra == 0 else torch.cat([own, k[:, :, mask.rows :]], dim=2)
+
+
+def _chunk(attend, q_rows, *, k, v, mask: LazyMask, span, scale, p: float, cap) -> torch.Tensor:
     release_freed(q_rows.device)  # the previous chunk's (or, recomputed in the backward pass, its gradients')
-    return attend(q_rows, k, v, rows_of(mask, t0, t1), False, scale, p, cap, recompute=False)  # recomputed whole
+    t0, t1, k0, k1 = span
+    keys, values = _keys(k, mask, k0, k1), _keys(v, mask, k0, k1)
+    return attend(q_rows, keys, values, mask.make(t0, t1, k0, k1), False, scale, p, cap, recompute=False)
