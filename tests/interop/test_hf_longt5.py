@@ -6,7 +6,6 @@ server's rows equal to generate alone, LoRA with peft's names, a run fine-tuned 
 size` of the published config, and what LongT5 cannot express refused in one sentence."""
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,8 @@ from encdec.errors import ConfigError
 from encdec.interop import export_hf
 from encdec.interop.hf_tokenizer import convert_tokenizer
 from encdec.modules.transient_global import transient_globals
-from encdec.serving.scheduler import Scheduler
 from encdec.tokenizers import build_tokenizer
+from tests.interop.serving_kit import assert_served_equals_generate_alone
 
 transformers = pytest.importorskip("transformers")
 
@@ -154,28 +153,11 @@ def test_generate_and_export_on_the_command_line(tmp_path, capsys):
 def test_a_server_batch_of_transient_global_rows_equals_generate_alone(tmp_path):
     saved("transient-global", tmp_path)
     model = encdec.load_hf(tmp_path)
-    requests = [
-        (torch.randint(3, 384, (1, length), generator=torch.Generator().manual_seed(i)), options)
-        for i, (length, options) in enumerate(
-            [(3, {"max_new_tokens": 4}), (21, {"max_new_tokens": 12}), (9, {"max_new_tokens": 9, "num_beams": 4})]
-        )
-    ]
-    alone = [encdec.generate(model, source, None, **options) for source, options in requests]
-    scheduler = Scheduler(model, max_rows=16)
-    served = [None] * len(requests)
-
-    def run(i):
-        served[i] = scheduler.run(requests[i][0], None, dict(requests[i][1]))
-
-    try:
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
-    finally:
-        scheduler.stop(timeout=30)
-    assert all(torch.equal(s, a) for s, a in zip(served, alone, strict=True))
+    assert_served_equals_generate_alone(
+        model,
+        (3, 384),
+        [(3, {"max_new_tokens": 4}), (21, {"max_new_tokens": 12}), (9, {"max_new_tokens": 9, "num_beams": 4})],
+    )
 
 
 def test_lora_with_peft_s_names_exports_an_adapter_peft_loads_with_equal_logits(tmp_path):

@@ -6,7 +6,6 @@ transformers' ByT5Tokenizer's ids. UMT5's bias in every layer also holds in a se
 step (tests/generation's families and here)."""
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,9 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.interop import export_hf
 from encdec.interop.from_hf import hf_model_config
 from encdec.interop.hf_tokenizer import convert_tokenizer
-from encdec.serving.scheduler import Scheduler
 from encdec.tokenizers import build_tokenizer
 from encdec.tokenizers.pretrained import PretrainedTokenizer
+from tests.interop.serving_kit import assert_served_equals_generate_alone
 
 transformers = pytest.importorskip("transformers")
 
@@ -196,28 +195,11 @@ def umt5_tiny() -> torch.nn.Module:
 
 def test_a_server_batch_of_umt5_rows_each_at_its_own_position_equals_generate_alone():
     model = umt5_tiny()
-    requests = [
-        (torch.randint(2, 300, (1, length), generator=torch.Generator().manual_seed(i)), options)
-        for i, (length, options) in enumerate(
-            [(3, {"max_new_tokens": 4}), (20, {"max_new_tokens": 12}), (8, {"max_new_tokens": 9, "num_beams": 4})]
-        )
-    ]
-    alone = [encdec.generate(model, source, None, **options) for source, options in requests]
-    scheduler = Scheduler(model, max_rows=16)
-    served = [None] * len(requests)
-
-    def run(i):
-        served[i] = scheduler.run(requests[i][0], None, dict(requests[i][1]))
-
-    try:
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
-    finally:
-        scheduler.stop(timeout=30)
-    assert all(torch.equal(s, a) for s, a in zip(served, alone, strict=True))
+    assert_served_equals_generate_alone(
+        model,
+        (2, 300),
+        [(3, {"max_new_tokens": 4}), (20, {"max_new_tokens": 12}), (8, {"max_new_tokens": 9, "num_beams": 4})],
+    )
 
 
 def test_a_missing_layer_bias_is_named(tmp_path):

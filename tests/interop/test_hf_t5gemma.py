@@ -6,7 +6,6 @@ same logits, `encdec generate` on the directory with a tokenizer.json alone, a s
 alone; `encdec size` of t5gemma-2b-2b's config.json is transformers' count."""
 
 import json
-import threading
 
 import pytest
 import torch
@@ -17,8 +16,8 @@ from encdec.cli import main
 from encdec.errors import CheckpointError, ConfigError
 from encdec.interop import export_hf
 from encdec.interop.from_hf import hf_model_config
-from encdec.serving.scheduler import Scheduler
 from encdec.tokenizers.pretrained import PretrainedTokenizer
+from tests.interop.serving_kit import assert_served_equals_generate_alone
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
@@ -155,28 +154,11 @@ def test_the_compiled_fixed_step_generates_the_eager_tokens(pair):
 
 def test_a_server_batch_of_rows_each_at_its_own_position_equals_generate_alone(pair):
     _, ours, _ = pair
-    requests = [
-        (torch.randint(4, VOCAB, (1, length), generator=torch.Generator().manual_seed(i)), options)
-        for i, (length, options) in enumerate(
-            [(3, {"max_new_tokens": 4}), (12, {"max_new_tokens": 10}), (8, {"max_new_tokens": 9, "num_beams": 4})]
-        )
-    ]
-    alone = [encdec.generate(ours, source, None, **options) for source, options in requests]
-    scheduler = Scheduler(ours, max_rows=16)
-    served = [None] * len(requests)
-
-    def run(i):
-        served[i] = scheduler.run(requests[i][0], None, dict(requests[i][1]))
-
-    try:
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
-    finally:
-        scheduler.stop(timeout=30)
-    assert all(torch.equal(s, a) for s, a in zip(served, alone, strict=True))
+    assert_served_equals_generate_alone(
+        ours,
+        (4, VOCAB),
+        [(3, {"max_new_tokens": 4}), (12, {"max_new_tokens": 10}), (8, {"max_new_tokens": 9, "num_beams": 4})],
+    )
 
 
 def test_an_export_reloads_in_transformers_with_the_same_logits(pair, tmp_path):
