@@ -18,6 +18,7 @@ from encdec.interop import export_hf
 from encdec.interop.hf_tokenizer import convert_tokenizer
 from encdec.modules.transient_global import transient_globals
 from encdec.tokenizers import build_tokenizer
+from tests.interop.command_line_kit import assert_generate_and_export_on_the_command_line
 from tests.interop.serving_kit import assert_served_equals_generate_alone
 
 transformers = pytest.importorskip("transformers")
@@ -135,19 +136,9 @@ def test_an_export_reloads_in_transformers_with_the_same_logits(kind, scale, tmp
 
 def test_generate_and_export_on_the_command_line(tmp_path, capsys):
     reference = saved("transient-global", tmp_path / "in")
-    inputs = tmp_path / "inputs.txt"
-    inputs.write_text("\n".join(TEXTS) + "\n")
-    args = ["generate", str(tmp_path / "in"), "-i", str(inputs), "--format", "jsonl", "--max-new-tokens", "6"]
-    assert main(args) == 0
-    outputs = [json.loads(line)["output"] for line in capsys.readouterr().out.splitlines()]
-    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "in")
-    encoded = tokenizer(TEXTS, return_tensors="pt", padding=True)
-    ids = reference.generate(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"], max_new_tokens=6)
-    assert outputs == [text.strip() for text in tokenizer.batch_decode(ids[:, 1:], skip_special_tokens=True)]
-    assert main(["export", str(tmp_path / "in"), "--out", str(tmp_path / "out")]) == 0
-    assert "LongT5ForConditionalGeneration" in capsys.readouterr().out
-    reloaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "out").eval()
-    assert logit_gap(reloaded, encdec.load_hf(tmp_path / "in")) < 1e-4
+    assert_generate_and_export_on_the_command_line(
+        reference, tmp_path, capsys, TEXTS, "LongT5ForConditionalGeneration", logit_gap
+    )
 
 
 def test_a_server_batch_of_transient_global_rows_equals_generate_alone(tmp_path):
