@@ -35,25 +35,14 @@ TARGET, NEW_TOKENS = 64, 16
 def build(impl: str):
     """The benchmark's T5 in `impl`'s implementation, weights from one seed (transformers' copied into ours)."""
     import torch
-    from transformers import T5Config, T5ForConditionalGeneration
+    from bench_train import hf_model  # the T5Config of an encdec config (this folder is on the path)
 
     import encdec
     from encdec.interop.hf_t5 import hf_name
 
     cfg = encdec.preset("t5-small", **SHAPE, dropout=0.1)
     torch.manual_seed(0)
-    hf_config = T5Config(
-        vocab_size=cfg.vocab_size,
-        d_model=cfg.d_model,
-        d_kv=cfg.head_dim,
-        d_ff=cfg.d_ff,
-        num_layers=cfg.n_encoder_layers,
-        num_heads=cfg.n_heads,
-        dropout_rate=cfg.dropout,
-        decoder_start_token_id=0,
-    )
-    hf_config._attn_implementation = {"hf-sdpa": "sdpa", "hf-eager": "eager"}.get(impl, "eager")
-    hf = T5ForConditionalGeneration(hf_config)
+    hf = hf_model(cfg, {"hf-sdpa": "sdpa", "hf-eager": "eager"}.get(impl, "eager"))
     if impl.startswith("hf"):
         return hf, cfg
     ours = encdec.build_model(cfg)

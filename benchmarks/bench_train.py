@@ -119,7 +119,8 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def hf_model(cfg: ModelConfig):
+def hf_model(cfg: ModelConfig, attn_implementation: str | None = None):
+    """transformers' T5 of the encdec config `cfg`, with random weights (`attn_implementation`: theirs by default)."""
     from transformers import T5Config, T5ForConditionalGeneration
 
     config = T5Config(
@@ -140,6 +141,8 @@ def hf_model(cfg: ModelConfig):
         eos_token_id=cfg.eos_id,
         decoder_start_token_id=cfg.decoder_start_id,
     )
+    if attn_implementation is not None:
+        config._attn_implementation = attn_implementation
     return T5ForConditionalGeneration(config)
 
 
