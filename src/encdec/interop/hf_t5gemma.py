@@ -223,41 +223,33 @@ def check_t5gemma_compatible(cfg: ModelConfig) -> None:
         raise ConfigError(f"this model cannot be saved as Hugging Face T5Gemma: {'; '.join(failed)}")
 
 
-def t5gemma_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
-    """A T5Gemma-layout model's weights under transformers' names and its config.json keys (an encoder and a
-    decoder config of one width, each of its own depth)."""
-    cfg = model.config
-    weights = {t5gemma_name(name): t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+def gemma_stack(cfg: ModelConfig, layers: int) -> dict:
+    """The config.json keys of one stack of `layers` layers that T5Gemma and T5Gemma 2 write alike (their RoPE
+    and window keys differ)."""
+    return {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.d_ff,
+        "num_hidden_layers": layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads,
+        "head_dim": cfg.head_dim,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "rms_norm_eps": cfg.norm_eps,
+        "query_pre_attn_scalar": cfg.attention_scale_dim or cfg.head_dim,
+        "attn_logit_softcapping": cfg.attention_softcap,
+        "final_logit_softcapping": cfg.logit_softcap,
+        "layer_types": ["sliding_attention" if cfg.sliding_layer(i) else "full_attention" for i in range(layers)],
+        "attention_bias": False,
+        "pad_token_id": cfg.pad_id,
+        "eos_token_id": cfg.eos_id,
+        "bos_token_id": cfg.decoder_start_id,
+    }
 
-    def stack(layers: int, decoder: bool) -> dict:
-        window = cfg.sliding_window
-        kinds = ["sliding_attention" if cfg.sliding_layer(i) else "full_attention" for i in range(layers)]
-        return {
-            "vocab_size": cfg.vocab_size,
-            "hidden_size": cfg.d_model,
-            "intermediate_size": cfg.d_ff,
-            "num_hidden_layers": layers,
-            "num_attention_heads": cfg.n_heads,
-            "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads,
-            "head_dim": cfg.head_dim,
-            "hidden_activation": "gelu_pytorch_tanh",
-            "rms_norm_eps": cfg.norm_eps,
-            "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
-            "query_pre_attn_scalar": cfg.attention_scale_dim or cfg.head_dim,
-            "attn_logit_softcapping": cfg.attention_softcap,
-            "final_logit_softcapping": cfg.logit_softcap,
-            "sliding_window": window,
-            "layer_types": kinds,
-            "attention_bias": False,
-            "pad_token_id": cfg.pad_id,
-            "eos_token_id": cfg.eos_id,
-            "bos_token_id": cfg.decoder_start_id,
-            "is_decoder": decoder,
-        }
 
-    config = {
-        "encoder": stack(cfg.n_encoder_layers, False),
-        "decoder": stack(cfg.decoder_layers, True),
+def gemma_encoder_decoder(cfg: ModelConfig) -> dict:
+    """The config.json keys beside the stacks that T5Gemma and T5Gemma 2 write alike."""
+    return {
         "vocab_size": cfg.vocab_size,
         "tie_word_embeddings": cfg.tie_embeddings,
         "dropout_rate": cfg.dropout,
@@ -268,4 +260,22 @@ def t5gemma_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]
         "bos_token_id": cfg.decoder_start_id,
         "decoder_start_token_id": cfg.decoder_start_id,
     }
-    return weights, config
+
+
+def t5gemma_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
+    """A T5Gemma-layout model's weights under transformers' names and its config.json keys (an encoder and a
+    decoder config of one width, each of its own depth)."""
+    cfg = model.config
+    weights = {t5gemma_name(name): t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+
+    def stack(layers: int, decoder: bool) -> dict:
+        rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+        return {
+            **gemma_stack(cfg, layers),
+            "rope_parameters": rope,
+            "sliding_window": cfg.sliding_window,
+            "is_decoder": decoder,
+        }
+
+    config = {"encoder": stack(cfg.n_encoder_layers, False), "decoder": stack(cfg.decoder_layers, True)}
+    return weights, config | gemma_encoder_decoder(cfg)

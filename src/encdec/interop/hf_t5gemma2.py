@@ -22,7 +22,7 @@ import torch
 from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.hf_bart import first_set
 from encdec.interop.hf_t5 import check_hf_model_fits, fill_from_hf, hf_name, read_hf_weights
-from encdec.interop.hf_t5gemma import STACK_DEFAULTS, global_every
+from encdec.interop.hf_t5gemma import STACK_DEFAULTS, gemma_encoder_decoder, gemma_stack, global_every
 from encdec.models import EncoderDecoder, ModelConfig
 
 # what the two stacks must agree on, as encdec's one ModelConfig has it
@@ -251,27 +251,8 @@ def t5gemma2_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict
     sliding = {"rope_type": "default", "rope_theta": cfg.rope_local_theta or cfg.rope_theta}
 
     def stack(layers: int) -> dict:
-        return {
-            "vocab_size": cfg.vocab_size,
-            "hidden_size": cfg.d_model,
-            "intermediate_size": cfg.d_ff,
-            "num_hidden_layers": layers,
-            "num_attention_heads": cfg.n_heads,
-            "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads,
-            "head_dim": cfg.head_dim,
-            "hidden_activation": "gelu_pytorch_tanh",
-            "rms_norm_eps": cfg.norm_eps,
-            "rope_parameters": {"full_attention": full, "sliding_attention": sliding},
-            "query_pre_attn_scalar": cfg.attention_scale_dim or cfg.head_dim,
-            "attn_logit_softcapping": cfg.attention_softcap,
-            "final_logit_softcapping": cfg.logit_softcap,
-            "sliding_window": cfg.sliding_window or 4096,
-            "layer_types": ["sliding_attention" if cfg.sliding_layer(i) else "full_attention" for i in range(layers)],
-            "attention_bias": False,
-            "pad_token_id": cfg.pad_id,
-            "eos_token_id": cfg.eos_id,
-            "bos_token_id": cfg.decoder_start_id,
-        }
+        rope = {"full_attention": full, "sliding_attention": sliding}
+        return {**gemma_stack(cfg, layers), "rope_parameters": rope, "sliding_window": cfg.sliding_window or 4096}
 
     specials = {"eoi_token_index": cfg.eoi_token_id, "image_token_index": cfg.image_token_id}
     specials = {key: value for key, value in specials.items() if value is not None}
@@ -280,18 +261,5 @@ def t5gemma2_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict
         "vision_config": PLACEHOLDER_VISION,
         "mm_tokens_per_image": 1,
     }
-    config = {
-        "encoder": {**encoder, **specials},
-        "decoder": stack(cfg.decoder_layers),
-        **specials,
-        "vocab_size": cfg.vocab_size,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "dropout_rate": cfg.dropout,
-        "attention_dropout": cfg.dropout,
-        "is_encoder_decoder": True,
-        "pad_token_id": cfg.pad_id,
-        "eos_token_id": cfg.eos_id,
-        "bos_token_id": cfg.decoder_start_id,
-        "decoder_start_token_id": cfg.decoder_start_id,
-    }
-    return weights, config
+    config = {"encoder": {**encoder, **specials}, "decoder": stack(cfg.decoder_layers), **specials}
+    return weights, config | gemma_encoder_decoder(cfg)
