@@ -5,6 +5,7 @@ transformers' T5 (SDPA and eager); time and peak memory, each in a process of it
     python benchmarks/bench_long_inputs.py                          # the table of docs/benchmarks.md
     python benchmarks/bench_long_inputs.py --lengths 1024,4096 --impls chunked,hf-sdpa
     python benchmarks/bench_long_inputs.py --step-16k               # t5-small, one AdamW step at 16,384 tokens
+    python benchmarks/bench_long_inputs.py --local                  # LongT5's local attention (its own table)
 
 The model is T5 v1.0's layout (relative bias) at d_model 256, 4 heads, 2 + 2 layers, vocabulary 32,128, the same
 weights in every implementation; batch 1, a 64-token target, dropout 0.1, float32. Each measurement runs in a
@@ -15,6 +16,9 @@ cap would not do: the chunked path's heap is released page by page, so its addre
 holds.) "decode" encodes the source and writes 16 tokens.
 `--step-16k` is the claim of issue 46: one training step of t5-small (60M parameters, AdamW, the trainer's
 activation checkpointing of each block) on a 16,384-token source within 3 GiB.
+`--local` gives the same model LongT5's local attention (keys at most 127 tokens away) and compares encdec's
+whole scores masked to the band, encdec's chunks of the band (whose work, not only memory, is linear in the
+input) and transformers' LongT5 (its local blocks), encdec's weights copied into it.
 """
 
 import argparse
@@ -28,6 +32,8 @@ import time
 
 LENGTHS = (1024, 4096, 16384, 32768)
 IMPLS = ("dense", "chunked", "hf-sdpa", "hf-eager")
+LOCAL_IMPLS = ("local-whole", "local-banded", "hf-longt5")  # --local: LongT5's local attention
+LOCAL_RADIUS = 127  # LongT5's
 SHAPE = dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=2)
 TARGET, NEW_TOKENS = 64, 16
 
@@ -35,6 +41,9 @@ TARGET, NEW_TOKENS = 64, 16
 def build(impl: str):
     """The benchmark's T5 in `impl`'s implementation, weights from one seed (transformers' copied into ours)."""
     import torch
+
+    if impl in LOCAL_IMPLS:
+        return build_local(impl)
     from bench_train import hf_model  # the T5Config of an encdec config (this folder is on the path)
 
     import encdec
@@ -49,6 +58,32 @@ def build(impl: str):
     state = hf.state_dict()
     ours.load_state_dict({name: state[hf_name(name)] for name in ours.state_dict()})
     ours.encoder.long_scores = 0 if impl == "chunked" else 1 << 62  # by chunks always, or never
+    return ours, cfg
+
+
+def build_local(impl: str):
+    """The benchmark's T5 with LongT5's local attention (keys at most LOCAL_RADIUS away): encdec's whole
+    scores masked to the band, encdec's chunks of the band (modules.chunked_attention), or transformers'
+    LongT5 (its blocks of LOCAL_RADIUS + 1), encdec's weights copied into it."""
+    import torch
+    from transformers import LongT5Config, LongT5ForConditionalGeneration
+
+    import encdec
+    from encdec.interop.hf_longt5 import longt5_files
+    from encdec.models import encoder_decoder
+
+    cfg = encdec.preset("t5-small", **SHAPE, dropout=0.1, encoder_attention="local", local_radius=LOCAL_RADIUS)
+    torch.manual_seed(0)
+    ours = encdec.build_model(cfg)
+    if impl == "hf-longt5":
+        weights, config = longt5_files(ours)
+        hf = LongT5ForConditionalGeneration(LongT5Config(**config))
+        missing, unexpected = hf.load_state_dict(weights, strict=False)
+        assert not unexpected and all("lm_head" in name or "embed_tokens" in name for name in missing), missing
+        return hf, cfg
+    whole = impl == "local-whole"
+    encoder_decoder.BAND_SHARE = 1 << 62 if whole else 0  # the band's chunks never, or at every length
+    ours.encoder.long_scores = 1 << 62  # never by chunks for the length alone
     return ours, cfg
 
 
@@ -155,6 +190,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--limit-gib", type=float, default=14.0, help="each child's resident-memory bound")
     parser.add_argument("--step-16k", action="store_true", help="only the t5-small step at 16,384 tokens")
+    parser.add_argument("--local", action="store_true", help=f"LongT5's local attention: {', '.join(LOCAL_IMPLS)}")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
@@ -166,8 +202,11 @@ def main() -> None:
         result = run_child(["--child", "step-16k", *common])
         print(f"t5-small, one AdamW step on 16,384 source + {TARGET} target tokens: {cell(result)}")
         return None
-    impls, modes = args.impls.split(","), args.modes.split(",")
-    print(f"T5 d_model {SHAPE['d_model']}, {SHAPE['n_heads']} heads, 2 + 2 layers; batch 1; {args.threads} threads")
+    impls, modes = (",".join(LOCAL_IMPLS) if args.local else args.impls).split(","), args.modes.split(",")
+    attention = f"LongT5's local attention, radius {LOCAL_RADIUS}" if args.local else "T5's relative bias"
+    print(
+        f"T5 d_model {SHAPE['d_model']}, {SHAPE['n_heads']} heads, 2 + 2 layers, {attention}; batch 1; {args.threads} threads"
+    )
     print("| source tokens | mode | " + " | ".join(impls) + " |")
     print("| ---: | --- | " + " | ".join("---" for _ in impls) + " |")
     for length in map(int, args.lengths.split(",")):
