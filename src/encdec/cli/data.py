@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import shutil
 import textwrap
 from pathlib import Path
@@ -12,11 +13,13 @@ from typing import Annotated
 from encdec.cli.options import add_reader_options, flag_of, given_reader_options, whole_number
 from encdec.cli.output_paths import OutputPath
 from encdec.data.batch import IGNORE_INDEX, Batch
-from encdec.data.formats import FILE_FORMATS, read_corpus, reader_options
+from encdec.data.formats import FILE_FORMATS, TEXT_FORMATS, read_corpus, reader_options
 from encdec.data.objectives import OBJECTIVES, PairTemplate, build_objective
+from encdec.data.passkey import passkey_examples
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError
 from encdec.runs.text import MAX_LENGTH
+from encdec.safe_paths import write_atomic
 from encdec.schema import Range, argument_type, field_type
 from encdec.sizing import capped_to_cores
 from encdec.tokenizers import KINDS, MANIFEST_NAME, UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
@@ -26,6 +29,9 @@ from encdec.training.run_config import MAX_PROCESSES, TokenizerSection, Training
 OBJECTIVE_ALIASES = {"causal": "causal_lm", "span": "span_corruption", "prefix": "prefix_lm"}
 MAX_SHOWN = 1000  # examples `inspect` shows: a batch of them is built at --max-length
 MAX_WIDTH = 1 << 16  # characters of an output line
+MIN_PASSKEY = 64  # tokens of the shortest passkey example: the needle and the question take about 40
+MAX_PASSKEY_EXAMPLES = 100_000  # passkey examples of each length (and depth)
+MAX_PASSKEY_TOKENS = 1 << 28  # tokens of all the passkey examples one command writes (about 1 GB of text)
 
 
 def objective_name(name: str) -> str:
@@ -104,6 +110,37 @@ def add_parser(subparsers) -> None:
     )
     inspect.set_defaults(func=run_inspect)
 
+    passkey = commands.add_parser(
+        "passkey", help="write passkey-retrieval examples: a fact planted at a depth of a long text (jsonl)"
+    )
+    passkey.add_argument("inputs", nargs="+", type=Path, help="the haystack's corpus files (plain or .gz)")
+    passkey.add_argument("--format", default="tinystories", choices=TEXT_FORMATS)
+    passkey.add_argument("--out", required=True, type=OutputPath("--out", Path), help="the jsonl file to write")
+    passkey.add_argument(
+        "--tokenizer", required=True, help=f"what lengths count: a kind ({', '.join(KINDS)}) or a tokenizer directory"
+    )
+    passkey.add_argument("--tokenizer-path", type=Path, help="model file for sentencepiece / hf")
+    passkey.add_argument(
+        "--lengths",
+        type=argument_type(list[Annotated[int, Range(MIN_PASSKEY, MAX_LENGTH)]], "--lengths"),
+        required=True,
+        help="source lengths in tokens, comma-separated",
+    )
+    passkey.add_argument(
+        "--depths",
+        type=argument_type(list[Annotated[float, Range(0, 1)]], "--depths"),
+        help="depths of the needle (0 first, 1 last), comma-separated; none: drawn uniformly for each example",
+    )
+    passkey.add_argument(
+        "--per-cell",
+        type=whole_number(1, MAX_PASSKEY_EXAMPLES, "--per-cell"),
+        default=1,
+        help="examples of each length (and depth)",
+    )
+    passkey.add_argument("--seed", type=field_type(TrainingSection, "seed"), default=0)
+    add_reader_options(passkey)
+    passkey.set_defaults(func=run_passkey, mode_tokens=False, num_sentinels=0, vocab_size=8000)
+
 
 def _make_tokenizer(args: argparse.Namespace, reading: dict) -> Tokenizer:
     if (Path(args.tokenizer) / MANIFEST_NAME).is_file():
@@ -147,6 +184,26 @@ def run_prepare(args: argparse.Namespace) -> int:
         )
         print(f"{out} [{split}] {counts}")
     print(f"tokenizer: {tokenizer.kind}, {tokenizer.vocab_size:,} ids")
+    return 0
+
+
+def run_passkey(args: argparse.Namespace) -> int:
+    """Write passkey examples, each length (and depth) `--per-cell` times, to a jsonl file."""
+    depths = args.depths or [None]
+    total = sum(args.lengths) * len(depths) * args.per_cell
+    if total > MAX_PASSKEY_TOKENS:
+        raise ConfigError(f"these passkey examples would hold {total:,} tokens; at most {MAX_PASSKEY_TOKENS:,}")
+    options = reader_options(args.format, given_reader_options(args), flag_of)
+    tokenizer = _make_tokenizer(args, options)
+    documents = read_corpus(args.format, args.inputs, **options)
+
+    def count_tokens(text: str) -> int:
+        return len(tokenizer.encode(text, add_eos=False))
+
+    examples = passkey_examples(documents, count_tokens, args.lengths, args.depths, args.per_cell, args.seed)
+    lines = [json.dumps(example) for example in examples]
+    write_atomic(args.out, "\n".join(lines) + "\n")
+    print(f"{args.out}: {len(lines):,} passkey examples of {', '.join(map(str, args.lengths))} tokens")
     return 0
 
 

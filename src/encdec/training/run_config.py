@@ -64,7 +64,7 @@ from encdec.tokenizers.base import MAX_SENTINELS, MAX_VOCAB
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
-METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf")
+METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf", "exact_match")
 DATA_FORMATS = tuple(FORMATS)
 NAMES_OR_PATHS = (("training", "init_from"), ("training.distill", "teacher"), ("data", "dataset"))  # or a Hub id
 PATH_KEYS = (("data", "train"), ("data", "validation"), ("tokenizer", "path"), *NAMES_OR_PATHS)  # (section, key)

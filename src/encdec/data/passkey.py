@@ -1,0 +1,92 @@
+"""Passkey retrieval (Mohtashami and Jaggi 2023, "Landmark Attention", section 4.2): a long text with one fact
+planted at a chosen depth, and that fact as the target, so that the answer depends on one position anywhere in
+the input. The haystack is real text (a corpus's documents, in order, cut at sentence ends), not a filler
+sentence repeated, so that the needle is the one odd sentence among many ordinary ones.
+
+The key's five digits are all different (30,240 keys). An encoder-decoder copies a key through cross-attention,
+which has no positions: a digit is found by what comes before it, and a key holding a digit twice leaves the
+next one ambiguous. A tiny model trained from scratch (docs/recipes.md) found its key's digits within 300 steps
+but wrote them in the wrong order while keys repeated digits (7 keys in 10 do), which measures copying, not
+whether the whole input is read.
+
+    for example in passkey_examples(stories, count_tokens, lengths=[4096], depths=[0.0, 0.5, 1.0], per_cell=2):
+        example == {"source": "... The pass key is 50112. Remember it. 50112 is the pass key. ...
+                     What is the pass key?", "target": "50112", "length": 4093, "depth": 0.5}
+
+`length` is the source's length in the given tokenizer's tokens, `depth` the share of the haystack before the
+needle (0: first, 1: just before the question). A jsonl file of these trains with `data.format: jsonl`,
+`data.source_field: source`, `data.target_field: target`.
+"""
+
+import random
+import re
+from collections.abc import Callable, Iterable, Iterator
+
+from encdec.errors import DataError
+
+NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key."
+QUESTION = "What is the pass key?"
+KEY_DIGITS = 5
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def sentences(documents: Iterable[str]) -> Iterator[str]:
+    """The documents' sentences in order, over and over (a haystack may be longer than the corpus)."""
+    documents = iter(documents)
+    seen = []
+    for document in documents:
+        seen.append(document)
+        yield from (s for s in SENTENCE_END.split(document.strip()) if s)
+    if not seen:
+        raise DataError("the passkey haystack's corpus holds no documents")
+    while True:
+        for document in seen:
+            yield from (s for s in SENTENCE_END.split(document.strip()) if s)
+
+
+def passkey_example(
+    haystack: Iterator[str], count_tokens: Callable[[str], int], length: int, depth: float, rng: random.Random
+) -> dict:
+    """One example of about `length` tokens: sentences from `haystack` with the needle after the share `depth`
+    of them (in tokens), the question last."""
+    key = "".join(rng.sample("0123456789", KEY_DIGITS))  # no digit twice (see the module)
+    needle = NEEDLE.format(key=key)
+    fixed = count_tokens(needle) + count_tokens(QUESTION)
+    if fixed >= length:
+        raise DataError(f"a passkey example of {length} tokens has no room for a haystack ({fixed} tokens are fixed)")
+    filler, counts = [], []
+    while sum(counts) < length - fixed:
+        filler.append(next(haystack))
+        counts.append(count_tokens(filler[-1]))
+    while len(filler) > 1 and sum(counts) > length - fixed:  # the last sentence made it too long
+        filler.pop()
+        counts.pop()
+    target, before, at = depth * sum(counts), 0, 0
+    while at < len(filler) and before + counts[at] / 2 < target:  # the sentence end nearest the depth
+        before += counts[at]
+        at += 1
+    source = " ".join([*filler[:at], needle, *filler[at:], QUESTION])
+    return {
+        "source": source,
+        "target": key,
+        "length": count_tokens(source),
+        "depth": round(before / max(1, sum(counts)), 4),
+    }
+
+
+def passkey_examples(
+    documents: Iterable[str],
+    count_tokens: Callable[[str], int],
+    lengths: list[int],
+    depths: list[float] | None,
+    per_cell: int,
+    seed: int = 0,
+) -> Iterator[dict]:
+    """`per_cell` examples of each length and depth (a grid to score by depth), or with `depths` None as many
+    of each length at depths drawn uniformly (to train on)."""
+    rng = random.Random(seed)
+    haystack = sentences(documents)
+    for length in lengths:
+        for depth in depths if depths is not None else [None]:
+            for _ in range(per_cell):
+                yield passkey_example(haystack, count_tokens, length, rng.random() if depth is None else depth, rng)
