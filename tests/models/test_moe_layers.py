@@ -65,3 +65,29 @@ def test_a_step_that_cannot_act_is_one_sentence(overrides, message):
 def test_the_families_that_make_every_feed_forward_sparse_refuse_a_step(family):
     with pytest.raises(ConfigError, match=f"^model.moe_every is not used by the {family} family; remove it$"):
         encdec.build_model(encdec.preset(f"{family}-tiny", moe_every=2))
+
+
+@pytest.mark.parametrize("moe_every, decoder_moe_every", [(1, None), (2, None), (3, 1), (1, 2), (2, 3)])
+def test_the_fit_check_counts_experts_only_in_the_sparse_layers(moe_every, decoder_moe_every):
+    """weights_memory.estimated_parameters, which the fit check reads before building, stays an upper estimate
+    and counts a Switch layout's experts only in its sparse layers (it counted them in every layer: about
+    twice a Switch model's size)."""
+    from encdec.models.weights_memory import estimated_parameters, sparse_layers
+
+    for layers in (3, 4, 7):
+        cfg = encdec.preset(
+            "t5-tiny",
+            vocab_size=100,
+            d_ff=1024,  # the experts weigh most, as in Switch
+            activation="gated_gelu",  # three matrices a feed-forward, as the estimate counts any
+            moe_activation="gated_gelu",
+            n_encoder_layers=layers,
+            n_decoder_layers=layers + 1,
+            n_experts=8,
+            moe_every=moe_every,
+            decoder_moe_every=decoder_moe_every,
+        )
+        for decoder, depth in ((False, cfg.n_encoder_layers), (True, cfg.decoder_layers)):
+            assert sparse_layers(cfg, depth, decoder) == sum(cfg.moe_layer(i, decoder) for i in range(depth))
+        real = sum(p.numel() for p in encdec.build_model(cfg).parameters())
+        assert real <= estimated_parameters(cfg) < 1.2 * real

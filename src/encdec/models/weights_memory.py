@@ -28,14 +28,27 @@ def estimated_parameters(cfg: ModelConfig) -> int:
     d = cfg.d_model
     heads = max(cfg.n_heads, cfg.cross_n_heads or cfg.n_heads)
     attention = 4 * d * heads * cfg.head_dim
-    ffn = 3 * d * cfg.d_ff * cfg.n_experts + d * cfg.n_experts  # gated, with the router
+    dense, sparse = 3 * d * cfg.d_ff, 3 * d * cfg.d_ff * cfg.n_experts + d * cfg.n_experts  # gated; the router
     if cfg.family == "rnn_seq2seq":  # an LSTM's four gates over input and state, and the attention's matrices
-        attention, ffn = 8 * d * d, 3 * d * d
-    layers = cfg.n_encoder_layers * (attention + ffn) + cfg.decoder_layers * (2 * attention + ffn)
+        attention, dense, sparse = 8 * d * d, 3 * d * d, 3 * d * d
+    encoder_sparse = sparse_layers(cfg, cfg.n_encoder_layers, decoder=False)
+    decoder_sparse = sparse_layers(cfg, cfg.decoder_layers, decoder=True)
+    ffn = (encoder_sparse + decoder_sparse) * sparse
+    ffn += (cfg.n_encoder_layers - encoder_sparse + cfg.decoder_layers - decoder_sparse) * dense
+    layers = cfg.n_encoder_layers * attention + cfg.decoder_layers * 2 * attention + ffn
     positions = (cfg.max_positions + cfg.position_offset + 1) * d + cfg.relative_buckets * heads
     research = getattr(cfg, "research", None)  # a learned causal aggregation's matrix: max_positions^2
     mixing = cfg.max_positions**2 if getattr(research, "embedding_aggregation", None) == "MATMUL" else 0
     return 2 * cfg.vocab_size * d + 2 * positions + layers + mixing
+
+
+def sparse_layers(cfg: ModelConfig, layers: int, decoder: bool) -> int:
+    """How many of a stack's `layers` feed-forwards are mixtures of experts (ModelConfig.moe_layer's layers 1,
+    1 + step, ...; every one at step 1), counted without a loop over them."""
+    if cfg.n_experts == 1:
+        return 0
+    step = (cfg.decoder_moe_every or cfg.moe_every) if decoder else cfg.moe_every
+    return layers if step == 1 else (layers - 2) // step + 1 if layers > 1 else 0
 
 
 def building_bytes(cfg: ModelConfig) -> int:
