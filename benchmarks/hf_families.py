@@ -10,7 +10,10 @@ save_pretrained, and opened by `encdec.interop.load_hf`. Where encdec reads it, 
 batch in float32 and greedily decode it: "exact" means logits within 1e-4 and the same tokens. Where encdec
 refuses it, its own sentence is shown with why (REASONS, written here by hand: what in the architecture
 encdec does not compute). A family transformers cannot build small (an audio model whose sub-configs need
-more) is shown as such, with encdec's answer to its config.json alone.
+more) is shown as such, with encdec's answer to its config.json alone. The table is of transformers'
+sequence-to-sequence types; the decoder-only families encdec reads (Llama, Qwen2, Qwen3) are built and scored in
+bfloat16 by the same `build` and `bf16_errors` (tests/interop/test_family_table.py) and compared in float32,
+greedy tokens included, by tests/interop/test_hf_decoder_only.py.
 """
 
 import argparse
@@ -92,8 +95,10 @@ def shrink(config: PretrainedConfig) -> PretrainedConfig:
             setattr(config, name, 127)  # Marian's pad (and start) is its last token
     if getattr(config, "decoder_start_token_id", None) is None and getattr(config, "pad_token_id", None) is not None:
         config.decoder_start_token_id = config.pad_token_id  # T5's convention, which its config leaves unset
-    if hasattr(config, "layer_types") and isinstance(config.layer_types, list):
-        config.layer_types = ["sliding_attention", "full_attention"] * (getattr(config, "num_hidden_layers", 2) // 2)
+    layer_types = getattr(config, "layer_types", None)
+    if isinstance(layer_types, list):  # one per layer: Gemma's sliding every other one, Qwen's (window off) none
+        pair = ["sliding_attention" if "sliding_attention" in layer_types else "full_attention", "full_attention"]
+        config.layer_types = pair * (getattr(config, "num_hidden_layers", 2) // 2)
     return config
 
 
@@ -131,6 +136,15 @@ def padded_inputs(cfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return ids, mask, tgt
 
 
+def hf_logits(model, ids: torch.Tensor, mask: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """A transformers model's logits of the padded batch: an encoder-decoder's of the decoder inputs over the
+    sources; a decoder-only one's (Llama, Qwen: the table's decoder-only families) of the decoder inputs alone, as
+    encdec's decoder-only family computes them (its forward takes no source)."""
+    if model.config.is_encoder_decoder:
+        return model(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt).logits
+    return model(input_ids=tgt).logits
+
+
 def bf16_errors(path: Path, class_name: str) -> tuple[float, float]:
     """(encdec's, transformers') largest logit difference in bfloat16, both holding and computing in it, from
     transformers' float32 logits on the padded batch, each as a share of the largest float32 logit."""
@@ -140,8 +154,8 @@ def bf16_errors(path: Path, class_name: str) -> tuple[float, float]:
     ours = encdec.from_pretrained(path, dtype=torch.bfloat16).eval()
     ids, mask, tgt = padded_inputs(ours.config)
     with torch.no_grad():
-        truth = truth_model(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt).logits
-        theirs_logits = theirs(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt).logits.float()
+        truth = hf_logits(truth_model, ids, mask, tgt)
+        theirs_logits = hf_logits(theirs, ids, mask, tgt).float()
         ours_logits = ours(ids, tgt, src_mask=mask).logits.float()
     scale = truth.abs().max()
     return ((ours_logits - truth).abs().max() / scale).item(), ((theirs_logits - truth).abs().max() / scale).item()

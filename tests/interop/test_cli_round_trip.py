@@ -1,8 +1,8 @@
 """Every family of the table through the command line: a tiny random-weight checkpoint of it (benchmarks/
 hf_families.py's, its vocabulary widened to encdec's byte tokenizer, which the directory carries as
-tokenizer.json), `encdec generate` on the directory writing an output for each input, `encdec export`
-writing a directory transformers reloads as the family's class with the same logits, and `encdec.load_hf` of
-the export giving the same model back."""
+tokenizer.json), `encdec generate` on the directory writing an output for each input (a decoder-only family's
+continuation of it as a prompt), `encdec export` writing a directory transformers reloads as the family's class
+with the same logits, and `encdec.load_hf` of the export giving the same model back."""
 
 import importlib.util
 import json
@@ -50,7 +50,7 @@ def test_generate_export_and_reload_on_the_command_line(model_type, bench, tmp_p
     reloaded = getattr(transformers, hf_class).from_pretrained(tmp_path / "out", attn_implementation="eager").eval()
     ids, mask, tgt = bench.padded_inputs(model.config)
     with torch.no_grad():
-        theirs = reloaded(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt).logits
+        theirs = bench.hf_logits(reloaded, ids, mask, tgt)  # a decoder-only family's of tgt alone, as ours
         ours = model(ids, tgt, src_mask=mask).logits
     assert (theirs - ours).abs().max().item() < 1e-4
     again = encdec.load_hf(tmp_path / "out")

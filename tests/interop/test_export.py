@@ -197,7 +197,7 @@ REFUSED = {  # preset, overrides -> the sentence's telling part
     "rot5": ("rot5-tiny", {}, "RoPE positions \\(ROT5\\) have no Hugging Face"),
     "ar_encdec": ("ar_encdec-tiny", {}, "the ar_encdec family has no Hugging Face counterpart"),
     "parallel_encdec": ("parallel_encdec-tiny", {}, "the parallel_encdec family has no"),
-    "decoder_only": ("decoder_only-tiny", {}, "the decoder_only family has no"),
+    "decoder_only": ("decoder_only-tiny", {}, "Llama: position must be rope; norm must be rmsnorm"),
     "rnn": ("rnn_seq2seq-tiny", {}, "the rnn_seq2seq family has no"),
     "top-2": ("t5-tiny", {"n_experts": 4, "moe_top_k": 2}, "SwitchTransformers: moe_top_k must be 1"),
     "renormalised": ("t5-tiny", {"n_experts": 4, "moe_renormalize": True}, "moe_renormalize must be false"),

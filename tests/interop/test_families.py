@@ -29,6 +29,7 @@ GEMMA = {  # T5Gemma's layout: Gemma 2's norms, caps, window and token tables, R
     "attention_softcap": 50.0,
     "logit_softcap": 30.0,
 }
+LLAMA = {"position": "rope", "norm": "rmsnorm", "activation": "swiglu", "tie_embeddings": False}  # decoder-only
 LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): every family in the table has one
     "t5": ("t5-tiny", {}),
     "mt5": ("t5-v1.1-tiny", {"hf_model_type": "mt5"}),
@@ -54,6 +55,9 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
             "eoi_token_id": 5,
         },
     ),
+    "llama": ("decoder_only-tiny", LLAMA),
+    "qwen2": ("decoder_only-tiny", {**LLAMA, "attention_bias": "qkv", "tie_embeddings": True}),
+    "qwen3": ("decoder_only-tiny", {**LLAMA, "qk_norm": True, "d_head": 32}),
 }
 
 

@@ -91,6 +91,7 @@ ALTERNATIVE = dict(
     image_token_id=3,
     local_radius=2,
     global_block_size=4,
+    attention_bias="qkv",
 )
 # fields that change what an export writes, not the model: tests/interop holds them honoured
 EXPORT_ONLY = {"hf_model_type"}

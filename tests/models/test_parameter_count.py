@@ -87,7 +87,7 @@ def family_configs(draw) -> ModelConfig:
     parameters: widths, heads (GQA, d_head, cross heads), depths, activation, norm and its place (post_norms),
     bias, position scheme and table size, experts and their layers, head tying, the encoder's own token table,
     the research options and the RNN's cell and attention, LongT5's encoder attention (its global keys' bias and
-    norms); Gemma 2's caps and window, which add none."""
+    norms), the decoder-only family's attention biases and head norms; Gemma 2's caps and window, which add none."""
     family = draw(st.sampled_from(sorted(FAMILY_CLASSES)))
     causal = family in ("ar_encdec", "parallel_encdec", "decoder_only")
     n_heads = draw(SMALL)
@@ -147,6 +147,8 @@ def family_configs(draw) -> ModelConfig:
         values |= {"eoi_token_id": draw(st.one_of(maybe(), st.just(0)))}
         if values["merged_cross_attention"]:
             values |= {"rope_cross": "none", "cross_n_heads": None, "cross_n_kv_heads": None}
+    if family == "decoder_only":  # Qwen2's biases on q, k and v (or Llama's on all four), Qwen3's head norms
+        values |= {"attention_bias": draw(st.sampled_from(["none", "qkv", "qkvo"])), "qk_norm": draw(st.booleans())}
     if family == "encoder_decoder":  # LongT5's encoder: local, or local and global keys (with a relative bias)
         values["encoder_attention"] = draw(st.sampled_from(["full", "local", "transient_global"]))
     if family == "rnn_seq2seq":

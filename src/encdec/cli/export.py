@@ -6,7 +6,8 @@ Writes a run's best checkpoint (or --checkpoint) with its tokenizer and generati
 defaults where transformers' AutoModelForSeq2SeqLM and AutoTokenizer load them: T5
 (v1.0, v1.1), SwitchTransformers (T5 with experts), Marian (the canonical
 Transformer), Pegasus (the pre-norm Transformer), BART, mBART, M2M100 / NLLB or T5Gemma, whichever computes
-the same logits. A model none of them can
+the same logits; a decoder-only model where AutoModelForCausalLM loads it, as Llama, Qwen2 or Qwen3. A model
+none of them can
 express (ROT5's RoPE, the research families, the RNN) is refused in one sentence.
 A LoRA run exports with its adapters merged into the weights; with --adapter, its
 adapters alone as a peft adapter directory (adapter_config.json, adapter_model.safetensors)
@@ -65,8 +66,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         opened = open_model(source)
         name = export_hf(opened.model, load_tokenizer(source), Path(args.out), opened.generation, force=args.force)
+    auto = "AutoModelForCausalLM" if name.endswith("ForCausalLM") else "AutoModelForSeq2SeqLM"
     print(
         f"wrote {args.out}: a {name} with its tokenizer; load it with transformers' "
-        "AutoModelForSeq2SeqLM.from_pretrained and AutoTokenizer.from_pretrained"
+        f"{auto}.from_pretrained and AutoTokenizer.from_pretrained"
     )
     return 0

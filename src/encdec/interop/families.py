@@ -4,14 +4,18 @@ refusals that name config.json's keys and the files an export may replace all re
 A family is the model_type of a config.json: its loader (directory -> model), its check and writer (model
 -> directory), which of our layouts it is written for, the config.json keys our ModelConfig fields are read
 from where the names differ, and the tokenizer files its checkpoints ship. A new family (LongT5, T5Gemma,
-...) is one entry here and its hf_*.py module of names and config mapping.
+...) is one entry here and its hf_*.py module of names and config mapping. Each is read into one of encdec's
+model families (`model_family`): the sequence-to-sequence ones into the encoder-decoder, Llama, Qwen2 and Qwen3
+into the decoder-only family; a model is written only as a family of its own model family.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from encdec.interop.hf_bart import (
     BART_KEYS,
@@ -23,6 +27,7 @@ from encdec.interop.hf_bart import (
     load_hf_mbart,
     mbart_config_from_hf,
 )
+from encdec.interop.hf_llama import LLAMA_KEYS, check_llama_compatible, config_from_llama, llama_files, load_hf_llama
 from encdec.interop.hf_longt5 import check_longt5_compatible, load_hf_longt5, longt5_files, longt5_model_config
 from encdec.interop.hf_m2m100 import check_m2m100_compatible, load_hf_m2m100, m2m100_config, m2m100_files
 from encdec.interop.hf_marian import check_marian_compatible, load_hf_marian, marian_config_from_hf, marian_files
@@ -60,7 +65,7 @@ from encdec.interop.hf_t5gemma2 import (
     t5gemma2_config,
     t5gemma2_files,
 )
-from encdec.models import EncoderDecoder, ModelConfig
+from encdec.models import ModelConfig
 
 IDS = {"pad_id": "pad_token_id", "eos_id": "eos_token_id", "decoder_start_id": "decoder_start_token_id"}
 
@@ -75,20 +80,37 @@ def config_read_alone(config_from_hf: Callable[..., ModelConfig]) -> Callable[[d
 class Family:
     model_type: str  # config.json's model_type
     hf_class: str  # the transformers class an export loads as
-    load: Callable[[Path, dict], EncoderDecoder]  # (directory, its config.json) -> our model, weights filled
+    load: Callable[[Path, dict], nn.Module]  # (directory, its config.json) -> our model, weights filled
     check: Callable[[ModelConfig], None]  # ConfigError naming what keeps a config from this layout
-    files: Callable[[EncoderDecoder], tuple[dict[str, torch.Tensor], dict]]  # our model -> its weights, config keys
-    writes: Callable[[ModelConfig], bool]  # whether a model of this layout exports as this family
+    files: Callable[[nn.Module], tuple[dict[str, torch.Tensor], dict]]  # our model -> its weights, config keys
+    writes: Callable[[ModelConfig], bool]  # whether a model of this layout (and model_family) exports as this family
     keys: dict[str, str]  # ModelConfig field -> the config.json key it is read from, where the names differ
     tokenizer_files: tuple[str, ...]  # the tokenizer files its checkpoints ship beside tokenizer.json
     config: Callable[[dict], ModelConfig] | None = None  # config.json -> our config, no weight read (encdec size)
+    model_family: str = "encoder_decoder"  # the ModelConfig.family it is read into and written from
 
-    def save(self, model: EncoderDecoder, path: Path) -> None:
+    def save(self, model: nn.Module, path: Path) -> None:
         """Write `model` into `path` as this family's config.json and model.safetensors; a layout the family
         cannot express is refused first (ConfigError), nothing written."""
         self.check(model.config)
         weights, config = self.files(model)
         write_hf_directory(path, weights, {"architectures": [self.hf_class], "model_type": self.model_type, **config})
+
+
+def llama_layout(model_type: str, hf_class: str, writes: Callable[[ModelConfig], bool], tokenizer_files) -> Family:
+    """A decoder-only family of Llama's layout (hf_llama: Llama, Qwen2, Qwen3), which differ in biases and norms."""
+    return Family(
+        model_type,
+        hf_class,
+        load_hf_llama,
+        partial(check_llama_compatible, model_type=model_type),
+        partial(llama_files, model_type=model_type),
+        writes,
+        LLAMA_KEYS,
+        tokenizer_files,
+        config_from_llama,
+        model_family="decoder_only",
+    )
 
 
 def vaswani_sinusoids(cfg: ModelConfig) -> bool:
@@ -238,13 +260,26 @@ FAMILIES: dict[str, Family] = {
             ("tokenizer.model",),
             t5gemma2_config,
         ),
+        # decoder-only: a decoder_only model exports as Qwen3 with qk_norm, Qwen2 with q, k and v biases, else Llama
+        llama_layout(
+            "llama",
+            "LlamaForCausalLM",
+            lambda cfg: not cfg.qk_norm and cfg.attention_bias != "qkv",
+            ("tokenizer.model",),  # Llama 2's SentencePiece model (Llama 3 ships tokenizer.json alone)
+        ),
+        llama_layout(
+            "qwen2", "Qwen2ForCausalLM", lambda cfg: cfg.attention_bias == "qkv", ("vocab.json", "merges.txt")
+        ),
+        llama_layout("qwen3", "Qwen3ForCausalLM", lambda cfg: cfg.qk_norm, ("vocab.json", "merges.txt")),
     )
 }
 
 
 def family_for(cfg: ModelConfig) -> Family | None:
-    """The family a model of `cfg`'s layout is written as (None: no Hugging Face family has its layout); one read
-    from a family whose layout another shares (mT5's, T5 v1.1's) is written as the family it names."""
+    """The family a model of `cfg`'s layout is written as (None: no Hugging Face family has its layout), among
+    those of its model family; one read from a family whose layout another shares (mT5's, T5 v1.1's) is written
+    as the family it names."""
     if cfg.hf_model_type is not None:
         return FAMILIES[cfg.hf_model_type]
-    return next((family for family in FAMILIES.values() if family.writes(cfg)), None)
+    ours = (family for family in FAMILIES.values() if family.model_family == cfg.family)
+    return next((family for family in ours if family.writes(cfg)), None)

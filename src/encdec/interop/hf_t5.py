@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import EncoderDecoder, ModelConfig
@@ -197,9 +198,7 @@ def check_hf_model_fits(cfg: ModelConfig, path: Path) -> None:
     check_weights_fit(cfg, "cpu", error=CheckpointError, source=f"{path / 'config.json'}: ")
 
 
-def fill_from_hf(
-    model: EncoderDecoder, weights: dict, rename, path: Path, reshaped: tuple[str, ...] = ()
-) -> EncoderDecoder:
+def fill_from_hf(model: nn.Module, weights: dict, rename, path: Path, reshaped: tuple[str, ...] = ()) -> nn.Module:
     """Load `weights` (Hugging Face names) into `model` by `rename`; a missing or misshapen one is one sentence.
 
     The `reshaped` names are stored in another shape than ours (BART's final_logits_bias is (1, V)).

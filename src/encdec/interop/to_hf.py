@@ -1,4 +1,5 @@
-"""An encdec model and its tokenizer as a Hugging Face directory AutoModelForSeq2SeqLM and AutoTokenizer load.
+"""An encdec model and its tokenizer as a Hugging Face directory AutoModelForSeq2SeqLM (AutoModelForCausalLM for
+the decoder-only family) and AutoTokenizer load.
 
 Each encoder-decoder layout goes to the Hugging Face class that computes the same logits:
     relative bias, dense feed-forward    T5ForConditionalGeneration (v1.0 tied and scaled, v1.1 untied), or
@@ -10,6 +11,8 @@ Each encoder-decoder layout goes to the Hugging Face class that computes the sam
     learned positions, embedding norm    BartForConditionalGeneration (post-norm), MBartForConditionalGeneration (pre)
     fairseq's sinusoids, pre-norm        M2M100ForConditionalGeneration (M2M100, NLLB)
     RoPE with Gemma's RMSNorm            T5GemmaForConditionalGeneration (T5Gemma)
+    decoder-only, RoPE, RMSNorm, SwiGLU  LlamaForCausalLM, Qwen2ForCausalLM (q, k, v biases), Qwen3ForCausalLM
+                                         (each head's queries and keys normed)
 Other RoPE models (ROT5), the research families and the RNN have no Hugging Face counterpart and are
 refused; `encdec.from_pretrained(RUN_DIR)` loads them. Every check runs before a file is written.
 The output directory must be new, empty or (with force) an earlier export: a directory holding
@@ -36,7 +39,10 @@ from encdec.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 
-EXPORTABLE = "the transformer, t5 and t5-v1.1 presets export as they are, with norm_position pre or post"
+EXPORTABLE = {  # what exports, said beside a refusal, by model family
+    "encoder_decoder": "the transformer, t5 and t5-v1.1 presets export as they are, with norm_position pre or post",
+    "decoder_only": "a decoder_only model exports with position rope, norm rmsnorm and activation swiglu (Llama's)",
+}
 # files an earlier export or checkpoint may have left that transformers would read instead of, or beside, ours
 STALE_FILES = (
     "special_tokens_map.json",
@@ -89,7 +95,7 @@ def _export_file(name: str) -> bool:
 
 def hf_layout(cfg: ModelConfig) -> str:
     """The Hugging Face model_type `cfg` exports as; ConfigError naming why when it has none."""
-    if cfg.family != "encoder_decoder":
+    if cfg.family not in EXPORTABLE:
         raise ConfigError(f"the {cfg.family} family has no Hugging Face counterpart to export to; {LOAD_HINT}")
     family = family_for(cfg)
     if cfg.position == "rope" and family is None:
@@ -101,7 +107,7 @@ def hf_layout(cfg: ModelConfig) -> str:
     try:
         family.check(cfg)
     except ConfigError as error:
-        raise ConfigError(f"{error} ({EXPORTABLE}); {LOAD_HINT}") from None
+        raise ConfigError(f"{error} ({EXPORTABLE[cfg.family]}); {LOAD_HINT}") from None
     return family.model_type
 
 

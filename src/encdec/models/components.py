@@ -3,7 +3,8 @@ a ModelConfig into attention, feed-forward, norms, blocks and the output head.
 
     attention   n_heads query heads over n_kv_heads key/value heads (MHA, GQA, MQA), d_head wide,
                 scores scaled by 1/sqrt(d_head) (or of attention_scale_dim) or not (scale_attention),
-                capped (attention_softcap), each head's queries and keys normed (qk_norm), bias, dropout;
+                capped (attention_softcap), each head's queries and keys normed (qk_norm), bias (or on the
+                projections alone: attention_bias), dropout;
                 in the decoder self- and cross-attention merged (merged_cross_attention); in the encoder local or
                 transient-global
                 (encoder_attention, LongT5's: the masks are encoder_decoder.py's, the global keys' norm here)
@@ -61,13 +62,14 @@ def build_attention(
         n_heads,
         n_kv_heads,
         d_head,
-        bias=cfg.bias,
+        bias=cfg.bias or cfg.attention_bias == "qkvo",
         scale=cfg.scale_attention,
         dropout=cfg.dropout,
         rotary=rotary,
         scale_dim=cfg.attention_scale_dim,
         softcap=cfg.attention_softcap,
         qk_norm=(lambda width: build_norm(cfg.norm, width, cfg.norm_eps, cfg.bias)) if cfg.qk_norm else None,
+        qkv_bias=cfg.bias or cfg.attention_bias != "none",
     )
 
 

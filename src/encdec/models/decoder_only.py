@@ -11,6 +11,10 @@ settings the causal LMs share (GQA, experts, norm position, ...) are honoured as
 encdec.models.causal_lm_shared lists; with experts the loss adds their aux and z terms under
 moe_aux_decoder and moe_z_decoder. Generation prefills the prompt (see causal_lm).
 
+With position rope, norm rmsnorm and activation swiglu it is Llama's layout, which Hugging Face's Llama, Qwen2
+and Qwen3 checkpoints load into (encdec.interop.hf_llama); this family alone also takes Qwen2's biases on q, k
+and v (attention_bias) and Qwen3's norms of each head's queries and keys (qk_norm).
+
 Shapes: B batch, T length, C model dim, V vocabulary.
 """
 

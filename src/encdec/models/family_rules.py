@@ -28,7 +28,8 @@ LM_UNUSED = frozenset(
         "sliding_window_layout",  # T5Gemma 2's, with its RoPE, norms, merged attention and tokens
         "rope_local_theta",
         "rope_scale",
-        "qk_norm",
+        "qk_norm",  # T5Gemma 2's and, in the decoder-only family, Qwen3's
+        "attention_bias",  # Qwen2's biases on q, k and v alone, the decoder-only family's
         "merged_cross_attention",
         "eoi_token_id",
         "image_token_id",
@@ -40,14 +41,19 @@ LM_UNUSED = frozenset(
         "rnn_attention",
     }
 )
+# the settings of the Hugging Face decoder-only families (Qwen2's q, k and v biases, Qwen3's norms of each head's
+# queries and keys) that decoder_only takes and the research LMs do not
+DECODER_ONLY_OWN = frozenset({"qk_norm", "attention_bias"})
 
 # family -> the fields it refuses away from their defaults (its class's UNUSED)
 UNUSED_BY_FAMILY = {
-    "encoder_decoder": frozenset({"research", "rnn_cell", "rnn_attention"}),  # the research and RNN families'
+    # the research and RNN families', and the decoder-only family's attention biases (no encoder-decoder has them)
+    "encoder_decoder": frozenset({"research", "rnn_cell", "rnn_attention", "attention_bias"}),
     "ar_encdec": LM_UNUSED,
     "parallel_encdec": LM_UNUSED,
     # one stack: no decoder depth, cross-attention or research options
-    "decoder_only": LM_UNUSED | {"n_decoder_layers", "cross_n_heads", "cross_n_kv_heads", "rope_cross", "research"},
+    "decoder_only": (LM_UNUSED - DECODER_ONLY_OWN)
+    | {"n_decoder_layers", "cross_n_heads", "cross_n_kv_heads", "rope_cross", "research"},
     # the transformer's settings: attention, feed-forward, norms, positions, experts, head scaling
     "rnn_seq2seq": frozenset(
         {
@@ -95,6 +101,7 @@ UNUSED_BY_FAMILY = {
             "rope_local_theta",
             "rope_scale",
             "qk_norm",
+            "attention_bias",
             "merged_cross_attention",
             "eoi_token_id",
             "image_token_id",
@@ -126,6 +133,8 @@ def check_family(cfg: ModelConfig) -> None:
             f"({cfg.n_encoder_layers}): the parallel_encdec family pairs every decoder block "
             "with an encoder block, so its decoder may start late but not early"
         )
+    if cfg.attention_bias != "none" and cfg.bias:
+        raise ConfigError("model.attention_bias acts only with model.bias false, which puts a bias on every projection")
     if cfg.attention_scale_dim is not None and not cfg.scale_attention:
         raise ConfigError("model.attention_scale_dim acts only with model.scale_attention true")
     if cfg.relative_bias_per_layer and cfg.position != "relative":

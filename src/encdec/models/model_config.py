@@ -57,6 +57,9 @@ class ModelConfig:
     norm_position: Literal["pre", "post"] = "pre"
     post_norms: bool = False  # pre-norm sublayers' outputs normalised too before the residual (Gemma 2)
     bias: bool = False  # biases in linear layers and LayerNorms
+    # with bias false, biases on the attention's projections alone: q, k and v (Qwen2) or all four (Llama's and
+    # Qwen3's attention_bias); bias true has them on every projection already
+    attention_bias: Literal["none", "qkv", "qkvo"] = "none"
     scale_attention: bool | None = None  # divide scores by sqrt(d_head); None: the family's (T5 no, GPT yes)
     attention_scale_dim: Positive | None = None  # with scale_attention, sqrt of this, not of d_head (Gemma's
     # query_pre_attn_scalar)
@@ -86,7 +89,7 @@ class ModelConfig:
     # 10,000 beside its global layers' 1,000,000); None: rope_theta
     rope_scale: Annotated[float, Range(1, 1e6)] = 1.0  # the global layers' positions divided by it (linear RoPE
     # scaling, Gemma 3's factor 8)
-    qk_norm: bool = False  # each head's queries and keys normed (RMS) before RoPE (Gemma 3)
+    qk_norm: bool = False  # each head's queries and keys normed (RMS) before RoPE (Gemma 3, Qwen3)
     merged_cross_attention: bool = False  # the decoder's self- and cross-attention one softmax over both keys,
     # through one set of projections (T5Gemma 2)
     rope_cross: Literal["relative", "prepended", "none"] = (

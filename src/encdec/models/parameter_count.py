@@ -41,15 +41,17 @@ def norm(cfg: ModelConfig) -> int:
 
 
 def attention(cfg: ModelConfig, n_heads: int, n_kv_heads: int | None) -> int:
-    """q, k, v and o (components.build_attention: heads d_head wide when they are the model's n_heads, else
-    d_model split among them)."""
+    """q, k, v and o, biased as bias and attention_bias say, and each head's query and key norms with qk_norm
+    (components.build_attention: heads d_head wide when they are the model's n_heads, else d_model split among
+    them)."""
     d, d_head = cfg.d_model, cfg.head_dim if n_heads == cfg.n_heads else cfg.d_model // n_heads
     kv = n_kv_heads or n_heads
     qk_norms = 2 * d_head * (2 if cfg.norm == "layernorm" and cfg.bias else 1) if cfg.qk_norm else 0
+    qkv_bias, o_bias = cfg.bias or cfg.attention_bias != "none", cfg.bias or cfg.attention_bias == "qkvo"
     return (
-        linear(d, n_heads * d_head, cfg.bias)
-        + 2 * linear(d, kv * d_head, cfg.bias)
-        + linear(n_heads * d_head, d, cfg.bias)
+        linear(d, n_heads * d_head, qkv_bias)
+        + 2 * linear(d, kv * d_head, qkv_bias)
+        + linear(n_heads * d_head, d, o_bias)
         + qk_norms
     )
 

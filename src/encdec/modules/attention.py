@@ -8,7 +8,8 @@ the auto-regressive encoder-decoder. The compute path is torch's
 `attend`); grouped KV heads are repeated at use. LongT5's transient-global attention adds keys of
 each block's summed inputs (`global_norm`, modules.transient_global); T5Gemma 2's decoder attends to its own
 keys and the encoder's in one softmax (`extra_kv`), each head's queries and keys normed first (`q_norm`,
-`k_norm`, Gemma 3's). Setting `recorded` to a list makes every
+`k_norm`, Gemma 3's and Qwen3's). `bias` puts a bias on every projection, `qkv_bias` on q, k and v where it
+differs (Qwen2's). Setting `recorded` to a list makes every
 call append its attention probabilities there (encdec.inspection reads them).
 
 Shapes: B batch, T query length, S key length, C model dim,
@@ -51,6 +52,7 @@ class Attention(nn.Module):
         softcap: float | None = None,
         global_norm: nn.Module | None = None,
         qk_norm=None,
+        qkv_bias: bool | None = None,
     ):
         super().__init__()
         self.n_heads = n_heads
@@ -59,9 +61,10 @@ class Attention(nn.Module):
         if n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
         d_source = d_source or d_model
-        self.q = nn.Linear(d_model, n_heads * self.d_head, bias=bias)
-        self.k = nn.Linear(d_source, self.n_kv_heads * self.d_head, bias=bias)
-        self.v = nn.Linear(d_source, self.n_kv_heads * self.d_head, bias=bias)
+        qkv_bias = bias if qkv_bias is None else qkv_bias  # q, k and v biased, o not: Qwen2's
+        self.q = nn.Linear(d_model, n_heads * self.d_head, bias=qkv_bias)
+        self.k = nn.Linear(d_source, self.n_kv_heads * self.d_head, bias=qkv_bias)
+        self.v = nn.Linear(d_source, self.n_kv_heads * self.d_head, bias=qkv_bias)
         self.o = nn.Linear(n_heads * self.d_head, d_model, bias=bias)
         # None: SDPA's default 1/sqrt(D); scale_dim: 1/sqrt(scale_dim) instead (Gemma's query_pre_attn_scalar)
         self.scale = (scale_dim**-0.5 if scale_dim else None) if scale else 1.0

@@ -3,7 +3,7 @@ run (copied anywhere: it describes itself), a Hugging Face directory or Hub id.
 
     model = encdec.from_pretrained("runs/dialogsum")             # the run's best checkpoint
     model = encdec.from_pretrained("models/dialogsum-step-3000") # a checkpoint directory on its own
-    model = encdec.from_pretrained("checkpoints/flan-t5-small")  # T5 / Flan-T5 / mT5, BART, Marian, Pegasus
+    model = encdec.from_pretrained("checkpoints/flan-t5-small")  # T5 / Flan-T5 / mT5, BART, Marian, Qwen, ...
     model = encdec.from_pretrained("google/flan-t5-small")       # a Hub id: fetched once into HF's cache
     tokenizer = encdec.load_tokenizer("runs/dialogsum")
     opened = open_model("runs/dialogsum")                        # the model, its defaults and text encoding
@@ -102,10 +102,13 @@ def open_model(
 
 def hf_text_encoder(opened: OpenedModel):
     """A Hugging Face directory's AutoTokenizer, cutting inputs to `max_source_len` or else to what the
-    tokenizer says the model takes (the model's position table where it says nothing)."""
+    tokenizer says the model takes (the model's position table where it says nothing); padding on the left
+    for a causal model (Llama, Qwen), whose prompts continue at their last column."""
     from encdec.tokenizers.pretrained import PretrainedTokenizer
 
     tokenizer = PretrainedTokenizer.from_directory(opened.path).hf
+    if getattr(opened.model, "pads_left", False):
+        tokenizer.padding_side = "left"
     if opened.max_source_len is not None:
         tokenizer.model_max_length = opened.max_source_len
     elif tokenizer.model_max_length > MAX_SOURCE_LEN:  # transformers' "no limit" is a huge number
