@@ -11,9 +11,9 @@ batch in float32 and greedily decode it: "exact" means logits within 1e-4 and th
 refuses it, its own sentence is shown with why (REASONS, written here by hand: what in the architecture
 encdec does not compute). A family transformers cannot build small (an audio model whose sub-configs need
 more) is shown as such, with encdec's answer to its config.json alone. The table is of transformers'
-sequence-to-sequence types; the decoder-only families encdec reads (Llama, Qwen2, Qwen3) are built and scored in
-bfloat16 by the same `build` and `bf16_errors` (tests/interop/test_family_table.py) and compared in float32,
-greedy tokens included, by tests/interop/test_hf_decoder_only.py.
+sequence-to-sequence types; the decoder-only families encdec reads (Gemma 2, Gemma 3, Llama, Qwen2, Qwen3) are
+built and scored in bfloat16 by the same `build` and `bf16_errors` (tests/interop/test_family_table.py) and compared
+in float32, greedy tokens included, by tests/interop/test_hf_decoder_only.py and test_hf_gemma_decoder_only.py.
 """
 
 import argparse
@@ -138,7 +138,7 @@ def padded_inputs(cfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 def hf_logits(model, ids: torch.Tensor, mask: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
     """A transformers model's logits of the padded batch: an encoder-decoder's of the decoder inputs over the
-    sources; a decoder-only one's (Llama, Qwen: the table's decoder-only families) of the decoder inputs alone, as
+    sources; a decoder-only one's (Gemma, Llama, Qwen: the table's decoder-only families) of the decoder inputs alone, as
     encdec's decoder-only family computes them (its forward takes no source)."""
     if model.config.is_encoder_decoder:
         return model(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt).logits

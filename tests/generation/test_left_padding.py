@@ -18,6 +18,10 @@ PAD = V - 2
 ALL_ON = dict(add_pos_embed_to_decoder=True, sub_pos_embed="YES_LN", add_ln_before_decoder_ff=True, order_type="ALT")
 FAMILIES = {  # name -> (preset, overrides)
     "decoder_only": ("decoder_only-tiny", {}),
+    "decoder_only-window": (  # Gemma's layout: a window of 3 that prompts and outputs outgrow, and its norms
+        "decoder_only-tiny",
+        dict(position="rope", norm="gemma_rmsnorm", post_norms=True, activation="gated_gelu", sliding_window=3),
+    ),
     "ar_encdec": ("ar_encdec-tiny", dict(research=ALL_ON)),  # positions added and subtracted
     "parallel_encdec": ("parallel_encdec-tiny", dict(research=ALL_ON)),
 }

@@ -30,6 +30,15 @@ GEMMA = {  # T5Gemma's layout: Gemma 2's norms, caps, window and token tables, R
     "logit_softcap": 30.0,
 }
 LLAMA = {"position": "rope", "norm": "rmsnorm", "activation": "swiglu", "tie_embeddings": False}  # decoder-only
+GEMMA_LM = {  # Gemma 2's decoder-only layout: Gemma's norms before and after each sublayer, its window and caps
+    "position": "rope",
+    "norm": "gemma_rmsnorm",
+    "post_norms": True,
+    "activation": "gated_gelu",
+    "scale_embeddings": True,
+    "sliding_window": 2,
+    "logit_softcap": 30.0,
+}
 LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): every family in the table has one
     "t5": ("t5-tiny", {}),
     "mt5": ("t5-v1.1-tiny", {"hf_model_type": "mt5"}),
@@ -54,6 +63,11 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
             "rope_scale": 2.0,
             "eoi_token_id": 5,
         },
+    ),
+    "gemma2": ("decoder_only-tiny", {**GEMMA_LM, "attention_softcap": 50.0, "tie_embeddings": False}),
+    "gemma3_text": (
+        "decoder_only-tiny",
+        {**GEMMA_LM, "qk_norm": True, "rope_local_theta": 100.0, "rope_scale": 2.0, "global_every": 3},
     ),
     "llama": ("decoder_only-tiny", LLAMA),
     "qwen2": ("decoder_only-tiny", {**LLAMA, "attention_bias": "qkv", "tie_embeddings": True}),

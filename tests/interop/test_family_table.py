@@ -11,8 +11,8 @@ import pytest
 from encdec.interop.families import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[2]
-# the docs table is of transformers' sequence-to-sequence types: the decoder-only families (Llama, Qwen2, Qwen3)
-# have no row there; tests/interop/test_hf_decoder_only.py compares them
+# the docs table is of transformers' sequence-to-sequence types: the decoder-only families (Gemma 2, Gemma 3, Llama,
+# Qwen2, Qwen3) have no row there; tests/interop/test_hf_decoder_only.py and test_hf_gemma_decoder_only.py compare them
 SEQ2SEQ = {model_type for model_type, family in FAMILIES.items() if family.model_family == "encoder_decoder"}
 
 

@@ -250,7 +250,7 @@ def test_what_encdec_cannot_read_or_write_is_one_sentence(tmp_path):
     rot5 = encdec.build_model(encdec.preset("rot5-tiny"))
     with pytest.raises(ConfigError, match="^this model cannot be saved as Hugging Face T5Gemma: .*norm must be gemma"):
         encdec.interop.families.FAMILIES["t5gemma"].save(rot5, tmp_path / "out")
-    with pytest.raises(ConfigError, match="^model.sliding_window is not used by the decoder_only family; remove it$"):
-        encdec.build_model(encdec.preset("decoder_only-tiny", sliding_window=4))
+    with pytest.raises(ConfigError, match="^model.sliding_window is not used by the ar_encdec family; remove it$"):
+        encdec.build_model(encdec.preset("ar_encdec-tiny", sliding_window=4))  # decoder_only's is Gemma's
     with pytest.raises(ConfigError, match="^model.sliding_window does not combine with model.position relative"):
         encdec.build_model(encdec.preset("t5-tiny", sliding_window=4))

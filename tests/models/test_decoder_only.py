@@ -7,6 +7,7 @@ import torch
 from lm_checks import V, assert_lm_cached_equals_full, assert_lm_generate_is_greedy_over_full_forward, tiny
 
 from encdec.errors import ConfigError, DataError
+from encdec.modules import DecodeState
 
 
 def test_forward_is_gpt_with_a_tied_head_and_no_biases():
@@ -72,3 +73,55 @@ def test_cached_decoding_equals_the_full_forward(device):
 
 def test_generate_greedy_equals_argmax_over_the_full_forward(device):
     assert_lm_generate_is_greedy_over_full_forward(tiny("decoder_only-tiny").to(device))
+
+
+# Gemma 3's layout in small: a window of 3 in every layer but each second, the sliding layers' RoPE of their own base
+# beside the global layers' scaled one, Gemma's norms and caps
+GEMMA = dict(
+    position="rope",
+    norm="gemma_rmsnorm",
+    post_norms=True,
+    activation="gated_gelu",
+    scale_embeddings=True,
+    qk_norm=True,
+    sliding_window=3,
+    rope_local_theta=100.0,
+    rope_scale=2.0,
+    attention_softcap=5.0,
+    logit_softcap=3.0,
+)
+
+
+def test_a_sliding_window_decodes_with_caches_as_the_full_forward():
+    """Prompt and steps outgrow the window: the cache keeps every key and masks those it has left behind."""
+    assert_lm_cached_equals_full(tiny("decoder_only-tiny", **GEMMA))
+
+
+def test_a_sliding_window_generates_the_argmax_of_the_full_forward():
+    assert_lm_generate_is_greedy_over_full_forward(tiny("decoder_only-tiny", **GEMMA), prompt_len=5, new=8)
+
+
+def test_a_sliding_window_decodes_rows_at_columns_of_their_own_as_the_full_forward():
+    """A server's batch: two prompts of 5 and 2 tokens join one state, each row masking by its own column."""
+    model = tiny("decoder_only-tiny", **GEMMA)
+    ids = torch.randint(0, V - 2, (2, 12), generator=torch.Generator().manual_seed(0))
+    batch = DecodeState.batch("cpu", torch.float32)
+    for row, prompt_len in enumerate((5, 2)):
+        batch.join(model.start(ids[row : row + 1, :prompt_len], None, 12), [1])
+    got = [model.step(torch.zeros(2, 1, dtype=torch.long), batch)]  # the placeholders: each prompt's last token
+    for k in range(7):
+        got.append(model.step(torch.stack((ids[0, 5 + k], ids[1, 2 + k]))[:, None], batch))
+    full = model(None, ids).logits
+    got = torch.cat(got, dim=1)
+    torch.testing.assert_close(got[0], full[0, 4:12], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[1], full[1, 1:9], atol=1e-5, rtol=1e-5)
+
+
+def test_a_sliding_window_reads_fewer_keys_than_the_whole_sequence():
+    """The window is no setting in name only: a wider one changes the logits of a longer sequence."""
+    ids = torch.randint(0, V - 2, (2, 10))
+    with torch.no_grad():
+        narrow = tiny("decoder_only-tiny", **GEMMA)(None, ids).logits
+        wide = tiny("decoder_only-tiny", **GEMMA | {"sliding_window": 10})(None, ids).logits
+    torch.testing.assert_close(narrow[:, :3], wide[:, :3])  # the first positions see the same keys
+    assert not torch.allclose(narrow[:, 3:], wide[:, 3:])

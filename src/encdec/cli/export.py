@@ -6,9 +6,9 @@ Writes a run's best checkpoint (or --checkpoint) with its tokenizer and generati
 defaults where transformers' AutoModelForSeq2SeqLM and AutoTokenizer load them: T5
 (v1.0, v1.1), SwitchTransformers (T5 with experts), Marian (the canonical
 Transformer), Pegasus (the pre-norm Transformer), BART, mBART, M2M100 / NLLB or T5Gemma, whichever computes
-the same logits; a decoder-only model where AutoModelForCausalLM loads it, as Llama, Qwen2 or Qwen3. A model
-none of them can
-express (ROT5's RoPE, the research families, the RNN) is refused in one sentence.
+the same logits; a decoder-only model where AutoModelForCausalLM loads it, as Gemma 2, Gemma 3,
+Llama, Qwen2 or Qwen3. A model none of them can express (ROT5's RoPE, the research families, the RNN) is
+refused in one sentence.
 A LoRA run exports with its adapters merged into the weights; with --adapter, its
 adapters alone as a peft adapter directory (adapter_config.json, adapter_model.safetensors)
 that peft's PeftModel.from_pretrained puts on the Hugging Face model the run adapted, for each family above.

@@ -5,7 +5,7 @@ text lines or JSONL records, and streams the tokens of a single greedy or sample
 input to the terminal as they are decoded. MODEL_DIR is a run directory of
 `encdec train` (its best checkpoint, with its own tokenizer; a seq2seq run's
 source template is applied to each input) or a local Hugging Face directory (T5,
-Marian, Pegasus, BART, ...; Llama, Qwen2 and Qwen3, which continue each input as a prompt) with its tokenizer,
+Marian, Pegasus, BART, ...; Gemma, Llama and Qwen, which continue each input as a prompt) with its tokenizer,
 read with transformers' AutoTokenizer (the optional `hf` extra). --device picks where the model runs (default: a GPU when
 torch sees one, else the CPU); --quantize int8 decodes there with int8 linear layers
 (encdec.quantize: fbgemm's kernels on the CPU, torch._int_mm on a GPU); --compile

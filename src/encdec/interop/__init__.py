@@ -1,6 +1,6 @@
 """Hugging Face's checkpoints read into encdec models, and encdec models written as Hugging Face directories.
 
-families.py           one entry per Hugging Face family (T5, mT5, UMT5, Switch, Marian, ..., Llama, Qwen): its loader,
+families.py           one entry per Hugging Face family (T5, Marian, ..., Gemma, Llama, Qwen): its loader,
                       its writer and the layout it is written for, its config.json key names, its tokenizer files
 from_hf.py            load_hf: a local directory of a family -> an encdec model
 to_hf.py              export_hf: an encdec model and tokenizer -> a directory transformers loads

@@ -5,8 +5,9 @@ A family is the model_type of a config.json: its loader (directory -> model), it
 -> directory), which of our layouts it is written for, the config.json keys our ModelConfig fields are read
 from where the names differ, and the tokenizer files its checkpoints ship. A new family (LongT5, T5Gemma,
 ...) is one entry here and its hf_*.py module of names and config mapping. Each is read into one of encdec's
-model families (`model_family`): the sequence-to-sequence ones into the encoder-decoder, Llama, Qwen2 and Qwen3
-into the decoder-only family; a model is written only as a family of its own model family.
+model families (`model_family`): the sequence-to-sequence ones into the encoder-decoder, Gemma 2, Gemma 3's text
+model, Llama, Qwen2 and Qwen3 into the decoder-only family; a model is written only as a family of its own model
+family.
 """
 
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from encdec.interop.hf_bart import (
     load_hf_mbart,
     mbart_config_from_hf,
 )
+from encdec.interop.hf_gemma import GEMMA_KEYS, check_gemma_compatible, config_from_gemma, gemma_files, load_hf_gemma
 from encdec.interop.hf_llama import LLAMA_KEYS, check_llama_compatible, config_from_llama, llama_files, load_hf_llama
 from encdec.interop.hf_longt5 import check_longt5_compatible, load_hf_longt5, longt5_files, longt5_model_config
 from encdec.interop.hf_m2m100 import check_m2m100_compatible, load_hf_m2m100, m2m100_config, m2m100_files
@@ -109,6 +111,23 @@ def llama_layout(model_type: str, hf_class: str, writes: Callable[[ModelConfig],
         LLAMA_KEYS,
         tokenizer_files,
         config_from_llama,
+        model_family="decoder_only",
+    )
+
+
+def gemma_layout(model_type: str, hf_class: str, writes: Callable[[ModelConfig], bool]) -> Family:
+    """A decoder-only family of Gemma's layout (hf_gemma: Gemma 2, Gemma 3's text model), which differ in head
+    norms, RoPE and caps."""
+    return Family(
+        model_type,
+        hf_class,
+        load_hf_gemma,
+        partial(check_gemma_compatible, model_type=model_type),
+        partial(gemma_files, model_type=model_type),
+        writes,
+        GEMMA_KEYS,
+        ("tokenizer.model",),  # Gemma's SentencePiece model beside its tokenizer.json
+        config_from_gemma,
         model_family="decoder_only",
     )
 
@@ -260,7 +279,10 @@ FAMILIES: dict[str, Family] = {
             ("tokenizer.model",),
             t5gemma2_config,
         ),
-        # decoder-only: a decoder_only model exports as Qwen3 with qk_norm, Qwen2 with q, k and v biases, else Llama
+        # decoder-only: a decoder_only model exports as Gemma 3 with Gemma's RMSNorm and qk_norm, Gemma 2 with Gemma's
+        # RMSNorm alone; else as Qwen3 with qk_norm, Qwen2 with q, k and v biases, else Llama
+        gemma_layout("gemma2", "Gemma2ForCausalLM", lambda cfg: cfg.norm == "gemma_rmsnorm" and not cfg.qk_norm),
+        gemma_layout("gemma3_text", "Gemma3ForCausalLM", lambda cfg: cfg.norm == "gemma_rmsnorm" and cfg.qk_norm),
         llama_layout(
             "llama",
             "LlamaForCausalLM",

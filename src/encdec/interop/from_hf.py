@@ -1,6 +1,6 @@
 """A local Hugging Face model directory read into an encdec model, by its family (interop.families: T5,
-SwitchTransformers, Marian, Pegasus, BART, mBART, ..., and the decoder-only Llama, Qwen2, Qwen3), or its
-config.json alone read into a ModelConfig."""
+SwitchTransformers, Marian, Pegasus, BART, mBART, ..., and the decoder-only Gemma 2, Gemma 3, Llama, Qwen2,
+Qwen3), or its config.json alone read into a ModelConfig."""
 
 import re
 from collections.abc import Iterator

@@ -5,11 +5,13 @@ whose queries and keys RoPE rotates (rotate-half, default frequencies) and a Swi
 weight * x / rms(x), a final norm and a head of its own or tied to the token table. Qwen2 biases q, k and v
 (attention_bias qkv); Qwen3 norms each head's queries and keys before RoPE (qk_norm) with a head_dim of its own;
 Llama's attention_bias biases all four projections, with mlp_bias the feed-forward's too (bias). What encdec does
-not compute is refused in one sentence: RoPE scaling (llama3, yarn, linear, ...), a sliding window that is on, an
-activation other than silu, feed-forward biases without attention ones. encdec reads one EOS id (a list's
-first); a config.json without one stops at its pad, else at id 0. transformers itself is not needed.
+not read from these families is refused in one sentence: RoPE scaling (llama3, yarn, linear, ...), a sliding
+window that is on (encdec reads Gemma's, hf_gemma), an activation other than silu, feed-forward biases without
+attention ones. encdec reads one EOS id (a list's first); a config.json without one stops at its pad, else at
+id 0. transformers itself is not needed.
 """
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -92,7 +94,8 @@ def rope_theta(hf: dict) -> float:
 
 def check_no_window(hf: dict) -> None:
     """A sliding window is on where use_sliding_window is true and some layer slides (layer_types, else every
-    layer from max_window_layers on, as Qwen2Config lays them out): refused, as no cache can reproduce it."""
+    layer from max_window_layers on, as Qwen2Config lays them out): refused, as encdec's window is Gemma's layout
+    (one global layer every n, hf_gemma) and is not read from these families."""
     window = hf.get("sliding_window") if hf.get("use_sliding_window", False) else None
     layers = hf["num_hidden_layers"]
     first_sliding = hf.get("max_window_layers", 28)
@@ -102,7 +105,7 @@ def check_no_window(hf: dict) -> None:
     if window is not None and "sliding_attention" in types:
         raise CheckpointError(
             f"config.json turns on a sliding window of {window} tokens (use_sliding_window), which encdec's "
-            "decoder-only family does not compute"
+            "decoder-only family reads from Gemma's checkpoints alone"
         )
 
 
@@ -165,15 +168,23 @@ def config_from_llama(hf: dict, untied_head: bool | None = None) -> ModelConfig:
     )
 
 
-def load_hf_llama(path: Path, hf_config: dict) -> DecoderOnly:
-    """A Llama, Qwen2 or Qwen3 directory, its head untied where lm_head differs from the token table (a tied
+def load_causal_lm(
+    path: Path, hf_config: dict, config_from: Callable[..., ModelConfig], rename: Callable[[str], str]
+) -> DecoderOnly:
+    """A decoder-only directory whose token table is model.embed_tokens and head lm_head (Llama's, Qwen's,
+    Gemma's), read by `config_from` and `rename`, its head untied where lm_head differs from the table (a tied
     checkpoint holds none)."""
-    check_hf_model_fits(config_from_llama(hf_config, untied_head=True), path)
+    check_hf_model_fits(config_from(hf_config, untied_head=True), path)
     weights = read_hf_weights(path)
     head, table = weights.get("lm_head.weight"), weights.get("model.embed_tokens.weight")
     untied = head is not None and table is not None and not torch.equal(head, table)
-    model = DecoderOnly(config_from_llama(hf_config, untied))
-    return fill_from_hf(model, weights, llama_name, path)
+    model = DecoderOnly(config_from(hf_config, untied))
+    return fill_from_hf(model, weights, rename, path)
+
+
+def load_hf_llama(path: Path, hf_config: dict) -> DecoderOnly:
+    """A Llama, Qwen2 or Qwen3 directory."""
+    return load_causal_lm(path, hf_config, config_from_llama, llama_name)
 
 
 def layout_problems(cfg: ModelConfig) -> dict[str, bool]:

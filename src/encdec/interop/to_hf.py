@@ -13,6 +13,7 @@ Each encoder-decoder layout goes to the Hugging Face class that computes the sam
     RoPE with Gemma's RMSNorm            T5GemmaForConditionalGeneration (T5Gemma)
     decoder-only, RoPE, RMSNorm, SwiGLU  LlamaForCausalLM, Qwen2ForCausalLM (q, k, v biases), Qwen3ForCausalLM
                                          (each head's queries and keys normed)
+    decoder-only with Gemma's RMSNorm    Gemma2ForCausalLM, Gemma3ForCausalLM (each head's queries and keys normed)
 Other RoPE models (ROT5), the research families and the RNN have no Hugging Face counterpart and are
 refused; `encdec.from_pretrained(RUN_DIR)` loads them. Every check runs before a file is written.
 The output directory must be new, empty or (with force) an earlier export: a directory holding
@@ -41,7 +42,10 @@ log = logging.getLogger(__name__)
 
 EXPORTABLE = {  # what exports, said beside a refusal, by model family
     "encoder_decoder": "the transformer, t5 and t5-v1.1 presets export as they are, with norm_position pre or post",
-    "decoder_only": "a decoder_only model exports with position rope, norm rmsnorm and activation swiglu (Llama's)",
+    "decoder_only": (
+        "a decoder_only model exports with position rope, norm rmsnorm and activation swiglu (Llama's), or with norm "
+        "gemma_rmsnorm, post_norms and activation gated_gelu (Gemma 2's, Gemma 3's with qk_norm)"
+    ),
 }
 # files an earlier export or checkpoint may have left that transformers would read instead of, or beside, ours
 STALE_FILES = (

@@ -13,8 +13,10 @@ start token: `step` decodes the prompt's last token in place of that first place
 logits are the prompt's last position's and row r of generate's output is [decoder_start_id,
 continuation of prompt r ...]; drop the first column. With `src_ids=None`, `start` prefills
 nothing and every token given to `step` is real (LM use with a BOS prompt in tgt_ids). The
-context is max_positions: prompt plus generated tokens must fit in it (no sliding window, which a
-cache cannot reproduce).
+context is max_positions: prompt plus generated tokens must fit in it. A sliding window (decoder_only's
+alone, Gemma 2's and Gemma 3's) keeps every key in the cache and masks those sliding_window or more
+columns behind the query (DecodeState's window, as the encoder-decoder's decoder steps), so a cached step
+still equals the full forward; a cache that dropped old keys would not.
 
 Prompts of different lengths come padded on the left, as Hugging Face's decoder-only
 `generate` takes them: each row counts positions from its first real token, and its
@@ -24,8 +26,8 @@ of a batch gets the tokens it would get alone.
 Their parts come from encdec.models.components, so they honour what the encoder-decoder
 does: n_kv_heads (GQA, MQA), d_head, scale_attention, norm, norm_eps, norm_position,
 experts (whose aux and z losses join the loss), scale_embeddings, embedding_norm,
-scale_output, tie_embeddings, bias, dropout. A family refuses, in one sentence, any
-setting it has no use for (family_rules.UNUSED_BY_FAMILY: LM_UNUSED plus its own).
+scale_output, tie_embeddings, bias, dropout, logit_softcap (decoder_only's). A family refuses, in one
+sentence, any setting it has no use for (family_rules.UNUSED_BY_FAMILY: LM_UNUSED plus its own).
 
 Positions are learned (nanoGPT: a table added to the token embeddings) or rope (Su et al.
 2021: queries and keys of every self-attention rotated by their stream positions, and of
@@ -65,6 +67,7 @@ from encdec.modules import (
     as_bool_mask,
     lm_head,
 )
+from encdec.modules.attention import soft_cap
 
 
 def build_causal_block(cfg: ModelConfig, rotary: RotaryEmbedding | None = None) -> EncoderBlock:
@@ -76,10 +79,11 @@ def build_causal_block(cfg: ModelConfig, rotary: RotaryEmbedding | None = None) 
 def build_rotaries(cfg: ModelConfig, cross: bool = True) -> tuple[RotaryEmbedding | None, RotaryEmbedding | None]:
     """With position rope, the rotation of self-attention's heads and of cross-attention's (None without
     `cross` or with rope_cross none; the same module when both are as wide); (None, None) with learned
-    positions. ModelConfig has checked both widths are even."""
+    positions. Self-attention's positions are scaled by rope_scale (linear RoPE scaling, Gemma 3's global layers).
+    ModelConfig has checked both widths are even."""
     if cfg.position != "rope":
         return None, None
-    rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
+    rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scale)  # rope_scale: decoder_only's alone
     if not cross or cfg.rope_cross == "none":
         return rotary, None
     width = cfg.cross_head_dim
@@ -147,10 +151,12 @@ class PromptedLM(GenerationMixin, abc.ABC):
     continuous_batching = True  # its DecodeState's rows may join and leave a running batch (encdec.serving)
     pads_left = True  # prompts of different lengths are padded on the left
 
-    def build_embeddings(self, cfg: ModelConfig, next_positions: bool = False) -> None:
+    def build_embeddings(self, cfg: ModelConfig, next_positions: bool = False, scale_in_dtype: bool = False) -> None:
         """Token table, dropout, embedding norm, scales, and the learned position table: max_positions rows,
-        one more when `next_positions` (1..T) are looked up; with position rope, only for those, else None."""
+        one more when `next_positions` (1..T) are looked up; with position rope, only for those, else None.
+        With `scale_in_dtype` the embedding scale is rounded to the model's dtype first, as Gemma's is."""
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.scale_in_dtype = scale_in_dtype
         rows = cfg.max_positions + int(next_positions)
         self.positions = LearnedPositions(rows, cfg.d_model) if cfg.position == "learned" or next_positions else None
         self.dropout = Dropout(cfg.dropout)
@@ -160,7 +166,11 @@ class PromptedLM(GenerationMixin, abc.ABC):
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (B, T) at positions pos (T,) or (B, T) -> E (B, T, C) = dropout(norm?(token * scale + position)),
         without the position under RoPE (it rotates queries and keys instead)."""
-        x = self.embed(ids) * self.embed_scale
+        x = self.embed(ids)
+        scale = self.embed_scale
+        if self.scale_in_dtype:
+            scale = torch.tensor(scale, dtype=x.dtype, device=x.device)
+        x = x * scale
         if self.config.position == "learned":
             x = x + self.positions(pos)
         return self.dropout(self.embed_norm(x))
@@ -180,8 +190,11 @@ class PromptedLM(GenerationMixin, abc.ABC):
         return StreamColumns(pos, self.embed_tokens(ids, pos), state.self_attention(T, pos))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden (B, T, C) -> logits (B, T, V), through the tied head unless lm_head is set."""
-        return lm_head(hidden * self.output_scale, self.embed, self.lm_head)
+        """hidden (B, T, C) -> logits (B, T, V), through the tied head unless lm_head is set, capped at
+        logit_softcap where it is set (Gemma's final_logit_softcapping)."""
+        logits = lm_head(hidden * self.output_scale, self.embed, self.lm_head)
+        cap = self.config.logit_softcap
+        return logits if cap is None else soft_cap(logits, cap)
 
     def forward(
         self,

@@ -13,7 +13,12 @@ moe_aux_decoder and moe_z_decoder. Generation prefills the prompt (see causal_lm
 
 With position rope, norm rmsnorm and activation swiglu it is Llama's layout, which Hugging Face's Llama, Qwen2
 and Qwen3 checkpoints load into (encdec.interop.hf_llama); this family alone also takes Qwen2's biases on q, k
-and v (attention_bias) and Qwen3's norms of each head's queries and keys (qk_norm).
+and v (attention_bias) and Qwen3's norms of each head's queries and keys (qk_norm). With Gemma's RMSNorm before
+and after each sublayer it is Gemma 2's and Gemma 3's (encdec.interop.hf_gemma): a sliding window in every layer
+but each global_every-th, whose RoPE may have a base of its own (rope_local_theta) beside the global layers'
+scaled one (rope_scale), capped logits (logit_softcap), the embedding scale rounded to the model's dtype. The
+window masks keys, in the full forward and in a step alike (the decode state keeps every key), so cached
+decoding equals the full forward.
 
 Shapes: B batch, T length, C model dim, V vocabulary.
 """
@@ -21,12 +26,13 @@ Shapes: B batch, T length, C model dim, V vocabulary.
 import torch
 from torch import nn
 
-from encdec.models.causal_lm_shared import PromptedLM, build_causal_block, build_rotaries
+from encdec.models.causal_lm_shared import PromptedLM, StreamColumns, build_causal_block, build_rotaries
 from encdec.models.components import build_final_norm, build_lm_head
 from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
 from encdec.models.model_config import ModelConfig
 from encdec.models.moe_losses import moe_losses
-from encdec.modules import DecodeState
+from encdec.modules import AttentionInputs, DecodeState, RotaryEmbedding, causal_mask
+from encdec.modules.blocks import for_layer, windowed
 
 
 class DecoderOnly(PromptedLM, nn.Module):
@@ -36,9 +42,16 @@ class DecoderOnly(PromptedLM, nn.Module):
         super().__init__()
         check_family(cfg)
         self.config = cfg
-        self.build_embeddings(cfg)
+        self.build_embeddings(cfg, scale_in_dtype=cfg.norm == "gemma_rmsnorm")  # Gemma rounds sqrt(d_model)
+        self.sliding_window = cfg.sliding_window  # Gemma's sliding self-attention, in the layers `sliding` names
+        self.sliding = [cfg.sliding_layer(i) for i in range(cfg.n_encoder_layers)]
         rotary, _ = build_rotaries(cfg, cross=False)
-        self.blocks = nn.ModuleList(build_causal_block(cfg, rotary) for _ in range(cfg.n_encoder_layers))
+        local_rotary = rotary  # the sliding layers' RoPE: the global layers' or its own base (Gemma 3's)
+        if cfg.rope_local_theta is not None:
+            local_rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_local_theta)
+        self.blocks = nn.ModuleList(
+            build_causal_block(cfg, local_rotary if slides else rotary) for slides in self.sliding
+        )
         self.final_norm = build_final_norm(cfg)
         self.lm_head = build_lm_head(cfg)
 
@@ -46,19 +59,34 @@ class DecoderOnly(PromptedLM, nn.Module):
         """ids (B, T), the whole window or each row's next T columns of `state` -> final hidden states (B, T, C)
         and router logits; left-padded rows count positions from their first real token."""
         columns = self.embed_columns(ids, state)
+        inputs = self.self_attentions(columns, state)
         x, router_logits = columns.embeddings, []  # (B, T, C)
         for i, block in enumerate(self.blocks):
-            x, logits = block(x, columns.attention, state.caches[i] if state is not None else None)
+            x, logits = block(x, for_layer(inputs, i), state.caches[i] if state is not None else None)
             if logits is not None:
                 router_logits.append(logits)
         return self.final_norm(x), router_logits
+
+    def self_attentions(self, columns: StreamColumns, state: DecodeState | None) -> list[AttentionInputs]:
+        """The layers' self-attention inputs: the columns' causal ones that every layer shares, or with a sliding
+        window one per layer, the sliding layers' keys fewer than sliding_window columns behind the query (a
+        step's from the decode state, a whole window's from blocks.windowed, as the encoder-decoder's decoder)."""
+        if self.sliding_window is None:
+            return [columns.attention]
+        pos = columns.positions  # (T,), or (R, T) in a step
+        if state is not None:
+            return state.self_attentions(pos.shape[-1], pos)
+        allowed = causal_mask(pos.shape[0], pos.shape[0], 0, pos.device)  # (T, T)
+        return windowed([columns.attention], allowed, pos, self.sliding_window, self.sliding, columns.embeddings.dtype)
 
     def window(self, tgt_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hidden, router_logits = self.hidden(tgt_ids)
         return self.logits(hidden), moe_losses([], router_logits)
 
     def new_caches(self, state: DecodeState) -> None:
+        """A step cache per block, and the window its sliding blocks' masks read."""
         state.new_caches(len(self.blocks))
+        state.window, state.sliding = self.sliding_window, self.sliding
 
     def advance(self, ids: torch.Tensor, state: DecodeState, last_only: bool | None = False) -> torch.Tensor | None:
         hidden, _ = self.hidden(ids, state)

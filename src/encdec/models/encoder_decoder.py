@@ -63,7 +63,7 @@ from encdec.modules import (
     within_window,
 )
 from encdec.modules.attention import soft_cap
-from encdec.modules.blocks import for_layer
+from encdec.modules.blocks import for_layer, windowed
 from encdec.modules.chunked_attention import LazyMask
 from encdec.modules.masks import same_segment
 from encdec.modules.transient_global import transient_globals
@@ -134,12 +134,7 @@ class Stack(nn.Module):
     ) -> list[AttentionInputs]:
         """`inputs` (one entry every layer shares) with a sliding window: one entry per layer, the sliding
         layers' seeing only what `allowed` allows within the window of positions pos (T,) or (B, T)."""
-        if self.window is None:
-            return inputs
-        near = within_window(pos, pos, self.window, self.causal, self.split_window)
-        near = near if allowed is None else allowed & near
-        sliding = AttentionInputs(mask=additive_mask(near, None, dtype), q_pos=pos, k_pos=pos)
-        return [sliding if slides else inputs[0] for slides in self.sliding]
+        return windowed(inputs, allowed, pos, self.window, self.sliding, dtype, self.causal, self.split_window)
 
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (B, T) at positions pos (T,) or (B, T) -> (B, T, C): token embeddings plus absolute positions."""

@@ -41,9 +41,13 @@ LM_UNUSED = frozenset(
         "rnn_attention",
     }
 )
-# the settings of the Hugging Face decoder-only families (Qwen2's q, k and v biases, Qwen3's norms of each head's
-# queries and keys) that decoder_only takes and the research LMs do not
-DECODER_ONLY_OWN = frozenset({"qk_norm", "attention_bias"})
+# the settings of the Hugging Face decoder-only families that decoder_only takes and the research LMs do not: Qwen2's
+# q, k and v biases, Qwen3's and Gemma 3's norms of each head's queries and keys, Gemma 2's and Gemma 3's sliding
+# window (a cache that keeps every key and masks by the window decodes it exactly), Gemma 3's RoPE of the sliding
+# layers and scaling of the global ones, Gemma's cap of the logits
+DECODER_ONLY_OWN = frozenset(
+    {"qk_norm", "attention_bias", "sliding_window", "global_every", "rope_local_theta", "rope_scale", "logit_softcap"}
+)
 
 # family -> the fields it refuses away from their defaults (its class's UNUSED)
 UNUSED_BY_FAMILY = {
@@ -146,11 +150,15 @@ def check_family(cfg: ModelConfig) -> None:
         check_sliding_window(cfg)
         check_encoder_attention(cfg)
         check_gemma3_fields(cfg)
+    if cfg.family == "decoder_only":  # Gemma 2's and Gemma 3's window and RoPE, as the encoder-decoder has them
+        check_sliding_window(cfg)
+        check_gemma3_fields(cfg)
 
 
 def check_gemma3_fields(cfg: ModelConfig) -> None:
-    """T5Gemma 2's settings that mean something only beside another: a window's layout, RoPE's bases and scaling,
-    merged attention's one set of projections (RoPE in self-attention alone, cross heads the same)."""
+    """Gemma 3's (and T5Gemma 2's) settings that mean something only beside another: a window's layout, RoPE's
+    bases and scaling, merged attention's one set of projections (RoPE in self-attention alone, cross heads the
+    same)."""
     if cfg.sliding_window is None and cfg.sliding_window_layout != ModelConfig.sliding_window_layout:
         raise ConfigError("model.sliding_window_layout acts only with model.sliding_window; remove it")
     for key in ("rope_local_theta", "rope_scale"):
