@@ -10,7 +10,7 @@ import pytest
 from encdec.cli import main
 from encdec.data.corpora import iter_tinystories
 from encdec.data.formats import read_corpus
-from encdec.data.passkey import NEEDLE, QUESTION, passkey_example, passkey_examples, sentences
+from encdec.data.passkey import NEEDLE, QUESTION, passkey_example, passkey_examples, sentences, word_keys
 from encdec.errors import DataError
 from encdec.tokenizers import build_tokenizer
 from tests.data.test_cli import run
@@ -85,3 +85,26 @@ def test_bad_options_are_one_sentence(tmp_path, tinystories_path, flags, says, c
     captured = capsys.readouterr()
     assert says in captured.out + captured.err and "Traceback" not in captured.err
     assert not (tmp_path / "p.jsonl").exists()
+
+
+def test_word_keys_are_one_token_words_the_same_for_every_file(tmp_path, tinystories_path, mistral_model):
+    tokenizer = build_tokenizer("sentencepiece", mistral_model, num_sentinels=0)
+    pieces = [tokenizer.decode([i]) for i in range(tokenizer.vocab_size)]
+    keys = word_keys(pieces)
+    assert len(keys) == 1000 and keys == word_keys(pieces) and keys != word_keys(pieces, seed=1)
+    assert all(key.isalpha() and key.islower() and 5 <= len(key) <= 12 for key in keys)
+    with pytest.raises(DataError, match="no one-token word"):
+        word_keys(["a", "b", "<s>"])
+    files = []
+    for seed in (1, 2):
+        out = tmp_path / f"words{seed}.jsonl"
+        argv = ["data", "passkey", str(tinystories_path), "--out", str(out), "--tokenizer", "sentencepiece"]
+        argv += ["--tokenizer-path", str(mistral_model), "--lengths", "128", "--per-cell", "40", "--keys", "words"]
+        assert run(argv + ["--seed", str(seed)]) == 0
+        files.append([json.loads(line) for line in out.read_text().splitlines()])
+    for examples in files:
+        for example in examples:
+            key = example["target"]
+            assert key in keys and len(tokenizer.encode(key)) == 1
+            assert NEEDLE.format(key=key) in example["source"]
+    assert {e["target"] for e in files[0]} != {e["target"] for e in files[1]}  # drawn from the one list

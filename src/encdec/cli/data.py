@@ -15,7 +15,7 @@ from encdec.cli.output_paths import OutputPath
 from encdec.data.batch import IGNORE_INDEX, Batch
 from encdec.data.formats import FILE_FORMATS, TEXT_FORMATS, read_corpus, reader_options
 from encdec.data.objectives import OBJECTIVES, PairTemplate, build_objective
-from encdec.data.passkey import passkey_examples
+from encdec.data.passkey import passkey_examples, word_keys
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError
 from encdec.runs.text import MAX_LENGTH
@@ -137,6 +137,12 @@ def add_parser(subparsers) -> None:
         default=1,
         help="examples of each length (and depth)",
     )
+    passkey.add_argument(
+        "--keys",
+        choices=("digits", "words"),
+        default="digits",
+        help="five different digits, or a word of one token (one of 1,000 the tokenizer has)",
+    )
     passkey.add_argument("--seed", type=field_type(TrainingSection, "seed"), default=0)
     add_reader_options(passkey)
     passkey.set_defaults(func=run_passkey, mode_tokens=False, num_sentinels=0, vocab_size=8000)
@@ -200,7 +206,11 @@ def run_passkey(args: argparse.Namespace) -> int:
     def count_tokens(text: str) -> int:
         return len(tokenizer.encode(text, add_eos=False))
 
-    examples = passkey_examples(documents, count_tokens, args.lengths, args.depths, args.per_cell, args.seed)
+    keys = None
+    if args.keys == "words":  # the same keys whatever --seed and corpus: train, validation and test share them
+        pieces = (tokenizer.decode([i]) for i in range(tokenizer.vocab_size))
+        keys = [word for word in word_keys(pieces) if count_tokens(word) == 1]
+    examples = passkey_examples(documents, count_tokens, args.lengths, args.depths, args.per_cell, args.seed, keys)
     lines = [json.dumps(example) for example in examples]
     write_atomic(args.out, "\n".join(lines) + "\n")
     print(f"{args.out}: {len(lines):,} passkey examples of {', '.join(map(str, args.lengths))} tokens")

@@ -3,11 +3,11 @@ planted at a chosen depth, and that fact as the target, so that the answer depen
 the input. The haystack is real text (a corpus's documents, in order, cut at sentence ends), not a filler
 sentence repeated, so that the needle is the one odd sentence among many ordinary ones.
 
-The key's five digits are all different (30,240 keys). An encoder-decoder copies a key through cross-attention,
-which has no positions: a digit is found by what comes before it, and a key holding a digit twice leaves the
-next one ambiguous. A tiny model trained from scratch (docs/recipes.md) found its key's digits within 300 steps
-but wrote them in the wrong order while keys repeated digits (7 keys in 10 do), which measures copying, not
-whether the whole input is read.
+A key is five different digits (30,240 keys; a digit twice would leave the next one ambiguous to a copy through
+cross-attention, which has no positions), or, with `keys`, one of a list of words (`word_keys`: each one token of
+the tokenizer). A word is one token to find and copy, so what is scored is whether the
+model finds the needle, not whether it copies digits in order: a tiny model trained from scratch here
+(docs/recipes.md) found its key's digits within 300 steps but wrote them in the wrong order.
 
     for example in passkey_examples(stories, count_tokens, lengths=[4096], depths=[0.0, 0.5, 1.0], per_cell=2):
         example == {"source": "... The pass key is 50112. Remember it. 50112 is the pass key. ...
@@ -27,6 +27,7 @@ from encdec.errors import DataError
 NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key."
 QUESTION = "What is the pass key?"
 KEY_DIGITS = 5
+KEY_WORDS = 1000  # word keys drawn (chance: one in 1,000)
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -44,12 +45,27 @@ def sentences(documents: Iterable[str]) -> Iterator[str]:
             yield from (s for s in SENTENCE_END.split(document.strip()) if s)
 
 
+def word_keys(pieces: Iterable[str], limit: int = KEY_WORDS, seed: int = 0) -> list[str]:
+    """Up to `limit` words (lower-case letters, 5-12 of them) among `pieces` (each one-token text of a
+    tokenizer), drawn with `seed`: the same keys for every file made with one tokenizer (train, validation,
+    test). A haystack may hold its key elsewhere too; only the needle says it is the key."""
+    words = sorted({p.strip() for p in pieces if re.fullmatch(r"[a-z]{5,12}", p.strip())})
+    if not words:
+        raise DataError("the tokenizer has no one-token word of 5-12 letters to be a passkey")
+    return sorted(random.Random(seed).sample(words, min(limit, len(words))))
+
+
 def passkey_example(
-    haystack: Iterator[str], count_tokens: Callable[[str], int], length: int, depth: float, rng: random.Random
+    haystack: Iterator[str],
+    count_tokens: Callable[[str], int],
+    length: int,
+    depth: float,
+    rng: random.Random,
+    keys: list[str] | None = None,
 ) -> dict:
     """One example of about `length` tokens: sentences from `haystack` with the needle after the share `depth`
-    of them (in tokens), the question last."""
-    key = "".join(rng.sample("0123456789", KEY_DIGITS))  # no digit twice (see the module)
+    of them (in tokens), the question last; its key one of `keys`, or five different digits."""
+    key = rng.choice(keys) if keys else "".join(rng.sample("0123456789", KEY_DIGITS))  # no digit twice
     needle = NEEDLE.format(key=key)
     fixed = count_tokens(needle) + count_tokens(QUESTION)
     if fixed >= length:
@@ -81,12 +97,14 @@ def passkey_examples(
     depths: list[float] | None,
     per_cell: int,
     seed: int = 0,
+    keys: list[str] | None = None,
 ) -> Iterator[dict]:
     """`per_cell` examples of each length and depth (a grid to score by depth), or with `depths` None as many
-    of each length at depths drawn uniformly (to train on)."""
+    of each length at depths drawn uniformly (to train on); keys from `keys`, or digits."""
     rng = random.Random(seed)
     haystack = sentences(documents)
     for length in lengths:
         for depth in depths if depths is not None else [None]:
             for _ in range(per_cell):
-                yield passkey_example(haystack, count_tokens, length, rng.random() if depth is None else depth, rng)
+                at = rng.random() if depth is None else depth
+                yield passkey_example(haystack, count_tokens, length, at, rng, keys)
