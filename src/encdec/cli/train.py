@@ -6,6 +6,7 @@ from success. `--nproc-per-node N` trains in N processes it starts itself (as to
 would), and a failure is one sentence, where torchrun adds its own traceback.
 """
 
+import json
 import os
 import re
 import shlex
@@ -18,6 +19,7 @@ from encdec.cli.options import whole_number
 from encdec.cli.output_paths import OutputPath
 from encdec.errors import ConfigError
 from encdec.training import load_config, train
+from encdec.training.adaptation import ADAPTATION_FILE, summary
 from encdec.training.distributed import read_layout
 from encdec.training.launch import LAUNCHED_BY, check_before_start, launch_workers, local_layout
 
@@ -92,6 +94,9 @@ def run(args) -> int:
         f"{result.steps} steps in {result.wall_time:.1f}s ({result.tokens_per_s:,.0f} tokens/s, "
         f"{threads} CPU thread{'' if threads == 1 else 's'}); {result.parameters:,} parameters"
     )
+    adaptation = Path(args.out) / ADAPTATION_FILE
+    if not args.resume and adaptation.is_file():  # a decoder-only model adapted: what came from where
+        print(summary(json.loads(adaptation.read_text())["copied"]))
     if result.val_loss is not None:
         print(
             f"at step {result.eval_step} (its last evaluation): train loss {result.train_loss:.4f}, "

@@ -26,6 +26,7 @@ from encdec.runs.checkpoint import load_state, load_weights
 from encdec.runs.load import read_generation
 from encdec.runs.open import model_kind
 from encdec.runs.run_dir import CheckpointDir, RunDir
+from encdec.training.adaptation import adapted_weights
 from encdec.training.run_config import saved_config
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class Pretrained:
     tokenizer_dir: Path
     weights: dict[str, torch.Tensor] = field(repr=False)
     generation: dict[str, Any] = field(default_factory=dict)
+    adapted: bool = False  # a decoder-only model's weights, for an encoder-decoder (training.adaptation)
 
 
 def load_pretrained(name: str, label: str = "training.init_from ") -> Pretrained:
@@ -75,7 +77,14 @@ def model_section(cfg: ModelConfig) -> dict[str, Any]:
     return section
 
 
-def load_pretrained_weights(model: nn.Module, pretrained: Pretrained) -> None:
+def load_pretrained_weights(model: nn.Module, pretrained: Pretrained) -> dict[str, str] | None:
+    """The pretrained weights into `model`; for an adapted decoder-only model, through `adapted_weights`, whose
+    record of what came from where it returns."""
     what = "Hugging Face checkpoint" if pretrained.kind == "hf" else "run"
-    load_state(model, pretrained.weights, f"the model section does not match the pretrained {what} {pretrained.source}")
+    copied = None
+    weights = pretrained.weights
+    if pretrained.adapted:
+        weights, copied = adapted_weights(list(model.state_dict()), weights)
+    load_state(model, weights, f"the model section does not match the pretrained {what} {pretrained.source}")
+    return copied
     log.info("initialised from %s", pretrained.source)

@@ -7,6 +7,7 @@ loop works with into one `Training`.
                     precision, wrapping (DDP / FSDP / torch.compile), optimizer, config.yaml and metrics.jsonl
 """
 
+import json
 import logging
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -23,8 +24,11 @@ from encdec.runs.load import read_generation
 from encdec.runs.model_section import build_model_config
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.state import TrainState, check_rng_states, read_saved_state
+from encdec.safe_paths import write_atomic
 from encdec.sizing import choose_threads
 from encdec.training import distributed
+from encdec.training.adaptation import ADAPTATION_FILE, adapted_section, wants_adaptation
+from encdec.training.adaptation import summary as adaptation_summary
 from encdec.training.distill import Teacher, find_teacher, load_teacher, teacher_bytes
 from encdec.training.ema import WeightAverage
 from encdec.training.init_from import Pretrained, load_pretrained, load_pretrained_weights
@@ -103,6 +107,8 @@ def starting_point(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bo
         return StartingPoint(cfg, latest, parts, changes)
     if cfg.training.init_from:  # fine-tuning starts from another run or a Hugging Face checkpoint
         pretrained = load_pretrained(cfg.training.init_from)
+        if wants_adaptation(pretrained.model_section, cfg.model):  # a decoder-only model into an encoder-decoder
+            pretrained = replace(pretrained, model_section=adapted_section(pretrained.model_section), adapted=True)
         return StartingPoint(replace(cfg, model={**pretrained.model_section, **cfg.model}), pretrained=pretrained)
     return StartingPoint(cfg)
 
@@ -129,7 +135,11 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     generation = start.generation  # read before the pretrained weights are let go
     base = None
     if start.pretrained is not None:
-        load_pretrained_weights(model, start.pretrained)
+        copied = load_pretrained_weights(model, start.pretrained)
+        if copied is not None:  # what came from where, for the reader of the run
+            record = {"source": str(start.pretrained.source), "copied": copied}
+            write_atomic(run.path / ADAPTATION_FILE, json.dumps(record, indent=1) + "\n")
+            log.info(adaptation_summary(copied))
         if cfg.lora is not None:
             p = start.pretrained
             base = BasePointer(cfg.training.init_from, p.kind, source_path(p.source), weights_sha256(p.weights))
