@@ -67,6 +67,9 @@ def test_the_command_writes_pairs_that_train_as_jsonl_pairs(tmp_path, tinystorie
     pairs = list(read_corpus("jsonl-pairs", [out], source_field="source", target_field="target"))
     assert pairs == [(e["source"], e["target"]) for e in lines]
     assert "8 passkey examples" in capsys.readouterr().out
+    assert run(argv + ["--digits", "2", "--seed", "1"]) == 0
+    keys = [json.loads(line)["target"] for line in out.read_text().splitlines()]
+    assert all(len(key) == 2 and key.isdigit() and key[0] != key[1] for key in keys)
 
 
 @pytest.mark.parametrize(
@@ -75,6 +78,7 @@ def test_the_command_writes_pairs_that_train_as_jsonl_pairs(tmp_path, tinystorie
         (["--lengths", "32"], "--lengths"),
         (["--lengths", "256", "--depths", "1.5"], "--depths"),
         (["--lengths", "256", "--per-cell", "0"], "--per-cell"),
+        (["--lengths", "256", "--digits", "11"], "--digits"),
         (["--lengths", "1000000", "--per-cell", "1000"], "at most"),
         (["--lengths", "256", "--format", "jsonl-pairs"], "--format"),
     ],

@@ -143,6 +143,9 @@ def add_parser(subparsers) -> None:
         default="digits",
         help="five different digits, or a word of one token (one of 1,000 the tokenizer has)",
     )
+    passkey.add_argument(
+        "--digits", type=whole_number(1, 10, "--digits"), default=5, help="a digit key's length (different digits)"
+    )
     passkey.add_argument("--seed", type=field_type(TrainingSection, "seed"), default=0)
     add_reader_options(passkey)
     passkey.set_defaults(func=run_passkey, mode_tokens=False, num_sentinels=0, vocab_size=8000)
@@ -210,7 +213,9 @@ def run_passkey(args: argparse.Namespace) -> int:
     if args.keys == "words":  # the same keys whatever --seed and corpus: train, validation and test share them
         pieces = (tokenizer.decode([i]) for i in range(tokenizer.vocab_size))
         keys = [word for word in word_keys(pieces) if count_tokens(word) == 1]
-    examples = passkey_examples(documents, count_tokens, args.lengths, args.depths, args.per_cell, args.seed, keys)
+    examples = passkey_examples(
+        documents, count_tokens, args.lengths, args.depths, args.per_cell, args.seed, keys, args.digits
+    )
     lines = [json.dumps(example) for example in examples]
     write_atomic(args.out, "\n".join(lines) + "\n")
     print(f"{args.out}: {len(lines):,} passkey examples of {', '.join(map(str, args.lengths))} tokens")

@@ -3,19 +3,14 @@ planted at a chosen depth, and that fact as the target, so that the answer depen
 the input. The haystack is real text (a corpus's documents, in order, cut at sentence ends), not a filler
 sentence repeated, so that the needle is the one odd sentence among many ordinary ones.
 
-A key is five different digits (30,240 keys; a digit twice would leave the next one ambiguous to a copy through
-cross-attention, which has no positions), or, with `keys`, one of a list of words (`word_keys`: each one token of
-the tokenizer). A word is one token to find and copy, so what is scored is whether the
-model finds the needle, not whether it copies digits in order: a tiny model trained from scratch here
-(docs/recipes.md) found its key's digits within 300 steps but wrote them in the wrong order.
-
-    for example in passkey_examples(stories, count_tokens, lengths=[4096], depths=[0.0, 0.5, 1.0], per_cell=2):
-        example == {"source": "... The pass key is 50112. Remember it. 50112 is the pass key. ...
-                     What is the pass key?", "target": "50112", "length": 4093, "depth": 0.5}
-
-`length` is the source's length in the given tokenizer's tokens, `depth` the share of the haystack before the
-needle (0: first, 1: just before the question). A jsonl file of these trains with `data.format: jsonl`,
-`data.source_field: source`, `data.target_field: target`.
+A key is `digits` different digits (five by default, 30,240 keys; a digit twice would leave the next one
+ambiguous to a copy through cross-attention, which has no positions), or, with `keys`, one of a list of words
+(`word_keys`: each one token of the tokenizer). What the docs/recipes.md recipe scores is whether the model finds
+the needle: a tiny T5 trained from scratch here found a five-digit key's digits within 300 steps but wrote
+them out of order (its decoder, with relative positions alone, cannot count which digit comes next), and
+copying one of 1,000 words it had rarely seen was still at chance after 450 steps; a key of two different
+digits (90 keys) is found and copied: the decoder's first step reads the digit after "is", its second the
+one after that.
 """
 
 import random
@@ -62,10 +57,11 @@ def passkey_example(
     depth: float,
     rng: random.Random,
     keys: list[str] | None = None,
+    digits: int = KEY_DIGITS,
 ) -> dict:
     """One example of about `length` tokens: sentences from `haystack` with the needle after the share `depth`
-    of them (in tokens), the question last; its key one of `keys`, or five different digits."""
-    key = rng.choice(keys) if keys else "".join(rng.sample("0123456789", KEY_DIGITS))  # no digit twice
+    of them (in tokens), the question last; its key one of `keys`, or `digits` different digits."""
+    key = rng.choice(keys) if keys else "".join(rng.sample("0123456789", digits))  # no digit twice
     needle = NEEDLE.format(key=key)
     fixed = count_tokens(needle) + count_tokens(QUESTION)
     if fixed >= length:
@@ -98,6 +94,7 @@ def passkey_examples(
     per_cell: int,
     seed: int = 0,
     keys: list[str] | None = None,
+    digits: int = KEY_DIGITS,
 ) -> Iterator[dict]:
     """`per_cell` examples of each length and depth (a grid to score by depth), or with `depths` None as many
     of each length at depths drawn uniformly (to train on); keys from `keys`, or digits."""
@@ -107,4 +104,4 @@ def passkey_examples(
         for depth in depths if depths is not None else [None]:
             for _ in range(per_cell):
                 at = rng.random() if depth is None else depth
-                yield passkey_example(haystack, count_tokens, length, at, rng, keys)
+                yield passkey_example(haystack, count_tokens, length, at, rng, keys, digits)
