@@ -26,7 +26,7 @@ import torch
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.hf_bart import first_set
-from encdec.interop.hf_llama import load_causal_lm, own_head_dim
+from encdec.interop.hf_llama import LLAMA_KEYS, load_causal_lm, own_head_dim
 from encdec.interop.hf_t5 import hf_name
 from encdec.interop.hf_t5gemma import STACK_DEFAULTS, global_every
 from encdec.models import DecoderOnly, ModelConfig
@@ -51,25 +51,13 @@ DEFAULTS = {  # model_type -> its config class's defaults for every key encdec r
 }
 NAMES = {"gemma2": "Gemma 2", "gemma3_text": "Gemma 3"}
 # ModelConfig field -> the config.json key it is read from (refusals name it)
-GEMMA_KEYS = {
-    "d_model": "hidden_size",
-    "d_ff": "intermediate_size",
-    "n_heads": "num_attention_heads",
-    "n_kv_heads": "num_key_value_heads",
-    "d_head": "head_dim",
-    "n_encoder_layers": "num_hidden_layers",
-    "norm_eps": "rms_norm_eps",
-    "max_positions": "max_position_embeddings",
-    "dropout": "attention_dropout",
+GEMMA_KEYS = LLAMA_KEYS | {
     "attention_scale_dim": "query_pre_attn_scalar",
     "attention_softcap": "attn_logit_softcapping",
     "logit_softcap": "final_logit_softcapping",
     "rope_theta": "rope_parameters",
     "rope_local_theta": "rope_parameters",
     "rope_scale": "rope_parameters",
-    "pad_id": "pad_token_id",
-    "eos_id": "eos_token_id",
-    "decoder_start_id": "bos_token_id",  # the placeholder a prompt's last token takes (causal_lm_shared)
 }
 
 LAYER = r"blocks\.(\d+)\."
