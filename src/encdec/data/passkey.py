@@ -5,12 +5,11 @@ sentence repeated, so that the needle is the one odd sentence among many ordinar
 
 A key is `digits` different digits (five by default, 30,240 keys; a digit twice would leave the next one
 ambiguous to a copy through cross-attention, which has no positions), or, with `keys`, one of a list of words
-(`word_keys`: each one token of the tokenizer). What the docs/recipes.md recipe scores is whether the model finds
-the needle: a tiny T5 trained from scratch here found a five-digit key's digits within 300 steps but wrote
-them out of order (its decoder, with relative positions alone, cannot count which digit comes next), and
-copying one of 1,000 words it had rarely seen was still at chance after 450 steps; a key of two different
-digits (90 keys) is found and copied: the decoder's first step reads the digit after "is", its second the
-one after that.
+(`word_keys`: each one token of the tokenizer). The docs/recipes.md recipe uses two digits (90 keys): a tiny
+T5 trained from scratch here found a five-digit key's digits within 300 steps but wrote them out of order (its
+decoder, with relative positions alone, cannot count which digit comes next), and copying one of 1,000 words
+stayed at chance for 450 steps; with two, the decoder's first step reads the digit after "is", its second the
+one after that, and the score measures whether the needle is found.
 """
 
 import random
