@@ -75,3 +75,34 @@ def test_dialogsum_fine_tune_starts_from_the_pretrained_run(tmp_path, tiny_confi
     wrong = ["--set", "model.d_model=48", "--out", str(tmp_path / "wrong")]
     assert main(args + wrong) == 2
     assert "does not match the pretrained run" in capsys.readouterr().err
+
+
+def test_passkey_recipe_trains_on_the_files_encdec_data_passkey_writes(tmp_path, shared_data):
+    """configs/recipes/passkey_longt5.yaml as its header says, at toy size: `encdec data passkey` writes the
+    files, the LongT5-local model trains on them and scores its generated keys by exact match."""
+    spm = shared_data / "tokenizers" / "mistral_tokenizer.model.v1"
+    stories = shared_data / "tinystories" / "tinystories_valid_head.txt.gz"
+    files = {}
+    for split, seed in (("train", 1), ("validation", 2)):
+        files[split] = tmp_path / f"{split}.jsonl"
+        args = ["data", "passkey", str(stories), "--out", str(files[split]), "--lengths", "256,512", "--digits", "2"]
+        args += ["--per-cell", "6", "--seed", str(seed), "--tokenizer", "sentencepiece", "--tokenizer-path", str(spm)]
+        assert main(args) == 0
+    code = main(
+        [
+            "train",
+            str(RECIPES / "passkey_longt5.yaml"),
+            "--out",
+            str(tmp_path / "run"),
+            *TINY,
+            "--set",
+            f"data.train=[{files['train']}]",
+            "--set",
+            f"data.validation=[{files['validation']}]",
+            "--set",
+            "training.batch_tokens=2048",
+        ]
+    )
+    assert code == 0
+    evals = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "eval"]
+    assert "val_exact_match" in evals[-1]
