@@ -104,6 +104,22 @@ WRITERS: dict[tuple[str, str], tuple[Writer, str]] = {
         ],
         "maps.npz",
     ),  # fmt: skip
+    ("data passkey", "--out"): (
+        lambda lib, out: [
+            "data",
+            "passkey",
+            str(lib / "corpus.txt"),
+            "--format",
+            "text",
+            "--tokenizer",
+            "byte",
+            "--lengths",
+            "256",
+            "--out",
+            out,
+        ],
+        "keys.jsonl",
+    ),  # fmt: skip
     ("data prepare", "--out"): (
         lambda lib, out: [
             "data",

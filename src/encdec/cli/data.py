@@ -19,7 +19,7 @@ from encdec.data.passkey import passkey_examples, word_keys
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError
 from encdec.runs.text import MAX_LENGTH
-from encdec.safe_paths import write_atomic
+from encdec.safe_paths import output_dir, output_path, write_atomic
 from encdec.schema import Range, argument_type, field_type
 from encdec.sizing import capped_to_cores
 from encdec.tokenizers import KINDS, MANIFEST_NAME, UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
@@ -217,6 +217,8 @@ def run_passkey(args: argparse.Namespace) -> int:
         documents, count_tokens, args.lengths, args.depths, args.per_cell, args.seed, keys, args.digits
     )
     lines = [json.dumps(example) for example in examples]
+    output_path(args.out, "--out")  # the writer's own check: no symlink on the way, the file itself none
+    output_dir(args.out.parent, "--out's directory")  # made where missing
     write_atomic(args.out, "\n".join(lines) + "\n")
     print(f"{args.out}: {len(lines):,} passkey examples of {', '.join(map(str, args.lengths))} tokens")
     return 0
