@@ -1,6 +1,6 @@
 """T5Gemma (model_type t5gemma): a random-weight checkpoint (saved with save_pretrained: no download) with
 capped attention scores and logits, a sliding window narrower than the test's sequences in every other layer,
-grouped-query attention and stacks of different depths loads exactly: logits within 1e-4 of transformers'
+grouped-query attention and stacks of different depths, or an encoder wider than the decoder, loads exactly: logits within 1e-4 of transformers'
 eager attention on a padded batch, greedy and beam-4 tokens identical, an export transformers reloads with the
 same logits, `encdec generate` on the directory with a tokenizer.json alone, a server's rows equal generate
 alone; `encdec size` of t5gemma-2b-2b's config.json is transformers' count."""
@@ -26,28 +26,31 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is
 def stack(layers: int, **overrides) -> dict:
     """A stack's config: 4 query heads over 2 key/value heads, a window of 3 in its even layers (the default
     layer_types), query_pre_attn_scalar other than head_dim, scores capped at 1.5, logits at 4."""
-    return dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=40,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        query_pre_attn_scalar=12,
-        sliding_window=3,
-        attn_logit_softcapping=1.5,
-        final_logit_softcapping=4.0,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-        **overrides,
-    )
+    return {
+        "vocab_size": VOCAB,
+        "hidden_size": 32,
+        "intermediate_size": 40,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "query_pre_attn_scalar": 12,
+        "sliding_window": 3,
+        "attn_logit_softcapping": 1.5,
+        "final_logit_softcapping": 4.0,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+    } | overrides
 
 
-def hf_model(tied: bool = True, **decoder):
+# an encoder wider than the decoder, with more heads of other widths (t5gemma-9b-2b's kind, the unbalanced)
+WIDER_ENCODER = dict(hidden_size=48, intermediate_size=56, num_attention_heads=6, num_key_value_heads=3, head_dim=8)
+
+
+def hf_model(tied: bool = True, encoder: dict | None = None, **decoder):
     """A random-weight T5GemmaForConditionalGeneration, its norms' weights random too (they start at 0)."""
     torch.manual_seed(0)
     config = transformers.T5GemmaConfig(
-        encoder=stack(3), decoder=stack(2, **decoder), vocab_size=VOCAB, tie_word_embeddings=tied
+        encoder=stack(3, **(encoder or {})), decoder=stack(2, **decoder), vocab_size=VOCAB, tie_word_embeddings=tied
     )
     config._attn_implementation = "eager"  # transformers' SDPA cannot cap scores
     model = transformers.T5GemmaForConditionalGeneration(config).eval()
@@ -57,19 +60,22 @@ def hf_model(tied: bool = True, **decoder):
     return model
 
 
-def saved(path, tied: bool = True):
-    reference = hf_model(tied)
+def saved(path, tied: bool = True, encoder: dict | None = None):
+    reference = hf_model(tied, encoder)
     reference.save_pretrained(path)
     tokenizer_json(path)
     return reference
 
 
-@pytest.fixture(scope="module", params=["tied", "untied"])
+@pytest.fixture(scope="module", params=["tied", "untied", "wider-encoder"])
 def pair(request, tmp_path_factory):
-    """(transformers' model, ours) of one checkpoint, its head tied to the decoder's token table or its own."""
+    """(transformers' model, ours) of one checkpoint, its head tied to the decoder's token table or its own, or
+    its encoder wider than its decoder (model.encoder_*)."""
     path = tmp_path_factory.mktemp(request.param)
-    reference = saved(path, tied=request.param == "tied")
-    return reference, encdec.load_hf(path), path
+    reference = saved(path, request.param != "untied", WIDER_ENCODER if request.param == "wider-encoder" else None)
+    ours = encdec.load_hf(path)
+    assert ours.config.encoder_width == (48 if request.param == "wider-encoder" else 32)
+    return reference, ours, path
 
 
 def padded_batch():
@@ -231,12 +237,12 @@ def test_encdec_size_of_t5gemma_2b_2b_is_transformers_parameter_count(tmp_path, 
 
 def test_what_encdec_cannot_read_or_write_is_one_sentence(tmp_path):
     reference = hf_model()
-    reference.config.decoder.hidden_size = 48  # stacks of two widths (t5gemma-9b-2b's kind)
+    reference.config.decoder.rms_norm_eps = 1e-5  # stacks of other norms (their widths may differ)
     config = json.loads(reference.config.to_json_string())
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="encoder and decoder differ in hidden_size .32 and 48.; encdec reads"):
+    with pytest.raises(CheckpointError, match="encoder and decoder differ in rms_norm_eps .1e-06 and 1e-05.; encdec"):
         hf_model_config(tmp_path)
-    config["decoder"]["hidden_size"] = 32
+    config["decoder"]["rms_norm_eps"] = 1e-6
     config["encoder"]["layer_types"] = ["full_attention", "sliding_attention", "full_attention"]
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="layer_types are not one global layer every n"):

@@ -56,6 +56,11 @@ ALTERNATIVE = dict(
     n_decoder_layers=1,
     cross_n_heads=2,
     cross_n_kv_heads=1,
+    encoder_d_model=48,
+    encoder_d_ff=48,
+    encoder_n_heads=2,
+    encoder_n_kv_heads=1,
+    encoder_d_head=8,
     activation="silu",
     norm_eps=1e-2,
     norm_position="post",
@@ -121,6 +126,7 @@ CONTEXT = dict(
     qk_norm=dict(position="rope"),
     merged_cross_attention=dict(position="rope", rope_cross="none"),
     global_block_size=dict(encoder_attention="transient_global"),
+    encoder_d_model=dict(shared_embeddings=False),  # an encoder of its own width reads a table of its own
 )
 FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in NOT_MODEL]
 

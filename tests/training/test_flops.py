@@ -29,6 +29,14 @@ def counted_step_flops(cfg, batch: int, src_len: int, tgt_len: int) -> int:
         {"activation": "gated_gelu", "n_kv_heads": 2},
         {"n_experts": 4},
         {"n_experts": 4, "moe_top_k": 2},
+        # an encoder of its own widths (T5Gemma's unbalanced): its layers at its widths, cross k and v from them
+        {
+            "encoder_d_model": 40,
+            "encoder_n_heads": 2,
+            "encoder_d_head": 16,
+            "encoder_d_ff": 80,
+            "shared_embeddings": False,
+        },
     ],
 )
 def test_step_flops_equals_the_counted_matmuls_of_a_step(overrides):

@@ -45,7 +45,9 @@ def generation_bytes(model, cfg: GenerationConfig, batch: int, source_len: int, 
     sizes["cross-attention caches"] = batch * source_len * layers * 2 * cross_kv * d_head * dtype
     if getattr(model_cfg, "position", None) == "relative" and getattr(model_cfg, "family", None) == "encoder_decoder":
         sizes["relative bias"] = heads * length * length * dtype
-    sizes["encoder"] = batch * source_len * (4 * model_cfg.d_model + heads * source_len) * dtype
+    sizes["encoder"] = (
+        batch * source_len * (4 * getattr(model_cfg, "encoder_width", model_cfg.d_model) + heads * source_len) * dtype
+    )
     steps_kept = length if cfg.output_scores else 0
     sizes["logits"] = rows * model_cfg.vocab_size * 4 * (LOGIT_COPIES + steps_kept)
     return sizes

@@ -8,8 +8,9 @@ sliding-window self-attention in the layers layer_types names (sliding_window, o
 global_every), gated GELU (tanh) feed-forwards, token embeddings times sqrt(hidden_size), a token table per
 stack (shared_embeddings false), the head tied to the decoder's or its own, and the logits capped at the
 decoder's final_logit_softcapping (logit_softcap). config.json holds an `encoder` and a `decoder` config;
-encdec reads those of one width (hidden size, heads, feed-forward, attention settings), each stack of its own
-depth, and refuses others in one sentence. Decoding starts at config.json's decoder_start_token_id where it
+encdec reads stacks that agree on their attention settings, each of its own depth and of its own widths (the
+encoder's hidden size, heads and feed-forward as ModelConfig's encoder_*: the unbalanced 9B-2B), and refuses
+others in one sentence. Decoding starts at config.json's decoder_start_token_id where it
 sets one, else at the decoder's bos_token_id, as transformers' generate does. transformers
 itself is not needed.
 """
@@ -44,14 +45,17 @@ STACK_DEFAULTS = {
     "final_logit_softcapping": 30.0,
     "attn_logit_softcapping": 50.0,
 }
+# the widths the encoder may have of its own (ModelConfig's encoder_*: the unbalanced 9B-2B)
+ENCODER_OWN_KEYS = {
+    "d_model": "hidden_size",
+    "d_ff": "intermediate_size",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "d_head": "head_dim",
+}
 # what the two stacks must agree on, as encdec's one ModelConfig has it
 SAME_IN_BOTH = (
     "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
     "hidden_activation",
     "rms_norm_eps",
     "query_pre_attn_scalar",
@@ -139,8 +143,9 @@ def config_from_t5gemma(hf: dict, untied_head: bool) -> ModelConfig:
         if encoder[key] != decoder[key]:
             raise CheckpointError(
                 f"config.json's encoder and decoder differ in {key} ({encoder[key]} and {decoder[key]}); encdec "
-                "reads T5Gemma whose stacks differ only in depth"
+                "reads T5Gemma whose stacks differ only in depth and widths"
             )
+    own = {f"encoder_{ours}": encoder[key] for ours, key in ENCODER_OWN_KEYS.items() if encoder[key] != decoder[key]}
     if decoder["hidden_activation"] not in ("gelu_pytorch_tanh", "gelu_new"):
         raise CheckpointError(f"unsupported T5Gemma hidden_activation {decoder['hidden_activation']!r}")
     if encoder["attention_bias"] or decoder["attention_bias"]:
@@ -178,6 +183,7 @@ def config_from_t5gemma(hf: dict, untied_head: bool) -> ModelConfig:
         pad_id=decoder["pad_token_id"],
         eos_id=eos if isinstance(eos, int) else eos[0],
         decoder_start_id=first_set(hf.get("decoder_start_token_id"), decoder["bos_token_id"]),  # as generate reads
+        **own,
     )
 
 
@@ -264,18 +270,20 @@ def gemma_encoder_decoder(cfg: ModelConfig) -> dict:
 
 def t5gemma_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     """A T5Gemma-layout model's weights under transformers' names and its config.json keys (an encoder and a
-    decoder config of one width, each of its own depth)."""
+    decoder config, each of its own depth and widths)."""
     cfg = model.config
     weights = {t5gemma_name(name): t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
 
-    def stack(layers: int, decoder: bool) -> dict:
+    def stack(stack_cfg: ModelConfig, layers: int, decoder: bool) -> dict:
         rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
         return {
-            **gemma_stack(cfg, layers),
+            **gemma_stack(stack_cfg, layers),
             "rope_parameters": rope,
             "sliding_window": cfg.sliding_window,
             "is_decoder": decoder,
         }
 
-    config = {"encoder": stack(cfg.n_encoder_layers, False), "decoder": stack(cfg.decoder_layers, True)}
+    encoder = stack(cfg.encoder_config(), cfg.n_encoder_layers, False)
+    decoder = stack(cfg, cfg.decoder_layers, True) | {"cross_attention_hidden_size": cfg.encoder_width}
+    config = {"encoder": encoder, "decoder": decoder}
     return weights, config | gemma_encoder_decoder(cfg)

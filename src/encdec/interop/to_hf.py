@@ -112,6 +112,11 @@ def hf_layout(cfg: ModelConfig) -> str:
         family.check(cfg)
     except ConfigError as error:
         raise ConfigError(f"{error} ({EXPORTABLE[cfg.family]}); {LOAD_HINT}") from None
+    if cfg.encoder_config() is not cfg and family.model_type != "t5gemma":  # one width for both stacks elsewhere
+        raise ConfigError(
+            f"an encoder of its own widths (model.encoder_*) has no Hugging Face {family.model_type} counterpart; "
+            f"T5Gemma's layout alone holds one; {LOAD_HINT}"
+        )
     return family.model_type
 
 

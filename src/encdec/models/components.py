@@ -52,16 +52,22 @@ def output_scale(cfg: ModelConfig) -> float:
 
 
 def build_attention(
-    cfg: ModelConfig, n_heads: int, n_kv_heads: int | None, rotary: RotaryEmbedding | None = None
+    cfg: ModelConfig,
+    n_heads: int,
+    n_kv_heads: int | None,
+    rotary: RotaryEmbedding | None = None,
+    d_source: int | None = None,
 ) -> Attention:
-    """n_heads query heads over n_kv_heads key/value heads. Heads are d_head wide when they are the
-    model's n_heads; an attention with its own head count (cross_n_heads) splits d_model among them."""
+    """n_heads query heads over n_kv_heads key/value heads, keys and values read from d_source wide states
+    (None: d_model). Heads are d_head wide when they are the model's n_heads; an attention with its own head
+    count (cross_n_heads) splits d_model among them."""
     d_head = cfg.head_dim if n_heads == cfg.n_heads else cfg.d_model // n_heads
     return Attention(
         cfg.d_model,
         n_heads,
         n_kv_heads,
         d_head,
+        d_source,
         bias=cfg.bias or cfg.attention_bias == "qkvo",
         scale=cfg.scale_attention,
         dropout=cfg.dropout,
@@ -80,10 +86,10 @@ def build_self_attention(cfg: ModelConfig, rotary: RotaryEmbedding | None = None
 def build_cross_attention(
     cfg: ModelConfig, rotary: RotaryEmbedding | None = None, n_heads: int | None = None
 ) -> Attention:
-    """cross_n_heads heads (else `n_heads`, else the model's) over cross_n_kv_heads (else n_kv_heads)."""
-    return build_attention(
-        cfg, cfg.cross_n_heads or n_heads or cfg.n_heads, cfg.cross_n_kv_heads or cfg.n_kv_heads, rotary
-    )
+    """cross_n_heads heads (else `n_heads`, else the model's) over cross_n_kv_heads (else n_kv_heads), reading
+    the encoder's states (of its own width where it has one)."""
+    heads = cfg.cross_n_heads or n_heads or cfg.n_heads
+    return build_attention(cfg, heads, cfg.cross_n_kv_heads or cfg.n_kv_heads, rotary, cfg.encoder_width)
 
 
 def build_ffn(cfg: ModelConfig, dropout: float, sparse: bool = True) -> nn.Module:

@@ -402,6 +402,16 @@ class Decoder(Stack):
         return AttentionInputs(mask=additive_mask(allowed, None, dtype), q_pos=q_pos, k_pos=k_pos)
 
 
+def rotaries(cfg: ModelConfig) -> tuple[RotaryEmbedding | None, RotaryEmbedding | None]:
+    """RoPE of the global layers and of the sliding ones (the global layers' or its own base, Gemma 3's); none
+    without RoPE."""
+    if cfg.position != "rope":
+        return None, None
+    rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scale)
+    local = RotaryEmbedding(cfg.head_dim, cfg.rope_local_theta) if cfg.rope_local_theta is not None else rotary
+    return rotary, local
+
+
 class EncoderDecoder(GenerationMixin, nn.Module):
     """encode() once, decode() as often as needed; forward() does both and the loss.
 
@@ -416,13 +426,13 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         check_family(cfg)
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scale) if cfg.position == "rope" else None
-        local_rotary = rotary  # the sliding layers' RoPE: the global layers' or its own base (Gemma 3's)
-        if rotary is not None and cfg.rope_local_theta is not None:
-            local_rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_local_theta)
-        # the encoder's token table: the decoder's, or one of its own (T5Gemma's), as encoder.embed
-        encoder_embed = self.embed if cfg.shared_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.encoder = Encoder(cfg, encoder_embed, rotary, local_rotary)
+        # the encoder's token table: the decoder's, or one of its own (T5Gemma's), as encoder.embed; an encoder of
+        # other widths (encoder_d_model, ...) is built from its own config, with its own RoPE where its heads differ
+        encoder_cfg = cfg.encoder_config()
+        encoder_embed = self.embed if cfg.shared_embeddings else nn.Embedding(cfg.vocab_size, encoder_cfg.d_model)
+        rotary, local_rotary = rotaries(cfg)
+        encoder_rotary = (rotary, local_rotary) if encoder_cfg.head_dim == cfg.head_dim else rotaries(encoder_cfg)
+        self.encoder = Encoder(encoder_cfg, encoder_embed, *encoder_rotary)
         self.decoder = Decoder(cfg, self.embed, rotary, local_rotary)
         if cfg.eoi_token_id is not None:  # one vector both stacks read for that token (T5Gemma 2's end-of-image)
             self.eoi_embedding = nn.Parameter(torch.zeros(cfg.d_model))

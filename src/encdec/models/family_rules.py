@@ -6,7 +6,10 @@ The family classes refuse through `check_family` before they build anything; a c
 """
 
 from encdec.errors import ConfigError
-from encdec.models.model_config import CAUSAL_LMS, ModelConfig, refuse_unused
+from encdec.models.model_config import CAUSAL_LMS, ENCODER_WIDTHS, ModelConfig, refuse_unused
+
+# an encoder of its own widths, the transformer encoder-decoder's alone (T5Gemma's unbalanced adaptation)
+ENCODER_OWN = frozenset(f"encoder_{key}" for key in ENCODER_WIDTHS)
 
 # What no causal LM uses: other position schemes (position must be learned or rope), Marian and
 # BART's checkpoint details, Switch's layout of sparse layers (every feed-forward is one with experts),
@@ -37,6 +40,7 @@ LM_UNUSED = frozenset(
         "global_block_size",
         "logit_softcap",
         "shared_embeddings",  # one stack, one token table
+        *ENCODER_OWN,
         "rnn_cell",
         "rnn_attention",
     }
@@ -61,6 +65,7 @@ UNUSED_BY_FAMILY = {
     # the transformer's settings: attention, feed-forward, norms, positions, experts, head scaling
     "rnn_seq2seq": frozenset(
         {
+            *ENCODER_OWN,
             "n_heads",
             "n_kv_heads",
             "d_head",

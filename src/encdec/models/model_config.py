@@ -6,7 +6,7 @@ A family declares the fields it does not use (its class's `UNUSED`); building it
 with one of them set away from its default is refused (`refuse_unused`).
 """
 
-from dataclasses import MISSING, Field, asdict, dataclass, field, fields
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from typing import Annotated, Literal
 
 from encdec.errors import ConfigError, refuse_unknown_keys
@@ -23,6 +23,7 @@ FAMILY_DEFAULTS = {
 }
 
 
+ENCODER_WIDTHS = ("d_model", "d_ff", "n_heads", "n_kv_heads", "d_head")  # what encoder_* may set apart
 MAX_LAYERS = 4096  # per stack; the deepest trained transformers have a few hundred
 MAX_EXPERTS = 4096  # Switch-C has 2048; each expert is its own modules in every layer
 MAX_COEF = 1e6  # a loss coefficient: the auxiliary losses' are 1e-3 to 1e-2
@@ -48,6 +49,12 @@ class ModelConfig:
     d_ff: Positive = 2048
     n_encoder_layers: Layers = 6
     n_decoder_layers: Layers | None = None  # None: n_encoder_layers (decoder_only: its depth is n_encoder_layers)
+    # an encoder of other widths than the decoder (T5Gemma's unbalanced 9B-2B, encoder_config()); None: the decoder's
+    encoder_d_model: Positive | None = None
+    encoder_d_ff: Positive | None = None
+    encoder_n_heads: Positive | None = None
+    encoder_n_kv_heads: Positive | None = None
+    encoder_d_head: Positive | None = None
     cross_n_heads: Positive | None = None  # None: n_heads (ar_encdec, parallel_encdec: 2 * n_heads)
     cross_n_kv_heads: Positive | None = None  # None: n_kv_heads
     activation: Literal["relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"] = "relu"
@@ -147,6 +154,24 @@ class ModelConfig:
             raise ConfigError(f"model.sinusoidal_layout fairseq needs d_model of 4 or more, got {self.d_model}")
         if self.moe_top_k > self.n_experts:
             raise ConfigError(f"model.moe_top_k ({self.moe_top_k}) exceeds model.n_experts ({self.n_experts})")
+        if self.family == "encoder_decoder":  # the other families refuse encoder_* (family_rules.ENCODER_OWN)
+            self._check_encoder_widths()
+
+    def _check_encoder_widths(self) -> None:
+        """An encoder of its own widths: a consistent encoder config, a token table of its own where it is of
+        another width, and cross-attention apart from self-attention (which reads the decoder's width)."""
+        try:
+            self.encoder_config()
+        except ConfigError as error:
+            raise ConfigError(f"the encoder's own widths (model.encoder_*) do not fit: {error}") from None
+        if self.encoder_width != self.d_model and self.shared_embeddings:
+            raise ConfigError(
+                f"an encoder of width {self.encoder_width} cannot read the decoder's token table of width "
+                f"{self.d_model}; set model.shared_embeddings false"
+            )
+        for key in ("merged_cross_attention", "eoi_token_id"):  # T5Gemma 2's: one width both stacks read
+            if self.encoder_width != self.d_model and getattr(self, key) not in (False, None):
+                raise ConfigError(f"model.{key} needs an encoder as wide as the decoder (model.encoder_d_model)")
 
     def _check_heads(self) -> None:
         if self.d_head is None and self.d_model % self.n_heads:
@@ -169,6 +194,20 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_head or self.d_model // self.n_heads
+
+    @property
+    def encoder_width(self) -> int:
+        """The encoder's hidden width: what cross-attention reads its keys and values from."""
+        return self.encoder_d_model or self.d_model
+
+    def encoder_config(self) -> "ModelConfig":
+        """The config the encoder stack is built from: this one with the encoder's own widths (ENCODER_WIDTHS)
+        in place of the decoder's, or this one where it sets none."""
+        own = {key: getattr(self, f"encoder_{key}") for key in ENCODER_WIDTHS}
+        if all(value is None for value in own.values()):
+            return self
+        changed = {key: value for key, value in own.items() if value is not None}
+        return replace(self, **changed, **{f"encoder_{key}": None for key in ENCODER_WIDTHS})
 
     @property
     def cross_heads(self) -> int:

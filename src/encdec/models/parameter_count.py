@@ -40,17 +40,17 @@ def norm(cfg: ModelConfig) -> int:
     return cfg.d_model * (2 if cfg.norm == "layernorm" and cfg.bias else 1)
 
 
-def attention(cfg: ModelConfig, n_heads: int, n_kv_heads: int | None) -> int:
+def attention(cfg: ModelConfig, n_heads: int, n_kv_heads: int | None, d_source: int | None = None) -> int:
     """q, k, v and o, biased as bias and attention_bias say, and each head's query and key norms with qk_norm
     (components.build_attention: heads d_head wide when they are the model's n_heads, else d_model split among
-    them)."""
+    them; keys and values read from d_source wide states, else d_model)."""
     d, d_head = cfg.d_model, cfg.head_dim if n_heads == cfg.n_heads else cfg.d_model // n_heads
     kv = n_kv_heads or n_heads
     qk_norms = 2 * d_head * (2 if cfg.norm == "layernorm" and cfg.bias else 1) if cfg.qk_norm else 0
     qkv_bias, o_bias = cfg.bias or cfg.attention_bias != "none", cfg.bias or cfg.attention_bias == "qkvo"
     return (
         linear(d, n_heads * d_head, qkv_bias)
-        + 2 * linear(d, kv * d_head, qkv_bias)
+        + 2 * linear(d_source or d, kv * d_head, qkv_bias)
         + linear(n_heads * d_head, d, o_bias)
         + qk_norms
     )
@@ -83,14 +83,16 @@ def decoder_block(cfg: ModelConfig, memory_norm: bool = False, sparse: bool = Tr
     their norms, and with `memory_norm` one of the memory (the research families')."""
     if cfg.merged_cross_attention:  # the self-attention reads the memory too (T5Gemma 2)
         return encoder_block(cfg, sparse)
-    cross = attention(cfg, cfg.cross_heads, cfg.cross_n_kv_heads or cfg.n_kv_heads)
+    cross = attention(cfg, cfg.cross_heads, cfg.cross_n_kv_heads or cfg.n_kv_heads, cfg.encoder_width)
     return encoder_block(cfg, sparse) + cross + sublayer_norms(cfg) + (norm(cfg) if memory_norm else 0)
 
 
 def token_tables(cfg: ModelConfig) -> int:
     """The token table, the head when it is not tied to it, the encoder's own table where it has one
     (shared_embeddings false, T5Gemma's), and the end-of-image token's vector (T5Gemma 2's)."""
-    tables = cfg.vocab_size * cfg.d_model * (1 + (not cfg.tie_embeddings) + (not cfg.shared_embeddings))
+    tables = cfg.vocab_size * (
+        cfg.d_model * (1 + (not cfg.tie_embeddings)) + cfg.encoder_width * (not cfg.shared_embeddings)
+    )
     return tables + (cfg.d_model if cfg.eoi_token_id is not None else 0)  # a token's own vector (T5Gemma 2)
 
 
@@ -99,22 +101,28 @@ def stack_norms(cfg: ModelConfig) -> int:
     return (norm(cfg) if cfg.embedding_norm else 0) + (norm(cfg) if cfg.norm_position == "pre" else 0)
 
 
+def stack_positions(cfg: ModelConfig, layers: int) -> int:
+    """One stack's learned position table, or its relative bias (T5's one, UMT5's one per layer)."""
+    if cfg.position == "learned":
+        return (cfg.max_positions + cfg.position_offset) * cfg.d_model
+    if cfg.position == "relative":
+        return cfg.relative_buckets * cfg.n_heads * (layers if cfg.relative_bias_per_layer else 1)
+    return 0  # sinusoidal (a buffer) or rope (rotations)
+
+
 def encoder_decoder(cfg: ModelConfig) -> ParameterCount:
     """Two stacks over one token table (or the encoder over its own), each with its own position table or
-    relative bias and norms, and experts in the layers ModelConfig.moe_layer names."""
-    if cfg.position == "learned":  # both stacks'
-        positions = 2 * (cfg.max_positions + cfg.position_offset) * cfg.d_model
-    elif cfg.position == "relative":  # a bias per stack (T5) or per layer (UMT5)
-        biases = cfg.n_encoder_layers + cfg.decoder_layers if cfg.relative_bias_per_layer else 2
-        positions = cfg.relative_buckets * cfg.n_heads * biases
-    else:  # sinusoidal (a buffer) or rope (rotations)
-        positions = 0
+    relative bias and norms, and experts in the layers ModelConfig.moe_layer names; the encoder of its own
+    widths where it has them (ModelConfig.encoder_config)."""
+    enc = cfg.encoder_config()
+    positions = stack_positions(enc, cfg.n_encoder_layers) + stack_positions(cfg, cfg.decoder_layers)
     if cfg.encoder_attention == "transient_global":  # its keys' bias in the encoder, a norm of them per layer
-        positions += cfg.relative_buckets * cfg.n_heads
-    layers = sum(encoder_block(cfg, cfg.moe_layer(i)) for i in range(cfg.n_encoder_layers))
-    layers += cfg.n_encoder_layers * norm(cfg) if cfg.encoder_attention == "transient_global" else 0
+        positions += cfg.relative_buckets * enc.n_heads
+    layers = sum(encoder_block(enc, cfg.moe_layer(i)) for i in range(cfg.n_encoder_layers))
+    layers += cfg.n_encoder_layers * norm(enc) if cfg.encoder_attention == "transient_global" else 0
     layers += sum(decoder_block(cfg, sparse=cfg.moe_layer(i, decoder=True)) for i in range(cfg.decoder_layers))
-    return ParameterCount(token_tables(cfg) + 2 * stack_norms(cfg) + positions + layers, positions)
+    norms = stack_norms(enc) + stack_norms(cfg)
+    return ParameterCount(token_tables(cfg) + norms + positions + layers, positions)
 
 
 def causal_positions(cfg: ModelConfig, next_positions: bool) -> int:

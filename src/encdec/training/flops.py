@@ -26,23 +26,26 @@ def step_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int) -> floa
     (2 * d_model * experts) per token in each sparse layer (ModelConfig.moe_layer), one feed-forward in the others.
     Norms, softmax and the like are not counted.
     """
-    d, dh, heads = cfg.d_model, cfg.head_dim, cfg.n_heads
-    q, kv = heads * dh, (cfg.n_kv_heads or heads) * dh  # query / output width, key / value width
-    dense = (3 if cfg.activation in GATED else 2) * d * cfg.d_ff
-    sparse = (3 if cfg.moe_activation in GATED else 2) * d * cfg.d_ff * cfg.moe_top_k + d * cfg.n_experts
+    enc = cfg.encoder_config()  # the encoder's widths: the decoder's, or its own
     src, tgt = batch * src_len, batch * tgt_len  # tokens
 
-    def attention(queries: int, keys: int) -> int:
-        return batch * heads * queries * keys * dh * 4
+    def widths(c: ModelConfig) -> tuple[int, int, int, int]:  # model, query / output, key / value, head
+        return c.d_model, c.n_heads * c.head_dim, (c.n_kv_heads or c.n_heads) * c.head_dim, c.head_dim
 
-    def ffn(layer: int, decoder: bool) -> int:  # each token through its top-k experts, after the router
-        return sparse if cfg.moe_layer(layer, decoder) else dense
+    def attention(c: ModelConfig, queries: int, keys: int) -> int:
+        return batch * c.n_heads * queries * keys * c.head_dim * 4
 
-    encoder = 2 * src * (2 * d * q + 2 * d * kv) + attention(src_len, src_len)
+    def ffn(c: ModelConfig, layer: int, decoder: bool) -> int:  # each token through its top-k experts, after the router
+        if cfg.moe_layer(layer, decoder):
+            return (3 if c.moe_activation in GATED else 2) * c.d_model * c.d_ff * c.moe_top_k + c.d_model * c.n_experts
+        return (3 if c.activation in GATED else 2) * c.d_model * c.d_ff
+
+    (de, qe, kve, _), (d, q, kv, _) = widths(enc), widths(cfg)
+    encoder = 2 * src * (2 * de * qe + 2 * de * kve) + attention(enc, src_len, src_len)
     decoder = 2 * tgt * (4 * d * q + 2 * d * kv)  # self q k v o, cross q o
-    decoder += 2 * src * 2 * d * kv + attention(tgt_len, tgt_len) + attention(tgt_len, src_len)  # cross k v
-    ffns = sum(2 * src * ffn(i, False) for i in range(cfg.n_encoder_layers))
-    ffns += sum(2 * tgt * ffn(i, True) for i in range(cfg.decoder_layers))
+    decoder += 2 * src * 2 * de * kv + attention(cfg, tgt_len, tgt_len) + attention(cfg, tgt_len, src_len)  # cross k v
+    ffns = sum(2 * src * ffn(enc, i, False) for i in range(cfg.n_encoder_layers))
+    ffns += sum(2 * tgt * ffn(cfg, i, True) for i in range(cfg.decoder_layers))
     head = 2 * tgt * d * cfg.vocab_size
     return 3.0 * (cfg.n_encoder_layers * encoder + cfg.decoder_layers * decoder + ffns + head)
 
