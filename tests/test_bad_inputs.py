@@ -166,6 +166,22 @@ CASES = {
         lambda p: train(p, "objective.pack=true", "model.preset=decoder_only-tiny"),
         "objective.pack needs model.family encoder_decoder",
     ),
+    "prefix_lm for an encoder-decoder": Case(
+        lambda p: train(p, "objective.kind=prefix_lm"), "objective.kind prefix_lm makes one token stream for a causal"
+    ),
+    "causal_lm for an encoder-decoder": Case(
+        lambda p: train(p, "objective.kind=causal_lm"),
+        "causal_lm makes one token stream for a causal LM, but the model",
+    ),
+    "warm-up without an unbalanced adaptation": Case(
+        lambda p: train(p, "training.cross_attention_warmup=5"), "set training.init_decoder_from, or drop the warm-up"
+    ),
+    "decoder source alone": Case(
+        lambda p: train(p, "training.init_decoder_from=runs/x"), "training.init_decoder_from is the decoder's source"
+    ),
+    "an encoder of another width reading the decoder's table": Case(
+        lambda p: train(p, "model.encoder_d_model=48"), "set model.shared_embeddings false"
+    ),
     "pack a transient-global encoder": Case(
         lambda p: train(p, "objective.pack=true", "model.encoder_attention=transient_global"),
         "objective.pack does not combine with model.encoder_attention transient_global",

@@ -3,7 +3,11 @@ Face Gemma 2 directory, the encoder-decoder's blocks equal the source's before t
 its blocks, cross-attention its self-attention, the token table and the final norms its own); `encdec train`
 with `training.init_from` and `model.family: encoder_decoder` writes what came from where, trains with UL2's
 S denoiser (PrefixLM), resumes bitwise and exports as T5Gemma, which transformers reloads with encdec's logits;
-a source setting an encoder-decoder lacks is one sentence."""
+a source setting an encoder-decoder lacks is one sentence. The unbalanced variant (training.init_decoder_from):
+the encoder from a wider and deeper Gemma 2, the decoder from the smaller one, the cross-attention's keys and
+values fresh and warmed up alone (training.cross_attention_warmup) with every copied weight held, a resume
+within the warm-up bitwise, and an export transformers reloads. A run's model section adapts with the
+decoder-only family's defaults."""
 
 import json
 
@@ -15,6 +19,8 @@ import encdec
 from encdec.cli import main
 from encdec.errors import ConfigError
 from encdec.models import ModelConfig
+from encdec.runs.checkpoint import load_weights
+from encdec.runs.run_dir import RunDir
 from encdec.training.adaptation import adapted_section, adapted_weights, source_name
 from encdec.training.init_from import load_pretrained
 from tests.interop.gemma_kit import VOCAB, tokenizer_json
@@ -23,25 +29,26 @@ transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
 
 
-@pytest.fixture(scope="module")
-def gemma2(tmp_path_factory):
+def saved_gemma2(path, seed: int, **sizes):
     """A random-weight Gemma 2 causal LM (every weight moved off its initial value) with a Gemma tokenizer."""
-    path = tmp_path_factory.mktemp("gemma2")
     config = transformers.Gemma2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        sliding_window=8,
-        max_position_embeddings=128,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
+        **{
+            "vocab_size": VOCAB,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "sliding_window": 8,
+            "max_position_embeddings": 128,
+            "pad_token_id": 0,
+            "eos_token_id": 1,
+            "bos_token_id": 2,
+        }
+        | sizes
     )
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = transformers.Gemma2ForCausalLM(config).eval()
     with torch.no_grad():
         for parameter in model.parameters():
@@ -51,6 +58,18 @@ def gemma2(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def gemma2(tmp_path_factory):
+    return saved_gemma2(tmp_path_factory.mktemp("gemma2"), seed=0)
+
+
+@pytest.fixture(scope="module")
+def wider_gemma2(tmp_path_factory):
+    """A wider and deeper Gemma 2 of the same family and tokenizer: the unbalanced adaptation's encoder."""
+    path = tmp_path_factory.mktemp("wider_gemma2")
+    return saved_gemma2(path, seed=1, hidden_size=48, intermediate_size=96, num_hidden_layers=3, num_attention_heads=6)
+
+
 def test_the_adapted_blocks_are_the_source_s_before_training(gemma2):
     pretrained = load_pretrained(str(gemma2))
     assert pretrained.model_section["family"] == "decoder_only"
@@ -58,7 +77,8 @@ def test_the_adapted_blocks_are_the_source_s_before_training(gemma2):
     cfg = ModelConfig.from_dict(section)
     assert (cfg.family, cfg.n_encoder_layers, cfg.decoder_layers, cfg.rope_cross) == ("encoder_decoder", 2, 2, "none")
     model = encdec.build_model(cfg)
-    weights, copied = adapted_weights(list(model.state_dict()), pretrained.weights)
+    weights, copied, fresh = adapted_weights(model.state_dict(), pretrained.weights)
+    assert fresh == []
     model.load_state_dict(weights)
     state, source = model.state_dict(), pretrained.weights
     for i in range(2):
@@ -77,7 +97,7 @@ def test_the_adapted_blocks_are_the_source_s_before_training(gemma2):
     assert not torch.equal(weights["encoder.blocks.0.self_attn.q.weight"], source["blocks.0.self_attn.q.weight"])
 
 
-def run_config(path, source, tinystories_path, steps: int):
+def run_config(path, source, tinystories_path, steps: int, **training):
     values = {
         "model": {"family": "encoder_decoder", "dropout": 0.0},
         "data": {"format": "tinystories", "train": [str(tinystories_path)], "max_documents": 200},
@@ -91,6 +111,7 @@ def run_config(path, source, tinystories_path, steps: int):
             "threads": 1,
             "device": "cpu",
             "init_from": str(source),
+            **training,
         },
         "evaluation": {"interval": 2, "steps": 1},
         "output": {"save_interval": 2, "keep_last": 2, "plot": False},
@@ -132,3 +153,131 @@ def test_a_source_setting_an_encoder_decoder_lacks_is_one_sentence():
     section = {"family": "decoder_only", "n_encoder_layers": 2, "attention_bias": "qkv"}
     with pytest.raises(ConfigError, match="attention_bias 'qkv', which cannot be adapted"):
         adapted_section(section)
+
+
+def test_the_unbalanced_adaptation_takes_each_stack_from_its_source_and_cross_keys_fresh(gemma2, wider_gemma2):
+    encoder_source, decoder_source = load_pretrained(str(wider_gemma2)), load_pretrained(str(gemma2))
+    section = adapted_section(encoder_source.model_section, decoder_source.model_section)
+    cfg = ModelConfig.from_dict(section)
+    assert (cfg.d_model, cfg.encoder_width, cfg.n_encoder_layers, cfg.decoder_layers) == (32, 48, 3, 2)
+    assert (cfg.encoder_config().n_heads, cfg.encoder_config().d_ff, cfg.encoder_config().head_dim) == (6, 96, 8)
+    model = encdec.build_model(cfg)
+    initial = {name: value.clone() for name, value in model.state_dict().items()}
+    weights, copied, fresh = adapted_weights(model.state_dict(), encoder_source.weights, decoder_source.weights)
+    model.load_state_dict(weights)
+    state, big, small = model.state_dict(), encoder_source.weights, decoder_source.weights
+    for i in range(3):
+        for part in ("self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o", "ffn.wi_0", "ffn.wo"):
+            assert torch.equal(state[f"encoder.blocks.{i}.{part}.weight"], big[f"blocks.{i}.{part}.weight"])
+    for i in range(2):
+        for part in ("self_attn.q", "self_attn.k", "self_attn.o", "ffn.wi_1", "self_attn_post_norm"):
+            assert torch.equal(state[f"decoder.blocks.{i}.{part}.weight"], small[f"blocks.{i}.{part}.weight"])
+        for part in ("q", "o"):  # the decoder's side of cross-attention from its self-attention
+            assert torch.equal(
+                state[f"decoder.blocks.{i}.cross_attn.{part}.weight"], small[f"blocks.{i}.self_attn.{part}.weight"]
+            )
+        for part in ("k", "v"):  # read the 48-wide encoder: no source of that shape, their own initialisation
+            name = f"decoder.blocks.{i}.cross_attn.{part}.weight"
+            assert name in fresh and name not in copied and torch.equal(state[name], initial[name])
+            assert state[name].shape == (2 * 8, 48)
+    assert torch.equal(state["encoder.embed.weight"], big["embed.weight"])
+    assert torch.equal(state["decoder.embed.weight"], small["embed.weight"])
+    assert torch.equal(state["encoder.final_norm.weight"], big["final_norm.weight"])
+    assert copied["decoder.blocks.0.cross_attn_norm.weight"] == "decoder:blocks.0.self_attn_norm.weight"
+    assert copied["encoder.blocks.2.ffn.wo.weight"] == "encoder:blocks.2.ffn.wo.weight"
+    assert set(copied) | set(fresh) == set(state) and len(fresh) == 4
+
+
+def checkpoint_weights(run, step: int) -> dict[str, torch.Tensor]:
+    return load_weights(RunDir(run).checkpoint(f"step_{step:08d}").model)
+
+
+def test_an_unbalanced_run_warms_the_fresh_cross_attention_up_alone_then_trains_all_and_resumes_bitwise(
+    gemma2, wider_gemma2, tinystories_path, tmp_path, capsys
+):
+    unbalanced = {"init_decoder_from": str(gemma2), "cross_attention_warmup": 2}
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    config = run_config(tmp_path / "a.yaml", wider_gemma2, tinystories_path, 4, **unbalanced)
+    assert main(["train", str(config), "--out", str(whole)]) == 0
+    assert "4 cross-attention weights of the wider encoder's width initialised afresh" in capsys.readouterr().out
+    record = json.loads((whole / "adaptation.json").read_text())
+    assert record["decoder_source"] == str(gemma2) and len(record["fresh"]) == 4
+    start = encdec.build_model(
+        ModelConfig.from_dict(
+            adapted_section(
+                load_pretrained(str(wider_gemma2)).model_section, load_pretrained(str(gemma2)).model_section
+            )
+        )
+    )
+    weights, _, _ = adapted_weights(
+        start.state_dict(), load_pretrained(str(wider_gemma2)).weights, load_pretrained(str(gemma2)).weights
+    )
+    after_warmup, after = checkpoint_weights(whole, 2), checkpoint_weights(whole, 4)
+    for name in record["copied"]:  # held through the warm-up, trained after it
+        if name in after_warmup:
+            assert torch.equal(after_warmup[name], weights[name]), name
+    assert any(not torch.equal(after[name], weights[name]) for name in record["copied"] if name in after)
+    assert all(not torch.equal(after_warmup[name], after[name]) for name in record["fresh"])
+    short = run_config(tmp_path / "b.yaml", wider_gemma2, tinystories_path, 2, **unbalanced)
+    assert main(["train", str(short), "--out", str(parts)]) == 0
+    assert main(["train", str(short), "--out", str(parts), "--resume", "--set", "training.steps=4"]) == 0
+    assert losses(parts) == losses(whole) and len(losses(whole)) == 4
+    capsys.readouterr()
+    assert main(["export", str(whole), "--out", str(tmp_path / "hf")]) == 0  # T5Gemma holds an encoder of its own width
+    reloaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf", attn_implementation="eager").eval()
+    ours = encdec.from_pretrained(whole).eval()
+    src = torch.randint(4, VOCAB, (2, 12), generator=torch.Generator().manual_seed(3))
+    tgt = torch.randint(4, VOCAB, (2, 5), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        gap = (reloaded(input_ids=src, decoder_input_ids=tgt).logits - ours(src, tgt).logits).abs().max().item()
+    assert gap < 1e-4
+
+
+def test_what_an_unbalanced_adaptation_refuses_is_one_sentence(
+    gemma2, wider_gemma2, tinystories_path, tmp_path, capsys
+):
+    other = load_pretrained(str(gemma2)).model_section | {"sliding_window": 4}
+    with pytest.raises(ConfigError, match="differ in sliding_window .8 and 4.; an unbalanced adaptation joins"):
+        adapted_section(load_pretrained(str(wider_gemma2)).model_section, other)
+    same_width = run_config(
+        tmp_path / "a.yaml", gemma2, tinystories_path, 2, init_decoder_from=str(gemma2), cross_attention_warmup=2
+    )
+    assert main(["train", str(same_width), "--out", str(tmp_path / "same")]) == 2
+    assert "are of one width, so every weight is copied: drop the warm-up" in capsys.readouterr().err
+    assert not (tmp_path / "same").exists()
+    alone = run_config(tmp_path / "b.yaml", gemma2, tinystories_path, 2, cross_attention_warmup=2)
+    assert main(["train", str(alone), "--out", str(tmp_path / "alone")]) == 2
+    assert "set training.init_decoder_from, or drop the warm-up" in capsys.readouterr().err
+
+
+def test_a_run_s_section_adapts_with_the_decoder_only_family_s_defaults_and_the_decoder_computes_the_source():
+    """A run's config.yaml leaves scale_attention, scale_output and init to the family: the adapted model keeps
+    the decoder-only family's (not T5's), so with its cross-attention silenced its decoder is the source."""
+    raw = {
+        "family": "decoder_only",
+        "d_model": 32,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "d_ff": 48,
+        "n_encoder_layers": 2,
+        "activation": "swiglu",
+        "position": "rope",
+        "max_positions": 64,
+        "dropout": 0.0,
+    }
+    section = adapted_section(raw)
+    assert (section["scale_attention"], section["scale_output"], section["init"]) == (True, False, "normal")
+    torch.manual_seed(0)
+    source = encdec.build_model(ModelConfig.from_dict({**raw, "vocab_size": 100})).eval()
+    model = encdec.build_model(ModelConfig.from_dict({**section, "vocab_size": 100})).eval()
+    weights, _, _ = adapted_weights(model.state_dict(), source.state_dict())
+    for i in range(2):
+        weights[f"decoder.blocks.{i}.cross_attn.o.weight"] = torch.zeros_like(
+            weights[f"decoder.blocks.{i}.cross_attn.o.weight"]
+        )
+    model.load_state_dict(weights)
+    ids = torch.randint(3, 100, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = source(None, ids).logits
+        got = model(torch.randint(3, 100, (2, 5)), ids).logits
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

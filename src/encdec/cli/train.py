@@ -96,7 +96,7 @@ def run(args) -> int:
     )
     adaptation = Path(args.out) / ADAPTATION_FILE
     if not args.resume and adaptation.is_file():  # a decoder-only model adapted: what came from where
-        print(summary(json.loads(adaptation.read_text())["copied"]))
+        print(summary(json.loads(adaptation.read_text())))
     if result.val_loss is not None:
         print(
             f"at step {result.eval_step} (its last evaluation): train loss {result.train_loss:.4f}, "

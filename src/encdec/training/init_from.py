@@ -43,6 +43,7 @@ class Pretrained:
     weights: dict[str, torch.Tensor] = field(repr=False)
     generation: dict[str, Any] = field(default_factory=dict)
     adapted: bool = False  # a decoder-only model's weights, for an encoder-decoder (training.adaptation)
+    decoder: "Pretrained | None" = None  # an unbalanced adaptation's decoder source (training.init_decoder_from)
 
 
 def load_pretrained(name: str, label: str = "training.init_from ") -> Pretrained:
@@ -77,14 +78,18 @@ def model_section(cfg: ModelConfig) -> dict[str, Any]:
     return section
 
 
-def load_pretrained_weights(model: nn.Module, pretrained: Pretrained) -> dict[str, str] | None:
+def load_pretrained_weights(model: nn.Module, pretrained: Pretrained) -> dict[str, Any] | None:
     """The pretrained weights into `model`; for an adapted decoder-only model, through `adapted_weights`, whose
-    record of what came from where it returns."""
+    record of what came from where (training/adaptation.py's adaptation.json) it returns."""
     what = "Hugging Face checkpoint" if pretrained.kind == "hf" else "run"
-    copied = None
+    record = None
     weights = pretrained.weights
     if pretrained.adapted:
-        weights, copied = adapted_weights(list(model.state_dict()), weights)
+        decoder = pretrained.decoder
+        weights, copied, fresh = adapted_weights(model.state_dict(), weights, decoder.weights if decoder else None)
+        record = {"source": str(pretrained.source), "copied": copied, "fresh": fresh}
+        if decoder is not None:
+            record["decoder_source"] = str(decoder.source)
     load_state(model, weights, f"the model section does not match the pretrained {what} {pretrained.source}")
-    return copied
     log.info("initialised from %s", pretrained.source)
+    return record

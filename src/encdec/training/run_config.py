@@ -66,7 +66,12 @@ DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
 METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf", "exact_match")
 DATA_FORMATS = tuple(FORMATS)
-NAMES_OR_PATHS = (("training", "init_from"), ("training.distill", "teacher"), ("data", "dataset"))  # or a Hub id
+NAMES_OR_PATHS = (  # or a Hub id
+    ("training", "init_from"),
+    ("training", "init_decoder_from"),
+    ("training.distill", "teacher"),
+    ("data", "dataset"),
+)
 PATH_KEYS = (("data", "train"), ("data", "validation"), ("tokenizer", "path"), *NAMES_OR_PATHS)  # (section, key)
 DECODER_ONLY_OBJECTIVES = ("causal_lm", "prefix_lm")
 MAX_STREAM_BLOCK = 10_000_000
@@ -210,6 +215,10 @@ class TrainingSection:
     peak_tflops: Annotated[float, Range(0, 1e9, above=True)] | None = None  # for the logged MFU; None: data sheet
     early_stopping_patience: Count = 0  # stop after this many evaluations without a better best_by (0: never)
     init_from: str | None = None  # fine-tune: start from this run directory's best weights and its tokenizer
+    # a decoder-only init_from adapted into an encoder-decoder (training/adaptation.py), unbalanced: the decoder
+    # from this other decoder-only model, and the steps in which only the weights neither had train
+    init_decoder_from: str | None = None
+    cross_attention_warmup: Annotated[int, Range(0, MAX_STEPS)] = 0
     distill: DistillSection | None = None  # learn from a frozen teacher's logits as well as the labels; None: off
     # globs of parameter names that train, the rest frozen (at most 256, of 256 characters each)
     train_only: TRAIN_ONLY = field(default_factory=list)
@@ -273,6 +282,20 @@ class RunConfig:
             raise ConfigError("training.ema_eval evaluates the moving average: set training.ema_decay above 0")
         if self.lora is not None and not self.training.init_from:
             raise ConfigError("lora adapts a pretrained model: set training.init_from to the run or model to adapt")
+        if self.training.init_decoder_from and not self.training.init_from:
+            raise ConfigError(
+                "training.init_decoder_from is the decoder's source of an adaptation: set training.init_from to "
+                "the encoder's decoder-only model"
+            )
+        if self.training.cross_attention_warmup and not self.training.init_decoder_from:
+            raise ConfigError(
+                "training.cross_attention_warmup trains the cross-attention an unbalanced adaptation initialises "
+                "afresh: set training.init_decoder_from, or drop the warm-up"
+            )
+        if self.training.init_decoder_from and self.lora is not None:
+            raise ConfigError(
+                "lora adapts a model's own weights; an adaptation (training.init_decoder_from) makes new ones"
+            )
         members = [member_objective(self, i) for i in range(len(self.data.mixture))]
         if len({kind in DECODER_ONLY_OBJECTIVES for kind in [o.kind for o in members]}) > 1:
             raise ConfigError(

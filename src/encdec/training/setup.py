@@ -18,16 +18,17 @@ from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
+from encdec.models.model_config import CAUSAL_LMS
 from encdec.runs.adapter import BasePointer, apply_lora, load_adapted, read_base
 from encdec.runs.checkpoint import load_checkpoint, load_state, source_path, weights_sha256
 from encdec.runs.load import read_generation
-from encdec.runs.model_section import build_model_config
+from encdec.runs.model_section import build_model_config, model_family
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.state import TrainState, check_rng_states, read_saved_state
 from encdec.safe_paths import write_atomic
 from encdec.sizing import choose_threads
 from encdec.training import distributed
-from encdec.training.adaptation import ADAPTATION_FILE, adapted_section, wants_adaptation
+from encdec.training.adaptation import ADAPTATION_FILE, adapted_section, wants_adaptation, warmup_frozen
 from encdec.training.adaptation import summary as adaptation_summary
 from encdec.training.distill import Teacher, find_teacher, load_teacher, teacher_bytes
 from encdec.training.ema import WeightAverage
@@ -37,7 +38,7 @@ from encdec.training.memory import check_activations_fit, check_model_fits, chec
 from encdec.training.metrics import MetricsLog, tensorboard_available
 from encdec.training.numerics import checkpoint_activations, grad_scaler, resolve_precision, set_rng_states
 from encdec.training.optim import build_optimizer, state_layout
-from encdec.training.run_config import RunConfig, save_config, saved_config
+from encdec.training.run_config import DECODER_ONLY_OBJECTIVES, RunConfig, member_objective, save_config, saved_config
 from encdec.training.run_data import RunData, build_run_data
 from encdec.training.same_run import resumed_config
 
@@ -65,6 +66,7 @@ class Training:
     base: dict[str, str] | None = None  # a LoRA run's base pointer (runs/adapter.py), saved beside each adapter
     ema: WeightAverage | None = None  # training.ema_decay's moving average of the weights
     teacher: Teacher | None = None  # training.distill's frozen teacher: in no optimizer, wrapper or checkpoint
+    held: list[nn.Parameter] = field(default_factory=list)  # still for training.cross_attention_warmup's steps
 
     @property
     def model_config(self) -> ModelConfig:
@@ -108,9 +110,31 @@ def starting_point(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bo
     if cfg.training.init_from:  # fine-tuning starts from another run or a Hugging Face checkpoint
         pretrained = load_pretrained(cfg.training.init_from)
         if wants_adaptation(pretrained.model_section, cfg.model):  # a decoder-only model into an encoder-decoder
-            pretrained = replace(pretrained, model_section=adapted_section(pretrained.model_section), adapted=True)
+            pretrained = adaptation_source(cfg, pretrained)
+        elif cfg.training.init_decoder_from:
+            raise ConfigError(
+                "training.init_decoder_from adapts decoder-only models into an encoder-decoder: init_from must be a "
+                "decoder-only model and model.family encoder_decoder"
+            )
         return StartingPoint(replace(cfg, model={**pretrained.model_section, **cfg.model}), pretrained=pretrained)
     return StartingPoint(cfg)
+
+
+def adaptation_source(cfg: RunConfig, pretrained: Pretrained) -> Pretrained:
+    """The decoder-only `pretrained` model as an adaptation's source: the encoder-decoder section it makes, with
+    training.init_decoder_from's model as the decoder's source where the adaptation is unbalanced."""
+    decoder = None
+    if cfg.training.init_decoder_from:
+        decoder = load_pretrained(cfg.training.init_decoder_from, "training.init_decoder_from ")
+        if decoder.model_section.get("family") != "decoder_only":
+            raise ConfigError(f"training.init_decoder_from's model ({decoder.source}) is not a decoder-only model")
+    section = adapted_section(pretrained.model_section, decoder.model_section if decoder else None)
+    if cfg.training.cross_attention_warmup and section.get("encoder_d_model") is None:
+        raise ConfigError(
+            "training.cross_attention_warmup trains the cross-attention weights no source has, and these two models "
+            "are of one width, so every weight is copied: drop the warm-up"
+        )
+    return replace(pretrained, model_section=section, adapted=True, decoder=decoder)
 
 
 def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info: distributed.DistInfo) -> Training:
@@ -125,6 +149,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         torch.set_num_threads(threads)
     check_processes(cfg, info.world_size)  # what the loop would refuse, before anything is read, written or warned
     check_step_size(cfg)  # before any data is read
+    check_objective_family(cfg)
     found_teacher = find_teacher(cfg, start.checkpoint)  # a bad teacher is refused before the run directory is made
     run.path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.training.seed)
@@ -135,11 +160,10 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     generation = start.generation  # read before the pretrained weights are let go
     base = None
     if start.pretrained is not None:
-        copied = load_pretrained_weights(model, start.pretrained)
-        if copied is not None:  # what came from where, for the reader of the run
-            record = {"source": str(start.pretrained.source), "copied": copied}
+        record = load_pretrained_weights(model, start.pretrained)
+        if record is not None:  # what came from where, for the reader of the run
             write_atomic(run.path / ADAPTATION_FILE, json.dumps(record, indent=1) + "\n")
-            log.info(adaptation_summary(copied))
+            log.info(adaptation_summary(record))
         if cfg.lora is not None:
             p = start.pretrained
             base = BasePointer(cfg.training.init_from, p.kind, source_path(p.source), weights_sha256(p.weights))
@@ -176,6 +200,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     if cfg.training.ema_decay:  # a resume's saved average where its checkpoint keeps one (load_checkpoint)
         saved_ema = parts.get("ema") if parts is not None else None
         ema = WeightAverage(model, cfg.training.ema_decay, saved_ema, start.checkpoint and start.checkpoint.ema)
+    held = held_parameters(model, run, cfg.training.cross_attention_warmup)
     n_params, n_params_no_pos = count_parameters(model), count_parameters(model, exclude_positions=True)
     wrapped = distributed.wrap(model, info, cfg.training.distributed, precision)
     if cfg.training.compile:
@@ -183,7 +208,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     fused = info.device.type == "cuda" and not (info.enabled and cfg.training.distributed == "fsdp")
     optimizer = build_optimizer(wrapped, cfg, fused=fused)
     if parts is not None:
-        _load_optimizer(model, wrapped, optimizer, parts["optimizer"], start.checkpoint.optimizer)
+        _load_optimizer(model, wrapped, optimizer, parts["optimizer"], start.checkpoint.optimizer, held)
     if info.is_main:
         save_config(cfg, run.config)
     metrics = MetricsLog(run.metrics, state.step if parts else None, info.is_main, tensorboard_dir(cfg, run))
@@ -212,7 +237,30 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         asdict(base) if base is not None else None,
         ema,
         teacher,
+        held,
     )
+
+
+def held_parameters(model: nn.Module, run: RunDir, warmup: int) -> list[nn.Parameter]:
+    """The parameters training.cross_attention_warmup holds still: every one the run's adaptation copied."""
+    record_file = run.path / ADAPTATION_FILE
+    record = json.loads(record_file.read_text()) if warmup and record_file.is_file() else None
+    names = warmup_frozen(record, warmup)
+    named = dict(model.named_parameters(remove_duplicate=False))
+    return list({id(named[name]): named[name] for name in names if name in named}.values())
+
+
+def check_objective_family(cfg: RunConfig) -> None:
+    """ConfigError where the objective's batches do not fit the model: causal_lm and prefix_lm make one token
+    stream, which only a causal LM reads (an encoder-decoder's PrefixLM is UL2's S-denoiser)."""
+    family = model_family(cfg.model)
+    kinds = {cfg.objective.kind} | {member_objective(cfg, i).kind for i in range(len(cfg.data.mixture))}
+    stream = sorted(kinds & set(DECODER_ONLY_OBJECTIVES))
+    if stream and family not in CAUSAL_LMS:
+        hint = "; for PrefixLM use objective.kind ul2 with ul2_probabilities [0, 0, 1]" if "prefix_lm" in stream else ""
+        raise ConfigError(
+            f"objective.kind {stream[0]} makes one token stream for a causal LM, but the model's family is {family}{hint}"
+        )
 
 
 def new_model(cfg: RunConfig, data: RunData, device: torch.device, teacher: int = 0) -> nn.Module:
@@ -260,11 +308,17 @@ def _restore_rng(saved: dict, info: distributed.DistInfo, path: Path) -> None:
 
 
 def _load_optimizer(
-    model: nn.Module, wrapped: nn.Module, optimizer: torch.optim.Optimizer, state: object, path: Path
+    model: nn.Module,
+    wrapped: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: object,
+    path: Path,
+    held: list[nn.Parameter] = (),
 ) -> None:
     """The saved optimizer state into `optimizer`; state of another model or optimizer is one sentence, and so
     is a parameter's state that is not what the optimizer's own step keeps (`state_layout`: a moment missing,
-    which loading would silently start again from zero, or one of another shape)."""
+    which loading would silently start again from zero, or one of another shape). The `held` parameters
+    (training.cross_attention_warmup's) may have none yet: they have not been stepped."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     foreign = CheckpointError(f"{path} does not hold the state of this model's {type(optimizer).__name__}")
@@ -287,7 +341,15 @@ def _load_optimizer(
         found = {k: tuple(v.shape) for k, v in saved.items() if torch.is_tensor(v)}
         if layouts[key] is not None and found != layouts[key]:
             raise foreign
+    stepped = {id(params[name]) for name in state["state"]}
+    unstepped = {id(p) for p in model.parameters() if p.requires_grad} - stepped
+    if unstepped - {id(p) for p in held}:  # only the held may lack state
+        raise foreign
+    options = StateDictOptions(full_state_dict=True, strict=not unstepped)
     try:
-        set_optimizer_state_dict(wrapped, optimizer, state, options=StateDictOptions(full_state_dict=True))
+        set_optimizer_state_dict(wrapped, optimizer, state, options=options)
     except (KeyError, ValueError, TypeError, RuntimeError, IndexError, AssertionError, AttributeError):
         raise foreign from None
+    for p in model.parameters():  # torch fills missing state by a zero step (step 1); unstepped, they have none
+        if id(p) in unstepped:
+            optimizer.state.pop(p, None)

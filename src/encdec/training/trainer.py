@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import signal
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -186,8 +187,9 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
             group["lr"] = lr
         taken = [next(batches) for _ in range(cfg.training.grad_accum)]
         try:
+            held = t.held if state.step < cfg.training.cross_attention_warmup else []
             ce_sum, aux, n_tokens = _optimizer_step(
-                t.wrapped, t.optimizer, taken, cfg, t.model_config, info, amp, t.scaler, t.teacher
+                t.wrapped, t.optimizer, taken, cfg, t.model_config, info, amp, t.scaler, t.teacher, held
             )
         except (RuntimeError, MemoryError) as error:
             if not is_out_of_memory(error):
@@ -336,9 +338,11 @@ def _optimizer_step(
     amp: AbstractContextManager,
     scaler: torch.amp.GradScaler | None = None,
     teacher: Teacher | None = None,
+    held: Sequence[nn.Parameter] = (),
 ):
     """One optimizer step over `grad_accum` global batches -> (CE sum over the batch's tokens, on the
     device; aux losses, on the device; loss tokens, a host int). Nothing here waits for the device.
+    The `held` parameters' gradients are dropped before the clip: the optimizer neither moves nor decays them.
 
     The loss is averaged over every target token of the global batch, whichever
     process and micro-batch holds it, so W processes match one exactly; so is a teacher's
@@ -367,6 +371,8 @@ def _optimizer_step(
     if batches[0].positions:  # the share of computed positions holding real tokens (objective.pack raises it)
         filled = sum(b.filled for b in batches) / sum(b.positions for b in batches)
         aux_sums["fill"] = filled  # a host number, logged as it is: no copy to the device
+    for parameter in held:  # training.cross_attention_warmup: the copied weights wait for the fresh ones
+        parameter.grad = None
     if scaler is not None:
         scaler.unscale_(optimizer)  # true gradients for the norm and the clip
     if cfg.training.clip_norm > 0:  # the norm before clipping, logged as grad_norm
