@@ -281,3 +281,42 @@ def test_a_run_s_section_adapts_with_the_decoder_only_family_s_defaults_and_the_
         expected = source(None, ids).logits
         got = model(torch.randint(3, 100, (2, 5)), ids).logits
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_source_teaches_its_adaptation_reading_each_row_as_source_then_target(
+    gemma2, tinystories_path, tmp_path, capsys
+):
+    """training.distill.teacher: the decoder-only source itself. Its logits for an encoder-decoder row are those
+    of the stream opener + the source's real tokens + the target, at the positions before each target token."""
+    from encdec.data.batch import IGNORE_INDEX, Batch
+    from encdec.training.distill import stream_logits
+
+    source = encdec.load_hf(gemma2).eval()
+    ids = torch.Generator().manual_seed(5)
+    src = torch.randint(4, VOCAB, (2, 7), generator=ids)
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3], dtype=torch.bool)
+    labels = torch.randint(4, VOCAB, (2, 5), generator=ids)
+    labels[1, 3:] = IGNORE_INDEX  # the second row's target is 3 tokens
+    batch = Batch(tgt_ids=labels.clamp(min=0), labels=labels, src_ids=src, src_mask=mask)
+    dropped = torch.tensor([1, 0])  # EOS and pad left out of the streams
+    src[0, 2] = 1  # an EOS inside the first source: left out
+    got = stream_logits(source, batch, dropped, opener=1)
+    with torch.no_grad():
+        for row, (n_target) in enumerate((5, 3)):
+            kept = [t for t, m in zip(src[row].tolist(), mask[row].tolist()) if m and t not in (0, 1)]
+            stream = torch.tensor([[1, *kept, *labels[row, :n_target].tolist()]])
+            expected = source(None, stream).logits[0, len(kept) : len(kept) + n_target]
+            torch.testing.assert_close(got[row, :n_target], expected, rtol=1e-5, atol=1e-5)
+    run = tmp_path / "run"
+    config = run_config(
+        tmp_path / "a.yaml", gemma2, tinystories_path, 2, distill={"teacher": str(gemma2), "alpha": 0.5}
+    )
+    assert main(["train", str(config), "--out", str(run)]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all(row["distill_kl"] >= 0 for row in rows if row.get("kind") == "train")
+    ul2 = yaml.safe_load(config.read_text())
+    ul2["objective"]["ul2_probabilities"] = [0.25, 0.25, 0.5]
+    config.write_text(yaml.safe_dump(ul2))
+    capsys.readouterr()
+    assert main(["train", str(config), "--out", str(tmp_path / "ul2")]) == 2
+    assert "teaches an encoder-decoder on rows it can read as one text: PrefixLM" in capsys.readouterr().err

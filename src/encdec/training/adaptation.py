@@ -23,6 +23,9 @@ their shape and keep their fresh initialisation. The paper trains such weights a
 `training.cross_attention_warmup` steps leave every copied weight's gradient out (the optimizer neither moves
 nor decays them) while the fresh ones warm up.
 
+The source may teach its adaptation too (training.distill.teacher: the same model; training/distill.py reads each
+PrefixLM row as one stream for it).
+
 `adapted_weights` says which weight came from which (`copied`) and which are fresh; the run writes both
 (adaptation.json) and logs them.
 """

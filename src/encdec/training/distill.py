@@ -59,12 +59,37 @@ class Teacher:
     alpha: float
     temperature: float
     pointer: TeacherPointer  # where its weights came from, and their hash
+    # a decoder-only teacher of an encoder-decoder student (an adapted one's source): the ids its streams leave
+    # out of a source (the student's special tokens) and the id that opens a stream; None: the student's own rows
+    streams: tuple[torch.Tensor, int] | None = None
 
     @torch.no_grad()
     def logits(self, batch: Batch, amp: AbstractContextManager) -> torch.Tensor:
         """Its logits (B, T, V) on the rows the student trains on."""
         with amp:
+            if self.streams is not None:
+                return stream_logits(self.model, batch, *self.streams)
             return forward(self.model, batch).logits
+
+
+def stream_logits(model: nn.Module, batch: Batch, dropped: torch.Tensor, opener: int) -> torch.Tensor:
+    """A decoder-only model's logits (B, T, V) for an encoder-decoder batch: each row read as one stream, its
+    opener, its source's real tokens (special ones dropped) and its target (the labels), each target token
+    predicted from the position before it, as the student's decoder predicts it. Rows end in padding alone, which
+    a causal model's earlier positions never see. Made on the batch's device, without a host sync."""
+    src, labels = batch.src_ids, batch.labels
+    keep = torch.ones_like(src, dtype=torch.bool) if batch.src_mask is None else batch.src_mask.bool()
+    keep &= ~torch.isin(src, dropped.to(src.device))
+    B, S = src.shape
+    T = labels.shape[1]
+    kept = keep.sum(1)  # (B,) source tokens of each row
+    stream = torch.full((B, 1 + S + T), opener, dtype=src.dtype, device=src.device)
+    where = torch.where(keep, keep.cumsum(1), 0)  # each kept token's place after the opener; 0: none (the opener's)
+    stream.scatter_(1, where, torch.where(keep, src, opener))
+    targets = 1 + kept[:, None] + torch.arange(T, device=src.device)  # (B, T) each label's place
+    stream.scatter_(1, targets, labels.clamp(min=0))  # ignored labels (padding at a row's end): token 0, unread
+    logits = model(None, stream[:, :-1]).logits  # (B, S + T, V)
+    return logits.gather(1, (targets - 1)[..., None].expand(-1, -1, logits.shape[-1]))
 
 
 def find_teacher(cfg: RunConfig, checkpoint: CheckpointDir | None = None) -> tuple[Pretrained, TeacherPointer] | None:
@@ -129,10 +154,14 @@ def load_teacher(
             else f"a {tok.kind} tokenizer of other tokens than this run's"
         )
         raise ConfigError(f"{what} was trained with {which}: its token ids would mean other text to the student")
-    if (model_cfg.family in CAUSAL_LMS) != (student.family in CAUSAL_LMS):
+    streams = None
+    if model_cfg.family == "decoder_only" and student.family == "encoder_decoder":  # an adapted model's source
+        streams = teacher_streams(cfg, what, tokenizer, model_cfg)
+    elif (model_cfg.family in CAUSAL_LMS) != (student.family in CAUSAL_LMS):
         raise ConfigError(
             f"{what} is of the {model_cfg.family} family and the student of the {student.family} one: a teacher "
-            "must read the student's own batches, so both are causal language models or neither is"
+            "must read the student's own batches, so both are causal language models or neither is (or a "
+            "decoder-only teacher of an encoder-decoder trained on PrefixLM rows)"
         )
     if cfg.objective.pack and model_cfg.family != "encoder_decoder":
         raise ConfigError(
@@ -150,4 +179,20 @@ def load_teacher(
         d.alpha,
         d.temperature,
     )
-    return Teacher(model, d.alpha, d.temperature, pointer)
+    return Teacher(model, d.alpha, d.temperature, pointer, streams)
+
+
+def teacher_streams(cfg: RunConfig, what: str, tokenizer: Tokenizer, teacher: ModelConfig) -> tuple[torch.Tensor, int]:
+    """What a decoder-only teacher needs to read an encoder-decoder's rows as streams (`stream_logits`): rows
+    that are a text and its continuation (PrefixLM: UL2's S denoiser alone, or seq2seq pairs), not span
+    corruption's sentinel-marked pieces, which no decoder-only model has read."""
+    o = cfg.objective
+    corrupts = o.kind == "span_corruption" or (o.kind == "ul2" and any(o.ul2_probabilities[:2]))
+    if corrupts or cfg.data.mixture:
+        raise ConfigError(
+            f"{what} is a decoder-only model, which teaches an encoder-decoder on rows it can read as one text: "
+            "PrefixLM (objective.kind ul2 with ul2_probabilities [0, 0, 1]) or seq2seq pairs, not span corruption"
+        )
+    names = ("[R]", "[X]", "[S]", "<pad>")
+    dropped = {tokenizer.eos_id, *tokenizer.sentinel_ids, *(tokenizer.special_id(n) for n in names)} - {None}
+    return torch.tensor(sorted(dropped)), teacher.eos_id
