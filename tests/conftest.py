@@ -6,6 +6,7 @@ the GPU; the default is the CPU. Tests marked `cuda` need a GPU and those marked
 """
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,17 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any connection attempt fails the test: what it reads (a config, a tokenizer file) is read offline."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the test tried to reach the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 @pytest.fixture(autouse=True)

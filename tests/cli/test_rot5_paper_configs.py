@@ -1,6 +1,5 @@
 """configs/seeds/rot5: seed 004's runs at the paper's sizes load, validate and report their size offline."""
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,7 @@ PARAMETERS = {  # encdec size, with Mistral's 32,000 pieces + pad, 500 sentinels
 EXAMPLES_A_STEP = {"mini": 1280, "base": 300, "base_moe8": 256}  # the seed's effective batches
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any connection attempt fails the test: sizing a config reads the local tokenizer file only."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("encdec size tried to reach the network")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+pytestmark = pytest.mark.usefixtures("no_network")  # sizing a config reads the local tokenizer file only
 
 
 def test_the_folder_holds_the_configs_sized_here():

@@ -5,7 +5,6 @@ weights fill the adapted model), and `encdec size` counts it as the arithmetic o
 header says."""
 
 import re
-import socket
 from pathlib import Path
 
 import pytest
@@ -50,15 +49,7 @@ SIZES = ("vocab_size", "d_model", "d_ff", "n_heads", "n_kv_heads", "d_head", "n_
 IDS = ("pad_id", "eos_id", "decoder_start_id")  # the checkpoint's, under the recipe's keys
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any connection attempt fails the test: the recipe is read and sized offline."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the test tried to reach the network")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+pytestmark = pytest.mark.usefixtures("no_network")  # the recipe is read and sized offline
 
 
 def recipe_section() -> dict:

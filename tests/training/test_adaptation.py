@@ -125,6 +125,17 @@ def losses(run) -> list[float]:
     return [row["loss"] for row in rows if row.get("kind") == "train"]
 
 
+def assert_reloads_with_our_logits(run, exported) -> None:
+    """transformers' model of the run's export computes the run's logits."""
+    reloaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(exported, attn_implementation="eager").eval()
+    ours = encdec.from_pretrained(run).eval()
+    src = torch.randint(4, VOCAB, (2, 12), generator=torch.Generator().manual_seed(3))
+    tgt = torch.randint(4, VOCAB, (2, 5), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        gap = (reloaded(input_ids=src, decoder_input_ids=tgt).logits - ours(src, tgt).logits).abs().max().item()
+    assert gap < 1e-4
+
+
 def test_a_run_adapted_from_a_hugging_face_directory_trains_resumes_bitwise_and_exports(
     gemma2, tinystories_path, tmp_path, capsys
 ):
@@ -140,13 +151,7 @@ def test_a_run_adapted_from_a_hugging_face_directory_trains_resumes_bitwise_and_
     capsys.readouterr()
     assert main(["export", str(whole), "--out", str(tmp_path / "hf")]) == 0
     assert "T5GemmaForConditionalGeneration" in capsys.readouterr().out
-    reloaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf", attn_implementation="eager").eval()
-    ours = encdec.from_pretrained(whole).eval()
-    src = torch.randint(4, VOCAB, (2, 12), generator=torch.Generator().manual_seed(3))
-    tgt = torch.randint(4, VOCAB, (2, 5), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        gap = (reloaded(input_ids=src, decoder_input_ids=tgt).logits - ours(src, tgt).logits).abs().max().item()
-    assert gap < 1e-4
+    assert_reloads_with_our_logits(whole, tmp_path / "hf")
 
 
 def test_a_source_setting_an_encoder_decoder_lacks_is_one_sentence():
@@ -224,13 +229,7 @@ def test_an_unbalanced_run_warms_the_fresh_cross_attention_up_alone_then_trains_
     assert losses(parts) == losses(whole) and len(losses(whole)) == 4
     capsys.readouterr()
     assert main(["export", str(whole), "--out", str(tmp_path / "hf")]) == 0  # T5Gemma holds an encoder of its own width
-    reloaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf", attn_implementation="eager").eval()
-    ours = encdec.from_pretrained(whole).eval()
-    src = torch.randint(4, VOCAB, (2, 12), generator=torch.Generator().manual_seed(3))
-    tgt = torch.randint(4, VOCAB, (2, 5), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        gap = (reloaded(input_ids=src, decoder_input_ids=tgt).logits - ours(src, tgt).logits).abs().max().item()
-    assert gap < 1e-4
+    assert_reloads_with_our_logits(whole, tmp_path / "hf")
 
 
 def test_what_an_unbalanced_adaptation_refuses_is_one_sentence(
