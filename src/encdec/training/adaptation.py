@@ -17,11 +17,10 @@ its block i, `cross_attn` from `self_attn`, each stack's final norm from its fin
 
 Unbalanced (T5Gemma's 9B-2B): the encoder is init_from's model, of its depth and widths (ModelConfig's
 encoder_*), and the decoder, token table and head are init_decoder_from's. Both sources must agree on all but
-their widths and depths (one tokenizer). The decoder's cross-attention reads the wider encoder: its query,
-output and norms come from the decoder source's self-attention, but its keys and values have no source of
-their shape and keep their fresh initialisation. The paper trains such weights alone first;
-`training.cross_attention_warmup` steps leave every copied weight's gradient out (the optimizer neither moves
-nor decays them) while the fresh ones warm up.
+their widths and depths (one tokenizer). The decoder's cross-attention reads the other model's states, so, as
+the paper does, it is not copied: the whole sublayer (its projections and norms) keeps its fresh initialisation,
+and the paper trains it alone first: `training.cross_attention_warmup` steps leave every copied weight's gradient
+out (the optimizer neither moves nor decays them) while the fresh ones warm up.
 
 The source may teach its adaptation too (training.distill.teacher: the same model; training/distill.py reads each
 PrefixLM row as one stream for it).
@@ -49,6 +48,7 @@ DECODER_ONLY_KEYS = ("attention_bias",)  # the fields an encoder-decoder section
 MAY_DIFFER = {*ENCODER_WIDTHS, "n_encoder_layers", "dropout", "init"}
 ADAPTATION_FILE = "adaptation.json"
 ENCODER_SOURCE, DECODER_SOURCE = "encoder", "decoder"  # which source a weight came from, in `copied`
+CROSS_ATTENTION = re.compile(r"\.cross_attn(_norm|_post_norm)?\.")  # the decoder's cross-attention sublayer
 
 
 def wants_adaptation(source_section: dict[str, Any], asked: dict[str, Any]) -> bool:
@@ -130,12 +130,15 @@ def adapted_weights(
     """The encoder-decoder's weights from a decoder-only model's `weights` (and, unbalanced, the decoder's from
     `decoder_weights`), each a copy: (weights, which source weight each copied one came from, the fresh ones).
 
-    `target` is the new model's state dict. A weight whose source has another shape keeps the target's own
-    (fresh) value: in an unbalanced adaptation, the cross-attention's keys and values, which read the wider
-    encoder. Any other weight without a source is one sentence."""
+    `target` is the new model's state dict. In an unbalanced adaptation the cross-attention sublayer keeps the
+    target's own (fresh) values: it reads another model's states than the one its self-attention was trained on.
+    A weight without a source of its shape is one sentence."""
     sources = {ENCODER_SOURCE: weights, DECODER_SOURCE: weights if decoder_weights is None else decoder_weights}
     adapted, copied, fresh = {}, {}, []
     for name, value in target.items():
+        if decoder_weights is not None and CROSS_ATTENTION.search(name):
+            adapted[name], fresh = value.clone(), [*fresh, name]
+            continue
         which, source = source_of(name)
         found = sources[which].get(source)
         if found is None:
@@ -146,8 +149,6 @@ def adapted_weights(
         if found.shape == value.shape:
             adapted[name] = found.clone()
             copied[name] = source if decoder_weights is None else f"{which}:{source}"
-        elif decoder_weights is not None and re.search(r"\.cross_attn\.(k|v)\.", name):
-            adapted[name], fresh = value.clone(), [*fresh, name]
         else:
             raise ConfigError(
                 f"the adapted encoder-decoder's {name} is {tuple(value.shape)} but the decoder-only model's {source} "
@@ -164,10 +165,12 @@ def summary(record: dict[str, Any]) -> str:
     sources = "the decoder-only model" if "decoder_source" not in record else "the two decoder-only models"
     line = (
         f"adapted {sources} into an encoder-decoder: {len(copied)} weights copied, the "
-        f"{' and '.join(sorted(blocks))} blocks from their blocks, {cross} cross-attention weights from self-attention"
+        f"{' and '.join(sorted(blocks))} blocks from their blocks"
     )
+    if cross:
+        line += f", {cross} cross-attention weights from self-attention"
     if fresh:
-        line += f", {len(fresh)} cross-attention weights of the wider encoder's width initialised afresh"
+        line += f", {len(fresh)} cross-attention weights initialised afresh"
     return f"{line} (written to {ADAPTATION_FILE})"
 
 
@@ -178,7 +181,7 @@ def warmup_frozen(record: dict[str, Any] | None, warmup: int) -> list[str]:
         return []
     if record is None or not record.get("fresh"):
         raise ConfigError(
-            "training.cross_attention_warmup trains only the weights an adaptation could not copy, and this run has "
-            "none: it needs an unbalanced adaptation (training.init_decoder_from with a wider encoder)"
+            "training.cross_attention_warmup trains only the weights an adaptation did not copy, and this run has "
+            "none: it needs an unbalanced adaptation (training.init_decoder_from)"
         )
     return sorted(record["copied"])

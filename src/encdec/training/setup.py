@@ -129,11 +129,6 @@ def adaptation_source(cfg: RunConfig, pretrained: Pretrained) -> Pretrained:
         if decoder.model_section.get("family") != "decoder_only":
             raise ConfigError(f"training.init_decoder_from's model ({decoder.source}) is not a decoder-only model")
     section = adapted_section(pretrained.model_section, decoder.model_section if decoder else None)
-    if cfg.training.cross_attention_warmup and section.get("encoder_d_model") is None:
-        raise ConfigError(
-            "training.cross_attention_warmup trains the cross-attention weights no source has, and these two models "
-            "are of one width, so every weight is copied: drop the warm-up"
-        )
     return replace(pretrained, model_section=section, adapted=True, decoder=decoder)
 
 
