@@ -42,3 +42,50 @@ def test_size_of_any_family_s_config_json_is_transformers_count(tmp_path, capsys
         config.save_pretrained(tmp_path / name)  # config.json alone
         assert main(["size", str(tmp_path / name / "config.json")]) == 0, name
         assert f"parameters:                    {count:,}" in capsys.readouterr().out, name
+
+
+def test_size_of_a_run_that_starts_from_a_local_model_counts_that_model_as_training_builds_it(tmp_path, capsys):
+    """training.init_from a local Hugging Face directory: fine-tuned, the count is that model's; with
+    model.family encoder_decoder (an adaptation), the adapted model's, which train builds; a Hub id is not fetched
+    and the config's own section is counted, said in a line."""
+    import torch
+    import transformers
+    import yaml
+
+    import encdec
+    from encdec.models import ModelConfig, count_parameters
+    from encdec.training.adaptation import adapted_section
+    from encdec.training.init_from import model_section
+
+    gemma = tmp_path / "gemma2"
+    config = transformers.Gemma2Config(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        sliding_window=8,
+    )
+    with torch.device("meta"):
+        reference = transformers.Gemma2ForCausalLM(config)
+    config.save_pretrained(gemma)
+    run = {"training": {"init_from": str(gemma)}, "model": {"dropout": 0.0}}
+    (tmp_path / "fine.yaml").write_text(yaml.safe_dump(run))
+    assert main(["size", str(tmp_path / "fine.yaml")]) == 0
+    assert (
+        f"parameters:                    {sum(p.numel() for p in reference.parameters()):,}\n"
+        in capsys.readouterr().out
+    )
+    run["model"]["family"] = "encoder_decoder"
+    (tmp_path / "adapt.yaml").write_text(yaml.safe_dump(run))
+    assert main(["size", str(tmp_path / "adapt.yaml")]) == 0
+    source = model_section(encdec.interop.from_hf.hf_model_config(gemma))
+    with torch.device("meta"):
+        adapted = encdec.build_model(ModelConfig.from_dict({**adapted_section(source), "vocab_size": 96}))
+    assert f"parameters:                    {count_parameters(adapted):,}\n" in capsys.readouterr().out
+    run["training"]["init_from"] = "google/flan-t5-small"
+    (tmp_path / "hub.yaml").write_text(yaml.safe_dump(run))
+    assert main(["size", str(tmp_path / "hub.yaml")]) == 0
+    assert "is not a local directory (a size fetches nothing)" in capsys.readouterr().out

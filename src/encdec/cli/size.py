@@ -3,7 +3,9 @@
 The model is counted from its config (models/parameter_count.py), neither built nor importing torch, so
 any size answers at once.
 
-encdec size configs/tiny.yaml          parameters, total and without position tables
+encdec size configs/tiny.yaml          parameters, total and without position tables (a run that fine-tunes or
+                                       adapts a local run or Hugging Face directory: that model, as training
+                                       builds it; a Hub id is not fetched)
 encdec size nllb-200/config.json       the same for a Hugging Face checkpoint's config.json (or its directory)
 encdec size --preset rot5-mini         the same for a preset
 encdec size --tokens 1.37e9            compute-optimal FLOPs and parameters for a token budget
@@ -51,8 +53,54 @@ def model_config(args):
     from encdec.training.run_config import load_config  # the whole run config, checked as train checks it
 
     cfg = load_config(args.config, args.set)
+    started = started_from(cfg)
+    if started is not None:  # fine-tuning or adapting a local run or Hugging Face directory: its model under ours
+        section, vocab = started
+        return build_model_config({**section, **cfg.model}, cfg.model.get("vocab_size") or vocab, 0, 1, 0)
+    if cfg.training.init_from:
+        print(
+            f"training.init_from {cfg.training.init_from} is not a local directory (a size fetches nothing): "
+            "counted from this config's own model section"
+        )
     vocab = cfg.model.get("vocab_size") or tokenizer_vocab_size(cfg)
     return build_model_config(cfg.model, vocab, 0, 1, 0)
+
+
+def started_from(cfg) -> tuple[dict, int] | None:
+    """The model section and vocabulary training.init_from's model gives the run (adapted where the run adapts a
+    decoder-only model, training/adaptation.py), read from a local run or Hugging Face directory without its
+    weights; None without init_from, or for a Hub id, which a size does not fetch: the run's own section is
+    counted then."""
+    from encdec.training.adaptation import adapted_section, wants_adaptation
+
+    source = section_of(cfg.training.init_from)
+    if source is None:
+        return None
+    section, vocab = source
+    if wants_adaptation(section, cfg.model):
+        decoder = section_of(cfg.training.init_decoder_from) if cfg.training.init_decoder_from else None
+        section = adapted_section(section, decoder[0] if decoder else None)
+    return section, vocab
+
+
+def section_of(name: str | None) -> tuple[dict, int] | None:
+    """(model section, vocabulary) of a local run or Hugging Face directory, read without weights; None else."""
+    if not name or not Path(name).is_dir():
+        return None
+    from encdec.runs.open import model_kind
+    from encdec.runs.run_dir import RunDir
+    from encdec.tokenizers import load_tokenizer
+    from encdec.training.init_from import model_section
+    from encdec.training.run_config import saved_config
+
+    path = Path(name)
+    if model_kind(path, "training.init_from ") == "hf":
+        from encdec.interop.from_hf import hf_model_config
+
+        cfg = hf_model_config(path)
+        return model_section(cfg), cfg.vocab_size
+    checkpoint = RunDir(path).checkpoint("best")
+    return saved_config(checkpoint).model, load_tokenizer(checkpoint.tokenizer).vocab_size
 
 
 def tokenizer_vocab_size(cfg) -> int:
