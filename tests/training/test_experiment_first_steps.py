@@ -18,7 +18,10 @@ DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 STORIES = DATA / "tinystories" / "tinystories_train_head.txt.gz"
 DIALOGUES = DATA / "summarization" / "dialogsum" / "dialogsum.train.jsonl.gz"
 FIRST_STEP = ["training.steps=1", "evaluation.interval=1", "evaluation.steps=1", "training.batch_size=2"]
-MADE_ELSEWHERE = ("training.init_from=", "training.distill.teacher=")  # paths to runs another experiment trains
+# paths to runs another experiment trains
+MADE_ELSEWHERE = ("training.init_from=", "training.init_decoder_from=", "training.distill.teacher=")
+# the experiments others start from, each after those it starts from
+MADE_FIRST = ("rot5_ablation_cpu", "rot5_teacher_cpu", "adapt_sources_cpu", "adapt_cpu")
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +48,25 @@ def dialogues(tmp_path_factory) -> Path:
 def made_runs(tmp_path_factory, stories) -> dict[str, Path]:
     """One-step runs of the experiments other experiments start from: {path an experiment names: run}."""
     made = {}
-    for experiment in ("rot5_ablation_cpu", "rot5_teacher_cpu"):
+    for experiment in MADE_FIRST:
         runs, seeds = read_experiment(EXPERIMENTS / f"{experiment}.yaml")
         for run in runs:
             seed = (seeds or [1])[0]
             out = tmp_path_factory.mktemp("made") / run.name
-            train(load_config(run.config, cut(run.overrides, stories, seed)), out)
+            overrides = from_made_runs(seeded(run.overrides, seed), made)
+            train(load_config(run.config, cut(overrides, stories, None)), out)
             made[f"runs/experiments/{experiment}/{run.name}/seed{seed}"] = out
     return made
+
+
+def from_made_runs(overrides: list[str], made: dict[str, Path]) -> list[str]:
+    """`overrides` with each run another experiment trains replaced by its one-step run here."""
+    overrides = list(overrides)
+    for i, value in enumerate(overrides):
+        if value.startswith(MADE_ELSEWHERE):
+            key, named = value.split("=", 1)
+            overrides[i] = f'{key}="{made[named.strip(chr(34))]}"'
+    return overrides
 
 
 def cut(overrides: list[str], data: Path, seed: int | None) -> list[str]:
@@ -70,11 +84,7 @@ def runs_of_every_experiment():
 
 @pytest.mark.parametrize(("run", "seed"), runs_of_every_experiment())
 def test_every_experiment_run_trains_its_first_step(run, seed, stories, dialogues, made_runs, tmp_path):
-    overrides = seeded(run.overrides, seed)
-    for i, value in enumerate(overrides):
-        if value.startswith(MADE_ELSEWHERE):
-            key, named = value.split("=", 1)
-            overrides[i] = f'{key}="{made_runs[named.strip(chr(34))]}"'
+    overrides = from_made_runs(seeded(run.overrides, seed), made_runs)
     data = {"tinystories": stories, "jsonl-pairs": dialogues}[load_config(run.config, overrides).data.format]
     result = train(load_config(run.config, cut(overrides, data, None)), tmp_path / "run")
     assert result.steps == 1 and result.val_loss is not None and result.val_loss < 100
