@@ -5,7 +5,7 @@ RUN/eval/dialogsum/latest/), both paired by seed against the decoder-only run, t
 table beside seeds 000 and 001, and the plot.
 
     cd docs/scripts      # beside paired.py, which it imports
-    python adaptation_table.py score ../../runs/experiments/adapt_cpu/*/seed* \
+    python adaptation_table.py score ../../runs/experiments/adapt_{cpu,scratch_cpu}/*/seed* \
         ../../runs/experiments/adapt_sources_cpu/*source/seed* --pairs ../../runs/experiments/adapt_eval/valid_pairs.jsonl
     python adaptation_table.py table --runs ../../runs/experiments --json ../results/adapt_cpu.json \
         --plot ../img/adaptation_cpu.png
@@ -31,6 +31,7 @@ from encdec.evaluation.likelihood import pair_examples, total_nll
 from encdec.runs.open import open_model
 
 RUNS = ("decoder_only", "ul2", "prefix_lm", "scratch", "unbalanced")
+STAGES = {"source": "adapt_sources_cpu", "small_source": "adapt_sources_cpu", "scratch": "adapt_scratch_cpu"}
 MAX_SOURCE_TOKENS = 384  # adapt_dialogsum_cpu.yaml's objective.max_source_len
 LABELS = {
     "source": "(the source: decoder-only, 1,000 steps)",
@@ -69,14 +70,14 @@ def score(run: Path, pairs_file: Path) -> dict:
 
 
 def seeds(folder: Path) -> list[Path]:
-    return sorted(folder.glob("seed*"), key=lambda p: int(p.name[4:]))
+    return sorted((p for p in folder.glob("seed*") if p.name[4:].isdigit()), key=lambda p: int(p.name[4:]))
 
 
 def collect(root: Path) -> dict:
     """Each run's per-seed figures: prefix-conditional loss, parameters, DialogSum ROUGE-L and test loss."""
     results = {}
     for name in ("source", "small_source", *RUNS):
-        stage = root / ("adapt_sources_cpu" if name.endswith("source") else "adapt_cpu") / name
+        stage = root / STAGES.get(name, "adapt_cpu") / name
         row = {"prefix_loss": [], "parameters": None, "rougeL": [], "rouge_baseline": [], "dialogsum_loss": []}
         for run in seeds(stage):
             row["prefix_loss"].append(json.loads((run / "eval" / "prefix_loss.json").read_text())["prefix_loss"])

@@ -21,7 +21,7 @@ FIRST_STEP = ["training.steps=1", "evaluation.interval=1", "evaluation.steps=1",
 # paths to runs another experiment trains
 MADE_ELSEWHERE = ("training.init_from=", "training.init_decoder_from=", "training.distill.teacher=")
 # the experiments others start from, each after those it starts from
-MADE_FIRST = ("rot5_ablation_cpu", "rot5_teacher_cpu", "adapt_sources_cpu", "adapt_cpu")
+MADE_FIRST = ("rot5_ablation_cpu", "rot5_teacher_cpu", "adapt_sources_cpu", "adapt_cpu", "adapt_scratch_cpu")
 
 
 @pytest.fixture(scope="module")
