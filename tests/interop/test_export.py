@@ -194,7 +194,13 @@ def test_generation_config_carries_the_ids_and_the_run_defaults(tmp_path):
 
 
 REFUSED = {  # preset, overrides -> the sentence's telling part
-    "rot5": ("rot5-tiny", {}, "RoPE positions \\(ROT5\\) have no Hugging Face"),
+    "rot5": ("rot5-tiny", {}, "RoPE exports as T5Gemma alone, whose layout this one lacks \\(position must be rope"),
+    # a Llama or Qwen adapted into an encoder-decoder (training.adaptation): RMSNorm and SwiGLU, not Gemma's
+    "adapted llama": (
+        "t5-tiny",
+        dict(position="rope", rope_cross="none", norm="rmsnorm", activation="swiglu", shared_embeddings=False),
+        "whose layout this one lacks \\(norm must be gemma_rmsnorm with post_norms; activation must be gated_gelu",
+    ),
     "ar_encdec": ("ar_encdec-tiny", {}, "the ar_encdec family has no Hugging Face counterpart"),
     "parallel_encdec": ("parallel_encdec-tiny", {}, "the parallel_encdec family has no"),
     "decoder_only": ("decoder_only-tiny", {}, "Llama: position must be rope; norm must be rmsnorm"),

@@ -102,8 +102,17 @@ def hf_layout(cfg: ModelConfig) -> str:
     if cfg.family not in EXPORTABLE:
         raise ConfigError(f"the {cfg.family} family has no Hugging Face counterpart to export to; {LOAD_HINT}")
     family = family_for(cfg)
-    if cfg.position == "rope" and family is None:
-        raise ConfigError(f"RoPE positions (ROT5) have no Hugging Face encoder-decoder counterpart; {LOAD_HINT}")
+    if (
+        cfg.position == "rope" and family is None
+    ):  # T5Gemma's is the one layout with RoPE (ROT5's, Llama's adapted: none)
+        try:
+            FAMILIES["t5gemma"].check(cfg)
+        except ConfigError as error:
+            problems = str(error).partition(": ")[2]
+            raise ConfigError(
+                f"an encoder-decoder with RoPE exports as T5Gemma alone, whose layout this one lacks ({problems}); "
+                f"{LOAD_HINT}"
+            ) from None
     if family is None:
         raise ConfigError(
             f"no Hugging Face family has {cfg.position} positions with {cfg.norm_position}-norm; {LOAD_HINT}"
