@@ -179,3 +179,14 @@ def test_inspect_takes_the_run_config_names_and_the_short_ones_alike(shards, cap
 def test_inspect_refuses_an_unknown_objective_naming_the_choices(shards, capsys):
     assert run(["data", "inspect", str(shards), "--objective", "denoise"]) == 2
     assert "choose from 'causal_lm', 'span_corruption', 'ul2', 'prefix_lm', 'seq2seq'" in capsys.readouterr().err
+
+
+def test_span_corruption_with_a_tokenizer_without_sentinels_is_refused_before_any_batch(docs):
+    """A Hugging Face Gemma, Llama or Qwen tokenizer has no sentinels: UL2's R and X denoisers, and T5's span
+    corruption, are refused when the objective is built; UL2's S denoiser alone (PrefixLM) needs none."""
+    bare = build_tokenizer("byte", num_sentinels=0)
+    for kind, probabilities in (("span_corruption", (0.25, 0.25, 0.5)), ("ul2", (0.25, 0.25, 0.5)), ("ul2", (0, 1, 0))):
+        with pytest.raises(ConfigError, match=f"^objective.kind {kind} marks spans with sentinel tokens"):
+            build_objective(kind, docs, bare, 4, seq_len=64, ul2_probabilities=probabilities)
+    batch = build_objective("ul2", docs, bare, 4, seq_len=64, ul2_probabilities=(0, 0, 1)).next_batch()
+    assert batch.src_ids.shape[0] == 4

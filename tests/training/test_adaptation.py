@@ -280,7 +280,8 @@ def test_the_source_teaches_its_adaptation_reading_each_row_as_source_then_targe
     """training.distill.teacher: the decoder-only source itself. Its logits for an encoder-decoder row are those
     of the stream opener + the source's real tokens + the target, at the positions before each target token."""
     from encdec.data.batch import IGNORE_INDEX, Batch
-    from encdec.training.distill import stream_logits
+    from encdec.training.distill import stream_logits, teacher_streams
+    from encdec.training.run_config import load_config
 
     source = encdec.load_hf(gemma2).eval()
     ids = torch.Generator().manual_seed(5)
@@ -308,6 +309,9 @@ def test_the_source_teaches_its_adaptation_reading_each_row_as_source_then_targe
     ul2 = yaml.safe_load(config.read_text())
     ul2["objective"]["ul2_probabilities"] = [0.25, 0.25, 0.5]
     config.write_text(yaml.safe_dump(ul2))
+    with pytest.raises(ConfigError, match="teaches an encoder-decoder on rows it can read as one text: PrefixLM"):
+        teacher_streams(load_config(config), "the teacher", None, None)  # span corruption's pieces: refused
     capsys.readouterr()
-    assert main(["train", str(config), "--out", str(tmp_path / "ul2")]) == 2
-    assert "teaches an encoder-decoder on rows it can read as one text: PrefixLM" in capsys.readouterr().err
+    assert main(["train", str(config), "--out", str(tmp_path / "ul2")]) == 2  # and Gemma's tokenizer has no sentinels
+    assert "marks spans with sentinel tokens, which this tokenizer lacks" in capsys.readouterr().err
+    assert not (tmp_path / "ul2" / "checkpoints").exists()

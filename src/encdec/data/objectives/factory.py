@@ -89,6 +89,11 @@ def build_objective(
             max_length=seq_len,
             mode_tokens=mode_tokens,
         )
+    if not tok.sentinel_ids and (config.r_prob or config.x_prob):  # before any batch: the first would fail
+        raise ConfigError(
+            f"objective.kind {kind} marks spans with sentinel tokens, which this tokenizer lacks (Gemma's, Llama's "
+            "and Qwen's do): train PrefixLM alone, ul2 with ul2_probabilities [0, 0, 1]"
+        )
     modes = ul2_mode_ids(tok) if config.mode_tokens else None  # span corruption has no mode token
     return UL2Objective(
         data,
