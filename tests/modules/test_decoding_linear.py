@@ -44,6 +44,42 @@ def test_an_updated_weight_is_reordered_again(shape):
 
 
 @pytest.mark.parametrize("shape", [(1024, 256), (64, 32)])
+def test_a_weight_changed_through_data_is_seen_at_the_next_call(shape):
+    """`weight.data += delta` (peft's merge) leaves the version counter where it was: the copy is remade at the
+    next forward or generate call (new_pass), not within the call's own products."""
+    torch.manual_seed(0)
+    weight, x = torch.randn(*shape), torch.randn(8, shape[1])
+    with torch.inference_mode():
+        before = decoding_linear(x, weight)
+    weight.data += 1.0
+    decoding.new_pass()
+    with torch.inference_mode():
+        torch.testing.assert_close(decoding_linear(x, weight), F.linear(x, weight), rtol=1e-5, atol=1e-4)
+    assert not torch.allclose(before, F.linear(x, weight))
+
+
+def test_a_model_merged_by_peft_after_it_decoded_decodes_with_the_merged_weights():
+    """A model that generated, then had a peft LoRA adapter merged in (peft writes through .data), computes and
+    generates what a fresh model of the merged weights does."""
+    import encdec
+
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    model = encdec.build_model(encdec.preset("t5-tiny", vocab_size=100, dropout=0.0)).eval()
+    src, tgt = torch.randint(3, 100, (2, 20)), torch.randint(3, 100, (2, 6))
+    with torch.no_grad():
+        model(src, tgt)
+        model.generate(src, max_new_tokens=5)
+    adapter = peft.LoraConfig(target_modules=["wo", "wi", "q", "v"], init_lora_weights=False, r=4)
+    merged = peft.get_peft_model(model, adapter).merge_and_unload().eval()
+    fresh = encdec.build_model(merged.config).eval()
+    fresh.load_state_dict(merged.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(merged(src, tgt).logits, fresh(src, tgt).logits, rtol=1e-5, atol=1e-5)
+        assert torch.equal(merged.generate(src, max_new_tokens=5), fresh.generate(src, max_new_tokens=5))
+
+
+@pytest.mark.parametrize("shape", [(1024, 256), (64, 32)])
 def test_weights_made_under_inference_mode_serve(shape):
     """A model built or loaded inside torch.inference_mode has inference-tensor weights, which have no
     version counter; their products still take the fast kernels, with F.linear's values."""

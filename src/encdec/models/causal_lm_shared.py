@@ -68,6 +68,7 @@ from encdec.modules import (
     lm_head,
 )
 from encdec.modules.attention import soft_cap
+from encdec.modules.decoding_linear import new_pass
 
 
 def build_causal_block(cfg: ModelConfig, rotary: RotaryEmbedding | None = None) -> EncoderBlock:
@@ -205,6 +206,7 @@ class PromptedLM(GenerationMixin, abc.ABC):
     ) -> Seq2SeqOutput:
         """tgt_ids (B, T) the window, labels (B, T) its next tokens; src_ids and src_mask are ignored. The
         loss weighs what `window` gives beside the cross-entropy (encdec.models.loss)."""
+        new_pass()  # its CPU weight copies are checked once a call (modules/decoding_linear.py)
         logits, aux = self.window(tgt_ids)
         return with_loss(logits, aux, labels, self.config)
 
@@ -241,6 +243,7 @@ class PromptedLM(GenerationMixin, abc.ABC):
         CTranslate2 expands the batch only after the first step), not computed `beams` times; the last token
         is each row's first step (`DecodeState.next_input`).
         """
+        new_pass()  # a generate call: its CPU weight copies are checked once (modules/decoding_linear.py)
         prompt_len = 0 if src_ids is None else src_ids.shape[1]
         self.check_positions(prompt_len + max(max_new_tokens - 1, 0))
         dtype, device = self.embed.weight.dtype, self.embed.weight.device

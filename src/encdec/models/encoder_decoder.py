@@ -65,6 +65,7 @@ from encdec.modules import (
 from encdec.modules.attention import soft_cap
 from encdec.modules.blocks import for_layer, windowed
 from encdec.modules.chunked_attention import LazyMask
+from encdec.modules.decoding_linear import new_pass
 from encdec.modules.masks import same_segment
 from encdec.modules.transient_global import transient_globals
 
@@ -449,6 +450,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
     ) -> EncoderOutput:
         """src_ids (B, S), src_mask (B, S) bool, 0/1 integer or float, nonzero at real tokens -> EncoderOutput
         (whose mask is boolean). `packing` describes a packed batch (see forward)."""
+        new_pass()  # every forward and generate call encodes first: its CPU weight copies are checked once
         return self.encoder(src_ids, as_bool_mask(src_mask), packing)
 
     def decode(
@@ -523,6 +525,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         segments = torch.zeros(1, width, dtype=torch.long, device=device)
         segments[0, :total] = example + 1
         nothing = segments.new_zeros(1, 0)
+        new_pass()  # a generate call's encoder, as encode's
         packed = self.encoder(ids, None, Packing(segments, nothing, positions, nothing)).hidden[0]  # (width, C)
         k = torch.arange(S, device=device)
         at = starts[:, None] + torch.minimum(k[None, :], (lengths[:, None] - 1).clamp(min=0))  # (B, S)

@@ -5,7 +5,8 @@ by the same feed-forward and vocabulary matrices. F.linear repacks the weight fo
 BLAS at every call. On CPU, oneDNN's linear with the weight reordered once into its
 blocked layout is faster for weights of a megabyte or more, and torch ships it; the
 reordered copy is made on first use and remade whenever the weight changes (its
-version counter moves with every in-place update). Without oneDNN, the transposed
+version counter moves with every in-place update, and a sample of its values, checked once a forward or
+generate call, sees a change made through `weight.data`, which the counter misses). Without oneDNN, the transposed
 product weight @ x^T still beats F.linear on these shapes. Against F.linear everywhere,
 this saved about 15% of a greedy and 9% of a beam-search generate call in
 benchmarks/bench_generate.py (docs/benchmarks.md).
@@ -52,7 +53,25 @@ ONEDNN = (
     and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 )  # private; torch.compile's CPU backend calls them
 
-_derived: dict[tuple[int, str], tuple[weakref.ref, int, torch.Tensor]] = {}  # (id, kind) -> (weight, version, copy)
+# (id, kind) -> [weight, version, copy, a sample of the weight's values, the pass it was last checked in]
+_derived: dict[tuple[int, str], list] = {}
+PROBES = 32  # values of a weight sampled to see a change its version counter misses
+_pass = 0  # counts the models' forward and generate calls (new_pass)
+
+
+def new_pass() -> None:
+    """A model's forward or generate call begins: each derived copy is checked against its weight's values once
+    more, at its first use in the call. An in-place change through `weight.data` (peft's merge writes
+    `base_layer.weight.data += delta`) leaves the version counter where it was; the sampled values see it."""
+    global _pass
+    if not torch.compiler.is_compiling():  # a compiled graph keeps no copies of its own here, and no global store
+        _pass += 1
+
+
+def sample(weight: torch.Tensor) -> torch.Tensor:
+    """PROBES values of `weight`, evenly spaced through it."""
+    flat = weight.detach().reshape(-1)
+    return flat[torch.linspace(0, flat.numel() - 1, PROBES, device=flat.device).long()].clone()
 
 
 def decoding_linear(
@@ -140,14 +159,20 @@ def transposed(weight: torch.Tensor) -> torch.Tensor:
 
 
 def derived(weight: torch.Tensor, kind: str, make) -> torch.Tensor:
-    """make(weight), kept until the weight changes (its version counter moves) or is freed. A weight made
-    under torch.inference_mode has no version counter: its copy is kept until it is freed."""
+    """make(weight), kept until the weight changes (its version counter moves, or, once a pass (new_pass), its
+    sampled values) or is freed. A weight made under torch.inference_mode has no version counter: its values
+    alone are checked."""
     key = (id(weight), kind)
     version = None if weight.is_inference() else weight._version
     entry = _derived.get(key)
+    if entry is not None and entry[0]() is weight and entry[1] == version and entry[4] != _pass:
+        with torch.inference_mode(False), torch.no_grad():
+            entry[4] = _pass if torch.equal(sample(weight), entry[3]) else None
+        if entry[4] is None:  # changed through .data: made again below
+            entry = None
     if entry is None or entry[0]() is not weight or entry[1] != version:
         with torch.inference_mode(False), torch.no_grad():
-            copy = make(weight.detach())
-        entry = (weakref.ref(weight, lambda _, key=key: _derived.pop(key, None)), version, copy)
+            copy, probes = make(weight.detach()), sample(weight)
+        entry = [weakref.ref(weight, lambda _, key=key: _derived.pop(key, None)), version, copy, probes, _pass]
         _derived[key] = entry
     return entry[2]
