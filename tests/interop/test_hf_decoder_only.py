@@ -149,3 +149,29 @@ def test_a_sliding_window_left_off_every_layer_is_read(tmp_path):
     layers = {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 2, "layer_types": None}
     (tmp_path / "config.json").write_text(json.dumps(config | layers))
     assert hf_model_config(tmp_path).n_encoder_layers == 2
+
+
+def test_a_list_of_eos_ids_stops_generation_at_any_of_them_as_transformers_does(tmp_path):
+    """Llama 3's generation_config.json lists several EOS ids (<|end_of_text|>, <|eot_id|>, ...): generate stops
+    at any of them, from the checkpoint's defaults, as transformers' generate does."""
+    theirs = hf_model("llama", tmp_path)
+    ids, mask = left_padded()
+    free = theirs.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=PAD)
+    stop = int(free[0, ids.shape[1] + 2])  # the third token row 0 writes, made an EOS as well
+    eos = [EOS, stop]
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": eos, "pad_token_id": PAD}))
+    expected = theirs.generate(
+        input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=PAD, eos_token_id=eos
+    )[:, ids.shape[1] :]
+    ours = encdec.load_hf(tmp_path)
+    assert ours.generation_defaults["eos_token_id"] == eos and ours.config.eos_id == EOS
+    got = encdec.generate(ours, ids, mask, max_new_tokens=8)[:, 1:]
+
+    def until_any_eos(row: list[int]) -> list[int]:
+        ends = [i for i, token in enumerate(row) if token in eos]
+        return row[: ends[0] + 1] if ends else row
+
+    assert [until_any_eos(row) for row in got.tolist()] == [until_any_eos(row) for row in expected.tolist()]
+    first = got[0].tolist()
+    stopped = len(until_any_eos(first))
+    assert stopped <= 3 and set(first[stopped:]) <= {ours.config.pad_id}  # stopped there: padding, no more tokens

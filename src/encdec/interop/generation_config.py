@@ -35,6 +35,9 @@ def read_generation_defaults(hf_config: dict, generation_config: dict) -> dict:
         if values.get("min_length"):
             values.setdefault("min_new_tokens", max(values["min_length"] - 1, 0))
         defaults.update({key: values[key] for key in GENERATION_KEYS if values.get(key) is not None})
+        eos = values.get("eos_token_id")
+        if isinstance(eos, list) and len(eos) > 1:  # Llama 3's: generation stops at any (the model's eos_id: the first)
+            defaults["eos_token_id"] = eos
     return defaults
 
 
@@ -44,7 +47,7 @@ def checked_defaults(values: dict, where: Path) -> dict:
     hints = typing.get_type_hints(GenerationConfig, include_extras=True)
     try:
         for key, value in values.items():
-            if key not in GENERATION_KEYS:
+            if key not in GENERATION_KEYS and key != "eos_token_id":  # a list of them, which model.eos_id cannot hold
                 raise ConfigError(
                     f"{key!r} is not a generation option encdec reads; known: {', '.join(GENERATION_KEYS)}"
                 )
@@ -57,12 +60,12 @@ def checked_defaults(values: dict, where: Path) -> dict:
 
 def write_generation_config(out: Path, cfg: ModelConfig, tokenizer: Tokenizer, defaults: dict) -> None:
     """generation_config.json: the ids generation needs and the run's defaults that Hugging Face knows."""
-    dropped = sorted(set(defaults) - set(GENERATION_KEYS))
+    dropped = sorted(set(defaults) - set(GENERATION_KEYS) - {"eos_token_id"})
     if dropped:
         log.warning("generation defaults Hugging Face has no name for are not exported: %s", ", ".join(dropped))
     values = {
         "decoder_start_token_id": cfg.decoder_start_id,
-        "eos_token_id": cfg.eos_id,
+        "eos_token_id": defaults.get("eos_token_id", cfg.eos_id),  # several, where the checkpoint had several
         "pad_token_id": cfg.pad_id,
         "bos_token_id": tokenizer.bos_id,
         **{key: defaults[key] for key in GENERATION_KEYS if defaults.get(key) is not None},

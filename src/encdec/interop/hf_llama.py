@@ -141,7 +141,7 @@ def config_from_llama(hf: dict, untied_head: bool | None = None) -> ModelConfig:
         )
     check_no_window(hf)
     eos = hf.get("eos_token_id")
-    eos = (eos or [None])[0] if isinstance(eos, list) else eos  # generate stops at any of a list; encdec at one
+    eos = (eos or [None])[0] if isinstance(eos, list) else eos  # the first; the list is a generation default
     eos_id = first_set(eos, hf.get("pad_token_id"), 0)
     return ModelConfig(
         family="decoder_only",
