@@ -194,7 +194,11 @@ def test_generation_config_carries_the_ids_and_the_run_defaults(tmp_path):
 
 
 REFUSED = {  # preset, overrides -> the sentence's telling part
-    "rot5": ("rot5-tiny", {}, "RoPE exports as T5Gemma alone, whose layout this one lacks \\(position must be rope"),
+    "rot5": (
+        "rot5-tiny",
+        {},
+        "RoPE has no Hugging Face counterpart but T5Gemma, whose layout this one lacks \\(position must be rope",
+    ),
     # a Llama or Qwen adapted into an encoder-decoder (training.adaptation): RMSNorm and SwiGLU, not Gemma's
     "adapted llama": (
         "t5-tiny",

@@ -313,5 +313,5 @@ def test_the_source_teaches_its_adaptation_reading_each_row_as_source_then_targe
         teacher_streams(load_config(config), "the teacher", None, None)  # span corruption's pieces: refused
     capsys.readouterr()
     assert main(["train", str(config), "--out", str(tmp_path / "ul2")]) == 2  # and Gemma's tokenizer has no sentinels
-    assert "marks spans with sentinel tokens, which this tokenizer lacks" in capsys.readouterr().err
+    assert "marks spans with sentinels, which this tokenizer has none of" in capsys.readouterr().err
     assert not (tmp_path / "ul2" / "checkpoints").exists()

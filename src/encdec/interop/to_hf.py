@@ -110,7 +110,8 @@ def hf_layout(cfg: ModelConfig) -> str:
         except ConfigError as error:
             problems = str(error).partition(": ")[2]
             raise ConfigError(
-                f"an encoder-decoder with RoPE exports as T5Gemma alone, whose layout this one lacks ({problems}); "
+                f"an encoder-decoder with RoPE has no Hugging Face counterpart but T5Gemma, whose layout this one "
+                f"lacks ({problems}); "
                 f"{LOAD_HINT}"
             ) from None
     if family is None:

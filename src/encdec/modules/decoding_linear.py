@@ -71,7 +71,10 @@ def new_pass() -> None:
 def sample(weight: torch.Tensor) -> torch.Tensor:
     """PROBES values of `weight`, evenly spaced through it."""
     flat = weight.detach().reshape(-1)
-    return flat[torch.linspace(0, flat.numel() - 1, PROBES, device=flat.device).long()].clone()
+    spaced = (
+        torch.arange(PROBES, device=flat.device) * (flat.numel() - 1) // (PROBES - 1)
+    )  # integers: exact at any size
+    return flat[spaced].clone()
 
 
 def decoding_linear(

@@ -91,8 +91,8 @@ def build_objective(
         )
     if not tok.sentinel_ids and (config.r_prob or config.x_prob):  # before any batch: the first would fail
         raise ConfigError(
-            f"objective.kind {kind} marks spans with sentinel tokens, which this tokenizer lacks (Gemma's, Llama's "
-            "and Qwen's do): train PrefixLM alone, ul2 with ul2_probabilities [0, 0, 1]"
+            f"objective.kind {kind} marks spans with sentinels, which this tokenizer has none of (as Gemma's, Llama's "
+            "and Qwen's): train PrefixLM alone, ul2 with ul2_probabilities [0, 0, 1]"
         )
     modes = ul2_mode_ids(tok) if config.mode_tokens else None  # span corruption has no mode token
     return UL2Objective(
