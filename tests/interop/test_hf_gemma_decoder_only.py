@@ -179,7 +179,7 @@ REFUSED = {  # name -> (the checkpoint, config.json's changed keys, the sentence
     "gemma2-linear-rope": (
         "gemma2",
         {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}},
-        "rope_parameters is RoPE of type 'linear'; encdec reads Gemma 2 with default RoPE",
+        "rope_parameters is RoPE of type 'linear', which encdec does not compute",
     ),
     "gemma3-yarn-rope": (
         "gemma3",

@@ -26,7 +26,7 @@ import torch
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.hf_bart import first_set
-from encdec.interop.hf_llama import LLAMA_KEYS, load_causal_lm, own_head_dim
+from encdec.interop.hf_llama import LLAMA_KEYS, load_causal_lm, mapping, own_head_dim, rope_kind, rope_theta
 from encdec.interop.hf_t5 import hf_name
 from encdec.interop.hf_t5gemma import STACK_DEFAULTS, global_every
 from encdec.models import DecoderOnly, ModelConfig
@@ -79,29 +79,6 @@ NAME_MAP = [
 
 def gemma_name(our_name: str) -> str:
     return hf_name(our_name, NAME_MAP, "Gemma")
-
-
-def rope_kind(rope: dict) -> str:
-    return rope.get("rope_type", rope.get("type", "default"))
-
-
-def mapping(hf: dict, key: str) -> dict:
-    """config.json's `key` as a mapping ({} where it is absent or null)."""
-    value = hf.get(key) or {}
-    if not isinstance(value, dict):
-        raise CheckpointError(f"config.json's {key} must be a mapping")
-    return value
-
-
-def gemma2_rope(hf: dict) -> float:
-    """Gemma 2's RoPE base, from rope_parameters (transformers 5) or rope_theta (released files); scaling refused."""
-    for key in ("rope_parameters", "rope_scaling"):
-        kind = rope_kind(mapping(hf, key))
-        if kind != "default":
-            raise CheckpointError(
-                f"config.json's {key} is RoPE of type {kind!r}; encdec reads Gemma 2 with default RoPE"
-            )
-    return float(mapping(hf, "rope_parameters").get("rope_theta", hf.get("rope_theta", 10000.0)))
 
 
 def gemma3_rope(hf: dict) -> tuple[float, float, float]:
@@ -161,7 +138,7 @@ def config_from_gemma(hf: dict, untied_head: bool | None = None) -> ModelConfig:
     window = hf["sliding_window"] if "sliding_attention" in types else None
     step = global_every({"model": {"num_hidden_layers": hf["num_hidden_layers"], "layer_types": types}})
     gemma3 = model_type == "gemma3_text"
-    theta, scale, local_theta = gemma3_rope(hf) if gemma3 else (gemma2_rope(hf), 1.0, None)
+    theta, scale, local_theta = gemma3_rope(hf) if gemma3 else (rope_theta(hf), 1.0, None)
     eos = hf["eos_token_id"]
     eos = (eos or [None])[0] if isinstance(eos, list) else eos  # generate stops at any of a list; encdec at one
     eos_id = first_set(eos, hf["pad_token_id"], 0)

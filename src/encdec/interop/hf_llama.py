@@ -81,15 +81,26 @@ def llama_name(our_name: str) -> str:
 
 
 def rope_theta(hf: dict) -> float:
-    """RoPE's base from rope_parameters (transformers 5) or rope_theta (earlier files); any scaling refused."""
+    """RoPE's base from rope_parameters (transformers 5) or rope_theta (earlier files); any scaling refused
+    (Llama's, Qwen's, Gemma 2's)."""
     for key in ("rope_parameters", "rope_scaling"):  # rope_scaling: earlier files' scaling beside rope_theta
-        rope = hf.get(key) or {}
-        if not isinstance(rope, dict):
-            raise CheckpointError(f"config.json's {key} must be a mapping")
-        kind = rope.get("rope_type", rope.get("type", "default"))
+        kind = rope_kind(mapping(hf, key))
         if kind != "default":
             raise CheckpointError(f"config.json's {key} is RoPE of type {kind!r}, which encdec does not compute")
-    return (hf.get("rope_parameters") or {}).get("rope_theta", hf.get("rope_theta", 10000.0))
+    return float(mapping(hf, "rope_parameters").get("rope_theta", hf.get("rope_theta", 10000.0)))
+
+
+def rope_kind(rope: dict) -> str:
+    """A RoPE mapping's type: rope_type (transformers 5), type (earlier files), else default."""
+    return rope.get("rope_type", rope.get("type", "default"))
+
+
+def mapping(hf: dict, key: str) -> dict:
+    """config.json's `key` as a mapping ({} where it is absent or null)."""
+    value = hf.get(key) or {}
+    if not isinstance(value, dict):
+        raise CheckpointError(f"config.json's {key} must be a mapping")
+    return value
 
 
 def check_no_window(hf: dict) -> None:

@@ -21,6 +21,7 @@ import torch
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.hf_bart import first_set
+from encdec.interop.hf_llama import rope_kind
 from encdec.interop.hf_t5 import check_hf_model_fits, fill_from_hf, hf_name, read_hf_weights
 from encdec.models import EncoderDecoder, ModelConfig
 
@@ -108,8 +109,8 @@ def stack_config(hf: dict, side: str) -> dict:
     rope = stack.get("rope_parameters") or {}
     if not isinstance(rope, dict):
         raise CheckpointError(f"config.json's {side} rope_parameters must be a mapping")
-    if rope.get("rope_type", "default") != "default":
-        raise CheckpointError(f"config.json's {side} uses RoPE of type {rope['rope_type']!r}; encdec reads default")
+    if rope_kind(rope) != "default":
+        raise CheckpointError(f"config.json's {side} uses RoPE of type {rope_kind(rope)!r}; encdec reads default")
     stack["rope_theta"] = rope.get("rope_theta", stack.get("rope_theta", 10000.0))
     return stack
 
