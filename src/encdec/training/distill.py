@@ -79,7 +79,7 @@ def stream_logits(model: nn.Module, batch: Batch, dropped: torch.Tensor, opener:
     a causal model's earlier positions never see. Made on the batch's device, without a host sync."""
     src, labels = batch.src_ids, batch.labels
     keep = torch.ones_like(src, dtype=torch.bool) if batch.src_mask is None else batch.src_mask.bool()
-    keep &= ~torch.isin(src, dropped.to(src.device))
+    keep &= ~torch.isin(src, dropped)  # made on the teacher's device, the batch's, once (teacher_streams)
     B, S = src.shape
     T = labels.shape[1]
     kept = keep.sum(1)  # (B,) source tokens of each row
@@ -156,7 +156,7 @@ def load_teacher(
         raise ConfigError(f"{what} was trained with {which}: its token ids would mean other text to the student")
     streams = None
     if model_cfg.family == "decoder_only" and student.family == "encoder_decoder":  # an adapted model's source
-        streams = teacher_streams(cfg, what, tokenizer, model_cfg)
+        streams = teacher_streams(cfg, what, tokenizer, model_cfg, device)
     elif (model_cfg.family in CAUSAL_LMS) != (student.family in CAUSAL_LMS):
         raise ConfigError(
             f"{what} is of the {model_cfg.family} family and the student of the {student.family} one: a teacher "
@@ -182,10 +182,13 @@ def load_teacher(
     return Teacher(model, d.alpha, d.temperature, pointer, streams)
 
 
-def teacher_streams(cfg: RunConfig, what: str, tokenizer: Tokenizer, teacher: ModelConfig) -> tuple[torch.Tensor, int]:
+def teacher_streams(
+    cfg: RunConfig, what: str, tokenizer: Tokenizer, teacher: ModelConfig, device: torch.device = torch.device("cpu")
+) -> tuple[torch.Tensor, int]:
     """What a decoder-only teacher needs to read an encoder-decoder's rows as streams (`stream_logits`): rows
     that are a text and its continuation (PrefixLM: UL2's S denoiser alone, or seq2seq pairs), not span
-    corruption's sentinel-marked pieces, which no decoder-only model has read."""
+    corruption's sentinel-marked pieces, which no decoder-only model has read. The dropped ids are made on
+    `device`, where the batches are, so a step copies nothing to it."""
     o = cfg.objective
     corrupts = o.kind == "span_corruption" or (o.kind == "ul2" and any(o.ul2_probabilities[:2]))
     if corrupts or cfg.data.mixture:
@@ -195,4 +198,4 @@ def teacher_streams(cfg: RunConfig, what: str, tokenizer: Tokenizer, teacher: Mo
         )
     names = ("[R]", "[X]", "[S]", "<pad>")
     dropped = {tokenizer.eos_id, *tokenizer.sentinel_ids, *(tokenizer.special_id(n) for n in names)} - {None}
-    return torch.tensor(sorted(dropped)), teacher.eos_id
+    return torch.tensor(sorted(dropped), device=device), teacher.eos_id
