@@ -9,6 +9,7 @@ table beside seeds 000 and 001, and the plot.
         ../../runs/experiments/adapt_sources_cpu/*source/seed* --pairs ../../runs/experiments/adapt_eval/valid_pairs.jsonl
     python adaptation_table.py table --runs ../../runs/experiments --json ../results/adapt_cpu.json \
         --plot ../img/adaptation_cpu.png
+    python adaptation_table.py cost --runs ../../runs/experiments --pairs ../../runs/experiments/adapt_eval/valid_pairs.jsonl
 
 `score` writes RUN/eval/prefix_loss.json: the mean loss per target token of every pair of the pairs file
 (docs/scripts/continuation_pairs.py) given its source, teacher-forced, from the run's latest checkpoint. The
@@ -67,6 +68,46 @@ def score(run: Path, pairs_file: Path) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     return result
+
+
+def step_flops(root: Path) -> tuple[float, float]:
+    """Forward and backward FLOPs of one step of 16 rows (torch's FlopCounterMode): the decoder-only model on
+    128-token windows, and the adapted 4 + 4 encoder-decoder on PrefixLM rows of 64 tokens in and 64 out."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def counted(model, *inputs, **named) -> float:
+        model.train()
+        with FlopCounterMode(display=False) as counter:
+            model(*inputs, **named).loss.backward()
+        return counter.get_total_flops()
+
+    generator = torch.Generator().manual_seed(0)
+    decoder_only = open_model(root / "adapt_cpu" / "decoder_only" / "seed1", "latest").model
+    ids = torch.randint(5, 2000, (16, 128), generator=generator)
+    adapted = open_model(root / "adapt_cpu" / "ul2" / "seed1", "latest").model
+    src, tgt = (torch.randint(5, 2000, (16, 64), generator=generator) for _ in range(2))
+    mask = torch.ones(16, 64, dtype=torch.bool)
+    return counted(decoder_only, None, ids, labels=ids), counted(adapted, src, tgt, labels=tgt, src_mask=mask)
+
+
+def untrained_adaptation(root: Path, pairs_file: Path, seed: int) -> float:
+    """The prefix-conditional loss (as `score`) of seed `seed`'s source adapted into an encoder-decoder before any
+    step: what the copied cross-attention costs the start."""
+    import encdec
+    from encdec.runs.model_section import build_model_config
+    from encdec.training.adaptation import adapted_section, adapted_weights
+    from encdec.training.init_from import load_pretrained
+
+    source = load_pretrained(str(root / "adapt_sources_cpu" / "source" / f"seed{seed}"))
+    trained = open_model(root / "adapt_cpu" / "ul2" / f"seed{seed}", "latest")  # its tokens and text encoding
+    c = trained.model.config
+    section = adapted_section(source.model_section)
+    model = encdec.build_model(build_model_config(section, c.vocab_size, c.pad_id, c.eos_id, c.decoder_start_id))
+    model.load_state_dict(adapted_weights(model.state_dict(), source.weights)[0])
+    rows = [json.loads(line) for line in pairs_file.read_text(encoding="utf-8").splitlines()]
+    examples, _ = pair_examples(model.eval(), text_encoding(trained), [(r["source"], " " + r["target"]) for r in rows])
+    total, tokens = total_nll(model, [(source, target[:-1]) for source, target in examples], 32, torch.device("cpu"))
+    return total / tokens
 
 
 def seeds(folder: Path) -> list[Path]:
@@ -199,6 +240,9 @@ def main() -> None:
     scorer = commands.add_parser("score", help="write RUN/eval/prefix_loss.json for each run")
     scorer.add_argument("runs", type=Path, nargs="+")
     scorer.add_argument("--pairs", type=Path, required=True)
+    costs = commands.add_parser("cost", help="a step's FLOPs of each family, and the adapted model's start")
+    costs.add_argument("--runs", type=Path, default=Path("runs/experiments"))
+    costs.add_argument("--pairs", type=Path, required=True)
     tabler = commands.add_parser("table", help="print the tables, write the JSON and the plot")
     tabler.add_argument("--runs", type=Path, default=Path("runs/experiments"))
     tabler.add_argument("--json", type=Path)
@@ -208,6 +252,14 @@ def main() -> None:
         for run in args.runs:
             result = score(run, args.pairs)
             print(f"{run}: {result['prefix_loss']:.4f} over {result['tokens']:,} tokens")
+        return
+    if args.command == "cost":
+        decoder_only, adapted = step_flops(args.runs)
+        print(
+            f"a step's FLOPs: decoder-only {decoder_only:.3e}, encoder-decoder {adapted:.3e} ({adapted / decoder_only:.2f})"
+        )
+        for seed in (1, 2, 3):
+            print(f"seed {seed}: adapted, before any step: {untrained_adaptation(args.runs, args.pairs, seed):.3f}")
         return
     results = collect(args.runs)
     table(results)
