@@ -3,9 +3,12 @@
 `counted_calls()` counts the functions called inside a block, Python's and C's (sys.setprofile's `call` and
 `c_call` events), so a read that loops per byte, per token or per retry shows as calls whatever the load; and,
 apart, the calls of the Python functions it is given (the modules a model builds: nn.Module.__init__), for a
-bound on the work per unit of what was asked for.
+bound on the work per unit of what was asked for. `run_bounded` runs a child process with its processor time
+bounded instead of its wall-clock time.
 """
 
+import resource
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,3 +43,17 @@ def counted_calls(*watched: Callable) -> Iterator[Work]:
         yield work
     finally:
         sys.setprofile(previous)
+
+
+HANG = 3600  # seconds: a child that has not ended by then is stuck, not slow (none of them needs a tenth of it)
+
+
+def run_bounded(argv: list[str], cpu_seconds: int, **kwargs) -> subprocess.CompletedProcess:
+    """`subprocess.run(argv, capture_output=True, text=True)` with the child's processor time bounded
+    (RLIMIT_CPU: SIGXCPU past `cpu_seconds` of its own user and system time), not its wall-clock time, which a
+    loaded machine stretches; the wall clock only catches a hang, at HANG seconds."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
+
+    return subprocess.run(argv, capture_output=True, text=True, preexec_fn=limit, timeout=HANG, **kwargs)
