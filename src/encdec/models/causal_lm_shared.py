@@ -152,6 +152,11 @@ class PromptedLM(GenerationMixin, abc.ABC):
     continuous_batching = True  # its DecodeState's rows may join and leave a running batch (encdec.serving)
     pads_left = True  # prompts of different lengths are padded on the left
 
+    @staticmethod
+    def position_limits(cfg: ModelConfig) -> tuple[int | None, int | None]:
+        """(source, target): no source; a stream of at most the context, max_positions (check_positions)."""
+        return None, cfg.max_positions
+
     def build_embeddings(self, cfg: ModelConfig, next_positions: bool = False, scale_in_dtype: bool = False) -> None:
         """Token table, dropout, embedding norm, scales, and the learned position table: max_positions rows,
         one more when `next_positions` (1..T) are looked up; with position rope, only for those, else None.

@@ -422,6 +422,12 @@ class EncoderDecoder(GenerationMixin, nn.Module):
 
     UNUSED = UNUSED_BY_FAMILY["encoder_decoder"]  # the research and RNN families' options
 
+    @staticmethod
+    def position_limits(cfg: ModelConfig) -> tuple[int | None, int | None]:
+        """(source, target): the most positions each stack reads, its absolute table's rows (None: any)."""
+        table = cfg.max_positions if cfg.position in ("sinusoidal", "learned") else None
+        return table, table
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         check_family(cfg)

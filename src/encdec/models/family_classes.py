@@ -6,11 +6,12 @@ family_rules.py's, its count from a config parameter_count.py's).
 
 from torch import nn
 
+from encdec.errors import ConfigError
 from encdec.models.ar_encdec import AREncoderDecoder
 from encdec.models.decoder_only import DecoderOnly
 from encdec.models.encoder_decoder import EncoderDecoder
 from encdec.models.init import init_weights
-from encdec.models.model_config import ModelConfig
+from encdec.models.model_config import CAUSAL_LMS, ModelConfig
 from encdec.models.parallel_encdec import ParallelEncoderDecoder
 from encdec.models.rnn_seq2seq import RNNSeq2Seq
 from encdec.modules import LearnedPositions, RelativePositionBias
@@ -30,6 +31,21 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     model = FAMILY_CLASSES[cfg.family](cfg)  # its constructor refuses first
     init_weights(model, cfg)
     return model
+
+
+def check_position_limits(cfg: ModelConfig, source: int, target: int, asked: str) -> None:
+    """ConfigError where rows of `source` and `target` positions (a causal LM's one stream counts as its
+    target), which `asked` names, reach past what the model `cfg` describes reads: a learned or sinusoidal
+    table's rows, a causal LM's context. Checked when a run builds its model, not at the first batch."""
+    limits = FAMILY_CLASSES[cfg.family].position_limits(cfg)
+    for side, length, limit in zip(("source", "target"), (source, target), limits, strict=True):
+        if limit is not None and length > limit:
+            causal = cfg.family in CAUSAL_LMS
+            reads = f"its context is {limit:,}" if causal else f"its {cfg.position} position table has {limit:,} rows"
+            raise ConfigError(
+                f"{asked} makes {'stream' if causal else side} rows of up to {length:,} tokens, but {reads} "
+                "(model.max_positions); shorten the rows or use a model with more positions"
+            )
 
 
 def count_parameters(model: nn.Module, exclude_positions: bool = False) -> int:

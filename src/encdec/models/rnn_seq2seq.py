@@ -75,6 +75,11 @@ class RNNState:
 class RNNSeq2Seq(GenerationMixin, nn.Module):
     UNUSED = UNUSED_BY_FAMILY["rnn_seq2seq"]  # the transformer's settings: attention, norms, positions, ...
 
+    @staticmethod
+    def position_limits(cfg: ModelConfig) -> tuple[int | None, int | None]:
+        """(source, target): recurrent, with no position table: any length on either side."""
+        return None, None
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         check_family(cfg)

@@ -16,8 +16,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from encdec.data.objectives.factory import longest_rows
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
+from encdec.models.family_classes import check_position_limits
 from encdec.models.model_config import CAUSAL_LMS
 from encdec.runs.adapter import BasePointer, apply_lora, load_adapted, read_base
 from encdec.runs.checkpoint import load_checkpoint, load_state, source_path, weights_sha256
@@ -39,7 +41,7 @@ from encdec.training.metrics import MetricsLog, tensorboard_available
 from encdec.training.numerics import checkpoint_activations, grad_scaler, resolve_precision, set_rng_states
 from encdec.training.optim import build_optimizer, state_layout
 from encdec.training.run_config import DECODER_ONLY_OBJECTIVES, RunConfig, member_objective, save_config, saved_config
-from encdec.training.run_data import RunData, build_run_data
+from encdec.training.run_data import RunData, build_run_data, objective_options
 from encdec.training.same_run import resumed_config
 
 log = logging.getLogger(__name__)
@@ -263,6 +265,7 @@ def new_model(cfg: RunConfig, data: RunData, device: torch.device, teacher: int 
     built where it or a training step (beside a distillation teacher of `teacher` bytes) cannot fit the device."""
     tok = data.tokenizer
     model_cfg = build_model_config(cfg.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id)
+    check_row_lengths(cfg, model_cfg)
     check_activations_fit(cfg, model_cfg, device, check_model_fits(model_cfg, device), teacher)
     try:
         return build_model(model_cfg)
@@ -270,6 +273,18 @@ def new_model(cfg: RunConfig, data: RunData, device: torch.device, teacher: int 
         if not is_out_of_memory(error):
             raise
         raise ConfigError(f"building the model ran out of memory ({str(error).splitlines()[0][:120]})") from None
+
+
+def check_row_lengths(cfg: RunConfig, model_cfg: ModelConfig) -> None:
+    """ConfigError where the rows an objective makes (each mixture member's) are longer than the model reads:
+    a learned or sinusoidal table's rows, a causal LM's context; before the model is built."""
+    members = [member_objective(cfg, i) for i in range(len(cfg.data.mixture))]
+    for i, o in enumerate(members or [cfg.objective]):
+        options = objective_options(o)
+        lengths = "max_source_len {max_source_len}, max_target_len {max_target_len}" if o.kind == "seq2seq" else ""
+        lengths = (lengths or "seq_len {seq_len}").format(**options)
+        member = f"data.mixture[{i}]'s " if members else ""
+        check_position_limits(model_cfg, *longest_rows(o.kind, **options), f"{member}objective {o.kind} ({lengths})")
 
 
 def tensorboard_dir(cfg: RunConfig, run: RunDir) -> Path | None:

@@ -25,6 +25,37 @@ OBJECTIVES = ("causal_lm", "span_corruption", "ul2", "prefix_lm", "seq2seq")
 PACKABLE = ("seq2seq", "span_corruption", "ul2")  # the encoder-decoder objectives: causal_lm windows are full already
 
 
+def longest_rows(
+    kind: str, *, seq_len: int = 512, max_source_len: int = 512, max_target_len: int = 128, **options
+) -> tuple[int, int]:
+    """(source, target): the most positions a row of objective `kind`'s batches holds on each side, from the
+    options `build_objective` takes (a causal LM's one stream counts as its target, its source 0); what a
+    model's position tables must cover."""
+    if kind == "seq2seq":
+        return max_source_len, max_target_len
+    if kind in ("causal_lm", "prefix_lm"):  # a window; S's prefix and rest, EOS last and not read
+        return 0, seq_len
+    keys = ("mean_span", "noise_density", "ul2_probabilities", "mode_tokens")
+    return denoisers(kind, seq_len, **{key: options[key] for key in keys if key in options}).longest()
+
+
+def denoisers(
+    kind: str,
+    seq_len: int,
+    mean_span: float = 3.0,
+    noise_density: float = 0.15,
+    ul2_probabilities: Sequence[float] = (0.25, 0.25, 0.5),
+    mode_tokens: bool = False,
+) -> UL2Config:
+    """The denoisers of `kind` span_corruption (R alone) or ul2 (R, X and S) over chunks of seq_len tokens."""
+    if kind == "span_corruption":
+        return UL2Config.span_corruption(mean_span, noise_density, max_length=seq_len)
+    r, x, s = ul2_probabilities
+    return UL2Config(
+        r_prob=r, x_prob=x, s_prob=s, r_masks=((mean_span, noise_density),), max_length=seq_len, mode_tokens=mode_tokens
+    )
+
+
 def build_objective(
     kind: str,
     data: Documents | tuple[Documents, Documents],
@@ -77,18 +108,7 @@ def build_objective(
             seed=seed,
             batch_tokens=batch_tokens,
         )
-    if kind == "span_corruption":
-        config = UL2Config.span_corruption(mean_span, noise_density, max_length=seq_len)
-    else:
-        r, x, s = ul2_probabilities
-        config = UL2Config(
-            r_prob=r,
-            x_prob=x,
-            s_prob=s,
-            r_masks=((mean_span, noise_density),),
-            max_length=seq_len,
-            mode_tokens=mode_tokens,
-        )
+    config = denoisers(kind, seq_len, mean_span, noise_density, ul2_probabilities, mode_tokens)
     if not tok.sentinel_ids and (config.r_prob or config.x_prob):  # before any batch: the first would fail
         raise ConfigError(
             f"objective.kind {kind} marks spans with sentinels, which this tokenizer has none of (as Gemma's, Llama's "

@@ -58,6 +58,29 @@ class UL2Config:
     def probabilities(self) -> np.ndarray:
         return np.array([self.r_prob, self.x_prob, self.s_prob])
 
+    def longest(self) -> tuple[int, int]:
+        """(inputs, targets): the most tokens an example holds, mode token and EOS included, over every chunk
+        length and every denoiser drawn. A denoised chunk's inputs are never longer than it (a span becomes
+        one sentinel); its targets hold the noise, a sentinel per span and EOS (X's masks summed: their union
+        has no more of either), at most the whole chunk as one span and EOS."""
+        length = np.arange(2, self.max_length + 1)  # (L,) every chunk length: chunks hold at least 2 tokens
+        targets = [np.ones_like(length)]
+        if self.s_prob:
+            targets.append(length - np.maximum(length // 2, 2) + 1)  # s_split's prefix; the rest and EOS
+        for prob, masks in ((self.r_prob, self.r_masks), (self.x_prob, self.x_masks)):
+            if prob:
+                noise, spans = zip(*(noise_counts(length, density, span) for span, density in masks), strict=True)
+                targets.append(np.minimum(sum(noise) + sum(spans), length + 1) + 1)
+        return self.max_length + int(self.mode_tokens), int(np.maximum.reduce(targets).max())
+
+
+def noise_counts(length: np.ndarray, density: float, mean_span: float) -> tuple[np.ndarray, np.ndarray]:
+    """(noise tokens, noise spans) random_spans_noise_mask draws in chunks of each of `length` (L,) tokens."""
+    if density == 0.0:
+        return 0 * length, 0 * length
+    noise = np.clip(np.rint(np.maximum(length, 2) * density), 1, np.maximum(length, 2) - 1)
+    return noise, np.minimum(np.maximum(np.rint(noise / mean_span), 1), length - noise)
+
 
 def s_split(length: int) -> int:
     """Where S splits a chunk of `length` tokens: the prefix keeps max(length // 2, 2)."""
