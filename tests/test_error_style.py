@@ -5,7 +5,7 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "encdec"
-USER_ERRORS = {"EncdecError", "ConfigError", "DataError", "CheckpointError"}
+USER_ERRORS = {"EncdecError", "ConfigError", "DataError", "CheckpointError", "Unmet"}
 
 
 def messages():

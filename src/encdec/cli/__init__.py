@@ -44,6 +44,7 @@ SUBCOMMANDS = {
 }
 MAX_LINE = 299  # characters of the one line an error is: a message embedding a megabyte is cut with "..."
 
+MAX_WORD = 60  # characters of a word one_line keeps whole; a longer one is a value (a path) it may cut
 
 class Parser(argparse.ArgumentParser):
     """argparse whose mistakes are one sentence (`encdec: error: ...`, exit 2) instead of a usage block, and
@@ -138,13 +139,27 @@ def _stop_at_once(signum: int, frame: FrameType | None) -> None:
 
 
 def one_line(message: str, limit: int = MAX_LINE) -> str:
-    """`message` as one line (line breaks and runs of spaces made one space) of at most `limit` characters,
-    cut in the middle, where a long value sits, so its start and its end (often the reason) stay."""
-    line = " ".join(message.split())
-    if len(line) <= limit:
-        return line
-    head = limit * 2 // 3
-    return line[:head] + "..." + line[len(line) - (limit - head - 3) :]
+    """`message` as one line (line breaks and runs of spaces made one space) of at most `limit` characters. A line
+    too long loses what it embeds first: a word longer than MAX_WORD (a path, a value) keeps its start and its end
+    about a "...". Words are never cut otherwise: a line still too long loses whole words from its middle, so its
+    start and its end (the reason) stay. A refusal that lists things bounds its list (errors.listed) to stay whole.
+    """
+    words = message.split()
+    excess = len(" ".join(words)) - limit
+    for i in sorted(range(len(words)), key=lambda i: -len(words[i])):
+        if excess <= 0 or len(words[i]) <= MAX_WORD:
+            break
+        keep = max(MAX_WORD, len(words[i]) - excess)
+        excess -= len(words[i]) - keep
+        words[i] = words[i][: (keep - 3) // 2] + "..." + words[i][len(words[i]) - (keep - 3 - (keep - 3) // 2) :]
+    if excess <= 0:
+        return " ".join(words)
+    head, tail = [], []  # words kept from the start (about a third of the line) and from the end
+    while len(" ".join(head + words[:1])) <= limit // 3:
+        head.append(words.pop(0))
+    while len(" ".join([*head, "...", words[-1], *tail])) <= limit:
+        tail.insert(0, words.pop())
+    return " ".join(head + ["..."] + tail)
 
 
 def refuse(message: str, code: int) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from encdec.errors import CheckpointError, ConfigError
+from encdec.errors import CheckpointError, Unmet
 from encdec.interop.hf_t5 import (
     check_hf_model_fits,
     fill_from_hf,
@@ -183,11 +183,11 @@ def bart_layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dic
 
 
 def check_bart_layout(cfg: ModelConfig, family: str, embeddings: dict[str, bool], norm_position: str = "post") -> None:
-    """Raise ConfigError naming the first setting `family` cannot express: of its own embedding checks
-    (positions, embedding norm), then of the layout the BART family shares."""
+    """Raise ConfigError (Unmet) naming the settings `family` cannot express: its own embedding checks
+    (positions, embedding norm) first, then those of the layout the BART family shares."""
     problems = [text for text, bad in embeddings.items() if bad] + bart_layout_problems(cfg, norm_position)
     if problems:
-        raise ConfigError(f"this model cannot be saved as Hugging Face {family}: {problems[0]}")
+        raise Unmet(f"this model cannot be saved as Hugging Face {family}: " + "{unmet}", problems)
 
 
 def learned_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
@@ -198,12 +198,12 @@ def learned_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
 
 
 def check_bart_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError naming the first setting BART's layout does not have."""
+    """Raise ConfigError naming the settings BART's layout does not have."""
     check_bart_layout(cfg, "BART", learned_embedding_problems(cfg))
 
 
 def check_mbart_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError naming the first setting mBART's (BART's, pre-norm) layout does not have."""
+    """Raise ConfigError naming the settings mBART's (BART's, pre-norm) layout does not have."""
     check_bart_layout(cfg, "mBART", learned_embedding_problems(cfg), norm_position="pre")
 
 

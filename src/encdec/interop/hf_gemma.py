@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from encdec.errors import CheckpointError, ConfigError
+from encdec.errors import CheckpointError, Unmet
 from encdec.interop.hf_bart import first_set
 from encdec.interop.hf_llama import LLAMA_KEYS, load_causal_lm, mapping, own_head_dim, rope_kind, rope_theta
 from encdec.interop.hf_t5 import hf_name
@@ -213,7 +213,7 @@ def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
         )
     failed = [text for text, bad in problems.items() if bad]
     if failed:
-        raise ConfigError(f"this model cannot be saved as Hugging Face {NAMES[model_type]}: {'; '.join(failed)}")
+        raise Unmet(f"this model cannot be saved as Hugging Face {NAMES[model_type]}: " + "{unmet}", failed)
 
 
 def gemma_rope(cfg: ModelConfig, model_type: str) -> dict:

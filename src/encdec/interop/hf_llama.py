@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from encdec.errors import CheckpointError, ConfigError
+from encdec.errors import CheckpointError, Unmet
 from encdec.interop.hf_bart import first_set
 from encdec.interop.hf_t5 import check_hf_model_fits, fill_from_hf, hf_name, read_hf_weights
 from encdec.models import DecoderOnly, ModelConfig
@@ -203,7 +203,7 @@ def layout_problems(cfg: ModelConfig) -> dict[str, bool]:
     return {
         "family must be decoder_only": cfg.family != "decoder_only",
         "position must be rope": cfg.position != "rope",
-        "norm must be rmsnorm with norm_position pre and no post_norms": cfg.norm != "rmsnorm"
+        "norm must be rmsnorm, pre, without post_norms": cfg.norm != "rmsnorm"
         or cfg.norm_position != "pre"
         or cfg.post_norms,
         "activation must be swiglu": cfg.activation != "swiglu",
@@ -231,7 +231,7 @@ def check_llama_compatible(cfg: ModelConfig, model_type: str) -> None:
     failed = [text for text, bad in problems.items() if bad]
     if failed:
         name = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}[model_type]
-        raise ConfigError(f"this model cannot be saved as Hugging Face {name}: {'; '.join(failed)}")
+        raise Unmet(f"this model cannot be saved as Hugging Face {name}: " + "{unmet}", failed)
 
 
 def llama_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Tensor], dict]:

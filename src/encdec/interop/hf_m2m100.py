@@ -51,7 +51,7 @@ def load_hf_m2m100(path: Path, hf_config: dict) -> EncoderDecoder:
 
 
 def check_m2m100_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError naming the first setting M2M100's layout does not have."""
+    """Raise ConfigError naming the settings M2M100's layout does not have."""
     embeddings = {
         "position must be sinusoidal with sinusoidal_layout fairseq": cfg.position != "sinusoidal"
         or cfg.sinusoidal_layout != "fairseq",

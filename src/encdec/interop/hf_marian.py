@@ -71,7 +71,7 @@ def sinusoidal_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
 
 
 def check_marian_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError naming the first setting Marian's layout does not have."""
+    """Raise ConfigError naming the settings Marian's layout does not have."""
     check_bart_layout(cfg, "Marian", sinusoidal_embedding_problems(cfg))
 
 

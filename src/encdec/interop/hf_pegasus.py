@@ -25,7 +25,7 @@ def load_hf_pegasus(path: Path, hf_config: dict) -> EncoderDecoder:
 
 
 def check_pegasus_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError naming the first setting Pegasus's layout does not have."""
+    """Raise ConfigError naming the settings Pegasus's layout does not have."""
     check_bart_layout(cfg, "Pegasus", sinusoidal_embedding_problems(cfg), norm_position="pre")
 
 

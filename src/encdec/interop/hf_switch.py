@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, Unmet, listed
 from encdec.interop.hf_t5 import (
     NAME_MAP,
     OUR_ACTIVATIONS,
@@ -98,13 +98,13 @@ def sparse_count(layers: int, step: int) -> int:
     if count is None:
         raise ConfigError(
             f"this model cannot be saved as Hugging Face SwitchTransformers: a sparse step of {step} over {layers} "
-            f"layers (layers {', '.join(map(str, wanted))}) is no num_layers // num_sparse layout"
+            f"layers (layers {listed([str(n) for n in wanted], budget=40)}) is no num_layers // num_sparse layout"
         )
     return count
 
 
 def check_switch_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError naming the first setting SwitchTransformers cannot express."""
+    """Raise ConfigError naming the settings SwitchTransformers cannot express."""
     dense = any(not cfg.moe_layer(i) for i in range(cfg.n_encoder_layers)) or any(
         not cfg.moe_layer(i, decoder=True) for i in range(cfg.decoder_layers)
     )
@@ -119,7 +119,7 @@ def check_switch_compatible(cfg: ModelConfig) -> None:
     }
     failed = [text for text, bad in problems.items() if bad] + t5_layout_problems(cfg)
     if failed:
-        raise ConfigError(f"this model cannot be saved as Hugging Face SwitchTransformers: {failed[0]}")
+        raise Unmet("this model cannot be saved as Hugging Face SwitchTransformers: {unmet}", failed)
     sparse_count(cfg.n_encoder_layers, cfg.moe_every)
     sparse_count(cfg.decoder_layers, cfg.decoder_moe_every or cfg.moe_every)
 

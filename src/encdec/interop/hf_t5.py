@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from encdec.errors import CheckpointError, ConfigError
+from encdec.errors import CheckpointError, ConfigError, Unmet
 from encdec.models import EncoderDecoder, ModelConfig
 from encdec.models.weights_memory import check_weights_fit
 from encdec.safe_paths import atomic_path, inside, output_dir, write_atomic
@@ -259,7 +259,7 @@ def check_t5_compatible(cfg: ModelConfig, family: str = "T5") -> None:
     if cfg.activation not in OUR_ACTIVATIONS:
         failed.append(f"activation must be one of {', '.join(OUR_ACTIVATIONS)}")
     if failed:
-        raise ConfigError(f"this model cannot be saved as Hugging Face {family}: {'; '.join(failed)}")
+        raise Unmet(f"this model cannot be saved as Hugging Face {family}: " + "{unmet}", failed)
 
 
 def t5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from encdec.errors import CheckpointError, ConfigError
+from encdec.errors import CheckpointError, Unmet
 from encdec.interop.hf_bart import first_set
 from encdec.interop.hf_t5 import check_hf_model_fits, fill_from_hf, hf_name, read_hf_weights
 from encdec.interop.hf_t5gemma import STACK_DEFAULTS, gemma_encoder_decoder, gemma_stack, global_every
@@ -236,7 +236,7 @@ def check_t5gemma2_compatible(cfg: ModelConfig) -> None:
     }
     failed = [text for text, bad in problems.items() if bad]
     if failed:
-        raise ConfigError(f"this model cannot be saved as Hugging Face T5Gemma 2: {'; '.join(failed)}")
+        raise Unmet("this model cannot be saved as Hugging Face T5Gemma 2: {unmet}", failed)
 
 
 def t5gemma2_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:

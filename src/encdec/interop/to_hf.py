@@ -30,7 +30,7 @@ from pathlib import Path
 
 from torch import nn
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, Unmet
 from encdec.interop.families import FAMILIES, family_for
 from encdec.interop.generation_config import write_generation_config
 from encdec.interop.hf_tokenizer import convert_tokenizer
@@ -40,11 +40,10 @@ from encdec.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 
-EXPORTABLE = {  # what exports, said beside a refusal, by model family
-    "encoder_decoder": "the transformer, t5 and t5-v1.1 presets export as they are, with norm_position pre or post",
+EXPORTABLE = {  # what exports, said beside a refusal, by model family (short: the refusal's list goes first)
+    "encoder_decoder": "the transformer, t5 and t5-v1.1 presets export as they are, pre- or post-norm",
     "decoder_only": (
-        "a decoder_only model exports with position rope, norm rmsnorm and activation swiglu (Llama's), or with norm "
-        "gemma_rmsnorm, post_norms and activation gated_gelu (Gemma 2's, Gemma 3's with qk_norm)"
+        "decoder_only exports as Llama (rope, rmsnorm, swiglu) or Gemma (gemma_rmsnorm, post_norms, gated_gelu)"
     ),
 }
 # files an earlier export or checkpoint may have left that transformers would read instead of, or beside, ours
@@ -102,17 +101,14 @@ def hf_layout(cfg: ModelConfig) -> str:
     if cfg.family not in EXPORTABLE:
         raise ConfigError(f"the {cfg.family} family has no Hugging Face counterpart to export to; {LOAD_HINT}")
     family = family_for(cfg)
-    if (
-        cfg.position == "rope" and family is None
-    ):  # T5Gemma's is the one layout with RoPE (ROT5's, Llama's adapted: none)
+    # T5Gemma's is the one layout with RoPE (ROT5's, Llama's adapted: none)
+    if cfg.position == "rope" and family is None:
         try:
             FAMILIES["t5gemma"].check(cfg)
-        except ConfigError as error:
-            problems = str(error).partition(": ")[2]
-            raise ConfigError(
-                f"an encoder-decoder with RoPE has no Hugging Face counterpart but T5Gemma, whose layout this one "
-                f"lacks ({problems}); "
-                f"{LOAD_HINT}"
+        except Unmet as error:
+            raise error.reworded(
+                "an encoder-decoder with RoPE has no Hugging Face counterpart but T5Gemma, whose layout this one "
+                "lacks ({unmet}); " + LOAD_HINT
             ) from None
     if family is None:
         raise ConfigError(
@@ -120,6 +116,8 @@ def hf_layout(cfg: ModelConfig) -> str:
         )
     try:
         family.check(cfg)
+    except Unmet as error:
+        raise error.reworded(f"{{said}} ({EXPORTABLE[cfg.family]}); {LOAD_HINT}") from None
     except ConfigError as error:
         raise ConfigError(f"{error} ({EXPORTABLE[cfg.family]}); {LOAD_HINT}") from None
     if cfg.encoder_config() is not cfg and family.model_type != "t5gemma":  # one width for both stacks elsewhere
