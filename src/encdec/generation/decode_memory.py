@@ -9,7 +9,9 @@ knows no model class) and compared with what the model's device has free.
     self-attention    R x L x layers x 2 x K x D x dtype (twice for beams: reordering swaps buffers)
     cross-attention   B x S x layers x 2 x K x D x dtype (the beams of one example share theirs)
     relative bias     H x L x L x dtype (T5's decoder bias, computed once for every position pair)
-    encoder           B x S x C x dtype (a few) and B x H x S x S x dtype (one layer's scores)
+    encoder           B x S x C x dtype (a few) and one layer's scores x dtype: B x H x S x S where it
+                      holds them whole, one chunk's where it attends by chunks of queries (a long input,
+                      LongT5's local band, a sliding window: the model's `attention_scores` says)
     logits            R x V x 4 bytes, a few (scores, log-probabilities, beam candidates),
                       and one per step kept with output_scores
 
@@ -45,9 +47,11 @@ def generation_bytes(model, cfg: GenerationConfig, batch: int, source_len: int, 
     sizes["cross-attention caches"] = batch * source_len * layers * 2 * cross_kv * d_head * dtype
     if getattr(model_cfg, "position", None) == "relative" and getattr(model_cfg, "family", None) == "encoder_decoder":
         sizes["relative bias"] = heads * length * length * dtype
+    scores = getattr(model, "attention_scores", None)  # by the path each layer takes (chunks, a band)
+    numbers = scores(batch, source_len) if scores is not None else batch * heads * source_len * source_len
     sizes["encoder"] = (
-        batch * source_len * (4 * getattr(model_cfg, "encoder_width", model_cfg.d_model) + heads * source_len) * dtype
-    )
+        batch * source_len * 4 * getattr(model_cfg, "encoder_width", model_cfg.d_model) + numbers
+    ) * dtype
     steps_kept = length if cfg.output_scores else 0
     sizes["logits"] = rows * model_cfg.vocab_size * 4 * (LOGIT_COPIES + steps_kept)
     return sizes

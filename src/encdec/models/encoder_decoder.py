@@ -64,7 +64,7 @@ from encdec.modules import (
 )
 from encdec.modules.attention import soft_cap
 from encdec.modules.blocks import for_layer, windowed
-from encdec.modules.chunked_attention import LazyMask
+from encdec.modules.chunked_attention import LazyMask, chunk_scores
 from encdec.modules.decoding_linear import new_pass
 from encdec.modules.masks import same_segment
 from encdec.modules.transient_global import transient_globals
@@ -215,17 +215,41 @@ class Encoder(Stack):
         G = masks.globals.count if masks.globals is not None else 0
         if masks.globals is not None:
             extra = {"global_blocks": masks.globals.blocks, "n_globals": G}
-        long = B * heads * S * (S + G) >= self.long_scores
         made, by_kind = [], {}
         for i in range(len(self.blocks)):
             band = masks.band(i)
-            if long or (band is not None and S >= BAND_SHARE * (2 * band + 1)):
+            if self.by_chunks(B * heads, S, band, G):
                 made.append(LazyMask(partial(masks.rows, i), S, band, G))
                 continue
             if masks.kind(i) not in by_kind:
                 by_kind[masks.kind(i)] = masks.rows(i, 0, S, 0, S)
             made.append(by_kind[masks.kind(i)])
         return [AttentionInputs(mask=m, q_pos=masks.pos, k_pos=masks.pos, **extra) for m in made]
+
+    def by_chunks(self, heads: int, S: int, band: int | None, G: int) -> bool:
+        """Whether a layer attends by chunks of queries: for `heads` (B x H) over S tokens and G global keys, its
+        scores would hold long_scores numbers or more, or its keys lie within a band of at most 1 / BAND_SHARE."""
+        return heads * S * (S + G) >= self.long_scores or (band is not None and S >= BAND_SHARE * (2 * band + 1))
+
+    def score_numbers(self, batch: int, S: int) -> int:
+        """The most numbers of attention scores one layer holds at once for `batch` inputs of S tokens, by the
+        path each layer takes (`by_chunks`): the whole scores, or one chunk's; what a generation's fit check
+        counts for the encoder."""
+        heads = batch * self.blocks[0].self_attn.n_heads if len(self.blocks) else 0
+        G = -(-S // self.global_block_size) if self.global_bias is not None else 0
+        peaks = [0]
+        for i in range(len(self.blocks)):
+            band = self.band(i)
+            peaks.append(chunk_scores(heads, S, band, G) if self.by_chunks(heads, S, band, G) else heads * S * (S + G))
+        return max(peaks)
+
+    def band(self, layer: int) -> int | None:
+        """How far from itself a query of layer `layer` may see a key, at most: LongT5's radius, a sliding
+        window's width (in rows: a window counts positions inside one packed example); None: anywhere."""
+        bands = [self.local_radius] if self.local_radius is not None else []
+        if self.window is not None and self.sliding[layer]:
+            bands.append(self.window)
+        return min(bands) if bands else None
 
 
 LONG_SCORES = 1 << 27  # numbers in a layer's scores (512 MiB in float32) from which the encoder attends by chunks
@@ -264,14 +288,7 @@ class SelfMasks:
         return ("bias", layer if encoder.layer_biases is not None else 0)
 
     def band(self, layer: int) -> int | None:
-        """How far from itself a query of layer `layer` may see a key, at most: LongT5's radius, a sliding
-        window's width (in rows: a window counts positions inside one packed example); None: anywhere."""
-        encoder, bands = self.encoder, []
-        if encoder.local_radius is not None:
-            bands.append(encoder.local_radius)
-        if encoder.window is not None and encoder.sliding[layer]:
-            bands.append(encoder.window)
-        return min(bands) if bands else None
+        return self.encoder.band(layer)
 
     def rows(self, layer: int, t0: int, t1: int, k0: int, k1: int) -> torch.Tensor | None:
         """Layer `layer`'s additive mask for query rows t0..t1 over keys k0..k1: (B or 1, H or 1, t1 - t0,
@@ -450,6 +467,10 @@ class EncoderDecoder(GenerationMixin, nn.Module):
             self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
         else:
             self.final_logits_bias = None
+
+    def attention_scores(self, batch: int, source_len: int) -> int:
+        """The most numbers of attention scores encoding `batch` inputs of `source_len` tokens holds at once."""
+        return self.encoder.score_numbers(batch, source_len)
 
     def encode(
         self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None, packing: Packing | None = None

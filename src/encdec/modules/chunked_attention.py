@@ -83,14 +83,27 @@ def chunk_rows(q: torch.Tensor, mask: LazyMask) -> int:
     r rows reads at most every key, or r + 2 * band of them, and the extra ones; a banded chunk takes at most
     twice its band's width of rows (MIN_BAND_ROWS at least), so that at most about half of the scores it
     computes are outside the band."""
-    B, H = q.shape[:2]
-    budget = CHUNK_SCORES // (B * H)
-    rows = budget // (mask.rows + mask.extra)
-    if mask.band is not None:  # the largest r with r * (r + 2 * band + extra) <= budget, and few keys wasted
-        width = 2 * mask.band + mask.extra
+    return rows_per_chunk(q.shape[0] * q.shape[1], mask.rows, mask.band, mask.extra)
+
+
+def rows_per_chunk(heads: int, keys: int, band: int | None, extra: int) -> int:
+    """`chunk_rows` for `heads` (B x H) score rows of queries over `keys` own keys (`band` and `extra` as a
+    LazyMask's)."""
+    budget = CHUNK_SCORES // heads
+    rows = budget // (keys + extra)
+    if band is not None:  # the largest r with r * (r + 2 * band + extra) <= budget, and few keys wasted
+        width = 2 * band + extra
         fits = (math.isqrt(width * width + 4 * budget) - width) // 2
-        rows = min(fits, max(MIN_BAND_ROWS, 2 * (2 * mask.band + 1)))
+        rows = min(fits, max(MIN_BAND_ROWS, 2 * (2 * band + 1)))
     return max(1, rows)
+
+
+def chunk_scores(heads: int, keys: int, band: int | None, extra: int) -> int:
+    """The numbers of scores one chunk of `chunked_attend` holds over `keys` own keys, for `heads` (B x H):
+    what a layer that attends by chunks holds at once, whatever the input's length."""
+    rows = min(keys, rows_per_chunk(heads, keys, band, extra))
+    read = keys if band is None else min(keys, rows + 2 * band)
+    return heads * rows * (read + extra)
 
 
 def chunked_attend(attend: Callable, q, k, v, mask: LazyMask, scale, dropout_p: float, softcap) -> torch.Tensor:
