@@ -136,15 +136,20 @@ def output_dir(path: str | Path, what: str = "the output", error: type[EncdecErr
     """The directory `path`, made with its missing parents once `output_path` lets it: a directory is never
     made through a link, so a refused path leaves nothing behind where the link leads."""
     path = output_path(path, what, error)
+    if os.path.lexists(path) and not path.is_dir():
+        raise error(f"{what} {path} is not a directory; name a directory to write into")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def new_file_beside(path: Path) -> tuple[Path, int]:
     """A new empty file beside `path` under a fresh hidden name, and a descriptor open for writing on it;
-    refused where a directory on the way to `path` is a symlink (a link at `path` itself is replaced)."""
+    refused where a directory on the way to `path` is a symlink (a link at `path` itself is replaced) or where
+    `path` is a directory."""
     path = Path(path)
     _refuse_links(path, path.parent, f"writing {path}", ConfigError)
+    if path.is_dir() and not path.is_symlink():  # the rename would fail naming the new file, not the cause
+        raise ConfigError(f"{path} is a directory; encdec writes a file there, so name the file instead")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(16):
         tmp = path.with_name(f".{path.name[:200]}.{secrets.token_hex(4)}.tmp")

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from encdec.cli.held import library_output_held
+from encdec.cli.output_paths import check_apart
 from encdec.cli.threads import add_threads_option, use_threads
 from encdec.errors import ConfigError, EncdecError
 
@@ -43,8 +44,8 @@ SUBCOMMANDS = {
     "serve": ("serve", "serve a model over HTTP, with a page to try it"),
 }
 MAX_LINE = 299  # characters of the one line an error is: a message embedding a megabyte is cut with "..."
-
 MAX_WORD = 60  # characters of a word one_line keeps whole; a longer one is a value (a path) it may cut
+
 
 class Parser(argparse.ArgumentParser):
     """argparse whose mistakes are one sentence (`encdec: error: ...`, exit 2) instead of a usage block, and
@@ -92,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with interrupts_stop_at_once():
                 argv = sys.argv[1:] if argv is None else argv
-                args = build_parser(argv).parse_args(argv)
+                parser = build_parser(argv)
+                args = parser.parse_args(argv)
+                check_apart(parser, args)  # no output over an input, before any work
             logging.basicConfig(level=log_level(args.verbose), format="%(message)s")
             use_threads(args)
             return args.func(args) or 0

@@ -31,7 +31,7 @@ from encdec.cli.options import (
     resolve_device,
     whole_number,
 )
-from encdec.cli.output_paths import OutputPath
+from encdec.cli.output_paths import InputPath, OutputPath
 from encdec.errors import ConfigError
 from encdec.inspection import attention_maps, plot_attention, save_maps
 from encdec.inspection.record import check_has_maps
@@ -44,10 +44,16 @@ MAX_LAYER = 1 << 16
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("attention", description=__doc__)
-    parser.add_argument("model", help="a run directory of encdec train, a Hugging Face directory or a Hub id")
+    parser.add_argument(
+        "model",
+        type=InputPath("the model"),
+        help="a run directory of encdec train, a Hugging Face directory or a Hub id",
+    )
     parser.add_argument("--source", required=True, help="the text the model reads")
     parser.add_argument("--target", default=None, help="the text it writes (default: its own greedy output)")
-    parser.add_argument("--output", "-o", type=OutputPath("-o", Path), required=True, help="the PNG file to write")
+    parser.add_argument(
+        "--output", "-o", type=OutputPath("-o", "the PNG file", Path), required=True, help="the PNG file to write"
+    )
     parser.add_argument(
         "--layer", type=whole_number(0, MAX_LAYER, "--layer"), default=None, help="only this layer (0 = the first)"
     )
@@ -61,7 +67,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--encoder", action="store_true", help="the encoder's self-attention instead")
     parser.add_argument(
         "--npz",
-        type=OutputPath("--npz", Path),
+        type=OutputPath("--npz", "the .npz file", Path),
         default=None,
         help="also write the probabilities and tokens here (.npz)",
     )

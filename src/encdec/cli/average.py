@@ -17,7 +17,7 @@ import argparse
 from typing import Annotated
 
 from encdec.cli.options import whole_number
-from encdec.cli.output_paths import OutputPath
+from encdec.cli.output_paths import InputPath, OutputPath
 from encdec.errors import ConfigError
 from encdec.runs.state import MAX_STEPS
 from encdec.runs.weight_average import average_checkpoints, export_ema
@@ -26,7 +26,7 @@ from encdec.schema import Range, argument_type
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("average", description=__doc__)
-    parser.add_argument("run", help="a run directory of encdec train")
+    parser.add_argument("run", type=InputPath("the run"), help="a run directory of encdec train")
     parser.add_argument("--last", type=whole_number(1, MAX_STEPS, "--last"), help="average the newest N checkpoints")
     parser.add_argument(
         "--steps",
@@ -36,7 +36,10 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--ema", action="store_true", help="write a checkpoint's EMA weights instead")
     parser.add_argument("--checkpoint", default="latest", help="--ema: the checkpoint whose EMA (default latest)")
     parser.add_argument(
-        "--out", "-o", type=OutputPath("--out"), help="write a new run directory here instead of a checkpoint in RUN"
+        "--out",
+        "-o",
+        type=OutputPath("--out", "a directory for the new run", directory=True),
+        help="write a new run directory here instead of a checkpoint in RUN",
     )
     parser.set_defaults(func=run)
 

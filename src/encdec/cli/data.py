@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 from encdec.cli.options import add_reader_options, flag_of, given_reader_options, whole_number
-from encdec.cli.output_paths import OutputPath
+from encdec.cli.output_paths import InputPath, OutputPath
 from encdec.data.batch import IGNORE_INDEX, Batch
 from encdec.data.formats import FILE_FORMATS, TEXT_FORMATS, read_corpus, reader_options
 from encdec.data.objectives import OBJECTIVES, PairTemplate, build_objective
@@ -45,14 +45,27 @@ def add_parser(subparsers) -> None:
 
     prepare = commands.add_parser("prepare", help="tokenize a corpus once into shards on disk")
     prepare.add_argument(
-        "inputs", nargs="+", type=Path, help="corpus files (plain or .gz); 'parallel' takes SOURCE TARGET"
+        "inputs",
+        nargs="+",
+        type=InputPath("the corpus file", Path),
+        help="corpus files (plain or .gz); 'parallel' takes SOURCE TARGET",
     )
     prepare.add_argument("--format", required=True, choices=FILE_FORMATS)
-    prepare.add_argument("--out", required=True, type=OutputPath("--out", Path), help="shard directory to write")
     prepare.add_argument(
-        "--tokenizer", required=True, help=f"a kind ({', '.join(KINDS)}) or a saved tokenizer directory"
+        "--out",
+        required=True,
+        type=OutputPath("--out", "a directory for the shards", Path, directory=True),
+        help="shard directory to write",
     )
-    prepare.add_argument("--tokenizer-path", type=Path, help="model file for sentencepiece / hf")
+    prepare.add_argument(
+        "--tokenizer",
+        required=True,
+        type=InputPath("--tokenizer"),
+        help=f"a kind ({', '.join(KINDS)}) or a saved tokenizer directory",
+    )
+    prepare.add_argument(
+        "--tokenizer-path", type=InputPath("--tokenizer-path", Path), help="model file for sentencepiece / hf"
+    )
     prepare.add_argument(
         "--vocab-size", type=field_type(TokenizerSection, "vocab_size"), default=8000, help="for trained bpe / unigram"
     )
@@ -84,7 +97,9 @@ def add_parser(subparsers) -> None:
     prepare.set_defaults(func=run_prepare)
 
     inspect = commands.add_parser("inspect", help="show decoded examples of an objective, input beside target")
-    inspect.add_argument("shards", type=Path, help="a directory written by `encdec data prepare`")
+    inspect.add_argument(
+        "shards", type=InputPath("the shard directory", Path), help="a directory written by `encdec data prepare`"
+    )
     inspect.add_argument(
         "--objective",
         default="ul2",
@@ -113,13 +128,22 @@ def add_parser(subparsers) -> None:
     passkey = commands.add_parser(
         "passkey", help="write passkey-retrieval examples: a fact planted at a depth of a long text (jsonl)"
     )
-    passkey.add_argument("inputs", nargs="+", type=Path, help="the haystack's corpus files (plain or .gz)")
-    passkey.add_argument("--format", default="tinystories", choices=TEXT_FORMATS)
-    passkey.add_argument("--out", required=True, type=OutputPath("--out", Path), help="the jsonl file to write")
     passkey.add_argument(
-        "--tokenizer", required=True, help=f"what lengths count: a kind ({', '.join(KINDS)}) or a tokenizer directory"
+        "inputs", nargs="+", type=InputPath("the corpus file", Path), help="the haystack's corpus files (plain or .gz)"
     )
-    passkey.add_argument("--tokenizer-path", type=Path, help="model file for sentencepiece / hf")
+    passkey.add_argument("--format", default="tinystories", choices=TEXT_FORMATS)
+    passkey.add_argument(
+        "--out", required=True, type=OutputPath("--out", "the jsonl file", Path), help="the jsonl file to write"
+    )
+    passkey.add_argument(
+        "--tokenizer",
+        required=True,
+        type=InputPath("--tokenizer"),
+        help=f"what lengths count: a kind ({', '.join(KINDS)}) or a tokenizer directory",
+    )
+    passkey.add_argument(
+        "--tokenizer-path", type=InputPath("--tokenizer-path", Path), help="model file for sentencepiece / hf"
+    )
     passkey.add_argument(
         "--lengths",
         type=argument_type(list[Annotated[int, Range(MIN_PASSKEY, MAX_LENGTH)]], "--lengths"),

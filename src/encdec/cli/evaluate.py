@@ -54,7 +54,7 @@ from encdec.cli.options import (
     resolve_device,
     whole_number,
 )
-from encdec.cli.output_paths import OutputPath
+from encdec.cli.output_paths import InputPath, OutputPath
 from encdec.data.formats import FILE_FORMATS
 from encdec.errors import ConfigError
 from encdec.evaluation.baselines import uniform_loss
@@ -92,15 +92,26 @@ GENERATION_DEFAULTS = {"max_new_tokens": 64, "num_beams": 1}  # over a checkpoin
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("evaluate", description=__doc__)
     parser.add_argument(
-        "model", metavar="MODEL", help="a run directory, a Hugging Face model directory, or a Hub id org/name[@rev]"
+        "model",
+        metavar="MODEL",
+        type=InputPath("the model"),
+        help="a run directory, a Hugging Face model directory, or a Hub id org/name[@rev]",
     )
-    parser.add_argument("--data", nargs="+", type=Path, metavar="FILE", help="a test file (two for --format parallel)")
+    parser.add_argument(
+        "--data",
+        nargs="+",
+        type=InputPath("--data", Path),
+        metavar="FILE",
+        help="a test file (two for --format parallel)",
+    )
     parser.add_argument(
         "--format", choices=FILE_FORMATS, help="the test file's format (default: the run's, or its extension's)"
     )
     add_reader_options(parser, default="the run's, or ")
     parser.add_argument(
-        "--out", type=OutputPath("--out", Path), help="the report's directory (default: RUN_DIR/eval[/<file name>])"
+        "--out",
+        type=OutputPath("--out", "a directory for the report", Path, directory=True),
+        help="the report's directory (default: RUN_DIR/eval[/<file name>])",
     )
     parser.add_argument(
         "--checkpoint",

@@ -18,7 +18,7 @@ import argparse
 from pathlib import Path
 
 from encdec.cli.held import say_unless_refused
-from encdec.cli.output_paths import OutputPath
+from encdec.cli.output_paths import InputPath, OutputPath
 from encdec.errors import ConfigError
 from encdec.interop import export_hf
 from encdec.interop.hub_ids import resolve_model
@@ -30,10 +30,16 @@ from encdec.runs.run_export import export_adapter, export_run
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("export", description=__doc__)
     parser.add_argument(
-        "model", help="a run directory of encdec train, a checkpoint directory, a Hugging Face directory or a Hub id"
+        "model",
+        type=InputPath("the model"),
+        help="a run directory of encdec train, a checkpoint directory, a Hugging Face directory or a Hub id",
     )
     parser.add_argument(
-        "--out", "-o", type=OutputPath("--out"), required=True, help="the directory to write (new or empty)"
+        "--out",
+        "-o",
+        type=OutputPath("--out", "a directory for the export", directory=True),
+        required=True,
+        help="the directory to write (new or empty)",
     )
     parser.add_argument("--force", action="store_true", help="write over an earlier export in --out")
     parser.add_argument(

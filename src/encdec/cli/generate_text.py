@@ -36,7 +36,7 @@ from encdec.cli.options import (
     resolve_device,
     whole_number,
 )
-from encdec.cli.output_paths import OutputPath
+from encdec.cli.output_paths import InputPath, OutputPath
 from encdec.data.reading import MAX_INPUT_LINE_BYTES, open_text_file, read_input_lines
 from encdec.errors import ConfigError, DataError
 from encdec.generation import generate
@@ -50,7 +50,7 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("generate", description=__doc__)
     parser.add_argument(
         "model_dir",
-        type=Path,
+        type=InputPath("the model", Path),
         help="a run directory of encdec train, or a Hugging Face model directory (T5, Marian, BART, Llama, Qwen, ...)",
     )
     parser.add_argument(
@@ -58,11 +58,17 @@ def add_parser(subparsers) -> None:
         default="best",
         help="a run's checkpoint: best (default), latest, a step directory or an averaged one (avg5_step_...)",
     )
-    parser.add_argument("--input", "-i", default="-", help="a file with one input per line (default: stdin)")
+    parser.add_argument(
+        "--input",
+        "-i",
+        type=InputPath("--input", stdin="-"),
+        default="-",
+        help="a file with one input per line (default: stdin)",
+    )
     parser.add_argument(
         "--output",
         "-o",
-        type=OutputPath("-o", stdout="-"),
+        type=OutputPath("-o", "the file of outputs", stdout="-"),
         default="-",
         help="where to write outputs (default: stdout)",
     )

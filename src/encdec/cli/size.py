@@ -15,6 +15,7 @@ encdec size --flops 3.65e17 / --params 48e6
 from pathlib import Path
 from typing import Annotated
 
+from encdec.cli.output_paths import InputPath
 from encdec.errors import ConfigError
 from encdec.schema import Range, argument_type
 from encdec.sizing import MAX_FLOPS, MAX_PARAMS, MAX_TOKENS, MIN_FLOPS, MIN_PARAMS, MIN_TOKENS, chinchilla
@@ -22,7 +23,12 @@ from encdec.sizing import MAX_FLOPS, MAX_PARAMS, MAX_TOKENS, MIN_FLOPS, MIN_PARA
 
 def add_parser(subparsers):
     parser = subparsers.add_parser("size", description=__doc__)
-    parser.add_argument("config", nargs="?", help="a run config (YAML), or a Hugging Face config.json or directory")
+    parser.add_argument(
+        "config",
+        nargs="?",
+        type=InputPath("the config"),
+        help="a run config (YAML), or a Hugging Face config.json or directory",
+    )
     parser.add_argument("--preset", help="a model preset instead of a config")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
     budget = parser.add_mutually_exclusive_group()

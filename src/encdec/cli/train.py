@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from encdec.cli.options import whole_number
-from encdec.cli.output_paths import OutputPath
+from encdec.cli.output_paths import InputPath, OutputPath
 from encdec.errors import ConfigError
 from encdec.training import load_config, train
 from encdec.training.adaptation import ADAPTATION_FILE, summary
@@ -28,9 +28,12 @@ MAX_NPROC = 1024  # processes one machine starts
 
 def add_parser(subparsers):
     parser = subparsers.add_parser("train")
-    parser.add_argument("config", help="the run config (YAML)")
+    parser.add_argument("config", type=InputPath("the run config"), help="the run config (YAML)")
     parser.add_argument(
-        "--out", type=OutputPath("--out"), required=True, help="the run directory: checkpoints, metrics, plots"
+        "--out",
+        type=OutputPath("--out", "a run directory", directory=True),
+        required=True,
+        help="the run directory: checkpoints, metrics, plots",
     )
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
     parser.add_argument(
