@@ -3,7 +3,8 @@
 Every reader opens plain or gzip files transparently (by content, not by
 name), decodes UTF-8 line by line so a bad byte is reported with its line, and
 raises DataError with one sentence naming the file and line. Readers that find
-no document at all raise too: an empty corpus is always a mistake. Reading is
+no document at all raise too: an empty corpus is always a mistake, and so is one whose documents or
+pairs are all empty (`with_text`, through which formats.read_corpus reads: a few are skipped). Reading is
 bounded (encdec.data.reading): regular files only, lines split at "\n" alone and
 at most MAX_CORPUS_LINE_BYTES, documents gathered from lines at most
 MAX_DOCUMENT_CHARS, a gzip file checked to its end before it is used.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,7 @@ from encdec.schema import json_number, short
 END_OF_TEXT = "<|endoftext|>"
 INSTRUCT_KEYS = ("Features", "Words", "Summary", "Random sentence", "Story")
 Item = TypeVar("Item")
+log = logging.getLogger(__name__)
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
@@ -73,6 +76,26 @@ def _require_some(items: Iterable[Item], path: str | Path, what: str) -> Iterato
         yield item
     if empty:
         raise DataError(f"{path} contains no {what}")
+
+
+def with_text(items: Iterable[Item], where: str | Path) -> Iterator[Item]:
+    """The items that hold text: a document that is not blank, a pair whose source and target both are not.
+    The others are skipped, and counted in a warning; where every item is empty there is nothing to learn or
+    score (a pair of empty texts trains on EOS alone), and the file is refused."""
+    kept = skipped = 0
+    pairs = False
+    for item in items:
+        pairs = not isinstance(item, str)
+        if all(part.strip() for part in (item if pairs else (item,))):
+            kept += 1
+            yield item
+        else:
+            skipped += 1
+    noun, empty = ("pairs", "have an empty source or target") if pairs else ("texts", "are empty")
+    if skipped and not kept:
+        raise DataError(f"{where} holds no examples: its {skipped:,} {noun} all {empty.replace('are ', '')}")
+    if skipped:
+        log.warning("%s: %s of its %s %s %s, skipped", where, f"{skipped:,}", f"{kept + skipped:,}", noun, empty)
 
 
 def iter_tinystories(path: str | Path, separator: str = END_OF_TEXT) -> Iterator[str]:
@@ -276,17 +299,27 @@ def iter_parallel(source_path: str | Path, target_path: str | Path) -> Iterator[
 def iter_tsv_pairs(
     path: str | Path, source_column: int = 0, target_column: int = 1, header: bool = False
 ) -> Iterator[tuple[str, str]]:
-    """(source, target) columns of a tab-separated file; with `header`, its first line (column names) skipped."""
+    """(source, target) columns of a tab-separated file; with `header`, its first line (column names) skipped.
+    No line, the header included, holds text in a column more: it would be dropped unread (an empty one, a
+    trailing tab, is nothing lost)."""
+    need = max(source_column, target_column) + 1
 
     def pairs() -> Iterator[tuple[str, str]]:
-        need = max(source_column, target_column) + 1
         for number, line in iter_lines(path):
-            if not line.strip() or (header and number == 1):
+            if not line.strip():
                 continue
             columns = line.split("\t")
             if len(columns) < need:
-                raise DataError(f"{path} line {number} has {len(columns)} tab-separated columns; {need} are needed")
-            yield columns[source_column].strip(), columns[target_column].strip()
+                said = f"{len(columns)} tab-separated column{'s' if len(columns) > 1 else ''}"
+                raise DataError(f"{path} line {number} has {said}; {need} are needed")
+            extra = next((i for i in range(need, len(columns)) if columns[i].strip()), None)
+            if extra is not None:
+                raise DataError(
+                    f"{path} line {number} has {len(columns)} tab-separated columns where format tsv reads {need}, "
+                    f"so column {extra + 1} ({short(columns[extra].strip(), 30)}) would be lost; remove it"
+                )
+            if not (header and number == 1):
+                yield columns[source_column].strip(), columns[target_column].strip()
 
     return _require_some(pairs(), path, "pairs")
 

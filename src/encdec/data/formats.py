@@ -28,6 +28,7 @@ from encdec.data.corpora import (
     iter_plain_text,
     iter_tinystories,
     iter_tsv_pairs,
+    with_text,
 )
 from encdec.errors import ConfigError, DataError
 from encdec.schema import Satisfies, short
@@ -134,12 +135,13 @@ def options_set(section: ReaderOptions) -> dict:
 
 def read_corpus(format: str, paths: list[str | Path], **options) -> Iterator[str] | Iterator[tuple[str, str]]:
     """The items of `paths` read as `format`: documents for a text format, (source, target) pairs for a pair
-    format. `options` go to the reader (reader_options checks a user's; a library call may pass any)."""
+    format, each holding text (corpora.with_text: empty ones skipped, a file of nothing else refused). `options`
+    go to the reader (reader_options checks a user's; a library call may pass any)."""
     entry = FORMATS.get(format) if isinstance(format, str) else None
     if entry is None or entry.read is None:
         raise DataError(f"corpus format {short(format)} is unknown; choose one of {', '.join(FILE_FORMATS)}")
     if entry.files is not None:
         if len(paths) != entry.files:
             raise DataError(f"format {format!r} needs {files_of(entry)}, got {len(paths)}")
-        return entry.read(*paths, **options)
-    return (item for path in paths for item in entry.read(path, **options))
+        return with_text(entry.read(*paths, **options), paths[0])
+    return (item for path in paths for item in with_text(entry.read(path, **options), path))

@@ -54,6 +54,7 @@ logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
+BAR_DELAY_S = 1.0  # seconds before the progress bar of a preparation shows
 
 
 def file_sha256(path: str | Path) -> str:
@@ -243,7 +244,8 @@ def prepare_shards(
         if rows:
             yield [is_validation(r[0], val_fraction, seed) for r in rows], rows, options
 
-    bar = tqdm(desc=f"tokenizing {out_dir.name}", unit=" docs", disable=not progress)
+    # shown after a second: a file refused at its first lines (a bad column, no examples) is its sentence alone
+    bar = tqdm(desc=f"tokenizing {out_dir.name}", unit=" docs", disable=not progress, delay=BAR_DELAY_S)
     if workers > 1:
         results = _encode_in_workers(jobs(), workers, tokenizer_dir)
     else:

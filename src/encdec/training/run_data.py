@@ -18,7 +18,7 @@ from itertools import islice
 from pathlib import Path
 from typing import TypeVar
 
-from encdec.data.corpora import crossing, is_validation, item_key, split_hash, split_items
+from encdec.data.corpora import crossing, is_validation, item_key, split_hash, split_items, with_text
 from encdec.data.datasets_corpus import BUILDERS, dataset_items, open_dataset
 from encdec.data.documents import Documents, token_dtype
 from encdec.data.formats import FORMATS, PAIR_FORMATS, read_corpus
@@ -260,7 +260,7 @@ def dataset_split(cfg: RunConfig, split: str, streaming: bool = False) -> Iterat
         )
     rows = open_dataset(d.dataset, name, files, d.dataset_config, streaming)
     where = f"dataset {d.dataset or files[0]} split {name}"
-    return dataset_items(rows, where, cfg.objective.kind == "seq2seq", **read_options(cfg))
+    return with_text(dataset_items(rows, where, cfg.objective.kind == "seq2seq", **read_options(cfg)), where)
 
 
 def stream_opener(cfg: RunConfig, split: str) -> Callable[[], Iterator]:
