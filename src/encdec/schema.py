@@ -50,6 +50,7 @@ NUMBER_CHARACTERS = frozenset("0123456789_+-.eE")  # what a long text made only 
 
 __all__ = [
     "Count",
+    "Duration",
     "Length",
     "Positive",
     "Range",
@@ -133,6 +134,37 @@ class Length:
             raise ConfigError(f"{key} must be {count} {self.what}, got {short(value)}")
 
 
+DURATION_UNITS = re.compile(r"(?:(\d{1,5})h)?(?:(\d{1,7})m)?(?:(\d{1,9}(?:\.\d{1,6})?)s)?")  # 1h30m, 90s
+CLOCK = re.compile(r"(\d{1,5}):(\d{2}):(\d{2}(?:\.\d{1,6})?)")  # H:MM:SS
+
+
+@dataclass(frozen=True)
+class Duration:
+    """A time in seconds that a text may write: 90s, 15m, 1h30m (units summed), or 1:30:00 (H:MM:SS, its minutes
+    and seconds below 60, as a clock's); a number is seconds already. The text is read before the type's rule."""
+
+    EXAMPLES = "a duration such as 90s, 15m, 1h30m or 1:30:00, or seconds"
+
+    def read(self, value: Any, key: str) -> Any:
+        if not isinstance(value, str):
+            return value
+        words = value.strip().lower()
+        clock = CLOCK.fullmatch(words)
+        if clock:
+            hours, minutes, seconds = (float(part) for part in clock.groups())
+            if minutes >= 60 or seconds >= 60:
+                raise ConfigError(f"{key} must keep the minutes and seconds of H:MM:SS below 60, got {short(value)}")
+            return hours * 3600 + minutes * 60 + seconds
+        units = DURATION_UNITS.fullmatch(words)
+        if not (units and words):
+            raise ConfigError(f"{key} must be {self.EXAMPLES}, got {short(value)}")
+        hours, minutes, seconds = (float(part) if part else 0.0 for part in units.groups())
+        return hours * 3600 + minutes * 60 + seconds
+
+    def check(self, value: Any, key: str, base: type) -> None:
+        """Nothing more: the text was read (`read`), the number's range is another rule's."""
+
+
 def read(cls: type, values: Any, prefix: str = "") -> Any:
     """Dataclass `cls` from `values` (a mapping from YAML or JSON), every key and value checked."""
     if values is None:
@@ -170,6 +202,8 @@ def value_of(annotation: Any, value: Any, key: str) -> Any:
     """`value` as `annotation` declares it (ints widened to float where a float is declared), else ConfigError."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is Annotated:
+        for rule in args[1:]:  # a rule that reads a text into the value (Duration) goes first
+            value = rule.read(value, key) if hasattr(rule, "read") else value
         if any(isinstance(rule, Satisfies) for rule in args[1:]):
             for rule in args[1:]:
                 rule.check(value, key, args[0])
@@ -283,8 +317,9 @@ def short(value: object, limit: int = 60) -> str:
 
 
 class YamlLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading 1e-4 as the number YAML 1.2 says it is (YAML 1.1 wants a dot), and
-    numbers, booleans and dates of at most MAX_NUMBER_CHARS characters, each what its tag says or refused."""
+    """PyYAML's safe loader, reading 1e-4 as the number YAML 1.2 says it is (YAML 1.1 wants a dot) and 1:30 as
+    the text it is there (YAML 1.1 reads base 60), and numbers, booleans and dates of at most MAX_NUMBER_CHARS
+    characters, each what its tag says or refused."""
 
 
 class ScalarError(ConfigError):
@@ -317,6 +352,17 @@ YamlLoader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
 )
+
+
+# YAML 1.1's base-60 numbers are not YAML 1.2's: 1:30:00 stays text (a Duration reads it as H:MM:SS, anything
+# else refuses it), not 5400, and 1:99 text, not 159 in silence
+YamlLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, re.compile(r"(?!.*:)" + pattern.pattern, pattern.flags) if tag.endswith((":int", ":float")) else pattern)
+        for tag, pattern in resolvers
+    ]
+    for first, resolvers in YamlLoader.yaml_implicit_resolvers.items()
+}
 
 
 def load_yaml(text: str, what: str) -> Any:

@@ -11,10 +11,11 @@ import sys
 import pytest
 
 from encdec.cli import main
-from encdec.cli.train import duration
 from encdec.errors import ConfigError
 from encdec.runs.run_dir import RunDir
+from encdec.schema import field_type
 from encdec.training.metrics import read_metrics
+from encdec.training.run_config import TrainingSection
 from encdec.training.step_log import StepLog
 
 SECONDS_A_STEP = 10.0
@@ -68,21 +69,53 @@ def test_evaluations_and_checkpoints_come_every_so_many_seconds(tmp_path, tiny_c
     assert saved == ["step_00000006", "step_00000008", "step_00000009"]  # every 20 s or evaluation (keep_last 3)
 
 
+duration = field_type(TrainingSection, "max_time", "--max-time")  # what --max-time reads, as the config does
+
+
 @pytest.mark.parametrize(
-    "text, seconds", [("90s", "90"), ("15m", "900"), ("1h30m", "5400"), ("1:30:00", "5400"), ("2.5", "2.5")]
+    "text, seconds",
+    [("90s", 90), ("15m", 900), ("1h30m", 5400), ("1:30:00", 5400), ("0:59:59.5", 3599.5), ("2.5", 2.5), ("90m", 5400)],
 )
 def test_a_time_budget_is_read_in_the_units_people_write(text, seconds):
     assert duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "abc", "15x", "1h-5m", "9" * 40, "1:3:0"])
+@pytest.mark.parametrize("text", ["", "abc", "15x", "1h-5m", "1:3:0", "1:30", "9" * 12 + "s"])
 def test_a_time_budget_that_is_none_is_one_sentence(text):
     with pytest.raises(ConfigError, match="--max-time must be a duration"):
         duration(text)
 
 
-def test_a_budget_under_a_second_is_refused_by_the_config(tmp_path, tiny_config, capsys):
+@pytest.mark.parametrize("text", ["1:99:99", "1:60:00", "0:00:60", "2:59:60.5"])
+def test_a_clock_time_of_60_minutes_or_seconds_is_refused_not_carried(text, tmp_path, tiny_config, capsys):
+    """1:99:99 is no H:MM:SS (it was read as 1 h 99 min 99 s): one sentence on the command line, in the config
+    and in --set alike, before any run is made."""
+    says = "must keep the minutes and seconds of H:MM:SS below 60, got " + repr(text)
+    assert train(tiny_config, tmp_path / "run", "--max-time", text) == 2
+    assert capsys.readouterr().err.splitlines() == [f"encdec: error: --max-time {says}"]
+    for key in ("training.max_time", "evaluation.interval_time", "output.save_interval_time"):
+        assert train(tiny_config, tmp_path / "run", "--set", f"{key}={text}") == 2
+        assert capsys.readouterr().err.splitlines() == [f"encdec: error: {key} {says}"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_duration_in_the_config_file_is_read_as_on_the_command_line(tmp_path, tiny_config):
+    from encdec.training import load_config
+
+    config = tmp_path / "budget.yaml"
+    config.write_text(tiny_config.read_text().replace("training:", "training:\n  max_time: 1:30:00", 1))
+    assert load_config(config).training.max_time == 5400
+    config.write_text(tiny_config.read_text().replace("training:", "training:\n  max_time: 1:99:99", 1))
+    with pytest.raises(ConfigError, match="training.max_time must keep the minutes and seconds of H:MM:SS below 60"):
+        load_config(config)
+
+
+def test_a_budget_under_a_second_or_of_years_is_refused(tmp_path, tiny_config, capsys):
     assert train(tiny_config, tmp_path / "run", "--max-time", "0.5") == 2
+    assert "--max-time must be from 1 to 100,000,000 seconds, got 0.5" in capsys.readouterr().err
+    assert train(tiny_config, tmp_path / "run", "--max-time", "9" * 40) == 2
+    assert "--max-time must be from 1 to 100,000,000 seconds, got 1e+40" in capsys.readouterr().err
+    assert train(tiny_config, tmp_path / "run", "--set", "training.max_time=0.5") == 2
     assert "training.max_time must be from 1 to 100,000,000 seconds" in capsys.readouterr().err
 
 

@@ -8,7 +8,6 @@ would), and a failure is one sentence, where torchrun adds its own traceback.
 
 import json
 import os
-import re
 import shlex
 import signal
 from pathlib import Path
@@ -18,10 +17,12 @@ import torch
 from encdec.cli.options import whole_number
 from encdec.cli.output_paths import InputPath, OutputPath
 from encdec.errors import ConfigError
+from encdec.schema import field_type
 from encdec.training import load_config, train
 from encdec.training.adaptation import ADAPTATION_FILE, summary
 from encdec.training.distributed import read_layout
 from encdec.training.launch import LAUNCHED_BY, check_before_start, launch_workers, local_layout
+from encdec.training.run_config import TrainingSection
 
 MAX_NPROC = 1024  # processes one machine starts
 
@@ -44,7 +45,7 @@ def add_parser(subparsers):
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
     parser.add_argument(
         "--max-time",
-        type=duration,
+        type=field_type(TrainingSection, "max_time", "--max-time"),
         metavar="TIME",
         help="training.max_time: stop after this much training (90s, 15m, 1h30m, 1:30:00 or seconds), "
         "evaluated and saved",
@@ -59,26 +60,9 @@ def add_parser(subparsers):
     parser.set_defaults(func=run)
 
 
-def duration(text: str) -> str:
-    """A time budget as seconds (text), from 90s, 15m, 1h30m, 1:30:00 or a number of seconds; else one sentence.
-    The run config's training.max_time then bounds it (schema)."""
-    words = text.strip().lower()
-    match = re.fullmatch(r"(?:(\d{1,5})h)?(?:(\d{1,7})m)?(?:(\d{1,9}(?:\.\d{1,6})?)s)?", words)
-    if match and words:
-        hours, minutes, seconds = (float(x) if x else 0.0 for x in match.groups())
-        return f"{hours * 3600 + minutes * 60 + seconds:g}"
-    clock = re.fullmatch(r"(\d{1,5}):(\d{2}):(\d{2})", words)
-    if clock:
-        hours, minutes, seconds = (int(x) for x in clock.groups())
-        return str(hours * 3600 + minutes * 60 + seconds)
-    if re.fullmatch(r"\d{1,9}(\.\d{1,6})?", words):
-        return words
-    raise ConfigError(f"--max-time must be a duration such as 90s, 15m, 1h30m, 1:30:00 or seconds, got {text[:40]!r}")
-
-
 def run(args) -> int:
     if args.max_time is not None:
-        args.set = [*args.set, f"training.max_time={args.max_time}"]
+        args.set = [*args.set, f"training.max_time={args.max_time!r}"]  # seconds, as the option read them
     cfg = load_config(args.config, args.set)
     if args.accept_changes and not args.resume:
         raise ConfigError("--accept-changes goes with --resume")

@@ -48,6 +48,7 @@ from encdec.runs.text import MAX_LENGTH, RunTokenizer, TextFormat, TextObjective
 from encdec.safe_paths import write_atomic
 from encdec.schema import (
     Count,
+    Duration,
     Length,
     Positive,
     Range,
@@ -189,7 +190,8 @@ class DistillSection:
     temperature: Annotated[float, Range(0, 1000, above=True)] = 2.0  # softens both distributions; T^2 keeps gradients
 
 
-Seconds = Annotated[float, Range(1, 1e8, says="from 1 to 100,000,000 seconds")]  # a time budget or interval
+# a time budget or interval: seconds, or a duration's text (90s, 15m, 1h30m, 1:30:00), in the config as on the command line
+Seconds = Annotated[float, Duration(), Range(1, 1e8, says="from 1 to 100,000,000 seconds")]
 
 
 @dataclass
