@@ -126,10 +126,15 @@ LAUNCHES = {
     "a bad config": (["--set", "training.stpes=3"], 2, "unknown key training.stpes"),
     "a batch that does not split": (["--set", "training.batch_size=5"], 2, "must be divisible by the 2 processes"),
     "more processes than cores": ([], 2, "asks for more CPU processes than this machine's"),
-    "a missing data file (each process fails after the group starts)": (
+    "a missing data file (refused before the launch)": (
         ["--set", "data.train=[/nonexistent/stories.txt]"],
         2,
         "data file /nonexistent/stories.txt does not exist",
+    ),
+    "a data file not of its format (each process fails after the group starts)": (
+        ["--set", "data.format=jsonl", "--set", f"data.train=[{Path(__file__).resolve()}]"],
+        2,
+        "line 1 is not valid JSON",
     ),
 }
 

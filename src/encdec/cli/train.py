@@ -21,7 +21,7 @@ from encdec.schema import field_type
 from encdec.training import load_config, train
 from encdec.training.adaptation import ADAPTATION_FILE, summary
 from encdec.training.distributed import read_layout
-from encdec.training.launch import LAUNCHED_BY, check_before_start, launch_workers, local_layout
+from encdec.training.launch import LAUNCHED_BY, check_before_launch, check_before_start, launch_workers, local_layout
 from encdec.training.run_config import TrainingSection
 
 MAX_NPROC = 1024  # processes one machine starts
@@ -72,6 +72,7 @@ def run(args) -> int:
     layout = local_layout(args.nproc_per_node, cfg.training.device) if several else read_layout()
     check_before_start(cfg, layout)  # what every process would refuse alike, before any starts
     if several:
+        check_before_launch(cfg, args.out, args.resume)  # what the processes would refuse once they met
         return launch_workers(train_words(args), args.nproc_per_node, args.verbose)
     result = train(cfg, Path(args.out), resume=args.resume, accept_changes=args.accept_changes)
     if not result.is_main:  # another process under torchrun: rank 0 reports

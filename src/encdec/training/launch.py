@@ -1,6 +1,8 @@
 """Several training processes, started by torchrun or by `encdec train --nproc-per-node N`, failing as one.
 
-    before any process group starts   the refusals every process would make alike (`check_before_start`)
+    before any process group starts   the refusals every process would make alike (`check_before_start`), and
+                                      before the launcher starts any, what they would refuse once they met: the
+                                      run directory, a missing data file (`check_before_launch`)
     a process that fails              writes its sentence into torch elastic's error file (TORCHELASTIC_ERROR_FILE);
                                       under torchrun only rank 0 prints it, the others exit quietly with its code
     --nproc-per-node N                `launch_workers` starts the N processes itself (torch elastic's agent, as
@@ -19,12 +21,16 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 
+from encdec.data.reading import require_regular_file
 from encdec.errors import ConfigError, EncdecError
+from encdec.runs.run_dir import RunDir
 from encdec.sizing import available_cores
 from encdec.training import distributed
 from encdec.training.loader import refuse_packing_across_processes
 from encdec.training.run_config import RunConfig
+from encdec.training.run_lock import check_run_dir
 
 LAUNCHED_BY = "ENCDEC_LAUNCHER"  # set to the process count in the environment of the processes it starts
 ERROR_FILE = "TORCHELASTIC_ERROR_FILE"  # where torch elastic's agent reads a failed process's cause
@@ -45,6 +51,17 @@ def check_before_start(cfg: RunConfig, layout: distributed.Layout) -> None:
     if layout.world_size > 1:
         distributed.check_devices(layout, distributed.resolve_device(cfg.training.device))
         check_processes(cfg, layout.world_size)
+
+
+def check_before_launch(cfg: RunConfig, out: str | Path, resume: bool) -> None:
+    """What the processes `launch_workers` starts would refuse once they met, refused before any starts, reading
+    only: the run directory rank 0 refuses (`check_run_dir`) and a data file that is missing or not a regular
+    file, where no hub dataset stands in for it. A refusal so comes at once, alone, with no launch to stop."""
+    check_run_dir(RunDir(out), resume)
+    for data in (cfg.data, *(member.data for member in cfg.data.mixture)):
+        if data.format != "datasets" and not data.hub_name:
+            for path in (*data.train, *data.validation):
+                require_regular_file(path)
 
 
 def check_processes(cfg: RunConfig, world_size: int) -> None:
@@ -78,6 +95,8 @@ def launch_workers(argv: list[str], nproc: int, verbose: bool = False) -> int:
     if not verbose:  # the agent's notes on starting and stopping processes, each logger set to WARNING
         logging.disable(logging.CRITICAL)
     environ = {LAUNCHED_BY: str(nproc), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    if not verbose:  # the processes' C++ warnings (c10d's socket notes), which pass by Python's stderr, unsaid
+        environ["TORCH_CPP_LOG_LEVEL"] = os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")
     saved = {name: os.environ.get(name) for name in environ}
     os.environ.update(environ)
     try:

@@ -103,8 +103,7 @@ def hold_run_dir(run: RunDir, info: distributed.DistInfo, resume: bool = False) 
             refusal = None
             if info.is_main:
                 try:
-                    output_path(run.path, "--out")
-                    run.check_out()
+                    check_run_dir(run, resume)
                     held.enter_context(lock_run_dir(run))
                     run.check_files()
                     run.mark()
@@ -119,6 +118,22 @@ def hold_run_dir(run: RunDir, info: distributed.DistInfo, resume: bool = False) 
         if fresh:
             remove_if_unused(run, made)
         raise
+
+
+def check_run_dir(run: RunDir, resume: bool) -> None:
+    """What rank 0 refuses of a run directory before writing into it, reading only: a path through a link, a file,
+    a directory that is not a run of encdec's, checkpoints a run not resumed would train over. `hold_run_dir`
+    checks it first; encdec's launcher before it starts any process."""
+    output_path(run.path, "--out")
+    run.check_out()
+    refuse_checkpoints_unless_resumed(run, resume)
+
+
+def refuse_checkpoints_unless_resumed(run: RunDir, resume: bool) -> None:
+    """A new training into a run's checkpoints is refused (its step directories without a `latest` pointer are
+    recover_latest's to name)."""
+    if not resume and run.path.is_dir() and run.latest() is not None:
+        raise ConfigError(f"{run.path} already holds checkpoints; pass --resume to continue it or choose another --out")
 
 
 def remove_if_unused(run: RunDir, made: bool) -> None:

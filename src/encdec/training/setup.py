@@ -42,6 +42,7 @@ from encdec.training.numerics import checkpoint_activations, grad_scaler, resolv
 from encdec.training.optim import build_optimizer, state_layout
 from encdec.training.run_config import DECODER_ONLY_OBJECTIVES, RunConfig, member_objective, save_config, saved_config
 from encdec.training.run_data import RunData, build_run_data, objective_options
+from encdec.training.run_lock import refuse_checkpoints_unless_resumed
 from encdec.training.same_run import resumed_config
 
 log = logging.getLogger(__name__)
@@ -100,8 +101,7 @@ class StartingPoint:
 
 def starting_point(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool) -> StartingPoint:
     latest = run.latest()
-    if not resume and latest is not None:
-        raise ConfigError(f"{run.path} already holds checkpoints; pass --resume to continue it or choose another --out")
+    refuse_checkpoints_unless_resumed(run, resume)
     if resume and latest is None:
         log.info("no checkpoint in %s: starting from scratch", run.path)
     if resume and latest is not None:  # the same run, or changes the user accepted
