@@ -1,5 +1,7 @@
 """Resume continues the same run: a changed config is refused with its keys listed, unless accepted and recorded."""
 
+import re
+
 import pytest
 
 from encdec.cli import main
@@ -94,3 +96,17 @@ def test_a_fine_tuned_run_resumes_with_its_inherited_model(tmp_path, tiny_config
     assert train(tiny_config, tuned, *inherit, "--resume", "--set", "training.steps=3") == 0
     assert load_run(tuned, "latest").model.config.d_ff == 96
     assert [r["step"] for r in read_metrics(tuned / "metrics.jsonl") if r["kind"] == "train"] == [1, 2, 3]
+
+
+def test_a_resume_that_changes_many_keys_is_refused_whole_with_the_rest_counted(tmp_path, tiny_config, capsys):
+    """A refusal listing changes names as many whole as fit and counts the others: its advice (--accept-changes)
+    is never cut away from the one line (issue 56)."""
+    run = tmp_path / "run"
+    assert train(tiny_config, run) == 0
+    capsys.readouterr()
+    changes = ["optimizer.lr=1e-3", "training.batch_size=8", "model.d_ff=96", "tokenizer.num_sentinels=20"]
+    changes += ["data.max_documents=100", "optimizer.weight_decay=0.3", "training.seed=7", "model.n_heads=8"]
+    assert train(tiny_config, run, "--resume", *[word for key in changes for word in ("--set", key)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) <= 300 and " ... " not in err, err
+    assert re.search(r"; and \d+ more\); resume with the same config, or pass --accept-changes", err), err

@@ -11,7 +11,7 @@ metrics.jsonl as a `config_change` record.
 import dataclasses
 from dataclasses import replace
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, Unmet
 from encdec.runs.model_section import PROVISIONAL_TOKENS, build_model_config
 from encdec.schema import short
 from encdec.training.run_config import RunConfig
@@ -36,7 +36,6 @@ SAFE = frozenset(
         "output.plot",
     }
 )
-SHOWN = 4  # differing keys named in the message
 
 
 def resumed_config(cfg: RunConfig, saved: RunConfig, accept_changes: bool) -> tuple[RunConfig, dict]:
@@ -50,13 +49,10 @@ def resumed_config(cfg: RunConfig, saved: RunConfig, accept_changes: bool) -> tu
     changes = differences(comparable(saved), comparable(cfg))
     unsafe = {key: change for key, change in changes.items() if key not in SAFE}
     if unsafe and not accept_changes:
-        listed = "; ".join(
-            f"{key} {short(old, 30)} -> {short(new, 30)}" for key, (old, new) in list(unsafe.items())[:SHOWN]
-        )
-        more = f" and {len(unsafe) - SHOWN} more" if len(unsafe) > SHOWN else ""
-        raise ConfigError(
-            f"the config differs from the one this run was trained with ({listed}{more}); resume with "
-            "the same config, or pass --accept-changes to continue with these changes"
+        raise Unmet(
+            "the config differs from the one this run was trained with ({unmet}); resume with the same config, "
+            "or pass --accept-changes to continue with these changes",
+            [f"{key} {short(old, 30)} -> {short(new, 30)}" for key, (old, new) in unsafe.items()],
         )
     return cfg, changes
 
