@@ -22,7 +22,7 @@ from pathlib import Path
 
 from encdec.data.corpora import field_texts
 from encdec.data.hub import HUB_NAME, check_hub_dataset, named_commit, quiet_loggers
-from encdec.errors import DataError
+from encdec.errors import DataError, listed
 from encdec.schema import short
 
 BUILDERS = {"json": "json", "jsonl": "json", "csv": "csv", "parquet": "parquet", "txt": "text", "text": "text"}
@@ -158,7 +158,7 @@ def _load_cached_revision(datasets, name: str, revision: str, config: str | None
     configs = sorted({p.parts[-3] for p in found})
     if len(configs) > 1:
         raise DataError(
-            f"dataset {name}@{revision} is cached in the configurations {', '.join(configs)}; set data.dataset_config"
+            f"dataset {name}@{revision} is cached in the configurations {listed(configs)}; set data.dataset_config"
         )
     prepared = found[-1]
     try:
@@ -187,7 +187,7 @@ def _load_saved(datasets, path: Path, split: str, streaming: bool):
         raise DataError(f"dataset directory {path} cannot be loaded ({type(error).__name__}: {error})") from None
     if isinstance(saved, datasets.DatasetDict):
         if split not in saved:
-            raise DataError(f"dataset directory {path} has no split {short(split)}; it has {', '.join(saved)}")
+            raise DataError(f"dataset directory {path} has no split {short(split)}; it has {listed(list(saved))}")
         saved = saved[split]
     elif split != "train":
         raise DataError(f"dataset directory {path} holds one split, read as train; it has no {short(split)}")

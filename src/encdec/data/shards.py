@@ -36,7 +36,7 @@ from encdec.data.corpora import PairTemplate, is_validation
 from encdec.data.documents import Documents, token_dtype
 from encdec.data.formats import PAIR_FORMATS, read_corpus
 from encdec.data.reading import require_regular_file
-from encdec.errors import ConfigError, DataError
+from encdec.errors import ConfigError, DataError, listed
 from encdec.safe_paths import (
     atomic_path,
     check_not_symlink,
@@ -329,7 +329,9 @@ def read_shards(directory: str | Path, split: str = "train") -> ShardSet:
     directory = Path(directory)
     manifest = _read_manifest(directory)
     if split not in manifest["splits"]:
-        raise DataError(f"shard directory {directory} has no split {split!r}; it has {', '.join(manifest['splits'])}")
+        raise DataError(
+            f"shard directory {directory} has no split {split!r}; it has {listed(list(manifest['splits']))}"
+        )
     dtype = DTYPES[manifest["inputs"]["dtype"]]
     fields = {}
     for field in manifest["fields"]:

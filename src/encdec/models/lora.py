@@ -30,8 +30,9 @@ import fnmatch
 import torch
 from torch import nn
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, listed
 from encdec.models.name_patterns import NamePattern, NamePatterns
+from encdec.schema import short
 
 ADAPTER = "default"  # peft's name for the one adapter a model carries
 WRAPPED = "_checkpoint_wrapped_module."  # activation checkpointing's wrapper, absent from state dict names
@@ -57,10 +58,10 @@ def lora_targets(model: nn.Module, target_modules: list[str] | str, aliases: dic
             hits = [n for n in names if any(picks(pattern, a) for a in (n, aliases.get(n)) if a is not None)]
         if not hits:
             family = getattr(getattr(model, "config", None), "family", type(model).__name__)
-            other = f", or in Hugging Face's names {', '.join(suffixes(aliases.values()))}" if aliases else ""
+            other = f", or in Hugging Face's names {listed(suffixes(aliases.values()), budget=60)}" if aliases else ""
             raise ConfigError(
-                f"lora.target_modules {pattern!r} names no layer of the {family} model "
-                f"(its linear layers end in {', '.join(linear_suffixes(model)) or 'nothing: it has none'}{other})"
+                f"lora.target_modules {short(pattern)} names no layer of the {family} model "
+                f"(its linear layers end in {listed(linear_suffixes(model), budget=100) or 'nothing: it has none'}{other})"
             )
         other = next((n for n in hits if type(model.get_submodule(n)) is not nn.Linear), None)
         if other is not None:
