@@ -81,3 +81,36 @@ def test_unmet_requirements_cross_to_another_process_as_made():
     error = Unmet("cannot: {unmet}", CLAUSES)
     copy = pickle.loads(pickle.dumps(error))
     assert str(copy) == str(error) and copy.unmet == CLAUSES
+
+
+# raise sites whose joined list is short by construction, not a declared constant: the list and why it is short
+SHORT_BY_CONSTRUCTION = {
+    "data/objectives/ul2.py": "missing: of the three UL2 mode tokens",
+    "interop/hf_gemma.py": "allowed: one or two RoPE types",
+    "interop/hf_t5gemma2.py": "allowed: one or two RoPE types",
+    "interop/hf_switch.py": "ours: the declared expert activations",
+    "schema.py": "args: a Literal's declared choices",
+}
+
+
+def test_every_refusal_that_joins_a_list_it_did_not_declare_bounds_it():
+    """Walk every user error raised in the package: a list joined into its sentence is a declared constant (a
+    table of choices, upper case) or is bounded by errors.listed / Unmet, so no sentence grows with its data."""
+    import ast
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src" / "encdec"
+    unbounded = []
+    for path in sorted(src.rglob("*.py")):
+        where = str(path.relative_to(src))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)):
+                continue
+            for call in ast.walk(node.exc):
+                if not (isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "join" and call.args):
+                    continue
+                names = [n.id for n in ast.walk(call.args[0]) if isinstance(n, ast.Name)]
+                declared = any(name.isupper() for name in names)
+                if not declared and where not in SHORT_BY_CONSTRUCTION:
+                    unbounded.append(f"{where}:{node.lineno}: {ast.unparse(call)[:80]}")
+    assert unbounded == []

@@ -105,7 +105,7 @@ def open_dataset(
             raise DataError(f"data.dataset {dataset or '(unset)'} reads data files; name them in data.train")
         names = sorted(set(split_names(split) or [split]))
         if len(names) > 1:
-            raise DataError(f"data files make one split, read as {short(split)}; it names {' and '.join(names)}")
+            raise DataError(f"data files make one split, read as {short(split)}; it names {listed(names)}")
         name, options["data_files"] = BUILDERS[dataset] if dataset else builder_of(files), {names[0]: files}
     elif Path(dataset).is_dir() and any((Path(dataset) / m).is_file() for m in SAVED_MARKERS):
         return _load_saved(datasets, Path(dataset), split, streaming)
