@@ -51,12 +51,15 @@ NUMBER_CHARACTERS = frozenset("0123456789_+-.eE")  # what a long text made only 
 __all__ = [
     "Count",
     "Duration",
+    "InVocabulary",
     "Length",
     "Positive",
     "Range",
     "Satisfies",
     "argument_type",
+    "TokenId",
     "check",
+    "check_vocabulary",
     "field_type",
     "json_number",
     "number",
@@ -105,6 +108,20 @@ class Range:
 
 Count = Annotated[int, Range(0)]  # the integers most fields are: a count, a step, an id (and at most MAX_INT)
 Positive = Annotated[int, Range(1)]
+
+
+@dataclass(frozen=True)
+class InVocabulary:
+    """Marks a field of token ids (one, a list, lists of lists): each must lie below the vocabulary's size. That
+    size is another field's (ModelConfig.vocab_size) or the model's (a generation option), so `check_vocabulary`
+    applies the rule once it is known, to every field so marked: one rule for every special id, whichever file,
+    option or call it comes from."""
+
+    def check(self, value: Any, key: str, base: type) -> None:
+        """Nothing the value alone decides (its type and sign are the other rules')."""
+
+
+TokenId = Annotated[int, Range(0), InVocabulary()]  # a token id: an integer from 0, below the vocabulary's size
 
 
 @dataclass(frozen=True)
@@ -196,6 +213,36 @@ def check(instance: Any, prefix: str = "") -> None:
                 check(item, f"{prefix}{f.name}[{i}].")
         else:
             value_of(hints[f.name], value, prefix + f.name)
+
+
+def check_vocabulary(cls: type, values: collections.abc.Mapping, vocab_size: int, prefix: str = "") -> None:
+    """Every token id that `values` (an instance's fields, or a mapping read for dataclass `cls`) holds in a field
+    `cls` marks InVocabulary below `vocab_size`, else one ConfigError naming the field (and the item of a list)
+    and the id."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for name, value in values.items():
+        if name in hints and marks_vocabulary(hints[name]):
+            for key, token in token_ids(value, prefix + name):
+                if token >= vocab_size:
+                    raise ConfigError(f"{key} must be below vocab_size ({vocab_size:,}), got {short(token)}")
+
+
+def marks_vocabulary(annotation: Any) -> bool:
+    """Whether `annotation`, or a type inside it (a list's items, a union's members), is marked InVocabulary."""
+    if typing.get_origin(annotation) is Annotated and any(
+        isinstance(rule, InVocabulary) for rule in annotation.__metadata__
+    ):
+        return True
+    return any(marks_vocabulary(inner) for inner in typing.get_args(annotation))
+
+
+def token_ids(value: Any, key: str) -> collections.abc.Iterator[tuple[str, int]]:
+    """(key, id) for every integer in `value`, an id or nested lists of them, the key indexed as the item is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        yield key, value
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from token_ids(item, f"{key}[{i}]")
 
 
 def value_of(annotation: Any, value: Any, key: str) -> Any:

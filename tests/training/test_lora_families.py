@@ -247,7 +247,9 @@ def t5gemma2(texts, path):
     vision = dict(
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14
     )
-    config = transformers.T5Gemma2Config(encoder=dict(text_config=stack, vision_config=vision), decoder=stack)
+    specials = dict(eoi_token_index=5, image_token_index=7)  # within the vocabulary, as every token id must be
+    encoder = dict(text_config=stack, vision_config=vision, **specials)
+    config = transformers.T5Gemma2Config(encoder=encoder, decoder=stack, **specials)
     transformers.T5Gemma2ForConditionalGeneration(config).save_pretrained(path)
     return T5GEMMA_TARGETS
 

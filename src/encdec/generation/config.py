@@ -13,7 +13,7 @@ from typing import Annotated
 import torch
 
 from encdec.errors import ConfigError
-from encdec.schema import Count, Range, Satisfies, check
+from encdec.schema import InVocabulary, Range, Satisfies, TokenId, check, check_vocabulary
 
 # The largest values generation takes, far beyond any real use and small enough that the memory estimate
 # (generation/decode_memory.py) is computed before anything sized by them is allocated.
@@ -57,8 +57,8 @@ def valid_language_code(code) -> bool:
 
 
 TOKEN_LIST = "None or a list of token ids (integers >= 0)"
+TokenList = Annotated[list[int] | None, Satisfies(token_list, TOKEN_LIST), InVocabulary()]
 LanguageCode = Annotated[str, Satisfies(valid_language_code, "a language code: up to 32 letters, digits, _ or -")]
-TokenId = Count
 Beams = Annotated[int, Range(1, MAX_BEAMS)]
 
 
@@ -103,7 +103,7 @@ class GenerationConfig:
         False, "beam search: stop when num_beams hypotheses are done (True), never (as Hugging Face)", HTTP, HF
     )
     num_return_sequences: Beams = option(1, "outputs per input (beams or samples)", CLI, HTTP, HF)
-    bad_words_ids: list[list[int]] | None = option(None, "token sequences never generated", HF)
+    bad_words_ids: list[list[TokenId]] | None = option(None, "token sequences never generated", HF)
     forced_bos_token_id: TokenId | None = option(None, "the token forced first", HF)
     forced_eos_token_id: TokenId | None = option(None, "the token forced at the length limit", HF)
     # a multilingual tokenizer's language codes (tokenizers.languages; generate needs tokenizer= for them)
@@ -134,10 +134,8 @@ class GenerationConfig:
     exponential_decay_length_penalty: Annotated[
         tuple[int, float] | None, Satisfies(valid_decay, "None or a pair (start_index >= 0, decay_factor > 0)")
     ] = None  # (start_index, decay_factor) raises EOS
-    suppress_tokens: Annotated[list[int] | None, Satisfies(token_list, TOKEN_LIST)] = None  # never generated
-    begin_suppress_tokens: Annotated[list[int] | None, Satisfies(token_list, TOKEN_LIST)] = (
-        None  # not generated as the first new token
-    )
+    suppress_tokens: TokenList = None  # never generated
+    begin_suppress_tokens: TokenList = None  # not generated as the first new token
     renormalize_logits: bool = False  # log-softmax the processed scores
     num_beam_groups: Beams = option(  # diverse beam search (Vijayakumar et al. 2016): num_beams / groups each
         1, "diverse beam search: split the beams into this many groups", CLI, HTTP
@@ -188,6 +186,11 @@ class GenerationConfig:
             raise ConfigError("group beam search (num_beam_groups > 1) does not sample: set do_sample=False")
         if self.stop_strings:
             raise ConfigError("stop_strings works with greedy decoding, sampling and beam search, not group beams")
+
+    def check_vocabulary(self, vocab_size: int) -> None:
+        """Every token id an option holds (eos, pad, decoder start, forced, banned and suppressed ids) below the
+        model's `vocab_size`, as a model config's ids are (schema.InVocabulary), else one sentence."""
+        check_vocabulary(GenerationConfig, vars(self), vocab_size)
 
     @property
     def eos_ids(self) -> list[int]:

@@ -120,6 +120,9 @@ def resolve_config(model, options: dict, defaults: dict | None = None) -> Genera
         cfg.pad_token_id = cfg.eos_ids[0]  # as Hugging Face does
     if cfg.decoder_start_token_id is None:
         raise ConfigError("no decoder_start_token_id: the model config has none, so pass it as an option")
+    vocab = getattr(model_cfg, "vocab_size", None)
+    if vocab is not None:  # the options' ids, the checkpoint's and the caller's alike, within the model's vocabulary
+        cfg.check_vocabulary(vocab)
     return cfg
 
 

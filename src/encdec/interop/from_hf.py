@@ -11,9 +11,12 @@ from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.families import FAMILIES, Family
-from encdec.interop.generation_config import checked_defaults, read_generation_defaults
+from encdec.interop.generation_config import checked_defaults, checked_options, read_generation_defaults
 from encdec.models import ModelConfig
+from encdec.models.weight_dtypes import named_dtype_problem
 from encdec.schema import load_json, short
+
+DTYPE_KEYS = ("dtype", "torch_dtype")  # the dtype the weights are stored in (torch_dtype before transformers 5)
 
 
 def is_hf_dir(path: Path) -> bool:
@@ -31,8 +34,11 @@ def load_hf(path: str | Path) -> nn.Module:
     family, hf_config = read_family(path / "config.json")
     with described(path / "config.json", family):
         model = family.load(path, hf_config)
-    generation = path / "generation_config.json"
-    model.generation_defaults = checked_defaults(read_generation_defaults(hf_config, read_json(generation)), generation)
+    vocab, generation = model.config.vocab_size, path / "generation_config.json"
+    checked_options(read_generation_defaults(hf_config, {}), path / "config.json", vocab)  # each file named for its own
+    defaults = read_generation_defaults(hf_config, read_json(generation))
+    where = generation if generation.is_file() else path / "config.json"
+    model.generation_defaults = checked_defaults(defaults, where, vocab)
     return model
 
 
@@ -49,13 +55,18 @@ def hf_model_config(file: str | Path) -> ModelConfig:
 
 
 def read_family(file: Path) -> tuple[Family, dict]:
-    """A config.json's family (interop.families) and its keys; a model_type outside the table is one sentence."""
+    """A config.json's family (interop.families) and its keys; a model_type outside the table, or a dtype no
+    weight is stored in (models.weight_dtypes), is one sentence naming the key."""
     hf_config = read_json(file, required=True)
     model_type = hf_config.get("model_type")
     if not isinstance(model_type, str) or model_type not in FAMILIES:  # checked before anything reads the rest
         raise CheckpointError(
             f"{file}: model_type {short(model_type, 40)} is not supported; supported: {', '.join(FAMILIES)}"
         )
+    for key in DTYPE_KEYS:
+        problem = named_dtype_problem(hf_config.get(key))
+        if problem:
+            raise CheckpointError(f"{file}: {key} {problem}")
     return FAMILIES[model_type], hf_config
 
 

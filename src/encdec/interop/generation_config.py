@@ -12,7 +12,7 @@ from encdec.generation import GenerationConfig
 from encdec.generation.config import HF_OPTIONS
 from encdec.models import ModelConfig
 from encdec.safe_paths import write_atomic
-from encdec.schema import value_of
+from encdec.schema import check_vocabulary, value_of
 from encdec.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -41,9 +41,21 @@ def read_generation_defaults(hf_config: dict, generation_config: dict) -> dict:
     return defaults
 
 
-def checked_defaults(values: dict, where: Path) -> dict:
-    """Generation defaults read from `where`, each of the type and range GenerationConfig declares
-    for it (and so for `encdec.generate`'s own argument); else one sentence (CheckpointError)."""
+def checked_defaults(values: dict, where: Path, vocab_size: int | None = None) -> dict:
+    """Generation defaults read from `where` (checked_options), then together as GenerationConfig takes them (its
+    rules across options: num_return_sequences <= num_beams, ...); else one sentence (CheckpointError)."""
+    checked_options(values, where, vocab_size)
+    try:
+        GenerationConfig(**values)
+    except ConfigError as error:
+        raise CheckpointError(f"{where}: {error}"[:240]) from None
+    return values
+
+
+def checked_options(values: dict, where: Path, vocab_size: int | None) -> None:
+    """Each generation option read from `where` of the type and range GenerationConfig declares for it (and so
+    for `encdec.generate`'s own argument), its token ids below the model's `vocab_size` (None: where generate
+    resolves them against the model it runs), as a model config's are; else one sentence (CheckpointError)."""
     hints = typing.get_type_hints(GenerationConfig, include_extras=True)
     try:
         for key, value in values.items():
@@ -52,10 +64,10 @@ def checked_defaults(values: dict, where: Path) -> dict:
                     f"{key!r} is not a generation option encdec reads; known: {', '.join(GENERATION_KEYS)}"
                 )
             value_of(hints[key], value, key)
-        GenerationConfig(**values)  # the rules across options (num_return_sequences <= num_beams, ...)
+        if vocab_size is not None:
+            check_vocabulary(GenerationConfig, values, vocab_size)
     except ConfigError as error:
         raise CheckpointError(f"{where}: {error}"[:240]) from None
-    return values
 
 
 def write_generation_config(out: Path, cfg: ModelConfig, tokenizer: Tokenizer, defaults: dict) -> None:

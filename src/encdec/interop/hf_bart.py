@@ -32,6 +32,7 @@ BART_KEYS = {
     "n_encoder_layers": "encoder_layers",
     "n_decoder_layers": "decoder_layers",
     "max_positions": "max_position_embeddings",
+    "scale_embeddings": "scale_embedding",
 }
 # Hugging Face activation_function -> our activation name
 HF_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "swish": "silu", "silu": "silu", "gelu_new": "gelu_tanh"}
@@ -73,7 +74,7 @@ def bart_layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
         bias=True,
         scale_attention=True,
         max_positions=hf.get("max_position_embeddings", 1024),
-        scale_embeddings=bool(hf.get("scale_embedding", False)),
+        scale_embeddings=hf.get("scale_embedding", False),  # as given: ModelConfig's declaration checks it
         tie_embeddings=not untied_head,
         scale_output=False,
         final_logits_bias=family.pop("final_logits_bias", True),

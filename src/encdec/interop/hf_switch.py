@@ -14,10 +14,13 @@ evaluation; encdec's dispatch is dropless, so the two agree while no expert gets
 expert_capacity tokens of one sequence and differ past it (a cached decoding step, one token a
 sequence, never drops in either). An export writes a capacity no sequence reaches, so that
 transformers computes what encdec does. Router jitter is training noise encdec's router has
-none of: read as 0, written as 0. transformers itself is not needed.
+none of: read as 0, written as 0. A checkpoint of one expert is the dense T5 it computes (a softmax over one
+expert is 1, whatever the router says): read as n_experts 1, as any other source of that count is, its expert's
+weights the feed-forward's, and written back as T5. transformers itself is not needed.
 """
 
 import logging
+import re
 from pathlib import Path
 
 import torch
@@ -64,6 +67,9 @@ SWITCH_NAME_MAP = [(ours, theirs) for ours, theirs in NAME_MAP if "DenseReluDens
     ),
     (r"decoder\.blocks\.(\d+)\.ffn\.(wi|wo)\.weight", r"decoder.block.\1.layer.2.mlp.\2.weight"),
 ]
+
+
+ONE_EXPERT = re.compile(r"(\.mlp\.)experts\.expert_0\.")  # a one-expert checkpoint's expert, its layer's mlp
 
 
 def hf_name(our_name: str) -> str:
@@ -162,14 +168,14 @@ def load_hf_switch(path: Path, hf_config: dict) -> EncoderDecoder:
             capacity,
         )
     model = EncoderDecoder(switch_model_config(hf_config, untied))
+    if model.config.n_experts == 1:  # each sparse layer's one expert is its dense feed-forward; the router is moot
+        weights = {ONE_EXPERT.sub(r"\1", name): tensor for name, tensor in weights.items() if ".router." not in name}
     return fill_from_hf(model, weights, hf_name, path)
 
 
 def switch_model_config(hf_config: dict, untied: bool | None = None) -> ModelConfig:
     """The ModelConfig of a SwitchTransformers config.json, its head untied where `untied` says (None: where
     tie_word_embeddings is false); what encdec cannot compute is one ConfigError sentence."""
-    if hf_config.get("num_experts", 8) < 2:
-        raise ConfigError(f"num_experts is {hf_config['num_experts']}, but a mixture needs at least 2")
     if hf_config.get("router_bias"):
         raise ConfigError("router_bias is set, which encdec's router does not have")
     if hf_config.get("router_dtype", "float32") != "float32":
@@ -182,11 +188,14 @@ def switch_model_config(hf_config: dict, untied: bool | None = None) -> ModelCon
         untied = hf_config.get("tie_word_embeddings", True) is False
     proj = OUR_ACTIVATIONS[ours[activation]]  # the dense feed-forwards' activation: dense_act_fn as well
     cfg = config_from_hf({**hf_config, "feed_forward_proj": proj, "scale_decoder_outputs": not untied}, untied)
+    experts = hf_config.get("num_experts", 8)  # as given: ModelConfig's declaration checks it (T5_KEYS names it)
+    if type(experts) is int and experts == 1:  # the dense model one expert computes
+        return ModelConfig(**{**cfg.to_dict(), "n_experts": 1})
     encoder_step, decoder_step = sparse_step(hf_config, "encoder"), sparse_step(hf_config, "decoder")
     return ModelConfig(
         **{
             **cfg.to_dict(),
-            "n_experts": hf_config.get("num_experts", 8),
+            "n_experts": experts,
             "moe_every": encoder_step,
             "decoder_moe_every": decoder_step if decoder_step != encoder_step else None,
             "moe_top_k": 1,

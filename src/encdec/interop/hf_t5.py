@@ -21,6 +21,7 @@ from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError, Unmet
 from encdec.models import EncoderDecoder, ModelConfig
+from encdec.models.weight_dtypes import dtype_problem
 from encdec.models.weights_memory import check_weights_fit
 from encdec.safe_paths import atomic_path, inside, output_dir, write_atomic
 
@@ -199,7 +200,8 @@ def check_hf_model_fits(cfg: ModelConfig, path: Path) -> None:
 
 
 def fill_from_hf(model: nn.Module, weights: dict, rename, path: Path, reshaped: tuple[str, ...] = ()) -> nn.Module:
-    """Load `weights` (Hugging Face names) into `model` by `rename`; a missing or misshapen one is one sentence.
+    """Load `weights` (Hugging Face names) into `model` by `rename`; a missing or misshapen one, or one stored in a
+    dtype a weight is not (models.weight_dtypes), is one sentence.
 
     The `reshaped` names are stored in another shape than ours (BART's final_logits_bias is (1, V)).
     """
@@ -211,6 +213,9 @@ def fill_from_hf(model: nn.Module, weights: dict, rename, path: Path, reshaped: 
         tensor = weights[key].reshape(param.shape) if key in reshaped else weights[key]
         if tensor.shape != param.shape:
             raise CheckpointError(f"{path}: {key} has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}")
+        problem = dtype_problem(tensor, param)  # every family's weights, before torch would cast them in silence
+        if problem:
+            raise CheckpointError(f"{path}: {key} {problem}")
         state[name] = tensor
     model.load_state_dict(state)
     return model.eval()

@@ -24,6 +24,7 @@ from encdec.interop.hf_bart import first_set
 from encdec.interop.hf_llama import rope_kind
 from encdec.interop.hf_t5 import check_hf_model_fits, fill_from_hf, hf_name, read_hf_weights
 from encdec.models import EncoderDecoder, ModelConfig
+from encdec.schema import short
 
 # T5GemmaModuleConfig's defaults (Gemma 2 2B's), for keys a stack's config leaves out
 STACK_DEFAULTS = {
@@ -102,9 +103,7 @@ def t5gemma_name(our_name: str) -> str:
 def stack_config(hf: dict, side: str) -> dict:
     """The `side` stack's config (encoder or decoder), T5GemmaModuleConfig's defaults where it says nothing and
     its RoPE base read from rope_parameters (transformers 5) or rope_theta (earlier files)."""
-    values = hf.get(side, {})
-    if not isinstance(values, dict):
-        raise CheckpointError(f"config.json's {side} must be a mapping of the {side}'s settings")
+    values = section(hf, side, f"the {side}'s settings")
     stack = {**STACK_DEFAULTS, **values}
     rope = stack.get("rope_parameters") or {}
     if not isinstance(rope, dict):
@@ -113,6 +112,17 @@ def stack_config(hf: dict, side: str) -> dict:
         raise CheckpointError(f"config.json's {side} uses RoPE of type {rope_kind(rope)!r}; encdec reads default")
     stack["rope_theta"] = rope.get("rope_theta", stack.get("rope_theta", 10000.0))
     return stack
+
+
+def section(config: dict, key: str, what: str, within: str = "") -> dict:
+    """The mapping config.json's `key` holds (`within` a section, if named), `what` it describes; a missing one is
+    named as missing, not read as the defaults of another model's sizes."""
+    where = f"config.json's {within} section" if within else "config.json"
+    if key not in config or config[key] is None:
+        raise CheckpointError(f"{where} has no {key} section ({what}), which encdec reads the model from")
+    if not isinstance(config[key], dict):
+        raise CheckpointError(f"{where}'s {key} must be a mapping of {what}, got {short(config[key], 40)}")
+    return config[key]
 
 
 def global_every(stacks: dict[str, dict]) -> int:

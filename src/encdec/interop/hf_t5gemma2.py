@@ -22,7 +22,7 @@ import torch
 from encdec.errors import CheckpointError, Unmet
 from encdec.interop.hf_bart import first_set
 from encdec.interop.hf_t5 import check_hf_model_fits, fill_from_hf, hf_name, read_hf_weights
-from encdec.interop.hf_t5gemma import STACK_DEFAULTS, gemma_encoder_decoder, gemma_stack, global_every
+from encdec.interop.hf_t5gemma import STACK_DEFAULTS, gemma_encoder_decoder, gemma_stack, global_every, section
 from encdec.models import EncoderDecoder, ModelConfig
 
 # what the two stacks must agree on, as encdec's one ModelConfig has it
@@ -60,6 +60,8 @@ T5GEMMA2_KEYS = {
     "eoi_token_id": "eoi_token_index",
     "image_token_id": "image_token_index",
 }
+# ModelConfig field -> the config.json key its id is read from and transformers' default (Gemma 3's vocabulary's)
+SPECIAL_IDS = {"eoi_token_id": ("eoi_token_index", 256_000), "image_token_id": ("image_token_index", 256_001)}
 # the smallest vision tower transformers builds, written by an export (its weights are never read: see above)
 PLACEHOLDER_VISION = {
     "hidden_size": 16,
@@ -119,12 +121,11 @@ def rope_of(stack: dict, side: str) -> tuple[float, float, float]:
 
 def text_stacks(hf: dict) -> dict[str, dict]:
     """The encoder's text config and the decoder's, T5Gemma 2's defaults where they say nothing."""
-    encoder = hf.get("encoder", {})
-    if not isinstance(encoder, dict) or not isinstance(encoder.get("text_config", {}), dict):
-        raise CheckpointError("config.json's encoder must be a mapping holding a text_config mapping")
-    stacks = {"encoder": encoder.get("text_config", {}), "decoder": hf.get("decoder", {})}
-    if not isinstance(stacks["decoder"], dict):
-        raise CheckpointError("config.json's decoder must be a mapping of the decoder's settings")
+    encoder = section(hf, "encoder", "the encoder's settings")
+    stacks = {
+        "encoder": section(encoder, "text_config", "the encoder's text model", within="encoder"),
+        "decoder": section(hf, "decoder", "the decoder's settings"),
+    }
     stacks = {side: {**TEXT_DEFAULTS, **values} for side, values in stacks.items()}
     for side, stack in stacks.items():
         stack["rope"] = rope_of(stack, side)
@@ -158,7 +159,6 @@ def config_from_t5gemma2(hf: dict, untied_head: bool) -> ModelConfig:
     window = None if all_full or decoder["sliding_window"] is None else decoder["sliding_window"]
     theta, scale, local_theta = decoder["rope"]
     eos = decoder["eos_token_id"]
-    image = hf.get("image_token_index", hf.get("encoder", {}).get("image_token_index"))
     return ModelConfig(
         vocab_size=decoder["vocab_size"],
         d_model=decoder["hidden_size"],
@@ -193,17 +193,25 @@ def config_from_t5gemma2(hf: dict, untied_head: bool) -> ModelConfig:
         pad_id=decoder["pad_token_id"],
         eos_id=eos if isinstance(eos, int) else eos[0],
         decoder_start_id=first_set(hf.get("decoder_start_token_id"), decoder["bos_token_id"]),  # as generate reads
-        eoi_token_id=special_id(hf.get("eoi_token_index", 256_000), "eoi_token_index"),
-        image_token_id=special_id(image if image is not None else 256_001, "image_token_index"),
+        **special_ids(hf, decoder["vocab_size"]),
     )
 
 
-def special_id(token, key: str) -> int:
-    """A special token's id as config.json gives it (kept where it lies past a small vocabulary, as transformers
-    keeps the end-of-image vector: the same parameters either way)."""
-    if not isinstance(token, int) or isinstance(token, bool) or token < 0:
-        raise CheckpointError(f"config.json's {key} must be a token id (a whole number from 0), got {token!r}")
-    return token
+def special_ids(hf: dict, vocab_size) -> dict:
+    """eoi_token_id and image_token_id as config.json gives them, unconverted: ModelConfig checks them as every
+    token id (below vocab_size); null is no such token. Where it gives none, transformers' default (SPECIAL_IDS)
+    where the vocabulary holds it, else none: no token of a smaller vocabulary is one. As transformers reads them,
+    the encoder's end-of-image id wins over the top level's, the top level's image id over the encoder's."""
+    encoder = hf.get("encoder") if isinstance(hf.get("encoder"), dict) else {}
+    ids = {}
+    for field, (key, default) in SPECIAL_IDS.items():
+        sources = (encoder, hf) if key == "eoi_token_index" else (hf, encoder)
+        given = next((source for source in sources if key in source), None)
+        if given is not None:
+            ids[field] = given[key]
+        elif isinstance(vocab_size, int) and default < vocab_size:
+            ids[field] = default
+    return ids
 
 
 def load_hf_t5gemma2(path: Path, hf_config: dict) -> EncoderDecoder:

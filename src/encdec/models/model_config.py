@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from encdec.errors import ConfigError, refuse_unknown_keys
 from encdec.models.research_config import ResearchOptions
-from encdec.schema import Count, Positive, Range, check
+from encdec.schema import Count, Positive, Range, TokenId, check, check_vocabulary
 
 # Settings whose default depends on the family: None takes the family's value (T5's for the
 # encoder-decoder, nanoGPT's for the causal LMs); a family without an entry does not use the setting.
@@ -121,12 +121,13 @@ class ModelConfig:
     # None: the family's (T5's for the encoder-decoder, nanoGPT's normal for the causal LMs and the RNN)
     # the Hugging Face model_type an export writes where layouts coincide (mT5's is T5 v1.1's); None: the layout's
     hf_model_type: Literal["mt5"] | None = None
-    eoi_token_id: Count | None = None  # a token whose embedding is a vector of its own, unscaled (T5Gemma 2's
+    # token ids, each below vocab_size (schema.InVocabulary), wherever the config is read from
+    eoi_token_id: TokenId | None = None  # a token whose embedding is a vector of its own, unscaled (T5Gemma 2's
     # end-of-image)
-    image_token_id: Count | None = None  # a token that stands for an image, which a text model refuses (T5Gemma 2)
-    pad_id: Count = 0
-    eos_id: Count = 1
-    decoder_start_id: Count = 0
+    image_token_id: TokenId | None = None  # a token that stands for an image, which a text model refuses (T5Gemma 2)
+    pad_id: TokenId = 0
+    eos_id: TokenId = 1
+    decoder_start_id: TokenId = 0
     research: ResearchOptions = field(default_factory=ResearchOptions)  # ar_encdec, parallel_encdec (SEEDS.md 3-4)
     rnn_cell: Literal["gru", "lstm"] = "gru"  # rnn_seq2seq: gru or lstm
     rnn_attention: bool = True  # rnn_seq2seq: the decoder attends to the encoder states (Luong)
@@ -138,11 +139,7 @@ class ModelConfig:
         for key, by_family in FAMILY_DEFAULTS.items():
             if getattr(self, key) is None and self.family in by_family:
                 setattr(self, key, by_family[self.family])
-        for key in ("pad_id", "eos_id", "decoder_start_id"):
-            if getattr(self, key) >= self.vocab_size:
-                raise ConfigError(
-                    f"model.{key} ({getattr(self, key):,}) must be below vocab_size ({self.vocab_size:,})"
-                )
+        check_vocabulary(ModelConfig, vars(self), self.vocab_size, "model.")
         if self.relative_max_distance <= self.relative_buckets // 2:
             raise ConfigError(
                 f"model.relative_max_distance ({self.relative_max_distance}) must exceed half of "

@@ -26,6 +26,7 @@ from encdec.interop.hub_ids import resolve_model
 from encdec.interop.peft_adapter import hf_module_names
 from encdec.models.lora import add_lora, train_only
 from encdec.models.name_patterns import NamePatterns
+from encdec.models.weight_dtypes import dtype_problem
 from encdec.runs.checkpoint import NAME, SHA256, SOURCE, load_state, load_weights, read_pointer, weights_sha256
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.schema import Range
@@ -120,4 +121,9 @@ def load_adapted(model: nn.Module, adapter: AdapterConfig, checkpoint: Checkpoin
     if missing or extra:
         detail = f"lacks {missing[0]}" if missing else f"holds {extra[0]}, which is not an adapter parameter"
         raise CheckpointError(f"{checkpoint.model} does not hold this run's adapter (it {detail})")
+    state = model.state_dict()
+    for name, tensor in weights.items():  # as every weight is checked (models.weight_dtypes)
+        problem = dtype_problem(tensor, state[name])
+        if problem:
+            raise CheckpointError(f"{checkpoint.model} does not hold this run's adapter ({name} {problem})")
     model.load_state_dict(weights, strict=False)

@@ -44,6 +44,7 @@ from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.interop.hf_t5 import load_tensor_pickle
+from encdec.models.weight_dtypes import dtype_problem
 from encdec.runs.run_dir import MADE_NAME, STEP_NAME, TMP_NAME, CheckpointDir, RunDir
 from encdec.safe_paths import check_not_symlink, inside, write_atomic
 from encdec.schema import Satisfies, load_json, read, read_yaml_file, short
@@ -161,11 +162,13 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
 def load_state(model: nn.Module, weights: dict[str, torch.Tensor], mismatch: str) -> None:
     """Load `weights` into `model`; where they do not fit, one sentence (CheckpointError): `mismatch`,
     then the first key or shape torch names (its first line only names the model class). A tensor of
-    another kind than its parameter (integers for float weights, which torch would silently convert) is refused."""
+    a dtype its parameter is not stored in (integers for float weights, which torch would silently convert:
+    models.weight_dtypes, as a Hugging Face directory's) is refused."""
     expected = model.state_dict()
     for name, tensor in weights.items():
-        if name in expected and tensor.dtype.is_floating_point != expected[name].dtype.is_floating_point:
-            raise CheckpointError(f"{mismatch} ({name} holds {tensor.dtype} values, not {expected[name].dtype})")
+        problem = dtype_problem(tensor, expected[name]) if name in expected else None
+        if problem:
+            raise CheckpointError(f"{mismatch} ({name} {problem})")
     try:
         model.load_state_dict(weights)
     except RuntimeError as error:

@@ -15,7 +15,7 @@ from encdec.models.model_config import CAUSAL_LMS
 from encdec.models.weights_memory import check_weights_fit
 from encdec.runs.adapter import load_adapted
 from encdec.runs.checkpoint import load_state, load_weights
-from encdec.runs.description import Description, describe
+from encdec.runs.description import Description, describe, read_description
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.text import RunTokenizer
 from encdec.schema import load_json, value_of
@@ -39,11 +39,13 @@ def load_run(path: str | Path | RunDir, which: str = "best", max_source_len: int
     """Checkpoint `which` ("best", "latest", or a step directory name) of a run, or the checkpoint directory
     `path` itself, its model in eval mode and carrying the checkpoint's generation defaults
     (`model.generation_defaults`, what generate starts from). The model, tokenizer and text encoding are
-    what the checkpoint describes (runs/description.py), never the training config. The text encoder cuts
-    inputs to `max_source_len` tokens (default: the run's trained source length)."""
+    what the checkpoint describes (runs/description.py), never the training config; its model.json is read and
+    checked before the tokenizer is opened. The text encoder cuts inputs to `max_source_len` tokens (default:
+    the run's trained source length)."""
     checkpoint, chosen = chosen_checkpoint(path, which)
+    described = read_description(checkpoint) if checkpoint.model_config.exists() else None
     tok = load_tokenizer(checkpoint.tokenizer)
-    description = describe(checkpoint, tok)
+    description = described or describe(checkpoint, tok)  # one from before model.json: its config and tokenizer
     said = checkpoint.model_config if checkpoint.model_config.exists() else checkpoint.config
     check_weights_fit(description.model, "cpu", error=CheckpointError, source=f"{said}: ")  # before building
     check_max_source_len(max_source_len, description.model)
@@ -55,7 +57,7 @@ def load_run(path: str | Path | RunDir, which: str = "best", max_source_len: int
         load_adapted(model, description.adapter, checkpoint, load_weights(checkpoint.model))
     else:
         load_state(model, load_weights(checkpoint.model), f"{checkpoint.path} does not match its config")
-    generation = read_generation(checkpoint)
+    generation = read_generation(checkpoint, description.model.vocab_size)
     model.generation_defaults = generation
     text = RunTokenizer.for_text(description.text, tok, max_source_len)
     return LoadedRun(model.eval(), tok, description, checkpoint, generation, text, chosen)
@@ -89,12 +91,13 @@ def check_max_source_len(max_source_len: int | None, cfg: ModelConfig) -> None:
         )
 
 
-def read_generation(checkpoint: CheckpointDir) -> dict[str, Any]:
-    """The generation defaults a checkpoint carries ({} if none), each as GenerationConfig declares it."""
+def read_generation(checkpoint: CheckpointDir, vocab_size: int | None = None) -> dict[str, Any]:
+    """The generation defaults a checkpoint carries ({} if none), each as GenerationConfig declares it, its token
+    ids below the model's `vocab_size` (None: where generate resolves them against the model it runs)."""
     path = checkpoint.generation
     if not path.is_file():
         return {}
     values = load_json(path, "generation defaults", CheckpointError)
     if not isinstance(values, dict):
         raise CheckpointError(f"{path} must hold a JSON object of generation options")
-    return checked_defaults(values, path)
+    return checked_defaults(values, path, vocab_size)
