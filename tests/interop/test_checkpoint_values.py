@@ -6,7 +6,9 @@
   config.json, generation_config.json, a run's generation.json, a model section or a generate call gives it;
   an expert count as ModelConfig declares it (a Switch checkpoint of one expert is the dense model it computes);
 - config.json is read and checked, each refusal naming its key, before the tokenizer is opened; a missing
-  section is said to be missing.
+  section is said to be missing;
+- --checkpoint picks one of a run's checkpoints: a Hugging Face or checkpoint directory has none, so there it is
+  refused, not ignored.
 
 The checkpoints are tiny models of each family's layout (test_families.LAYOUTS) exported with the byte tokenizer's
 360 tokens: no download, no transformers but for the one-expert Switch comparison.
@@ -273,3 +275,37 @@ def test_a_run_s_model_json_is_checked_before_its_tokenizer_is_opened(tmp_path):
             file.write_text("not a tokenizer")
     with pytest.raises(CheckpointError, match="model.pad_id must be below vocab_size"):
         open_model(run)
+
+
+# --- 4. --checkpoint where there are no checkpoints to choose ---
+
+
+def commands(model: Path, tmp_path: Path) -> dict[str, list[str]]:
+    """Each command that opens a model, on `model`, as far as its other arguments go."""
+    data = tmp_path / "test.tsv"
+    data.write_text("a dog\tun chien\n")
+    return {
+        "generate": ["generate", str(model), "-i", str(inputs(tmp_path))],
+        "evaluate": ["evaluate", str(model), "--data", str(data), "--out", str(tmp_path / "report")],
+        "attention": ["attention", str(model), "--source", "a dog", "-o", str(tmp_path / "maps.png")],
+        "export": ["export", str(model), "--out", str(tmp_path / "exported")],
+    }
+
+
+@pytest.mark.parametrize("command", ["generate", "evaluate", "attention", "export"])
+@pytest.mark.parametrize("kind", ["hf", "checkpoint"])
+def test_checkpoint_is_refused_where_there_are_no_checkpoints_to_choose(command, kind, tmp_path, capsys):
+    if kind == "hf":
+        model, what = exported("t5", tmp_path / "hf"), "is a Hugging Face model directory"
+    else:
+        model, what = shutil.copytree(FIXTURE_RUN / "checkpoints" / "step_00000030", tmp_path / "one"), "not a run"
+    argv = commands(model, tmp_path)[command]
+    line = refusal([*argv, "--checkpoint", "latest"], capsys)
+    assert what in line and "it holds no checkpoint 'latest'; --checkpoint picks one of a run's checkpoints" in line
+    assert not (tmp_path / "report").exists() and not (tmp_path / "exported").exists()
+
+
+def test_average_refuses_checkpoint_without_ema(tmp_path, capsys):
+    run = shutil.copytree(FIXTURE_RUN, tmp_path / "run")
+    line = refusal(["average", str(run), "--last", "2", "--checkpoint", "latest"], capsys)
+    assert "--checkpoint names the checkpoint whose EMA --ema writes" in line

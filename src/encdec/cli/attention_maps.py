@@ -24,6 +24,7 @@ from pathlib import Path
 
 from encdec.cli.held import say_unless_refused
 from encdec.cli.options import (
+    add_checkpoint_argument,
     add_device_argument,
     add_dtype_argument,
     add_generation_option,
@@ -71,7 +72,7 @@ def add_parser(subparsers) -> None:
         default=None,
         help="also write the probabilities and tokens here (.npz)",
     )
-    parser.add_argument("--checkpoint", default="best", help="a run's checkpoint: best (default), latest, or a step")
+    add_checkpoint_argument(parser)
     add_source_length_argument(parser)
     add_dtype_argument(parser)
     add_generation_option(parser, "max_new_tokens", 64, "the most target tokens drawn, generated or given")

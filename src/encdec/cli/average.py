@@ -34,7 +34,7 @@ def add_parser(subparsers) -> None:
         help="average the checkpoints of these steps, comma-separated",
     )
     parser.add_argument("--ema", action="store_true", help="write a checkpoint's EMA weights instead")
-    parser.add_argument("--checkpoint", default="latest", help="--ema: the checkpoint whose EMA (default latest)")
+    parser.add_argument("--checkpoint", default=None, help="--ema: the checkpoint whose EMA (default latest)")
     parser.add_argument(
         "--out",
         "-o",
@@ -50,7 +50,11 @@ def run(args: argparse.Namespace) -> int:
     if args.ema:
         if args.last is not None or args.steps is not None:
             raise ConfigError("--ema writes one checkpoint's EMA weights; it takes no --last or --steps")
-        made = export_ema(args.run, args.checkpoint, args.out)
+        made = export_ema(args.run, args.checkpoint or "latest", args.out)
+    elif args.checkpoint is not None:
+        raise ConfigError(
+            "--checkpoint names the checkpoint whose EMA --ema writes; an average takes --last or --steps"
+        )
     else:
         made = average_checkpoints(args.run, args.last, args.steps, args.out)
     where = f"--checkpoint {made.name}" if args.out is None else f"the run directory {args.out}"

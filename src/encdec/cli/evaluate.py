@@ -43,6 +43,7 @@ import torch
 from encdec.cli.held import say_unless_refused
 from encdec.cli.options import (
     MAX_ROWS,
+    add_checkpoint_argument,
     add_device_argument,
     add_dtype_argument,
     add_generation_options,
@@ -113,11 +114,7 @@ def add_parser(subparsers) -> None:
         type=OutputPath("--out", "a directory for the report", Path, directory=True),
         help="the report's directory (default: RUN_DIR/eval[/<file name>])",
     )
-    parser.add_argument(
-        "--checkpoint",
-        default="best",
-        help="a run's checkpoint: best, latest, a step directory or an averaged one (avg5_step_...)",
-    )
+    add_checkpoint_argument(parser)
     parser.add_argument(
         "--batches",
         type=whole_number(1, MAX_EVAL_BATCHES, "--batches"),
@@ -240,10 +237,10 @@ def report_dir(args: argparse.Namespace, path: Path, kind: str) -> Path:
     return out
 
 
-def per_checkpoint(directory: Path, checkpoint: str) -> Path:
-    """A run's report directory for `checkpoint`: `directory` for its best, `directory/<checkpoint>` for another,
-    so that evaluating two checkpoints on one file keeps both reports."""
-    return directory if checkpoint == "best" else directory / checkpoint
+def per_checkpoint(directory: Path, checkpoint: str | None) -> Path:
+    """A run's report directory for `checkpoint`: `directory` for its best (None's), `directory/<checkpoint>` for
+    another, so that evaluating two checkpoints on one file keeps both reports."""
+    return directory if checkpoint in (None, "best") else directory / checkpoint
 
 
 def opened_model(args: argparse.Namespace, opened: OpenedModel) -> dict:

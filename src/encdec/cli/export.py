@@ -18,6 +18,7 @@ import argparse
 from pathlib import Path
 
 from encdec.cli.held import say_unless_refused
+from encdec.cli.options import add_checkpoint_argument
 from encdec.cli.output_paths import InputPath, OutputPath
 from encdec.errors import ConfigError
 from encdec.interop import export_hf
@@ -42,11 +43,7 @@ def add_parser(subparsers) -> None:
         help="the directory to write (new or empty)",
     )
     parser.add_argument("--force", action="store_true", help="write over an earlier export in --out")
-    parser.add_argument(
-        "--checkpoint",
-        default="best",
-        help="best (default), latest, a step directory or an averaged one (avg5_step_...)",
-    )
+    add_checkpoint_argument(parser)
     parser.add_argument("--adapter", action="store_true", help="a LoRA run's adapters alone, as a peft adapter")
     parser.set_defaults(func=run)
 
@@ -70,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         say_unless_refused(f"model: {source}, checkpoint {checkpoint.name} ({why})")
         name = export_run(source, Path(args.out), force=args.force, checkpoint=args.checkpoint)
     else:
-        opened = open_model(source)
+        opened = open_model(source, args.checkpoint)  # a checkpoint named is refused: it has none
         name = export_hf(opened.model, load_tokenizer(source), Path(args.out), opened.generation, force=args.force)
     auto = "AutoModelForCausalLM" if name.endswith("ForCausalLM") else "AutoModelForSeq2SeqLM"
     print(

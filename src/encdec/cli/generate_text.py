@@ -27,6 +27,7 @@ from tqdm import tqdm
 from encdec.cli.held import say_unless_refused
 from encdec.cli.options import (
     MAX_ROWS,
+    add_checkpoint_argument,
     add_device_argument,
     add_dtype_argument,
     add_generation_options,
@@ -53,11 +54,7 @@ def add_parser(subparsers) -> None:
         type=InputPath("the model", Path),
         help="a run directory of encdec train, or a Hugging Face model directory (T5, Marian, BART, Llama, Qwen, ...)",
     )
-    parser.add_argument(
-        "--checkpoint",
-        default="best",
-        help="a run's checkpoint: best (default), latest, a step directory or an averaged one (avg5_step_...)",
-    )
+    add_checkpoint_argument(parser)
     parser.add_argument(
         "--input",
         "-i",

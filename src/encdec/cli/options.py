@@ -94,6 +94,17 @@ def add_dtype_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
+    """--checkpoint: which of a run's checkpoints; unset (None) the best. A checkpoint or Hugging Face directory
+    has none to choose, and one named there is refused (runs.load.refuse_choice), not ignored."""
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help="a run's checkpoint: best (default), latest, a step directory or an averaged one (avg5_step_...); "
+        "a checkpoint or Hugging Face directory has none to choose",
+    )
+
+
 def add_source_length_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-source-len",

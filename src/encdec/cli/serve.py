@@ -24,6 +24,7 @@ import socket
 import sys
 
 from encdec.cli.options import (
+    add_checkpoint_argument,
     add_device_argument,
     add_dtype_argument,
     add_quantize_argument,
@@ -60,7 +61,7 @@ def add_parser(subparsers) -> None:
         type=InputPath("the model"),
         help="a run directory, a Hugging Face directory or a Hub id (org/name[@revision])",
     )
-    parser.add_argument("--checkpoint", default="best", help="a run's checkpoint: best, latest or a step directory")
+    add_checkpoint_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: this machine only)")
     parser.add_argument("--port", type=whole_number(0, 65535, "--port"), default=8000, help="0: any free port")
     for name, (most, default, text) in bounds().items():  # defaults: the server's own (Limits), one place

@@ -52,7 +52,7 @@ def attention_maps(
     source: str,
     target: str | None = None,
     *,
-    checkpoint: str = "best",
+    checkpoint: str | None = None,
     max_source_len: int | None = None,
     max_new_tokens: int = 64,
     device: str | torch.device | None = None,

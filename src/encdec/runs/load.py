@@ -35,13 +35,13 @@ class LoadedRun:
     chosen: str = ""  # why this checkpoint: "the run's best", "the latest: the run has kept no best ...", ...
 
 
-def load_run(path: str | Path | RunDir, which: str = "best", max_source_len: int | None = None) -> LoadedRun:
-    """Checkpoint `which` ("best", "latest", or a step directory name) of a run, or the checkpoint directory
-    `path` itself, its model in eval mode and carrying the checkpoint's generation defaults
-    (`model.generation_defaults`, what generate starts from). The model, tokenizer and text encoding are
-    what the checkpoint describes (runs/description.py), never the training config; its model.json is read and
-    checked before the tokenizer is opened. The text encoder cuts inputs to `max_source_len` tokens (default:
-    the run's trained source length)."""
+def load_run(path: str | Path | RunDir, which: str | None = None, max_source_len: int | None = None) -> LoadedRun:
+    """Checkpoint `which` ("best", "latest", or a step directory name; None: the best) of a run, or the checkpoint
+    directory `path` itself (which names none: it has no other to choose), its model in eval mode and carrying
+    the checkpoint's generation defaults (`model.generation_defaults`, what generate starts from). The model,
+    tokenizer and text encoding are what the checkpoint describes (runs/description.py), never the training
+    config; its model.json is read and checked before the tokenizer is opened. The text encoder cuts inputs to
+    `max_source_len` tokens (default: the run's trained source length)."""
     checkpoint, chosen = chosen_checkpoint(path, which)
     described = read_description(checkpoint) if checkpoint.model_config.exists() else None
     tok = load_tokenizer(checkpoint.tokenizer)
@@ -63,20 +63,29 @@ def load_run(path: str | Path | RunDir, which: str = "best", max_source_len: int
     return LoadedRun(model.eval(), tok, description, checkpoint, generation, text, chosen)
 
 
-def checkpoint_at(path: str | Path | RunDir, which: str = "best") -> CheckpointDir:
-    """Checkpoint `which` of the run at `path`, or `path` itself where it is a checkpoint directory (which
-    holds no other checkpoint to choose: `which` other than best is refused)."""
+def checkpoint_at(path: str | Path | RunDir, which: str | None = None) -> CheckpointDir:
+    """Checkpoint `which` of the run at `path` (None: the best), or `path` itself where it is a checkpoint
+    directory (which holds no other checkpoint to choose: any `which` is refused)."""
     return chosen_checkpoint(path, which)[0]
 
 
-def chosen_checkpoint(path: str | Path | RunDir, which: str = "best") -> tuple[CheckpointDir, str]:
+def chosen_checkpoint(path: str | Path | RunDir, which: str | None = None) -> tuple[CheckpointDir, str]:
     """checkpoint_at's checkpoint and why it is that one, in words (RunDir.chosen)."""
     run = path if isinstance(path, RunDir) else RunDir(path)
     if run.is_run() or not CheckpointDir(run.path).is_checkpoint():
-        return run.chosen(which)
-    if which != "best":
-        raise ConfigError(f"{run.path} is one checkpoint directory, not a run: it holds no checkpoint {which!r}")
+        return run.chosen(which or "best")
+    refuse_choice(which, run.path, "one checkpoint directory, not a run")
     return CheckpointDir(run.path), "a checkpoint directory on its own"
+
+
+def refuse_choice(which: str | None, path: Path, what: str) -> None:
+    """A checkpoint named (`which`, None where none was) for `path`, which is `what` and so holds no checkpoints
+    to choose among: one sentence, where the name would otherwise be ignored."""
+    if which is not None:
+        raise ConfigError(
+            f"{path} is {what}: it holds no checkpoint {which!r}; --checkpoint picks one of a run's checkpoints, "
+            "so leave it out"
+        )
 
 
 def check_max_source_len(max_source_len: int | None, cfg: ModelConfig) -> None:

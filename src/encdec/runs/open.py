@@ -25,7 +25,7 @@ from torch import nn
 from encdec.errors import CheckpointError
 from encdec.interop import is_hf_dir, load_hf
 from encdec.interop.hub_ids import resolve_model
-from encdec.runs.load import LoadedRun, check_max_source_len, checkpoint_at, load_run
+from encdec.runs.load import LoadedRun, check_max_source_len, checkpoint_at, load_run, refuse_choice
 from encdec.runs.model_dtype import cast_to, dtype_named, stored_dtype
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.tokenizers import Tokenizer
@@ -82,18 +82,24 @@ class OpenedModel:
 
 
 def open_model(
-    path: str | Path, checkpoint: str = "best", max_source_len: int | None = None, dtype: str | torch.dtype = "auto"
+    path: str | Path,
+    checkpoint: str | None = None,
+    max_source_len: int | None = None,
+    dtype: str | torch.dtype = "auto",
 ) -> OpenedModel:
-    """The model at `path`: checkpoint `checkpoint` ("best", "latest" or a step directory name) of a run
-    directory, a checkpoint directory, or a Hugging Face directory or Hub id (org/name[@revision]); in
-    `dtype`, "auto" being the dtype its weights were stored in (runs.model_dtype)."""
+    """The model at `path`: checkpoint `checkpoint` ("best", "latest" or a step directory name; None: the best) of
+    a run directory, or a checkpoint directory, a Hugging Face directory or Hub id (org/name[@revision]), which
+    hold no checkpoints to choose (a `checkpoint` named for them is refused); in `dtype`, "auto" being the dtype
+    its weights were stored in (runs.model_dtype)."""
     asked = dtype_named(dtype)  # a bad name is refused before anything is read
     path = resolve_model(path)
-    if model_kind(path) in ("run", "checkpoint"):
+    kind = model_kind(path)
+    if kind in ("run", "checkpoint"):
         run = load_run(path, checkpoint, max_source_len)
-        weights = checkpoint_at(path, checkpoint).path / CheckpointDir.MODEL
+        weights = run.checkpoint.path / CheckpointDir.MODEL
         cast_to(run.model, asked or stored_dtype(weights.parent, weights))
         return OpenedModel(run.model, run.generation, path, run, max_source_len)
+    refuse_choice(checkpoint, path, "a Hugging Face model directory")
     model = load_hf(path)
     check_max_source_len(max_source_len, model.config)
     cast_to(model, asked or stored_dtype(path))
@@ -118,13 +124,13 @@ def hf_text_encoder(opened: OpenedModel):
 
 def from_pretrained(
     path: str | Path,
-    checkpoint: str = "best",
+    checkpoint: str | None = None,
     device: str | torch.device | None = None,
     quantize: str | None = None,
     dtype: str | torch.dtype = "auto",
 ) -> nn.Module:
     """The model at `path` in eval mode (on `device` if given). `checkpoint` picks a run's
-    checkpoint: "best", "latest" or a step directory name; `dtype` "auto" keeps the dtype the weights were
+    checkpoint: "best" (None's), "latest" or a step directory name; `dtype` "auto" keeps the dtype the weights were
     stored in (a bf16 Hugging Face checkpoint stays bf16, as in transformers), or names one ("float32",
     "bfloat16", "float16", their short names, or a torch dtype); `quantize="int8"` returns it with
     int8 linear layers, quantized on `device` (the CPU, fp32 weights only, or a CUDA GPU; see encdec.quantize)."""
@@ -138,7 +144,7 @@ def from_pretrained(
     return model.eval()
 
 
-def load_tokenizer(path: str | Path, checkpoint: str = "best") -> Tokenizer:
+def load_tokenizer(path: str | Path, checkpoint: str | None = None) -> Tokenizer:
     """The tokenizer at `path`: a run directory's or a checkpoint directory's, a Hugging Face directory's
     (AutoTokenizer), or a tokenizer directory an encdec tokenizer saved itself into, or a Hub id
     (org/name[@revision])."""
@@ -147,4 +153,5 @@ def load_tokenizer(path: str | Path, checkpoint: str = "best") -> Tokenizer:
         raise CheckpointError(f"{path} is not a directory")
     if RunDir(path).is_run() or CheckpointDir(path).is_checkpoint():
         return load_tokenizer_dir(checkpoint_at(path, checkpoint).tokenizer)
+    refuse_choice(checkpoint, path, "a Hugging Face model or tokenizer directory")
     return load_tokenizer_dir(path)

@@ -25,7 +25,7 @@ def check_paths(run_dir: Path, out: Path) -> None:
         raise ConfigError(f"the output directory {out} is inside the run directory {run_dir}; choose one outside it")
 
 
-def export_adapter(run_dir: str | Path, out: str | Path, force: bool = False, checkpoint: str = "best") -> str:
+def export_adapter(run_dir: str | Path, out: str | Path, force: bool = False, checkpoint: str | None = None) -> str:
     """Write the LoRA adapters of checkpoint `checkpoint` of a run (or of a checkpoint directory) as a peft
     adapter directory; returns its base."""
     run_dir, out = Path(run_dir), Path(out)
@@ -38,7 +38,7 @@ def export_adapter(run_dir: str | Path, out: str | Path, force: bool = False, ch
     return base
 
 
-def export_run(run_dir: str | Path, out: str | Path, force: bool = False, checkpoint: str = "best") -> str:
+def export_run(run_dir: str | Path, out: str | Path, force: bool = False, checkpoint: str | None = None) -> str:
     """Export checkpoint `checkpoint` of an `encdec train` run directory (or a checkpoint directory itself);
     returns the Hugging Face class name."""
     run_dir, out = Path(run_dir), Path(out)
