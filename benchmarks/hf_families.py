@@ -93,6 +93,9 @@ def shrink(config: PretrainedConfig) -> PretrainedConfig:
     for name in ("pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id", "forced_eos_token_id"):
         if isinstance(getattr(config, name, None), int) and getattr(config, name) >= SIZES["vocab_size"]:
             setattr(config, name, 127)  # Marian's pad (and start) is its last token
+    for name, last in (("eoi_token_index", 1), ("image_token_index", 2)):  # T5Gemma 2's, inside the vocabulary too
+        if isinstance(getattr(config, name, None), int) and getattr(config, name) >= SIZES["vocab_size"]:
+            setattr(config, name, SIZES["vocab_size"] - last)
     if getattr(config, "decoder_start_token_id", None) is None and getattr(config, "pad_token_id", None) is not None:
         config.decoder_start_token_id = config.pad_token_id  # T5's convention, which its config leaves unset
     layer_types = getattr(config, "layer_types", None)
@@ -125,7 +128,8 @@ BF16_FACTOR, BF16_SLACK = 1.5, 0.005
 
 def padded_inputs(cfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Two sources of 9 tokens, the second padded after 6, and 5 decoder inputs: ids, mask, decoder ids."""
-    plain = [i for i in range(cfg.vocab_size) if i not in (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id)]
+    specials = (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id, cfg.image_token_id)  # an image token: no text's
+    plain = [i for i in range(cfg.vocab_size) if i not in specials]
     ids = torch.tensor(plain)[torch.randint(0, len(plain), (2, 9), generator=torch.Generator().manual_seed(0))]
     ids[:, -1] = cfg.eos_id
     ids[1, 6:] = cfg.pad_id
