@@ -2,6 +2,7 @@
 is answered in the API's shape, {"error": one sentence} with its 4xx, and text that no encoder takes is a 422."""
 
 import json
+import socket
 
 import pytest
 from server_kit import Served, call, exchange, tiny_model_dir
@@ -83,3 +84,29 @@ def test_text_with_a_lone_surrogate_is_a_422_sentence(server, route, text):
         text = text[1]
     status, answer, _ = call(server.url + route, json.dumps({"inputs": text}).encode())
     assert status == 422 and "lone surrogate" in answer["error"], answer
+
+
+def send_in_pieces(port: int, data: bytes, pieces: int) -> bytes:
+    """`data` written in `pieces` writes on a fresh connection never half-closed, as a client that is still
+    writing when the answer comes; then everything the server answers until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as connection:
+        size = -(-len(data) // pieces)
+        for at in range(0, len(data), size):
+            connection.sendall(data[at : at + size])
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+        return answer
+
+
+@pytest.mark.parametrize("pieces", [1, 10, 2000], ids=["whole", "in 10 writes", "a line a write"])
+@pytest.mark.parametrize("value", [1, 40], ids=["short lines", "long lines"])
+def test_a_header_flood_still_being_written_is_answered_431_not_reset(server, pieces, value):
+    """2,000 header lines (16 KiB to 100 KiB) to a server that refuses them once it has read 16 KiB: the
+    refused client, still writing, reads a 431 status line and sentence, not a reset connection."""
+    data = b"GET /health HTTP/1.1\r\nHost: t\r\n" + headers(2000, value) + b"Connection: close\r\n\r\n"
+    answer = send_in_pieces(server.port, data, pieces)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:300]
+    error = json.loads(answer.partition(b"\r\n\r\n")[2])
+    assert set(error) == {"error"} and "header" in error["error"]
+    assert call(server.url + "/health")[0] == 200

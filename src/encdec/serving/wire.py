@@ -2,9 +2,11 @@
 
 uvicorn answers a request it cannot parse (a negative or non-numeric Content-Length, TLS bytes on
 the plain port, a header line without a colon, a header section too large) with a plain-text 400
-of its own. `JsonWireProtocol` is uvicorn's h11 protocol with that answer in the API's shape,
+of its own, then closes at once: a client still sending its request gets a reset instead of the
+answer. `JsonWireProtocol` is uvicorn's h11 protocol with that answer in the API's shape,
 {"error": one sentence}: 431 when the header section passes MAX_HEADER_BYTES (h11's bound on what
-it buffers), else 400 with h11's reason. `HeaderLimit` refuses more than MAX_HEADERS header lines, or
+it buffers, uvicorn's h11_max_incomplete_event_size), else 400 with h11's reason; then it closes
+lingering (`linger`), so that the answer reaches a client still writing. `HeaderLimit` refuses more than MAX_HEADERS header lines, or
 a header section over MAX_HEADER_BYTES that h11 took whole from one read, with a 431 before any route
 sees them.
 """
@@ -19,6 +21,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 MAX_HEADERS = 128  # header lines a request may hold
 MAX_HEADER_BYTES = 16 << 10  # the request line and header section, as h11 buffers them
+LINGER_BYTES = 1 << 20  # what a refused client may still send, read and dropped, before the close
+LINGER_SECONDS = 5.0  # ... and for how long
 
 
 class RecordingConnection(h11.Connection):
@@ -35,11 +39,35 @@ class RecordingConnection(h11.Connection):
 
 
 class JsonWireProtocol(H11Protocol):
-    """uvicorn's h11 protocol whose answer to malformed framing is a JSON sentence, then the close."""
+    """uvicorn's h11 protocol whose answer to malformed framing is a JSON sentence, then a lingering close."""
 
     def __init__(self, config, server_state, app_state, _loop=None) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.conn = RecordingConnection(h11.SERVER, MAX_HEADER_BYTES)
+        self.lingering: int | None = None  # bytes still dropped before the close, once the answer is sent
+
+    def data_received(self, data: bytes) -> None:
+        if self.lingering is None:
+            super().data_received(data)
+            return
+        self.lingering -= len(data)
+        if self.lingering < 0:
+            self.transport.close()
+
+    def eof_received(self) -> bool | None:
+        if self.lingering is not None:
+            return None  # the client has sent all it had: the transport closes
+        return super().eof_received()
+
+    def linger(self) -> None:
+        """Half-close, then read and drop what the client still sends (at most LINGER_BYTES, LINGER_SECONDS)
+        before closing, as nginx's lingering_close does: a client still writing the request the answer
+        refuses (2,000 header lines sent a line at a time) reads that answer, where a close with its bytes
+        unread would reset the connection and lose it."""
+        self.lingering = LINGER_BYTES
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
     def send_400_response(self, msg: str) -> None:
         error = self.conn.error
@@ -59,7 +87,7 @@ class JsonWireProtocol(H11Protocol):
             h11.EndOfMessage(),
         ):
             self.transport.write(self.conn.send(event))
-        self.transport.close()
+        self.linger()
 
 
 class HeaderLimit:
