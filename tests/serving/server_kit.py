@@ -2,9 +2,11 @@
 and the wire)."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -33,17 +35,20 @@ def free_port() -> int:
 
 
 class Served:
-    """`encdec serve MODEL ...` in a process of its own, up and answering /health."""
+    """`encdec serve MODEL ...` in a process of its own, up and answering /health. Its output goes to files,
+    not pipes, so that a long test's access log never fills a pipe nobody reads and stalls the server."""
 
-    def __init__(self, model: Path, *options: str, timeout: float = 120.0):
+    def __init__(self, model: Path, *options: str, timeout: float = 120.0, env: dict | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [sys.executable, "-m", "encdec", "serve", str(model), "--port", str(self.port), "--device", "cpu"]
-        self.process = subprocess.Popen([*command, *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.out, self.err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        environment = None if env is None else os.environ | env
+        self.process = subprocess.Popen([*command, *options], stdout=self.out, stderr=self.err, env=environment)
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.process.poll() is not None:
-                raise AssertionError(f"encdec serve exited: {self.process.stderr.read()[-2000:]}")
+                raise AssertionError(f"encdec serve exited: {self.log()[-2000:]}")
             try:
                 if call(self.url + "/health")[0] == 200:
                     return
@@ -51,11 +56,21 @@ class Served:
                 time.sleep(0.1)
         raise AssertionError("encdec serve did not answer /health in time")
 
+    def log(self) -> str:
+        """What the server has written to stderr so far (uvicorn's access log and encdec's)."""
+        self.err.seek(0)
+        return self.err.read()
+
+    def rss(self) -> int:
+        """The server's resident memory in bytes (Linux's /proc)."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) * 1024
+
     def stop(self) -> tuple[int, str]:
         if self.process.poll() is None:
             self.process.terminate()
-        _, err = self.process.communicate(timeout=60)
-        return self.process.returncode, err
+        self.process.wait(timeout=60)
+        return self.process.returncode, self.log()
 
 
 def call(url: str, body: bytes | dict | None = None, headers: dict | None = None, timeout: float = 300):

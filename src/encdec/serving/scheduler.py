@@ -47,8 +47,8 @@ from typing import Any
 
 import torch
 
-from encdec.errors import ConfigError
-from encdec.generation.generate import generate, prepare, resolve_config
+from encdec.errors import ConfigError, EncdecError
+from encdec.generation.generate import Prepared, generate, prepare, resolve_config
 from encdec.generation.search import SampleSearch, argmax
 from encdec.generation.strategies import strategy_for
 from encdec.modules import DecodeState
@@ -175,14 +175,10 @@ class Scheduler:
         Abandoned once `gone` is set (and the scheduler woken), at the next step boundary."""
         if gone is not None and gone.is_set():
             raise Abandoned("the client is gone")
+        job = self.check(src_ids, src_mask, options)  # checked here, in the request's thread
         if not self.batched:
             return self.exclusive(lambda: self._one(src_ids, src_mask, options, gone))
         work = Work(gone=gone)
-        job = prepare(RowModel(self, work), src_ids, src_mask, **options)  # checked here, in the request's thread
-        if job.prompt.shape[1] > 1:
-            raise ConfigError("a decoder prefix (decoder_input_ids) is not served: the server steps one position a row")
-        if job.cfg.compile:
-            raise ConfigError("compile is not served: the server's steps are batched over rows of changing shapes")
         strategy = strategy_for(job.cfg)  # generate's own choice of search (generation.strategies)
         if not strategy.stepwise:
             try:  # beam searches: the request's thread runs them, each step handed to the scheduler
@@ -195,6 +191,18 @@ class Scheduler:
         self.submit_start(work, job.src_ids, job.src_mask, job.rows, job.cfg.max_new_tokens + 1, Future())
         out = work.answer.result()
         return out if job.cfg.return_dict_in_generate else out.sequences
+
+    def check(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, options: dict[str, Any]) -> Prepared:
+        """What `generate` checks before its search (generation.generate.prepare), and what the server cannot
+        step, each refusal one sentence; nothing computed, so any thread may ask before a request runs."""
+        job = prepare(self.model, src_ids, src_mask, **options)
+        if not self.batched:  # served alone, by generate itself
+            return job
+        if job.prompt.shape[1] > 1:
+            raise ConfigError("a decoder prefix (decoder_input_ids) is not served: the server steps one position a row")
+        if job.cfg.compile:
+            raise ConfigError("compile is not served: the server's steps are batched over rows of changing shapes")
+        return job
 
     def eos_ids(self, options: dict[str, Any]) -> list[int]:
         """The EOS ids `generate` stops at under `options` (its `defaults` included)."""
@@ -369,9 +377,31 @@ class Scheduler:
 
     def _join(self, joining: list) -> None:
         """Start the joining requests together (one `model.start`: one encoder pass, or one prefill) and join
-        their rows to the running batch."""
+        their rows to the running batch. An input the model refuses there (T5Gemma 2's image token) is its
+        request's answer, a sentence, not logged: the others start without it."""
         if not joining:
             return
+        try:
+            started = self._start(joining)
+        except EncdecError as error:
+            if len(joining) > 1:  # which one: each alone (a refusal is rare; the others' rows are unchanged)
+                for job in joining:
+                    self._join([job])
+                return
+            log.debug("an input was refused: %s", error)
+            fail(joining[0][-1], joining[0][0].answer, error=error)
+            joining[0][0].done = True
+            return
+        placed = self.batch.join(started, [job[3] for job in joining])
+        for (work, *_, future), rows in zip(joining, placed):
+            work.rows = list(rows)
+            self.running.append(work)
+            future.set_result(None)
+            if work.search is not None:  # its first step: the decoder-start token of each row
+                work.step = (work.search.seqs[:, 0], None)
+
+    def _start(self, joining: list):
+        """One `model.start` of the joining requests' sources, packed or padded to a bucket's width."""
         sources = [src[0] if mask is None else src[0][mask[0].bool()] for _, src, mask, *_ in joining]
         width = -(-max(len(source) for source in sources) // SOURCE_BUCKET) * SOURCE_BUCKET
         src_ids = torch.full(
@@ -383,14 +413,7 @@ class Scheduler:
             at = slice(width - len(source), width) if left else slice(0, len(source))
             src_ids[i, at], src_mask[i, at] = source.to(self.batch.device), True
         packed = {"packed": True} if getattr(self.model, "packs_sources", False) else {}  # no padding encoded
-        started = self.model.start(src_ids, src_mask, max(job[4] for job in joining) - 1, **packed)
-        placed = self.batch.join(started, [job[3] for job in joining])
-        for (work, *_, future), rows in zip(joining, placed):
-            work.rows = list(rows)
-            self.running.append(work)
-            future.set_result(None)
-            if work.search is not None:  # its first step: the decoder-start token of each row
-                work.step = (work.search.seqs[:, 0], None)
+        return self.model.start(src_ids, src_mask, max(job[4] for job in joining) - 1, **packed)
 
     def _step(self, steps: list[tuple[Work, torch.Tensor, Future]]) -> None:
         """One decoder step of every running row; each request gets its rows' logits."""
@@ -454,11 +477,11 @@ def gone(work: Work) -> bool:
     return work.gone is not None and work.gone.is_set()
 
 
-def fail(*futures: Future | None) -> None:
-    """Abandoned into each future still waiting (one may be answered in another thread meanwhile)."""
+def fail(*futures: Future | None, error: Exception | None = None) -> None:
+    """`error` (else Abandoned) into each future still waiting (one may be answered in another thread meanwhile)."""
     for future in futures:
         if future is not None and not future.done():
             try:
-                future.set_exception(Abandoned("the client is gone"))
+                future.set_exception(error or Abandoned("the client is gone"))
             except InvalidStateError:
                 pass
