@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from encdec.cli.held import library_output_held
-from encdec.cli.output_paths import check_apart
+from encdec.cli.output_paths import check_arguments
 from encdec.cli.threads import add_threads_option, use_threads
 from encdec.errors import ConfigError, EncdecError
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 argv = sys.argv[1:] if argv is None else argv
                 parser = build_parser(argv)
                 args = parser.parse_args(argv)
-                check_apart(parser, args)  # no output over an input, before any work
+                check_arguments(parser, args)  # no NUL, only UTF-8, no output over an input: before any work
             logging.basicConfig(level=log_level(args.verbose), format="%(message)s")
             use_threads(args)
             return args.func(args) or 0

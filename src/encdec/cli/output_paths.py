@@ -3,11 +3,13 @@
 
 An output is checked as a whole when the command line is read, before any work: no symlink among its
 components but the system's own (`safe_paths.output_path`), and of the kind the command writes (no
-directory where a file is written, no file where a directory is). Then `check_apart`, which `encdec.cli.main`
-calls once the arguments are parsed, compares every output of the command with every input and every other
-output: the same path once resolved, or the same file (st_dev and st_ino: a hard link, a symlink, a bind
-mount), or a directory written that holds an input, is refused in one sentence naming both. Tests find
-every input and output in the parser by these types, so a new option is walked by the same checks.
+directory where a file is written, no file where a directory is). Then `check_arguments`, which
+`encdec.cli.main` calls once the arguments are parsed, refuses a NUL byte or bytes that are not UTF-8 in
+any argument, and compares every output of the command with every input and every other output
+(`check_apart`): the same path once resolved, or the same file (st_dev and st_ino: a hard link, a symlink, a
+bind mount), a directory written that holds an input, or an entry already inside an input directory, is
+refused in one sentence naming both. Tests find every input and output in the parser by these types, so a
+new option is walked by the same checks.
 """
 
 import argparse
@@ -23,14 +25,16 @@ from encdec.safe_paths import output_path
 class InputPath:
     """An argparse type: the text of an argument naming what the command reads (`name` says which in a
     refusal: "--data", "the corpus file"), made a Path by `convert=Path`; `stdin` names the value that means
-    standard input. A value that names nothing on disk (a Hub id, a tokenizer kind) is read as the command reads
-    it; only one that exists is guarded."""
+    standard input. An empty value, or one holding a NUL byte, is refused; one that names nothing on disk (a
+    Hub id, a tokenizer kind) is read as the command reads it, and only one that exists is guarded."""
 
     def __init__(self, name: str, convert: Callable[[str], str | Path] = str, stdin: str | None = None):
         self.name, self.convert, self.stdin = name, convert, stdin
 
     def __call__(self, text: str) -> str | Path:
         refuse_nul(text, self.name)
+        if text != self.stdin and not text.strip():  # Path('') would be the current directory
+            raise ConfigError(f"{self.name} must name what to read, not an empty string")
         return self.convert(text)
 
     def named(self, value: object) -> bool:
@@ -41,8 +45,8 @@ class InputPath:
 class OutputPath:
     """An argparse type: the text of the output option `flag` (made a Path by `convert=Path`) that writes
     `writes` ("the jsonl file", "a run directory": a directory where `directory`), refused in one sentence
-    where it goes through a symlink or is of the other kind; `stdout` names the value that means standard
-    output."""
+    where it is empty, holds a NUL byte, goes through a symlink or is of the other kind; `stdout` names the
+    value that means standard output."""
 
     def __init__(
         self,
@@ -57,7 +61,9 @@ class OutputPath:
 
     def __call__(self, text: str) -> str | Path:
         refuse_nul(text, self.flag)
-        if self.named(text):  # '' is refused by the command, in its own words
+        if text != self.stdout and not text.strip():  # Path('') would be the current directory
+            raise ConfigError(f"{self.flag} must name {self.writes}, not an empty string")
+        if text != self.stdout:
             self.check_kind(output_path(text, self.flag))
         return self.convert(text)
 
@@ -80,6 +86,33 @@ def refuse_nul(text: str, name: str) -> None:
 
 
 Named = tuple[InputPath | OutputPath, Path]
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The command line as a whole, once read and before any work: no NUL byte and nothing but UTF-8
+    (`refuse_undecodable`), and no output one of its inputs (`check_apart`)."""
+    refuse_undecodable(parser, args)
+    check_apart(parser, args)
+
+
+def refuse_undecodable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse an argument that holds a NUL byte (no command line a shell passes can; a library given one
+    raises) or bytes that are not UTF-8: Python hands those over as lone surrogates, which no tokenizer
+    encodes and the libraries that write a model's files (tokenizers) refuse in a path."""
+    for action in chosen_actions(parser, args):
+        values = getattr(args, action.dest, None)
+        for value in values if isinstance(values, list) else [values]:
+            if not isinstance(value, (str, Path)) or str(value).isascii() and "\0" not in str(value):
+                continue
+            name = action.option_strings[0] if action.option_strings else action.dest
+            refuse_nul(str(value), name)
+            try:
+                str(value).encode("utf-8")
+            except UnicodeEncodeError:
+                shown = str(value).encode("utf-8", "backslashreplace").decode()
+                raise ConfigError(
+                    f"{name} {shown!r} holds bytes that are not UTF-8; encdec reads its command line as UTF-8"
+                ) from None
 
 
 def check_apart(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
