@@ -19,7 +19,7 @@ from pathlib import Path
 
 from encdec.errors import ConfigError
 from encdec.runs.run_dir import RunDir
-from encdec.safe_paths import output_path
+from encdec.safe_paths import output_path, refuse_unsafe_output
 
 
 class InputPath:
@@ -161,6 +161,7 @@ def refuse_overlap(output: OutputPath, out: Path, other: InputPath | OutputPath,
     if output.directory and written is not None:
         for folder in {*spelled.parents, *real.parents}:
             if folder == written_real or identity(folder) == written:
+                refuse_unsafe_output(out, output.flag)  # the root, the home directory ...: that reason first
                 raise ConfigError(
                     f"{output.flag} {out} holds {other.name} {path}, which the command {role}; "
                     f"choose another {output.flag}"
