@@ -4,6 +4,7 @@
     POST /generate_stream   server-sent events, one per token, the last with the whole text (greedy, sampling)
     GET  /health            {"status": "ok"}
     GET  /metrics           Prometheus' text format (prometheus-client)
+    GET  /openapi.json      the routes and the request body's fields (serving.requests.request_schema)
     GET  /                  the page: a text box, options, the output, beam alternatives, a cross-attention map
 
 Each input is encoded as `encdec generate` encodes it (the model's own text encoding, cut at its source
@@ -44,7 +45,7 @@ from encdec.inspection.record import record_attention
 from encdec.runs.open import OpenedModel
 from encdec.schema import short
 from encdec.serving.prometheus import ServerMetrics
-from encdec.serving.requests import Limits, RequestError
+from encdec.serving.requests import Limits, RequestError, request_schema
 from encdec.serving.scheduler import Abandoned, Scheduler
 from encdec.serving.token_stream import TokenStream, watch_client
 from encdec.serving.validate import Checked, CheckedInput, check_request, read_body
@@ -242,7 +243,9 @@ def build_app(
     async def metrics():
         return Response(server.metrics.render(), media_type=server.metrics.content_type)
 
-    @app.post("/generate")
+    body = {"requestBody": {"required": True, "content": {"application/json": {"schema": request_schema()}}}}
+
+    @app.post("/generate", openapi_extra=body)
     async def generate(request: Request):
         checked = await server.check(request)
         gone = threading.Event()
@@ -267,7 +270,7 @@ def build_app(
         server.metrics.requests.labels("/generate", "200").inc()
         return answers[0] if checked.request.single else answers
 
-    @app.post("/generate_stream")
+    @app.post("/generate_stream", openapi_extra=body)
     async def generate_stream(request: Request):
         checked = await server.check(request, stream=True)
         server.admit(1)

@@ -11,7 +11,7 @@ Nothing in a request names a file, a device or a model: only texts and generatio
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from encdec.errors import ConfigError, suggestion
@@ -21,7 +21,11 @@ from encdec.schema import short
 # The generation options a request may set, as Hugging Face names them: those GenerationConfig exposes to HTTP;
 # the rest (a streamer, compile, a generator, output_scores, ...) are the server's to decide.
 OPTIONS = HTTP_OPTIONS
-EXTRAS = ("details", "cross_attention")  # TGI's details (scores, alternatives, timings); the page's heat map
+EXTRAS = {  # parameters of the server's own, true or false
+    "details": "TGI's details: finish reason, token count, seed, beam alternatives with scores, timings",
+    "cross_attention": "the cross-attention map of every decoder layer and head (the page's heat map)",
+}
+FIELDS = {"inputs": "a text, or a list of texts", "parameters": "generation options, and the server's own"}
 
 
 class RequestError(Exception):
@@ -64,7 +68,7 @@ def parse_body(body: bytes, limits: Limits, defaults: dict | None = None, stream
         raise RequestError(400, f"the request body is not valid JSON ({type(error).__name__})") from None
     if not isinstance(value, dict):
         raise RequestError(422, f"the request body must be a JSON object, got {short(value)}")
-    unknown = [key for key in value if key not in ("inputs", "parameters")]
+    unknown = [key for key in value if key not in FIELDS]
     if unknown:
         raise RequestError(422, f"unknown field {short(unknown[0])}; a request has inputs and parameters")
     inputs, single = check_inputs(value.get("inputs"), limits)
@@ -123,3 +127,20 @@ def check_options(options: dict, limits: Limits, defaults: dict | None = None) -
                 422, f"parameters.{name} is {getattr(config, name):,}; this server allows at most {most:,}"
             )
     return options
+
+
+def request_schema() -> dict[str, Any]:
+    """The request body as the server's OpenAPI document (/openapi.json) declares it, made from the names
+    parse_body checks against (FIELDS, OPTIONS with GenerationConfig's help, EXTRAS): what a client reads,
+    and what the fuzz tests walk field by field, so a field added to any of them is documented and walked."""
+    helps = {f.name: f.metadata.get("help", "") for f in fields(GenerationConfig)}
+    parameters = {name: {"description": helps[name]} for name in OPTIONS}
+    parameters |= {name: {"type": "boolean", "description": text} for name, text in EXTRAS.items()}
+    texts = {"type": "array", "items": {"type": "string"}, "minItems": 1}
+    properties = {
+        "inputs": {"anyOf": [{"type": "string"}, texts]},
+        "parameters": {"type": "object", "properties": parameters, "additionalProperties": False},
+    }
+    for name, text in FIELDS.items():
+        properties[name]["description"] = text
+    return {"type": "object", "properties": properties, "required": ["inputs"], "additionalProperties": False}
