@@ -44,6 +44,7 @@ from encdec.inspection.maps import token_strings
 from encdec.inspection.record import record_attention
 from encdec.runs.open import OpenedModel
 from encdec.schema import short
+from encdec.serving.native_memory import Trimmer, bound_primitive_cache
 from encdec.serving.prometheus import ServerMetrics
 from encdec.serving.requests import Limits, RequestError, request_schema
 from encdec.serving.scheduler import Abandoned, Scheduler
@@ -72,6 +73,7 @@ class Server:
         self.text = self.opened.text
         self.defaults = self.opened.generation
         self.limiter = anyio.CapacityLimiter(self.limits.max_queue)  # one thread per input in flight
+        self.trimmer = Trimmer()
 
     def admit(self, inputs: int) -> None:
         """Count `inputs` in flight, or refuse them (503) when that would pass --max-queue."""
@@ -110,6 +112,7 @@ class Server:
         ]  # as generate writes them
         generated = until_eos(sequences[0, 1:].tolist(), eos)
         self.metrics.count_tokens(len(generated))
+        self.trimmer.answered()
         answer: dict[str, Any] = {"generated_text": texts[0]}
         if request.details:
             answer["details"] = {
@@ -179,6 +182,7 @@ def build_app(
 ) -> FastAPI:
     """The server's routes around `opened` (a model opened by encdec.runs.open.open_model), or around what
     a function that opens it returns: called in the scheduler's thread, the one thread that computes."""
+    bound_primitive_cache()  # before the model first computes (serving.native_memory)
     if isinstance(opened, OpenedModel):
         scheduler = Scheduler(opened.model, max_rows)
     else:

@@ -19,7 +19,7 @@ from collections import deque
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
 
-WINDOW_SECONDS = 10.0
+WINDOW_SECONDS = 10
 
 
 class ServerMetrics:
@@ -41,22 +41,31 @@ class ServerMetrics:
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
             registry=registry,
         )
-        self.recent: deque = deque()
+        self.recent: deque = deque()  # [second, tokens] tallies of the last WINDOW_SECONDS
         self.lock = threading.Lock()
         self.content_type = CONTENT_TYPE_LATEST
 
     def count_tokens(self, n: int) -> None:
-        """Count `n` generated tokens, now."""
+        """Count `n` generated tokens, now, in the current second's tally (the window holds at most
+        WINDOW_SECONDS + 1 tallies, however many requests come and whether or not anyone scrapes)."""
         self.tokens_total.inc(n)
+        second = int(time.monotonic())
         with self.lock:
-            self.recent.append((time.monotonic(), n))
+            if self.recent and self.recent[-1][0] == second:
+                self.recent[-1][1] += n
+            else:
+                self.recent.append([second, n])
+            self._forget(second)
 
     def tokens_per_second(self) -> float:
-        now = time.monotonic()
         with self.lock:
-            while self.recent and self.recent[0][0] < now - WINDOW_SECONDS:
-                self.recent.popleft()
+            self._forget(int(time.monotonic()))
             return sum(n for _, n in self.recent) / WINDOW_SECONDS
+
+    def _forget(self, second: int) -> None:
+        """Under the lock: drop the tallies older than the window."""
+        while self.recent and self.recent[0][0] <= second - WINDOW_SECONDS:
+            self.recent.popleft()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
