@@ -1,7 +1,7 @@
 """A long-running server's memory held near what it uses: two bounds found by soaking `encdec serve`.
 
 A soak of 10,000 /generate requests from 64 clients (t5-tiny, greedy and seeded sampling mixed) took the
-server's resident memory from 507 to 866 MiB, still rising. Python's own objects did not grow (tracemalloc:
+server's resident memory from 586 to 866 MiB, still rising. Python's own objects did not grow (tracemalloc:
 2.5 MiB in all, the one unbounded list being the tokens-per-second window, now tallies by the second); what
 grew was native memory, in two parts:
 
