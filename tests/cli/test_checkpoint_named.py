@@ -4,28 +4,16 @@ eval.json records it, and the reports of two checkpoints on one file are both ke
 import json
 
 import pytest
-import yaml
+from run_kit import tiny_pairs_run
 
 from encdec.cli import main
-from encdec.training import load_config, train
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A seq2seq run of 4 steps saving every 2, byte tokenizer, on the CPU."""
     root = tmp_path_factory.mktemp("named")
-    (root / "pairs.tsv").write_text("red cat\tcat red\nblue dog\tdog blue\n" * 8)
-    config = {
-        "model": {"preset": "t5-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.0},
-        "tokenizer": {"kind": "byte", "num_sentinels": 0},
-        "data": {"format": "tsv", "train": ["pairs.tsv"], "val_fraction": 0.25},
-        "objective": {"kind": "seq2seq", "max_source_len": 16, "max_target_len": 16},
-        "training": {"steps": 4, "batch_size": 4, "threads": 1, "device": "cpu"},
-        "evaluation": {"interval": 4, "steps": 1},
-        "output": {"save_interval": 2, "plot": False, "tensorboard": False},
-    }
-    (root / "tiny.yaml").write_text(yaml.safe_dump(config))
-    train(load_config(root / "tiny.yaml"), root / "run")
+    tiny_pairs_run(root, steps=4, save_interval=2)
     (root / "in.txt").write_text("red cat\n")
     return root
 

@@ -6,13 +6,12 @@ import json
 
 import pytest
 import torch
-import yaml
+from run_kit import tiny_pairs_run
 from transformers import T5Config, T5ForConditionalGeneration
 
 import encdec
 from encdec.errors import ConfigError
 from encdec.runs.model_dtype import stored_dtype
-from encdec.training import load_config, train
 
 # bf16 keeps 8 bits of mantissa: logits of a few units agree to a few hundredths (measured: 0.018 on 3.6)
 TOLERANCE = {torch.bfloat16: 0.06, torch.float16: 0.01}
@@ -60,20 +59,7 @@ def test_without_a_dtype_in_config_json_the_weights_say_it(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """A seq2seq run of 2 steps, byte tokenizer, on the CPU."""
-    root = tmp_path_factory.mktemp("dtype")
-    (root / "pairs.tsv").write_text("red cat\tcat red\nblue dog\tdog blue\n" * 8)
-    config = {
-        "model": {"preset": "t5-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.0},
-        "tokenizer": {"kind": "byte", "num_sentinels": 0},
-        "data": {"format": "tsv", "train": ["pairs.tsv"], "val_fraction": 0.25},
-        "objective": {"kind": "seq2seq", "max_source_len": 16, "max_target_len": 16},
-        "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu"},
-        "evaluation": {"interval": 2, "steps": 1},
-        "output": {"plot": False, "tensorboard": False},
-    }
-    (root / "tiny.yaml").write_text(yaml.safe_dump(config))
-    train(load_config(root / "tiny.yaml"), root / "run")
-    return root / "run"
+    return tiny_pairs_run(tmp_path_factory.mktemp("dtype"))
 
 
 def test_a_run_opens_in_float32_as_trained_or_in_the_dtype_asked(tiny_run):

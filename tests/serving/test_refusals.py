@@ -9,14 +9,13 @@ import time
 
 import pytest
 import torch
-import yaml
+from run_kit import tiny_pairs_run
 from server_kit import Served, call, tiny_model_dir
 
 import encdec
 from encdec.errors import DataError
 from encdec.generation.generate import SAMPLING_ONLY, generate
 from encdec.serving.scheduler import Scheduler
-from encdec.training import load_config, train
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -61,21 +60,7 @@ def test_both_routes_refuse_a_request_alike_before_any_byte(server, parameters):
 @pytest.fixture(scope="module")
 def image_run(tmp_path_factory):
     """A run of 2 steps of a tiny model that refuses inputs holding its image token, as T5Gemma 2 does."""
-    root = tmp_path_factory.mktemp("image")
-    (root / "pairs.tsv").write_text("red cat\tcat red\nblue dog\tdog blue\n" * 8)
-    model = {"preset": "t5-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.0, "image_token_id": IMAGE}
-    config = {
-        "model": model,
-        "tokenizer": {"kind": "byte", "num_sentinels": 0},
-        "data": {"format": "tsv", "train": ["pairs.tsv"], "val_fraction": 0.25},
-        "objective": {"kind": "seq2seq", "max_source_len": 16, "max_target_len": 16},
-        "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu"},
-        "evaluation": {"interval": 2, "steps": 1},
-        "output": {"plot": False, "tensorboard": False},
-    }
-    (root / "tiny.yaml").write_text(yaml.safe_dump(config))
-    train(load_config(root / "tiny.yaml"), root / "run")
-    return root / "run"
+    return tiny_pairs_run(tmp_path_factory.mktemp("image"), image_token_id=IMAGE)
 
 
 def access_lines(served: Served) -> list[str]:
