@@ -67,6 +67,9 @@ def test_a_few_empty_pairs_among_real_ones_are_skipped_and_counted(tmp_path, cap
         pairs = list(read_corpus("jsonl-pairs", [path]))
     assert pairs == [("#Person1#: Hello there.", "A greeting.")] * 5
     assert "2 of its 7 pairs have an empty source or target, skipped" in caplog.text
+    with caplog.at_level(logging.WARNING, logger="encdec.data.corpora"):
+        list(read_corpus("jsonl-pairs", [path]))  # a streamed corpus's next pass: said once is enough
+    assert caplog.text.count("2 of its 7 pairs") == 1
 
 
 def test_training_on_empty_pairs_is_one_sentence_and_writes_no_run(tmp_path, capsys):

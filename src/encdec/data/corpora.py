@@ -18,6 +18,7 @@ options each takes, is the table in formats.py.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -95,7 +96,13 @@ def with_text(items: Iterable[Item], where: str | Path) -> Iterator[Item]:
     if skipped and not kept:
         raise DataError(f"{where} holds no examples: its {skipped:,} {noun} all {empty.replace('are ', '')}")
     if skipped:
-        log.warning("%s: %s of its %s %s %s, skipped", where, f"{skipped:,}", f"{kept + skipped:,}", noun, empty)
+        warn_once(f"{where}: {skipped:,} of its {kept + skipped:,} {noun} {empty}, skipped")
+
+
+@functools.cache
+def warn_once(message: str) -> None:
+    """Log `message` the first time only: a streamed corpus is read again at every pass."""
+    log.warning("%s", message)
 
 
 def iter_tinystories(path: str | Path, separator: str = END_OF_TEXT) -> Iterator[str]:
