@@ -22,6 +22,8 @@ import logging
 import signal
 import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from encdec.cli.options import (
     add_checkpoint_argument,
@@ -100,17 +102,55 @@ def run(args: argparse.Namespace) -> int:
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     app = build_app(load, limits, args.max_batch_rows)
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, http=JsonWireProtocol, log_level="info", timeout_graceful_shutdown=None
+        app,
+        host=args.host,
+        port=args.port,
+        http=JsonWireProtocol,
+        log_level="info",
+        log_config=None,  # uvicorn_logs: its own dictConfig would close every logging handler the process has
+        timeout_graceful_shutdown=None,
     )
     server = uvicorn.Server(config)
     print(f"serving {args.model} at http://{args.host}:{args.port} (the page at /, the API at /generate)", flush=True)
     # uvicorn drains on SIGTERM / SIGINT, then raises the signal again under the handlers it found: these make
     # that a clean exit 0, not a death by the signal
-    for stop in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(stop, lambda signum, frame: None)
-    server.run()
+    previous = {stop: signal.signal(stop, lambda signum, frame: None) for stop in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with uvicorn_logs():
+            server.run()
+    finally:  # an in-process caller (a test, a notebook) gets its own handlers back
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
     print("stopped: every request in flight was answered", flush=True)
     return 0
+
+
+@contextmanager
+def uvicorn_logs() -> Iterator[None]:
+    """uvicorn's lines as its default configuration writes them (its notes on stderr, the access log on stdout),
+    set on its own loggers for the block and taken off after: its logging.config.dictConfig would have closed
+    every handler the process had (a notebook's, a test runner's)."""
+    from uvicorn.logging import AccessFormatter, DefaultFormatter
+
+    access = '%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'
+    added = []
+    for name, stream, formatter in (
+        ("uvicorn", sys.stderr, DefaultFormatter("%(levelprefix)s %(message)s")),
+        ("uvicorn.access", sys.stdout, AccessFormatter(access)),
+    ):
+        logger, handler = logging.getLogger(name), logging.StreamHandler(stream)
+        handler.setFormatter(formatter)
+        added.append((logger, handler, logger.level, logger.propagate))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    try:
+        yield
+    finally:
+        for logger, handler, level, propagate in added:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
 
 
 def check_port_free(host: str, port: int) -> None:
