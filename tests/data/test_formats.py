@@ -127,7 +127,7 @@ def test_an_option_a_format_does_not_take_is_one_sentence_naming_it_on_every_sur
         evaluate = ["evaluate", str(tmp_path / "hf"), "--data", *map(str, paths), "--format", fmt]
         for argv in (
             evaluate + ["--out", str(tmp_path / "report"), *flags(given)],
-            prepare(fmt, paths, given, tmp_path),
+            prepare(fmt, paths, given, tmp_path / "shards"),
         ):
             assert main(argv) == 2
             err = capsys.readouterr().err.splitlines()

@@ -42,7 +42,17 @@ def test_a_config_that_is_not_yaml_names_the_line(capsys, tmp_path):
 
 def test_the_command_line_exits_without_traceback(tmp_path, tiny_config):
     done = subprocess.run(
-        [sys.executable, "-m", "encdec", "train", str(tiny_config), "--out", str(tmp_path), "--set", "optimizer.lr=0"],
+        [
+            sys.executable,
+            "-m",
+            "encdec",
+            "train",
+            str(tiny_config),
+            "--out",
+            str(tmp_path / "run"),
+            "--set",
+            "optimizer.lr=0",
+        ],
         capture_output=True,
         text=True,
     )

@@ -220,9 +220,9 @@ def read_data(args: argparse.Namespace, path: Path, kind: str) -> TestFile:
         lines = test.documents[0].count("\n") + 1
         if lines >= ONE_DOCUMENT_LINES:  # the run's format or the extension's is not the file's own
             raise ConfigError(
-                f"{args.data[0]} read as --format {fmt} is one document of {lines:,} lines, which is not what a "
-                f"test file of documents holds; give the format it is written in (--format text: paragraphs "
-                f"separated by blank lines; jsonl; tinystories: <|endoftext|> between documents)"
+                f"{args.data[0]} read as --format {fmt} is one document of {lines:,} lines; give the format it is "
+                "written in (--format text: paragraphs apart by blank lines; jsonl; tinystories: <|endoftext|> "
+                "between documents)"
             )
     return test
 

@@ -45,7 +45,7 @@ def model_kind(path: Path, label: str = "") -> Literal["run", "checkpoint", "hf"
     if is_hf_dir(path):
         return "hf"
     why = (
-        "it has no checkpoints/latest and has no config.json (nor a checkpoint's weights, tokenizer and model.json)"
+        "it has no checkpoints/latest and has no config.json, nor a checkpoint's model.json"
         if path.is_dir()
         else "it is not a directory"
     )

@@ -113,9 +113,9 @@ def find_teacher(cfg: RunConfig, checkpoint: CheckpointDir | None = None) -> tup
     pointer = TeacherPointer(name, found.kind, source_path(found.source), weights_sha256(found.weights))
     if saved is not None and pointer.sha256 != saved.sha256:
         raise CheckpointError(
-            f"{LABEL}{name} now holds other weights than this run was distilled from ({found.source} hashes to "
-            f"{pointer.sha256[:12]}, not {saved.sha256[:12]}, and {saved.source} is gone or changed); restore "
-            "that teacher to resume, or start a new run"
+            f"{LABEL}{name} now holds other weights than this run was distilled from (hash {pointer.sha256[:12]}, "
+            f"not {saved.sha256[:12]}; {saved.source} is gone or changed): restore that teacher to resume, or start "
+            "a new run"
         )
     return found, pointer
 
