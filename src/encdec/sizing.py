@@ -13,6 +13,9 @@ What the machine offers, which sizes are checked against before anything is allo
 `warn_if_oversubscribed`, which warns where other processes leave fewer cores free than threads asked.
 """
 
+import ctypes
+import ctypes.util
+import functools
 import logging
 import math
 import os
@@ -83,6 +86,29 @@ def free_bytes(device) -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, AttributeError):
         return None
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim, or None where the C library is not glibc (musl, macOS)."""
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError, TypeError):
+        return None
+    if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+def release_free_memory() -> bool:
+    """Give the free pages of the C heap back to the system (glibc's malloc_trim(0)), which glibc otherwise
+    keeps in its arenas for the process; False where the C library has no such call."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
 
 
 def gib(n: float) -> str:

@@ -23,8 +23,6 @@ FlexAttention would fuse the same work on a GPU, but has no backward pass on the
 Shapes: B batch, H heads, K kv heads, T queries, S keys, D head dim.
 """
 
-import ctypes
-import ctypes.util
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,25 +31,16 @@ from functools import partial
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from encdec.sizing import release_free_memory
+
 CHUNK_SCORES = 1 << 23  # 8M numbers of scores a chunk holds at most (32 MiB in float32)
 MIN_BAND_ROWS = 64  # query rows a banded chunk may take however narrow its band (fewer chunks to loop over)
 
 
-def _malloc_trim():
-    """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
-    except (OSError, AttributeError, TypeError):
-        return None
-
-
-MALLOC_TRIM = _malloc_trim()
-
-
 def release_freed(device: torch.device) -> None:
     """Give the free pages of the C heap back to the system after a chunk on the CPU (see the module)."""
-    if device.type == "cpu" and MALLOC_TRIM is not None:
-        MALLOC_TRIM(0)
+    if device.type == "cpu":
+        release_free_memory()
 
 
 @dataclass

@@ -18,12 +18,12 @@ Figures and the command of the soak test that bounds the slope: docs/benchmarks.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import os
 import threading
 import time
+
+from encdec.sizing import release_free_memory
 
 log = logging.getLogger(__name__)
 
@@ -37,31 +37,18 @@ def bound_primitive_cache() -> None:
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(PRIMITIVE_CACHE))
 
 
-def malloc_trim():
-    """glibc's malloc_trim, or None where the C library is not glibc."""
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        return None
-    if trim is not None:
-        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim
-
-
 class Trimmer:
     """Counts answered requests; every TRIM_EVERY of them gives the free pages of malloc's arenas back to the
     system, in the calling thread (a request's worker thread, never the event loop)."""
 
     def __init__(self, every: int = TRIM_EVERY):
         self.every, self.count, self.lock = every, 0, threading.Lock()
-        self.trim = malloc_trim()
 
     def answered(self) -> None:
         with self.lock:
             self.count += 1
             due = self.count % self.every == 0
-        if due and self.trim is not None:
+        if due:
             started = time.perf_counter()
-            self.trim(0)
+            release_free_memory()
             log.debug("malloc_trim after %d requests took %.1f ms", self.count, 1e3 * (time.perf_counter() - started))
