@@ -288,7 +288,14 @@ class SelfMasks:
         return ("bias", layer if encoder.layer_biases is not None else 0)
 
     def band(self, layer: int) -> int | None:
-        return self.encoder.band(layer)
+        """The encoder's band for layer `layer`, narrowed by a packed batch's longest source (a token sees only
+        its own source's, none farther than that away), so that many sources packed end to end (the server's
+        joins) attend by chunks of their band, not with the whole square of the row."""
+        bands = [self.encoder.band(layer)]
+        if self.packing is not None and self.packing.src_longest is not None:
+            bands.append(self.packing.src_longest - 1)
+        bands = [band for band in bands if band is not None]
+        return min(bands) if bands else None
 
     def rows(self, layer: int, t0: int, t1: int, k0: int, k1: int) -> torch.Tensor | None:
         """Layer `layer`'s additive mask for query rows t0..t1 over keys k0..k1: (B or 1, H or 1, t1 - t0,
@@ -553,7 +560,8 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         segments[0, :total] = example + 1
         nothing = segments.new_zeros(1, 0)
         new_pass()  # a generate call's encoder, as encode's
-        packed = self.encoder(ids, None, Packing(segments, nothing, positions, nothing)).hidden[0]  # (width, C)
+        packing = Packing(segments, nothing, positions, nothing, src_longest=S)  # no source is longer than S
+        packed = self.encoder(ids, None, packing).hidden[0]  # (width, C)
         k = torch.arange(S, device=device)
         at = starts[:, None] + torch.minimum(k[None, :], (lengths[:, None] - 1).clamp(min=0))  # (B, S)
         real = k[None, :] < lengths[:, None]  # (B, S): real tokens first, in the padded layout

@@ -40,6 +40,7 @@ class Packing:
     tgt_segments: torch.Tensor  # (B, T) int
     src_positions: torch.Tensor  # (B, S) int
     tgt_positions: torch.Tensor  # (B, T) int
+    src_longest: int | None = None  # no source segment is longer (known on the host, where packed): a band
 
     def encoder_allowed(self) -> torch.Tensor:
         """(B, 1, S, S) bool: source token i may see source token j of its own segment."""
