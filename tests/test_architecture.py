@@ -148,3 +148,26 @@ print(",".join(loaded) or "none")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "none"
+
+
+def test_the_server_and_the_maps_read_declared_capabilities_not_a_model_s_insides():
+    """serving/ and inspection/ learn what a model offers from its declared `capabilities` and its named parts
+    (`attention_layers`), never by probing it with getattr / hasattr or reaching into its blocks, so a new
+    family declares what it offers in one place."""
+    import dataclasses
+
+    from encdec.generation.interface import Capabilities
+
+    probed = {f.name for f in dataclasses.fields(Capabilities)} | {"capabilities", "generation_defaults", "config"}
+    found = []
+    for folder in ("serving", "inspection"):
+        for path in sorted((SRC / "encdec" / folder).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                where = f"{path.relative_to(SRC)}:{getattr(node, 'lineno', 0)}"
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "hasattr"):
+                    name = node.args[1].value if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) else None
+                    if node.func.id == "hasattr" or name in probed:
+                        found.append(f"{where} {node.func.id}({name!r})")
+                if isinstance(node, ast.Attribute) and node.attr == "blocks":
+                    found.append(f"{where} .blocks")
+    assert found == []

@@ -3,8 +3,12 @@ product; the beams then copy the example's caches, and the first step decodes th
 (generate's placeholder's place), the vocabulary product on that position only. Nothing a search sees
 changes."""
 
+import dataclasses
+
 import pytest
 import torch
+
+from encdec.generation.interface import capabilities_of
 
 from .test_left_padding import FAMILIES, left_padded, prompts_of, tiny
 
@@ -76,7 +80,8 @@ def test_a_decoder_prefix_is_multiplied_by_the_vocabulary_on_its_last_position_o
     with torch.inference_mode():
         got = encdec.generate(model, src, mask, decoder_input_ids=prefix, **options)
         assert max(shapes) == 1
-        monkeypatch.setattr(type(model), "steps_last_only", False)
+        without_last_only = dataclasses.replace(capabilities_of(model), steps_last_only=False)
+        monkeypatch.setattr(type(model), "capabilities", without_last_only)
         shapes.clear()
         want = encdec.generate(model, src, mask, decoder_input_ids=prefix, **options)
     assert max(shapes) == 4  # a causal LM's start token is decoded as the prompt's last: four positions too

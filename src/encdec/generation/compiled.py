@@ -24,6 +24,7 @@ from collections import OrderedDict
 
 import torch
 
+from encdec.generation.interface import Capabilities
 from encdec.modules import DecodeState
 from encdec.modules.moe import MoE
 
@@ -91,7 +92,7 @@ class FixedState:
 class FixedShapeStepper:
     """A Steppable whose steps have fixed shapes, compiled (CPU) or captured (CUDA)."""
 
-    steps_last_only = True
+    capabilities = Capabilities(steps_last_only=True)
 
     def __init__(self, model):
         self.model = model

@@ -21,6 +21,7 @@ Shapes: B examples, N rows per example (beams or returned samples), S source
 length, t new positions, V vocabulary.
 """
 
+from dataclasses import dataclass
 from itertools import chain
 from typing import Protocol, runtime_checkable
 
@@ -56,13 +57,34 @@ class Steppable(Protocol):
         """tgt_ids (B*N, t), the next t target positions of every row -> logits (B*N, t, V)."""
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a Steppable may offer beyond `start` and `step`, declared by its `capabilities` attribute (none
+    where it declares nothing): what generation, the server and the attention maps read, never sniff."""
+
+    steps_last_only: bool = False  # step(..., last_only=True): the vocabulary product on the last position only
+    continuous_batching: bool = False  # its DecodeState's rows may join and leave a running batch (encdec.serving)
+    pads_left: bool = False  # prompts of different lengths are padded on the left (a causal LM's)
+    packs_sources: bool = False  # start(..., packed=True) encodes the sources end to end in one row
+    attention_maps: bool = False  # attention_layers(): the encoder's and the cross-attention's modules
+
+
+NOTHING = Capabilities()
+
+
+def capabilities_of(model) -> Capabilities:
+    """`model.capabilities`, or no capability where it declares none (a Steppable need declare nothing)."""
+    declared = getattr(model, "capabilities", NOTHING)
+    return declared if isinstance(declared, Capabilities) else NOTHING
+
+
 def prompt_logits(model: Steppable, prompt: torch.Tensor, state: SearchState) -> torch.Tensor:
     """prompt (R, P) -> the logits (R, V) of its last position, the first a search samples from.
 
-    A model whose `step` takes `last_only` (it says so with `steps_last_only = True`) multiplies
-    only that position by the vocabulary matrix; any other Steppable is stepped as the protocol says.
+    A model whose `step` takes `last_only` (its capabilities say `steps_last_only`) multiplies only that
+    position by the vocabulary matrix; any other Steppable is stepped as the protocol says.
     """
-    if prompt.shape[1] > 1 and getattr(model, "steps_last_only", False):
+    if prompt.shape[1] > 1 and capabilities_of(model).steps_last_only:
         return model.step(prompt, state, last_only=True)[:, -1]
     return model.step(prompt, state)[:, -1]
 

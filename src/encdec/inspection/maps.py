@@ -116,10 +116,9 @@ def token_strings(opened: OpenedModel, ids: list[int]) -> list[str]:
 
 def check_map_size(model, source_len: int, target_len: int) -> None:
     """ConfigError where the maps of `source_len` and `target_len` tokens would exceed MAX_MAP_BYTES."""
-    heads = model.encoder.blocks[0].self_attn.n_heads
-    cross_heads = (model.decoder.blocks[0].cross_attn or model.decoder.blocks[0].self_attn).n_heads
-    encoder = len(model.encoder.blocks) * heads * source_len * source_len
-    cross = len(model.decoder.blocks) * cross_heads * target_len * source_len
+    layers = model.attention_layers()
+    encoder = len(layers.encoder) * layers.encoder[0].n_heads * source_len * source_len
+    cross = len(layers.cross) * layers.cross[0].n_heads * target_len * source_len
     size = 4 * (encoder + cross)
     if size > MAX_MAP_BYTES:
         raise ConfigError(

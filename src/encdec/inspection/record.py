@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from encdec.errors import ConfigError, DataError
-from encdec.models import EncoderDecoder
+from encdec.generation.interface import capabilities_of
 from encdec.modules import Attention
 
 # why a family has no maps: the transformer encoder-decoder is the one whose decoder reads a separate source
@@ -41,9 +41,9 @@ class AttentionRecord:
 
 def check_has_maps(model: nn.Module) -> None:
     """ConfigError (one sentence) unless `model` is a transformer encoder-decoder, whose maps are recorded."""
-    if isinstance(model, EncoderDecoder):
+    if capabilities_of(model).attention_maps:
         return
-    family = getattr(getattr(model, "config", None), "family", type(model).__name__)
+    family = model.config.family
     why = NO_MAPS.get(family, "it is not one of encdec's transformer encoder-decoders")
     raise ConfigError(
         f"attention maps are drawn for transformer encoder-decoders (Transformer, T5, ROT5, BART, Marian, "
@@ -89,19 +89,18 @@ def record_attention(
     if src_ids.shape[1] == 0 or tgt_ids.shape[1] == 0:
         raise DataError("the source and the target must each have at least one token")
     start = model.config.decoder_start_id if decoder_start_id is None else decoder_start_id
-    encoder_attns = [block.self_attn for block in model.encoder.blocks]
-    cross_attns = [block.cross_attn or block.self_attn for block in model.decoder.blocks]  # merged: self_attn
+    layers = model.attention_layers()
     was_training = model.training
     model.eval()
     try:
-        with recording(encoder_attns + cross_attns) as records:
+        with recording(layers.encoder + layers.cross) as records:
             memory = model.encode(src_ids, src_mask)
             model.decode(teacher_forced(tgt_ids, start), memory)
     finally:
         model.train(was_training)
-    encoder = [record[0] for record in records[: len(encoder_attns)]]  # one call each: (B, H, S, S)
+    encoder = [record[0] for record in records[: len(layers.encoder)]]  # one call each: (B, H, S, S)
     S = src_ids.shape[1]  # a merged attention's keys are the target's, then the source's S
-    cross = [record[0][..., -S:] for record in records[len(encoder_attns) :]]  # (B, H, T, S)
+    cross = [record[0][..., -S:] for record in records[len(layers.encoder) :]]  # (B, H, T, S)
     return AttentionRecord(stacked(cross), stacked(encoder))
 
 

@@ -48,6 +48,7 @@ import torch
 from torch import nn
 
 from encdec.errors import ConfigError, DataError
+from encdec.generation.interface import Capabilities
 from encdec.models import components as parts
 from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
 from encdec.models.generation_mixin import GenerationMixin
@@ -148,9 +149,7 @@ class PromptedLM(GenerationMixin, abc.ABC):
     and implements `new_caches(state)` and `advance(ids, state)`."""
 
     config: ModelConfig
-    steps_last_only = True  # step(..., last_only=True): the vocabulary product on the last position only
-    continuous_batching = True  # its DecodeState's rows may join and leave a running batch (encdec.serving)
-    pads_left = True  # prompts of different lengths are padded on the left
+    capabilities = Capabilities(steps_last_only=True, continuous_batching=True, pads_left=True)
 
     @staticmethod
     def position_limits(cfg: ModelConfig) -> tuple[int | None, int | None]:

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from encdec.errors import ConfigError, DataError
+from encdec.generation.interface import Capabilities
 from encdec.models.components import (
     build_decoder_block,
     build_embedding_norm,
@@ -44,7 +45,7 @@ from encdec.models.generation_mixin import GenerationMixin
 from encdec.models.loss import with_loss
 from encdec.models.model_config import ModelConfig
 from encdec.models.moe_losses import moe_losses
-from encdec.models.outputs import EncoderOutput, Seq2SeqOutput
+from encdec.models.outputs import AttentionLayers, EncoderOutput, Seq2SeqOutput
 from encdec.modules import (
     AttentionInputs,
     DecodeState,
@@ -502,10 +503,20 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
     @property
-    def packs_sources(self) -> bool:
-        """Whether start(..., packed=True) may encode the sources end to end in one row: not where a
-        transient-global encoder's blocks would span them."""
-        return self.encoder.global_bias is None
+    def capabilities(self) -> Capabilities:
+        """Steps on the last position alone, rows that join a running batch, attention maps, and sources packed
+        end to end in one row (start(..., packed=True)) but where a transient-global encoder's blocks would
+        span them."""
+        packs = self.encoder.global_bias is None
+        return Capabilities(steps_last_only=True, continuous_batching=True, packs_sources=packs, attention_maps=True)
+
+    def attention_layers(self) -> AttentionLayers:
+        """The attention modules whose probabilities are the model's maps: each encoder layer's self-attention,
+        each decoder layer's cross-attention (a merged attention's one module, T5Gemma 2's)."""
+        return AttentionLayers(
+            [block.self_attn for block in self.encoder.blocks],
+            [block.cross_attn or block.self_attn for block in self.decoder.blocks],
+        )
 
     @torch.no_grad()
     def start(
@@ -566,9 +577,6 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         at = starts[:, None] + torch.minimum(k[None, :], (lengths[:, None] - 1).clamp(min=0))  # (B, S)
         real = k[None, :] < lengths[:, None]  # (B, S): real tokens first, in the padded layout
         return EncoderOutput(packed[at], real, [])
-
-    steps_last_only = True  # step(..., last_only=True): the vocabulary product on the last position only
-    continuous_batching = True  # its DecodeState's rows may join and leave a running batch (encdec.serving)
 
     @torch.no_grad()
     def step(self, tgt_ids: torch.Tensor, state: DecodeState, last_only: bool = False) -> torch.Tensor:

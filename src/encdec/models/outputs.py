@@ -18,3 +18,11 @@ class Seq2SeqOutput:
     loss: torch.Tensor | None = None  # total: cross-entropy plus weighted auxiliary losses
     ce_loss: torch.Tensor | None = None  # cross-entropy alone (what validation reports)
     aux_losses: dict[str, torch.Tensor] = field(default_factory=dict)  # by name, unweighted
+
+
+@dataclass
+class AttentionLayers:
+    """The attention modules an encoder-decoder's maps are recorded in (inspection, the server's page)."""
+
+    encoder: list  # each encoder layer's self-attention (modules.Attention)
+    cross: list  # each decoder layer's cross-attention, or its merged attention (T5Gemma 2's)

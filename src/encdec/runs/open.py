@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from encdec.errors import CheckpointError
+from encdec.generation.interface import capabilities_of
 from encdec.interop import is_hf_dir, load_hf
 from encdec.interop.hub_ids import resolve_model
 from encdec.runs.load import LoadedRun, check_max_source_len, checkpoint_at, load_run, refuse_choice
@@ -113,7 +114,7 @@ def hf_text_encoder(opened: OpenedModel):
     from encdec.tokenizers.pretrained import PretrainedTokenizer
 
     tokenizer = PretrainedTokenizer.from_directory(opened.path).hf
-    if getattr(opened.model, "pads_left", False):
+    if capabilities_of(opened.model).pads_left:
         tokenizer.padding_side = "left"
     if opened.max_source_len is not None:
         tokenizer.model_max_length = opened.max_source_len

@@ -40,6 +40,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from encdec.errors import EncdecError
+from encdec.generation.generate_output import GenerateOutput
 from encdec.inspection.maps import token_strings
 from encdec.inspection.record import record_attention
 from encdec.runs.open import OpenedModel
@@ -135,8 +136,8 @@ class Server:
         if not generated:
             return {"omitted": "no token was generated"}
         config = model.config
-        heads = (model.decoder.blocks[0].cross_attn or model.decoder.blocks[0].self_attn).n_heads  # merged: self
-        numbers = len(model.decoder.blocks) * heads * len(generated) * encoded["input_ids"].shape[1]
+        cross = model.attention_layers().cross
+        numbers = len(cross) * cross[0].n_heads * len(generated) * encoded["input_ids"].shape[1]
         if numbers > MAX_ATTENTION_NUMBERS:
             return {"omitted": f"the map would hold {numbers:,} numbers; at most {MAX_ATTENTION_NUMBERS:,} are sent"}
         device = next(model.parameters()).device
@@ -162,12 +163,12 @@ def until_eos(ids: list[int], eos: set[int]) -> list[int]:
     return ids
 
 
-def sequence_scores(out, eos: set[int]) -> list[float]:
+def sequence_scores(out: GenerateOutput, eos: set[int]) -> list[float]:
     """Each returned sequence's score: beam search's (log-probability sum / length ** length_penalty), else the
     sum of the chosen tokens' log-probabilities under the processed scores, up to EOS."""
-    if getattr(out, "sequences_scores", None) is not None:
+    if out.sequences_scores is not None:
         return out.sequences_scores.tolist()
-    if getattr(out, "scores", None) is None:
+    if out.scores is None:
         return [float("nan")] * out.sequences.shape[0]
     log_probs = torch.stack(out.scores, 1).float().log_softmax(-1)  # (R, steps, V)
     chosen = out.sequences[:, 1 : 1 + log_probs.shape[1]].to(log_probs.device)

@@ -49,6 +49,7 @@ import torch
 
 from encdec.errors import ConfigError, EncdecError
 from encdec.generation.generate import Prepared, generate, prepare, resolve_config
+from encdec.generation.interface import capabilities_of
 from encdec.generation.search import SampleSearch, argmax
 from encdec.generation.strategies import strategy_for
 from encdec.modules import DecodeState
@@ -92,13 +93,11 @@ class RowModel:
     """What `generate` drives for one request: the served model's config and defaults, `start` and `step`
     handed to the scheduler."""
 
-    steps_last_only = False
-
     def __init__(self, scheduler: Scheduler, work: Work):
         self.scheduler, self.work = scheduler, work
         model = scheduler.model
         self.config, self.device = model.config, next(model.parameters()).device
-        self.generation_defaults = getattr(model, "generation_defaults", None)
+        self.generation_defaults = model.generation_defaults
 
     def start(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, max_new_tokens: int, beams: int = 1):
         future: Future = Future()
@@ -263,7 +262,7 @@ class Scheduler:
     def _loop(self, model: torch.nn.Module | Callable[[], torch.nn.Module], loaded: Future) -> None:
         try:
             self.model = model if isinstance(model, torch.nn.Module) else model()
-            self.batched = getattr(self.model, "continuous_batching", False)
+            self.batched = capabilities_of(self.model).continuous_batching
             like = next(self.model.parameters())
             self.batch = DecodeState.batch(like.device, like.dtype) if self.batched else None
         except BaseException as error:  # the loader's refusal, raised in the thread that made the scheduler
@@ -408,11 +407,12 @@ class Scheduler:
             (len(sources), width), self.model.config.pad_id, dtype=torch.long, device=self.batch.device
         )
         src_mask = torch.zeros(len(sources), width, dtype=torch.bool, device=self.batch.device)
-        left = getattr(self.model, "pads_left", False)  # a causal LM's prompts end where generation starts
+        offers = capabilities_of(self.model)
+        left = offers.pads_left  # a causal LM's prompts end where generation starts
         for i, source in enumerate(sources):
             at = slice(width - len(source), width) if left else slice(0, len(source))
             src_ids[i, at], src_mask[i, at] = source.to(self.batch.device), True
-        packed = {"packed": True} if getattr(self.model, "packs_sources", False) else {}  # no padding encoded
+        packed = {"packed": True} if offers.packs_sources else {}  # no padding encoded
         return self.model.start(src_ids, src_mask, max(job[4] for job in joining) - 1, **packed)
 
     def _step(self, steps: list[tuple[Work, torch.Tensor, Future]]) -> None:
