@@ -278,3 +278,57 @@ def test_m2m100_s_own_tokenizer_takes_its_short_codes(shared_data, tmp_path, cap
         main(["generate", str(tmp_path), "-i", str(tmp_path / "in.txt"), "--src-lang", "de", "--tgt-lang", "fr"]) == 0
     )
     assert capsys.readouterr().out.splitlines() == translated(tmp_path, "de", "__fr__", max_new_tokens=20)
+
+
+def test_concurrent_requests_in_different_languages_run_in_one_batch(model_dir):
+    """Requests checked as the server checks them (each input encoded in its src_lang, its tgt_lang forced) and
+    run at once: their rows share the scheduler's steps, as many steps as one request's alone, not one batch a
+    language; and each answer is what generate gives that request alone."""
+    import json
+    import threading
+    import time
+
+    from encdec.runs.open import open_model
+    from encdec.serving.requests import Limits
+    from encdec.serving.scheduler import Scheduler
+    from encdec.serving.validate import check_request
+
+    opened = open_model(model_dir)
+    pairs = [("fra_Latn", "deu_Latn"), ("deu_Latn", "fra_Latn"), ("eng_Latn", "deu_Latn"), ("fra_Latn", "eng_Latn")]
+    scheduler = Scheduler(opened.model, max_rows=16)
+    requests = []
+    for i, (source, target) in enumerate(pairs):
+        parameters = {"src_lang": source, "tgt_lang": target, "max_new_tokens": 6, "min_new_tokens": 6}
+        body = json.dumps({"inputs": TEXTS[i % 2], "parameters": parameters}).encode()
+        requests.append(check_request(body, Limits(), opened.text, opened.generation, scheduler).inputs[0])
+    alone = [
+        encdec.generate(opened.model, one.encoded["input_ids"], one.encoded["attention_mask"], **one.options)
+        for one in requests
+    ]
+    served = [None] * len(requests)
+    holding = threading.Event()
+
+    def hold() -> None:  # in the scheduler's thread: nothing starts until every request waits, however loaded
+        holding.set()
+        while len(scheduler.starts) < len(requests):
+            time.sleep(0.001)
+
+    def run(i: int) -> None:
+        one = requests[i]
+        served[i] = scheduler.run(one.encoded["input_ids"], one.encoded["attention_mask"], dict(one.options))
+
+    try:
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
+        held = threading.Thread(target=scheduler.exclusive, args=(hold,))
+        held.start()
+        holding.wait(timeout=60)
+        for thread in threads:
+            thread.start()
+        held.join(timeout=120)
+        for thread in threads:
+            thread.join(timeout=120)
+    finally:
+        scheduler.stop(timeout=30)
+    assert all(torch.equal(s, a) for s, a in zip(served, alone, strict=True))
+    assert len({tuple(one.encoded["input_ids"][0, :1].tolist()) for one in requests}) == 3  # three source codes
+    assert scheduler.steps == 6, scheduler.steps  # one batch of every language: six steps, not six a language
