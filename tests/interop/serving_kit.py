@@ -1,7 +1,10 @@
 """What the families' tests share about serving: requests sent at once to a continuous-batching Scheduler, each
-row at its own position, must come back as `encdec.generate` gives each alone."""
+row at its own position, must come back as `encdec.generate` gives each alone; and requests made to start as one
+join, however loaded the machine (`run_together`)."""
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -32,3 +35,37 @@ def assert_served_equals_generate_alone(model, ids: tuple[int, int], requests: l
     finally:
         scheduler.stop(timeout=30)
     assert all(torch.equal(s, a) for s, a in zip(served, alone, strict=True))
+
+
+def run_together(scheduler: Scheduler, calls: list[Callable[[], Any]]) -> list:
+    """Each of `calls` (a request through `scheduler.run`) in a thread of its own, the scheduler's thread held
+    until every one waits to start (or has ended without), so that they start as one join whatever the machine's
+    load: what each returned, or the exception it raised, in order. Counted, not timed: nothing waits on a clock."""
+    results: list = [None] * len(calls)
+    ended = [0]
+    entered = threading.Event()
+
+    def hold() -> None:  # in the scheduler's thread, between two steps
+        entered.set()
+        with scheduler.lock:
+            scheduler.lock.wait_for(lambda: len(scheduler.starts) + ended[0] >= len(calls))
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except Exception as error:
+            results[i] = error
+        finally:
+            with scheduler.lock:
+                ended[0] += 1
+                scheduler.lock.notify_all()
+
+    holder = threading.Thread(target=scheduler.exclusive, args=(hold,))
+    holder.start()
+    entered.wait()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in [holder, *threads]:
+        thread.join()
+    return results

@@ -285,13 +285,13 @@ def test_concurrent_requests_in_different_languages_run_in_one_batch(model_dir):
     run at once: their rows share the scheduler's steps, as many steps as one request's alone, not one batch a
     language; and each answer is what generate gives that request alone."""
     import json
-    import threading
-    import time
+    from functools import partial
 
     from encdec.runs.open import open_model
     from encdec.serving.requests import Limits
     from encdec.serving.scheduler import Scheduler
     from encdec.serving.validate import check_request
+    from tests.interop.serving_kit import run_together
 
     opened = open_model(model_dir)
     pairs = [("fra_Latn", "deu_Latn"), ("deu_Latn", "fra_Latn"), ("eng_Latn", "deu_Latn"), ("fra_Latn", "eng_Latn")]
@@ -305,28 +305,12 @@ def test_concurrent_requests_in_different_languages_run_in_one_batch(model_dir):
         encdec.generate(opened.model, one.encoded["input_ids"], one.encoded["attention_mask"], **one.options)
         for one in requests
     ]
-    served = [None] * len(requests)
-    holding = threading.Event()
-
-    def hold() -> None:  # in the scheduler's thread: nothing starts until every request waits, however loaded
-        holding.set()
-        while len(scheduler.starts) < len(requests):
-            time.sleep(0.001)
-
-    def run(i: int) -> None:
-        one = requests[i]
-        served[i] = scheduler.run(one.encoded["input_ids"], one.encoded["attention_mask"], dict(one.options))
-
-    try:
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
-        held = threading.Thread(target=scheduler.exclusive, args=(hold,))
-        held.start()
-        holding.wait(timeout=60)
-        for thread in threads:
-            thread.start()
-        held.join(timeout=120)
-        for thread in threads:
-            thread.join(timeout=120)
+    calls = [
+        partial(scheduler.run, one.encoded["input_ids"], one.encoded["attention_mask"], dict(one.options))
+        for one in requests
+    ]
+    try:  # every request waits before any starts, however loaded the machine
+        served = run_together(scheduler, calls)
     finally:
         scheduler.stop(timeout=30)
     assert all(torch.equal(s, a) for s, a in zip(served, alone, strict=True))
