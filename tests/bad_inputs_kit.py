@@ -1,6 +1,8 @@
-"""What the bad-input tests (test_bad_inputs*.py) share: the shared data and a run config that trains in a second."""
+"""What the bad-input tests (test_bad_inputs*.py) share: the shared data, a run config that trains in a second, a
+snapshot of a tree, and the one sentence a refusal is."""
 
 import copy
+import os
 from pathlib import Path
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -26,3 +28,20 @@ def progress(line: str) -> bool:
     """A training progress line: stderr is no terminal under pytest, so a run prints one per log interval in
     the bar's place; a refusal mid-run comes after them and is its own line."""
     return line.startswith("{'step': ")
+
+
+def snapshot(root: Path) -> dict:
+    """Every entry below root, links not followed: a file's bytes, a link's target."""
+    return {
+        p: ("link", os.readlink(p)) if p.is_symlink() else ("dir",) if p.is_dir() else p.read_bytes()
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def one_sentence(capsys) -> str:
+    """The one line a refused command wrote on stderr (progress lines aside): `encdec: error: ...`, whole."""
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip() and not progress(line)]
+    assert len(lines) == 1 and lines[0].startswith("encdec: error: ") and len(lines[0]) < 300, err
+    assert "Traceback" not in err, err
+    return lines[0]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from bad_inputs_kit import progress, tiny
+from bad_inputs_kit import one_sentence, snapshot, tiny
 
 from encdec.cli import build_parser, main
 from encdec.cli.output_paths import OutputPath
@@ -173,22 +173,6 @@ def test_every_output_option_is_found_and_has_a_command_line():
     known = {("train", "--out"), ("export", "--out"), ("attention", "--output"), ("data prepare", "--out")}
     assert known <= set(WALKED), WALKED
     assert sorted(set(WALKED) - set(WRITERS)) == [], "a new output option needs its command line in WRITERS"
-
-
-def snapshot(root: Path) -> dict:
-    """Every entry below root, links not followed: a file's bytes, a link's target."""
-    return {
-        p: ("link", os.readlink(p)) if p.is_symlink() else ("dir",) if p.is_dir() else p.read_bytes()
-        for p in sorted(root.rglob("*"))
-    }
-
-
-def one_sentence(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip() and not progress(line)]
-    assert len(lines) == 1 and lines[0].startswith("encdec: error: ") and len(lines[0]) < 300, err
-    assert "Traceback" not in err, err
-    return lines[0]
 
 
 def link(at: Path, to: Path, directory: bool = True) -> Path:

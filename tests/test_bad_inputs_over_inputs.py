@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from bad_inputs_kit import one_sentence, snapshot
 
 from encdec.cli import build_parser, main
 from encdec.cli.output_paths import InputPath, OutputPath, check_apart
@@ -38,20 +39,6 @@ def place(tmp_path: Path) -> Path:
     (root / "run" / "checkpoints" / "latest").write_text("step_00000002\n")
     (root / "run" / "config.yaml").write_text("model: {}\n")
     return root
-
-
-def snapshot(root: Path) -> dict:
-    return {
-        p: ("link", os.readlink(p)) if p.is_symlink() else ("dir",) if p.is_dir() else p.read_bytes()
-        for p in sorted(root.rglob("*"))
-    }
-
-
-def one_sentence(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("encdec: error: ") and "Traceback" not in err, err
-    return lines[0]
 
 
 def passkey(corpus: str, out: str, *more: str) -> list[str]:
