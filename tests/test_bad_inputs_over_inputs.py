@@ -95,36 +95,20 @@ def test_passkey_beside_its_corpus_is_written(place, capsys):
     assert (place / "keys.jsonl").read_text().count("\n") == 1 and (place / "corpus.txt").read_bytes() == CORPUS
 
 
+def prepare(corpus: str, tokenizer: str, out: str) -> list[str]:
+    return ["data", "prepare", corpus, "--format", "text", "--tokenizer", tokenizer, "--out", out]
+
+
 # (command line, what its refusal says): each writes over one of its inputs
 OVER_AN_INPUT: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "prepare: shards into the corpus's directory": (
-        lambda p: [
-            "data",
-            "prepare",
-            str(p / "corpus.txt"),
-            "--format",
-            "text",
-            "--tokenizer",
-            "byte",
-            "--out",
-            str(p),
-        ],
+        lambda p: prepare(str(p / "corpus.txt"), "byte", str(p)),
         "holds the corpus file",
     ),
     "prepare: shards into the tokenizer read": (
-        lambda p: [
-            "data",
-            "prepare",
-            str(p / "corpus.txt"),
-            "--format",
-            "text",
-            "--tokenizer",
-            str(p / "tok"),
-            "--out",
-            str(p / "tok"),
-        ],
+        lambda p: prepare(str(p / "corpus.txt"), str(p / "tok"), str(p / "tok")),
         "is the same directory as --tokenizer",
-    ),  # fmt: skip
+    ),
     "passkey: over a tokenizer's file": (
         lambda p: passkey(str(p / "corpus.txt"), str(p / "tok" / "tokenizer.json"), "--tokenizer", str(p / "tok")),
         "is tokenizer.json in --tokenizer",

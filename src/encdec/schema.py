@@ -28,6 +28,7 @@ its range. A YAML scalar tagged as what it cannot be (`!!int abc`) is one senten
 
 import collections.abc
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -219,12 +220,20 @@ def check_vocabulary(cls: type, values: collections.abc.Mapping, vocab_size: int
     """Every token id that `values` (an instance's fields, or a mapping read for dataclass `cls`) holds in a field
     `cls` marks InVocabulary below `vocab_size`, else one ConfigError naming the field (and the item of a list)
     and the id."""
-    hints = typing.get_type_hints(cls, include_extras=True)
+    marked = vocabulary_fields(cls)
     for name, value in values.items():
-        if name in hints and marks_vocabulary(hints[name]):
+        if name in marked:
             for key, token in token_ids(value, prefix + name):
                 if token >= vocab_size:
                     raise ConfigError(f"{key} must be below vocab_size ({vocab_size:,}), got {short(token)}")
+
+
+@functools.cache
+def vocabulary_fields(cls: type) -> frozenset[str]:
+    """The fields of dataclass `cls` marked InVocabulary, read from its annotations once (every generate call
+    checks its options' ids)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return frozenset(name for name, hint in hints.items() if marks_vocabulary(hint))
 
 
 def marks_vocabulary(annotation: Any) -> bool:

@@ -39,6 +39,19 @@ def objective_name(name: str) -> str:
     return OBJECTIVE_ALIASES.get(name, name)
 
 
+def add_tokenizer_arguments(parser: argparse.ArgumentParser, counts: str) -> None:
+    """--tokenizer (a kind or a tokenizer directory, `counts` saying what it is for) and --tokenizer-path."""
+    parser.add_argument(
+        "--tokenizer",
+        required=True,
+        type=InputPath("--tokenizer"),
+        help=f"{counts}a kind ({', '.join(KINDS)}) or a tokenizer directory",
+    )
+    parser.add_argument(
+        "--tokenizer-path", type=InputPath("--tokenizer-path", Path), help="model file for sentencepiece / hf"
+    )
+
+
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("data")
     commands = parser.add_subparsers(dest="data_command", required=True)
@@ -57,15 +70,7 @@ def add_parser(subparsers) -> None:
         type=OutputPath("--out", "a directory for the shards", Path, directory=True),
         help="shard directory to write",
     )
-    prepare.add_argument(
-        "--tokenizer",
-        required=True,
-        type=InputPath("--tokenizer"),
-        help=f"a kind ({', '.join(KINDS)}) or a saved tokenizer directory",
-    )
-    prepare.add_argument(
-        "--tokenizer-path", type=InputPath("--tokenizer-path", Path), help="model file for sentencepiece / hf"
-    )
+    add_tokenizer_arguments(prepare, "")
     prepare.add_argument(
         "--vocab-size", type=field_type(TokenizerSection, "vocab_size"), default=8000, help="for trained bpe / unigram"
     )
@@ -135,15 +140,7 @@ def add_parser(subparsers) -> None:
     passkey.add_argument(
         "--out", required=True, type=OutputPath("--out", "the jsonl file", Path), help="the jsonl file to write"
     )
-    passkey.add_argument(
-        "--tokenizer",
-        required=True,
-        type=InputPath("--tokenizer"),
-        help=f"what lengths count: a kind ({', '.join(KINDS)}) or a tokenizer directory",
-    )
-    passkey.add_argument(
-        "--tokenizer-path", type=InputPath("--tokenizer-path", Path), help="model file for sentencepiece / hf"
-    )
+    add_tokenizer_arguments(passkey, "what lengths count: ")
     passkey.add_argument(
         "--lengths",
         type=argument_type(list[Annotated[int, Range(MIN_PASSKEY, MAX_LENGTH)]], "--lengths"),

@@ -81,14 +81,19 @@ def build_absolute_positions(cfg: ModelConfig) -> nn.Module | None:
     return None
 
 
+def table_rows(cfg: ModelConfig) -> int | None:
+    """The rows of the model's absolute position table (sinusoidal or learned), the most positions a stack
+    reads; None where positions are relative or rotary (any length)."""
+    return cfg.max_positions if cfg.position in ("sinusoidal", "learned") else None
+
+
 def check_lengths(cfg: ModelConfig, src_len: int, max_new_tokens: int) -> None:
     """Raise ConfigError when absolute position tables are too short for the source or the output."""
-    if cfg.position not in ("sinusoidal", "learned"):
-        return
-    if src_len > cfg.max_positions:
-        raise ConfigError(f"the input has {src_len} tokens but this model allows at most {cfg.max_positions}")
-    if max_new_tokens > cfg.max_positions:
-        raise ConfigError(f"max_new_tokens is {max_new_tokens} but this model decodes at most {cfg.max_positions}")
+    rows = table_rows(cfg)
+    if rows is not None and src_len > rows:
+        raise ConfigError(f"the input has {src_len} tokens but this model allows at most {rows}")
+    if rows is not None and max_new_tokens > rows:
+        raise ConfigError(f"max_new_tokens is {max_new_tokens} but this model decodes at most {rows}")
 
 
 class Stack(nn.Module):
@@ -450,8 +455,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
     @staticmethod
     def position_limits(cfg: ModelConfig) -> tuple[int | None, int | None]:
         """(source, target): the most positions each stack reads, its absolute table's rows (None: any)."""
-        table = cfg.max_positions if cfg.position in ("sinusoidal", "learned") else None
-        return table, table
+        return table_rows(cfg), table_rows(cfg)
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
