@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("src", "tests", "benchmarks")
+FOLDERS = ("src", "tests", "benchmarks", "scripts")
 
 
 def ruff(*args: str) -> subprocess.CompletedProcess:
