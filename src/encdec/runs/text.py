@@ -21,6 +21,7 @@ from encdec.models import FAMILY_CLASSES, ModelConfig
 from encdec.models.causal_lm_shared import PromptedLM
 from encdec.schema import Range, short
 from encdec.tokenizers import Tokenizer
+from encdec.tokenizers.padding import padded
 
 MAX_LENGTH = 1 << 20  # tokens of a sequence: the longest a run config or a checkpoint's text.json declares
 
@@ -124,14 +125,7 @@ class RunTokenizer:
             rows = [row[:limit] for row in rows]
         if any(not row for row in rows):
             raise DataError("an input is empty after tokenization; give each input some text")
-        width = max(len(row) for row in rows)
-        ids = torch.full((len(rows), width), self.tokenizer.pad_id, dtype=torch.long)
-        mask = torch.zeros(len(rows), width, dtype=torch.bool)
-        for i, row in enumerate(rows):
-            columns = slice(width - len(row), width) if self.padding_side == "left" else slice(0, len(row))
-            ids[i, columns] = torch.tensor(row)
-            mask[i, columns] = True
-        return {"input_ids": ids, "attention_mask": mask}
+        return padded(rows, self.tokenizer.pad_id, self.padding_side)
 
     @staticmethod
     def padding_side_for(model: nn.Module) -> str:
