@@ -2,11 +2,12 @@
 
 `TextFormat` is what a checkpoint keeps of it (text.json): the source and target templates, UL2's mode
 token, the side a batch is padded on and the length sources were cut to; `TextObjective` is the part of a
-run config's objective section it follows from. `encdec generate`, `encdec evaluate` and the trainer's
-generating evaluation all encode through `RunTokenizer`: the run's source template applied, inputs cut to
-the length it was trained with, batches padded on the side its family continues from. It speaks the small
-part of Hugging Face's tokenizer interface those callers use, so a Hugging Face directory's own tokenizer
-can stand in its place.
+run config's objective section it follows from. `encdec generate`, `encdec evaluate`, the trainer's
+generating evaluation and the server all encode a run's text through `RunTokenizer`, handed to the one
+`generation.text_generator.TextGenerator`: the run's source template applied, inputs cut to the length it
+was trained with, batches padded on the side its family continues from. It speaks the small part of
+Hugging Face's tokenizer interface the generator uses, so a Hugging Face directory's own tokenizer can
+stand in its place.
 """
 
 import string
