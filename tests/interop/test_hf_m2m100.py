@@ -342,3 +342,22 @@ def test_evaluate_scores_in_the_languages_given_as_transformers_encodes_them(mod
     assert scores["test_loss"] == pytest.approx(float(total) / int((labels != -100).sum()), abs=1e-5)
     assert main([*argv, "--src-lang", "xx_Latn"]) == 2
     assert "src_lang 'xx_Latn' is not a language code of this tokenizer" in capsys.readouterr().err
+
+
+def test_the_text_generator_writes_what_transformers_writes_with_languages_and_stop_strings(model_dir, ours):
+    """TextGenerator, what generate, evaluate and the server share: texts in a source language, the target's
+    code forced, stop strings read by the tokenizer it hands generate; equal to transformers' recipe with the
+    same options, and the tokenizer's own language untouched."""
+    from encdec.generation.text_generator import TextGenerator
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    generator = TextGenerator(tokenizer)
+    options = dict(max_new_tokens=10, stop_strings=["mj"])  # both end at their first "mj", before ten tokens
+    got = generator(ours, TEXTS, src_lang="fra_Latn", tgt_lang="deu_Latn", **options)
+    theirs = transformers.AutoTokenizer.from_pretrained(model_dir, src_lang="fra_Latn")
+    model = transformers.M2M100ForConditionalGeneration.from_pretrained(model_dir).eval()
+    encoded = theirs(TEXTS, return_tensors="pt", padding=True)
+    forced = theirs.convert_tokens_to_ids("deu_Latn")
+    ids = model.generate(**encoded, forced_bos_token_id=forced, tokenizer=theirs, **options)
+    assert got == [text.strip() for text in theirs.batch_decode(ids[:, 1:], skip_special_tokens=True)]
+    assert tokenizer.src_lang == "eng_Latn"
