@@ -10,7 +10,8 @@ table of codes, on a tokenizer that takes a `src_lang`; anything else is one sen
 changed: `encode_in` reads where it puts its own language's code (its `prefix_tokens` and `suffix_tokens`,
 the rule NllbTokenizer, M2M100Tokenizer, MBartTokenizer and MBart50Tokenizer declare), puts the asked
 code there around the text's own ids, and cuts and pads as the tokenizer does; so a server's requests in
-different languages encode at once, with no lock.
+different languages encode at once, with no lock. References in a tgt_lang (encdec evaluate's) take the same
+place, as those tokenizers' target mode gives them (`in_language`).
 """
 
 import torch
