@@ -114,18 +114,20 @@ def test_a_code_the_tokenizer_lacks_or_cannot_place_is_one_sentence(tmp_path):
 
 @pytest.mark.parametrize("family", ["nllb", "m2m100"])
 def test_many_threads_encoding_in_different_languages_each_get_their_own_ids(family, tmp_path):
-    """Eight threads, released together, each encode in their language 20 times through one shared
-    tokenizer (a fast one and a Python one): every result is the tokenizer's own with that src_lang, and the
-    shared tokenizer's language never changes while they run, nor anything it holds (no src_lang set, no lock)."""
+    """Eight threads, released together, each encode in their language (or the tokenizer's own: None) 20
+    times through one shared tokenizer (a fast one and a Python one): every result is the tokenizer's own
+    with that src_lang, and the shared tokenizer's language never changes while they run, nor anything it
+    holds (no src_lang set, no lock)."""
     make, codes = FAMILIES[family]
     shared = make(tmp_path)
     generator = TextGenerator(shared)
     expected = {code: make(tmp_path, src_lang=code)(TEXTS, return_tensors="pt", padding=True) for code in codes}
+    codes, expected[None] = [*codes, None], make(tmp_path)(TEXTS, return_tensors="pt", padding=True)
     generator.encode(TEXTS, codes[0])  # a fast tokenizer's first call settles its backend's padding and cut
     before = snapshot(shared)
     start, wrong, failed = threading.Barrier(8), [], []
 
-    def encode(code: str) -> None:
+    def encode(code: str | None) -> None:
         try:
             start.wait()
             for _ in range(20):
