@@ -171,3 +171,34 @@ def test_the_server_and_the_maps_read_declared_capabilities_not_a_model_s_inside
                 if isinstance(node, ast.Attribute) and node.attr == "blocks":
                     found.append(f"{where} .blocks")
     assert found == []
+
+
+GENERATE_MODULES = ("encdec", "encdec.generation", "encdec.generation.generate")  # where `generate` is imported from
+
+
+def test_text_is_encoded_generated_and_decoded_by_the_one_text_generator():
+    """`encdec generate`, `encdec evaluate` (and the trainer's generating evaluation, through
+    evaluation.generated) and the server reach text generation through generation.text_generator alone: none of
+    them imports `generate` itself, and nothing else in the package decodes generated rows (`batch_decode`)
+    or encodes in a language (`encode_in`)."""
+    graph = import_graph()
+    callers = (
+        "encdec.cli.generate_text",
+        "encdec.evaluation.generated",
+        "encdec.serving.validate",
+        "encdec.serving.app",
+    )
+    assert [name for name in callers if "encdec.generation.text_generator" not in graph[name]] == []
+    text_paths = {"cli/generate_text.py", "cli/evaluate.py", "evaluation/generated.py", "serving/app.py"}
+    text_paths |= {"serving/validate.py", "serving/token_stream.py", "training/samples.py"}
+    found = []
+    for path in sorted((SRC / "encdec").rglob("*.py")):
+        where = str(path.relative_to(SRC / "encdec"))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and where in text_paths and node.module in GENERATE_MODULES:
+                found += [f"{where}: imports generate" for alias in node.names if alias.name == "generate"]
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+                if name in ("batch_decode", "encode_in") and where != "generation/text_generator.py":
+                    found.append(f"{where}:{node.lineno} calls {name}")
+    assert found == []

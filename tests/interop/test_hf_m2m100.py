@@ -316,3 +316,48 @@ def test_concurrent_requests_in_different_languages_run_in_one_batch(model_dir):
     assert all(torch.equal(s, a) for s, a in zip(served, alone, strict=True))
     assert len({tuple(one.encoded["input_ids"][0, :1].tolist()) for one in requests}) == 3  # three source codes
     assert scheduler.steps == 6, scheduler.steps  # one batch of every language: six steps, not six a language
+
+
+def test_evaluate_scores_in_the_languages_given_as_transformers_encodes_them(model_dir, tmp_path, capsys):
+    """`encdec evaluate --src-lang --tgt-lang`: inputs encoded in the source language and references in the
+    target's (as the tokenizer's text_target with tgt_lang set), so the loss is transformers' on those labels,
+    and each prediction is what transformers' recipe writes; an unknown code is one sentence."""
+    references = ["der hund", "ein hut"]
+    (tmp_path / "test.tsv").write_text("".join(f"{s}\t{r}\n" for s, r in zip(TEXTS, references)))
+    flags = ["--src-lang", "fra_Latn", "--tgt-lang", "deu_Latn", "--max-new-tokens", "8"]
+    argv = ["evaluate", str(model_dir), "--data", str(tmp_path / "test.tsv"), "--out", str(tmp_path / "out")]
+    assert main([*argv, *flags]) == 0
+    capsys.readouterr()
+    scores = json.loads((tmp_path / "out" / "eval.json").read_text())["scores"]
+    records = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
+    assert [r["prediction"] for r in records] == translated(model_dir, "fra_Latn", "deu_Latn", max_new_tokens=8)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, src_lang="fra_Latn", tgt_lang="deu_Latn")
+    model = transformers.M2M100ForConditionalGeneration.from_pretrained(model_dir).eval()
+    encoded = tokenizer(TEXTS, text_target=references, return_tensors="pt", padding=True)
+    labels = encoded.pop("labels")
+    labels = labels.masked_fill(labels == tokenizer.pad_token_id, -100)  # padding is no reference token
+    with torch.no_grad():
+        logits = model(**encoded, labels=labels).logits
+    total = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
+    assert scores["test_loss"] == pytest.approx(float(total) / int((labels != -100).sum()), abs=1e-5)
+    assert main([*argv, "--src-lang", "xx_Latn"]) == 2
+    assert "src_lang 'xx_Latn' is not a language code of this tokenizer" in capsys.readouterr().err
+
+
+def test_the_text_generator_writes_what_transformers_writes_with_languages_and_stop_strings(model_dir, ours):
+    """TextGenerator, what generate, evaluate and the server share: texts in a source language, the target's
+    code forced, stop strings read by the tokenizer it hands generate; equal to transformers' recipe with the
+    same options, and the tokenizer's own language untouched."""
+    from encdec.generation.text_generator import TextGenerator
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    generator = TextGenerator(tokenizer)
+    options = dict(max_new_tokens=10, stop_strings=["mj"])  # both end at their first "mj", before ten tokens
+    got = generator(ours, TEXTS, src_lang="fra_Latn", tgt_lang="deu_Latn", **options)
+    theirs = transformers.AutoTokenizer.from_pretrained(model_dir, src_lang="fra_Latn")
+    model = transformers.M2M100ForConditionalGeneration.from_pretrained(model_dir).eval()
+    encoded = theirs(TEXTS, return_tensors="pt", padding=True)
+    forced = theirs.convert_tokens_to_ids("deu_Latn")
+    ids = model.generate(**encoded, forced_bos_token_id=forced, tokenizer=theirs, **options)
+    assert got == [text.strip() for text in theirs.batch_decode(ids[:, 1:], skip_special_tokens=True)]
+    assert tokenizer.src_lang == "eng_Latn"

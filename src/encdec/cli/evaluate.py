@@ -40,16 +40,11 @@ from pathlib import Path
 
 import torch
 
+from encdec.cli.generate_text import add_text_generation_arguments
 from encdec.cli.held import say_unless_refused
 from encdec.cli.options import (
     MAX_ROWS,
-    add_checkpoint_argument,
-    add_device_argument,
-    add_dtype_argument,
-    add_generation_options,
-    add_quantize_argument,
     add_reader_options,
-    add_source_length_argument,
     given_generation_options,
     given_reader_options,
     resolve_device,
@@ -77,7 +72,7 @@ from encdec.runs.load import checkpoint_at
 from encdec.runs.open import OpenedModel, model_kind, open_model
 from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import check_not_symlink, output_path, refuse_unsafe_output
-from encdec.tokenizers.languages import set_languages
+from encdec.tokenizers.languages import source_tokenizer
 from encdec.training.distributed import DistInfo
 from encdec.training.run_config import saved_config
 from encdec.training.run_data import build_run_data
@@ -114,7 +109,6 @@ def add_parser(subparsers) -> None:
         type=OutputPath("--out", "a directory for the report", Path, directory=True),
         help="the report's directory (default: RUN_DIR/eval[/<file name>])",
     )
-    add_checkpoint_argument(parser)
     parser.add_argument(
         "--batches",
         type=whole_number(1, MAX_EVAL_BATCHES, "--batches"),
@@ -128,15 +122,11 @@ def add_parser(subparsers) -> None:
         help=f"examples to generate and score (default: every pair of --data, no document of a text file, "
         f"{OWN_SPLIT_SAMPLES} of the validation split)",
     )
-    add_generation_options(parser, GENERATION_DEFAULTS)
     parser.add_argument(
         "--batch-size", type=whole_number(1, MAX_ROWS, "--batch-size"), default=32, help="examples run at a time"
     )
     parser.add_argument("--rot5-preprocessing", action="store_true", help="ROT5's ROUGE preprocessing")
-    add_source_length_argument(parser)
-    add_dtype_argument(parser)
-    add_device_argument(parser)
-    add_quantize_argument(parser)
+    add_text_generation_arguments(parser, GENERATION_DEFAULTS)
     parser.set_defaults(func=run)
 
 
@@ -161,8 +151,7 @@ def run(args: argparse.Namespace) -> int:
     test = read_data(args, path, kind)  # bad data: refused before the model loads
     opened = open_for_scoring(args, device)
     options = generation_options(args)
-    set_languages(opened.text, options.get("src_lang"), options.get("tgt_lang"))  # inputs and references
-    encoding = text_encoding(opened)  # a Hugging Face directory without tokenizer files: refused here
+    encoding = text_encoding(opened, options)  # no tokenizer files, an unknown language code: refused here
     progress = sys.stderr.isatty()  # bars on a terminal only: never in a log
     common = dict(batch_size=args.batch_size, device=device, progress=progress, **options)
     if test.pairs is not None:
@@ -289,10 +278,14 @@ def open_for_scoring(args: argparse.Namespace, device: torch.device) -> OpenedMo
     return opened
 
 
-def text_encoding(opened: OpenedModel) -> TextEncoding:
-    """A run's text encoding (its templates, its UL2 [S] token) or a Hugging Face tokenizer's."""
+def text_encoding(opened: OpenedModel, options: dict) -> TextEncoding:
+    """A run's text encoding (its templates, its UL2 [S] token) or a Hugging Face tokenizer's, in the languages
+    of `options`' src_lang (inputs) and tgt_lang (references)."""
+    src_lang, tgt_lang = options.get("src_lang"), options.get("tgt_lang")
     if opened.run is None:
-        return hf_encoding(opened.text, opened.model.config.eos_id)
+        return hf_encoding(opened.text, opened.model.config.eos_id, src_lang, tgt_lang)
+    if src_lang is not None:
+        source_tokenizer(opened.text, src_lang)  # a run's tokenizer places no language code: one sentence
     text, tokenizer = opened.run.description.text, opened.run.tokenizer
     mode = tokenizer.special_id("[S]") if text.mode_tokens else None
     return run_encoding(opened.run.text, tokenizer, text.target_template, mode)

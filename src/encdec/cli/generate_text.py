@@ -40,11 +40,10 @@ from encdec.cli.options import (
 from encdec.cli.output_paths import InputPath, OutputPath
 from encdec.data.reading import MAX_INPUT_LINE_BYTES, open_text_file, read_input_lines
 from encdec.errors import ConfigError, DataError
-from encdec.generation import generate
+from encdec.generation.text_generator import TextGenerator
 from encdec.quantization import quantize
 from encdec.runs.open import open_model
 from encdec.safe_paths import open_replacing, output_path
-from encdec.tokenizers.languages import encode_in, hf_tokenizer_of
 
 
 def add_parser(subparsers) -> None:
@@ -54,7 +53,6 @@ def add_parser(subparsers) -> None:
         type=InputPath("the model", Path),
         help="a run directory of encdec train, or a Hugging Face model directory (T5, Marian, BART, Llama, Qwen, ...)",
     )
-    add_checkpoint_argument(parser)
     parser.add_argument(
         "--input",
         "-i",
@@ -77,13 +75,21 @@ def add_parser(subparsers) -> None:
         default=32,
         help="inputs decoded together (default 32, as evaluate takes them)",
     )
+    parser.add_argument("--no-stream", action="store_true", help="do not stream the tokens of a single input")
+    add_text_generation_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_text_generation_arguments(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
+    """What `encdec generate` and `encdec evaluate` both take to open a model and generate text with it:
+    --checkpoint, --max-source-len, --dtype, --device, --quantize, and GenerationConfig's options over
+    `defaults` (--max-new-tokens, --num-beams, --do-sample, --compile, ...)."""
+    add_checkpoint_argument(parser)
     add_source_length_argument(parser)
     add_dtype_argument(parser)
-    parser.add_argument("--no-stream", action="store_true", help="do not stream the tokens of a single input")
     add_device_argument(parser)
     add_quantize_argument(parser)
-    add_generation_options(parser)  # --max-new-tokens, --num-beams, --do-sample, --compile, ...: GenerationConfig's
-    parser.set_defaults(func=run)
+    add_generation_options(parser, defaults)
 
 
 def read_inputs(source: str, prefix: str) -> list[str]:
@@ -141,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     opened = open_model(args.model_dir, args.checkpoint, max_source_len=args.max_source_len, dtype=args.dtype)
     say_unless_refused(opened.said)  # which checkpoint, and why
-    tokenizer = opened.text  # a Hugging Face directory without tokenizer files is refused before any work
+    generator = TextGenerator(opened.text, opened.generation)  # no tokenizer files: refused before any work
     model = opened.model.to(device)
     if args.quantize:
         model = quantize(model, args.quantize)
@@ -162,20 +168,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         for start in tqdm(starts, desc="generate", unit="batch", leave=False, disable=not bar):
             batch = inputs[start : start + args.batch_size]
-            encoded = encode_in(
-                tokenizer, batch, options.get("src_lang"), return_tensors="pt", padding=True, truncation=True
-            )
-            streamer = {"streamer": stream_printer(tokenizer, out)} if streaming else {}
-            ids = generate(
-                model,
-                encoded["input_ids"],
-                encoded["attention_mask"],
-                tokenizer=hf_tokenizer_of(tokenizer),  # the language codes of --src-lang and --tgt-lang
-                defaults=opened.generation,
-                **options,
-                **streamer,
-            ).cpu()
-            texts = tokenizer.batch_decode(ids[:, 1:], skip_special_tokens=True)
+            encoded = generator.encode(batch, options.get("src_lang"))
+            streamer = {"streamer": stream_printer(generator.text, out)} if streaming else {}
+            texts = generator.decode(generator.generate(model, encoded, **options, **streamer))
             write_outputs(out, batch, texts, args.format, streamed=streaming)
     finally:
         if out is not sys.stdout:

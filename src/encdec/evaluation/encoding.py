@@ -12,7 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from encdec.generation.text_generator import TextGenerator
 from encdec.tokenizers import Tokenizer
+from encdec.tokenizers.languages import code_placement, in_language
 
 PROBE = "a b"  # a text encoded with and without special tokens: what is added is the input's wrapping
 
@@ -27,6 +29,11 @@ class TextEncoding:
     source_length: int  # the longest input the model takes: sources are cut to it, documents windowed by it
     input_prefix: Sequence[int] = field(default_factory=list)  # special tokens before an input: a mode token, <s>
     input_suffix: Sequence[int] = field(default_factory=list)  # after it: T5's </s>
+    src_lang: str | None = None  # the language sources are encoded in (a multilingual tokenizer's code)
+
+    def encode_sources(self, sources: list[str]) -> dict:
+        """Sources as generation gets them (TextGenerator.encode): input_ids, attention_mask (B, S)."""
+        return TextGenerator(self.text).encode(sources, self.src_lang)
 
 
 def run_encoding(text, tokenizer: Tokenizer, target_template: str = "{target}", mode_id: int | None = None):
@@ -47,16 +54,23 @@ def run_encoding(text, tokenizer: Tokenizer, target_template: str = "{target}", 
     )
 
 
-def hf_encoding(tokenizer, eos_id: int) -> TextEncoding:
-    """A Hugging Face tokenizer's encoding (sources cut to its model_max_length). References end with the
+def hf_encoding(tokenizer, eos_id: int, src_lang: str | None = None, tgt_lang: str | None = None) -> TextEncoding:
+    """A Hugging Face tokenizer's encoding (sources cut to its model_max_length), sources in `src_lang` and
+    references in `tgt_lang` where given (their codes placed as the tokenizer places its own, the tokenizer
+    left as it is; an unknown code is one sentence here, before any work). References end with the
     model's `eos_id`, where the tokenizer's `text_target` encoding does not end with it already (an
     `encdec export` tokenizer adds no special token): generation stops there, so predicting it is part of
     producing the reference, as a run's targets have it. The special tokens the tokenizer puts around an
-    input are found by encoding one text with and without them."""
-    prefix, suffix = input_wrapping(tokenizer)
+    input are its src_lang's, else found by encoding one text with and without them."""
+    prefix, suffix = code_placement(tokenizer, src_lang) if src_lang is not None else input_wrapping(tokenizer)
+    if tgt_lang is not None:
+        code_placement(tokenizer, tgt_lang, "tgt_lang")
 
     def encode_targets(texts: list[str]) -> list[list[int]]:
-        rows = tokenizer(text_target=list(texts))["input_ids"]
+        if tgt_lang is not None:  # as text_target encodes them once the tokenizer's tgt_lang is tgt_lang
+            rows = in_language(tokenizer, list(texts), tgt_lang, "tgt_lang", cut=False)
+        else:
+            rows = tokenizer(text_target=list(texts))["input_ids"]
         return [row if row[-1:] == [eos_id] else [*row, eos_id] for row in rows]
 
     return TextEncoding(
@@ -66,6 +80,7 @@ def hf_encoding(tokenizer, eos_id: int) -> TextEncoding:
         tokenizer.model_max_length,
         prefix,
         suffix,
+        src_lang,
     )
 
 

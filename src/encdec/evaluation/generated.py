@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from encdec.generation import generate
-from encdec.tokenizers.languages import as_forced_token, encode_in
+from encdec.generation.text_generator import TextGenerator
 
 
 @dataclass
@@ -21,18 +20,17 @@ def generate_texts(
     model, text, inputs: list[str], batch_size: int = 32, progress: bool = False, **options
 ) -> Generated:
     """Generate an output for each of `inputs`, `batch_size` at a time. `text` encodes and decodes (a run's
-    `RunTokenizer` or a Hugging Face tokenizer), in `options`' src_lang where given; `options` go to
-    `encdec.generate` (`defaults` included), tgt_lang as the token it forces first."""
+    `RunTokenizer` or a Hugging Face tokenizer), through the one `TextGenerator`: inputs in `options`'
+    src_lang where given, `options` to `encdec.generate` (`defaults` included)."""
+    generator = TextGenerator(text, options.pop("defaults", None))
     pad_id = model.config.pad_id
     predictions, seconds, new_tokens = [], 0.0, 0
     starts = range(0, len(inputs), batch_size)
     for start in tqdm(starts, desc="generate", unit="batch", leave=False, disable=not progress):
-        batch = inputs[start : start + batch_size]
-        encoded = encode_in(text, batch, options.get("src_lang"), return_tensors="pt", padding=True, truncation=True)
-        src_ids, src_mask = encoded["input_ids"], encoded["attention_mask"]
+        encoded = generator.encode(inputs[start : start + batch_size], options.get("src_lang"))
         started = time.perf_counter()
-        ids = generate(model, src_ids, src_mask, **as_forced_token(text, options, src_ids, src_mask)).cpu()
+        ids = generator.generate(model, encoded, **options)
         seconds += time.perf_counter() - started
         new_tokens += int((ids[:, 1:] != pad_id).sum())
-        predictions += [output.strip() for output in text.batch_decode(ids[:, 1:], skip_special_tokens=True)]
+        predictions += generator.decode(ids)
     return Generated(predictions, seconds, new_tokens)

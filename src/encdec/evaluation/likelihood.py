@@ -78,7 +78,7 @@ def encoded_sources(encoding: TextEncoding, sources: list[str]) -> list[list[int
     """Each source as the model's text encoder gives it to generation (template, cut, special tokens)."""
     rows = []
     for batch in chunks(sources, ENCODE_AT_ONCE):
-        encoded = encoding.text(list(batch), return_tensors="pt", padding=True, truncation=True)
+        encoded = encoding.encode_sources(list(batch))
         ids, mask = encoded["input_ids"], encoded["attention_mask"].bool()
         rows += [row[keep].tolist() for row, keep in zip(ids, mask)]  # padding dropped, on either side
     return rows

@@ -2,11 +2,12 @@
 
 `TextFormat` is what a checkpoint keeps of it (text.json): the source and target templates, UL2's mode
 token, the side a batch is padded on and the length sources were cut to; `TextObjective` is the part of a
-run config's objective section it follows from. `encdec generate`, `encdec evaluate` and the trainer's
-generating evaluation all encode through `RunTokenizer`: the run's source template applied, inputs cut to
-the length it was trained with, batches padded on the side its family continues from. It speaks the small
-part of Hugging Face's tokenizer interface those callers use, so a Hugging Face directory's own tokenizer
-can stand in its place.
+run config's objective section it follows from. `encdec generate`, `encdec evaluate`, the trainer's
+generating evaluation and the server all encode a run's text through `RunTokenizer`, handed to the one
+`generation.text_generator.TextGenerator`: the run's source template applied, inputs cut to the length it
+was trained with, batches padded on the side its family continues from. It speaks the small part of
+Hugging Face's tokenizer interface the generator uses, so a Hugging Face directory's own tokenizer can
+stand in its place.
 """
 
 import string
@@ -21,6 +22,7 @@ from encdec.models import FAMILY_CLASSES, ModelConfig
 from encdec.models.causal_lm_shared import PromptedLM
 from encdec.schema import Range, short
 from encdec.tokenizers import Tokenizer
+from encdec.tokenizers.padding import padded
 
 MAX_LENGTH = 1 << 20  # tokens of a sequence: the longest a run config or a checkpoint's text.json declares
 
@@ -124,14 +126,7 @@ class RunTokenizer:
             rows = [row[:limit] for row in rows]
         if any(not row for row in rows):
             raise DataError("an input is empty after tokenization; give each input some text")
-        width = max(len(row) for row in rows)
-        ids = torch.full((len(rows), width), self.tokenizer.pad_id, dtype=torch.long)
-        mask = torch.zeros(len(rows), width, dtype=torch.bool)
-        for i, row in enumerate(rows):
-            columns = slice(width - len(row), width) if self.padding_side == "left" else slice(0, len(row))
-            ids[i, columns] = torch.tensor(row)
-            mask[i, columns] = True
-        return {"input_ids": ids, "attention_mask": mask}
+        return padded(rows, self.tokenizer.pad_id, self.padding_side)
 
     @staticmethod
     def padding_side_for(model: nn.Module) -> str:

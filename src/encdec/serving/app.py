@@ -41,6 +41,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from encdec.errors import EncdecError
 from encdec.generation.generate_output import GenerateOutput
+from encdec.generation.text_generator import TextGenerator
 from encdec.inspection.maps import token_strings
 from encdec.inspection.record import record_attention
 from encdec.runs.open import OpenedModel
@@ -73,6 +74,7 @@ class Server:
         self.lock = threading.Lock()
         self.text = self.opened.text
         self.defaults = self.opened.generation
+        self.generator = TextGenerator(self.text, self.defaults)  # encodes, decodes as `encdec generate` does
         self.limiter = anyio.CapacityLimiter(self.limits.max_queue)  # one thread per input in flight
         self.trimmer = Trimmer()
 
@@ -108,9 +110,7 @@ class Server:
         out = self.scheduler.run(encoded["input_ids"], encoded["attention_mask"], options, gone)
         sequences = out.sequences if request.details else out
         sequences = sequences.cpu()
-        texts = [
-            t.strip() for t in self.text.batch_decode(sequences[:, 1:], skip_special_tokens=True)
-        ]  # as generate writes them
+        texts = self.generator.decode(sequences)  # as `encdec generate` writes them
         generated = until_eos(sequences[0, 1:].tolist(), eos)
         self.metrics.count_tokens(len(generated))
         self.trimmer.answered()

@@ -114,7 +114,7 @@ class TokenStream:
             if ids and ids[-1] in eos:
                 continue  # the padding after EOS
             ids.append(token_id)
-            text = server.text.batch_decode(torch.tensor([ids], device="cpu"), skip_special_tokens=True)[0]  # host ids
+            text = server.generator.decode_tokens(ids)  # as `encdec generate` streams them
             piece, shown = text[len(shown) :], text
             if pending is not None:
                 yield event(pending)

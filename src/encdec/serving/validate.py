@@ -19,9 +19,9 @@ from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
+from encdec.generation.text_generator import TextGenerator
 from encdec.serving.requests import GenerateRequest, Limits, RequestError, parse_body
 from encdec.serving.scheduler import Abandoned, Scheduler
-from encdec.tokenizers.languages import as_forced_token, encode_in
 
 DRAIN_BYTES = 16 << 20  # an oversized body up to this beyond the limit is read and dropped before its 413
 
@@ -29,7 +29,8 @@ DRAIN_BYTES = 16 << 20  # an oversized body up to this beyond the limit is read 
 @dataclass
 class CheckedInput:
     """One input of a checked request: its text, its encoding (input_ids, attention_mask (1, S)) and the
-    options `generate` runs it with (the model's defaults under the request's, its language token forced)."""
+    options `generate` runs it with (the model's defaults under the request's, the tokenizer its languages
+    read: TextGenerator.options)."""
 
     text: str
     encoded: dict[str, Any]
@@ -48,16 +49,17 @@ class Checked:
 def check_request(
     body: bytes, limits: Limits, text, defaults: dict, scheduler: Scheduler, stream: bool = False
 ) -> Checked:
-    """`body` checked whole for a server whose model encodes with `text`, has generation `defaults` and
-    runs under `scheduler`; a RequestError or an EncdecError, one sentence, for the first thing wrong. For a
-    stream (`stream`) the options are checked with a streamer, as they run."""
+    """`body` checked whole for a server whose model encodes with `text` (through the one TextGenerator), has
+    generation `defaults` and runs under `scheduler`; a RequestError or an EncdecError, one sentence, for the
+    first thing wrong. For a stream (`stream`) the options are checked with a streamer, as they run."""
     request = parse_body(body, limits, defaults, stream=stream)
+    generator = TextGenerator(text, defaults)
     src_lang = request.options.get("src_lang")
     inputs, eos = [], set()
     for text_in in request.inputs:
-        encoded = encode_in(text, [text_in], src_lang, return_tensors="pt", padding=True, truncation=True)
+        encoded = generator.encode([text_in], src_lang)
         ids, mask = encoded["input_ids"], encoded["attention_mask"]
-        options = {"defaults": defaults, **as_forced_token(text, request.options, ids, mask)}
+        options = generator.options(**request.options)
         if request.details:
             options |= {"output_scores": True, "return_dict_in_generate": True}
         job = scheduler.check(ids, mask, options | ({"streamer": discard} if stream else {}))

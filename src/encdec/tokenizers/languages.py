@@ -1,22 +1,25 @@
 """The language codes of a multilingual Hugging Face tokenizer (NLLB's eng_Latn, fra_Latn, ...; mBART-50's
 en_XX; M2M100's en, fr, ... written __en__, __fr__), as generate's src_lang and tgt_lang name them.
 
-    src_lang  the code the tokenizer puts around each source (NLLB: `eng_Latn ... </s>`; legacy: at the end)
+    src_lang  the code put around each source (NLLB: `eng_Latn ... </s>`; legacy and mBART: at the end)
     tgt_lang  the code generation forces first after the decoder start: forced_bos_token_id, as transformers'
               translation pipeline sets it
 
 A code is one of the tokenizer's special tokens other than its roles (pad, EOS, ...), or one of M2M100's
-table of codes, on a tokenizer that takes a `src_lang`; anything else is one sentence. Setting a tokenizer's src_lang changes the tokenizer
-itself, so `encode_in` sets it, encodes and sets it back under one lock: a server's requests in different
-languages never see each other's.
+table of codes, on a tokenizer that takes a `src_lang`; anything else is one sentence. The tokenizer is never
+changed: `encode_in` reads where it puts its own language's code (its `prefix_tokens` and `suffix_tokens`,
+the rule NllbTokenizer, M2M100Tokenizer, MBartTokenizer and MBart50Tokenizer declare), puts the asked
+code there around the text's own ids, and cuts and pads as the tokenizer does; so a server's requests in
+different languages encode at once, with no lock. References in a tgt_lang (encdec evaluate's) take the same
+place, as those tokenizers' target mode gives them (`in_language`).
 """
 
-import threading
+import torch
 
 from encdec.errors import ConfigError, DataError, suggestion
+from encdec.tokenizers.padding import padded
 
 ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-LOCK = threading.Lock()  # held while a tokenizer's src_lang is not its own
 
 
 def hf_tokenizer_of(text):
@@ -70,29 +73,41 @@ def source_tokenizer(text, src_lang: str):
     return text
 
 
-def encode_in(text, texts: list[str], src_lang: str | None = None, **kwargs) -> dict:
-    """`text(texts, **kwargs)` with the tokenizer's source language set to `src_lang` (None: its own), under
-    the lock, the tokenizer's own language restored after."""
-    with LOCK:
-        if src_lang is None:
-            return text(texts, **kwargs)
-        tokenizer = source_tokenizer(text, src_lang)
-        own = tokenizer.src_lang
-        try:
-            tokenizer.src_lang = src_lang
-            return tokenizer(texts, **kwargs)
-        finally:
-            tokenizer.src_lang = own
+def code_placement(tokenizer, code: str, option: str = "src_lang") -> tuple[list[int], list[int]]:
+    """(prefix, suffix): the ids `tokenizer` puts before and after a text's own ids in language `code`, read
+    from the rule it declares for its own src_lang (its `prefix_tokens` and `suffix_tokens`, NLLB's
+    [eng_Latn] and [</s>], mBART's [] and [</s>, en_XX]) with its own code's id replaced by `code`'s. One
+    sentence (ConfigError, naming `option`) for a code it lacks or a tokenizer that places no code."""
+    wanted = language_id(tokenizer, code, option)
+    own = language_id(tokenizer, tokenizer.src_lang, "the tokenizer's own src_lang")
+    prefix, suffix = list(tokenizer.prefix_tokens), list(tokenizer.suffix_tokens)
+    if own not in prefix + suffix:
+        raise ConfigError(f"{option} has no place: {type(tokenizer).__name__} puts no language code around an input")
+    return [wanted if i == own else i for i in prefix], [wanted if i == own else i for i in suffix]
 
 
-def set_languages(text, src_lang: str | None, tgt_lang: str | None) -> None:
-    """Make `src_lang` and `tgt_lang` the languages `text` encodes sources and references in, for a command
-    that encodes on one thread (encdec evaluate: its inputs, and references as `text_target`)."""
-    if src_lang is not None:
-        source_tokenizer(text, src_lang).src_lang = src_lang
-    if tgt_lang is not None and hf_tokenizer_of(text) is text:
-        language_id(text, tgt_lang, "tgt_lang")
-        text.tgt_lang = tgt_lang
+def in_language(tokenizer, texts: list[str], code: str, option: str = "src_lang", cut: bool = True) -> list[list[int]]:
+    """Each text's ids as `tokenizer` gives them once its src_lang is `code` (tgt_lang for references: the
+    same place), the tokenizer left as it is: the text's own ids between `code_placement`'s, cut (`cut`) to
+    its model_max_length on its truncation side. The own ids are asked with padding and truncation as every
+    encoding of a source asks them, so a fast tokenizer's backend settings never change under another thread."""
+    prefix, suffix = code_placement(tokenizer, code, option)
+    own = tokenizer(texts, add_special_tokens=False, padding=cut, truncation=cut)
+    room = max(tokenizer.model_max_length - len(prefix) - len(suffix), 0) if cut else None
+    rows = []
+    for ids, mask in zip(own["input_ids"], own["attention_mask"], strict=True):
+        ids = [i for i, real in zip(ids, mask, strict=True) if real]
+        if room is not None:
+            ids = ids[max(len(ids) - room, 0) :] if tokenizer.truncation_side == "left" else ids[:room]
+        rows.append([*prefix, *ids, *suffix])
+    return rows
+
+
+def encode_in(tokenizer, texts: list[str], code: str) -> dict[str, torch.Tensor]:
+    """What `tokenizer(texts, return_tensors="pt", padding=True, truncation=True)` gives once its src_lang is
+    `code`, the tokenizer left as it is: input_ids and attention_mask (B, S), padded on its padding side."""
+    rows = in_language(tokenizer, texts, code)
+    return padded(rows, tokenizer.pad_token_id, tokenizer.padding_side, torch.long)  # as Hugging Face pads
 
 
 def generation_languages(tokenizer, src_lang, tgt_lang, forced_given, src_ids, src_mask) -> int | None:
@@ -115,16 +130,3 @@ def generation_languages(tokenizer, src_lang, tgt_lang, forced_given, src_ids, s
     if forced_given is not None and forced_given != forced:
         raise ConfigError(f"tgt_lang {tgt_lang} is token {forced} but forced_bos_token_id is {forced_given}; give one")
     return forced
-
-
-def as_forced_token(text, options: dict, src_ids, src_mask) -> dict:
-    """`options` as generate takes them without the tokenizer (the server's scheduler, evaluate's batches),
-    once `encode_in` has encoded the inputs src_ids, src_mask (B, S): src_lang and tgt_lang checked as
-    generate checks them, tgt_lang become the forced_bos_token_id it names, both dropped."""
-    src_lang, tgt_lang = options.get("src_lang"), options.get("tgt_lang")
-    rest = {key: value for key, value in options.items() if key not in ("src_lang", "tgt_lang")}
-    if src_lang is None and tgt_lang is None:
-        return rest
-    given = options.get("forced_bos_token_id")
-    forced = generation_languages(hf_tokenizer_of(text), src_lang, tgt_lang, given, src_ids, src_mask.bool())
-    return rest if forced is None else {**rest, "forced_bos_token_id": forced}
