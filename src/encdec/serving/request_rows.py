@@ -7,14 +7,10 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from encdec.generation.search import SampleSearch
-
-if TYPE_CHECKING:
-    from encdec.serving.scheduler import Scheduler
 
 
 class Abandoned(Exception):
@@ -49,7 +45,7 @@ class RowModel:
     """What `generate` drives for one request: the served model's config and defaults, `start` and `step`
     handed to the scheduler."""
 
-    def __init__(self, scheduler: Scheduler, work: Work):
+    def __init__(self, scheduler, work: Work):  # scheduler: encdec.serving.scheduler.Scheduler
         self.scheduler, self.work = scheduler, work
         model = scheduler.model
         self.config, self.device = model.config, next(model.parameters()).device

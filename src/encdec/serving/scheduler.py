@@ -10,8 +10,8 @@ searches (their own scoring and stopping) are `generate` run in the request's th
 `RowModel` (encdec.serving.request_rows), a stand-in model whose `start` and `step` hand their work to the scheduler and wait;
 greedy and sampling (its own seeded generator) are `generate`'s SampleSearch, which the scheduler
 advances itself after each step (the greedy rows of all requests chosen by one argmax). The
-scheduler owns the running batch, a `DecodeState` of rows that join and leave
-(encdec.modules.decode_state): at a step boundary it starts the requests waiting (one `model.start`
+scheduler owns the running batch, a `RunningBatch` of rows that join and leave
+(encdec.modules.running_batch): at a step boundary it starts the requests waiting (one `model.start`
 for all of them, once JOIN_BATCH wait or the oldest has waited JOIN_STEPS steps) and joins their
 rows to the batch, waits until every running request has asked for its next step, and runs one
 `model.step` over all their rows, each at its own position. So a request's tokens are those of
@@ -51,7 +51,7 @@ from encdec.generation.generate import Prepared, generate, prepare, resolve_conf
 from encdec.generation.interface import capabilities_of
 from encdec.generation.search import argmax
 from encdec.generation.strategies import strategy_for
-from encdec.modules import DecodeState
+from encdec.modules import RunningBatch
 from encdec.serving.request_rows import Abandonable, Abandoned, RowModel, Work, fail, gone, padded
 
 log = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ class Scheduler:
             self.model = model if isinstance(model, torch.nn.Module) else model()
             self.batched = capabilities_of(self.model).continuous_batching
             like = next(self.model.parameters())
-            self.batch = DecodeState.batch(like.device, like.dtype) if self.batched else None
+            self.batch = RunningBatch(like.device, like.dtype) if self.batched else None
         except BaseException as error:  # the loader's refusal, raised in the thread that made the scheduler
             loaded.set_exception(error)
             return
