@@ -4,9 +4,9 @@ Run: python benchmarks/bench_beam_memory.py [--shape t5-small] [--batch 4] [--so
 
 For each beam width, two figures per system, side by side:
   - cache MiB: what the decoding state holds once every position is written, counted from its tensors:
-    encdec's decode state (each layer's self-attention cache of max_new_tokens + 1 columns, with the spare
-    pair a beam reorder gathers into, and the cross-attention keys and values, one memory row per example,
-    shared by its beams), Hugging Face's EncoderDecoderCache returned by generate (its self-attention
+    encdec's decode state (each layer's self-attention cache of max_new_tokens + 1 columns, the one spare
+    pair all layers' beam reorders gather into, and the cross-attention keys and values, one memory row
+    per example, shared by its beams), Hugging Face's EncoderDecoderCache returned by generate (its self-attention
     keys and values, and its cross-attention ones, one per beam: generate expands the encoder output
     num_beams times before decoding);
   - peak MiB: the peak of torch's CPU allocations during one whole generate call (encoder included) above
@@ -40,7 +40,7 @@ def encdec_cache_mib(model, src, mask, beams: int, new: int) -> tuple[float, flo
         model.step_logits(torch.zeros(state.rows, 1, dtype=torch.long), state)
         state.advance(1)
         state.reorder(torch.arange(state.rows))
-    growing = [t for cache in state.bag.step for t in (cache.keys, cache.values, *(cache._spare or ()))]
+    growing = [t for cache in state.bag.step for t in (cache.keys, cache.values)] + list(state.bag.spare or ())
     memory = [t for cache in state.bag.memory for t in (cache.stored_keys, cache.values)]
     return tensor_mib(growing), tensor_mib(memory)
 

@@ -16,6 +16,11 @@ server's running batch, `resize` (grow or trim its buffers), `blank` (one of the
 shape state or a batch) and `load` (a fixed-shape state's start). A memory cache shares one memory row
 between the `groups` rows of an example: beam moves leave it as it is, and nothing is repeated per beam.
 
+A beam reorder gathers each growing cache's written columns into a spare pair of buffers of its shape, which
+then becomes the cache, and hands the pair it no longer uses to the next layer: one spare pair for the whole
+bag (layers + 1 pairs held, not 2 x layers), one read and one write of the written columns a layer, no
+allocation after the first reorder.
+
 Shapes: R rows, M memory rows, K kv heads, L columns held, S memory (source) length, D head dim.
 """
 
@@ -26,6 +31,8 @@ from typing import Protocol
 import torch
 
 from encdec.modules.kv_cache import StaticKVCache
+
+Spare = tuple[torch.Tensor, torch.Tensor] | None  # keys and values buffers a reorder may gather into
 
 
 class RowLayout(Protocol):
@@ -48,7 +55,7 @@ class LayerState(Protocol):
     """One layer's decoding cache, as the decode state moves it (see the module)."""
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
-    def reorder(self, index: torch.Tensor) -> None: ...  # keep rows index (R,), each within its example's
+    def reorder(self, index: torch.Tensor, spare: Spare = None) -> Spare: ...  # keep rows index (R,) (see below)
     def repeat(self, n: int) -> None: ...  # each row n rows, example-major
     def reorder_rows(self, dst: torch.Tensor, src: torch.Tensor) -> None: ...  # some rows, within their request
     def move_rows(self, dst: torch.Tensor, src: torch.Tensor) -> None: ...  # rows leaving: others take their place
@@ -69,13 +76,11 @@ class SelfAttentionCache:
         self.state = state
         self.keys: torch.Tensor | None = None  # (R, K, L, D), made at the first append
         self.values: torch.Tensor | None = None
-        self._spare: tuple[torch.Tensor, torch.Tensor] | None = None  # what `reorder` gathers into
 
     def allocate(self, rows: int, kv_heads: int, columns: int, d_head: int, like: torch.Tensor) -> None:
         """Zeroed buffers (rows, K, columns, D) of like's dtype and device: zeros are masked and finite."""
         self.keys = like.new_zeros(rows, kv_heads, columns, d_head)
         self.values = like.new_zeros(rows, kv_heads, columns, d_head)
-        self._spare = None
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """k, v (R, K, t, D) at each row's next t columns -> the keys and values a step reads (R, K, W, D)."""
@@ -98,32 +103,32 @@ class SelfAttentionCache:
         width = state.columns + t
         return self.keys[:R, :, :width], self.values[:R, :, :width]
 
-    def reorder(self, index: torch.Tensor) -> None:
+    def reorder(self, index: torch.Tensor, spare: Spare = None) -> Spare:
         """Keep rows `index` (R,) of the written columns. In place in static mode (its buffers never move), else
-        gathered into a second pair of buffers that then become the cache (the two swap at every reorder: one
-        read and one write of the written columns, no allocation; gathering into a temporary and copying it
-        back read and wrote them twice, 68 against 41 us per layer's keys for 32 beams of 50 positions)."""
+        gathered into `spare` (made where None or of another shape), which becomes the cache; returns the pair
+        it no longer uses (see the module: gathering into a temporary and copying it back read and wrote the
+        columns twice, 68 against 41 us per layer's keys for 32 beams of 50 positions)."""
         if self.keys is None:
-            return
+            return spare
         R, columns = index.shape[0], self.state.columns
         if self.state.static:
             for buf in (self.keys, self.values):
                 buf[:R, :, :columns] = buf[:R, :, :columns].index_select(0, index)
-            return
-        if self._spare is None or self._spare[0].shape != self.keys.shape:
-            self._spare = (torch.empty_like(self.keys), torch.empty_like(self.values))
-        spare_k, spare_v = self._spare
+            return spare
+        if spare is None or spare[0].shape != self.keys.shape or spare[0].dtype != self.keys.dtype:
+            spare = (torch.empty_like(self.keys), torch.empty_like(self.values))
+        spare_k, spare_v = spare
         torch.index_select(self.keys[:R, :, :columns], 0, index, out=spare_k[:R, :, :columns])
         torch.index_select(self.values[:R, :, :columns], 0, index, out=spare_v[:R, :, :columns])
-        self._spare = (self.keys, self.values)
+        freed = (self.keys, self.values)
         self.keys, self.values = spare_k, spare_v
+        return freed
 
     def repeat(self, n: int) -> None:
         if self.keys is not None:
             rows = self.state.rows
             self.keys = self.keys[:rows].repeat_interleave(n, 0)
             self.values = self.values[:rows].repeat_interleave(n, 0)
-            self._spare = None
 
     def reorder_rows(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         self.move_rows(dst, src)
@@ -190,8 +195,9 @@ class CrossAttentionCache(StaticKVCache):
         view.stored_keys, view.values = keys, self.values[:rows, :, :width]
         return view
 
-    def reorder(self, index: torch.Tensor) -> None:
+    def reorder(self, index: torch.Tensor, spare: Spare = None) -> Spare:
         """Nothing: the rows of an example share its memory row, wherever its beams move."""
+        return spare
 
     def repeat(self, n: int) -> None:
         """Nothing: the memory row is shared by n times more rows (the state's `groups`)."""
@@ -246,6 +252,7 @@ class StateBag:
     def __init__(self):
         self.step: list[SelfAttentionCache] = []
         self.memory: list[CrossAttentionCache] = []
+        self.spare: Spare = None  # the one pair of buffers a beam reorder gathers into (see the module)
 
     def __iter__(self):
         yield from self.step
@@ -253,7 +260,7 @@ class StateBag:
 
     def reorder(self, index: torch.Tensor) -> None:
         for cache in self:
-            cache.reorder(index)
+            self.spare = cache.reorder(index, self.spare)
 
     def repeat(self, n: int) -> None:
         for cache in self:
