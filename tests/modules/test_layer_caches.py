@@ -77,6 +77,17 @@ def test_a_running_batch_moves_memory_and_step_caches_alike_when_rows_leave():
     assert inputs.mask.shape == (1, 1, 1, 5) and bool((inputs.mask == 0).all())
 
 
+def test_an_emptied_batch_gives_its_buffers_back_and_takes_rows_again():
+    batch = RunningBatch("cpu", torch.float32)
+    batch.join(started_state(4, 5, 1.0), [3])
+    batch.remove([0, 1, 2])
+    assert list(batch.bag) == [] and batch.memory_mask is None and batch.capacity_rows == 0
+    (rows,) = batch.join(started_state(1, 2, 3.0), [1])
+    assert list(rows) == [0] and batch.columns == 1 and batch.memory_width == 2
+    assert batch.caches[0].keys[0, 0, :1, 0].tolist() == [3.0]
+    assert batch.memory[0].keys[0, 0, :2, 0].tolist() == [3.0, 3.0]
+
+
 def test_a_fixed_shape_state_is_blank_caches_of_the_same_kinds_loaded_from_a_start():
     like = started_state(0, 3, 1.0)
     fixed = DecodeState.fixed(like, 8, 4)

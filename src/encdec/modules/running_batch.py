@@ -19,6 +19,7 @@ import torch
 
 from encdec.modules.attention import blocked_value
 from encdec.modules.decode_state import DecodeState
+from encdec.modules.layer_caches import StateBag
 
 ROW_TENSORS = ("lengths", "pad", "source_lengths", "next_input", "substitute")  # (R,) each, where present
 
@@ -30,6 +31,15 @@ class RunningBatch(DecodeState):
         super().__init__(0, 1, device, dtype)
         self.aligned = False
         self.source_widths = torch.zeros(0, dtype=torch.long, device=self.device)  # (R,) each row's memory width
+
+    def trim(self) -> None:
+        """Once every row has left: every buffer given back (the room a burst of long requests grew is not
+        held by an idle server); the next join makes what it needs."""
+        self.bag, self.memory_mask, self._layers = StateBag(), None, None
+        self.capacity_rows, self.capacity, self.columns, self.memory_width = 0, 1, 0, 0
+        self.lengths, self.source_widths = self.lengths[:0].clone(), self.source_widths[:0].clone()
+        self.row_index, self.position = self.row_index[:0], self.lengths[:1]
+        self.pad = self.source_lengths = self.next_input = self.substitute = None
 
     def join(self, other: DecodeState, copies: list[int]) -> list[range]:
         """Take `other`'s examples (a state `start` made for them, aligned) as new rows of this batch, example
@@ -84,7 +94,10 @@ class RunningBatch(DecodeState):
                     tensor[dst] = tensor[src]
         self.rows = keep
         self._layers = None
-        self.narrow()
+        if keep == 0:
+            self.trim()
+        else:
+            self.narrow()
         return dict(zip(movers, holes))
 
     def reorder_rows(self, rows: list[int], order: list[int]) -> None:
