@@ -1,5 +1,5 @@
-"""The decode state's caches (StepCache): what was written comes back, past the first buffer too; beam
-reorders gather rows (swapping two buffers, or in place in static mode); and rows at positions of their
+"""The decode state's growing caches (SelfAttentionCache): what was written comes back, past the first buffer
+too; beam reorders gather rows (swapping two buffers, or in place in static mode); and rows at positions of their
 own (a server's batch) write and read each at its own column."""
 
 import torch

@@ -23,8 +23,9 @@ the bag, each cache by its own rule.
 Three ways to run a step:
   aligned   every row at the same column, which the host knows (`columns`), as in `generate`: a step
             writes with a slice and attends over the columns written; no mask but a bias and padding.
-  rows      rows at columns of their own (a server's batch, after `join` or `remove`): a step writes each
-            row's keys at its own column and masks each row's keys beyond it; the host knows the widest.
+  rows      rows at columns of their own (a server's batch, encdec.modules.running_batch, after `join` or
+            `remove`): a step writes each row's keys at its own column and masks each row's keys beyond it;
+            the host knows the widest.
   static    nothing read on the host, every shape fixed (compiled steps, CUDA graphs): the column is a
             device tensor, attention runs over all L columns of the buffers, those not written masked.
 
