@@ -7,7 +7,7 @@ import torch
 from lm_checks import V, assert_lm_cached_equals_full, assert_lm_generate_is_greedy_over_full_forward, tiny
 
 from encdec.errors import ConfigError, DataError
-from encdec.modules import DecodeState
+from encdec.modules import RunningBatch
 
 
 def test_forward_is_gpt_with_a_tied_head_and_no_biases():
@@ -105,7 +105,7 @@ def test_a_sliding_window_decodes_rows_at_columns_of_their_own_as_the_full_forwa
     """A server's batch: two prompts of 5 and 2 tokens join one state, each row masking by its own column."""
     model = tiny("decoder_only-tiny", **GEMMA)
     ids = torch.randint(0, V - 2, (2, 12), generator=torch.Generator().manual_seed(0))
-    batch = DecodeState.batch("cpu", torch.float32)
+    batch = RunningBatch("cpu", torch.float32)
     for row, prompt_len in enumerate((5, 2)):
         batch.join(model.start(ids[row : row + 1, :prompt_len], None, 12), [1])
     got = [model.step(torch.zeros(2, 1, dtype=torch.long), batch)]  # the placeholders: each prompt's last token

@@ -1,10 +1,10 @@
-"""The decode state's caches (StepCache): what was written comes back, past the first buffer too; beam
-reorders gather rows (swapping two buffers, or in place in static mode); and rows at positions of their
+"""The decode state's growing caches (SelfAttentionCache): what was written comes back, past the first buffer
+too; beam reorders gather rows (swapping two buffers, or in place in static mode); and rows at positions of their
 own (a server's batch) write and read each at its own column."""
 
 import torch
 
-from encdec.modules import DecodeState
+from encdec.modules import DecodeState, RunningBatch
 
 
 def write(state: DecodeState, cache, k: torch.Tensor):
@@ -70,7 +70,7 @@ def test_a_static_state_reorders_in_place():
 def test_rows_of_a_batch_write_and_read_each_at_its_own_column():
     """Two states started apart, joined as rows of a batch at columns 2 and 0: each row's keys land at its
     own column, the step reads the widest row's columns, and the causal mask stops each row at its own."""
-    batch = DecodeState.batch("cpu", torch.float32)
+    batch = RunningBatch("cpu", torch.float32)
     for columns in (2, 0):
         state = DecodeState(1, 6, "cpu", torch.float32)
         cache = state.new_caches(1)[0]

@@ -6,7 +6,8 @@ are sized from the batch, the options and the model's config (read by name: gene
 knows no model class) and compared with what the model's device has free.
 
     token buffers     R x L x 8 bytes, a few of them (running and finished hypotheses)
-    self-attention    R x L x layers x 2 x K x D x dtype (twice for beams: reordering swaps buffers)
+    self-attention    R x L x layers x 2 x K x D x dtype (one layer's more for beams: the spare pair a
+                      reorder gathers into, encdec.modules.layer_caches)
     cross-attention   B x S x layers x 2 x K x D x dtype (the beams of one example share theirs)
     relative bias     H x L x L x dtype (T5's decoder bias, computed once for every position pair)
     encoder           B x S x C x dtype (a few) and one layer's scores x dtype: B x H x S x S where it
@@ -42,8 +43,8 @@ def generation_bytes(model, cfg: GenerationConfig, batch: int, source_len: int, 
     layers, heads, d_head = model_cfg.decoder_layers, model_cfg.n_heads, model_cfg.head_dim
     kv = model_cfg.n_kv_heads or heads
     cross_kv = model_cfg.cross_n_kv_heads or kv
-    spares = 2 if cfg.num_beams > 1 else 1
-    sizes["self-attention caches"] = rows * length * layers * 2 * kv * d_head * dtype * spares
+    held = layers + 1 if cfg.num_beams > 1 else layers  # beams: and the spare pair reorders gather into
+    sizes["self-attention caches"] = rows * length * held * 2 * kv * d_head * dtype
     sizes["cross-attention caches"] = batch * source_len * layers * 2 * cross_kv * d_head * dtype
     if getattr(model_cfg, "position", None) == "relative" and getattr(model_cfg, "family", None) == "encoder_decoder":
         sizes["relative bias"] = heads * length * length * dtype

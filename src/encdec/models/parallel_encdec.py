@@ -26,7 +26,7 @@ from torch import nn
 
 from encdec.models import causal_lm_shared as lm
 from encdec.models.model_config import ModelConfig
-from encdec.modules import AttentionInputs, DecodeState, LayerCache, StepCache
+from encdec.modules import AttentionInputs, DecodeState, LayerCache, SelfAttentionCache
 
 
 class ParallelLayer(nn.Module):
@@ -44,7 +44,7 @@ class ParallelLayer(nn.Module):
         enc: torch.Tensor,
         dec: torch.Tensor,
         inputs: AttentionInputs,
-        encoder_cache: StepCache | None = None,
+        encoder_cache: SelfAttentionCache | None = None,
         decoder_cache: LayerCache | None = None,
     ):
         """enc, dec (B, T, C) -> updated enc, dec (B, T, C), and the router logits of each block (or None)."""

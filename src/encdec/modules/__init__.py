@@ -2,10 +2,11 @@
 
 from encdec.modules.attention import Attention, additive_mask, causal_mask
 from encdec.modules.blocks import AttentionInputs, DecoderBlock, EncoderBlock
-from encdec.modules.decode_state import DecodeState, StepCache
+from encdec.modules.decode_state import DecodeState
 from encdec.modules.dropout import Dropout, dropout
 from encdec.modules.feed_forward import FeedForward
 from encdec.modules.kv_cache import LayerCache, StaticKVCache
+from encdec.modules.layer_caches import CrossAttentionCache, LayerState, SelfAttentionCache, StateBag
 from encdec.modules.masks import Packing, as_bool_mask, within_window
 from encdec.modules.moe import MoE, load_balance_loss, router_z_loss
 from encdec.modules.norms import RMSNorm, build_norm
@@ -18,17 +19,20 @@ from encdec.modules.positions import (
     relative_position_bucket,
     sinusoidal_table,
 )
+from encdec.modules.running_batch import RunningBatch
 from encdec.modules.vocab_projection import lm_head
 
 __all__ = [
     "Attention",
     "AttentionInputs",
+    "CrossAttentionCache",
     "DecodeState",
     "DecoderBlock",
     "Dropout",
     "EncoderBlock",
     "FeedForward",
     "LayerCache",
+    "LayerState",
     "LearnedPositions",
     "MoE",
     "Packing",
@@ -36,9 +40,11 @@ __all__ = [
     "RMSNorm",
     "RelativePositionBias",
     "RotaryEmbedding",
+    "RunningBatch",
+    "SelfAttentionCache",
     "SinusoidalPositions",
+    "StateBag",
     "StaticKVCache",
-    "StepCache",
     "additive_mask",
     "as_bool_mask",
     "build_norm",

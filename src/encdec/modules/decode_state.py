@@ -11,17 +11,21 @@ compiled step and the server's running batch are three uses of one type, not thr
 
 Per row: `lengths` (R,), the columns it has written (decoded positions; a causal LM's stream columns,
 prompt included), and `pad` (R,), the leading columns of a left-padded prompt it does not use, so its
-position at column c is c - pad. Per attention layer that writes as it decodes (self-attention, and
-the research families' cross-attention to their advancing encoder), a `StepCache`: keys and values
-(R, K, L, D) written at each row's next columns. Per layer that reads a fixed memory (cross-attention
-to an encoder output), a `MemoryCache`: keys and values of M = R / groups memory rows (the beams of
-one example share their example's), and one additive mask `memory_mask` (M, 1, 1, S) for all layers.
+position at column c is c - pad. Each attention layer's cache is its own kind's object in the state's
+bag (`bag`, encdec.modules.layer_caches): a layer that writes as it decodes (self-attention, and the
+research families' cross-attention to their advancing encoder) a `SelfAttentionCache`, keys and values
+(R, K, L, D) written at each row's next columns (`caches`); a layer that reads a fixed memory (cross-
+attention to an encoder output) a `CrossAttentionCache`, keys and values of M = R / groups memory rows,
+the beams and samples of one example sharing their example's (`memory`), beside one additive mask
+`memory_mask` (M, 1, 1, S) for all layers. The state moves rows (beams, repeats, a batch's joins) through
+the bag, each cache by its own rule.
 
 Three ways to run a step:
   aligned   every row at the same column, which the host knows (`columns`), as in `generate`: a step
             writes with a slice and attends over the columns written; no mask but a bias and padding.
-  rows      rows at columns of their own (a server's batch, after `join` or `remove`): a step writes each
-            row's keys at its own column and masks each row's keys beyond it; the host knows the widest.
+  rows      rows at columns of their own (a server's batch, encdec.modules.running_batch, after `join` or
+            `remove`): a step writes each row's keys at its own column and masks each row's keys beyond it;
+            the host knows the widest.
   static    nothing read on the host, every shape fixed (compiled steps, CUDA graphs): the column is a
             device tensor, attention runs over all L columns of the buffers, those not written masked.
 
@@ -45,90 +49,10 @@ import torch
 
 from encdec.modules.attention import additive_mask, blocked_value
 from encdec.modules.blocks import AttentionInputs
-from encdec.modules.kv_cache import LayerCache, StaticKVCache
+from encdec.modules.kv_cache import LayerCache
+from encdec.modules.layer_caches import CrossAttentionCache, SelfAttentionCache, StateBag
 
 BiasFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # q_pos (T,), k_pos (S,) -> (1, H, T, S)
-
-
-class StepCache:
-    """One attention layer's keys and values of R rows (R, K, L, D), written at each row's next columns
-    (Attention's cache protocol: `append` the new keys, get every key a query may read)."""
-
-    frozen = False
-
-    def __init__(self, state: DecodeState):
-        self.state = state
-        self.keys: torch.Tensor | None = None  # (R, K, L, D), made at the first append
-        self.values: torch.Tensor | None = None
-        self._spare: tuple[torch.Tensor, torch.Tensor] | None = None  # what `reorder` gathers into
-
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """k, v (R, K, t, D) at each row's next t columns -> the keys and values a step reads (R, K, W, D)."""
-        state = self.state
-        if self.keys is None:
-            R, K, _, D = k.shape
-            self.keys = k.new_zeros(state.capacity_rows, K, state.capacity, D)  # zeros: masked, finite
-            self.values = v.new_zeros(state.capacity_rows, K, state.capacity, D)
-        R, t = k.shape[0], k.shape[2]
-        if state.static:
-            self.keys.index_copy_(2, state.position, k)
-            self.values.index_copy_(2, state.position, v)
-            return self.keys, self.values
-        if state.aligned:
-            start = state.columns
-            self.keys[:R, :, start : start + t] = k
-            self.values[:R, :, start : start + t] = v
-        else:  # t == 1: each row's key at its own column
-            rows, at = state.row_index[:R], state.lengths[:R]
-            self.keys[rows, :, at] = k[:, :, 0]
-            self.values[rows, :, at] = v[:, :, 0]
-        width = state.columns + t
-        return self.keys[:R, :, :width], self.values[:R, :, :width]
-
-    def reorder(self, index: torch.Tensor, columns: int, in_place: bool) -> None:
-        """Keep rows `index` (R,) of the first `columns` columns. In place (the buffers never move: static mode),
-        or gathered into a second pair of buffers that then become the cache (the two swap at every reorder:
-        one read and one write of the written columns, no allocation; gathering into a temporary and copying
-        it back read and wrote them twice, 68 against 41 us per layer's keys for 32 beams of 50 positions)."""
-        if self.keys is None:
-            return
-        R = index.shape[0]
-        if in_place:
-            for buf in (self.keys, self.values):
-                buf[:R, :, :columns] = buf[:R, :, :columns].index_select(0, index)
-            return
-        if self._spare is None or self._spare[0].shape != self.keys.shape:
-            self._spare = (torch.empty_like(self.keys), torch.empty_like(self.values))
-        spare_k, spare_v = self._spare
-        torch.index_select(self.keys[:R, :, :columns], 0, index, out=spare_k[:R, :, :columns])
-        torch.index_select(self.values[:R, :, :columns], 0, index, out=spare_v[:R, :, :columns])
-        self._spare = (self.keys, self.values)
-        self.keys, self.values = spare_k, spare_v
-
-    def resized(self, rows: int, columns: int, keep_rows: int, keep_columns: int) -> None:
-        """New buffers of `rows` x `columns`, the first keep_rows x keep_columns kept."""
-        if self.keys is None:
-            return
-        for name in ("keys", "values"):
-            old = getattr(self, name)
-            new = old.new_zeros(rows, old.shape[1], columns, old.shape[3])
-            new[:keep_rows, :, :keep_columns] = old[:keep_rows, :, :keep_columns]
-            setattr(self, name, new)
-        self._spare = None
-
-
-class MemoryCache(StaticKVCache):
-    """One cross-attention layer's keys and values of a fixed memory: (M, K, S, D), the keys stored
-    transposed where a step's few queries read them faster so (see StaticKVCache). `view(n, S)` is what a
-    step of n memory rows over S source positions reads."""
-
-    def view(self, rows: int, width: int) -> StaticKVCache:
-        if self.stored_keys is None:
-            return self
-        view = StaticKVCache(self.transposed)
-        keys = self.stored_keys[:rows, :, :, :width] if self.transposed else self.stored_keys[:rows, :, :width]
-        view.stored_keys, view.values = keys, self.values[:rows, :, :width]
-        return view
 
 
 class DecodeState:
@@ -144,8 +68,7 @@ class DecodeState:
         self.aligned = True  # every row at `columns`
         self.static = False
         self.position = self.lengths[:1]  # (1,) the column every row writes next, in static mode
-        self.caches: list[StepCache] = []
-        self.memory: list[MemoryCache] = []
+        self.bag = StateBag()  # every layer's cache: bag.step (growing), bag.memory (a fixed memory's)
         self.memory_mask: torch.Tensor | None = None  # additive (M, 1, 1, S); None: every position real
         self.memory_width = 0  # host: S, the widest memory row's real length
         self.groups = 1  # rows per memory row (beams sharing their example's memory)
@@ -160,17 +83,25 @@ class DecodeState:
 
     # -- what a family sets up in `start` ---------------------------------------------------------------
 
-    def new_caches(self, n: int, kv_heads: int | None = None, d_head: int | None = None) -> list[StepCache]:
-        """n step caches, their buffers made now when their kv heads and head width are given (else at their
+    @property
+    def caches(self) -> list[SelfAttentionCache]:
+        """The growing caches, in the order the model's layers read them."""
+        return self.bag.step
+
+    @property
+    def memory(self) -> list[CrossAttentionCache]:
+        """The fixed memory's caches, one per decoder layer."""
+        return self.bag.memory
+
+    def new_caches(self, n: int, kv_heads: int | None = None, d_head: int | None = None) -> list[SelfAttentionCache]:
+        """n growing caches, their buffers made now when their kv heads and head width are given (else at their
         first write)."""
-        caches = [StepCache(self) for _ in range(n)]
+        caches = [SelfAttentionCache(self) for _ in range(n)]
         if kv_heads is not None:
+            like = torch.empty(0, dtype=self.dtype, device=self.device)
             for cache in caches:
-                cache.keys = torch.zeros(
-                    self.rows, kv_heads, self.capacity, d_head, dtype=self.dtype, device=self.device
-                )
-                cache.values = torch.zeros_like(cache.keys)
-        self.caches.extend(caches)
+                cache.allocate(self.rows, kv_heads, self.capacity, d_head, like)
+        self.bag.step.extend(caches)
         return caches
 
     def set_memory(self, keys_values: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None) -> None:
@@ -179,11 +110,7 @@ class DecodeState:
         M, S = keys_values[0][0].shape[0], keys_values[0][0].shape[2]
         self.groups = self.rows // M
         transposed = self.groups > 1  # several query rows per memory row read transposed keys (StaticKVCache)
-        self.memory = []
-        for k, v in keys_values:
-            cache = MemoryCache(transposed)
-            cache.append(k, v)
-            self.memory.append(cache)
+        self.bag.memory = [CrossAttentionCache(self, transposed).fill(k, v) for k, v in keys_values]
         self.memory_mask = additive_mask(mask[:, None, None, :], None, self.dtype) if mask is not None else None
         self.memory_width = S
         self._layers = None
@@ -324,18 +251,14 @@ class DecodeState:
         if self.static or self.columns + t <= self.capacity:
             return
         capacity = max(self.columns + t, 2 * self.capacity)
-        for cache in self.caches:
-            cache.resized(self.capacity_rows, capacity, self.capacity_rows, self.columns)
+        for cache in self.bag.step:
+            cache.resize(self.capacity_rows, capacity)
         self.capacity = capacity
 
     def repeat(self, n: int) -> None:
         """Each row becomes n rows, laid out example-major (row r becomes rows r*n .. r*n+n-1), caches copied:
         the beams or samples of an example after its prompt ran once. The memory stays, shared n ways more."""
-        for cache in self.caches:
-            if cache.keys is not None:
-                cache.keys = cache.keys[: self.rows].repeat_interleave(n, 0)
-                cache.values = cache.values[: self.rows].repeat_interleave(n, 0)
-                cache._spare = None
+        self.bag.repeat(n)
         for name in ("lengths", "pad", "source_lengths", "next_input", "substitute"):
             tensor = getattr(self, name)
             if tensor is not None:
@@ -355,177 +278,9 @@ class DecodeState:
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows `index` (R,), each within its own example's rows (beam search, Steppable's contract): the
-        written columns of every step cache are gathered (in place in static mode, whose buffers never move);
+        written columns of every growing cache are gathered (in place in static mode, whose buffers never move);
         what is the same for all rows of an example (memory, lengths, padding, position terms) stays."""
-        for cache in self.caches:
-            cache.reorder(index, self.columns, in_place=self.static)
-
-    # -- a server's running batch ---------------------------------------------------------------------------
-
-    def join(self, other: DecodeState, copies: list[int]) -> list[range]:
-        """Take `other`'s examples (a state `start` made for them, aligned) as new rows of this batch, example
-        b as `copies[b]` rows (its beams or samples, each with a copy of its caches and memory). Returns
-        each example's rows (they move when others leave: see `remove`)."""
-        B = len(copies)
-        per_example = other.rows // B  # rows `start` made per example
-        pick = torch.arange(B, device=self.device) * per_example
-        pick = pick.repeat_interleave(torch.tensor(copies, device=self.device))  # (n,) a row of `other` each
-        first, n = self.rows, len(pick)
-        self._grow(first + n, max(self.columns, other.columns) + 1, other)
-        rows = slice(first, first + n)
-        for mine, theirs in zip(self.caches, other.caches):
-            if theirs.keys is None:
-                continue
-            if mine.keys is None:
-                K, D = theirs.keys.shape[1], theirs.keys.shape[3]
-                mine.keys = theirs.keys.new_zeros(self.capacity_rows, K, self.capacity, D)
-                mine.values = theirs.values.new_zeros(self.capacity_rows, K, self.capacity, D)
-            c = other.columns
-            mine.keys[rows, :, :c] = theirs.keys[pick, :, :c]
-            mine.values[rows, :, :c] = theirs.values[pick, :, :c]
-        if other.memory:
-            memory_rows = torch.div(pick, other.groups, rounding_mode="floor")  # the memory row of each new row
-            S = other.memory_width
-            for mine, theirs in zip(self.memory, other.memory):
-                keys, values = theirs.keys[memory_rows], theirs.values[memory_rows]  # (n, K, S, D)
-                mine_keys = mine.keys  # (R, K, S', D) view
-                mine_keys[rows, :, :S] = keys
-                mine_keys[rows, :, S:] = 0
-                mine.values[rows, :, :S] = values
-                mine.values[rows, :, S:] = 0
-            blocked = blocked_value(self.dtype, self.device.type)
-            self.memory_mask[rows] = blocked
-            theirs_mask = other.memory_mask[memory_rows] if other.memory_mask is not None else 0.0
-            self.memory_mask[rows, :, :, :S] = theirs_mask
-            self.memory_width = max(self.memory_width, S)
-            self._source_widths[rows] = S
-        self.lengths[rows] = other.row_lengths()[pick]
-        for name in ("pad", "source_lengths", "next_input"):
-            theirs = getattr(other, name)
-            if theirs is not None:
-                self._row_tensor(name, theirs.dtype)[rows] = theirs[pick]
-        if other.substitute is not None or other.next_input is not None:
-            flags = self._row_tensor("substitute", torch.bool)
-            flags[rows] = other.substitute[pick] if other.substitute is not None else False
-        if other.biases:
-            self.biases = other.biases
-        if other.window is not None:
-            self.window, self.sliding = other.window, other.sliding
-        self.rows += n
-        self.columns = max(self.columns, other.columns)
-        self.aligned = False
-        self._layers = None
-        return [range(first + sum(copies[:b]), first + sum(copies[: b + 1])) for b in range(B)]
-
-    def remove(self, rows: list[int]) -> dict[int, int]:
-        """Free `rows`; the last rows move into their places so the running rows stay a prefix. Returns
-        {old row: new row} for the rows that moved."""
-        gone = set(rows)
-        keep = self.rows - len(gone)
-        holes = sorted(r for r in gone if r < keep)
-        movers = [r for r in range(keep, self.rows) if r not in gone]
-        if holes:
-            src, dst = torch.tensor(movers, device=self.device), torch.tensor(holes, device=self.device)
-            for cache in self.caches:
-                if cache.keys is not None:
-                    for buf in (cache.keys, cache.values):
-                        buf[dst, :, : self.columns] = buf[src, :, : self.columns]
-            for cache in self.memory:
-                keys = cache.keys
-                keys[dst, :, : self.memory_width] = keys[src, :, : self.memory_width]
-                cache.values[dst, :, : self.memory_width] = cache.values[src, :, : self.memory_width]
-            for name in ("lengths", "pad", "source_lengths", "next_input", "substitute", "memory_mask"):
-                tensor = getattr(self, name)
-                if tensor is not None:
-                    tensor[dst] = tensor[src]
-            if self.memory:
-                self._source_widths[dst] = self._source_widths[src]
-        self.rows = keep
-        self._layers = None
-        self.narrow()
-        return dict(zip(movers, holes))
-
-    def reorder_rows(self, rows: list[int], order: list[int]) -> None:
-        """Row rows[i] takes the step caches of rows[order[i]] (a served beam search's reorder)."""
-        if order == list(range(len(order))):
-            return
-        dst = torch.tensor(rows, device=self.device)
-        src = dst[torch.tensor(order, device=self.device)]
-        for cache in self.caches:
-            if cache.keys is not None:
-                for buf in (cache.keys, cache.values):
-                    buf[dst] = buf[src]
-
-    def narrow(self) -> None:
-        """Once rows have left: the widest remaining row's columns and memory, learnt on the host (one sync)."""
-        if self.rows == 0:
-            self.columns, self.memory_width = 0, 0
-            return
-        widest = [self.lengths[: self.rows].max()]
-        if self.memory:
-            widest.append(self._source_widths[: self.rows].max())
-        values = torch.stack(widest).tolist()
-        self.columns = values[0]
-        if self.memory:
-            self.memory_width = values[1]
-
-    def _row_tensor(self, name: str, dtype: torch.dtype) -> torch.Tensor:
-        tensor = getattr(self, name)
-        if tensor is None:
-            tensor = torch.zeros(self.capacity_rows, dtype=dtype, device=self.device)
-            setattr(self, name, tensor)
-        return tensor
-
-    def _grow(self, rows: int, columns: int, like: DecodeState) -> None:
-        """Room for `rows` rows of `columns` columns, and for `like`'s memory (buffers doubled as outgrown)."""
-        R, L = self.capacity_rows, self.capacity
-        new_R = max(rows, 2 * R) if rows > R else R
-        new_L = max(columns, 2 * L) if columns > L else L
-        if (new_R, new_L) != (R, L):
-            for cache in self.caches:
-                cache.resized(new_R, new_L, self.rows, self.columns)
-            for name in ("lengths", "pad", "source_lengths", "next_input", "substitute", "_source_widths"):
-                tensor = getattr(self, name, None)
-                if tensor is not None:
-                    grown = tensor.new_zeros(new_R, *tensor.shape[1:])
-                    grown[: self.rows] = tensor[: self.rows]
-                    setattr(self, name, grown)
-            self.row_index = torch.arange(new_R, device=self.device)
-            self.capacity_rows, self.capacity = new_R, new_L
-        if not self.caches and like.caches:
-            self.caches = [StepCache(self) for _ in like.caches]
-        if like.memory:
-            self._grow_memory(new_R, like)
-
-    def _grow_memory(self, rows: int, like: DecodeState) -> None:
-        """Per-row memory buffers of `rows` rows and at least like's width (the batch's memory is per row)."""
-        width = max(like.memory_width, self.memory_width)
-        have = self.memory[0].values.shape if self.memory else None
-        if have is not None and have[0] >= rows and have[2] >= width:
-            return
-        S = max(width, 2 * have[2]) if have is not None and width > have[2] else (have[2] if have else width)
-        kept_rows = self.rows
-        memory = []
-        for i, theirs in enumerate(like.memory):
-            K, D = theirs.values.shape[1], theirs.values.shape[3]
-            cache = MemoryCache(False)
-            keys = theirs.values.new_zeros(rows, K, S, D)
-            values = theirs.values.new_zeros(rows, K, S, D)
-            if self.memory:
-                keys[:kept_rows, :, : self.memory_width] = self.memory[i].keys[:kept_rows, :, : self.memory_width]
-                values[:kept_rows, :, : self.memory_width] = self.memory[i].values[:kept_rows, :, : self.memory_width]
-            cache.append(keys, values)
-            memory.append(cache)
-        mask = torch.full(
-            (rows, 1, 1, S), blocked_value(self.dtype, self.device.type), dtype=self.dtype, device=self.device
-        )
-        if self.memory_mask is not None and self.memory:
-            mask[:kept_rows, :, :, : self.memory_width] = self.memory_mask[:kept_rows, :, :, : self.memory_width]
-        widths = torch.zeros(rows, dtype=torch.long, device=self.device)
-        if self.memory:
-            widths[:kept_rows] = self._source_widths[:kept_rows]
-        self.memory, self.memory_mask, self._source_widths, self.groups = memory, mask, widths, 1
-        self._layers = None
+        self.bag.reorder(index)
 
     # -- fixed shapes: compiled steps, CUDA graphs -------------------------------------------------------
 
@@ -536,19 +291,10 @@ class DecodeState:
         call of that shape; relative biases are tabulated here, not in the step."""
         state = cls(like.rows, capacity, like.device, like.dtype)
         state.static = True
-        for theirs in like.caches:
-            mine = StepCache(state)
-            K, D = theirs.keys.shape[1], theirs.keys.shape[3]
-            mine.keys = theirs.keys.new_zeros(like.rows, K, capacity, D)
-            mine.values = theirs.values.new_zeros(like.rows, K, capacity, D)
-            state.caches.append(mine)
-        M = like.rows // like.groups
-        for theirs in like.memory:
-            K, D = theirs.values.shape[1], theirs.values.shape[3]
-            mine = MemoryCache(theirs.transposed)
-            mine.append(theirs.values.new_zeros(M, K, source, D), theirs.values.new_zeros(M, K, source, D))
-            state.memory.append(mine)
         state.groups, state.memory_width = like.groups, source
+        M = like.rows // like.groups
+        state.bag.step = [theirs.blank(state, like.rows, capacity) for theirs in like.bag.step]
+        state.bag.memory = [theirs.blank(state, M, source) for theirs in like.bag.memory]
         blocked = blocked_value(state.dtype, state.device.type)
         state.memory_mask = torch.full((M, 1, 1, source), blocked, dtype=state.dtype, device=state.device)
         state.biases = like.biases
@@ -562,9 +308,8 @@ class DecodeState:
     def load(self, other: DecodeState) -> None:
         """Start anew (static mode) from `other`, a state `start` has just made of the same layout."""
         S = other.memory_width
-        for mine, theirs in zip(self.memory, other.memory):
-            mine.keys[:, :, :S].copy_(theirs.keys)
-            mine.values[:, :, :S].copy_(theirs.values)
+        for mine, theirs in zip(self.bag, other.bag):
+            mine.load(theirs)
         self.memory_mask.fill_(blocked_value(self.dtype, self.device.type))
         if other.memory_mask is not None:
             self.memory_mask[..., :S].copy_(other.memory_mask)
@@ -574,14 +319,6 @@ class DecodeState:
             self.source_lengths.copy_(other.source_lengths)
         self.lengths.zero_()
         self.columns = 0
-
-    @classmethod
-    def batch(cls, device: torch.device | str, dtype: torch.dtype) -> DecodeState:
-        """An empty running batch for a server: rows join it (`join`) and leave it (`remove`)."""
-        state = cls(0, 1, device, dtype)
-        state.aligned = False
-        state._source_widths = torch.zeros(0, dtype=torch.long, device=state.device)
-        return state
 
 
 def masked(allowed: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:

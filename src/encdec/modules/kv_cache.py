@@ -2,8 +2,8 @@
 
 Keys and values are stored per KV head (B, K, S, D), after RoPE, so a grouped-
 query layer caches K heads, not H, and nothing is rotated twice. The caches that
-grow as decoding goes (self-attention's) are the decode state's (StepCache, in
-encdec.modules.decode_state), with every row's positions.
+grow as decoding goes (self-attention's) and the decode state's memory caches are
+encdec.modules.layer_caches's, behind the protocol the decode state moves them by.
 
 Shapes: B batch, K kv heads, S cached length, D head dim.
 """
@@ -67,5 +67,5 @@ class StaticKVCache:
 class LayerCache:
     """The caches of one decoder layer: its self-attention's and its cross-attention's."""
 
-    self_attn: object  # a StepCache (encdec.modules.decode_state)
-    cross_attn: object  # a StepCache (the research families' advancing encoder) or a StaticKVCache
+    self_attn: object  # a SelfAttentionCache (encdec.modules.layer_caches)
+    cross_attn: object  # a SelfAttentionCache (the research families' advancing encoder) or a StaticKVCache

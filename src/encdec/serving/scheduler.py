@@ -7,11 +7,11 @@
 
 A request's search is encdec's own, the one `generate` would choose (generation.strategies): beam
 searches (their own scoring and stopping) are `generate` run in the request's thread against
-`RowModel`, a stand-in model whose `start` and `step` hand their work to the scheduler and wait;
+`RowModel` (encdec.serving.request_rows), a stand-in model whose `start` and `step` hand their work to the scheduler and wait;
 greedy and sampling (its own seeded generator) are `generate`'s SampleSearch, which the scheduler
 advances itself after each step (the greedy rows of all requests chosen by one argmax). The
-scheduler owns the running batch, a `DecodeState` of rows that join and leave
-(encdec.modules.decode_state): at a step boundary it starts the requests waiting (one `model.start`
+scheduler owns the running batch, a `RunningBatch` of rows that join and leave
+(encdec.modules.running_batch): at a step boundary it starts the requests waiting (one `model.start`
 for all of them, once JOIN_BATCH wait or the oldest has waited JOIN_STEPS steps) and joins their
 rows to the batch, waits until every running request has asked for its next step, and runs one
 `model.step` over all their rows, each at its own position. So a request's tokens are those of
@@ -41,8 +41,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field
+from concurrent.futures import Future
 from typing import Any
 
 import torch
@@ -50,9 +49,10 @@ import torch
 from encdec.errors import ConfigError, EncdecError
 from encdec.generation.generate import Prepared, generate, prepare, resolve_config
 from encdec.generation.interface import capabilities_of
-from encdec.generation.search import SampleSearch, argmax
+from encdec.generation.search import argmax
 from encdec.generation.strategies import strategy_for
-from encdec.modules import DecodeState
+from encdec.modules import RunningBatch
+from encdec.serving.request_rows import Abandonable, Abandoned, RowModel, Work, fail, gone, padded
 
 log = logging.getLogger(__name__)
 
@@ -60,82 +60,7 @@ JOIN_BATCH = 16  # waiting requests that join together beside running rows ...
 JOIN_STEPS = 4  # ... or once the oldest has waited this many decoder steps
 SOURCE_BUCKET = 16  # the joining sources are padded to a multiple of this many tokens (few distinct shapes)
 
-
-class Abandoned(Exception):
-    """The request's client went away; its work was stopped."""
-
-
-@dataclass
-class Work:
-    """One request's place in the scheduler: its rows and what it waits for."""
-
-    gone: threading.Event | None = None  # set once the request's client is gone
-    waiting: Future | None = None  # what the request's own thread waits for (a beam search's start or step)
-    rows: list[int] = field(default_factory=list)
-    step: tuple[torch.Tensor, Future | None] | None = None  # tokens (rows,) and where the logits go
-    order: list[int] | None = None  # a beam reorder to apply before its next step
-    done: bool = False
-    search: SampleSearch | None = None  # greedy / sampling run by the scheduler itself (its step's future None)
-    answer: Future | None = None  # where that search's output goes
-
-
-class RowState:
-    """`generate`'s decode state for a request served in the running batch: reorders wait for the next step."""
-
-    def __init__(self, work: Work):
-        self.work = work
-
-    def reorder(self, index: torch.Tensor) -> None:
-        self.work.order = index.tolist()
-
-
-class RowModel:
-    """What `generate` drives for one request: the served model's config and defaults, `start` and `step`
-    handed to the scheduler."""
-
-    def __init__(self, scheduler: Scheduler, work: Work):
-        self.scheduler, self.work = scheduler, work
-        model = scheduler.model
-        self.config, self.device = model.config, next(model.parameters()).device
-        self.generation_defaults = model.generation_defaults
-
-    def start(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, max_new_tokens: int, beams: int = 1):
-        future: Future = Future()
-        self.work.waiting = future
-        self.scheduler.submit_start(self.work, src_ids, src_mask, beams, max_new_tokens + 1, future)
-        future.result()
-        return RowState(self.work)
-
-    def step(self, tgt_ids: torch.Tensor, state: RowState) -> torch.Tensor:
-        if tgt_ids.shape[1] != 1:
-            raise ValueError("a served request decodes one position a step")  # no decoder prefix is served
-        future: Future = Future()
-        self.work.waiting = future
-        self.scheduler.submit_step(self.work, tgt_ids[:, 0], future)
-        return future.result()[:, None]  # (rows, 1, V)
-
-
-class Abandonable:
-    """A model served one request at a time, whose `start` and `step` raise Abandoned once `gone` is set;
-    everything else is the model's."""
-
-    def __init__(self, model, gone: threading.Event | None):
-        self.model, self.gone = model, gone
-
-    def __getattr__(self, name: str):
-        return getattr(self.model, name)
-
-    def start(self, *args, **kwargs):
-        self.check()
-        return self.model.start(*args, **kwargs)
-
-    def step(self, *args, **kwargs):
-        self.check()
-        return self.model.step(*args, **kwargs)
-
-    def check(self) -> None:
-        if self.gone is not None and self.gone.is_set():
-            raise Abandoned("the client is gone")
+__all__ = ["Abandoned", "Scheduler"]
 
 
 class Scheduler:
@@ -264,7 +189,7 @@ class Scheduler:
             self.model = model if isinstance(model, torch.nn.Module) else model()
             self.batched = capabilities_of(self.model).continuous_batching
             like = next(self.model.parameters())
-            self.batch = DecodeState.batch(like.device, like.dtype) if self.batched else None
+            self.batch = RunningBatch(like.device, like.dtype) if self.batched else None
         except BaseException as error:  # the loader's refusal, raised in the thread that made the scheduler
             loaded.set_exception(error)
             return
@@ -402,16 +327,9 @@ class Scheduler:
     def _start(self, joining: list):
         """One `model.start` of the joining requests' sources, packed or padded to a bucket's width."""
         sources = [src[0] if mask is None else src[0][mask[0].bool()] for _, src, mask, *_ in joining]
-        width = -(-max(len(source) for source in sources) // SOURCE_BUCKET) * SOURCE_BUCKET
-        src_ids = torch.full(
-            (len(sources), width), self.model.config.pad_id, dtype=torch.long, device=self.batch.device
-        )
-        src_mask = torch.zeros(len(sources), width, dtype=torch.bool, device=self.batch.device)
-        offers = capabilities_of(self.model)
-        left = offers.pads_left  # a causal LM's prompts end where generation starts
-        for i, source in enumerate(sources):
-            at = slice(width - len(source), width) if left else slice(0, len(source))
-            src_ids[i, at], src_mask[i, at] = source.to(self.batch.device), True
+        offers = capabilities_of(self.model)  # a causal LM's prompts end where generation starts: padded left
+        pad_id = self.model.config.pad_id
+        src_ids, src_mask = padded(sources, SOURCE_BUCKET, pad_id, offers.pads_left, self.batch.device)
         packed = {"packed": True} if offers.packs_sources else {}  # no padding encoded
         return self.model.start(src_ids, src_mask, max(job[4] for job in joining) - 1, **packed)
 
@@ -471,17 +389,3 @@ class Scheduler:
             work.done = True
         result = work.search.result
         work.answer.set_exception(result) if isinstance(result, Exception) else work.answer.set_result(result)
-
-
-def gone(work: Work) -> bool:
-    return work.gone is not None and work.gone.is_set()
-
-
-def fail(*futures: Future | None, error: Exception | None = None) -> None:
-    """`error` (else Abandoned) into each future still waiting (one may be answered in another thread meanwhile)."""
-    for future in futures:
-        if future is not None and not future.done():
-            try:
-                future.set_exception(error or Abandoned("the client is gone"))
-            except InvalidStateError:
-                pass
