@@ -1,5 +1,5 @@
 """A tiny seq2seq run trained in a second: what tests of commands on a run (generate, export, serve, dtypes)
-start from."""
+and of a run's reopened layout start from."""
 
 from pathlib import Path
 
@@ -8,18 +8,31 @@ import yaml
 from encdec.training import load_config, train
 
 PAIRS = "red cat\tcat red\nblue dog\tdog blue\n" * 8
+WORD_PAIRS = "".join(f"{a} {b}\t{b} {a}\n" for a in ("red", "green", "blue") for b in ("cat", "dog", "bird")) * 4
+NINE_PAIRS = dict(pairs=WORD_PAIRS, val_fraction=0.1, training={"batch_size": 8, "seed": 7})  # the layout tests'
 
 
-def tiny_pairs_run(root: Path, steps: int = 2, save_interval: int | None = None, **model) -> Path:
-    """`root`/run: t5-tiny narrowed (with `model`'s keys over it) trained `steps` steps on byte-tokenized pairs
-    of `root`/pairs.tsv, evaluated at its last step, saving every `save_interval` steps (default: at the end)."""
-    (root / "pairs.tsv").write_text(PAIRS)
+def tiny_pairs_run(
+    root: Path,
+    steps: int = 2,
+    save_interval: int | None = None,
+    *,
+    preset: str = "t5-tiny",
+    pairs: str = PAIRS,
+    val_fraction: float = 0.25,
+    training: dict | None = None,
+    **model,
+) -> Path:
+    """`root`/run: `preset` narrowed (with `model`'s keys over it) trained `steps` steps (batches of 4 unless
+    `training` says otherwise) on byte-tokenized `pairs` written to `root`/pairs.tsv, evaluated at its last
+    step, saving every `save_interval` steps (default: at the end)."""
+    (root / "pairs.tsv").write_text(pairs)
     config = {
-        "model": {"preset": "t5-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.0, **model},
+        "model": {"preset": preset, "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.0, **model},
         "tokenizer": {"kind": "byte", "num_sentinels": 0},
-        "data": {"format": "tsv", "train": ["pairs.tsv"], "val_fraction": 0.25},
+        "data": {"format": "tsv", "train": ["pairs.tsv"], "val_fraction": val_fraction},
         "objective": {"kind": "seq2seq", "max_source_len": 16, "max_target_len": 16},
-        "training": {"steps": steps, "batch_size": 4, "threads": 1, "device": "cpu"},
+        "training": {"steps": steps, "batch_size": 4, "threads": 1, "device": "cpu", **(training or {})},
         "evaluation": {"interval": steps, "steps": 1},
         "output": {"plot": False, "tensorboard": False, **({"save_interval": save_interval} if save_interval else {})},
     }
