@@ -21,3 +21,7 @@ HF_BART_SHAPE = dict(  # transformers.BartConfig's (and MBart's)
     decoder_ffn_dim=48,
     max_position_embeddings=128,
 )
+
+# a T5 whose head widths do not add up to d_model and whose stacks differ in depth, so that a count or a shape
+# that takes one width or depth for another is caught
+UNEVEN_T5 = dict(vocab_size=100, d_model=32, n_heads=4, d_head=12, d_ff=48, n_encoder_layers=2, n_decoder_layers=3)
