@@ -1,5 +1,5 @@
 """What the bad-input tests (test_bad_inputs*.py) share: the shared data, a run config that trains in a second, a
-snapshot of a tree, and the one sentence a refusal is."""
+snapshot of a tree, the one sentence a refusal is, and a passkey command line."""
 
 import copy
 import os
@@ -45,3 +45,8 @@ def one_sentence(capsys) -> str:
     assert len(lines) == 1 and lines[0].startswith("encdec: error: ") and len(lines[0]) < 300, err
     assert "Traceback" not in err, err
     return lines[0]
+
+
+def passkey(corpus: str, out: str, *more: str) -> list[str]:
+    """`encdec data passkey` of a text corpus, byte-tokenized, at one length of 256 into `out`, `more` after it."""
+    return ["data", "passkey", corpus, *"--format text --tokenizer byte --lengths 256".split(), "--out", out, *more]

@@ -19,6 +19,7 @@ import pytest
 import torch
 import yaml
 from bad_inputs_kit import TINY, progress
+from hf_kit import word_level_t5
 
 from encdec.cli import main
 
@@ -34,20 +35,7 @@ def library(tmp_path_factory):
     config = root / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY))
     assert main(["train", str(config), "--out", str(root / "run")]) == 0
-    hf = root / "hf"
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
-    )
-    tokenizer.save_pretrained(hf)
-    torch.manual_seed(0)
-    t5 = transformers.T5Config(
-        vocab_size=len(WORDS), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4, decoder_start_token_id=0
-    )
-    transformers.T5ForConditionalGeneration(t5).save_pretrained(hf)
+    word_level_t5(root / "hf", WORDS)
     return root
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from bad_inputs_kit import one_sentence, snapshot, tiny
+from bad_inputs_kit import one_sentence, passkey, snapshot, tiny
 
 from encdec.cli import build_parser, main
 from encdec.cli.output_paths import OutputPath
@@ -105,21 +105,9 @@ WRITERS: dict[tuple[str, str], tuple[Writer, str]] = {
         "maps.npz",
     ),  # fmt: skip
     ("data passkey", "--out"): (
-        lambda lib, out: [
-            "data",
-            "passkey",
-            str(lib / "corpus.txt"),
-            "--format",
-            "text",
-            "--tokenizer",
-            "byte",
-            "--lengths",
-            "256",
-            "--out",
-            out,
-        ],
+        lambda lib, out: passkey(str(lib / "corpus.txt"), out),
         "keys.jsonl",
-    ),  # fmt: skip
+    ),
     ("data prepare", "--out"): (
         lambda lib, out: [
             "data",

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bad_inputs_kit import one_sentence, snapshot
+from bad_inputs_kit import one_sentence, passkey, snapshot
 
 from encdec.cli import build_parser, main
 from encdec.cli.output_paths import InputPath, OutputPath, check_apart
@@ -39,23 +39,6 @@ def place(tmp_path: Path) -> Path:
     (root / "run" / "checkpoints" / "latest").write_text("step_00000002\n")
     (root / "run" / "config.yaml").write_text("model: {}\n")
     return root
-
-
-def passkey(corpus: str, out: str, *more: str) -> list[str]:
-    return [
-        "data",
-        "passkey",
-        corpus,
-        "--format",
-        "text",
-        "--tokenizer",
-        "byte",
-        "--lengths",
-        "256",
-        "--out",
-        out,
-        *more,
-    ]
 
 
 def symlinked(p: Path) -> str:

@@ -14,6 +14,18 @@ def bench(monkeypatch):
     return module
 
 
+def cells(line: str) -> list[str]:
+    """A markdown table row's cells, stripped."""
+    return [cell.strip("| ") for cell in line.split(" | ")]
+
+
+def printed_table(bench, capsys, *argv: str) -> tuple[list[str], list[str]]:
+    """`bench_generate ARGV`: every line it printed, and its first table's header cells."""
+    bench.main(list(argv))
+    lines = capsys.readouterr().out.splitlines()
+    return lines, cells(lines[1])
+
+
 def test_batches_are_a_comma_separated_list(bench):
     assert bench.parse_args(["--batch", "8,64"]).batch == [8, 64]
 
@@ -31,26 +43,9 @@ def test_same_share_counts_equal_tokens(bench):
 
 
 def test_a_toy_run_prints_one_row_per_batch_and_mode_with_int8(bench, capsys, one_thread):
-    bench.main(
-        [
-            "--shape",
-            "toy",
-            "--batch",
-            "1,2",
-            "--repeats",
-            "1",
-            "--modes",
-            "greedy",
-            "beam 4",
-            "--quantize",
-            "int8",
-            "--no-ctranslate2",
-            "--no-kernels",
-        ]
-    )
-    lines = capsys.readouterr().out.splitlines()
-    header = [cell.strip("| ") for cell in lines[1].split(" | ")]
-    rows = [[cell.strip("| ") for cell in line.split(" | ")] for line in lines[3:]]
+    toy = ["--shape", "toy", "--batch", "1,2", "--repeats", "1", "--modes", "greedy", "beam 4"]
+    lines, header = printed_table(bench, capsys, *toy, "--quantize", "int8", "--no-ctranslate2", "--no-kernels")
+    rows = [cells(line) for line in lines[3:]]
     assert len(rows) == 4 and [r[1] for r in rows] == ["greedy", "beam 4", "greedy", "beam 4"]
     assert "encdec int8 tok/s" in header
     same = header.index("encdec same tokens as HF")
@@ -77,7 +72,7 @@ def test_the_kernels_alone_take_less_than_encdec_whole_call(bench, capsys, one_t
     lines = capsys.readouterr().out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Kernels alone"))
     assert lines[start + 1].startswith("| batch | mode | HF ms | encdec ms | kernels ms |")
-    rows = [[cell.strip("| ") for cell in line.split(" | ")] for line in lines[start + 3 :]]
+    rows = [cells(line) for line in lines[start + 3 :]]
     assert [r[1] for r in rows] == ["greedy", "beam 4"]
     assert all(0 < float(r[4]) < float(r[3]) for r in rows)  # a bound below encdec's whole call
 
@@ -107,39 +102,23 @@ def test_a_toy_cuda_run_in_bf16_reports_peak_memory(bench, capsys):
 
 @pytest.mark.slow
 def test_a_toy_run_with_compile_adds_a_column_and_the_compile_time(bench, capsys, one_thread):
-    bench.main(
-        [
-            "--shape",
-            "toy",
-            "--batch",
-            "2",
-            "--repeats",
-            "1",
-            "--modes",
-            "greedy",
-            "--compile",
-            "--no-ctranslate2",
-            "--no-kernels",
-        ]
-    )
-    lines = capsys.readouterr().out.splitlines()
-    header = [cell.strip("| ") for cell in lines[1].split(" | ")]
+    toy = ["--shape", "toy", "--batch", "2", "--repeats", "1", "--modes", "greedy"]
+    lines, header = printed_table(bench, capsys, *toy, "--compile", "--no-ctranslate2", "--no-kernels")
     assert "encdec compiled tok/s" in header and "encdec compiled / HF" in header
-    cells = [cell.strip("| ") for cell in lines[3].split(" | ")]
-    assert cells[header.index("encdec compiled same tokens as HF")] == "yes"
+    assert cells(lines[3])[header.index("encdec compiled same tokens as HF")] == "yes"
     assert lines[-1].startswith("encdec compiled, first call")
 
 
 def test_ctranslate2_runs_in_a_process_of_its_own_and_equals_hf_in_greedy(bench, capsys, one_thread):
     pytest.importorskip("ctranslate2")
-    bench.main(["--shape", "toy", "--batch", "2", "--repeats", "1", "--modes", "greedy"])
-    lines = capsys.readouterr().out.splitlines()
-    header = [cell.strip("| ") for cell in lines[1].split(" | ")]
-    cells = [cell.strip("| ") for cell in lines[3].split(" | ")]
-    assert cells[header.index("ct2 same tokens as HF")] == "yes"
-    assert float(cells[header.index("ct2 int8 tok/s")]) > 0
-    kernels = [cell.strip("| ") for cell in lines[-1].split(" | ")]  # the kernels table's row, CT2's time last
-    ct2_ms = 2 * bench.NEW / float(cells[header.index("ct2 tok/s")]) * 1e3
+    lines, header = printed_table(
+        bench, capsys, "--shape", "toy", "--batch", "2", "--repeats", "1", "--modes", "greedy"
+    )
+    row = cells(lines[3])
+    assert row[header.index("ct2 same tokens as HF")] == "yes"
+    assert float(row[header.index("ct2 int8 tok/s")]) > 0
+    kernels = cells(lines[-1])  # the kernels table's row, CT2's time last
+    ct2_ms = 2 * bench.NEW / float(row[header.index("ct2 tok/s")]) * 1e3
     assert float(kernels[-1]) == pytest.approx(ct2_ms, rel=0.01, abs=0.05)  # printed to 0.1 ms
 
 

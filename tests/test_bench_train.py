@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from model_kit import UNEVEN_T5
 from torch.utils.flop_counter import FlopCounterMode
 
 import encdec
@@ -26,18 +27,7 @@ def bench():
 
 @pytest.mark.parametrize("activation", ["relu", "gated_gelu"])
 def test_step_flops_equals_the_counted_matmuls_of_a_step(bench, activation):
-    # d_head * heads != d_model and unequal depths, so each term must use the right width
-    cfg = preset(
-        "t5-tiny",
-        vocab_size=100,
-        d_model=32,
-        n_heads=4,
-        d_head=12,
-        d_ff=48,
-        n_encoder_layers=2,
-        n_decoder_layers=3,
-        activation=activation,
-    )
+    cfg = preset("t5-tiny", **UNEVEN_T5, activation=activation)  # each term must use the right width and depth
     model = encdec.build_model(cfg).train()
     generator = torch.Generator().manual_seed(0)
     src, mask, tgt, labels = bench.random_batch(cfg, 2, 10, 6, generator, torch.device("cpu"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from hf_kit import word_level_t5
 from PIL import Image
 
 from encdec.cli import main
@@ -22,21 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory):
     """A random-weight T5 with a word-level tokenizer: a complete Hugging Face directory."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    path = tmp_path_factory.mktemp("t5")
-    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
-    )
-    tokenizer.save_pretrained(path)
-    torch.manual_seed(0)
-    config = transformers.T5Config(
-        vocab_size=len(WORDS), d_model=16, d_kv=4, d_ff=32, num_layers=3, num_heads=4, decoder_start_token_id=0
-    )
-    transformers.T5ForConditionalGeneration(config).save_pretrained(path)
-    return path
+    return word_level_t5(tmp_path_factory.mktemp("t5"), WORDS, num_layers=3)
 
 
 def expected_size(panels: int, queries: int, keys: int) -> tuple[int, int]:

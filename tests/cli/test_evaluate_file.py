@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from hf_kit import word_level_t5
 
 from encdec.cli import main
 from encdec.runs.load import load_run
@@ -30,22 +31,7 @@ PAIRS = [
 @pytest.fixture(scope="module")
 def t5_dir(tmp_path_factory) -> Path:
     """A random-weight T5 saved with a word-level tokenizer that closes inputs and targets with </s>, as T5's does."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-
-    path = tmp_path_factory.mktemp("t5")
-    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
-    )
-    tokenizer.save_pretrained(path)
-    torch.manual_seed(0)
-    config = transformers.T5Config(
-        vocab_size=len(WORDS), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4, decoder_start_token_id=0
-    )
-    transformers.T5ForConditionalGeneration(config).save_pretrained(path)
-    return path
+    return word_level_t5(tmp_path_factory.mktemp("t5"), WORDS, close_with_eos=True)
 
 
 def multi30k(split: str, count: int) -> list[tuple[str, str]]:

@@ -2,12 +2,11 @@
 
 import pytest
 import torch
-import yaml
+from run_kit import tiny_stories_run
 
 from encdec.cli import main
 from encdec.generation import generate
 from encdec.runs.load import load_run
-from encdec.training import load_config, train
 
 transformers = pytest.importorskip("transformers")
 
@@ -15,19 +14,7 @@ transformers = pytest.importorskip("transformers")
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, tinystories_path):
     """A T5 run of a few UL2 steps on the TinyStories sample, byte tokenizer, on the CPU."""
-    root = tmp_path_factory.mktemp("export")
-    config = {
-        "model": {"preset": "t5-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64},
-        "tokenizer": {"kind": "byte", "num_sentinels": 20},
-        "data": {"format": "tinystories", "train": [str(tinystories_path)], "val_fraction": 0.1, "max_documents": 60},
-        "objective": {"kind": "ul2", "seq_len": 64},
-        "training": {"steps": 3, "batch_size": 4, "seed": 7, "threads": 1, "device": "cpu"},
-        "evaluation": {"interval": 3, "steps": 1},
-        "output": {"save_interval": 3, "keep_last": 1, "plot": False},
-    }
-    (root / "tiny.yaml").write_text(yaml.safe_dump(config))
-    train(load_config(root / "tiny.yaml"), root / "run")
-    return root / "run"
+    return tiny_stories_run(tmp_path_factory.mktemp("export"), tinystories_path, steps=3, save_interval=3)
 
 
 def test_export_writes_a_directory_transformers_loads_with_equal_logits_and_tokens(run_dir, tmp_path, capsys):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hf_kit import word_level_t5
 
 import encdec
 from encdec.cli import main
@@ -18,22 +19,7 @@ WORDS = ["<pad>", "</s>", "<unk>"] + "once upon a time there was a little girl n
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A random-weight T5 saved with a word-level tokenizer: a complete Hugging Face directory."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    path = tmp_path_factory.mktemp("t5")
-    vocab = {word: i for i, word in enumerate(dict.fromkeys(WORDS))}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
-    )
-    tokenizer.save_pretrained(path)
-    torch.manual_seed(0)
-    config = transformers.T5Config(
-        vocab_size=len(vocab), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4, decoder_start_token_id=0
-    )
-    transformers.T5ForConditionalGeneration(config).save_pretrained(path)
-    return path
+    return word_level_t5(tmp_path_factory.mktemp("t5"), list(dict.fromkeys(WORDS)))  # "a" once
 
 
 def test_jsonl_output_has_one_record_per_input_line_equal_to_the_library(model_dir, tmp_path, capsys):

@@ -1,6 +1,9 @@
-"""Shared pieces of the objective tests: ROT5's summarization template and the inverse of span corruption."""
+"""Shared pieces of the objective tests: ROT5's summarization template, the inverse of span corruption and a
+seq2seq objective over a tokenizer's own ids."""
 
 import numpy as np
+
+from encdec.data.objectives import Seq2SeqObjective
 
 SUMMARIZATION = ("{source}\nSummary:", "{target}")  # ROT5: input = story + "\nSummary:", target = summary
 
@@ -20,3 +23,8 @@ def rebuild_from_corruption(inputs: np.ndarray, targets: np.ndarray, sentinel_id
     for token in inputs.tolist():
         out.extend(spans[token] if token in sentinel_set else [token])
     return np.asarray(out, dtype=np.int64)
+
+
+def seq2seq(sources, targets, batch_size: int, tok, **options) -> Seq2SeqObjective:
+    """A Seq2SeqObjective over token-id `sources` and `targets` that pads, ends and starts with `tok`'s ids."""
+    return Seq2SeqObjective(sources, targets, batch_size, tok.pad_id, tok.eos_id, tok.decoder_start_id, **options)

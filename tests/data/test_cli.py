@@ -18,6 +18,16 @@ def run(argv: list[str]) -> int:
         return 2
 
 
+def prepare(sources: list, out, options: str) -> int:
+    """`encdec data prepare SOURCES --out OUT` with `options` as a shell splits them."""
+    return run(["data", "prepare", *map(str, sources), "--out", str(out), *options.split()])
+
+
+def inspect(shards, options: str) -> int:
+    """`encdec data inspect SHARDS` with `options` as a shell splits them."""
+    return run(["data", "inspect", str(shards), *options.split()])
+
+
 @pytest.fixture
 def stories(tmp_path):
     path = tmp_path / "stories.txt"
@@ -29,45 +39,9 @@ def stories(tmp_path):
 
 def test_prepare_then_inspect_shows_input_beside_target(tmp_path, stories, capsys):
     out = tmp_path / "shards"
-    assert (
-        run(
-            [
-                "data",
-                "prepare",
-                str(stories),
-                "--format",
-                "tinystories",
-                "--out",
-                str(out),
-                "--tokenizer",
-                "byte",
-                "--mode-tokens",
-                "--workers",
-                "1",
-            ]
-        )
-        == 0
-    )
+    assert prepare([stories], out, "--format tinystories --tokenizer byte --mode-tokens --workers 1") == 0
     assert "train] text: 40 documents" in capsys.readouterr().out
-    assert (
-        run(
-            [
-                "data",
-                "inspect",
-                str(out),
-                "--objective",
-                "ul2",
-                "-n",
-                "2",
-                "--max-length",
-                "48",
-                "--mode-tokens",
-                "--width",
-                "100",
-            ]
-        )
-        == 0
-    )
+    assert inspect(out, "--objective ul2 -n 2 --max-length 48 --mode-tokens --width 100") == 0
     printed = capsys.readouterr().out
     assert printed.count("--- example") == 2
     assert "INPUT" in printed and " | TARGET" in printed and "</s>" in printed
@@ -76,39 +50,8 @@ def test_prepare_then_inspect_shows_input_beside_target(tmp_path, stories, capsy
 @pytest.mark.parametrize("objective", ["span", "causal", "prefix"])
 def test_inspect_runs_every_text_objective(tmp_path, stories, objective, capsys):
     out = tmp_path / "shards"
-    run(
-        [
-            "data",
-            "prepare",
-            str(stories),
-            "--format",
-            "tinystories",
-            "--out",
-            str(out),
-            "--tokenizer",
-            "byte",
-            "--workers",
-            "1",
-        ]
-    )
-    assert (
-        run(
-            [
-                "data",
-                "inspect",
-                str(out),
-                "--objective",
-                objective,
-                "-n",
-                "1",
-                "--max-length",
-                "40",
-                "--block-size",
-                "16",
-            ]
-        )
-        == 0
-    )
+    prepare([stories], out, "--format tinystories --tokenizer byte --workers 1")
+    assert inspect(out, f"--objective {objective} -n 1 --max-length 40 --block-size 16") == 0
     assert "--- example 0" in capsys.readouterr().out
 
 
@@ -116,71 +59,20 @@ def test_prepare_trains_a_bpe_tokenizer_from_raw_pairs_and_inspects_seq2seq(tmp_
     (tmp_path / "a.en").write_text("".join(f"a dog runs {i}\n" for i in range(30)))
     (tmp_path / "a.de").write_text("".join(f"ein Hund rennt {i}\n" for i in range(30)))
     out = tmp_path / "pairs"
+    sources = [tmp_path / "a.en", tmp_path / "a.de"]
     assert (
-        run(
-            [
-                "data",
-                "prepare",
-                str(tmp_path / "a.en"),
-                str(tmp_path / "a.de"),
-                "--format",
-                "parallel",
-                "--out",
-                str(out),
-                "--tokenizer",
-                "bpe",
-                "--vocab-size",
-                "400",
-                "--num-sentinels",
-                "4",
-                "--workers",
-                "1",
-            ]
-        )
-        == 0
+        prepare(sources, out, "--format parallel --tokenizer bpe --vocab-size 400 --num-sentinels 4 --workers 1") == 0
     )
-    assert run(["data", "inspect", str(out), "--objective", "seq2seq", "-n", "2"]) == 0
+    assert inspect(out, "--objective seq2seq -n 2") == 0
     assert "ein Hund rennt" in capsys.readouterr().out
 
 
 def test_bad_input_is_one_sentence_and_exit_code_2(tmp_path, stories, capsys):
-    assert run(["data", "inspect", str(tmp_path / "missing")]) == 2
+    assert inspect(tmp_path / "missing", "") == 2
     assert "has no manifest.json" in capsys.readouterr().out
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    assert (
-        run(
-            [
-                "data",
-                "prepare",
-                str(empty),
-                "--format",
-                "text",
-                "--out",
-                str(tmp_path / "o"),
-                "--tokenizer",
-                "byte",
-                "--workers",
-                "1",
-            ]
-        )
-        == 2
-    )
+    assert prepare([empty], tmp_path / "o", "--format text --tokenizer byte --workers 1") == 2
     assert "empty.txt contains no text" in capsys.readouterr().out
-    assert (
-        run(
-            [
-                "data",
-                "prepare",
-                str(stories),
-                "--format",
-                "text",
-                "--out",
-                str(tmp_path / "o"),
-                "--tokenizer",
-                "wordpiece",
-            ]
-        )
-        == 2
-    )
+    assert prepare([stories], tmp_path / "o", "--format text --tokenizer wordpiece") == 2
     assert "neither a kind" in capsys.readouterr().out

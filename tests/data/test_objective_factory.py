@@ -128,21 +128,8 @@ def shards(tmp_path_factory, tinystories_stories):
     root = tmp_path_factory.mktemp("shards")
     (root / "stories.txt").write_text("\n<|endoftext|>\n".join(tinystories_stories[:40]))
     out = root / "stories"
-    args = [
-        "data",
-        "prepare",
-        str(root / "stories.txt"),
-        "--format",
-        "tinystories",
-        "--out",
-        str(out),
-        "--tokenizer",
-        "byte",
-        "--num-sentinels",
-        "20",
-        "--workers",
-        "1",
-    ]
+    options = "--format tinystories --tokenizer byte --num-sentinels 20 --workers 1".split()
+    args = ["data", "prepare", str(root / "stories.txt"), "--out", str(out), *options]
     assert run(args) == 0
     return out
 

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from objective_helpers import SUMMARIZATION, rebuild_from_corruption
+from objective_helpers import SUMMARIZATION, rebuild_from_corruption, seq2seq
 from work_kit import counted_calls
 
 from encdec.data.batch import IGNORE_INDEX
@@ -169,17 +169,7 @@ def test_dialogsum_becomes_summarization_batches_with_the_rot5_template(shared_d
     path = shared_data / "summarization" / "dialogsum" / "dialogsum.dev.jsonl.gz"
     pairs = list(iter_jsonl_pairs(path))[:64]
     sources, targets = tokenize_pairs(tok, pairs, PairTemplate(*SUMMARIZATION))
-    objective = Seq2SeqObjective(
-        sources,
-        targets,
-        8,
-        tok.pad_id,
-        tok.eos_id,
-        tok.decoder_start_id,
-        max_source_len=4096,
-        max_target_len=512,
-        shuffle=False,
-    )
+    objective = seq2seq(sources, targets, 8, tok, max_source_len=4096, max_target_len=512, shuffle=False)
     batch = objective.next_batch()
     source_text = tok.decode([batch.src_ids[0][batch.src_mask[0]].tolist()])[0]
     target_ids = batch.labels[0][batch.labels[0] != IGNORE_INDEX].tolist()
@@ -192,17 +182,8 @@ def test_truncation_policies_cut_the_right_end_or_drop(tok):
     targets = Documents.from_lists([[1, 2, 3, 4, 5], [6]])
 
     def first(truncation):
-        objective = Seq2SeqObjective(
-            sources,
-            targets,
-            2,
-            tok.pad_id,
-            tok.eos_id,
-            tok.decoder_start_id,
-            max_source_len=4,
-            max_target_len=3,
-            truncation=truncation,
-            shuffle=False,
+        objective = seq2seq(
+            sources, targets, 2, tok, max_source_len=4, max_target_len=3, truncation=truncation, shuffle=False
         )
         return objective, [objective.example(int(i)) for i in objective.indices]
 
@@ -220,17 +201,7 @@ def test_length_bucketing_cuts_padding(tok, tinystories_stories):
     sources, targets = tokenize_pairs(tok, [(t[: int(rng.integers(20, 800))], t[:20]) for t in texts])
 
     def padding(bucket_batches):
-        objective = Seq2SeqObjective(
-            sources,
-            targets,
-            16,
-            tok.pad_id,
-            tok.eos_id,
-            tok.decoder_start_id,
-            max_source_len=1000,
-            bucket_batches=bucket_batches,
-            seed=1,
-        )
+        objective = seq2seq(sources, targets, 16, tok, max_source_len=1000, bucket_batches=bucket_batches, seed=1)
         batches = [objective.next_batch() for _ in range(objective.batches_per_epoch)]
         return sum(int((~b.src_mask).sum()) for b in batches)
 

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 import torch
-from objective_helpers import SUMMARIZATION
+from objective_helpers import SUMMARIZATION, seq2seq
 
 from encdec.data.batch import IGNORE_INDEX, collate_encoder_decoder
 from encdec.data.corpora import iter_jsonl_pairs
 from encdec.data.documents import Documents
-from encdec.data.objectives import PairTemplate, Seq2SeqObjective, UL2Objective, build_objective, tokenize_pairs
+from encdec.data.objectives import PairTemplate, UL2Objective, build_objective, tokenize_pairs
 from encdec.data.objectives.packing import collate_packed, first_fit
 from encdec.errors import ConfigError
 from encdec.tokenizers import build_tokenizer
@@ -91,17 +91,8 @@ def test_an_unpacked_batch_has_no_layout_and_no_packing_arguments():
 def test_packed_dialogsum_steps_hold_the_same_examples_in_fewer_padded_positions(shared_data, tok):
     pairs = list(iter_jsonl_pairs(shared_data / "summarization" / "dialogsum" / "dialogsum.dev.jsonl.gz"))[:96]
     sources, targets = tokenize_pairs(tok, pairs, PairTemplate(*SUMMARIZATION))
-    packed = Seq2SeqObjective(
-        sources,
-        targets,
-        16,
-        tok.pad_id,
-        tok.eos_id,
-        tok.decoder_start_id,
-        max_source_len=2048,
-        max_target_len=512,
-        pack=True,
-        seed=5,
+    packed = seq2seq(
+        sources, targets, 16, tok, max_source_len=2048, max_target_len=512, pack=True, seed=5
     )  # bytes: ~2 dialogues a row
     for step, indices in enumerate(packed.plan.batches(packed.seed, 0)[:3]):
         a = collate_encoder_decoder(

@@ -3,29 +3,14 @@
 from dataclasses import dataclass
 
 import torch
+from model_kit import GEMMA_BLOCKS, T5GEMMA
 
 from encdec.models import build_model, preset
 
 V = 97
-GEMMA = dict(
-    norm="gemma_rmsnorm",
-    post_norms=True,
-    activation="gated_gelu",
-    rope_cross="none",
-    scale_attention=True,
-    attention_scale_dim=12,
-    attention_softcap=2.0,
-    logit_softcap=5.0,
-    sliding_window=3,
-    scale_embeddings=True,
-    shared_embeddings=False,
-)
+GEMMA = dict(T5GEMMA, attention_softcap=2.0, logit_softcap=5.0)
 GEMMA2 = dict(  # T5Gemma 2's: qk norms, merged decoder attention, a split window, RoPE bases per layer kind
-    norm="gemma_rmsnorm",
-    post_norms=True,
-    activation="gated_gelu",
-    rope_cross="none",
-    scale_attention=True,
+    GEMMA_BLOCKS,
     attention_scale_dim=12,
     sliding_window=3,
     sliding_window_layout="split",

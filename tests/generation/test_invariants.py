@@ -13,6 +13,7 @@ import encdec
 from .helpers import FAMILIES, Uncached, V, assert_tokens_match, padded_batch, tiny
 
 BEAM = dict(num_beams=3, length_penalty=0.7, no_repeat_ngram_size=3, max_new_tokens=10)
+GREEDY_AND_BEAM = pytest.mark.parametrize("options", [dict(max_new_tokens=10), BEAM], ids=["greedy", "beam"])
 
 
 def strip(row: torch.Tensor, eos: int, pad: int = 0) -> list[int]:
@@ -31,12 +32,17 @@ def frequent_token(model, src, mask) -> int:
     return int(out[0, 3])
 
 
-@pytest.mark.parametrize("name", FAMILIES)
-@pytest.mark.parametrize("options", [dict(max_new_tokens=10), BEAM], ids=["greedy", "beam"])
-def test_cached_generation_equals_uncached_recomputation(name, options, device, exact):
+def model_batch_and_eos(name: str, device):
+    """A tiny model of family `name` on `device`, a padded batch for it, and a token it emits early as its EOS."""
     model = tiny(name).to(device)
     src, mask = padded_batch()
-    eos = frequent_token(model, src, mask)
+    return model, src, mask, frequent_token(model, src, mask)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@GREEDY_AND_BEAM
+def test_cached_generation_equals_uncached_recomputation(name, options, device, exact):
+    model, src, mask, eos = model_batch_and_eos(name, device)
     cached = encdec.generate(model, src, mask, eos_token_id=eos, **options)
     uncached = encdec.generate(Uncached(model), src, mask, eos_token_id=eos, **options)
     assert cached.device == uncached.device == next(model.parameters()).device
@@ -53,11 +59,9 @@ def test_beam_search_of_width_one_equals_greedy(name, device):
 
 
 @pytest.mark.parametrize("name", ["t5", "rot5-prepended", "transformer-post"])
-@pytest.mark.parametrize("options", [dict(max_new_tokens=10), BEAM], ids=["greedy", "beam"])
+@GREEDY_AND_BEAM
 def test_a_batch_equals_its_examples_decoded_one_by_one(name, options, device, exact):
-    model = tiny(name).to(device)
-    src, mask = padded_batch()
-    eos = frequent_token(model, src, mask)
+    model, src, mask, eos = model_batch_and_eos(name, device)
     together = encdec.generate(model, src, mask, eos_token_id=eos, **options)
     differing = 0
     for b in range(src.shape[0]):

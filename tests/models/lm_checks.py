@@ -6,6 +6,16 @@ import encdec
 from encdec.models import build_model, preset
 
 V = 61  # a tiny vocabulary keeps every check well under a second
+# the research families' layout options all on: alternating sublayers, positions subtracted (then a LayerNorm) and
+# added to the decoder's input, a LayerNorm before the decoder's feed-forward; each test adds its own loss options
+RESEARCH_LAYOUT = dict(
+    order_type="ALT", sub_pos_embed="YES_LN", add_pos_embed_to_decoder=True, add_ln_before_decoder_ff=True
+)
+# each family with every option on: the layout and encoder-loss options of its own section of SEEDS.md (3 and 4)
+AR_ALL_ON = dict(RESEARCH_LAYOUT, embedding_loss="LOG_COSINE", detach="EMBEDDING", embedding_ln_type="AVG_CUM_SUM")
+PARALLEL_ALL_ON = dict(
+    RESEARCH_LAYOUT, embedding_loss="COSINE", embedding_loss_coeff=2.0, embedding_ln_type="AVG_CUM_SUM"
+)
 
 
 def tiny(name: str, **overrides):

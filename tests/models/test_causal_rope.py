@@ -4,7 +4,13 @@ equals the full forward."""
 
 import pytest
 import torch
-from lm_checks import V, assert_lm_cached_equals_full, assert_lm_generate_is_greedy_over_full_forward, tiny
+from lm_checks import (
+    RESEARCH_LAYOUT,
+    V,
+    assert_lm_cached_equals_full,
+    assert_lm_generate_is_greedy_over_full_forward,
+    tiny,
+)
 
 import encdec
 from encdec.errors import ConfigError
@@ -12,14 +18,7 @@ from encdec.modules import Attention
 
 PRESETS = ["ar_encdec-tiny", "parallel_encdec-tiny", "decoder_only-tiny"]
 RESEARCH = ["ar_encdec-tiny", "parallel_encdec-tiny"]
-ALL_ON = dict(
-    order_type="ALT",
-    sub_pos_embed="YES_LN",
-    add_pos_embed_to_decoder=True,
-    add_ln_before_decoder_ff=True,
-    embedding_loss="MSE",
-    embedding_aggregation="MATMUL",
-)
+ALL_ON = dict(RESEARCH_LAYOUT, embedding_loss="MSE", embedding_aggregation="MATMUL")
 NO_POSITIONS = dict(sub_pos_embed="NO", add_pos_embed_to_decoder=False)
 
 

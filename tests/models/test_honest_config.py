@@ -45,58 +45,19 @@ VALUE_RULES = {
     "encoder_decoder": set(),
 }
 
-# a value away from each field's default and the tiny presets' (bools are flipped)
-ALTERNATIVE = dict(
-    d_model=32,
-    n_heads=2,
-    n_kv_heads=1,
-    d_head=8,
-    d_ff=32,
-    n_encoder_layers=3,
-    n_decoder_layers=1,
-    cross_n_heads=2,
-    cross_n_kv_heads=1,
-    encoder_d_model=48,
-    encoder_d_ff=48,
-    encoder_n_heads=2,
-    encoder_n_kv_heads=1,
-    encoder_d_head=8,
-    activation="silu",
-    norm_eps=1e-2,
-    norm_position="post",
-    position="sinusoidal",
-    max_positions=64,
-    sinusoidal_layout="halves",
-    position_offset=2,
-    relative_buckets=16,
-    relative_max_distance=64,
-    rope_theta=500.0,
-    rope_cross="none",
-    dropout=0.3,
-    n_experts=4,
-    moe_every=2,
-    decoder_moe_every=2,
-    moe_top_k=2,
-    moe_activation="relu",
-    aux_loss_coef=0.5,
-    z_loss_coef=0.5,
-    research=dict(order_type="ALT"),
-    rnn_cell="lstm",
-    hf_model_type="mt5",
-    attention_scale_dim=7,
-    attention_softcap=0.5,
-    logit_softcap=0.5,
-    sliding_window=2,
-    global_every=3,
-    encoder_attention="transient_global",
-    sliding_window_layout="split",
-    rope_local_theta=50.0,
-    rope_scale=4.0,
-    eoi_token_id=3,
-    image_token_id=3,
-    local_radius=2,
-    global_block_size=4,
-    attention_bias="qkv",
+# a value away from each field's default and the tiny presets' (bools are flipped), a line a theme where one fits
+ALTERNATIVE = (
+    dict(d_model=32, n_heads=2, n_kv_heads=1, d_head=8, d_ff=32, n_encoder_layers=3, n_decoder_layers=1)
+    | dict(cross_n_heads=2, cross_n_kv_heads=1)
+    | dict(encoder_d_model=48, encoder_d_ff=48, encoder_n_heads=2, encoder_n_kv_heads=1, encoder_d_head=8)
+    | dict(activation="silu", norm_eps=1e-2, norm_position="post")
+    | dict(position="sinusoidal", max_positions=64, sinusoidal_layout="halves", position_offset=2)
+    | dict(relative_buckets=16, relative_max_distance=64, rope_theta=500.0, rope_cross="none", dropout=0.3)
+    | dict(n_experts=4, moe_every=2, decoder_moe_every=2, moe_top_k=2, moe_activation="relu")
+    | dict(aux_loss_coef=0.5, z_loss_coef=0.5, research=dict(order_type="ALT"), rnn_cell="lstm", hf_model_type="mt5")
+    | dict(attention_scale_dim=7, attention_softcap=0.5, logit_softcap=0.5, sliding_window=2, global_every=3)
+    | dict(encoder_attention="transient_global", sliding_window_layout="split", rope_local_theta=50.0, rope_scale=4.0)
+    | dict(eoi_token_id=3, image_token_id=3, local_radius=2, global_block_size=4, attention_bias="qkv")
 )
 # fields that change what an export writes, not the model: tests/interop holds them honoured
 EXPORT_ONLY = {"hf_model_type"}

@@ -8,21 +8,14 @@ import sys
 
 import pytest
 import torch
+from model_kit import GEMMA_BLOCKS
 from work_kit import run_bounded
 
 from encdec.models import build_model, preset
 from encdec.modules import chunked_attention
 
 V = 97
-GEMMA = dict(
-    norm="gemma_rmsnorm",
-    post_norms=True,
-    activation="gated_gelu",
-    rope_cross="none",
-    scale_attention=True,
-    attention_softcap=2.0,
-    sliding_window=5,
-)
+GEMMA = dict(GEMMA_BLOCKS, attention_softcap=2.0, sliding_window=5)
 MODELS = {  # name -> (preset, overrides)
     "t5": ("t5-tiny", {}),
     "umt5": ("t5-v1.1-tiny", dict(relative_bias_per_layer=True)),

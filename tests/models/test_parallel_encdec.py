@@ -1,20 +1,9 @@
 """The parallel encoder-decoder against SEEDS.md section 4."""
 
-import pytest
 import torch
-from lm_checks import V, assert_lm_cached_equals_full, assert_lm_generate_is_greedy_over_full_forward, tiny
+from lm_checks import V, tiny
 
 from encdec.modules import AttentionInputs
-
-ALL_ON = dict(
-    order_type="ALT",
-    sub_pos_embed="YES_LN",
-    add_pos_embed_to_decoder=True,
-    add_ln_before_decoder_ff=True,
-    embedding_loss="COSINE",
-    embedding_loss_coeff=2.0,
-    embedding_ln_type="AVG_CUM_SUM",
-)
 
 
 def test_each_layer_cross_attends_to_the_updated_encoder_state_of_the_same_layer():
@@ -63,24 +52,3 @@ def test_validation_reports_plain_cross_entropy():
     model = tiny("parallel_encdec-tiny").eval()
     out = model(None, torch.randint(0, V, (2, 6)), labels=torch.randint(0, V, (2, 6)))
     assert out.aux_losses == {} and torch.equal(out.loss, out.ce_loss)
-
-
-def test_changing_a_token_leaves_earlier_logits_unchanged():
-    model = tiny("parallel_encdec-tiny", research=ALL_ON)
-    ids = torch.randint(0, V, (1, 10))
-    changed = ids.clone()
-    changed[0, 6] = (ids[0, 6] + 1) % V
-    with torch.no_grad():
-        a, b = model(None, ids).logits, model(None, changed).logits
-    torch.testing.assert_close(a[:, :6], b[:, :6])
-    assert not torch.allclose(a[:, 6:], b[:, 6:])
-
-
-@pytest.mark.parametrize("position", ["learned", "rope"])
-@pytest.mark.parametrize("research", [{}, ALL_ON])
-def test_cached_decoding_equals_the_full_forward(research, position, device):
-    assert_lm_cached_equals_full(tiny("parallel_encdec-tiny", research=research, position=position).to(device))
-
-
-def test_generate_greedy_equals_argmax_over_the_full_forward(device):
-    assert_lm_generate_is_greedy_over_full_forward(tiny("parallel_encdec-tiny").to(device))

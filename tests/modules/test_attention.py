@@ -1,26 +1,8 @@
-import math
-
 import pytest
 import torch
+from attention_kit import reference_attention
 
 from encdec.modules import Attention, DecodeState, RotaryEmbedding, additive_mask, causal_mask
-
-
-def reference_attention(attn: Attention, x, source, mask=None, scale=True):
-    """Plain softmax(QK^T [/ sqrt(D)] + mask) V with KV heads repeated, for comparison."""
-    B, T, _ = x.shape
-    S = source.shape[1]
-    H, K, D = attn.n_heads, attn.n_kv_heads, attn.d_head
-    q = attn.q(x).view(B, T, H, D).transpose(1, 2)
-    k = attn.k(source).view(B, S, K, D).transpose(1, 2).repeat_interleave(H // K, dim=1)
-    v = attn.v(source).view(B, S, K, D).transpose(1, 2).repeat_interleave(H // K, dim=1)
-    scores = q @ k.transpose(-1, -2)
-    if scale:
-        scores = scores / math.sqrt(D)
-    if mask is not None:
-        scores = scores + mask
-    out = scores.softmax(-1) @ v
-    return attn.o(out.transpose(1, 2).reshape(B, T, H * D))
 
 
 @pytest.mark.parametrize("n_kv_heads", [6, 3, 2, 1])

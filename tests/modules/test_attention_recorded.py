@@ -1,29 +1,11 @@
 """`Attention.recorded`: each call's probabilities are the reference softmax of its scores (MHA, GQA, MQA,
 with and without scaling, masks, causality, a filled cross-attention cache), and the output is unchanged."""
 
-import math
-
 import pytest
 import torch
+from attention_kit import reference_probs
 
 from encdec.modules import Attention, DecodeState, StaticKVCache, additive_mask
-
-
-def reference_probs(attn: Attention, x, source, mask=None, scale=True, causal=False):
-    """softmax(QK^T [/ sqrt(D)] + mask) with KV heads repeated: (B, H, T, S)."""
-    B, T, _ = x.shape
-    S = source.shape[1]
-    H, K, D = attn.n_heads, attn.n_kv_heads, attn.d_head
-    q = attn.q(x).view(B, T, H, D).transpose(1, 2)
-    k = attn.k(source).view(B, S, K, D).transpose(1, 2).repeat_interleave(H // K, dim=1)
-    scores = q @ k.transpose(-1, -2)
-    if scale:
-        scores = scores / math.sqrt(D)
-    if mask is not None:
-        scores = scores + mask
-    if causal:
-        scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).triu(1), float("-inf"))
-    return scores.softmax(-1)
 
 
 @pytest.mark.parametrize("n_kv_heads", [6, 3, 1])

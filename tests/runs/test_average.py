@@ -7,32 +7,19 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
+from run_kit import tiny_stories_run
 
 from encdec.cli import main
 from encdec.runs.checkpoint import load_weights, save_weights
 from encdec.runs.open import open_model
 from encdec.runs.run_dir import RunDir
 from encdec.runs.weight_average import average_checkpoints
-from encdec.training import load_config, train
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, tinystories_path):
     """A T5 run of 4 steps keeping a checkpoint at each of the last 3, byte tokenizer, on the CPU."""
-    root = tmp_path_factory.mktemp("average")
-    config = {
-        "model": {"preset": "t5-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64},
-        "tokenizer": {"kind": "byte", "num_sentinels": 20},
-        "data": {"format": "tinystories", "train": [str(tinystories_path)], "val_fraction": 0.1, "max_documents": 60},
-        "objective": {"kind": "ul2", "seq_len": 64},
-        "training": {"steps": 4, "batch_size": 4, "seed": 7, "threads": 1, "device": "cpu"},
-        "evaluation": {"interval": 4, "steps": 1},
-        "output": {"save_interval": 1, "keep_last": 3, "plot": False},
-    }
-    (root / "tiny.yaml").write_text(yaml.safe_dump(config))
-    train(load_config(root / "tiny.yaml"), root / "run")
-    return root / "run"
+    return tiny_stories_run(tmp_path_factory.mktemp("average"), tinystories_path, steps=4, save_interval=1, keep_last=3)
 
 
 @pytest.fixture

@@ -7,27 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
+from model_kit import T5GEMMA
+from run_kit import NINE_PAIRS, tiny_pairs_run
 
 from encdec.runs import open_model
 from encdec.runs.run_dir import RunDir
-from encdec.training import load_config, train
 
-PAIRS = [(f"{a} {b}", f"{b} {a}") for a in ("red", "green", "blue") for b in ("cat", "dog", "bird")]
-GEMMA = dict(
-    norm="gemma_rmsnorm",
-    post_norms=True,
-    activation="gated_gelu",
-    rope_cross="none",
-    scale_attention=True,
-    attention_scale_dim=12,
-    attention_softcap=5.0,
-    logit_softcap=8.0,
-    sliding_window=3,
-    global_every=3,
-    scale_embeddings=True,
-    shared_embeddings=False,
-)
+GEMMA = dict(T5GEMMA, attention_softcap=5.0, logit_softcap=8.0, global_every=3)
 NEW_KEYS = (  # the model.json keys Gemma 2's layout added
     "post_norms",
     "attention_scale_dim",
@@ -40,20 +26,8 @@ NEW_KEYS = (  # the model.json keys Gemma 2's layout added
 
 
 def run(root: Path, preset: str, **model) -> Path:
-    """A seq2seq run of 2 steps of a tiny preset, byte tokenizer, on the CPU."""
-    (root / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in PAIRS * 4))
-    config = {
-        "model": {"preset": preset, "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.0, **model},
-        "tokenizer": {"kind": "byte", "num_sentinels": 0},
-        "data": {"format": "tsv", "train": ["pairs.tsv"], "val_fraction": 0.1},
-        "objective": {"kind": "seq2seq", "max_source_len": 16, "max_target_len": 16},
-        "training": {"steps": 2, "batch_size": 8, "seed": 7, "threads": 1, "device": "cpu"},
-        "evaluation": {"interval": 2, "steps": 1},
-        "output": {"plot": False, "tensorboard": False},
-    }
-    (root / "run.yaml").write_text(yaml.safe_dump(config))
-    train(load_config(root / "run.yaml"), root / "run")
-    return root / "run"
+    """A seq2seq run of 2 steps of a tiny preset on nine word pairs, byte tokenizer, on the CPU."""
+    return tiny_pairs_run(root, preset=preset, **NINE_PAIRS, **model)
 
 
 def logits(model) -> torch.Tensor:

@@ -7,31 +7,16 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
+from run_kit import NINE_PAIRS, tiny_pairs_run
 
 from encdec.modules import MoE
 from encdec.runs import open_model
 from encdec.runs.run_dir import RunDir
-from encdec.training import load_config, train
-
-PAIRS = [(f"{a} {b}", f"{b} {a}") for a in ("red", "green", "blue") for b in ("cat", "dog", "bird")]
 
 
 def moe_run(root: Path, **model) -> Path:
-    """A seq2seq run of 2 steps of t5-tiny with experts, byte tokenizer, on the CPU."""
-    (root / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in PAIRS * 4))
-    config = {
-        "model": {"preset": "t5-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.0, **model},
-        "tokenizer": {"kind": "byte", "num_sentinels": 0},
-        "data": {"format": "tsv", "train": ["pairs.tsv"], "val_fraction": 0.1},
-        "objective": {"kind": "seq2seq", "max_source_len": 16, "max_target_len": 16},
-        "training": {"steps": 2, "batch_size": 8, "seed": 7, "threads": 1, "device": "cpu"},
-        "evaluation": {"interval": 2, "steps": 1},
-        "output": {"plot": False, "tensorboard": False},
-    }
-    (root / "moe.yaml").write_text(yaml.safe_dump(config))
-    train(load_config(root / "moe.yaml"), root / "run")
-    return root / "run"
+    """A seq2seq run of 2 steps of t5-tiny with experts on nine word pairs, byte tokenizer, on the CPU."""
+    return tiny_pairs_run(root, **NINE_PAIRS, **model)
 
 
 def sparse(model) -> tuple[list[bool], list[bool]]:

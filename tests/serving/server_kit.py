@@ -10,6 +10,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -71,6 +72,15 @@ class Served:
             self.process.terminate()
         self.process.wait(timeout=60)
         return self.process.returncode, self.log()
+
+
+def serving(model: Path, *options: str, absent: tuple[str, ...] = ("Traceback",)) -> Iterator[Served]:
+    """A module fixture's body (`yield from serving(...)`): the server on `model` with `options`, stopped after
+    the module's tests, which must end with exit code 0 and none of `absent` in its log."""
+    served = Served(model, *options)
+    yield served
+    code, err = served.stop()
+    assert code == 0 and not any(word in err for word in absent), err[-3000:]
 
 
 def call(url: str, body: bytes | dict | None = None, headers: dict | None = None, timeout: float = 300):

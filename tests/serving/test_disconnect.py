@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from server_kit import Served, call, metric, post_raw, tiny_model_dir
+from server_kit import call, metric, post_raw, serving, tiny_model_dir
 from test_server import generate_alone
 
 pytest.importorskip("fastapi")
@@ -24,10 +24,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(model_dir):
-    served = Served(model_dir, "--max-queue", "2", "--max-batch-rows", "4", "--max-new-tokens", str(TOKENS))
-    yield served
-    code, err = served.stop()
-    assert code == 0 and "Traceback" not in err, err[-3000:]
+    yield from serving(model_dir, "--max-queue", "2", "--max-batch-rows", "4", "--max-new-tokens", str(TOKENS))
 
 
 def until(condition, what: str) -> None:

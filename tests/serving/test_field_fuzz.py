@@ -9,7 +9,7 @@ import json
 import urllib.parse
 
 import pytest
-from server_kit import Served, call, metric, tiny_model_dir
+from server_kit import call, metric, serving, tiny_model_dir
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -51,10 +51,8 @@ HOSTILE = [  # and plausible ones, which reach the checks across fields (a sampl
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    served = Served(tiny_model_dir(tmp_path_factory.mktemp("fields") / "t5"), "--max-new-tokens", "20")
-    yield served
-    code, err = served.stop()
-    assert code == 0 and "Traceback" not in err and "ERROR" not in err, err[-3000:]
+    model = tiny_model_dir(tmp_path_factory.mktemp("fields") / "t5")
+    yield from serving(model, "--max-new-tokens", "20", absent=("Traceback", "ERROR"))
 
 
 def routes(server) -> list[tuple[str, str, dict | None]]:

@@ -10,7 +10,7 @@ from functools import partial
 import pytest
 import torch
 from run_kit import tiny_pairs_run
-from server_kit import Served, call, tiny_model_dir
+from server_kit import Served, call, serving, tiny_model_dir
 
 import encdec
 from encdec.errors import DataError
@@ -28,10 +28,7 @@ ON |= {"eta_cutoff": 0.1}  # a value of each sampling-only option that is not it
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    served = Served(tiny_model_dir(tmp_path_factory.mktemp("refused") / "t5"))
-    yield served
-    code, err = served.stop()
-    assert code == 0 and "Traceback" not in err, err[-3000:]
+    yield from serving(tiny_model_dir(tmp_path_factory.mktemp("refused") / "t5"))
 
 
 def refusals() -> dict[str, dict]:

@@ -5,7 +5,7 @@ import json
 import socket
 
 import pytest
-from server_kit import Served, call, exchange, tiny_model_dir
+from server_kit import call, exchange, serving, tiny_model_dir
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -13,10 +13,7 @@ pytest.importorskip("uvicorn")
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    served = Served(tiny_model_dir(tmp_path_factory.mktemp("wire") / "t5"))
-    yield served
-    code, err = served.stop()
-    assert code == 0 and "Traceback" not in err, err[-3000:]
+    yield from serving(tiny_model_dir(tmp_path_factory.mktemp("wire") / "t5"))
 
 
 def headers(n: int, size: int = 1) -> bytes:

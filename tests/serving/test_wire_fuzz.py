@@ -7,7 +7,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_kit import Served, call, exchange, metric, tiny_model_dir
+from server_kit import call, exchange, metric, serving, tiny_model_dir
 from test_request_fuzz import parameters, values
 
 pytest.importorskip("fastapi")
@@ -69,10 +69,7 @@ def raw_requests(draw) -> bytes:
 def server(tmp_path_factory):
     model = tiny_model_dir(tmp_path_factory.mktemp("fuzzed") / "t5")
     # the model's default max_new_tokens is 20: bounds that let a request without options generate
-    served = Served(model, "--max-new-tokens", "20", "--max-inputs", "4", "--max-input-chars", "64")
-    yield served
-    code, err = served.stop()
-    assert code == 0 and "Traceback" not in err, err[-3000:]
+    yield from serving(model, "--max-new-tokens", "20", "--max-inputs", "4", "--max-input-chars", "64")
 
 
 def check_answer(answer: bytes) -> None:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from run_kit import config_beside_runs
 
 from encdec.cli import main
 from encdec.errors import ConfigError
@@ -86,11 +87,7 @@ def test_init_from_in_a_config_file_is_relative_to_its_folder_like_the_data(tmp_
     """One rule for every path a config file names: from the file's folder; --set paths from the shell's."""
     from encdec.training.run_config import load_config
 
-    (tmp_path / "configs").mkdir()
-    (tmp_path / "runs" / "main").mkdir(parents=True)
-    config = tmp_path / "configs" / "fine.yaml"
-    config.write_text("training:\n  init_from: ../runs/main\n")
-    monkeypatch.chdir(tmp_path / "configs")
+    config = config_beside_runs(tmp_path, monkeypatch, "main", "training:\n  init_from: ../runs/main\n")
     assert load_config(config).training.init_from == str(tmp_path / "runs" / "main")
     monkeypatch.chdir(tmp_path)
     assert load_config(config, ["training.init_from=runs/main"]).training.init_from == "runs/main"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from run_kit import config_beside_runs, stories_data
 
 from encdec.cli import main
 from encdec.data.batch import IGNORE_INDEX
@@ -27,12 +28,7 @@ SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 CONFIG = {
     "model": {"preset": "rot5-tiny", "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64, "dropout": 0.1},
     "tokenizer": {"kind": "byte", "num_sentinels": 50},
-    "data": {
-        "format": "tinystories",
-        "train": [str(SHARED_DATA / "tinystories" / "tinystories_train_head.txt.gz")],
-        "val_fraction": 0.1,
-        "max_documents": 120,
-    },
+    "data": stories_data(max_documents=120),
     "objective": {"kind": "ul2", "seq_len": 64},
     "optimizer": {"lr": 2e-3},
     "schedule": {"kind": "constant"},  # the same lr when a run is cut short and resumed
@@ -180,11 +176,9 @@ def test_a_resumed_run_reads_the_teacher_it_started_with_though_the_teacher_run_
 
 
 def test_a_teacher_path_in_a_config_file_is_relative_to_its_folder(tmp_path, monkeypatch):
-    (tmp_path / "configs").mkdir()
-    (tmp_path / "runs" / "teacher").mkdir(parents=True)
-    config = tmp_path / "configs" / "student.yaml"
-    config.write_text("training:\n  distill:\n    teacher: ../runs/teacher\n")
-    monkeypatch.chdir(tmp_path / "configs")
+    config = config_beside_runs(
+        tmp_path, monkeypatch, "teacher", "training:\n  distill:\n    teacher: ../runs/teacher\n"
+    )
     assert load_config(config).training.distill.teacher == str(tmp_path / "runs" / "teacher")
 
 

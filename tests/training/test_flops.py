@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from model_kit import UNEVEN_T5
 from torch.utils.flop_counter import FlopCounterMode
 
 import encdec
@@ -40,18 +41,7 @@ def counted_step_flops(cfg, batch: int, src_len: int, tgt_len: int) -> int:
     ],
 )
 def test_step_flops_equals_the_counted_matmuls_of_a_step(overrides):
-    # d_head * heads != d_model and unequal depths, so each term must use the right width
-    cfg = preset(
-        "t5-tiny",
-        vocab_size=100,
-        d_model=32,
-        n_heads=4,
-        d_head=12,
-        d_ff=48,
-        n_encoder_layers=2,
-        n_decoder_layers=3,
-        **overrides,
-    )
+    cfg = preset("t5-tiny", **UNEVEN_T5, **overrides)  # each term must use the right width and depth
     assert step_flops(cfg, 2, 10, 6) == counted_step_flops(cfg, 2, 10, 6)
 
 

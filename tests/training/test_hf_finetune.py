@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from model_kit import HF_BART_SHAPE, HF_T5_SHAPE
 
 import encdec
 from encdec.cli import main
@@ -79,12 +80,7 @@ def hf_t5_dir(tmp_path_factory, shared_data_dir):
     torch.manual_seed(0)
     config = transformers.T5Config(
         vocab_size=len(tokenizer),
-        d_model=32,
-        d_kv=8,
-        d_ff=48,
-        num_layers=2,
-        num_decoder_layers=2,
-        num_heads=4,
+        **HF_T5_SHAPE,
         feed_forward_proj="gated-gelu",
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -121,14 +117,7 @@ def hf_bart_dirs(tmp_path_factory, shared_data_dir) -> dict[str, Path]:
         torch.manual_seed(0)
         config = config_class(
             vocab_size=len(tokenizer),
-            d_model=32,
-            encoder_layers=2,
-            decoder_layers=2,
-            encoder_attention_heads=4,
-            decoder_attention_heads=4,
-            encoder_ffn_dim=48,
-            decoder_ffn_dim=48,
-            max_position_embeddings=128,
+            **HF_BART_SHAPE,
             bos_token_id=0,
             pad_token_id=1,
             eos_token_id=2,

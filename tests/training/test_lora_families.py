@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from model_kit import HF_BART_SHAPE, HF_T5_SHAPE
 
 import encdec
 from encdec.cli import main
@@ -26,17 +27,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is
 
 MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "translation" / "multi30k"
 PAIRS = 24  # Multi30k's first German-English training pairs
-BART_SHAPE = dict(
-    d_model=32,
-    encoder_layers=2,
-    decoder_layers=2,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=48,
-    decoder_ffn_dim=48,
-    max_position_embeddings=128,
-)
-T5_SHAPE = dict(d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=2, num_heads=4)
 T5_TARGETS = ["q", "v", "EncDecAttention.k", "wo"]  # T5's names are peft's; EncDecAttention is Hugging Face's alone
 BART_TARGETS = ["q_proj", "v_proj", "encoder_attn.k_proj", "out_proj", "fc1", "fc2"]
 T5GEMMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -100,7 +90,7 @@ def t5_family(family: str):
             feed_forward_proj="gated-gelu",
             tie_word_embeddings=False,
             decoder_start_token_id=0,
-            **T5_SHAPE,
+            **HF_T5_SHAPE,
         )
         model = getattr(transformers, model_class)(config)
         model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.shared.weight) * 0.05)  # untied
@@ -129,7 +119,7 @@ def bart_family(config_class: str, model_class: str):
             pad_token_id=1,
             eos_token_id=2,
             decoder_start_token_id=2,
-            **BART_SHAPE,
+            **HF_BART_SHAPE,
         )
         getattr(transformers, model_class)(config).save_pretrained(path)
         return BART_TARGETS
@@ -151,7 +141,7 @@ def marian(texts, path):
         forced_eos_token_id=0,
         activation_function="swish",
         scale_embedding=True,
-        **BART_SHAPE,
+        **HF_BART_SHAPE,
     )
     transformers.MarianMTModel(config).save_pretrained(path)
     return BART_TARGETS
@@ -160,7 +150,7 @@ def marian(texts, path):
 def pegasus(texts, path):
     """Pegasus: pad 0 (the decoder start), EOS 1, T5's tokenizer layout."""
     tokenizer = t5_tokenizer(texts, path)
-    config = transformers.PegasusConfig(vocab_size=len(tokenizer), scale_embedding=True, **BART_SHAPE)
+    config = transformers.PegasusConfig(vocab_size=len(tokenizer), scale_embedding=True, **HF_BART_SHAPE)
     transformers.PegasusForConditionalGeneration(config).save_pretrained(path)
     return BART_TARGETS
 
@@ -174,7 +164,7 @@ def nllb(texts, path):
         vocab=vocab, merges=[], additional_special_tokens=["eng_Latn", "deu_Latn", "fra_Latn"]
     )
     tokenizer.save_pretrained(path)
-    config = transformers.M2M100Config(vocab_size=len(tokenizer), **BART_SHAPE)
+    config = transformers.M2M100Config(vocab_size=len(tokenizer), **HF_BART_SHAPE)
     transformers.M2M100ForConditionalGeneration(config).save_pretrained(path)
     return BART_TARGETS
 
@@ -221,7 +211,7 @@ def longt5(texts, path):
         encoder_attention_type="transient-global",
         local_radius=3,
         global_block_size=4,
-        **T5_SHAPE,
+        **HF_T5_SHAPE,
     )
     transformers.LongT5ForConditionalGeneration(config).save_pretrained(path)
     return T5_TARGETS

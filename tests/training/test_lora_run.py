@@ -8,11 +8,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from run_kit import stories_data
 
 import encdec
 from encdec.cli import main
@@ -22,20 +22,14 @@ from encdec.training.metrics import read_metrics
 pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 LORA = {"r": 4, "lora_alpha": 8, "target_modules": ["q", "v", "cross_attn.o"], "lora_dropout": 0.1}
 
 
-def config(shared_data, **sections) -> dict:
+def config(**sections) -> dict:
     values = {
         "model": {"preset": "t5-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.1},
         "tokenizer": {"kind": "byte", "num_sentinels": 50},
-        "data": {
-            "format": "tinystories",
-            "train": [str(shared_data / "tinystories" / "tinystories_train_head.txt.gz")],
-            "val_fraction": 0.1,
-            "max_documents": 120,
-        },
+        "data": stories_data(max_documents=120),
         "objective": {"kind": "ul2", "seq_len": 64},
         "optimizer": {"lr": 2e-2},
         "training": {"steps": 2, "batch_size": 4, "seed": 7, "threads": 1, "device": "cpu"},
@@ -58,12 +52,11 @@ def losses(run):
 @pytest.fixture(scope="module")
 def lora_setup(tmp_path_factory):
     """A base run (2 steps of a tiny T5) and the config of a LoRA run on it, 10 steps."""
-    shared_data = SHARED_DATA
     root = tmp_path_factory.mktemp("lora")
     base_yaml, lora_yaml = root / "base.yaml", root / "lora.yaml"
-    base_yaml.write_text(yaml.safe_dump(config(shared_data)))
+    base_yaml.write_text(yaml.safe_dump(config()))
     subprocess.run(train(base_yaml, root / "base"), check=True, capture_output=True)
-    lora = config(shared_data, training={"steps": 10, "init_from": str(root / "base")}, lora=LORA)
+    lora = config(training={"steps": 10, "init_from": str(root / "base")}, lora=LORA)
     lora_yaml.write_text(yaml.safe_dump(lora))
     subprocess.run(train(lora_yaml, root / "full"), check=True, capture_output=True)
     return root, lora_yaml
@@ -159,12 +152,12 @@ def test_a_lora_checkpoint_copied_out_of_its_run_goes_on_its_base_or_says_the_ba
         ({"training": {"train_only": ["nothing.*"]}}, "training.train_only 'nothing.*' matches no parameter"),
     ],
 )
-def test_bad_lora_and_train_only_settings_are_one_sentence(lora_setup, shared_data, tmp_path, capsys, sections, says):
+def test_bad_lora_and_train_only_settings_are_one_sentence(lora_setup, tmp_path, capsys, sections, says):
     root, _ = lora_setup
     if "nowhere" in str(sections):
         sections["training"] = {"init_from": str(root / "base")}
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(config(shared_data, **sections)))
+    path.write_text(yaml.safe_dump(config(**sections)))
     assert main(["train", str(path), "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1, err

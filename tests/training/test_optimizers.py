@@ -3,6 +3,7 @@
 import math
 
 import pytest
+from run_kit import sets
 
 from encdec.cli import main
 from encdec.runs.checkpoint import load_checkpoint
@@ -84,17 +85,7 @@ def test_tensorboard_gets_every_number_of_metrics_jsonl_and_a_resume_replaces_wh
     assert train(tiny_config, run, "training.steps=6", "output.tensorboard=true") == 0
     (run / "checkpoints" / "latest").write_text("step_00000004\n")  # as if killed after the checkpoint at step 4
     assert (
-        main(
-            [
-                "train",
-                str(tiny_config),
-                "--out",
-                str(run),
-                "--resume",
-                *(a for o in [*FAST, "output.tensorboard=true"] for a in ("--set", o)),
-            ]
-        )
-        == 0
+        main(["train", str(tiny_config), "--out", str(run), "--resume", *sets(*FAST, "output.tensorboard=true")]) == 0
     )
     logged, jsonl = scalars(run / "tensorboard"), records(run)
     assert [step for step, _ in logged["train/loss"]] == [r["step"] for r in jsonl] == list(range(1, 9))

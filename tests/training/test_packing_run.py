@@ -2,6 +2,7 @@
 
 import pytest
 import yaml
+from run_kit import sets
 
 from encdec.cli import main
 from encdec.training.metrics import read_metrics
@@ -63,29 +64,9 @@ def test_packed_ul2_pretraining_trains_as_the_unpacked_run_does(tiny_config, tmp
     records = {}
     for pack in ("false", "true"):
         run = tmp_path / f"ul2_{pack}"
-        assert (
-            main(
-                [
-                    "train",
-                    str(tiny_config),
-                    "--out",
-                    str(run),
-                    "--set",
-                    f"objective.pack={pack}",
-                    "--set",
-                    "objective.seq_len=512",
-                    "--set",
-                    "model.dropout=0.0",
-                    "--set",
-                    "training.steps=3",
-                    "--set",
-                    "evaluation.interval=3",
-                    "--set",
-                    "output.log_interval=1",
-                ]
-            )
-            == 0
-        )
+        settings = sets(f"objective.pack={pack}", "objective.seq_len=512", "model.dropout=0.0", "training.steps=3")
+        settings += sets("evaluation.interval=3", "output.log_interval=1")
+        assert main(["train", str(tiny_config), "--out", str(run), *settings]) == 0
         records[pack] = train_records(run)
     plain, packed = records["false"], records["true"]
     assert [r["tokens"] for r in packed] == [r["tokens"] for r in plain]
@@ -94,20 +75,8 @@ def test_packed_ul2_pretraining_trains_as_the_unpacked_run_does(tiny_config, tmp
 
 
 def test_a_packed_run_resumes_to_the_same_losses(tiny_config, tmp_path):
-    common = [
-        "--set",
-        "objective.pack=true",
-        "--set",
-        "objective.seq_len=512",
-        "--set",
-        "evaluation.interval=2",
-        "--set",
-        "output.log_interval=1",
-        "--set",
-        "schedule.kind=constant",
-        "--set",
-        "schedule.warmup_steps=0",
-    ]  # the lr does not depend on training.steps
+    common = sets("objective.pack=true", "objective.seq_len=512", "evaluation.interval=2", "output.log_interval=1")
+    common += sets("schedule.kind=constant", "schedule.warmup_steps=0")  # the lr does not depend on training.steps
     assert (
         main(["train", str(tiny_config), "--out", str(tmp_path / "whole"), "--set", "training.steps=4", *common]) == 0
     )

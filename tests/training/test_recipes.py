@@ -2,25 +2,15 @@
 
 from pathlib import Path
 
+from run_kit import sets
+
 from encdec.cli import main
 from encdec.runs.load import load_run
 from encdec.training.metrics import read_metrics
 
 RECIPES = Path(__file__).resolve().parents[2] / "configs" / "recipes"
-TINY = [
-    "--set",
-    "training.steps=2",
-    "--set",
-    "evaluation.steps=1",
-    "--set",
-    "training.batch_size=4",
-    "--set",
-    "data.max_documents=300",
-    "--set",
-    "evaluation.generate=2",
-    "--set",
-    "evaluation.max_new_tokens=4",
-]
+TINY = sets("training.steps=2", "evaluation.steps=1", "training.batch_size=4", "data.max_documents=300")
+TINY += sets("evaluation.generate=2", "evaluation.max_new_tokens=4")
 
 
 def data_paths(shared_data: Path, *names: str) -> str:

@@ -38,20 +38,27 @@ def wait_for_step(run_dir: Path, step: int, process, timeout=HANG):
     raise AssertionError(f"the run did not reach step {step}")
 
 
-@pytest.mark.slow
-def test_a_run_killed_at_a_random_step_resumes_to_the_same_losses(tmp_path, tiny_config, device):
+def killed_and_resumed(config: Path, tmp_path: Path, device) -> tuple[Path, Path]:
+    """`config` trained whole into tmp_path/full, and again into tmp_path/killed, killed (SIGKILL) once it has
+    logged a random step from 3 to 10, then resumed to the end: the two run directories."""
     full, killed = tmp_path / "full", tmp_path / "killed"
     exact = ("--set", "training.deterministic=true") if device.type == "cuda" else ()  # CPU runs repeat anyway
-    subprocess.run(train_command(tiny_config, full, *exact), check=True, capture_output=True)
+    subprocess.run(train_command(config, full, *exact), check=True, capture_output=True)
     kill_at = random.Random().randint(3, 10)
     process = subprocess.Popen(
-        train_command(tiny_config, killed, *exact), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        train_command(config, killed, *exact), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     wait_for_step(killed, kill_at, process)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert RunDir(killed).latest() is not None
-    subprocess.run(train_command(tiny_config, killed, "--resume", *exact), check=True, capture_output=True)
+    subprocess.run(train_command(config, killed, "--resume", *exact), check=True, capture_output=True)
+    return full, killed
+
+
+@pytest.mark.slow
+def test_a_run_killed_at_a_random_step_resumes_to_the_same_losses(tmp_path, tiny_config, device):
+    full, killed = killed_and_resumed(tiny_config, tmp_path, device)
     assert losses(killed) == losses(full)  # bitwise, step for step (dropout on)
     evals = [r for r in read_metrics(full / "metrics.jsonl") if r["kind"] == "eval"]
     assert evals == [r for r in read_metrics(killed / "metrics.jsonl") if r["kind"] == "eval"]

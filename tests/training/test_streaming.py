@@ -3,7 +3,6 @@ with SIGKILL resumes to the same losses, streamed alone or as a member of a mixt
 
 import json
 import random
-import signal
 import subprocess
 import sys
 import textwrap
@@ -15,7 +14,7 @@ import yaml
 from encdec.runs.checkpoint import load_checkpoint
 from encdec.runs.run_dir import RunDir
 from encdec.training.metrics import read_metrics
-from tests.training.test_resume import losses, train_command, wait_for_step
+from tests.training.test_resume import killed_and_resumed, losses
 
 BUDGET_MB = {"jsonl": 64, "datasets": 320}  # growth of the peak RSS allowed while a whole pass is read
 CORPUS_MB = 400
@@ -106,18 +105,7 @@ def test_a_streamed_run_killed_at_a_random_step_resumes_to_the_same_losses(
     tmp_path, tiny_config, shared_data, device, mixture
 ):
     config = streamed(tiny_config, shared_data, mixture)
-    full, killed = tmp_path / "full", tmp_path / "killed"
-    exact = ("--set", "training.deterministic=true") if device.type == "cuda" else ()
-    subprocess.run(train_command(config, full, *exact), check=True, capture_output=True)
-    kill_at = random.Random().randint(3, 10)
-    process = subprocess.Popen(
-        train_command(config, killed, *exact), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    wait_for_step(killed, kill_at, process)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert RunDir(killed).latest() is not None
-    subprocess.run(train_command(config, killed, "--resume", *exact), check=True, capture_output=True)
+    full, killed = killed_and_resumed(config, tmp_path, device)
     assert losses(killed) == losses(full)  # bitwise, step for step
     evals = [r for r in read_metrics(full / "metrics.jsonl") if r["kind"] == "eval"]
     assert evals == [r for r in read_metrics(killed / "metrics.jsonl") if r["kind"] == "eval"]

@@ -1,0 +1,28 @@
+"""Tiny Hugging Face checkpoints that command and bad-input tests start from, written as a user's would be."""
+
+from pathlib import Path
+
+import torch
+
+
+def word_level_t5(path: Path, words: list[str], num_layers: int = 1, close_with_eos: bool = False) -> Path:
+    """A random-weight T5 (16 wide, seed 0) saved into `path` with a word-level tokenizer over `words` (the id
+    of a word is its last place in the list; <pad> </s> <unk> first): a complete Hugging Face directory.
+    `close_with_eos` appends </s> to every encoded text, as T5's own tokenizer does."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    if close_with_eos:
+        backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        vocab_size=len(words), d_model=16, d_kv=4, d_ff=32, num_layers=num_layers, num_heads=4, decoder_start_token_id=0
+    )
+    transformers.T5ForConditionalGeneration(config).save_pretrained(path)
+    return path
