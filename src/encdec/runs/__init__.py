@@ -2,6 +2,7 @@
 
     run_dir.py        the layout of a run directory and of one checkpoint (RunDir, CheckpointDir)
     checkpoint.py     checkpoints written atomically and read back; the one weight loader (load_state)
+    pointer.py        a checkpoint's parts that point at weights kept elsewhere (a LoRA base, a teacher)
     description.py    what a checkpoint says about itself (model.json, text.json, adapter.json), so it opens
                       without the training config; a checkpoint from before them, read from its config.yaml
     model_section.py  a run config's model section made a ModelConfig (build_model_config)

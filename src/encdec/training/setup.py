@@ -22,9 +22,10 @@ from encdec.models import ModelConfig, build_model, count_parameters
 from encdec.models.family_classes import check_position_limits
 from encdec.models.model_config import CAUSAL_LMS
 from encdec.runs.adapter import BasePointer, apply_lora, load_adapted, read_base
-from encdec.runs.checkpoint import load_checkpoint, load_state, source_path, weights_sha256
+from encdec.runs.checkpoint import load_checkpoint, load_state
 from encdec.runs.load import read_generation
 from encdec.runs.model_section import build_model_config, model_family
+from encdec.runs.pointer import source_path, weights_sha256
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.state import TrainState, check_rng_states, read_saved_state
 from encdec.safe_paths import write_atomic
