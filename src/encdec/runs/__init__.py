@@ -5,7 +5,7 @@
     pointer.py        a checkpoint's parts that point at weights kept elsewhere (a LoRA base, a teacher)
     description.py    what a checkpoint says about itself (model.json, text.json, adapter.json), so it opens
                       without the training config; a checkpoint from before them, read from its config.yaml
-    model_section.py  a run config's model section made a ModelConfig (build_model_config)
+    model_section.py  a run config's model section, read once into the ModelConfig it builds (ModelSection)
     load.py           a checkpoint read back for use (load_run -> LoadedRun: model, tokenizer, description,
                       generation defaults, text encoding)
     text.py           text in and out as the run's training fed it (TextFormat, RunTokenizer)

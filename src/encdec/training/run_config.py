@@ -41,7 +41,7 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.generation.config import Beams
 from encdec.runs.adapter import TRAIN_ONLY, AdapterConfig, LoraSection
 from encdec.runs.description import Description
-from encdec.runs.model_section import check_model_section, model_family
+from encdec.runs.model_section import ModelSection
 from encdec.runs.run_dir import CheckpointDir
 from encdec.runs.state import MAX_STEPS
 from encdec.runs.text import MAX_LENGTH, RunTokenizer, TextFormat, TextObjective
@@ -254,7 +254,7 @@ class OutputSection:
 
 @dataclass
 class RunConfig:
-    model: dict = field(default_factory=dict)
+    model: dict | ModelSection = field(default_factory=dict)  # read as a mapping, held as the ModelSection it builds
     tokenizer: TokenizerSection = field(default_factory=TokenizerSection)
     data: DataSection = field(default_factory=DataSection)
     objective: ObjectiveSection = field(default_factory=ObjectiveSection)
@@ -268,7 +268,8 @@ class RunConfig:
     def __post_init__(self):
         """The fields' own rules (again, for a config built in Python), then the rules across fields."""
         check(self)
-        check_model_section(self.model, overlay=bool(self.training.init_from))
+        if not isinstance(self.model, ModelSection):  # built once; a fine-tuning run's keys wait for the pretrained's
+            self.model = ModelSection(self.model, overlay=bool(self.training.init_from))
         if self.schedule.min_lr > self.optimizer.lr:
             raise ConfigError(
                 f"schedule.min_lr ({self.schedule.min_lr}) must not exceed optimizer.lr ({self.optimizer.lr})"
@@ -317,6 +318,14 @@ class RunConfig:
     def adapter_config(self) -> AdapterConfig | None:
         """What puts this run's checkpoints on their base (adapter.json); None but for a LoRA run."""
         return AdapterConfig(self.lora, self.training.train_only) if self.lora is not None else None
+
+    def to_dict(self) -> dict:
+        """The config as its YAML file holds it: each section's values, the model section as written."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {
+            name: dict(value) if name == "model" else dataclasses.asdict(value) if value is not None else None
+            for name, value in values.items()
+        }
 
     def description(self, model: nn.Module) -> Description:
         """What this run's checkpoints of `model` say about themselves (runs/description.py)."""
@@ -375,7 +384,7 @@ def check_packing(cfg: RunConfig) -> None:
         return
     if cfg.objective.kind not in PACKABLE:
         raise ConfigError(f"objective.pack works with objective.kind {', '.join(PACKABLE)}, not {cfg.objective.kind}")
-    family = model_family(cfg.model)
+    family = cfg.model.family
     if family != "encoder_decoder":
         raise ConfigError(
             f"objective.pack needs model.family encoder_decoder, whose attention keeps packed "
@@ -474,4 +483,4 @@ def saved_config(checkpoint: CheckpointDir) -> RunConfig:
 
 
 def save_config(config: RunConfig, path: Path) -> None:
-    write_atomic(path, yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))  # replaces a link, never follows
+    write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False))  # replaces a link, never follows
