@@ -10,9 +10,8 @@ config = encdec.load_config("configs/tiny.yaml")   # a run config (encdec.traini
 maps = encdec.attention_maps(path, "A dog runs.")  # cross- and encoder self-attention, as the model computed them
 """
 
-import importlib
-
 from encdec.errors import CheckpointError, ConfigError, DataError, EncdecError
+from encdec.lazy_names import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -37,11 +36,7 @@ LAZY = {
     "load_tokenizer": "encdec.runs",
 }
 
-
-def __getattr__(name: str):
-    if name in LAZY:
-        return getattr(importlib.import_module(LAZY[name]), name)
-    raise AttributeError(f"module 'encdec' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, LAZY)
 
 
 __all__ = [

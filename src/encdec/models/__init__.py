@@ -20,8 +20,7 @@ The modules that need torch are imported on first use of their names (PEP 562), 
 family refuses and a parameter count (`encdec size`) import no torch.
 """
 
-import importlib
-
+from encdec.lazy_names import lazy_getattr
 from encdec.models.family_rules import check_family, check_fields
 from encdec.models.model_config import ModelConfig
 from encdec.models.parameter_count import count_parameters_of
@@ -41,11 +40,7 @@ LAZY = {
     "count_parameters": "encdec.models.family_classes",
 }
 
-
-def __getattr__(name: str):
-    if name in LAZY:
-        return getattr(importlib.import_module(LAZY[name]), name)
-    raise AttributeError(f"module 'encdec.models' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, LAZY)
 
 
 __all__ = [

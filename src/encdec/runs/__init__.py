@@ -21,7 +21,7 @@ load_config: encdec.training.run_config); inference, export and the CLI read run
 nothing here imports the training loop or its config.
 """
 
-import importlib
+from encdec.lazy_names import lazy_getattr
 
 # imported on first use of their names (PEP 562): a run config's model section (model_section.py) reads
 # without torch, which load.py and open.py bring
@@ -39,11 +39,7 @@ LAZY = {
     "RunTokenizer": "encdec.runs.text",
 }
 
-
-def __getattr__(name: str):
-    if name in LAZY:
-        return getattr(importlib.import_module(LAZY[name]), name)
-    raise AttributeError(f"module 'encdec.runs' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, LAZY)
 
 
 __all__ = [
