@@ -35,7 +35,7 @@ class ModelSection(collections.abc.Mapping):
 
     def __init__(self, written: Mapping[str, Any] | None = None, overlay: bool = False):
         self.written = dict(written or {})
-        check_keys(self.written)
+        check_section_keys(self.written)
         self.config = None if overlay else build_model_config(self.written, **PROVISIONAL_TOKENS)
         if self.config is not None:
             check_fields(self.config)  # a field its family ignores is refused
@@ -74,7 +74,7 @@ class ModelSection(collections.abc.Mapping):
             raise ConfigError(model_error(error)) from None
 
 
-def check_keys(section: dict) -> None:
+def check_section_keys(section: dict) -> None:
     """Each key of a model section known (`preset` or a ModelConfig field) and its value of the declared type."""
     hints = typing.get_type_hints(ModelConfig, include_extras=True)
     for key, value in section.items():
