@@ -5,9 +5,10 @@ import importlib
 from collections.abc import Callable
 
 
-def lazy_getattr(package: str, table: dict[str, str]) -> Callable[[str], object]:
-    """The module-level `__getattr__` of `package`: a name of `table` read from the module the table names for it,
-    imported then; any other name an AttributeError, as Python's own."""
+def lazy_getattr(package: str, names_by_module: dict[str, tuple[str, ...]]) -> Callable[[str], object]:
+    """The module-level `__getattr__` of `package`: a name one of `names_by_module`'s modules gives, read from
+    that module, imported then; any other name an AttributeError, as Python's own."""
+    table = {name: module for module, names in names_by_module.items() for name in names}
 
     def __getattr__(name: str) -> object:
         if name in table:

@@ -26,18 +26,15 @@ from encdec.models.model_config import ModelConfig
 from encdec.models.parameter_count import count_parameters_of
 from encdec.models.presets import preset, preset_names
 
-LAZY = {
-    "AREncoderDecoder": "encdec.models.ar_encdec",
-    "DecoderOnly": "encdec.models.decoder_only",
-    "EncoderDecoder": "encdec.models.encoder_decoder",
-    "ParallelEncoderDecoder": "encdec.models.parallel_encdec",
-    "RNNSeq2Seq": "encdec.models.rnn_seq2seq",
-    "EncoderOutput": "encdec.models.outputs",
-    "Seq2SeqOutput": "encdec.models.outputs",
-    "init_weights": "encdec.models.init",
-    "FAMILY_CLASSES": "encdec.models.family_classes",
-    "build_model": "encdec.models.family_classes",
-    "count_parameters": "encdec.models.family_classes",
+LAZY = {  # module -> the names it gives
+    "encdec.models.ar_encdec": ("AREncoderDecoder",),
+    "encdec.models.decoder_only": ("DecoderOnly",),
+    "encdec.models.encoder_decoder": ("EncoderDecoder",),
+    "encdec.models.parallel_encdec": ("ParallelEncoderDecoder",),
+    "encdec.models.rnn_seq2seq": ("RNNSeq2Seq",),
+    "encdec.models.outputs": ("EncoderOutput", "Seq2SeqOutput"),
+    "encdec.models.init": ("init_weights",),
+    "encdec.models.family_classes": ("FAMILY_CLASSES", "build_model", "count_parameters"),
 }
 
 __getattr__ = lazy_getattr(__name__, LAZY)

@@ -25,18 +25,12 @@ from encdec.lazy_names import lazy_getattr
 
 # imported on first use of their names (PEP 562): a run config's model section (model_section.py) reads
 # without torch, which load.py and open.py bring
-LAZY = {
-    "LoadedRun": "encdec.runs.load",
-    "load_run": "encdec.runs.load",
-    "OpenedModel": "encdec.runs.open",
-    "from_pretrained": "encdec.runs.open",
-    "load_tokenizer": "encdec.runs.open",
-    "model_kind": "encdec.runs.open",
-    "open_model": "encdec.runs.open",
-    "CheckpointDir": "encdec.runs.run_dir",
-    "RunDir": "encdec.runs.run_dir",
-    "export_run": "encdec.runs.run_export",
-    "RunTokenizer": "encdec.runs.text",
+LAZY = {  # module -> the names it gives
+    "encdec.runs.load": ("LoadedRun", "load_run"),
+    "encdec.runs.open": ("OpenedModel", "from_pretrained", "load_tokenizer", "model_kind", "open_model"),
+    "encdec.runs.run_dir": ("CheckpointDir", "RunDir"),
+    "encdec.runs.run_export": ("export_run",),
+    "encdec.runs.text": ("RunTokenizer",),
 }
 
 __getattr__ = lazy_getattr(__name__, LAZY)

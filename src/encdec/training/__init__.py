@@ -8,7 +8,7 @@ from encdec.lazy_names import lazy_getattr
 from encdec.training.run_config import RunConfig, load_config
 
 LOOP_NAMES = ("TrainResult", "evaluate", "train")
-__getattr__ = lazy_getattr(__name__, dict.fromkeys(LOOP_NAMES, "encdec.training.trainer"))
+__getattr__ = lazy_getattr(__name__, {"encdec.training.trainer": LOOP_NAMES})
 
 
 __all__ = ["RunConfig", "TrainResult", "evaluate", "load_config", "train"]
