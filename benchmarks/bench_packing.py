@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 
 from encdec.models import build_model
-from encdec.runs.model_section import build_model_config
 from encdec.training.loader import fill
 from encdec.training.run_config import load_config
 from encdec.training.run_data import build_run_data
@@ -51,7 +50,7 @@ def main() -> None:
     packed.pack = True
     tok = data.tokenizer
     torch.manual_seed(0)
-    model = build_model(build_model_config(cfg.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id))
+    model = build_model(cfg.model.build(tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id))
     times: dict[bool, list[float]] = {False: [], True: []}
     print("step  layout    B x (S + T)      fill   loss      s")
     for step in range(args.steps):

@@ -28,7 +28,8 @@ from encdec.runs.load import read_generation
 from encdec.runs.run_dir import CheckpointDir
 from encdec.runs.state import read_saved_state
 from encdec.schema import read
-from encdec.training.run_config import DataSection, RunConfig, load_config
+from encdec.training.data_sections import DataSection
+from encdec.training.run_config import RunConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if "experiments" not in p.parts)

@@ -89,7 +89,7 @@ SHORT_BY_CONSTRUCTION = {
     "interop/hf_gemma.py": "allowed: one or two RoPE types",
     "interop/hf_t5gemma2.py": "allowed: one or two RoPE types",
     "interop/hf_switch.py": "ours: the declared expert activations",
-    "schema.py": "args: a Literal's declared choices",
+    "schema/values.py": "args: a Literal's declared choices",
 }
 
 

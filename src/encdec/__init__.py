@@ -10,38 +10,24 @@ config = encdec.load_config("configs/tiny.yaml")   # a run config (encdec.traini
 maps = encdec.attention_maps(path, "A dog runs.")  # cross- and encoder self-attention, as the model computed them
 """
 
-import importlib
-
 from encdec.errors import CheckpointError, ConfigError, DataError, EncdecError
+from encdec.lazy_names import lazy_getattr
 
 __version__ = "0.1.0"
 
 # the rest is imported on first use, so `encdec` starts (and answers Ctrl-C) before torch has loaded
-LAZY = {
-    "attention_maps": "encdec.inspection",
-    "generate": "encdec.generation",
-    "export_hf": "encdec.interop",
-    "load_hf": "encdec.interop",
-    "save_hf": "encdec.interop",
-    "ModelConfig": "encdec.models",
-    "build_model": "encdec.models",
-    "count_parameters": "encdec.models",
-    "preset": "encdec.models",
-    "preset_names": "encdec.models",
-    "quantize": "encdec.quantization",
-    "RunConfig": "encdec.training",
-    "load_config": "encdec.training",
-    "export_run": "encdec.runs",
-    "build_tokenizer": "encdec.tokenizers",
-    "from_pretrained": "encdec.runs",
-    "load_tokenizer": "encdec.runs",
+LAZY = {  # module -> the names it gives
+    "encdec.inspection": ("attention_maps",),
+    "encdec.generation": ("generate",),
+    "encdec.interop": ("export_hf", "load_hf", "save_hf"),
+    "encdec.models": ("ModelConfig", "build_model", "count_parameters", "preset", "preset_names"),
+    "encdec.quantization": ("quantize",),
+    "encdec.training": ("RunConfig", "load_config"),
+    "encdec.runs": ("export_run", "from_pretrained", "load_tokenizer"),
+    "encdec.tokenizers": ("build_tokenizer",),
 }
 
-
-def __getattr__(name: str):
-    if name in LAZY:
-        return getattr(importlib.import_module(LAZY[name]), name)
-    raise AttributeError(f"module 'encdec' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, LAZY)
 
 
 __all__ = [

@@ -16,7 +16,8 @@ from encdec.data.hub import (
     load_hub_dataset,
 )
 from encdec.errors import DataError
-from encdec.training.run_config import DataSection, ObjectiveSection, RunConfig
+from encdec.training.data_sections import DataSection, ObjectiveSection
+from encdec.training.run_config import RunConfig
 from encdec.training.run_data import read_items, stream_opener
 
 datasets = pytest.importorskip("datasets")

@@ -7,7 +7,8 @@ import pytest
 from encdec.cli import main
 from encdec.data.formats import TEXT_FORMATS, read_corpus
 from encdec.errors import DataError
-from encdec.training.run_config import DataSection, ObjectiveSection, RunConfig
+from encdec.training.data_sections import DataSection, ObjectiveSection
+from encdec.training.run_config import RunConfig
 from encdec.training.run_data import read_items
 
 

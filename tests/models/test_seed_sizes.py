@@ -6,7 +6,6 @@ import pytest
 
 from encdec.cli import main
 from encdec.models import ModelConfig
-from encdec.runs.model_section import build_model_config
 from encdec.training import load_config
 
 SEEDS = Path(__file__).parents[2] / "configs" / "seeds"
@@ -32,7 +31,7 @@ def test_size_of_the_full_seed_configs_equals_the_seeds_counts(name, params, cap
 
 def model_config(path: Path) -> ModelConfig:
     cfg = load_config(path)
-    return build_model_config(cfg.model, cfg.model.get("vocab_size", 260), 0, 1, 0)
+    return cfg.model.build(cfg.model.get("vocab_size", 260), 0, 1, 0)
 
 
 @pytest.mark.parametrize("path", sorted(SEEDS.glob("*.yaml")), ids=lambda p: p.stem)

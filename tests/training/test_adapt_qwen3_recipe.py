@@ -140,7 +140,7 @@ def test_the_header_says_how_to_run_it_and_its_estimated_cost():
     assert "# Cost (estimated, not measured): 1,368,296,448 parameters" in header and "H100" in header
     cfg = load_config(RECIPE)
     t, length = cfg.training, cfg.objective.seq_len
-    model = build_model_config(cfg.model, cfg.model["vocab_size"], 0, 1, 0)
+    model = cfg.model.over({}).build(cfg.model["vocab_size"], 0, 1, 0)  # an overlay (init_from), built alone
     per_step = step_flops(model, t.batch_size * t.grad_accum, length // 2, length - length // 2 + 1)
     total = per_step * t.steps
 

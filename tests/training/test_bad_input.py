@@ -92,7 +92,7 @@ def test_a_step_that_runs_out_of_memory_is_one_sentence_naming_the_batch(capsys,
             "you tried to allocate 81604378624 bytes"
         )
 
-    monkeypatch.setattr(trainer, "_optimizer_step", allocation_fails)
+    monkeypatch.setattr(trainer, "optimizer_step", allocation_fails)
     code, err = run_cli(capsys, "train", str(tiny_config), "--out", str(tmp_path / "run"))
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "a training step ran out of memory on cpu with batches of 4 rows of up to 64 tokens" in err

@@ -13,7 +13,7 @@ from encdec.runs.run_dir import RunDir
 from encdec.training import distributed, load_config, train
 from encdec.training.loader import LoadedBatch
 from encdec.training.numerics import numerics, resolve_precision
-from encdec.training.trainer import _optimizer_step
+from encdec.training.optimizer_step import optimizer_step
 
 
 def test_auto_precision_is_fp32_on_a_cpu_and_explicit_choices_stand():
@@ -79,7 +79,7 @@ def test_accumulation_synchronises_gradients_only_in_the_last_backward(tiny_conf
     batch = Batch(tgt_ids=torch.ones(2, 3, dtype=torch.long), labels=torch.ones(2, 3, dtype=torch.long))
     loaded = [LoadedBatch(batch, 6, 6) for _ in range(3)]
     cfg = load_config(tiny_config, ["training.grad_accum=3"])
-    _optimizer_step(
+    optimizer_step(
         model,
         torch.optim.SGD(model.parameters(), lr=0.1),
         loaded,

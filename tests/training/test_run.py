@@ -65,7 +65,7 @@ def test_generate_and_evaluate_quantize_a_run_to_int8(tmp_path, tiny_config):
 
 
 def test_a_tie_in_the_score_makes_the_later_checkpoint_best_without_resetting_patience():
-    from encdec.training.trainer import compare_to_best
+    from encdec.training.validation import compare_to_best
 
     assert compare_to_best(0.5, None) == (True, True)
     assert compare_to_best(0.4, 0.5) == (True, True)

@@ -32,7 +32,7 @@ from encdec.cli.options import (
     resolve_device,
     whole_number,
 )
-from encdec.cli.output_paths import InputPath, OutputPath
+from encdec.cli.output_paths import OutputPath, add_model_argument
 from encdec.errors import ConfigError
 from encdec.inspection import attention_maps, plot_attention, save_maps
 from encdec.inspection.record import check_has_maps
@@ -45,11 +45,7 @@ MAX_LAYER = 1 << 16
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("attention", description=__doc__)
-    parser.add_argument(
-        "model",
-        type=InputPath("the model"),
-        help="a run directory of encdec train, a Hugging Face directory or a Hub id",
-    )
+    add_model_argument(parser, "a run directory of encdec train, a Hugging Face directory or a Hub id")
     parser.add_argument("--source", required=True, help="the text the model reads")
     parser.add_argument("--target", default=None, help="the text it writes (default: its own greedy output)")
     parser.add_argument(

@@ -6,7 +6,7 @@ encdec compare --experiment configs/experiments/rot5_ablation.yaml --out runs/ab
 
 from pathlib import Path
 
-from encdec.cli.output_paths import InputPath, OutputPath
+from encdec.cli.output_paths import InputPath, add_out_directory
 from encdec.errors import ConfigError
 from encdec.training.experiments import RunSpec, read_experiment, run_experiment
 
@@ -15,12 +15,7 @@ def add_parser(subparsers):
     parser = subparsers.add_parser("compare", description=__doc__)
     parser.add_argument("configs", nargs="*", type=InputPath("the run config"), help="run configs (YAML), one run each")
     parser.add_argument("--experiment", type=InputPath("--experiment"), help="an experiment file listing the runs")
-    parser.add_argument(
-        "--out",
-        type=OutputPath("--out", "a directory for the experiment", directory=True),
-        required=True,
-        help="directory of the runs, the table and the plot",
-    )
+    add_out_directory(parser, "a directory for the experiment", "directory of the runs, the table and the plot")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override, for every run")
     parser.set_defaults(func=run)
 

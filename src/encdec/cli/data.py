@@ -23,7 +23,8 @@ from encdec.safe_paths import output_dir, output_path, write_atomic
 from encdec.schema import Range, argument_type, field_type
 from encdec.sizing import capped_to_cores
 from encdec.tokenizers import KINDS, MANIFEST_NAME, UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
-from encdec.training.run_config import MAX_PROCESSES, TokenizerSection, TrainingSection
+from encdec.training.data_sections import TokenizerSection
+from encdec.training.run_config import MAX_PROCESSES, TrainingSection
 
 # the short names `--objective` took before it took the run config's; still accepted
 OBJECTIVE_ALIASES = {"causal": "causal_lm", "span": "span_corruption", "prefix": "prefix_lm"}

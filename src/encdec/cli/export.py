@@ -19,7 +19,7 @@ from pathlib import Path
 
 from encdec.cli.held import say_unless_refused
 from encdec.cli.options import add_checkpoint_argument
-from encdec.cli.output_paths import InputPath, OutputPath
+from encdec.cli.output_paths import OutputPath, add_model_argument
 from encdec.errors import ConfigError
 from encdec.interop import export_hf
 from encdec.interop.hub_ids import resolve_model
@@ -30,10 +30,8 @@ from encdec.runs.run_export import export_adapter, export_run
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("export", description=__doc__)
-    parser.add_argument(
-        "model",
-        type=InputPath("the model"),
-        help="a run directory of encdec train, a checkpoint directory, a Hugging Face directory or a Hub id",
+    add_model_argument(
+        parser, "a run directory of encdec train, a checkpoint directory, a Hugging Face directory or a Hub id"
     )
     parser.add_argument(
         "--out",

@@ -80,6 +80,17 @@ class OutputPath:
             raise ConfigError(f"{self.flag} {path} is {what}; name {self.writes}")
 
 
+def add_model_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    """The positional `model` a command reads (a run, checkpoint or Hugging Face directory, or a Hub id, as
+    `help` says which it takes)."""
+    parser.add_argument("model", type=InputPath("the model"), help=help)
+
+
+def add_out_directory(parser: argparse.ArgumentParser, writes: str, help: str) -> None:
+    """The required --out of a command that writes a directory (`writes` names it in a refusal)."""
+    parser.add_argument("--out", type=OutputPath("--out", writes, directory=True), required=True, help=help)
+
+
 def refuse_nul(text: str, name: str) -> None:
     if "\0" in text:
         raise ConfigError(f"{name} {text!r} holds a NUL byte, which no file name can")

@@ -34,7 +34,7 @@ from encdec.cli.options import (
     resolve_device,
     whole_number,
 )
-from encdec.cli.output_paths import InputPath
+from encdec.cli.output_paths import add_model_argument
 from encdec.errors import ConfigError
 from encdec.serving.requests import Limits
 
@@ -58,11 +58,7 @@ def bounds() -> dict[str, tuple[int, int, str]]:
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("serve", description=__doc__)
-    parser.add_argument(
-        "model",
-        type=InputPath("the model"),
-        help="a run directory, a Hugging Face directory or a Hub id (org/name[@revision])",
-    )
+    add_model_argument(parser, "a run directory, a Hugging Face directory or a Hub id (org/name[@revision])")
     add_checkpoint_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: this machine only)")
     parser.add_argument("--port", type=whole_number(0, 65535, "--port"), default=8000, help="0: any free port")

@@ -55,21 +55,21 @@ def model_config(args):
         if args.set:
             raise ConfigError("--set overrides a run config's values, not a Hugging Face config.json's")
         return hf_model_config(path)
-    from encdec.runs.model_section import build_model_config
     from encdec.training.run_config import load_config  # the whole run config, checked as train checks it
 
     cfg = load_config(args.config, args.set)
     started = started_from(cfg)
     if started is not None:  # fine-tuning or adapting a local run or Hugging Face directory: its model under ours
         section, vocab = started
-        return build_model_config({**section, **cfg.model}, cfg.model.get("vocab_size") or vocab, 0, 1, 0)
+        return cfg.model.over(section).build(vocab, 0, 1, 0)
     if cfg.training.init_from:
         print(
             f"training.init_from {cfg.training.init_from} is not a local directory (a size fetches nothing): "
             "counted from this config's own model section"
         )
     vocab = cfg.model.get("vocab_size") or tokenizer_vocab_size(cfg)
-    return build_model_config(cfg.model, vocab, 0, 1, 0)
+    own = cfg.model.over({}) if cfg.training.init_from else cfg.model  # a fine-tuning run's keys, built alone
+    return own.build(vocab, 0, 1, 0)
 
 
 def started_from(cfg) -> tuple[dict, int] | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from encdec.cli.options import whole_number
-from encdec.cli.output_paths import InputPath, OutputPath
+from encdec.cli.output_paths import InputPath, add_out_directory
 from encdec.errors import ConfigError
 from encdec.schema import field_type
 from encdec.training import load_config, train
@@ -30,12 +30,7 @@ MAX_NPROC = 1024  # processes one machine starts
 def add_parser(subparsers):
     parser = subparsers.add_parser("train")
     parser.add_argument("config", type=InputPath("the run config"), help="the run config (YAML)")
-    parser.add_argument(
-        "--out",
-        type=OutputPath("--out", "a run directory", directory=True),
-        required=True,
-        help="the run directory: checkpoints, metrics, plots",
-    )
+    add_out_directory(parser, "a run directory", "the run directory: checkpoints, metrics, plots")
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
     parser.add_argument(
         "--accept-changes",

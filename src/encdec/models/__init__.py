@@ -20,32 +20,24 @@ The modules that need torch are imported on first use of their names (PEP 562), 
 family refuses and a parameter count (`encdec size`) import no torch.
 """
 
-import importlib
-
+from encdec.lazy_names import lazy_getattr
 from encdec.models.family_rules import check_family, check_fields
 from encdec.models.model_config import ModelConfig
 from encdec.models.parameter_count import count_parameters_of
 from encdec.models.presets import preset, preset_names
 
-LAZY = {
-    "AREncoderDecoder": "encdec.models.ar_encdec",
-    "DecoderOnly": "encdec.models.decoder_only",
-    "EncoderDecoder": "encdec.models.encoder_decoder",
-    "ParallelEncoderDecoder": "encdec.models.parallel_encdec",
-    "RNNSeq2Seq": "encdec.models.rnn_seq2seq",
-    "EncoderOutput": "encdec.models.outputs",
-    "Seq2SeqOutput": "encdec.models.outputs",
-    "init_weights": "encdec.models.init",
-    "FAMILY_CLASSES": "encdec.models.family_classes",
-    "build_model": "encdec.models.family_classes",
-    "count_parameters": "encdec.models.family_classes",
+LAZY = {  # module -> the names it gives
+    "encdec.models.ar_encdec": ("AREncoderDecoder",),
+    "encdec.models.decoder_only": ("DecoderOnly",),
+    "encdec.models.encoder_decoder": ("EncoderDecoder",),
+    "encdec.models.parallel_encdec": ("ParallelEncoderDecoder",),
+    "encdec.models.rnn_seq2seq": ("RNNSeq2Seq",),
+    "encdec.models.outputs": ("EncoderOutput", "Seq2SeqOutput"),
+    "encdec.models.init": ("init_weights",),
+    "encdec.models.family_classes": ("FAMILY_CLASSES", "build_model", "count_parameters"),
 }
 
-
-def __getattr__(name: str):
-    if name in LAZY:
-        return getattr(importlib.import_module(LAZY[name]), name)
-    raise AttributeError(f"module 'encdec.models' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, LAZY)
 
 
 __all__ = [

@@ -22,19 +22,19 @@ A preset sets only fields its family uses: a family refuses the others (see buil
 from encdec.errors import ConfigError, suggestion
 from encdec.models.model_config import ModelConfig
 
+# what Vaswani's Transformer and GPT-2 share, unlike T5: LayerNorm (eps 1e-5), attention scaled by sqrt(d_head),
+# a tied head without output scaling, N(0, 0.02) init
+LAYERNORM_SCALED = dict(
+    norm="layernorm", norm_eps=1e-5, scale_attention=True, tie_embeddings=True, scale_output=False, init="normal"
+)
 FAMILIES = {
     "transformer": dict(
+        LAYERNORM_SCALED,
         position="sinusoidal",
         activation="relu",
-        norm="layernorm",
-        norm_eps=1e-5,
         norm_position="post",
         bias=True,
-        scale_attention=True,
         scale_embeddings=True,
-        tie_embeddings=True,
-        scale_output=False,
-        init="normal",
         vocab_size=32000,
     ),
     "t5": dict(position="relative", activation="relu", vocab_size=32128),
@@ -43,19 +43,7 @@ FAMILIES = {
     ),
     "rot5": dict(position="rope", rope_cross="relative", activation="gelu", vocab_size=32502),
 }
-GPT = dict(
-    position="learned",
-    activation="gelu",
-    norm="layernorm",
-    norm_eps=1e-5,
-    bias=False,
-    scale_attention=True,
-    tie_embeddings=True,
-    scale_output=False,
-    init="normal",
-    dropout=0.0,
-    vocab_size=50257,
-)
+GPT = dict(LAYERNORM_SCALED, position="learned", activation="gelu", bias=False, dropout=0.0, vocab_size=50257)
 FAMILIES.update(
     {
         "ar_encdec": dict(

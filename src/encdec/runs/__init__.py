@@ -2,9 +2,10 @@
 
     run_dir.py        the layout of a run directory and of one checkpoint (RunDir, CheckpointDir)
     checkpoint.py     checkpoints written atomically and read back; the one weight loader (load_state)
+    pointer.py        a checkpoint's parts that point at weights kept elsewhere (a LoRA base, a teacher)
     description.py    what a checkpoint says about itself (model.json, text.json, adapter.json), so it opens
                       without the training config; a checkpoint from before them, read from its config.yaml
-    model_section.py  a run config's model section made a ModelConfig (build_model_config)
+    model_section.py  a run config's model section, read once into the ModelConfig it builds (ModelSection)
     load.py           a checkpoint read back for use (load_run -> LoadedRun: model, tokenizer, description,
                       generation defaults, text encoding)
     text.py           text in and out as the run's training fed it (TextFormat, RunTokenizer)
@@ -20,29 +21,19 @@ load_config: encdec.training.run_config); inference, export and the CLI read run
 nothing here imports the training loop or its config.
 """
 
-import importlib
+from encdec.lazy_names import lazy_getattr
 
 # imported on first use of their names (PEP 562): a run config's model section (model_section.py) reads
 # without torch, which load.py and open.py bring
-LAZY = {
-    "LoadedRun": "encdec.runs.load",
-    "load_run": "encdec.runs.load",
-    "OpenedModel": "encdec.runs.open",
-    "from_pretrained": "encdec.runs.open",
-    "load_tokenizer": "encdec.runs.open",
-    "model_kind": "encdec.runs.open",
-    "open_model": "encdec.runs.open",
-    "CheckpointDir": "encdec.runs.run_dir",
-    "RunDir": "encdec.runs.run_dir",
-    "export_run": "encdec.runs.run_export",
-    "RunTokenizer": "encdec.runs.text",
+LAZY = {  # module -> the names it gives
+    "encdec.runs.load": ("LoadedRun", "load_run"),
+    "encdec.runs.open": ("OpenedModel", "from_pretrained", "load_tokenizer", "model_kind", "open_model"),
+    "encdec.runs.run_dir": ("CheckpointDir", "RunDir"),
+    "encdec.runs.run_export": ("export_run",),
+    "encdec.runs.text": ("RunTokenizer",),
 }
 
-
-def __getattr__(name: str):
-    if name in LAZY:
-        return getattr(importlib.import_module(LAZY[name]), name)
-    raise AttributeError(f"module 'encdec.runs' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, LAZY)
 
 
 __all__ = [

@@ -27,7 +27,8 @@ from encdec.interop.peft_adapter import hf_module_names
 from encdec.models.lora import add_lora, train_only
 from encdec.models.name_patterns import NamePatterns
 from encdec.models.weight_dtypes import dtype_problem
-from encdec.runs.checkpoint import NAME, SHA256, SOURCE, load_state, load_weights, read_pointer, weights_sha256
+from encdec.runs.checkpoint import load_state, load_weights
+from encdec.runs.pointer import NAME, SHA256, SOURCE, read_pointer, weights_sha256
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.schema import Range
 
@@ -42,7 +43,7 @@ class BasePointer:
     init_from: NAME  # as the config named it: a run directory, a Hugging Face directory or a Hub id
     kind: Literal["run", "hf"]
     source: SOURCE  # the checkpoint directory of a run, or the Hugging Face directory, that was read (real path)
-    sha256: SHA256  # of the base's weights (runs.checkpoint.weights_sha256)
+    sha256: SHA256  # of the base's weights (runs.pointer.weights_sha256)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, check_fields
 from encdec.runs.adapter import TRAIN_ONLY, AdapterConfig, LoraSection
 from encdec.runs.checkpoint import write_json_parts
-from encdec.runs.model_section import build_model_config
+from encdec.runs.model_section import ModelSection
 from encdec.runs.run_dir import CheckpointDir
 from encdec.runs.text import RunTokenizer, TextFormat, TextObjective
 from encdec.schema import load_json, read, read_yaml_file, short, value_of
@@ -99,14 +99,9 @@ def described_by_config(checkpoint: CheckpointDir, tokenizer: Tokenizer) -> Desc
         )
     try:
         values = read_yaml_file(checkpoint.config)
-        model = build_model_config(
-            section(values, "model"),
-            tokenizer.vocab_size,
-            tokenizer.pad_id,
-            tokenizer.eos_id,
-            tokenizer.decoder_start_id,
+        model = ModelSection(section(values, "model")).build(  # its unused fields refused, as building refuses
+            tokenizer.vocab_size, tokenizer.pad_id, tokenizer.eos_id, tokenizer.decoder_start_id
         )
-        check_fields(model)
         objective = section(values, "objective")
         keys = TextObjective.__dataclass_fields__
         text = read(TextObjective, {k: v for k, v in objective.items() if k in keys}, "objective.")

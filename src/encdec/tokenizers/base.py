@@ -93,31 +93,20 @@ class Tokenizer(abc.ABC):
 
     kind: str = ""
     specials: SpecialTokens
+    num_sentinels: int = 0
+    extra_specials: tuple[str, ...] = ()
 
     @property
     @abc.abstractmethod
     def vocab_size(self) -> int:
         """Number of ids, special tokens included (the model's embedding rows)."""
 
-    @property
-    def pad_id(self) -> int:
-        return self.specials.pad_id
-
-    @property
-    def eos_id(self) -> int:
-        return self.specials.eos_id
-
-    @property
-    def bos_id(self) -> int:
-        return self.specials.bos_id
-
-    @property
-    def decoder_start_id(self) -> int:
-        return self.specials.decoder_start_id
-
-    @property
-    def sentinel_ids(self) -> list[int]:
-        return list(self.specials.sentinel_ids)
+    # the special ids models and objectives read, as `specials` holds them
+    pad_id = property(lambda self: self.specials.pad_id)
+    eos_id = property(lambda self: self.specials.eos_id)
+    bos_id = property(lambda self: self.specials.bos_id)
+    decoder_start_id = property(lambda self: self.specials.decoder_start_id)
+    sentinel_ids = property(lambda self: list(self.specials.sentinel_ids))
 
     def special_id(self, name: str) -> int | None:
         """The id of a special token by name (`"[R]"`, `"<pad>"`, ...), or None."""
@@ -193,6 +182,21 @@ class Tokenizer(abc.ABC):
     def _model_bytes(self) -> bytes:
         """The bytes of the underlying model file, for `fingerprint`."""
         return b""
+
+    def append_specials(self, base_size: int, own: dict[str, int], eos_id: int, bos_id: int) -> None:
+        """The special tokens encdec adds (added_special_names: pad, sentinels, decoder start, extra_specials) at
+        the ids after the underlying vocabulary's `base_size`, beside that vocabulary's `own` special pieces: sets
+        `specials` and the vocabulary size they make (`_vocab_size`)."""
+        added = added_special_names(self.num_sentinels, self.extra_specials)
+        table = {**appended_special_ids(base_size, added), **own}
+        self.specials = special_tokens(table, eos_id=eos_id, bos_id=bos_id, num_sentinels=self.num_sentinels)
+        self._vocab_size = base_size + len(added)
+
+    def save_manifest(self, directory: str | Path, **files: str) -> Path:
+        """The manifest that rebuilds this tokenizer in `directory`: its kind, the `files` it saved there, and its
+        special tokens' counts (write_manifest)."""
+        specials = {"num_sentinels": self.num_sentinels, "extra_specials": list(self.extra_specials)}
+        return write_manifest(directory, self.kind, **files, **specials)
 
 
 def write_manifest(directory: str | Path, kind: str, **options) -> Path:

@@ -16,7 +16,6 @@ from encdec.tokenizers.base import (
     check_special_counts,
     sentinel_token,
     special_tokens,
-    write_manifest,
 )
 
 
@@ -44,6 +43,4 @@ class ByteTokenizer(Tokenizer):
         return bytes(ids).decode("utf-8", errors="replace")
 
     def save(self, directory: str | Path) -> Path:
-        return write_manifest(
-            directory, self.kind, num_sentinels=self.num_sentinels, extra_specials=list(self.extra_specials)
-        )
+        return self.save_manifest(directory)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from encdec.errors import ConfigError, DataError
 from encdec.safe_paths import atomic_path, output_dir
-from encdec.tokenizers.base import MAX_VOCAB, Tokenizer, added_special_names, special_tokens, write_manifest
+from encdec.tokenizers.base import MAX_VOCAB, Tokenizer, added_special_names, special_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -87,14 +87,8 @@ class HFTokenizer(Tokenizer):
         directory = output_dir(directory, "the tokenizer directory")
         with atomic_path(directory / TOKENIZER_FILE) as tmp:  # a link there is replaced, not written through
             self.tokenizer.save(str(tmp))
-        return write_manifest(
-            directory,
-            self.kind,
-            tokenizer_file=TOKENIZER_FILE,
-            num_sentinels=self.num_sentinels,
-            extra_specials=list(self.extra_specials),
-            eos_token=self.eos_token,
-            bos_token=self.bos_token,
+        return self.save_manifest(
+            directory, tokenizer_file=TOKENIZER_FILE, eos_token=self.eos_token, bos_token=self.bos_token
         )
 
 

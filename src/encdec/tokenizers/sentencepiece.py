@@ -12,7 +12,7 @@ from pathlib import Path
 
 from encdec.errors import DataError
 from encdec.safe_paths import atomic_path, output_dir
-from encdec.tokenizers.base import Tokenizer, added_special_names, appended_special_ids, special_tokens, write_manifest
+from encdec.tokenizers.base import Tokenizer
 
 MODEL_FILE = "tokenizer.model"
 
@@ -37,14 +37,8 @@ class SentencePieceTokenizer(Tokenizer):
         bos, eos = self.processor.bos_id(), self.processor.eos_id()
         if bos < 0 or eos < 0:
             raise DataError(f"SentencePiece model {self.model_file} has no BOS or EOS piece")
-        added = added_special_names(num_sentinels, self.extra_specials)
-        table = {
-            **appended_special_ids(base, added),
-            self.processor.id_to_piece(bos): bos,
-            self.processor.id_to_piece(eos): eos,
-        }
-        self.specials = special_tokens(table, eos_id=eos, bos_id=bos, num_sentinels=num_sentinels)
-        self._vocab_size = base + len(added)
+        own = {self.processor.id_to_piece(bos): bos, self.processor.id_to_piece(eos): eos}
+        self.append_specials(base, own, eos_id=eos, bos_id=bos)
 
     @property
     def vocab_size(self) -> int:
@@ -69,10 +63,4 @@ class SentencePieceTokenizer(Tokenizer):
         if target.resolve() != self.model_file.resolve():
             with atomic_path(target) as tmp:  # a link at `target` is replaced, not written through
                 shutil.copyfile(self.model_file, tmp)
-        return write_manifest(
-            directory,
-            self.kind,
-            model_file=MODEL_FILE,
-            num_sentinels=self.num_sentinels,
-            extra_specials=list(self.extra_specials),
-        )
+        return self.save_manifest(directory, model_file=MODEL_FILE)

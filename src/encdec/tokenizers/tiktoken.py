@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from encdec.errors import DataError
-from encdec.tokenizers.base import Tokenizer, added_special_names, appended_special_ids, special_tokens, write_manifest
+from encdec.tokenizers.base import Tokenizer
 
 END_OF_TEXT = "<|endoftext|>"
 
@@ -53,10 +53,7 @@ class TiktokenTokenizer(Tokenizer):
             end_of_text = self.encoding.encode_single_token(END_OF_TEXT)
         except KeyError:
             raise DataError(f"tiktoken encoding {encoding_name!r} has no {END_OF_TEXT} token") from None
-        added = added_special_names(num_sentinels, self.extra_specials)
-        table = {**appended_special_ids(base, added), END_OF_TEXT: end_of_text}
-        self.specials = special_tokens(table, eos_id=end_of_text, bos_id=end_of_text, num_sentinels=num_sentinels)
-        self._vocab_size = base + len(added)
+        self.append_specials(base, {END_OF_TEXT: end_of_text}, eos_id=end_of_text, bos_id=end_of_text)
 
     @property
     def vocab_size(self) -> int:
@@ -72,10 +69,4 @@ class TiktokenTokenizer(Tokenizer):
         return self.encoding_name.encode()
 
     def save(self, directory: str | Path) -> Path:
-        return write_manifest(
-            directory,
-            self.kind,
-            encoding_name=self.encoding_name,
-            num_sentinels=self.num_sentinels,
-            extra_specials=list(self.extra_specials),
-        )
+        return self.save_manifest(directory, encoding_name=self.encoding_name)

@@ -29,8 +29,9 @@ from encdec.data.batch import Batch
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
 from encdec.models.model_config import CAUSAL_LMS
-from encdec.runs.checkpoint import NAME, SHA256, SOURCE, load_state, read_pointer, source_path, weights_sha256
+from encdec.runs.checkpoint import load_state
 from encdec.runs.model_section import build_model_config
+from encdec.runs.pointer import NAME, SHA256, SOURCE, read_pointer, source_path, weights_sha256
 from encdec.runs.run_dir import CheckpointDir
 from encdec.tokenizers import Tokenizer, load_tokenizer
 from encdec.training.init_from import Pretrained, from_checkpoint, load_pretrained
@@ -48,7 +49,7 @@ class TeacherPointer:
     teacher: NAME  # training.distill.teacher as the config named it
     kind: Literal["run", "hf"]
     source: SOURCE  # the checkpoint of a run, or the Hugging Face directory, that was read (its real path)
-    sha256: SHA256  # of its weights (runs.checkpoint.weights_sha256)
+    sha256: SHA256  # of its weights (runs.pointer.weights_sha256)
 
 
 @dataclass

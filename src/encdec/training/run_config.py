@@ -1,12 +1,13 @@
 """The run configuration: one YAML file per run, loaded into typed sections: how a run trains.
 
     model:      a preset name and/or any ModelConfig field (vocab size and special
-                ids default to the tokenizer's); checked as a ModelConfig when loaded
+                ids default to the tokenizer's); built as a ModelConfig when loaded (runs/model_section.py)
     tokenizer:  which tokenizer (byte, sentencepiece, hf, bpe / unigram trained on
                 the corpus, tiktoken)
     data:       corpus files (or a Hugging Face hub name) and the validation split
     objective:  causal_lm, span_corruption, ul2, prefix_lm or seq2seq, lengths, and packing
                 (several examples to a row, for the encoder_decoder family only)
+                (tokenizer, data and objective are declared in data_sections.py)
     optimizer, schedule, training, evaluation, output
     lora:       LoRA adapters on a pretrained model (training.init_from); absent: full fine-tuning
 
@@ -31,20 +32,15 @@ from typing import Annotated, Literal
 import yaml
 from torch import nn
 
-from encdec.data.datasets_corpus import SPLIT_SAYS, is_split
-from encdec.data.formats import FORMATS, ReaderOptions, options_set, reader_options
-from encdec.data.objectives import OBJECTIVES
-from encdec.data.objectives.causal_lm import WINDOW_MODES
 from encdec.data.objectives.factory import PACKABLE
-from encdec.data.objectives.mixture import MAX_MEMBERS
 from encdec.errors import CheckpointError, ConfigError
 from encdec.generation.config import Beams
 from encdec.runs.adapter import TRAIN_ONLY, AdapterConfig, LoraSection
 from encdec.runs.description import Description
-from encdec.runs.model_section import check_model_section, model_family
+from encdec.runs.model_section import ModelSection
 from encdec.runs.run_dir import CheckpointDir
 from encdec.runs.state import MAX_STEPS
-from encdec.runs.text import MAX_LENGTH, RunTokenizer, TextFormat, TextObjective
+from encdec.runs.text import MAX_LENGTH, RunTokenizer, TextFormat
 from encdec.safe_paths import write_atomic
 from encdec.schema import (
     Count,
@@ -59,14 +55,12 @@ from encdec.schema import (
     read_yaml_file,
     short,
 )
-from encdec.tokenizers import KINDS as TOKENIZER_KINDS
-from encdec.tokenizers.base import MAX_SENTINELS, MAX_VOCAB
+from encdec.training.data_sections import DataSection, Length_, ObjectiveSection, TokenizerSection
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
 METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf", "exact_match")
-DATA_FORMATS = tuple(FORMATS)
 NAMES_OR_PATHS = (  # or a Hub id
     ("training", "init_from"),
     ("training", "init_decoder_from"),
@@ -75,7 +69,6 @@ NAMES_OR_PATHS = (  # or a Hub id
 )
 PATH_KEYS = (("data", "train"), ("data", "validation"), ("tokenizer", "path"), *NAMES_OR_PATHS)  # (section, key)
 DECODER_ONLY_OBJECTIVES = ("causal_lm", "prefix_lm")
-MAX_STREAM_BLOCK = 10_000_000
 # The largest values a run config accepts: far beyond any real run, small enough that nothing
 # sized by them is allocated before its own memory estimate refuses it (with runs' MAX_STEPS and MAX_LENGTH,
 # which a checkpoint's state.json and text.json declare too).
@@ -84,78 +77,8 @@ MAX_GRAD_ACCUM = 1 << 16
 MAX_PROCESSES = 4096  # threads and data workers (above the machine's cores they are capped with a warning)
 MAX_LR = 100.0
 
-Length_ = Annotated[int, Range(1, MAX_LENGTH)]
 Fraction = Annotated[float, Range(0, 1)]
 Probability = Annotated[float, Range(0, 1, below=True)]
-
-
-@dataclass
-class TokenizerSection:
-    kind: Literal[TOKENIZER_KINDS] = "byte"  # byte | sentencepiece | hf | bpe | unigram | tiktoken
-    path: str | None = None  # the .model / tokenizer.json file
-    vocab_size: Annotated[int, Range(1, MAX_VOCAB)] = 8192  # for bpe / unigram trained on the training corpus
-    num_sentinels: Annotated[int, Range(0, MAX_SENTINELS)] = 100
-    extra_specials: list[str] = field(default_factory=list)
-
-
-Split = Annotated[str, Satisfies(is_split, SPLIT_SAYS)]
-
-
-@dataclass
-class DataSection(ReaderOptions):
-    """A corpus and how it is read: the reader options (text_field, source_field, ...) are ReaderOptions',
-    declared with the format table (encdec.data.formats); one the format does not take is refused."""
-
-    format: Literal[DATA_FORMATS] = "tinystories"  # tinystories | text | instruct | jsonl | ... | datasets
-    train: list[str] = field(default_factory=list)  # files; parallel: [source, target]
-    validation: list[str] = field(default_factory=list)  # empty: split val_fraction off train
-    val_fraction: Annotated[float, Range(0, 1, above=True, below=True)] = 0.05
-    hub_name: str | None = None  # used when the train files are absent, e.g. roneneldan/TinyStories
-    dataset: str | None = None  # format datasets: a Hub id[@revision], a local dataset directory, or json|csv|...
-    dataset_config: str | None = None  # format datasets: the dataset's configuration (datasets' `name`)
-    train_split: Split = "train"  # format datasets: the split to train on ("train[:90%]" slices it)
-    validation_split: Split | None = None  # format datasets: None splits val_fraction off train_split
-    streaming: bool = False  # read the corpus as training needs it, stream_block items at a time, never all
-    stream_block: Annotated[int, Range(1, MAX_STREAM_BLOCK)] = 10_000  # items held, tokenized and shuffled at once
-    max_documents: Positive | None = None  # read at most this many (in memory; the hub streams them)
-    shards: str | None = None  # a directory for token shards, prepared once and memory-mapped; None: in memory
-    mixture: "list[MixtureMember]" = field(default_factory=list)  # corpora sampled by weight, a batch each
-    mixture_cap: Positive | None = None  # members without a weight: examples-proportional, each count capped
-
-    def __post_init__(self):
-        if self.streaming and self.shards is not None:
-            raise ConfigError("data.streaming reads the corpus as it trains; data.shards prepares it whole: choose one")
-        sliced = [s for s in (self.train_split, self.validation_split) if s is not None and "[" in s]
-        if self.streaming and sliced:
-            raise ConfigError(f"data.streaming reads whole splits (datasets slices no stream); {sliced[0]} slices one")
-        reader_options(self.format, options_set(self), key=lambda name: f"data.{name}")
-        check_mixture(self)
-
-
-@dataclass
-class MixtureMember:
-    """One corpus of a mixture: its own data section, its weight, and the objective keys it changes."""
-
-    name: Annotated[str, Satisfies(lambda v: isinstance(v, str) and v.isidentifier(), "a name (letters, digits, _)")]
-    data: DataSection
-    weight: Annotated[float, Range(0, 1e6, above=True)] | None = None  # None: in proportion to its examples
-    objective: dict = field(default_factory=dict)  # e.g. {kind: seq2seq, source_template: "summarize: {source}"}
-
-
-@dataclass
-class ObjectiveSection(TextObjective):
-    """The objective: TextObjective's keys (seq_len, max_source_len, source_template, target_template,
-    mode_tokens: what a checkpoint's text format follows from), its kind, and the rest of how examples are made."""
-
-    kind: Literal[OBJECTIVES] = "ul2"  # causal_lm | span_corruption | ul2 | prefix_lm | seq2seq
-    windows: Literal[WINDOW_MODES] = "random"  # causal LM: random (yif-AI) or sequential
-    max_target_len: Length_ = 128
-    noise_density: Annotated[float, Range(0, 1, above=True, below=True)] = 0.15
-    mean_span: Annotated[float, Range(1, MAX_LENGTH)] = 3.0
-    ul2_probabilities: Annotated[list[float], Length(3, "non-negative numbers (R, X, S)", each=Range(0, 1e6))] = field(
-        default_factory=lambda: [0.25, 0.25, 0.5]
-    )  # R, X, S: their sum must be positive
-    pack: bool = False  # several examples per row, attending within their own (seq2seq, span_corruption, ul2)
 
 
 @dataclass
@@ -254,7 +177,7 @@ class OutputSection:
 
 @dataclass
 class RunConfig:
-    model: dict = field(default_factory=dict)
+    model: dict | ModelSection = field(default_factory=dict)  # read as a mapping, held as the ModelSection it builds
     tokenizer: TokenizerSection = field(default_factory=TokenizerSection)
     data: DataSection = field(default_factory=DataSection)
     objective: ObjectiveSection = field(default_factory=ObjectiveSection)
@@ -268,7 +191,8 @@ class RunConfig:
     def __post_init__(self):
         """The fields' own rules (again, for a config built in Python), then the rules across fields."""
         check(self)
-        check_model_section(self.model, overlay=bool(self.training.init_from))
+        if not isinstance(self.model, ModelSection):  # built once; a fine-tuning run's keys wait for the pretrained's
+            self.model = ModelSection(self.model, overlay=bool(self.training.init_from))
         if self.schedule.min_lr > self.optimizer.lr:
             raise ConfigError(
                 f"schedule.min_lr ({self.schedule.min_lr}) must not exceed optimizer.lr ({self.optimizer.lr})"
@@ -318,47 +242,17 @@ class RunConfig:
         """What puts this run's checkpoints on their base (adapter.json); None but for a LoRA run."""
         return AdapterConfig(self.lora, self.training.train_only) if self.lora is not None else None
 
+    def to_dict(self) -> dict:
+        """The config as its YAML file holds it: each section's values, the model section as written."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {
+            name: dict(value) if name == "model" else dataclasses.asdict(value) if value is not None else None
+            for name, value in values.items()
+        }
+
     def description(self, model: nn.Module) -> Description:
         """What this run's checkpoints of `model` say about themselves (runs/description.py)."""
         return Description(model.config, self.text_format(model), self.adapter_config())
-
-
-def check_mixture(data: DataSection) -> None:
-    """A mixture names its corpora in its members alone: unique names, no mixture inside a member, and
-    weights given to all members or to none (then data.mixture_cap may bound each member's count)."""
-    members = data.mixture
-    if not members:
-        if data.mixture_cap is not None:
-            raise ConfigError("data.mixture_cap caps the members of data.mixture, which is empty")
-        return
-    if len(members) > MAX_MEMBERS:
-        raise ConfigError(f"data.mixture has {len(members):,} members; at most {MAX_MEMBERS:,} are mixed")
-    beside = [key for key in corpus_keys_set(data) if key not in ("mixture", "mixture_cap")]
-    if beside:  # each member reads its corpus by its own data section: one beside the mixture would do nothing
-        raise ConfigError(
-            f"with data.mixture the members name the corpora and how each is read: set data.{beside[0]} in "
-            "the data section of each member it applies to, not beside the mixture"
-        )
-    names = [m.name for m in members]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ConfigError(f"data.mixture names {short(twice[0])} twice; each member needs a name of its own")
-    if any(m.data.mixture for m in members):
-        raise ConfigError("a data.mixture member cannot hold a mixture of its own")
-    weighted = [m.weight is not None for m in members]
-    if any(weighted) and not all(weighted):
-        raise ConfigError("give every data.mixture member a weight, or none (then each weighs its example count)")
-    if all(weighted) and data.mixture_cap is not None:
-        raise ConfigError("data.mixture_cap caps example counts, which weigh members only when no weight is given")
-
-
-def corpus_keys_set(data: DataSection) -> list[str]:
-    """The keys of a data section that hold other than their defaults."""
-    defaults = {
-        f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
-        for f in dataclasses.fields(data)
-    }
-    return [key for key, default in defaults.items() if getattr(data, key) != default]
 
 
 def member_objective(cfg: RunConfig, index: int) -> ObjectiveSection:
@@ -375,7 +269,7 @@ def check_packing(cfg: RunConfig) -> None:
         return
     if cfg.objective.kind not in PACKABLE:
         raise ConfigError(f"objective.pack works with objective.kind {', '.join(PACKABLE)}, not {cfg.objective.kind}")
-    family = model_family(cfg.model)
+    family = cfg.model.family
     if family != "encoder_decoder":
         raise ConfigError(
             f"objective.pack needs model.family encoder_decoder, whose attention keeps packed "
@@ -474,4 +368,4 @@ def saved_config(checkpoint: CheckpointDir) -> RunConfig:
 
 
 def save_config(config: RunConfig, path: Path) -> None:
-    write_atomic(path, yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))  # replaces a link, never follows
+    write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False))  # replaces a link, never follows

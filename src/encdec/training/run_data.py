@@ -36,7 +36,8 @@ from encdec.data.objectives.stream import StreamObjective
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError, DataError
 from encdec.tokenizers import UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
-from encdec.training.run_config import DataSection, ObjectiveSection, RunConfig, member_objective
+from encdec.training.data_sections import DataSection, ObjectiveSection
+from encdec.training.run_config import RunConfig, member_objective
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

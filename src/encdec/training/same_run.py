@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import replace
 
 from encdec.errors import ConfigError, Unmet
-from encdec.runs.model_section import PROVISIONAL_TOKENS, build_model_config
+from encdec.runs.model_section import ModelSection
 from encdec.schema import short
 from encdec.training.run_config import RunConfig
 
@@ -45,7 +45,7 @@ def resumed_config(cfg: RunConfig, saved: RunConfig, accept_changes: bool) -> tu
     top), so the same merge is made here before comparing.
     """
     if cfg.training.init_from:
-        cfg = replace(cfg, model={**saved.model, **cfg.model})
+        cfg = replace(cfg, model=cfg.model.over(saved.model))
     changes = differences(comparable(saved), comparable(cfg))
     unsafe = {key: change for key, change in changes.items() if key not in SAFE}
     if unsafe and not accept_changes:
@@ -60,9 +60,10 @@ def resumed_config(cfg: RunConfig, saved: RunConfig, accept_changes: bool) -> tu
 def comparable(cfg: RunConfig) -> dict:
     """The config's keys flattened, with the model section as the ModelConfig it builds: a key set to
     its default (or to its preset's value) is the same model, not a change."""
-    values = dataclasses.asdict(cfg)
-    try:
-        values["model"] = dataclasses.asdict(build_model_config(cfg.model, **PROVISIONAL_TOKENS))
+    values = cfg.to_dict()
+    try:  # a fine-tuning run's saved section is its merged one, held as written: built here to compare
+        model = cfg.model if cfg.model.config is not None else ModelSection(cfg.model)
+        values["model"] = dataclasses.asdict(model.config)
     except ConfigError:  # a saved section this version cannot build: compared as written
         pass
     return flatten(values)

@@ -22,9 +22,9 @@ from encdec.models import ModelConfig, build_model, count_parameters
 from encdec.models.family_classes import check_position_limits
 from encdec.models.model_config import CAUSAL_LMS
 from encdec.runs.adapter import BasePointer, apply_lora, load_adapted, read_base
-from encdec.runs.checkpoint import load_checkpoint, load_state, source_path, weights_sha256
+from encdec.runs.checkpoint import load_checkpoint, load_state
 from encdec.runs.load import read_generation
-from encdec.runs.model_section import build_model_config, model_family
+from encdec.runs.pointer import source_path, weights_sha256
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.state import TrainState, check_rng_states, read_saved_state
 from encdec.safe_paths import write_atomic
@@ -118,7 +118,7 @@ def starting_point(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bo
                 "training.init_decoder_from adapts decoder-only models into an encoder-decoder: init_from must be a "
                 "decoder-only model and model.family encoder_decoder"
             )
-        return StartingPoint(replace(cfg, model={**pretrained.model_section, **cfg.model}), pretrained=pretrained)
+        return StartingPoint(replace(cfg, model=cfg.model.over(pretrained.model_section)), pretrained=pretrained)
     return StartingPoint(cfg)
 
 
@@ -250,7 +250,7 @@ def held_parameters(model: nn.Module, run: RunDir, warmup: int) -> list[nn.Param
 def check_objective_family(cfg: RunConfig) -> None:
     """ConfigError where the objective's batches do not fit the model: causal_lm and prefix_lm make one token
     stream, which only a causal LM reads (an encoder-decoder's PrefixLM is UL2's S-denoiser)."""
-    family = model_family(cfg.model)
+    family = cfg.model.family
     kinds = {cfg.objective.kind} | {member_objective(cfg, i).kind for i in range(len(cfg.data.mixture))}
     stream = sorted(kinds & set(DECODER_ONLY_OBJECTIVES))
     if stream and family not in CAUSAL_LMS:
@@ -264,7 +264,7 @@ def new_model(cfg: RunConfig, data: RunData, device: torch.device, teacher: int 
     """The model the config's model section describes, for the run's tokenizer; refused before it is
     built where it or a training step (beside a distillation teacher of `teacher` bytes) cannot fit the device."""
     tok = data.tokenizer
-    model_cfg = build_model_config(cfg.model, tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id)
+    model_cfg = cfg.model.build(tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id)
     check_row_lengths(cfg, model_cfg)
     check_activations_fit(cfg, model_cfg, device, check_model_fits(model_cfg, device), teacher)
     try:

@@ -22,7 +22,6 @@ import json
 import logging
 import math
 import signal
-from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,27 +32,25 @@ from torch import nn
 from tqdm import tqdm
 
 from encdec.errors import TrainingError
-from encdec.models import ModelConfig
 from encdec.models.lora import trainable_state
-from encdec.models.loss import compute_loss, cross_entropy, distilled
 from encdec.runs.checkpoint import save_checkpoint
 from encdec.runs.description import description_files
 from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import write_atomic
 from encdec.training import distributed
-from encdec.training.distill import Teacher
-from encdec.training.flops import step_flops, training_peak_tflops
-from encdec.training.loader import LoadedBatch, batch_stream, forward, local_rows
+from encdec.training.flops import training_peak_tflops
+from encdec.training.loader import batch_stream
 from encdec.training.memory import is_out_of_memory, step_out_of_memory
 from encdec.training.metrics import plot_curves, read_metrics
 from encdec.training.numerics import autocast, numerics, rng_states
 from encdec.training.optim import lr_at
+from encdec.training.optimizer_step import batches_flops, optimizer_step
 from encdec.training.run_config import RunConfig, save_config
-from encdec.training.run_data import RunData
 from encdec.training.run_lock import hold_run_dir
 from encdec.training.samples import GeneratedScores
 from encdec.training.setup import Training, set_up
 from encdec.training.step_log import StepLog
+from encdec.training.validation import best_by_score, compare_to_best, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +185,7 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
         taken = [next(batches) for _ in range(cfg.training.grad_accum)]
         try:
             held = t.held if state.step < cfg.training.cross_attention_warmup else []
-            ce_sum, aux, n_tokens = _optimizer_step(
+            ce_sum, aux, n_tokens = optimizer_step(
                 t.wrapped, t.optimizer, taken, cfg, t.model_config, info, amp, t.scaler, t.teacher, held
             )
         except (RuntimeError, MemoryError) as error:
@@ -268,16 +265,6 @@ def _evaluation(t: Training, scorer: GeneratedScores | None, amp: AbstractContex
     return figures
 
 
-def compare_to_best(score: float | None, best: float | None) -> tuple[bool, bool]:
-    """(the new checkpoint becomes `best`, it improved on the best score): on a tie the later checkpoint,
-    trained longer, becomes best, without counting as an improvement for early stopping."""
-    if score is None:
-        return False, False
-    if best is None:
-        return True, True
-    return score <= best, score < best
-
-
 def _finish(
     t: Training,
     last_eval: dict | None,
@@ -314,131 +301,6 @@ def _finish(
         summary = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()}
         write_atomic(run.summary, json.dumps(summary, indent=2))
     return result
-
-
-def batches_flops(model_cfg: ModelConfig, batches: list[LoadedBatch]) -> float | None:
-    """This process's matmul FLOPs for one optimizer step over `batches` (host shapes: no sync), where the
-    family's count is known (the encoder-decoder's), else None."""
-    if model_cfg.family != "encoder_decoder":
-        return None
-    flops = 0.0
-    for loaded in batches:
-        (rows, src_len), tgt_len = loaded.batch.src_ids.shape, loaded.batch.tgt_ids.shape[1]
-        flops += step_flops(model_cfg, rows, src_len, tgt_len)
-    return flops
-
-
-def _optimizer_step(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batches: list[LoadedBatch],
-    cfg: RunConfig,
-    model_cfg: ModelConfig,
-    info: distributed.DistInfo,
-    amp: AbstractContextManager,
-    scaler: torch.amp.GradScaler | None = None,
-    teacher: Teacher | None = None,
-    held: Sequence[nn.Parameter] = (),
-):
-    """One optimizer step over `grad_accum` global batches -> (CE sum over the batch's tokens, on the
-    device; aux losses, on the device; loss tokens, a host int). Nothing here waits for the device.
-    The `held` parameters' gradients are dropped before the clip: the optimizer neither moves nor decays them.
-
-    The loss is averaged over every target token of the global batch, whichever
-    process and micro-batch holds it, so W processes match one exactly; so is a teacher's
-    distillation KL (training.distill), logged as `distill_kl` beside the CE's `loss`.
-    """
-    accum, smoothing = len(batches), cfg.training.label_smoothing
-    n_tokens = sum(b.global_tokens for b in batches)
-    ce_sum, kl_sum = torch.zeros((), device=info.device), torch.zeros((), device=info.device)
-    aux_sums: dict[str, torch.Tensor | float] = {}
-    for i, loaded in enumerate(batches):
-        local = loaded.to(info.device)
-        with distributed.gradient_sync(model, enabled=i == accum - 1):
-            with amp:
-                out = forward(model, local)
-            losses = compute_loss(out.logits, local.labels, out.aux_losses, model_cfg, smoothing)
-            if teacher is not None:  # the frozen teacher's logits on the same rows
-                taught = teacher.logits(local, amp)
-                losses = distilled(losses, out.logits, taught, local.labels, teacher.alpha, teacher.temperature)
-                kl_sum += losses.distill_kl * loaded.num_tokens
-            share = loaded.num_tokens / max(n_tokens, 1) * info.world_size
-            loss = losses.objective * share + losses.aux / accum
-            (scaler.scale(loss) if scaler is not None else loss).backward()
-        ce_sum += losses.ce.detach() * loaded.num_tokens
-        for name, value in out.aux_losses.items():
-            aux_sums[name] = aux_sums.get(name, 0.0) + value.detach().float() / accum
-    if batches[0].positions:  # the share of computed positions holding real tokens (objective.pack raises it)
-        filled = sum(b.filled for b in batches) / sum(b.positions for b in batches)
-        aux_sums["fill"] = filled  # a host number, logged as it is: no copy to the device
-    for parameter in held:  # training.cross_attention_warmup: the copied weights wait for the fresh ones
-        parameter.grad = None
-    if scaler is not None:
-        scaler.unscale_(optimizer)  # true gradients for the norm and the clip
-    if cfg.training.clip_norm > 0:  # the norm before clipping, logged as grad_norm
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.training.clip_norm)
-    else:
-        norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-    aux_sums["grad_norm"] = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP: a DTensor
-    if scaler is not None:
-        scaler.step(optimizer)  # skipped when the gradients overflowed; the scale then shrinks
-        scaler.update()
-    else:
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    if teacher is None:
-        return distributed.all_reduce_sum(ce_sum, info), aux_sums, n_tokens
-    ce_sum, kl_sum = distributed.all_reduce_sum(torch.stack([ce_sum, kl_sum]), info)  # one collective for both
-    aux_sums["distill_kl"] = kl_sum / max(n_tokens, 1)
-    return ce_sum, aux_sums, n_tokens
-
-
-@torch.no_grad()
-def evaluate(
-    model: nn.Module,
-    data: RunData,
-    cfg: RunConfig,
-    info: distributed.DistInfo,
-    amp: AbstractContextManager = nullcontext(),
-    splits: tuple[str, ...] = ("train", "val"),
-) -> dict:
-    """Mean cross-entropy over `evaluation.steps` batches of each of `splits` (train and validation), and
-    for a mixture each member's own (`val_loss/NAME`) beside the mixture's.
-
-    The evaluation batches are drawn by freshly seeded objectives, so every
-    evaluation sees the same batches and training's RNG is not disturbed.
-    """
-    model.eval()
-    rows = distributed.rows_for_rank(cfg.training.batch_size, info) if info.enabled else None
-    result = {}
-    sources = {"": data.eval_objective} | {f"/{name}": make for name, make in data.member_eval.items()}
-    for split in splits:
-        for suffix, make in sources.items():
-            result[f"{split}_loss{suffix}"] = _mean_loss(model, make(split), cfg.evaluation.steps, rows, info, amp)
-    model.train()
-    return result
-
-
-def _mean_loss(model, objective, steps: int, rows, info: distributed.DistInfo, amp: AbstractContextManager) -> float:
-    """The token-weighted mean cross-entropy of `steps` batches of `objective`, over every process."""
-    ce_sum, tokens = torch.zeros((), device=info.device), 0
-    for _ in range(steps):
-        loaded = local_rows(objective.next_batch(), rows)
-        local = loaded.to(info.device)
-        with amp:
-            out = forward(model, local)
-        ce_sum += cross_entropy(out.logits, local.labels) * loaded.num_tokens
-        tokens += loaded.num_tokens
-    total = torch.stack([ce_sum, torch.tensor(float(tokens), device=info.device)])  # (CE * tokens, tokens)
-    total = distributed.all_reduce_sum(total, info)
-    return (total[0] / total[1]).item()  # 0 / 0 is nan: no tokens to score
-
-
-def best_by_score(last_eval: dict, cfg: RunConfig) -> float:
-    """The number the best checkpoint minimises: the validation loss, or minus the generation metric."""
-    if cfg.output.best_by == "metric":
-        return -last_eval[f"val_{cfg.evaluation.metric}"]
-    return last_eval["val_loss"]
 
 
 def _save(t: Training, is_best: bool) -> None:

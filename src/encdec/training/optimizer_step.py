@@ -1,0 +1,94 @@
+"""One optimizer step of the training loop: gradient-accumulated micro-batches, the loss averaged over every
+target token of the global batch (and a teacher's distillation KL beside it), the clip and the update, with
+nothing that waits for the device; and the step's matmul FLOPs, for the logged MFU."""
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+
+import torch
+from torch import nn
+
+from encdec.models import ModelConfig
+from encdec.models.loss import compute_loss, distilled
+from encdec.training import distributed
+from encdec.training.distill import Teacher
+from encdec.training.flops import step_flops
+from encdec.training.loader import LoadedBatch, forward
+from encdec.training.run_config import RunConfig
+
+
+def batches_flops(model_cfg: ModelConfig, batches: list[LoadedBatch]) -> float | None:
+    """This process's matmul FLOPs for one optimizer step over `batches` (host shapes: no sync), where the
+    family's count is known (the encoder-decoder's), else None."""
+    if model_cfg.family != "encoder_decoder":
+        return None
+    flops = 0.0
+    for loaded in batches:
+        (rows, src_len), tgt_len = loaded.batch.src_ids.shape, loaded.batch.tgt_ids.shape[1]
+        flops += step_flops(model_cfg, rows, src_len, tgt_len)
+    return flops
+
+
+def optimizer_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: list[LoadedBatch],
+    cfg: RunConfig,
+    model_cfg: ModelConfig,
+    info: distributed.DistInfo,
+    amp: AbstractContextManager,
+    scaler: torch.amp.GradScaler | None = None,
+    teacher: Teacher | None = None,
+    held: Sequence[nn.Parameter] = (),
+):
+    """One optimizer step over `grad_accum` global batches -> (CE sum over the batch's tokens, on the
+    device; aux losses, on the device; loss tokens, a host int). Nothing here waits for the device.
+    The `held` parameters' gradients are dropped before the clip: the optimizer neither moves nor decays them.
+
+    The loss is averaged over every target token of the global batch, whichever
+    process and micro-batch holds it, so W processes match one exactly; so is a teacher's
+    distillation KL (training.distill), logged as `distill_kl` beside the CE's `loss`.
+    """
+    accum, smoothing = len(batches), cfg.training.label_smoothing
+    n_tokens = sum(b.global_tokens for b in batches)
+    ce_sum, kl_sum = torch.zeros((), device=info.device), torch.zeros((), device=info.device)
+    aux_sums: dict[str, torch.Tensor | float] = {}
+    for i, loaded in enumerate(batches):
+        local = loaded.to(info.device)
+        with distributed.gradient_sync(model, enabled=i == accum - 1):
+            with amp:
+                out = forward(model, local)
+            losses = compute_loss(out.logits, local.labels, out.aux_losses, model_cfg, smoothing)
+            if teacher is not None:  # the frozen teacher's logits on the same rows
+                taught = teacher.logits(local, amp)
+                losses = distilled(losses, out.logits, taught, local.labels, teacher.alpha, teacher.temperature)
+                kl_sum += losses.distill_kl * loaded.num_tokens
+            share = loaded.num_tokens / max(n_tokens, 1) * info.world_size
+            loss = losses.objective * share + losses.aux / accum
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        ce_sum += losses.ce.detach() * loaded.num_tokens
+        for name, value in out.aux_losses.items():
+            aux_sums[name] = aux_sums.get(name, 0.0) + value.detach().float() / accum
+    if batches[0].positions:  # the share of computed positions holding real tokens (objective.pack raises it)
+        filled = sum(b.filled for b in batches) / sum(b.positions for b in batches)
+        aux_sums["fill"] = filled  # a host number, logged as it is: no copy to the device
+    for parameter in held:  # training.cross_attention_warmup: the copied weights wait for the fresh ones
+        parameter.grad = None
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # true gradients for the norm and the clip
+    if cfg.training.clip_norm > 0:  # the norm before clipping, logged as grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.training.clip_norm)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+    aux_sums["grad_norm"] = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP: a DTensor
+    if scaler is not None:
+        scaler.step(optimizer)  # skipped when the gradients overflowed; the scale then shrinks
+        scaler.update()
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if teacher is None:
+        return distributed.all_reduce_sum(ce_sum, info), aux_sums, n_tokens
+    ce_sum, kl_sum = distributed.all_reduce_sum(torch.stack([ce_sum, kl_sum]), info)  # one collective for both
+    aux_sums["distill_kl"] = kl_sum / max(n_tokens, 1)
+    return ce_sum, aux_sums, n_tokens
