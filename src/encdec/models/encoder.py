@@ -83,10 +83,7 @@ class Encoder(Stack):
         at most an eighth of them, compute linear in the input too."""
         B, S = masks.x.shape[:2]
         heads = self.blocks[0].self_attn.n_heads
-        extra = {}
         G = masks.globals.count if masks.globals is not None else 0
-        if masks.globals is not None:
-            extra = {"global_blocks": masks.globals.blocks, "n_globals": G}
         made, by_kind = [], {}
         for i in range(len(self.blocks)):
             band = masks.band(i)
@@ -96,7 +93,7 @@ class Encoder(Stack):
             if masks.kind(i) not in by_kind:
                 by_kind[masks.kind(i)] = masks.rows(i, 0, S, 0, S)
             made.append(by_kind[masks.kind(i)])
-        return [AttentionInputs(mask=m, q_pos=masks.pos, k_pos=masks.pos, **extra) for m in made]
+        return [AttentionInputs(mask=m, q_pos=masks.pos, k_pos=masks.pos, global_keys=masks.globals) for m in made]
 
     def by_chunks(self, heads: int, S: int, band: int | None, G: int) -> bool:
         """Whether a layer attends by chunks of queries: for `heads` (B x H) over S tokens and G global keys, its
