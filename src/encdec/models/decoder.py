@@ -22,8 +22,8 @@ from encdec.modules import (
     Packing,
     RotaryEmbedding,
     additive_mask,
-    causal_mask,
 )
+from encdec.modules.attention_kinds import LayerKinds, Merged
 from encdec.modules.blocks import for_layer
 
 
@@ -59,7 +59,7 @@ class Decoder(Stack):
         pos = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # (T,)
         x = self.embed_tokens(tgt_ids, self.whole_positions(tgt_ids, pos))
         return self.run_blocks(
-            x, memory.hidden, self._self_inputs(pos, x.dtype), self._cross_inputs(pos, memory, x.dtype)
+            x, memory.hidden, self.self_inputs(None, pos, pos, x.dtype), self._cross_inputs(pos, memory, x.dtype)
         )
 
     def step(self, tgt_ids: torch.Tensor, state: DecodeState) -> torch.Tensor:
@@ -79,12 +79,8 @@ class Decoder(Stack):
         """The whole packed target at once: per-segment positions, causal and same-segment masks."""
         pos, k_pos = packing.tgt_positions, packing.src_positions  # (B, T), (B, S)
         x = self.embed_tokens(tgt_ids, pos)
-        row = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # T5's bias sees only k - q (see Encoder)
-        allowed = packing.decoder_allowed()
-        self_inputs = [
-            AttentionInputs(mask=mask, q_pos=pos, k_pos=pos) for mask in self.bias_masks(allowed, row, x.dtype)
-        ]
-        self_inputs = self.windowed(self_inputs, allowed, pos, x.dtype)
+        row = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # masks and T5's bias read rows (Stack.self_kinds)
+        self_inputs = self.self_inputs(packing.decoder_allowed(), row, pos, x.dtype)
         q_pos = packing.source_lengths() + pos if self.rope_cross == "prepended" else pos  # (B, T)
         cross_mask = additive_mask(packing.cross_allowed(), None, x.dtype)  # (B, 1, T, S)
         cross_inputs = AttentionInputs(mask=cross_mask, q_pos=q_pos, k_pos=k_pos)
@@ -108,13 +104,11 @@ class Decoder(Stack):
                 router_logits.append(logits)
         return self.dropout(self.final_norm(x)), router_logits
 
-    def _self_inputs(self, pos: torch.Tensor, dtype: torch.dtype) -> list[AttentionInputs]:
-        """Causal self-attention over the whole target, positions pos (T,): one entry all layers share or one
-        per layer (see run_blocks)."""
-        allowed = causal_mask(pos.shape[0], pos.shape[0], 0, pos.device)
-        if not self.relative_biases():
-            return self.windowed([AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos)], allowed, pos, dtype)
-        return [AttentionInputs(mask=mask, q_pos=pos, k_pos=pos) for mask in self.bias_masks(allowed, pos, dtype)]
+    def self_kinds(self, layer: int) -> LayerKinds:
+        """Stack.self_kinds, and a block without a cross-attention reads the memory in its self-attention
+        (T5Gemma 2's merged attention)."""
+        kinds = super().self_kinds(layer)
+        return kinds + (Merged(),) if self.blocks[layer].cross_attn is None else kinds
 
     def _cross_inputs(self, pos: torch.Tensor, memory: EncoderOutput, dtype: torch.dtype) -> AttentionInputs:
         """Cross-attention of the whole target, positions pos (T,), to the encoder output."""

@@ -23,9 +23,8 @@ from encdec.modules import (
     Packing,
     RelativePositionBias,
     RotaryEmbedding,
-    additive_mask,
-    within_window,
 )
+from encdec.modules.attention_kinds import TransientGlobal, find, layer_band, layer_mask
 from encdec.modules.blocks import for_layer
 from encdec.modules.chunked_attention import LazyMask, chunk_scores
 from encdec.modules.masks import same_segment
@@ -39,12 +38,10 @@ class Encoder(Stack):
         super().__init__(cfg, embed, bidirectional=True)
         self.image_token_id = cfg.image_token_id
         self.local_radius = cfg.local_radius if cfg.encoder_attention != "full" else None
-        self.global_block_size = cfg.global_block_size
-        self.global_bias = None  # the transient-global keys' relative bias, every layer reads (as T5's own)
         self.long_scores = LONG_SCORES
         if cfg.encoder_attention == "transient_global":
             buckets, distance = cfg.relative_buckets, cfg.relative_max_distance
-            self.global_bias = RelativePositionBias(cfg.n_heads, True, buckets, distance)
+            self.global_bias = RelativePositionBias(cfg.n_heads, True, buckets, distance)  # every layer reads it
         self.blocks = nn.ModuleList(
             build_encoder_block(cfg, local_rotary if self.sliding[i] else rotary, sparse=cfg.moe_layer(i))
             for i in range(cfg.n_encoder_layers)
@@ -90,9 +87,10 @@ class Encoder(Stack):
             if self.by_chunks(B * heads, S, band, G):
                 made.append(LazyMask(partial(masks.rows, i), S, band, G))
                 continue
-            if masks.kind(i) not in by_kind:
-                by_kind[masks.kind(i)] = masks.rows(i, 0, S, 0, S)
-            made.append(by_kind[masks.kind(i)])
+            kinds = self.self_kinds(i)  # layers of one kind share their mask
+            if kinds not in by_kind:
+                by_kind[kinds] = masks.rows(i, 0, S, 0, S)
+            made.append(by_kind[kinds])
         return [AttentionInputs(mask=m, q_pos=masks.pos, k_pos=masks.pos, global_keys=masks.globals) for m in made]
 
     def by_chunks(self, heads: int, S: int, band: int | None, G: int) -> bool:
@@ -113,12 +111,10 @@ class Encoder(Stack):
         return max(peaks)
 
     def band(self, layer: int) -> int | None:
-        """How far from itself a query of layer `layer` may see a key, at most: LongT5's radius, a sliding
-        window's width (in rows: a window counts positions inside one packed example); None: anywhere."""
-        bands = [self.local_radius] if self.local_radius is not None else []
-        if self.window is not None and self.sliding[layer]:
-            bands.append(self.window)
-        return min(bands) if bands else None
+        """How far from itself a query of layer `layer` may see a key, at most: its kinds' narrowest band (LongT5's
+        radius, a sliding window's width, in rows: a window counts positions inside one packed example); None:
+        anywhere."""
+        return layer_band(self.self_kinds(layer))
 
 
 LONG_SCORES = 1 << 27  # numbers in a layer's scores (512 MiB in float32) from which the encoder attends by chunks
@@ -126,8 +122,9 @@ BAND_SHARE = 8  # a banded layer attends by chunks of its band where the band ho
 
 
 class SelfMasks:
-    """The encoder's self-attention masks of one batch, by layer and by rows of queries: padding or packing,
-    LongT5's local band, T5's relative bias (UMT5's a layer), Gemma's sliding window, LongT5's global keys."""
+    """The encoder's self-attention masks of one batch, by layer and by rows of queries: padding or packing, and
+    what each layer's kinds declare (Encoder.self_kinds: LongT5's local band, T5's relative bias (UMT5's a
+    layer), Gemma's sliding window, LongT5's global keys)."""
 
     def __init__(
         self,
@@ -149,13 +146,6 @@ class SelfMasks:
             self.real = src_mask if src_mask is not None else torch.ones(B, S, dtype=torch.bool, device=x.device)
             self.globals = transient_globals(self.real, encoder.global_block_size)
 
-    def kind(self, layer: int) -> tuple:
-        """What decides a layer's mask: a window, or which relative bias it reads (layers of one kind share it)."""
-        encoder = self.encoder
-        if encoder.window is not None and encoder.sliding[layer]:
-            return ("window",)
-        return ("bias", layer if encoder.layer_biases is not None else 0)
-
     def band(self, layer: int) -> int | None:
         """The encoder's band for layer `layer`, narrowed by a packed batch's longest source (a token sees only
         its own source's, none farther than that away), so that many sources packed end to end (the server's
@@ -170,26 +160,16 @@ class SelfMasks:
         """Layer `layer`'s additive mask for query rows t0..t1 over keys k0..k1: (B or 1, H or 1, t1 - t0,
         k1 - k0), with every global key's column after them (B, H, t1 - t0, k1 - k0 + G); None where nothing is
         masked."""
-        encoder, q_row, k_row = self.encoder, self.row[t0:t1], self.row[k0:k1]
+        q_row, k_row = self.row[t0:t1], self.row[k0:k1]
         if self.packing is not None:  # a token sees its own example's
             segments = self.packing.src_segments
             allowed = same_segment(segments[:, t0:t1], segments[:, k0:k1])  # (B, 1, rows, keys)
         else:
             allowed = self.src_mask[:, None, None, k0:k1] if self.src_mask is not None else None  # (B, 1, 1, keys)
-        if encoder.local_radius is not None:  # LongT5: transformers' blocks of local_radius + 1 see these keys
-            near = within_window(q_row, k_row, encoder.local_radius, causal=False)
-            allowed = near if allowed is None else allowed & near
-        if encoder.window is not None and encoder.sliding[layer]:  # no relative bias beside a window
-            pos = self.pos
-            near = within_window(pos[..., t0:t1], pos[..., k0:k1], encoder.window, encoder.causal, encoder.split_window)
-            mask = additive_mask(near if allowed is None else allowed & near, None, self.x.dtype)
-        else:  # T5's bias sees only k - q, the same inside a segment counted from its start or the row's
-            biases = encoder.relative_biases()
-            bias = for_layer(biases, layer)(q_row, k_row) if biases else None  # (1, H, rows, keys)
-            mask = additive_mask(allowed, bias, self.x.dtype)
-        if self.globals is None:
+        kinds = self.encoder.self_kinds(layer)
+        mask = layer_mask(kinds, allowed, q_row, k_row, self.x.dtype)  # (B or 1, H or 1, rows, keys)
+        global_keys = find(kinds, TransientGlobal)
+        if global_keys is None:
             return mask
-        blocks, keys = self.globals.positions()
-        sees = (self.real[:, t0:t1, None] == self.globals.real[:, None, :])[:, None]  # (B, 1, rows, G)
-        side = additive_mask(sees, encoder.global_bias(blocks[:, t0:t1], keys), self.x.dtype)  # (B, H, rows, G)
+        side = global_keys.side(self.real, self.globals, t0, t1, self.x.dtype)  # (B, H, rows, G)
         return torch.cat([mask.expand(*side.shape[:3], mask.shape[-1]), side], dim=-1)

@@ -20,9 +20,20 @@ from encdec.modules import (
     RelativePositionBias,
     RotaryEmbedding,
     SinusoidalPositions,
-    additive_mask,
 )
-from encdec.modules.blocks import windowed
+from encdec.modules.attention_kinds import (
+    AttentionKind,
+    Band,
+    Causal,
+    Full,
+    LayerKinds,
+    RelativeBias,
+    Rope,
+    TransientGlobal,
+    layer_mask,
+    only_causal,
+)
+from encdec.modules.blocks import for_layer
 
 
 def build_absolute_positions(cfg: ModelConfig) -> nn.Module | None:
@@ -58,6 +69,9 @@ class Stack(nn.Module):
         self.eoi_id = cfg.eoi_token_id
         self.register_parameter("eoi_embedding", None)  # the model's, where a token has a vector of its own
         self.sliding = [cfg.sliding_layer(i) for i in range(layers)]
+        self.local_radius: int | None = None  # LongT5's encoder: keys at most this far (models.encoder)
+        self.global_bias: RelativePositionBias | None = None  # and its global keys' bias
+        self.global_block_size = cfg.global_block_size
         self.causal = not bidirectional
         per_layer = relative and cfg.relative_bias_per_layer
         self.position_bias = relative_bias() if relative and not per_layer else None
@@ -69,18 +83,42 @@ class Stack(nn.Module):
             return list(self.layer_biases)
         return [self.position_bias] if self.position_bias is not None else []
 
-    def bias_masks(self, allowed: torch.Tensor | None, q_pos: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
-        """The additive masks of `allowed` with each relative bias of positions q_pos (T,) among themselves,
-        (B or 1, H, T, T) for `for_layer`; one mask of `allowed` alone without a bias."""
-        biases = [bias(q_pos, q_pos) for bias in self.relative_biases()] or [None]  # each (1, H, T, T)
-        return [additive_mask(allowed, bias, dtype) for bias in biases]
+    def self_kinds(self, layer: int) -> LayerKinds:
+        """Layer `layer`'s self-attention as declared kinds (modules.attention_kinds), from what the stack holds:
+        causal in the decoder, else every key; LongT5's local band and global keys (the encoder's); a sliding
+        window in the layers `sliding` names, with no relative bias beside it, else T5's bias (UMT5's the
+        layer's); the layer's RoPE."""
+        kinds: list[AttentionKind] = [Causal() if self.causal else Full()]
+        if self.local_radius is not None:  # LongT5: transformers' blocks of local_radius + 1 see these keys
+            kinds.append(Band(self.local_radius))
+        biases = self.relative_biases()
+        if self.window is not None and self.sliding[layer]:
+            kinds.append(Band(self.window, self.causal, self.split_window))
+        elif biases:  # T5's bias sees only k - q, the same inside a segment counted from its start or the row's
+            kinds.append(RelativeBias(for_layer(biases, layer)))
+        if self.global_bias is not None:
+            kinds.append(TransientGlobal(self.global_block_size, self.global_bias))
+        attention = self.blocks[layer].self_attn
+        if attention.rotary is not None:
+            kinds.append(Rope(attention.rotary))
+        return tuple(kinds)
 
-    def windowed(
-        self, inputs: list[AttentionInputs], allowed: torch.Tensor | None, pos: torch.Tensor, dtype: torch.dtype
+    def self_inputs(
+        self, allowed: torch.Tensor | None, row: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype
     ) -> list[AttentionInputs]:
-        """`inputs` (one entry every layer shares) with a sliding window: one entry per layer, the sliding
-        layers' seeing only what `allowed` allows within the window of positions pos (T,) or (B, T)."""
-        return windowed(inputs, allowed, pos, self.window, self.sliding, dtype, self.causal, self.split_window)
+        """Every layer's self-attention inputs over a whole sequence of row positions row (T,), embedded and
+        rotated at pos (T,) or (B, T), under `allowed` (bool (B, 1, T, T); None: all): one entry per layer, the
+        layers of one kind sharing theirs; a causal layer's mask-free (SDPA's causal path) where it needs none."""
+        made: dict[LayerKinds, AttentionInputs] = {}
+        for layer in range(len(self.blocks)):
+            kinds = self.self_kinds(layer)
+            if kinds in made:
+                continue
+            if allowed is None and only_causal(kinds):
+                made[kinds] = AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos)
+            else:
+                made[kinds] = AttentionInputs(mask=layer_mask(kinds, allowed, row, row, dtype), q_pos=pos, k_pos=pos)
+        return [made[self.self_kinds(layer)] for layer in range(len(self.blocks))]
 
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (B, T) at positions pos (T,) or (B, T) -> (B, T, C): token embeddings plus absolute positions."""
