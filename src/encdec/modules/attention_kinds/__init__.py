@@ -4,12 +4,13 @@ group of kinds, as fairseq2 keeps one per attention variant).
 A layer's attention is a tuple of kinds (`LayerKinds`): T5's encoder layer `(Full(), RelativeBias(t))`, LongT5's
 `(Full(), Band(127), RelativeBias(t), TransientGlobal(16, g))`, a Gemma 2 sliding decoder layer
 `(Causal(), Band(4096, causal=True), Rope(r))`. What each declares (its rule, band, bias, rotation, extra keys and
-parameters) is in base.py; the dense masks, the chunked long-input path and FlexAttention's block masks read it.
+parameters) is in kind.py; the dense masks, the chunked long-input path and FlexAttention's block masks read it.
 
 `KINDS` is the table of every kind by name: a new variant is its file and one entry here.
 """
 
-from encdec.modules.attention_kinds.base import (
+from encdec.modules.attention_kinds.extra_keys import Merged, TransientGlobal
+from encdec.modules.attention_kinds.kind import (
     AttentionKind,
     LayerKinds,
     find,
@@ -19,7 +20,6 @@ from encdec.modules.attention_kinds.base import (
     layer_rule,
     mask_mod,
 )
-from encdec.modules.attention_kinds.extra_keys import Merged, TransientGlobal
 from encdec.modules.attention_kinds.masked import Band, Causal, Full, only_causal
 from encdec.modules.attention_kinds.positional import RelativeBias, Rope
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from encdec.modules.attention import additive_mask
-from encdec.modules.attention_kinds.base import AttentionKind
+from encdec.modules.attention_kinds.kind import AttentionKind
 from encdec.modules.transient_global import TransientGlobals
 
 

@@ -5,7 +5,7 @@ Shapes: T queries, S keys.
 
 from dataclasses import dataclass
 
-from encdec.modules.attention_kinds.base import AttentionKind, LayerKinds
+from encdec.modules.attention_kinds.kind import AttentionKind, LayerKinds
 
 
 @dataclass(frozen=True)

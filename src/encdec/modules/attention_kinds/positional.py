@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from encdec.modules.attention_kinds.base import AttentionKind
+from encdec.modules.attention_kinds.kind import AttentionKind
 
 
 @dataclass(frozen=True)
