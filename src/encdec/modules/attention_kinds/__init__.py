@@ -9,6 +9,7 @@ parameters) is in kind.py; the dense masks, the chunked long-input path and Flex
 `KINDS` is the table of every kind by name: a new variant is its file and one entry here.
 """
 
+from encdec.modules.attention_kinds.dilated import DilatedBand
 from encdec.modules.attention_kinds.extra_keys import Merged, TransientGlobal
 from encdec.modules.attention_kinds.kind import (
     AttentionKind,
@@ -31,6 +32,7 @@ KINDS: dict[str, type[AttentionKind]] = {
     "rope": Rope,
     "transient_global": TransientGlobal,
     "merged": Merged,
+    "dilated_band": DilatedBand,
 }
 
 __all__ = [
