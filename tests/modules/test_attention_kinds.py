@@ -6,7 +6,7 @@ from functools import partial
 import pytest
 import torch
 
-from encdec.models import ModelConfig, build_model, count_parameters
+from encdec.models import ModelConfig, build_model, count_parameters, count_parameters_of
 from encdec.modules import Attention, AttentionInputs, RelativePositionBias, additive_mask, causal_mask, within_window
 from encdec.modules.attention_kinds import (
     KINDS,
@@ -124,6 +124,11 @@ def test_a_stack_declares_its_layers_kinds(options):
     tables = {id(kind.table): kind.parameters() for layer in kinds for kind in layer if hasattr(kind, "table")}
     expected = sum(p.numel() for name, p in encoder.named_parameters() if "bias" in name.split(".")[0])
     assert sum(tables.values()) == expected
+    decoder_kinds = [decoder.self_kinds(i) for i in range(2)]
+    tables.update(
+        {id(kind.table): kind.parameters() for layer in decoder_kinds for kind in layer if hasattr(kind, "table")}
+    )
+    assert sum(tables.values()) == count_parameters_of(model.config).positions  # the config's count agrees
     if options.get("relative_bias_per_layer"):
         assert kinds[0] != kinds[1]  # a table each
     else:
