@@ -161,3 +161,28 @@ def test_the_encoder_s_masks_are_the_kinds_masks_whole_or_by_chunks():
         rtol=0,
         atol=0,
     )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"relative_bias_per_layer": True}, {"position": "rope", "sliding_window": 3}],
+    ids=["t5", "umt5", "gemma-window"],
+)
+def test_a_decode_step_s_masks_are_the_decoder_kinds_masks(options):
+    """What a decode state builds for a step (bias rows, a window) is layer_mask of the decoder's kinds over the
+    written keys: the call it can make instead (Stack.layer_kinds)."""
+    from encdec.modules.blocks import for_layer
+
+    model = build_model(ModelConfig(family="encoder_decoder", **TINY, **options)).eval()
+    state = model.start(torch.randint(3, 40, (2, 7)), None, max_new_tokens=8)
+    for _ in range(5):
+        model.step(torch.randint(3, 40, (2, 1)), state)
+    pos = state.positions(1)
+    inputs = state.self_attentions(1, pos)
+    for layer, kinds in enumerate(model.decoder.layer_kinds()):
+        got = for_layer(inputs, layer).mask
+        want = layer_mask(kinds, None, pos, torch.arange(state.columns + 1), torch.float32)
+        if got is None:  # nothing to mask or add
+            assert not want.any()
+        else:
+            torch.testing.assert_close(got.expand_as(want), want, rtol=0, atol=0)

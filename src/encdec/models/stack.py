@@ -103,22 +103,28 @@ class Stack(nn.Module):
             kinds.append(Rope(attention.rotary))
         return tuple(kinds)
 
+    def layer_kinds(self) -> list[LayerKinds]:
+        """Every layer's self-attention kinds: what the whole-sequence masks fold, and what a decode state can read
+        to make a step's (`attention_kinds.layer_mask` of the step's query positions over the written keys), in
+        place of the relative biases, window and sliding layers `EncoderDecoder.start` hands it today."""
+        return [self.self_kinds(layer) for layer in range(len(self.blocks))]
+
     def self_inputs(
         self, allowed: torch.Tensor | None, row: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype
     ) -> list[AttentionInputs]:
         """Every layer's self-attention inputs over a whole sequence of row positions row (T,), embedded and
         rotated at pos (T,) or (B, T), under `allowed` (bool (B, 1, T, T); None: all): one entry per layer, the
         layers of one kind sharing theirs; a causal layer's mask-free (SDPA's causal path) where it needs none."""
+        layers = self.layer_kinds()
         made: dict[LayerKinds, AttentionInputs] = {}
-        for layer in range(len(self.blocks)):
-            kinds = self.self_kinds(layer)
+        for kinds in layers:
             if kinds in made:
                 continue
             if allowed is None and only_causal(kinds):
                 made[kinds] = AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos)
             else:
                 made[kinds] = AttentionInputs(mask=layer_mask(kinds, allowed, row, row, dtype), q_pos=pos, k_pos=pos)
-        return [made[self.self_kinds(layer)] for layer in range(len(self.blocks))]
+        return [made[kinds] for kinds in layers]
 
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (B, T) at positions pos (T,) or (B, T) -> (B, T, C): token embeddings plus absolute positions."""
