@@ -21,6 +21,7 @@ from encdec.modules.attention_kinds import (
     layer_rule,
     mask_mod,
     only_causal,
+    score_mod,
 )
 from encdec.modules.chunked_attention import LazyMask
 
@@ -97,6 +98,26 @@ def test_flex_attention_s_block_mask_from_the_kinds_equals_the_dense_mask(kinds)
     )
     block_mask = flex.create_block_mask(mask_mod(kinds), None, None, 32, 32, device="cpu")
     torch.testing.assert_close(flex.flex_attention(q, k, v, block_mask=block_mask), dense, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_flex_attention_s_score_mod_from_the_kinds_adds_the_relative_bias(bidirectional):
+    """T5's bias as a score_mod (each kind's `score`) gives what its dense bias gives."""
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    torch.manual_seed(0)
+    table = RelativePositionBias(n_heads=2, bidirectional=bidirectional, num_buckets=8, max_distance=20)
+    torch.nn.init.normal_(table.embed.weight)
+    kinds = (Full() if bidirectional else Causal(), RelativeBias(table))
+    q, k, v = (torch.randn(1, 2, 32, 8) for _ in range(3))
+    pos = torch.arange(32)
+    with torch.no_grad():
+        dense = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=layer_mask(kinds, None, pos, pos, torch.float32)
+        )
+        block_mask = flex.create_block_mask(mask_mod(kinds), None, None, 32, 32, device="cpu")
+        fused = flex.flex_attention(q, k, v, score_mod=score_mod(kinds), block_mask=block_mask)
+    torch.testing.assert_close(fused, dense, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from encdec.modules.attention_kinds.kind import (
     layer_mask,
     layer_rule,
     mask_mod,
+    score_mod,
 )
 from encdec.modules.attention_kinds.masked import Band, Causal, Full, only_causal
 from encdec.modules.attention_kinds.positional import RelativeBias, Rope
@@ -53,4 +54,5 @@ __all__ = [
     "layer_rule",
     "mask_mod",
     "only_causal",
+    "score_mod",
 ]

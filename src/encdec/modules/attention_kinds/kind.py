@@ -44,6 +44,11 @@ class AttentionKind:
         """q_pos (T,), k_pos (S,) -> (1, H, T, S) additive scores, or None."""
         return None
 
+    def score(self, score: torch.Tensor, head: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """`bias` as FlexAttention's score_mod reads it: one score of head `head`, query q, key k -> the score with
+        the term added (unchanged without a bias)."""
+        return score
+
     def parameters(self) -> int:
         return 0
 
@@ -105,6 +110,18 @@ def mask_mod(kinds: LayerKinds) -> Callable:
         return seen
 
     return allowed
+
+
+def score_mod(kinds: LayerKinds) -> Callable:
+    """The layer's position terms as FlexAttention's score_mod(score, b, h, q_idx, kv_idx): each kind's `score`,
+    the same terms as its dense `bias`."""
+
+    def scored(score, b, h, q_idx, kv_idx):
+        for kind in kinds:
+            score = kind.score(score, h, q_idx, kv_idx)
+        return score
+
+    return scored
 
 
 def find(kinds: LayerKinds, kind: type[AttentionKind]) -> AttentionKind | None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from encdec.modules.attention_kinds.kind import AttentionKind
+from encdec.modules.positions import relative_position_bucket
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,11 @@ class RelativeBias(AttentionKind):
 
     def bias(self, q_pos, k_pos):
         return self.table(q_pos, k_pos)  # (1, H, T, S)
+
+    def score(self, score, head, q, k):
+        table = self.table
+        bucket = relative_position_bucket(k - q, table.bidirectional, table.num_buckets, table.max_distance)
+        return score + table.embed.weight[bucket, head]
 
     def parameters(self) -> int:
         return self.table.embed.weight.numel()
