@@ -70,7 +70,7 @@ def build_local(impl: str):
 
     import encdec
     from encdec.interop.hf_longt5 import longt5_files
-    from encdec.models import encoder_decoder
+    from encdec.models import encoder
 
     cfg = encdec.preset("t5-small", **SHAPE, dropout=0.1, encoder_attention="local", local_radius=LOCAL_RADIUS)
     torch.manual_seed(0)
@@ -82,7 +82,7 @@ def build_local(impl: str):
         assert not unexpected and all("lm_head" in name or "embed_tokens" in name for name in missing), missing
         return hf, cfg
     whole = impl == "local-whole"
-    encoder_decoder.BAND_SHARE = 1 << 62 if whole else 0  # the band's chunks never, or at every length
+    encoder.BAND_SHARE = 1 << 62 if whole else 0  # the band's chunks never, or at every length
     ours.encoder.long_scores = 1 << 62  # never by chunks for the length alone
     return ours, cfg
 

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from encdec.models import build_model, encoder_decoder, preset
+from encdec.models import build_model, encoder, preset
 
 
 def whole_row(self, layer: int) -> int | None:
@@ -24,7 +24,7 @@ def whole_row(self, layer: int) -> int | None:
 
 
 def encode(model, ids, mask, band) -> tuple[float, torch.Tensor]:
-    encoder_decoder.SelfMasks.band = band
+    encoder.SelfMasks.band = band
     with torch.no_grad():
         started = time.perf_counter()
         hidden = model.encode_packed(ids, mask).hidden
@@ -40,7 +40,7 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = build_model(preset(args.preset, vocab_size=32128)).eval()
-    banded = encoder_decoder.SelfMasks.band
+    banded = encoder.SelfMasks.band
     print(f"{args.preset}, one thread, median of {args.repeats}")
     print("| sources | tokens | whole row (ms) | by chunks of the longest (ms) | ratio | max difference |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -61,7 +61,7 @@ def main() -> None:
                 f"| {count} | {int(lengths.sum())} | {whole:.0f} | {chunks:.0f} | {whole / chunks:.2f}x | {gap:.1e} |"
             )
     finally:
-        encoder_decoder.SelfMasks.band = banded
+        encoder.SelfMasks.band = banded
 
 
 if __name__ == "__main__":

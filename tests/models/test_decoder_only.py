@@ -7,7 +7,7 @@ import torch
 from lm_checks import V, assert_lm_cached_equals_full, assert_lm_generate_is_greedy_over_full_forward, tiny
 
 from encdec.errors import ConfigError, DataError
-from encdec.modules import RunningBatch
+from encdec.modules import AttentionInputs, RunningBatch
 
 
 def test_forward_is_gpt_with_a_tied_head_and_no_biases():
@@ -18,7 +18,7 @@ def test_forward_is_gpt_with_a_tied_head_and_no_biases():
         x = model.embed(ids) + model.positions.weight[:6]
         for block in model.blocks:
             h = block.self_attn_norm(x)
-            x = x + block.self_attn(h, is_causal=True)
+            x = x + block.self_attn(h, None, AttentionInputs(is_causal=True))
             x = x + block.ffn.wo(torch.nn.functional.gelu(block.ffn.wi(block.ffn_norm(x))))
         expected = model.final_norm(x) @ model.embed.weight.T
         torch.testing.assert_close(model(None, ids).logits, expected)

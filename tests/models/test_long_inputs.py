@@ -166,7 +166,7 @@ def test_a_banded_layer_reads_only_the_keys_within_its_band(monkeypatch):
     """LongT5's local attention sees keys at most local_radius away: by chunks, each chunk of query rows reads
     only the keys within the band of its rows, so the scores computed grow linearly with the input (here, a
     2,048-token source: under 5% of the whole scores), and the logits are the whole path's."""
-    from encdec.models import encoder_decoder
+    from encdec.models import encoder
     from encdec.modules import attention
 
     torch.manual_seed(0)
@@ -188,7 +188,7 @@ def test_a_banded_layer_reads_only_the_keys_within_its_band(monkeypatch):
     assert len(widths) == 2 * len(range(0, 2048, widths[0][0]))  # both layers, by chunks
     assert all(keys <= rows + 2 * 8 for rows, keys in widths)
     assert sum(rows * keys for rows, keys in widths) < 0.05 * 2 * 2048 * 2048
-    monkeypatch.setattr(encoder_decoder, "BAND_SHARE", 10**9)  # the whole scores (below LONG_SCORES at 2,048)
+    monkeypatch.setattr(encoder, "BAND_SHARE", 10**9)  # the whole scores (below LONG_SCORES at 2,048)
     widths.clear()
     with torch.no_grad():
         whole = m(src, tgt).logits

@@ -2,7 +2,7 @@ import pytest
 import torch
 from attention_kit import reference_attention
 
-from encdec.modules import Attention, DecodeState, RotaryEmbedding, additive_mask, causal_mask
+from encdec.modules import Attention, AttentionInputs, DecodeState, RotaryEmbedding, additive_mask, causal_mask
 
 
 @pytest.mark.parametrize("n_kv_heads", [6, 3, 2, 1])
@@ -12,7 +12,7 @@ def test_attention_equals_reference_softmax_for_mha_gqa_and_mqa(n_kv_heads, scal
     x, source = torch.randn(2, 7, 24), torch.randn(2, 9, 24)
     mask = additive_mask(torch.rand(2, 1, 7, 9) > 0.3, torch.randn(1, 6, 7, 9), torch.float32)
     expected = reference_attention(attn, x, source, mask, scale)
-    torch.testing.assert_close(attn(x, source, mask=mask), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(attn(x, source, AttentionInputs(mask=mask)), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_gqa_equals_mha_whose_kv_heads_are_repeated():
@@ -25,7 +25,12 @@ def test_gqa_equals_mha_whose_kv_heads_are_repeated():
             w = getattr(gqa, name).weight.view(2, 4, 32).repeat_interleave(4, dim=0)
             getattr(mha, name).weight.copy_(w.reshape(32, 32))
     x = torch.randn(2, 5, 32)
-    torch.testing.assert_close(gqa(x, is_causal=True), mha(x, is_causal=True), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        gqa(x, None, AttentionInputs(is_causal=True)),
+        mha(x, None, AttentionInputs(is_causal=True)),
+        atol=1e-6,
+        rtol=1e-5,
+    )
 
 
 def test_gqa_with_kv_heads_equal_heads_is_mha():
@@ -39,7 +44,7 @@ def test_perturbing_a_future_token_changes_no_earlier_output_in_causal_self_atte
     x = torch.randn(1, 8, 16)
     y = x.clone()
     y[:, 5] += 1.0
-    a, b = attn(x, is_causal=True), attn(y, is_causal=True)
+    a, b = attn(x, None, AttentionInputs(is_causal=True)), attn(y, None, AttentionInputs(is_causal=True))
     torch.testing.assert_close(a[:, :5], b[:, :5])
     assert not torch.allclose(a[:, 5:], b[:, 5:])
 
@@ -50,7 +55,7 @@ def test_causal_cross_attention_sees_only_source_positions_up_to_its_own():
     mask = additive_mask(causal_mask(8, 8), None, torch.float32)
     changed = source.clone()
     changed[:, 4] += 1.0
-    a, b = attn(x, source, mask=mask), attn(x, changed, mask=mask)
+    a, b = attn(x, source, AttentionInputs(mask=mask)), attn(x, changed, AttentionInputs(mask=mask))
     torch.testing.assert_close(a[:, :4], b[:, :4])
     assert not torch.allclose(a[:, 4:], b[:, 4:])
 
@@ -62,13 +67,13 @@ def test_padding_keys_do_not_change_outputs():
     padded = torch.cat([source, torch.randn(1, 4, 16)], dim=1)
     allowed = torch.tensor([[True] * 5 + [False] * 4])[:, None, None, :]
     mask = additive_mask(allowed, None, torch.float32)
-    torch.testing.assert_close(attn(x, padded, mask=mask), attn(x, source), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(attn(x, padded, AttentionInputs(mask=mask)), attn(x, source), atol=1e-6, rtol=1e-5)
 
 
 def test_a_fully_masked_row_gives_finite_output():
     attn = Attention(d_model=8, n_heads=2).eval()
     mask = additive_mask(torch.zeros(1, 1, 1, 4, dtype=torch.bool), None, torch.float32)
-    assert torch.isfinite(attn(torch.randn(1, 2, 8), torch.randn(1, 4, 8), mask=mask)).all()
+    assert torch.isfinite(attn(torch.randn(1, 2, 8), torch.randn(1, 4, 8), AttentionInputs(mask=mask))).all()
 
 
 @pytest.mark.parametrize("n_kv_heads", [4, 2])
@@ -77,7 +82,7 @@ def test_growing_self_attention_cache_equals_full_causal_attention_with_rope(n_k
     attn = Attention(d_model=32, n_heads=4, n_kv_heads=n_kv_heads, rotary=rope).eval()
     x = torch.randn(2, 10, 32)
     pos = torch.arange(10)
-    full = attn(x, is_causal=True, q_pos=pos, k_pos=pos)
+    full = attn(x, None, AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos))
     state = DecodeState(2, 4, "cpu", torch.float32)  # room for 4 positions: outgrown on purpose
     cache = state.new_caches(1)[0]
     steps = []
@@ -85,7 +90,7 @@ def test_growing_self_attention_cache_equals_full_causal_attention_with_rope(n_k
         p = pos[start:end]
         mask = additive_mask(causal_mask(end - start, end, start), None, torch.float32)
         state.ensure(end - start)
-        steps.append(attn(x[:, start:end], mask=mask, q_pos=p, k_pos=p, cache=cache))
+        steps.append(attn(x[:, start:end], None, AttentionInputs(mask=mask, q_pos=p, k_pos=p), cache))
         state.advance(end - start)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     assert cache.keys.shape[1] == n_kv_heads  # stored per KV head, not repeated
@@ -94,12 +99,12 @@ def test_growing_self_attention_cache_equals_full_causal_attention_with_rope(n_k
 def test_growing_cross_attention_cache_equals_full_causal_cross_attention():
     attn = Attention(d_model=16, n_heads=4, n_kv_heads=2).eval()
     x, source = torch.randn(2, 6, 16), torch.randn(2, 6, 16)
-    full = attn(x, source, mask=additive_mask(causal_mask(6, 6), None, torch.float32))
+    full = attn(x, source, AttentionInputs(mask=additive_mask(causal_mask(6, 6), None, torch.float32)))
     state = DecodeState(2, 6, "cpu", torch.float32)
     cache = state.new_caches(1)[0]
     steps = []
     for t in range(6):
-        steps.append(attn(x[:, t : t + 1], source[:, t : t + 1], cache=cache))
+        steps.append(attn(x[:, t : t + 1], source[:, t : t + 1], None, cache))
         state.advance(1)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
@@ -110,7 +115,7 @@ def test_training_path_with_a_learned_bias_equals_sdpa_in_values_and_gradients(n
     x = torch.randn(2, 6, 32)
     bias = torch.randn(1, 4, 6, 6, requires_grad=True)  # like T5's relative bias: it needs a gradient
     mask = additive_mask(causal_mask(6, 6), bias, torch.float32)
-    out = attn(x, mask=mask)
+    out = attn(x, None, AttentionInputs(mask=mask))
     out.sum().backward()
     grads = (bias.grad.clone(), attn.q.weight.grad.clone())
     bias.grad = None
@@ -133,7 +138,7 @@ def test_training_path_with_dropout_and_causal_flag_matches_sdpa_when_dropout_is
     explicit = attend(q, k, v, torch.zeros(1, 1, 5, 5, requires_grad=True), True, None, 0.0)
     fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     torch.testing.assert_close(explicit, fused, atol=1e-5, rtol=1e-5)
-    assert attn(x, is_causal=True).shape == (2, 5, 16)
+    assert attn(x, None, AttentionInputs(is_causal=True)).shape == (2, 5, 16)
 
 
 def fp32_additive_mask(allowed, bias):
@@ -172,7 +177,9 @@ def test_a_fully_blocked_row_averages_the_values_under_bf16_autocast(learned_bia
     allowed = torch.tensor([[True, False, True, True], [False] * 4])[None, None]  # (1, 1, T, S): query 1 sees nothing
     with torch.autocast("cpu", dtype=torch.bfloat16):
         mask = additive_mask(allowed, None, torch.float32).to(torch.bfloat16)
-        out = attn(x, source, mask=mask.requires_grad_(learned_bias))  # a mask needing a gradient: explicit path
+        out = attn(
+            x, source, AttentionInputs(mask=mask.requires_grad_(learned_bias))
+        )  # a mask needing a gradient: explicit path
     assert torch.isfinite(out).all()
     uniform = attn.o(attn.v(source).mean(dim=1))  # every head averages every value
     torch.testing.assert_close(out[:, 1].float(), uniform.detach(), atol=2e-2, rtol=2e-2)
@@ -186,7 +193,7 @@ def test_the_explicit_training_path_stays_finite_under_bf16_autocast_with_dropou
     allowed[1, :, 2] = False  # a fully blocked row
     with torch.autocast("cpu", dtype=torch.bfloat16):
         mask = None if mask_dtype is None else additive_mask(allowed, None, torch.float32).to(mask_dtype)
-        out = attn(x, mask=mask, is_causal=mask is None)
+        out = attn(x, None, AttentionInputs(mask=mask, is_causal=mask is None))
         out.float().sum().backward()
     assert torch.isfinite(out).all()
     assert all(torch.isfinite(p.grad).all() for p in attn.parameters())
@@ -222,9 +229,9 @@ def test_a_step_against_a_filled_static_cache_equals_uncached_cross_attention(
         assert torch.equal(cache.keys, attn.project_kv(memory)[0]) and cache.stored_keys.shape[-1] == (
             7 if transposed else 8
         )
-        got = attn(x, memory, mask=mask, cache=cache, query_groups=groups)
+        got = attn(x, memory, AttentionInputs(mask=mask, query_groups=groups), cache)
         expanded = memory.repeat_interleave(groups, 0)
-        want = attn(x, expanded, mask=mask.repeat_interleave(groups, 0))
+        want = attn(x, expanded, AttentionInputs(mask=mask.repeat_interleave(groups, 0)))
     assert calls == [(2, 4, groups, 8)]
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
@@ -241,7 +248,7 @@ def test_recomputing_large_scores_in_the_backward_changes_no_value_gradient_or_r
         attn = Attention(d_model=32, n_heads=4, n_kv_heads=2, dropout=0.3).train()
         x = torch.randn(3, 9, 32, requires_grad=True)
         bias = torch.randn(1, 4, 9, 9, requires_grad=learned_bias)
-        out = attn(x, mask=additive_mask(causal_mask(9, 9), bias, torch.float32))
+        out = attn(x, None, AttentionInputs(mask=additive_mask(causal_mask(9, 9), bias, torch.float32)))
         out.square().sum().backward()
         grads = [x.grad, attn.q.weight.grad, attn.v.weight.grad] + ([bias.grad] if learned_bias else [])
         return out, grads, torch.rand(4)

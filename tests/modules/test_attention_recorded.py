@@ -5,7 +5,7 @@ import pytest
 import torch
 from attention_kit import reference_probs
 
-from encdec.modules import Attention, DecodeState, StaticKVCache, additive_mask
+from encdec.modules import Attention, AttentionInputs, DecodeState, StaticKVCache, additive_mask
 
 
 @pytest.mark.parametrize("n_kv_heads", [6, 3, 1])
@@ -15,9 +15,9 @@ def test_recorded_probabilities_are_the_reference_softmax_and_the_output_is_unch
     x, source = torch.randn(2, 7, 24), torch.randn(2, 9, 24)
     mask = additive_mask(torch.rand(2, 1, 7, 9) > 0.3, torch.randn(1, 6, 7, 9), torch.float32)
     with torch.no_grad():
-        plain = attn(x, source, mask=mask)
+        plain = attn(x, source, AttentionInputs(mask=mask))
         attn.recorded = []
-        recorded_out = attn(x, source, mask=mask)
+        recorded_out = attn(x, source, AttentionInputs(mask=mask))
         expected = reference_probs(attn, x, source, mask, scale)
     (probs,) = attn.recorded
     assert torch.equal(plain, recorded_out)
@@ -29,7 +29,7 @@ def test_causal_self_attention_records_zeros_above_the_diagonal():
     x = torch.randn(1, 6, 16)
     attn.recorded = []
     with torch.no_grad():
-        attn(x, is_causal=True)
+        attn(x, None, AttentionInputs(is_causal=True))
         expected = reference_probs(attn, x, x, causal=True)
     (probs,) = attn.recorded
     torch.testing.assert_close(probs, expected, atol=1e-6, rtol=1e-5)
@@ -52,7 +52,7 @@ def test_a_decoding_step_records_against_its_cached_keys(transposed):
     state = DecodeState(1, 8, "cpu", torch.float32)
     growing = state.new_caches(1)[0]
     with torch.no_grad():
-        own(torch.randn(1, 3, 16), is_causal=True, cache=growing)
+        own(torch.randn(1, 3, 16), None, AttentionInputs(is_causal=True), growing)
         state.advance(3)
         own.recorded = []
         own(torch.randn(1, 1, 16), cache=growing)
@@ -66,5 +66,5 @@ def test_a_boolean_mask_is_recorded_as_blocking():
     allowed = torch.tensor([True, True, False, True])[None, None, None, :]
     attn.recorded = []
     with torch.no_grad():
-        attn(x, source, mask=allowed)
+        attn(x, source, AttentionInputs(mask=allowed))
     assert attn.recorded[0][..., 2].abs().max() == 0

@@ -1,7 +1,7 @@
 """Family-agnostic building blocks. They take plain arguments; only model builders read configs."""
 
-from encdec.modules.attention import Attention, additive_mask, causal_mask
-from encdec.modules.blocks import AttentionInputs, DecoderBlock, EncoderBlock
+from encdec.modules.attention import Attention, AttentionInputs, additive_mask, causal_mask
+from encdec.modules.blocks import DecoderBlock, EncoderBlock
 from encdec.modules.decode_state import DecodeState
 from encdec.modules.dropout import Dropout, dropout
 from encdec.modules.feed_forward import FeedForward

@@ -16,6 +16,8 @@ Shapes: B batch, T query length, S key length, C model dim,
 H query heads, K kv heads (H % K == 0), D head dim.
 """
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -26,12 +28,43 @@ from encdec.modules.decoding_linear import decoding_linear
 from encdec.modules.dropout import dropout
 from encdec.modules.kv_cache import StaticKVCache
 from encdec.modules.positions import RotaryEmbedding
-from encdec.modules.transient_global import block_sums
+from encdec.modules.transient_global import TransientGlobals, block_sums
 
 # CPU training keeps three (B, H, T, S) float tensors an attention for its backward (the softmax, the
 # dropout mask, the dropped probabilities): 8.6 GB at batch 32 x 512 source tokens x 8 heads x 4 layers
 # against 3.0 GB without dropout. From this many scores up, they are recomputed in the backward instead.
 RECOMPUTE_SCORES = 1 << 24
+
+
+@dataclass
+class AttentionInputs:
+    """What one attention call reads besides its queries' and keys' states.
+
+    mask: additive float (or boolean, True = attend) broadcastable to (B, H, T, S), covering all keys including
+        cached ones; it carries padding, causality and any additive position bias (modules.attention_kinds makes
+        it from a layer's declared kinds). A LazyMask (long inputs) makes it by rows of queries, which are then
+        attended a chunk at a time. `is_causal` is the mask-free causal fast path (T == S, no cache).
+    q_pos, k_pos: positions for RoPE, (T,) / (S,) or per example (B, T) / (B, S).
+    query_groups: G > 1 when each G consecutive rows of queries share one row of keys (the beams of one example
+        over its encoder output): their queries are folded into the query length, so shared keys are neither
+        copied nor reordered.
+    global_keys: a transient-global self-attention's blocks (LongT5's), whose block sums, normed, are keys and
+        values after the S local ones (the mask covers both).
+    extra_kv: keys and values (B, K, S2, D) attended beside the own ones in one softmax, under `extra_mask`
+        (additive, broadcastable to (B, H, T, S2); None: all seen): a merged attention's encoder keys.
+    """
+
+    mask: torch.Tensor | LazyMask | None = None
+    is_causal: bool = False
+    q_pos: torch.Tensor | None = None
+    k_pos: torch.Tensor | None = None
+    query_groups: int = 1
+    global_keys: TransientGlobals | None = None
+    extra_kv: tuple[torch.Tensor, torch.Tensor] | None = None
+    extra_mask: torch.Tensor | None = None
+
+
+NO_INPUTS = AttentionInputs()
 
 
 class Attention(nn.Module):
@@ -96,58 +129,41 @@ class Attention(nn.Module):
         self,
         x: torch.Tensor,
         source: torch.Tensor | None = None,
-        *,
-        mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-        q_pos: torch.Tensor | None = None,
-        k_pos: torch.Tensor | None = None,
+        inputs: AttentionInputs | None = None,
         cache=None,
-        query_groups: int = 1,
-        global_blocks: torch.Tensor | None = None,
-        n_globals: int = 0,
-        extra_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
-        extra_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Attend from x (B, T, C) to `source` (B, S, C_src), or to x itself when None.
+        """Attend from x (B, T, C) to `source` (B, S, C_src), or to x itself when None, with `inputs` (masks,
+        positions, extra keys: see AttentionInputs; None: every key seen, no positions).
 
-        mask: additive float (or boolean, True = attend) broadcastable to (B, H, T, S),
-            covering all keys including cached ones; it carries padding, causality and
-            any additive position bias. A LazyMask (long inputs) makes it by rows of queries,
-            which are then attended a chunk at a time. `is_causal` is the mask-free causal fast path
-            (T == S, no cache).
-        q_pos, k_pos: positions for RoPE, (T,) / (S,) or per example (B, T) / (B, S).
-        cache: appended to (a StepCache: the keys a step reads come back) or filled once and reused (a
+        cache: appended to (a SelfAttentionCache: the keys a step reads come back) or filled once and reused (a
             frozen StaticKVCache).
-        query_groups: G > 1 when each G consecutive rows of x share one row of keys (the
-            beams of one example over its encoder output): their queries are folded into
-            the query length, so shared keys are neither copied nor reordered.
-        global_blocks: (B, S) each token's block (-1: none) of a transient-global self-attention, whose
-            `n_globals` block sums, normed, are keys and values after the S local ones (the mask covers both).
-        extra_kv: keys and values (B, K, S2, D) attended beside x's own in one softmax, under `extra_mask`
-            (additive, broadcastable to (B, H, T, S2); None: all seen): a merged attention's encoder keys.
         """
+        inputs = inputs if inputs is not None else NO_INPUTS
+        mask, is_causal, groups = inputs.mask, inputs.is_causal, inputs.query_groups
         B, T, _ = x.shape
         q = project(self.q, x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
         if self.q_norm is not None:
             q = self.q_norm(q)
         if self.rotary is not None:
-            q = self.rotary(q, q_pos)
+            q = self.rotary(q, inputs.q_pos)
         if cache is not None and cache.frozen:
             k, v = cache.keys, cache.values
         else:
-            k, v = self.project_kv(x if source is None else source, k_pos)  # (B, K, S, D)
+            k, v = self.project_kv(x if source is None else source, inputs.k_pos)  # (B, K, S, D)
             if cache is not None:
                 k, v = cache.append(k, v)
-        if global_blocks is not None:
-            global_k, global_v = self.project_kv(self.global_norm(block_sums(x, global_blocks, n_globals)))
+        if inputs.global_keys is not None:
+            globals_ = inputs.global_keys
+            global_k, global_v = self.project_kv(self.global_norm(block_sums(x, globals_.blocks, globals_.count)))
             k, v = torch.cat([k, global_k], dim=2), torch.cat([v, global_v], dim=2)  # (B, K, S + G, D)
-        if extra_kv is not None:
-            mask = joined_mask(mask, is_causal, extra_mask, T, k.shape[2], extra_kv[0].shape[2], x.dtype, x.device)
-            k, v = torch.cat([k, extra_kv[0]], dim=2), torch.cat([v, extra_kv[1]], dim=2)
+        if inputs.extra_kv is not None:
+            extra_k, extra_v = inputs.extra_kv
+            mask = joined_mask(mask, is_causal, inputs.extra_mask, T, k.shape[2], extra_k.shape[2], x.dtype, x.device)
+            k, v = torch.cat([k, extra_k], dim=2), torch.cat([v, extra_v], dim=2)
             is_causal = False
-        if query_groups > 1:  # (B, H, T, D) -> (B/G, H, G*T, D)
-            q = q.view(B // query_groups, query_groups, self.n_heads, T, self.d_head).transpose(1, 2)
-            q = q.reshape(B // query_groups, self.n_heads, query_groups * T, self.d_head)
+        if groups > 1:  # (B, H, T, D) -> (B/G, H, G*T, D)
+            q = q.view(B // groups, groups, self.n_heads, T, self.d_head).transpose(1, 2)
+            q = q.reshape(B // groups, self.n_heads, groups * T, self.d_head)
         if isinstance(mask, LazyMask):  # long scores: a chunk of queries at a time (modules.chunked_attention)
             out = chunked_attend(
                 attend, q, k, v, mask, self.scale, self.dropout if self.training else 0.0, self.softcap
@@ -160,7 +176,7 @@ class Attention(nn.Module):
         if self.recorded is not None:
             whole = mask.dense() if isinstance(mask, LazyMask) else mask
             self.recorded.append(attention_probs(q, k, whole, is_causal and mask is None, self.scale, self.softcap))
-        return self.project_heads(out, B, T, query_groups)
+        return self.project_heads(out, B, T, groups)
 
     def project_heads(self, out: torch.Tensor, B: int, T: int, query_groups: int) -> torch.Tensor:
         """out (B, H, T, D), or (B/G, H, G*T, D) with query groups -> the output projection (B, T, C)."""

@@ -14,29 +14,16 @@ so the model can gather them across layers for the aux and z losses.
 Shapes: B batch, T target length, S source length, C model dim.
 """
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 import torch
 from torch import nn
 
-from encdec.modules.attention import Attention, additive_mask
+from encdec.modules.attention import Attention, AttentionInputs, additive_mask
 from encdec.modules.dropout import Dropout
 from encdec.modules.fp16 import clamp_fp16
 from encdec.modules.kv_cache import LayerCache
 from encdec.modules.masks import within_window
-
-
-@dataclass
-class AttentionInputs:
-    """What one attention call needs besides its inputs: see `Attention.forward`."""
-
-    mask: torch.Tensor | None = None
-    is_causal: bool = False
-    q_pos: torch.Tensor | None = None
-    k_pos: torch.Tensor | None = None
-    query_groups: int = 1  # rows of queries per row of keys (beams sharing one encoder output)
-    global_blocks: torch.Tensor | None = None  # (B, S) a transient-global attention's blocks (LongT5)
-    n_globals: int = 0
 
 
 def for_layer(inputs: list[AttentionInputs], layer: int) -> AttentionInputs:
@@ -82,18 +69,7 @@ def residual(x, fn, norm: nn.Module, dropout: nn.Module, pre_norm: bool, post_no
 
 def _attend(attn: Attention, inputs: AttentionInputs, source=None, cache=None):
     def fn(h):
-        return attn(
-            h,
-            source,
-            mask=inputs.mask,
-            is_causal=inputs.is_causal,
-            q_pos=inputs.q_pos,
-            k_pos=inputs.k_pos,
-            cache=cache,
-            query_groups=inputs.query_groups,
-            global_blocks=inputs.global_blocks,
-            n_globals=inputs.n_globals,
-        )
+        return attn(h, source, inputs, cache)
 
     return fn
 
@@ -213,15 +189,7 @@ class DecoderBlock(nn.Module):
             if groups > 1:
                 keys, values = keys.repeat_interleave(groups, 0), values.repeat_interleave(groups, 0)
                 memory_mask = memory_mask.repeat_interleave(groups, 0) if memory_mask is not None else None
-            return self.self_attn(
-                h,
-                mask=self_inputs.mask,
-                is_causal=self_inputs.is_causal,
-                q_pos=self_inputs.q_pos,
-                k_pos=self_inputs.k_pos,
-                cache=cache and cache.self_attn,
-                extra_kv=(keys, values),
-                extra_mask=memory_mask,
-            )
+            merged = replace(self_inputs, extra_kv=(keys, values), extra_mask=memory_mask)
+            return self.self_attn(h, None, merged, cache and cache.self_attn)
 
         return fn

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from encdec.errors import DataError
+from encdec.modules.attention_kinds.masked import Band
 
 
 def as_bool_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -72,15 +73,7 @@ def within_window(
     q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, causal: bool, split: bool = False
 ) -> torch.Tensor:
     """Which keys a sliding-window attention's queries see, True to attend: q_pos, k_pos (T,) / (S,) ->
-    (1, 1, T, S), or (B, T) / (B, S) -> (B, 1, T, S). Causal: the `window` newest keys up to the query,
-    q - k < window; bidirectional: keys at most `window` away either side, |q - k| <= window (transformers'
-    masks for Gemma 2 and T5Gemma, the second's inclusive as there), or with `split` `window` keys in all,
-    (window + 1) // 2 back counting the query's own and window // 2 ahead (T5Gemma 2's)."""
-    distance = q_pos[..., :, None] - k_pos[..., None, :]  # (T, S) or (B, T, S)
-    if causal:
-        near = distance < window
-    elif split:
-        near = (distance >= -(window // 2)) & (distance < (window + 1) // 2)
-    else:
-        near = distance.abs() <= window
+    (1, 1, T, S), or (B, T) / (B, S) -> (B, 1, T, S): the rule of a `Band(window, causal, split)` kind
+    (modules.attention_kinds.masked, where its three forms are described)."""
+    near = Band(window, causal, split).rule(q_pos[..., :, None], k_pos[..., None, :])  # (T, S) or (B, T, S)
     return near[None, None] if near.dim() == 2 else near[:, None]

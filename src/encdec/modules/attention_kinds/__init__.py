@@ -1,0 +1,58 @@
+"""Attention kinds: each a small declared component that owns its rule, composed per layer (one file per
+group of kinds, as fairseq2 keeps one per attention variant).
+
+A layer's attention is a tuple of kinds (`LayerKinds`): T5's encoder layer `(Full(), RelativeBias(t))`, LongT5's
+`(Full(), Band(127), RelativeBias(t), TransientGlobal(16, g))`, a Gemma 2 sliding decoder layer
+`(Causal(), Band(4096, causal=True), Rope(r))`. What each declares (its rule, band, bias, rotation, extra keys and
+parameters) is in kind.py; the dense masks, the chunked long-input path and FlexAttention's block masks read it.
+
+`KINDS` is the table of every kind by name: a new variant is its file and one entry here.
+"""
+
+from encdec.modules.attention_kinds.dilated import DilatedBand
+from encdec.modules.attention_kinds.extra_keys import Merged, TransientGlobal
+from encdec.modules.attention_kinds.kind import (
+    AttentionKind,
+    LayerKinds,
+    find,
+    layer_band,
+    layer_bias,
+    layer_mask,
+    layer_rule,
+    mask_mod,
+    score_mod,
+)
+from encdec.modules.attention_kinds.masked import Band, Causal, Full, only_causal
+from encdec.modules.attention_kinds.positional import RelativeBias, Rope
+
+KINDS: dict[str, type[AttentionKind]] = {
+    "full": Full,
+    "causal": Causal,
+    "band": Band,
+    "relative_bias": RelativeBias,
+    "rope": Rope,
+    "transient_global": TransientGlobal,
+    "merged": Merged,
+    "dilated_band": DilatedBand,
+}
+
+__all__ = [
+    "KINDS",
+    "AttentionKind",
+    "Band",
+    "Causal",
+    "Full",
+    "LayerKinds",
+    "Merged",
+    "RelativeBias",
+    "Rope",
+    "TransientGlobal",
+    "find",
+    "layer_band",
+    "layer_bias",
+    "layer_mask",
+    "layer_rule",
+    "mask_mod",
+    "only_causal",
+    "score_mod",
+]

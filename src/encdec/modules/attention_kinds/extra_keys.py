@@ -1,0 +1,42 @@
+"""The kinds that attend to keys beside a layer's own: LongT5's transient-global keys (one per block of the
+input, modules.transient_global) and T5Gemma 2's merged self- and cross-attention (the memory's keys).
+
+Shapes: B batch, H heads, G global keys.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from encdec.modules.attention import additive_mask
+from encdec.modules.attention_kinds.kind import AttentionKind
+from encdec.modules.transient_global import TransientGlobals
+
+
+@dataclass(frozen=True)
+class TransientGlobal(AttentionKind):
+    """LongT5's global keys: one per `block_size` tokens, the block's summed states normed by the attention's
+    `global_norm`, seen by every real token through `table`, a relative bias of k - its block (Guo et al. 2022,
+    3.1.2)."""
+
+    block_size: int
+    table: nn.Module
+    extra_keys = True
+
+    def parameters(self) -> int:
+        return self.table.embed.weight.numel()
+
+    def side(self, real: torch.Tensor, globals_: TransientGlobals, t0: int, t1: int, dtype) -> torch.Tensor:
+        """The mask of query rows t0..t1 over the G global keys, real (B, S) the real tokens: (B, H, rows, G)."""
+        blocks, keys = globals_.positions()
+        sees = (real[:, t0:t1, None] == globals_.real[:, None, :])[:, None]  # (B, 1, rows, G)
+        return additive_mask(sees, self.table(blocks[:, t0:t1], keys), dtype)
+
+
+@dataclass(frozen=True)
+class Merged(AttentionKind):
+    """A decoder self-attention that reads the memory too, one softmax over its own keys and the encoder's
+    (T5Gemma 2's; modules.blocks.DecoderBlock without a cross-attention)."""
+
+    extra_keys = True

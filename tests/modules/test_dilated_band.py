@@ -1,0 +1,107 @@
+"""The dilated band (modules/attention_kinds/dilated.py), added as one file and one table entry: its attention
+equals a dense softmax under its formula written out, by chunks as whole, in FlexAttention, inside the encoder,
+and, causal, cached decoding equals recomputing the whole sequence."""
+
+import math
+
+import pytest
+import torch
+
+from encdec.models import ModelConfig, build_model
+from encdec.modules import Attention, AttentionInputs, DecodeState
+from encdec.modules.attention_kinds import KINDS, Causal, Full, layer_band, layer_mask, mask_mod
+from encdec.modules.attention_kinds.dilated import DilatedBand
+from encdec.modules.chunked_attention import LazyMask
+
+
+def formula(T: int, width: int, dilation: int, causal: bool) -> torch.Tensor:
+    """(T, T) bool, written out entry by entry: query i sees key j on a step of `dilation` within `width` steps."""
+    allowed = torch.zeros(T, T, dtype=torch.bool)
+    for i in range(T):
+        for j in range(T):
+            steps, on_step = divmod(i - j, dilation)
+            if on_step == 0:
+                allowed[i, j] = 0 <= steps < width if causal else abs(i - j) <= width * dilation
+    return allowed
+
+
+def dense_reference(attn: Attention, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D), blocked where not allowed) v, heads by hand."""
+    B, T, _ = x.shape
+    H, D = attn.n_heads, attn.d_head
+    q, k, v = (layer(x).view(B, T, H, D).transpose(1, 2) for layer in (attn.q, attn.k, attn.v))
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(D)).masked_fill(~allowed, float("-inf"))
+    return attn.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D))
+
+
+def test_the_table_names_it():
+    assert KINDS["dilated_band"] is DilatedBand
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("width, dilation", [(2, 3), (3, 2), (1, 4)])
+def test_its_attention_equals_the_formula_whole_and_by_chunks(width, dilation, causal, monkeypatch):
+    from encdec.modules import chunked_attention
+
+    torch.manual_seed(0)
+    attn = Attention(d_model=16, n_heads=2).eval()
+    x, T = torch.randn(2, 37, 16), 37
+    kinds = (Causal() if causal else Full(), DilatedBand(width, dilation, causal))
+    pos = torch.arange(T)
+    want = dense_reference(attn, x, formula(T, width, dilation, causal))
+    whole = attn(x, None, AttentionInputs(mask=layer_mask(kinds, None, pos, pos, torch.float32)))
+    torch.testing.assert_close(whole, want, atol=1e-5, rtol=1e-5)
+    assert layer_band(kinds) == max(abs(i - j) for i, j in formula(T, width, dilation, causal).nonzero().tolist())
+
+    def rows(t0, t1, k0, k1):
+        return layer_mask(kinds, None, pos[t0:t1], pos[k0:k1], torch.float32)
+
+    monkeypatch.setattr(chunked_attention, "CHUNK_SCORES", 2 * 2 * 30)  # a few rows a chunk, their band's keys
+    chunked = attn(x, None, AttentionInputs(mask=LazyMask(rows, T, layer_band(kinds))))
+    torch.testing.assert_close(chunked, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_attention_reads_the_same_rule():
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 32, 8) for _ in range(3))
+    allowed = formula(32, 3, 2, causal=False)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    block_mask = flex.create_block_mask(mask_mod((Full(), DilatedBand(3, 2))), None, None, 32, 32, device="cpu")
+    torch.testing.assert_close(flex.flex_attention(q, k, v, block_mask=block_mask), want, atol=1e-5, rtol=1e-5)
+
+
+def test_cached_decoding_equals_recomputing_the_whole_sequence():
+    """A causal dilated band decoded a few positions at a time over a growing cache, each step's mask the kinds'
+    rule of its positions over the written ones, equals the whole sequence at once."""
+    torch.manual_seed(0)
+    attn = Attention(d_model=16, n_heads=4, n_kv_heads=2).eval()
+    x, T = torch.randn(2, 12, 16), 12
+    kinds = (Causal(), DilatedBand(3, 2, causal=True))
+    pos = torch.arange(T)
+    full = attn(x, None, AttentionInputs(mask=layer_mask(kinds, None, pos, pos, torch.float32)))
+    state = DecodeState(2, T, "cpu", torch.float32)
+    cache = state.new_caches(1)[0]
+    steps = []
+    for start, end in ((0, 5), (5, 6), (6, 7), (7, 12)):
+        state.ensure(end - start)
+        mask = layer_mask(kinds, None, pos[start:end], pos[:end], torch.float32)  # (1, 1, t, written)
+        steps.append(attn(x[:, start:end], None, AttentionInputs(mask=mask), cache))
+        state.advance(end - start)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_an_encoder_of_dilated_layers_attends_the_same_by_chunks_and_whole():
+    """Declared as an encoder's layer kinds, the band reaches the encoder's own masks and its chunked path."""
+    cfg = ModelConfig(family="encoder_decoder", vocab_size=40, d_model=16, d_ff=32, n_heads=2, n_encoder_layers=2)
+    model = build_model(cfg).eval()
+    model.encoder.self_kinds = lambda layer: (Full(), DilatedBand(2, 3))
+    src = torch.randint(3, 40, (2, 50), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 50, dtype=torch.bool)
+    mask[1, 41:] = False
+    with torch.no_grad():
+        whole = model.encode(src, mask).hidden
+        model.encoder.long_scores = 0  # every layer by chunks
+        chunked = model.encode(src, mask).hidden
+    torch.testing.assert_close(chunked, whole, atol=1e-5, rtol=1e-5)
