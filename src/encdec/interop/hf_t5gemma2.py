@@ -20,8 +20,9 @@ from pathlib import Path
 import torch
 
 from encdec.errors import CheckpointError, Unmet
-from encdec.interop.hf_bart import first_set
-from encdec.interop.hf_t5 import check_hf_model_fits, fill_from_hf, hf_name, read_hf_weights
+from encdec.interop.checkpoint_files import check_hf_model_fits, fill_from_hf, read_hf_weights
+from encdec.interop.family import first_set
+from encdec.interop.hf_t5 import hf_name
 from encdec.interop.hf_t5gemma import STACK_DEFAULTS, gemma_encoder_decoder, gemma_stack, global_every, section
 from encdec.models import EncoderDecoder, ModelConfig
 
@@ -94,11 +95,11 @@ def t5gemma2_name(our_name: str) -> str:
     return hf_name(our_name, NAME_MAP, "T5Gemma 2")
 
 
-def t5gemma2_module_name(our_name: str) -> str:
-    """Our parameter name -> its name in transformers' T5Gemma2ForConditionalGeneration as built, where peft
+def text_model(hf_name: str) -> str:
+    """A checkpoint's tensor name -> its name in transformers' T5Gemma2ForConditionalGeneration as built, where peft
     adapts it: the encoder's text layers live under model.encoder.text_model (a checkpoint's file drops the
     text_model part, and transformers renames as it reads)."""
-    return t5gemma2_name(our_name).replace("model.encoder.", "model.encoder.text_model.", 1)
+    return hf_name.replace("model.encoder.", "model.encoder.text_model.", 1)
 
 
 def rope_of(stack: dict, side: str) -> tuple[float, float, float]:

@@ -120,10 +120,11 @@ def hf_layout(cfg: ModelConfig) -> str:
         raise error.reworded(f"{{said}} ({EXPORTABLE[cfg.family]}); {LOAD_HINT}") from None
     except ConfigError as error:
         raise ConfigError(f"{error} ({EXPORTABLE[cfg.family]}); {LOAD_HINT}") from None
-    if cfg.encoder_config() is not cfg and family.model_type != "t5gemma":  # one width for both stacks elsewhere
+    if cfg.encoder_config() is not cfg and not family.encoder_widths:  # one width for both stacks elsewhere
+        holders = " and ".join(f.model_type for f in FAMILIES.values() if f.encoder_widths)
         raise ConfigError(
             f"an encoder of its own widths (model.encoder_*) has no Hugging Face {family.model_type} counterpart; "
-            f"T5Gemma's layout alone holds one; {LOAD_HINT}"
+            f"{holders}'s layout alone holds one; {LOAD_HINT}"
         )
     return family.model_type
 
@@ -150,9 +151,7 @@ def export_hf(
     files.save(out)
     FAMILIES[layout].save(model, out)
     write_generation_config(out, cfg, tokenizer, generation or {})
-    if layout in ("t5", "mt5", "umt5", "switch_transformers") and cfg.decoder_layers > cfg.n_encoder_layers:
-        log.warning(
-            "the decoder is deeper than the encoder: transformers' generate() sizes its cache by the "
-            "encoder (num_layers) and fails; its forward() is unaffected"
-        )
+    note = FAMILIES[layout].note(cfg)
+    if note:
+        log.warning(note)
     return FAMILIES[layout].hf_class

@@ -1,7 +1,7 @@
 """Hugging Face M2M100 and NLLB checkpoints (model_type m2m_100) <-> encdec's pre-norm encoder-decoder.
 
 M2M100 (Fan et al. 2020) and NLLB-200 (NLLB Team 2022) are fairseq's pre-norm Transformer in BART's weight
-layout (hf_bart.py): biases, ReLU, a LayerNorm closing each stack, no embedding LayerNorm, no logits bias,
+layout (interop/bart/layout.py): biases, ReLU, a LayerNorm closing each stack, no embedding LayerNorm, no logits bias,
 embeddings scaled by sqrt(d_model) and shared by both stacks and the head. Their positions are fairseq's
 sinusoids (`sinusoidal_layout: fairseq`): position p at table row pad_id + 1 + p, counted over a row's real
 tokens, pads a zero vector. Defaults as M2M100Config's: pad 1, EOS 2, decoder start 2 (EOS).
@@ -12,13 +12,16 @@ from pathlib import Path
 
 import torch
 
-from encdec.interop.hf_bart import (
+from encdec.interop.bart.layout import (
+    BART_KEYS,
     bart_layout_config,
     bart_layout_hf_config,
     bart_layout_weights,
+    bart_names,
     check_bart_layout,
     load_bart_layout,
 )
+from encdec.interop.family import Family, config_read_alone
 from encdec.models import EncoderDecoder, ModelConfig
 
 DEFAULTS = {  # M2M100Config's, where they differ from BART's
@@ -39,11 +42,6 @@ def m2m100_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
         norm_position="pre",
         final_logits_bias=False,
     )
-
-
-def m2m100_config(hf: dict) -> ModelConfig:
-    """The config.json's model, its head tied to the embeddings unless tie_word_embeddings says false."""
-    return m2m100_config_from_hf(hf, untied_head=hf.get("tie_word_embeddings") is False)
 
 
 def load_hf_m2m100(path: Path, hf_config: dict) -> EncoderDecoder:
@@ -67,3 +65,19 @@ def m2m100_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     weights = bart_layout_weights(model.state_dict(), model.config)
     del weights["final_logits_bias"]
     return weights, bart_layout_hf_config(model.config)
+
+
+FAMILIES = (
+    Family(
+        "m2m_100",
+        "M2M100ForConditionalGeneration",
+        load_hf_m2m100,
+        check_m2m100_compatible,
+        m2m100_files,
+        lambda cfg: cfg.position == "sinusoidal" and cfg.sinusoidal_layout == "fairseq",
+        BART_KEYS,
+        ("sentencepiece.bpe.model", "vocab.json"),  # NLLB's, M2M100's (beside its spm)
+        config_read_alone(m2m100_config_from_hf),
+        rename=bart_names,
+    ),
+)
