@@ -88,7 +88,7 @@ SHORT_BY_CONSTRUCTION = {
     "data/objectives/ul2.py": "missing: of the three UL2 mode tokens",
     "interop/hf_gemma.py": "allowed: one or two RoPE types",
     "interop/hf_t5gemma2.py": "allowed: one or two RoPE types",
-    "interop/hf_switch.py": "ours: the declared expert activations",
+    "interop/switch/__init__.py": "ours: the declared expert activations",
     "schema.py": "args: a Literal's declared choices",
 }
 

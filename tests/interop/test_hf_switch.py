@@ -15,8 +15,8 @@ import encdec
 from encdec.cli import main
 from encdec.errors import CheckpointError, ConfigError
 from encdec.interop import export_hf
-from encdec.interop.hf_switch import switch_model_config
 from encdec.interop.hf_tokenizer import convert_tokenizer
+from encdec.interop.switch import switch_model_config
 from encdec.models.parameter_count import count_parameters_of
 from encdec.modules import MoE
 from encdec.tokenizers import build_tokenizer

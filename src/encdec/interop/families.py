@@ -13,31 +13,10 @@ first of the registry's order whose `writes` holds.
 from collections.abc import Callable
 from functools import partial
 
-from encdec.interop import bart, m2m100, marian, pegasus
-from encdec.interop.family import IDS, Family, config_read_alone
+from encdec.interop import bart, longt5, m2m100, marian, mt5, pegasus, switch, t5
+from encdec.interop.family import IDS, Family
 from encdec.interop.hf_gemma import GEMMA_KEYS, check_gemma_compatible, config_from_gemma, gemma_files, load_hf_gemma
 from encdec.interop.hf_llama import LLAMA_KEYS, check_llama_compatible, config_from_llama, llama_files, load_hf_llama
-from encdec.interop.hf_longt5 import (
-    check_longt5_compatible,
-    load_hf_longt5,
-    longt5_files,
-    longt5_model_config,
-    longt5_renamer,
-)
-from encdec.interop.hf_mt5 import (
-    check_mt5_compatible,
-    check_umt5_compatible,
-    load_hf_mt5,
-    load_hf_umt5,
-    mt5_files,
-    mt5_model_config,
-    umt5_files,
-    umt5_model_config,
-    umt5_name,
-)
-from encdec.interop.hf_switch import check_switch_compatible, load_hf_switch, switch_files, switch_model_config
-from encdec.interop.hf_switch import hf_name as switch_name
-from encdec.interop.hf_t5 import T5_KEYS, check_t5_compatible, config_from_hf, hf_name, load_hf_t5, t5_files
 from encdec.interop.hf_t5gemma import (
     T5GEMMA_KEYS,
     check_t5gemma_compatible,
@@ -91,90 +70,13 @@ def gemma_layout(model_type: str, hf_class: str, writes: Callable[[ModelConfig],
     )
 
 
-def deeper_decoder(cfg: ModelConfig) -> str | None:
-    """T5's layouts size transformers' generation cache by the encoder."""
-    if cfg.decoder_layers > cfg.n_encoder_layers:
-        return (
-            "the decoder is deeper than the encoder: transformers' generate() sizes its cache by the "
-            "encoder (num_layers) and fails; its forward() is unaffected"
-        )
-    return None
-
-
-def t5_bias(cfg: ModelConfig) -> bool:
-    """T5's relative bias, in each stack's first layer (UMT5's is in every layer)."""
-    return cfg.position == "relative" and not cfg.relative_bias_per_layer
-
-
 FAMILIES: dict[str, Family] = {
     f.model_type: f
     for f in (
-        Family(
-            "t5",
-            "T5ForConditionalGeneration",
-            load_hf_t5,
-            check_t5_compatible,
-            t5_files,
-            lambda cfg: (
-                t5_bias(cfg) and cfg.n_experts == 1 and cfg.hf_model_type is None and cfg.encoder_attention == "full"
-            ),
-            T5_KEYS | IDS,
-            ("spiece.model",),
-            config_read_alone(config_from_hf),
-            rename=lambda cfg: hf_name,
-            note=deeper_decoder,
-        ),
-        Family(
-            "mt5",
-            "MT5ForConditionalGeneration",
-            load_hf_mt5,
-            check_mt5_compatible,
-            mt5_files,
-            lambda cfg: cfg.hf_model_type == "mt5",
-            T5_KEYS | IDS,
-            ("spiece.model",),
-            mt5_model_config,
-            rename=lambda cfg: hf_name,
-            note=deeper_decoder,
-        ),
-        Family(
-            "umt5",
-            "UMT5ForConditionalGeneration",
-            load_hf_umt5,
-            check_umt5_compatible,
-            umt5_files,
-            lambda cfg: cfg.position == "relative" and cfg.relative_bias_per_layer,
-            T5_KEYS | IDS,
-            ("spiece.model",),
-            umt5_model_config,
-            rename=lambda cfg: umt5_name,
-            note=deeper_decoder,
-        ),
-        Family(
-            "longt5",
-            "LongT5ForConditionalGeneration",
-            load_hf_longt5,
-            check_longt5_compatible,
-            longt5_files,
-            lambda cfg: cfg.encoder_attention != "full",
-            T5_KEYS | IDS | {"encoder_attention": "encoder_attention_type"},
-            ("spiece.model",),
-            longt5_model_config,
-            rename=lambda cfg: longt5_renamer(cfg.encoder_attention),
-        ),
-        Family(
-            "switch_transformers",
-            "SwitchTransformersForConditionalGeneration",
-            load_hf_switch,
-            check_switch_compatible,
-            switch_files,
-            lambda cfg: cfg.position == "relative" and cfg.n_experts > 1,
-            T5_KEYS | IDS,
-            ("spiece.model",),
-            switch_model_config,
-            rename=lambda cfg: switch_name,
-            note=deeper_decoder,
-        ),
+        *t5.FAMILIES,
+        *mt5.FAMILIES,
+        *longt5.FAMILIES,
+        *switch.FAMILIES,
         *marian.FAMILIES,
         *pegasus.FAMILIES,
         *bart.FAMILIES,

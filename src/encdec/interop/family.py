@@ -29,6 +29,7 @@ PARTS = {
     "qkv": "q|k|v",
     "qk": "q|k",
     "wi": "wi|wi_0|wi_1|wo",
+    "wio": "wi|wo",
     "wb": "weight|bias",
     "attn": "self_attn|cross_attn",
 }
@@ -156,3 +157,12 @@ def first_set(*values):
 def first_eos(eos):
     """config.json's eos_token_id, its first where it lists several (generate stops at any; encdec at one)."""
     return (eos or [None])[0] if isinstance(eos, list) else eos
+
+
+def pattern_name(our_name: str, name_map: list[tuple[str, str]], family: str) -> str:
+    """Our parameter name -> its name by the first (pattern, replacement) of `name_map` it matches (the Gemma
+    group's tables, until they are NameMaps)."""
+    for pattern, replacement in name_map:
+        if re.fullmatch(pattern, our_name):
+            return re.sub(pattern, replacement, our_name)
+    raise ConfigError(f"parameter {our_name} has no Hugging Face {family} counterpart")

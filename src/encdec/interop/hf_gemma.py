@@ -26,8 +26,8 @@ import torch
 
 from encdec.errors import CheckpointError, Unmet
 from encdec.interop.family import first_set
+from encdec.interop.family import pattern_name as hf_name
 from encdec.interop.hf_llama import LLAMA_KEYS, load_causal_lm, mapping, own_head_dim, rope_kind, rope_theta
-from encdec.interop.hf_t5 import hf_name
 from encdec.interop.hf_t5gemma import STACK_DEFAULTS, global_every
 from encdec.models import DecoderOnly, ModelConfig
 

@@ -19,7 +19,7 @@ import torch
 from encdec.errors import CheckpointError, Unmet
 from encdec.interop.checkpoint_files import check_hf_model_fits, fill_from_hf, read_hf_weights
 from encdec.interop.family import first_set
-from encdec.interop.hf_t5 import hf_name
+from encdec.interop.family import pattern_name as hf_name
 from encdec.models import DecoderOnly, ModelConfig
 
 QWEN = {  # Qwen2Config's defaults for the sizes a config.json may leave out

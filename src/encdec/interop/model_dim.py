@@ -1,9 +1,9 @@
 """The model dimension of encdec's parameters, for writing a model whose residual stream is reordered.
 
-Permuting the model dimension of every residual-stream weight by the same permutation changes no logit
-(LayerNorm, attention and the tied head are all equivariant to it): a model with interleaved sinusoids is written
-as Marian or Pegasus with its dimensions reordered sines first (interop/bart/layout.py), and its LoRA adapters
-alike (peft_adapter).
+Permuting the model dimension of every residual-stream weight by the same permutation changes no logit (LayerNorm,
+attention and the tied head are all equivariant to it): a model with interleaved sinusoids is written as Marian or
+Pegasus with its dimensions reordered sines first (interop/bart/bart_layout.py), and its LoRA adapters alike
+(peft_adapter).
 """
 
 import re

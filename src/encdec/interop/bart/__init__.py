@@ -2,7 +2,7 @@
 
 BART (Lewis et al. 2020): post-norm, learned positions looked up at p + 2, a LayerNorm after each stack's
 embeddings. mBART (Liu et al. 2020) is the same made pre-norm, with a LayerNorm closing each stack. The weight
-layout, which Marian, Pegasus and M2M100 share, is layout.py's.
+layout, which Marian, Pegasus and M2M100 share, is bart_layout.py's.
 """
 
 from pathlib import Path
@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from encdec.errors import CheckpointError
-from encdec.interop.bart.layout import (
+from encdec.interop.bart.bart_layout import (
     BART_KEYS,
     bart_layout_config,
     bart_layout_hf_config,

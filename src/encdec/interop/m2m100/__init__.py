@@ -1,18 +1,18 @@
 """Hugging Face M2M100 and NLLB checkpoints (model_type m2m_100) <-> encdec's pre-norm encoder-decoder.
 
-M2M100 (Fan et al. 2020) and NLLB-200 (NLLB Team 2022) are fairseq's pre-norm Transformer in BART's weight
-layout (interop/bart/layout.py): biases, ReLU, a LayerNorm closing each stack, no embedding LayerNorm, no logits bias,
-embeddings scaled by sqrt(d_model) and shared by both stacks and the head. Their positions are fairseq's
-sinusoids (`sinusoidal_layout: fairseq`): position p at table row pad_id + 1 + p, counted over a row's real
-tokens, pads a zero vector. Defaults as M2M100Config's: pad 1, EOS 2, decoder start 2 (EOS).
-The language codes (NLLB's eng_Latn, fra_Latn, ...) are tokens of the tokenizer: see tokenizers/languages.py.
+M2M100 (Fan et al. 2020) and NLLB-200 (NLLB Team 2022) are fairseq's pre-norm Transformer in BART's weight layout
+(interop/bart/bart_layout.py): biases, ReLU, a LayerNorm closing each stack, no embedding LayerNorm, no logits bias,
+embeddings scaled by sqrt(d_model) and shared by both stacks and the head. Their positions are fairseq's sinusoids
+(`sinusoidal_layout: fairseq`): position p at table row pad_id + 1 + p, counted over a row's real tokens, pads a
+zero vector. Defaults as M2M100Config's: pad 1, EOS 2, decoder start 2 (EOS). The language codes (NLLB's eng_Latn,
+fra_Latn, ...) are tokens of the tokenizer: see tokenizers/languages.py.
 """
 
 from pathlib import Path
 
 import torch
 
-from encdec.interop.bart.layout import (
+from encdec.interop.bart.bart_layout import (
     BART_KEYS,
     bart_layout_config,
     bart_layout_hf_config,

@@ -1,9 +1,9 @@
 """Hugging Face MarianMT (model_type marian: Helsinki-NLP/opus-mt-*) <-> encdec's post-norm encoder-decoder with
 sinusoidal positions.
 
-Marian (Junczys-Dowmunt et al. 2018) has BART's weight layout (interop/bart/layout.py) with fixed sinusoidal
-positions whose sines fill the first half of each vector and cosines the second, no embedding LayerNorm, usually
-a SiLU ("swish") feed-forward and embeddings scaled by sqrt(d_model); pad is the decoder-start token.
+Marian (Junczys-Dowmunt et al. 2018) has BART's weight layout (interop/bart/bart_layout.py) with fixed sinusoidal
+positions whose sines fill the first half of each vector and cosines the second, no embedding LayerNorm, usually a
+SiLU ("swish") feed-forward and embeddings scaled by sqrt(d_model); pad is the decoder-start token.
 
 The canonical Transformer (Vaswani et al. 2017) interleaves its sines and cosines instead: such a model is written
 as Marian with its dimensions reordered sin-first (interop.model_dim): the exported weights are a permutation of
@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from encdec.errors import CheckpointError
-from encdec.interop.bart.layout import (
+from encdec.interop.bart.bart_layout import (
     BART_KEYS,
     bart_layout_config,
     bart_layout_hf_config,

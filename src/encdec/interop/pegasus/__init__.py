@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from encdec.interop.bart.layout import (
+from encdec.interop.bart.bart_layout import (
     BART_KEYS,
     bart_layout_config,
     bart_layout_hf_config,

@@ -1,22 +1,18 @@
-"""Hugging Face T5 checkpoints <-> encdec's encoder-decoder.
+"""T5's layout, which T5, mT5, UMT5, LongT5 and SwitchTransformers share (each folder adds its own): the weight
+names, the config.json keys both ways, the refusals and the loader.
 
-Reads a local `T5ForConditionalGeneration` directory (config.json plus
-model.safetensors, a sharded safetensors index, or pytorch_model.bin loaded with
-`weights_only`), in the v1.0 layout (ReLU, tied head scaled by d_model^-0.5) and
-the v1.1 / Flan-T5 layout (gated GELU, untied head); writes T5-family models back
-in a form Hugging Face loads. transformers itself is not needed for either.
-Reading and writing a model directory's files (`read_hf_weights`, `fill_from_hf`,
-`write_hf_directory`) is shared with the other architectures' modules.
+T5 (Raffel et al. 2020) in the v1.0 layout (ReLU, tied head scaled by d_model^-0.5) and the v1.1 / Flan-T5
+layout (gated GELU, untied head): pre-norm RMSNorm without biases, a relative position bias in each stack's first
+layer, one token table both stacks share. transformers itself is not needed.
 """
 
-import re
 from pathlib import Path
 
 import torch
 
-from encdec.errors import CheckpointError, ConfigError, Unmet
+from encdec.errors import CheckpointError, Unmet
 from encdec.interop.checkpoint_files import check_hf_model_fits, fill_from_hf, read_weights_with_shared
-from encdec.interop.family import hf_layer_sizes, layer_sizes, plain_heads_problems
+from encdec.interop.family import IDS, NameMap, hf_layer_sizes, layer_sizes, plain_heads_problems
 from encdec.models import EncoderDecoder, ModelConfig
 
 # Hugging Face feed_forward_proj -> our activation name
@@ -48,34 +44,27 @@ T5_KEYS = {
     "dropout": "dropout_rate",
     "norm_eps": "layer_norm_epsilon",
     "n_experts": "num_experts",
-}
+} | IDS
 
-# (our parameter name pattern, Hugging Face name pattern); {i} is the block index
-NAME_MAP = [
-    (r"((encoder|decoder)\.)?embed\.weight", "shared.weight"),  # one matrix, registered in three places
-    (r"lm_head\.weight", "lm_head.weight"),
+NAMES = NameMap(
+    "T5",
     (
-        r"(encoder|decoder)\.position_bias\.embed\.weight",
-        r"\1.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+        ("embed.weight", "shared.weight"),  # one matrix, registered in three places
+        ("encoder.embed.weight", "shared.weight"),
+        ("decoder.embed.weight", "shared.weight"),
+        ("lm_head.weight", "lm_head.weight"),
+        ("{side}.position_bias.embed.weight", "{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"),
+        ("{side}.final_norm.weight", "{side}.final_layer_norm.weight"),
+        ("{side}.blocks.{i}.self_attn.{qkvo}.weight", "{side}.block.{i}.layer.0.SelfAttention.{qkvo}.weight"),
+        ("{side}.blocks.{i}.self_attn_norm.weight", "{side}.block.{i}.layer.0.layer_norm.weight"),
+        ("decoder.blocks.{i}.cross_attn.{qkvo}.weight", "decoder.block.{i}.layer.1.EncDecAttention.{qkvo}.weight"),
+        ("decoder.blocks.{i}.cross_attn_norm.weight", "decoder.block.{i}.layer.1.layer_norm.weight"),
+        ("encoder.blocks.{i}.ffn.{wi}.weight", "encoder.block.{i}.layer.1.DenseReluDense.{wi}.weight"),
+        ("encoder.blocks.{i}.ffn_norm.weight", "encoder.block.{i}.layer.1.layer_norm.weight"),
+        ("decoder.blocks.{i}.ffn.{wi}.weight", "decoder.block.{i}.layer.2.DenseReluDense.{wi}.weight"),
+        ("decoder.blocks.{i}.ffn_norm.weight", "decoder.block.{i}.layer.2.layer_norm.weight"),
     ),
-    (r"(encoder|decoder)\.final_norm\.weight", r"\1.final_layer_norm.weight"),
-    (r"(encoder|decoder)\.blocks\.(\d+)\.self_attn\.(q|k|v|o)\.weight", r"\1.block.\2.layer.0.SelfAttention.\3.weight"),
-    (r"(encoder|decoder)\.blocks\.(\d+)\.self_attn_norm\.weight", r"\1.block.\2.layer.0.layer_norm.weight"),
-    (r"decoder\.blocks\.(\d+)\.cross_attn\.(q|k|v|o)\.weight", r"decoder.block.\1.layer.1.EncDecAttention.\2.weight"),
-    (r"decoder\.blocks\.(\d+)\.cross_attn_norm\.weight", r"decoder.block.\1.layer.1.layer_norm.weight"),
-    (r"encoder\.blocks\.(\d+)\.ffn\.(wi|wi_0|wi_1|wo)\.weight", r"encoder.block.\1.layer.1.DenseReluDense.\2.weight"),
-    (r"encoder\.blocks\.(\d+)\.ffn_norm\.weight", r"encoder.block.\1.layer.1.layer_norm.weight"),
-    (r"decoder\.blocks\.(\d+)\.ffn\.(wi|wi_0|wi_1|wo)\.weight", r"decoder.block.\1.layer.2.DenseReluDense.\2.weight"),
-    (r"decoder\.blocks\.(\d+)\.ffn_norm\.weight", r"decoder.block.\1.layer.2.layer_norm.weight"),
-]
-
-
-def hf_name(our_name: str, name_map: list[tuple[str, str]] = NAME_MAP, family: str = "T5") -> str:
-    """Our parameter name -> its name in a Hugging Face checkpoint, by the first pattern of `name_map` it matches."""
-    for pattern, replacement in name_map:
-        if re.fullmatch(pattern, our_name):
-            return re.sub(pattern, replacement, our_name)
-    raise ConfigError(f"parameter {our_name} has no Hugging Face {family} counterpart")
+)
 
 
 def config_from_hf(hf: dict, untied_head: bool, **fields) -> ModelConfig:
@@ -102,7 +91,7 @@ def config_from_hf(hf: dict, untied_head: bool, **fields) -> ModelConfig:
     )
 
 
-def load_hf_t5(path: Path, hf_config: dict, rename=hf_name, **fields) -> EncoderDecoder:
+def load_hf_t5(path: Path, hf_config: dict, rename=NAMES.hf, **fields) -> EncoderDecoder:
     """A directory of T5's layout, its head untied where lm_head differs from the token table; a family built on
     it (mT5, UMT5) gives its ModelConfig `fields` and its names' `rename`."""
     check_hf_model_fits(config_from_hf(hf_config, untied_head=True, **fields), path)
@@ -141,16 +130,10 @@ def check_t5_compatible(cfg: ModelConfig, family: str = "T5") -> None:
         raise Unmet(f"this model cannot be saved as Hugging Face {family}: " + "{unmet}", failed)
 
 
-def t5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
-    """A T5-compatible model's weights under Hugging Face's names and its config.json keys."""
-    config = {**t5_layout_config(model.config), "feed_forward_proj": OUR_ACTIVATIONS[model.config.activation]}
-    return t5_layout_weights(model, hf_name), config
-
-
-def t5_layout_weights(model: EncoderDecoder, rename) -> dict[str, torch.Tensor]:
+def t5_layout_weights(model: EncoderDecoder, names: NameMap) -> dict[str, torch.Tensor]:
     """The model's tensors under their Hugging Face names (T5 and SwitchTransformers share the layout)."""
     cfg = model.config
-    weights = {rename(name): t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+    weights = names.weights(model)
     if cfg.tie_embeddings and not cfg.scale_output:  # tied but unscaled: HF expresses it as an equal untied head
         weights["lm_head.weight"] = weights["shared.weight"].clone()
     return weights
@@ -171,3 +154,18 @@ def t5_layout_config(cfg: ModelConfig) -> dict:
         "eos_token_id": cfg.eos_id,
         "decoder_start_token_id": cfg.decoder_start_id,
     }
+
+
+def deeper_decoder(cfg: ModelConfig) -> str | None:
+    """The warning an export of T5's layout logs where the decoder is the deeper stack."""
+    if cfg.decoder_layers > cfg.n_encoder_layers:
+        return (
+            "the decoder is deeper than the encoder: transformers' generate() sizes its cache by the "
+            "encoder (num_layers) and fails; its forward() is unaffected"
+        )
+    return None
+
+
+def t5_bias(cfg: ModelConfig) -> bool:
+    """T5's relative bias, in each stack's first layer (UMT5's is in every layer)."""
+    return cfg.position == "relative" and not cfg.relative_bias_per_layer
