@@ -9,7 +9,6 @@ from_hf.py            load_hf: a local directory of a family -> an encdec model
 to_hf.py              export_hf: an encdec model and tokenizer -> a directory transformers loads
 peft_adapter.py       LoRA adapters written under the family's module names
 generation_config.py  the generation defaults both sides carry
-hf_*.py               the families not yet moved into folders
 """
 
 from pathlib import Path

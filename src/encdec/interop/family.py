@@ -43,6 +43,20 @@ def template_pattern(template: str) -> re.Pattern:
     )
 
 
+def renamed(table: tuple, name: str) -> str | None:
+    """`name` by the first (pattern, template) of `table` it matches, its placeholders carried over; None if none."""
+    for pattern, template in table:
+        match = pattern.fullmatch(name)
+        if match:
+            return template.format(**match.groupdict())
+    return None
+
+
+def shared_table(theirs: str) -> tuple[tuple[str, str], ...]:
+    """The token table both stacks and the model share, registered under three names of ours, as `theirs`."""
+    return tuple((ours, theirs) for ours in ("embed.weight", "encoder.embed.weight", "decoder.embed.weight"))
+
+
 @dataclass(frozen=True)
 class NameMap:
     """One reversible table of parameter names: (our template, the checkpoint's template) pairs whose
@@ -52,27 +66,26 @@ class NameMap:
 
     family: str  # as a refusal names it
     pairs: tuple[tuple[str, str], ...]
-    compiled: tuple = field(init=False, repr=False, compare=False)
+    forwards: tuple = field(init=False, repr=False, compare=False)  # (our pattern, their template) pairs
+    backwards: tuple = field(init=False, repr=False, compare=False)  # (their pattern, our template) pairs
 
     def __post_init__(self):
-        compiled = tuple((template_pattern(a), b, template_pattern(b), a) for a, b in self.pairs)
-        object.__setattr__(self, "compiled", compiled)
+        object.__setattr__(self, "forwards", tuple((template_pattern(a), b) for a, b in self.pairs))
+        object.__setattr__(self, "backwards", tuple((template_pattern(b), a) for a, b in self.pairs))
 
     def hf(self, our_name: str) -> str:
         """Our parameter name -> its name in the family's checkpoints (ConfigError: it has none)."""
-        for ours, theirs, _, _ in self.compiled:
-            match = ours.fullmatch(our_name)
-            if match:
-                return theirs.format(**match.groupdict())
-        raise ConfigError(f"parameter {our_name} has no Hugging Face {self.family} counterpart")
+        found = renamed(self.forwards, our_name)
+        if found is None:
+            raise ConfigError(f"parameter {our_name} has no Hugging Face {self.family} counterpart")
+        return found
 
     def ours(self, hf_name: str) -> str:
         """A checkpoint's tensor name -> ours (ConfigError: encdec has no such parameter)."""
-        for _, _, theirs, ours in self.compiled:
-            match = theirs.fullmatch(hf_name)
-            if match:
-                return ours.format(**match.groupdict())
-        raise ConfigError(f"{self.family}'s tensor {hf_name} has no encdec counterpart")
+        found = renamed(self.backwards, hf_name)
+        if found is None:
+            raise ConfigError(f"{self.family}'s tensor {hf_name} has no encdec counterpart")
+        return found
 
     def weights(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """`model`'s tensors under the family's names, ready to write."""
@@ -150,6 +163,11 @@ def plain_heads_problems(cfg: ModelConfig) -> dict[str, bool]:
     }
 
 
+def id_keys(cfg: ModelConfig) -> dict:
+    """The ids an encoder-decoder's config.json carries: pad, EOS and the decoder's start."""
+    return {"pad_token_id": cfg.pad_id, "eos_token_id": cfg.eos_id, "decoder_start_token_id": cfg.decoder_start_id}
+
+
 def first_set(*values):
     return next(value for value in values if value is not None)
 
@@ -157,12 +175,3 @@ def first_set(*values):
 def first_eos(eos):
     """config.json's eos_token_id, its first where it lists several (generate stops at any; encdec at one)."""
     return (eos or [None])[0] if isinstance(eos, list) else eos
-
-
-def pattern_name(our_name: str, name_map: list[tuple[str, str]], family: str) -> str:
-    """Our parameter name -> its name by the first (pattern, replacement) of `name_map` it matches (the Gemma
-    group's tables, until they are NameMaps)."""
-    for pattern, replacement in name_map:
-        if re.fullmatch(pattern, our_name):
-            return re.sub(pattern, replacement, our_name)
-    raise ConfigError(f"parameter {our_name} has no Hugging Face {family} counterpart")

@@ -12,12 +12,12 @@ import torch
 from encdec.errors import CheckpointError
 from encdec.interop.bart.bart_layout import (
     BART_KEYS,
-    bart_layout_config,
-    bart_layout_hf_config,
-    bart_layout_weights,
-    bart_names,
-    check_bart_layout,
-    load_bart_layout,
+    check_layout,
+    layout_config,
+    layout_hf_config,
+    layout_weights,
+    load_layout,
+    names_for,
 )
 from encdec.interop.family import Family, config_read_alone
 from encdec.models import EncoderDecoder, ModelConfig
@@ -27,12 +27,12 @@ def bart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     for flag in ("normalize_before", "add_final_layer_norm"):
         if hf.get(flag):
             raise CheckpointError(f"{flag} is set: this is an mBART-style checkpoint, which encdec does not load yet")
-    return bart_layout_config(hf, untied_head, position="learned", position_offset=2, embedding_norm=True)
+    return layout_config(hf, untied_head, position="learned", position_offset=2, embedding_norm=True)
 
 
 def mbart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     """mBART: BART's layout made pre-norm, with a LayerNorm closing each stack."""
-    return bart_layout_config(
+    return layout_config(
         hf, untied_head, position="learned", position_offset=2, embedding_norm=True, norm_position="pre"
     )
 
@@ -46,26 +46,26 @@ def learned_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
 
 def check_bart_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the settings BART's layout does not have."""
-    check_bart_layout(cfg, "BART", learned_embedding_problems(cfg))
+    check_layout(cfg, "BART", learned_embedding_problems(cfg))
 
 
 def check_mbart_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the settings mBART's (BART's, pre-norm) layout does not have."""
-    check_bart_layout(cfg, "mBART", learned_embedding_problems(cfg), norm_position="pre")
+    check_layout(cfg, "mBART", learned_embedding_problems(cfg), norm_position="pre")
 
 
 def bart_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     """A model with learned positions and an embedding norm (post-norm: BART; pre-norm: mBART, its final_norm
     mBART's closing layer_norm of each stack) as BART-layout weights and config.json keys."""
-    return bart_layout_weights(model.state_dict(), model.config), bart_layout_hf_config(model.config)
+    return layout_weights(model.state_dict(), model.config), layout_hf_config(model.config)
 
 
 def load_hf_bart(path: Path, hf_config: dict) -> EncoderDecoder:
-    return load_bart_layout(path, bart_config_from_hf, hf_config)
+    return load_layout(path, bart_config_from_hf, hf_config)
 
 
 def load_hf_mbart(path: Path, hf_config: dict) -> EncoderDecoder:
-    return load_bart_layout(path, mbart_config_from_hf, hf_config)
+    return load_layout(path, mbart_config_from_hf, hf_config)
 
 
 FAMILIES = (
@@ -79,7 +79,7 @@ FAMILIES = (
         BART_KEYS,
         ("vocab.json", "merges.txt"),
         config_read_alone(bart_config_from_hf),
-        rename=bart_names,  # q_proj, k_proj, v_proj, out_proj, fc1, fc2 (encoder_attn: the cross-attention)
+        rename=names_for,  # q_proj, k_proj, v_proj, out_proj, fc1, fc2 (encoder_attn: the cross-attention)
     ),
     Family(
         "mbart",
@@ -91,6 +91,6 @@ FAMILIES = (
         BART_KEYS,
         ("sentencepiece.bpe.model",),
         config_read_alone(mbart_config_from_hf),
-        rename=bart_names,
+        rename=names_for,
     ),
 )

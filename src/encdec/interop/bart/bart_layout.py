@@ -14,7 +14,16 @@ import torch
 
 from encdec.errors import CheckpointError, Unmet
 from encdec.interop.checkpoint_files import check_hf_model_fits, fill_from_hf, read_weights_with_shared
-from encdec.interop.family import IDS, NameMap, first_set, hf_layer_sizes, layer_sizes, plain_heads_problems
+from encdec.interop.family import (
+    IDS,
+    NameMap,
+    first_set,
+    hf_layer_sizes,
+    id_keys,
+    layer_sizes,
+    plain_heads_problems,
+    shared_table,
+)
 from encdec.interop.model_dim import halves_order, permute_model_dim
 from encdec.models import EncoderDecoder, ModelConfig
 
@@ -36,9 +45,7 @@ HF_LAYER = "model.{side}.layers.{i}."
 NAMES = NameMap(
     "BART",
     (
-        ("embed.weight", "model.shared.weight"),  # one matrix, registered in three places
-        ("encoder.embed.weight", "model.shared.weight"),
-        ("decoder.embed.weight", "model.shared.weight"),
+        *shared_table("model.shared.weight"),
         ("lm_head.weight", "lm_head.weight"),
         ("final_logits_bias", "final_logits_bias"),
         ("{side}.positions.weight", "model.{side}.embed_positions.weight"),
@@ -57,12 +64,12 @@ NAMES = NameMap(
 )
 
 
-def bart_names(cfg: ModelConfig):
+def names_for(cfg: ModelConfig):
     """Every model's names: the layout has one table."""
     return NAMES.hf
 
 
-def bart_layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
+def layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
     """The ModelConfig of a BART-layout checkpoint; `family` adds the position scheme (and may set
     norm_position, default post, and final_logits_bias, default true)."""
     for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
@@ -96,7 +103,7 @@ def bart_layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
     )
 
 
-def load_bart_layout(path: Path, cfg_from_hf, hf_config: dict) -> EncoderDecoder:
+def load_layout(path: Path, cfg_from_hf, hf_config: dict) -> EncoderDecoder:
     """Read the weights, build the model `cfg_from_hf(hf_config, untied)` describes, and fill it by name."""
     check_hf_model_fits(cfg_from_hf(hf_config, True), path)
     weights = read_weights_with_shared(path, prefix="model.")
@@ -106,7 +113,7 @@ def load_bart_layout(path: Path, cfg_from_hf, hf_config: dict) -> EncoderDecoder
     return fill_from_hf(model, weights, NAMES.hf, path, reshaped=("final_logits_bias",))
 
 
-def bart_layout_problems(cfg: ModelConfig, norm_position: str) -> list[str]:
+def layout_problems(cfg: ModelConfig, norm_position: str) -> list[str]:
     """What keeps `cfg` from the layout BART, mBART, Marian and Pegasus share, positions and norm placement aside."""
     problems = {
         "norm must be layernorm": cfg.norm != "layernorm",
@@ -124,7 +131,7 @@ def bart_layout_problems(cfg: ModelConfig, norm_position: str) -> list[str]:
     return [text for text, bad in problems.items() if bad]
 
 
-def bart_layout_hf_config(cfg: ModelConfig) -> dict:
+def layout_hf_config(cfg: ModelConfig) -> dict:
     """The config.json keys BART and Marian share."""
     return {
         **hf_layer_sizes(cfg, BART_KEYS),
@@ -138,14 +145,12 @@ def bart_layout_hf_config(cfg: ModelConfig) -> dict:
         "activation_dropout": cfg.dropout,
         "tie_word_embeddings": cfg.tie_embeddings,
         "is_encoder_decoder": True,
-        "pad_token_id": cfg.pad_id,
-        "eos_token_id": cfg.eos_id,
-        "decoder_start_token_id": cfg.decoder_start_id,
+        **id_keys(cfg),
         "forced_eos_token_id": None,  # both classes default to forcing EOS at the length limit; encdec does not
     }
 
 
-def bart_layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+def layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """Our state dict under BART / Marian names, with the logits bias and a head HF can read."""
     weights = {NAMES.hf(name): t.detach().cpu().contiguous() for name, t in state.items()}
     for side in ("encoder", "decoder"):  # HF's learned table has 2 rows before position 0
@@ -162,10 +167,10 @@ def bart_layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dic
     return weights
 
 
-def check_bart_layout(cfg: ModelConfig, family: str, embeddings: dict[str, bool], norm_position: str = "post") -> None:
+def check_layout(cfg: ModelConfig, family: str, embeddings: dict[str, bool], norm_position: str = "post") -> None:
     """Raise ConfigError (Unmet) naming the settings `family` cannot express: its own embedding checks
     (positions, embedding norm) first, then those of the layout the BART family shares."""
-    problems = [text for text, bad in embeddings.items() if bad] + bart_layout_problems(cfg, norm_position)
+    problems = [text for text, bad in embeddings.items() if bad] + layout_problems(cfg, norm_position)
     if problems:
         raise Unmet(f"this model cannot be saved as Hugging Face {family}: " + "{unmet}", problems)
 
@@ -184,7 +189,7 @@ def sinusoidal_weights(model: EncoderDecoder) -> dict[str, torch.Tensor]:
     cfg, state = model.config, model.state_dict()
     if cfg.sinusoidal_layout == "interleaved":
         state = permute_model_dim(state, halves_order(cfg.d_model))
-    return bart_layout_weights(state, cfg)
+    return layout_weights(state, cfg)
 
 
 def vaswani_sinusoids(cfg: ModelConfig) -> bool:

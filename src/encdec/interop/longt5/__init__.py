@@ -26,9 +26,9 @@ from encdec.interop.t5.t5_layout import (
     T5_KEYS,
     check_t5_compatible,
     config_from_hf,
+    layout_config,
+    layout_weights,
     load_hf_t5,
-    t5_layout_config,
-    t5_layout_weights,
 )
 from encdec.models import EncoderDecoder, ModelConfig
 
@@ -90,13 +90,13 @@ def check_longt5_compatible(cfg: ModelConfig) -> None:
 def longt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     cfg = model.config
     config = {
-        **t5_layout_config(cfg),
+        **layout_config(cfg),
         "feed_forward_proj": OUR_ACTIVATIONS[cfg.activation],
         "encoder_attention_type": OUR_ATTENTION[cfg.encoder_attention],
         "local_radius": cfg.local_radius,
         "global_block_size": cfg.global_block_size,
     }
-    return t5_layout_weights(model, longt5_names(cfg.encoder_attention)), config
+    return layout_weights(model, longt5_names(cfg.encoder_attention)), config
 
 
 FAMILIES = (

@@ -12,15 +12,7 @@ from pathlib import Path
 
 import torch
 
-from encdec.interop.bart.bart_layout import (
-    BART_KEYS,
-    bart_layout_config,
-    bart_layout_hf_config,
-    bart_layout_weights,
-    bart_names,
-    check_bart_layout,
-    load_bart_layout,
-)
+from encdec.interop.bart import bart_layout
 from encdec.interop.family import Family, config_read_alone
 from encdec.models import EncoderDecoder, ModelConfig
 
@@ -34,7 +26,7 @@ DEFAULTS = {  # M2M100Config's, where they differ from BART's
 
 
 def m2m100_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
-    return bart_layout_config(
+    return bart_layout.layout_config(
         {**DEFAULTS, **hf},
         untied_head,
         position="sinusoidal",
@@ -45,7 +37,7 @@ def m2m100_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
 
 
 def load_hf_m2m100(path: Path, hf_config: dict) -> EncoderDecoder:
-    return load_bart_layout(path, m2m100_config_from_hf, hf_config)
+    return bart_layout.load_layout(path, m2m100_config_from_hf, hf_config)
 
 
 def check_m2m100_compatible(cfg: ModelConfig) -> None:
@@ -56,15 +48,15 @@ def check_m2m100_compatible(cfg: ModelConfig) -> None:
         "embedding_norm must be false": cfg.embedding_norm,
         "final_logits_bias must be false": cfg.final_logits_bias,
     }
-    check_bart_layout(cfg, "M2M100", embeddings, norm_position="pre")
+    bart_layout.check_layout(cfg, "M2M100", embeddings, norm_position="pre")
 
 
 def m2m100_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     """A pre-norm model with fairseq's positions as M2M100's weights (BART's names, no logits bias) and
     config.json keys."""
-    weights = bart_layout_weights(model.state_dict(), model.config)
+    weights = bart_layout.layout_weights(model.state_dict(), model.config)
     del weights["final_logits_bias"]
-    return weights, bart_layout_hf_config(model.config)
+    return weights, bart_layout.layout_hf_config(model.config)
 
 
 FAMILIES = (
@@ -75,9 +67,9 @@ FAMILIES = (
         check_m2m100_compatible,
         m2m100_files,
         lambda cfg: cfg.position == "sinusoidal" and cfg.sinusoidal_layout == "fairseq",
-        BART_KEYS,
+        bart_layout.BART_KEYS,
         ("sentencepiece.bpe.model", "vocab.json"),  # NLLB's, M2M100's (beside its spm)
         config_read_alone(m2m100_config_from_hf),
-        rename=bart_names,
+        rename=bart_layout.names_for,
     ),
 )

@@ -15,17 +15,7 @@ from pathlib import Path
 import torch
 
 from encdec.errors import CheckpointError
-from encdec.interop.bart.bart_layout import (
-    BART_KEYS,
-    bart_layout_config,
-    bart_layout_hf_config,
-    bart_names,
-    check_bart_layout,
-    load_bart_layout,
-    sinusoidal_embedding_problems,
-    sinusoidal_weights,
-    vaswani_sinusoids,
-)
+from encdec.interop.bart import bart_layout
 from encdec.interop.family import Family, config_read_alone
 from encdec.models import EncoderDecoder, ModelConfig
 
@@ -35,27 +25,27 @@ def marian_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     if decoder_vocab != hf["vocab_size"] or hf.get("share_encoder_decoder_embeddings") is False:
         raise CheckpointError("this Marian checkpoint has separate source and target vocabularies, not supported yet")
     hf = {"pad_token_id": 58100, "eos_token_id": 0, "decoder_start_token_id": 58100, **hf}
-    return bart_layout_config(hf, untied_head, position="sinusoidal", sinusoidal_layout="halves")
+    return bart_layout.layout_config(hf, untied_head, position="sinusoidal", sinusoidal_layout="halves")
 
 
 def load_hf_marian(path: Path, hf_config: dict) -> EncoderDecoder:
-    return load_bart_layout(path, marian_config_from_hf, hf_config)
+    return bart_layout.load_layout(path, marian_config_from_hf, hf_config)
 
 
 def check_marian_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the settings Marian's layout does not have."""
-    check_bart_layout(cfg, "Marian", sinusoidal_embedding_problems(cfg))
+    bart_layout.check_layout(cfg, "Marian", bart_layout.sinusoidal_embedding_problems(cfg))
 
 
 def marian_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     """A post-norm model with sinusoidal positions (either layout) as MarianMTModel's weights and config keys."""
     cfg = model.config
     config = {
-        **bart_layout_hf_config(cfg),
+        **bart_layout.layout_hf_config(cfg),
         "decoder_vocab_size": cfg.vocab_size,
         "share_encoder_decoder_embeddings": True,
     }
-    return sinusoidal_weights(model), config
+    return bart_layout.sinusoidal_weights(model), config
 
 
 FAMILIES = (
@@ -65,10 +55,10 @@ FAMILIES = (
         load_hf_marian,
         check_marian_compatible,
         marian_files,
-        lambda cfg: vaswani_sinusoids(cfg) and cfg.norm_position == "post",
-        BART_KEYS,
+        lambda cfg: bart_layout.vaswani_sinusoids(cfg) and cfg.norm_position == "post",
+        bart_layout.BART_KEYS,
         ("source.spm", "target.spm", "vocab.json"),
         config_read_alone(marian_config_from_hf),
-        rename=bart_names,
+        rename=bart_layout.names_for,
     ),
 )

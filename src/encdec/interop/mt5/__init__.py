@@ -19,21 +19,11 @@ import torch
 
 from encdec.errors import ConfigError
 from encdec.interop.family import Family
-from encdec.interop.t5.t5_layout import (
-    NAMES,
-    OUR_ACTIVATIONS,
-    T5_KEYS,
-    check_t5_compatible,
-    config_from_hf,
-    deeper_decoder,
-    load_hf_t5,
-    t5_layout_config,
-    t5_layout_weights,
-)
+from encdec.interop.t5 import t5_layout
 from encdec.models import EncoderDecoder, ModelConfig
 
 # T5's names, each self-attention layer's bias where T5 has the first layer's alone
-UMT5_NAMES = NAMES.where(lambda ours, theirs: "position_bias" not in ours, "UMT5").plus(
+UMT5_NAMES = t5_layout.NAMES.where(lambda ours, theirs: "position_bias" not in ours, "UMT5").plus(
     "UMT5",
     ("{side}.layer_biases.{i}.embed.weight", "{side}.block.{i}.layer.0.SelfAttention.relative_attention_bias.weight"),
 )
@@ -41,19 +31,19 @@ UMT5_NAMES = NAMES.where(lambda ours, theirs: "position_bias" not in ours, "UMT5
 
 def load_hf_mt5(path: Path, hf_config: dict) -> EncoderDecoder:
     """An mT5 directory: T5's layout, the output never scaled (MT5ForConditionalGeneration has no scaling)."""
-    return load_hf_t5(path, {**hf_config, "scale_decoder_outputs": False}, hf_model_type="mt5")
+    return t5_layout.load_hf_t5(path, {**hf_config, "scale_decoder_outputs": False}, hf_model_type="mt5")
 
 
 def load_hf_umt5(path: Path, hf_config: dict) -> EncoderDecoder:
     """A UMT5 directory: T5's layout with a relative bias in every self-attention layer."""
-    return load_hf_t5(path, hf_config, UMT5_NAMES.hf, relative_bias_per_layer=True)
+    return t5_layout.load_hf_t5(path, hf_config, UMT5_NAMES.hf, relative_bias_per_layer=True)
 
 
 def mt5_model_config(hf_config: dict) -> ModelConfig:
     """An mT5 config.json's ModelConfig, no weight read (encdec size): the head untied where
     tie_word_embeddings is false, as the released checkpoints say."""
     untied = hf_config.get("tie_word_embeddings", True) is False
-    return config_from_hf({**hf_config, "scale_decoder_outputs": False}, untied, hf_model_type="mt5")
+    return t5_layout.config_from_hf({**hf_config, "scale_decoder_outputs": False}, untied, hf_model_type="mt5")
 
 
 def umt5_model_config(hf_config: dict) -> ModelConfig:
@@ -61,37 +51,37 @@ def umt5_model_config(hf_config: dict) -> ModelConfig:
     or scale_decoder_outputs is false (transformers 5 writes the first true whatever the head, the second false
     for an unscaled one: every released UMT5)."""
     untied = False in (hf_config.get("tie_word_embeddings"), hf_config.get("scale_decoder_outputs"))
-    return config_from_hf(hf_config, untied, relative_bias_per_layer=True)
+    return t5_layout.config_from_hf(hf_config, untied, relative_bias_per_layer=True)
 
 
 def check_mt5_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the first setting mT5 cannot express: T5's, an output scaling it lacks."""
     if cfg.scale_output:
         raise ConfigError("this model cannot be saved as Hugging Face mT5: mT5 never scales its output")
-    check_t5_compatible(cfg, "mT5")
+    t5_layout.check_t5_compatible(cfg, "mT5")
 
 
 def check_umt5_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming what UMT5 cannot express: T5's refusals for a model with a bias per layer."""
     if not cfg.relative_bias_per_layer:
         raise ConfigError("this model cannot be saved as Hugging Face UMT5: it needs relative_bias_per_layer")
-    check_t5_compatible(replace(cfg, relative_bias_per_layer=False), "UMT5")
+    t5_layout.check_t5_compatible(replace(cfg, relative_bias_per_layer=False), "UMT5")
 
 
 def mt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     """T5's weights and config keys, tie_word_embeddings saying whether the head is the token table (which
     mT5 never scales, so it needs no scaling flag)."""
     cfg = model.config
-    config = {**t5_layout_config(cfg), "feed_forward_proj": OUR_ACTIVATIONS[cfg.activation]}
-    return t5_layout_weights(model, NAMES), {**config, "tie_word_embeddings": cfg.tie_embeddings}
+    config = {**t5_layout.layout_config(cfg), "feed_forward_proj": t5_layout.OUR_ACTIVATIONS[cfg.activation]}
+    return t5_layout.layout_weights(model, t5_layout.NAMES), {**config, "tie_word_embeddings": cfg.tie_embeddings}
 
 
 def umt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     """A per-layer-bias model's weights under UMT5's names and its config.json keys (T5's, the scaling said
     twice as transformers writes it)."""
     cfg = model.config
-    config = {**t5_layout_config(cfg), "feed_forward_proj": OUR_ACTIVATIONS[cfg.activation]}
-    return t5_layout_weights(model, UMT5_NAMES), {**config, "scale_decoder_outputs": cfg.scale_output}
+    config = {**t5_layout.layout_config(cfg), "feed_forward_proj": t5_layout.OUR_ACTIVATIONS[cfg.activation]}
+    return t5_layout.layout_weights(model, UMT5_NAMES), {**config, "scale_decoder_outputs": cfg.scale_output}
 
 
 FAMILIES = (
@@ -102,11 +92,11 @@ FAMILIES = (
         check_mt5_compatible,
         mt5_files,
         lambda cfg: cfg.hf_model_type == "mt5",
-        T5_KEYS,
+        t5_layout.T5_KEYS,
         ("spiece.model",),
         mt5_model_config,
-        rename=lambda cfg: NAMES.hf,
-        note=deeper_decoder,
+        rename=lambda cfg: t5_layout.NAMES.hf,
+        note=t5_layout.deeper_decoder,
     ),
     Family(
         "umt5",
@@ -115,10 +105,10 @@ FAMILIES = (
         check_umt5_compatible,
         umt5_files,
         lambda cfg: cfg.position == "relative" and cfg.relative_bias_per_layer,
-        T5_KEYS,
+        t5_layout.T5_KEYS,
         ("spiece.model",),
         umt5_model_config,
         rename=lambda cfg: UMT5_NAMES.hf,
-        note=deeper_decoder,
+        note=t5_layout.deeper_decoder,
     ),
 )

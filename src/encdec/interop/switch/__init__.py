@@ -34,9 +34,9 @@ from encdec.interop.t5.t5_layout import (
     T5_KEYS,
     config_from_hf,
     deeper_decoder,
-    t5_layout_config,
-    t5_layout_problems,
-    t5_layout_weights,
+    layout_config,
+    layout_problems,
+    layout_weights,
 )
 from encdec.models import EncoderDecoder, ModelConfig
 
@@ -117,7 +117,7 @@ def check_switch_compatible(cfg: ModelConfig) -> None:
         f"activation must equal moe_activation ({cfg.moe_activation}) in the dense layers, got {cfg.activation}": dense
         and cfg.activation != cfg.moe_activation,
     }
-    failed = [text for text, bad in problems.items() if bad] + t5_layout_problems(cfg)
+    failed = [text for text, bad in problems.items() if bad] + layout_problems(cfg)
     if failed:
         raise Unmet("this model cannot be saved as Hugging Face SwitchTransformers: {unmet}", failed)
     sparse_count(cfg.n_encoder_layers, cfg.moe_every)
@@ -127,12 +127,12 @@ def check_switch_compatible(cfg: ModelConfig) -> None:
 def switch_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     """A T5-layout MoE model's weights under SwitchTransformers' names and its config.json keys."""
     cfg = model.config
-    weights = t5_layout_weights(model, SWITCH_NAMES)
+    weights = layout_weights(model, SWITCH_NAMES)
     if not cfg.scale_output:  # with tie_word_embeddings false, transformers ties no stack's embeddings either
         for side in ("encoder", "decoder"):
             weights[f"{side}.embed_tokens.weight"] = weights["shared.weight"].clone()
     config = {
-        **t5_layout_config(cfg),
+        **layout_config(cfg),
         "num_sparse_encoder_layers": sparse_count(cfg.n_encoder_layers, cfg.moe_every),
         "num_sparse_decoder_layers": sparse_count(cfg.decoder_layers, cfg.decoder_moe_every or cfg.moe_every),
         "num_experts": cfg.n_experts,

@@ -11,18 +11,18 @@ from encdec.interop.t5.t5_layout import (
     check_t5_compatible,
     config_from_hf,
     deeper_decoder,
+    layout_config,
+    layout_weights,
     load_hf_t5,
     t5_bias,
-    t5_layout_config,
-    t5_layout_weights,
 )
 from encdec.models import EncoderDecoder, ModelConfig
 
 
 def t5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     """A T5-compatible model's weights under Hugging Face's names and its config.json keys."""
-    config = {**t5_layout_config(model.config), "feed_forward_proj": OUR_ACTIVATIONS[model.config.activation]}
-    return t5_layout_weights(model, NAMES), config
+    config = {**layout_config(model.config), "feed_forward_proj": OUR_ACTIVATIONS[model.config.activation]}
+    return layout_weights(model, NAMES), config
 
 
 def writes_t5(cfg: ModelConfig) -> bool:

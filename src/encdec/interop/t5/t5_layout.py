@@ -12,7 +12,7 @@ import torch
 
 from encdec.errors import CheckpointError, Unmet
 from encdec.interop.checkpoint_files import check_hf_model_fits, fill_from_hf, read_weights_with_shared
-from encdec.interop.family import IDS, NameMap, hf_layer_sizes, layer_sizes, plain_heads_problems
+from encdec.interop.family import IDS, NameMap, hf_layer_sizes, id_keys, layer_sizes, plain_heads_problems, shared_table
 from encdec.models import EncoderDecoder, ModelConfig
 
 # Hugging Face feed_forward_proj -> our activation name
@@ -49,9 +49,7 @@ T5_KEYS = {
 NAMES = NameMap(
     "T5",
     (
-        ("embed.weight", "shared.weight"),  # one matrix, registered in three places
-        ("encoder.embed.weight", "shared.weight"),
-        ("decoder.embed.weight", "shared.weight"),
+        *shared_table("shared.weight"),
         ("lm_head.weight", "lm_head.weight"),
         ("{side}.position_bias.embed.weight", "{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"),
         ("{side}.final_norm.weight", "{side}.final_layer_norm.weight"),
@@ -102,7 +100,7 @@ def load_hf_t5(path: Path, hf_config: dict, rename=NAMES.hf, **fields) -> Encode
     return fill_from_hf(model, weights, rename, path)
 
 
-def t5_layout_problems(cfg: ModelConfig) -> list[str]:
+def layout_problems(cfg: ModelConfig) -> list[str]:
     """What keeps `cfg` from T5's layout (attention, norms, positions, head), feed-forward kind aside."""
     problems = {
         "position must be relative": cfg.position != "relative",
@@ -123,14 +121,14 @@ def t5_layout_problems(cfg: ModelConfig) -> list[str]:
 
 def check_t5_compatible(cfg: ModelConfig, family: str = "T5") -> None:
     """Raise ConfigError unless `cfg` is expressible as a Hugging Face T5 config (or one of `family`, built on it)."""
-    failed = t5_layout_problems(cfg) + (["n_experts must be 1"] if cfg.n_experts != 1 else [])
+    failed = layout_problems(cfg) + (["n_experts must be 1"] if cfg.n_experts != 1 else [])
     if cfg.activation not in OUR_ACTIVATIONS:
         failed.append(f"activation must be one of {', '.join(OUR_ACTIVATIONS)}")
     if failed:
         raise Unmet(f"this model cannot be saved as Hugging Face {family}: " + "{unmet}", failed)
 
 
-def t5_layout_weights(model: EncoderDecoder, names: NameMap) -> dict[str, torch.Tensor]:
+def layout_weights(model: EncoderDecoder, names: NameMap) -> dict[str, torch.Tensor]:
     """The model's tensors under their Hugging Face names (T5 and SwitchTransformers share the layout)."""
     cfg = model.config
     weights = names.weights(model)
@@ -139,20 +137,16 @@ def t5_layout_weights(model: EncoderDecoder, names: NameMap) -> dict[str, torch.
     return weights
 
 
-def t5_layout_config(cfg: ModelConfig) -> dict:
-    """The config.json keys T5 and SwitchTransformers share."""
+def layout_config(cfg: ModelConfig) -> dict:
+    """The config.json keys T5's layout writes, each under the name T5_KEYS reads it by."""
+    plain = ("relative_buckets", "relative_max_distance", "dropout", "norm_eps")
     return {
         **hf_layer_sizes(cfg, T5_KEYS),
-        "d_kv": cfg.head_dim,
-        "relative_attention_num_buckets": cfg.relative_buckets,
-        "relative_attention_max_distance": cfg.relative_max_distance,
-        "dropout_rate": cfg.dropout,
-        "layer_norm_epsilon": cfg.norm_eps,
+        T5_KEYS["d_head"]: cfg.head_dim,
+        **{T5_KEYS[field]: getattr(cfg, field) for field in plain},
         "tie_word_embeddings": cfg.scale_output,  # HF ties the head and scales the output together
         "is_encoder_decoder": True,
-        "pad_token_id": cfg.pad_id,
-        "eos_token_id": cfg.eos_id,
-        "decoder_start_token_id": cfg.decoder_start_id,
+        **id_keys(cfg),
     }
 
 
