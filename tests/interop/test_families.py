@@ -102,6 +102,21 @@ def test_each_family_writes_its_layout_and_reads_back_the_same_model(model_type,
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)
+def test_a_family_s_weight_names_are_one_table_read_both_ways(model_type, tmp_path):
+    """interop.family.NameMap: each tensor an export writes is named by the family's one table, and that table read
+    backwards names a parameter of ours the table reads forwards to the same name (several of ours may share one)."""
+    tokenizer = build_tokenizer("byte")
+    model = tiny(model_type, tokenizer)
+    family = FAMILIES[model_type]
+    names = family.names(model.config)
+    ours = set(model.state_dict())
+    assert {names.hf(name) for name in ours} <= set(family.files(model)[0])
+    for name in ours:
+        back = names.ours(names.hf(name))
+        assert back in ours and names.hf(back) == names.hf(name), name
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
 def test_a_family_s_tokenizer_files_are_recognised_and_an_export_may_replace_them(model_type):
     files = FAMILIES[model_type].tokenizer_files
     assert set(files) & set(TOKENIZER_FILES)  # a directory holding them is seen to hold a tokenizer

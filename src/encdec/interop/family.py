@@ -118,7 +118,7 @@ class Family:
     tokenizer_files: tuple[str, ...]  # the tokenizer files its checkpoints ship beside tokenizer.json
     config: Callable[[dict], ModelConfig] | None = None  # config.json -> our config, no weight read (encdec size)
     model_family: str = "encoder_decoder"  # the ModelConfig.family it is read into and written from
-    rename: Callable[[ModelConfig], Callable[[str], str]] | None = None  # a model's names -> its (NameMap.hf)
+    names: Callable[[ModelConfig], NameMap] | None = None  # its weight names for a model of `cfg`
     module_name: Callable[[str], str] = str  # a checkpoint's tensor name -> the module's as transformers builds it
     encoder_widths: bool = False  # whether its layout holds an encoder of its own widths (ModelConfig.encoder_*)
     note: Callable[[ModelConfig], str | None] = lambda cfg: None  # a warning an export of `cfg` logs
@@ -132,10 +132,10 @@ class Family:
 
     def module_names(self, cfg: ModelConfig) -> Callable[[str], str] | None:
         """Our parameter name -> the name of its module's weight in the transformers model (peft's targets)."""
-        if self.rename is None:
+        if self.names is None:
             return None
-        rename = self.rename(cfg)
-        return lambda ours: self.module_name(rename(ours))
+        names = self.names(cfg)
+        return lambda ours: self.module_name(names.hf(ours))
 
 
 def layer_sizes(hf: dict, keys: dict[str, str]) -> dict:

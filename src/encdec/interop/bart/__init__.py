@@ -79,7 +79,7 @@ FAMILIES = (
         BART_KEYS,
         ("vocab.json", "merges.txt"),
         config_read_alone(bart_config_from_hf),
-        rename=names_for,  # q_proj, k_proj, v_proj, out_proj, fc1, fc2 (encoder_attn: the cross-attention)
+        names=names_for,  # q_proj, k_proj, v_proj, out_proj, fc1, fc2 (encoder_attn: the cross-attention)
     ),
     Family(
         "mbart",
@@ -91,6 +91,6 @@ FAMILIES = (
         BART_KEYS,
         ("sentencepiece.bpe.model",),
         config_read_alone(mbart_config_from_hf),
-        rename=names_for,
+        names=names_for,
     ),
 )

@@ -64,9 +64,9 @@ NAMES = NameMap(
 )
 
 
-def names_for(cfg: ModelConfig):
+def names_for(cfg: ModelConfig) -> NameMap:
     """Every model's names: the layout has one table."""
-    return NAMES.hf
+    return NAMES
 
 
 def layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:

@@ -163,5 +163,5 @@ class CausalLayout:
             tokenizer_files,
             self.config,
             model_family="decoder_only",
-            rename=lambda cfg: self.names.hf,
+            names=lambda cfg: self.names,
         )

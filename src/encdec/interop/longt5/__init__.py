@@ -110,6 +110,6 @@ FAMILIES = (
         T5_KEYS | {"encoder_attention": "encoder_attention_type"},
         ("spiece.model",),
         longt5_model_config,
-        rename=lambda cfg: longt5_names(cfg.encoder_attention).hf,
+        names=lambda cfg: longt5_names(cfg.encoder_attention),
     ),
 )

@@ -70,6 +70,6 @@ FAMILIES = (
         bart_layout.BART_KEYS,
         ("sentencepiece.bpe.model", "vocab.json"),  # NLLB's, M2M100's (beside its spm)
         config_read_alone(m2m100_config_from_hf),
-        rename=bart_layout.names_for,
+        names=bart_layout.names_for,
     ),
 )

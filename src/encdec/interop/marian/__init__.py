@@ -59,6 +59,6 @@ FAMILIES = (
         bart_layout.BART_KEYS,
         ("source.spm", "target.spm", "vocab.json"),
         config_read_alone(marian_config_from_hf),
-        rename=bart_layout.names_for,
+        names=bart_layout.names_for,
     ),
 )

@@ -95,7 +95,7 @@ FAMILIES = (
         t5_layout.T5_KEYS,
         ("spiece.model",),
         mt5_model_config,
-        rename=lambda cfg: t5_layout.NAMES.hf,
+        names=lambda cfg: t5_layout.NAMES,
         note=t5_layout.deeper_decoder,
     ),
     Family(
@@ -108,7 +108,7 @@ FAMILIES = (
         t5_layout.T5_KEYS,
         ("spiece.model",),
         umt5_model_config,
-        rename=lambda cfg: UMT5_NAMES.hf,
+        names=lambda cfg: UMT5_NAMES,
         note=t5_layout.deeper_decoder,
     ),
 )

@@ -46,6 +46,6 @@ FAMILIES = (
         bart_layout.BART_KEYS,
         ("spiece.model",),
         config_read_alone(pegasus_config_from_hf),
-        rename=bart_layout.names_for,
+        names=bart_layout.names_for,
     ),
 )

@@ -212,7 +212,7 @@ FAMILIES = (
         T5_KEYS,
         ("spiece.model",),
         switch_model_config,
-        rename=lambda cfg: SWITCH_NAMES.hf,
+        names=lambda cfg: SWITCH_NAMES,
         note=deeper_decoder,
     ),
 )

@@ -41,7 +41,7 @@ FAMILIES = (
         T5_KEYS,
         ("spiece.model",),
         config_read_alone(config_from_hf),
-        rename=lambda cfg: NAMES.hf,
+        names=lambda cfg: NAMES,
         note=deeper_decoder,
     ),
 )

@@ -171,7 +171,7 @@ FAMILIES = (
         T5GEMMA_KEYS,
         ("tokenizer.model",),  # Gemma's SentencePiece model beside its tokenizer.json
         t5gemma_config,
-        rename=lambda cfg: NAMES.hf,
+        names=lambda cfg: NAMES,
         encoder_widths=True,
     ),
 )

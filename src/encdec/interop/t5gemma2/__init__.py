@@ -220,7 +220,7 @@ FAMILIES = (
         T5GEMMA2_KEYS,
         ("tokenizer.model",),
         t5gemma2_config,
-        rename=lambda cfg: NAMES.hf,
+        names=lambda cfg: NAMES,
         module_name=text_model,
     ),
 )
