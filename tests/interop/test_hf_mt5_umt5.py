@@ -20,6 +20,8 @@ from encdec.interop.hf_tokenizer import convert_tokenizer
 from encdec.tokenizers import build_tokenizer
 from encdec.tokenizers.pretrained import PretrainedTokenizer
 from tests.interop.command_line_kit import assert_generate_and_export_on_the_command_line
+from tests.interop.parity_kit import t5_batch as padded_batch
+from tests.interop.parity_kit import t5_gap as logit_gap
 from tests.interop.serving_kit import assert_served_equals_generate_alone
 
 transformers = pytest.importorskip("transformers")
@@ -58,24 +60,6 @@ def saved(family: str, head: str, path):
     else:
         convert_tokenizer(build_tokenizer("byte")).save(path)
     return reference
-
-
-def padded_batch():
-    """(4, 24) ids with rows of 24, 15, 3 and 23 real tokens, their mask, and (4, 12) decoder inputs."""
-    generator = torch.Generator().manual_seed(1)
-    src = torch.randint(3, SHAPE["vocab_size"], (4, 24), generator=generator)
-    mask = torch.ones(4, 24, dtype=torch.long)
-    mask[1, 15:], mask[2, 3:], mask[3, 23:] = 0, 0, 0
-    tgt = torch.randint(3, SHAPE["vocab_size"], (4, 12), generator=generator)
-    return src.masked_fill(mask == 0, 0), mask, tgt
-
-
-def logit_gap(reference, ours) -> float:
-    src, mask, tgt = padded_batch()
-    with torch.no_grad():
-        expected = reference(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
-        got = ours(src, tgt, src_mask=mask.bool()).logits
-    return (got - expected).abs().max().item()
 
 
 @pytest.mark.parametrize("head", HEADS)
