@@ -12,6 +12,7 @@ first of the registry's order whose `writes` holds.
 
 from encdec.interop import (
     bart,
+    blenderbot,
     gemma,
     llama,
     longt5,
@@ -34,6 +35,7 @@ FOLDERS = (
     switch,
     marian,
     pegasus,
+    blenderbot,  # asked before mBART: mBART's layout with positions from 0 and no embedding norm
     bart,  # BART, mBART
     m2m100,  # M2M100, NLLB
     t5gemma,
