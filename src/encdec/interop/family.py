@@ -122,6 +122,8 @@ class Family:
     module_name: Callable[[str], str] = str  # a checkpoint's tensor name -> the module's as transformers builds it
     encoder_widths: bool = False  # whether its layout holds an encoder of its own widths (ModelConfig.encoder_*)
     note: Callable[[ModelConfig], str | None] = lambda cfg: None  # a warning an export of `cfg` logs
+    # where no family writes `cfg`: the refusal's opening if this family is the one counterpart of its kind
+    only_counterpart: Callable[[ModelConfig], str | None] = lambda cfg: None
 
     def save(self, model: nn.Module, path: Path) -> None:
         """Write `model` into `path` as this family's config.json and model.safetensors; a layout the family

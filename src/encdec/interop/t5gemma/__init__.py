@@ -173,5 +173,11 @@ FAMILIES = (
         t5gemma_config,
         names=lambda cfg: NAMES,
         encoder_widths=True,
+        # ROT5's RoPE and Llama's adapted to an encoder-decoder have no Hugging Face class
+        only_counterpart=lambda cfg: (
+            "an encoder-decoder with RoPE has no Hugging Face counterpart but T5Gemma"
+            if cfg.position == "rope"
+            else None
+        ),
     ),
 )
