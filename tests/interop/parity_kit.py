@@ -10,6 +10,18 @@ import encdec
 from encdec.errors import CheckpointError
 from encdec.interop.from_hf import hf_model_config
 
+# a tiny checkpoint of BART's layout (BART, mBART, Marian, Pegasus, M2M100, Blenderbot): its config's sizes
+BART_SHAPE = dict(
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=3,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=48,
+    decoder_ffn_dim=48,
+    max_position_embeddings=64,
+)
+
 
 def padded_rows(vocab: int, lengths, width: int, target: int, low: int = 3, start: int | None = None):
     """(len(lengths), width) ids of ids low..vocab, row r real for its first lengths[r] tokens (the rest pad 0),

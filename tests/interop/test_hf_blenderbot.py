@@ -18,17 +18,6 @@ transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
 
 VOCAB = 384
-SIZES = dict(
-    vocab_size=VOCAB,
-    d_model=32,
-    encoder_layers=2,
-    decoder_layers=3,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=48,
-    decoder_ffn_dim=48,
-    max_position_embeddings=64,
-)
 
 
 @pytest.fixture(scope="module")
@@ -36,19 +25,15 @@ def model_dir(tmp_path_factory):
     """A random-weight Blenderbot, every weight moved off its initial value, saved as a Hugging Face directory."""
     path = tmp_path_factory.mktemp("blenderbot")
     torch.manual_seed(0)
-    model = transformers.BlenderbotForConditionalGeneration(transformers.BlenderbotConfig(**SIZES)).eval()
-    parity_kit.saved_jittered(model, path, 0.05)
+    config = transformers.BlenderbotConfig(vocab_size=VOCAB, **parity_kit.BART_SHAPE)
+    parity_kit.saved_jittered(transformers.BlenderbotForConditionalGeneration(config).eval(), path, 0.05)
     return path
 
 
 @pytest.fixture(scope="module")
-def reference(model_dir):
-    return transformers.BlenderbotForConditionalGeneration.from_pretrained(model_dir).eval()
-
-
-@pytest.fixture(scope="module")
-def ours(model_dir):
-    return encdec.load_hf(model_dir)
+def pair(model_dir):
+    """transformers' model read back from the directory, and ours read from it."""
+    return transformers.AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval(), encdec.load_hf(model_dir)
 
 
 def padded_batch():
@@ -57,7 +42,8 @@ def padded_batch():
 
 
 @pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
-def test_logits_equal_transformers_on_a_padded_batch(reference, ours, left):
+def test_logits_equal_transformers_on_a_padded_batch(pair, left):
+    reference, ours = pair
     assert parity_kit.logit_gap(reference, ours, padded_batch(), left) < 1e-4
     cfg = ours.config
     assert (cfg.position, cfg.position_offset, cfg.norm_position, cfg.embedding_norm) == ("learned", 0, "pre", False)
@@ -65,13 +51,15 @@ def test_logits_equal_transformers_on_a_padded_batch(reference, ours, left):
 
 
 @pytest.mark.parametrize("options", [dict(), dict(num_beams=4, num_return_sequences=2)], ids=["greedy", "beam"])
-def test_generated_tokens_equal_transformers_generate(reference, ours, options):
+def test_generated_tokens_equal_transformers_generate(pair, options):
+    reference, ours = pair
     src, mask, _ = padded_batch()
     expected = reference.generate(input_ids=src, attention_mask=mask, max_new_tokens=8, **options)
     assert torch.equal(encdec.generate(ours, src, mask, max_new_tokens=8, **options), expected)
 
 
-def test_an_export_reloads_in_transformers_with_the_same_logits(reference, ours, tmp_path):
+def test_an_export_reloads_in_transformers_with_the_same_logits(pair, tmp_path):
+    ours = pair[1]
     assert export_hf(ours, build_tokenizer("byte"), tmp_path / "out") == "BlenderbotForConditionalGeneration"
     reloaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "out").eval()
     assert type(reloaded).__name__ == "BlenderbotForConditionalGeneration"
@@ -79,7 +67,8 @@ def test_an_export_reloads_in_transformers_with_the_same_logits(reference, ours,
     assert encdec.load_hf(tmp_path / "out").config == ours.config
 
 
-def test_size_counts_the_parameters_transformers_holds(reference, model_dir):
+def test_size_counts_the_parameters_transformers_holds(pair, model_dir):
+    reference = pair[0]
     assert count_parameters_of(hf_model_config(model_dir)).total == sum(p.numel() for p in reference.parameters())
 
 
@@ -104,5 +93,5 @@ def test_lora_with_peft_s_names_exports_an_adapter_peft_loads_with_equal_logits(
     assert parity_kit.logit_gap(adapted, ours.eval(), padded_batch()) < 1e-4
 
 
-def test_a_server_batch_of_rows_each_at_its_own_position_equals_generate_alone(ours):
-    assert_served_equals_generate_alone(ours, (3, VOCAB), mixed(12))
+def test_a_server_batch_of_rows_each_at_its_own_position_equals_generate_alone(pair):
+    assert_served_equals_generate_alone(pair[1], (3, VOCAB), mixed(12))
