@@ -18,7 +18,7 @@ from encdec.interop import export_hf
 from encdec.interop.hf_tokenizer import convert_tokenizer
 from encdec.modules.transient_global import transient_globals
 from encdec.tokenizers import build_tokenizer
-from tests.interop.command_line_kit import assert_generate_and_export_on_the_command_line
+from tests.interop.command_line_kit import assert_generate_and_export_on_the_command_line, fine_tuned_and_exported
 from tests.interop.parity_kit import t5_batch as padded_batch
 from tests.interop.parity_kit import t5_gap as logit_gap
 from tests.interop.serving_kit import assert_served_equals_generate_alone
@@ -154,29 +154,9 @@ def test_lora_with_peft_s_names_exports_an_adapter_peft_loads_with_equal_logits(
 
 def test_a_run_fine_tuned_from_the_checkpoint_keeps_its_attention_and_exports_as_longt5(tmp_path, shared_data, capsys):
     saved("transient-global", tmp_path / "base")
-    dialogsum = shared_data / "summarization" / "dialogsum"
-    overrides = [
-        f"training.init_from={tmp_path / 'base'}",
-        f"data.train=[{dialogsum / 'dialogsum.train.jsonl.gz'}]",
-        f"data.validation=[{dialogsum / 'dialogsum.dev.jsonl.gz'}]",
-        "data.max_documents=40",
-        "training.steps=2",
-        "training.batch_size=2",
-        "training.device=cpu",
-        "evaluation.steps=1",
-        "evaluation.generate=2",
-        "evaluation.max_new_tokens=4",
-        "objective.max_source_len=40",
-        "objective.max_target_len=8",
-    ]
-    recipe = Path(__file__).resolve().parents[2] / "configs" / "recipes" / "dialogsum_t5_finetune.yaml"
-    sets = [a for o in overrides for a in ("--set", o)]
-    assert main(["train", str(recipe), "--out", str(tmp_path / "run"), *sets]) == 0
-    described = json.loads(next((tmp_path / "run").rglob("model.json")).read_text())
+    described, printed, reloaded = fine_tuned_and_exported(tmp_path / "base", tmp_path, shared_data, capsys, 40)
     assert (described["encoder_attention"], described["global_block_size"]) == ("transient_global", 4)
-    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0
-    assert "LongT5ForConditionalGeneration" in capsys.readouterr().out
-    reloaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "out").eval()
+    assert "LongT5ForConditionalGeneration" in printed
     assert logit_gap(reloaded, encdec.from_pretrained(tmp_path / "run")) < 1e-4
 
 
