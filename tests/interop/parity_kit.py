@@ -8,6 +8,7 @@ import torch
 
 import encdec
 from encdec.errors import CheckpointError
+from encdec.interop.families import FAMILIES
 from encdec.interop.from_hf import hf_model_config
 
 # a tiny checkpoint of BART's layout (BART, mBART, Marian, Pegasus, M2M100, Blenderbot): its config's sizes
@@ -79,6 +80,20 @@ def assert_refused_in_one_sentence(path, changed: dict, message: str) -> None:
         with pytest.raises(CheckpointError, match=message) as error:
             read(path)
         assert "\n" not in str(error.value) and ". " not in str(error.value)
+
+
+def assert_written_back_equal(theirs, path, vocab: int, length: int) -> None:
+    """transformers' causal LM `theirs`, saved in path / "in": encdec reads it and writes it as its family into
+    path / "out", which transformers reloads with the same logits (on `length` ids below `vocab`) and encdec reads
+    back as the same config."""
+    ours = encdec.load_hf(path / "in")
+    model_type = json.loads((path / "in" / "config.json").read_text())["model_type"]
+    FAMILIES[model_type].save(ours, path / "out")
+    reloaded = type(theirs).from_pretrained(path / "out").eval()
+    ids = torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (reloaded(input_ids=ids).logits - theirs(input_ids=ids).logits).abs().max().item() < 1e-5
+    assert encdec.load_hf(path / "out").config == ours.config
 
 
 def until_eos(row: list[int], eos: int) -> list[int]:
