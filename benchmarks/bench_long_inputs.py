@@ -47,7 +47,7 @@ def build(impl: str):
     from bench_train import hf_model  # the T5Config of an encdec config (this folder is on the path)
 
     import encdec
-    from encdec.interop.hf_t5 import hf_name
+    from encdec.interop.t5.t5_layout import NAMES
 
     cfg = encdec.preset("t5-small", **SHAPE, dropout=0.1)
     torch.manual_seed(0)
@@ -56,7 +56,7 @@ def build(impl: str):
         return hf, cfg
     ours = encdec.build_model(cfg)
     state = hf.state_dict()
-    ours.load_state_dict({name: state[hf_name(name)] for name in ours.state_dict()})
+    ours.load_state_dict({name: state[NAMES.hf(name)] for name in ours.state_dict()})
     ours.encoder.long_scores = 0 if impl == "chunked" else 1 << 62  # by chunks always, or never
     return ours, cfg
 
@@ -69,7 +69,7 @@ def build_local(impl: str):
     from transformers import LongT5Config, LongT5ForConditionalGeneration
 
     import encdec
-    from encdec.interop.hf_longt5 import longt5_files
+    from encdec.interop.longt5 import longt5_files
     from encdec.models import encoder
 
     cfg = encdec.preset("t5-small", **SHAPE, dropout=0.1, encoder_attention="local", local_radius=LOCAL_RADIUS)

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 import encdec
-from encdec.interop.hf_t5 import OUR_ACTIVATIONS, check_t5_compatible, hf_name
+from encdec.interop.t5.t5_layout import NAMES, OUR_ACTIVATIONS, check_t5_compatible
 from encdec.models import ModelConfig, preset
 from encdec.models.presets import preset_names
 from encdec.modules.feed_forward import GATED
@@ -151,7 +151,7 @@ def build(cfg: ModelConfig, device: torch.device) -> dict:
     hf = hf_model(cfg)
     ours = encdec.build_model(cfg)
     hf_state = hf.state_dict()
-    ours.load_state_dict({name: hf_state[hf_name(name)].clone() for name in ours.state_dict()})
+    ours.load_state_dict({name: hf_state[NAMES.hf(name)].clone() for name in ours.state_dict()})
     return {"encdec": ours.to(device).train(), "hf": hf.to(device).train()}
 
 

@@ -191,7 +191,6 @@ def paths(ours, theirs, path: Path, class_name: str, ids, mask, tgt) -> str:
     """What else the family does in encdec: its export reloaded by transformers with the same logits, its
     config.json counted by `encdec size` as transformers counts the model, and a peft adapter written for it."""
     from encdec.cli import main as encdec
-    from encdec.interop.peft_adapter import renamer
     from encdec.interop.to_hf import hf_layout
 
     layout = hf_layout(ours.config)
@@ -213,7 +212,7 @@ def paths(ours, theirs, path: Path, class_name: str, ids, mask, tgt) -> str:
     learned = {key: p for key, p in learned.items() if key not in image}
     theirs_count = f"{sum(p.numel() for p in learned.values()):,}"
     size = "size exact" if counted == theirs_count else f"size {counted or 'refused'} vs {theirs_count}"
-    return f"{exported}; {size}; peft adapter {'written' if renamer(layout, ours.config) else 'no (merged export)'}"
+    return f"{exported}; {size}; peft adapter {'written' if FAMILIES[layout].module_names(ours.config) else 'no (merged export)'}"
 
 
 def status(model_type: str, class_name: str, root: Path) -> tuple[str, str]:

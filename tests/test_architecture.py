@@ -120,6 +120,31 @@ def test_nothing_imports_a_higher_layer_or_a_neighbour_of_its_own():
     assert wrong == []
 
 
+def family_folder(name: str) -> str | None:
+    """The Hugging Face family folder a module lies in (encdec.interop.<folder>), None outside one."""
+    parts = name.split(".")
+    is_folder = (
+        len(parts) >= 3 and parts[:2] == ["encdec", "interop"] and (SRC / "encdec" / "interop" / parts[2]).is_dir()
+    )
+    return parts[2] if is_folder else None
+
+
+def test_a_family_is_known_through_the_registry_alone():
+    """docs/architecture.md's family folders: only the registry (interop.families) imports a family folder; a
+    folder reads another only through its shared layout module (t5_layout, bart_layout, ...), never its family."""
+    wrong = []
+    for name, imported in import_graph().items():
+        for target in imported:
+            folder = family_folder(target)
+            if folder is None or folder == family_folder(name) or name == "encdec.interop.families":
+                continue
+            if any(t.startswith(target + ".") and t.endswith("_layout") for t in imported):  # its package, on the way
+                continue
+            if family_folder(name) is None or not target.endswith("_layout"):
+                wrong.append(f"{name} -> {target}")
+    assert wrong == []
+
+
 def test_no_two_modules_share_a_basename_but_init():
     """A module's name says what it holds: metrics.py or memory.py in two folders would mean two things."""
     folders: dict[str, list[str]] = {}

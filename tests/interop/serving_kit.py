@@ -12,6 +12,11 @@ import encdec
 from encdec.serving.scheduler import Scheduler
 
 
+def mixed(long: int) -> list[tuple[int, dict]]:
+    """Three requests of one server batch: 3 tokens greedy, `long` tokens greedy, 8 tokens with four beams."""
+    return [(3, {"max_new_tokens": 4}), (long, {"max_new_tokens": 10}), (8, {"max_new_tokens": 9, "num_beams": 4})]
+
+
 def assert_served_equals_generate_alone(model, ids: tuple[int, int], requests: list[tuple[int, dict]]) -> None:
     """Each (source length, generation options) of `requests` as a source of random ids in [ids[0], ids[1]),
     all in one server batch: each equal to generate on that source alone."""

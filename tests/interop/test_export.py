@@ -217,7 +217,11 @@ REFUSED = {  # preset, overrides -> the sentence's telling part
     "learned-without-norm": ("transformer-tiny", {"position": "learned"}, "BART: embedding_norm must be true"),
     "gated-transformer": ("transformer-tiny", {"activation": "swiglu"}, "Marian: activation must be one of"),
     "gated-pre-norm": ("transformer-tiny", {"activation": "swiglu", "norm_position": "pre"}, "Pegasus: activation"),
-    "pre-norm-without-norm": ("transformer-tiny", {"position": "learned", "norm_position": "pre"}, "mBART: embedding"),
+    "pre-norm-without-norm": (  # from position 0 it is Blenderbot's layout; from 2, mBART's without its norm
+        "transformer-tiny",
+        {"position": "learned", "position_offset": 2, "norm_position": "pre"},
+        "mBART: embedding",
+    ),
 }
 
 

@@ -49,6 +49,7 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
     "pegasus": ("transformer-tiny", {"norm_position": "pre"}),
     "bart": ("transformer-tiny", BART),
     "mbart": ("transformer-tiny", {**BART, "norm_position": "pre"}),
+    "blenderbot": ("transformer-tiny", {"position": "learned", "activation": "gelu", "norm_position": "pre"}),
     "m2m_100": ("transformer-tiny", {"sinusoidal_layout": "fairseq", "norm_position": "pre"}),
     "t5gemma": ("rot5-tiny", GEMMA),
     "t5gemma2": (
@@ -99,6 +100,21 @@ def test_each_family_writes_its_layout_and_reads_back_the_same_model(model_type,
     src, tgt = torch.tensor([[5, 6, 7, 1]]), torch.tensor([[0, 9, 8]])
     with torch.no_grad():
         torch.testing.assert_close(loaded(src, tgt).logits, model(src, tgt).logits)
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_a_family_s_weight_names_are_one_table_read_both_ways(model_type, tmp_path):
+    """interop.family.NameMap: each tensor an export writes is named by the family's one table, and that table read
+    backwards names a parameter of ours the table reads forwards to the same name (several of ours may share one)."""
+    tokenizer = build_tokenizer("byte")
+    model = tiny(model_type, tokenizer)
+    family = FAMILIES[model_type]
+    names = family.names(model.config)
+    ours = set(model.state_dict())
+    assert {names.hf(name) for name in ours} <= set(family.files(model)[0])
+    for name in ours:
+        back = names.ours(names.hf(name))
+        assert back in ours and names.hf(back) == names.hf(name), name
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 import encdec
-from encdec.errors import CheckpointError, ConfigError
+from encdec.errors import ConfigError
 from encdec.interop.families import FAMILIES
 from encdec.interop.from_hf import hf_model_config
 from encdec.models import DecoderOnly, count_parameters_of
+from tests.interop import parity_kit
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
@@ -63,24 +64,15 @@ def hf_model(name: str, path, **changed):
     config_class, model_class = CLASSES[prefix]
     torch.manual_seed(0)
     config = getattr(transformers, config_class)(**SIZES | overrides | changed)
-    model = getattr(transformers, model_class)(config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.05 * torch.randn_like(parameter))
-    model.save_pretrained(path)
-    return model
+    return parity_kit.saved_jittered(getattr(transformers, model_class)(config).eval(), path, 0.05)
 
 
 def until_eos(row: list[int]) -> list[int]:
-    return row[: row.index(EOS) + 1] if EOS in row else row
+    return parity_kit.until_eos(row, EOS)
 
 
 def left_padded() -> tuple[torch.Tensor, torch.Tensor]:
-    """Two prompts of 9 and 6 tokens, the second padded on the left: ids (2, 9) and mask (2, 9)."""
-    ids = torch.randint(4, V, (2, 9), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones_like(ids)
-    ids[1, :3], mask[1, :3] = PAD, 0
-    return ids, mask
+    return parity_kit.left_padded(V, PAD)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -127,15 +119,7 @@ def test_size_counts_the_parameters_transformers_holds(name, tmp_path):
 
 @pytest.mark.parametrize("name", ["gemma2", "gemma2-untied-no-caps", "gemma3", "gemma3-untied-capped"])
 def test_a_loaded_model_writes_back_what_transformers_reloads_with_the_same_logits(name, tmp_path):
-    theirs = hf_model(name, tmp_path / "in")
-    ours = encdec.load_hf(tmp_path / "in")
-    model_type = json.loads((tmp_path / "in" / "config.json").read_text())["model_type"]
-    FAMILIES[model_type].save(ours, tmp_path / "out")
-    reloaded = type(theirs).from_pretrained(tmp_path / "out").eval()
-    ids = torch.randint(0, V, (1, 12), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        assert (reloaded(input_ids=ids).logits - theirs(input_ids=ids).logits).abs().max().item() < 1e-5
-    assert encdec.load_hf(tmp_path / "out").config == ours.config
+    parity_kit.assert_written_back_equal(hf_model(name, tmp_path / "in"), tmp_path, V, 12)
 
 
 RELEASED = {  # name -> config.json's keys as the released checkpoints have them, in place of transformers 5's
@@ -204,12 +188,7 @@ REFUSED = {  # name -> (the checkpoint, config.json's changed keys, the sentence
 def test_what_encdec_does_not_compute_is_refused_in_one_sentence(name, tmp_path):
     checkpoint, changed, message = REFUSED[name]
     hf_model(checkpoint, tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps(config | changed))
-    for read in (encdec.load_hf, hf_model_config):  # the weights' reader and encdec size's
-        with pytest.raises(CheckpointError, match=message) as error:
-            read(tmp_path)
-        assert "\n" not in str(error.value) and ". " not in str(error.value)
+    parity_kit.assert_refused_in_one_sentence(tmp_path, changed, message)
 
 
 def test_a_layout_gemma_does_not_have_is_refused_on_export_in_one_sentence(tmp_path):

@@ -12,6 +12,7 @@ from encdec.cli import main
 from encdec.errors import ConfigError, DataError
 from encdec.interop import export_hf
 from encdec.tokenizers.pretrained import PretrainedTokenizer
+from tests.interop import parity_kit
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
@@ -36,17 +37,7 @@ def model_dir(tmp_path_factory):
     tokenizer = nllb_tokenizer()
     tokenizer.save_pretrained(path)
     torch.manual_seed(0)
-    config = transformers.M2M100Config(
-        vocab_size=len(tokenizer),
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=3,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=48,
-        decoder_ffn_dim=48,
-        max_position_embeddings=64,
-    )
+    config = transformers.M2M100Config(vocab_size=len(tokenizer), **parity_kit.BART_SHAPE)
     reference = transformers.M2M100ForConditionalGeneration(config).eval()
     with torch.no_grad():  # HF initialises LayerNorms to 1 and 0; random values test that they are carried over
         for module in reference.modules():

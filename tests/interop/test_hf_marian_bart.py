@@ -4,19 +4,11 @@ import pytest
 import torch
 
 import encdec
+from tests.interop import parity_kit
 
 transformers = pytest.importorskip("transformers")
 
-SHAPE = dict(
-    d_model=32,
-    encoder_layers=2,
-    decoder_layers=3,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=48,
-    decoder_ffn_dim=48,
-    max_position_embeddings=64,
-)
+SHAPE = parity_kit.BART_SHAPE
 MODELS = {
     # Marian: pad doubles as decoder start, EOS 0, SiLU ("swish"), scaled embeddings (opus-mt's settings)
     "marian": lambda: transformers.MarianMTModel(

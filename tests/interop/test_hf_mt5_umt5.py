@@ -6,7 +6,6 @@ transformers' ByT5Tokenizer's ids. UMT5's bias in every layer also holds in a se
 step (tests/generation's families and here)."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +18,9 @@ from encdec.interop.from_hf import hf_model_config
 from encdec.interop.hf_tokenizer import convert_tokenizer
 from encdec.tokenizers import build_tokenizer
 from encdec.tokenizers.pretrained import PretrainedTokenizer
-from tests.interop.command_line_kit import assert_generate_and_export_on_the_command_line
+from tests.interop.command_line_kit import assert_generate_and_export_on_the_command_line, fine_tuned_and_exported
+from tests.interop.parity_kit import t5_batch as padded_batch
+from tests.interop.parity_kit import t5_gap as logit_gap
 from tests.interop.serving_kit import assert_served_equals_generate_alone
 
 transformers = pytest.importorskip("transformers")
@@ -58,24 +59,6 @@ def saved(family: str, head: str, path):
     else:
         convert_tokenizer(build_tokenizer("byte")).save(path)
     return reference
-
-
-def padded_batch():
-    """(4, 24) ids with rows of 24, 15, 3 and 23 real tokens, their mask, and (4, 12) decoder inputs."""
-    generator = torch.Generator().manual_seed(1)
-    src = torch.randint(3, SHAPE["vocab_size"], (4, 24), generator=generator)
-    mask = torch.ones(4, 24, dtype=torch.long)
-    mask[1, 15:], mask[2, 3:], mask[3, 23:] = 0, 0, 0
-    tgt = torch.randint(3, SHAPE["vocab_size"], (4, 12), generator=generator)
-    return src.masked_fill(mask == 0, 0), mask, tgt
-
-
-def logit_gap(reference, ours) -> float:
-    src, mask, tgt = padded_batch()
-    with torch.no_grad():
-        expected = reference(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
-        got = ours(src, tgt, src_mask=mask.bool()).logits
-    return (got - expected).abs().max().item()
 
 
 @pytest.mark.parametrize("head", HEADS)
@@ -269,33 +252,12 @@ def test_a_run_fine_tuned_from_the_checkpoint_keeps_its_family_in_model_json_and
     family, tmp_path, shared_data, capsys
 ):
     saved(family, "untied", tmp_path / "base")
-    dialogsum = shared_data / "summarization" / "dialogsum"
-    overrides = [
-        f"training.init_from={tmp_path / 'base'}",
-        f"data.train=[{dialogsum / 'dialogsum.train.jsonl.gz'}]",
-        f"data.validation=[{dialogsum / 'dialogsum.dev.jsonl.gz'}]",
-        "data.max_documents=40",
-        "training.steps=2",
-        "training.batch_size=2",
-        "training.device=cpu",
-        "evaluation.steps=1",
-        "evaluation.generate=2",
-        "evaluation.max_new_tokens=4",
-        "objective.max_source_len=32",
-        "objective.max_target_len=8",
-    ]
-    recipe = Path(__file__).resolve().parents[2] / "configs" / "recipes" / "dialogsum_t5_finetune.yaml"
-    assert (
-        main(["train", str(recipe), "--out", str(tmp_path / "run"), *(a for o in overrides for a in ("--set", o))]) == 0
-    )
-    described = json.loads(next((tmp_path / "run").rglob("model.json")).read_text())
+    described, printed, reloaded = fine_tuned_and_exported(tmp_path / "base", tmp_path, shared_data, capsys, 32)
     assert (described["relative_bias_per_layer"], described["hf_model_type"]) == (
         family == "umt5",
         "mt5" if family == "mt5" else None,
     )
-    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0
-    assert FAMILIES[family][1] in capsys.readouterr().out
-    reloaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "out").eval()
+    assert FAMILIES[family][1] in printed
     assert logit_gap(reloaded, encdec.from_pretrained(tmp_path / "run")) < 1e-4
 
 

@@ -15,11 +15,13 @@ import encdec
 from encdec.cli import main
 from encdec.errors import CheckpointError, ConfigError
 from encdec.interop import export_hf
-from encdec.interop.hf_switch import switch_model_config
 from encdec.interop.hf_tokenizer import convert_tokenizer
+from encdec.interop.switch import switch_model_config
 from encdec.models.parameter_count import count_parameters_of
 from encdec.modules import MoE
 from encdec.tokenizers import build_tokenizer
+from tests.interop.parity_kit import t5_batch as padded_batch
+from tests.interop.parity_kit import t5_gap as logit_gap
 
 transformers = pytest.importorskip("transformers")
 
@@ -84,25 +86,6 @@ def saved(layout: str, path, **overrides):
     reference.save_pretrained(path)
     convert_tokenizer(build_tokenizer("byte")).save(path)
     return reference
-
-
-def padded_batch():
-    """(4, 24) ids with rows of 24, 15, 3 and 23 real tokens, their mask, and (4, 12) decoder inputs: no
-    expert can get more than expert_capacity (64) tokens of a sequence, so transformers drops none."""
-    generator = torch.Generator().manual_seed(1)
-    src = torch.randint(3, SHAPE["vocab_size"], (4, 24), generator=generator)
-    mask = torch.ones(4, 24, dtype=torch.long)
-    mask[1, 15:], mask[2, 3:], mask[3, 23:] = 0, 0, 0
-    tgt = torch.randint(3, SHAPE["vocab_size"], (4, 12), generator=generator)
-    return src.masked_fill(mask == 0, 0), mask, tgt
-
-
-def logit_gap(reference, ours) -> float:
-    src, mask, tgt = padded_batch()
-    with torch.no_grad():
-        expected = reference(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
-        got = ours(src, tgt, src_mask=mask.bool()).logits
-    return (got - expected).abs().max().item()
 
 
 def sparse(blocks) -> list[bool]:

@@ -106,10 +106,10 @@ def test_save_hf_then_hugging_face_load_round_trips_exactly(tmp_path, preset):
     encdec.save_hf(ours, tmp_path)
     reference = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path).eval()
     ours_state = ours.state_dict()
-    from encdec.interop.hf_t5 import hf_name
+    from encdec.interop.t5.t5_layout import NAMES
 
     for name, tensor in ours_state.items():
-        assert torch.equal(reference.state_dict()[hf_name(name)], tensor), name
+        assert torch.equal(reference.state_dict()[NAMES.hf(name)], tensor), name
     if not ours.config.tie_embeddings:
         assert torch.equal(reference.lm_head.weight, ours.lm_head.weight)
     src, mask, tgt = padded_batch(77)

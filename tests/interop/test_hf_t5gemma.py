@@ -17,7 +17,8 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.interop import export_hf
 from encdec.interop.from_hf import hf_model_config
 from encdec.tokenizers.pretrained import PretrainedTokenizer
-from tests.interop.serving_kit import assert_served_equals_generate_alone
+from tests.interop import parity_kit
+from tests.interop.serving_kit import assert_served_equals_generate_alone, mixed
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
@@ -79,26 +80,13 @@ def pair(request, tmp_path_factory):
 
 
 def padded_batch():
-    """(3, 12) ids with rows of 12, 7 and 3 real tokens (right-padded, or left with `left`), their mask, and
-    (3, 9) decoder inputs from the decoder start (no pad among them: transformers' uncached forward would mask
-    a pad id there)."""
-    generator = torch.Generator().manual_seed(1)
-    src = torch.randint(4, VOCAB, (3, 12), generator=generator)
-    mask = torch.ones(3, 12, dtype=torch.long)
-    mask[1, 7:], mask[2, 3:] = 0, 0
-    tgt = torch.randint(4, VOCAB, (3, 9), generator=generator)
-    tgt[:, 0] = 2
-    return src.masked_fill(mask == 0, 0), mask, tgt
+    """(3, 12) ids with rows of 12, 7 and 3 real tokens, their mask, and (3, 9) decoder inputs from the decoder
+    start (no pad among them: transformers' uncached forward would mask a pad id there)."""
+    return parity_kit.padded_rows(VOCAB, (12, 7, 3), 12, 9, low=4, start=2)
 
 
 def logit_gap(reference, ours, left: bool = False) -> float:
-    src, mask, tgt = padded_batch()
-    if left:
-        src, mask = src.flip(1), mask.flip(1)
-    with torch.no_grad():
-        expected = reference(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
-        got = ours(src, tgt, src_mask=mask.bool()).logits
-    return (got - expected).abs().max().item()
+    return parity_kit.logit_gap(reference, ours, padded_batch(), left)
 
 
 @pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
@@ -160,11 +148,7 @@ def test_the_compiled_fixed_step_generates_the_eager_tokens(pair):
 
 def test_a_server_batch_of_rows_each_at_its_own_position_equals_generate_alone(pair):
     _, ours, _ = pair
-    assert_served_equals_generate_alone(
-        ours,
-        (4, VOCAB),
-        [(3, {"max_new_tokens": 4}), (12, {"max_new_tokens": 10}), (8, {"max_new_tokens": 9, "num_beams": 4})],
-    )
+    assert_served_equals_generate_alone(ours, (4, VOCAB), mixed(12))
 
 
 def test_an_export_reloads_in_transformers_with_the_same_logits(pair, tmp_path):

@@ -13,7 +13,7 @@ import yaml
 
 import encdec
 from encdec.cli import main
-from encdec.interop.hf_llama import config_from_llama
+from encdec.interop.llama import config_from_llama
 from encdec.models import ModelConfig
 from encdec.runs.model_section import build_model_config
 from encdec.training.adaptation import adapted_section, adapted_weights, wants_adaptation

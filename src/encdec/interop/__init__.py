@@ -1,11 +1,14 @@
 """Hugging Face's checkpoints read into encdec models, and encdec models written as Hugging Face directories.
 
-families.py           one entry per Hugging Face family (T5, Marian, ..., Gemma, Llama, Qwen): its loader,
-                      its writer and the layout it is written for, its config.json key names, its tokenizer files
+<family>/             one folder per Hugging Face family (bart/, marian/, ...): its config.json read and
+                      written, its weight names (one NameMap), its refusals, tokenizer files and transformers class
+families.py           the registry: one line per family folder
+family.py             what a folder declares (Family, NameMap) and the config pieces folders share
+checkpoint_files.py   a model directory's weights read, filled by name, and written, whatever the family
 from_hf.py            load_hf: a local directory of a family -> an encdec model
 to_hf.py              export_hf: an encdec model and tokenizer -> a directory transformers loads
+peft_adapter.py       LoRA adapters written under the family's module names
 generation_config.py  the generation defaults both sides carry
-hf_*.py               one file per Hugging Face architecture: its names, its config, its checks
 """
 
 from pathlib import Path

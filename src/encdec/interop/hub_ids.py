@@ -11,7 +11,7 @@ is taken exactly as the cache holds it (`cached_commit`: a commit under snapshot
 tag under refs/ naming one) or refused, never read as the snapshot that happens to be there. Only
 the config, tokenizer and safetensors weights are fetched; a repository that has no
 safetensors gets its pytorch_model.bin, which is read with torch.load(weights_only=True)
-(hf_t5.read_hf_weights), never unpickled. Every failure is one sentence (CheckpointError).
+(checkpoint_files.read_hf_weights), never unpickled. Every failure is one sentence (CheckpointError).
 """
 
 import re

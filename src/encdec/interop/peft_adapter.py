@@ -7,14 +7,12 @@
 
 so that `PeftModel.from_pretrained(AutoModelForSeq2SeqLM.from_pretrained(base), out)` computes the logits
 encdec does, `base` being the Hugging Face directory the run adapted (or `encdec export` of the base run).
-Every family of interop.families is written: each linear layer of ours is one of Hugging Face's, name for
-name (`renamer`: T5, mT5, UMT5, LongT5, Switch, BART, mBART, Marian, Pegasus, M2M100/NLLB, T5Gemma, T5Gemma 2), so peft's
-targets are those layers. A model Marian or Pegasus holds with its dimensions reordered (interleaved
-sinusoids) has its adapters reordered alike. The same names let `lora.target_modules` name layers as peft
+Every encoder-decoder family of interop.families is written: each linear layer of ours is one of Hugging Face's,
+name for name (the family's `module_names`, from its weight names), so peft's targets are those layers. A model Marian or Pegasus holds with its dimensions reordered (interleaved
+sinusoids) has its adapters reordered alike (interop.model_dim). The same names let `lora.target_modules` name layers as peft
 does for the family (q_proj, fc1, ...): `hf_module_names`.
 """
 
-import re
 from pathlib import Path
 
 import torch
@@ -22,36 +20,13 @@ from safetensors.torch import save_file
 from torch import nn
 
 from encdec.errors import ConfigError
-from encdec.interop import hf_bart, hf_longt5, hf_switch, hf_t5, hf_t5gemma, hf_t5gemma2
-from encdec.interop.families import family_for
-from encdec.interop.hf_marian import MODEL_DIM, halves_order
+from encdec.interop.families import FAMILIES, family_for
+from encdec.interop.model_dim import halves_order, model_dim
 from encdec.interop.to_hf import check_export_out, hf_layout
 from encdec.models.lora import ADAPTER, base_name, lora_layers
 from encdec.safe_paths import atomic_path, output_dir, staged_files
 
 FILES = ("adapter_config.json", "adapter_model.safetensors", "README.md")  # what peft's save_pretrained writes
-# the layouts whose linear layers are Hugging Face's own, each with its parameter names: ours -> Hugging Face's
-HF_NAMES = {
-    "t5": hf_t5.hf_name,
-    "mt5": hf_t5.hf_name,
-    "umt5": hf_t5.hf_name,
-    "switch_transformers": hf_switch.hf_name,
-    "bart": hf_bart.hf_name,  # q_proj, k_proj, v_proj, out_proj, fc1, fc2 (encoder_attn: the cross-attention)
-    "mbart": hf_bart.hf_name,
-    "marian": hf_bart.hf_name,
-    "pegasus": hf_bart.hf_name,
-    "m2m_100": hf_bart.hf_name,
-    "t5gemma": hf_t5gemma.t5gemma_name,  # q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
-    "t5gemma2": hf_t5gemma2.t5gemma2_module_name,  # T5Gemma's, the decoder's merged attention under self_attn
-}
-
-
-def renamer(layout: str, cfg):
-    """The function naming our parameters as `layout`'s checkpoints do, None for a layout without one; LongT5's
-    encoder attention is named by its kind (LocalSelfAttention, TransientGlobalSelfAttention)."""
-    if layout == "longt5":
-        return hf_longt5.longt5_renamer(cfg.encoder_attention)
-    return HF_NAMES.get(layout)
 
 
 def hf_module_names(model: nn.Module) -> dict[str, str]:
@@ -60,7 +35,7 @@ def hf_module_names(model: nn.Module) -> dict[str, str]:
     model no family writes. Layers without a counterpart are left out."""
     cfg = getattr(model, "config", None)
     family = family_for(cfg) if getattr(cfg, "family", None) == "encoder_decoder" else None
-    names = renamer(family.model_type, cfg) if family is not None else None
+    names = family.module_names(cfg) if family is not None else None
     if names is None:
         return {}
     found = {}
@@ -79,7 +54,7 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
     from peft import LoraConfig
 
     layout = hf_layout(model.config)
-    names = renamer(layout, model.config)
+    names = FAMILIES[layout].module_names(model.config)
     if names is None:
         raise ConfigError(f"a peft adapter is not written for a {layout} model yet; export the merged model")
     layers = lora_layers(model)
@@ -96,7 +71,7 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
     first = next(iter(layers.values()))
     r, alpha, dropout = first.r[ADAPTER], first.lora_alpha[ADAPTER], first.lora_dropout[ADAPTER]
     targets = {name: names(base_name(name) + ".weight").removesuffix(".weight") for name in layers}
-    cfg = model.config  # Marian and Pegasus hold interleaved sinusoids' dimensions reordered (hf_marian)
+    cfg = model.config  # Marian and Pegasus hold interleaved sinusoids' dimensions reordered (model_dim)
     interleaved = cfg.position == "sinusoidal" and cfg.sinusoidal_layout == "interleaved"
     order = halves_order(cfg.d_model) if interleaved else None
     tensors = {}
@@ -124,9 +99,9 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
 
 
 def reordered(name: str, part: str, weight: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    """An adapter matrix of layer `name` with the model dimension reordered as hf_marian reorders the layer's
+    """An adapter matrix of layer `name` with the model dimension reordered as an export reorders the layer's
     weight: lora_A (r, in) where the layer reads the residual stream, lora_B (out, r) where it writes it."""
-    dim = next((d for pattern, d in MODEL_DIM if re.fullmatch(pattern, name + ".weight")), None)
+    dim = model_dim(name + ".weight")
     if (part, dim) == ("lora_A", 1) or (part, dim) == ("lora_B", 0):
         return weight.index_select(dim, order)
     return weight

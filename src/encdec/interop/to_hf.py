@@ -1,7 +1,8 @@
 """An encdec model and its tokenizer as a Hugging Face directory AutoModelForSeq2SeqLM (AutoModelForCausalLM for
 the decoder-only family) and AutoTokenizer load.
 
-Each encoder-decoder layout goes to the Hugging Face class that computes the same logits:
+Each encoder-decoder layout goes to the Hugging Face class that computes the same logits, the first family of
+the registry (interop.families) whose `writes` holds:
     relative bias, dense feed-forward    T5ForConditionalGeneration (v1.0 tied and scaled, v1.1 untied), or
                                          MT5ForConditionalGeneration for a model read from mT5 (hf_model_type)
     relative bias in every layer         UMT5ForConditionalGeneration
@@ -9,6 +10,7 @@ Each encoder-decoder layout goes to the Hugging Face class that computes the sam
     sinusoidal positions, post-norm      MarianMTModel (the canonical Transformer, dimensions reordered)
     sinusoidal positions, pre-norm       PegasusForConditionalGeneration (likewise)
     learned positions, embedding norm    BartForConditionalGeneration (post-norm), MBartForConditionalGeneration (pre)
+    learned positions from 0, pre-norm   BlenderbotForConditionalGeneration
     fairseq's sinusoids, pre-norm        M2M100ForConditionalGeneration (M2M100, NLLB)
     RoPE with Gemma's RMSNorm            T5GemmaForConditionalGeneration (T5Gemma)
     decoder-only, RoPE, RMSNorm, SwiGLU  LlamaForCausalLM, Qwen2ForCausalLM (q, k, v biases), Qwen3ForCausalLM
@@ -101,15 +103,13 @@ def hf_layout(cfg: ModelConfig) -> str:
     if cfg.family not in EXPORTABLE:
         raise ConfigError(f"the {cfg.family} family has no Hugging Face counterpart to export to; {LOAD_HINT}")
     family = family_for(cfg)
-    # T5Gemma's is the one layout with RoPE (ROT5's, Llama's adapted: none)
-    if cfg.position == "rope" and family is None:
+    for nearest in FAMILIES.values() if family is None else ():  # the one family of a kind (T5Gemma's RoPE)
+        said = nearest.only_counterpart(cfg)
         try:
-            FAMILIES["t5gemma"].check(cfg)
+            if said:
+                nearest.check(cfg)
         except Unmet as error:
-            raise error.reworded(
-                "an encoder-decoder with RoPE has no Hugging Face counterpart but T5Gemma, whose layout this one "
-                "lacks ({unmet}); " + LOAD_HINT
-            ) from None
+            raise error.reworded(said + ", whose layout this one lacks ({unmet}); " + LOAD_HINT) from None
     if family is None:
         raise ConfigError(
             f"no Hugging Face family has {cfg.position} positions with {cfg.norm_position}-norm; {LOAD_HINT}"
@@ -120,10 +120,11 @@ def hf_layout(cfg: ModelConfig) -> str:
         raise error.reworded(f"{{said}} ({EXPORTABLE[cfg.family]}); {LOAD_HINT}") from None
     except ConfigError as error:
         raise ConfigError(f"{error} ({EXPORTABLE[cfg.family]}); {LOAD_HINT}") from None
-    if cfg.encoder_config() is not cfg and family.model_type != "t5gemma":  # one width for both stacks elsewhere
+    if cfg.encoder_config() is not cfg and not family.encoder_widths:  # one width for both stacks elsewhere
+        holders = " and ".join(f.model_type for f in FAMILIES.values() if f.encoder_widths)
         raise ConfigError(
             f"an encoder of its own widths (model.encoder_*) has no Hugging Face {family.model_type} counterpart; "
-            f"T5Gemma's layout alone holds one; {LOAD_HINT}"
+            f"{holders}'s layout alone holds one; {LOAD_HINT}"
         )
     return family.model_type
 
@@ -150,9 +151,7 @@ def export_hf(
     files.save(out)
     FAMILIES[layout].save(model, out)
     write_generation_config(out, cfg, tokenizer, generation or {})
-    if layout in ("t5", "mt5", "umt5", "switch_transformers") and cfg.decoder_layers > cfg.n_encoder_layers:
-        log.warning(
-            "the decoder is deeper than the encoder: transformers' generate() sizes its cache by the "
-            "encoder (num_layers) and fails; its forward() is unaffected"
-        )
+    note = FAMILIES[layout].note(cfg)
+    if note:
+        log.warning(note)
     return FAMILIES[layout].hf_class

@@ -38,7 +38,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
-from encdec.interop.hf_t5 import load_tensor_pickle
+from encdec.interop.checkpoint_files import load_tensor_pickle
 from encdec.models.weight_dtypes import dtype_problem
 from encdec.runs.run_dir import TMP_NAME, CheckpointDir, RunDir
 from encdec.safe_paths import check_not_symlink, inside, write_atomic

@@ -1,28 +1,30 @@
-"""Hugging Face BART checkpoints (and the BART weight layout Marian shares) <-> encdec's encoder-decoder.
+"""BART's weight layout, which BART, mBART, Marian, Pegasus and M2M100 / NLLB share (each folder adds its
+positions, norm placement and defaults): the weight names, the config.json keys both ways and the refusals.
 
-BART (Lewis et al. 2020) is the post-norm Transformer with biases, exact GELU,
-learned positions looked up at p + 2, a LayerNorm after the embeddings of each
-stack (`layernorm_embedding`), a tied head and a fixed `final_logits_bias`.
-mBART is the same made pre-norm, with a LayerNorm closing each stack. Marian and
-Pegasus differ in their positions and activation (see hf_marian.py, hf_pegasus.py),
-so the weight names and most of the config mapping live here, both ways.
+BART (Lewis et al. 2020) is the post-norm Transformer with biases, exact GELU, learned positions looked up at
+p + 2, a LayerNorm after the embeddings of each stack (`layernorm_embedding`), a tied head and a fixed
+`final_logits_bias`. Marian and Pegasus hold sinusoids whose sines fill the first half of each vector: a model
+with the canonical interleaved ones is written with its dimensions reordered sines first (interop.model_dim).
 transformers is not needed.
 """
 
-import re
 from pathlib import Path
 
 import torch
 
 from encdec.errors import CheckpointError, Unmet
-from encdec.interop.hf_t5 import (
-    check_hf_model_fits,
-    fill_from_hf,
+from encdec.interop.checkpoint_files import check_hf_model_fits, fill_from_hf, read_weights_with_shared
+from encdec.interop.family import (
+    IDS,
+    NameMap,
+    first_set,
     hf_layer_sizes,
+    id_keys,
     layer_sizes,
     plain_heads_problems,
-    read_weights_with_shared,
+    shared_table,
 )
+from encdec.interop.model_dim import halves_order, permute_model_dim
 from encdec.models import EncoderDecoder, ModelConfig
 
 # The config.json key each ModelConfig field is read from where the names differ (BART, mBART, Marian, Pegasus)
@@ -33,27 +35,41 @@ BART_KEYS = {
     "n_decoder_layers": "decoder_layers",
     "max_positions": "max_position_embeddings",
     "scale_embeddings": "scale_embedding",
-}
-# Hugging Face activation_function -> our activation name
+} | IDS
+# Hugging Face activation_function -> our activation name, and back (the feed-forward is fc1 -> act -> fc2)
 HF_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "swish": "silu", "silu": "silu", "gelu_new": "gelu_tanh"}
+OUR_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "silu": "swish", "gelu_tanh": "gelu_new"}
+
+LAYER = "{side}.blocks.{i}."
+HF_LAYER = "model.{side}.layers.{i}."
+NAMES = NameMap(
+    "BART",
+    (
+        *shared_table("model.shared.weight"),
+        ("lm_head.weight", "lm_head.weight"),
+        ("final_logits_bias", "final_logits_bias"),
+        ("{side}.positions.weight", "model.{side}.embed_positions.weight"),
+        ("{side}.embed_norm.{wb}", "model.{side}.layernorm_embedding.{wb}"),
+        ("{side}.final_norm.{wb}", "model.{side}.layer_norm.{wb}"),  # mBART's, Pegasus's, M2M100's
+        (LAYER + "self_attn.{qkv}.{wb}", HF_LAYER + "self_attn.{qkv}_proj.{wb}"),
+        (LAYER + "self_attn.o.{wb}", HF_LAYER + "self_attn.out_proj.{wb}"),
+        (LAYER + "self_attn_norm.{wb}", HF_LAYER + "self_attn_layer_norm.{wb}"),
+        ("decoder.blocks.{i}.cross_attn.{qkv}.{wb}", "model.decoder.layers.{i}.encoder_attn.{qkv}_proj.{wb}"),
+        ("decoder.blocks.{i}.cross_attn.o.{wb}", "model.decoder.layers.{i}.encoder_attn.out_proj.{wb}"),
+        ("decoder.blocks.{i}.cross_attn_norm.{wb}", "model.decoder.layers.{i}.encoder_attn_layer_norm.{wb}"),
+        (LAYER + "ffn.wi.{wb}", HF_LAYER + "fc1.{wb}"),
+        (LAYER + "ffn.wo.{wb}", HF_LAYER + "fc2.{wb}"),
+        (LAYER + "ffn_norm.{wb}", HF_LAYER + "final_layer_norm.{wb}"),
+    ),
+)
 
 
-def hf_name(our_name: str) -> str:
-    """Our parameter name -> the BART / Marian checkpoint name."""
-    if re.fullmatch(r"((encoder|decoder)\.)?embed\.weight", our_name):
-        return "model.shared.weight"
-    if our_name in ("lm_head.weight", "final_logits_bias"):
-        return our_name
-    name = our_name.replace(".blocks.", ".layers.").replace(".positions.", ".embed_positions.")
-    name = name.replace(".embed_norm.", ".layernorm_embedding.").replace(".final_norm.", ".layer_norm.")  # mBART
-    name = re.sub(r"_attn\.(q|k|v)\.", r"_attn.\1_proj.", name)
-    name = re.sub(r"_attn\.o\.", "_attn.out_proj.", name)
-    name = name.replace("cross_attn", "encoder_attn").replace("_attn_norm.", "_attn_layer_norm.")
-    name = name.replace(".ffn.wi.", ".fc1.").replace(".ffn.wo.", ".fc2.").replace(".ffn_norm.", ".final_layer_norm.")
-    return "model." + name
+def names_for(cfg: ModelConfig) -> NameMap:
+    """Every model's names: the layout has one table."""
+    return NAMES
 
 
-def bart_layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
+def layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
     """The ModelConfig of a BART-layout checkpoint; `family` adds the position scheme (and may set
     norm_position, default post, and final_logits_bias, default true)."""
     for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
@@ -87,47 +103,17 @@ def bart_layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
     )
 
 
-def bart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
-    for flag in ("normalize_before", "add_final_layer_norm"):
-        if hf.get(flag):
-            raise CheckpointError(f"{flag} is set: this is an mBART-style checkpoint, which encdec does not load yet")
-    return bart_layout_config(hf, untied_head, position="learned", position_offset=2, embedding_norm=True)
-
-
-def load_bart_layout(path: Path, cfg_from_hf, hf_config: dict) -> EncoderDecoder:
+def load_layout(path: Path, cfg_from_hf, hf_config: dict) -> EncoderDecoder:
     """Read the weights, build the model `cfg_from_hf(hf_config, untied)` describes, and fill it by name."""
     check_hf_model_fits(cfg_from_hf(hf_config, True), path)
     weights = read_weights_with_shared(path, prefix="model.")
     head = weights.get("lm_head.weight")
     untied = head is not None and not torch.equal(head, weights.get("model.shared.weight", head))
     model = EncoderDecoder(cfg_from_hf(hf_config, untied))
-    return fill_from_hf(model, weights, hf_name, path, reshaped=("final_logits_bias",))
+    return fill_from_hf(model, weights, NAMES.hf, path, reshaped=("final_logits_bias",))
 
 
-def first_set(*values):
-    return next(value for value in values if value is not None)
-
-
-def mbart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
-    """mBART (Liu et al. 2020): BART's layout made pre-norm, with a LayerNorm closing each stack."""
-    return bart_layout_config(
-        hf, untied_head, position="learned", position_offset=2, embedding_norm=True, norm_position="pre"
-    )
-
-
-def load_hf_bart(path: Path, hf_config: dict) -> EncoderDecoder:
-    return load_bart_layout(path, bart_config_from_hf, hf_config)
-
-
-def load_hf_mbart(path: Path, hf_config: dict) -> EncoderDecoder:
-    return load_bart_layout(path, mbart_config_from_hf, hf_config)
-
-
-# our activation -> Hugging Face activation_function (the layout's feed-forward is fc1 -> act -> fc2, never gated)
-OUR_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "silu": "swish", "gelu_tanh": "gelu_new"}
-
-
-def bart_layout_problems(cfg: ModelConfig, norm_position: str) -> list[str]:
+def layout_problems(cfg: ModelConfig, norm_position: str) -> list[str]:
     """What keeps `cfg` from the layout BART, mBART, Marian and Pegasus share, positions and norm placement aside."""
     problems = {
         "norm must be layernorm": cfg.norm != "layernorm",
@@ -145,7 +131,7 @@ def bart_layout_problems(cfg: ModelConfig, norm_position: str) -> list[str]:
     return [text for text, bad in problems.items() if bad]
 
 
-def bart_layout_hf_config(cfg: ModelConfig) -> dict:
+def layout_hf_config(cfg: ModelConfig) -> dict:
     """The config.json keys BART and Marian share."""
     return {
         **hf_layer_sizes(cfg, BART_KEYS),
@@ -159,16 +145,14 @@ def bart_layout_hf_config(cfg: ModelConfig) -> dict:
         "activation_dropout": cfg.dropout,
         "tie_word_embeddings": cfg.tie_embeddings,
         "is_encoder_decoder": True,
-        "pad_token_id": cfg.pad_id,
-        "eos_token_id": cfg.eos_id,
-        "decoder_start_token_id": cfg.decoder_start_id,
+        **id_keys(cfg),
         "forced_eos_token_id": None,  # both classes default to forcing EOS at the length limit; encdec does not
     }
 
 
-def bart_layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+def layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """Our state dict under BART / Marian names, with the logits bias and a head HF can read."""
-    weights = {hf_name(name): t.detach().cpu().contiguous() for name, t in state.items()}
+    weights = {NAMES.hf(name): t.detach().cpu().contiguous() for name, t in state.items()}
     for side in ("encoder", "decoder"):  # HF's learned table has 2 rows before position 0
         key = f"model.{side}.embed_positions.weight"
         if key in weights:
@@ -183,32 +167,31 @@ def bart_layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dic
     return weights
 
 
-def check_bart_layout(cfg: ModelConfig, family: str, embeddings: dict[str, bool], norm_position: str = "post") -> None:
+def check_layout(cfg: ModelConfig, family: str, embeddings: dict[str, bool], norm_position: str = "post") -> None:
     """Raise ConfigError (Unmet) naming the settings `family` cannot express: its own embedding checks
     (positions, embedding norm) first, then those of the layout the BART family shares."""
-    problems = [text for text, bad in embeddings.items() if bad] + bart_layout_problems(cfg, norm_position)
+    problems = [text for text, bad in embeddings.items() if bad] + layout_problems(cfg, norm_position)
     if problems:
         raise Unmet(f"this model cannot be saved as Hugging Face {family}: " + "{unmet}", problems)
 
 
-def learned_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
+def sinusoidal_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
+    """What keeps `cfg`'s embeddings from Marian's and Pegasus's sines-first sinusoids."""
     return {
-        "position must be learned": cfg.position != "learned",
-        "embedding_norm must be true": not cfg.embedding_norm,
+        "position must be sinusoidal": cfg.position != "sinusoidal",
+        "sinusoidal_layout must be interleaved or halves (fairseq's is M2M100's)": cfg.sinusoidal_layout == "fairseq",
+        "embedding_norm must be false": cfg.embedding_norm,
     }
 
 
-def check_bart_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError naming the settings BART's layout does not have."""
-    check_bart_layout(cfg, "BART", learned_embedding_problems(cfg))
+def sinusoidal_weights(model: EncoderDecoder) -> dict[str, torch.Tensor]:
+    """A model with sinusoidal positions (either layout) as BART-layout weights, its dimensions sines first."""
+    cfg, state = model.config, model.state_dict()
+    if cfg.sinusoidal_layout == "interleaved":
+        state = permute_model_dim(state, halves_order(cfg.d_model))
+    return layout_weights(state, cfg)
 
 
-def check_mbart_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError naming the settings mBART's (BART's, pre-norm) layout does not have."""
-    check_bart_layout(cfg, "mBART", learned_embedding_problems(cfg), norm_position="pre")
-
-
-def bart_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
-    """A model with learned positions and an embedding norm (post-norm: BART; pre-norm: mBART, its final_norm
-    mBART's closing layer_norm of each stack) as BART-layout weights and config.json keys."""
-    return bart_layout_weights(model.state_dict(), model.config), bart_layout_hf_config(model.config)
+def vaswani_sinusoids(cfg: ModelConfig) -> bool:
+    """Sinusoidal positions Marian and Pegasus write (interleaved or halves); fairseq's are M2M100's."""
+    return cfg.position == "sinusoidal" and cfg.sinusoidal_layout != "fairseq"

@@ -26,18 +26,18 @@ from pathlib import Path
 import torch
 
 from encdec.errors import ConfigError, Unmet, listed
-from encdec.interop.hf_t5 import (
-    NAME_MAP,
+from encdec.interop.checkpoint_files import check_hf_model_fits, fill_from_hf, read_weights_with_shared
+from encdec.interop.family import Family
+from encdec.interop.t5.t5_layout import (
+    NAMES,
     OUR_ACTIVATIONS,
-    check_hf_model_fits,
+    T5_KEYS,
     config_from_hf,
-    fill_from_hf,
-    read_weights_with_shared,
-    t5_layout_config,
-    t5_layout_problems,
-    t5_layout_weights,
+    deeper_decoder,
+    layout_config,
+    layout_problems,
+    layout_weights,
 )
-from encdec.interop.hf_t5 import hf_name as t5_name
 from encdec.models import EncoderDecoder, ModelConfig
 
 log = logging.getLogger(__name__)
@@ -51,29 +51,23 @@ STACK_KEYS = {
     "decoder": ("num_decoder_layers", "num_sparse_decoder_layers"),
 }
 
-# (our parameter name pattern, Hugging Face name pattern): T5's attention, norms and embeddings, the dense
-# feed-forwards (mlp.wi, mlp.wo) and the experts
-SWITCH_NAME_MAP = [(ours, theirs) for ours, theirs in NAME_MAP if "DenseReluDense" not in theirs] + [
-    (r"encoder\.blocks\.(\d+)\.ffn\.router\.weight", r"encoder.block.\1.layer.1.mlp.router.classifier.weight"),
+# T5's attention, norms and embeddings, the dense feed-forwards (mlp.wi, mlp.wo) and the experts
+SWITCH_NAMES = NAMES.where(lambda ours, theirs: "DenseReluDense" not in theirs).plus(
+    "SwitchTransformers",
+    ("encoder.blocks.{i}.ffn.router.weight", "encoder.block.{i}.layer.1.mlp.router.classifier.weight"),
     (
-        r"encoder\.blocks\.(\d+)\.ffn\.experts\.(\d+)\.(wi|wo)\.weight",
-        r"encoder.block.\1.layer.1.mlp.experts.expert_\2.\3.weight",
+        "encoder.blocks.{i}.ffn.experts.{e}.{wio}.weight",
+        "encoder.block.{i}.layer.1.mlp.experts.expert_{e}.{wio}.weight",
     ),
-    (r"encoder\.blocks\.(\d+)\.ffn\.(wi|wo)\.weight", r"encoder.block.\1.layer.1.mlp.\2.weight"),
-    (r"decoder\.blocks\.(\d+)\.ffn\.router\.weight", r"decoder.block.\1.layer.2.mlp.router.classifier.weight"),
+    ("encoder.blocks.{i}.ffn.{wio}.weight", "encoder.block.{i}.layer.1.mlp.{wio}.weight"),
+    ("decoder.blocks.{i}.ffn.router.weight", "decoder.block.{i}.layer.2.mlp.router.classifier.weight"),
     (
-        r"decoder\.blocks\.(\d+)\.ffn\.experts\.(\d+)\.(wi|wo)\.weight",
-        r"decoder.block.\1.layer.2.mlp.experts.expert_\2.\3.weight",
+        "decoder.blocks.{i}.ffn.experts.{e}.{wio}.weight",
+        "decoder.block.{i}.layer.2.mlp.experts.expert_{e}.{wio}.weight",
     ),
-    (r"decoder\.blocks\.(\d+)\.ffn\.(wi|wo)\.weight", r"decoder.block.\1.layer.2.mlp.\2.weight"),
-]
-
-
+    ("decoder.blocks.{i}.ffn.{wio}.weight", "decoder.block.{i}.layer.2.mlp.{wio}.weight"),
+)
 ONE_EXPERT = re.compile(r"(\.mlp\.)experts\.expert_0\.")  # a one-expert checkpoint's expert, its layer's mlp
-
-
-def hf_name(our_name: str) -> str:
-    return t5_name(our_name, SWITCH_NAME_MAP, "SwitchTransformers")
 
 
 def sparse_layers(layers: int, step: int) -> list[int]:
@@ -123,7 +117,7 @@ def check_switch_compatible(cfg: ModelConfig) -> None:
         f"activation must equal moe_activation ({cfg.moe_activation}) in the dense layers, got {cfg.activation}": dense
         and cfg.activation != cfg.moe_activation,
     }
-    failed = [text for text, bad in problems.items() if bad] + t5_layout_problems(cfg)
+    failed = [text for text, bad in problems.items() if bad] + layout_problems(cfg)
     if failed:
         raise Unmet("this model cannot be saved as Hugging Face SwitchTransformers: {unmet}", failed)
     sparse_count(cfg.n_encoder_layers, cfg.moe_every)
@@ -133,12 +127,12 @@ def check_switch_compatible(cfg: ModelConfig) -> None:
 def switch_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     """A T5-layout MoE model's weights under SwitchTransformers' names and its config.json keys."""
     cfg = model.config
-    weights = t5_layout_weights(model, hf_name)
+    weights = layout_weights(model, SWITCH_NAMES)
     if not cfg.scale_output:  # with tie_word_embeddings false, transformers ties no stack's embeddings either
         for side in ("encoder", "decoder"):
             weights[f"{side}.embed_tokens.weight"] = weights["shared.weight"].clone()
     config = {
-        **t5_layout_config(cfg),
+        **layout_config(cfg),
         "num_sparse_encoder_layers": sparse_count(cfg.n_encoder_layers, cfg.moe_every),
         "num_sparse_decoder_layers": sparse_count(cfg.decoder_layers, cfg.decoder_moe_every or cfg.moe_every),
         "num_experts": cfg.n_experts,
@@ -170,7 +164,7 @@ def load_hf_switch(path: Path, hf_config: dict) -> EncoderDecoder:
     model = EncoderDecoder(switch_model_config(hf_config, untied))
     if model.config.n_experts == 1:  # each sparse layer's one expert is its dense feed-forward; the router is moot
         weights = {ONE_EXPERT.sub(r"\1", name): tensor for name, tensor in weights.items() if ".router." not in name}
-    return fill_from_hf(model, weights, hf_name, path)
+    return fill_from_hf(model, weights, SWITCH_NAMES.hf, path)
 
 
 def switch_model_config(hf_config: dict, untied: bool | None = None) -> ModelConfig:
@@ -205,3 +199,20 @@ def switch_model_config(hf_config: dict, untied: bool | None = None) -> ModelCon
             "z_loss_coef": hf_config.get("router_z_loss_coef", 0.001),
         }
     )
+
+
+FAMILIES = (
+    Family(
+        "switch_transformers",
+        "SwitchTransformersForConditionalGeneration",
+        load_hf_switch,
+        check_switch_compatible,
+        switch_files,
+        lambda cfg: cfg.position == "relative" and cfg.n_experts > 1,
+        T5_KEYS,
+        ("spiece.model",),
+        switch_model_config,
+        names=lambda cfg: SWITCH_NAMES,
+        note=deeper_decoder,
+    ),
+)

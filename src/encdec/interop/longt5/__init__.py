@@ -14,22 +14,22 @@ transformers itself is not needed.
 """
 
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 import torch
 
 from encdec.errors import CheckpointError, ConfigError
-from encdec.interop.hf_t5 import (
-    NAME_MAP,
+from encdec.interop.family import Family, NameMap
+from encdec.interop.t5.t5_layout import (
+    NAMES,
     OUR_ACTIVATIONS,
+    T5_KEYS,
     check_t5_compatible,
     config_from_hf,
+    layout_config,
+    layout_weights,
     load_hf_t5,
-    t5_layout_config,
-    t5_layout_weights,
 )
-from encdec.interop.hf_t5 import hf_name as t5_name
 from encdec.models import EncoderDecoder, ModelConfig
 
 # config.json's encoder_attention_type -> ours, and the module transformers names each attention's weights by
@@ -38,27 +38,17 @@ OUR_ATTENTION = {ours: theirs for theirs, ours in HF_ATTENTION.items()}
 MODULES = {"local": "LocalSelfAttention", "transient_global": "TransientGlobalSelfAttention"}
 
 
-def longt5_name_map(attention: str) -> list[tuple[str, str]]:
+def longt5_names(attention: str) -> NameMap:
     """T5's names with the encoder's self-attention under `attention`'s module, and its global keys' weights."""
-    module = MODULES[attention]
-    return [
-        (r"encoder\.position_bias\.embed\.weight", f"encoder.block.0.layer.0.{module}.relative_attention_bias.weight"),
-        (
-            r"encoder\.global_bias\.embed\.weight",
-            f"encoder.block.0.layer.0.{module}.global_relative_attention_bias.weight",
-        ),
-        (
-            r"encoder\.blocks\.(\d+)\.self_attn\.global_norm\.weight",
-            rf"encoder.block.\1.layer.0.{module}.global_input_layer_norm.weight",
-        ),
-        (r"encoder\.blocks\.(\d+)\.self_attn\.(q|k|v|o)\.weight", rf"encoder.block.\1.layer.0.{module}.\2.weight"),
-        *NAME_MAP,
-    ]
-
-
-def longt5_renamer(attention: str):
-    """Our parameter name -> its name in a LongT5 checkpoint whose encoder attention is `attention`."""
-    return partial(t5_name, name_map=longt5_name_map(attention), family="LongT5")
+    module = f"encoder.block.{{i}}.layer.0.{MODULES[attention]}."
+    first = module.replace("{i}", "0")
+    return NAMES.plus(
+        "LongT5",
+        ("encoder.position_bias.embed.weight", first + "relative_attention_bias.weight"),
+        ("encoder.global_bias.embed.weight", first + "global_relative_attention_bias.weight"),
+        ("encoder.blocks.{i}.self_attn.global_norm.weight", module + "global_input_layer_norm.weight"),
+        ("encoder.blocks.{i}.self_attn.{qkvo}.weight", module + "{qkvo}.weight"),
+    )
 
 
 def longt5_fields(hf_config: dict) -> dict:
@@ -74,7 +64,7 @@ def longt5_fields(hf_config: dict) -> dict:
 
 def load_hf_longt5(path: Path, hf_config: dict) -> EncoderDecoder:
     fields = longt5_fields(hf_config)
-    return load_hf_t5(path, hf_config, longt5_renamer(fields["encoder_attention"]), **fields)
+    return load_hf_t5(path, hf_config, longt5_names(fields["encoder_attention"]).hf, **fields)
 
 
 def longt5_model_config(hf_config: dict) -> ModelConfig:
@@ -100,10 +90,26 @@ def check_longt5_compatible(cfg: ModelConfig) -> None:
 def longt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     cfg = model.config
     config = {
-        **t5_layout_config(cfg),
+        **layout_config(cfg),
         "feed_forward_proj": OUR_ACTIVATIONS[cfg.activation],
         "encoder_attention_type": OUR_ATTENTION[cfg.encoder_attention],
         "local_radius": cfg.local_radius,
         "global_block_size": cfg.global_block_size,
     }
-    return t5_layout_weights(model, longt5_renamer(cfg.encoder_attention)), config
+    return layout_weights(model, longt5_names(cfg.encoder_attention)), config
+
+
+FAMILIES = (
+    Family(
+        "longt5",
+        "LongT5ForConditionalGeneration",
+        load_hf_longt5,
+        check_longt5_compatible,
+        longt5_files,
+        lambda cfg: cfg.encoder_attention != "full",
+        T5_KEYS | {"encoder_attention": "encoder_attention_type"},
+        ("spiece.model",),
+        longt5_model_config,
+        names=lambda cfg: longt5_names(cfg.encoder_attention),
+    ),
+)

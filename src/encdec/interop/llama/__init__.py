@@ -6,19 +6,25 @@ weight * x / rms(x), a final norm and a head of its own or tied to the token tab
 (attention_bias qkv); Qwen3 norms each head's queries and keys before RoPE (qk_norm) with a head_dim of its own;
 Llama's attention_bias biases all four projections, with mlp_bias the feed-forward's too (bias). What encdec does
 not read from these families is refused in one sentence: RoPE scaling (llama3, yarn, linear, ...), a sliding
-window that is on (encdec reads Gemma's, hf_gemma), an activation other than silu, feed-forward biases without
+window that is on (encdec reads Gemma's, interop/gemma), an activation other than silu, feed-forward biases without
 attention ones. encdec reads one EOS id (a list's first); a config.json without one stops at its pad, else at
 id 0. transformers itself is not needed.
 """
 
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from encdec.errors import CheckpointError, Unmet
-from encdec.interop.hf_bart import first_set
-from encdec.interop.hf_t5 import check_hf_model_fits, fill_from_hf, hf_name, read_hf_weights
+from encdec.interop.llama.llama_layout import (
+    LLAMA_KEYS,
+    CausalLayout,
+    decoder_fields,
+    decoder_names,
+    load_causal_lm,
+    rope_theta,
+    stack_sizes,
+)
 from encdec.models import DecoderOnly, ModelConfig
 
 QWEN = {  # Qwen2Config's defaults for the sizes a config.json may leave out
@@ -45,68 +51,14 @@ DEFAULTS = {  # model_type -> its config class's defaults for every key encdec r
     "qwen3": {**QWEN, "head_dim": 128},
 }
 SHARED_DEFAULTS = {"rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": False}
-# ModelConfig field -> the config.json key it is read from (refusals name it)
-LLAMA_KEYS = {
-    "d_model": "hidden_size",
-    "d_ff": "intermediate_size",
-    "n_heads": "num_attention_heads",
-    "n_kv_heads": "num_key_value_heads",
-    "d_head": "head_dim",
-    "n_encoder_layers": "num_hidden_layers",
-    "norm_eps": "rms_norm_eps",
-    "max_positions": "max_position_embeddings",
-    "dropout": "attention_dropout",
-    "pad_id": "pad_token_id",
-    "eos_id": "eos_token_id",
-    "decoder_start_id": "bos_token_id",  # the placeholder a prompt's last token takes (causal_lm_shared)
-}
-
-LAYER = r"blocks\.(\d+)\."
-NAME_MAP = [
-    (r"embed\.weight", "model.embed_tokens.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),
-    (r"final_norm\.weight", "model.norm.weight"),
-    (LAYER + r"self_attn\.(q|k|v|o)\.(weight|bias)", r"model.layers.\1.self_attn.\2_proj.\3"),
-    (LAYER + r"self_attn\.(q|k)_norm\.weight", r"model.layers.\1.self_attn.\2_norm.weight"),
-    (LAYER + r"self_attn_norm\.weight", r"model.layers.\1.input_layernorm.weight"),
-    (LAYER + r"ffn_norm\.weight", r"model.layers.\1.post_attention_layernorm.weight"),
-    (LAYER + r"ffn\.wi_0\.(weight|bias)", r"model.layers.\1.mlp.gate_proj.\2"),
-    (LAYER + r"ffn\.wi_1\.(weight|bias)", r"model.layers.\1.mlp.up_proj.\2"),
-    (LAYER + r"ffn\.wo\.(weight|bias)", r"model.layers.\1.mlp.down_proj.\2"),
-]
-
-
-def llama_name(our_name: str) -> str:
-    return hf_name(our_name, NAME_MAP, "Llama")
-
-
-def rope_theta(hf: dict) -> float:
-    """RoPE's base from rope_parameters (transformers 5) or rope_theta (earlier files); any scaling refused
-    (Llama's, Qwen's, Gemma 2's)."""
-    for key in ("rope_parameters", "rope_scaling"):  # rope_scaling: earlier files' scaling beside rope_theta
-        kind = rope_kind(mapping(hf, key))
-        if kind != "default":
-            raise CheckpointError(f"config.json's {key} is RoPE of type {kind!r}, which encdec does not compute")
-    return float(mapping(hf, "rope_parameters").get("rope_theta", hf.get("rope_theta", 10000.0)))
-
-
-def rope_kind(rope: dict) -> str:
-    """A RoPE mapping's type: rope_type (transformers 5), type (earlier files), else default."""
-    return rope.get("rope_type", rope.get("type", "default"))
-
-
-def mapping(hf: dict, key: str) -> dict:
-    """config.json's `key` as a mapping ({} where it is absent or null)."""
-    value = hf.get(key) or {}
-    if not isinstance(value, dict):
-        raise CheckpointError(f"config.json's {key} must be a mapping")
-    return value
+NAMES = decoder_names("Llama", ("self_attn_norm", "input_layernorm"), ("ffn_norm", "post_attention_layernorm"))
+NAMES_OF = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}
 
 
 def check_no_window(hf: dict) -> None:
     """A sliding window is on where use_sliding_window is true and some layer slides (layer_types, else every
     layer from max_window_layers on, as Qwen2Config lays them out): refused, as encdec's window is Gemma's layout
-    (one global layer every n, hf_gemma) and is not read from these families."""
+    (one global layer every n, interop/gemma) and is not read from these families."""
     window = hf.get("sliding_window") if hf.get("use_sliding_window", False) else None
     layers = hf["num_hidden_layers"]
     first_sliding = hf.get("max_window_layers", 28)
@@ -133,13 +85,6 @@ def attention_biases(hf: dict, model_type: str) -> dict:
     return {"bias": True} if mlp else {"attention_bias": "qkvo" if attention else "none"}
 
 
-def own_head_dim(hf: dict) -> int | None:
-    """head_dim where it is not hidden_size / num_attention_heads (Qwen3's may differ), else None, ModelConfig's
-    word for that width: a model's config reads back the same whichever of the two its file wrote."""
-    head_dim, width, heads = hf.get("head_dim"), hf["hidden_size"], hf["num_attention_heads"]
-    return None if isinstance(heads, int) and heads > 0 and head_dim == width / heads else head_dim
-
-
 def config_from_llama(hf: dict, untied_head: bool | None = None) -> ModelConfig:
     """A Llama, Qwen2 or Qwen3 config.json's ModelConfig, its config class's defaults where it says nothing (or
     null); the head untied as `untied_head` says, None: as tie_word_embeddings says (encdec size, no weight read)."""
@@ -151,51 +96,22 @@ def config_from_llama(hf: dict, untied_head: bool | None = None) -> ModelConfig:
             f"config.json's hidden_act is {hf['hidden_act']!r}; encdec reads {model_type} with silu (SwiGLU) alone"
         )
     check_no_window(hf)
-    eos = hf.get("eos_token_id")
-    eos = (eos or [None])[0] if isinstance(eos, list) else eos  # the first; the list is a generation default
-    eos_id = first_set(eos, hf.get("pad_token_id"), 0)
     return ModelConfig(
-        family="decoder_only",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["hidden_size"],
-        d_ff=hf["intermediate_size"],
-        n_heads=hf["num_attention_heads"],
-        n_kv_heads=hf.get("num_key_value_heads"),
-        d_head=own_head_dim(hf),
-        n_encoder_layers=hf["num_hidden_layers"],
+        **decoder_fields(hf),
         activation="swiglu",
         norm="rmsnorm",
-        norm_eps=hf["rms_norm_eps"],
         qk_norm=model_type == "qwen3",
         **attention_biases(hf, model_type),
         position="rope",
         rope_theta=rope_theta(hf),
-        max_positions=hf["max_position_embeddings"],
         tie_embeddings=not untied_head,
         dropout=hf.get("attention_dropout", 0.0),
-        pad_id=first_set(hf.get("pad_token_id"), eos_id),  # transformers' generate pads with EOS where none is set
-        eos_id=eos_id,
-        decoder_start_id=first_set(hf.get("bos_token_id"), eos_id),  # Qwen's documents start after an EOS
     )
-
-
-def load_causal_lm(
-    path: Path, hf_config: dict, config_from: Callable[..., ModelConfig], rename: Callable[[str], str]
-) -> DecoderOnly:
-    """A decoder-only directory whose token table is model.embed_tokens and head lm_head (Llama's, Qwen's,
-    Gemma's), read by `config_from` and `rename`, its head untied where lm_head differs from the table (a tied
-    checkpoint holds none)."""
-    check_hf_model_fits(config_from(hf_config, untied_head=True), path)
-    weights = read_hf_weights(path)
-    head, table = weights.get("lm_head.weight"), weights.get("model.embed_tokens.weight")
-    untied = head is not None and table is not None and not torch.equal(head, table)
-    model = DecoderOnly(config_from(hf_config, untied))
-    return fill_from_hf(model, weights, rename, path)
 
 
 def load_hf_llama(path: Path, hf_config: dict) -> DecoderOnly:
     """A Llama, Qwen2 or Qwen3 directory."""
-    return load_causal_lm(path, hf_config, config_from_llama, llama_name)
+    return load_causal_lm(path, hf_config, config_from_llama, NAMES)
 
 
 def layout_problems(cfg: ModelConfig) -> dict[str, bool]:
@@ -230,31 +146,19 @@ def check_llama_compatible(cfg: ModelConfig, model_type: str) -> None:
     problems[f"qk_norm must be {str(needs_norm).lower()}"] = cfg.qk_norm != needs_norm
     failed = [text for text, bad in problems.items() if bad]
     if failed:
-        name = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}[model_type]
-        raise Unmet(f"this model cannot be saved as Hugging Face {name}: " + "{unmet}", failed)
+        raise Unmet(f"this model cannot be saved as Hugging Face {NAMES_OF[model_type]}: " + "{unmet}", failed)
 
 
 def llama_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Tensor], dict]:
     """A model of `model_type`'s layout: its weights under transformers' names and its config.json keys."""
     cfg = model.config
-    weights = {llama_name(name): t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
     config = {
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "intermediate_size": cfg.d_ff,
-        "num_hidden_layers": cfg.n_encoder_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads,
-        "head_dim": cfg.head_dim,
+        **stack_sizes(cfg, cfg.n_encoder_layers),
         "hidden_act": "silu",
-        "rms_norm_eps": cfg.norm_eps,
         "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
         "max_position_embeddings": cfg.max_positions,
         "tie_word_embeddings": cfg.tie_embeddings,
         "attention_dropout": cfg.dropout,
-        "pad_token_id": cfg.pad_id,
-        "eos_token_id": cfg.eos_id,
-        "bos_token_id": cfg.decoder_start_id,
     }
     if model_type == "llama":
         config |= {"attention_bias": cfg.bias or cfg.attention_bias == "qkvo", "mlp_bias": cfg.bias}
@@ -262,4 +166,16 @@ def llama_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Te
         config |= {"attention_bias": cfg.attention_bias == "qkvo"}
     if model_type != "llama":
         config |= {"use_sliding_window": False, "sliding_window": None}
-    return weights, config
+    return NAMES.weights(model), config
+
+
+LAYOUT = CausalLayout(load_hf_llama, check_llama_compatible, llama_files, LLAMA_KEYS, config_from_llama, NAMES)
+BPE = ("vocab.json", "merges.txt")  # Qwen's byte-level BPE beside its tokenizer.json
+FAMILIES = (
+    # Llama 2's SentencePiece model (Llama 3 ships tokenizer.json alone)
+    LAYOUT.family(
+        "llama", "LlamaForCausalLM", lambda cfg: not cfg.qk_norm and cfg.attention_bias != "qkv", ("tokenizer.model",)
+    ),
+    LAYOUT.family("qwen2", "Qwen2ForCausalLM", lambda cfg: cfg.attention_bias == "qkv", BPE),
+    LAYOUT.family("qwen3", "Qwen3ForCausalLM", lambda cfg: cfg.qk_norm, BPE),
+)

@@ -1,6 +1,6 @@
 """Hugging Face T5Gemma 2 checkpoints (model_type t5gemma2) <-> encdec's encoder-decoder, text alone.
 
-T5Gemma 2 (Google, 2025) is an encoder-decoder adapted from Gemma 3. What it adds to T5Gemma (hf_t5gemma):
+T5Gemma 2 (Google, 2025) is an encoder-decoder adapted from Gemma 3. What it adds to T5Gemma (interop/t5gemma):
 each head's queries and keys RMS-normed before RoPE (qk_norm); RoPE of another base in the sliding layers than
 in the global ones, whose positions may be scaled linearly (rope_local_theta, rope_theta, rope_scale); the
 encoder's sliding window split around each query, (w + 1) // 2 keys back and w // 2 ahead
@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from encdec.errors import CheckpointError, Unmet
-from encdec.interop.hf_bart import first_set
-from encdec.interop.hf_t5 import check_hf_model_fits, fill_from_hf, hf_name, read_hf_weights
-from encdec.interop.hf_t5gemma import STACK_DEFAULTS, gemma_encoder_decoder, gemma_stack, global_every, section
+from encdec.interop.checkpoint_files import load_by_names
+from encdec.interop.family import IDS, Family, NameMap, shared_table
+from encdec.interop.gemma import gemma_layout
 from encdec.models import EncoderDecoder, ModelConfig
 
 # what the two stacks must agree on, as encdec's one ModelConfig has it
@@ -41,25 +41,14 @@ SAME_IN_BOTH = (
     "rope",
 )
 TEXT_DEFAULTS = {
-    **STACK_DEFAULTS,
+    **gemma_layout.STACK_DEFAULTS,
     "vocab_size": 262208,
     "final_logit_softcapping": None,
     "attn_logit_softcapping": None,
 }
-T5GEMMA2_KEYS = {
-    "d_model": "hidden_size",
-    "d_ff": "intermediate_size",
-    "n_heads": "num_attention_heads",
-    "n_kv_heads": "num_key_value_heads",
-    "d_head": "head_dim",
-    "n_encoder_layers": "num_hidden_layers",
-    "norm_eps": "rms_norm_eps",
-    "attention_scale_dim": "query_pre_attn_scalar",
-    "attention_softcap": "attn_logit_softcapping",
-    "logit_softcap": "final_logit_softcapping",
-    "eoi_token_id": "eoi_token_index",
-    "image_token_id": "image_token_index",
-}
+T5GEMMA2_KEYS = (
+    gemma_layout.GEMMA_STACK_KEYS | {"eoi_token_id": "eoi_token_index", "image_token_id": "image_token_index"} | IDS
+)
 # ModelConfig field -> the config.json key its id is read from and transformers' default (Gemma 3's vocabulary's)
 SPECIAL_IDS = {"eoi_token_id": ("eoi_token_index", 256_000), "image_token_id": ("image_token_index", 256_001)}
 # the smallest vision tower transformers builds, written by an export (its weights are never read: see above)
@@ -72,33 +61,26 @@ PLACEHOLDER_VISION = {
     "patch_size": 14,
 }
 
-LAYER = r"(encoder|decoder)\.blocks\.(\d+)\."
-NAME_MAP = [
-    (r"((encoder|decoder)\.)?embed\.weight", "model.encoder.embed_tokens.weight"),  # one table, in three places
-    (r"((encoder|decoder)\.)?eoi_embedding", "model.encoder.embed_tokens.eoi_embedding"),
-    (r"lm_head\.weight", "lm_head.out_proj.weight"),
-    (r"(encoder|decoder)\.final_norm\.weight", r"model.\1.norm.weight"),
-    (LAYER + r"self_attn\.(q|k|v|o)\.weight", r"model.\1.layers.\2.self_attn.\3_proj.weight"),
-    (LAYER + r"self_attn\.(q|k)_norm\.weight", r"model.\1.layers.\2.self_attn.\3_norm.weight"),
-    (LAYER + r"self_attn_norm\.weight", r"model.\1.layers.\2.pre_self_attn_layernorm.weight"),
-    (LAYER + r"self_attn_post_norm\.weight", r"model.\1.layers.\2.post_self_attn_layernorm.weight"),
-    (LAYER + r"ffn_norm\.weight", r"model.\1.layers.\2.pre_feedforward_layernorm.weight"),
-    (LAYER + r"ffn_post_norm\.weight", r"model.\1.layers.\2.post_feedforward_layernorm.weight"),
-    (LAYER + r"ffn\.wi_0\.weight", r"model.\1.layers.\2.mlp.gate_proj.weight"),
-    (LAYER + r"ffn\.wi_1\.weight", r"model.\1.layers.\2.mlp.up_proj.weight"),
-    (LAYER + r"ffn\.wo\.weight", r"model.\1.layers.\2.mlp.down_proj.weight"),
-]
+# T5Gemma's stacks (the decoder's merged attention under self_attn), one token table and its end-of-image vector
+NAMES = NameMap(
+    "T5Gemma 2",
+    (
+        *shared_table("model.encoder.embed_tokens.weight"),
+        *(
+            (ours, "model.encoder.embed_tokens.eoi_embedding")
+            for ours in ("eoi_embedding", "encoder.eoi_embedding", "decoder.eoi_embedding")
+        ),
+        ("lm_head.weight", "lm_head.out_proj.weight"),
+        *gemma_layout.STACK_NAMES,
+    ),
+)
 
 
-def t5gemma2_name(our_name: str) -> str:
-    return hf_name(our_name, NAME_MAP, "T5Gemma 2")
-
-
-def t5gemma2_module_name(our_name: str) -> str:
-    """Our parameter name -> its name in transformers' T5Gemma2ForConditionalGeneration as built, where peft
+def text_model(hf_name: str) -> str:
+    """A checkpoint's tensor name -> its name in transformers' T5Gemma2ForConditionalGeneration as built, where peft
     adapts it: the encoder's text layers live under model.encoder.text_model (a checkpoint's file drops the
     text_model part, and transformers renames as it reads)."""
-    return t5gemma2_name(our_name).replace("model.encoder.", "model.encoder.text_model.", 1)
+    return hf_name.replace("model.encoder.", "model.encoder.text_model.", 1)
 
 
 def rope_of(stack: dict, side: str) -> tuple[float, float, float]:
@@ -107,24 +89,17 @@ def rope_of(stack: dict, side: str) -> tuple[float, float, float]:
     rope = stack.get("rope_parameters") or {}
     if not isinstance(rope, dict):
         raise CheckpointError(f"config.json's {side} rope_parameters must be a mapping")
-    full, sliding = rope.get("full_attention") or {}, rope.get("sliding_attention") or {}
-    for kind, values in (("full_attention", full), ("sliding_attention", sliding)):
-        allowed = ("default", "linear") if kind == "full_attention" else ("default",)
-        if values.get("rope_type", "default") not in allowed:
-            raise CheckpointError(
-                f"config.json's {side} {kind} RoPE is of type {values['rope_type']!r}; encdec reads "
-                f"{' and '.join(allowed)}"
-            )
-    scale = float(full.get("factor", 1.0)) if full.get("rope_type") == "linear" else 1.0
-    return float(full.get("rope_theta", 1_000_000.0)), scale, float(sliding.get("rope_theta", 10_000.0))
+    full = {"rope_theta": 1_000_000.0, **(rope.get("full_attention") or {})}
+    sliding = {"rope_theta": 10_000.0, **(rope.get("sliding_attention") or {})}
+    return gemma_layout.two_bases(full, sliding, f"{side} ")
 
 
 def text_stacks(hf: dict) -> dict[str, dict]:
     """The encoder's text config and the decoder's, T5Gemma 2's defaults where they say nothing."""
-    encoder = section(hf, "encoder", "the encoder's settings")
+    encoder = gemma_layout.section(hf, "encoder", "the encoder's settings")
     stacks = {
-        "encoder": section(encoder, "text_config", "the encoder's text model", within="encoder"),
-        "decoder": section(hf, "decoder", "the decoder's settings"),
+        "encoder": gemma_layout.section(encoder, "text_config", "the encoder's text model", within="encoder"),
+        "decoder": gemma_layout.section(hf, "decoder", "the decoder's settings"),
     }
     stacks = {side: {**TEXT_DEFAULTS, **values} for side, values in stacks.items()}
     for side, stack in stacks.items():
@@ -158,41 +133,16 @@ def config_from_t5gemma2(hf: dict, untied_head: bool) -> ModelConfig:
     all_full = all(t == "full_attention" for s in stacks.values() for t in s["layer_types"])
     window = None if all_full or decoder["sliding_window"] is None else decoder["sliding_window"]
     theta, scale, local_theta = decoder["rope"]
-    eos = decoder["eos_token_id"]
     return ModelConfig(
-        vocab_size=decoder["vocab_size"],
-        d_model=decoder["hidden_size"],
-        d_ff=decoder["intermediate_size"],
-        n_heads=decoder["num_attention_heads"],
-        n_kv_heads=decoder["num_key_value_heads"],
-        d_head=decoder["head_dim"],
-        n_encoder_layers=encoder["num_hidden_layers"],
-        n_decoder_layers=decoder["num_hidden_layers"],
-        activation="gated_gelu",
-        norm="gemma_rmsnorm",
-        norm_eps=decoder["rms_norm_eps"],
-        post_norms=True,
+        **gemma_layout.encoder_decoder_fields(hf, encoder, decoder, untied_head),
         qk_norm=True,
         merged_cross_attention=True,
-        scale_attention=True,
-        attention_scale_dim=decoder["query_pre_attn_scalar"],
-        attention_softcap=decoder["attn_logit_softcapping"],
         sliding_window=window,
         sliding_window_layout="split" if window else "each_side",
-        global_every=global_every(stacks) if window else 2,
-        position="rope",
+        global_every=gemma_layout.global_every(stacks) if window else 2,
         rope_theta=theta,
         rope_scale=scale,
         rope_local_theta=local_theta if window else None,
-        rope_cross="none",
-        scale_embeddings=True,
-        scale_output=False,
-        tie_embeddings=not untied_head,
-        logit_softcap=decoder["final_logit_softcapping"],
-        dropout=hf.get("dropout_rate", 0.0),
-        pad_id=decoder["pad_token_id"],
-        eos_id=eos if isinstance(eos, int) else eos[0],
-        decoder_start_id=first_set(hf.get("decoder_start_token_id"), decoder["bos_token_id"]),  # as generate reads
         **special_ids(hf, decoder["vocab_size"]),
     )
 
@@ -216,31 +166,17 @@ def special_ids(hf: dict, vocab_size) -> dict:
 
 def load_hf_t5gemma2(path: Path, hf_config: dict) -> EncoderDecoder:
     """A T5Gemma 2 directory's text model, its head untied where lm_head.out_proj differs from the token table."""
-    check_hf_model_fits(config_from_t5gemma2(hf_config, untied_head=True), path)
-    weights = read_hf_weights(path)
-    head, table = weights.get("lm_head.out_proj.weight"), weights.get("model.encoder.embed_tokens.weight")
-    untied = head is not None and table is not None and not torch.equal(head, table)
-    model = EncoderDecoder(config_from_t5gemma2(hf_config, untied))
-    return fill_from_hf(model, weights, t5gemma2_name, path)
+    head, table = "lm_head.out_proj.weight", "model.encoder.embed_tokens.weight"
+    return load_by_names(path, hf_config, config_from_t5gemma2, EncoderDecoder, NAMES.hf, head, table)
 
 
 def check_t5gemma2_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming every setting T5Gemma 2's layout does not have."""
     problems = {
-        "position must be rope with rope_cross none": cfg.position != "rope" or cfg.rope_cross != "none",
-        "norm must be gemma_rmsnorm with post_norms": cfg.norm != "gemma_rmsnorm" or not cfg.post_norms,
-        "norm_position must be pre": cfg.norm_position != "pre",
+        **gemma_layout.encoder_decoder_problems(cfg),
         "qk_norm and merged_cross_attention must be true": not cfg.qk_norm or not cfg.merged_cross_attention,
-        "activation must be gated_gelu": cfg.activation != "gated_gelu",
-        "bias must be false": cfg.bias,
-        "scale_attention must be true": not cfg.scale_attention,
-        "scale_embeddings must be true": not cfg.scale_embeddings,
-        "scale_output must be false": cfg.scale_output,
         "shared_embeddings must be true": not cfg.shared_embeddings,
         "sliding_window_layout must be split": cfg.sliding_window is not None and cfg.sliding_window_layout != "split",
-        "embedding_norm must be false": cfg.embedding_norm,
-        "final_logits_bias must be false": cfg.final_logits_bias,
-        "n_experts must be 1": cfg.n_experts != 1,
     }
     failed = [text for text, bad in problems.items() if bad]
     if failed:
@@ -250,17 +186,17 @@ def check_t5gemma2_compatible(cfg: ModelConfig) -> None:
 def t5gemma2_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     """A T5Gemma 2-layout model's text weights under transformers' names and its config.json keys."""
     cfg = model.config
-    weights = {t5gemma2_name(name): t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+    weights = NAMES.weights(model)
     if cfg.eoi_token_id is None:  # transformers' embedding always has the vector; no token of this model reads it
         weights["model.encoder.embed_tokens.eoi_embedding"] = torch.zeros(cfg.d_model)
-    full = {"rope_type": "default", "rope_theta": cfg.rope_theta}
-    if cfg.rope_scale != 1.0:
-        full = {"rope_type": "linear", "rope_theta": cfg.rope_theta, "factor": cfg.rope_scale}
-    sliding = {"rope_type": "default", "rope_theta": cfg.rope_local_theta or cfg.rope_theta}
 
     def stack(layers: int) -> dict:
-        rope = {"full_attention": full, "sliding_attention": sliding}
-        return {**gemma_stack(cfg, layers), "rope_parameters": rope, "sliding_window": cfg.sliding_window or 4096}
+        rope = gemma_layout.two_bases_written(cfg)
+        return {
+            **gemma_layout.gemma_stack(cfg, layers),
+            "rope_parameters": rope,
+            "sliding_window": cfg.sliding_window or 4096,
+        }
 
     specials = {"eoi_token_index": cfg.eoi_token_id, "image_token_index": cfg.image_token_id}
     specials = {key: value for key, value in specials.items() if value is not None}
@@ -270,4 +206,21 @@ def t5gemma2_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict
         "mm_tokens_per_image": 1,
     }
     config = {"encoder": {**encoder, **specials}, "decoder": stack(cfg.decoder_layers), **specials}
-    return weights, config | gemma_encoder_decoder(cfg)
+    return weights, config | gemma_layout.gemma_encoder_decoder(cfg)
+
+
+FAMILIES = (
+    Family(
+        "t5gemma2",
+        "T5Gemma2ForConditionalGeneration",
+        load_hf_t5gemma2,
+        check_t5gemma2_compatible,
+        t5gemma2_files,
+        lambda cfg: cfg.merged_cross_attention,
+        T5GEMMA2_KEYS,
+        ("tokenizer.model",),
+        t5gemma2_config,
+        names=lambda cfg: NAMES,
+        module_name=text_model,
+    ),
+)

@@ -1,7 +1,7 @@
 """Hugging Face Gemma 2 and Gemma 3 text checkpoints (model_types gemma2, gemma3_text) <-> encdec's decoder-only
 family.
 
-Gemma 2 (Gemma Team 2024) is the stack T5Gemma takes for each of its own (hf_t5gemma), here alone and causal:
+Gemma 2 (Gemma Team 2024) is the stack T5Gemma takes for each of its own (interop/t5gemma), here alone and causal:
 Gemma's RMSNorm (x * (1 + weight) in float32; norm gemma_rmsnorm) before and after every sublayer (post_norms),
 grouped-query attention scaled by query_pre_attn_scalar^-0.5 (attention_scale_dim) with its scores capped at
 attn_logit_softcapping (attention_softcap), sliding-window attention in the layers layer_types names (a query
@@ -25,10 +25,24 @@ from pathlib import Path
 import torch
 
 from encdec.errors import CheckpointError, Unmet
-from encdec.interop.hf_bart import first_set
-from encdec.interop.hf_llama import LLAMA_KEYS, load_causal_lm, mapping, own_head_dim, rope_kind, rope_theta
-from encdec.interop.hf_t5 import hf_name
-from encdec.interop.hf_t5gemma import STACK_DEFAULTS, global_every
+from encdec.interop.gemma.gemma_layout import (
+    FEED_FORWARD_NORMS,
+    STACK_DEFAULTS,
+    gemma_fields,
+    gemma_stack,
+    global_every,
+    two_bases,
+    two_bases_written,
+)
+from encdec.interop.llama.llama_layout import (
+    LLAMA_KEYS,
+    CausalLayout,
+    decoder_fields,
+    decoder_names,
+    load_causal_lm,
+    mapping,
+    rope_theta,
+)
 from encdec.models import DecoderOnly, ModelConfig
 
 DEFAULTS = {  # model_type -> its config class's defaults for every key encdec reads that a config.json may omit
@@ -49,7 +63,7 @@ DEFAULTS = {  # model_type -> its config class's defaults for every key encdec r
         "sliding_window_pattern": 6,  # released files' one global layer in six, where layer_types is absent
     },
 }
-NAMES = {"gemma2": "Gemma 2", "gemma3_text": "Gemma 3"}
+TITLES = {"gemma2": "Gemma 2", "gemma3_text": "Gemma 3"}
 # ModelConfig field -> the config.json key it is read from (refusals name it)
 GEMMA_KEYS = LLAMA_KEYS | {
     "attention_scale_dim": "query_pre_attn_scalar",
@@ -59,26 +73,12 @@ GEMMA_KEYS = LLAMA_KEYS | {
     "rope_local_theta": "rope_parameters",
     "rope_scale": "rope_parameters",
 }
-
-LAYER = r"blocks\.(\d+)\."
-NAME_MAP = [
-    (r"embed\.weight", "model.embed_tokens.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),
-    (r"final_norm\.weight", "model.norm.weight"),
-    (LAYER + r"self_attn\.(q|k|v|o)\.weight", r"model.layers.\1.self_attn.\2_proj.weight"),
-    (LAYER + r"self_attn\.(q|k)_norm\.weight", r"model.layers.\1.self_attn.\2_norm.weight"),
-    (LAYER + r"self_attn_norm\.weight", r"model.layers.\1.input_layernorm.weight"),
-    (LAYER + r"self_attn_post_norm\.weight", r"model.layers.\1.post_attention_layernorm.weight"),
-    (LAYER + r"ffn_norm\.weight", r"model.layers.\1.pre_feedforward_layernorm.weight"),
-    (LAYER + r"ffn_post_norm\.weight", r"model.layers.\1.post_feedforward_layernorm.weight"),
-    (LAYER + r"ffn\.wi_0\.weight", r"model.layers.\1.mlp.gate_proj.weight"),
-    (LAYER + r"ffn\.wi_1\.weight", r"model.layers.\1.mlp.up_proj.weight"),
-    (LAYER + r"ffn\.wo\.weight", r"model.layers.\1.mlp.down_proj.weight"),
-]
-
-
-def gemma_name(our_name: str) -> str:
-    return hf_name(our_name, NAME_MAP, "Gemma")
+NAMES = decoder_names(
+    "Gemma",
+    ("self_attn_norm", "input_layernorm"),
+    ("self_attn_post_norm", "post_attention_layernorm"),
+    *FEED_FORWARD_NORMS,
+)
 
 
 def gemma3_rope(hf: dict) -> tuple[float, float, float]:
@@ -90,17 +90,7 @@ def gemma3_rope(hf: dict) -> tuple[float, float, float]:
     full |= mapping(hf, "rope_scaling")  # a released file's scaling is the global layers'
     full.setdefault("rope_theta", hf.get("rope_theta", 1_000_000.0))
     sliding.setdefault("rope_theta", hf.get("rope_local_base_freq", 10_000.0))
-    for kind, values, allowed in (
-        ("full_attention", full, ("default", "linear")),
-        ("sliding_attention", sliding, ("default",)),
-    ):
-        if rope_kind(values) not in allowed:
-            raise CheckpointError(
-                f"config.json's {kind} RoPE is of type {rope_kind(values)!r}; "
-                f"encdec reads {' and '.join(allowed)} there"
-            )
-    scale = float(full["factor"]) if rope_kind(full) == "linear" else 1.0
-    return float(full["rope_theta"]), scale, float(sliding["rope_theta"])
+    return two_bases(full, sliding)
 
 
 def layer_types(hf: dict, model_type: str) -> list[str]:
@@ -114,7 +104,7 @@ def layer_types(hf: dict, model_type: str) -> list[str]:
 
 def check_gemma_layout(hf: dict, model_type: str) -> None:
     """What Gemma 2 and Gemma 3 may set that encdec does not compute, each refused in one sentence."""
-    name = NAMES[model_type]
+    name = TITLES[model_type]
     if hf["hidden_activation"] not in ("gelu_pytorch_tanh", "gelu_new"):
         raise CheckpointError(
             f"config.json's hidden_activation is {hf['hidden_activation']!r}; encdec reads {name} with GELU (tanh)"
@@ -139,47 +129,24 @@ def config_from_gemma(hf: dict, untied_head: bool | None = None) -> ModelConfig:
     step = global_every({"model": {"num_hidden_layers": hf["num_hidden_layers"], "layer_types": types}})
     gemma3 = model_type == "gemma3_text"
     theta, scale, local_theta = gemma3_rope(hf) if gemma3 else (rope_theta(hf), 1.0, None)
-    eos = hf["eos_token_id"]
-    eos = (eos or [None])[0] if isinstance(eos, list) else eos  # generate stops at any of a list; encdec at one
-    eos_id = first_set(eos, hf["pad_token_id"], 0)
     return ModelConfig(
-        family="decoder_only",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["hidden_size"],
-        d_ff=hf["intermediate_size"],
-        n_heads=hf["num_attention_heads"],
-        n_kv_heads=hf["num_key_value_heads"],
-        d_head=own_head_dim(hf),
-        n_encoder_layers=hf["num_hidden_layers"],
-        activation="gated_gelu",
-        norm="gemma_rmsnorm",
-        norm_eps=hf["rms_norm_eps"],
-        post_norms=True,
+        **decoder_fields(hf),
+        **gemma_fields(hf),
         qk_norm=gemma3,
-        scale_attention=True,
-        attention_scale_dim=hf["query_pre_attn_scalar"],
         attention_softcap=None if gemma3 else hf["attn_logit_softcapping"],  # transformers' Gemma 3 caps none
         sliding_window=window,
         global_every=step if window else 2,
-        position="rope",
         rope_theta=theta,
         rope_scale=scale,
         rope_local_theta=local_theta if window else None,
-        max_positions=hf["max_position_embeddings"],
-        scale_embeddings=True,
-        scale_output=False,
         tie_embeddings=not untied_head,
-        logit_softcap=hf["final_logit_softcapping"],
         dropout=hf["attention_dropout"],
-        pad_id=first_set(hf["pad_token_id"], eos_id),
-        eos_id=eos_id,
-        decoder_start_id=first_set(hf["bos_token_id"], eos_id),
     )
 
 
 def load_hf_gemma(path: Path, hf_config: dict) -> DecoderOnly:
     """A Gemma 2 or Gemma 3 text directory."""
-    return load_causal_lm(path, hf_config, config_from_gemma, gemma_name)
+    return load_causal_lm(path, hf_config, config_from_gemma, NAMES)
 
 
 def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
@@ -213,48 +180,29 @@ def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
         )
     failed = [text for text, bad in problems.items() if bad]
     if failed:
-        raise Unmet(f"this model cannot be saved as Hugging Face {NAMES[model_type]}: " + "{unmet}", failed)
-
-
-def gemma_rope(cfg: ModelConfig, model_type: str) -> dict:
-    """rope_parameters as transformers 5 writes them: one set (Gemma 2), or the global and sliding layers' (Gemma 3)."""
-    full = {"rope_type": "default", "rope_theta": cfg.rope_theta}
-    if model_type == "gemma2":
-        return full
-    if cfg.rope_scale != 1.0:
-        full = {"rope_type": "linear", "rope_theta": cfg.rope_theta, "factor": cfg.rope_scale}
-    sliding = {"rope_type": "default", "rope_theta": cfg.rope_local_theta or cfg.rope_theta}
-    return {"full_attention": full, "sliding_attention": sliding}
+        raise Unmet(f"this model cannot be saved as Hugging Face {TITLES[model_type]}: " + "{unmet}", failed)
 
 
 def gemma_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Tensor], dict]:
     """A model of `model_type`'s layout: its weights under transformers' names and its config.json keys."""
     cfg = model.config
-    weights = {gemma_name(name): t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
-    layers = cfg.n_encoder_layers
+    full = {"rope_type": "default", "rope_theta": cfg.rope_theta}
     config = {
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "intermediate_size": cfg.d_ff,
-        "num_hidden_layers": layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads,
-        "head_dim": cfg.head_dim,
-        "hidden_activation": "gelu_pytorch_tanh",
-        "rms_norm_eps": cfg.norm_eps,
-        "query_pre_attn_scalar": cfg.attention_scale_dim or cfg.head_dim,
-        "attn_logit_softcapping": cfg.attention_softcap,
-        "final_logit_softcapping": cfg.logit_softcap,
+        **gemma_stack(cfg, cfg.n_encoder_layers),
         "sliding_window": cfg.sliding_window or 4096,  # no layer slides without one (layer_types)
-        "layer_types": ["sliding_attention" if cfg.sliding_layer(i) else "full_attention" for i in range(layers)],
-        "rope_parameters": gemma_rope(cfg, model_type),
+        "rope_parameters": full if model_type == "gemma2" else two_bases_written(cfg),
         "max_position_embeddings": cfg.max_positions,
-        "attention_bias": False,
         "use_bidirectional_attention": False,
         "tie_word_embeddings": cfg.tie_embeddings,
         "attention_dropout": cfg.dropout,
-        "pad_token_id": cfg.pad_id,
-        "eos_token_id": cfg.eos_id,
-        "bos_token_id": cfg.decoder_start_id,
     }
-    return weights, config
+    return NAMES.weights(model), config
+
+
+LAYOUT = CausalLayout(load_hf_gemma, check_gemma_compatible, gemma_files, GEMMA_KEYS, config_from_gemma, NAMES)
+SPM = ("tokenizer.model",)  # Gemma's SentencePiece model beside its tokenizer.json
+FAMILIES = (
+    LAYOUT.family("gemma2", "Gemma2ForCausalLM", lambda cfg: cfg.norm == "gemma_rmsnorm" and not cfg.qk_norm, SPM),
+    # each head's queries and keys normed
+    LAYOUT.family("gemma3_text", "Gemma3ForCausalLM", lambda cfg: cfg.norm == "gemma_rmsnorm" and cfg.qk_norm, SPM),
+)
