@@ -102,7 +102,7 @@ def test_a_misused_torchrun_environment_is_one_sentence_before_any_process_group
     assert not (tmp_path / "run").exists()
 
 
-def encdec(*args: str, launcher: list[str] | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+def encdec(*args: str, launcher: list[str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     """`encdec ARGS` in a fresh process (under `launcher`, such as torchrun, if given), outside any torchrun."""
     env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARIABLES and not k.startswith("TORCHELASTIC")}
     command = [sys.executable, *(launcher or []), "-m", "encdec", *args]
