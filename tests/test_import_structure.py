@@ -43,3 +43,22 @@ def test_a_revision_that_is_not_one_is_one_sentence():
     result = run("--rev", "no-such-revision")
     assert result.returncode == 2
     assert result.stderr.strip() == "error: 'no-such-revision' is not a revision of this repository"
+
+
+def test_the_readmes_reading_figures_are_the_scripts_within_a_tenth():
+    """The README's opening says how many lines the package is and how many a reader reads for T5; both are
+    the script's counts (round figures, within 10%), so the claim moves when the code does."""
+    import re
+
+    opening = (ROOT / "README.md").read_text().split("## ")[0].replace("\n", " ")
+    claimed = re.search(r"about ([\d,]+) lines; T5 .*? is about ([\d,]+) of them, in the (\d+) files", opening)
+    assert claimed, "the README's opening states the package's lines and T5's reading"
+    package, t5, files = (int(group.replace(",", "")) for group in claimed.groups())
+    result = run("--read", "t5")
+    total = int(re.search(r"modules, (\d+) lines\.", result.stdout).group(1))
+    reading = int(re.search(r"(\d+) lines in all\.", result.stdout).group(1))
+    listed = sum(line.startswith("- src/") for line in result.stdout.splitlines())
+    assert abs(total - package) <= package / 10, (total, package)
+    assert abs(reading - t5) <= t5 / 10, (reading, t5)
+    assert "not at this revision" not in result.stdout  # every file the reading lists exists
+    assert listed == files, (listed, files)
