@@ -77,7 +77,7 @@ from encdec.training.distributed import DistInfo
 from encdec.training.run_config import saved_config
 from encdec.training.run_data import build_run_data
 from encdec.training.samples import sample_pairs
-from encdec.training.trainer import evaluate
+from encdec.training.validation import evaluate
 
 MAX_EVAL_BATCHES = 1_000_000  # batches for the loss, examples to generate: more is a typo, not an evaluation
 OWN_SPLIT_SAMPLES = 8  # validation examples generated without --data

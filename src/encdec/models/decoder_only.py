@@ -12,9 +12,9 @@ encdec.models.causal_lm_shared lists; with experts the loss adds their aux and z
 moe_aux_decoder and moe_z_decoder. Generation prefills the prompt (see causal_lm).
 
 With position rope, norm rmsnorm and activation swiglu it is Llama's layout, which Hugging Face's Llama, Qwen2
-and Qwen3 checkpoints load into (encdec.interop.hf_llama); this family alone also takes Qwen2's biases on q, k
+and Qwen3 checkpoints load into (encdec.interop.llama); this family alone also takes Qwen2's biases on q, k
 and v (attention_bias) and Qwen3's norms of each head's queries and keys (qk_norm). With Gemma's RMSNorm before
-and after each sublayer it is Gemma 2's and Gemma 3's (encdec.interop.hf_gemma): a sliding window in every layer
+and after each sublayer it is Gemma 2's and Gemma 3's (encdec.interop.gemma): a sliding window in every layer
 but each global_every-th, whose RoPE may have a base of its own (rope_local_theta) beside the global layers'
 scaled one (rope_scale), capped logits (logit_softcap), the embedding scale rounded to the model's dtype. The
 window masks keys, in the full forward and in a step alike (the decode state keeps every key), so cached
