@@ -50,7 +50,7 @@ from encdec.cli.options import (
     resolve_device,
     whole_number,
 )
-from encdec.cli.output_paths import InputPath, OutputPath
+from encdec.cli.output_paths import InputPath, OutputPath, add_model_argument
 from encdec.data.formats import FILE_FORMATS
 from encdec.errors import ConfigError
 from encdec.evaluation.baselines import uniform_loss
@@ -87,12 +87,7 @@ GENERATION_DEFAULTS = {"max_new_tokens": 64, "num_beams": 1}  # over a checkpoin
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("evaluate", description=__doc__)
-    parser.add_argument(
-        "model",
-        metavar="MODEL",
-        type=InputPath("the model"),
-        help="a run directory, a Hugging Face model directory, or a Hub id org/name[@rev]",
-    )
+    add_model_argument(parser, "a run directory, a Hugging Face model directory, or a Hub id org/name[@rev]", "MODEL")
     parser.add_argument(
         "--data",
         nargs="+",

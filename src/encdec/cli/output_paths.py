@@ -80,10 +80,10 @@ class OutputPath:
             raise ConfigError(f"{self.flag} {path} is {what}; name {self.writes}")
 
 
-def add_model_argument(parser: argparse.ArgumentParser, help: str) -> None:
+def add_model_argument(parser: argparse.ArgumentParser, help: str, metavar: str | None = None) -> None:
     """The positional `model` a command reads (a run, checkpoint or Hugging Face directory, or a Hub id, as
-    `help` says which it takes)."""
-    parser.add_argument("model", type=InputPath("the model"), help=help)
+    `help` says which it takes), shown as `metavar` in the usage line where given."""
+    parser.add_argument("model", metavar=metavar, type=InputPath("the model"), help=help)
 
 
 def add_out_directory(parser: argparse.ArgumentParser, writes: str, help: str) -> None:
