@@ -4,6 +4,7 @@ table, and the lines a reader reads along a declared path through the code.
     python scripts/import_structure.py                 # the working tree's HEAD
     python scripts/import_structure.py --rev babfa45   # as it was at a commit
     python scripts/import_structure.py --read t5       # also: the files a reader reads for T5, with lines
+    python scripts/import_structure.py --inside interop  # the parts of one package and their imports
 
 docs/architecture.md shows its output before and after the redesign of issue 57. It reads the sources from git
 (`git ls-tree`, `git show`), so any revision can be drawn without checking it out; a package is encdec's
@@ -62,9 +63,11 @@ def sources(rev: str) -> dict[str, str]:
     return found
 
 
-def package_of(module: str) -> str:
-    """encdec.models.encoder_decoder -> encdec.models; encdec.errors -> encdec.errors; encdec -> encdec."""
-    return ".".join(module.split(".")[:2])
+def package_of(module: str, inside: str | None = None) -> str:
+    """encdec.models.encoder_decoder -> encdec.models; encdec.errors -> encdec.errors; encdec -> encdec. Inside
+    a package (`inside`, such as "interop"), one level deeper: encdec.interop.t5.t5_layout -> encdec.interop.t5."""
+    depth = 3 if inside is not None and module.startswith(f"encdec.{inside}.") else 2
+    return ".".join(module.split(".")[:depth])
 
 
 def imported_modules(name: str, text: str, known: set[str]) -> set[str]:
@@ -83,26 +86,29 @@ def imported_modules(name: str, text: str, known: set[str]) -> set[str]:
     return {module for module in found if module in known}
 
 
-def package_edges(rev: str) -> tuple[Counter, Counter, Counter]:
-    """(package -> package module-import counts, modules per package, lines per package) at `rev`."""
+def package_edges(rev: str, inside: str | None = None) -> tuple[Counter, Counter, Counter]:
+    """(package -> package module-import counts, modules per package, lines per package) at `rev`; with
+    `inside`, only the parts of that package and the imports among them."""
     texts = sources(rev)
+    if inside is not None:
+        texts = {name: text for name, text in texts.items() if name.startswith(f"encdec.{inside}.")}
     edges, modules, lines = Counter(), Counter(), Counter()
     for name, text in texts.items():
-        source = package_of(name)
+        source = package_of(name, inside)
         modules[source] += 1
         lines[source] += text.count("\n")
         for target in imported_modules(name, text, set(texts)):
-            if package_of(target) != source and package_of(target) != "encdec":
-                edges[source, package_of(target)] += 1
+            if package_of(target, inside) != source and package_of(target, inside) != "encdec":
+                edges[source, package_of(target, inside)] += 1
     return edges, modules, lines
 
 
 def short(package: str) -> str:
-    return package.removeprefix("encdec.") or "encdec"
+    return package.split(".")[-1] if package.count(".") > 1 else package.removeprefix("encdec.") or "encdec"
 
 
-def markdown(rev: str) -> str:
-    edges, modules, lines = package_edges(rev)
+def markdown(rev: str, inside: str | None = None) -> str:
+    edges, modules, lines = package_edges(rev, inside)
     out = [
         f"Import structure at `{git('rev-parse', '--short', rev).strip()}`: "
         f"{sum(modules.values())} modules, {sum(lines.values())} lines.",
@@ -136,6 +142,7 @@ def reading(rev: str, path_name: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rev", default="HEAD", help="a git revision (default: HEAD)")
+    parser.add_argument("--inside", metavar="PACKAGE", help="draw the parts of one package (models, interop, ...)")
     parser.add_argument("--read", choices=sorted(READING), help="also list the files a reader reads, with lines")
     args = parser.parse_args(argv)
     try:
@@ -143,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     except subprocess.CalledProcessError:
         print(f"error: {args.rev!r} is not a revision of this repository", file=sys.stderr)
         return 2
-    print(markdown(args.rev))
+    print(markdown(args.rev, args.inside))
     if args.read:
         print()
         print(reading(args.rev, args.read))

@@ -62,3 +62,15 @@ def test_the_readmes_reading_figures_are_the_scripts_within_a_tenth():
     assert abs(reading - t5) <= t5 / 10, (reading, t5)
     assert "not at this revision" not in result.stdout  # every file the reading lists exists
     assert listed == files, (listed, files)
+
+
+def test_inside_a_package_its_parts_are_drawn_and_counted():
+    result = run("--inside", "interop")
+    assert result.returncode == 0, result.stderr
+    tracked = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", "HEAD", "src/encdec/interop"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.split()
+    parts = [path for path in tracked if path.endswith(".py") and path != "src/encdec/interop/__init__.py"]
+    assert f": {len(parts)} modules," in result.stdout
+    edges = {tuple(line.split()[::2]) for line in result.stdout.splitlines() if "-->|" in line}
+    assert ("from_hf", "families") in edges  # loading reads the registry
