@@ -110,6 +110,10 @@ def test_a_code_the_tokenizer_lacks_or_cannot_place_is_one_sentence(tmp_path):
     tokenizer.prefix_tokens, tokenizer.suffix_tokens = [], [tokenizer.eos_token_id]  # declares no place
     with pytest.raises(ConfigError, match="src_lang has no place: NllbTokenizer puts no language code"):
         code_placement(tokenizer, "fra_Latn")
+    tokenizer = nllb()
+    tokenizer._src_lang = None  # as PLBart's tokenizer loads without a src_lang: no code shows the place
+    with pytest.raises(ConfigError, match="src_lang has no place: NllbTokenizer was loaded without a src_lang"):
+        code_placement(tokenizer, "fra_Latn")
 
 
 @pytest.mark.parametrize("family", ["nllb", "m2m100"])

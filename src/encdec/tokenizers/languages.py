@@ -79,6 +79,11 @@ def code_placement(tokenizer, code: str, option: str = "src_lang") -> tuple[list
     [eng_Latn] and [</s>], mBART's [] and [</s>, en_XX]) with its own code's id replaced by `code`'s. One
     sentence (ConfigError, naming `option`) for a code it lacks or a tokenizer that places no code."""
     wanted = language_id(tokenizer, code, option)
+    if tokenizer.src_lang is None:  # PLBart's loads so: its prefix and suffix then show no code's place
+        raise ConfigError(
+            f"{option} has no place: {type(tokenizer).__name__} was loaded without a src_lang of its own, which "
+            "shows where its codes go; load it with src_lang set"
+        )
     own = language_id(tokenizer, tokenizer.src_lang, "the tokenizer's own src_lang")
     prefix, suffix = list(tokenizer.prefix_tokens), list(tokenizer.suffix_tokens)
     if own not in prefix + suffix:
