@@ -19,39 +19,16 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from encdec.modules.attention import Attention, AttentionInputs, additive_mask
+from encdec.modules.attention import Attention, AttentionInputs
 from encdec.modules.dropout import Dropout
 from encdec.modules.fp16 import clamp_fp16
 from encdec.modules.kv_cache import LayerCache
-from encdec.modules.masks import within_window
 
 
 def for_layer(inputs: list[AttentionInputs], layer: int) -> AttentionInputs:
     """Layer `layer`'s inputs from a list of one that every layer shares (T5's bias, or none) or one per layer
     (UMT5's biases)."""
     return inputs[layer if len(inputs) > 1 else 0]
-
-
-def windowed(
-    inputs: list[AttentionInputs],
-    allowed: torch.Tensor | None,
-    pos: torch.Tensor,
-    window: int | None,
-    sliding: list[bool],
-    dtype: torch.dtype,
-    causal: bool = True,
-    split: bool = False,
-) -> list[AttentionInputs]:
-    """`inputs` (one entry every layer shares) with a sliding window of `window` (None: `inputs` as they are):
-    one entry per layer, those `sliding` names seeing only what `allowed` allows within the window of positions
-    pos (T,) or (B, T) (masks.within_window), the others inputs[0]. A whole sequence's, as a decode state's
-    `self_attentions` are a step's."""
-    if window is None:
-        return inputs
-    near = within_window(pos, pos, window, causal, split)
-    near = near if allowed is None else allowed & near
-    slides = AttentionInputs(mask=additive_mask(near, None, dtype), q_pos=pos, k_pos=pos)
-    return [slides if is_sliding else inputs[0] for is_sliding in sliding]
 
 
 def residual(x, fn, norm: nn.Module, dropout: nn.Module, pre_norm: bool, post_norm: nn.Module | None = None):
