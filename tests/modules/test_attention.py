@@ -274,3 +274,36 @@ def test_masks_broadcast_without_importing_torch_fx():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2])
+def test_a_merged_step_whose_beams_share_a_memory_row_equals_the_memory_repeated_per_beam(n_kv_heads):
+    """blocks.shared_memory_attention: 2 examples x 3 beams, each beam its own 5 keys, the example's 7 memory keys
+    (its last 2 masked) read by its 3 beams together, equal the merged attention over the memory repeated per beam
+    (what the decoder did before), GQA included; the memory is never repeated."""
+    from dataclasses import replace
+
+    from encdec.modules.blocks import shared_memory_attention
+
+    attn = Attention(d_model=16, n_heads=4, n_kv_heads=n_kv_heads, d_head=8).eval()
+    M, G = 2, 3
+    keys, values = torch.randn(M, n_kv_heads, 7, 8), torch.randn(M, n_kv_heads, 7, 8)
+    memory_mask = additive_mask(
+        torch.arange(7)[None, None, None, :] < torch.tensor([7, 5])[:, None, None, None], None, torch.float32
+    )
+    own_k, own_v = torch.randn(M * G, n_kv_heads, 4, 8), torch.randn(M * G, n_kv_heads, 4, 8)
+
+    class Written:  # a self-attention cache of 4 written columns
+        frozen = False
+
+        def append(self, k, v):
+            return torch.cat([own_k, k], dim=2), torch.cat([own_v, v], dim=2)
+
+    h = torch.randn(M * G, 1, 16)
+    inputs = AttentionInputs(mask=torch.randn(1, 4, 1, 5))
+    with torch.no_grad():
+        got = shared_memory_attention(attn, h, inputs, Written(), keys, values, memory_mask)
+        repeated = (keys.repeat_interleave(G, 0), values.repeat_interleave(G, 0))
+        merged = replace(inputs, extra_kv=repeated, extra_mask=memory_mask.repeat_interleave(G, 0))
+        want = attn(h, None, merged, Written())
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

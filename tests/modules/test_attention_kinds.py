@@ -190,8 +190,8 @@ def test_the_encoder_s_masks_are_the_kinds_masks_whole_or_by_chunks():
     ids=["t5", "umt5", "gemma-window"],
 )
 def test_a_decode_step_s_masks_are_the_decoder_kinds_masks(options):
-    """What a decode state builds for a step (bias rows, a window) is layer_mask of the decoder's kinds over the
-    written keys: the call it can make instead (Stack.layer_kinds)."""
+    """What a decode state builds for a step (bias rows, a window) from the decoder's kinds (Stack.layer_kinds,
+    DecodeState.attend_as) is layer_mask of those kinds over the written keys."""
     from encdec.modules.blocks import for_layer
 
     model = build_model(ModelConfig(family="encoder_decoder", **TINY, **options)).eval()
@@ -207,3 +207,32 @@ def test_a_decode_step_s_masks_are_the_decoder_kinds_masks(options):
             assert not want.any()
         else:
             torch.testing.assert_close(got.expand_as(want), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"relative_bias_per_layer": True}, {"position": "rope", "sliding_window": 3}],
+    ids=["t5", "umt5", "gemma-window"],
+)
+def test_a_server_batch_s_and_a_fixed_shape_step_s_masks_are_the_decoder_kinds_masks(options):
+    """The same for rows each at a column of its own (a server's batch: rows joined 3 steps apart) and for a
+    fixed-shape state (compiled steps: every one of its L columns, those not written blocked by Causal's rule)."""
+    from encdec.modules import DecodeState, RunningBatch
+    from encdec.modules.blocks import for_layer
+
+    model = build_model(ModelConfig(family="encoder_decoder", **TINY, **options)).eval()
+    batch = RunningBatch("cpu", torch.float32)
+    batch.join(model.start(torch.randint(3, 40, (2, 7)), None, max_new_tokens=8), [1, 1])
+    for _ in range(3):
+        model.step(torch.randint(3, 40, (2, 1)), batch)
+    batch.join(model.start(torch.randint(3, 40, (1, 5)), None, max_new_tokens=8), [1])
+    fixed = DecodeState.fixed(model.start(torch.randint(3, 40, (1, 7)), None, max_new_tokens=8), 9, 7)
+    fixed.advance(5)
+    for state, rows in ((batch, [3, 3, 0]), (fixed, [5])):
+        inputs = state.self_attentions(1, state.positions(1))
+        keys = torch.arange(9 if state.static else 4)
+        for layer, kinds in enumerate(model.decoder.layer_kinds()):
+            got = for_layer(inputs, layer).mask
+            for row, column in enumerate(rows):
+                want = layer_mask(kinds, None, torch.tensor([column]), keys, torch.float32)  # (1, H or 1, 1, W)
+                torch.testing.assert_close(got[row : row + 1].expand_as(want), want, rtol=0, atol=0)

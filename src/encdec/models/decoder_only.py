@@ -31,8 +31,10 @@ from encdec.models.components import build_final_norm, build_lm_head
 from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
 from encdec.models.model_config import ModelConfig
 from encdec.models.moe_losses import moe_losses
-from encdec.modules import AttentionInputs, DecodeState, RotaryEmbedding, causal_mask
-from encdec.modules.blocks import for_layer, windowed
+from encdec.models.stack import kinds_inputs
+from encdec.modules import AttentionInputs, DecodeState, RotaryEmbedding
+from encdec.modules.attention_kinds import Band, Causal, LayerKinds, Rope
+from encdec.modules.blocks import for_layer
 
 
 class DecoderOnly(PromptedLM, nn.Module):
@@ -69,24 +71,36 @@ class DecoderOnly(PromptedLM, nn.Module):
 
     def self_attentions(self, columns: StreamColumns, state: DecodeState | None) -> list[AttentionInputs]:
         """The layers' self-attention inputs: the columns' causal ones that every layer shares, or with a sliding
-        window one per layer, the sliding layers' keys fewer than sliding_window columns behind the query (a
-        step's from the decode state, a whole window's from blocks.windowed, as the encoder-decoder's decoder)."""
+        window one per layer, from the layers' kinds (a step's from the decode state, a whole window's as the
+        encoder-decoder's stacks make theirs)."""
         if self.sliding_window is None:
             return [columns.attention]
         pos = columns.positions  # (T,), or (R, T) in a step
         if state is not None:
             return state.self_attentions(pos.shape[-1], pos)
-        allowed = causal_mask(pos.shape[0], pos.shape[0], 0, pos.device)  # (T, T)
-        return windowed([columns.attention], allowed, pos, self.sliding_window, self.sliding, columns.embeddings.dtype)
+        return kinds_inputs(self.layer_kinds(), None, pos, pos, columns.embeddings.dtype)
+
+    def layer_kinds(self) -> list[LayerKinds]:
+        """Every block's self-attention as declared kinds (modules.attention_kinds): causal; a sliding block's
+        keys fewer than sliding_window columns behind the query (Gemma's); its RoPE."""
+        layers = []
+        for slides, block in zip(self.sliding, self.blocks):
+            kinds = [Causal()]
+            if self.sliding_window is not None and slides:
+                kinds.append(Band(self.sliding_window, causal=True))
+            if block.self_attn.rotary is not None:
+                kinds.append(Rope(block.self_attn.rotary))
+            layers.append(tuple(kinds))
+        return layers
 
     def window(self, tgt_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hidden, router_logits = self.hidden(tgt_ids)
         return self.logits(hidden), moe_losses([], router_logits)
 
     def new_caches(self, state: DecodeState) -> None:
-        """A step cache per block, and the window its sliding blocks' masks read."""
+        """A step cache per block, and the kinds its blocks' step masks read."""
         state.new_caches(len(self.blocks))
-        state.window, state.sliding = self.sliding_window, self.sliding
+        state.attend_as(self.layer_kinds())
 
     def advance(self, ids: torch.Tensor, state: DecodeState, last_only: bool | None = False) -> torch.Tensor | None:
         hidden, _ = self.hidden(ids, state)

@@ -171,8 +171,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         state.new_caches(len(self.decoder.blocks), attention.n_kv_heads, attention.d_head)
         k_pos = torch.arange(S, device=src_ids.device)
         state.set_memory([block.memory_kv(memory.hidden, k_pos) for block in self.decoder.blocks], memory.mask)
-        state.biases = self.decoder.relative_biases()  # T5's relative bias, UMT5's per layer, or none
-        state.window, state.sliding = self.decoder.window, self.decoder.sliding
+        state.attend_as(self.decoder.layer_kinds())  # the step masks' rules and biases
         if self.decoder.rope_cross == "prepended":  # decoder positions continue after each example's source
             lengths = memory.mask.sum(-1) if memory.mask is not None else torch.full((B,), S, device=src_ids.device)
             state.source_lengths = lengths.repeat_interleave(beams)  # (B*N,)

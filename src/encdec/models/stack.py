@@ -104,9 +104,8 @@ class Stack(nn.Module):
         return tuple(kinds)
 
     def layer_kinds(self) -> list[LayerKinds]:
-        """Every layer's self-attention kinds: what the whole-sequence masks fold, and what a decode state can read
-        to make a step's (`attention_kinds.layer_mask` of the step's query positions over the written keys), in
-        place of the relative biases, window and sliding layers `EncoderDecoder.start` hands it today."""
+        """Every layer's self-attention kinds: what the whole-sequence masks fold, and what a decode state folds
+        for a step's (DecodeState.attend_as: the rules over the step's query columns and the written keys)."""
         return [self.self_kinds(layer) for layer in range(len(self.blocks))]
 
     def self_inputs(
@@ -115,16 +114,7 @@ class Stack(nn.Module):
         """Every layer's self-attention inputs over a whole sequence of row positions row (T,), embedded and
         rotated at pos (T,) or (B, T), under `allowed` (bool (B, 1, T, T); None: all): one entry per layer, the
         layers of one kind sharing theirs; a causal layer's mask-free (SDPA's causal path) where it needs none."""
-        layers = self.layer_kinds()
-        made: dict[LayerKinds, AttentionInputs] = {}
-        for kinds in layers:
-            if kinds in made:
-                continue
-            if allowed is None and only_causal(kinds):
-                made[kinds] = AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos)
-            else:
-                made[kinds] = AttentionInputs(mask=layer_mask(kinds, allowed, row, row, dtype), q_pos=pos, k_pos=pos)
-        return [made[kinds] for kinds in layers]
+        return kinds_inputs(self.layer_kinds(), allowed, row, pos, dtype)
 
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (B, T) at positions pos (T,) or (B, T) -> (B, T, C): token embeddings plus absolute positions."""
@@ -147,6 +137,23 @@ class Stack(nn.Module):
         if isinstance(self.positions, PaddedSinusoidalPositions):
             return self.positions.count_real(ids)
         return row
+
+
+def kinds_inputs(
+    layers: list[LayerKinds], allowed: torch.Tensor | None, row: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype
+) -> list[AttentionInputs]:
+    """The self-attention inputs of layers of kinds `layers` over a whole sequence (Stack.self_inputs; the
+    decoder-only's stack): one entry per layer, the layers of one kind sharing theirs; a causal layer's
+    mask-free (SDPA's causal path) where it needs none."""
+    made: dict[LayerKinds, AttentionInputs] = {}
+    for kinds in layers:
+        if kinds in made:
+            continue
+        if allowed is None and only_causal(kinds):
+            made[kinds] = AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos)
+        else:
+            made[kinds] = AttentionInputs(mask=layer_mask(kinds, allowed, row, row, dtype), q_pos=pos, k_pos=pos)
+    return [made[kinds] for kinds in layers]
 
 
 def rotaries(cfg: ModelConfig) -> tuple[RotaryEmbedding | None, RotaryEmbedding | None]:

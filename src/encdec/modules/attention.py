@@ -125,6 +125,14 @@ class Attention(nn.Module):
             k = self.rotary(k, k_pos)
         return k, v
 
+    def queries(self, x: torch.Tensor, q_pos: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, C) -> queries (B, H, T, D), normed (qk norm) and rotated by q_pos."""
+        B, T, _ = x.shape
+        q = project(self.q, x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        return q if self.rotary is None else self.rotary(q, q_pos)
+
     def forward(
         self,
         x: torch.Tensor,
@@ -141,11 +149,7 @@ class Attention(nn.Module):
         inputs = inputs if inputs is not None else NO_INPUTS
         mask, is_causal, groups = inputs.mask, inputs.is_causal, inputs.query_groups
         B, T, _ = x.shape
-        q = project(self.q, x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
-        if self.q_norm is not None:
-            q = self.q_norm(q)
-        if self.rotary is not None:
-            q = self.rotary(q, inputs.q_pos)
+        q = self.queries(x, inputs.q_pos)  # (B, H, T, D)
         if cache is not None and cache.frozen:
             k, v = cache.keys, cache.values
         else:

@@ -19,39 +19,16 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from encdec.modules.attention import Attention, AttentionInputs, additive_mask
+from encdec.modules.attention import Attention, AttentionInputs, attention_scores, softmax
 from encdec.modules.dropout import Dropout
 from encdec.modules.fp16 import clamp_fp16
 from encdec.modules.kv_cache import LayerCache
-from encdec.modules.masks import within_window
 
 
 def for_layer(inputs: list[AttentionInputs], layer: int) -> AttentionInputs:
     """Layer `layer`'s inputs from a list of one that every layer shares (T5's bias, or none) or one per layer
     (UMT5's biases)."""
     return inputs[layer if len(inputs) > 1 else 0]
-
-
-def windowed(
-    inputs: list[AttentionInputs],
-    allowed: torch.Tensor | None,
-    pos: torch.Tensor,
-    window: int | None,
-    sliding: list[bool],
-    dtype: torch.dtype,
-    causal: bool = True,
-    split: bool = False,
-) -> list[AttentionInputs]:
-    """`inputs` (one entry every layer shares) with a sliding window of `window` (None: `inputs` as they are):
-    one entry per layer, those `sliding` names seeing only what `allowed` allows within the window of positions
-    pos (T,) or (B, T) (masks.within_window), the others inputs[0]. A whole sequence's, as a decode state's
-    `self_attentions` are a step's."""
-    if window is None:
-        return inputs
-    near = within_window(pos, pos, window, causal, split)
-    near = near if allowed is None else allowed & near
-    slides = AttentionInputs(mask=additive_mask(near, None, dtype), q_pos=pos, k_pos=pos)
-    return [slides if is_sliding else inputs[0] for is_sliding in sliding]
 
 
 def residual(x, fn, norm: nn.Module, dropout: nn.Module, pre_norm: bool, post_norm: nn.Module | None = None):
@@ -178,18 +155,44 @@ class DecoderBlock(nn.Module):
     def _merged(self, memory, self_inputs: AttentionInputs, cross_inputs: AttentionInputs, cache: LayerCache | None):
         """The merged attention (T5Gemma 2): the queries see their own keys (cached ones included) and the
         memory's in one softmax, under the self mask beside the memory mask; a memory row shared by G query rows
-        (beams) is repeated for them."""
+        (beams) is read by them together, not repeated (`shared_memory_attention`)."""
 
         def fn(h):
             if cache is not None and cache.cross_attn.frozen:
                 keys, values = cache.cross_attn.keys, cache.cross_attn.values
             else:
                 keys, values = self.self_attn.project_kv(memory, rotate=False)  # (M, K, S, D)
-            memory_mask, groups = cross_inputs.mask, cross_inputs.query_groups
-            if groups > 1:
-                keys, values = keys.repeat_interleave(groups, 0), values.repeat_interleave(groups, 0)
-                memory_mask = memory_mask.repeat_interleave(groups, 0) if memory_mask is not None else None
-            merged = replace(self_inputs, extra_kv=(keys, values), extra_mask=memory_mask)
+            if cross_inputs.query_groups > 1:
+                return shared_memory_attention(
+                    self.self_attn, h, self_inputs, cache.self_attn, keys, values, cross_inputs.mask
+                )
+            merged = replace(self_inputs, extra_kv=(keys, values), extra_mask=cross_inputs.mask)
             return self.self_attn(h, None, merged, cache and cache.self_attn)
 
         return fn
+
+
+def shared_memory_attention(
+    attn: Attention, h, inputs: AttentionInputs, cache, keys, values, memory_mask
+) -> torch.Tensor:
+    """A merged attention's step (T5Gemma 2's) whose G = R / M query rows (an example's beams) share each memory
+    row: h (R, t, C), its keys appended to `cache`; the memory's keys and values (M, K, S, D) under memory_mask
+    (M, 1, 1, S) or None -> (R, t, C). One softmax over the own scores and the memory's, the memory's scored
+    with each memory row's G rows of queries together (as cross-attention's query groups read it), so no key
+    or value is repeated per beam: the scores and probabilities (R, H, t, S) are laid out per row instead."""
+    R, T, _ = h.shape
+    q = attn.queries(h, inputs.q_pos)  # (R, H, T, D)
+    k, v = cache.append(*attn.project_kv(h, inputs.k_pos))  # (R, K, W, D)
+    (M, K, S, D), H, W = keys.shape, q.shape[1], k.shape[2]
+    G = R // M
+    grouped = q.view(M, G, H, T, D).transpose(1, 2).reshape(M, H, G * T, D)
+    shared = attention_scores(grouped, keys, memory_mask, False, attn.scale, attn.softcap)  # (M, H, G*T, S)
+    shared = shared.view(M, H, G, T, S).transpose(1, 2).reshape(R, H, T, S)
+    own = attention_scores(q, k, inputs.mask, inputs.is_causal, attn.scale, attn.softcap)  # (R, H, T, W)
+    probs = softmax(torch.cat([own, shared], dim=-1), attn.softcap)  # (R, H, T, W + S)
+    if attn.recorded is not None:
+        attn.recorded.append(probs.detach())
+    out = (probs[..., :W].reshape(R, K, H // K * T, W) @ v).view(R, H, T, D)
+    read = probs[..., W:].reshape(M, G, H, T, S).transpose(1, 2).reshape(M, K, H // K * G * T, S) @ values
+    out = out + read.view(M, H, G, T, D).transpose(1, 2).reshape(R, H, T, D)
+    return attn.project_heads(out, R, T, 1)

@@ -29,13 +29,14 @@ Three ways to run a step:
   static    nothing read on the host, every shape fixed (compiled steps, CUDA graphs): the column is a
             device tensor, attention runs over all L columns of the buffers, those not written masked.
 
-A family adds what its positions need: `biases` (relative biases, functions of query and key positions,
-each tabulated once per width: T5's one that every layer shares, or UMT5's one per layer), `source_lengths`
-(R,) where decoder positions continue after the source
-(RoPE's "prepended" cross positions), `window` and `sliding` (a sliding-window self-attention's width and
-which layers slide: their masks also block keys `window` or more columns behind the query), and
-`next_input` (R,) where the first step decodes the prompt's last token in place of generate's
-decoder-start placeholder (the causal LMs).
+A step's self-attention masks come from the layers' attention kinds (`attend_as`, encdec.modules.attention_kinds:
+the rules and biases the whole-sequence, long-input and FlexAttention masks read too): each distinct masking
+kinds one mask, their rules folded over the step's query columns and the written ones, their bias (T5's
+relative bias that every layer shares, UMT5's one per layer) tabulated once per width; a sliding layer's band
+blocks keys `width` or more columns behind the query; a causal LM's layers are causal alone unless it says
+more. A family adds what its positions need beside: `source_lengths` (R,) where decoder positions continue
+after the source (RoPE's "prepended" cross positions), and `next_input` (R,) where the first step decodes the
+prompt's last token in place of generate's decoder-start placeholder (the causal LMs).
 
 Shapes: R rows, M memory rows, K kv heads, L columns held, S memory (source) length, D head dim,
 H heads, t new columns.
@@ -43,16 +44,15 @@ H heads, t new columns.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from encdec.modules.attention import additive_mask, blocked_value
+from encdec.modules.attention_kinds import Causal, LayerKinds, layer_allows, layer_bias, only_causal
 from encdec.modules.blocks import AttentionInputs
 from encdec.modules.kv_cache import LayerCache
 from encdec.modules.layer_caches import CrossAttentionCache, SelfAttentionCache, StateBag
 
-BiasFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # q_pos (T,), k_pos (S,) -> (1, H, T, S)
+CAUSAL: LayerKinds = (Causal(),)  # a causal LM's self-attention, every layer's
 
 
 class DecodeState:
@@ -72,10 +72,9 @@ class DecodeState:
         self.memory_mask: torch.Tensor | None = None  # additive (M, 1, 1, S); None: every position real
         self.memory_width = 0  # host: S, the widest memory row's real length
         self.groups = 1  # rows per memory row (beams sharing their example's memory)
-        self.biases: list[BiasFn] = []  # the decoder's relative biases: T5's one for all layers, UMT5's per layer
-        self._bias_tables: dict[int, torch.Tensor] = {}  # bias -> (1, H, N, N) of positions 0..N-1
-        self.window: int | None = None  # sliding self-attention sees keys fewer than this many columns back
-        self.sliding: list[bool] = []  # per decoder layer: whether its self-attention slides
+        self.kinds: list[LayerKinds] = [CAUSAL]  # the distinct masking kinds of the layers' self-attentions
+        self.kind_of_layer: list[int] = []  # per layer: its entry of `kinds` (none: every layer the first)
+        self._bias_tables: dict[int, torch.Tensor | None] = {}  # kinds index -> (1, H, N, N) of positions 0..N-1
         self.source_lengths: torch.Tensor | None = None  # (R,) where positions continue after the source
         self.next_input: torch.Tensor | None = None  # (R,) the token a row's first step decodes instead
         self.substitute: torch.Tensor | None = None  # (R,) bool: rows whose next step takes next_input
@@ -127,64 +126,53 @@ class DecodeState:
         pos = self.lengths[: self.rows, None] + torch.arange(t, device=self.device)  # (R, t)
         return pos if self.pad is None else (pos - self.pad[: self.rows, None]).clamp(min=0)
 
-    def self_attentions(self, t: int, positions: torch.Tensor) -> list[AttentionInputs]:
-        """`self_attention` for every relative bias in `biases` (one entry every layer shares, or one per layer:
-        blocks.for_layer picks a layer's), or one entry without a bias; with a sliding window, one per layer."""
-        inputs = [self.self_attention(t, positions, bias) for bias in range(max(len(self.biases), 1))]
-        if self.window is None:
-            return inputs
-        near = self.self_attention(t, positions, window=self.window)  # no relative bias beside a window
-        return [near if slides else inputs[0] for slides in self.sliding]
+    def attend_as(self, layers: list[LayerKinds]) -> None:
+        """Each decoder layer's self-attention kinds (models.stack.Stack.layer_kinds): what a step's masks fold,
+        the layers of the same masking kinds (T5's shared bias; every global layer) sharing one mask."""
+        masking = [tuple(kind for kind in kinds if kind.masks) for kinds in layers]
+        self.kinds = list(dict.fromkeys(masking)) or [CAUSAL]
+        self.kind_of_layer = [self.kinds.index(kinds) for kinds in masking]
+        self._bias_tables = {}
 
-    def self_attention(
-        self, t: int, positions: torch.Tensor, bias_index: int = 0, window: int | None = None
-    ) -> AttentionInputs:
-        """The inputs of a causal attention over the written columns for the next t columns of every row
-        (self-attention; the research families' cross-attention to their advancing encoder), with relative
-        bias `bias_index` of `biases` where there are any, over the keys fewer than `window` columns back
-        where given."""
-        R = self.rows
-        has_bias = bool(self.biases)
-        if self.static:
-            keys = torch.arange(self.capacity, device=self.device)
-            allowed = keys <= self.position
-            if window is not None:
-                allowed = allowed & (keys > self.position - window)
-            allowed = allowed[None, None, None, :]  # (1, 1, 1, L)
-            bias = self.bias_rows(self.position, bias_index) if has_bias else None
-            return AttentionInputs(mask=masked(allowed, bias, self.dtype), q_pos=positions, k_pos=positions)
-        width = self.columns + t
-        if self.aligned and self.columns == 0 and t > 1 and self.pad is None and not has_bias and window is None:
-            return AttentionInputs(is_causal=True, q_pos=positions, k_pos=positions)  # SDPA's mask-free path
+    def self_attentions(self, t: int, positions: torch.Tensor) -> list[AttentionInputs]:
+        """`self_attention` of each distinct masking kinds in `kinds`: one entry every layer shares, or one per
+        layer (blocks.for_layer picks a layer's)."""
+        inputs = [self.self_attention(t, positions, index) for index in range(len(self.kinds))]
+        return inputs if len(inputs) == 1 else [inputs[index] for index in self.kind_of_layer]
+
+    def self_attention(self, t: int, positions: torch.Tensor, index: int = 0) -> AttentionInputs:
+        """The inputs of an attention over the written columns for the next t columns of every row (self-
+        attention; the research families' cross-attention to their advancing encoder) under kinds[index]: its
+        kinds' rules (attention_kinds.layer_allows) folded over each query's column and the keys', beside the
+        keys a left-padded prompt does not use, with its kinds' bias. Causal's rule is what hides a row's
+        columns not written yet (rows, static); a single new column in aligned mode is the newest written
+        one, so there it allows every key and is not folded."""
+        kinds, R = self.kinds[index], self.rows
+        if self.static:  # one column, on the device
+            width, queries = self.capacity, self.position  # (1,)
+        elif self.aligned:
+            width = self.columns + t
+            if self.columns == 0 and t > 1 and self.pad is None and only_causal(kinds):
+                return AttentionInputs(is_causal=True, q_pos=positions, k_pos=positions)  # SDPA's mask-free path
+            if t == 1:
+                kinds = tuple(kind for kind in kinds if kind != CAUSAL[0])
+            queries = self.columns + torch.arange(t, device=self.device)  # (t,)
+        else:  # one column a row, each at its own
+            width, queries = self.columns + t, self.lengths[:R]  # (R,)
         keys = torch.arange(width, device=self.device)  # (W,)
-        if self.aligned:
-            allowed = None  # one new column sees every written one
-            if t > 1 or window is not None:
-                query = self.columns + torch.arange(t, device=self.device)[:, None]  # (t, 1)
-            if t > 1:  # (1, 1, t, W): causal among the new columns
-                allowed = (keys[None, :] <= query)[None, None]
-            if window is not None:  # (1, 1, t, W): and within the window
-                near = (keys[None, :] > query - window)[None, None]
-                allowed = near if allowed is None else allowed & near
-            if self.pad is not None:
-                real = (keys[None, :] >= self.pad[:R, None])[:, None, None, :]  # (R, 1, 1, W)
-                allowed = real if allowed is None else real & allowed
-            bias = None
-            if has_bias:
-                bias = self.bias_table(width, bias_index)[:, :, self.columns : width, :width]  # (1, H, t, W)
-            mask = bias if allowed is None else masked(allowed, bias, self.dtype)
-            return AttentionInputs(mask=mask, q_pos=positions, k_pos=positions)
-        lengths = self.lengths[:R]
-        allowed = keys[None, :] <= lengths[:, None]  # (R, W): each row up to its own column
-        if window is not None:
-            allowed &= keys[None, :] > lengths[:, None] - window
-        if self.pad is not None:
-            allowed &= keys[None, :] >= self.pad[:R, None]
-        allowed = allowed[:, None, None, :]  # (R, 1, 1, W)
-        bias = None
-        if has_bias:  # each row's bias row, at its own position
-            bias = self.bias_table(width, bias_index)[0][:, lengths, :width].transpose(0, 1)[:, :, None]  # (R, H, 1, W)
-        return AttentionInputs(mask=masked(allowed, bias, self.dtype), q_pos=positions, k_pos=positions)
+        allowed = layer_allows(kinds, queries[:, None], keys[None, :])  # (t, W) or (R, W)
+        if allowed is not None:
+            allowed = allowed[None, None] if self.aligned or self.static else allowed[:, None, None]
+        if self.pad is not None and not self.static:
+            real = (keys[None, :] >= self.pad[:R, None])[:, None, None, :]  # (R, 1, 1, W)
+            allowed = real if allowed is None else real & allowed
+        bias = self.bias_table(index, width)
+        if bias is not None:  # each query column's row over the W keys
+            if self.aligned and not self.static:
+                bias = bias[:, :, self.columns : width, :width]  # (1, H, t, W)
+            else:  # (1, H, 1 or R, W) -> static's (1, H, 1, L), rows' (R, H, 1, W)
+                bias = bias.index_select(2, queries)[..., :width].transpose(0, 2)
+        return AttentionInputs(mask=additive_mask(allowed, bias, self.dtype), q_pos=positions, k_pos=positions)
 
     def memory_attention(self, positions: torch.Tensor) -> AttentionInputs:
         """The inputs of cross-attention to the fixed memory for queries at `positions` ((t,) or (R, t))."""
@@ -205,20 +193,17 @@ class DecodeState:
             self._layers = [LayerCache(c, m) for c, m in zip(self.caches, memory)]
         return self._layers
 
-    def bias_table(self, width: int, bias_index: int = 0) -> torch.Tensor:
-        """(1, H, N, N) of relative bias `bias_index` for positions 0..N-1, N >= width (made again, doubled, when
-        outgrown)."""
-        table = self._bias_tables.get(bias_index)
-        if table is None or table.shape[-1] < width:
-            n = max(width, self.capacity, 2 * (0 if table is None else table.shape[-1]))
-            pos = torch.arange(n, device=self.device)
-            table = self._bias_tables[bias_index] = self.biases[bias_index](pos, pos).to(self.dtype).contiguous()
+    def bias_table(self, index: int, width: int) -> torch.Tensor | None:
+        """(1, H, N, N) of kinds[index]'s position terms of the scores (T5's relative bias) for positions
+        0..N-1, N >= width, tabulated once (made again, doubled, when outgrown); None where they add none."""
+        held = self._bias_tables.get(index)
+        if index in self._bias_tables and (held is None or held.shape[-1] >= width):
+            return held
+        n = max(width, self.capacity, 2 * (0 if held is None else held.shape[-1]))
+        pos = torch.arange(n, device=self.device)
+        table = layer_bias(self.kinds[index], pos, pos)
+        table = self._bias_tables[index] = None if table is None else table.to(self.dtype).contiguous()
         return table
-
-    def bias_rows(self, position: torch.Tensor, bias_index: int = 0) -> torch.Tensor:
-        """Static mode: the row of `position` (1,) of bias `bias_index` over all L keys, (1, H, 1, L), chosen on
-        the device."""
-        return self.bias_table(self.capacity, bias_index).index_select(2, position)[..., : self.capacity]
 
     def first_inputs(self, tgt_ids: torch.Tensor) -> torch.Tensor:
         """tgt_ids (R, t) with each first step's placeholder replaced by the row's `next_input`."""
@@ -288,7 +273,7 @@ class DecodeState:
     def fixed(cls, like: DecodeState, capacity: int, source: int) -> DecodeState:
         """Static-mode buffers of `like`'s layout (rows, memory rows, caches) for `capacity` columns and a memory
         of `source` positions (masked past each row's own), made once and filled anew by `load` for every
-        call of that shape; relative biases are tabulated here, not in the step."""
+        call of that shape; the kinds' biases are tabulated here, not in the step."""
         state = cls(like.rows, capacity, like.device, like.dtype)
         state.static = True
         state.groups, state.memory_width = like.groups, source
@@ -297,10 +282,9 @@ class DecodeState:
         state.bag.memory = [theirs.blank(state, M, source) for theirs in like.bag.memory]
         blocked = blocked_value(state.dtype, state.device.type)
         state.memory_mask = torch.full((M, 1, 1, source), blocked, dtype=state.dtype, device=state.device)
-        state.biases = like.biases
-        state.window, state.sliding = like.window, like.sliding
-        for bias_index in range(len(state.biases)):
-            state.bias_table(capacity, bias_index)
+        state.kinds, state.kind_of_layer = like.kinds, like.kind_of_layer
+        for index in range(len(state.kinds)):
+            state.bias_table(index, capacity)
         if like.source_lengths is not None:
             state.source_lengths = torch.zeros_like(like.source_lengths)
         return state
@@ -319,13 +303,3 @@ class DecodeState:
             self.source_lengths.copy_(other.source_lengths)
         self.lengths.zero_()
         self.columns = 0
-
-
-def masked(allowed: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-    """`bias` (or zeros) with the entries `allowed` does not allow blocked (attention.additive_mask's value),
-    without its shape arithmetic: `allowed` broadcasts to the bias's shape, or is the shape when no bias."""
-    blocked = blocked_value(dtype, allowed.device.type)
-    if bias is None:
-        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, blocked)
-    shape = tuple(max(a, b) for a, b in zip(allowed.shape, bias.shape))  # both 4-d
-    return bias.to(dtype).expand(shape).masked_fill(~allowed, blocked)

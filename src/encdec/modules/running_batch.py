@@ -69,10 +69,8 @@ class RunningBatch(DecodeState):
         if other.substitute is not None or other.next_input is not None:
             flags = self._row_tensor("substitute", torch.bool)
             flags[rows] = other.substitute[pick] if other.substitute is not None else False
-        if other.biases:
-            self.biases = other.biases
-        if other.window is not None:
-            self.window, self.sliding = other.window, other.sliding
+        if other.kinds != self.kinds:  # the model's layer kinds, from its first request on
+            self.kinds, self.kind_of_layer, self._bias_tables = other.kinds, other.kind_of_layer, {}
         self.rows += n
         self.columns = max(self.columns, other.columns)
         self._layers = None

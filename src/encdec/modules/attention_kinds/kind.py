@@ -12,7 +12,8 @@
 
 `layer_mask` folds a layer's kinds into the additive mask of a span of queries and keys (the whole sequence, or
 a chunk of rows), on top of what a batch allows (padding, packing); `layer_band` is the band the chunked path
-reads. A decode step's mask is `layer_mask` of the step's query positions over the written key positions.
+reads. A decode step's mask folds the same rules (`layer_allows`) over each row's query columns and the written
+ones, with the layer's bias tabulated once per width (modules.decode_state).
 
 Shapes: B batch, H heads, T queries, S keys.
 """
@@ -59,13 +60,19 @@ LayerKinds = tuple[AttentionKind, ...]
 def layer_rule(kinds: LayerKinds, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
     """q_pos (T,), k_pos (S,) -> (1, 1, T, S) bool: the keys every kind of the layer lets a query see; None where
     none restricts them."""
-    q, k = q_pos[:, None], k_pos[None, :]
+    allowed = layer_allows(kinds, q_pos[:, None], k_pos[None, :])
+    return None if allowed is None else allowed[None, None]
+
+
+def layer_allows(kinds: LayerKinds, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor | None:
+    """q, k: positions broadcast against each other (a decode step's: each row's query column over the written
+    ones) -> bool, True where every kind of the layer lets the query see the key; None where none restricts."""
     allowed = None
     for kind in kinds:
         seen = kind.rule(q, k)
         if seen is not None:
             allowed = seen if allowed is None else allowed & seen
-    return None if allowed is None else allowed[None, None]
+    return allowed
 
 
 def layer_bias(kinds: LayerKinds, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
