@@ -21,6 +21,7 @@ from encdec.interop import (
     marian,
     mt5,
     pegasus,
+    plbart,
     switch,
     t5,
     t5gemma,
@@ -38,6 +39,7 @@ FOLDERS = (
     pegasus,
     blenderbot,  # asked before mBART: mBART's layout with positions from 0 and no embedding norm
     bart,  # BART, mBART
+    plbart,  # BART's layout, written for a model read from PLBart (hf_model_type)
     m2m100,  # M2M100, NLLB
     t5gemma,
     t5gemma2,
