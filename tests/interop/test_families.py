@@ -49,6 +49,7 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
     "pegasus": ("transformer-tiny", {"norm_position": "pre"}),
     "bart": ("transformer-tiny", BART),
     "plbart": ("transformer-tiny", {**BART, "hf_model_type": "plbart"}),
+    "mvp": ("transformer-tiny", {**BART, "hf_model_type": "mvp"}),
     "mbart": ("transformer-tiny", {**BART, "norm_position": "pre"}),
     "blenderbot": ("transformer-tiny", {"position": "learned", "activation": "gelu", "norm_position": "pre"}),
     "m2m_100": ("transformer-tiny", {"sinusoidal_layout": "fairseq", "norm_position": "pre"}),

@@ -20,6 +20,7 @@ from encdec.interop import (
     m2m100,
     marian,
     mt5,
+    mvp,
     pegasus,
     plbart,
     switch,
@@ -40,6 +41,7 @@ FOLDERS = (
     blenderbot,  # asked before mBART: mBART's layout with positions from 0 and no embedding norm
     bart,  # BART, mBART
     plbart,  # BART's layout, written for a model read from PLBart (hf_model_type)
+    mvp,  # the same, read from MVP
     m2m100,  # M2M100, NLLB
     t5gemma,
     t5gemma2,
