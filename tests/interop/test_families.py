@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import encdec
-from encdec.errors import CheckpointError
+from encdec.errors import CheckpointError, ConfigError
 from encdec.interop import export_hf, load_hf
 from encdec.interop.families import FAMILIES, family_for
 from encdec.interop.to_hf import EXPORT_NAMES, hf_layout
@@ -48,6 +48,8 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
     "marian": ("transformer-tiny", {}),
     "pegasus": ("transformer-tiny", {"norm_position": "pre"}),
     "bart": ("transformer-tiny", BART),
+    "plbart": ("transformer-tiny", {**BART, "hf_model_type": "plbart"}),
+    "mvp": ("transformer-tiny", {**BART, "hf_model_type": "mvp"}),
     "mbart": ("transformer-tiny", {**BART, "norm_position": "pre"}),
     "blenderbot": ("transformer-tiny", {"position": "learned", "activation": "gelu", "norm_position": "pre"}),
     "m2m_100": ("transformer-tiny", {"sinusoidal_layout": "fairseq", "norm_position": "pre"}),
@@ -152,3 +154,11 @@ def test_a_stack_s_own_token_table_is_refused_not_read_as_the_shared_one(tmp_pat
     save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match=f"{prefix}encoder.embed_tokens.weight differs from {prefix}shared"):
         encdec.load_hf(tmp_path)
+
+
+def test_a_model_type_no_family_writes_is_refused_at_export_in_one_sentence():
+    """hf_model_type names a family of the registry (mT5, PLBart, MVP: layouts another family shares): any other
+    is one sentence when an export asks which family writes the model."""
+    cfg = encdec.preset("transformer-tiny", vocab_size=300, **BART, hf_model_type="gpt2")
+    with pytest.raises(ConfigError, match="^model.hf_model_type 'gpt2' is not a Hugging Face family encdec writes"):
+        hf_layout(cfg)

@@ -10,6 +10,7 @@ Qwen2 and Qwen3 into the decoder-only family; a model is written only as a famil
 first of the registry's order whose `writes` holds.
 """
 
+from encdec.errors import ConfigError
 from encdec.interop import (
     bart,
     blenderbot,
@@ -19,7 +20,9 @@ from encdec.interop import (
     m2m100,
     marian,
     mt5,
+    mvp,
     pegasus,
+    plbart,
     switch,
     t5,
     t5gemma,
@@ -37,6 +40,8 @@ FOLDERS = (
     pegasus,
     blenderbot,  # asked before mBART: mBART's layout with positions from 0 and no embedding norm
     bart,  # BART, mBART
+    plbart,  # BART's layout, written for a model read from PLBart (hf_model_type)
+    mvp,  # the same, read from MVP
     m2m100,  # M2M100, NLLB
     t5gemma,
     t5gemma2,
@@ -53,6 +58,8 @@ def family_for(cfg: ModelConfig) -> Family | None:
     those of its model family; one read from a family whose layout another shares (mT5's, T5 v1.1's) is written
     as the family it names."""
     if cfg.hf_model_type is not None:
+        if cfg.hf_model_type not in FAMILIES:
+            raise ConfigError(f"model.hf_model_type {cfg.hf_model_type!r} is not a Hugging Face family encdec writes")
         return FAMILIES[cfg.hf_model_type]
     ours = (family for family in FAMILIES.values() if family.model_family == cfg.family)
     return next((family for family in ours if family.writes(cfg)), None)

@@ -119,8 +119,9 @@ class ModelConfig:
     z_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001
     init: Literal["t5", "normal"] | None = None  # "t5": HF T5's scheme; "normal": N(0, 0.02), residuals scaled;
     # None: the family's (T5's for the encoder-decoder, nanoGPT's normal for the causal LMs and the RNN)
-    # the Hugging Face model_type an export writes where layouts coincide (mT5's is T5 v1.1's); None: the layout's
-    hf_model_type: Literal["mt5"] | None = None
+    # the Hugging Face model_type an export writes where layouts coincide (mT5's is T5 v1.1's, PLBart's and MVP's
+    # BART's): a family of interop.families' registry, which family_for checks; None: the layout's
+    hf_model_type: str | None = None
     # token ids, each below vocab_size (schema.InVocabulary), wherever the config is read from
     eoi_token_id: TokenId | None = None  # a token whose embedding is a vector of its own, unscaled (T5Gemma 2's
     # end-of-image)

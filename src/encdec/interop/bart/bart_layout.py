@@ -16,7 +16,9 @@ from encdec.errors import CheckpointError, Unmet
 from encdec.interop.checkpoint_files import check_hf_model_fits, fill_from_hf, read_weights_with_shared
 from encdec.interop.family import (
     IDS,
+    Family,
     NameMap,
+    config_read_alone,
     first_set,
     hf_layer_sizes,
     id_keys,
@@ -195,3 +197,27 @@ def sinusoidal_weights(model: EncoderDecoder) -> dict[str, torch.Tensor]:
 def vaswani_sinusoids(cfg: ModelConfig) -> bool:
     """Sinusoidal positions Marian and Pegasus write (interleaved or halves); fairseq's are M2M100's."""
     return cfg.position == "sinusoidal" and cfg.sinusoidal_layout != "fairseq"
+
+
+def named_family(model_type: str, hf_class: str, name: str, config_from_hf, tokenizer_files: tuple[str, ...]) -> Family:
+    """A family whose checkpoints are BART's layout exactly (PLBart, MVP), `name` in its refusals: nothing in the
+    layout tells it from BART, so `config_from_hf` reads it with hf_model_type `model_type`, which alone makes a
+    model written as this family (interop.families.family_for)."""
+
+    def check(cfg: ModelConfig) -> None:
+        learned = cfg.position != "learned" or cfg.position_offset != 2
+        embeddings = {"position must be learned with position_offset 2": learned}
+        check_layout(cfg, name, embeddings | {"embedding_norm must be true": not cfg.embedding_norm})
+
+    return Family(
+        model_type,
+        hf_class,
+        lambda path, hf_config: load_layout(path, config_from_hf, hf_config),
+        check,
+        lambda model: (layout_weights(model.state_dict(), model.config), layout_hf_config(model.config)),
+        lambda cfg: cfg.hf_model_type == model_type,
+        BART_KEYS,
+        tokenizer_files,
+        config_read_alone(config_from_hf),
+        names=names_for,
+    )
