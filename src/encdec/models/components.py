@@ -96,14 +96,14 @@ def build_ffn(cfg: ModelConfig, dropout: float, sparse: bool = True) -> nn.Modul
     """A mixture of experts when n_experts > 1 and the layer is `sparse` (ModelConfig.moe_layer), else a
     feed-forward; `dropout` acts between its two projections (the encoder-decoder's cfg.dropout; 0 for
     nanoGPT's MLP)."""
-    if cfg.n_experts > 1 and sparse:
+    if cfg.experts.count > 1 and sparse:
         return MoE(
             cfg.d_model,
             cfg.d_ff,
-            cfg.n_experts,
-            cfg.moe_top_k,
-            cfg.moe_renormalize,
-            cfg.moe_activation,
+            cfg.experts.count,
+            cfg.experts.top_k,
+            cfg.experts.renormalize,
+            cfg.experts.activation,
             cfg.bias,
             dropout,
         )

@@ -16,8 +16,8 @@ ENCODER_OWN = frozenset(f"encoder_{key}" for key in ENCODER_WIDTHS)
 # the RNN's options. Each family adds its own to these.
 LM_UNUSED = frozenset(
     {
-        "moe_every",
-        "decoder_moe_every",
+        "experts.every",
+        "experts.decoder_every",
         "sinusoidal_layout",
         "position_offset",
         "relative_buckets",
@@ -90,14 +90,7 @@ UNUSED_BY_FAMILY = {
             "scale_embeddings",
             "scale_output",
             "final_logits_bias",
-            "n_experts",
-            "moe_every",
-            "decoder_moe_every",
-            "moe_top_k",
-            "moe_renormalize",
-            "moe_activation",
-            "aux_loss_coef",
-            "z_loss_coef",
+            "experts",
             "hf_model_type",
             "research",
             "post_norms",
@@ -207,17 +200,16 @@ def check_sliding_window(cfg: ModelConfig) -> None:
 
 def check_moe_layout(cfg: ModelConfig) -> None:
     """A step of sparse layers needs experts and must fit its stack, which so keeps at least one sparse layer."""
-    decoder_key = "decoder_moe_every" if cfg.decoder_moe_every is not None else "moe_every"
-    for key, step, side, layers in (
-        ("moe_every", cfg.moe_every, "encoder", cfg.n_encoder_layers),
-        (decoder_key, cfg.decoder_moe_every or cfg.moe_every, "decoder", cfg.decoder_layers),
-    ):
-        if cfg.n_experts == 1 and (step != 1 or key == "decoder_moe_every"):
-            raise ConfigError(f"model.{key} acts only with model.n_experts above 1; remove it")
+    experts = cfg.experts
+    decoder_key = "decoder_every" if experts.decoder_every is not None else "every"
+    for key, side, layers in (("every", "encoder", cfg.n_encoder_layers), (decoder_key, "decoder", cfg.decoder_layers)):
+        step = experts.step(side == "decoder")
+        if experts.count == 1 and (step != 1 or key == "decoder_every"):
+            raise ConfigError(f"model.experts.{key} acts only with model.experts.count above 1; remove it")
         if step > layers:
-            hint = "; set model.decoder_moe_every" if side == "decoder" and key == "moe_every" else ""
+            hint = "; set model.experts.decoder_every" if side == "decoder" and key == "every" else ""
             plural = "s" if layers > 1 else ""
-            raise ConfigError(f"model.{key} ({step}) exceeds the {side}'s {layers} layer{plural}{hint}")
+            raise ConfigError(f"model.experts.{key} ({step}) exceeds the {side}'s {layers} layer{plural}{hint}")
 
 
 def check_lm_config(cfg: ModelConfig) -> None:

@@ -10,8 +10,9 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replac
 from typing import Annotated, Literal
 
 from encdec.errors import ConfigError, refuse_unknown_keys
+from encdec.models.config_specs import SPECS, Experts, Layers, moved_to_specs
 from encdec.models.research_config import ResearchOptions
-from encdec.schema import Count, Positive, Range, TokenId, check, check_vocabulary
+from encdec.schema import Count, Positive, Range, TokenId, check, check_vocabulary, read
 
 # Settings whose default depends on the family: None takes the family's value (T5's for the
 # encoder-decoder, nanoGPT's for the causal LMs); a family without an entry does not use the setting.
@@ -24,15 +25,11 @@ FAMILY_DEFAULTS = {
 
 
 ENCODER_WIDTHS = ("d_model", "d_ff", "n_heads", "n_kv_heads", "d_head")  # what encoder_* may set apart
-MAX_LAYERS = 4096  # per stack; the deepest trained transformers have a few hundred
-MAX_EXPERTS = 4096  # Switch-C has 2048; each expert is its own modules in every layer
-MAX_COEF = 1e6  # a loss coefficient: the auxiliary losses' are 1e-3 to 1e-2
 # Each field's type, allowed values and bounds are declared on it (encdec.schema) and checked when a config
 # is made (from YAML, a config.json or Python): a zero or negative size is one sentence, not a traceback or
 # a model missing a stack. Counts of modules are bounded here (a million layers of width 16 would take
 # minutes to build); how many parameters a model may have is the memory estimate's to say
 # (models/weights_memory.py), against what the device has free.
-Layers = Annotated[int, Range(1, MAX_LAYERS)]
 Softcap = Annotated[float, Range(0, 1e6, above=True)]  # c in c * tanh(x / c); Gemma 2's are 50 and 30
 
 
@@ -109,14 +106,7 @@ class ModelConfig:
     final_logits_bias: bool = False  # a fixed bias added to the logits (Marian, BART)
     logit_softcap: Softcap | None = None  # logits capped c * tanh(l / c) (Gemma 2's final_logit_softcapping)
     dropout: Annotated[float, Range(0, 1, below=True)] = 0.1
-    n_experts: Annotated[int, Range(1, MAX_EXPERTS)] = 1  # > 1: feed-forwards are mixtures of experts (moe_every)
-    moe_every: Layers = 1  # with experts, every n-th feed-forward is one, from a stack's second (see moe_layer)
-    decoder_moe_every: Layers | None = None  # None: moe_every (Switch's configs set each stack's)
-    moe_top_k: Positive = 1
-    moe_renormalize: bool = False  # gates renormalised over top-k (ROT5) or raw (Switch, default)
-    moe_activation: Literal["relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"] = "gelu"
-    aux_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001
-    z_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001
+    experts: Experts = field(default_factory=Experts)  # mixtures of experts in place of feed-forwards
     init: Literal["t5", "normal"] | None = None  # "t5": HF T5's scheme; "normal": N(0, 0.02), residuals scaled;
     # None: the family's (T5's for the encoder-decoder, nanoGPT's normal for the causal LMs and the RNN)
     # the Hugging Face model_type an export writes where layouts coincide (mT5's is T5 v1.1's); None: the layout's
@@ -135,6 +125,9 @@ class ModelConfig:
     def __post_init__(self):
         if isinstance(self.research, dict):
             self.research = ResearchOptions.from_dict(self.research)
+        for name, spec in SPECS.items():  # a spec written as a mapping (YAML, JSON, from_dict)
+            if isinstance(getattr(self, name), dict):
+                setattr(self, name, read(spec, getattr(self, name), f"model.{name}."))
         check(self, "model.")
         for key, by_family in FAMILY_DEFAULTS.items():
             if getattr(self, key) is None and self.family in by_family:
@@ -145,12 +138,11 @@ class ModelConfig:
                 f"model.relative_max_distance ({self.relative_max_distance}) must exceed half of "
                 f"model.relative_buckets ({self.relative_buckets}), which count exact distances"
             )
+        self.experts.check_top_k()
         if self.family != "rnn_seq2seq":  # the only family without attention
             self._check_heads()
         if self.position == "sinusoidal" and self.sinusoidal_layout == "fairseq" and self.d_model < 4:
             raise ConfigError(f"model.sinusoidal_layout fairseq needs d_model of 4 or more, got {self.d_model}")
-        if self.moe_top_k > self.n_experts:
-            raise ConfigError(f"model.moe_top_k ({self.moe_top_k}) exceeds model.n_experts ({self.n_experts})")
         if self.family == "encoder_decoder":  # the other families refuse encoder_* (family_rules.ENCODER_OWN)
             self._check_encoder_widths()
 
@@ -230,17 +222,16 @@ class ModelConfig:
         return self.sliding_window is not None and (layer + 1) % self.global_every != 0
 
     def moe_layer(self, layer: int, decoder: bool = False) -> bool:
-        """Whether a stack's feed-forward `layer` (from 0) is a mixture of experts: with n_experts > 1, every
-        one when its step (moe_every, decoder_moe_every) is 1, else layers 1, 1 + step, 1 + 2 step, ... as
-        Switch Transformers lay them out (transformers: `i % sparse_step == 1`; a step of 2 is every other one)."""
-        step = (self.decoder_moe_every or self.moe_every) if decoder else self.moe_every
-        return self.n_experts > 1 and layer % step == 1 % step
+        """Whether a stack's feed-forward `layer` (from 0) is a mixture of experts (Experts.layer)."""
+        return self.experts.layer(layer, decoder)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict) -> "ModelConfig":
+        """The config of a mapping, in the specs' shape or the flat one written before them (MOVED)."""
+        values = moved_to_specs(values)
         refuse_unknown_keys(values, (f.name for f in fields(cls)), "unknown model key {key!r}")
         return cls(**values)
 
@@ -250,7 +241,18 @@ def default_of(f: Field):
 
 
 def refuse_unused(cfg: ModelConfig, unused: frozenset[str]) -> None:
-    """Raise ConfigError, in one sentence, for the first of `unused` that `cfg` sets away from its default."""
-    for f in fields(cfg):
-        if f.name in unused and getattr(cfg, f.name) != default_of(f):
-            raise ConfigError(f"model.{f.name} is not used by the {cfg.family} family; remove it")
+    """Raise ConfigError, in one sentence, for the first of `unused` that `cfg` sets away from its default: a
+    field ("experts", a whole spec) or a spec's field ("experts.every")."""
+    for name in sorted(unused, key=ORDER.index):
+        spec, _, key = name.rpartition(".")
+        owner = getattr(cfg, spec) if spec else cfg
+        if getattr(owner, key) != default_of(owner.__dataclass_fields__[key]):
+            raise ConfigError(f"model.{name} is not used by the {cfg.family} family; remove it")
+
+
+# every field and spec field as refuse_unused names them, in declaration order (the first refused is the first)
+ORDER = [
+    name
+    for f in fields(ModelConfig)
+    for name in (f.name, *(f"{f.name}.{g.name}" for g in (fields(SPECS[f.name]) if f.name in SPECS else ())))
+]

@@ -63,8 +63,8 @@ def feed_forward(cfg: ModelConfig, activation: str) -> int:
 
 def ffn(cfg: ModelConfig, sparse: bool = True) -> int:
     """A feed-forward, or in a sparse layer with experts a bias-free router and n_experts feed-forwards."""
-    if cfg.n_experts > 1 and sparse:
-        return cfg.d_model * cfg.n_experts + cfg.n_experts * feed_forward(cfg, cfg.moe_activation)
+    if cfg.experts.count > 1 and sparse:
+        return cfg.d_model * cfg.experts.count + cfg.experts.count * feed_forward(cfg, cfg.experts.activation)
     return feed_forward(cfg, cfg.activation)
 
 

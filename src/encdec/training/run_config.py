@@ -35,6 +35,7 @@ from torch import nn
 from encdec.data.objectives.factory import PACKABLE
 from encdec.errors import CheckpointError, ConfigError
 from encdec.generation.config import Beams
+from encdec.models.config_specs import MOVED
 from encdec.runs.adapter import TRAIN_ONLY, AdapterConfig, LoraSection
 from encdec.runs.description import Description
 from encdec.runs.model_section import ModelSection
@@ -351,6 +352,14 @@ def apply_override(values: dict, assignment: str) -> None:
     value = load_yaml(raw, f"--set {short(key)[1:-1]}'s value") if raw.strip() else None
     node = values
     parts = key.split(".")
+    model = values.get("model")
+    if (
+        parts[0] == "model"
+        and len(parts) == 2
+        and parts[1] in MOVED
+        and not (isinstance(model, dict) and parts[1] in model)
+    ):
+        parts = ["model", *MOVED[parts[1]].split(".")]  # an old flat key (n_experts) to its spec, unless written flat
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):

@@ -106,7 +106,7 @@ def encoder_decoder_problems(cfg: ModelConfig) -> dict[str, bool]:
         "scale_output must be false": cfg.scale_output,
         "embedding_norm must be false": cfg.embedding_norm,
         "final_logits_bias must be false": cfg.final_logits_bias,
-        "n_experts must be 1": cfg.n_experts != 1,
+        "experts.count must be 1": cfg.experts.count != 1,
     }
 
 
