@@ -9,7 +9,7 @@ import pytest
 import torch
 from run_kit import NINE_PAIRS, tiny_pairs_run
 
-from encdec.models.config_specs import MOVED
+from encdec.models.config_specs import MOVED, SPECS
 from encdec.modules import MoE
 from encdec.runs import open_model
 from encdec.runs.run_dir import RunDir
@@ -22,6 +22,9 @@ def moe_run(root: Path, **model) -> Path:
 
 def sparse(model) -> tuple[list[bool], list[bool]]:
     return tuple([isinstance(b.ffn, MoE) for b in stack.blocks] for stack in (model.encoder, model.decoder))
+
+
+MOVED_PARTS = {flat: place.split(".") for flat, place in MOVED.items()}
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +48,8 @@ def test_a_model_json_from_before_the_sparse_layers_opens_with_every_feed_forwar
     expected = open_model(run_dir).run.model.state_dict()
     model_json = RunDir(run_dir).checkpoint("latest").model_config
     old = json.loads(model_json.read_text())
-    experts = old.pop("experts")
-    old |= {flat: experts[place.split(".")[1]] for flat, place in MOVED.items() if "moe_every" not in flat}
+    specs = {name: old.pop(name) for name in SPECS}
+    old |= {flat: specs[spec][key] for flat, (spec, key) in MOVED_PARTS.items() if "moe_every" not in flat}
     model_json.write_text(json.dumps(old))
     reopened = open_model(run_dir).run.model
     assert sparse(reopened) == ([True, True], [True, True])

@@ -3,6 +3,7 @@ one table that reads the flat keys written before them (`MOVED`).
 
     model:
       experts: {count: 8, top_k: 1, renormalize: true}     a mixture of experts in every feed-forward
+      rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
 
 Each spec's fields are checked by their declarations (encdec.schema), named by their full dotted key. A
 config written flat (`n_experts: 8`, a checkpoint's model.json or config.yaml from before the specs, a
@@ -57,7 +58,18 @@ class Experts:
         return self.count > 1 and layer % step == 1 % step
 
 
-SPECS = {"experts": Experts}  # ModelConfig's fields that are specs: name -> class
+@dataclass
+class Rnn:
+    """The RNN encoder-decoder's own settings (rnn_seq2seq, Luong et al.); every other family refuses them."""
+
+    cell: Literal["gru", "lstm"] = "gru"
+    attention: bool = True  # the decoder attends to the encoder states (Luong)
+
+    def __post_init__(self):
+        check(self, "model.rnn.")
+
+
+SPECS = {"experts": Experts, "rnn": Rnn}  # ModelConfig's fields that are specs: name -> class
 
 # Every key that moved into a spec: its flat name, as configs and checkpoints before the specs wrote it -> its place
 MOVED = {
@@ -69,6 +81,8 @@ MOVED = {
     "moe_activation": "experts.activation",
     "aux_loss_coef": "experts.aux_loss_coef",
     "z_loss_coef": "experts.z_loss_coef",
+    "rnn_cell": "rnn.cell",
+    "rnn_attention": "rnn.attention",
 }
 
 
@@ -80,9 +94,8 @@ def moved_to_specs(values: Mapping[str, Any]) -> dict[str, Any]:
         if old not in values:
             continue
         spec, key = place.split(".")
-        nested = moved.get(spec) or {}
-        if dataclasses.is_dataclass(nested):
-            nested = dataclasses.asdict(nested)
+        nested = moved.get(spec)
+        nested = spec_values(nested) if nested is None or dataclasses.is_dataclass(nested) else nested
         if not isinstance(nested, dict):
             raise ConfigError(f"model.{spec} must be a mapping, got {short(nested)}")
         if key in nested and nested[key] != values[old]:
@@ -92,3 +105,20 @@ def moved_to_specs(values: Mapping[str, Any]) -> dict[str, Any]:
             )
         moved[spec] = {**nested, key: values[old]}
     return moved
+
+
+def overlaid(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`over`'s keys on top of `base`'s (a preset's, a pretrained model's section), either shape: a spec's keys on
+    top of the base's spec (`experts: {top_k: 2}` or `moe_top_k: 2` keeps the base's count)."""
+    base, over = moved_to_specs(base), moved_to_specs(over)
+    specs = {
+        name: {**spec_values(base.get(name)), **over[name]}
+        for name in SPECS
+        if isinstance(over.get(name), dict) and isinstance(base.get(name) or {}, dict | SPECS[name])
+    }
+    return {**base, **over, **specs}
+
+
+def spec_values(spec: Any) -> dict:
+    """A spec's values as a mapping (a spec built already, or none)."""
+    return dataclasses.asdict(spec) if dataclasses.is_dataclass(spec) else dict(spec or {})

@@ -41,8 +41,7 @@ LM_UNUSED = frozenset(
         "logit_softcap",
         "shared_embeddings",  # one stack, one token table
         *ENCODER_OWN,
-        "rnn_cell",
-        "rnn_attention",
+        "rnn",
     }
 )
 # the settings of the Hugging Face decoder-only families that decoder_only takes and the research LMs do not: Qwen2's
@@ -56,7 +55,7 @@ DECODER_ONLY_OWN = frozenset(
 # family -> the fields it refuses away from their defaults (its class's UNUSED)
 UNUSED_BY_FAMILY = {
     # the research and RNN families', and the decoder-only family's attention biases (no encoder-decoder has them)
-    "encoder_decoder": frozenset({"research", "rnn_cell", "rnn_attention", "attention_bias"}),
+    "encoder_decoder": frozenset({"research", "rnn", "attention_bias"}),
     "ar_encdec": LM_UNUSED,
     "parallel_encdec": LM_UNUSED,
     # one stack: no decoder depth, cross-attention or research options

@@ -3,14 +3,19 @@
 Checked when constructed: a wrong value raises `ConfigError` naming the key and
 what it allows. Run-time state (step, RNG, data position) never lives here.
 A family declares the fields it does not use (its class's `UNUSED`); building it
-with one of them set away from its default is refused (`refuse_unused`).
+with one of them set away from its default is refused (`refuse_unused`): a field, a
+spec's field ("experts.every") or a whole spec ("rnn").
+
+Settings that belong together are specs of their own (models/config_specs.py:
+`experts`, `rnn`); configs and checkpoints written flat before them are read through
+its one table, MOVED (`from_dict`, a run config's model section, a model.json).
 """
 
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from typing import Annotated, Literal
 
 from encdec.errors import ConfigError, refuse_unknown_keys
-from encdec.models.config_specs import SPECS, Experts, Layers, moved_to_specs
+from encdec.models.config_specs import SPECS, Experts, Layers, Rnn, moved_to_specs
 from encdec.models.research_config import ResearchOptions
 from encdec.schema import Count, Positive, Range, TokenId, check, check_vocabulary, read
 
@@ -119,8 +124,7 @@ class ModelConfig:
     eos_id: TokenId = 1
     decoder_start_id: TokenId = 0
     research: ResearchOptions = field(default_factory=ResearchOptions)  # ar_encdec, parallel_encdec (SEEDS.md 3-4)
-    rnn_cell: Literal["gru", "lstm"] = "gru"  # rnn_seq2seq: gru or lstm
-    rnn_attention: bool = True  # rnn_seq2seq: the decoder attends to the encoder states (Luong)
+    rnn: Rnn = field(default_factory=Rnn)  # rnn_seq2seq's cell and attention
 
     def __post_init__(self):
         if isinstance(self.research, dict):

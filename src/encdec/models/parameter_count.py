@@ -166,9 +166,9 @@ def embedding_loss(cfg: ModelConfig) -> int:
 
 def rnn_seq2seq(cfg: ModelConfig) -> ParameterCount:
     """A GRU (3 gates) or LSTM (4) encoder and decoder, d_model wide at every layer, and Luong attention."""
-    d, gates = cfg.d_model, 3 if cfg.rnn_cell == "gru" else 4
+    d, gates = cfg.d_model, 3 if cfg.rnn.cell == "gru" else 4
     layer = gates * (2 * d * d + (2 * d if cfg.bias else 0))  # input and hidden weights (and biases)
-    attention = d * d + linear(2 * d, d, cfg.bias) if cfg.rnn_attention else 0  # score, combine
+    attention = d * d + linear(2 * d, d, cfg.bias) if cfg.rnn.attention else 0  # score, combine
     return ParameterCount(token_tables(cfg) + 2 * cfg.n_encoder_layers * layer + attention, 0)
 
 

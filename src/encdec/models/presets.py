@@ -20,6 +20,7 @@ A preset sets only fields its family uses: a family refuses the others (see buil
 """
 
 from encdec.errors import ConfigError, suggestion
+from encdec.models.config_specs import overlaid
 from encdec.models.model_config import ModelConfig
 
 # what Vaswani's Transformer and GPT-2 share, unlike T5: LayerNorm (eps 1e-5), attention scaled by sqrt(d_head),
@@ -59,8 +60,7 @@ FAMILIES.update(
         "decoder_only": dict(GPT, family="decoder_only"),
         "rnn_seq2seq": dict(
             family="rnn_seq2seq",
-            rnn_cell="gru",
-            rnn_attention=True,
+            rnn=dict(cell="gru", attention=True),
             bias=True,
             init="normal",
             tie_embeddings=True,
@@ -122,5 +122,4 @@ def preset(name: str, **overrides) -> ModelConfig:
     family, _, size = name.rpartition("-")
     if family not in SIZES or size not in SIZES[family]:
         raise ConfigError(f"unknown model preset {name!r}{suggestion(name, preset_names(), 'presets')}")
-    values = {**FAMILIES[family], **SIZES[family][size], **overrides}
-    return ModelConfig.from_dict(values)
+    return ModelConfig.from_dict(overlaid({**FAMILIES[family], **SIZES[family][size]}, overrides))

@@ -23,7 +23,7 @@ from typing import Any
 
 from encdec.errors import ConfigError, suggestion
 from encdec.models import ModelConfig, check_fields, preset, preset_names
-from encdec.models.config_specs import SPECS, moved_to_specs
+from encdec.models.config_specs import moved_to_specs, overlaid
 from encdec.schema import short, value_of
 
 # Stand-ins for what the tokenizer decides later, so a model section is checked when it loads:
@@ -65,9 +65,7 @@ class ModelSection(collections.abc.Mapping):
     def over(self, base: Mapping[str, Any]) -> "ModelSection":
         """This section's keys on top of `base` (a pretrained model's section), built; a spec's keys on top of
         the base's spec (`experts: {top_k: 2}` keeps the base's count)."""
-        base = moved_to_specs(base)
-        specs = {name: {**(base.get(name) or {}), **self.written[name]} for name in SPECS if name in self.written}
-        return ModelSection({**base, **self.written, **specs})
+        return ModelSection(overlaid(base, self.written))
 
     def build(self, vocab_size: int, pad_id: int, eos_id: int, decoder_start_id: int) -> ModelConfig:
         """The ModelConfig for a tokenizer: the built config with the tokenizer's vocabulary size and special ids

@@ -351,20 +351,27 @@ def apply_override(values: dict, assignment: str) -> None:
         raise ConfigError(f"--set takes key.sub=value, got {short(assignment)}")
     value = load_yaml(raw, f"--set {short(key)[1:-1]}'s value") if raw.strip() else None
     node = values
-    parts = key.split(".")
-    model = values.get("model")
-    if (
-        parts[0] == "model"
-        and len(parts) == 2
-        and parts[1] in MOVED
-        and not (isinstance(model, dict) and parts[1] in model)
-    ):
-        parts = ["model", *MOVED[parts[1]].split(".")]  # an old flat key (n_experts) to its spec, unless written flat
+    parts = model_key(values.get("model"), key.split("."))
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ConfigError(f"--set {key}: {part} is not a section")
     node[parts[-1]] = value
+
+
+def model_key(section: object, parts: list[str]) -> list[str]:
+    """An override's key, where the model section holds it: an old flat key (n_experts) in its spec
+    (config_specs.MOVED), and a spec's key (experts.count) flat, where the section writes it flat."""
+    if parts[0] != "model":
+        return parts
+    section = section if isinstance(section, dict) else {}
+    name = ".".join(parts[1:])
+    flat = {place: old for old, place in MOVED.items()}.get(name)
+    if flat is not None and flat in section:
+        return ["model", flat]
+    if name in MOVED and name not in section:
+        return ["model", *MOVED[name].split(".")]
+    return parts
 
 
 def saved_config(checkpoint: CheckpointDir) -> RunConfig:
