@@ -122,10 +122,10 @@ def test_t5gemma2_s_special_ids_follow_every_token_id_s_rule(field, key, value, 
     edit_json(path / "config.json", change)
     with pytest.raises(CheckpointError) as refused:
         load_hf(path)
-    assert f"model.{field} {says} (config.json's {key})" in str(refused.value)
+    assert f"model.image_tokens.{field} {says} (config.json's {key})" in str(refused.value)
     with pytest.raises(ConfigError) as refused:  # the same words from a model section
-        encdec.ModelConfig(vocab_size=VOCAB, **{field: value})
-    assert str(refused.value) == f"model.{field} {says}"
+        encdec.ModelConfig(vocab_size=VOCAB, image_tokens={field: value})
+    assert str(refused.value) == f"model.image_tokens.{field} {says}"
 
 
 def test_t5gemma2_s_default_ids_past_a_small_vocabulary_are_no_token(tmp_path):
@@ -140,7 +140,7 @@ def test_t5gemma2_s_default_ids_past_a_small_vocabulary_are_no_token(tmp_path):
 
     edit_json(path / "config.json", change)
     cfg = load_hf(path).config
-    assert (cfg.eoi_token_id, cfg.image_token_id) == (None, None)
+    assert cfg.image_tokens == encdec.models.ImageTokens()
 
 
 def test_an_eos_id_past_the_vocabulary_is_refused_alike_in_config_json_and_generation_config_json(tmp_path):

@@ -4,6 +4,7 @@ one table that reads the flat keys written before them (`MOVED`).
     model:
       experts: {count: 8, top_k: 1, renormalize: true}     a mixture of experts in every feed-forward
       rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
+      image_tokens: {eoi_token_id: 256000}                  T5Gemma 2's (read from its checkpoints)
 
 Each spec's fields are checked by their declarations (encdec.schema), named by their full dotted key. A
 config written flat (`n_experts: 8`, a checkpoint's model.json or config.yaml from before the specs, a
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from encdec.errors import ConfigError
-from encdec.schema import Positive, Range, check, short
+from encdec.schema import Positive, Range, TokenId, check, short
 
 MAX_LAYERS = 4096  # per stack; the deepest trained transformers have a few hundred
 MAX_EXPERTS = 4096  # Switch-C has 2048; each expert is its own modules in every layer
@@ -69,7 +70,23 @@ class Rnn:
         check(self, "model.rnn.")
 
 
-SPECS = {"experts": Experts, "rnn": Rnn}  # ModelConfig's fields that are specs: name -> class
+@dataclass
+class ImageTokens:
+    """T5Gemma 2's tokens of images, which encdec reads without the vision tower that makes them: the
+    encoder-decoder's alone. Each id below vocab_size (schema.InVocabulary), checked with the config's."""
+
+    eoi_token_id: TokenId | None = None  # end-of-image: a token whose embedding is a vector of its own, unscaled
+    image_token_id: TokenId | None = None  # a token that stands for an image, which a text model refuses
+
+    def __post_init__(self):
+        check(self, "model.image_tokens.")
+
+
+SPECS = {
+    "experts": Experts,
+    "rnn": Rnn,
+    "image_tokens": ImageTokens,
+}  # ModelConfig's fields that are specs: name -> class
 
 # Every key that moved into a spec: its flat name, as configs and checkpoints before the specs wrote it -> its place
 MOVED = {
@@ -83,6 +100,8 @@ MOVED = {
     "z_loss_coef": "experts.z_loss_coef",
     "rnn_cell": "rnn.cell",
     "rnn_attention": "rnn.attention",
+    "eoi_token_id": "image_tokens.eoi_token_id",
+    "image_token_id": "image_tokens.image_token_id",
 }
 
 

@@ -34,8 +34,7 @@ LM_UNUSED = frozenset(
         "qk_norm",  # T5Gemma 2's and, in the decoder-only family, Qwen3's
         "attention_bias",  # Qwen2's biases on q, k and v alone, the decoder-only family's
         "merged_cross_attention",
-        "eoi_token_id",
-        "image_token_id",
+        "image_tokens",
         "local_radius",
         "global_block_size",
         "logit_softcap",
@@ -104,8 +103,7 @@ UNUSED_BY_FAMILY = {
             "qk_norm",
             "attention_bias",
             "merged_cross_attention",
-            "eoi_token_id",
-            "image_token_id",
+            "image_tokens",
             "local_radius",
             "global_block_size",
             "logit_softcap",

@@ -7,7 +7,7 @@ with one of them set away from its default is refused (`refuse_unused`): a field
 spec's field ("experts.every") or a whole spec ("rnn").
 
 Settings that belong together are specs of their own (models/config_specs.py:
-`experts`, `rnn`); configs and checkpoints written flat before them are read through
+`experts`, `rnn`, `image_tokens`); configs and checkpoints written flat before them are read through
 its one table, MOVED (`from_dict`, a run config's model section, a model.json).
 """
 
@@ -15,7 +15,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replac
 from typing import Annotated, Literal
 
 from encdec.errors import ConfigError, refuse_unknown_keys
-from encdec.models.config_specs import SPECS, Experts, Layers, Rnn, moved_to_specs
+from encdec.models.config_specs import SPECS, Experts, ImageTokens, Layers, Rnn, moved_to_specs
 from encdec.models.research_config import ResearchOptions
 from encdec.schema import Count, Positive, Range, TokenId, check, check_vocabulary, read
 
@@ -116,10 +116,8 @@ class ModelConfig:
     # None: the family's (T5's for the encoder-decoder, nanoGPT's normal for the causal LMs and the RNN)
     # the Hugging Face model_type an export writes where layouts coincide (mT5's is T5 v1.1's); None: the layout's
     hf_model_type: Literal["mt5"] | None = None
+    image_tokens: ImageTokens = field(default_factory=ImageTokens)  # T5Gemma 2's end-of-image and image tokens
     # token ids, each below vocab_size (schema.InVocabulary), wherever the config is read from
-    eoi_token_id: TokenId | None = None  # a token whose embedding is a vector of its own, unscaled (T5Gemma 2's
-    # end-of-image)
-    image_token_id: TokenId | None = None  # a token that stands for an image, which a text model refuses (T5Gemma 2)
     pad_id: TokenId = 0
     eos_id: TokenId = 1
     decoder_start_id: TokenId = 0
@@ -137,6 +135,8 @@ class ModelConfig:
             if getattr(self, key) is None and self.family in by_family:
                 setattr(self, key, by_family[self.family])
         check_vocabulary(ModelConfig, vars(self), self.vocab_size, "model.")
+        for name, spec in SPECS.items():
+            check_vocabulary(spec, vars(getattr(self, name)), self.vocab_size, f"model.{name}.")
         if self.relative_max_distance <= self.relative_buckets // 2:
             raise ConfigError(
                 f"model.relative_max_distance ({self.relative_max_distance}) must exceed half of "
@@ -162,8 +162,10 @@ class ModelConfig:
                 f"an encoder of width {self.encoder_width} cannot read the decoder's token table of width "
                 f"{self.d_model}; set model.shared_embeddings false"
             )
-        for key in ("merged_cross_attention", "eoi_token_id"):  # T5Gemma 2's: one width both stacks read
-            if self.encoder_width != self.d_model and getattr(self, key) not in (False, None):
+        one_width = {"merged_cross_attention": self.merged_cross_attention}  # T5Gemma 2's: both stacks read it
+        one_width["image_tokens.eoi_token_id"] = self.image_tokens.eoi_token_id
+        for key, value in one_width.items():
+            if self.encoder_width != self.d_model and value not in (False, None):
                 raise ConfigError(f"model.{key} needs an encoder as wide as the decoder (model.encoder_d_model)")
 
     def _check_heads(self) -> None:

@@ -93,7 +93,9 @@ def token_tables(cfg: ModelConfig) -> int:
     tables = cfg.vocab_size * (
         cfg.d_model * (1 + (not cfg.tie_embeddings)) + cfg.encoder_width * (not cfg.shared_embeddings)
     )
-    return tables + (cfg.d_model if cfg.eoi_token_id is not None else 0)  # a token's own vector (T5Gemma 2)
+    return tables + (
+        cfg.d_model if cfg.image_tokens.eoi_token_id is not None else 0
+    )  # a token's own vector (T5Gemma 2)
 
 
 def stack_norms(cfg: ModelConfig) -> int:

@@ -34,7 +34,7 @@ from encdec.interop.gemma.gemma_layout import (
     section,
 )
 from encdec.interop.llama.llama_layout import rope_kind
-from encdec.models import EncoderDecoder, ModelConfig
+from encdec.models import EncoderDecoder, ImageTokens, ModelConfig
 
 # the widths the encoder may have of its own (ModelConfig's encoder_*: the unbalanced 9B-2B)
 ENCODER_OWN_KEYS = {
@@ -132,8 +132,7 @@ def check_t5gemma_compatible(cfg: ModelConfig) -> None:
             or cfg.rope_scale != 1.0
             or cfg.sliding_window_layout != "each_side"
         ),
-        "eoi_token_id and image_token_id are T5Gemma 2's": cfg.eoi_token_id is not None
-        or cfg.image_token_id is not None,
+        "image_tokens are T5Gemma 2's": cfg.image_tokens != ImageTokens(),
     }
     failed = [text for text, bad in problems.items() if bad]
     if failed:

@@ -47,9 +47,11 @@ TEXT_DEFAULTS = {
     "attn_logit_softcapping": None,
 }
 T5GEMMA2_KEYS = (
-    gemma_layout.GEMMA_STACK_KEYS | {"eoi_token_id": "eoi_token_index", "image_token_id": "image_token_index"} | IDS
+    gemma_layout.GEMMA_STACK_KEYS
+    | {"image_tokens.eoi_token_id": "eoi_token_index", "image_tokens.image_token_id": "image_token_index"}
+    | IDS
 )
-# ModelConfig field -> the config.json key its id is read from and transformers' default (Gemma 3's vocabulary's)
+# ModelConfig.image_tokens field -> the config.json key its id is read from and transformers' default (Gemma 3's vocabulary's)
 SPECIAL_IDS = {"eoi_token_id": ("eoi_token_index", 256_000), "image_token_id": ("image_token_index", 256_001)}
 # the smallest vision tower transformers builds, written by an export (its weights are never read: see above)
 PLACEHOLDER_VISION = {
@@ -143,7 +145,7 @@ def config_from_t5gemma2(hf: dict, untied_head: bool) -> ModelConfig:
         rope_theta=theta,
         rope_scale=scale,
         rope_local_theta=local_theta if window else None,
-        **special_ids(hf, decoder["vocab_size"]),
+        image_tokens=special_ids(hf, decoder["vocab_size"]),
     )
 
 
@@ -187,7 +189,9 @@ def t5gemma2_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict
     """A T5Gemma 2-layout model's text weights under transformers' names and its config.json keys."""
     cfg = model.config
     weights = NAMES.weights(model)
-    if cfg.eoi_token_id is None:  # transformers' embedding always has the vector; no token of this model reads it
+    if (
+        cfg.image_tokens.eoi_token_id is None
+    ):  # transformers' embedding always has the vector; no token of this model reads it
         weights["model.encoder.embed_tokens.eoi_embedding"] = torch.zeros(cfg.d_model)
 
     def stack(layers: int) -> dict:
@@ -198,7 +202,7 @@ def t5gemma2_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict
             "sliding_window": cfg.sliding_window or 4096,
         }
 
-    specials = {"eoi_token_index": cfg.eoi_token_id, "image_token_index": cfg.image_token_id}
+    specials = {"eoi_token_index": cfg.image_tokens.eoi_token_id, "image_token_index": cfg.image_tokens.image_token_id}
     specials = {key: value for key, value in specials.items() if value is not None}
     encoder = {
         "text_config": stack(cfg.n_encoder_layers),
