@@ -94,7 +94,7 @@ def test_logits_equal_transformers_on_a_padded_batch(pair, left):
     reference, ours, path = pair
     assert logit_gap(reference, ours, left) < 1e-4
     cfg = ours.config
-    assert (cfg.qk_norm, cfg.merged_cross_attention, cfg.sliding_window_layout) == (True, True, "split")
+    assert (cfg.qk_norm, cfg.cross_attention.merged, cfg.sliding_window_layout) == (True, True, "split")
     assert (cfg.rope_theta, cfg.rope_scale, cfg.rope_local_theta, cfg.global_every) == (1e6, 8.0, 1e4, 2)
     assert (cfg.image_tokens.eoi_token_id, cfg.image_tokens.image_token_id) == (EOI, IMAGE)
     assert (cfg.shared_embeddings, cfg.tie_embeddings) == (True, True)

@@ -108,7 +108,8 @@ def unused_fields(family: str) -> set[str]:
 
 def refused_as(family: str, field: str) -> str:
     """The name the family's refusal of `field` gives: its place, or the whole spec the family refuses."""
-    return place(field) if place(field) in FAMILY_CLASSES[family].UNUSED else place(field).split(".")[0]
+    spec = place(field).split(".")[0]
+    return spec if spec in FAMILY_CLASSES[family].UNUSED else place(field)
 
 
 def config(family: str, **overrides) -> ModelConfig:

@@ -35,7 +35,10 @@ def test_kv_heads_not_dividing_heads_are_refused_at_load_without_reading_data(no
     "override, message",
     [
         ("model.n_heads=5", r"model\.n_heads \(5\) must divide model\.d_model \(256\)"),
-        ("model.cross_n_kv_heads=3", r"model\.cross_n_kv_heads \(3\) must divide model\.cross_n_heads \(8\)"),
+        (
+            "model.cross_n_kv_heads=3",
+            r"model\.cross_attention\.n_kv_heads \(3\) must divide model\.cross_attention\.n_heads \(8\)",
+        ),
         ("model.moe_top_k=2", r"model\.experts\.top_k \(2\) exceeds model\.experts\.count \(1\)"),
         ("model.dropout=1.5", r"model\.dropout must be in \[0, 1\), got 1\.5"),
         ("model.d_model=0", r"model\.d_model must be a positive integer, got 0"),

@@ -2,6 +2,7 @@
 one table that reads the flat keys written before them (`MOVED`).
 
     model:
+      cross_attention: {n_heads: 16, rope: none}           the decoder's attention over the encoder
       experts: {count: 8, top_k: 1, renormalize: true}     a mixture of experts in every feed-forward
       rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
       image_tokens: {eoi_token_id: 256000}                  T5Gemma 2's (read from its checkpoints)
@@ -60,6 +61,20 @@ class Experts:
 
 
 @dataclass
+class CrossAttention:
+    """The decoder's attention over the encoder's states: its heads (the self-attention's unless set), whether
+    RoPE rotates its queries and keys, or whether it is one softmax with the self-attention (T5Gemma 2)."""
+
+    n_heads: Positive | None = None  # None: model.n_heads (ar_encdec, parallel_encdec: 2 * n_heads)
+    n_kv_heads: Positive | None = None  # None: model.n_kv_heads
+    rope: Literal["relative", "prepended", "none"] = "relative"  # with RoPE: i and j from 0, encoder first, or none
+    merged: bool = False  # the decoder's self- and cross-attention one softmax over both keys, one set of projections
+
+    def __post_init__(self):
+        check(self, "model.cross_attention.")
+
+
+@dataclass
 class Rnn:
     """The RNN encoder-decoder's own settings (rnn_seq2seq, Luong et al.); every other family refuses them."""
 
@@ -82,14 +97,15 @@ class ImageTokens:
         check(self, "model.image_tokens.")
 
 
-SPECS = {
-    "experts": Experts,
-    "rnn": Rnn,
-    "image_tokens": ImageTokens,
-}  # ModelConfig's fields that are specs: name -> class
+# ModelConfig's fields that are specs: name -> class
+SPECS = {"cross_attention": CrossAttention, "experts": Experts, "rnn": Rnn, "image_tokens": ImageTokens}
 
 # Every key that moved into a spec: its flat name, as configs and checkpoints before the specs wrote it -> its place
 MOVED = {
+    "cross_n_heads": "cross_attention.n_heads",
+    "cross_n_kv_heads": "cross_attention.n_kv_heads",
+    "rope_cross": "cross_attention.rope",
+    "merged_cross_attention": "cross_attention.merged",
     "n_experts": "experts.count",
     "moe_every": "experts.every",
     "decoder_moe_every": "experts.decoder_every",

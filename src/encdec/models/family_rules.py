@@ -6,6 +6,7 @@ The family classes refuse through `check_family` before they build anything; a c
 """
 
 from encdec.errors import ConfigError
+from encdec.models.config_specs import CrossAttention
 from encdec.models.model_config import CAUSAL_LMS, ENCODER_WIDTHS, ModelConfig, refuse_unused
 
 # an encoder of its own widths, the transformer encoder-decoder's alone (T5Gemma's unbalanced adaptation)
@@ -33,7 +34,7 @@ LM_UNUSED = frozenset(
         "rope_scale",
         "qk_norm",  # T5Gemma 2's and, in the decoder-only family, Qwen3's
         "attention_bias",  # Qwen2's biases on q, k and v alone, the decoder-only family's
-        "merged_cross_attention",
+        "cross_attention.merged",
         "image_tokens",
         "local_radius",
         "global_block_size",
@@ -58,8 +59,7 @@ UNUSED_BY_FAMILY = {
     "ar_encdec": LM_UNUSED,
     "parallel_encdec": LM_UNUSED,
     # one stack: no decoder depth, cross-attention or research options
-    "decoder_only": (LM_UNUSED - DECODER_ONLY_OWN)
-    | {"n_decoder_layers", "cross_n_heads", "cross_n_kv_heads", "rope_cross", "research"},
+    "decoder_only": (LM_UNUSED - DECODER_ONLY_OWN) | {"n_decoder_layers", "cross_attention", "research"},
     # the transformer's settings: attention, feed-forward, norms, positions, experts, head scaling
     "rnn_seq2seq": frozenset(
         {
@@ -68,8 +68,7 @@ UNUSED_BY_FAMILY = {
             "n_kv_heads",
             "d_head",
             "d_ff",
-            "cross_n_heads",
-            "cross_n_kv_heads",
+            "cross_attention",
             "activation",
             "norm",
             "norm_eps",
@@ -84,7 +83,6 @@ UNUSED_BY_FAMILY = {
             "relative_max_distance",
             "relative_bias_per_layer",
             "rope_theta",
-            "rope_cross",
             "scale_embeddings",
             "scale_output",
             "final_logits_bias",
@@ -102,7 +100,6 @@ UNUSED_BY_FAMILY = {
             "rope_scale",
             "qk_norm",
             "attention_bias",
-            "merged_cross_attention",
             "image_tokens",
             "local_radius",
             "global_block_size",
@@ -161,15 +158,16 @@ def check_gemma3_fields(cfg: ModelConfig) -> None:
             raise ConfigError(f"model.{key} acts only with model.position rope; remove it")
     if cfg.rope_local_theta is not None and cfg.sliding_window is None:
         raise ConfigError("model.rope_local_theta acts only with model.sliding_window, in the sliding layers")
-    if cfg.merged_cross_attention:
-        if cfg.position == "rope" and cfg.rope_cross != "none":
+    cross = cfg.cross_attention
+    if cross.merged:
+        if cfg.position == "rope" and cross.rope != "none":
             raise ConfigError(
-                "model.merged_cross_attention needs model.rope_cross none: the encoder's keys are not rotated"
+                "model.cross_attention.merged needs model.cross_attention.rope none: the encoder's keys are not rotated"
             )
-        if cfg.cross_n_heads not in (None, cfg.n_heads) or cfg.cross_n_kv_heads not in (None, cfg.n_kv_heads):
+        if cross.n_heads not in (None, cfg.n_heads) or cross.n_kv_heads not in (None, cfg.n_kv_heads):
             raise ConfigError(
-                "model.merged_cross_attention reads the encoder through the self-attention's heads; "
-                "remove model.cross_n_heads and model.cross_n_kv_heads"
+                "model.cross_attention.merged reads the encoder through the self-attention's heads; "
+                "remove model.cross_attention.n_heads and n_kv_heads"
             )
 
 
@@ -213,13 +211,17 @@ def check_lm_config(cfg: ModelConfig) -> None:
     """Refuse the position settings a causal LM cannot honour, each in one sentence."""
     if cfg.position not in ("learned", "rope"):
         raise ConfigError(f"model.family {cfg.family} needs model.position learned or rope, got {cfg.position!r}")
+    rope = cfg.cross_attention.rope
     if cfg.position == "learned":
-        for key in ("rope_theta", "rope_cross"):
-            if getattr(cfg, key) != getattr(ModelConfig, key):
+        for key, value, default in (
+            ("rope_theta", cfg.rope_theta, ModelConfig.rope_theta),
+            ("cross_attention.rope", rope, CrossAttention.rope),
+        ):
+            if value != default:
                 raise ConfigError(f"model.{key} acts only with model.position rope; remove it")
-    elif cfg.rope_cross == "prepended":
+    elif rope == "prepended":
         raise ConfigError(
-            f"model.rope_cross prepended does not apply to the {cfg.family} family, whose encoder and decoder "
+            f"model.cross_attention.rope prepended does not apply to the {cfg.family} family, whose encoder and decoder "
             "read the same positions; use relative or none"
         )
 
@@ -228,4 +230,4 @@ def check_cross_heads(cfg: ModelConfig) -> None:
     """The research encoder-decoders' cross-attention heads of their own count split d_model among them."""
     heads = cfg.cross_heads
     if heads != cfg.n_heads and cfg.d_model % heads:
-        raise ConfigError(f"model.cross_n_heads ({heads}) must divide model.d_model ({cfg.d_model})")
+        raise ConfigError(f"model.cross_attention.n_heads ({heads}) must divide model.d_model ({cfg.d_model})")

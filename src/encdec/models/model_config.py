@@ -7,7 +7,7 @@ with one of them set away from its default is refused (`refuse_unused`): a field
 spec's field ("experts.every") or a whole spec ("rnn").
 
 Settings that belong together are specs of their own (models/config_specs.py:
-`experts`, `rnn`, `image_tokens`); configs and checkpoints written flat before them are read through
+`cross_attention`, `experts`, `rnn`, `image_tokens`); configs and checkpoints written flat before them are read through
 its one table, MOVED (`from_dict`, a run config's model section, a model.json).
 """
 
@@ -15,7 +15,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replac
 from typing import Annotated, Literal
 
 from encdec.errors import ConfigError, refuse_unknown_keys
-from encdec.models.config_specs import SPECS, Experts, ImageTokens, Layers, Rnn, moved_to_specs
+from encdec.models.config_specs import SPECS, CrossAttention, Experts, ImageTokens, Layers, Rnn, moved_to_specs
 from encdec.models.research_config import ResearchOptions
 from encdec.schema import Count, Positive, Range, TokenId, check, check_vocabulary, read
 
@@ -57,8 +57,7 @@ class ModelConfig:
     encoder_n_heads: Positive | None = None
     encoder_n_kv_heads: Positive | None = None
     encoder_d_head: Positive | None = None
-    cross_n_heads: Positive | None = None  # None: n_heads (ar_encdec, parallel_encdec: 2 * n_heads)
-    cross_n_kv_heads: Positive | None = None  # None: n_kv_heads
+    cross_attention: CrossAttention = field(default_factory=CrossAttention)  # its heads, RoPE, or merged
     activation: Literal["relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"] = "relu"
     # gemma_rmsnorm: Gemma's x * (1 + weight), in float32, and its embedding scale rounded to the model's dtype
     norm: Literal["rmsnorm", "layernorm", "gemma_rmsnorm"] = "rmsnorm"
@@ -99,11 +98,6 @@ class ModelConfig:
     rope_scale: Annotated[float, Range(1, 1e6)] = 1.0  # the global layers' positions divided by it (linear RoPE
     # scaling, Gemma 3's factor 8)
     qk_norm: bool = False  # each head's queries and keys normed (RMS) before RoPE (Gemma 3, Qwen3)
-    merged_cross_attention: bool = False  # the decoder's self- and cross-attention one softmax over both keys,
-    # through one set of projections (T5Gemma 2)
-    rope_cross: Literal["relative", "prepended", "none"] = (
-        "relative"  # RoPE in cross-attention: i and j from 0, encoder first, or none
-    )
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani)
     tie_embeddings: bool = True  # the LM head shares the token embedding matrix
     shared_embeddings: bool = True  # the encoder reads the decoder's token table; false: its own (T5Gemma)
@@ -162,7 +156,7 @@ class ModelConfig:
                 f"an encoder of width {self.encoder_width} cannot read the decoder's token table of width "
                 f"{self.d_model}; set model.shared_embeddings false"
             )
-        one_width = {"merged_cross_attention": self.merged_cross_attention}  # T5Gemma 2's: both stacks read it
+        one_width = {"cross_attention.merged": self.cross_attention.merged}  # T5Gemma 2's: both stacks read it
         one_width["image_tokens.eoi_token_id"] = self.image_tokens.eoi_token_id
         for key, value in one_width.items():
             if self.encoder_width != self.d_model and value not in (False, None):
@@ -173,17 +167,19 @@ class ModelConfig:
             raise ConfigError(
                 f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model}), or set model.d_head"
             )
-        for heads, kv in (("n_heads", "n_kv_heads"), ("cross_n_heads", "cross_n_kv_heads")):
-            h = self.n_heads if heads == "n_heads" else self.cross_heads
-            k = getattr(self, kv) or (self.n_kv_heads if kv == "cross_n_kv_heads" else None) or h
+        cross = self.cross_attention
+        for heads, kv, h, k in (
+            ("n_heads", "n_kv_heads", self.n_heads, self.n_kv_heads or self.n_heads),
+            ("cross_attention.n_heads", "cross_attention.n_kv_heads", self.cross_heads, self.cross_kv_heads),
+        ):
             if h % k:
                 raise ConfigError(f"model.{kv} ({k}) must divide model.{heads} ({h})")
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError(f"RoPE needs an even head dimension, got d_head {self.head_dim}")
-        if self.position == "rope" and self.rope_cross != "none" and self.cross_head_dim % 2:
+        if self.position == "rope" and cross.rope != "none" and self.cross_head_dim % 2:
             raise ConfigError(
                 f"RoPE in cross-attention needs an even head width, got d_model / cross heads = {self.cross_head_dim}; "
-                "set model.rope_cross none or other model.cross_n_heads"
+                "set model.cross_attention.rope none or other model.cross_attention.n_heads"
             )
 
     @property
@@ -206,10 +202,15 @@ class ModelConfig:
 
     @property
     def cross_heads(self) -> int:
-        """Cross-attention's query heads: cross_n_heads, else the family's default (the research
+        """Cross-attention's query heads: cross_attention.n_heads, else the family's default (the research
         encoder-decoders' 2 x n_heads, as the seeds' code; n_heads for the others)."""
         default = 2 * self.n_heads if self.family in ("ar_encdec", "parallel_encdec") else self.n_heads
-        return self.cross_n_heads or default
+        return self.cross_attention.n_heads or default
+
+    @property
+    def cross_kv_heads(self) -> int:
+        """Cross-attention's key and value heads: cross_attention.n_kv_heads, else n_kv_heads, else its queries'."""
+        return self.cross_attention.n_kv_heads or self.n_kv_heads or self.cross_heads
 
     @property
     def cross_head_dim(self) -> int:

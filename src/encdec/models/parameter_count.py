@@ -79,11 +79,11 @@ def encoder_block(cfg: ModelConfig, sparse: bool = True) -> int:
 
 
 def decoder_block(cfg: ModelConfig, memory_norm: bool = False, sparse: bool = True) -> int:
-    """Self-attention, cross-attention (cross heads over cross_n_kv_heads, else n_kv_heads) and feed-forward,
+    """Self-attention, cross-attention (cross heads over cross_attention.n_kv_heads, else n_kv_heads) and feed-forward,
     their norms, and with `memory_norm` one of the memory (the research families')."""
-    if cfg.merged_cross_attention:  # the self-attention reads the memory too (T5Gemma 2)
+    if cfg.cross_attention.merged:  # the self-attention reads the memory too (T5Gemma 2)
         return encoder_block(cfg, sparse)
-    cross = attention(cfg, cfg.cross_heads, cfg.cross_n_kv_heads or cfg.n_kv_heads, cfg.encoder_width)
+    cross = attention(cfg, cfg.cross_heads, cfg.cross_attention.n_kv_heads or cfg.n_kv_heads, cfg.encoder_width)
     return encoder_block(cfg, sparse) + cross + sublayer_norms(cfg) + (norm(cfg) if memory_norm else 0)
 
 

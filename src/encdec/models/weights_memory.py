@@ -26,7 +26,7 @@ def estimated_parameters(cfg: ModelConfig) -> int:
     (Building on the meta device would count exactly, but its first weight init costs
     seconds of torch's lazy set-up, and 10^6 layers take minutes even there.)"""
     d = cfg.d_model
-    heads = max(cfg.n_heads, cfg.cross_n_heads or cfg.n_heads)
+    heads = max(cfg.n_heads, cfg.cross_attention.n_heads or cfg.n_heads)
     attention = 4 * d * heads * cfg.head_dim
     dense, sparse = 3 * d * cfg.d_ff, 3 * d * cfg.d_ff * cfg.experts.count + d * cfg.experts.count  # gated; the router
     if cfg.family == "rnn_seq2seq":  # an LSTM's four gates over input and state, and the attention's matrices

@@ -98,7 +98,8 @@ def adapted_section(source: dict[str, Any], decoder_source: dict[str, Any] | Non
                 "joins two models of one family and tokenizer that differ only in widths and depth"
             )
     section = {key: value for key, value in decoder.items() if key not in DECODER_ONLY_KEYS}
-    section.update(family="encoder_decoder", n_decoder_layers=decoder["n_encoder_layers"], rope_cross="none")
+    section.update(family="encoder_decoder", n_decoder_layers=decoder["n_encoder_layers"])
+    section["cross_attention"] = {**section.get("cross_attention", {}), "rope": "none"}
     section["n_encoder_layers"] = source["n_encoder_layers"]
     section["shared_embeddings"] = False  # a token table each stack, both the sources' at first (T5Gemma's)
     if decoder_source is not None:

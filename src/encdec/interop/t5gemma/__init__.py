@@ -3,7 +3,7 @@
 T5Gemma (Zhang et al. 2025) is an encoder-decoder adapted from Gemma 2: each stack is Gemma 2's, with
 Gemma's RMSNorm (x * (1 + weight) in float32; norm gemma_rmsnorm) before and after every sublayer
 (post_norms), grouped-query attention scaled by query_pre_attn_scalar^-0.5 (attention_scale_dim) with its
-scores capped at attn_logit_softcapping (attention_softcap), RoPE in self-attention alone (rope_cross none),
+scores capped at attn_logit_softcapping (attention_softcap), RoPE in self-attention alone (cross_attention.rope none),
 sliding-window self-attention in the layers layer_types names (sliding_window, one global layer every
 global_every), gated GELU (tanh) feed-forwards, token embeddings times sqrt(hidden_size), a token table per
 stack (shared_embeddings false), the head tied to the decoder's or its own, and the logits capped at the
@@ -123,11 +123,11 @@ def check_t5gemma_compatible(cfg: ModelConfig) -> None:
     problems = {
         **encoder_decoder_problems(cfg),
         "shared_embeddings must be false": cfg.shared_embeddings,
-        "cross-attention heads must be the self-attention's": cfg.cross_n_heads not in (None, cfg.n_heads)
-        or cfg.cross_n_kv_heads not in (None, cfg.n_kv_heads),
-        "qk_norm, merged_cross_attention, rope_local_theta, rope_scale and a split window are T5Gemma 2's": (
+        "cross-attention heads must be the self-attention's": cfg.cross_attention.n_heads not in (None, cfg.n_heads)
+        or cfg.cross_attention.n_kv_heads not in (None, cfg.n_kv_heads),
+        "qk_norm, cross_attention.merged, rope_local_theta, rope_scale and a split window are T5Gemma 2's": (
             cfg.qk_norm
-            or cfg.merged_cross_attention
+            or cfg.cross_attention.merged
             or cfg.rope_local_theta is not None
             or cfg.rope_scale != 1.0
             or cfg.sliding_window_layout != "each_side"
@@ -166,7 +166,7 @@ FAMILIES = (
         load_hf_t5gemma,
         check_t5gemma_compatible,
         t5gemma_files,
-        lambda cfg: cfg.position == "rope" and cfg.norm == "gemma_rmsnorm" and not cfg.merged_cross_attention,
+        lambda cfg: cfg.position == "rope" and cfg.norm == "gemma_rmsnorm" and not cfg.cross_attention.merged,
         T5GEMMA_KEYS,
         ("tokenizer.model",),  # Gemma's SentencePiece model beside its tokenizer.json
         t5gemma_config,
