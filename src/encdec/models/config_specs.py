@@ -2,6 +2,7 @@
 one table that reads the flat keys written before them (`MOVED`).
 
     model:
+      encoder: {d_model: 256, n_heads: 4}                  the encoder's own widths, where not the decoder's
       cross_attention: {n_heads: 16, rope: none}           the decoder's attention over the encoder
       experts: {count: 8, top_k: 1, renormalize: true}     a mixture of experts in every feed-forward
       rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
@@ -61,6 +62,21 @@ class Experts:
 
 
 @dataclass
+class EncoderWidths:
+    """An encoder of other widths than the decoder (T5Gemma's unbalanced 9B-2B, ModelConfig.encoder_config): the
+    transformer encoder-decoder's alone. Each unset one is the decoder's."""
+
+    d_model: Positive | None = None
+    d_ff: Positive | None = None
+    n_heads: Positive | None = None
+    n_kv_heads: Positive | None = None
+    d_head: Positive | None = None
+
+    def __post_init__(self):
+        check(self, "model.encoder.")
+
+
+@dataclass
 class CrossAttention:
     """The decoder's attention over the encoder's states: its heads (the self-attention's unless set), whether
     RoPE rotates its queries and keys, or whether it is one softmax with the self-attention (T5Gemma 2)."""
@@ -98,10 +114,21 @@ class ImageTokens:
 
 
 # ModelConfig's fields that are specs: name -> class
-SPECS = {"cross_attention": CrossAttention, "experts": Experts, "rnn": Rnn, "image_tokens": ImageTokens}
+SPECS = {
+    "encoder": EncoderWidths,
+    "cross_attention": CrossAttention,
+    "experts": Experts,
+    "rnn": Rnn,
+    "image_tokens": ImageTokens,
+}
 
 # Every key that moved into a spec: its flat name, as configs and checkpoints before the specs wrote it -> its place
 MOVED = {
+    "encoder_d_model": "encoder.d_model",
+    "encoder_d_ff": "encoder.d_ff",
+    "encoder_n_heads": "encoder.n_heads",
+    "encoder_n_kv_heads": "encoder.n_kv_heads",
+    "encoder_d_head": "encoder.d_head",
     "cross_n_heads": "cross_attention.n_heads",
     "cross_n_kv_heads": "cross_attention.n_kv_heads",
     "rope_cross": "cross_attention.rope",

@@ -7,10 +7,7 @@ The family classes refuse through `check_family` before they build anything; a c
 
 from encdec.errors import ConfigError
 from encdec.models.config_specs import CrossAttention
-from encdec.models.model_config import CAUSAL_LMS, ENCODER_WIDTHS, ModelConfig, refuse_unused
-
-# an encoder of its own widths, the transformer encoder-decoder's alone (T5Gemma's unbalanced adaptation)
-ENCODER_OWN = frozenset(f"encoder_{key}" for key in ENCODER_WIDTHS)
+from encdec.models.model_config import CAUSAL_LMS, ModelConfig, refuse_unused
 
 # What no causal LM uses: other position schemes (position must be learned or rope), Marian and
 # BART's checkpoint details, Switch's layout of sparse layers (every feed-forward is one with experts),
@@ -40,7 +37,7 @@ LM_UNUSED = frozenset(
         "global_block_size",
         "logit_softcap",
         "shared_embeddings",  # one stack, one token table
-        *ENCODER_OWN,
+        "encoder",  # an encoder of its own widths, the transformer encoder-decoder's alone (T5Gemma's)
         "rnn",
     }
 )
@@ -63,7 +60,7 @@ UNUSED_BY_FAMILY = {
     # the transformer's settings: attention, feed-forward, norms, positions, experts, head scaling
     "rnn_seq2seq": frozenset(
         {
-            *ENCODER_OWN,
+            "encoder",
             "n_heads",
             "n_kv_heads",
             "d_head",

@@ -7,7 +7,7 @@ with one of them set away from its default is refused (`refuse_unused`): a field
 spec's field ("experts.every") or a whole spec ("rnn").
 
 Settings that belong together are specs of their own (models/config_specs.py:
-`cross_attention`, `experts`, `rnn`, `image_tokens`); configs and checkpoints written flat before them are read through
+`encoder`, `cross_attention`, `experts`, `rnn`, `image_tokens`); configs and checkpoints written flat before them are read through
 its one table, MOVED (`from_dict`, a run config's model section, a model.json).
 """
 
@@ -15,7 +15,16 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replac
 from typing import Annotated, Literal
 
 from encdec.errors import ConfigError, refuse_unknown_keys
-from encdec.models.config_specs import SPECS, CrossAttention, Experts, ImageTokens, Layers, Rnn, moved_to_specs
+from encdec.models.config_specs import (
+    SPECS,
+    CrossAttention,
+    EncoderWidths,
+    Experts,
+    ImageTokens,
+    Layers,
+    Rnn,
+    moved_to_specs,
+)
 from encdec.models.research_config import ResearchOptions
 from encdec.schema import Count, Positive, Range, TokenId, check, check_vocabulary, read
 
@@ -29,7 +38,7 @@ FAMILY_DEFAULTS = {
 }
 
 
-ENCODER_WIDTHS = ("d_model", "d_ff", "n_heads", "n_kv_heads", "d_head")  # what encoder_* may set apart
+ENCODER_WIDTHS = tuple(f.name for f in fields(EncoderWidths))  # what model.encoder may set apart
 # Each field's type, allowed values and bounds are declared on it (encdec.schema) and checked when a config
 # is made (from YAML, a config.json or Python): a zero or negative size is one sentence, not a traceback or
 # a model missing a stack. Counts of modules are bounded here (a million layers of width 16 would take
@@ -51,12 +60,8 @@ class ModelConfig:
     d_ff: Positive = 2048
     n_encoder_layers: Layers = 6
     n_decoder_layers: Layers | None = None  # None: n_encoder_layers (decoder_only: its depth is n_encoder_layers)
-    # an encoder of other widths than the decoder (T5Gemma's unbalanced 9B-2B, encoder_config()); None: the decoder's
-    encoder_d_model: Positive | None = None
-    encoder_d_ff: Positive | None = None
-    encoder_n_heads: Positive | None = None
-    encoder_n_kv_heads: Positive | None = None
-    encoder_d_head: Positive | None = None
+    # an encoder of other widths than the decoder (T5Gemma's unbalanced 9B-2B, encoder_config()); unset: the decoder's
+    encoder: EncoderWidths = field(default_factory=EncoderWidths)
     cross_attention: CrossAttention = field(default_factory=CrossAttention)  # its heads, RoPE, or merged
     activation: Literal["relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"] = "relu"
     # gemma_rmsnorm: Gemma's x * (1 + weight), in float32, and its embedding scale rounded to the model's dtype
@@ -141,7 +146,7 @@ class ModelConfig:
             self._check_heads()
         if self.position == "sinusoidal" and self.sinusoidal_layout == "fairseq" and self.d_model < 4:
             raise ConfigError(f"model.sinusoidal_layout fairseq needs d_model of 4 or more, got {self.d_model}")
-        if self.family == "encoder_decoder":  # the other families refuse encoder_* (family_rules.ENCODER_OWN)
+        if self.family == "encoder_decoder":  # the other families refuse model.encoder (family_rules)
             self._check_encoder_widths()
 
     def _check_encoder_widths(self) -> None:
@@ -150,7 +155,7 @@ class ModelConfig:
         try:
             self.encoder_config()
         except ConfigError as error:
-            raise ConfigError(f"the encoder's own widths (model.encoder_*) do not fit: {error}") from None
+            raise ConfigError(f"the encoder's own widths (model.encoder) do not fit: {error}") from None
         if self.encoder_width != self.d_model and self.shared_embeddings:
             raise ConfigError(
                 f"an encoder of width {self.encoder_width} cannot read the decoder's token table of width "
@@ -160,7 +165,7 @@ class ModelConfig:
         one_width["image_tokens.eoi_token_id"] = self.image_tokens.eoi_token_id
         for key, value in one_width.items():
             if self.encoder_width != self.d_model and value not in (False, None):
-                raise ConfigError(f"model.{key} needs an encoder as wide as the decoder (model.encoder_d_model)")
+                raise ConfigError(f"model.{key} needs an encoder as wide as the decoder (model.encoder.d_model)")
 
     def _check_heads(self) -> None:
         if self.d_head is None and self.d_model % self.n_heads:
@@ -189,16 +194,16 @@ class ModelConfig:
     @property
     def encoder_width(self) -> int:
         """The encoder's hidden width: what cross-attention reads its keys and values from."""
-        return self.encoder_d_model or self.d_model
+        return self.encoder.d_model or self.d_model
 
     def encoder_config(self) -> "ModelConfig":
         """The config the encoder stack is built from: this one with the encoder's own widths (ENCODER_WIDTHS)
         in place of the decoder's, or this one where it sets none."""
-        own = {key: getattr(self, f"encoder_{key}") for key in ENCODER_WIDTHS}
+        own = {key: getattr(self.encoder, key) for key in ENCODER_WIDTHS}
         if all(value is None for value in own.values()):
             return self
         changed = {key: value for key, value in own.items() if value is not None}
-        return replace(self, **changed, **{f"encoder_{key}": None for key in ENCODER_WIDTHS})
+        return replace(self, **changed, encoder=EncoderWidths())
 
     @property
     def cross_heads(self) -> int:

@@ -9,7 +9,7 @@ global_every), gated GELU (tanh) feed-forwards, token embeddings times sqrt(hidd
 stack (shared_embeddings false), the head tied to the decoder's or its own, and the logits capped at the
 decoder's final_logit_softcapping (logit_softcap). config.json holds an `encoder` and a `decoder` config;
 encdec reads stacks that agree on their attention settings, each of its own depth and of its own widths (the
-encoder's hidden size, heads and feed-forward as ModelConfig's encoder_*: the unbalanced 9B-2B), and refuses
+encoder's hidden size, heads and feed-forward as ModelConfig's encoder widths (model.encoder): the unbalanced 9B-2B), and refuses
 others in one sentence. Decoding starts at config.json's decoder_start_token_id where it
 sets one, else at the decoder's bos_token_id, as transformers' generate does. transformers
 itself is not needed.
@@ -95,7 +95,7 @@ def config_from_t5gemma(hf: dict, untied_head: bool) -> ModelConfig:
                 f"config.json's encoder and decoder differ in {key} ({encoder[key]} and {decoder[key]}); encdec "
                 "reads T5Gemma whose stacks differ only in depth and widths"
             )
-    own = {f"encoder_{ours}": encoder[key] for ours, key in ENCODER_OWN_KEYS.items() if encoder[key] != decoder[key]}
+    own = {ours: encoder[key] for ours, key in ENCODER_OWN_KEYS.items() if encoder[key] != decoder[key]}
     if decoder["hidden_activation"] not in ("gelu_pytorch_tanh", "gelu_new"):
         raise CheckpointError(f"unsupported T5Gemma hidden_activation {decoder['hidden_activation']!r}")
     if encoder["attention_bias"] or decoder["attention_bias"]:
@@ -108,7 +108,7 @@ def config_from_t5gemma(hf: dict, untied_head: bool) -> ModelConfig:
         global_every=global_every({"encoder": encoder, "decoder": decoder}) if window else 2,
         rope_theta=decoder["rope_theta"],
         shared_embeddings=False,
-        **own,
+        encoder=own,
     )
 
 
