@@ -128,7 +128,12 @@ BF16_FACTOR, BF16_SLACK = 1.5, 0.005
 
 def padded_inputs(cfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Two sources of 9 tokens, the second padded after 6, and 5 decoder inputs: ids, mask, decoder ids."""
-    specials = (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id, cfg.image_token_id)  # an image token: no text's
+    specials = (
+        cfg.pad_id,
+        cfg.eos_id,
+        cfg.decoder_start_id,
+        cfg.image_tokens.image_token_id,
+    )  # an image token: no text's
     plain = [i for i in range(cfg.vocab_size) if i not in specials]
     ids = torch.tensor(plain)[torch.randint(0, len(plain), (2, 9), generator=torch.Generator().manual_seed(0))]
     ids[:, -1] = cfg.eos_id

@@ -53,7 +53,7 @@ def test_pretraining_budgets_are_the_seeds_epochs():
     assert base.training.steps * EXAMPLES_A_STEP["base"] >= 2_119_719 > (base.training.steps - 1) * 300
     assert base_moe.training.steps * EXAMPLES_A_STEP["base_moe8"] >= 2_119_719 > (base_moe.training.steps - 1) * 256
     assert base_moe.training.batch_size * base_moe.training.grad_accum == EXAMPLES_A_STEP["base_moe8"]
-    assert base_moe.model["n_experts"] == config("mini_moe8").model["n_experts"] == 8
+    assert base_moe.model["experts"]["count"] == config("mini_moe8").model["experts"]["count"] == 8
 
 
 STORIES = Path(__file__).parents[3] / "shared" / "data" / "tinystories" / "tinystories_train_head.txt.gz"

@@ -46,7 +46,7 @@ def test_rows_are_distributions_and_padded_source_positions_get_zero(name):
     src, mask, tgt = padded_batch()
     record = record_attention(model, src, tgt, mask)
     cfg = model.config
-    assert record.cross.shape == (3, cfg.decoder_layers, cfg.cross_n_heads or cfg.n_heads, 6, 9)
+    assert record.cross.shape == (3, cfg.decoder_layers, cfg.cross_attention.n_heads or cfg.n_heads, 6, 9)
     assert record.encoder.shape == (3, cfg.n_encoder_layers, cfg.n_heads, 9, 9)
     for probs in (record.cross, record.encoder):
         torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:-1]), atol=1e-6, rtol=0)
@@ -130,7 +130,7 @@ def direct_probs(attn: Attention, h: torch.Tensor, source: torch.Tensor, mask: t
 
 def test_rot5_gqa_equals_a_recomputation_from_its_projections_with_rope():
     model = build("rot5-gqa")
-    assert model.config.n_kv_heads < model.config.n_heads and model.config.rope_cross == "relative"
+    assert model.config.n_kv_heads < model.config.n_heads and model.config.cross_attention.rope == "relative"
     src, mask, tgt = padded_batch()
     inputs = {}  # module -> (its normed input, its source) as the pass called it
 

@@ -122,10 +122,10 @@ def test_t5gemma2_s_special_ids_follow_every_token_id_s_rule(field, key, value, 
     edit_json(path / "config.json", change)
     with pytest.raises(CheckpointError) as refused:
         load_hf(path)
-    assert f"model.{field} {says} (config.json's {key})" in str(refused.value)
+    assert f"model.image_tokens.{field} {says} (config.json's {key})" in str(refused.value)
     with pytest.raises(ConfigError) as refused:  # the same words from a model section
-        encdec.ModelConfig(vocab_size=VOCAB, **{field: value})
-    assert str(refused.value) == f"model.{field} {says}"
+        encdec.ModelConfig(vocab_size=VOCAB, image_tokens={field: value})
+    assert str(refused.value) == f"model.image_tokens.{field} {says}"
 
 
 def test_t5gemma2_s_default_ids_past_a_small_vocabulary_are_no_token(tmp_path):
@@ -140,7 +140,7 @@ def test_t5gemma2_s_default_ids_past_a_small_vocabulary_are_no_token(tmp_path):
 
     edit_json(path / "config.json", change)
     cfg = load_hf(path).config
-    assert (cfg.eoi_token_id, cfg.image_token_id) == (None, None)
+    assert cfg.image_tokens == encdec.models.ImageTokens()
 
 
 def test_an_eos_id_past_the_vocabulary_is_refused_alike_in_config_json_and_generation_config_json(tmp_path):
@@ -195,14 +195,14 @@ def test_an_expert_count_is_read_by_one_rule_from_config_json_and_a_model_sectio
     edit_json(path / "config.json", lambda c: c.update(num_experts=0))
     with pytest.raises(CheckpointError) as refused:
         load_hf(path)
-    assert "model.n_experts must be a positive integer, got 0 (config.json's num_experts)" in str(refused.value)
-    with pytest.raises(ConfigError, match="model.n_experts must be a positive integer, got 0"):
-        encdec.ModelConfig(n_experts=0)
+    assert "model.experts.count must be a positive integer, got 0 (config.json's num_experts)" in str(refused.value)
+    with pytest.raises(ConfigError, match="model.experts.count must be a positive integer, got 0"):
+        encdec.ModelConfig(experts={"count": 0})
 
 
 def test_a_switch_checkpoint_of_one_expert_is_the_dense_model_it_computes(tmp_path):
     """transformers' SwitchTransformers with one expert weighs it by a softmax over one router logit, 1: the dense
-    T5 whose feed-forward is that expert, which encdec reads it as (n_experts 1, as a model section's) and exports
+    T5 whose feed-forward is that expert, which encdec reads it as (experts.count 1, as a model section's) and exports
     as T5."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
@@ -213,7 +213,7 @@ def test_a_switch_checkpoint_of_one_expert_is_the_dense_model_it_computes(tmp_pa
     reference = transformers.SwitchTransformersForConditionalGeneration(config).eval()
     reference.save_pretrained(tmp_path / "switch")
     ours = load_hf(tmp_path / "switch")
-    assert ours.config.n_experts == 1
+    assert ours.config.experts.count == 1
     src, tgt = torch.tensor([[5, 6, 7, 1], [8, 9, 1, 0]]), torch.tensor([[0, 9, 8], [0, 4, 3]])
     mask = src != 0
     with torch.no_grad():

@@ -104,7 +104,7 @@ def test_switch_round_trip_keeps_every_weight(tmp_path):
     ours = build("switch", tokenizer)
     export_hf(ours, tokenizer, tmp_path)
     again = encdec.load_hf(tmp_path)
-    assert again.config.n_experts == 4 and again.config.moe_top_k == 1
+    assert again.config.experts.count == 4 and again.config.experts.top_k == 1
     assert all(torch.equal(again.state_dict()[k], v) for k, v in ours.state_dict().items())
 
 
@@ -209,9 +209,9 @@ REFUSED = {  # preset, overrides -> the sentence's telling part
     "parallel_encdec": ("parallel_encdec-tiny", {}, "the parallel_encdec family has no"),
     "decoder_only": ("decoder_only-tiny", {}, "Llama: position must be rope; norm must be rmsnorm"),
     "rnn": ("rnn_seq2seq-tiny", {}, "the rnn_seq2seq family has no"),
-    "top-2": ("t5-tiny", {"n_experts": 4, "moe_top_k": 2}, "SwitchTransformers: moe_top_k must be 1"),
-    "renormalised": ("t5-tiny", {"n_experts": 4, "moe_renormalize": True}, "moe_renormalize must be false"),
-    "gated-experts": ("t5-tiny", {"n_experts": 4, "moe_activation": "swiglu"}, "moe_activation must be one of"),
+    "top-2": ("t5-tiny", {"n_experts": 4, "moe_top_k": 2}, "SwitchTransformers: experts.top_k must be 1"),
+    "renormalised": ("t5-tiny", {"n_experts": 4, "moe_renormalize": True}, "experts.renormalize must be false"),
+    "gated-experts": ("t5-tiny", {"n_experts": 4, "moe_activation": "swiglu"}, "experts.activation must be one of"),
     "gqa-t5": ("t5-tiny", {"n_kv_heads": 2}, "T5: n_kv_heads must equal n_heads"),
     "rmsnorm-transformer": ("transformer-tiny", {"norm": "rmsnorm"}, "Marian: norm must be layernorm"),
     "learned-without-norm": ("transformer-tiny", {"position": "learned"}, "BART: embedding_norm must be true"),

@@ -193,7 +193,7 @@ def test_what_the_families_cannot_express_is_one_sentence(tmp_path):
     with pytest.raises(ConfigError, match="cannot be saved as Hugging Face mT5: mT5 never scales its output"):
         export_hf(scaled, tokenizer, tmp_path / "mt5")
     moe = encdec.build_model(encdec.preset("t5-tiny", vocab_size=400, relative_bias_per_layer=True, n_experts=2))
-    with pytest.raises(ConfigError, match="cannot be saved as Hugging Face UMT5: n_experts must be 1"):
+    with pytest.raises(ConfigError, match="cannot be saved as Hugging Face UMT5: experts.count must be 1"):
         export_hf(moe, tokenizer, tmp_path / "switch")
     assert not (tmp_path / "mt5").exists() and not (tmp_path / "switch").exists()
     with pytest.raises(ConfigError, match="^model.relative_bias_per_layer acts only with model.position relative"):

@@ -105,7 +105,7 @@ def test_logits_equal_transformers_with_experts_in_the_same_layers(layout, tmp_p
 def test_the_released_layout_is_every_other_layer_from_the_second(tmp_path):
     saved("every-other", tmp_path)
     cfg = encdec.load_hf(tmp_path).config
-    assert (cfg.moe_every, cfg.decoder_moe_every) == (2, None)
+    assert (cfg.experts.every, cfg.experts.decoder_every) == (2, None)
     assert [cfg.moe_layer(i) for i in range(4)] == [False, True, False, True]
 
 
@@ -157,7 +157,7 @@ def test_what_switch_cannot_express_is_one_sentence(tmp_path):
     with pytest.raises(ConfigError, match="a sparse step of 3 over 5 layers .* is no num_layers // num_sparse layout"):
         export_hf(five, tokenizer, tmp_path / "five")
     mixed = encdec.build_model(encdec.preset("t5-tiny", n_experts=2, moe_every=2))  # relu dense, gelu experts
-    with pytest.raises(ConfigError, match="activation must equal moe_activation"):
+    with pytest.raises(ConfigError, match="activation must equal experts.activation"):
         export_hf(mixed, tokenizer, tmp_path / "mixed")
     assert not (tmp_path / "five").exists() and not (tmp_path / "mixed").exists()
 
@@ -270,7 +270,7 @@ def test_a_run_fine_tuned_from_a_switch_directory_keeps_its_sparse_layers(tmp_pa
         main(["train", str(recipe), "--out", str(tmp_path / "run"), *(a for o in overrides for a in ("--set", o))]) == 0
     )
     model = load_run(tmp_path / "run", "latest").model
-    assert (model.config.moe_every, sparse(model.encoder.blocks)) == (2, [False, True, False, True])
+    assert (model.config.experts.every, sparse(model.encoder.blocks)) == (2, [False, True, False, True])
     steps = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"]
     assert len(steps) == 2 and all(
         r[f"moe_{k}_{s}"] > 0 for r in steps for k in ("aux", "z") for s in ("encoder", "decoder")

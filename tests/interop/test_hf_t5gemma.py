@@ -71,7 +71,7 @@ def saved(path, tied: bool = True, encoder: dict | None = None):
 @pytest.fixture(scope="module", params=["tied", "untied", "wider-encoder"])
 def pair(request, tmp_path_factory):
     """(transformers' model, ours) of one checkpoint, its head tied to the decoder's token table or its own, or
-    its encoder wider than its decoder (model.encoder_*)."""
+    its encoder wider than its decoder (model.encoder)."""
     path = tmp_path_factory.mktemp(request.param)
     reference = saved(path, request.param != "untied", WIDER_ENCODER if request.param == "wider-encoder" else None)
     ours = encdec.load_hf(path)

@@ -94,9 +94,10 @@ def test_logits_equal_transformers_on_a_padded_batch(pair, left):
     reference, ours, path = pair
     assert logit_gap(reference, ours, left) < 1e-4
     cfg = ours.config
-    assert (cfg.qk_norm, cfg.merged_cross_attention, cfg.sliding_window_layout) == (True, True, "split")
+    assert (cfg.qk_norm, cfg.cross_attention.merged, cfg.sliding_window_layout) == (True, True, "split")
     assert (cfg.rope_theta, cfg.rope_scale, cfg.rope_local_theta, cfg.global_every) == (1e6, 8.0, 1e4, 2)
-    assert (cfg.eoi_token_id, cfg.image_token_id, cfg.shared_embeddings, cfg.tie_embeddings) == (EOI, IMAGE, True, True)
+    assert (cfg.image_tokens.eoi_token_id, cfg.image_tokens.image_token_id) == (EOI, IMAGE)
+    assert (cfg.shared_embeddings, cfg.tie_embeddings) == (True, True)
     assert hf_model_config(path) == cfg  # config.json alone (encdec size) reads the same model
 
 
@@ -107,7 +108,7 @@ def test_every_gemma_3_setting_changes_the_logits(pair):
         {"sliding_window_layout": "each_side"},
         {"rope_scale": 1.0},
         {"rope_local_theta": None},
-        {"eoi_token_id": None},
+        {"image_tokens": {"eoi_token_id": None}},
     ):
         other = encdec.build_model(encdec.ModelConfig(**{**ours.config.to_dict(), **change})).eval()
         other.load_state_dict(ours.state_dict(), strict=False)

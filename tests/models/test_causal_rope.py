@@ -114,8 +114,12 @@ def test_a_left_padded_rope_batch_equals_each_prompt_alone(name):
     [
         ("ar_encdec-tiny", dict(position="sinusoidal"), "needs model.position learned or rope, got 'sinusoidal'"),
         ("parallel_encdec-tiny", dict(rope_theta=500.0), "model.rope_theta acts only with model.position rope"),
-        ("ar_encdec-tiny", dict(position="rope", rope_cross="prepended"), "rope_cross prepended does not apply"),
-        ("decoder_only-tiny", dict(position="rope", rope_cross="none"), "model.rope_cross is not used"),
+        (
+            "ar_encdec-tiny",
+            dict(position="rope", rope_cross="prepended"),
+            "cross_attention.rope prepended does not apply",
+        ),
+        ("decoder_only-tiny", dict(position="rope", rope_cross="none"), "model.cross_attention is not used"),
         ("ar_encdec-tiny", dict(position="rope", d_model=60, n_heads=2, cross_n_heads=None), "cross heads = 15"),
     ],
 )

@@ -7,6 +7,7 @@ the Hugging Face family an export names, which changes the export).
 """
 
 import dataclasses
+import functools
 import re
 
 import pytest
@@ -24,6 +25,7 @@ from encdec.models import (
     preset,
     preset_names,
 )
+from encdec.models.config_specs import MOVED, SPECS
 from encdec.modules import Attention, AttentionInputs, MoE
 
 PRESETS = {
@@ -89,7 +91,25 @@ CONTEXT = dict(
     global_block_size=dict(encoder_attention="transient_global"),
     encoder_d_model=dict(shared_embeddings=False),  # an encoder of its own width reads a table of its own
 )
-FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in NOT_MODEL]
+# every setting by the name a preset's override takes: a spec's fields by their flat names (MOVED)
+FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in NOT_MODEL | set(SPECS)] + list(MOVED)
+
+
+def place(field: str) -> str:
+    """Where a field lives, as refusals name it: "n_experts" -> "experts.count"."""
+    return MOVED.get(field, field)
+
+
+def unused_fields(family: str) -> set[str]:
+    """The family's UNUSED as FIELDS names them: a spec it refuses whole is each of its fields."""
+    unused = FAMILY_CLASSES[family].UNUSED
+    return {field for field in FIELDS if place(field) in unused or place(field).split(".")[0] in unused}
+
+
+def refused_as(family: str, field: str) -> str:
+    """The name the family's refusal of `field` gives: its place, or the whole spec the family refuses."""
+    spec = place(field).split(".")[0]
+    return spec if spec in FAMILY_CLASSES[family].UNUSED else place(field)
 
 
 def config(family: str, **overrides) -> ModelConfig:
@@ -103,7 +123,7 @@ def build(family: str, **overrides):
 
 
 def alternative(field: str, cfg: ModelConfig):
-    value = getattr(cfg, field)
+    value = functools.reduce(getattr, place(field).split("."), cfg)
     if field == "norm":
         return "rmsnorm" if value == "layernorm" else "layernorm"
     if field == "init":
@@ -132,16 +152,13 @@ def same(a: tuple, b: tuple) -> bool:
 @pytest.mark.parametrize("family", PRESETS)
 def test_every_field_is_declared_unused_value_checked_or_honoured(family):
     unused = FAMILY_CLASSES[family].UNUSED
-    assert unused <= set(FIELDS) and not unused & VALUE_RULES[family]
+    assert unused <= {place(field) for field in FIELDS} | set(SPECS) and not unused_fields(family) & VALUE_RULES[family]
 
 
 HONOURED = [
-    (f, field)
-    for f in PRESETS
-    for field in FIELDS
-    if field not in FAMILY_CLASSES[f].UNUSED | VALUE_RULES[f] | EXPORT_ONLY
+    (f, field) for f in PRESETS for field in FIELDS if field not in unused_fields(f) | VALUE_RULES[f] | EXPORT_ONLY
 ]
-REFUSED = [(f, field) for f in PRESETS for field in sorted(FAMILY_CLASSES[f].UNUSED)]
+REFUSED = [(f, field) for f in PRESETS for field in sorted(unused_fields(f))]
 
 
 @pytest.mark.parametrize("family,field", HONOURED, ids=[f"{f}-{field}" for f, field in HONOURED])
@@ -160,8 +177,9 @@ def test_an_unused_field_is_refused_in_one_sentence(family, field):
         field = "n_experts"
     with pytest.raises(ConfigError) as refused:
         build(family, **overrides)
-    assert str(refused.value) == f"model.{field} is not used by the {family} family; remove it"
-    with pytest.raises(ConfigError, match=f"^model.{field} is not used"):  # also without building
+    name = refused_as(family, field)
+    assert str(refused.value) == f"model.{name} is not used by the {family} family; remove it"
+    with pytest.raises(ConfigError, match=f"^model.{name} is not used"):  # also without building
         check_fields(config(family, **overrides))
 
 
@@ -204,7 +222,10 @@ def test_experts_replace_every_feed_forward_and_their_losses_join_the_loss(famil
     extra = {k: v for k, v in out.aux_losses.items() if not k.startswith("moe_")}  # the research families' term
     base = out.ce_loss + sum(model.config.research.embedding_loss_coeff * v for v in extra.values())
     cfg, terms = model.config, out.aux_losses
-    moe = sum(cfg.aux_loss_coef * terms[f"moe_aux_{side}"] + cfg.z_loss_coef * terms[f"moe_z_{side}"] for side in sides)
+    coefs = cfg.experts
+    moe = sum(
+        coefs.aux_loss_coef * terms[f"moe_aux_{side}"] + coefs.z_loss_coef * terms[f"moe_z_{side}"] for side in sides
+    )
     torch.testing.assert_close(out.loss, base + moe)
     assert out.loss > base
 

@@ -45,14 +45,14 @@ def test_every_feed_forward_is_sparse_by_default():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"moe_every": 2}, "model.moe_every acts only with model.n_experts above 1; remove it"),
-        ({"decoder_moe_every": 1}, "model.decoder_moe_every acts only with model.n_experts above 1; remove it"),
-        ({"n_experts": 2, "moe_every": 3}, "model.moe_every (3) exceeds the encoder's 2 layers"),
+        ({"moe_every": 2}, "model.experts.every acts only with model.experts.count above 1; remove it"),
+        ({"decoder_moe_every": 1}, "model.experts.decoder_every acts only with model.experts.count above 1; remove it"),
+        ({"n_experts": 2, "moe_every": 3}, "model.experts.every (3) exceeds the encoder's 2 layers"),
         (
             {"n_experts": 2, "n_encoder_layers": 4, "n_decoder_layers": 1, "moe_every": 2},
-            "model.moe_every (2) exceeds the decoder's 1 layer; set model.decoder_moe_every",
+            "model.experts.every (2) exceeds the decoder's 1 layer; set model.experts.decoder_every",
         ),
-        ({"n_experts": 2, "decoder_moe_every": 3}, "model.decoder_moe_every (3) exceeds the decoder's 2 layers"),
+        ({"n_experts": 2, "decoder_moe_every": 3}, "model.experts.decoder_every (3) exceeds the decoder's 2 layers"),
     ],
 )
 def test_a_step_that_cannot_act_is_one_sentence(overrides, message):
@@ -63,7 +63,8 @@ def test_a_step_that_cannot_act_is_one_sentence(overrides, message):
 
 @pytest.mark.parametrize("family", ["decoder_only", "ar_encdec", "rnn_seq2seq"])
 def test_the_families_that_make_every_feed_forward_sparse_refuse_a_step(family):
-    with pytest.raises(ConfigError, match=f"^model.moe_every is not used by the {family} family; remove it$"):
+    name = "experts" if family == "rnn_seq2seq" else "experts.every"  # the RNN, without feed-forwards, the whole spec
+    with pytest.raises(ConfigError, match=f"^model.{name} is not used by the {family} family; remove it$"):
         encdec.build_model(encdec.preset(f"{family}-tiny", moe_every=2))
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from encdec.errors import ConfigError
 from encdec.models import FAMILY_CLASSES, ModelConfig, count_parameters, preset, preset_names
+from encdec.models.config_specs import MOVED
 from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
 from encdec.models.parameter_count import GATED_ACTIVATIONS, count_parameters_of
 from encdec.models.research_config import ResearchOptions
@@ -153,7 +154,8 @@ def family_configs(draw) -> ModelConfig:
         values["encoder_attention"] = draw(st.sampled_from(["full", "local", "transient_global"]))
     if family == "rnn_seq2seq":
         values["n_decoder_layers"] = None
-    values = {k: v for k, v in values.items() if k not in UNUSED_BY_FAMILY[family]}
+    unused = UNUSED_BY_FAMILY[family]  # a spec's field (MOVED: n_experts is experts.count) or the whole spec
+    values = {k: v for k, v in values.items() if not {MOVED.get(k, k), MOVED.get(k, k).split(".")[0]} & unused}
     try:
         cfg = ModelConfig.from_dict(values)
         check_family(cfg)

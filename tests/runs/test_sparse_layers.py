@@ -9,6 +9,7 @@ import pytest
 import torch
 from run_kit import NINE_PAIRS, tiny_pairs_run
 
+from encdec.models.config_specs import MOVED, SPECS
 from encdec.modules import MoE
 from encdec.runs import open_model
 from encdec.runs.run_dir import RunDir
@@ -23,6 +24,9 @@ def sparse(model) -> tuple[list[bool], list[bool]]:
     return tuple([isinstance(b.ffn, MoE) for b in stack.blocks] for stack in (model.encoder, model.decoder))
 
 
+MOVED_PARTS = {flat: place.split(".") for flat, place in MOVED.items()}
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     return moe_run(tmp_path_factory.mktemp("sparse"), n_experts=2, n_encoder_layers=4, moe_every=2, decoder_moe_every=4)
@@ -31,18 +35,21 @@ def run_dir(tmp_path_factory) -> Path:
 def test_model_json_carries_the_sparse_layers_and_the_run_reopens_with_them(run_dir):
     checkpoint = RunDir(run_dir).checkpoint("latest")
     written = json.loads(checkpoint.model_config.read_text())
-    assert (written["moe_every"], written["decoder_moe_every"]) == (2, 4)
+    assert (written["experts"]["every"], written["experts"]["decoder_every"]) == (2, 4)
     model = open_model(run_dir).run.model
     assert sparse(model) == ([False, True, False, True], [False, True, False, False])
 
 
 def test_a_model_json_from_before_the_sparse_layers_opens_with_every_feed_forward_sparse(tmp_path):
-    """A run of experts in every layer, its model.json stripped of moe_every and decoder_moe_every as one written
-    before them was: it reopens with the same experts and weights."""
+    """A run of experts in every layer, its model.json written flat (the experts' fields by their old names, MOVED)
+    and without moe_every and decoder_moe_every as one written before them was: it reopens with the same experts
+    and weights."""
     run_dir = moe_run(tmp_path, n_experts=2)
     expected = open_model(run_dir).run.model.state_dict()
     model_json = RunDir(run_dir).checkpoint("latest").model_config
-    old = {k: v for k, v in json.loads(model_json.read_text()).items() if "moe_every" not in k}
+    old = json.loads(model_json.read_text())
+    specs = {name: old.pop(name) for name in SPECS}
+    old |= {flat: specs[spec][key] for flat, (spec, key) in MOVED_PARTS.items() if "moe_every" not in flat}
     model_json.write_text(json.dumps(old))
     reopened = open_model(run_dir).run.model
     assert sparse(reopened) == ([True, True], [True, True])

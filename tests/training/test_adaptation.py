@@ -75,7 +75,12 @@ def test_the_adapted_blocks_are_the_source_s_before_training(gemma2):
     assert pretrained.model_section["family"] == "decoder_only"
     section = adapted_section(pretrained.model_section)
     cfg = ModelConfig.from_dict(section)
-    assert (cfg.family, cfg.n_encoder_layers, cfg.decoder_layers, cfg.rope_cross) == ("encoder_decoder", 2, 2, "none")
+    assert (cfg.family, cfg.n_encoder_layers, cfg.decoder_layers, cfg.cross_attention.rope) == (
+        "encoder_decoder",
+        2,
+        2,
+        "none",
+    )
     model = encdec.build_model(cfg)
     weights, copied, fresh = adapted_weights(model.state_dict(), pretrained.weights)
     assert fresh == []

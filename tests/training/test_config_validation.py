@@ -35,8 +35,11 @@ def test_kv_heads_not_dividing_heads_are_refused_at_load_without_reading_data(no
     "override, message",
     [
         ("model.n_heads=5", r"model\.n_heads \(5\) must divide model\.d_model \(256\)"),
-        ("model.cross_n_kv_heads=3", r"model\.cross_n_kv_heads \(3\) must divide model\.cross_n_heads \(8\)"),
-        ("model.moe_top_k=2", r"model\.moe_top_k \(2\) exceeds model\.n_experts \(1\)"),
+        (
+            "model.cross_n_kv_heads=3",
+            r"model\.cross_attention\.n_kv_heads \(3\) must divide model\.cross_attention\.n_heads \(8\)",
+        ),
+        ("model.moe_top_k=2", r"model\.experts\.top_k \(2\) exceeds model\.experts\.count \(1\)"),
         ("model.dropout=1.5", r"model\.dropout must be in \[0, 1\), got 1\.5"),
         ("model.d_model=0", r"model\.d_model must be a positive integer, got 0"),
         ("model.position=absolute", r"model\.position must be one of sinusoidal, learned, relative, rope"),
@@ -53,7 +56,12 @@ def test_model_section_is_checked_when_the_config_loads(no_data, override, messa
 
 def test_a_valid_change_to_the_model_section_loads(no_data):
     config = load_config(MAIN, ["model.n_kv_heads=4", "model.n_experts=4", "model.moe_top_k=2"])
-    assert config.model == {"preset": "rot5-small", "dropout": 0.0, "n_kv_heads": 4, "n_experts": 4, "moe_top_k": 2}
+    assert config.model == {
+        "preset": "rot5-small",
+        "dropout": 0.0,
+        "n_kv_heads": 4,
+        "experts": {"count": 4, "top_k": 2},
+    }
 
 
 def test_a_model_section_without_preset_is_checked_too(no_data, tmp_path):

@@ -25,6 +25,7 @@ def test_rot5_ablation_changes_one_thing_per_run():
     models = [load_config(run.config, run.overrides).model for run in runs]
     assert [m.get("position") for m in models] == ["relative", "rope", "rope", "rope", "rope"]
     assert [m.get("n_kv_heads") for m in models] == [4, 4, 2, 2, 2]
-    assert [m.get("n_experts", 1) for m in models] == [1, 1, 1, 4, 4]
-    assert models[3]["aux_loss_coef"] == models[3]["z_loss_coef"] == 0.0
-    assert "aux_loss_coef" not in models[4]  # the defaults: 0.001 each, as ROT5
+    experts = [m.get("experts", {}) for m in models]
+    assert [e.get("count", 1) for e in experts] == [1, 1, 1, 4, 4]
+    assert experts[3]["aux_loss_coef"] == experts[3]["z_loss_coef"] == 0.0
+    assert "aux_loss_coef" not in experts[4]  # the defaults: 0.001 each, as ROT5

@@ -27,7 +27,7 @@ from encdec.errors import ConfigError
 from encdec.generation.config import GenerationConfig
 from encdec.sizing import free_bytes, gib
 
-CONFIG_FIELDS = ("vocab_size", "d_model", "n_heads", "n_kv_heads", "cross_n_kv_heads", "head_dim", "decoder_layers")
+CONFIG_FIELDS = ("vocab_size", "d_model", "n_heads", "n_kv_heads", "cross_attention", "head_dim", "decoder_layers")
 TOKEN_BUFFERS = 4  # running, finished and the gathers of a beam step, each (R, L) int64
 LOGIT_COPIES = 4  # the step's logits, log-probabilities, beam totals and candidates, each (R, V)
 
@@ -42,7 +42,7 @@ def generation_bytes(model, cfg: GenerationConfig, batch: int, source_len: int, 
     dtype = parameter_bytes(model)
     layers, heads, d_head = model_cfg.decoder_layers, model_cfg.n_heads, model_cfg.head_dim
     kv = model_cfg.n_kv_heads or heads
-    cross_kv = model_cfg.cross_n_kv_heads or kv
+    cross_kv = model_cfg.cross_attention.n_kv_heads or kv
     held = layers + 1 if cfg.num_beams > 1 else layers  # beams: and the spare pair reorders gather into
     sizes["self-attention caches"] = rows * length * held * 2 * kv * d_head * dtype
     sizes["cross-attention caches"] = batch * source_len * layers * 2 * cross_kv * d_head * dtype

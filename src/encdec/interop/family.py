@@ -160,8 +160,8 @@ def plain_heads_problems(cfg: ModelConfig) -> dict[str, bool]:
     Hugging Face encoder-decoder layout encdec writes can express (no GQA, no wider cross-attention)."""
     return {
         "n_kv_heads must equal n_heads": (cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
-        "cross-attention heads must equal n_heads": (cfg.cross_n_heads or cfg.n_heads) != cfg.n_heads
-        or (cfg.cross_n_kv_heads or cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
+        "cross-attention heads must equal n_heads": (cfg.cross_attention.n_heads or cfg.n_heads) != cfg.n_heads
+        or (cfg.cross_attention.n_kv_heads or cfg.n_kv_heads or cfg.n_heads) != cfg.n_heads,
     }
 
 

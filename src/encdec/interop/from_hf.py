@@ -80,7 +80,7 @@ def described(file: Path, family: Family) -> Iterator[None]:
         detail = f"the key {error}" if isinstance(error, KeyError) else str(error).splitlines()[0][:100]
         raise CheckpointError(f"{file} does not describe a {family.model_type} model ({detail})") from None
     except ConfigError as error:  # a value ModelConfig refuses: a size of 0, a negative layer count, ...
-        ours = re.search(r"model\.(\w+)", str(error))
+        ours = re.search(r"model\.([\w.]*\w)", str(error))
         theirs = family.keys.get(ours.group(1)) if ours else None
         named = f" (config.json's {theirs})" if theirs else ""
         raise CheckpointError(f"{file}: {error}{named}") from None

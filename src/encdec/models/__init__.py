@@ -1,6 +1,7 @@
 """Model families, their configs and presets. `build_model(cfg)` is the one entry point.
 
     model_config.py      ModelConfig: every field, checked when built; research_config.py: seeds 000/001's
+    config_specs.py      the specs ModelConfig nests (cross_attention, experts, rnn, image_tokens), and MOVED: the flat keys written before them
     presets.py           named configs (t5-small, rot5-tiny, transformer-base, ...)
     family_rules.py      what each family refuses (its UNUSED fields, its own rules), from the config alone
     parameter_count.py   a model's parameters counted from its config alone (encdec size)
@@ -21,6 +22,7 @@ family refuses and a parameter count (`encdec size`) import no torch.
 """
 
 from encdec.lazy_names import lazy_getattr
+from encdec.models.config_specs import CrossAttention, Experts, ImageTokens, Rnn
 from encdec.models.family_rules import check_family, check_fields
 from encdec.models.model_config import ModelConfig
 from encdec.models.parameter_count import count_parameters_of
@@ -45,7 +47,11 @@ __all__ = [
     "DecoderOnly",
     "EncoderDecoder",
     "EncoderOutput",
+    "CrossAttention",
+    "Experts",
+    "ImageTokens",
     "ModelConfig",
+    "Rnn",
     "ParallelEncoderDecoder",
     "RNNSeq2Seq",
     "Seq2SeqOutput",

@@ -31,8 +31,8 @@ sentence, any setting it has no use for (family_rules.UNUSED_BY_FAMILY: LM_UNUSE
 
 Positions are learned (nanoGPT: a table added to the token embeddings) or rope (Su et al.
 2021: queries and keys of every self-attention rotated by their stream positions, and of
-cross-attention too unless rope_cross is none; the input holds token embeddings alone).
-Encoder and decoder read the same positions, so cross-attention's RoPE is rope_cross
+cross-attention too unless cross_attention.rope is none; the input holds token embeddings alone).
+Encoder and decoder read the same positions, so cross-attention's RoPE is cross_attention.rope
 relative; prepended (decoder positions after the source's) has no meaning here and is
 refused. With rope, a research model that adds or subtracts the positions 1..T
 (add_pos_embed_to_decoder, sub_pos_embed) keeps a learned table of max_positions + 1 rows
@@ -80,13 +80,13 @@ def build_causal_block(cfg: ModelConfig, rotary: RotaryEmbedding | None = None) 
 
 def build_rotaries(cfg: ModelConfig, cross: bool = True) -> tuple[RotaryEmbedding | None, RotaryEmbedding | None]:
     """With position rope, the rotation of self-attention's heads and of cross-attention's (None without
-    `cross` or with rope_cross none; the same module when both are as wide); (None, None) with learned
+    `cross` or with cross_attention.rope none; the same module when both are as wide); (None, None) with learned
     positions. Self-attention's positions are scaled by rope_scale (linear RoPE scaling, Gemma 3's global layers).
     ModelConfig has checked both widths are even."""
     if cfg.position != "rope":
         return None, None
     rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scale)  # rope_scale: decoder_only's alone
-    if not cross or cfg.rope_cross == "none":
+    if not cross or cfg.cross_attention.rope == "none":
         return rotary, None
     width = cfg.cross_head_dim
     return rotary, rotary if width == cfg.head_dim else RotaryEmbedding(width, cfg.rope_theta)
@@ -95,7 +95,7 @@ def build_rotaries(cfg: ModelConfig, cross: bool = True) -> tuple[RotaryEmbeddin
 def build_cross_block(
     cfg: ModelConfig, rotary: RotaryEmbedding | None = None, cross_rotary: RotaryEmbedding | None = None
 ) -> DecoderBlock:
-    """Self-attention, causal cross-attention (cross_n_heads, default 2 x n_heads) with its own
+    """Self-attention, causal cross-attention (cross_attention.n_heads, default 2 x n_heads) with its own
     norm of the memory, and MLP; research.order_type ALT puts cross-attention first."""
     return parts.build_decoder_block(  # family_rules.check_cross_heads has checked the heads split d_model
         cfg,

@@ -5,7 +5,7 @@ a ModelConfig into attention, feed-forward, norms, blocks and the output head.
                 scores scaled by 1/sqrt(d_head) (or of attention_scale_dim) or not (scale_attention),
                 capped (attention_softcap), each head's queries and keys normed (qk_norm), bias (or on the
                 projections alone: attention_bias), dropout;
-                in the decoder self- and cross-attention merged (merged_cross_attention); in the encoder local or
+                in the decoder self- and cross-attention merged (cross_attention.merged); in the encoder local or
                 transient-global
                 (encoder_attention, LongT5's: the masks are encoder_decoder.py's, the global keys' norm here)
     ffn         MoE(...) in a sparse layer (n_experts > 1, every moe_every-th) else FeedForward(...)
@@ -60,7 +60,7 @@ def build_attention(
 ) -> Attention:
     """n_heads query heads over n_kv_heads key/value heads, keys and values read from d_source wide states
     (None: d_model). Heads are d_head wide when they are the model's n_heads; an attention with its own head
-    count (cross_n_heads) splits d_model among them."""
+    count (cross_attention.n_heads) splits d_model among them."""
     d_head = cfg.head_dim if n_heads == cfg.n_heads else cfg.d_model // n_heads
     return Attention(
         cfg.d_model,
@@ -86,24 +86,26 @@ def build_self_attention(cfg: ModelConfig, rotary: RotaryEmbedding | None = None
 def build_cross_attention(
     cfg: ModelConfig, rotary: RotaryEmbedding | None = None, n_heads: int | None = None
 ) -> Attention:
-    """cross_n_heads heads (else `n_heads`, else the model's) over cross_n_kv_heads (else n_kv_heads), reading
+    """cross_attention.n_heads heads (else `n_heads`, else the model's) over its n_kv_heads (else n_kv_heads), reading
     the encoder's states (of its own width where it has one)."""
-    heads = cfg.cross_n_heads or n_heads or cfg.n_heads
-    return build_attention(cfg, heads, cfg.cross_n_kv_heads or cfg.n_kv_heads, rotary, cfg.encoder_width)
+    cross = cfg.cross_attention
+    return build_attention(
+        cfg, cross.n_heads or n_heads or cfg.n_heads, cross.n_kv_heads or cfg.n_kv_heads, rotary, cfg.encoder_width
+    )
 
 
 def build_ffn(cfg: ModelConfig, dropout: float, sparse: bool = True) -> nn.Module:
     """A mixture of experts when n_experts > 1 and the layer is `sparse` (ModelConfig.moe_layer), else a
     feed-forward; `dropout` acts between its two projections (the encoder-decoder's cfg.dropout; 0 for
     nanoGPT's MLP)."""
-    if cfg.n_experts > 1 and sparse:
+    if cfg.experts.count > 1 and sparse:
         return MoE(
             cfg.d_model,
             cfg.d_ff,
-            cfg.n_experts,
-            cfg.moe_top_k,
-            cfg.moe_renormalize,
-            cfg.moe_activation,
+            cfg.experts.count,
+            cfg.experts.top_k,
+            cfg.experts.renormalize,
+            cfg.experts.activation,
             cfg.bias,
             dropout,
         )
@@ -133,13 +135,13 @@ def build_decoder_block(
     memory_norm: bool = False,
     sparse: bool = True,
 ) -> DecoderBlock:
-    """Causal self-attention, cross-attention (`cross_heads` unless cross_n_heads is set) and feed-forward
+    """Causal self-attention, cross-attention (`cross_heads` unless cross_attention.n_heads is set) and feed-forward
     (experts where `sparse`); `cross_first` and `memory_norm` (a norm of the memory in every block) serve the
     research families."""
     norm = norm_factory(cfg)
     self_attn = build_self_attention(cfg, rotary)
     # a merged attention reads the encoder through the self-attention's projections (T5Gemma 2): no cross-attention
-    cross_attn = None if cfg.merged_cross_attention else build_cross_attention(cfg, cross_rotary, cross_heads)
+    cross_attn = None if cfg.cross_attention.merged else build_cross_attention(cfg, cross_rotary, cross_heads)
     ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout, sparse)
     return DecoderBlock(
         self_attn,

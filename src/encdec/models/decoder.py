@@ -33,7 +33,9 @@ class Decoder(Stack):
     ) -> None:
         super().__init__(cfg, embed, bidirectional=False)
         cross_rotary = None
-        if cfg.rope_cross != "none" and rotary is not None:  # cross heads of their own width rotate by their own table
+        if (
+            cfg.cross_attention.rope != "none" and rotary is not None
+        ):  # cross heads of their own width rotate by their own table
             width = cfg.cross_head_dim
             cross_rotary = rotary if width == rotary.d_head else RotaryEmbedding(width, cfg.rope_theta)
         self.blocks = nn.ModuleList(
@@ -44,7 +46,7 @@ class Decoder(Stack):
         )
         self.final_norm = build_final_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
-        self.rope_cross = cfg.rope_cross
+        self.rope_cross = cfg.cross_attention.rope
 
     def forward(
         self, tgt_ids: torch.Tensor, memory: EncoderOutput, packing: Packing | None = None

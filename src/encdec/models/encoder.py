@@ -36,7 +36,7 @@ class Encoder(Stack):
         self, cfg: ModelConfig, embed: nn.Embedding, rotary: RotaryEmbedding | None, local_rotary=None
     ) -> None:
         super().__init__(cfg, embed, bidirectional=True)
-        self.image_token_id = cfg.image_token_id
+        self.image_token_id = cfg.image_tokens.image_token_id
         self.local_radius = cfg.local_radius if cfg.encoder_attention != "full" else None
         self.long_scores = LONG_SCORES
         if cfg.encoder_attention == "transient_global":

@@ -96,7 +96,9 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         encoder_rotary = (rotary, local_rotary) if encoder_cfg.head_dim == cfg.head_dim else rotaries(encoder_cfg)
         self.encoder = Encoder(encoder_cfg, encoder_embed, *encoder_rotary)
         self.decoder = Decoder(cfg, self.embed, rotary, local_rotary)
-        if cfg.eoi_token_id is not None:  # one vector both stacks read for that token (T5Gemma 2's end-of-image)
+        if (
+            cfg.image_tokens.eoi_token_id is not None
+        ):  # one vector both stacks read for that token (T5Gemma 2's end-of-image)
             self.eoi_embedding = nn.Parameter(torch.zeros(cfg.d_model))
             self.encoder.eoi_embedding = self.decoder.eoi_embedding = self.eoi_embedding
         self.lm_head = build_lm_head(cfg)

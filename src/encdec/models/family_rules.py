@@ -6,18 +6,16 @@ The family classes refuse through `check_family` before they build anything; a c
 """
 
 from encdec.errors import ConfigError
-from encdec.models.model_config import CAUSAL_LMS, ENCODER_WIDTHS, ModelConfig, refuse_unused
-
-# an encoder of its own widths, the transformer encoder-decoder's alone (T5Gemma's unbalanced adaptation)
-ENCODER_OWN = frozenset(f"encoder_{key}" for key in ENCODER_WIDTHS)
+from encdec.models.config_specs import CrossAttention
+from encdec.models.model_config import CAUSAL_LMS, ModelConfig, refuse_unused
 
 # What no causal LM uses: other position schemes (position must be learned or rope), Marian and
 # BART's checkpoint details, Switch's layout of sparse layers (every feed-forward is one with experts),
 # the RNN's options. Each family adds its own to these.
 LM_UNUSED = frozenset(
     {
-        "moe_every",
-        "decoder_moe_every",
+        "experts.every",
+        "experts.decoder_every",
         "sinusoidal_layout",
         "position_offset",
         "relative_buckets",
@@ -33,16 +31,14 @@ LM_UNUSED = frozenset(
         "rope_scale",
         "qk_norm",  # T5Gemma 2's and, in the decoder-only family, Qwen3's
         "attention_bias",  # Qwen2's biases on q, k and v alone, the decoder-only family's
-        "merged_cross_attention",
-        "eoi_token_id",
-        "image_token_id",
+        "cross_attention.merged",
+        "image_tokens",
         "local_radius",
         "global_block_size",
         "logit_softcap",
         "shared_embeddings",  # one stack, one token table
-        *ENCODER_OWN,
-        "rnn_cell",
-        "rnn_attention",
+        "encoder",  # an encoder of its own widths, the transformer encoder-decoder's alone (T5Gemma's)
+        "rnn",
     }
 )
 # the settings of the Hugging Face decoder-only families that decoder_only takes and the research LMs do not: Qwen2's
@@ -56,22 +52,20 @@ DECODER_ONLY_OWN = frozenset(
 # family -> the fields it refuses away from their defaults (its class's UNUSED)
 UNUSED_BY_FAMILY = {
     # the research and RNN families', and the decoder-only family's attention biases (no encoder-decoder has them)
-    "encoder_decoder": frozenset({"research", "rnn_cell", "rnn_attention", "attention_bias"}),
+    "encoder_decoder": frozenset({"research", "rnn", "attention_bias"}),
     "ar_encdec": LM_UNUSED,
     "parallel_encdec": LM_UNUSED,
     # one stack: no decoder depth, cross-attention or research options
-    "decoder_only": (LM_UNUSED - DECODER_ONLY_OWN)
-    | {"n_decoder_layers", "cross_n_heads", "cross_n_kv_heads", "rope_cross", "research"},
+    "decoder_only": (LM_UNUSED - DECODER_ONLY_OWN) | {"n_decoder_layers", "cross_attention", "research"},
     # the transformer's settings: attention, feed-forward, norms, positions, experts, head scaling
     "rnn_seq2seq": frozenset(
         {
-            *ENCODER_OWN,
+            "encoder",
             "n_heads",
             "n_kv_heads",
             "d_head",
             "d_ff",
-            "cross_n_heads",
-            "cross_n_kv_heads",
+            "cross_attention",
             "activation",
             "norm",
             "norm_eps",
@@ -86,18 +80,10 @@ UNUSED_BY_FAMILY = {
             "relative_max_distance",
             "relative_bias_per_layer",
             "rope_theta",
-            "rope_cross",
             "scale_embeddings",
             "scale_output",
             "final_logits_bias",
-            "n_experts",
-            "moe_every",
-            "decoder_moe_every",
-            "moe_top_k",
-            "moe_renormalize",
-            "moe_activation",
-            "aux_loss_coef",
-            "z_loss_coef",
+            "experts",
             "hf_model_type",
             "research",
             "post_norms",
@@ -111,9 +97,7 @@ UNUSED_BY_FAMILY = {
             "rope_scale",
             "qk_norm",
             "attention_bias",
-            "merged_cross_attention",
-            "eoi_token_id",
-            "image_token_id",
+            "image_tokens",
             "local_radius",
             "global_block_size",
             "logit_softcap",
@@ -171,15 +155,16 @@ def check_gemma3_fields(cfg: ModelConfig) -> None:
             raise ConfigError(f"model.{key} acts only with model.position rope; remove it")
     if cfg.rope_local_theta is not None and cfg.sliding_window is None:
         raise ConfigError("model.rope_local_theta acts only with model.sliding_window, in the sliding layers")
-    if cfg.merged_cross_attention:
-        if cfg.position == "rope" and cfg.rope_cross != "none":
+    cross = cfg.cross_attention
+    if cross.merged:
+        if cfg.position == "rope" and cross.rope != "none":
             raise ConfigError(
-                "model.merged_cross_attention needs model.rope_cross none: the encoder's keys are not rotated"
+                "model.cross_attention.merged needs model.cross_attention.rope none: the encoder's keys are not rotated"
             )
-        if cfg.cross_n_heads not in (None, cfg.n_heads) or cfg.cross_n_kv_heads not in (None, cfg.n_kv_heads):
+        if cross.n_heads not in (None, cfg.n_heads) or cross.n_kv_heads not in (None, cfg.n_kv_heads):
             raise ConfigError(
-                "model.merged_cross_attention reads the encoder through the self-attention's heads; "
-                "remove model.cross_n_heads and model.cross_n_kv_heads"
+                "model.cross_attention.merged reads the encoder through the self-attention's heads; "
+                "remove model.cross_attention.n_heads and n_kv_heads"
             )
 
 
@@ -207,30 +192,33 @@ def check_sliding_window(cfg: ModelConfig) -> None:
 
 def check_moe_layout(cfg: ModelConfig) -> None:
     """A step of sparse layers needs experts and must fit its stack, which so keeps at least one sparse layer."""
-    decoder_key = "decoder_moe_every" if cfg.decoder_moe_every is not None else "moe_every"
-    for key, step, side, layers in (
-        ("moe_every", cfg.moe_every, "encoder", cfg.n_encoder_layers),
-        (decoder_key, cfg.decoder_moe_every or cfg.moe_every, "decoder", cfg.decoder_layers),
-    ):
-        if cfg.n_experts == 1 and (step != 1 or key == "decoder_moe_every"):
-            raise ConfigError(f"model.{key} acts only with model.n_experts above 1; remove it")
+    experts = cfg.experts
+    decoder_key = "decoder_every" if experts.decoder_every is not None else "every"
+    for key, side, layers in (("every", "encoder", cfg.n_encoder_layers), (decoder_key, "decoder", cfg.decoder_layers)):
+        step = experts.step(side == "decoder")
+        if experts.count == 1 and (step != 1 or key == "decoder_every"):
+            raise ConfigError(f"model.experts.{key} acts only with model.experts.count above 1; remove it")
         if step > layers:
-            hint = "; set model.decoder_moe_every" if side == "decoder" and key == "moe_every" else ""
+            hint = "; set model.experts.decoder_every" if side == "decoder" and key == "every" else ""
             plural = "s" if layers > 1 else ""
-            raise ConfigError(f"model.{key} ({step}) exceeds the {side}'s {layers} layer{plural}{hint}")
+            raise ConfigError(f"model.experts.{key} ({step}) exceeds the {side}'s {layers} layer{plural}{hint}")
 
 
 def check_lm_config(cfg: ModelConfig) -> None:
     """Refuse the position settings a causal LM cannot honour, each in one sentence."""
     if cfg.position not in ("learned", "rope"):
         raise ConfigError(f"model.family {cfg.family} needs model.position learned or rope, got {cfg.position!r}")
+    rope = cfg.cross_attention.rope
     if cfg.position == "learned":
-        for key in ("rope_theta", "rope_cross"):
-            if getattr(cfg, key) != getattr(ModelConfig, key):
+        for key, value, default in (
+            ("rope_theta", cfg.rope_theta, ModelConfig.rope_theta),
+            ("cross_attention.rope", rope, CrossAttention.rope),
+        ):
+            if value != default:
                 raise ConfigError(f"model.{key} acts only with model.position rope; remove it")
-    elif cfg.rope_cross == "prepended":
+    elif rope == "prepended":
         raise ConfigError(
-            f"model.rope_cross prepended does not apply to the {cfg.family} family, whose encoder and decoder "
+            f"model.cross_attention.rope prepended does not apply to the {cfg.family} family, whose encoder and decoder "
             "read the same positions; use relative or none"
         )
 
@@ -239,4 +227,4 @@ def check_cross_heads(cfg: ModelConfig) -> None:
     """The research encoder-decoders' cross-attention heads of their own count split d_model among them."""
     heads = cfg.cross_heads
     if heads != cfg.n_heads and cfg.d_model % heads:
-        raise ConfigError(f"model.cross_n_heads ({heads}) must divide model.d_model ({cfg.d_model})")
+        raise ConfigError(f"model.cross_attention.n_heads ({heads}) must divide model.d_model ({cfg.d_model})")

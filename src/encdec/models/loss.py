@@ -31,10 +31,10 @@ def loss_weights(cfg: ModelConfig) -> dict[str, float]:
     """The weight of each auxiliary term a family may return, by its name."""
     research = cfg.research.embedding_loss_coeff or 0.0  # None: the family returns no such term
     return {
-        "moe_aux_encoder": cfg.aux_loss_coef,
-        "moe_aux_decoder": cfg.aux_loss_coef,
-        "moe_z_encoder": cfg.z_loss_coef,
-        "moe_z_decoder": cfg.z_loss_coef,
+        "moe_aux_encoder": cfg.experts.aux_loss_coef,
+        "moe_aux_decoder": cfg.experts.aux_loss_coef,
+        "moe_z_encoder": cfg.experts.z_loss_coef,
+        "moe_z_decoder": cfg.experts.z_loss_coef,
         "embedding_loss": research,  # seed 000
         "encoder_loss": research,  # seed 001
     }

@@ -3,15 +3,30 @@
 Checked when constructed: a wrong value raises `ConfigError` naming the key and
 what it allows. Run-time state (step, RNG, data position) never lives here.
 A family declares the fields it does not use (its class's `UNUSED`); building it
-with one of them set away from its default is refused (`refuse_unused`).
+with one of them set away from its default is refused (`refuse_unused`): a field, a
+spec's field ("experts.every") or a whole spec ("rnn").
+
+Settings that belong together are specs of their own (models/config_specs.py:
+`encoder`, `cross_attention`, `experts`, `rnn`, `image_tokens`); configs and checkpoints written flat before them are read through
+its one table, MOVED (`from_dict`, a run config's model section, a model.json).
 """
 
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from typing import Annotated, Literal
 
 from encdec.errors import ConfigError, refuse_unknown_keys
+from encdec.models.config_specs import (
+    SPECS,
+    CrossAttention,
+    EncoderWidths,
+    Experts,
+    ImageTokens,
+    Layers,
+    Rnn,
+    moved_to_specs,
+)
 from encdec.models.research_config import ResearchOptions
-from encdec.schema import Count, Positive, Range, TokenId, check, check_vocabulary
+from encdec.schema import Count, Positive, Range, TokenId, check, check_vocabulary, read
 
 # Settings whose default depends on the family: None takes the family's value (T5's for the
 # encoder-decoder, nanoGPT's for the causal LMs); a family without an entry does not use the setting.
@@ -23,16 +38,12 @@ FAMILY_DEFAULTS = {
 }
 
 
-ENCODER_WIDTHS = ("d_model", "d_ff", "n_heads", "n_kv_heads", "d_head")  # what encoder_* may set apart
-MAX_LAYERS = 4096  # per stack; the deepest trained transformers have a few hundred
-MAX_EXPERTS = 4096  # Switch-C has 2048; each expert is its own modules in every layer
-MAX_COEF = 1e6  # a loss coefficient: the auxiliary losses' are 1e-3 to 1e-2
+ENCODER_WIDTHS = tuple(f.name for f in fields(EncoderWidths))  # what model.encoder may set apart
 # Each field's type, allowed values and bounds are declared on it (encdec.schema) and checked when a config
 # is made (from YAML, a config.json or Python): a zero or negative size is one sentence, not a traceback or
 # a model missing a stack. Counts of modules are bounded here (a million layers of width 16 would take
 # minutes to build); how many parameters a model may have is the memory estimate's to say
 # (models/weights_memory.py), against what the device has free.
-Layers = Annotated[int, Range(1, MAX_LAYERS)]
 Softcap = Annotated[float, Range(0, 1e6, above=True)]  # c in c * tanh(x / c); Gemma 2's are 50 and 30
 
 
@@ -49,14 +60,9 @@ class ModelConfig:
     d_ff: Positive = 2048
     n_encoder_layers: Layers = 6
     n_decoder_layers: Layers | None = None  # None: n_encoder_layers (decoder_only: its depth is n_encoder_layers)
-    # an encoder of other widths than the decoder (T5Gemma's unbalanced 9B-2B, encoder_config()); None: the decoder's
-    encoder_d_model: Positive | None = None
-    encoder_d_ff: Positive | None = None
-    encoder_n_heads: Positive | None = None
-    encoder_n_kv_heads: Positive | None = None
-    encoder_d_head: Positive | None = None
-    cross_n_heads: Positive | None = None  # None: n_heads (ar_encdec, parallel_encdec: 2 * n_heads)
-    cross_n_kv_heads: Positive | None = None  # None: n_kv_heads
+    # an encoder of other widths than the decoder (T5Gemma's unbalanced 9B-2B, encoder_config()); unset: the decoder's
+    encoder: EncoderWidths = field(default_factory=EncoderWidths)
+    cross_attention: CrossAttention = field(default_factory=CrossAttention)  # its heads, RoPE, or merged
     activation: Literal["relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"] = "relu"
     # gemma_rmsnorm: Gemma's x * (1 + weight), in float32, and its embedding scale rounded to the model's dtype
     norm: Literal["rmsnorm", "layernorm", "gemma_rmsnorm"] = "rmsnorm"
@@ -97,11 +103,6 @@ class ModelConfig:
     rope_scale: Annotated[float, Range(1, 1e6)] = 1.0  # the global layers' positions divided by it (linear RoPE
     # scaling, Gemma 3's factor 8)
     qk_norm: bool = False  # each head's queries and keys normed (RMS) before RoPE (Gemma 3, Qwen3)
-    merged_cross_attention: bool = False  # the decoder's self- and cross-attention one softmax over both keys,
-    # through one set of projections (T5Gemma 2)
-    rope_cross: Literal["relative", "prepended", "none"] = (
-        "relative"  # RoPE in cross-attention: i and j from 0, encoder first, or none
-    )
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani)
     tie_embeddings: bool = True  # the LM head shares the token embedding matrix
     shared_embeddings: bool = True  # the encoder reads the decoder's token table; false: its own (T5Gemma)
@@ -109,50 +110,44 @@ class ModelConfig:
     final_logits_bias: bool = False  # a fixed bias added to the logits (Marian, BART)
     logit_softcap: Softcap | None = None  # logits capped c * tanh(l / c) (Gemma 2's final_logit_softcapping)
     dropout: Annotated[float, Range(0, 1, below=True)] = 0.1
-    n_experts: Annotated[int, Range(1, MAX_EXPERTS)] = 1  # > 1: feed-forwards are mixtures of experts (moe_every)
-    moe_every: Layers = 1  # with experts, every n-th feed-forward is one, from a stack's second (see moe_layer)
-    decoder_moe_every: Layers | None = None  # None: moe_every (Switch's configs set each stack's)
-    moe_top_k: Positive = 1
-    moe_renormalize: bool = False  # gates renormalised over top-k (ROT5) or raw (Switch, default)
-    moe_activation: Literal["relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"] = "gelu"
-    aux_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001
-    z_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001
+    experts: Experts = field(default_factory=Experts)  # mixtures of experts in place of feed-forwards
     init: Literal["t5", "normal"] | None = None  # "t5": HF T5's scheme; "normal": N(0, 0.02), residuals scaled;
     # None: the family's (T5's for the encoder-decoder, nanoGPT's normal for the causal LMs and the RNN)
     # the Hugging Face model_type an export writes where layouts coincide (mT5's is T5 v1.1's, PLBart's and MVP's
     # BART's): a family of interop.families' registry, which family_for checks; None: the layout's
     hf_model_type: str | None = None
+    image_tokens: ImageTokens = field(default_factory=ImageTokens)  # T5Gemma 2's end-of-image and image tokens
     # token ids, each below vocab_size (schema.InVocabulary), wherever the config is read from
-    eoi_token_id: TokenId | None = None  # a token whose embedding is a vector of its own, unscaled (T5Gemma 2's
-    # end-of-image)
-    image_token_id: TokenId | None = None  # a token that stands for an image, which a text model refuses (T5Gemma 2)
     pad_id: TokenId = 0
     eos_id: TokenId = 1
     decoder_start_id: TokenId = 0
     research: ResearchOptions = field(default_factory=ResearchOptions)  # ar_encdec, parallel_encdec (SEEDS.md 3-4)
-    rnn_cell: Literal["gru", "lstm"] = "gru"  # rnn_seq2seq: gru or lstm
-    rnn_attention: bool = True  # rnn_seq2seq: the decoder attends to the encoder states (Luong)
+    rnn: Rnn = field(default_factory=Rnn)  # rnn_seq2seq's cell and attention
 
     def __post_init__(self):
         if isinstance(self.research, dict):
             self.research = ResearchOptions.from_dict(self.research)
+        for name, spec in SPECS.items():  # a spec written as a mapping (YAML, JSON, from_dict)
+            if isinstance(getattr(self, name), dict):
+                setattr(self, name, read(spec, getattr(self, name), f"model.{name}."))
         check(self, "model.")
         for key, by_family in FAMILY_DEFAULTS.items():
             if getattr(self, key) is None and self.family in by_family:
                 setattr(self, key, by_family[self.family])
         check_vocabulary(ModelConfig, vars(self), self.vocab_size, "model.")
+        for name, spec in SPECS.items():
+            check_vocabulary(spec, vars(getattr(self, name)), self.vocab_size, f"model.{name}.")
         if self.relative_max_distance <= self.relative_buckets // 2:
             raise ConfigError(
                 f"model.relative_max_distance ({self.relative_max_distance}) must exceed half of "
                 f"model.relative_buckets ({self.relative_buckets}), which count exact distances"
             )
+        self.experts.check_top_k()
         if self.family != "rnn_seq2seq":  # the only family without attention
             self._check_heads()
         if self.position == "sinusoidal" and self.sinusoidal_layout == "fairseq" and self.d_model < 4:
             raise ConfigError(f"model.sinusoidal_layout fairseq needs d_model of 4 or more, got {self.d_model}")
-        if self.moe_top_k > self.n_experts:
-            raise ConfigError(f"model.moe_top_k ({self.moe_top_k}) exceeds model.n_experts ({self.n_experts})")
-        if self.family == "encoder_decoder":  # the other families refuse encoder_* (family_rules.ENCODER_OWN)
+        if self.family == "encoder_decoder":  # the other families refuse model.encoder (family_rules)
             self._check_encoder_widths()
 
     def _check_encoder_widths(self) -> None:
@@ -161,32 +156,36 @@ class ModelConfig:
         try:
             self.encoder_config()
         except ConfigError as error:
-            raise ConfigError(f"the encoder's own widths (model.encoder_*) do not fit: {error}") from None
+            raise ConfigError(f"the encoder's own widths (model.encoder) do not fit: {error}") from None
         if self.encoder_width != self.d_model and self.shared_embeddings:
             raise ConfigError(
                 f"an encoder of width {self.encoder_width} cannot read the decoder's token table of width "
                 f"{self.d_model}; set model.shared_embeddings false"
             )
-        for key in ("merged_cross_attention", "eoi_token_id"):  # T5Gemma 2's: one width both stacks read
-            if self.encoder_width != self.d_model and getattr(self, key) not in (False, None):
-                raise ConfigError(f"model.{key} needs an encoder as wide as the decoder (model.encoder_d_model)")
+        one_width = {"cross_attention.merged": self.cross_attention.merged}  # T5Gemma 2's: both stacks read it
+        one_width["image_tokens.eoi_token_id"] = self.image_tokens.eoi_token_id
+        for key, value in one_width.items():
+            if self.encoder_width != self.d_model and value not in (False, None):
+                raise ConfigError(f"model.{key} needs an encoder as wide as the decoder (model.encoder.d_model)")
 
     def _check_heads(self) -> None:
         if self.d_head is None and self.d_model % self.n_heads:
             raise ConfigError(
                 f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model}), or set model.d_head"
             )
-        for heads, kv in (("n_heads", "n_kv_heads"), ("cross_n_heads", "cross_n_kv_heads")):
-            h = self.n_heads if heads == "n_heads" else self.cross_heads
-            k = getattr(self, kv) or (self.n_kv_heads if kv == "cross_n_kv_heads" else None) or h
+        cross = self.cross_attention
+        for heads, kv, h, k in (
+            ("n_heads", "n_kv_heads", self.n_heads, self.n_kv_heads or self.n_heads),
+            ("cross_attention.n_heads", "cross_attention.n_kv_heads", self.cross_heads, self.cross_kv_heads),
+        ):
             if h % k:
                 raise ConfigError(f"model.{kv} ({k}) must divide model.{heads} ({h})")
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError(f"RoPE needs an even head dimension, got d_head {self.head_dim}")
-        if self.position == "rope" and self.rope_cross != "none" and self.cross_head_dim % 2:
+        if self.position == "rope" and cross.rope != "none" and self.cross_head_dim % 2:
             raise ConfigError(
                 f"RoPE in cross-attention needs an even head width, got d_model / cross heads = {self.cross_head_dim}; "
-                "set model.rope_cross none or other model.cross_n_heads"
+                "set model.cross_attention.rope none or other model.cross_attention.n_heads"
             )
 
     @property
@@ -196,23 +195,28 @@ class ModelConfig:
     @property
     def encoder_width(self) -> int:
         """The encoder's hidden width: what cross-attention reads its keys and values from."""
-        return self.encoder_d_model or self.d_model
+        return self.encoder.d_model or self.d_model
 
     def encoder_config(self) -> "ModelConfig":
         """The config the encoder stack is built from: this one with the encoder's own widths (ENCODER_WIDTHS)
         in place of the decoder's, or this one where it sets none."""
-        own = {key: getattr(self, f"encoder_{key}") for key in ENCODER_WIDTHS}
+        own = {key: getattr(self.encoder, key) for key in ENCODER_WIDTHS}
         if all(value is None for value in own.values()):
             return self
         changed = {key: value for key, value in own.items() if value is not None}
-        return replace(self, **changed, **{f"encoder_{key}": None for key in ENCODER_WIDTHS})
+        return replace(self, **changed, encoder=EncoderWidths())
 
     @property
     def cross_heads(self) -> int:
-        """Cross-attention's query heads: cross_n_heads, else the family's default (the research
+        """Cross-attention's query heads: cross_attention.n_heads, else the family's default (the research
         encoder-decoders' 2 x n_heads, as the seeds' code; n_heads for the others)."""
         default = 2 * self.n_heads if self.family in ("ar_encdec", "parallel_encdec") else self.n_heads
-        return self.cross_n_heads or default
+        return self.cross_attention.n_heads or default
+
+    @property
+    def cross_kv_heads(self) -> int:
+        """Cross-attention's key and value heads: cross_attention.n_kv_heads, else n_kv_heads, else its queries'."""
+        return self.cross_attention.n_kv_heads or self.n_kv_heads or self.cross_heads
 
     @property
     def cross_head_dim(self) -> int:
@@ -231,17 +235,16 @@ class ModelConfig:
         return self.sliding_window is not None and (layer + 1) % self.global_every != 0
 
     def moe_layer(self, layer: int, decoder: bool = False) -> bool:
-        """Whether a stack's feed-forward `layer` (from 0) is a mixture of experts: with n_experts > 1, every
-        one when its step (moe_every, decoder_moe_every) is 1, else layers 1, 1 + step, 1 + 2 step, ... as
-        Switch Transformers lay them out (transformers: `i % sparse_step == 1`; a step of 2 is every other one)."""
-        step = (self.decoder_moe_every or self.moe_every) if decoder else self.moe_every
-        return self.n_experts > 1 and layer % step == 1 % step
+        """Whether a stack's feed-forward `layer` (from 0) is a mixture of experts (Experts.layer)."""
+        return self.experts.layer(layer, decoder)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict) -> "ModelConfig":
+        """The config of a mapping, in the specs' shape or the flat one written before them (MOVED)."""
+        values = moved_to_specs(values)
         refuse_unknown_keys(values, (f.name for f in fields(cls)), "unknown model key {key!r}")
         return cls(**values)
 
@@ -251,7 +254,18 @@ def default_of(f: Field):
 
 
 def refuse_unused(cfg: ModelConfig, unused: frozenset[str]) -> None:
-    """Raise ConfigError, in one sentence, for the first of `unused` that `cfg` sets away from its default."""
-    for f in fields(cfg):
-        if f.name in unused and getattr(cfg, f.name) != default_of(f):
-            raise ConfigError(f"model.{f.name} is not used by the {cfg.family} family; remove it")
+    """Raise ConfigError, in one sentence, for the first of `unused` that `cfg` sets away from its default: a
+    field ("experts", a whole spec) or a spec's field ("experts.every")."""
+    for name in sorted(unused, key=ORDER.index):
+        spec, _, key = name.rpartition(".")
+        owner = getattr(cfg, spec) if spec else cfg
+        if getattr(owner, key) != default_of(owner.__dataclass_fields__[key]):
+            raise ConfigError(f"model.{name} is not used by the {cfg.family} family; remove it")
+
+
+# every field and spec field as refuse_unused names them, in declaration order (the first refused is the first)
+ORDER = [
+    name
+    for f in fields(ModelConfig)
+    for name in (f.name, *(f"{f.name}.{g.name}" for g in (fields(SPECS[f.name]) if f.name in SPECS else ())))
+]

@@ -63,8 +63,8 @@ def feed_forward(cfg: ModelConfig, activation: str) -> int:
 
 def ffn(cfg: ModelConfig, sparse: bool = True) -> int:
     """A feed-forward, or in a sparse layer with experts a bias-free router and n_experts feed-forwards."""
-    if cfg.n_experts > 1 and sparse:
-        return cfg.d_model * cfg.n_experts + cfg.n_experts * feed_forward(cfg, cfg.moe_activation)
+    if cfg.experts.count > 1 and sparse:
+        return cfg.d_model * cfg.experts.count + cfg.experts.count * feed_forward(cfg, cfg.experts.activation)
     return feed_forward(cfg, cfg.activation)
 
 
@@ -79,11 +79,11 @@ def encoder_block(cfg: ModelConfig, sparse: bool = True) -> int:
 
 
 def decoder_block(cfg: ModelConfig, memory_norm: bool = False, sparse: bool = True) -> int:
-    """Self-attention, cross-attention (cross heads over cross_n_kv_heads, else n_kv_heads) and feed-forward,
+    """Self-attention, cross-attention (cross heads over cross_attention.n_kv_heads, else n_kv_heads) and feed-forward,
     their norms, and with `memory_norm` one of the memory (the research families')."""
-    if cfg.merged_cross_attention:  # the self-attention reads the memory too (T5Gemma 2)
+    if cfg.cross_attention.merged:  # the self-attention reads the memory too (T5Gemma 2)
         return encoder_block(cfg, sparse)
-    cross = attention(cfg, cfg.cross_heads, cfg.cross_n_kv_heads or cfg.n_kv_heads, cfg.encoder_width)
+    cross = attention(cfg, cfg.cross_heads, cfg.cross_attention.n_kv_heads or cfg.n_kv_heads, cfg.encoder_width)
     return encoder_block(cfg, sparse) + cross + sublayer_norms(cfg) + (norm(cfg) if memory_norm else 0)
 
 
@@ -93,7 +93,9 @@ def token_tables(cfg: ModelConfig) -> int:
     tables = cfg.vocab_size * (
         cfg.d_model * (1 + (not cfg.tie_embeddings)) + cfg.encoder_width * (not cfg.shared_embeddings)
     )
-    return tables + (cfg.d_model if cfg.eoi_token_id is not None else 0)  # a token's own vector (T5Gemma 2)
+    return tables + (
+        cfg.d_model if cfg.image_tokens.eoi_token_id is not None else 0
+    )  # a token's own vector (T5Gemma 2)
 
 
 def stack_norms(cfg: ModelConfig) -> int:
@@ -166,9 +168,9 @@ def embedding_loss(cfg: ModelConfig) -> int:
 
 def rnn_seq2seq(cfg: ModelConfig) -> ParameterCount:
     """A GRU (3 gates) or LSTM (4) encoder and decoder, d_model wide at every layer, and Luong attention."""
-    d, gates = cfg.d_model, 3 if cfg.rnn_cell == "gru" else 4
+    d, gates = cfg.d_model, 3 if cfg.rnn.cell == "gru" else 4
     layer = gates * (2 * d * d + (2 * d if cfg.bias else 0))  # input and hidden weights (and biases)
-    attention = d * d + linear(2 * d, d, cfg.bias) if cfg.rnn_attention else 0  # score, combine
+    attention = d * d + linear(2 * d, d, cfg.bias) if cfg.rnn.attention else 0  # score, combine
     return ParameterCount(token_tables(cfg) + 2 * cfg.n_encoder_layers * layer + attention, 0)
 
 

@@ -20,6 +20,7 @@ A preset sets only fields its family uses: a family refuses the others (see buil
 """
 
 from encdec.errors import ConfigError, suggestion
+from encdec.models.config_specs import overlaid
 from encdec.models.model_config import ModelConfig
 
 # what Vaswani's Transformer and GPT-2 share, unlike T5: LayerNorm (eps 1e-5), attention scaled by sqrt(d_head),
@@ -41,7 +42,7 @@ FAMILIES = {
     "t5-v1.1": dict(
         position="relative", activation="gated_gelu", tie_embeddings=False, scale_output=False, vocab_size=32128
     ),
-    "rot5": dict(position="rope", rope_cross="relative", activation="gelu", vocab_size=32502),
+    "rot5": dict(position="rope", cross_attention=dict(rope="relative"), activation="gelu", vocab_size=32502),
 }
 GPT = dict(LAYERNORM_SCALED, position="learned", activation="gelu", bias=False, dropout=0.0, vocab_size=50257)
 FAMILIES.update(
@@ -59,8 +60,7 @@ FAMILIES.update(
         "decoder_only": dict(GPT, family="decoder_only"),
         "rnn_seq2seq": dict(
             family="rnn_seq2seq",
-            rnn_cell="gru",
-            rnn_attention=True,
+            rnn=dict(cell="gru", attention=True),
             bias=True,
             init="normal",
             tie_embeddings=True,
@@ -95,12 +95,20 @@ SIZES = {
     },
     # the research families: n_encoder_layers is the depth of each side, context max_positions
     "ar_encdec": {
-        "tiny": dict(d_model=64, n_heads=4, cross_n_heads=8, d_ff=256, n_encoder_layers=2, max_positions=128),
-        "small": dict(d_model=150, n_heads=5, cross_n_heads=10, d_ff=600, n_encoder_layers=13, max_positions=200),
+        "tiny": dict(
+            d_model=64, n_heads=4, cross_attention=dict(n_heads=8), d_ff=256, n_encoder_layers=2, max_positions=128
+        ),
+        "small": dict(
+            d_model=150, n_heads=5, cross_attention=dict(n_heads=10), d_ff=600, n_encoder_layers=13, max_positions=200
+        ),
     },
     "parallel_encdec": {
-        "tiny": dict(d_model=64, n_heads=4, cross_n_heads=8, d_ff=256, n_encoder_layers=2, max_positions=128),
-        "small": dict(d_model=200, n_heads=5, cross_n_heads=10, d_ff=800, n_encoder_layers=5, max_positions=200),
+        "tiny": dict(
+            d_model=64, n_heads=4, cross_attention=dict(n_heads=8), d_ff=256, n_encoder_layers=2, max_positions=128
+        ),
+        "small": dict(
+            d_model=200, n_heads=5, cross_attention=dict(n_heads=10), d_ff=800, n_encoder_layers=5, max_positions=200
+        ),
     },
     "decoder_only": {
         "tiny": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=4, max_positions=128),
@@ -122,5 +130,4 @@ def preset(name: str, **overrides) -> ModelConfig:
     family, _, size = name.rpartition("-")
     if family not in SIZES or size not in SIZES[family]:
         raise ConfigError(f"unknown model preset {name!r}{suggestion(name, preset_names(), 'presets')}")
-    values = {**FAMILIES[family], **SIZES[family][size], **overrides}
-    return ModelConfig.from_dict(values)
+    return ModelConfig.from_dict(overlaid(overlaid(FAMILIES[family], SIZES[family][size]), overrides))

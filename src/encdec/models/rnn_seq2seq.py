@@ -84,12 +84,12 @@ class RNNSeq2Seq(GenerationMixin, nn.Module):
         super().__init__()
         check_family(cfg)
         self.config = cfg
-        rnn = nn.GRU if cfg.rnn_cell == "gru" else nn.LSTM
+        rnn = nn.GRU if cfg.rnn.cell == "gru" else nn.LSTM
         layers, dropout = cfg.n_encoder_layers, cfg.dropout if cfg.n_encoder_layers > 1 else 0.0
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.encoder = rnn(cfg.d_model, cfg.d_model, layers, bias=cfg.bias, batch_first=True, dropout=dropout)
         self.decoder = rnn(cfg.d_model, cfg.d_model, layers, bias=cfg.bias, batch_first=True, dropout=dropout)
-        self.attention = LuongAttention(cfg.d_model, cfg.bias) if cfg.rnn_attention else None
+        self.attention = LuongAttention(cfg.d_model, cfg.bias) if cfg.rnn.attention else None
         self.dropout = Dropout(cfg.dropout)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 

@@ -26,9 +26,9 @@ def estimated_parameters(cfg: ModelConfig) -> int:
     (Building on the meta device would count exactly, but its first weight init costs
     seconds of torch's lazy set-up, and 10^6 layers take minutes even there.)"""
     d = cfg.d_model
-    heads = max(cfg.n_heads, cfg.cross_n_heads or cfg.n_heads)
+    heads = max(cfg.n_heads, cfg.cross_attention.n_heads or cfg.n_heads)
     attention = 4 * d * heads * cfg.head_dim
-    dense, sparse = 3 * d * cfg.d_ff, 3 * d * cfg.d_ff * cfg.n_experts + d * cfg.n_experts  # gated; the router
+    dense, sparse = 3 * d * cfg.d_ff, 3 * d * cfg.d_ff * cfg.experts.count + d * cfg.experts.count  # gated; the router
     if cfg.family == "rnn_seq2seq":  # an LSTM's four gates over input and state, and the attention's matrices
         attention, dense, sparse = 8 * d * d, 3 * d * d, 3 * d * d
     encoder_sparse = sparse_layers(cfg, cfg.n_encoder_layers, decoder=False)
@@ -45,9 +45,9 @@ def estimated_parameters(cfg: ModelConfig) -> int:
 def sparse_layers(cfg: ModelConfig, layers: int, decoder: bool) -> int:
     """How many of a stack's `layers` feed-forwards are mixtures of experts (ModelConfig.moe_layer's layers 1,
     1 + step, ...; every one at step 1), counted without a loop over them."""
-    if cfg.n_experts == 1:
+    if cfg.experts.count == 1:
         return 0
-    step = (cfg.decoder_moe_every or cfg.moe_every) if decoder else cfg.moe_every
+    step = cfg.experts.step(decoder)
     return layers if step == 1 else (layers - 2) // step + 1 if layers > 1 else 0
 
 
@@ -56,7 +56,7 @@ def building_bytes(cfg: ModelConfig) -> int:
     and a sinusoidal table's float64 copies (sines, cosines and the table) before it becomes fp32."""
     blocks = cfg.n_encoder_layers + cfg.decoder_layers
     table = 3 * 8 * cfg.max_positions * cfg.d_model if cfg.position == "sinusoidal" else 0
-    return blocks * (LAYER_BYTES + cfg.n_experts * EXPERT_BYTES) + table
+    return blocks * (LAYER_BYTES + cfg.experts.count * EXPERT_BYTES) + table
 
 
 def check_weights_fit(

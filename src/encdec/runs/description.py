@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, check_fields
+from encdec.models.config_specs import moved_to_specs
 from encdec.runs.adapter import TRAIN_ONLY, AdapterConfig, LoraSection
 from encdec.runs.checkpoint import write_json_parts
 from encdec.runs.model_section import ModelSection
@@ -63,7 +64,7 @@ def write_description(checkpoint: CheckpointDir, description: Description) -> No
 
 def read_description(checkpoint: CheckpointDir) -> Description:
     """model.json, text.json and (where base.json names a base) adapter.json, each as declared."""
-    model = read_part(checkpoint.model_config, ModelConfig, "model config", "model.")
+    model = read_part(checkpoint.model_config, ModelConfig, "model config", "model.", moved_to_specs)
     try:
         check_fields(model)  # a field its family does not use, as building it would refuse
     except ConfigError as error:
@@ -78,11 +79,12 @@ def read_description(checkpoint: CheckpointDir) -> Description:
     return Description(model, text, adapter)
 
 
-def read_part(path, schema: type, what: str, prefix: str = ""):
-    """JSON part `path` as dataclass `schema`, else one CheckpointError sentence naming it."""
+def read_part(path, schema: type, what: str, prefix: str = "", upgrade=None):
+    """JSON part `path` as dataclass `schema`, else one CheckpointError sentence naming it; `upgrade` reads an
+    older shape first (a model.json written before the specs: config_specs.moved_to_specs)."""
     values = load_json(path, f"the {what}", CheckpointError)
     try:
-        return read(schema, values, prefix)
+        return read(schema, upgrade(values) if upgrade and isinstance(values, dict) else values, prefix)
     except ConfigError as error:
         why = str(error) if len(str(error)) <= MESSAGE_CHARS else str(error)[: MESSAGE_CHARS - 3] + "..."
         raise CheckpointError(f"{path} is not a {what} encdec writes ({why})") from None

@@ -4,6 +4,9 @@ adaptation source's section is read as.
 
     model: {preset: rot5-tiny, d_model: 256}     a preset and/or any ModelConfig field; the vocabulary size
                                                  and special ids are the tokenizer's where it sets none
+    model: {experts: {count: 8}}                 a spec's fields (models/config_specs.py); the flat names
+                                                 written before the specs (n_experts: 8) are read through
+                                                 its MOVED table, and held in their places
 
 The section is built when it is read, with stand-ins for what the tokenizer decides later
 (PROVISIONAL_TOKENS); `ModelSection.build` gives the tokenizer's vocabulary size and special ids to the fields
@@ -20,6 +23,7 @@ from typing import Any
 
 from encdec.errors import ConfigError, suggestion
 from encdec.models import ModelConfig, check_fields, preset, preset_names
+from encdec.models.config_specs import moved_to_specs, overlaid
 from encdec.schema import short, value_of
 
 # Stand-ins for what the tokenizer decides later, so a model section is checked when it loads:
@@ -34,7 +38,7 @@ class ModelSection(collections.abc.Mapping):
     (n_kv_heads not dividing n_heads, a field its family ignores) are refused here, in one sentence."""
 
     def __init__(self, written: Mapping[str, Any] | None = None, overlay: bool = False):
-        self.written = dict(written or {})
+        self.written = moved_to_specs(written or {})  # flat keys from before the specs in their places
         check_section_keys(self.written)
         self.config = None if overlay else build_model_config(self.written, **PROVISIONAL_TOKENS)
         if self.config is not None:
@@ -59,8 +63,9 @@ class ModelSection(collections.abc.Mapping):
         return self.config.family if self.config is not None else model_family(self.written)
 
     def over(self, base: Mapping[str, Any]) -> "ModelSection":
-        """This section's keys on top of `base` (a pretrained model's section), built."""
-        return ModelSection({**base, **self.written})
+        """This section's keys on top of `base` (a pretrained model's section), built; a spec's keys on top of
+        the base's spec (`experts: {top_k: 2}` keeps the base's count)."""
+        return ModelSection(overlaid(base, self.written))
 
     def build(self, vocab_size: int, pad_id: int, eos_id: int, decoder_start_id: int) -> ModelConfig:
         """The ModelConfig for a tokenizer: the built config with the tokenizer's vocabulary size and special ids

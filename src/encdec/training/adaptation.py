@@ -16,7 +16,7 @@ without RoPE (T5Gemma's), to the encoder. Every weight comes from one of the sou
 its block i, `cross_attn` from `self_attn`, each stack's final norm from its final norm.
 
 Unbalanced (T5Gemma's 9B-2B): the encoder is init_from's model, of its depth and widths (ModelConfig's
-encoder_*), and the decoder, token table and head are init_decoder_from's. Both sources must agree on all but
+model.encoder), and the decoder, token table and head are init_decoder_from's. Both sources must agree on all but
 their widths and depths (one tokenizer). The decoder's cross-attention reads the other model's states, so, as
 the paper does, it is not copied: the whole sublayer (its projections and norms) keeps its fresh initialisation,
 and the paper trains it alone first: `training.cross_attention_warmup` steps leave every copied weight's gradient
@@ -75,7 +75,7 @@ def resolved(section: dict[str, Any]) -> dict[str, Any]:
 def adapted_section(source: dict[str, Any], decoder_source: dict[str, Any] | None = None) -> dict[str, Any]:
     """The encoder-decoder model section of a decoder-only `source` section: its settings, its depth in each
     stack, cross-attention without RoPE. With `decoder_source` (unbalanced), the decoder's settings and depth
-    are that one's and the encoder's widths (encoder_*) and depth `source`'s."""
+    are that one's and the encoder's widths (model.encoder) and depth `source`'s."""
     source = resolved(source)
     decoder_source = resolved(decoder_source) if decoder_source is not None else None
     for section in (source, decoder_source or {}):
@@ -98,13 +98,14 @@ def adapted_section(source: dict[str, Any], decoder_source: dict[str, Any] | Non
                 "joins two models of one family and tokenizer that differ only in widths and depth"
             )
     section = {key: value for key, value in decoder.items() if key not in DECODER_ONLY_KEYS}
-    section.update(family="encoder_decoder", n_decoder_layers=decoder["n_encoder_layers"], rope_cross="none")
+    section.update(family="encoder_decoder", n_decoder_layers=decoder["n_encoder_layers"])
+    section["cross_attention"] = {**section.get("cross_attention", {}), "rope": "none"}
     section["n_encoder_layers"] = source["n_encoder_layers"]
     section["shared_embeddings"] = False  # a token table each stack, both the sources' at first (T5Gemma's)
     if decoder_source is not None:
         own = {**{key: source.get(key) for key in ENCODER_WIDTHS}, "d_head": head_dim(source)}
         mine = {**{key: decoder.get(key) for key in ENCODER_WIDTHS}, "d_head": head_dim(decoder)}
-        section.update({f"encoder_{key}": value for key, value in own.items() if value != mine[key]})
+        section["encoder"] = {key: value for key, value in own.items() if value != mine[key]}
     return section
 
 

@@ -37,7 +37,9 @@ def step_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int) -> floa
 
     def ffn(c: ModelConfig, layer: int, decoder: bool) -> int:  # each token through its top-k experts, after the router
         if cfg.moe_layer(layer, decoder):
-            return (3 if c.moe_activation in GATED else 2) * c.d_model * c.d_ff * c.moe_top_k + c.d_model * c.n_experts
+            return (
+                3 if c.experts.activation in GATED else 2
+            ) * c.d_model * c.d_ff * c.experts.top_k + c.d_model * c.experts.count
         return (3 if c.activation in GATED else 2) * c.d_model * c.d_ff
 
     (de, qe, kve, _), (d, q, kv, _) = widths(enc), widths(cfg)

@@ -35,6 +35,7 @@ from torch import nn
 from encdec.data.objectives.factory import PACKABLE
 from encdec.errors import CheckpointError, ConfigError
 from encdec.generation.config import Beams
+from encdec.models.config_specs import MOVED
 from encdec.runs.adapter import TRAIN_ONLY, AdapterConfig, LoraSection
 from encdec.runs.description import Description
 from encdec.runs.model_section import ModelSection
@@ -350,12 +351,27 @@ def apply_override(values: dict, assignment: str) -> None:
         raise ConfigError(f"--set takes key.sub=value, got {short(assignment)}")
     value = load_yaml(raw, f"--set {short(key)[1:-1]}'s value") if raw.strip() else None
     node = values
-    parts = key.split(".")
+    parts = model_key(values.get("model"), key.split("."))
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ConfigError(f"--set {key}: {part} is not a section")
     node[parts[-1]] = value
+
+
+def model_key(section: object, parts: list[str]) -> list[str]:
+    """An override's key, where the model section holds it: an old flat key (n_experts) in its spec
+    (config_specs.MOVED), and a spec's key (experts.count) flat, where the section writes it flat."""
+    if parts[0] != "model":
+        return parts
+    section = section if isinstance(section, dict) else {}
+    name = ".".join(parts[1:])
+    flat = {place: old for old, place in MOVED.items()}.get(name)
+    if flat is not None and flat in section:
+        return ["model", flat]
+    if name in MOVED and name not in section:
+        return ["model", *MOVED[name].split(".")]
+    return parts
 
 
 def saved_config(checkpoint: CheckpointDir) -> RunConfig:

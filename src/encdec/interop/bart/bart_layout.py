@@ -128,7 +128,7 @@ def layout_problems(cfg: ModelConfig, norm_position: str) -> list[str]:
         **plain_heads_problems(cfg),
         "d_head must be d_model / n_heads": cfg.head_dim * cfg.n_heads != cfg.d_model,
         "scale_output must be false": cfg.scale_output,
-        "n_experts must be 1": cfg.n_experts != 1,
+        "experts.count must be 1": cfg.experts.count != 1,
     }
     return [text for text, bad in problems.items() if bad]
 

@@ -164,7 +164,7 @@ def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
         "scale_embeddings must be true, scale_output and embedding_norm false": not cfg.scale_embeddings
         or cfg.scale_output
         or cfg.embedding_norm,
-        "n_experts must be 1": cfg.n_experts != 1,
+        "experts.count must be 1": cfg.experts.count != 1,
         f"qk_norm must be {str(gemma3).lower()}": cfg.qk_norm != gemma3,
     }
     if gemma3:

@@ -67,9 +67,9 @@ def gemma_fields(stack: dict) -> dict:
     }
 
 
-def encoder_decoder_fields(hf: dict, encoder: dict, decoder: dict, untied_head: bool) -> dict:
+def encoder_decoder_fields(hf: dict, encoder: dict, decoder: dict, untied_head: bool, merged: bool = False) -> dict:
     """The ModelConfig fields T5Gemma and T5Gemma 2 read alike from their stacks: the decoder's sizes, each stack's
-    depth, Gemma's stack, RoPE in self-attention alone, and the ids, decoding starting at decoder_start_token_id
+    depth, Gemma's stack, RoPE in self-attention alone (cross-attention `merged` with it in T5Gemma 2), and the ids, decoding starting at decoder_start_token_id
     where config.json sets one, else the decoder's bos_token_id, as transformers' generate reads them."""
     eos = decoder["eos_token_id"]
     return {
@@ -84,7 +84,7 @@ def encoder_decoder_fields(hf: dict, encoder: dict, decoder: dict, untied_head: 
         "norm_eps": decoder["rms_norm_eps"],
         **gemma_fields(decoder),
         "attention_softcap": decoder["attn_logit_softcapping"],
-        "rope_cross": "none",
+        "cross_attention": {"rope": "none", "merged": merged},
         "tie_embeddings": not untied_head,
         "dropout": hf.get("dropout_rate", 0.0),
         "pad_id": decoder["pad_token_id"],
@@ -96,7 +96,8 @@ def encoder_decoder_fields(hf: dict, encoder: dict, decoder: dict, untied_head: 
 def encoder_decoder_problems(cfg: ModelConfig) -> dict[str, bool]:
     """What keeps `cfg` from the Gemma stacks T5Gemma and T5Gemma 2 share, their attention and embeddings aside."""
     return {
-        "position must be rope with rope_cross none": cfg.position != "rope" or cfg.rope_cross != "none",
+        "position must be rope with cross_attention.rope none": cfg.position != "rope"
+        or cfg.cross_attention.rope != "none",
         "norm must be gemma_rmsnorm with post_norms": cfg.norm != "gemma_rmsnorm" or not cfg.post_norms,
         "norm_position must be pre": cfg.norm_position != "pre",
         "activation must be gated_gelu": cfg.activation != "gated_gelu",
@@ -106,7 +107,7 @@ def encoder_decoder_problems(cfg: ModelConfig) -> dict[str, bool]:
         "scale_output must be false": cfg.scale_output,
         "embedding_norm must be false": cfg.embedding_norm,
         "final_logits_bias must be false": cfg.final_logits_bias,
-        "n_experts must be 1": cfg.n_experts != 1,
+        "experts.count must be 1": cfg.experts.count != 1,
     }
 
 

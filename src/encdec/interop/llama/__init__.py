@@ -129,7 +129,7 @@ def layout_problems(cfg: ModelConfig) -> dict[str, bool]:
         "scale_embeddings, scale_output and embedding_norm must be false": cfg.scale_embeddings
         or cfg.scale_output
         or cfg.embedding_norm,
-        "n_experts must be 1": cfg.n_experts != 1,
+        "experts.count must be 1": cfg.experts.count != 1,
     }
 
 

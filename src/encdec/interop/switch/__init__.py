@@ -2,10 +2,10 @@
 
 SwitchTransformers (Fedus et al. 2021) is T5 v1.0 / v1.1 whose sparse feed-forwards are top-1
 mixtures of non-gated experts, each expert's output times its raw router probability (softmax
-in fp32): encdec's `MoE` with moe_top_k 1 and gates not renormalised. Which layers are sparse
+in fp32): encdec's `MoE` with experts.top_k 1 and gates not renormalised. Which layers are sparse
 is each stack's step, num_layers // num_sparse_*_layers (layer i is sparse when i % step == 1,
 every layer with a step of 1): Google's releases make every other one sparse (step 2), read
-into moe_every / decoder_moe_every (ModelConfig.moe_layer); the dense ones are T5's wi -> act
+into experts.every / experts.decoder_every (ModelConfig.moe_layer); the dense ones are T5's wi -> act
 -> wo with the experts' activation (dense_act_fn).
 
 Expert capacity: transformers lets an expert take at most `expert_capacity` tokens of a sequence
@@ -15,7 +15,7 @@ expert_capacity tokens of one sequence and differ past it (a cached decoding ste
 sequence, never drops in either). An export writes a capacity no sequence reaches, so that
 transformers computes what encdec does. Router jitter is training noise encdec's router has
 none of: read as 0, written as 0. A checkpoint of one expert is the dense T5 it computes (a softmax over one
-expert is 1, whatever the router says): read as n_experts 1, as any other source of that count is, its expert's
+expert is 1, whatever the router says): read as experts.count 1, as any other source of that count is, its expert's
 weights the feed-forward's, and written back as T5. transformers itself is not needed.
 """
 
@@ -108,20 +108,25 @@ def check_switch_compatible(cfg: ModelConfig) -> None:
     dense = any(not cfg.moe_layer(i) for i in range(cfg.n_encoder_layers)) or any(
         not cfg.moe_layer(i, decoder=True) for i in range(cfg.decoder_layers)
     )
+    experts = cfg.experts
     problems = {
-        "n_experts must be greater than 1 (a dense model exports as T5)": cfg.n_experts < 2,
-        f"moe_top_k must be 1 (Hugging Face routes each token to one expert), got {cfg.moe_top_k}": cfg.moe_top_k != 1,
-        "moe_renormalize must be false (Hugging Face weighs an expert by its raw router probability)": cfg.moe_renormalize,
-        f"moe_activation must be one of {', '.join(OUR_EXPERT_ACTIVATIONS)} (Hugging Face's experts are not gated), "
-        f"got {cfg.moe_activation}": cfg.moe_activation not in OUR_EXPERT_ACTIVATIONS,
-        f"activation must equal moe_activation ({cfg.moe_activation}) in the dense layers, got {cfg.activation}": dense
-        and cfg.activation != cfg.moe_activation,
+        "experts.count must be greater than 1 (a dense model exports as T5)": experts.count < 2,
+        f"experts.top_k must be 1 (Hugging Face routes each token to one expert), got {experts.top_k}": experts.top_k
+        != 1,
+        "experts.renormalize must be false (Hugging Face weighs an expert by its raw router probability)": (
+            experts.renormalize
+        ),
+        f"experts.activation must be one of {', '.join(OUR_EXPERT_ACTIVATIONS)} (Hugging Face's experts are not "
+        f"gated), got {experts.activation}": experts.activation not in OUR_EXPERT_ACTIVATIONS,
+        f"activation must equal experts.activation ({experts.activation}) in the dense layers, got {cfg.activation}": (
+            dense and cfg.activation != experts.activation
+        ),
     }
     failed = [text for text, bad in problems.items() if bad] + layout_problems(cfg)
     if failed:
         raise Unmet("this model cannot be saved as Hugging Face SwitchTransformers: {unmet}", failed)
-    sparse_count(cfg.n_encoder_layers, cfg.moe_every)
-    sparse_count(cfg.decoder_layers, cfg.decoder_moe_every or cfg.moe_every)
+    sparse_count(cfg.n_encoder_layers, experts.step())
+    sparse_count(cfg.decoder_layers, experts.step(decoder=True))
 
 
 def switch_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
@@ -133,17 +138,17 @@ def switch_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
             weights[f"{side}.embed_tokens.weight"] = weights["shared.weight"].clone()
     config = {
         **layout_config(cfg),
-        "num_sparse_encoder_layers": sparse_count(cfg.n_encoder_layers, cfg.moe_every),
-        "num_sparse_decoder_layers": sparse_count(cfg.decoder_layers, cfg.decoder_moe_every or cfg.moe_every),
-        "num_experts": cfg.n_experts,
+        "num_sparse_encoder_layers": sparse_count(cfg.n_encoder_layers, cfg.experts.every),
+        "num_sparse_decoder_layers": sparse_count(cfg.decoder_layers, cfg.experts.step(decoder=True)),
+        "num_experts": cfg.experts.count,
         "expert_capacity": DROPLESS_CAPACITY,
         "router_bias": False,
         "router_jitter_noise": 0.0,
         "router_dtype": "float32",
         "router_ignore_padding_tokens": False,
-        "router_z_loss_coef": cfg.z_loss_coef,
-        "router_aux_loss_coef": cfg.aux_loss_coef,
-        "dense_act_fn": OUR_EXPERT_ACTIVATIONS[cfg.moe_activation],
+        "router_z_loss_coef": cfg.experts.z_loss_coef,
+        "router_aux_loss_coef": cfg.experts.aux_loss_coef,
+        "dense_act_fn": OUR_EXPERT_ACTIVATIONS[cfg.experts.activation],
     }
     return weights, config
 
@@ -162,7 +167,7 @@ def load_hf_switch(path: Path, hf_config: dict) -> EncoderDecoder:
             capacity,
         )
     model = EncoderDecoder(switch_model_config(hf_config, untied))
-    if model.config.n_experts == 1:  # each sparse layer's one expert is its dense feed-forward; the router is moot
+    if model.config.experts.count == 1:  # each sparse layer's one expert is its dense feed-forward; the router is moot
         weights = {ONE_EXPERT.sub(r"\1", name): tensor for name, tensor in weights.items() if ".router." not in name}
     return fill_from_hf(model, weights, SWITCH_NAMES.hf, path)
 
@@ -183,22 +188,20 @@ def switch_model_config(hf_config: dict, untied: bool | None = None) -> ModelCon
     proj = OUR_ACTIVATIONS[ours[activation]]  # the dense feed-forwards' activation: dense_act_fn as well
     cfg = config_from_hf({**hf_config, "feed_forward_proj": proj, "scale_decoder_outputs": not untied}, untied)
     experts = hf_config.get("num_experts", 8)  # as given: ModelConfig's declaration checks it (T5_KEYS names it)
-    if type(experts) is int and experts == 1:  # the dense model one expert computes
-        return ModelConfig(**{**cfg.to_dict(), "n_experts": 1})
+    if type(experts) is int and experts == 1:  # the dense model one expert computes: T5's, experts.count 1
+        return cfg
     encoder_step, decoder_step = sparse_step(hf_config, "encoder"), sparse_step(hf_config, "decoder")
-    return ModelConfig(
-        **{
-            **cfg.to_dict(),
-            "n_experts": experts,
-            "moe_every": encoder_step,
-            "decoder_moe_every": decoder_step if decoder_step != encoder_step else None,
-            "moe_top_k": 1,
-            "moe_renormalize": False,
-            "moe_activation": ours[activation],
-            "aux_loss_coef": hf_config.get("router_aux_loss_coef", 0.001),
-            "z_loss_coef": hf_config.get("router_z_loss_coef", 0.001),
-        }
-    )
+    ours_experts = {
+        "count": experts,
+        "every": encoder_step,
+        "decoder_every": decoder_step if decoder_step != encoder_step else None,
+        "top_k": 1,
+        "renormalize": False,
+        "activation": ours[activation],
+        "aux_loss_coef": hf_config.get("router_aux_loss_coef", 0.001),
+        "z_loss_coef": hf_config.get("router_z_loss_coef", 0.001),
+    }
+    return ModelConfig(**{**cfg.to_dict(), "experts": ours_experts})
 
 
 FAMILIES = (
@@ -208,7 +211,7 @@ FAMILIES = (
         load_hf_switch,
         check_switch_compatible,
         switch_files,
-        lambda cfg: cfg.position == "relative" and cfg.n_experts > 1,
+        lambda cfg: cfg.position == "relative" and cfg.experts.count > 1,
         T5_KEYS,
         ("spiece.model",),
         switch_model_config,

@@ -43,7 +43,7 @@ T5_KEYS = {
     "relative_max_distance": "relative_attention_max_distance",
     "dropout": "dropout_rate",
     "norm_eps": "layer_norm_epsilon",
-    "n_experts": "num_experts",
+    "experts.count": "num_experts",
 } | IDS
 
 NAMES = NameMap(
@@ -121,7 +121,7 @@ def layout_problems(cfg: ModelConfig) -> list[str]:
 
 def check_t5_compatible(cfg: ModelConfig, family: str = "T5") -> None:
     """Raise ConfigError unless `cfg` is expressible as a Hugging Face T5 config (or one of `family`, built on it)."""
-    failed = layout_problems(cfg) + (["n_experts must be 1"] if cfg.n_experts != 1 else [])
+    failed = layout_problems(cfg) + (["experts.count must be 1"] if cfg.experts.count != 1 else [])
     if cfg.activation not in OUR_ACTIVATIONS:
         failed.append(f"activation must be one of {', '.join(OUR_ACTIVATIONS)}")
     if failed:

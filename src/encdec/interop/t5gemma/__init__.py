@@ -3,13 +3,13 @@
 T5Gemma (Zhang et al. 2025) is an encoder-decoder adapted from Gemma 2: each stack is Gemma 2's, with
 Gemma's RMSNorm (x * (1 + weight) in float32; norm gemma_rmsnorm) before and after every sublayer
 (post_norms), grouped-query attention scaled by query_pre_attn_scalar^-0.5 (attention_scale_dim) with its
-scores capped at attn_logit_softcapping (attention_softcap), RoPE in self-attention alone (rope_cross none),
+scores capped at attn_logit_softcapping (attention_softcap), RoPE in self-attention alone (cross_attention.rope none),
 sliding-window self-attention in the layers layer_types names (sliding_window, one global layer every
 global_every), gated GELU (tanh) feed-forwards, token embeddings times sqrt(hidden_size), a token table per
 stack (shared_embeddings false), the head tied to the decoder's or its own, and the logits capped at the
 decoder's final_logit_softcapping (logit_softcap). config.json holds an `encoder` and a `decoder` config;
 encdec reads stacks that agree on their attention settings, each of its own depth and of its own widths (the
-encoder's hidden size, heads and feed-forward as ModelConfig's encoder_*: the unbalanced 9B-2B), and refuses
+encoder's hidden size, heads and feed-forward as ModelConfig's encoder widths (model.encoder): the unbalanced 9B-2B), and refuses
 others in one sentence. Decoding starts at config.json's decoder_start_token_id where it
 sets one, else at the decoder's bos_token_id, as transformers' generate does. transformers
 itself is not needed.
@@ -34,7 +34,7 @@ from encdec.interop.gemma.gemma_layout import (
     section,
 )
 from encdec.interop.llama.llama_layout import rope_kind
-from encdec.models import EncoderDecoder, ModelConfig
+from encdec.models import EncoderDecoder, ImageTokens, ModelConfig
 
 # the widths the encoder may have of its own (ModelConfig's encoder_*: the unbalanced 9B-2B)
 ENCODER_OWN_KEYS = {
@@ -95,7 +95,7 @@ def config_from_t5gemma(hf: dict, untied_head: bool) -> ModelConfig:
                 f"config.json's encoder and decoder differ in {key} ({encoder[key]} and {decoder[key]}); encdec "
                 "reads T5Gemma whose stacks differ only in depth and widths"
             )
-    own = {f"encoder_{ours}": encoder[key] for ours, key in ENCODER_OWN_KEYS.items() if encoder[key] != decoder[key]}
+    own = {ours: encoder[key] for ours, key in ENCODER_OWN_KEYS.items() if encoder[key] != decoder[key]}
     if decoder["hidden_activation"] not in ("gelu_pytorch_tanh", "gelu_new"):
         raise CheckpointError(f"unsupported T5Gemma hidden_activation {decoder['hidden_activation']!r}")
     if encoder["attention_bias"] or decoder["attention_bias"]:
@@ -108,7 +108,7 @@ def config_from_t5gemma(hf: dict, untied_head: bool) -> ModelConfig:
         global_every=global_every({"encoder": encoder, "decoder": decoder}) if window else 2,
         rope_theta=decoder["rope_theta"],
         shared_embeddings=False,
-        **own,
+        encoder=own,
     )
 
 
@@ -123,17 +123,16 @@ def check_t5gemma_compatible(cfg: ModelConfig) -> None:
     problems = {
         **encoder_decoder_problems(cfg),
         "shared_embeddings must be false": cfg.shared_embeddings,
-        "cross-attention heads must be the self-attention's": cfg.cross_n_heads not in (None, cfg.n_heads)
-        or cfg.cross_n_kv_heads not in (None, cfg.n_kv_heads),
-        "qk_norm, merged_cross_attention, rope_local_theta, rope_scale and a split window are T5Gemma 2's": (
+        "cross-attention heads must be the self-attention's": cfg.cross_attention.n_heads not in (None, cfg.n_heads)
+        or cfg.cross_attention.n_kv_heads not in (None, cfg.n_kv_heads),
+        "qk_norm, cross_attention.merged, rope_local_theta, rope_scale and a split window are T5Gemma 2's": (
             cfg.qk_norm
-            or cfg.merged_cross_attention
+            or cfg.cross_attention.merged
             or cfg.rope_local_theta is not None
             or cfg.rope_scale != 1.0
             or cfg.sliding_window_layout != "each_side"
         ),
-        "eoi_token_id and image_token_id are T5Gemma 2's": cfg.eoi_token_id is not None
-        or cfg.image_token_id is not None,
+        "image_tokens are T5Gemma 2's": cfg.image_tokens != ImageTokens(),
     }
     failed = [text for text, bad in problems.items() if bad]
     if failed:
@@ -167,7 +166,7 @@ FAMILIES = (
         load_hf_t5gemma,
         check_t5gemma_compatible,
         t5gemma_files,
-        lambda cfg: cfg.position == "rope" and cfg.norm == "gemma_rmsnorm" and not cfg.merged_cross_attention,
+        lambda cfg: cfg.position == "rope" and cfg.norm == "gemma_rmsnorm" and not cfg.cross_attention.merged,
         T5GEMMA_KEYS,
         ("tokenizer.model",),  # Gemma's SentencePiece model beside its tokenizer.json
         t5gemma_config,

@@ -6,7 +6,7 @@ in the global ones, whose positions may be scaled linearly (rope_local_theta, ro
 encoder's sliding window split around each query, (w + 1) // 2 keys back and w // 2 ahead
 (sliding_window_layout split); the decoder's self- and cross-attention merged into one attention, its queries
 seeing their own keys and the encoder's (normed, unrotated, through the same projections) in one softmax
-(merged_cross_attention); one token table for the encoder, the decoder and the head; and an end-of-image token
+(cross_attention.merged); one token table for the encoder, the decoder and the head; and an end-of-image token
 with a vector of its own (eoi_token_id). No score or logit caps unless config.json sets them.
 
 Its encoder also holds a SigLIP vision tower whose image features replace the image tokens' embeddings: encdec
@@ -47,9 +47,11 @@ TEXT_DEFAULTS = {
     "attn_logit_softcapping": None,
 }
 T5GEMMA2_KEYS = (
-    gemma_layout.GEMMA_STACK_KEYS | {"eoi_token_id": "eoi_token_index", "image_token_id": "image_token_index"} | IDS
+    gemma_layout.GEMMA_STACK_KEYS
+    | {"image_tokens.eoi_token_id": "eoi_token_index", "image_tokens.image_token_id": "image_token_index"}
+    | IDS
 )
-# ModelConfig field -> the config.json key its id is read from and transformers' default (Gemma 3's vocabulary's)
+# ModelConfig.image_tokens field -> the config.json key its id is read from and transformers' default (Gemma 3's vocabulary's)
 SPECIAL_IDS = {"eoi_token_id": ("eoi_token_index", 256_000), "image_token_id": ("image_token_index", 256_001)}
 # the smallest vision tower transformers builds, written by an export (its weights are never read: see above)
 PLACEHOLDER_VISION = {
@@ -134,16 +136,15 @@ def config_from_t5gemma2(hf: dict, untied_head: bool) -> ModelConfig:
     window = None if all_full or decoder["sliding_window"] is None else decoder["sliding_window"]
     theta, scale, local_theta = decoder["rope"]
     return ModelConfig(
-        **gemma_layout.encoder_decoder_fields(hf, encoder, decoder, untied_head),
+        **gemma_layout.encoder_decoder_fields(hf, encoder, decoder, untied_head, merged=True),
         qk_norm=True,
-        merged_cross_attention=True,
         sliding_window=window,
         sliding_window_layout="split" if window else "each_side",
         global_every=gemma_layout.global_every(stacks) if window else 2,
         rope_theta=theta,
         rope_scale=scale,
         rope_local_theta=local_theta if window else None,
-        **special_ids(hf, decoder["vocab_size"]),
+        image_tokens=special_ids(hf, decoder["vocab_size"]),
     )
 
 
@@ -174,7 +175,7 @@ def check_t5gemma2_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming every setting T5Gemma 2's layout does not have."""
     problems = {
         **gemma_layout.encoder_decoder_problems(cfg),
-        "qk_norm and merged_cross_attention must be true": not cfg.qk_norm or not cfg.merged_cross_attention,
+        "qk_norm and cross_attention.merged must be true": not cfg.qk_norm or not cfg.cross_attention.merged,
         "shared_embeddings must be true": not cfg.shared_embeddings,
         "sliding_window_layout must be split": cfg.sliding_window is not None and cfg.sliding_window_layout != "split",
     }
@@ -187,7 +188,9 @@ def t5gemma2_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict
     """A T5Gemma 2-layout model's text weights under transformers' names and its config.json keys."""
     cfg = model.config
     weights = NAMES.weights(model)
-    if cfg.eoi_token_id is None:  # transformers' embedding always has the vector; no token of this model reads it
+    if (
+        cfg.image_tokens.eoi_token_id is None
+    ):  # transformers' embedding always has the vector; no token of this model reads it
         weights["model.encoder.embed_tokens.eoi_embedding"] = torch.zeros(cfg.d_model)
 
     def stack(layers: int) -> dict:
@@ -198,7 +201,7 @@ def t5gemma2_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict
             "sliding_window": cfg.sliding_window or 4096,
         }
 
-    specials = {"eoi_token_index": cfg.eoi_token_id, "image_token_index": cfg.image_token_id}
+    specials = {"eoi_token_index": cfg.image_tokens.eoi_token_id, "image_token_index": cfg.image_tokens.image_token_id}
     specials = {key: value for key, value in specials.items() if value is not None}
     encoder = {
         "text_config": stack(cfg.n_encoder_layers),
@@ -216,7 +219,7 @@ FAMILIES = (
         load_hf_t5gemma2,
         check_t5gemma2_compatible,
         t5gemma2_files,
-        lambda cfg: cfg.merged_cross_attention,
+        lambda cfg: cfg.cross_attention.merged,
         T5GEMMA2_KEYS,
         ("tokenizer.model",),
         t5gemma2_config,

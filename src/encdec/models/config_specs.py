@@ -1,0 +1,186 @@
+"""The parts of a ModelConfig that belong together, each a spec of its own (`model.experts.count`), and the
+one table that reads the flat keys written before them (`MOVED`).
+
+    model:
+      encoder: {d_model: 256, n_heads: 4}                  the encoder's own widths, where not the decoder's
+      cross_attention: {n_heads: 16, rope: none}           the decoder's attention over the encoder
+      experts: {count: 8, top_k: 1, renormalize: true}     a mixture of experts in every feed-forward
+      rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
+      image_tokens: {eoi_token_id: 256000}                  T5Gemma 2's (read from its checkpoints)
+
+Each spec's fields are checked by their declarations (encdec.schema), named by their full dotted key. A
+config written flat (`n_experts: 8`, a checkpoint's model.json or config.yaml from before the specs, a
+`--set model.n_experts=8`) is read through MOVED: each old key to its place in its spec.
+"""
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from encdec.errors import ConfigError
+from encdec.schema import Positive, Range, TokenId, check, short
+
+MAX_LAYERS = 4096  # per stack; the deepest trained transformers have a few hundred
+MAX_EXPERTS = 4096  # Switch-C has 2048; each expert is its own modules in every layer
+MAX_COEF = 1e6  # a loss coefficient: the auxiliary losses' are 1e-3 to 1e-2
+Layers = Annotated[int, Range(1, MAX_LAYERS)]
+
+
+@dataclass
+class Experts:
+    """Feed-forwards that are mixtures of experts (Switch Transformers, ROT5): `count` above 1 makes every
+    `every`-th feed-forward one (the decoder's every `decoder_every`-th), routed to `top_k` experts a token."""
+
+    count: Annotated[int, Range(1, MAX_EXPERTS)] = 1  # 1: dense feed-forwards
+    every: Layers = 1  # every n-th feed-forward is one, from a stack's second (see layer)
+    decoder_every: Layers | None = None  # None: every (Switch's configs set each stack's)
+    top_k: Positive = 1
+    renormalize: bool = False  # gates renormalised over top-k (ROT5) or raw (Switch, default)
+    activation: Literal["relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"] = "gelu"
+    aux_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001  # load balance, each stack
+    z_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001  # router z-loss, each stack
+
+    def __post_init__(self):
+        check(self, "model.experts.")
+
+    def check_top_k(self) -> None:
+        """Top-k among the experts there are (ModelConfig's check: an overlay's spec may set top_k alone)."""
+        if self.top_k > self.count:
+            raise ConfigError(f"model.experts.top_k ({self.top_k}) exceeds model.experts.count ({self.count})")
+
+    def step(self, decoder: bool = False) -> int:
+        """The step of sparse layers in the encoder, or the decoder."""
+        return (self.decoder_every or self.every) if decoder else self.every
+
+    def layer(self, layer: int, decoder: bool = False) -> bool:
+        """Whether a stack's feed-forward `layer` (from 0) is a mixture of experts: with count > 1, every one when
+        its step is 1, else layers 1, 1 + step, 1 + 2 step, ... as Switch Transformers lay them out
+        (transformers: `i % sparse_step == 1`; a step of 2 is every other one)."""
+        step = self.step(decoder)
+        return self.count > 1 and layer % step == 1 % step
+
+
+@dataclass
+class EncoderWidths:
+    """An encoder of other widths than the decoder (T5Gemma's unbalanced 9B-2B, ModelConfig.encoder_config): the
+    transformer encoder-decoder's alone. Each unset one is the decoder's."""
+
+    d_model: Positive | None = None
+    d_ff: Positive | None = None
+    n_heads: Positive | None = None
+    n_kv_heads: Positive | None = None
+    d_head: Positive | None = None
+
+    def __post_init__(self):
+        check(self, "model.encoder.")
+
+
+@dataclass
+class CrossAttention:
+    """The decoder's attention over the encoder's states: its heads (the self-attention's unless set), whether
+    RoPE rotates its queries and keys, or whether it is one softmax with the self-attention (T5Gemma 2)."""
+
+    n_heads: Positive | None = None  # None: model.n_heads (ar_encdec, parallel_encdec: 2 * n_heads)
+    n_kv_heads: Positive | None = None  # None: model.n_kv_heads
+    rope: Literal["relative", "prepended", "none"] = "relative"  # with RoPE: i and j from 0, encoder first, or none
+    merged: bool = False  # the decoder's self- and cross-attention one softmax over both keys, one set of projections
+
+    def __post_init__(self):
+        check(self, "model.cross_attention.")
+
+
+@dataclass
+class Rnn:
+    """The RNN encoder-decoder's own settings (rnn_seq2seq, Luong et al.); every other family refuses them."""
+
+    cell: Literal["gru", "lstm"] = "gru"
+    attention: bool = True  # the decoder attends to the encoder states (Luong)
+
+    def __post_init__(self):
+        check(self, "model.rnn.")
+
+
+@dataclass
+class ImageTokens:
+    """T5Gemma 2's tokens of images, which encdec reads without the vision tower that makes them: the
+    encoder-decoder's alone. Each id below vocab_size (schema.InVocabulary), checked with the config's."""
+
+    eoi_token_id: TokenId | None = None  # end-of-image: a token whose embedding is a vector of its own, unscaled
+    image_token_id: TokenId | None = None  # a token that stands for an image, which a text model refuses
+
+    def __post_init__(self):
+        check(self, "model.image_tokens.")
+
+
+# ModelConfig's fields that are specs: name -> class
+SPECS = {
+    "encoder": EncoderWidths,
+    "cross_attention": CrossAttention,
+    "experts": Experts,
+    "rnn": Rnn,
+    "image_tokens": ImageTokens,
+}
+
+# Every key that moved into a spec: its flat name, as configs and checkpoints before the specs wrote it -> its place
+MOVED = {
+    "encoder_d_model": "encoder.d_model",
+    "encoder_d_ff": "encoder.d_ff",
+    "encoder_n_heads": "encoder.n_heads",
+    "encoder_n_kv_heads": "encoder.n_kv_heads",
+    "encoder_d_head": "encoder.d_head",
+    "cross_n_heads": "cross_attention.n_heads",
+    "cross_n_kv_heads": "cross_attention.n_kv_heads",
+    "rope_cross": "cross_attention.rope",
+    "merged_cross_attention": "cross_attention.merged",
+    "n_experts": "experts.count",
+    "moe_every": "experts.every",
+    "decoder_moe_every": "experts.decoder_every",
+    "moe_top_k": "experts.top_k",
+    "moe_renormalize": "experts.renormalize",
+    "moe_activation": "experts.activation",
+    "aux_loss_coef": "experts.aux_loss_coef",
+    "z_loss_coef": "experts.z_loss_coef",
+    "rnn_cell": "rnn.cell",
+    "rnn_attention": "rnn.attention",
+    "eoi_token_id": "image_tokens.eoi_token_id",
+    "image_token_id": "image_tokens.image_token_id",
+}
+
+
+def moved_to_specs(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` (a model section, a model.json) with each flat key of MOVED in its spec. A key set both ways to
+    two values is one ConfigError; a spec given as other than a mapping is left for its check to refuse."""
+    moved = {key: value for key, value in values.items() if key not in MOVED}
+    for old, place in MOVED.items():
+        if old not in values:
+            continue
+        spec, key = place.split(".")
+        nested = moved.get(spec)
+        nested = spec_values(nested) if nested is None or dataclasses.is_dataclass(nested) else nested
+        if not isinstance(nested, dict):
+            raise ConfigError(f"model.{spec} must be a mapping, got {short(nested)}")
+        if key in nested and nested[key] != values[old]:
+            raise ConfigError(
+                f"model.{old} ({short(values[old])}) is the old name of model.{place} ({short(nested[key])}); "
+                "set one of them"
+            )
+        moved[spec] = {**nested, key: values[old]}
+    return moved
+
+
+def overlaid(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`over`'s keys on top of `base`'s (a preset's, a pretrained model's section), either shape: a spec's keys on
+    top of the base's spec (`experts: {top_k: 2}` or `moe_top_k: 2` keeps the base's count)."""
+    base, over = moved_to_specs(base), moved_to_specs(over)
+    specs = {
+        name: {**spec_values(base.get(name)), **over[name]}
+        for name in SPECS
+        if isinstance(over.get(name), dict) and isinstance(base.get(name) or {}, dict | SPECS[name])
+    }
+    return {**base, **over, **specs}
+
+
+def spec_values(spec: Any) -> dict:
+    """A spec's values as a mapping (a spec built already, or none)."""
+    return dataclasses.asdict(spec) if dataclasses.is_dataclass(spec) else dict(spec or {})
