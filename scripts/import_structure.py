@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 READING = {
     "t5": [
         "src/encdec/models/model_config.py",
+        "src/encdec/models/config_specs.py",
         "src/encdec/models/components.py",
         "src/encdec/models/encoder_decoder.py",
         "src/encdec/models/stack.py",
