@@ -94,3 +94,24 @@ def test_the_launched_processes_keep_their_c_plus_plus_warnings_to_themselves(mo
     monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", "INFO")
     assert launch.launch_workers(["train"], 2) == 0
     assert seen[-1]["TORCH_CPP_LOG_LEVEL"] == "INFO"
+
+
+def test_under_torchrun_the_first_process_to_fail_prints_whichever_rank_it_is(tmp_path):
+    """torchrun stops the other processes once one fails, so rank 0 may never print: the first to fail claims
+    the mark beside the processes' error files and prints (and keeps printing); every later one stays silent.
+    Without an error file, rank 0 alone prints; under encdec's launcher none does (it prints for them)."""
+    attempt = tmp_path / "run_id" / "attempt_0"
+
+    def process(rank: int, **extra: str) -> dict:
+        (attempt / str(rank)).mkdir(parents=True, exist_ok=True)
+        env = {"TORCHELASTIC_RUN_ID": "run_id", "RANK": str(rank), "WORLD_SIZE": "3"}
+        return {**env, "TORCHELASTIC_ERROR_FILE": str(attempt / str(rank) / "error.json"), **extra}
+
+    assert launch.prints_failure(process(2))  # rank 2 failed first
+    assert not launch.prints_failure(process(0)) and not launch.prints_failure(process(1))
+    assert launch.prints_failure(process(2))  # its next line too
+    assert (attempt / launch.FIRST_MARK).is_file()
+    no_error_file = {"TORCHELASTIC_RUN_ID": "other", "WORLD_SIZE": "2"}
+    assert launch.prints_failure({**no_error_file, "RANK": "0"})
+    assert not launch.prints_failure({**no_error_file, "RANK": "1"})
+    assert not launch.prints_failure(process(3, ENCDEC_LAUNCHER="2"))

@@ -163,10 +163,37 @@ def speaks_for_all(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def prints_failure(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether this process prints its failure: if it speaks for all, and not under encdec's launcher, which
-    prints the first failure (read from the error files) itself. torchrun's report shows every process's."""
+    """Whether this process prints its failure: not under encdec's launcher, which prints the first failure (read
+    from the error files) itself; under torchrun, the first of its processes to fail (`first_to_fail`);
+    otherwise always. torchrun's report shows every process's."""
     env = os.environ if environ is None else environ
-    return not env.get(LAUNCHED_BY) and speaks_for_all(env)
+    if env.get(LAUNCHED_BY):
+        return False
+    return first_to_fail(env) if AGENT_RUN_ID in env else True
+
+
+FIRST_MARK = "encdec-failure-printed"  # beside torchrun's processes' error files: one of them has printed
+_first: set[str] = set()  # the error files of this process whose failure claimed the mark
+
+
+def first_to_fail(env: Mapping[str, str]) -> bool:
+    """Under torchrun the processes fail alike, and its agent stops the others once one has failed, so rank 0
+    may be stopped before it prints: the first process to fail prints and the others stay silent. The first is
+    the one that creates FIRST_MARK in its attempt's directory (torch elastic's temporary one, which holds each
+    local process's error file), and it keeps printing; without an error file, rank 0 prints."""
+    path = env.get(ERROR_FILE)
+    if not path:
+        return speaks_for_all(env)
+    if path in _first:
+        return True
+    try:
+        os.close(os.open(Path(path).parent.parent / FIRST_MARK, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    except OSError:
+        return speaks_for_all(env)
+    _first.add(path)
+    return True
 
 
 def record_failure(sentence: str, code: int, environ: Mapping[str, str] | None = None) -> None:
