@@ -4,52 +4,39 @@ the refusals that name config.json's keys and the files an export may replace al
 A family is the model_type of a config.json, declared by its folder (interop/<family>/__init__.py's FAMILIES:
 interop.family.Family): its loader and config reading, its check and writer, which of our layouts it is written
 for, its weight names, the config.json keys our fields are read from, its tokenizer files and the transformers
-class it exports to. A folder is made known by its line below. Each is read into one of encdec's model families
+class it exports to. A folder is made known by its line in NAMES. Each is read into one of encdec's model families
 (`model_family`): the sequence-to-sequence ones into the encoder-decoder, Gemma 2, Gemma 3's text model, Llama,
 Qwen2 and Qwen3 into the decoder-only family; a model is written only as a family of its own model family, the
 first of the registry's order whose `writes` holds.
 """
 
+from importlib import import_module
+
 from encdec.errors import ConfigError
-from encdec.interop import (
-    bart,
-    blenderbot,
-    gemma,
-    llama,
-    longt5,
-    m2m100,
-    marian,
-    mt5,
-    mvp,
-    pegasus,
-    plbart,
-    switch,
-    t5,
-    t5gemma,
-    t5gemma2,
-)
 from encdec.interop.family import Family
 from encdec.models import ModelConfig
 
-FOLDERS = (
-    t5,
-    mt5,  # mT5, UMT5
-    longt5,
-    switch,
-    marian,
-    pegasus,
-    blenderbot,  # asked before mBART: mBART's layout with positions from 0 and no embedding norm
-    bart,  # BART, mBART
-    plbart,  # BART's layout, written for a model read from PLBart (hf_model_type)
-    mvp,  # the same, read from MVP
-    m2m100,  # M2M100, NLLB
-    t5gemma,
-    t5gemma2,
+# One line a family folder (interop/<name>/), in the order a model is matched to the family it is written as
+NAMES = (
+    "t5",
+    "mt5",  # mT5, UMT5
+    "longt5",
+    "switch",
+    "marian",
+    "pegasus",
+    "blenderbot",  # asked before mBART: mBART's layout with positions from 0 and no embedding norm
+    "bart",  # BART, mBART
+    "plbart",  # BART's layout, written for a model read from PLBart (hf_model_type)
+    "mvp",  # the same, read from MVP
+    "m2m100",  # M2M100, NLLB
+    "t5gemma",
+    "t5gemma2",
     # decoder-only: a decoder_only model exports as Gemma 3 with Gemma's RMSNorm and qk_norm, Gemma 2 with Gemma's
     # RMSNorm alone; else as Qwen3 with qk_norm, Qwen2 with q, k and v biases, else Llama
-    gemma,  # Gemma 2, Gemma 3's text model
-    llama,  # Llama, Qwen2, Qwen3
+    "gemma",  # Gemma 2, Gemma 3's text model
+    "llama",  # Llama, Qwen2, Qwen3
 )
+FOLDERS = tuple(import_module(f"encdec.interop.{name}") for name in NAMES)
 FAMILIES: dict[str, Family] = {family.model_type: family for folder in FOLDERS for family in folder.FAMILIES}
 
 
