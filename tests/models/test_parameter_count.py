@@ -1,6 +1,9 @@
-"""The parameter count from a config alone equals the count of the model it builds: every preset, every run
-config encdec size accepts, and configs of every family drawn over the options that change a parameter."""
+"""The parameter count (models/parameter_count.py) is the count of the model the config builds: of the model
+built for real (weights initialised, tables computed) on drawn configs of every family, and of the whole model
+where it is counted from smaller ones (many experts, many layers); every preset and every run config encdec size
+accepts is counted as its meta-built model; a trillion parameters are counted without memory."""
 
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -9,19 +12,32 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from encdec.errors import ConfigError
-from encdec.models import FAMILY_CLASSES, ModelConfig, count_parameters, preset, preset_names
+from encdec.models import (
+    FAMILY_CLASSES,
+    ModelConfig,
+    build_model,
+    count_parameters,
+    parameter_count,
+    preset,
+    preset_names,
+)
 from encdec.models.config_specs import MOVED
 from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
-from encdec.models.parameter_count import GATED_ACTIVATIONS, count_parameters_of
+from encdec.models.parameter_count import count_parameters_of
 from encdec.models.research_config import ResearchOptions
-from encdec.modules.feed_forward import GATED
 
 CONFIGS = Path(__file__).parents[2] / "configs"
 
 
-def built_counts(cfg: ModelConfig) -> tuple[int, int]:
-    with torch.device("meta"):  # as encdec size counted before it counted from the config
+def meta_counts(cfg: ModelConfig) -> tuple[int, int]:
+    """The whole model's counts, built on the meta device as torch builds it (its init run there too)."""
+    with torch.device("meta"):
         model = FAMILY_CLASSES[cfg.family](cfg)
+    return count_parameters(model), count_parameters(model, exclude_positions=True)
+
+
+def real_counts(cfg: ModelConfig) -> tuple[int, int]:
+    model = build_model(cfg)  # on the CPU: weights initialised, position tables computed
     return count_parameters(model), count_parameters(model, exclude_positions=True)
 
 
@@ -33,7 +49,7 @@ def counted(cfg: ModelConfig) -> tuple[int, int]:
 @pytest.mark.parametrize("name", preset_names())
 def test_every_preset_is_counted_as_its_model(name):
     cfg = preset(name)
-    assert counted(cfg) == built_counts(cfg)
+    assert counted(cfg) == (real_counts(cfg) if name.endswith("-tiny") else meta_counts(cfg))
 
 
 def size_configs() -> list[Path]:
@@ -50,11 +66,7 @@ def test_every_run_config_is_counted_as_its_model(path):
 
     cfg = model_config(Args)  # every config's tokenizer is in the repository or ../shared/data
     check_family(cfg)
-    assert counted(cfg) == built_counts(cfg)
-
-
-def test_the_gated_activations_are_the_feed_forwards():
-    assert set(GATED_ACTIVATIONS) == GATED
+    assert counted(cfg) == meta_counts(cfg)
 
 
 def test_each_family_table_entry_is_its_class_s_unused_set():
@@ -83,7 +95,7 @@ LOSS = st.fixed_dictionaries(
 
 
 @st.composite
-def family_configs(draw) -> ModelConfig:
+def family_configs(draw, layers: int = 3, experts: int = 3) -> ModelConfig:
     """A small config of any family, drawing only the fields that family uses, over the options that change its
     parameters: widths, heads (GQA, d_head, cross heads), depths, activation, norm and its place (post_norms),
     bias, position scheme and table size, experts and their layers, head tying, the encoder's own token table,
@@ -100,8 +112,8 @@ def family_configs(draw) -> ModelConfig:
         "n_kv_heads": draw(st.one_of(maybe(), st.sampled_from([k for k in (1, 2) if n_heads % k == 0]))),
         "d_head": draw(st.one_of(maybe(), st.sampled_from([2, 4, 6]))),
         "d_ff": draw(st.integers(1, 12)),
-        "n_encoder_layers": draw(st.integers(1, 3)),
-        "n_decoder_layers": draw(st.one_of(maybe(), st.integers(1, 3))),
+        "n_encoder_layers": draw(st.integers(1, layers)),
+        "n_decoder_layers": draw(st.one_of(maybe(), st.integers(1, layers))),
         "cross_n_heads": draw(st.one_of(maybe(), st.sampled_from([1, 2, 4, 8]))),
         "cross_n_kv_heads": draw(st.one_of(maybe(), st.just(1))),
         "activation": draw(st.sampled_from(["relu", "gelu", "silu", "gated_gelu", "swiglu"])),
@@ -123,7 +135,7 @@ def family_configs(draw) -> ModelConfig:
         "relative_bias_per_layer": draw(st.booleans()),
         "rope_cross": draw(st.sampled_from(["relative", "none"] if causal else ["relative", "prepended", "none"])),
         "tie_embeddings": draw(st.booleans()),
-        "n_experts": draw(st.integers(1, 3)),
+        "n_experts": draw(st.integers(1, experts)),
         "moe_every": draw(st.integers(1, 3)),
         "decoder_moe_every": draw(st.one_of(maybe(), st.integers(1, 3))),
         "moe_activation": draw(st.sampled_from(["relu", "gelu", "swiglu"])),
@@ -166,8 +178,46 @@ def family_configs(draw) -> ModelConfig:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(family_configs())
-def test_a_drawn_config_of_any_family_is_counted_as_its_model(cfg):
-    assert counted(cfg) == built_counts(cfg)
+def test_a_drawn_config_of_any_family_is_counted_as_its_model_built_for_real(cfg):
+    assert counted(cfg) == real_counts(cfg)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(family_configs(layers=9, experts=7))
+def test_a_count_from_smaller_models_is_the_whole_model_s(cfg):
+    """Past 2 experts and 2 layers a stack (MOST_EXPERTS, MOST_LAYERS lowered so that drawn configs reach them),
+    counted from models of 2 and 3 experts and of whole periods of layers fewer: the whole model's count."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(parameter_count, "MOST_EXPERTS", 2)
+        patch.setattr(parameter_count, "MOST_LAYERS", 2)
+        assert counted(cfg) == meta_counts(cfg)
+
+
+def test_a_trillion_parameters_are_counted_without_memory_from_few_layers_and_experts(monkeypatch):
+    """64 layers a stack, every other one of 2,048 experts, d_model 4,096: 1.76 * 10^13 parameters, counted
+    from models of at most 3 experts and MOST_LAYERS layers, in a few MB of Python memory; what the experts add
+    to the dense model is 64 sparse layers' routers and experts less their dense feed-forwards."""
+    sizes = dict(d_model=4096, d_ff=16384, n_heads=32, n_encoder_layers=64)
+    cfg, dense = preset("rot5-base", n_experts=2048, moe_every=2, **sizes), preset("rot5-base", **sizes)
+    whole, built = FAMILY_CLASSES["encoder_decoder"], []
+    monkeypatch.setitem(parameter_count.FAMILY_CLASSES, "encoder_decoder", lambda c: built.append(c) or whole(c))
+    tracemalloc.start()
+    try:
+        count = count_parameters_of(cfg)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, f"{peak / 2**20:.0f} MB"
+    assert max(c.experts.count for c in built) == 3
+    assert max(c.n_encoder_layers for c in built) <= parameter_count.MOST_LAYERS
+    d, ff, gelu = 4096, 16384, 2  # rot5's feed-forwards and experts: GELU, two matrices, no bias
+    added = 64 * (d * 2048 + 2048 * gelu * d * ff - gelu * d * ff)
+    assert count.total - count_parameters_of(dense).total == added and count.total > 1.7e13
+
+
+def test_a_model_past_what_torch_counts_is_one_sentence():
+    with pytest.raises(ConfigError, match="more than any tensor library counts"):
+        count_parameters_of(preset("t5-tiny", d_model=2**40))
 
 
 def test_research_loss_parameters_are_counted():
@@ -176,4 +226,4 @@ def test_research_loss_parameters_are_counted():
     cfg = preset("ar_encdec-tiny", research=ResearchOptions(**options))
     plain = preset("ar_encdec-tiny", research=ResearchOptions(embedding_loss="MSE"))
     assert count_parameters_of(cfg).total - count_parameters_of(plain).total == cfg.max_positions**2
-    assert counted(cfg) == built_counts(cfg)
+    assert counted(cfg) == real_counts(cfg)

@@ -16,7 +16,7 @@ from torch import nn
 
 from encdec.cli.options import whole_number
 from encdec.generation import generate
-from encdec.models import build_model, count_parameters, preset, preset_names
+from encdec.models import build_model, count_parameters, count_parameters_of, preset, preset_names
 from encdec.tokenizers.byte import ByteTokenizer
 
 MAX_DEMO_STEPS = 100_000  # a tour: the copy task is learnt in 150
@@ -44,9 +44,8 @@ def first_sentence() -> str:
 def print_presets() -> None:
     print(f"{'preset':<22}{'parameters':>14}{'without positions':>20}")
     for name in preset_names():
-        with torch.device("meta"):  # count without allocating: the preset's own family, as training builds it
-            model = build_model(preset(name))
-        print(f"{name:<22}{count_parameters(model):>14,}{count_parameters(model, exclude_positions=True):>20,}")
+        count = count_parameters_of(preset(name))  # the preset's own family, as training builds it, on meta
+        print(f"{name:<22}{count.total:>14,}{count.without_positions:>20,}")
 
 
 @torch.no_grad()

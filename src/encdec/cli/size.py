@@ -1,7 +1,8 @@
 """`encdec size CONFIG`: parameter counts of a run config's model, and Chinchilla sizing.
 
-The model is counted from its config (models/parameter_count.py), neither built nor importing torch, so
-any size answers at once.
+The model is counted as its family builds it, on torch's meta device (models/parameter_count.py): no memory
+for any size, thousands of experts or layers counted from smaller models of the same config. Chinchilla
+sizing alone (--tokens, --flops, --params) imports no torch.
 
 encdec size configs/tiny.yaml          parameters, total and without position tables (a run that fine-tunes or
                                        adapts a local run or Hugging Face directory: that model, as training
@@ -125,12 +126,10 @@ def run(args) -> int:
     if not (args.config or args.preset or args.flops or args.tokens or args.params):
         raise ConfigError("give a run config, --preset, or one of --flops, --tokens, --params")
     if args.config or args.preset:
-        from encdec.models.family_rules import check_family
         from encdec.models.parameter_count import count_parameters_of
 
         cfg = model_config(args)
-        check_family(cfg)  # what building the model would refuse, said without building it
-        count = count_parameters_of(cfg)  # to the parameter what the built model has (models/parameter_count.py)
+        count = count_parameters_of(cfg)  # the model's, built on the meta device (a refusal: what building says)
         total, without = count.total, count.without_positions
         print(f"family {cfg.family}, vocabulary {cfg.vocab_size:,}")
         print(f"parameters:                    {total:,}")

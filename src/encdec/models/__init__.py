@@ -4,7 +4,7 @@
     config_specs.py      the specs ModelConfig nests (cross_attention, experts, rnn, image_tokens), and MOVED: the flat keys written before them
     presets.py           named configs (t5-small, rot5-tiny, transformer-base, ...)
     family_rules.py      what each family refuses (its UNUSED fields, its own rules), from the config alone
-    parameter_count.py   a model's parameters counted from its config alone (encdec size)
+    parameter_count.py   a model's parameters counted from its config: the model built on the meta device
     family_classes.py    family name -> class (FAMILY_CLASSES), build_model, count_parameters of a built model
     components.py        the builders every transformer family uses: attention, feed-forward or MoE,
                          norms, blocks, embeddings' scale and norm, the output head
@@ -18,14 +18,13 @@
 The parts themselves (attention, caches, positions, MoE, norms) are in encdec.modules.
 
 The modules that need torch are imported on first use of their names (PEP 562), so a config, a preset, what a
-family refuses and a parameter count (`encdec size`) import no torch.
+family refuses import no torch (a parameter count builds the model, on the meta device).
 """
 
 from encdec.lazy_names import lazy_getattr
 from encdec.models.config_specs import CrossAttention, Experts, ImageTokens, Rnn
 from encdec.models.family_rules import check_family, check_fields
 from encdec.models.model_config import ModelConfig
-from encdec.models.parameter_count import count_parameters_of
 from encdec.models.presets import preset, preset_names
 
 LAZY = {  # module -> the names it gives
@@ -37,6 +36,7 @@ LAZY = {  # module -> the names it gives
     "encdec.models.outputs": ("EncoderOutput", "Seq2SeqOutput"),
     "encdec.models.init": ("init_weights",),
     "encdec.models.family_classes": ("FAMILY_CLASSES", "build_model", "count_parameters"),
+    "encdec.models.parameter_count": ("ParameterCount", "count_parameters_of"),
 }
 
 __getattr__ = lazy_getattr(__name__, LAZY)
@@ -54,6 +54,7 @@ __all__ = [
     "Rnn",
     "ParallelEncoderDecoder",
     "RNNSeq2Seq",
+    "ParameterCount",
     "Seq2SeqOutput",
     "build_model",
     "check_family",

@@ -9,12 +9,21 @@ import torch
 from torch import nn
 
 
+def on_meta() -> bool:
+    """Whether tensors are made on the meta device now (a model built to be counted, models/parameter_count.py):
+    a fixed table is its shape alone there, without the values torch's meta kernels would pretend to compute
+    (the first of which imports torch._dynamo, a second of an `encdec size`)."""
+    return torch.empty(0).is_meta
+
+
 def sinusoidal_table(n_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
     """p[pos, 2i] = sin(pos / 10000^(2i/d)), p[pos, 2i+1] = cos(same) (Vaswani et al. 2017, 3.5).
 
     layout "halves" puts the same sines in the first half and the cosines in the
     second (Marian, and Hugging Face's MarianSinusoidalPositionalEmbedding).
     """
+    if on_meta():
+        return torch.empty(n_positions, d_model)
     position = torch.arange(n_positions, dtype=torch.float64)[:, None]
     inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
     sin, cos = torch.sin(position * inv_freq), torch.cos(position * inv_freq)[:, : d_model // 2]
@@ -42,6 +51,8 @@ def fairseq_table(first: int, n_positions: int, d_model: int) -> torch.Tensor:
     """Rows first .. first + n_positions - 1 of fairseq's sinusoidal table (tensor2tensor's): sines in the first
     half, cosines in the second, frequencies 10000^(-i / (C/2 - 1)), a zero column when C is odd; computed in
     float32 as fairseq and Hugging Face's M2M100SinusoidalPositionalEmbedding compute it, so the values agree."""
+    if on_meta():
+        return torch.empty(n_positions, d_model)
     half = d_model // 2
     inv_freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
     angles = torch.arange(first, first + n_positions, dtype=torch.int64).float()[:, None] * inv_freq[None, :]
@@ -145,7 +156,9 @@ class RotaryEmbedding(nn.Module):
 
     def frequencies(self) -> torch.Tensor:
         """(D/2,) fp32 on the CPU: theta^(-2i/D), divided by `scale` (linear scaling: positions read 1/scale apart,
-        as transformers' "linear" RoPE divides its frequencies)."""
+        as transformers' "linear" RoPE divides its frequencies); its shape alone on the meta device."""
+        if on_meta():
+            return torch.empty(self.d_head // 2)
         inv_freq = 1.0 / self.theta ** (torch.arange(0, self.d_head, 2, dtype=torch.float32) / self.d_head)
         return inv_freq / self.scale if self.scale != 1.0 else inv_freq
 
