@@ -9,7 +9,7 @@ until its first line of output), interleaved with the others, the median of `--r
     python -c "import torch"                torch's import alone
     encdec --help                           the command's help (target: within 0.5 s of `python -c pass`)
     encdec size --tokens 1e9                Chinchilla sizing (imports no torch)
-    encdec size --preset t5-small           a preset's parameters, counted without building it
+    encdec size --preset t5-small           a preset's parameters, counted from its model built on the meta device
     encdec generate RUN -i input.txt        a run directory's first output line (target: within 1.5 s of
                                             `import torch`); a tiny run is trained first without --run
 

@@ -203,8 +203,9 @@ def test_a_model_too_large_for_the_machine_is_one_sentence_before_it_is_built(na
 
 
 def test_size_counts_a_model_too_large_to_build_from_its_config_alone(tmp_path, capsys):
-    """`encdec size` builds nothing (models/parameter_count.py), so 4,096 experts in 4,096 layers, which no
-    machine here could build, is a count, not a refusal."""
+    """`encdec size` builds on the meta device, many experts and layers as smaller models of the same config
+    (models/parameter_count.py), so 4,096 experts in 4,096 layers, which no machine here could build, is a count,
+    not a refusal."""
     from encdec.cli import main
 
     argv = [

@@ -1,7 +1,7 @@
 """The family classes by name, and what needs them built: `build_model`, `count_parameters`.
 
 The one table from `model.family` to its class; a new family is one line here (its refusals are
-family_rules.py's, its count from a config parameter_count.py's).
+family_rules.py's; parameter_count.py counts the class's model, built on the meta device).
 """
 
 from torch import nn

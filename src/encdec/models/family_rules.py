@@ -2,7 +2,8 @@
 (`UNUSED_BY_FAMILY`, each class's `UNUSED`) and the settings it cannot honour, each in one sentence.
 
 The family classes refuse through `check_family` before they build anything; a config loader asks
-`check_fields` (the unused fields alone), and `encdec size` asks `check_family` without building.
+`check_fields` (the unused fields alone), and a parameter count (`encdec size`) asks `check_family` before it
+builds smaller models of the config.
 """
 
 from encdec.errors import ConfigError
