@@ -10,6 +10,8 @@ until its first line of output), interleaved with the others, the median of `--r
     encdec --help                           the command's help (target: within 0.5 s of `python -c pass`)
     encdec size --tokens 1e9                Chinchilla sizing (imports no torch)
     encdec size --preset t5-small           a preset's parameters, counted from its model built on the meta device
+    encdec size t5-11b/config.json          a Hugging Face config.json of T5-11B's shapes (target: under 3 s)
+    encdec size switch-c/config.json        Switch-C's 2,048 experts in every layer, counted from smaller models
     encdec generate RUN -i input.txt        a run directory's first output line (target: within 1.5 s of
                                             `import torch`); a tiny run is trained first without --run
 
@@ -18,6 +20,7 @@ It also says, for `encdec --help` and the two `encdec size` commands, whether to
 """
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -49,6 +52,19 @@ def imports_torch(command: list[str]) -> bool:
     return any(line.rstrip().endswith("| torch") for line in done.stderr.splitlines())
 
 
+T5_11B = dict(model_type="t5", vocab_size=32128, d_model=1024, d_kv=128, d_ff=65536, num_layers=24, num_heads=128)
+SWITCH_C = dict(model_type="switch_transformers", vocab_size=32128, d_model=2080, d_kv=64, d_ff=6144, num_layers=15)
+SWITCH_C |= dict(num_heads=32, num_experts=2048, encoder_sparse_step=1, decoder_sparse_step=1)
+SWITCH_C |= dict(num_sparse_encoder_layers=15, num_sparse_decoder_layers=15)
+
+
+def config_json(folder: Path, name: str, config: dict) -> str:
+    """A Hugging Face config.json of `config`'s shapes alone (no weights), for `encdec size`."""
+    (folder / name).mkdir()
+    (folder / name / "config.json").write_text(json.dumps(config))
+    return str(folder / name / "config.json")
+
+
 def tiny_run(folder: Path) -> Path:
     """A run of the smallest config, trained for a few steps (the generate command's model)."""
     run = folder / "run"
@@ -74,6 +90,8 @@ def main() -> None:
             "encdec --help": [*encdec, "--help"],
             "encdec size --tokens 1e9": [*encdec, "size", "--tokens", "1e9"],
             "encdec size --preset t5-small": [*encdec, "size", "--preset", "t5-small"],
+            "encdec size t5-11b/config.json": [*encdec, "size", config_json(Path(folder), "t5-11b", T5_11B)],
+            "encdec size switch-c/config.json": [*encdec, "size", config_json(Path(folder), "switch-c", SWITCH_C)],
             "encdec generate RUN (first line)": [*encdec, "generate", str(run), "-i", str(source)],
         }
         times = {name: [] for name in commands}
@@ -92,6 +110,8 @@ def main() -> None:
         generate_gap = medians["encdec generate RUN (first line)"] - medians['python -c "import torch"']
         print(f"encdec --help - python -c pass:              {help_gap:+.3f} s (target: within 0.5 s)")
         print(f"encdec generate - python -c 'import torch':  {generate_gap:+.3f} s (target: within 1.5 s)")
+        slowest = max(medians[name] for name in medians if name.startswith("encdec size"))
+        print(f"slowest encdec size:                         {slowest:.3f} s (target: under 3 s)")
 
 
 if __name__ == "__main__":
