@@ -21,10 +21,9 @@ EXPERT_BYTES = 16 << 10  # an expert's modules, in every layer
 
 
 def estimated_parameters(cfg: ModelConfig) -> int:
-    """An upper estimate of the parameter count of `cfg`'s model, without building it.
-
-    (Building on the meta device would count exactly, but its first weight init costs
-    seconds of torch's lazy set-up, and 10^6 layers take minutes even there.)"""
+    """An upper estimate of the parameter count of `cfg`'s model, without building it: arithmetic on the
+    config, for a refusal before anything is built (models/parameter_count.py counts exactly, from models built
+    on the meta device)."""
     d = cfg.d_model
     heads = max(cfg.n_heads, cfg.cross_attention.n_heads or cfg.n_heads)
     attention = 4 * d * heads * cfg.head_dim
