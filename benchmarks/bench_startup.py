@@ -49,7 +49,7 @@ def imports_torch(command: list[str]) -> bool:
     done = subprocess.run(
         [sys.executable, "-X", "importtime", *command[1:]], capture_output=True, text=True, timeout=600, cwd=ROOT
     )
-    return any(line.rstrip().endswith("| torch") for line in done.stderr.splitlines())
+    return any(line.rpartition("|")[2].strip() == "torch" for line in done.stderr.splitlines())
 
 
 T5_11B = dict(model_type="t5", vocab_size=32128, d_model=1024, d_kv=128, d_ff=65536, num_layers=24, num_heads=128)
