@@ -5,7 +5,8 @@ without storage, so any size costs no memory) and `count_parameters` counts it: 
 head is the token table; the encoder and decoder share it), buffers (sinusoidal tables, RoPE's frequencies, a
 fixed logits bias) not at all, and "without positions" without the learned absolute position tables and T5's
 relative bias, as the seeds count. Nothing here describes an architecture: a new mechanism is counted as built.
-The build skips the weight init (`Unfilled`): a meta tensor has no values to fill.
+The build skips the weight init (`Unfilled`) and the fixed tables' values (modules.positions.on_meta): a meta
+tensor has no values, and torch's meta kernels for them import torch._dynamo, a second of an `encdec size`.
 
 Building costs Python's work per module, about 60 us each, so thousands of experts or layers are counted from
 smaller models of the same config (`counted`): a mixture of experts holds a router row and a feed-forward per
