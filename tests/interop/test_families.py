@@ -52,6 +52,10 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
     "mvp": ("transformer-tiny", {**BART, "hf_model_type": "mvp"}),
     "mbart": ("transformer-tiny", {**BART, "norm_position": "pre"}),
     "blenderbot": ("transformer-tiny", {"position": "learned", "activation": "gelu", "norm_position": "pre"}),
+    "blenderbot-small": (
+        "transformer-tiny",
+        {**BART, "position_offset": 0, "embeddings": {"decoder_norm_first": True}},
+    ),
     "m2m_100": ("transformer-tiny", {"sinusoidal_layout": "fairseq", "norm_position": "pre"}),
     "t5gemma": ("rot5-tiny", GEMMA),
     "t5gemma2": (

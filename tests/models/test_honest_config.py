@@ -90,14 +90,25 @@ CONTEXT = dict(
     merged_cross_attention=dict(position="rope", rope_cross="none"),
     global_block_size=dict(encoder_attention="transient_global"),
     encoder_d_model=dict(shared_embeddings=False),  # an encoder of its own width reads a table of its own
+    # the decoder's embedding norm placed before its positions: there must be both
+    **{"embeddings.decoder_norm_first": dict(embedding_norm=True, position="learned")},
 )
-# every setting by the name a preset's override takes: a spec's fields by their flat names (MOVED)
+# every setting by the name a preset's override takes: a spec's fields by their flat names (MOVED), one that never
+# had a flat name by its place ("embeddings.decoder_norm_first")
 FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in NOT_MODEL | set(SPECS)] + list(MOVED)
+FIELDS += [f"{name}.{f.name}" for name, spec in SPECS.items() for f in dataclasses.fields(spec)]
+FIELDS = [field for field in FIELDS if field not in MOVED.values()]
 
 
 def place(field: str) -> str:
     """Where a field lives, as refusals name it: "n_experts" -> "experts.count"."""
     return MOVED.get(field, field)
+
+
+def setting(field: str, value) -> dict:
+    """An override of `field` as a preset takes it: a spec's field with no flat name in its spec."""
+    spec, _, key = field.rpartition(".")
+    return {spec: {key: value}} if spec else {field: value}
 
 
 def unused_fields(family: str) -> set[str]:
@@ -165,13 +176,13 @@ REFUSED = [(f, field) for f in PRESETS for field in sorted(unused_fields(f))]
 def test_an_honoured_field_changes_the_model(family, field):
     context = CONTEXT.get(field, {})
     base = config(family, **context)
-    changed = {**context, field: alternative(field, base)}
+    changed = {**context, **setting(field, alternative(field, base))}
     assert not same(fingerprint(build(family, **context)), fingerprint(build(family, **changed)))
 
 
 @pytest.mark.parametrize("family,field", REFUSED, ids=[f"{f}-{field}" for f, field in REFUSED])
 def test_an_unused_field_is_refused_in_one_sentence(family, field):
-    overrides = {field: alternative(field, config(family))}
+    overrides = setting(field, alternative(field, config(family)))
     if field == "moe_top_k":  # above 1 it needs experts, which the family refuses first
         overrides = dict(n_experts=4, moe_top_k=2)
         field = "n_experts"

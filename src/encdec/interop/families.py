@@ -25,6 +25,7 @@ NAMES = (
     "marian",
     "pegasus",
     "blenderbot",  # asked before mBART: mBART's layout with positions from 0 and no embedding norm
+    "blenderbot_small",  # asked before BART: its layout with the decoder's embedding norm before its positions
     "bart",  # BART, mBART
     "plbart",  # BART's layout, written for a model read from PLBart (hf_model_type)
     "mvp",  # the same, read from MVP

@@ -7,6 +7,7 @@ one table that reads the flat keys written before them (`MOVED`).
       experts: {count: 8, top_k: 1, renormalize: true}     a mixture of experts in every feed-forward
       rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
       image_tokens: {eoi_token_id: 256000}                  T5Gemma 2's (read from its checkpoints)
+      embeddings: {decoder_norm_first: true}                the decoder's embedding norm before its positions
 
 Each spec's fields are checked by their declarations (encdec.schema), named by their full dotted key. A
 config written flat (`n_experts: 8`, a checkpoint's model.json or config.yaml from before the specs, a
@@ -113,6 +114,18 @@ class ImageTokens:
         check(self, "model.image_tokens.")
 
 
+@dataclass
+class Embeddings:
+    """Where the decoder's embedding norm (model.embedding_norm) sits: after its token and position embeddings are
+    summed, as the encoder's and BART's, or on its token embeddings before the positions are added (ParlAI's
+    "xlm" variant, BlenderbotSmall's decoder: norm(scale * tokens) + positions)."""
+
+    decoder_norm_first: bool = False  # the decoder's embedding norm on its token embeddings, before positions
+
+    def __post_init__(self):
+        check(self, "model.embeddings.")
+
+
 # ModelConfig's fields that are specs: name -> class
 SPECS = {
     "encoder": EncoderWidths,
@@ -120,6 +133,7 @@ SPECS = {
     "experts": Experts,
     "rnn": Rnn,
     "image_tokens": ImageTokens,
+    "embeddings": Embeddings,
 }
 
 # Every key that moved into a spec: its flat name, as configs and checkpoints before the specs wrote it -> its place

@@ -38,6 +38,7 @@ LM_UNUSED = frozenset(
         "global_block_size",
         "logit_softcap",
         "shared_embeddings",  # one stack, one token table
+        "embeddings.decoder_norm_first",  # the encoder-decoder's decoder (BlenderbotSmall's)
         "encoder",  # an encoder of its own widths, the transformer encoder-decoder's alone (T5Gemma's)
         "rnn",
     }
@@ -77,6 +78,7 @@ UNUSED_BY_FAMILY = {
             "sinusoidal_layout",
             "position_offset",
             "embedding_norm",
+            "embeddings",
             "relative_buckets",
             "relative_max_distance",
             "relative_bias_per_layer",
@@ -131,6 +133,10 @@ def check_family(cfg: ModelConfig) -> None:
         raise ConfigError("model.attention_bias acts only with model.bias false, which puts a bias on every projection")
     if cfg.attention_scale_dim is not None and not cfg.scale_attention:
         raise ConfigError("model.attention_scale_dim acts only with model.scale_attention true")
+    if cfg.embeddings.decoder_norm_first and not cfg.embedding_norm:
+        raise ConfigError(
+            "model.embeddings.decoder_norm_first places the embedding norm: set model.embedding_norm true"
+        )
     if cfg.relative_bias_per_layer and cfg.position != "relative":
         raise ConfigError(f"model.relative_bias_per_layer acts only with model.position relative, got {cfg.position!r}")
     if cfg.family == "rnn_seq2seq" and cfg.decoder_layers != cfg.n_encoder_layers:

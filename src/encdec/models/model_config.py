@@ -7,7 +7,7 @@ with one of them set away from its default is refused (`refuse_unused`): a field
 spec's field ("experts.every") or a whole spec ("rnn").
 
 Settings that belong together are specs of their own (models/config_specs.py:
-`encoder`, `cross_attention`, `experts`, `rnn`, `image_tokens`); configs and checkpoints written flat before them are read through
+`encoder`, `cross_attention`, `experts`, `rnn`, `image_tokens`, `embeddings`); configs and checkpoints written flat before them are read through
 its one table, MOVED (`from_dict`, a run config's model section, a model.json).
 """
 
@@ -18,6 +18,7 @@ from encdec.errors import ConfigError, refuse_unknown_keys
 from encdec.models.config_specs import (
     SPECS,
     CrossAttention,
+    Embeddings,
     EncoderWidths,
     Experts,
     ImageTokens,
@@ -94,6 +95,8 @@ class ModelConfig:
     sinusoidal_layout: Literal["interleaved", "halves", "fairseq"] = "interleaved"
     position_offset: Count = 0  # learned table index of position 0 (BART: 2)
     embedding_norm: bool = False  # a norm after token + position embeddings (BART's layernorm_embedding)
+    # where the decoder's embedding norm sits: after its positions are added, or before (BlenderbotSmall)
+    embeddings: Embeddings = field(default_factory=Embeddings)
     relative_buckets: Annotated[int, Range(4)] = 32
     relative_max_distance: Positive = 128
     relative_bias_per_layer: bool = False  # every layer its own relative bias (UMT5), not the stack's first's (T5)

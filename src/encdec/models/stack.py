@@ -58,6 +58,7 @@ class Stack(nn.Module):
         self.scale_in_dtype = cfg.norm == "gemma_rmsnorm"  # Gemma rounds sqrt(d_model) to the model's dtype first
         self.positions = build_absolute_positions(cfg)
         self.embed_norm = build_embedding_norm(cfg)
+        self.norm_first = not bidirectional and cfg.embeddings.decoder_norm_first  # the norm before the positions
         relative = cfg.position == "relative"
 
         def relative_bias() -> RelativePositionBias:
@@ -117,7 +118,9 @@ class Stack(nn.Module):
         return kinds_inputs(self.layer_kinds(), allowed, row, pos, dtype)
 
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """ids (B, T) at positions pos (T,) or (B, T) -> (B, T, C): token embeddings plus absolute positions."""
+        """ids (B, T) at positions pos (T,) or (B, T) -> (B, T, C): token embeddings plus absolute positions, then
+        the embedding norm; with `norm_first` (a decoder's, BlenderbotSmall's) the norm of the token embeddings,
+        then the positions."""
         x = self.embed(ids)
         scale = (
             torch.tensor(self.embed_scale, dtype=x.dtype, device=x.device) if self.scale_in_dtype else self.embed_scale
@@ -125,11 +128,12 @@ class Stack(nn.Module):
         x = x * scale  # Gemma rounds the scale to the model dtype first
         if self.eoi_embedding is not None:  # that token's own vector, unscaled (T5Gemma 2)
             x = torch.where((ids == self.eoi_id)[..., None], self.eoi_embedding.to(x.dtype), x)
+        x = self.embed_norm(x) if self.norm_first else x
         if isinstance(self.positions, PaddedSinusoidalPositions):  # pads take no position (fairseq)
             x = x + self.positions(pos, ids)
         elif self.positions is not None:
             x = x + self.positions(pos)
-        return self.dropout(self.embed_norm(x))
+        return self.dropout(x if self.norm_first else self.embed_norm(x))
 
     def whole_positions(self, ids: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
         """The positions a whole unpacked sequence ids (B, T) is embedded at: row (T,), or with fairseq's

@@ -115,12 +115,17 @@ def load_layout(path: Path, cfg_from_hf, hf_config: dict) -> EncoderDecoder:
     return fill_from_hf(model, weights, NAMES.hf, path, reshaped=("final_logits_bias",))
 
 
-def layout_problems(cfg: ModelConfig, norm_position: str) -> list[str]:
-    """What keeps `cfg` from the layout BART, mBART, Marian and Pegasus share, positions and norm placement aside."""
+def layout_problems(cfg: ModelConfig, norm_position: str, decoder_norm_first: bool = False) -> list[str]:
+    """What keeps `cfg` from the layout BART, mBART, Marian and Pegasus share, positions and norm placement aside:
+    `norm_position` the family's, `decoder_norm_first` where its decoder's embedding norm sits (BlenderbotSmall's:
+    before the positions)."""
     problems = {
         "norm must be layernorm": cfg.norm != "layernorm",
         "norm_eps must be 1e-05": cfg.norm_eps != 1e-5,
         f"norm_position must be {norm_position}": cfg.norm_position != norm_position,
+        f"embeddings.decoder_norm_first must be {str(decoder_norm_first).lower()}": (
+            cfg.embeddings.decoder_norm_first != decoder_norm_first
+        ),
         "bias must be true": not cfg.bias,
         "scale_attention must be true": not cfg.scale_attention,
         f"activation must be one of {', '.join(OUR_ACTIVATIONS)}, got {cfg.activation}": cfg.activation
@@ -169,10 +174,18 @@ def layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str
     return weights
 
 
-def check_layout(cfg: ModelConfig, family: str, embeddings: dict[str, bool], norm_position: str = "post") -> None:
+def check_layout(
+    cfg: ModelConfig,
+    family: str,
+    embeddings: dict[str, bool],
+    norm_position: str = "post",
+    decoder_norm_first: bool = False,
+) -> None:
     """Raise ConfigError (Unmet) naming the settings `family` cannot express: its own embedding checks
-    (positions, embedding norm) first, then those of the layout the BART family shares."""
-    problems = [text for text, bad in embeddings.items() if bad] + layout_problems(cfg, norm_position)
+    (positions, embedding norm) first, then those of the layout the BART family shares (layout_problems)."""
+    problems = [text for text, bad in embeddings.items() if bad] + layout_problems(
+        cfg, norm_position, decoder_norm_first
+    )
     if problems:
         raise Unmet(f"this model cannot be saved as Hugging Face {family}: " + "{unmet}", problems)
 
