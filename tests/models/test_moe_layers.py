@@ -26,6 +26,13 @@ def test_the_sparse_layers_are_transformers_switch_layout(layers, step):
     assert [cfg.moe_layer(i) for i in range(layers)] == transformers_rule
 
 
+@pytest.mark.parametrize("layers,step", [(12, 4), (7, 3), (4, 1), (6, 2)])
+def test_the_last_place_is_transformers_nllb_moe_layout(layers, step):
+    cfg = encdec.preset("t5-tiny", n_encoder_layers=layers, experts={"count": 2, "every": step, "place": "last"})
+    transformers_rule = [(i + 1) % step == 0 for i in range(layers)]  # NllbMoeEncoder
+    assert [cfg.moe_layer(i) for i in range(layers)] == transformers_rule
+
+
 def test_the_built_model_has_experts_where_the_config_says_and_their_router_losses_alone():
     model = tiny(n_experts=3, n_encoder_layers=4, n_decoder_layers=3, moe_every=2, decoder_moe_every=3).train()
     assert [isinstance(b.ffn, MoE) for b in model.encoder.blocks] == [False, True, False, True]
