@@ -43,6 +43,7 @@ class Experts:
     activation: Literal["relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"] = "gelu"
     aux_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001  # load balance, each stack
     z_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001  # router z-loss, each stack
+    balance: Literal["first", "all"] = "first"  # the load balance counts: first choices, or all over real tokens
     capacity: Positive | None = None  # tokens an expert takes a training forward (expert_capacity); None: all
     eval_capacity_fraction: Annotated[float, Range(0, 1)] = 0.0  # evaluation's: ceil(it * tokens); 0: capacity's
     second_expert_policy: Literal["all", "random", "sampling"] = "all"  # the later choices: kept, kept at random
@@ -58,6 +59,11 @@ class Experts:
         """Top-k among the experts there are (ModelConfig's check: an overlay's spec may set top_k alone)."""
         if self.top_k > self.count:
             raise ConfigError(f"model.experts.top_k ({self.top_k}) exceeds model.experts.count ({self.count})")
+
+    def balance_args(self, encoder_real: Any) -> tuple[int, Any]:
+        """moe_losses' top_k and encoder_real (the encoder's (B, S) mask, or None) for the load balance `balance`
+        names."""
+        return (self.top_k, encoder_real) if self.balance == "all" else (1, None)
 
     def step(self, decoder: bool = False) -> int:
         """The step of sparse layers in the encoder, or the decoder."""

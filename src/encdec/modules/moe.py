@@ -154,12 +154,16 @@ class MoE(nn.Module):
         return ys[order.argsort()]  # the inverse permutation: unique indices, nothing accumulated
 
 
-def load_balance_loss(router_logits: torch.Tensor) -> torch.Tensor:
-    """aux = E * sum_e f_e * P_e: f_e the fraction of tokens whose top-1 is e, P_e the mean probability of e."""
+def load_balance_loss(router_logits: torch.Tensor, top_k: int = 1, real: torch.Tensor | None = None) -> torch.Tensor:
+    """aux = E * sum_e f_e * P_e: f_e the fraction of tokens whose top-1 is e (with top_k k, the sum over their
+    k choices of the fraction whose j-th is e, as transformers' load_balancing_loss_func counts them), P_e the mean
+    probability of e; both over the rows `real` (N,) bool keeps, every row without it."""
     n_experts = router_logits.shape[-1]
     probs = router_logits.float().softmax(dim=-1)
-    fraction = F.one_hot(probs.argmax(dim=-1), n_experts).float().mean(dim=0)
-    return n_experts * (fraction * probs.mean(dim=0)).sum()
+    chosen = F.one_hot(probs.topk(top_k, dim=-1).indices, n_experts).float().sum(dim=1)  # (N, E)
+    if real is not None:
+        chosen, probs = chosen[real], probs[real]
+    return n_experts * (chosen.mean(dim=0) * probs.mean(dim=0)).sum()
 
 
 def router_z_loss(router_logits: torch.Tensor) -> torch.Tensor:
