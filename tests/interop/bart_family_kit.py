@@ -29,13 +29,18 @@ class BartFamilyTests:
     family: str  # as transformers' classes name it: <family>Config, <family>ForConditionalGeneration
     start: int  # the decoder's start id
     vocab = 384
+    config: dict = {}  # <family>Config's keys beside BART_SHAPE's
+    cross, ffn = "encoder_attn", ""  # the decoder's cross-attention as transformers names it; its feed-forward's prefix
+    lora_modules = 2 * 8 + 5  # q and v of 8 attentions, wo of 5 feed-forwards
 
     @pytest.fixture(scope="class")
     @classmethod
     def model_dir(cls, tmp_path_factory):
         path = tmp_path_factory.mktemp(cls.family)
         torch.manual_seed(0)
-        config = getattr(transformers, f"{cls.family}Config")(vocab_size=cls.vocab, **parity_kit.BART_SHAPE)
+        config = getattr(transformers, f"{cls.family}Config")(
+            vocab_size=cls.vocab, **parity_kit.BART_SHAPE, **cls.config
+        )
         model = getattr(transformers, f"{cls.family}ForConditionalGeneration")(config).eval()
         parity_kit.saved_jittered(model, path, 0.05)
         return path
@@ -82,13 +87,14 @@ class BartFamilyTests:
         ours = encdec.load_hf(model_dir)
         names = hf_module_names(ours)
         assert names["encoder.blocks.0.self_attn.q"] == "model.encoder.layers.0.self_attn.q_proj"
-        assert names["decoder.blocks.2.cross_attn.o"] == "model.decoder.layers.2.encoder_attn.out_proj"
-        assert len(add_lora(ours, r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q", "v", "wo"])) == 2 * 8 + 5
+        assert names["decoder.blocks.2.cross_attn.o"] == f"model.decoder.layers.2.{self.cross}.out_proj"
+        added = add_lora(ours, r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q", "v", "wo"])
+        assert len(added) == self.lora_modules
         torch.manual_seed(2)
         for layer in lora_layers(ours).values():
             torch.nn.init.normal_(layer.lora_B["default"].weight, std=0.1)
         targets = save_peft_adapter(ours, tmp_path / "adapter", str(model_dir))
-        assert "model.decoder.layers.0.fc2" in targets
+        assert f"model.decoder.layers.0.{self.ffn}fc2" in targets
         base = transformers.AutoModelForSeq2SeqLM.from_pretrained(model_dir)
         adapted = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
         assert parity_kit.logit_gap(adapted, ours.eval(), batch) < 1e-4

@@ -57,6 +57,15 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
         {**BART, "position_offset": 0, "embeddings": {"decoder_norm_first": True}},
     ),
     "m2m_100": ("transformer-tiny", {"sinusoidal_layout": "fairseq", "norm_position": "pre"}),
+    "nllb-moe": (  # M2M100's layout with top-2 experts in the last layer of each step, some tokens dropped
+        "transformer-tiny",
+        {
+            "sinusoidal_layout": "fairseq",
+            "norm_position": "pre",
+            "experts": {"count": 3, "every": 2, "place": "last", "top_k": 2, "renormalize": True, "activation": "relu"}
+            | {"eval_capacity_fraction": 0.5, "route_padding": False},
+        },
+    ),
     "t5gemma": ("rot5-tiny", GEMMA),
     "t5gemma2": (
         "rot5-tiny",

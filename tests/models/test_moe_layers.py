@@ -26,6 +26,13 @@ def test_the_sparse_layers_are_transformers_switch_layout(layers, step):
     assert [cfg.moe_layer(i) for i in range(layers)] == transformers_rule
 
 
+@pytest.mark.parametrize("layers,step", [(12, 4), (7, 3), (4, 1), (6, 2)])
+def test_the_last_place_is_transformers_nllb_moe_layout(layers, step):
+    cfg = encdec.preset("t5-tiny", n_encoder_layers=layers, experts={"count": 2, "every": step, "place": "last"})
+    transformers_rule = [(i + 1) % step == 0 for i in range(layers)]  # NllbMoeEncoder
+    assert [cfg.moe_layer(i) for i in range(layers)] == transformers_rule
+
+
 def test_the_built_model_has_experts_where_the_config_says_and_their_router_losses_alone():
     model = tiny(n_experts=3, n_encoder_layers=4, n_decoder_layers=3, moe_every=2, decoder_moe_every=3).train()
     assert [isinstance(b.ffn, MoE) for b in model.encoder.blocks] == [False, True, False, True]
@@ -92,3 +99,23 @@ def test_the_fit_check_counts_experts_only_in_the_sparse_layers(moe_every, decod
             assert sparse_layers(cfg, depth, decoder) == sum(cfg.moe_layer(i, decoder) for i in range(depth))
         real = sum(p.numel() for p in encdec.build_model(cfg).parameters())
         assert real <= estimated_parameters(cfg) < 1.2 * real
+
+
+def test_the_balance_of_all_choices_over_real_tokens_is_transformers_nllb_moe_load_balancing_loss():
+    nllb = pytest.importorskip("transformers.models.nllb_moe.modeling_nllb_moe")
+    from encdec.models.moe_losses import moe_losses
+
+    torch.manual_seed(0)
+    logits = [torch.randn(2 * 5, 4) for _ in range(3)]  # three sparse layers over a batch of 2 rows of 5
+    mask = torch.ones(2, 5, dtype=torch.long)
+    mask[1, 3:] = 0
+    expected = nllb.load_balancing_loss_func(tuple(logits), 4, top_k=2, attention_mask=mask)
+    got = moe_losses(
+        logits,
+        logits,
+        *encdec.ModelConfig(experts={"count": 4, "top_k": 2, "balance": "all"}).experts.balance_args(mask),
+    )
+    torch.testing.assert_close(got["moe_aux_encoder"], expected)
+    torch.testing.assert_close(got["moe_aux_decoder"], nllb.load_balancing_loss_func(tuple(logits), 4, top_k=2))
+    first = moe_losses(logits, [])["moe_aux_encoder"]  # Switch's: the first choice of every token
+    torch.testing.assert_close(first, nllb.load_balancing_loss_func(tuple(logits), 4, top_k=1))

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from encdec.modules import FeedForward, MoE, load_balance_loss, router_z_loss
+from encdec.modules import FeedForward, MoE, Routing, load_balance_loss, router_z_loss
 
 
 @pytest.mark.parametrize("renormalize", [True, False])
@@ -110,3 +110,90 @@ def test_moe_with_large_experts_runs_an_empty_expert_in_inference():
     with torch.no_grad():
         out, _ = moe(x)
     torch.testing.assert_close(out, loop_moe_forward(moe, x))
+
+
+def nllb_router(moe: MoE, **config):
+    """transformers' NllbMoeTop2Router (fairseq's top-2 gating) over `moe`'s router weight."""
+    nllb = pytest.importorskip("transformers.models.nllb_moe.modeling_nllb_moe")
+    hf_config = nllb.NllbMoeConfig(d_model=moe.router.in_features, num_experts=len(moe.experts), **config)
+    router = nllb.NllbMoeTop2Router(hf_config)
+    router.classifier.weight.data.copy_(moe.router.weight)
+    return router.train(moe.training)
+
+
+ROUTINGS = {  # Routing's fields, then the same as NllbMoeConfig's keys (padding takes no expert unless routed)
+    "eval fraction": ({"eval_capacity_fraction": 0.3}, {"moe_eval_capacity_token_fraction": 0.3}),
+    "padding routed": (
+        {"eval_capacity_fraction": 0.3, "route_padding": True},
+        {"moe_eval_capacity_token_fraction": 0.3, "router_ignore_padding_tokens": True},
+    ),
+    "prioritized": (
+        {"eval_capacity_fraction": 0.25, "batch_prioritized": True},
+        {"moe_eval_capacity_token_fraction": 0.25, "batch_prioritized_routing": True},
+    ),
+    "normalized first": (
+        {"eval_capacity_fraction": 0.2, "normalize_before_dropping": True},
+        {"moe_eval_capacity_token_fraction": 0.2, "normalize_router_prob_before_dropping": True},
+    ),
+    "token dropout": (
+        {"eval_capacity_fraction": 0.25, "token_dropout": 0.2},
+        {"moe_eval_capacity_token_fraction": 0.25, "moe_token_dropout": 0.2},
+    ),
+    "training capacity": (
+        {"capacity": 3, "eval_capacity_fraction": 1.0},
+        {"expert_capacity": 3, "moe_eval_capacity_token_fraction": 1.0},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", ROUTINGS)
+def test_top_2_routing_with_capacity_combines_the_experts_as_transformers_nllb_router_weighs_them(case):
+    """Each token's output is sum_e w[n, e] expert_e(x_n), w the combine weights NllbMoeTop2Router returns (the
+    gates after the capacity's drops; transformers 4.x's NllbMoeSparseMLP summed them so), times 1 - p in
+    evaluation with token dropout p."""
+    routing = Routing(**{"route_padding": False, **ROUTINGS[case][0]})
+    torch.manual_seed(0)
+    moe = MoE(d_model=8, d_ff=16, n_experts=4, top_k=2, renormalize=True, routing=routing)
+    moe.train(case == "training capacity")
+    router = nllb_router(moe, **ROUTINGS[case][1])
+    x = torch.randn(3, 6, 8)
+    real = torch.ones(3, 6, dtype=torch.bool)
+    real[1, 4:] = real[2, 2:] = False
+    flat = x.view(-1, 8)
+    with torch.no_grad():
+        out, logits = moe(x, real)
+        _, weights, hf_logits = router(flat, padding_mask=~real.flatten())  # weights (N, E)
+        experts = torch.stack([expert(flat) for expert in moe.experts], dim=1)  # (N, E, C)
+    expected = (weights[..., None] * experts).sum(1) * (1 - routing.token_dropout if not moe.training else 1)
+    routed = real.numel() if routing.route_padding else real.sum()
+    assert (weights > 0).sum() < 2 * routed  # the capacity drops some choices
+    torch.testing.assert_close(logits, hf_logits)
+    torch.testing.assert_close(out.view(-1, 8), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_a_token_whose_choices_are_all_dropped_is_zero_and_its_experts_run_on_no_row():
+    moe = MoE(d_model=8, d_ff=16, n_experts=2, top_k=2, renormalize=True, routing=Routing(capacity=1)).train()
+    calls = []
+    for expert in moe.experts:
+        expert.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    out, _ = moe(torch.randn(1, 4, 8))
+    assert calls == [1, 1]  # one pair each: the first token's two choices, or the first choices of two tokens
+    assert (out[0].abs().sum(-1) == 0).sum() >= 2
+
+
+def test_random_policy_keeps_a_second_choice_with_probability_twice_its_gate():
+    torch.manual_seed(0)
+    moe = MoE(d_model=8, d_ff=16, n_experts=4, top_k=2, routing=Routing(second_expert_policy="random")).eval()
+    chosen = torch.tensor([[0, 1]] * 20000)
+    gates = torch.tensor([[0.7, 0.2]] * 20000)
+    kept = moe.routing.kept(chosen, gates, torch.zeros(20000, 4), None, training=False)
+    assert kept[:, 0].all() and kept[:, 1].float().mean().item() == pytest.approx(0.4, abs=0.02)
+
+
+def test_sampling_policy_keeps_the_first_choice_and_never_repeats_it():
+    torch.manual_seed(0)
+    moe = MoE(d_model=8, d_ff=16, n_experts=4, top_k=2, routing=Routing(second_expert_policy="sampling"))
+    logits = torch.randn(500, 4)
+    chosen = moe.choose(logits, logits.softmax(-1))
+    assert torch.equal(chosen[:, 0], logits.argmax(-1)) and (chosen[:, 0] != chosen[:, 1]).all()
+    assert not torch.equal(chosen[:, 1], logits.topk(2).indices[:, 1])  # noisy: not always the second best

@@ -29,6 +29,7 @@ NAMES = (
     "bart",  # BART, mBART
     "plbart",  # BART's layout, written for a model read from PLBart (hf_model_type)
     "mvp",  # the same, read from MVP
+    "nllb_moe",  # asked before M2M100: its layout with experts
     "m2m100",  # M2M100, NLLB
     "t5gemma",
     "t5gemma2",

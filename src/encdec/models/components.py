@@ -23,7 +23,16 @@ import math
 from torch import nn
 
 from encdec.models.model_config import ModelConfig
-from encdec.modules import Attention, DecoderBlock, EncoderBlock, FeedForward, MoE, RotaryEmbedding, build_norm
+from encdec.modules import (
+    Attention,
+    DecoderBlock,
+    EncoderBlock,
+    FeedForward,
+    MoE,
+    RotaryEmbedding,
+    Routing,
+    build_norm,
+)
 
 
 def norm_factory(cfg: ModelConfig):
@@ -98,17 +107,19 @@ def build_ffn(cfg: ModelConfig, dropout: float, sparse: bool = True) -> nn.Modul
     """A mixture of experts when n_experts > 1 and the layer is `sparse` (ModelConfig.moe_layer), else a
     feed-forward; `dropout` acts between its two projections (the encoder-decoder's cfg.dropout; 0 for
     nanoGPT's MLP)."""
-    if cfg.experts.count > 1 and sparse:
-        return MoE(
-            cfg.d_model,
-            cfg.d_ff,
-            cfg.experts.count,
-            cfg.experts.top_k,
-            cfg.experts.renormalize,
-            cfg.experts.activation,
-            cfg.bias,
-            dropout,
+    experts = cfg.experts
+    if experts.count > 1 and sparse:
+        routing = Routing(
+            experts.capacity,
+            experts.eval_capacity_fraction,
+            experts.second_expert_policy,
+            experts.normalize_before_dropping,
+            experts.batch_prioritized,
+            experts.token_dropout,
+            experts.route_padding,
         )
+        args = (experts.count, experts.top_k, experts.renormalize, experts.activation, cfg.bias, dropout, routing)
+        return MoE(cfg.d_model, cfg.d_ff, *args)
     return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias, dropout)
 
 

@@ -30,17 +30,28 @@ Layers = Annotated[int, Range(1, MAX_LAYERS)]
 
 @dataclass
 class Experts:
-    """Feed-forwards that are mixtures of experts (Switch Transformers, ROT5): `count` above 1 makes every
-    `every`-th feed-forward one (the decoder's every `decoder_every`-th), routed to `top_k` experts a token."""
+    """Feed-forwards that are mixtures of experts (Switch Transformers, ROT5, NLLB-MoE): `count` above 1 makes
+    every `every`-th feed-forward one (the decoder's every `decoder_every`-th), routed to `top_k` experts a token.
+    Every token is routed unless a capacity is set (modules.moe.Routing: GShard's and NLLB-MoE's top-2 gating,
+    transformers' NllbMoeTop2Router, whose config.json names the fields from `capacity` on)."""
 
     count: Annotated[int, Range(1, MAX_EXPERTS)] = 1  # 1: dense feed-forwards
     every: Layers = 1  # every n-th feed-forward is one, from a stack's second (see layer)
     decoder_every: Layers | None = None  # None: every (Switch's configs set each stack's)
+    place: Literal["second", "last"] = "second"  # each step's sparse layer: Switch's second, NLLB-MoE's last
     top_k: Positive = 1
     renormalize: bool = False  # gates renormalised over top-k (ROT5) or raw (Switch, default)
     activation: Literal["relu", "gelu", "gelu_tanh", "gated_gelu", "swiglu"] = "gelu"
     aux_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001  # load balance, each stack
     z_loss_coef: Annotated[float, Range(0, MAX_COEF)] = 0.001  # router z-loss, each stack
+    balance: Literal["first", "all"] = "first"  # the load balance counts: first choices, or all over real tokens
+    capacity: Positive | None = None  # tokens an expert takes a training forward (expert_capacity); None: all
+    eval_capacity_fraction: Annotated[float, Range(0, 1)] = 0.0  # evaluation's: ceil(it * tokens); 0: capacity's
+    second_expert_policy: Literal["all", "random", "sampling"] = "all"  # the later choices: kept, kept at random
+    normalize_before_dropping: bool = False  # renormalised gates computed before the capacity drops any
+    batch_prioritized: bool = False  # the capacity is filled by tokens in order of top probability, not position
+    token_dropout: Annotated[float, Range(0, 1, below=True)] = 0.0  # of the experts' outputs (moe_token_dropout)
+    route_padding: bool = True  # false: padding takes no expert (NLLB-MoE's router_ignore_padding_tokens false)
 
     def __post_init__(self):
         check(self, "model.experts.")
@@ -50,6 +61,11 @@ class Experts:
         if self.top_k > self.count:
             raise ConfigError(f"model.experts.top_k ({self.top_k}) exceeds model.experts.count ({self.count})")
 
+    def balance_args(self, encoder_real: Any) -> tuple[int, Any]:
+        """moe_losses' top_k and encoder_real (the encoder's (B, S) mask, or None) for the load balance `balance`
+        names."""
+        return (self.top_k, encoder_real) if self.balance == "all" else (1, None)
+
     def step(self, decoder: bool = False) -> int:
         """The step of sparse layers in the encoder, or the decoder."""
         return (self.decoder_every or self.every) if decoder else self.every
@@ -57,9 +73,10 @@ class Experts:
     def layer(self, layer: int, decoder: bool = False) -> bool:
         """Whether a stack's feed-forward `layer` (from 0) is a mixture of experts: with count > 1, every one when
         its step is 1, else layers 1, 1 + step, 1 + 2 step, ... as Switch Transformers lay them out
-        (transformers: `i % sparse_step == 1`; a step of 2 is every other one)."""
+        (transformers: `i % sparse_step == 1`; a step of 2 is every other one), or with `place` last layers
+        step - 1, 2 step - 1, ... as NLLB-MoE does (`(i + 1) % sparse_step == 0`)."""
         step = self.step(decoder)
-        return self.count > 1 and layer % step == 1 % step
+        return self.count > 1 and layer % step == (1 % step if self.place == "second" else step - 1)
 
 
 @dataclass

@@ -67,7 +67,7 @@ class Encoder(Stack):
         inputs = self.attention_inputs(SelfMasks(self, src_mask, packing, row, pos, x))
         router_logits = []
         for i, block in enumerate(self.blocks):
-            x, logits = block(x, for_layer(inputs, i))
+            x, logits = block(x, for_layer(inputs, i), real=src_mask)
             if logits is not None:
                 router_logits.append(logits)
         return EncoderOutput(self.dropout(self.final_norm(x)), src_mask, router_logits)

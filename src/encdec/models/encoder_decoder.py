@@ -243,7 +243,9 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         packing = packing_of(src_segments, tgt_segments, src_positions, tgt_positions)
         memory = self.encode(src_ids, src_mask, packing)
         logits, decoder_router_logits = self.decode(tgt_ids, memory, packing)
-        return with_loss(logits, moe_losses(memory.router_logits, decoder_router_logits), labels, self.config)
+        balance = self.config.experts.balance_args(memory.mask)
+        losses = moe_losses(memory.router_logits, decoder_router_logits, *balance)
+        return with_loss(logits, losses, labels, self.config)
 
 
 def packing_of(src_segments, tgt_segments, src_positions, tgt_positions) -> Packing | None:

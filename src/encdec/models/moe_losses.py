@@ -13,12 +13,24 @@ import torch
 from encdec.modules import load_balance_loss, router_z_loss
 
 
-def moe_losses(encoder_logits: list[torch.Tensor], decoder_logits: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Router logits, one (N, E) per MoE layer of each side -> the unweighted terms by name."""
+def moe_losses(
+    encoder_logits: list[torch.Tensor],
+    decoder_logits: list[torch.Tensor],
+    top_k: int = 1,
+    encoder_real: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """Router logits, one (N, E) per MoE layer of each side -> the unweighted terms by name. The load balance
+    counts each token's `top_k` choices, the encoder's over its real tokens where `encoder_real` (B, S) is given
+    (Experts.balance "all": transformers' NLLB-MoE loss); else the first choice of every token (Switch)."""
     losses = {}
     for side, logits in (("encoder", encoder_logits), ("decoder", decoder_logits)):
         if logits:
             gathered = torch.cat(logits)
-            losses[f"moe_aux_{side}"] = load_balance_loss(gathered)
+            real = (
+                encoder_real.reshape(-1).bool().repeat(len(logits))
+                if side == "encoder" and encoder_real is not None
+                else None
+            )
+            losses[f"moe_aux_{side}"] = load_balance_loss(gathered, top_k, real)
             losses[f"moe_z_{side}"] = router_z_loss(gathered)
     return losses

@@ -8,7 +8,7 @@ from encdec.modules.feed_forward import FeedForward
 from encdec.modules.kv_cache import LayerCache, StaticKVCache
 from encdec.modules.layer_caches import CrossAttentionCache, LayerState, SelfAttentionCache, StateBag
 from encdec.modules.masks import Packing, as_bool_mask, within_window
-from encdec.modules.moe import MoE, load_balance_loss, router_z_loss
+from encdec.modules.moe import MoE, Routing, load_balance_loss, router_z_loss
 from encdec.modules.norms import RMSNorm, build_norm
 from encdec.modules.positions import (
     LearnedPositions,
@@ -35,6 +35,7 @@ __all__ = [
     "LayerState",
     "LearnedPositions",
     "MoE",
+    "Routing",
     "Packing",
     "PaddedSinusoidalPositions",
     "RMSNorm",

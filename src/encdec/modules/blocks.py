@@ -15,6 +15,7 @@ Shapes: B batch, T target length, S source length, C model dim.
 """
 
 from dataclasses import replace
+from functools import partial
 
 import torch
 from torch import nn
@@ -23,6 +24,7 @@ from encdec.modules.attention import Attention, AttentionInputs, attention_score
 from encdec.modules.dropout import Dropout
 from encdec.modules.fp16 import clamp_fp16
 from encdec.modules.kv_cache import LayerCache
+from encdec.modules.moe import MoE
 
 
 def for_layer(inputs: list[AttentionInputs], layer: int) -> AttentionInputs:
@@ -77,12 +79,14 @@ class EncoderBlock(nn.Module):
         self.pre_norm = pre_norm
 
     def forward(
-        self, x: torch.Tensor, self_inputs: AttentionInputs, cache=None
+        self, x: torch.Tensor, self_inputs: AttentionInputs, cache=None, real: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, S, C) -> (B, S, C), router logits or None. A cache serves causal (decoder-only) stacks."""
+        """x (B, S, C), real (B, S) bool or None (every token real) -> (B, S, C), router logits or None. A cache
+        serves causal (decoder-only) stacks; `real` tells an MoE's router the padding."""
         attend = _attend(self.self_attn, self_inputs, cache=cache)
         x, _ = residual(x, attend, self.self_attn_norm, self.dropout, self.pre_norm, self.self_attn_post_norm)
-        return residual(x, self.ffn, self.ffn_norm, self.dropout, self.pre_norm, self.ffn_post_norm)
+        ffn = partial(self.ffn, real=real) if real is not None and isinstance(self.ffn, MoE) else self.ffn
+        return residual(x, ffn, self.ffn_norm, self.dropout, self.pre_norm, self.ffn_post_norm)
 
 
 class DecoderBlock(nn.Module):
