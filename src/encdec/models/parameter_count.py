@@ -122,6 +122,9 @@ def encoder_decoder(cfg: ModelConfig) -> ParameterCount:
         positions += cfg.relative_buckets * enc.n_heads
     layers = sum(encoder_block(enc, cfg.moe_layer(i)) for i in range(cfg.n_encoder_layers))
     layers += cfg.n_encoder_layers * norm(enc) if cfg.encoder_attention == "transient_global" else 0
+    if cfg.encoder_attention == "local_global":  # the global tokens' q, k and v (Longformer's), biased as q is
+        width, qkv_bias = enc.n_heads * enc.head_dim, cfg.bias or cfg.attention_bias != "none"
+        layers += cfg.n_encoder_layers * 3 * linear(enc.d_model, width, qkv_bias)
     layers += sum(decoder_block(cfg, sparse=cfg.moe_layer(i, decoder=True)) for i in range(cfg.decoder_layers))
     norms = stack_norms(enc) + stack_norms(cfg)
     return ParameterCount(token_tables(cfg) + norms + positions + layers, positions)
