@@ -29,13 +29,16 @@ class BartFamilyTests:
     family: str  # as transformers' classes name it: <family>Config, <family>ForConditionalGeneration
     start: int  # the decoder's start id
     vocab = 384
+    shape: dict = {}  # the config's keys beside BART_SHAPE (LED's window and position tables)
+    prefix = "model."  # what transformers' modules are named under (LEDForConditionalGeneration: led.)
+    encoder_q = "encoder.layers.0.self_attn.q_proj"  # our encoder's first query projection, as transformers names it
 
     @pytest.fixture(scope="class")
     @classmethod
     def model_dir(cls, tmp_path_factory):
         path = tmp_path_factory.mktemp(cls.family)
         torch.manual_seed(0)
-        config = getattr(transformers, f"{cls.family}Config")(vocab_size=cls.vocab, **parity_kit.BART_SHAPE)
+        config = getattr(transformers, f"{cls.family}Config")(vocab_size=cls.vocab, **parity_kit.BART_SHAPE | cls.shape)
         model = getattr(transformers, f"{cls.family}ForConditionalGeneration")(config).eval()
         parity_kit.saved_jittered(model, path, 0.05)
         return path
@@ -81,14 +84,14 @@ class BartFamilyTests:
 
         ours = encdec.load_hf(model_dir)
         names = hf_module_names(ours)
-        assert names["encoder.blocks.0.self_attn.q"] == "model.encoder.layers.0.self_attn.q_proj"
-        assert names["decoder.blocks.2.cross_attn.o"] == "model.decoder.layers.2.encoder_attn.out_proj"
+        assert names["encoder.blocks.0.self_attn.q"] == self.prefix + self.encoder_q
+        assert names["decoder.blocks.2.cross_attn.o"] == self.prefix + "decoder.layers.2.encoder_attn.out_proj"
         assert len(add_lora(ours, r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q", "v", "wo"])) == 2 * 8 + 5
         torch.manual_seed(2)
         for layer in lora_layers(ours).values():
             torch.nn.init.normal_(layer.lora_B["default"].weight, std=0.1)
         targets = save_peft_adapter(ours, tmp_path / "adapter", str(model_dir))
-        assert "model.decoder.layers.0.fc2" in targets
+        assert self.prefix + "decoder.layers.0.fc2" in targets
         base = transformers.AutoModelForSeq2SeqLM.from_pretrained(model_dir)
         adapted = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
         assert parity_kit.logit_gap(adapted, ours.eval(), batch) < 1e-4
