@@ -113,3 +113,14 @@ def test_its_parameters_are_counted_and_a_packed_batch_is_refused(pair):
         SelfMasks(model.encoder, None, Packing.__new__(Packing), torch.arange(3), torch.arange(3), torch.zeros(1, 3, D))
     with pytest.raises(ConfigError, match="^model.global_tokens acts only with model.encoder_attention local_global"):
         build_model(ModelConfig(vocab_size=8, d_model=D, n_heads=HEADS, global_tokens={"rule": "first"}))
+
+
+def test_with_the_first_token_global_a_server_batch_equals_generate_alone():
+    """Rows of one server batch (padded, not packed: the global tokens are each row's) each generate as alone."""
+    import encdec
+    from tests.interop.serving_kit import assert_served_equals_generate_alone, mixed
+
+    torch.manual_seed(0)
+    settings = dict(encoder_attention="local_global", local_radius=2, global_tokens={"rule": "first"}, dropout=0.0)
+    model = encdec.build_model(encdec.preset("transformer-tiny", vocab_size=64, **settings)).eval()
+    assert_served_equals_generate_alone(model, (3, 64), mixed(12))
