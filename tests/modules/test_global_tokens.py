@@ -3,6 +3,8 @@ layer of encoder_attention local_global equals transformers' Longformer self-att
 the reference) on a padded batch of lengths that are not multiples of its window, with any global tokens, whole
 and by chunks of its band; and the global tokens' rule picks each row's first real token."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -109,6 +111,8 @@ def test_its_parameters_are_counted_and_a_packed_batch_is_refused(pair):
     model = build_model(cfg)
     assert count_parameters_of(cfg).total == sum(p.numel() for p in model.parameters())
     assert not model.capabilities.packs_sources
+    own_table = replace(cfg, position="learned", max_positions=8, encoder={"max_positions": 32})
+    assert type(model).position_limits(own_table) == (32, 8)  # the source is read by the encoder's table
     with pytest.raises(ConfigError, match="^an encoder with global tokens cannot read a packed batch"):
         SelfMasks(model.encoder, None, Packing.__new__(Packing), torch.arange(3), torch.arange(3), torch.zeros(1, 3, D))
     with pytest.raises(ConfigError, match="^model.global_tokens acts only with model.encoder_attention local_global"):

@@ -61,10 +61,11 @@ def table_rows(cfg: ModelConfig) -> int | None:
 
 
 def check_lengths(cfg: ModelConfig, src_len: int, max_new_tokens: int) -> None:
-    """Raise ConfigError when absolute position tables are too short for the source or the output."""
-    rows = table_rows(cfg)
-    if rows is not None and src_len > rows:
-        raise ConfigError(f"the input has {src_len} tokens but this model allows at most {rows}")
+    """Raise ConfigError when absolute position tables are too short for the source (the encoder's own table,
+    model.encoder.max_positions, where it has one) or the output."""
+    source, rows = table_rows(cfg.encoder_config()), table_rows(cfg)
+    if source is not None and src_len > source:
+        raise ConfigError(f"the input has {src_len} tokens but this model allows at most {source}")
     if rows is not None and max_new_tokens > rows:
         raise ConfigError(f"max_new_tokens is {max_new_tokens} but this model decodes at most {rows}")
 
@@ -81,7 +82,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
     @staticmethod
     def position_limits(cfg: ModelConfig) -> tuple[int | None, int | None]:
         """(source, target): the most positions each stack reads, its absolute table's rows (None: any)."""
-        return table_rows(cfg), table_rows(cfg)
+        return table_rows(cfg.encoder_config()), table_rows(cfg)
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
