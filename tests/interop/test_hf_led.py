@@ -30,6 +30,13 @@ class TestLED(BartFamilyTests):
         assert (cfg.encoder_attention, cfg.local_radius, cfg.global_tokens.rule) == ("local_global", 4, "none")
         assert (cfg.encoder.max_positions, cfg.max_positions, cfg.position_offset) == (48, 24, 0)
 
+    def test_an_input_longer_than_the_decoder_s_table_is_read_by_the_encoder_s(self, pair):
+        batch = parity_kit.padded_rows(self.vocab, (40, 29), 40, 9, start=self.start)  # 24 decoder rows, 48 encoder
+        assert parity_kit.logit_gap(*pair, batch) < 1e-4
+        src, mask, _ = batch
+        expected = pair[0].generate(input_ids=src, attention_mask=mask, max_new_tokens=8)
+        assert torch.equal(encdec.generate(pair[1], src, mask, max_new_tokens=8), expected)
+
     def test_with_the_first_token_global_its_logits_equal_transformers_given_that_mask(self, model_dir, pair, batch):
         reference = pair[0]
         ours = encdec.load_hf(model_dir)
