@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import encdec
+from encdec.interop.families import FAMILIES
 from tests.interop import parity_kit
 from tests.interop.bart_family_kit import BartFamilyTests
 
@@ -53,6 +54,7 @@ class TestLED(BartFamilyTests):
             got = first.eval()(src, tgt, src_mask=mask.bool()).logits
         assert (got - expected.logits).abs().max().item() < 1e-4
         assert parity_kit.logit_gap(reference, first, batch) > 1e-3  # not transformers' without global tokens
+        assert "global_attention_mask" in FAMILIES["led"].note(first.config)
 
     def test_unequal_windows_are_refused_in_one_sentence(self, model_dir, tmp_path):
         shutil.copytree(model_dir, tmp_path / "led")

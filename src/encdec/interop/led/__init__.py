@@ -95,6 +95,16 @@ def led_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     return weights, config
 
 
+def global_rule_note(cfg: ModelConfig) -> str | None:
+    """The warning an export logs where the model picks global tokens, which config.json cannot say."""
+    if cfg.global_tokens.rule == "none":
+        return None
+    return (
+        f"model.global_tokens.rule {cfg.global_tokens.rule} is not written: transformers' LED takes its global tokens "
+        "as a global_attention_mask argument of each call (and without one, none)"
+    )
+
+
 FAMILIES = (
     Family(
         "led",
@@ -108,5 +118,6 @@ FAMILIES = (
         config_read_alone(led_config_from_hf),
         names=lambda cfg: NAMES,
         encoder_widths=True,  # its encoder's own position table
+        note=global_rule_note,
     ),
 )
