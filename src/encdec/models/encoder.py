@@ -132,7 +132,7 @@ BAND_SHARE = 8  # a banded layer attends by chunks of its band where the band ho
 class SelfMasks:
     """The encoder's self-attention masks of one batch, by layer and by rows of queries: padding or packing, and
     what each layer's kinds declare (Encoder.self_kinds: LongT5's local band, T5's relative bias (UMT5's a
-    layer), Gemma's sliding window, LongT5's global keys)."""
+    layer), Gemma's sliding window, LongT5's global keys, Longformer's global tokens)."""
 
     def __init__(
         self,
@@ -147,11 +147,11 @@ class SelfMasks:
         self.globals = self.tokens = None
         if encoder.global_bias is None and encoder.global_rule is None:
             return
+        if packing is not None and encoder.global_bias is not None:
+            raise ConfigError("a transient-global encoder cannot read a packed batch: its blocks would span examples")
         if packing is not None:
             raise ConfigError(
-                "a transient-global encoder cannot read a packed batch: its blocks would span examples"
-                if encoder.global_bias is not None
-                else "an encoder with global tokens cannot read a packed batch: they would be the row's, not each example's"
+                "an encoder with global tokens cannot read a packed batch: they would be the row's, not each example's"
             )
         B, S = x.shape[:2]
         self.real = src_mask if src_mask is not None else torch.ones(B, S, dtype=torch.bool, device=x.device)

@@ -11,7 +11,8 @@ layer or every moe_every-th, Switch's layout), grouped-query attention, and the 
 head (tied, scaled by d_model^-0.5). Gemma 2's layout (T5Gemma) adds its RMSNorm before and after each
 sublayer, capped attention scores and logits, sliding-window self-attention in most layers and an encoder
 token table of its own. LongT5's encoder attends locally, within local_radius, or also to a key per block
-of its input (transient-global, modules.transient_global). Each layer's self-attention is a tuple of declared
+of its input (transient-global, modules.transient_global); LED's within its window and to chosen global tokens
+(local-global, modules.global_tokens). Each layer's self-attention is a tuple of declared
 kinds (modules.attention_kinds, Stack.self_kinds) that its masks fold. The stacks are models.encoder and
 models.decoder (over models.stack's Stack); this file joins them. Marian
 adds sinusoidal positions in halves and a fixed logits bias; BART learned positions
