@@ -128,3 +128,12 @@ def test_with_the_first_token_global_a_server_batch_equals_generate_alone():
     settings = dict(encoder_attention="local_global", local_radius=2, global_tokens={"rule": "first"}, dropout=0.0)
     model = encdec.build_model(encdec.preset("transformer-tiny", vocab_size=64, **settings)).eval()
     assert_served_equals_generate_alone(model, (3, 64), mixed(12))
+
+
+def test_long_inputs_attend_by_chunks_of_the_band_memory_not_growing_with_the_input(pair):
+    """From eight bands' width on, a layer's scores are one chunk's, whatever the length (the global tokens' G
+    extra keys a query and G queries over every key aside: linear in the input)."""
+    ours = pair[1]
+    ours.long_scores = 1 << 27
+    assert ours.by_chunks(HEADS, 4096, ours.band(0), 1)
+    assert ours.score_numbers(1, 4096) == ours.score_numbers(1, 1 << 16) < HEADS * 4096 * 4097
