@@ -174,6 +174,12 @@ CASES = {
         lambda p: train(p, "objective.pack=true", "model.encoder_attention=transient_global"),
         "objective.pack does not combine with model.encoder_attention transient_global",
     ),
+    "pack an encoder with global tokens": Case(
+        lambda p: train(
+            p, "objective.pack=true", "model.encoder_attention=local_global", "model.global_tokens.rule=first"
+        ),
+        "objective.pack does not combine with model.global_tokens.rule",
+    ),
     "local radius without local attention": Case(
         lambda p: train(p, "model.local_radius=8"), "model.local_radius acts only with model.encoder_attention"
     ),

@@ -29,9 +29,11 @@ class BartFamilyTests:
     family: str  # as transformers' classes name it: <family>Config, <family>ForConditionalGeneration
     start: int  # the decoder's start id
     vocab = 384
-    config: dict = {}  # <family>Config's keys beside BART_SHAPE's
+    config: dict = {}  # <family>Config's keys beside BART_SHAPE's (LED's window and position tables)
     cross, ffn = "encoder_attn", ""  # the decoder's cross-attention as transformers names it; its feed-forward's prefix
     lora_modules = 2 * 8 + 5  # q and v of 8 attentions, wo of 5 feed-forwards
+    prefix = "model."  # what transformers' modules are named under (LEDForConditionalGeneration: led.)
+    encoder_q = "encoder.layers.0.self_attn.q_proj"  # our encoder's first query projection, as transformers names it
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -39,7 +41,7 @@ class BartFamilyTests:
         path = tmp_path_factory.mktemp(cls.family)
         torch.manual_seed(0)
         config = getattr(transformers, f"{cls.family}Config")(
-            vocab_size=cls.vocab, **parity_kit.BART_SHAPE, **cls.config
+            vocab_size=cls.vocab, **parity_kit.BART_SHAPE | cls.config
         )
         model = getattr(transformers, f"{cls.family}ForConditionalGeneration")(config).eval()
         parity_kit.saved_jittered(model, path, 0.05)
@@ -86,15 +88,15 @@ class BartFamilyTests:
 
         ours = encdec.load_hf(model_dir)
         names = hf_module_names(ours)
-        assert names["encoder.blocks.0.self_attn.q"] == "model.encoder.layers.0.self_attn.q_proj"
-        assert names["decoder.blocks.2.cross_attn.o"] == f"model.decoder.layers.2.{self.cross}.out_proj"
+        assert names["encoder.blocks.0.self_attn.q"] == self.prefix + self.encoder_q
+        assert names["decoder.blocks.2.cross_attn.o"] == f"{self.prefix}decoder.layers.2.{self.cross}.out_proj"
         added = add_lora(ours, r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q", "v", "wo"])
         assert len(added) == self.lora_modules
         torch.manual_seed(2)
         for layer in lora_layers(ours).values():
             torch.nn.init.normal_(layer.lora_B["default"].weight, std=0.1)
         targets = save_peft_adapter(ours, tmp_path / "adapter", str(model_dir))
-        assert f"model.decoder.layers.0.{self.ffn}fc2" in targets
+        assert f"{self.prefix}decoder.layers.0.{self.ffn}fc2" in targets
         base = transformers.AutoModelForSeq2SeqLM.from_pretrained(model_dir)
         adapted = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
         assert parity_kit.logit_gap(adapted, ours.eval(), batch) < 1e-4

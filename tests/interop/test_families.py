@@ -50,6 +50,17 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
     "bart": ("transformer-tiny", BART),
     "plbart": ("transformer-tiny", {**BART, "hf_model_type": "plbart"}),
     "mvp": ("transformer-tiny", {**BART, "hf_model_type": "mvp"}),
+    "led": (
+        "transformer-tiny",
+        {
+            **BART,
+            "position_offset": 0,
+            "scale_embeddings": False,
+            "hf_model_type": "led",
+            "encoder_attention": "local_global",
+            "local_radius": 2,
+        },
+    ),
     "mbart": ("transformer-tiny", {**BART, "norm_position": "pre"}),
     "blenderbot": ("transformer-tiny", {"position": "learned", "activation": "gelu", "norm_position": "pre"}),
     "blenderbot-small": (

@@ -162,8 +162,10 @@ def family_configs(draw, layers: int = 3, experts: int = 3) -> ModelConfig:
             values |= {"rope_cross": "none", "cross_n_heads": None, "cross_n_kv_heads": None}
     if family == "decoder_only":  # Qwen2's biases on q, k and v (or Llama's on all four), Qwen3's head norms
         values |= {"attention_bias": draw(st.sampled_from(["none", "qkv", "qkvo"])), "qk_norm": draw(st.booleans())}
-    if family == "encoder_decoder":  # LongT5's encoder: local, or local and global keys (with a relative bias)
-        values["encoder_attention"] = draw(st.sampled_from(["full", "local", "transient_global"]))
+    if family == "encoder_decoder":  # LongT5's encoder: local, or local and global keys (with a relative bias);
+        # LED's: local and global tokens with their own projections, and an encoder's own position table
+        values["encoder_attention"] = draw(st.sampled_from(["full", "local", "transient_global", "local_global"]))
+        values["encoder"] = {"max_positions": draw(st.one_of(st.none(), st.integers(1, 40)))}
     if family == "rnn_seq2seq":
         values["n_decoder_layers"] = None
     unused = UNUSED_BY_FAMILY[family]  # a spec's field (MOVED: n_experts is experts.count) or the whole spec

@@ -7,7 +7,8 @@ a ModelConfig into attention, feed-forward, norms, blocks and the output head.
                 projections alone: attention_bias), dropout;
                 in the decoder self- and cross-attention merged (cross_attention.merged); in the encoder local or
                 transient-global
-                (encoder_attention, LongT5's: the masks are encoder_decoder.py's, the global keys' norm here)
+                (encoder_attention, LongT5's: the masks are encoder_decoder.py's, the global keys' norm here) or
+                local-global (Longformer's: its global tokens' own projections here)
     ffn         MoE(...) in a sparse layer (n_experts > 1, every moe_every-th) else FeedForward(...)
     norms       norm (rmsnorm, gemma_rmsnorm, layernorm), norm_eps, bias; placed before (pre) or after (post)
                 each sublayer, with a final norm closing a pre-norm stack; post_norms: also one of each
@@ -66,6 +67,7 @@ def build_attention(
     n_kv_heads: int | None,
     rotary: RotaryEmbedding | None = None,
     d_source: int | None = None,
+    global_tokens: bool = False,
 ) -> Attention:
     """n_heads query heads over n_kv_heads key/value heads, keys and values read from d_source wide states
     (None: d_model). Heads are d_head wide when they are the model's n_heads; an attention with its own head
@@ -85,6 +87,7 @@ def build_attention(
         softcap=cfg.attention_softcap,
         qk_norm=(lambda width: build_norm(cfg.norm, width, cfg.norm_eps, cfg.bias)) if cfg.qk_norm else None,
         qkv_bias=cfg.bias or cfg.attention_bias != "none",
+        global_tokens=global_tokens,
     )
 
 
@@ -127,8 +130,10 @@ def build_encoder_block(
     cfg: ModelConfig, rotary: RotaryEmbedding | None = None, ffn_dropout: float | None = None, sparse: bool = True
 ) -> EncoderBlock:
     """Self-attention then feed-forward (experts where `sparse`): an encoder layer, or a GPT block when its
-    inputs are causal. A transient-global encoder's attention norms its block sums (LongT5)."""
-    attention = build_self_attention(cfg, rotary)
+    inputs are causal. A transient-global encoder's attention norms its block sums (LongT5), a local-global one has
+    its global tokens' projections (Longformer's)."""
+    local_global = cfg.encoder_attention == "local_global"
+    attention = build_attention(cfg, cfg.n_heads, cfg.n_kv_heads, rotary, global_tokens=local_global)
     if cfg.encoder_attention == "transient_global":
         attention.global_norm = norm_factory(cfg)()
     ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout, sparse)

@@ -8,6 +8,7 @@ one table that reads the flat keys written before them (`MOVED`).
       rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
       image_tokens: {eoi_token_id: 256000}                  T5Gemma 2's (read from its checkpoints)
       embeddings: {decoder_norm_first: true}                the decoder's embedding norm before its positions
+      global_tokens: {rule: first}                          an encoder's global tokens (encoder_attention local_global)
 
 Each spec's fields are checked by their declarations (encdec.schema), named by their full dotted key. A
 config written flat (`n_experts: 8`, a checkpoint's model.json or config.yaml from before the specs, a
@@ -89,6 +90,7 @@ class EncoderWidths:
     n_heads: Positive | None = None
     n_kv_heads: Positive | None = None
     d_head: Positive | None = None
+    max_positions: Positive | None = None  # its position table's rows (LED's 16,384 beside the decoder's 1,024)
 
     def __post_init__(self):
         check(self, "model.encoder.")
@@ -143,6 +145,19 @@ class Embeddings:
         check(self, "model.embeddings.")
 
 
+@dataclass
+class GlobalTokens:
+    """Which tokens of the input are global in an encoder of encoder_attention local_global (Longformer's global
+    attention, Beltagy et al. 2020, 3.2): each attends to every key through q, k and v projections of its own,
+    and every token attends to it beside its band. "none": no token (a band alone, as transformers' LED without a
+    global_attention_mask); "first": each input's first real token (LED's summarization examples)."""
+
+    rule: Literal["none", "first"] = "none"
+
+    def __post_init__(self):
+        check(self, "model.global_tokens.")
+
+
 # ModelConfig's fields that are specs: name -> class
 SPECS = {
     "encoder": EncoderWidths,
@@ -151,6 +166,7 @@ SPECS = {
     "rnn": Rnn,
     "image_tokens": ImageTokens,
     "embeddings": Embeddings,
+    "global_tokens": GlobalTokens,
 }
 
 # Every key that moved into a spec: its flat name, as configs and checkpoints before the specs wrote it -> its place

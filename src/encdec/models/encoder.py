@@ -24,9 +24,10 @@ from encdec.modules import (
     RelativePositionBias,
     RotaryEmbedding,
 )
-from encdec.modules.attention_kinds import TransientGlobal, find, layer_band, layer_mask
+from encdec.modules.attention_kinds import GlobalTokenKeys, TransientGlobal, find, layer_band, layer_mask
 from encdec.modules.blocks import for_layer
 from encdec.modules.chunked_attention import LazyMask, chunk_scores
+from encdec.modules.global_tokens import global_token_rows
 from encdec.modules.masks import same_segment
 from encdec.modules.transient_global import transient_globals
 
@@ -38,6 +39,8 @@ class Encoder(Stack):
         super().__init__(cfg, embed, bidirectional=True)
         self.image_token_id = cfg.image_tokens.image_token_id
         self.local_radius = cfg.local_radius if cfg.encoder_attention != "full" else None
+        if cfg.encoder_attention == "local_global" and cfg.global_tokens.rule != "none":
+            self.global_rule = cfg.global_tokens.rule
         self.long_scores = LONG_SCORES
         if cfg.encoder_attention == "transient_global":
             buckets, distance = cfg.relative_buckets, cfg.relative_max_distance
@@ -80,7 +83,7 @@ class Encoder(Stack):
         at most an eighth of them, compute linear in the input too."""
         B, S = masks.x.shape[:2]
         heads = self.blocks[0].self_attn.n_heads
-        G = masks.globals.count if masks.globals is not None else 0
+        G = masks.extra_keys()
         made, by_kind = [], {}
         for i in range(len(self.blocks)):
             band = masks.band(i)
@@ -91,7 +94,12 @@ class Encoder(Stack):
             if kinds not in by_kind:
                 by_kind[kinds] = masks.rows(i, 0, S, 0, S)
             made.append(by_kind[kinds])
-        return [AttentionInputs(mask=m, q_pos=masks.pos, k_pos=masks.pos, global_keys=masks.globals) for m in made]
+        return [
+            AttentionInputs(
+                mask=m, q_pos=masks.pos, k_pos=masks.pos, global_keys=masks.globals, global_tokens=masks.tokens
+            )
+            for m in made
+        ]
 
     def by_chunks(self, heads: int, S: int, band: int | None, G: int) -> bool:
         """Whether a layer attends by chunks of queries: for `heads` (B x H) over S tokens and G global keys, its
@@ -103,7 +111,7 @@ class Encoder(Stack):
         path each layer takes (`by_chunks`): the whole scores, or one chunk's; what a generation's fit check
         counts for the encoder."""
         heads = batch * self.blocks[0].self_attn.n_heads if len(self.blocks) else 0
-        G = -(-S // self.global_block_size) if self.global_bias is not None else 0
+        G = -(-S // self.global_block_size) if self.global_bias is not None else int(self.global_rule is not None)
         peaks = [0]
         for i in range(len(self.blocks)):
             band = self.band(i)
@@ -124,7 +132,7 @@ BAND_SHARE = 8  # a banded layer attends by chunks of its band where the band ho
 class SelfMasks:
     """The encoder's self-attention masks of one batch, by layer and by rows of queries: padding or packing, and
     what each layer's kinds declare (Encoder.self_kinds: LongT5's local band, T5's relative bias (UMT5's a
-    layer), Gemma's sliding window, LongT5's global keys)."""
+    layer), Gemma's sliding window, LongT5's global keys, Longformer's global tokens)."""
 
     def __init__(
         self,
@@ -136,15 +144,26 @@ class SelfMasks:
         x: torch.Tensor,
     ):
         self.encoder, self.src_mask, self.packing, self.row, self.pos, self.x = encoder, src_mask, packing, row, pos, x
-        self.globals = None
+        self.globals = self.tokens = None
+        if encoder.global_bias is None and encoder.global_rule is None:
+            return
+        if packing is not None and encoder.global_bias is not None:
+            raise ConfigError("a transient-global encoder cannot read a packed batch: its blocks would span examples")
+        if packing is not None:
+            raise ConfigError(
+                "an encoder with global tokens cannot read a packed batch: they would be the row's, not each example's"
+            )
+        B, S = x.shape[:2]
+        self.real = src_mask if src_mask is not None else torch.ones(B, S, dtype=torch.bool, device=x.device)
         if encoder.global_bias is not None:
-            if packing is not None:
-                raise ConfigError(
-                    "a transient-global encoder cannot read a packed batch: its blocks would span examples"
-                )
-            B, S = x.shape[:2]
-            self.real = src_mask if src_mask is not None else torch.ones(B, S, dtype=torch.bool, device=x.device)
             self.globals = transient_globals(self.real, encoder.global_block_size)
+        else:
+            self.tokens = global_token_rows(self.real, encoder.global_rule)
+
+    def extra_keys(self) -> int:
+        """How many keys every layer attends after its own: LongT5's blocks', the global tokens', or none."""
+        extra = self.globals or self.tokens
+        return extra.count if extra is not None else 0
 
     def band(self, layer: int) -> int | None:
         """The encoder's band for layer `layer`, narrowed by a packed batch's longest source (a token sees only
@@ -167,9 +186,12 @@ class SelfMasks:
         else:
             allowed = self.src_mask[:, None, None, k0:k1] if self.src_mask is not None else None  # (B, 1, 1, keys)
         kinds = self.encoder.self_kinds(layer)
+        tokens = find(kinds, GlobalTokenKeys)
+        if tokens is not None:  # the global tokens are keys after the band's, not in it
+            allowed = tokens.own(allowed, self.tokens, k0, k1)
         mask = layer_mask(kinds, allowed, q_row, k_row, self.x.dtype)  # (B or 1, H or 1, rows, keys)
-        global_keys = find(kinds, TransientGlobal)
+        global_keys = find(kinds, TransientGlobal) or tokens
         if global_keys is None:
             return mask
-        side = global_keys.side(self.real, self.globals, t0, t1, self.x.dtype)  # (B, H, rows, G)
+        side = global_keys.side(self.real, self.globals or self.tokens, t0, t1, self.x.dtype)  # (B, H or 1, rows, G)
         return torch.cat([mask.expand(*side.shape[:3], mask.shape[-1]), side], dim=-1)

@@ -11,7 +11,8 @@ layer or every moe_every-th, Switch's layout), grouped-query attention, and the 
 head (tied, scaled by d_model^-0.5). Gemma 2's layout (T5Gemma) adds its RMSNorm before and after each
 sublayer, capped attention scores and logits, sliding-window self-attention in most layers and an encoder
 token table of its own. LongT5's encoder attends locally, within local_radius, or also to a key per block
-of its input (transient-global, modules.transient_global). Each layer's self-attention is a tuple of declared
+of its input (transient-global, modules.transient_global); LED's within its window and to chosen global tokens
+(local-global, modules.global_tokens). Each layer's self-attention is a tuple of declared
 kinds (modules.attention_kinds, Stack.self_kinds) that its masks fold. The stacks are models.encoder and
 models.decoder (over models.stack's Stack); this file joins them. Marian
 adds sinusoidal positions in halves and a fixed logits bias; BART learned positions
@@ -61,10 +62,11 @@ def table_rows(cfg: ModelConfig) -> int | None:
 
 
 def check_lengths(cfg: ModelConfig, src_len: int, max_new_tokens: int) -> None:
-    """Raise ConfigError when absolute position tables are too short for the source or the output."""
-    rows = table_rows(cfg)
-    if rows is not None and src_len > rows:
-        raise ConfigError(f"the input has {src_len} tokens but this model allows at most {rows}")
+    """Raise ConfigError when absolute position tables are too short for the source (the encoder's own table,
+    model.encoder.max_positions, where it has one) or the output."""
+    source, rows = table_rows(cfg.encoder_config()), table_rows(cfg)
+    if source is not None and src_len > source:
+        raise ConfigError(f"the input has {src_len} tokens but this model allows at most {source}")
     if rows is not None and max_new_tokens > rows:
         raise ConfigError(f"max_new_tokens is {max_new_tokens} but this model decodes at most {rows}")
 
@@ -81,7 +83,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
     @staticmethod
     def position_limits(cfg: ModelConfig) -> tuple[int | None, int | None]:
         """(source, target): the most positions each stack reads, its absolute table's rows (None: any)."""
-        return table_rows(cfg), table_rows(cfg)
+        return table_rows(cfg.encoder_config()), table_rows(cfg)
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -138,8 +140,8 @@ class EncoderDecoder(GenerationMixin, nn.Module):
     def capabilities(self) -> Capabilities:
         """Steps on the last position alone, rows that join a running batch, attention maps, and sources packed
         end to end in one row (start(..., packed=True)) but where a transient-global encoder's blocks would
-        span them."""
-        packs = self.encoder.global_bias is None
+        span them or an encoder's global tokens would be the row's."""
+        packs = self.encoder.global_bias is None and self.encoder.global_rule is None
         return Capabilities(steps_last_only=True, continuous_batching=True, packs_sources=packs, attention_maps=True)
 
     def attention_layers(self) -> AttentionLayers:

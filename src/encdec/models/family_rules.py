@@ -7,7 +7,7 @@ builds smaller models of the config.
 """
 
 from encdec.errors import ConfigError
-from encdec.models.config_specs import CrossAttention
+from encdec.models.config_specs import CrossAttention, GlobalTokens
 from encdec.models.model_config import CAUSAL_LMS, ModelConfig, refuse_unused
 
 # What no causal LM uses: other position schemes (position must be learned or rope), Marian and
@@ -36,6 +36,7 @@ LM_UNUSED = frozenset(
         "image_tokens",
         "local_radius",
         "global_block_size",
+        "global_tokens",
         "logit_softcap",
         "shared_embeddings",  # one stack, one token table
         "embeddings.decoder_norm_first",  # the encoder-decoder's decoder (BlenderbotSmall's)
@@ -103,6 +104,7 @@ UNUSED_BY_FAMILY = {
             "image_tokens",
             "local_radius",
             "global_block_size",
+            "global_tokens",
             "logit_softcap",
             "shared_embeddings",
         }
@@ -180,9 +182,12 @@ def check_encoder_attention(cfg: ModelConfig) -> None:
     the block keys is a relative one, kept once per stack as T5's."""
     full = cfg.encoder_attention == "full"
     for key in ("local_radius", "global_block_size"):
-        unused = full or (key == "global_block_size" and cfg.encoder_attention == "local")
+        unused = full or (key == "global_block_size" and cfg.encoder_attention != "transient_global")
         if unused and getattr(cfg, key) != getattr(ModelConfig, key):
-            raise ConfigError(f"model.{key} acts only with model.encoder_attention local or transient_global")
+            also = " or local_global" if key == "local_radius" else ""
+            raise ConfigError(f"model.{key} acts only with model.encoder_attention local or transient_global{also}")
+    if cfg.global_tokens != GlobalTokens() and cfg.encoder_attention != "local_global":
+        raise ConfigError("model.global_tokens acts only with model.encoder_attention local_global")
     if cfg.encoder_attention == "transient_global" and (cfg.position != "relative" or cfg.relative_bias_per_layer):
         raise ConfigError(
             "model.encoder_attention transient_global needs model.position relative with one bias per stack (T5's)"

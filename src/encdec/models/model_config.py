@@ -7,7 +7,7 @@ with one of them set away from its default is refused (`refuse_unused`): a field
 spec's field ("experts.every") or a whole spec ("rnn").
 
 Settings that belong together are specs of their own (models/config_specs.py:
-`encoder`, `cross_attention`, `experts`, `rnn`, `image_tokens`, `embeddings`); configs and checkpoints written flat before them are read through
+`encoder`, `cross_attention`, `experts`, `rnn`, `image_tokens`, `embeddings`, `global_tokens`); configs and checkpoints written flat before them are read through
 its one table, MOVED (`from_dict`, a run config's model section, a model.json).
 """
 
@@ -21,6 +21,7 @@ from encdec.models.config_specs import (
     Embeddings,
     EncoderWidths,
     Experts,
+    GlobalTokens,
     ImageTokens,
     Layers,
     Rnn,
@@ -84,10 +85,12 @@ class ModelConfig:
     # (w + 1) // 2 back counting the query's own and w // 2 ahead (T5Gemma 2)
     sliding_window_layout: Literal["each_side", "split"] = "each_side"
     # the encoder's self-attention (LongT5): every key; "local": keys at most local_radius away; "transient_global":
-    # those and, per global_block_size-token block of the input, one key of the block's summed states, normed
-    encoder_attention: Literal["full", "local", "transient_global"] = "full"
+    # those and, per global_block_size-token block of the input, one key of the block's summed states, normed;
+    # "local_global": those and the global tokens (global_tokens), with projections of their own (Longformer's, LED)
+    encoder_attention: Literal["full", "local", "transient_global", "local_global"] = "full"
     local_radius: Positive = 127
     global_block_size: Positive = 16
+    global_tokens: GlobalTokens = field(default_factory=GlobalTokens)  # which are global in a local_global encoder
     position: Literal["sinusoidal", "learned", "relative", "rope"] = "relative"
     max_positions: Positive = 512  # rows of sinusoidal / learned tables
     # sin/cos interleaved (Vaswani), sin then cos halves (Marian), or fairseq's (M2M100, NLLB): halves of other

@@ -26,6 +26,7 @@ from encdec.modules.attention_kinds import (
     Band,
     Causal,
     Full,
+    GlobalTokenKeys,
     LayerKinds,
     RelativeBias,
     Rope,
@@ -73,6 +74,7 @@ class Stack(nn.Module):
         self.local_radius: int | None = None  # LongT5's encoder: keys at most this far (models.encoder)
         self.global_bias: RelativePositionBias | None = None  # and its global keys' bias
         self.global_block_size = cfg.global_block_size
+        self.global_rule: str | None = None  # a local-global encoder's rule of its global tokens (models.encoder)
         self.causal = not bidirectional
         per_layer = relative and cfg.relative_bias_per_layer
         self.position_bias = relative_bias() if relative and not per_layer else None
@@ -86,7 +88,8 @@ class Stack(nn.Module):
 
     def self_kinds(self, layer: int) -> LayerKinds:
         """Layer `layer`'s self-attention as declared kinds (modules.attention_kinds), from what the stack holds:
-        causal in the decoder, else every key; LongT5's local band and global keys (the encoder's); a sliding
+        causal in the decoder, else every key; LongT5's local band and global keys, Longformer's global tokens (the
+        encoder's); a sliding
         window in the layers `sliding` names, with no relative bias beside it, else T5's bias (UMT5's the
         layer's); the layer's RoPE."""
         kinds: list[AttentionKind] = [Causal() if self.causal else Full()]
@@ -99,6 +102,8 @@ class Stack(nn.Module):
             kinds.append(RelativeBias(for_layer(biases, layer)))
         if self.global_bias is not None:
             kinds.append(TransientGlobal(self.global_block_size, self.global_bias))
+        if self.global_rule is not None:  # Longformer's global tokens (LED's)
+            kinds.append(GlobalTokenKeys())
         attention = self.blocks[layer].self_attn
         if attention.rotary is not None:
             kinds.append(Rope(attention.rotary))

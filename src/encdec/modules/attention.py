@@ -1,16 +1,15 @@
 """One attention module for self- and cross-attention: MHA, GQA and MQA.
 
-Everything position- or mask-related arrives as plain arguments, so the same
-module serves T5 (additive relative bias, no 1/sqrt(D) scaling), ROT5 (RoPE,
-grouped-query), Vaswani (sinusoidal, scaled) and the causal cross-attention of
-the auto-regressive encoder-decoder. The compute path is torch's
-`scaled_dot_product_attention` (CPU training takes an explicit equivalent, see
-`attend`); grouped KV heads are repeated at use. LongT5's transient-global attention adds keys of
-each block's summed inputs (`global_norm`, modules.transient_global); T5Gemma 2's decoder attends to its own
-keys and the encoder's in one softmax (`extra_kv`), each head's queries and keys normed first (`q_norm`,
-`k_norm`, Gemma 3's and Qwen3's). `bias` puts a bias on every projection, `qkv_bias` on q, k and v where it
-differs (Qwen2's). Setting `recorded` to a list makes every
-call append its attention probabilities there (encdec.inspection reads them).
+Everything position- or mask-related arrives as plain arguments, so the same module serves T5 (additive relative
+bias, no 1/sqrt(D) scaling), ROT5 (RoPE, grouped-query), Vaswani (sinusoidal, scaled) and the causal
+cross-attention of the auto-regressive encoder-decoder. The compute path is torch's `scaled_dot_product_attention`
+(CPU training takes an explicit equivalent, see `attend`); grouped KV heads are repeated at use. LongT5's
+transient-global attention adds keys of each block's summed inputs (`global_norm`, modules.transient_global);
+Longformer's global tokens (LED's) are keys beside a band and attend by projections of their own (`global_q`,
+modules.global_tokens); T5Gemma 2's decoder attends to its own keys and the encoder's in one softmax (`extra_kv`),
+each head's queries and keys normed first (`q_norm`, `k_norm`, Gemma 3's and Qwen3's). `bias` puts a bias on every
+projection, `qkv_bias` on q, k and v where it differs (Qwen2's). Setting `recorded` to a list makes every call
+append its attention probabilities there (encdec.inspection reads them).
 
 Shapes: B batch, T query length, S key length, C model dim,
 H query heads, K kv heads (H % K == 0), D head dim.
@@ -26,6 +25,7 @@ from torch.utils.checkpoint import checkpoint
 from encdec.modules.chunked_attention import LazyMask, chunked_attend
 from encdec.modules.decoding_linear import decoding_linear
 from encdec.modules.dropout import dropout
+from encdec.modules.global_tokens import GlobalTokenRows
 from encdec.modules.kv_cache import StaticKVCache
 from encdec.modules.positions import RotaryEmbedding
 from encdec.modules.transient_global import TransientGlobals, block_sums
@@ -50,6 +50,7 @@ class AttentionInputs:
         copied nor reordered.
     global_keys: a transient-global self-attention's blocks (LongT5's), whose block sums, normed, are keys and
         values after the S local ones (the mask covers both).
+    global_tokens: Longformer's global tokens (modules.global_tokens): keys after the S own (the mask covers both).
     extra_kv: keys and values (B, K, S2, D) attended beside the own ones in one softmax, under `extra_mask`
         (additive, broadcastable to (B, H, T, S2); None: all seen): a merged attention's encoder keys.
     """
@@ -60,6 +61,7 @@ class AttentionInputs:
     k_pos: torch.Tensor | None = None
     query_groups: int = 1
     global_keys: TransientGlobals | None = None
+    global_tokens: GlobalTokenRows | None = None
     extra_kv: tuple[torch.Tensor, torch.Tensor] | None = None
     extra_mask: torch.Tensor | None = None
 
@@ -86,6 +88,7 @@ class Attention(nn.Module):
         global_norm: nn.Module | None = None,
         qk_norm=None,
         qkv_bias: bool | None = None,
+        global_tokens: bool = False,
     ):
         super().__init__()
         self.n_heads = n_heads
@@ -108,6 +111,8 @@ class Attention(nn.Module):
         # qk_norm: a function making a norm of d_head, or None; each head's queries and keys normed before RoPE
         self.q_norm = qk_norm(self.d_head) if qk_norm else None
         self.k_norm = qk_norm(self.d_head) if qk_norm else None
+        own = (nn.Linear(d_model, n_heads * self.d_head, bias=qkv_bias) for _ in range(3)) if global_tokens else None
+        self.global_q, self.global_k, self.global_v = own or (None, None, None)  # Longformer's query_global, ...
         # None, or a list each call appends its probabilities to, (B, H, T, S) (or (B/G, H, G*T, S) with query
         # groups): softmax(scores) from the very q, k, mask and scale the call attends with. Off, the cost is
         # one attribute check per call.
@@ -149,6 +154,7 @@ class Attention(nn.Module):
         inputs = inputs if inputs is not None else NO_INPUTS
         mask, is_causal, groups = inputs.mask, inputs.is_causal, inputs.query_groups
         B, T, _ = x.shape
+        dropout_p = self.dropout if self.training else 0.0
         q = self.queries(x, inputs.q_pos)  # (B, H, T, D)
         if cache is not None and cache.frozen:
             k, v = cache.keys, cache.values
@@ -160,6 +166,8 @@ class Attention(nn.Module):
             globals_ = inputs.global_keys
             global_k, global_v = self.project_kv(self.global_norm(block_sums(x, globals_.blocks, globals_.count)))
             k, v = torch.cat([k, global_k], dim=2), torch.cat([v, global_v], dim=2)  # (B, K, S + G, D)
+        if inputs.global_tokens is not None:  # Longformer's global tokens, keys by the layer's own projections
+            k, v = inputs.global_tokens.keys(k), inputs.global_tokens.keys(v)  # (B, K, S + G, D)
         if inputs.extra_kv is not None:
             extra_k, extra_v = inputs.extra_kv
             mask = joined_mask(mask, is_causal, inputs.extra_mask, T, k.shape[2], extra_k.shape[2], x.dtype, x.device)
@@ -169,17 +177,18 @@ class Attention(nn.Module):
             q = q.view(B // groups, groups, self.n_heads, T, self.d_head).transpose(1, 2)
             q = q.reshape(B // groups, self.n_heads, groups * T, self.d_head)
         if isinstance(mask, LazyMask):  # long scores: a chunk of queries at a time (modules.chunked_attention)
-            out = chunked_attend(
-                attend, q, k, v, mask, self.scale, self.dropout if self.training else 0.0, self.softcap
-            )
+            out = chunked_attend(attend, q, k, v, mask, self.scale, dropout_p, self.softcap)
         elif isinstance(cache, StaticKVCache) and few_queries_on_cpu(q, mask, self.training):
             out = attend_transposed(q, cache.keys_t, v, mask, self.scale, self.softcap)
         else:
-            dropout_p = self.dropout if self.training else 0.0
             out = attend(q, k, v, mask, is_causal and mask is None, self.scale, dropout_p, self.softcap)
         if self.recorded is not None:
             whole = mask.dense() if isinstance(mask, LazyMask) else mask
             self.recorded.append(attention_probs(q, k, whole, is_causal and mask is None, self.scale, self.softcap))
+        if inputs.global_tokens is not None:  # each global token's output its own attention's (Longformer's)
+            q, k, v, real = inputs.global_tokens.heads(x, (self.global_q, self.global_k, self.global_v), self.n_heads)
+            rows = attend(q, k, v, additive_mask(real, None, x.dtype), False, self.scale, dropout_p, self.softcap)
+            out = inputs.global_tokens.replace(out, rows)
         return self.project_heads(out, B, T, groups)
 
     def project_heads(self, out: torch.Tensor, B: int, T: int, query_groups: int) -> torch.Tensor:

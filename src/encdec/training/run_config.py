@@ -35,7 +35,7 @@ from torch import nn
 from encdec.data.objectives.factory import PACKABLE
 from encdec.errors import CheckpointError, ConfigError
 from encdec.generation.config import Beams
-from encdec.models.config_specs import MOVED
+from encdec.models.config_specs import MOVED, spec_values
 from encdec.runs.adapter import TRAIN_ONLY, AdapterConfig, LoraSection
 from encdec.runs.description import Description
 from encdec.runs.model_section import ModelSection
@@ -280,6 +280,11 @@ def check_packing(cfg: RunConfig) -> None:
         raise ConfigError(
             "objective.pack does not combine with model.encoder_attention transient_global, whose block keys "
             "would span the packed examples"
+        )
+    if spec_values(cfg.model.get("global_tokens")).get("rule", "none") != "none":
+        raise ConfigError(
+            "objective.pack does not combine with model.global_tokens.rule, whose global tokens would be each row's, "
+            "not each packed example's"
         )
 
 

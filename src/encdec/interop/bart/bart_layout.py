@@ -105,14 +105,17 @@ def layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
     )
 
 
-def load_layout(path: Path, cfg_from_hf, hf_config: dict) -> EncoderDecoder:
-    """Read the weights, build the model `cfg_from_hf(hf_config, untied)` describes, and fill it by name."""
+def load_layout(
+    path: Path, cfg_from_hf, hf_config: dict, names: NameMap = NAMES, prefix: str = "model."
+) -> EncoderDecoder:
+    """Read the weights, build the model `cfg_from_hf(hf_config, untied)` describes, and fill it by `names` (a
+    family's own, whose model's modules are under `prefix`: LED's led.)."""
     check_hf_model_fits(cfg_from_hf(hf_config, True), path)
-    weights = read_weights_with_shared(path, prefix="model.")
+    weights = read_weights_with_shared(path, prefix=prefix)
     head = weights.get("lm_head.weight")
-    untied = head is not None and not torch.equal(head, weights.get("model.shared.weight", head))
+    untied = head is not None and not torch.equal(head, weights.get(f"{prefix}shared.weight", head))
     model = EncoderDecoder(cfg_from_hf(hf_config, untied))
-    return fill_from_hf(model, weights, NAMES.hf, path, reshaped=("final_logits_bias",))
+    return fill_from_hf(model, weights, names.hf, path, reshaped=("final_logits_bias",))
 
 
 def layout_problems(cfg: ModelConfig, norm_position: str, decoder_norm_first: bool = False) -> list[str]:

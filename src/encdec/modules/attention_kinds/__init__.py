@@ -3,7 +3,7 @@ group of kinds, as fairseq2 keeps one per attention variant).
 
 A layer's attention is a tuple of kinds (`LayerKinds`): T5's encoder layer `(Full(), RelativeBias(t))`, LongT5's
 `(Full(), Band(127), RelativeBias(t), TransientGlobal(16, g))`, a Gemma 2 sliding decoder layer
-`(Causal(), Band(4096, causal=True), Rope(r))`. What each declares (its rule, band, bias, rotation, extra keys and
+`(Causal(), Band(4096, causal=True), Rope(r))`, LED's `(Full(), Band(512), GlobalTokenKeys())`. What each declares (its rule, band, bias, rotation, extra keys and
 parameters) is in kind.py; the dense masks, the chunked long-input path and FlexAttention's block masks read it.
 
 `KINDS` is the table of every kind by name: a new variant is its file and one entry here.
@@ -23,6 +23,7 @@ from encdec.modules.attention_kinds.kind import (
     mask_mod,
     score_mod,
 )
+from encdec.modules.attention_kinds.local_global import GlobalTokenKeys
 from encdec.modules.attention_kinds.masked import Band, Causal, Full, only_causal
 from encdec.modules.attention_kinds.positional import RelativeBias, Rope
 
@@ -35,6 +36,7 @@ KINDS: dict[str, type[AttentionKind]] = {
     "transient_global": TransientGlobal,
     "merged": Merged,
     "dilated_band": DilatedBand,
+    "global_tokens": GlobalTokenKeys,
 }
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "Band",
     "Causal",
     "Full",
+    "GlobalTokenKeys",
     "LayerKinds",
     "Merged",
     "RelativeBias",
