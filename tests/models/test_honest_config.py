@@ -60,11 +60,17 @@ ALTERNATIVE = (
     | dict(attention_scale_dim=7, attention_softcap=0.5, logit_softcap=0.5, sliding_window=2, global_every=3)
     | dict(encoder_attention="transient_global", sliding_window_layout="split", rope_local_theta=50.0, rope_scale=4.0)
     | dict(eoi_token_id=3, image_token_id=3, local_radius=2, global_block_size=4, attention_bias="qkv")
+    | {"experts.place": "last", "experts.capacity": 1, "experts.second_expert_policy": "random"}
+    | {"experts.balance": "all", "experts.token_dropout": 0.5, "experts.eval_capacity_fraction": 0.5}
+    | {"encoder.max_positions": 96, "global_tokens.rule": "first"}
 )
 # fields that change what an export writes, not the model: tests/interop holds them honoured
 EXPORT_ONLY = {"hf_model_type"}
 # a field that refuses inputs rather than change what the model computes (tests/interop/test_hf_t5gemma2.py)
 EXPORT_ONLY |= {"image_token_id"}
+# what only evaluation (a capacity of its own) or a padded batch (padding's routing) reads, which the fingerprint's
+# train-mode batch without padding cannot show: tests/modules/test_moe.py holds them honoured against transformers
+EXPORT_ONLY |= {"experts.eval_capacity_fraction", "experts.route_padding"}
 # what a field needs around it to have an effect at all (e.g. MoE settings need experts)
 CONTEXT = dict(
     moe_top_k=dict(n_experts=4),
@@ -92,6 +98,13 @@ CONTEXT = dict(
     encoder_d_model=dict(shared_embeddings=False),  # an encoder of its own width reads a table of its own
     # the decoder's embedding norm placed before its positions: there must be both
     **{"embeddings.decoder_norm_first": dict(embedding_norm=True, position="learned")},
+    **{"experts.place": dict(n_experts=4, moe_every=4, n_encoder_layers=4), "experts.token_dropout": dict(n_experts=4)},
+    **{"experts.balance": dict(n_experts=4, moe_top_k=2)},
+    **{"experts.second_expert_policy": dict(n_experts=4, moe_top_k=2), "experts.capacity": dict(n_experts=4)},
+    **{"experts.normalize_before_dropping": {"n_experts": 4, "moe_top_k": 2, "experts": {"capacity": 1}}},
+    **{"experts.batch_prioritized": {"n_experts": 4, "experts": {"capacity": 1}}},
+    **{"encoder.max_positions": dict(position="learned", max_positions=64)},
+    **{"global_tokens.rule": dict(encoder_attention="local_global", local_radius=2)},
 )
 # every setting by the name a preset's override takes: a spec's fields by their flat names (MOVED), one that never
 # had a flat name by its place ("embeddings.decoder_norm_first")

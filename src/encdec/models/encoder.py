@@ -194,4 +194,5 @@ class SelfMasks:
         if global_keys is None:
             return mask
         side = global_keys.side(self.real, self.globals or self.tokens, t0, t1, self.x.dtype)  # (B, H or 1, rows, G)
-        return torch.cat([mask.expand(*side.shape[:3], mask.shape[-1]), side], dim=-1)
+        rows = torch.broadcast_shapes(mask.shape[:3], side.shape[:3])  # a bias's heads beside the side's one
+        return torch.cat([mask.expand(*rows, mask.shape[-1]), side.expand(*rows, side.shape[-1])], dim=-1)

@@ -17,6 +17,8 @@ LM_UNUSED = frozenset(
     {
         "experts.every",
         "experts.decoder_every",
+        "experts.place",
+        "experts.balance",  # over an encoder's real tokens (NLLB-MoE's): the causal LMs count first choices
         "sinusoidal_layout",
         "position_offset",
         "relative_buckets",
