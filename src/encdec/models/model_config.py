@@ -186,6 +186,10 @@ class ModelConfig:
         ):
             if h % k:
                 raise ConfigError(f"model.{kv} ({k}) must divide model.{heads} ({h})")
+        if self.cross_heads != self.n_heads and self.d_model % self.cross_heads:  # their own width, d_model split
+            raise ConfigError(
+                f"model.cross_attention.n_heads ({self.cross_heads}) must divide model.d_model ({self.d_model})"
+            )
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError(f"RoPE needs an even head dimension, got d_head {self.head_dim}")
         if self.position == "rope" and cross.rope != "none" and self.cross_head_dim % 2:
