@@ -86,9 +86,10 @@ LOSS = st.fixed_dictionaries(
 def family_configs(draw) -> ModelConfig:
     """A small config of any family, drawing only the fields that family uses, over the options that change its
     parameters: widths, heads (GQA, d_head, cross heads), depths, activation, norm and its place (post_norms),
-    bias, position scheme and table size, experts and their layers, head tying, the encoder's own token table,
-    the research options and the RNN's cell and attention, LongT5's encoder attention (its global keys' bias and
-    norms), the decoder-only family's attention biases and head norms; Gemma 2's caps and window, which add none."""
+    bias, position scheme and table size, experts and their layers, head tying, the encoder's own token table (of its
+    own vocabulary), the research options and the RNN's cell and attention, LongT5's encoder attention (its global
+    keys' bias and norms), the decoder-only family's attention biases and head norms; Gemma 2's caps and window,
+    which add none."""
     family = draw(st.sampled_from(sorted(FAMILY_CLASSES)))
     causal = family in ("ar_encdec", "parallel_encdec", "decoder_only")
     n_heads = draw(SMALL)
@@ -152,6 +153,8 @@ def family_configs(draw) -> ModelConfig:
         values |= {"attention_bias": draw(st.sampled_from(["none", "qkv", "qkvo"])), "qk_norm": draw(st.booleans())}
     if family == "encoder_decoder":  # LongT5's encoder: local, or local and global keys (with a relative bias)
         values["encoder_attention"] = draw(st.sampled_from(["full", "local", "transient_global"]))
+        if not values["shared_embeddings"]:  # FSMT's: the encoder's own table of its own vocabulary
+            values["encoder"] = {"vocab_size": draw(st.one_of(maybe(), st.integers(3, 40)))}
     if family == "rnn_seq2seq":
         values["n_decoder_layers"] = None
     unused = UNUSED_BY_FAMILY[family]  # a spec's field (MOVED: n_experts is experts.count) or the whole spec

@@ -38,7 +38,8 @@ FAMILY_DEFAULTS = {
 }
 
 
-ENCODER_WIDTHS = tuple(f.name for f in fields(EncoderWidths))  # what model.encoder may set apart
+ENCODER_OWN = tuple(f.name for f in fields(EncoderWidths))  # what model.encoder may set apart
+ENCODER_WIDTHS = tuple(name for name in ENCODER_OWN if name != "vocab_size")  # its widths, its vocabulary aside
 # Each field's type, allowed values and bounds are declared on it (encdec.schema) and checked when a config
 # is made (from YAML, a config.json or Python): a zero or negative size is one sentence, not a traceback or
 # a model missing a stack. Counts of modules are bounded here (a million layers of width 16 would take
@@ -60,7 +61,8 @@ class ModelConfig:
     d_ff: Positive = 2048
     n_encoder_layers: Layers = 6
     n_decoder_layers: Layers | None = None  # None: n_encoder_layers (decoder_only: its depth is n_encoder_layers)
-    # an encoder of other widths than the decoder (T5Gemma's unbalanced 9B-2B, encoder_config()); unset: the decoder's
+    # an encoder of other widths than the decoder (T5Gemma's unbalanced 9B-2B, encoder_config()) or of its own
+    # vocabulary (FSMT's); unset: the decoder's
     encoder: EncoderWidths = field(default_factory=EncoderWidths)
     cross_attention: CrossAttention = field(default_factory=CrossAttention)  # its heads, RoPE, or merged
     activation: Literal["relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"] = "relu"
@@ -105,7 +107,7 @@ class ModelConfig:
     qk_norm: bool = False  # each head's queries and keys normed (RMS) before RoPE (Gemma 3, Qwen3)
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani)
     tie_embeddings: bool = True  # the LM head shares the token embedding matrix
-    shared_embeddings: bool = True  # the encoder reads the decoder's token table; false: its own (T5Gemma)
+    shared_embeddings: bool = True  # the encoder reads the decoder's token table; false: its own (T5Gemma, FSMT)
     scale_output: bool | None = None  # output times d_model^-0.5 before the head; None: the family's (T5 v1.0 yes)
     final_logits_bias: bool = False  # a fixed bias added to the logits (Marian, BART)
     logit_softcap: Softcap | None = None  # logits capped c * tanh(l / c) (Gemma 2's final_logit_softcapping)
@@ -162,6 +164,11 @@ class ModelConfig:
                 f"an encoder of width {self.encoder_width} cannot read the decoder's token table of width "
                 f"{self.d_model}; set model.shared_embeddings false"
             )
+        if self.source_vocab_size != self.vocab_size and self.shared_embeddings:
+            raise ConfigError(
+                f"an encoder of {self.source_vocab_size} tokens (model.encoder.vocab_size) cannot read the decoder's "
+                f"token table of {self.vocab_size}; set model.shared_embeddings false"
+            )
         one_width = {"cross_attention.merged": self.cross_attention.merged}  # T5Gemma 2's: both stacks read it
         one_width["image_tokens.eoi_token_id"] = self.image_tokens.eoi_token_id
         for key, value in one_width.items():
@@ -197,10 +204,16 @@ class ModelConfig:
         """The encoder's hidden width: what cross-attention reads its keys and values from."""
         return self.encoder.d_model or self.d_model
 
+    @property
+    def source_vocab_size(self) -> int:
+        """The encoder's token table's rows, which source ids lie below: its own (FSMT's source vocabulary), else
+        the decoder's vocab_size."""
+        return self.encoder.vocab_size or self.vocab_size
+
     def encoder_config(self) -> "ModelConfig":
-        """The config the encoder stack is built from: this one with the encoder's own widths (ENCODER_WIDTHS)
-        in place of the decoder's, or this one where it sets none."""
-        own = {key: getattr(self.encoder, key) for key in ENCODER_WIDTHS}
+        """The config the encoder stack is built from: this one with the encoder's own widths and vocabulary
+        (ENCODER_OWN) in place of the decoder's, or this one where it sets none."""
+        own = {key: getattr(self.encoder, key) for key in ENCODER_OWN}
         if all(value is None for value in own.values()):
             return self
         changed = {key: value for key, value in own.items() if value is not None}

@@ -89,10 +89,10 @@ def decoder_block(cfg: ModelConfig, memory_norm: bool = False, sparse: bool = Tr
 
 def token_tables(cfg: ModelConfig) -> int:
     """The token table, the head when it is not tied to it, the encoder's own table where it has one
-    (shared_embeddings false, T5Gemma's), and the end-of-image token's vector (T5Gemma 2's)."""
-    tables = cfg.vocab_size * (
-        cfg.d_model * (1 + (not cfg.tie_embeddings)) + cfg.encoder_width * (not cfg.shared_embeddings)
-    )
+    (shared_embeddings false, T5Gemma's; of its own vocabulary, FSMT's), and the end-of-image token's vector
+    (T5Gemma 2's)."""
+    tables = cfg.vocab_size * cfg.d_model * (1 + (not cfg.tie_embeddings))
+    tables += cfg.source_vocab_size * cfg.encoder_width * (not cfg.shared_embeddings)
     return tables + (
         cfg.d_model if cfg.image_tokens.eoi_token_id is not None else 0
     )  # a token's own vector (T5Gemma 2)
