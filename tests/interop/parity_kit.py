@@ -51,12 +51,13 @@ def t5_gap(reference, ours) -> float:
 
 def logit_gap(reference, ours, batch, left: bool = False) -> float:
     """The largest difference between transformers' encoder-decoder logits and ours on `batch` (src, mask, tgt),
-    its inputs padded on the left with `left`."""
+    its inputs padded on the left with `left`. transformers' forward keeps no cache (FSMT's, keeping one, takes the
+    target for a single step and leaves the causal mask out)."""
     src, mask, tgt = batch
     if left:
         src, mask = src.flip(1), mask.flip(1)
     with torch.no_grad():
-        expected = reference(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+        expected = reference(input_ids=src, attention_mask=mask, decoder_input_ids=tgt, use_cache=False).logits
         got = ours(src, tgt, src_mask=mask.bool()).logits
     return (got - expected).abs().max().item()
 

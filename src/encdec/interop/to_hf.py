@@ -154,8 +154,10 @@ def export_hf(
     out = Path(out)
     cfg = model.config
     layout = hf_layout(cfg)
-    if tokenizer.vocab_size > cfg.vocab_size:
-        raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model embeds only {cfg.vocab_size}")
+    if tokenizer.vocab_size > cfg.source_vocab_size:  # the ids it encodes are the encoder's (FSMT's source's)
+        raise ConfigError(
+            f"the tokenizer has {tokenizer.vocab_size} ids but the model embeds only {cfg.source_vocab_size}"
+        )
     check_export_out(out, force)
     files = convert_tokenizer(tokenizer)
     output_dir(out, "--out")
