@@ -37,13 +37,20 @@ def test_sources_in_the_encoder_s_vocabulary_are_read_and_outputs_in_the_decoder
         encdec.generate(ours, torch.tensor([[SOURCE, 2]]), max_new_tokens=3)
 
 
-def test_a_shared_table_of_another_size_is_refused_in_one_sentence():
+def test_a_shared_table_of_another_size_or_a_source_id_beyond_it_is_refused_in_one_sentence():
     with pytest.raises(ConfigError) as refused:
         ModelConfig(vocab_size=TARGET, encoder={"vocab_size": SOURCE})
     assert str(refused.value) == (
         f"an encoder of {SOURCE} tokens (model.encoder.vocab_size) cannot read the decoder's token table of "
         f"{TARGET}; set model.shared_embeddings false"
     )
+    with pytest.raises(
+        ConfigError, match=r"^model.eos_id must be below model.encoder.vocab_size \(8\), got 9: sources"
+    ):
+        ModelConfig(
+            vocab_size=TARGET, eos_id=9, decoder_start_id=30, shared_embeddings=False, encoder={"vocab_size": 8}
+        )
+    assert ModelConfig(vocab_size=TARGET, decoder_start_id=30, shared_embeddings=False, encoder={"vocab_size": 8})
 
 
 def test_a_layout_without_a_source_vocabulary_refuses_the_export():

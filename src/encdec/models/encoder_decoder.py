@@ -94,7 +94,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         encoder_cfg = cfg.encoder_config()
         encoder_embed = self.embed
         if not cfg.shared_embeddings:
-            encoder_embed = nn.Embedding(encoder_cfg.vocab_size, encoder_cfg.d_model)
+            encoder_embed = nn.Embedding(cfg.source_vocab_size, encoder_cfg.d_model)
         rotary, local_rotary = rotaries(cfg)
         encoder_rotary = (rotary, local_rotary) if encoder_cfg.head_dim == cfg.head_dim else rotaries(encoder_cfg)
         self.encoder = Encoder(encoder_cfg, encoder_embed, *encoder_rotary)

@@ -38,8 +38,8 @@ FAMILY_DEFAULTS = {
 }
 
 
-ENCODER_OWN = tuple(f.name for f in fields(EncoderWidths))  # what model.encoder may set apart
-ENCODER_WIDTHS = tuple(name for name in ENCODER_OWN if name != "vocab_size")  # its widths, its vocabulary aside
+# what model.encoder may set apart: its widths (encoder_config) and its vocabulary (source_vocab_size)
+ENCODER_WIDTHS = tuple(f.name for f in fields(EncoderWidths) if f.name != "vocab_size")
 # Each field's type, allowed values and bounds are declared on it (encdec.schema) and checked when a config
 # is made (from YAML, a config.json or Python): a zero or negative size is one sentence, not a traceback or
 # a model missing a stack. Counts of modules are bounded here (a million layers of width 16 would take
@@ -169,6 +169,12 @@ class ModelConfig:
                 f"an encoder of {self.source_vocab_size} tokens (model.encoder.vocab_size) cannot read the decoder's "
                 f"token table of {self.vocab_size}; set model.shared_embeddings false"
             )
+        for key in ("pad_id", "eos_id"):  # ids every source may hold
+            if getattr(self, key) >= self.source_vocab_size:
+                raise ConfigError(
+                    f"model.{key} must be below model.encoder.vocab_size ({self.source_vocab_size}), got "
+                    f"{getattr(self, key)}: sources hold it"
+                )
         one_width = {"cross_attention.merged": self.cross_attention.merged}  # T5Gemma 2's: both stacks read it
         one_width["image_tokens.eoi_token_id"] = self.image_tokens.eoi_token_id
         for key, value in one_width.items():
@@ -211,9 +217,10 @@ class ModelConfig:
         return self.encoder.vocab_size or self.vocab_size
 
     def encoder_config(self) -> "ModelConfig":
-        """The config the encoder stack is built from: this one with the encoder's own widths and vocabulary
-        (ENCODER_OWN) in place of the decoder's, or this one where it sets none."""
-        own = {key: getattr(self.encoder, key) for key in ENCODER_OWN}
+        """The config the encoder stack is built from: this one with the encoder's own widths (ENCODER_WIDTHS)
+        in place of the decoder's, or this one where it sets none. Its token ids are the decoder's: the encoder's
+        own vocabulary is source_vocab_size, which its token table alone reads."""
+        own = {key: getattr(self.encoder, key) for key in ENCODER_WIDTHS}
         if all(value is None for value in own.values()):
             return self
         changed = {key: value for key, value in own.items() if value is not None}
