@@ -147,11 +147,12 @@ def padded_inputs(cfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 def hf_logits(model, ids: torch.Tensor, mask: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
     """A transformers model's logits of the padded batch: an encoder-decoder's of the decoder inputs over the
-    sources, keeping no cache (FSMT's, keeping one, takes the target for a single step and leaves the causal mask
-    out); a decoder-only one's (Gemma, Llama, Qwen: the table's decoder-only families) of the decoder inputs alone, as
-    encdec's decoder-only family computes them (its forward takes no source)."""
+    sources (FSMT's keeping no cache: with one it takes the target for a single step and leaves out the causal
+    mask); a decoder-only one's (Gemma, Llama, Qwen: the table's decoder-only families) of the decoder inputs alone,
+    as encdec's decoder-only family computes them (its forward takes no source)."""
     if model.config.is_encoder_decoder:
-        return model(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt, use_cache=False).logits
+        options = {"use_cache": False} if model.config.model_type == "fsmt" else {}
+        return model(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt, **options).logits
     return model(input_ids=tgt).logits
 
 
