@@ -53,6 +53,10 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
     "mbart": ("transformer-tiny", {**BART, "norm_position": "pre"}),
     "blenderbot": ("transformer-tiny", {"position": "learned", "activation": "gelu", "norm_position": "pre"}),
     "m2m_100": ("transformer-tiny", {"sinusoidal_layout": "fairseq", "norm_position": "pre"}),
+    "fsmt": (
+        "transformer-tiny",
+        {"sinusoidal_layout": "fairseq", "shared_embeddings": False, "encoder": {"vocab_size": 400}},
+    ),
     "t5gemma": ("rot5-tiny", GEMMA),
     "t5gemma2": (
         "rot5-tiny",

@@ -28,6 +28,7 @@ NAMES = (
     "bart",  # BART, mBART
     "plbart",  # BART's layout, written for a model read from PLBart (hf_model_type)
     "mvp",  # the same, read from MVP
+    "fsmt",  # asked before M2M100: fairseq's positions, post-norm, a source vocabulary of its own
     "m2m100",  # M2M100, NLLB
     "t5gemma",
     "t5gemma2",
