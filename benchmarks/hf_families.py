@@ -147,10 +147,12 @@ def padded_inputs(cfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 def hf_logits(model, ids: torch.Tensor, mask: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
     """A transformers model's logits of the padded batch: an encoder-decoder's of the decoder inputs over the
-    sources; a decoder-only one's (Gemma, Llama, Qwen: the table's decoder-only families) of the decoder inputs alone, as
-    encdec's decoder-only family computes them (its forward takes no source)."""
+    sources (FSMT's keeping no cache: with one it takes the target for a single step and leaves out the causal
+    mask); a decoder-only one's (Gemma, Llama, Qwen: the table's decoder-only families) of the decoder inputs alone,
+    as encdec's decoder-only family computes them (its forward takes no source)."""
     if model.config.is_encoder_decoder:
-        return model(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt).logits
+        options = {"use_cache": False} if model.config.model_type == "fsmt" else {}
+        return model(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt, **options).logits
     return model(input_ids=tgt).logits
 
 
@@ -176,7 +178,7 @@ def compare(path: Path, class_name: str) -> tuple[str, str]:
     ours = load_hf(path).eval().float()
     ids, mask, tgt = padded_inputs(ours.config)
     with torch.no_grad():
-        reference = theirs(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt).logits
+        reference = hf_logits(theirs, ids, mask, tgt)
         logits = ours(ids, tgt, src_mask=mask).logits
         greedy = ours.generate(ids, mask, max_new_tokens=6, num_beams=1, do_sample=False)
         expected = theirs.generate(
@@ -203,8 +205,7 @@ def paths(ours, theirs, path: Path, class_name: str, ids, mask, tgt) -> str:
     FAMILIES[layout].save(ours, out)
     reloaded = getattr(transformers, class_name).from_pretrained(out, attn_implementation="eager").eval().float()
     with torch.no_grad():
-        again = reloaded(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt).logits
-        first = theirs(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt).logits
+        again, first = hf_logits(reloaded, ids, mask, tgt), hf_logits(theirs, ids, mask, tgt)
     exported = "export exact" if (again - first).abs().max().item() < 1e-4 else "export differs"
     said = io.StringIO()
     with contextlib.redirect_stdout(said), contextlib.redirect_stderr(io.StringIO()):

@@ -49,14 +49,14 @@ def t5_gap(reference, ours) -> float:
     return logit_gap(reference, ours, t5_batch())
 
 
-def logit_gap(reference, ours, batch, left: bool = False) -> float:
+def logit_gap(reference, ours, batch, left: bool = False, **options) -> float:
     """The largest difference between transformers' encoder-decoder logits and ours on `batch` (src, mask, tgt),
-    its inputs padded on the left with `left`."""
+    its inputs padded on the left with `left`; `options` are transformers' forward's own (FSMT's use_cache false)."""
     src, mask, tgt = batch
     if left:
         src, mask = src.flip(1), mask.flip(1)
     with torch.no_grad():
-        expected = reference(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+        expected = reference(input_ids=src, attention_mask=mask, decoder_input_ids=tgt, **options).logits
         got = ours(src, tgt, src_mask=mask.bool()).logits
     return (got - expected).abs().max().item()
 

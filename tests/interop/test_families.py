@@ -77,6 +77,10 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
             | {"eval_capacity_fraction": 0.5, "route_padding": False},
         },
     ),
+    "fsmt": (
+        "transformer-tiny",
+        {"sinusoidal_layout": "fairseq", "shared_embeddings": False, "encoder": {"vocab_size": 400}},
+    ),
     "t5gemma": ("rot5-tiny", GEMMA),
     "t5gemma2": (
         "rot5-tiny",

@@ -98,9 +98,10 @@ LOSS = st.fixed_dictionaries(
 def family_configs(draw, layers: int = 3, experts: int = 3) -> ModelConfig:
     """A small config of any family, drawing only the fields that family uses, over the options that change its
     parameters: widths, heads (GQA, d_head, cross heads), depths, activation, norm and its place (post_norms),
-    bias, position scheme and table size, experts and their layers, head tying, the encoder's own token table,
-    the research options and the RNN's cell and attention, LongT5's encoder attention (its global keys' bias and
-    norms), the decoder-only family's attention biases and head norms; Gemma 2's caps and window, which add none."""
+    bias, position scheme and table size, experts and their layers, head tying, the encoder's own token table (of its
+    own vocabulary), the research options and the RNN's cell and attention, LongT5's encoder attention (its global
+    keys' bias and norms), the decoder-only family's attention biases and head norms; Gemma 2's caps and window,
+    which add none."""
     family = draw(st.sampled_from(sorted(FAMILY_CLASSES)))
     causal = family in ("ar_encdec", "parallel_encdec", "decoder_only")
     n_heads = draw(SMALL)
@@ -166,6 +167,8 @@ def family_configs(draw, layers: int = 3, experts: int = 3) -> ModelConfig:
         # LED's: local and global tokens with their own projections, and an encoder's own position table
         values["encoder_attention"] = draw(st.sampled_from(["full", "local", "transient_global", "local_global"]))
         values["encoder"] = {"max_positions": draw(st.one_of(st.none(), st.integers(1, 40)))}
+        if not values["shared_embeddings"]:  # FSMT's: the encoder's own table of its own vocabulary
+            values["encoder"]["vocab_size"] = draw(st.one_of(maybe(), st.integers(3, 40)))
     if family == "rnn_seq2seq":
         values["n_decoder_layers"] = None
     unused = UNUSED_BY_FAMILY[family]  # a spec's field (MOVED: n_experts is experts.count) or the whole spec

@@ -164,7 +164,8 @@ def check_inputs(
     any_empty, first_empty, low, high = facts.tolist()  # the one host sync; argmax finds the first empty row
     if any_empty:
         raise DataError(f"input row {first_empty} is empty: it has no unmasked token")
-    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    model_cfg = getattr(model, "config", None)  # the encoder's vocabulary, where it has its own (FSMT's)
+    vocab = getattr(model_cfg, "source_vocab_size", getattr(model_cfg, "vocab_size", None))
     if vocab is not None and (low < 0 or high >= vocab):
         raise DataError(f"input token ids must lie in [0, {vocab}); got {low}..{high}")
     return src_ids.long(), src_mask

@@ -30,6 +30,7 @@ NAMES = (
     "plbart",  # BART's layout, written for a model read from PLBart (hf_model_type)
     "mvp",  # the same, read from MVP
     "nllb_moe",  # asked before M2M100: its layout with experts
+    "fsmt",  # asked before M2M100: fairseq's positions, post-norm, a source vocabulary of its own
     "led",  # BART's layout with Longformer's local and global attention in the encoder
     "m2m100",  # M2M100, NLLB
     "t5gemma",

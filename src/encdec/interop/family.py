@@ -121,6 +121,7 @@ class Family:
     names: Callable[[ModelConfig], NameMap] | None = None  # its weight names for a model of `cfg`
     module_name: Callable[[str], str] = str  # a checkpoint's tensor name -> the module's as transformers builds it
     encoder_widths: bool = False  # whether its layout holds an encoder of its own widths (ModelConfig.encoder_*)
+    source_vocabulary: bool = False  # whether it holds an encoder's table of its own size (model.encoder.vocab_size)
     note: Callable[[ModelConfig], str | None] = lambda cfg: None  # a warning an export of `cfg` logs
     # where no family writes `cfg`: the refusal's opening if this family is the one counterpart of its kind
     only_counterpart: Callable[[ModelConfig], str | None] = lambda cfg: None

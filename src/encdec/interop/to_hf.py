@@ -34,9 +34,11 @@ from torch import nn
 
 from encdec.errors import ConfigError, Unmet
 from encdec.interop.families import FAMILIES, family_for
+from encdec.interop.family import Family
 from encdec.interop.generation_config import write_generation_config
 from encdec.interop.hf_tokenizer import convert_tokenizer
 from encdec.models import ModelConfig
+from encdec.models.model_config import ENCODER_WIDTHS
 from encdec.safe_paths import output_dir, output_path, refuse_unsafe_output
 from encdec.tokenizers import Tokenizer
 
@@ -120,13 +122,25 @@ def hf_layout(cfg: ModelConfig) -> str:
         raise error.reworded(f"{{said}} ({EXPORTABLE[cfg.family]}); {LOAD_HINT}") from None
     except ConfigError as error:
         raise ConfigError(f"{error} ({EXPORTABLE[cfg.family]}); {LOAD_HINT}") from None
-    if cfg.encoder_config() is not cfg and not family.encoder_widths:  # one width for both stacks elsewhere
-        holders = " and ".join(f.model_type for f in FAMILIES.values() if f.encoder_widths)
-        raise ConfigError(
-            f"an encoder of its own widths (model.encoder_*) has no Hugging Face {family.model_type} counterpart; "
-            f"{holders}'s layout alone holds one; {LOAD_HINT}"
-        )
+    check_own_encoder(cfg, family)
     return family.model_type
+
+
+def check_own_encoder(cfg: ModelConfig, family: Family) -> None:
+    """One sentence where `cfg`'s encoder has widths or a vocabulary of its own (model.encoder) that `family`'s
+    layout, holding one of each for both stacks, cannot write; naming the families that hold them."""
+    own_widths = any(getattr(cfg.encoder, key) is not None for key in ENCODER_WIDTHS)
+    for own, holds, what in (
+        (own_widths, "encoder_widths", "widths (model.encoder_*)"),
+        (cfg.source_vocab_size != cfg.vocab_size, "source_vocabulary", "vocabulary (model.encoder.vocab_size)"),
+    ):
+        if own and not getattr(family, holds):
+            holders = " and ".join(f.model_type for f in FAMILIES.values() if getattr(f, holds))
+            where = f"{holders}'s layout alone holds one" if holders else "no Hugging Face layout encdec writes has one"
+            raise ConfigError(
+                f"an encoder of its own {what} has no Hugging Face {family.model_type} counterpart; {where}; "
+                + LOAD_HINT
+            )
 
 
 def export_hf(
@@ -140,8 +154,10 @@ def export_hf(
     out = Path(out)
     cfg = model.config
     layout = hf_layout(cfg)
-    if tokenizer.vocab_size > cfg.vocab_size:
-        raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model embeds only {cfg.vocab_size}")
+    if tokenizer.vocab_size > cfg.source_vocab_size:  # the ids it encodes are the encoder's (FSMT's source's)
+        raise ConfigError(
+            f"the tokenizer has {tokenizer.vocab_size} ids but the model embeds only {cfg.source_vocab_size}"
+        )
     check_export_out(out, force)
     files = convert_tokenizer(tokenizer)
     output_dir(out, "--out")

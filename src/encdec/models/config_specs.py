@@ -82,9 +82,11 @@ class Experts:
 
 @dataclass
 class EncoderWidths:
-    """An encoder of other widths than the decoder (T5Gemma's unbalanced 9B-2B, ModelConfig.encoder_config): the
-    transformer encoder-decoder's alone. Each unset one is the decoder's."""
+    """An encoder of other widths than the decoder (T5Gemma's unbalanced 9B-2B, ModelConfig.encoder_config), or
+    with a token table of another size (FSMT's source vocabulary): the transformer encoder-decoder's alone. Each
+    unset one is the decoder's."""
 
+    vocab_size: Positive | None = None  # the encoder's own token table's rows (FSMT's src_vocab_size)
     d_model: Positive | None = None
     d_ff: Positive | None = None
     n_heads: Positive | None = None

@@ -90,10 +90,13 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         check_family(cfg)
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        # the encoder's token table: the decoder's, or one of its own (T5Gemma's), as encoder.embed; an encoder of
-        # other widths (encoder_d_model, ...) is built from its own config, with its own RoPE where its heads differ
+        # the encoder's token table: the decoder's, or one of its own (T5Gemma's; FSMT's of its own vocabulary,
+        # encoder.vocab_size), as encoder.embed; an encoder of other widths (encoder.d_model, ...) is built from its
+        # own config, with its own RoPE where its heads differ
         encoder_cfg = cfg.encoder_config()
-        encoder_embed = self.embed if cfg.shared_embeddings else nn.Embedding(cfg.vocab_size, encoder_cfg.d_model)
+        encoder_embed = self.embed
+        if not cfg.shared_embeddings:
+            encoder_embed = nn.Embedding(cfg.source_vocab_size, encoder_cfg.d_model)
         rotary, local_rotary = rotaries(cfg)
         encoder_rotary = (rotary, local_rotary) if encoder_cfg.head_dim == cfg.head_dim else rotaries(encoder_cfg)
         self.encoder = Encoder(encoder_cfg, encoder_embed, *encoder_rotary)

@@ -40,7 +40,8 @@ FAMILY_DEFAULTS = {
 }
 
 
-ENCODER_WIDTHS = tuple(f.name for f in fields(EncoderWidths))  # what model.encoder may set apart
+# what model.encoder may set apart: its widths (encoder_config) and its vocabulary (source_vocab_size)
+ENCODER_WIDTHS = tuple(f.name for f in fields(EncoderWidths) if f.name != "vocab_size")
 # Each field's type, allowed values and bounds are declared on it (encdec.schema) and checked when a config
 # is made (from YAML, a config.json or Python): a zero or negative size is one sentence, not a traceback or
 # a model missing a stack. Counts of modules are bounded here (a million layers of width 16 would take
@@ -62,7 +63,8 @@ class ModelConfig:
     d_ff: Positive = 2048
     n_encoder_layers: Layers = 6
     n_decoder_layers: Layers | None = None  # None: n_encoder_layers (decoder_only: its depth is n_encoder_layers)
-    # an encoder of other widths than the decoder (T5Gemma's unbalanced 9B-2B, encoder_config()); unset: the decoder's
+    # an encoder of other widths than the decoder (T5Gemma's unbalanced 9B-2B, encoder_config()) or of its own
+    # vocabulary (FSMT's); unset: the decoder's
     encoder: EncoderWidths = field(default_factory=EncoderWidths)
     cross_attention: CrossAttention = field(default_factory=CrossAttention)  # its heads, RoPE, or merged
     activation: Literal["relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"] = "relu"
@@ -111,7 +113,7 @@ class ModelConfig:
     qk_norm: bool = False  # each head's queries and keys normed (RMS) before RoPE (Gemma 3, Qwen3)
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani)
     tie_embeddings: bool = True  # the LM head shares the token embedding matrix
-    shared_embeddings: bool = True  # the encoder reads the decoder's token table; false: its own (T5Gemma)
+    shared_embeddings: bool = True  # the encoder reads the decoder's token table; false: its own (T5Gemma, FSMT)
     scale_output: bool | None = None  # output times d_model^-0.5 before the head; None: the family's (T5 v1.0 yes)
     final_logits_bias: bool = False  # a fixed bias added to the logits (Marian, BART)
     logit_softcap: Softcap | None = None  # logits capped c * tanh(l / c) (Gemma 2's final_logit_softcapping)
@@ -168,6 +170,17 @@ class ModelConfig:
                 f"an encoder of width {self.encoder_width} cannot read the decoder's token table of width "
                 f"{self.d_model}; set model.shared_embeddings false"
             )
+        if self.source_vocab_size != self.vocab_size and self.shared_embeddings:
+            raise ConfigError(
+                f"an encoder of {self.source_vocab_size} tokens (model.encoder.vocab_size) cannot read the decoder's "
+                f"token table of {self.vocab_size}; set model.shared_embeddings false"
+            )
+        for key in ("pad_id", "eos_id"):  # ids every source may hold
+            if getattr(self, key) >= self.source_vocab_size:
+                raise ConfigError(
+                    f"model.{key} must be below model.encoder.vocab_size ({self.source_vocab_size}), got "
+                    f"{getattr(self, key)}: sources hold it"
+                )
         one_width = {"cross_attention.merged": self.cross_attention.merged}  # T5Gemma 2's: both stacks read it
         one_width["image_tokens.eoi_token_id"] = self.image_tokens.eoi_token_id
         for key, value in one_width.items():
@@ -207,9 +220,16 @@ class ModelConfig:
         """The encoder's hidden width: what cross-attention reads its keys and values from."""
         return self.encoder.d_model or self.d_model
 
+    @property
+    def source_vocab_size(self) -> int:
+        """The encoder's token table's rows, which source ids lie below: its own (FSMT's source vocabulary), else
+        the decoder's vocab_size."""
+        return self.encoder.vocab_size or self.vocab_size
+
     def encoder_config(self) -> "ModelConfig":
         """The config the encoder stack is built from: this one with the encoder's own widths (ENCODER_WIDTHS)
-        in place of the decoder's, or this one where it sets none."""
+        in place of the decoder's, or this one where it sets none. Its token ids are the decoder's: the encoder's
+        own vocabulary is source_vocab_size, which its token table alone reads."""
         own = {key: getattr(self.encoder, key) for key in ENCODER_WIDTHS}
         if all(value is None for value in own.values()):
             return self

@@ -45,7 +45,7 @@ class PretrainedTokenizer(Tokenizer):
     def __init__(self, hf_tokenizer, decoder_start_id: int | None = None, source: str = "<memory>"):
         self.hf = hf_tokenizer
         self.source = source
-        pad, eos = hf_tokenizer.pad_token_id, hf_tokenizer.eos_token_id
+        pad, eos = hf_tokenizer.pad_token_id, end_token_id(hf_tokenizer)
         if eos is None:
             raise DataError(f"the tokenizer of {source} has no end-of-sequence token, which encdec's objectives need")
         pad = eos if pad is None else pad  # GPT-2 style tokenizers pad with EOS
@@ -112,6 +112,15 @@ class PretrainedTokenizer(Tokenizer):
         with staged_files(directory) as stage:  # each file renamed into place: a link there is replaced
             self.hf.save_pretrained(stage)
         return write_manifest(directory, self.kind, decoder_start_id=self.decoder_start_id)
+
+
+def end_token_id(hf_tokenizer) -> int | None:
+    """The token a sequence ends with: the tokenizer's EOS, else, where it names none, the separator it closes
+    every text with (FSMT's and XLM's `</s>`, fairseq's end of sentence); None without either."""
+    if hf_tokenizer.eos_token_id is not None or hf_tokenizer.sep_token_id is None:
+        return hf_tokenizer.eos_token_id
+    closing = hf_tokenizer("a")["input_ids"][-1:]
+    return hf_tokenizer.sep_token_id if closing == [hf_tokenizer.sep_token_id] else None
 
 
 @contextmanager

@@ -202,6 +202,17 @@ def sinusoidal_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
     }
 
 
+def fairseq_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
+    """What keeps `cfg`'s embeddings from fairseq's (M2M100's, FSMT's): its sinusoids, no embedding norm, no logits
+    bias."""
+    return {
+        "position must be sinusoidal with sinusoidal_layout fairseq": cfg.position != "sinusoidal"
+        or cfg.sinusoidal_layout != "fairseq",
+        "embedding_norm must be false": cfg.embedding_norm,
+        "final_logits_bias must be false": cfg.final_logits_bias,
+    }
+
+
 def sinusoidal_weights(model: EncoderDecoder) -> dict[str, torch.Tensor]:
     """A model with sinusoidal positions (either layout) as BART-layout weights, its dimensions sines first."""
     cfg, state = model.config, model.state_dict()

@@ -42,13 +42,7 @@ def load_hf_m2m100(path: Path, hf_config: dict) -> EncoderDecoder:
 
 def check_m2m100_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the settings M2M100's layout does not have."""
-    embeddings = {
-        "position must be sinusoidal with sinusoidal_layout fairseq": cfg.position != "sinusoidal"
-        or cfg.sinusoidal_layout != "fairseq",
-        "embedding_norm must be false": cfg.embedding_norm,
-        "final_logits_bias must be false": cfg.final_logits_bias,
-    }
-    bart_layout.check_layout(cfg, "M2M100", embeddings, norm_position="pre")
+    bart_layout.check_layout(cfg, "M2M100", bart_layout.fairseq_embedding_problems(cfg), norm_position="pre")
 
 
 def m2m100_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
