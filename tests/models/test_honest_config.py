@@ -62,7 +62,7 @@ ALTERNATIVE = (
     | dict(eoi_token_id=3, image_token_id=3, local_radius=2, global_block_size=4, attention_bias="qkv")
     | {"experts.place": "last", "experts.capacity": 1, "experts.second_expert_policy": "random"}
     | {"experts.balance": "all", "experts.token_dropout": 0.5, "experts.eval_capacity_fraction": 0.5}
-    | {"encoder.max_positions": 96, "global_tokens.rule": "first"}
+    | {"encoder.max_positions": 96, "global_tokens.rule": "first", "encoder.vocab_size": V + 8}
 )
 # fields that change what an export writes, not the model: tests/interop holds them honoured
 EXPORT_ONLY = {"hf_model_type"}
@@ -104,6 +104,7 @@ CONTEXT = dict(
     **{"experts.normalize_before_dropping": {"n_experts": 4, "moe_top_k": 2, "experts": {"capacity": 1}}},
     **{"experts.batch_prioritized": {"n_experts": 4, "experts": {"capacity": 1}}},
     **{"encoder.max_positions": dict(position="learned", max_positions=64)},
+    **{"encoder.vocab_size": dict(shared_embeddings=False)},  # FSMT's source vocabulary, in a table of its own
     **{"global_tokens.rule": dict(encoder_attention="local_global", local_radius=2)},
 )
 # every setting by the name a preset's override takes: a spec's fields by their flat names (MOVED), one that never
