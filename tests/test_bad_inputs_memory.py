@@ -68,25 +68,27 @@ class Place:
         from encdec.interop.families import FAMILIES
 
         target = self.root / "bart"
-        cfg = encdec.ModelConfig(
-            vocab_size=32,
-            d_model=16,
-            n_heads=4,
-            d_ff=32,
-            n_encoder_layers=1,
-            dropout=0.0,
-            position="learned",
-            position_offset=2,
-            max_positions=64,
-            norm="layernorm",
-            norm_eps=1e-5,
-            norm_position="post",
-            bias=True,
-            scale_attention=True,
-            embedding_norm=True,
-            final_logits_bias=True,
-            activation="gelu",
-            scale_output=False,
+        cfg = encdec.ModelConfig.from_dict(
+            dict(
+                vocab_size=32,
+                d_model=16,
+                n_heads=4,
+                d_ff=32,
+                n_encoder_layers=1,
+                dropout=0.0,
+                position="learned",
+                position_offset=2,
+                max_positions=64,
+                norm="layernorm",
+                norm_eps=1e-5,
+                norm_position="post",
+                bias=True,
+                scale_attention=True,
+                embedding_norm=True,
+                final_logits_bias=True,
+                activation="gelu",
+                scale_output=False,
+            )
         )
         FAMILIES["bart"].save(encdec.build_model(cfg), target)
         return target

@@ -92,7 +92,7 @@ def test_mt5_is_not_scaled_as_a_tied_t5_is(tmp_path):
     saved("mt5", "tied", tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["tie_word_embeddings"] is True
     cfg = encdec.load_hf(tmp_path).config
-    assert (cfg.scale_output, cfg.hf_model_type) == (False, "mt5")
+    assert (cfg.output.scale, cfg.hf_model_type) == (False, "mt5")
 
 
 @pytest.mark.parametrize("options", [{}, {"num_beams": 4}], ids=["greedy", "beam 4"])

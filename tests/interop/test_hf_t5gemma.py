@@ -94,7 +94,7 @@ def test_logits_equal_transformers_on_a_padded_batch(pair, left):
     reference, ours, path = pair
     assert logit_gap(reference, ours, left) < 1e-4
     cfg = ours.config
-    assert (cfg.sliding_window, cfg.global_every, cfg.attention_softcap, cfg.logit_softcap) == (3, 2, 1.5, 4.0)
+    assert (cfg.sliding_window, cfg.global_every, cfg.attention_softcap, cfg.output.softcap) == (3, 2, 1.5, 4.0)
     assert (cfg.n_encoder_layers, cfg.decoder_layers, cfg.n_kv_heads, cfg.attention_scale_dim) == (3, 2, 2, 12)
     assert cfg.tie_embeddings == reference.config.tie_word_embeddings and not cfg.shared_embeddings
     assert (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id) == (0, 1, 2)

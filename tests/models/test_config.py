@@ -62,18 +62,20 @@ def test_a_decoder_only_model_without_a_preset_starts_near_ln_v():
     from encdec.models import build_model
 
     torch.manual_seed(0)
-    cfg = ModelConfig(
-        family="decoder_only",
-        vocab_size=512,
-        d_model=64,
-        n_heads=4,
-        d_ff=128,
-        n_encoder_layers=2,
-        position="learned",
-        norm="layernorm",
-        activation="gelu",
-        max_positions=32,
-        dropout=0.0,
+    cfg = ModelConfig.from_dict(
+        dict(
+            family="decoder_only",
+            vocab_size=512,
+            d_model=64,
+            n_heads=4,
+            d_ff=128,
+            n_encoder_layers=2,
+            position="learned",
+            norm="layernorm",
+            activation="gelu",
+            max_positions=32,
+            dropout=0.0,
+        )
     )
     ids = torch.randint(0, 512, (4, 32))
     loss = build_model(cfg)(None, ids[:, :-1], labels=ids[:, 1:]).loss

@@ -301,10 +301,10 @@ def test_cached_decoding_still_equals_the_full_forward(family, options):
 
 
 def test_a_causal_lm_built_from_defaults_keeps_nanogpts_scaling():
-    cfg = ModelConfig(family="decoder_only", position="learned")
-    assert cfg.scale_attention is True and cfg.scale_output is False
-    assert ModelConfig().scale_attention is False and ModelConfig().scale_output is True  # T5's
-    assert ModelConfig(family="rnn_seq2seq").scale_output is None  # not used: left at its default
+    cfg = ModelConfig.from_dict(dict(family="decoder_only", position="learned"))
+    assert cfg.scale_attention is True and cfg.output.scale is False
+    assert ModelConfig().scale_attention is False and ModelConfig().output.scale is True  # T5's
+    assert ModelConfig(family="rnn_seq2seq").output.scale is None  # not used: left at its default
 
 
 def test_demo_lists_every_preset_with_its_own_familys_count(capsys):

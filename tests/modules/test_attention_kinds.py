@@ -168,7 +168,9 @@ def test_the_encoder_s_masks_are_the_kinds_masks_whole_or_by_chunks():
     """The encoder's mask of a layer (SelfMasks.rows) is layer_mask of the layer's kinds over the padding."""
     from encdec.models.encoder import SelfMasks
 
-    model = build_model(ModelConfig(family="encoder_decoder", **TINY, encoder_attention="local", local_radius=2))
+    model = build_model(
+        ModelConfig.from_dict(dict(family="encoder_decoder", **TINY, encoder_attention="local", local_radius=2))
+    )
     src_mask = torch.tensor([[True] * 9, [True] * 6 + [False] * 3])
     x = torch.zeros(2, 9, 16)
     row = torch.arange(9)

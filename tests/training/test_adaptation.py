@@ -262,7 +262,7 @@ def test_a_run_s_section_adapts_with_the_decoder_only_family_s_defaults_and_the_
         "dropout": 0.0,
     }
     section = adapted_section(raw)
-    assert (section["scale_attention"], section["scale_output"], section["init"]) == (True, False, "normal")
+    assert (section["scale_attention"], section["output"]["scale"], section["init"]) == (True, False, "normal")
     torch.manual_seed(0)
     source = encdec.build_model(ModelConfig.from_dict({**raw, "vocab_size": 100})).eval()
     model = encdec.build_model(ModelConfig.from_dict({**section, "vocab_size": 100})).eval()

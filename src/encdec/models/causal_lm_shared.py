@@ -26,7 +26,7 @@ of a batch gets the tokens it would get alone.
 Their parts come from encdec.models.components, so they honour what the encoder-decoder
 does: n_kv_heads (GQA, MQA), d_head, scale_attention, norm, norm_eps, norm_position,
 experts (whose aux and z losses join the loss), scale_embeddings, embedding_norm,
-scale_output, tie_embeddings, bias, dropout, logit_softcap (decoder_only's). A family refuses, in one
+output.scale, tie_embeddings, bias, dropout, output.softcap (decoder_only's). A family refuses, in one
 sentence, any setting it has no use for (family_rules.UNUSED_BY_FAMILY: LM_UNUSED plus its own).
 
 Positions are learned (nanoGPT: a table added to the token embeddings) or rope (Su et al.
@@ -196,9 +196,9 @@ class PromptedLM(GenerationMixin, abc.ABC):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (B, T, C) -> logits (B, T, V), through the tied head unless lm_head is set, capped at
-        logit_softcap where it is set (Gemma's final_logit_softcapping)."""
+        output.softcap where it is set (Gemma's final_logit_softcapping)."""
         logits = lm_head(hidden * self.output_scale, self.embed, self.lm_head)
-        cap = self.config.logit_softcap
+        cap = self.config.output.softcap
         return logits if cap is None else soft_cap(logits, cap)
 
     def forward(

@@ -48,7 +48,7 @@ def embedding_scale(cfg: ModelConfig) -> float:
 
 def output_scale(cfg: ModelConfig) -> float:
     """The final hidden states times d_model^-0.5 before the head (T5 v1.0, tied) or 1."""
-    return cfg.d_model**-0.5 if cfg.scale_output else 1.0
+    return cfg.d_model**-0.5 if cfg.output.scale else 1.0
 
 
 def build_attention(

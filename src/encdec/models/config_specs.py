@@ -7,6 +7,7 @@ one table that reads the flat keys written before them (`MOVED`).
       experts: {count: 8, top_k: 1, renormalize: true}     a mixture of experts in every feed-forward
       rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
       image_tokens: {eoi_token_id: 256000}                  T5Gemma 2's (read from its checkpoints)
+      output: {scale: false, softcap: 30.0}                 the logits' scale, fixed bias and cap
 
 Each spec's fields are checked by their declarations (encdec.schema), named by their full dotted key. A
 config written flat (`n_experts: 8`, a checkpoint's model.json or config.yaml from before the specs, a
@@ -25,6 +26,7 @@ MAX_LAYERS = 4096  # per stack; the deepest trained transformers have a few hund
 MAX_EXPERTS = 4096  # Switch-C has 2048; each expert is its own modules in every layer
 MAX_COEF = 1e6  # a loss coefficient: the auxiliary losses' are 1e-3 to 1e-2
 Layers = Annotated[int, Range(1, MAX_LAYERS)]
+Softcap = Annotated[float, Range(0, 1e6, above=True)]  # c in c * tanh(x / c); Gemma 2's are 50 and 30
 
 
 @dataclass
@@ -113,6 +115,18 @@ class ImageTokens:
         check(self, "model.image_tokens.")
 
 
+@dataclass
+class Output:
+    """What the decoder's last states go through to become logits: a scale, a fixed bias, a cap."""
+
+    scale: bool | None = None  # output times d_model^-0.5 before the head; None: the family's (T5 v1.0 yes)
+    logits_bias: bool = False  # a fixed bias added to the logits (Marian, BART's final_logits_bias)
+    softcap: Softcap | None = None  # logits capped c * tanh(l / c) (Gemma 2's final_logit_softcapping)
+
+    def __post_init__(self):
+        check(self, "model.output.")
+
+
 # ModelConfig's fields that are specs: name -> class
 SPECS = {
     "encoder": EncoderWidths,
@@ -120,6 +134,7 @@ SPECS = {
     "experts": Experts,
     "rnn": Rnn,
     "image_tokens": ImageTokens,
+    "output": Output,
 }
 
 # Every key that moved into a spec: its flat name, as configs and checkpoints before the specs wrote it -> its place
@@ -145,6 +160,9 @@ MOVED = {
     "rnn_attention": "rnn.attention",
     "eoi_token_id": "image_tokens.eoi_token_id",
     "image_token_id": "image_tokens.image_token_id",
+    "scale_output": "output.scale",
+    "final_logits_bias": "output.logits_bias",
+    "logit_softcap": "output.softcap",
 }
 
 

@@ -16,7 +16,7 @@ and Qwen3 checkpoints load into (encdec.interop.llama); this family alone also t
 and v (attention_bias) and Qwen3's norms of each head's queries and keys (qk_norm). With Gemma's RMSNorm before
 and after each sublayer it is Gemma 2's and Gemma 3's (encdec.interop.gemma): a sliding window in every layer
 but each global_every-th, whose RoPE may have a base of its own (rope_local_theta) beside the global layers'
-scaled one (rope_scale), capped logits (logit_softcap), the embedding scale rounded to the model's dtype. The
+scaled one (rope_scale), capped logits (output.softcap), the embedding scale rounded to the model's dtype. The
 window masks keys, in the full forward and in a step alike (the decode state keeps every key), so cached
 decoding equals the full forward.
 

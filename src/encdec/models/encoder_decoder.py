@@ -103,7 +103,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
             self.encoder.eoi_embedding = self.decoder.eoi_embedding = self.eoi_embedding
         self.lm_head = build_lm_head(cfg)
         self.output_scale = output_scale(cfg)
-        if cfg.final_logits_bias:  # fixed, not trained (as in Marian and BART)
+        if cfg.output.logits_bias:  # fixed, not trained (as in Marian and BART)
             self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
         else:
             self.final_logits_bias = None
@@ -130,8 +130,8 @@ class EncoderDecoder(GenerationMixin, nn.Module):
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden * self.output_scale
         logits = lm_head(hidden, self.embed, self.lm_head)
-        if self.config.logit_softcap is not None:
-            logits = soft_cap(logits, self.config.logit_softcap)
+        if self.config.output.softcap is not None:
+            logits = soft_cap(logits, self.config.output.softcap)
         return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
     @property

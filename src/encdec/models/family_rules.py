@@ -21,7 +21,7 @@ LM_UNUSED = frozenset(
         "relative_buckets",
         "relative_max_distance",
         "relative_bias_per_layer",  # UMT5's
-        "final_logits_bias",
+        "output.logits_bias",
         "hf_model_type",  # the Hugging Face family an encoder-decoder exports as
         "sliding_window",  # Gemma 2's, as T5Gemma's encoder-decoder has it
         "global_every",
@@ -35,7 +35,7 @@ LM_UNUSED = frozenset(
         "image_tokens",
         "local_radius",
         "global_block_size",
-        "logit_softcap",
+        "output.softcap",
         "shared_embeddings",  # one stack, one token table
         "encoder",  # an encoder of its own widths, the transformer encoder-decoder's alone (T5Gemma's)
         "rnn",
@@ -46,7 +46,7 @@ LM_UNUSED = frozenset(
 # window (a cache that keeps every key and masks by the window decodes it exactly), Gemma 3's RoPE of the sliding
 # layers and scaling of the global ones, Gemma's cap of the logits
 DECODER_ONLY_OWN = frozenset(
-    {"qk_norm", "attention_bias", "sliding_window", "global_every", "rope_local_theta", "rope_scale", "logit_softcap"}
+    {"qk_norm", "attention_bias", "sliding_window", "global_every", "rope_local_theta", "rope_scale", "output.softcap"}
 )
 
 # family -> the fields it refuses away from their defaults (its class's UNUSED)
@@ -81,8 +81,7 @@ UNUSED_BY_FAMILY = {
             "relative_bias_per_layer",
             "rope_theta",
             "scale_embeddings",
-            "scale_output",
-            "final_logits_bias",
+            "output",
             "experts",
             "hf_model_type",
             "research",
@@ -100,7 +99,6 @@ UNUSED_BY_FAMILY = {
             "image_tokens",
             "local_radius",
             "global_block_size",
-            "logit_softcap",
             "shared_embeddings",
         }
     ),

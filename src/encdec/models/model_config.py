@@ -22,7 +22,9 @@ from encdec.models.config_specs import (
     Experts,
     ImageTokens,
     Layers,
+    Output,
     Rnn,
+    Softcap,
     moved_to_specs,
 )
 from encdec.models.research_config import ResearchOptions
@@ -33,7 +35,7 @@ from encdec.schema import Count, Positive, Range, TokenId, check, check_vocabula
 CAUSAL_LMS = ("ar_encdec", "parallel_encdec", "decoder_only")
 FAMILY_DEFAULTS = {
     "scale_attention": {"encoder_decoder": False, **dict.fromkeys(CAUSAL_LMS, True)},
-    "scale_output": {"encoder_decoder": True, **dict.fromkeys(CAUSAL_LMS, False)},
+    "output.scale": {"encoder_decoder": True, **dict.fromkeys(CAUSAL_LMS, False)},
     "init": {"encoder_decoder": "t5", **dict.fromkeys(CAUSAL_LMS, "normal"), "rnn_seq2seq": "normal"},
 }
 
@@ -44,7 +46,6 @@ ENCODER_WIDTHS = tuple(f.name for f in fields(EncoderWidths))  # what model.enco
 # a model missing a stack. Counts of modules are bounded here (a million layers of width 16 would take
 # minutes to build); how many parameters a model may have is the memory estimate's to say
 # (models/weights_memory.py), against what the device has free.
-Softcap = Annotated[float, Range(0, 1e6, above=True)]  # c in c * tanh(x / c); Gemma 2's are 50 and 30
 
 
 @dataclass
@@ -106,9 +107,7 @@ class ModelConfig:
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani)
     tie_embeddings: bool = True  # the LM head shares the token embedding matrix
     shared_embeddings: bool = True  # the encoder reads the decoder's token table; false: its own (T5Gemma)
-    scale_output: bool | None = None  # output times d_model^-0.5 before the head; None: the family's (T5 v1.0 yes)
-    final_logits_bias: bool = False  # a fixed bias added to the logits (Marian, BART)
-    logit_softcap: Softcap | None = None  # logits capped c * tanh(l / c) (Gemma 2's final_logit_softcapping)
+    output: Output = field(default_factory=Output)  # the logits' scale, fixed bias and cap
     dropout: Annotated[float, Range(0, 1, below=True)] = 0.1
     experts: Experts = field(default_factory=Experts)  # mixtures of experts in place of feed-forwards
     init: Literal["t5", "normal"] | None = None  # "t5": HF T5's scheme; "normal": N(0, 0.02), residuals scaled;
@@ -131,9 +130,15 @@ class ModelConfig:
             if isinstance(getattr(self, name), dict):
                 setattr(self, name, read(spec, getattr(self, name), f"model.{name}."))
         check(self, "model.")
-        for key, by_family in FAMILY_DEFAULTS.items():
-            if getattr(self, key) is None and self.family in by_family:
-                setattr(self, key, by_family[self.family])
+        for key, by_family in FAMILY_DEFAULTS.items():  # a top-level field ("init") or a spec's ("output.scale")
+            spec, _, name = key.rpartition(".")
+            owner = getattr(self, spec) if spec else self
+            if getattr(owner, name) is None and self.family in by_family:
+                value = by_family[self.family]
+                if spec:  # a spec of its own, not one another config shares (replace keeps the specs)
+                    setattr(self, spec, replace(owner, **{name: value}))
+                else:
+                    setattr(self, name, value)
         check_vocabulary(ModelConfig, vars(self), self.vocab_size, "model.")
         for name, spec in SPECS.items():
             check_vocabulary(spec, vars(getattr(self, name)), self.vocab_size, f"model.{name}.")

@@ -26,7 +26,7 @@ from encdec.models.model_config import ModelConfig
 # what Vaswani's Transformer and GPT-2 share, unlike T5: LayerNorm (eps 1e-5), attention scaled by sqrt(d_head),
 # a tied head without output scaling, N(0, 0.02) init
 LAYERNORM_SCALED = dict(
-    norm="layernorm", norm_eps=1e-5, scale_attention=True, tie_embeddings=True, scale_output=False, init="normal"
+    norm="layernorm", norm_eps=1e-5, scale_attention=True, tie_embeddings=True, output=dict(scale=False), init="normal"
 )
 FAMILIES = {
     "transformer": dict(
@@ -40,7 +40,7 @@ FAMILIES = {
     ),
     "t5": dict(position="relative", activation="relu", vocab_size=32128),
     "t5-v1.1": dict(
-        position="relative", activation="gated_gelu", tie_embeddings=False, scale_output=False, vocab_size=32128
+        position="relative", activation="gated_gelu", tie_embeddings=False, output=dict(scale=False), vocab_size=32128
     ),
     "rot5": dict(position="rope", cross_attention=dict(rope="relative"), activation="gelu", vocab_size=32502),
 }

@@ -63,7 +63,7 @@ def head_dim(section: dict[str, Any]) -> int:
 
 def resolved(section: dict[str, Any]) -> dict[str, Any]:
     """A decoder-only model section with every setting written out: its preset's and its family's defaults
-    (scale_attention, scale_output, init) are the decoder-only family's, which an encoder-decoder section
+    (scale_attention, output.scale, init) are the decoder-only family's, which an encoder-decoder section
     would otherwise resolve to its own (T5's unscaled attention and scaled output). Token ids stay as given."""
     values = build_model_config(section, **PROVISIONAL_TOKENS).to_dict()
     values = {key: value for key, value in values.items() if key not in PROVISIONAL_TOKENS or key in section}

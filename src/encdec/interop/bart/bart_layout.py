@@ -28,6 +28,7 @@ from encdec.interop.family import (
 )
 from encdec.interop.model_dim import halves_order, permute_model_dim
 from encdec.models import EncoderDecoder, ModelConfig
+from encdec.models.config_specs import overlaid
 
 # The config.json key each ModelConfig field is read from where the names differ (BART, mBART, Marian, Pegasus)
 BART_KEYS = {
@@ -72,8 +73,8 @@ def names_for(cfg: ModelConfig) -> NameMap:
 
 
 def layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
-    """The ModelConfig of a BART-layout checkpoint; `family` adds the position scheme (and may set
-    norm_position, default post, and final_logits_bias, default true)."""
+    """The ModelConfig of a BART-layout checkpoint; `family` adds the position scheme and may set others over
+    BART's (a spec's keys over its: `output={"logits_bias": False}`)."""
     for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
         if hf.get(dec, hf[enc]) != hf[enc]:
             raise CheckpointError(f"{enc} ({hf[enc]}) differs from {dec} ({hf[dec]}), which encdec does not support")
@@ -83,7 +84,7 @@ def layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
             f"activation_function {activation!r} is not supported; supported: {', '.join(HF_ACTIVATIONS)}"
         )
     eos = hf.get("eos_token_id", 2)
-    return ModelConfig(
+    bart = dict(
         **layer_sizes(hf, BART_KEYS),
         activation=HF_ACTIVATIONS[activation],
         norm="layernorm",
@@ -94,15 +95,14 @@ def layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
         max_positions=hf.get("max_position_embeddings", 1024),
         scale_embeddings=hf.get("scale_embedding", False),  # as given: ModelConfig's declaration checks it
         tie_embeddings=not untied_head,
-        scale_output=False,
-        final_logits_bias=family.pop("final_logits_bias", True),
+        output={"scale": False, "logits_bias": True},
         dropout=hf.get("dropout", 0.1),
         init="normal",
         pad_id=hf.get("pad_token_id", 1),
         eos_id=eos if isinstance(eos, int) else eos[0],
         decoder_start_id=first_set(hf.get("decoder_start_token_id"), hf.get("bos_token_id"), 2),  # HF's fallback
-        **family,
     )
+    return ModelConfig.from_dict(overlaid(bart, family))
 
 
 def load_layout(path: Path, cfg_from_hf, hf_config: dict) -> EncoderDecoder:
@@ -127,7 +127,7 @@ def layout_problems(cfg: ModelConfig, norm_position: str) -> list[str]:
         not in OUR_ACTIVATIONS,
         **plain_heads_problems(cfg),
         "d_head must be d_model / n_heads": cfg.head_dim * cfg.n_heads != cfg.d_model,
-        "scale_output must be false": cfg.scale_output,
+        "output.scale must be false": cfg.output.scale,
         "experts.count must be 1": cfg.experts.count != 1,
     }
     return [text for text, bad in problems.items() if bad]

@@ -7,7 +7,7 @@ grouped-query attention scaled by query_pre_attn_scalar^-0.5 (attention_scale_di
 attn_logit_softcapping (attention_softcap), sliding-window attention in the layers layer_types names (a query
 sees the keys q - k < sliding_window, every key in one global layer every global_every), gated GELU (tanh)
 feed-forwards, token embeddings times sqrt(hidden_size) rounded to the model's dtype, the head tied to the token
-table or its own, and the logits capped at final_logit_softcapping (logit_softcap). Gemma 3 (Gemma Team 2025)
+table or its own, and the logits capped at final_logit_softcapping (output.softcap). Gemma 3 (Gemma Team 2025)
 adds RMS norms of each head's queries and keys before RoPE (qk_norm), RoPE of its own base in the sliding layers
 (rope_local_theta) beside the global layers' base, which linear scaling may stretch (rope_scale), five sliding
 layers to a global one by default, and no caps unless config.json sets final_logit_softcapping: transformers'
@@ -68,7 +68,7 @@ TITLES = {"gemma2": "Gemma 2", "gemma3_text": "Gemma 3"}
 GEMMA_KEYS = LLAMA_KEYS | {
     "attention_scale_dim": "query_pre_attn_scalar",
     "attention_softcap": "attn_logit_softcapping",
-    "logit_softcap": "final_logit_softcapping",
+    "output.softcap": "final_logit_softcapping",
     "rope_theta": "rope_parameters",
     "rope_local_theta": "rope_parameters",
     "rope_scale": "rope_parameters",
@@ -161,8 +161,8 @@ def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
         "activation must be gated_gelu": cfg.activation != "gated_gelu",
         "bias must be false and attention_bias none": cfg.bias or cfg.attention_bias != "none",
         "scale_attention must be true": not cfg.scale_attention,
-        "scale_embeddings must be true, scale_output and embedding_norm false": not cfg.scale_embeddings
-        or cfg.scale_output
+        "scale_embeddings must be true, output.scale and embedding_norm false": not cfg.scale_embeddings
+        or cfg.output.scale
         or cfg.embedding_norm,
         "experts.count must be 1": cfg.experts.count != 1,
         f"qk_norm must be {str(gemma3).lower()}": cfg.qk_norm != gemma3,

@@ -46,7 +46,7 @@ STACK_NAMES = (
 GEMMA_STACK_KEYS = STACK_KEYS | {
     "attention_scale_dim": "query_pre_attn_scalar",
     "attention_softcap": "attn_logit_softcapping",
-    "logit_softcap": "final_logit_softcapping",
+    "output.softcap": "final_logit_softcapping",
 }
 
 
@@ -62,8 +62,7 @@ def gemma_fields(stack: dict) -> dict:
         "attention_scale_dim": stack["query_pre_attn_scalar"],
         "position": "rope",
         "scale_embeddings": True,
-        "scale_output": False,
-        "logit_softcap": stack["final_logit_softcapping"],
+        "output": {"scale": False, "softcap": stack["final_logit_softcapping"]},
     }
 
 
@@ -104,9 +103,9 @@ def encoder_decoder_problems(cfg: ModelConfig) -> dict[str, bool]:
         "bias must be false": cfg.bias,
         "scale_attention must be true": not cfg.scale_attention,
         "scale_embeddings must be true": not cfg.scale_embeddings,
-        "scale_output must be false": cfg.scale_output,
+        "output.scale must be false": cfg.output.scale,
         "embedding_norm must be false": cfg.embedding_norm,
-        "final_logits_bias must be false": cfg.final_logits_bias,
+        "output.logits_bias must be false": cfg.output.logits_bias,
         "experts.count must be 1": cfg.experts.count != 1,
     }
 
@@ -119,7 +118,7 @@ def gemma_stack(cfg: ModelConfig, layers: int) -> dict:
         "hidden_activation": "gelu_pytorch_tanh",
         "query_pre_attn_scalar": cfg.attention_scale_dim or cfg.head_dim,
         "attn_logit_softcapping": cfg.attention_softcap,
-        "final_logit_softcapping": cfg.logit_softcap,
+        "final_logit_softcapping": cfg.output.softcap,
         "layer_types": ["sliding_attention" if cfg.sliding_layer(i) else "full_attention" for i in range(layers)],
         "attention_bias": False,
     }

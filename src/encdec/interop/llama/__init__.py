@@ -126,8 +126,8 @@ def layout_problems(cfg: ModelConfig) -> dict[str, bool]:
         "scale_attention must be true, without attention_scale_dim or attention_softcap": not cfg.scale_attention
         or cfg.attention_scale_dim is not None
         or cfg.attention_softcap is not None,
-        "scale_embeddings, scale_output and embedding_norm must be false": cfg.scale_embeddings
-        or cfg.scale_output
+        "scale_embeddings, output.scale and embedding_norm must be false": cfg.scale_embeddings
+        or cfg.output.scale
         or cfg.embedding_norm,
         "experts.count must be 1": cfg.experts.count != 1,
     }

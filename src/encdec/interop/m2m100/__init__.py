@@ -32,7 +32,7 @@ def m2m100_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
         position="sinusoidal",
         sinusoidal_layout="fairseq",
         norm_position="pre",
-        final_logits_bias=False,
+        output={"logits_bias": False},
     )
 
 
@@ -46,7 +46,7 @@ def check_m2m100_compatible(cfg: ModelConfig) -> None:
         "position must be sinusoidal with sinusoidal_layout fairseq": cfg.position != "sinusoidal"
         or cfg.sinusoidal_layout != "fairseq",
         "embedding_norm must be false": cfg.embedding_norm,
-        "final_logits_bias must be false": cfg.final_logits_bias,
+        "output.logits_bias must be false": cfg.output.logits_bias,
     }
     bart_layout.check_layout(cfg, "M2M100", embeddings, norm_position="pre")
 

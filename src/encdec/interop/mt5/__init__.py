@@ -4,7 +4,7 @@ through T5's names and config keys (interop/t5/t5_layout.py), with what each fam
 mT5 (Xue et al. 2021) is T5 v1.1 over a multilingual vocabulary. transformers' MT5ForConditionalGeneration
 never scales the decoder output before the head, whatever tie_word_embeddings says, while a T5 of the same
 config.json scales it by d_model^-0.5 unless that key is false (transformers writes it true): read as T5,
-a tied mT5 came out with logits some 22 apart. An mT5 is read with scale_output false and
+a tied mT5 came out with logits some 22 apart. An mT5 is read with output.scale false and
 hf_model_type "mt5", which exports it back as MT5ForConditionalGeneration although T5 computes the same.
 
 UMT5 (Chung et al. 2023) gives every self-attention layer a relative bias of its own, not only each stack's
@@ -56,7 +56,7 @@ def umt5_model_config(hf_config: dict) -> ModelConfig:
 
 def check_mt5_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the first setting mT5 cannot express: T5's, an output scaling it lacks."""
-    if cfg.scale_output:
+    if cfg.output.scale:
         raise ConfigError("this model cannot be saved as Hugging Face mT5: mT5 never scales its output")
     t5_layout.check_t5_compatible(cfg, "mT5")
 
@@ -81,7 +81,7 @@ def umt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     twice as transformers writes it)."""
     cfg = model.config
     config = {**t5_layout.layout_config(cfg), "feed_forward_proj": t5_layout.OUR_ACTIVATIONS[cfg.activation]}
-    return t5_layout.layout_weights(model, UMT5_NAMES), {**config, "scale_decoder_outputs": cfg.scale_output}
+    return t5_layout.layout_weights(model, UMT5_NAMES), {**config, "scale_decoder_outputs": cfg.output.scale}
 
 
 FAMILIES = (

@@ -81,7 +81,7 @@ def config_from_hf(hf: dict, untied_head: bool, **fields) -> ModelConfig:
         activation=HF_ACTIVATIONS[proj],
         position="relative",
         tie_embeddings=not untied_head,
-        scale_output=hf.get("scale_decoder_outputs", tie_flag is not False),
+        output={"scale": hf.get("scale_decoder_outputs", tie_flag is not False)},
         pad_id=hf.get("pad_token_id", 0),
         eos_id=hf.get("eos_token_id", 1) if isinstance(hf.get("eos_token_id", 1), int) else hf["eos_token_id"][0],
         decoder_start_id=hf.get("decoder_start_token_id", hf.get("pad_token_id", 0)),
@@ -110,9 +110,9 @@ def layout_problems(cfg: ModelConfig) -> list[str]:
         "scale_attention must be false": cfg.scale_attention,
         "scale_embeddings must be false": cfg.scale_embeddings,
         **plain_heads_problems(cfg),
-        "an untied head cannot have scaled output": not cfg.tie_embeddings and cfg.scale_output,
+        "an untied head cannot have scaled output": not cfg.tie_embeddings and cfg.output.scale,
         "embedding_norm must be false": cfg.embedding_norm,
-        "final_logits_bias must be false": cfg.final_logits_bias,
+        "output.logits_bias must be false": cfg.output.logits_bias,
         "relative_bias_per_layer must be false (a bias in every layer is UMT5's)": cfg.relative_bias_per_layer,
         "encoder_attention must be full (local and transient-global are LongT5's)": cfg.encoder_attention != "full",
     }
@@ -132,7 +132,7 @@ def layout_weights(model: EncoderDecoder, names: NameMap) -> dict[str, torch.Ten
     """The model's tensors under their Hugging Face names (T5 and SwitchTransformers share the layout)."""
     cfg = model.config
     weights = names.weights(model)
-    if cfg.tie_embeddings and not cfg.scale_output:  # tied but unscaled: HF expresses it as an equal untied head
+    if cfg.tie_embeddings and not cfg.output.scale:  # tied but unscaled: HF expresses it as an equal untied head
         weights["lm_head.weight"] = weights["shared.weight"].clone()
     return weights
 
@@ -144,7 +144,7 @@ def layout_config(cfg: ModelConfig) -> dict:
         **hf_layer_sizes(cfg, T5_KEYS),
         T5_KEYS["d_head"]: cfg.head_dim,
         **{T5_KEYS[field]: getattr(cfg, field) for field in plain},
-        "tie_word_embeddings": cfg.scale_output,  # HF ties the head and scales the output together
+        "tie_word_embeddings": cfg.output.scale,  # HF ties the head and scales the output together
         "is_encoder_decoder": True,
         **id_keys(cfg),
     }

@@ -7,7 +7,7 @@ scores capped at attn_logit_softcapping (attention_softcap), RoPE in self-attent
 sliding-window self-attention in the layers layer_types names (sliding_window, one global layer every
 global_every), gated GELU (tanh) feed-forwards, token embeddings times sqrt(hidden_size), a token table per
 stack (shared_embeddings false), the head tied to the decoder's or its own, and the logits capped at the
-decoder's final_logit_softcapping (logit_softcap). config.json holds an `encoder` and a `decoder` config;
+decoder's final_logit_softcapping (output.softcap). config.json holds an `encoder` and a `decoder` config;
 encdec reads stacks that agree on their attention settings, each of its own depth and of its own widths (the
 encoder's hidden size, heads and feed-forward as ModelConfig's encoder widths (model.encoder): the unbalanced 9B-2B), and refuses
 others in one sentence. Decoding starts at config.json's decoder_start_token_id where it
