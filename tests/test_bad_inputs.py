@@ -168,7 +168,7 @@ CASES = {
         lambda p: train(p, "training.init_decoder_from=runs/x"), "training.init_decoder_from is the decoder's source"
     ),
     "an encoder of another width reading the decoder's table": Case(
-        lambda p: train(p, "model.encoder_d_model=48"), "set model.shared_embeddings false"
+        lambda p: train(p, "model.encoder_d_model=48"), "set model.embeddings.shared false"
     ),
     "pack a transient-global encoder": Case(
         lambda p: train(p, "objective.pack=true", "model.encoder_attention=transient_global"),

@@ -214,7 +214,7 @@ REFUSED = {  # preset, overrides -> the sentence's telling part
     "gated-experts": ("t5-tiny", {"n_experts": 4, "moe_activation": "swiglu"}, "experts.activation must be one of"),
     "gqa-t5": ("t5-tiny", {"n_kv_heads": 2}, "T5: n_kv_heads must equal n_heads"),
     "rmsnorm-transformer": ("transformer-tiny", {"norm": "rmsnorm"}, "Marian: norm must be layernorm"),
-    "learned-without-norm": ("transformer-tiny", {"position": "learned"}, "BART: embedding_norm must be true"),
+    "learned-without-norm": ("transformer-tiny", {"position": "learned"}, "BART: embeddings.norm must be true"),
     "gated-transformer": ("transformer-tiny", {"activation": "swiglu"}, "Marian: activation must be one of"),
     "gated-pre-norm": ("transformer-tiny", {"activation": "swiglu", "norm_position": "pre"}, "Pegasus: activation"),
     "pre-norm-without-norm": (  # from position 0 it is Blenderbot's layout; from 2, mBART's without its norm

@@ -87,7 +87,7 @@ def test_logits_equal_transformers_on_a_sequence_longer_than_the_window(name, tm
         wide.load_state_dict(ours.state_dict())
         assert not torch.allclose(wide.eval()(None, ids).logits, logits)  # the window changes what is read
     assert difference < 1e-4
-    assert ours.config.sliding_window == WINDOW and ours.config.tie_embeddings == ("untied" not in name)
+    assert ours.config.sliding_window == WINDOW and ours.config.embeddings.tie == ("untied" not in name)
 
 
 @pytest.mark.parametrize("name", ["gemma2", "gemma2-untied-no-caps", "gemma3"])

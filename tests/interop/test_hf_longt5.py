@@ -63,7 +63,7 @@ def test_logits_equal_transformers_on_a_padded_batch(kind, scale, tmp_path):
     reference = saved(kind, tmp_path, scale)
     ours = encdec.load_hf(tmp_path)
     assert (ours.config.encoder_attention, ours.config.local_radius) == (KINDS[kind], 3)
-    assert ours.config.output.scale == (scale == "scaled") and ours.config.tie_embeddings
+    assert ours.config.output.scale == (scale == "scaled") and ours.config.embeddings.tie
     assert logit_gap(reference, ours) < 1e-4
 
 

@@ -67,7 +67,7 @@ def test_logits_equal_transformers_on_a_padded_batch(family, head, tmp_path):
     reference = saved(family, head, tmp_path)
     ours = encdec.load_hf(tmp_path)
     assert logit_gap(reference, ours) < 1e-4
-    assert ours.config.tie_embeddings == (head == "tied")
+    assert ours.config.embeddings.tie == (head == "tied")
     assert ours.config.relative_bias_per_layer == (family == "umt5")
     if family == "umt5" or (family, head) == ("mt5", "tied"):  # config.json alone (encdec size): transformers
         assert hf_model_config(tmp_path) == ours.config  # writes an untied mT5's tie_word_embeddings true

@@ -96,7 +96,7 @@ def test_logits_equal_transformers_on_a_padded_batch(pair, left):
     cfg = ours.config
     assert (cfg.sliding_window, cfg.global_every, cfg.attention_softcap, cfg.output.softcap) == (3, 2, 1.5, 4.0)
     assert (cfg.n_encoder_layers, cfg.decoder_layers, cfg.n_kv_heads, cfg.attention_scale_dim) == (3, 2, 2, 12)
-    assert cfg.tie_embeddings == reference.config.tie_word_embeddings and not cfg.shared_embeddings
+    assert cfg.embeddings.tie == reference.config.tie_word_embeddings and not cfg.embeddings.shared
     assert (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id) == (0, 1, 2)
     assert hf_model_config(path) == cfg  # config.json alone (encdec size) reads the same model
 

@@ -97,7 +97,7 @@ def test_logits_equal_transformers_on_a_padded_batch(pair, left):
     assert (cfg.qk_norm, cfg.cross_attention.merged, cfg.sliding_window_layout) == (True, True, "split")
     assert (cfg.rope_theta, cfg.rope_scale, cfg.rope_local_theta, cfg.global_every) == (1e6, 8.0, 1e4, 2)
     assert (cfg.image_tokens.eoi_token_id, cfg.image_tokens.image_token_id) == (EOI, IMAGE)
-    assert (cfg.shared_embeddings, cfg.tie_embeddings) == (True, True)
+    assert (cfg.embeddings.shared, cfg.embeddings.tie) == (True, True)
     assert hf_model_config(path) == cfg  # config.json alone (encdec size) reads the same model
 
 

@@ -46,6 +46,10 @@ def test_an_old_style_set_overrides_either_shape(tmp_path, section):
 # each spec's old flat keys -> the same config in its shape (a run's model.json and --set: test_an_old_style_set...)
 OLD_AND_NEW = {
     "output": ({"scale_output": False, "final_logits_bias": True}, {"output": {"scale": False, "logits_bias": True}}),
+    "embeddings": (
+        {"scale_embeddings": True, "embedding_norm": True, "tie_embeddings": False},
+        {"embeddings": {"scale": True, "norm": True, "tie": False}},
+    ),
 }
 
 

@@ -25,8 +25,8 @@ of a batch gets the tokens it would get alone.
 
 Their parts come from encdec.models.components, so they honour what the encoder-decoder
 does: n_kv_heads (GQA, MQA), d_head, scale_attention, norm, norm_eps, norm_position,
-experts (whose aux and z losses join the loss), scale_embeddings, embedding_norm,
-output.scale, tie_embeddings, bias, dropout, output.softcap (decoder_only's). A family refuses, in one
+experts (whose aux and z losses join the loss), embeddings (scale, norm, tie),
+output.scale, bias, dropout, output.softcap (decoder_only's). A family refuses, in one
 sentence, any setting it has no use for (family_rules.UNUSED_BY_FAMILY: LM_UNUSED plus its own).
 
 Positions are learned (nanoGPT: a table added to the token embeddings) or rope (Su et al.

@@ -38,12 +38,12 @@ def build_final_norm(cfg: ModelConfig) -> nn.Module:
 
 def build_embedding_norm(cfg: ModelConfig) -> nn.Module:
     """BART normalises token + position embeddings before the first block; others do not."""
-    return norm_factory(cfg)() if cfg.embedding_norm else nn.Identity()
+    return norm_factory(cfg)() if cfg.embeddings.norm else nn.Identity()
 
 
 def embedding_scale(cfg: ModelConfig) -> float:
     """Token embeddings times sqrt(d_model) (Vaswani et al. 2017, 3.4) or 1."""
-    return math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+    return math.sqrt(cfg.d_model) if cfg.embeddings.scale else 1.0
 
 
 def output_scale(cfg: ModelConfig) -> float:
@@ -158,4 +158,4 @@ def build_decoder_block(
 
 def build_lm_head(cfg: ModelConfig) -> nn.Linear | None:
     """None when the head is tied to the token embeddings (see encdec.modules.lm_head)."""
-    return None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+    return None if cfg.embeddings.tie else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)

@@ -7,6 +7,7 @@ one table that reads the flat keys written before them (`MOVED`).
       experts: {count: 8, top_k: 1, renormalize: true}     a mixture of experts in every feed-forward
       rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
       image_tokens: {eoi_token_id: 256000}                  T5Gemma 2's (read from its checkpoints)
+      embeddings: {scale: true, tie: false}                the token tables: scale, norm, tied head, shared
       output: {scale: false, softcap: 30.0}                 the logits' scale, fixed bias and cap
 
 Each spec's fields are checked by their declarations (encdec.schema), named by their full dotted key. A
@@ -116,6 +117,19 @@ class ImageTokens:
 
 
 @dataclass
+class Embeddings:
+    """The token embeddings: their scale and norm, and which tables the head and the encoder read."""
+
+    scale: bool = False  # token embeddings times sqrt(d_model) (Vaswani)
+    norm: bool = False  # a norm after token + position embeddings (BART's layernorm_embedding)
+    tie: bool = True  # the LM head shares the token embedding matrix
+    shared: bool = True  # the encoder reads the decoder's token table; false: its own (T5Gemma)
+
+    def __post_init__(self):
+        check(self, "model.embeddings.")
+
+
+@dataclass
 class Output:
     """What the decoder's last states go through to become logits: a scale, a fixed bias, a cap."""
 
@@ -135,6 +149,7 @@ SPECS = {
     "rnn": Rnn,
     "image_tokens": ImageTokens,
     "output": Output,
+    "embeddings": Embeddings,
 }
 
 # Every key that moved into a spec: its flat name, as configs and checkpoints before the specs wrote it -> its place
@@ -163,6 +178,10 @@ MOVED = {
     "scale_output": "output.scale",
     "final_logits_bias": "output.logits_bias",
     "logit_softcap": "output.softcap",
+    "scale_embeddings": "embeddings.scale",
+    "embedding_norm": "embeddings.norm",
+    "tie_embeddings": "embeddings.tie",
+    "shared_embeddings": "embeddings.shared",
 }
 
 

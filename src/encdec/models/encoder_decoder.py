@@ -91,7 +91,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         # the encoder's token table: the decoder's, or one of its own (T5Gemma's), as encoder.embed; an encoder of
         # other widths (encoder_d_model, ...) is built from its own config, with its own RoPE where its heads differ
         encoder_cfg = cfg.encoder_config()
-        encoder_embed = self.embed if cfg.shared_embeddings else nn.Embedding(cfg.vocab_size, encoder_cfg.d_model)
+        encoder_embed = self.embed if cfg.embeddings.shared else nn.Embedding(cfg.vocab_size, encoder_cfg.d_model)
         rotary, local_rotary = rotaries(cfg)
         encoder_rotary = (rotary, local_rotary) if encoder_cfg.head_dim == cfg.head_dim else rotaries(encoder_cfg)
         self.encoder = Encoder(encoder_cfg, encoder_embed, *encoder_rotary)

@@ -36,7 +36,7 @@ LM_UNUSED = frozenset(
         "local_radius",
         "global_block_size",
         "output.softcap",
-        "shared_embeddings",  # one stack, one token table
+        "embeddings.shared",  # one stack, one token table
         "encoder",  # an encoder of its own widths, the transformer encoder-decoder's alone (T5Gemma's)
         "rnn",
     }
@@ -75,12 +75,12 @@ UNUSED_BY_FAMILY = {
             "max_positions",
             "sinusoidal_layout",
             "position_offset",
-            "embedding_norm",
+            "embeddings.norm",
             "relative_buckets",
             "relative_max_distance",
             "relative_bias_per_layer",
             "rope_theta",
-            "scale_embeddings",
+            "embeddings.scale",
             "output",
             "experts",
             "hf_model_type",
@@ -99,7 +99,7 @@ UNUSED_BY_FAMILY = {
             "image_tokens",
             "local_radius",
             "global_block_size",
-            "shared_embeddings",
+            "embeddings.shared",
         }
     ),
 }

@@ -18,6 +18,7 @@ from encdec.errors import ConfigError, refuse_unknown_keys
 from encdec.models.config_specs import (
     SPECS,
     CrossAttention,
+    Embeddings,
     EncoderWidths,
     Experts,
     ImageTokens,
@@ -94,7 +95,6 @@ class ModelConfig:
     # frequencies, position p at table row pad_id + 1 + p, counted over real tokens, pads a zero vector
     sinusoidal_layout: Literal["interleaved", "halves", "fairseq"] = "interleaved"
     position_offset: Count = 0  # learned table index of position 0 (BART: 2)
-    embedding_norm: bool = False  # a norm after token + position embeddings (BART's layernorm_embedding)
     relative_buckets: Annotated[int, Range(4)] = 32
     relative_max_distance: Positive = 128
     relative_bias_per_layer: bool = False  # every layer its own relative bias (UMT5), not the stack's first's (T5)
@@ -104,9 +104,7 @@ class ModelConfig:
     rope_scale: Annotated[float, Range(1, 1e6)] = 1.0  # the global layers' positions divided by it (linear RoPE
     # scaling, Gemma 3's factor 8)
     qk_norm: bool = False  # each head's queries and keys normed (RMS) before RoPE (Gemma 3, Qwen3)
-    scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani)
-    tie_embeddings: bool = True  # the LM head shares the token embedding matrix
-    shared_embeddings: bool = True  # the encoder reads the decoder's token table; false: its own (T5Gemma)
+    embeddings: Embeddings = field(default_factory=Embeddings)  # their scale and norm, tied head, shared table
     output: Output = field(default_factory=Output)  # the logits' scale, fixed bias and cap
     dropout: Annotated[float, Range(0, 1, below=True)] = 0.1
     experts: Experts = field(default_factory=Experts)  # mixtures of experts in place of feed-forwards
@@ -162,10 +160,10 @@ class ModelConfig:
             self.encoder_config()
         except ConfigError as error:
             raise ConfigError(f"the encoder's own widths (model.encoder) do not fit: {error}") from None
-        if self.encoder_width != self.d_model and self.shared_embeddings:
+        if self.encoder_width != self.d_model and self.embeddings.shared:
             raise ConfigError(
                 f"an encoder of width {self.encoder_width} cannot read the decoder's token table of width "
-                f"{self.d_model}; set model.shared_embeddings false"
+                f"{self.d_model}; set model.embeddings.shared false"
             )
         one_width = {"cross_attention.merged": self.cross_attention.merged}  # T5Gemma 2's: both stacks read it
         one_width["image_tokens.eoi_token_id"] = self.image_tokens.eoi_token_id

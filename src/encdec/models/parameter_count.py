@@ -91,7 +91,7 @@ def token_tables(cfg: ModelConfig) -> int:
     """The token table, the head when it is not tied to it, the encoder's own table where it has one
     (shared_embeddings false, T5Gemma's), and the end-of-image token's vector (T5Gemma 2's)."""
     tables = cfg.vocab_size * (
-        cfg.d_model * (1 + (not cfg.tie_embeddings)) + cfg.encoder_width * (not cfg.shared_embeddings)
+        cfg.d_model * (1 + (not cfg.embeddings.tie)) + cfg.encoder_width * (not cfg.embeddings.shared)
     )
     return tables + (
         cfg.d_model if cfg.image_tokens.eoi_token_id is not None else 0
@@ -100,7 +100,7 @@ def token_tables(cfg: ModelConfig) -> int:
 
 def stack_norms(cfg: ModelConfig) -> int:
     """A stack's norm after its embeddings (BART's) and its final norm (pre-norm: post-norm ends normalised)."""
-    return (norm(cfg) if cfg.embedding_norm else 0) + (norm(cfg) if cfg.norm_position == "pre" else 0)
+    return (norm(cfg) if cfg.embeddings.norm else 0) + (norm(cfg) if cfg.norm_position == "pre" else 0)
 
 
 def stack_positions(cfg: ModelConfig, layers: int) -> int:

@@ -26,7 +26,12 @@ from encdec.models.model_config import ModelConfig
 # what Vaswani's Transformer and GPT-2 share, unlike T5: LayerNorm (eps 1e-5), attention scaled by sqrt(d_head),
 # a tied head without output scaling, N(0, 0.02) init
 LAYERNORM_SCALED = dict(
-    norm="layernorm", norm_eps=1e-5, scale_attention=True, tie_embeddings=True, output=dict(scale=False), init="normal"
+    norm="layernorm",
+    norm_eps=1e-5,
+    scale_attention=True,
+    embeddings=dict(tie=True),
+    output=dict(scale=False),
+    init="normal",
 )
 FAMILIES = {
     "transformer": dict(
@@ -35,12 +40,16 @@ FAMILIES = {
         activation="relu",
         norm_position="post",
         bias=True,
-        scale_embeddings=True,
+        embeddings=dict(scale=True, tie=True),
         vocab_size=32000,
     ),
     "t5": dict(position="relative", activation="relu", vocab_size=32128),
     "t5-v1.1": dict(
-        position="relative", activation="gated_gelu", tie_embeddings=False, output=dict(scale=False), vocab_size=32128
+        position="relative",
+        activation="gated_gelu",
+        embeddings=dict(tie=False),
+        output=dict(scale=False),
+        vocab_size=32128,
     ),
     "rot5": dict(position="rope", cross_attention=dict(rope="relative"), activation="gelu", vocab_size=32502),
 }
@@ -63,7 +72,7 @@ FAMILIES.update(
             rnn=dict(cell="gru", attention=True),
             bias=True,
             init="normal",
-            tie_embeddings=True,
+            embeddings=dict(tie=True),
             dropout=0.1,
             vocab_size=32000,
         ),

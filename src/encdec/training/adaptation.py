@@ -101,7 +101,8 @@ def adapted_section(source: dict[str, Any], decoder_source: dict[str, Any] | Non
     section.update(family="encoder_decoder", n_decoder_layers=decoder["n_encoder_layers"])
     section["cross_attention"] = {**section.get("cross_attention", {}), "rope": "none"}
     section["n_encoder_layers"] = source["n_encoder_layers"]
-    section["shared_embeddings"] = False  # a token table each stack, both the sources' at first (T5Gemma's)
+    # a token table each stack, both the sources' at first (T5Gemma's)
+    section["embeddings"] = {**section.get("embeddings", {}), "shared": False}
     if decoder_source is not None:
         own = {**{key: source.get(key) for key in ENCODER_WIDTHS}, "d_head": head_dim(source)}
         mine = {**{key: decoder.get(key) for key in ENCODER_WIDTHS}, "d_head": head_dim(decoder)}

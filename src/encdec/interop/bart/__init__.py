@@ -27,20 +27,20 @@ def bart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     for flag in ("normalize_before", "add_final_layer_norm"):
         if hf.get(flag):
             raise CheckpointError(f"{flag} is set: this is an mBART-style checkpoint, which encdec does not load yet")
-    return layout_config(hf, untied_head, position="learned", position_offset=2, embedding_norm=True)
+    return layout_config(hf, untied_head, position="learned", position_offset=2, embeddings={"norm": True})
 
 
 def mbart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     """mBART: BART's layout made pre-norm, with a LayerNorm closing each stack."""
     return layout_config(
-        hf, untied_head, position="learned", position_offset=2, embedding_norm=True, norm_position="pre"
+        hf, untied_head, position="learned", position_offset=2, embeddings={"norm": True}, norm_position="pre"
     )
 
 
 def learned_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
     return {
         "position must be learned": cfg.position != "learned",
-        "embedding_norm must be true": not cfg.embedding_norm,
+        "embeddings.norm must be true": not cfg.embeddings.norm,
     }
 
 

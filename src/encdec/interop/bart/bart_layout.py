@@ -37,7 +37,7 @@ BART_KEYS = {
     "n_encoder_layers": "encoder_layers",
     "n_decoder_layers": "decoder_layers",
     "max_positions": "max_position_embeddings",
-    "scale_embeddings": "scale_embedding",
+    "embeddings.scale": "scale_embedding",
 } | IDS
 # Hugging Face activation_function -> our activation name, and back (the feed-forward is fc1 -> act -> fc2)
 HF_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "swish": "silu", "silu": "silu", "gelu_new": "gelu_tanh"}
@@ -93,8 +93,8 @@ def layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
         bias=True,
         scale_attention=True,
         max_positions=hf.get("max_position_embeddings", 1024),
-        scale_embeddings=hf.get("scale_embedding", False),  # as given: ModelConfig's declaration checks it
-        tie_embeddings=not untied_head,
+        # scale as given: ModelConfig's declaration checks it
+        embeddings={"scale": hf.get("scale_embedding", False), "tie": not untied_head},
         output={"scale": False, "logits_bias": True},
         dropout=hf.get("dropout", 0.1),
         init="normal",
@@ -141,11 +141,11 @@ def layout_hf_config(cfg: ModelConfig) -> dict:
         "decoder_ffn_dim": cfg.d_ff,
         "activation_function": OUR_ACTIVATIONS[cfg.activation],
         "max_position_embeddings": cfg.max_positions,
-        "scale_embedding": cfg.scale_embeddings,
+        "scale_embedding": cfg.embeddings.scale,
         "dropout": cfg.dropout,
         "attention_dropout": cfg.dropout,
         "activation_dropout": cfg.dropout,
-        "tie_word_embeddings": cfg.tie_embeddings,
+        "tie_word_embeddings": cfg.embeddings.tie,
         "is_encoder_decoder": True,
         **id_keys(cfg),
         "forced_eos_token_id": None,  # both classes default to forcing EOS at the length limit; encdec does not
@@ -163,7 +163,7 @@ def layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str
             weights[key] = torch.cat([table.new_zeros(max(2 - offset, 0), table.shape[1]), table])
     bias = weights.pop("final_logits_bias", torch.zeros(cfg.vocab_size))
     weights["final_logits_bias"] = bias.reshape(1, -1).contiguous()
-    if not cfg.tie_embeddings:  # with tie_word_embeddings false transformers ties no embeddings at all
+    if not cfg.embeddings.tie:  # with tie_word_embeddings false transformers ties no embeddings at all
         for side in ("encoder", "decoder"):
             weights[f"model.{side}.embed_tokens.weight"] = weights["model.shared.weight"].clone()
     return weights
@@ -182,7 +182,7 @@ def sinusoidal_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
     return {
         "position must be sinusoidal": cfg.position != "sinusoidal",
         "sinusoidal_layout must be interleaved or halves (fairseq's is M2M100's)": cfg.sinusoidal_layout == "fairseq",
-        "embedding_norm must be false": cfg.embedding_norm,
+        "embeddings.norm must be false": cfg.embeddings.norm,
     }
 
 
@@ -207,7 +207,7 @@ def named_family(model_type: str, hf_class: str, name: str, config_from_hf, toke
     def check(cfg: ModelConfig) -> None:
         learned = cfg.position != "learned" or cfg.position_offset != 2
         embeddings = {"position must be learned with position_offset 2": learned}
-        check_layout(cfg, name, embeddings | {"embedding_norm must be true": not cfg.embedding_norm})
+        check_layout(cfg, name, embeddings | {"embeddings.norm must be true": not cfg.embeddings.norm})
 
     return Family(
         model_type,

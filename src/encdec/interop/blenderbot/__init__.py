@@ -29,7 +29,7 @@ def check_blenderbot_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the settings Blenderbot's layout does not have."""
     embeddings = {
         "position must be learned with position_offset 0": cfg.position != "learned" or cfg.position_offset != 0,
-        "embedding_norm must be false": cfg.embedding_norm,
+        "embeddings.norm must be false": cfg.embeddings.norm,
     }
     bart_layout.check_layout(cfg, "Blenderbot", embeddings, norm_position="pre")
 
@@ -55,7 +55,7 @@ FAMILIES = (
             cfg.position == "learned"
             and cfg.position_offset == 0
             and cfg.norm_position == "pre"
-            and not cfg.embedding_norm
+            and not cfg.embeddings.norm
         ),
         bart_layout.BART_KEYS,
         ("vocab.json", "merges.txt"),  # its byte-level BPE beside tokenizer.json

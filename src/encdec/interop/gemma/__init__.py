@@ -131,7 +131,7 @@ def config_from_gemma(hf: dict, untied_head: bool | None = None) -> ModelConfig:
     theta, scale, local_theta = gemma3_rope(hf) if gemma3 else (rope_theta(hf), 1.0, None)
     return ModelConfig(
         **decoder_fields(hf),
-        **gemma_fields(hf),
+        **gemma_fields(hf, untied_head),
         qk_norm=gemma3,
         attention_softcap=None if gemma3 else hf["attn_logit_softcapping"],  # transformers' Gemma 3 caps none
         sliding_window=window,
@@ -139,7 +139,6 @@ def config_from_gemma(hf: dict, untied_head: bool | None = None) -> ModelConfig:
         rope_theta=theta,
         rope_scale=scale,
         rope_local_theta=local_theta if window else None,
-        tie_embeddings=not untied_head,
         dropout=hf["attention_dropout"],
     )
 
@@ -161,9 +160,9 @@ def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
         "activation must be gated_gelu": cfg.activation != "gated_gelu",
         "bias must be false and attention_bias none": cfg.bias or cfg.attention_bias != "none",
         "scale_attention must be true": not cfg.scale_attention,
-        "scale_embeddings must be true, output.scale and embedding_norm false": not cfg.scale_embeddings
+        "embeddings.scale must be true, output.scale and embeddings.norm false": not cfg.embeddings.scale
         or cfg.output.scale
-        or cfg.embedding_norm,
+        or cfg.embeddings.norm,
         "experts.count must be 1": cfg.experts.count != 1,
         f"qk_norm must be {str(gemma3).lower()}": cfg.qk_norm != gemma3,
     }
@@ -193,7 +192,7 @@ def gemma_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Te
         "rope_parameters": full if model_type == "gemma2" else two_bases_written(cfg),
         "max_position_embeddings": cfg.max_positions,
         "use_bidirectional_attention": False,
-        "tie_word_embeddings": cfg.tie_embeddings,
+        "tie_word_embeddings": cfg.embeddings.tie,
         "attention_dropout": cfg.dropout,
     }
     return NAMES.weights(model), config

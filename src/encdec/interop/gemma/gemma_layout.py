@@ -50,10 +50,11 @@ GEMMA_STACK_KEYS = STACK_KEYS | {
 }
 
 
-def gemma_fields(stack: dict) -> dict:
+def gemma_fields(stack: dict, untied_head: bool) -> dict:
     """The ModelConfig fields of a Gemma stack's config that Gemma 2 and 3 and T5Gemma 1 and 2 read alike: Gemma's
     RMSNorm before and after each sublayer, gated GELU (tanh), RoPE, query_pre_attn_scalar's scale, embeddings
-    times sqrt(hidden_size), no output scale, the logits capped at final_logit_softcapping."""
+    times sqrt(hidden_size) (the head tied to them unless `untied_head`), no output scale, the logits capped at
+    final_logit_softcapping."""
     return {
         "activation": "gated_gelu",
         "norm": "gemma_rmsnorm",
@@ -61,7 +62,7 @@ def gemma_fields(stack: dict) -> dict:
         "scale_attention": True,
         "attention_scale_dim": stack["query_pre_attn_scalar"],
         "position": "rope",
-        "scale_embeddings": True,
+        "embeddings": {"scale": True, "tie": not untied_head},
         "output": {"scale": False, "softcap": stack["final_logit_softcapping"]},
     }
 
@@ -81,10 +82,9 @@ def encoder_decoder_fields(hf: dict, encoder: dict, decoder: dict, untied_head: 
         "n_encoder_layers": encoder["num_hidden_layers"],
         "n_decoder_layers": decoder["num_hidden_layers"],
         "norm_eps": decoder["rms_norm_eps"],
-        **gemma_fields(decoder),
+        **gemma_fields(decoder, untied_head),
         "attention_softcap": decoder["attn_logit_softcapping"],
         "cross_attention": {"rope": "none", "merged": merged},
-        "tie_embeddings": not untied_head,
         "dropout": hf.get("dropout_rate", 0.0),
         "pad_id": decoder["pad_token_id"],
         "eos_id": eos if isinstance(eos, int) else eos[0],
@@ -102,9 +102,9 @@ def encoder_decoder_problems(cfg: ModelConfig) -> dict[str, bool]:
         "activation must be gated_gelu": cfg.activation != "gated_gelu",
         "bias must be false": cfg.bias,
         "scale_attention must be true": not cfg.scale_attention,
-        "scale_embeddings must be true": not cfg.scale_embeddings,
+        "embeddings.scale must be true": not cfg.embeddings.scale,
         "output.scale must be false": cfg.output.scale,
-        "embedding_norm must be false": cfg.embedding_norm,
+        "embeddings.norm must be false": cfg.embeddings.norm,
         "output.logits_bias must be false": cfg.output.logits_bias,
         "experts.count must be 1": cfg.experts.count != 1,
     }
@@ -182,7 +182,7 @@ def gemma_encoder_decoder(cfg: ModelConfig) -> dict:
     """The config.json keys beside the stacks that T5Gemma and T5Gemma 2 write alike."""
     return {
         "vocab_size": cfg.vocab_size,
-        "tie_word_embeddings": cfg.tie_embeddings,
+        "tie_word_embeddings": cfg.embeddings.tie,
         "dropout_rate": cfg.dropout,
         "attention_dropout": cfg.dropout,
         "is_encoder_decoder": True,

@@ -104,7 +104,7 @@ def config_from_llama(hf: dict, untied_head: bool | None = None) -> ModelConfig:
         **attention_biases(hf, model_type),
         position="rope",
         rope_theta=rope_theta(hf),
-        tie_embeddings=not untied_head,
+        embeddings={"tie": not untied_head},
         dropout=hf.get("attention_dropout", 0.0),
     )
 
@@ -126,9 +126,9 @@ def layout_problems(cfg: ModelConfig) -> dict[str, bool]:
         "scale_attention must be true, without attention_scale_dim or attention_softcap": not cfg.scale_attention
         or cfg.attention_scale_dim is not None
         or cfg.attention_softcap is not None,
-        "scale_embeddings, output.scale and embedding_norm must be false": cfg.scale_embeddings
+        "embeddings.scale, output.scale and embeddings.norm must be false": cfg.embeddings.scale
         or cfg.output.scale
-        or cfg.embedding_norm,
+        or cfg.embeddings.norm,
         "experts.count must be 1": cfg.experts.count != 1,
     }
 
@@ -157,7 +157,7 @@ def llama_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Te
         "hidden_act": "silu",
         "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
         "max_position_embeddings": cfg.max_positions,
-        "tie_word_embeddings": cfg.tie_embeddings,
+        "tie_word_embeddings": cfg.embeddings.tie,
         "attention_dropout": cfg.dropout,
     }
     if model_type == "llama":

@@ -78,7 +78,7 @@ def check_longt5_compatible(cfg: ModelConfig) -> None:
         raise ConfigError(
             "this model cannot be saved as Hugging Face LongT5: it needs encoder_attention local or transient_global"
         )
-    if not cfg.tie_embeddings:
+    if not cfg.embeddings.tie:
         raise ConfigError(
             "this model cannot be saved as Hugging Face LongT5: transformers ties its head to the "
             "token table, and this model has a head of its own"

@@ -45,7 +45,7 @@ def check_m2m100_compatible(cfg: ModelConfig) -> None:
     embeddings = {
         "position must be sinusoidal with sinusoidal_layout fairseq": cfg.position != "sinusoidal"
         or cfg.sinusoidal_layout != "fairseq",
-        "embedding_norm must be false": cfg.embedding_norm,
+        "embeddings.norm must be false": cfg.embeddings.norm,
         "output.logits_bias must be false": cfg.output.logits_bias,
     }
     bart_layout.check_layout(cfg, "M2M100", embeddings, norm_position="pre")

@@ -73,7 +73,7 @@ def mt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     mT5 never scales, so it needs no scaling flag)."""
     cfg = model.config
     config = {**t5_layout.layout_config(cfg), "feed_forward_proj": t5_layout.OUR_ACTIVATIONS[cfg.activation]}
-    return t5_layout.layout_weights(model, t5_layout.NAMES), {**config, "tie_word_embeddings": cfg.tie_embeddings}
+    return t5_layout.layout_weights(model, t5_layout.NAMES), {**config, "tie_word_embeddings": cfg.embeddings.tie}
 
 
 def umt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:

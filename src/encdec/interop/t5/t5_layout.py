@@ -80,7 +80,7 @@ def config_from_hf(hf: dict, untied_head: bool, **fields) -> ModelConfig:
         norm_eps=hf.get("layer_norm_epsilon", 1e-6),
         activation=HF_ACTIVATIONS[proj],
         position="relative",
-        tie_embeddings=not untied_head,
+        embeddings={"tie": not untied_head},
         output={"scale": hf.get("scale_decoder_outputs", tie_flag is not False)},
         pad_id=hf.get("pad_token_id", 0),
         eos_id=hf.get("eos_token_id", 1) if isinstance(hf.get("eos_token_id", 1), int) else hf["eos_token_id"][0],
@@ -108,10 +108,10 @@ def layout_problems(cfg: ModelConfig) -> list[str]:
         "norm_position must be pre": cfg.norm_position != "pre",
         "bias must be false": cfg.bias,
         "scale_attention must be false": cfg.scale_attention,
-        "scale_embeddings must be false": cfg.scale_embeddings,
+        "embeddings.scale must be false": cfg.embeddings.scale,
         **plain_heads_problems(cfg),
-        "an untied head cannot have scaled output": not cfg.tie_embeddings and cfg.output.scale,
-        "embedding_norm must be false": cfg.embedding_norm,
+        "an untied head cannot have scaled output": not cfg.embeddings.tie and cfg.output.scale,
+        "embeddings.norm must be false": cfg.embeddings.norm,
         "output.logits_bias must be false": cfg.output.logits_bias,
         "relative_bias_per_layer must be false (a bias in every layer is UMT5's)": cfg.relative_bias_per_layer,
         "encoder_attention must be full (local and transient-global are LongT5's)": cfg.encoder_attention != "full",
@@ -132,7 +132,7 @@ def layout_weights(model: EncoderDecoder, names: NameMap) -> dict[str, torch.Ten
     """The model's tensors under their Hugging Face names (T5 and SwitchTransformers share the layout)."""
     cfg = model.config
     weights = names.weights(model)
-    if cfg.tie_embeddings and not cfg.output.scale:  # tied but unscaled: HF expresses it as an equal untied head
+    if cfg.embeddings.tie and not cfg.output.scale:  # tied but unscaled: HF expresses it as an equal untied head
         weights["lm_head.weight"] = weights["shared.weight"].clone()
     return weights
 

@@ -6,7 +6,7 @@ Gemma's RMSNorm (x * (1 + weight) in float32; norm gemma_rmsnorm) before and aft
 scores capped at attn_logit_softcapping (attention_softcap), RoPE in self-attention alone (cross_attention.rope none),
 sliding-window self-attention in the layers layer_types names (sliding_window, one global layer every
 global_every), gated GELU (tanh) feed-forwards, token embeddings times sqrt(hidden_size), a token table per
-stack (shared_embeddings false), the head tied to the decoder's or its own, and the logits capped at the
+stack (embeddings.shared false), the head tied to the decoder's or its own, and the logits capped at the
 decoder's final_logit_softcapping (output.softcap). config.json holds an `encoder` and a `decoder` config;
 encdec reads stacks that agree on their attention settings, each of its own depth and of its own widths (the
 encoder's hidden size, heads and feed-forward as ModelConfig's encoder widths (model.encoder): the unbalanced 9B-2B), and refuses
@@ -35,6 +35,7 @@ from encdec.interop.gemma.gemma_layout import (
 )
 from encdec.interop.llama.llama_layout import rope_kind
 from encdec.models import EncoderDecoder, ImageTokens, ModelConfig
+from encdec.models.config_specs import overlaid
 
 # the widths the encoder may have of its own (ModelConfig's encoder_*: the unbalanced 9B-2B)
 ENCODER_OWN_KEYS = {
@@ -102,14 +103,14 @@ def config_from_t5gemma(hf: dict, untied_head: bool) -> ModelConfig:
         raise CheckpointError("config.json's attention_bias is true; encdec reads T5Gemma without attention biases")
     all_full = all(t == "full_attention" for s in (encoder, decoder) for t in (s["layer_types"] or ["sliding"]))
     window = None if all_full or decoder["sliding_window"] is None else decoder["sliding_window"]
-    return ModelConfig(
-        **encoder_decoder_fields(hf, encoder, decoder, untied_head),
+    t5gemma = dict(
         sliding_window=window,
         global_every=global_every({"encoder": encoder, "decoder": decoder}) if window else 2,
         rope_theta=decoder["rope_theta"],
-        shared_embeddings=False,
+        embeddings={"shared": False},  # a token table each stack
         encoder=own,
     )
+    return ModelConfig.from_dict(overlaid(encoder_decoder_fields(hf, encoder, decoder, untied_head), t5gemma))
 
 
 def load_hf_t5gemma(path: Path, hf_config: dict) -> EncoderDecoder:
@@ -122,7 +123,7 @@ def check_t5gemma_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming every setting T5Gemma's layout does not have."""
     problems = {
         **encoder_decoder_problems(cfg),
-        "shared_embeddings must be false": cfg.shared_embeddings,
+        "embeddings.shared must be false": cfg.embeddings.shared,
         "cross-attention heads must be the self-attention's": cfg.cross_attention.n_heads not in (None, cfg.n_heads)
         or cfg.cross_attention.n_kv_heads not in (None, cfg.n_kv_heads),
         "qk_norm, cross_attention.merged, rope_local_theta, rope_scale and a split window are T5Gemma 2's": (

@@ -176,7 +176,7 @@ def check_t5gemma2_compatible(cfg: ModelConfig) -> None:
     problems = {
         **gemma_layout.encoder_decoder_problems(cfg),
         "qk_norm and cross_attention.merged must be true": not cfg.qk_norm or not cfg.cross_attention.merged,
-        "shared_embeddings must be true": not cfg.shared_embeddings,
+        "embeddings.shared must be true": not cfg.embeddings.shared,
         "sliding_window_layout must be split": cfg.sliding_window is not None and cfg.sliding_window_layout != "split",
     }
     failed = [text for text, bad in problems.items() if bad]
