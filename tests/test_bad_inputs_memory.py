@@ -227,7 +227,7 @@ OUT_OF_RANGE = {
     "a million layers": (lambda p: train(p, "model.n_encoder_layers=1000000"), "must be at most 4,096, got 1,000,000"),
     "d_head 0": (lambda p: train(p, "model.d_head=0"), "model.d_head must be a positive integer, got 0"),
     "no kv heads": (lambda p: train(p, "model.n_kv_heads=0"), "model.n_kv_heads must be a positive integer"),
-    "zero norm eps": (lambda p: train(p, "model.norm_eps=0"), "model.norm_eps must be in (0, 1], got 0.0"),
+    "zero norm eps": (lambda p: train(p, "model.norm_eps=0"), "model.norms.eps must be in (0, 1], got 0.0"),
     "HF d_kv 0": (
         lambda p: generate(p, p.hf(d_kv=0)),
         "model.d_head must be a positive integer, got 0 (config.json's d_kv)",

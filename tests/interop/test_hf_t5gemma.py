@@ -238,7 +238,9 @@ def test_what_encdec_cannot_read_or_write_is_one_sentence(tmp_path):
     with pytest.raises(CheckpointError, match="config.json's num_attention_heads"):
         hf_model_config(tmp_path)
     rot5 = encdec.build_model(encdec.preset("rot5-tiny"))
-    with pytest.raises(ConfigError, match="^this model cannot be saved as Hugging Face T5Gemma: .*norm must be gemma"):
+    with pytest.raises(
+        ConfigError, match="^this model cannot be saved as Hugging Face T5Gemma: .*norms.kind must be gemma"
+    ):
         encdec.interop.families.FAMILIES["t5gemma"].save(rot5, tmp_path / "out")
     with pytest.raises(ConfigError, match="^model.sliding_window is not used by the ar_encdec family; remove it$"):
         encdec.build_model(encdec.preset("ar_encdec-tiny", sliding_window=4))  # decoder_only's is Gemma's

@@ -50,6 +50,10 @@ OLD_AND_NEW = {
         {"scale_embeddings": True, "embedding_norm": True, "tie_embeddings": False},
         {"embeddings": {"scale": True, "norm": True, "tie": False}},
     ),
+    "norms": (
+        {"norm": "layernorm", "norm_eps": 1e-5, "norm_position": "post", "post_norms": True},
+        {"norms": {"kind": "layernorm", "eps": 1e-5, "position": "post", "post": True}},
+    ),
 }
 
 

@@ -28,12 +28,12 @@ from encdec.modules import Attention, DecoderBlock, EncoderBlock, FeedForward, M
 
 def norm_factory(cfg: ModelConfig):
     """A function making one norm of the configured kind."""
-    return lambda: build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+    return lambda: build_norm(cfg.norms.kind, cfg.d_model, cfg.norms.eps, cfg.bias)
 
 
 def build_final_norm(cfg: ModelConfig) -> nn.Module:
     """The norm closing a pre-norm stack; a post-norm stack ends normalised already."""
-    return norm_factory(cfg)() if cfg.norm_position == "pre" else nn.Identity()
+    return norm_factory(cfg)() if cfg.norms.position == "pre" else nn.Identity()
 
 
 def build_embedding_norm(cfg: ModelConfig) -> nn.Module:
@@ -74,7 +74,7 @@ def build_attention(
         rotary=rotary,
         scale_dim=cfg.attention_scale_dim,
         softcap=cfg.attention_softcap,
-        qk_norm=(lambda width: build_norm(cfg.norm, width, cfg.norm_eps, cfg.bias)) if cfg.qk_norm else None,
+        qk_norm=(lambda width: build_norm(cfg.norms.kind, width, cfg.norms.eps, cfg.bias)) if cfg.qk_norm else None,
         qkv_bias=cfg.bias or cfg.attention_bias != "none",
     )
 
@@ -121,8 +121,8 @@ def build_encoder_block(
     if cfg.encoder_attention == "transient_global":
         attention.global_norm = norm_factory(cfg)()
     ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout, sparse)
-    pre_norm = cfg.norm_position == "pre"
-    return EncoderBlock(attention, ffn, norm_factory(cfg), cfg.dropout, pre_norm, cfg.post_norms)
+    pre_norm = cfg.norms.position == "pre"
+    return EncoderBlock(attention, ffn, norm_factory(cfg), cfg.dropout, pre_norm, cfg.norms.post)
 
 
 def build_decoder_block(
@@ -149,10 +149,10 @@ def build_decoder_block(
         ffn,
         norm,
         cfg.dropout,
-        cfg.norm_position == "pre",
+        cfg.norms.position == "pre",
         cross_first=cross_first,
         memory_norm=norm() if memory_norm else None,
-        post_norms=cfg.post_norms,
+        post_norms=cfg.norms.post,
     )
 
 

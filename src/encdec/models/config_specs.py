@@ -7,6 +7,7 @@ one table that reads the flat keys written before them (`MOVED`).
       experts: {count: 8, top_k: 1, renormalize: true}     a mixture of experts in every feed-forward
       rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
       image_tokens: {eoi_token_id: 256000}                  T5Gemma 2's (read from its checkpoints)
+      norms: {kind: layernorm, eps: 1.0e-5, position: post}  every norm of the stacks
       embeddings: {scale: true, tie: false}                the token tables: scale, norm, tied head, shared
       output: {scale: false, softcap: 30.0}                 the logits' scale, fixed bias and cap
 
@@ -117,6 +118,20 @@ class ImageTokens:
 
 
 @dataclass
+class Norms:
+    """Every norm of the transformer stacks: its kind and epsilon, before or after each sublayer, or both."""
+
+    # gemma_rmsnorm: Gemma's x * (1 + weight), in float32, and its embedding scale rounded to the model's dtype
+    kind: Literal["rmsnorm", "layernorm", "gemma_rmsnorm"] = "rmsnorm"
+    eps: Annotated[float, Range(0, 1, above=True)] = 1e-6
+    position: Literal["pre", "post"] = "pre"
+    post: bool = False  # pre-norm sublayers' outputs normalised too before the residual (Gemma 2)
+
+    def __post_init__(self):
+        check(self, "model.norms.")
+
+
+@dataclass
 class Embeddings:
     """The token embeddings: their scale and norm, and which tables the head and the encoder read."""
 
@@ -150,6 +165,7 @@ SPECS = {
     "image_tokens": ImageTokens,
     "output": Output,
     "embeddings": Embeddings,
+    "norms": Norms,
 }
 
 # Every key that moved into a spec: its flat name, as configs and checkpoints before the specs wrote it -> its place
@@ -182,6 +198,10 @@ MOVED = {
     "embedding_norm": "embeddings.norm",
     "tie_embeddings": "embeddings.tie",
     "shared_embeddings": "embeddings.shared",
+    "norm": "norms.kind",
+    "norm_eps": "norms.eps",
+    "norm_position": "norms.position",
+    "post_norms": "norms.post",
 }
 
 

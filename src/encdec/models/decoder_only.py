@@ -44,7 +44,7 @@ class DecoderOnly(PromptedLM, nn.Module):
         super().__init__()
         check_family(cfg)
         self.config = cfg
-        self.build_embeddings(cfg, scale_in_dtype=cfg.norm == "gemma_rmsnorm")  # Gemma rounds sqrt(d_model)
+        self.build_embeddings(cfg, scale_in_dtype=cfg.norms.kind == "gemma_rmsnorm")  # Gemma rounds sqrt(d_model)
         self.sliding_window = cfg.sliding_window  # Gemma's sliding self-attention, in the layers `sliding` names
         self.sliding = [cfg.sliding_layer(i) for i in range(cfg.n_encoder_layers)]
         rotary, _ = build_rotaries(cfg, cross=False)

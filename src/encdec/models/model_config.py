@@ -23,6 +23,7 @@ from encdec.models.config_specs import (
     Experts,
     ImageTokens,
     Layers,
+    Norms,
     Output,
     Rnn,
     Softcap,
@@ -66,11 +67,7 @@ class ModelConfig:
     encoder: EncoderWidths = field(default_factory=EncoderWidths)
     cross_attention: CrossAttention = field(default_factory=CrossAttention)  # its heads, RoPE, or merged
     activation: Literal["relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"] = "relu"
-    # gemma_rmsnorm: Gemma's x * (1 + weight), in float32, and its embedding scale rounded to the model's dtype
-    norm: Literal["rmsnorm", "layernorm", "gemma_rmsnorm"] = "rmsnorm"
-    norm_eps: Annotated[float, Range(0, 1, above=True)] = 1e-6
-    norm_position: Literal["pre", "post"] = "pre"
-    post_norms: bool = False  # pre-norm sublayers' outputs normalised too before the residual (Gemma 2)
+    norms: Norms = field(default_factory=Norms)  # their kind and epsilon, before or after each sublayer, or both
     bias: bool = False  # biases in linear layers and LayerNorms
     # with bias false, biases on the attention's projections alone: q, k and v (Qwen2) or all four (Llama's and
     # Qwen3's attention_bias); bias true has them on every projection already
@@ -236,6 +233,11 @@ class ModelConfig:
         """Whether a stack's self-attention `layer` (from 0) sees only keys within sliding_window of its
         query: with a window, every layer but each global_every-th (Gemma 2's step 2: layers 0, 2, 4, ...)."""
         return self.sliding_window is not None and (layer + 1) % self.global_every != 0
+
+    def setting(self, key: str):
+        """A field's value by its dotted name, as refusals and family maps name it: "d_model", "norms.eps"."""
+        spec, _, name = key.rpartition(".")
+        return getattr(getattr(self, spec) if spec else self, name)
 
     def moe_layer(self, layer: int, decoder: bool = False) -> bool:
         """Whether a stack's feed-forward `layer` (from 0) is a mixture of experts (Experts.layer)."""

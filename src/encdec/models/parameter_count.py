@@ -37,7 +37,7 @@ def linear(d_in: int, d_out: int, bias: bool) -> int:
 
 def norm(cfg: ModelConfig) -> int:
     """RMSNorm: a gain; LayerNorm: a gain, and a bias with model.bias."""
-    return cfg.d_model * (2 if cfg.norm == "layernorm" and cfg.bias else 1)
+    return cfg.d_model * (2 if cfg.norms.kind == "layernorm" and cfg.bias else 1)
 
 
 def attention(cfg: ModelConfig, n_heads: int, n_kv_heads: int | None, d_source: int | None = None) -> int:
@@ -46,7 +46,7 @@ def attention(cfg: ModelConfig, n_heads: int, n_kv_heads: int | None, d_source: 
     them; keys and values read from d_source wide states, else d_model)."""
     d, d_head = cfg.d_model, cfg.head_dim if n_heads == cfg.n_heads else cfg.d_model // n_heads
     kv = n_kv_heads or n_heads
-    qk_norms = 2 * d_head * (2 if cfg.norm == "layernorm" and cfg.bias else 1) if cfg.qk_norm else 0
+    qk_norms = 2 * d_head * (2 if cfg.norms.kind == "layernorm" and cfg.bias else 1) if cfg.qk_norm else 0
     qkv_bias, o_bias = cfg.bias or cfg.attention_bias != "none", cfg.bias or cfg.attention_bias == "qkvo"
     return (
         linear(d, n_heads * d_head, qkv_bias)
@@ -70,7 +70,7 @@ def ffn(cfg: ModelConfig, sparse: bool = True) -> int:
 
 def sublayer_norms(cfg: ModelConfig) -> int:
     """A sublayer's norm, and with post_norms the norm of its output (Gemma 2's)."""
-    return norm(cfg) * (2 if cfg.post_norms else 1)
+    return norm(cfg) * (2 if cfg.norms.post else 1)
 
 
 def encoder_block(cfg: ModelConfig, sparse: bool = True) -> int:
@@ -100,7 +100,7 @@ def token_tables(cfg: ModelConfig) -> int:
 
 def stack_norms(cfg: ModelConfig) -> int:
     """A stack's norm after its embeddings (BART's) and its final norm (pre-norm: post-norm ends normalised)."""
-    return (norm(cfg) if cfg.embeddings.norm else 0) + (norm(cfg) if cfg.norm_position == "pre" else 0)
+    return (norm(cfg) if cfg.embeddings.norm else 0) + (norm(cfg) if cfg.norms.position == "pre" else 0)
 
 
 def stack_positions(cfg: ModelConfig, layers: int) -> int:

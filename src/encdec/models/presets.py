@@ -2,7 +2,7 @@
 
 A preset is a family (its architecture choices) and a size (its widths and depths).
     transformer  Vaswani et al. 2017: sinusoidal, ReLU, biases, LayerNorm, post-norm
-                 (pre-norm with norm_position="pre"), scaled embeddings, tied head
+                 (pre-norm with norms.position "pre"), scaled embeddings, tied head
     t5           T5 v1.0: relative bias, ReLU, RMSNorm pre-norm, no bias, no score
                  scaling, tied head with output scaled by d_model^-0.5
     t5-v1.1      gated GELU, untied head, no output scaling (Flan-T5's layout)
@@ -26,8 +26,7 @@ from encdec.models.model_config import ModelConfig
 # what Vaswani's Transformer and GPT-2 share, unlike T5: LayerNorm (eps 1e-5), attention scaled by sqrt(d_head),
 # a tied head without output scaling, N(0, 0.02) init
 LAYERNORM_SCALED = dict(
-    norm="layernorm",
-    norm_eps=1e-5,
+    norms=dict(kind="layernorm", eps=1e-5),
     scale_attention=True,
     embeddings=dict(tie=True),
     output=dict(scale=False),
@@ -38,7 +37,7 @@ FAMILIES = {
         LAYERNORM_SCALED,
         position="sinusoidal",
         activation="relu",
-        norm_position="post",
+        norms=dict(LAYERNORM_SCALED["norms"], position="post"),
         bias=True,
         embeddings=dict(scale=True, tie=True),
         vocab_size=32000,

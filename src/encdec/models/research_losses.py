@@ -131,7 +131,7 @@ def build_embedding_loss(cfg) -> EmbeddingLoss | None:
         r.detach,
         r.embedding_ln_type,
         r.use_ln_on_encoder_out,
-        cfg.norm_eps,
+        cfg.norms.eps,
         aggregation=r.embedding_aggregation,
         max_positions=cfg.max_positions,
         norm_affine=r.embedding_norm_affine,

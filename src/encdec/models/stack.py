@@ -55,7 +55,7 @@ class Stack(nn.Module):
         super().__init__()
         self.embed = embed
         self.embed_scale = embedding_scale(cfg)
-        self.scale_in_dtype = cfg.norm == "gemma_rmsnorm"  # Gemma rounds sqrt(d_model) to the model's dtype first
+        self.scale_in_dtype = cfg.norms.kind == "gemma_rmsnorm"  # Gemma rounds sqrt(d_model) to the model's dtype first
         self.positions = build_absolute_positions(cfg)
         self.embed_norm = build_embedding_norm(cfg)
         relative = cfg.position == "relative"

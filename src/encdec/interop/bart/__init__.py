@@ -33,7 +33,7 @@ def bart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
 def mbart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     """mBART: BART's layout made pre-norm, with a LayerNorm closing each stack."""
     return layout_config(
-        hf, untied_head, position="learned", position_offset=2, embeddings={"norm": True}, norm_position="pre"
+        hf, untied_head, position="learned", position_offset=2, embeddings={"norm": True}, norms={"position": "pre"}
     )
 
 
@@ -75,7 +75,7 @@ FAMILIES = (
         load_hf_bart,
         check_bart_compatible,
         bart_files,
-        lambda cfg: cfg.position == "learned" and cfg.norm_position == "post",
+        lambda cfg: cfg.position == "learned" and cfg.norms.position == "post",
         BART_KEYS,
         ("vocab.json", "merges.txt"),
         config_read_alone(bart_config_from_hf),
@@ -87,7 +87,7 @@ FAMILIES = (
         load_hf_mbart,
         check_mbart_compatible,
         bart_files,
-        lambda cfg: cfg.position == "learned" and cfg.norm_position == "pre",
+        lambda cfg: cfg.position == "learned" and cfg.norms.position == "pre",
         BART_KEYS,
         ("sentencepiece.bpe.model",),
         config_read_alone(mbart_config_from_hf),

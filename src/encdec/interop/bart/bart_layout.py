@@ -87,9 +87,7 @@ def layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
     bart = dict(
         **layer_sizes(hf, BART_KEYS),
         activation=HF_ACTIVATIONS[activation],
-        norm="layernorm",
-        norm_eps=1e-5,
-        norm_position=family.pop("norm_position", "post"),
+        norms={"kind": "layernorm", "eps": 1e-5, "position": "post"},
         bias=True,
         scale_attention=True,
         max_positions=hf.get("max_position_embeddings", 1024),
@@ -118,9 +116,9 @@ def load_layout(path: Path, cfg_from_hf, hf_config: dict) -> EncoderDecoder:
 def layout_problems(cfg: ModelConfig, norm_position: str) -> list[str]:
     """What keeps `cfg` from the layout BART, mBART, Marian and Pegasus share, positions and norm placement aside."""
     problems = {
-        "norm must be layernorm": cfg.norm != "layernorm",
-        "norm_eps must be 1e-05": cfg.norm_eps != 1e-5,
-        f"norm_position must be {norm_position}": cfg.norm_position != norm_position,
+        "norms.kind must be layernorm": cfg.norms.kind != "layernorm",
+        "norms.eps must be 1e-05": cfg.norms.eps != 1e-5,
+        f"norms.position must be {norm_position}": cfg.norms.position != norm_position,
         "bias must be true": not cfg.bias,
         "scale_attention must be true": not cfg.scale_attention,
         f"activation must be one of {', '.join(OUR_ACTIVATIONS)}, got {cfg.activation}": cfg.activation

@@ -18,7 +18,7 @@ from encdec.models import EncoderDecoder, ModelConfig
 
 def blenderbot_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     hf = {"pad_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 1, **hf}
-    return bart_layout.layout_config(hf, untied_head, position="learned", position_offset=0, norm_position="pre")
+    return bart_layout.layout_config(hf, untied_head, position="learned", position_offset=0, norms={"position": "pre"})
 
 
 def load_hf_blenderbot(path: Path, hf_config: dict) -> EncoderDecoder:
@@ -54,7 +54,7 @@ FAMILIES = (
         lambda cfg: (
             cfg.position == "learned"
             and cfg.position_offset == 0
-            and cfg.norm_position == "pre"
+            and cfg.norms.position == "pre"
             and not cfg.embeddings.norm
         ),
         bart_layout.BART_KEYS,

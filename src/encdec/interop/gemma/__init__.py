@@ -44,6 +44,7 @@ from encdec.interop.llama.llama_layout import (
     rope_theta,
 )
 from encdec.models import DecoderOnly, ModelConfig
+from encdec.models.config_specs import overlaid
 
 DEFAULTS = {  # model_type -> its config class's defaults for every key encdec reads that a config.json may omit
     "gemma2": {  # Gemma2Config's, Gemma 2 2B's: T5Gemma's stacks' too
@@ -129,9 +130,7 @@ def config_from_gemma(hf: dict, untied_head: bool | None = None) -> ModelConfig:
     step = global_every({"model": {"num_hidden_layers": hf["num_hidden_layers"], "layer_types": types}})
     gemma3 = model_type == "gemma3_text"
     theta, scale, local_theta = gemma3_rope(hf) if gemma3 else (rope_theta(hf), 1.0, None)
-    return ModelConfig(
-        **decoder_fields(hf),
-        **gemma_fields(hf, untied_head),
+    gemma = dict(
         qk_norm=gemma3,
         attention_softcap=None if gemma3 else hf["attn_logit_softcapping"],  # transformers' Gemma 3 caps none
         sliding_window=window,
@@ -141,6 +140,7 @@ def config_from_gemma(hf: dict, untied_head: bool | None = None) -> ModelConfig:
         rope_local_theta=local_theta if window else None,
         dropout=hf["attention_dropout"],
     )
+    return ModelConfig.from_dict(overlaid(overlaid(decoder_fields(hf), gemma_fields(hf, untied_head)), gemma))
 
 
 def load_hf_gemma(path: Path, hf_config: dict) -> DecoderOnly:
@@ -154,9 +154,9 @@ def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
     problems = {
         "family must be decoder_only": cfg.family != "decoder_only",
         "position must be rope": cfg.position != "rope",
-        "norm must be gemma_rmsnorm with norm_position pre and post_norms": cfg.norm != "gemma_rmsnorm"
-        or cfg.norm_position != "pre"
-        or not cfg.post_norms,
+        "norms.kind must be gemma_rmsnorm with norms.position pre and norms.post": cfg.norms.kind != "gemma_rmsnorm"
+        or cfg.norms.position != "pre"
+        or not cfg.norms.post,
         "activation must be gated_gelu": cfg.activation != "gated_gelu",
         "bias must be false and attention_bias none": cfg.bias or cfg.attention_bias != "none",
         "scale_attention must be true": not cfg.scale_attention,
@@ -201,7 +201,11 @@ def gemma_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Te
 LAYOUT = CausalLayout(load_hf_gemma, check_gemma_compatible, gemma_files, GEMMA_KEYS, config_from_gemma, NAMES)
 SPM = ("tokenizer.model",)  # Gemma's SentencePiece model beside its tokenizer.json
 FAMILIES = (
-    LAYOUT.family("gemma2", "Gemma2ForCausalLM", lambda cfg: cfg.norm == "gemma_rmsnorm" and not cfg.qk_norm, SPM),
+    LAYOUT.family(
+        "gemma2", "Gemma2ForCausalLM", lambda cfg: cfg.norms.kind == "gemma_rmsnorm" and not cfg.qk_norm, SPM
+    ),
     # each head's queries and keys normed
-    LAYOUT.family("gemma3_text", "Gemma3ForCausalLM", lambda cfg: cfg.norm == "gemma_rmsnorm" and cfg.qk_norm, SPM),
+    LAYOUT.family(
+        "gemma3_text", "Gemma3ForCausalLM", lambda cfg: cfg.norms.kind == "gemma_rmsnorm" and cfg.qk_norm, SPM
+    ),
 )

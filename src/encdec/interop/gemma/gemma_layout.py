@@ -57,8 +57,7 @@ def gemma_fields(stack: dict, untied_head: bool) -> dict:
     final_logit_softcapping."""
     return {
         "activation": "gated_gelu",
-        "norm": "gemma_rmsnorm",
-        "post_norms": True,
+        "norms": {"kind": "gemma_rmsnorm", "eps": stack["rms_norm_eps"], "post": True},
         "scale_attention": True,
         "attention_scale_dim": stack["query_pre_attn_scalar"],
         "position": "rope",
@@ -81,7 +80,6 @@ def encoder_decoder_fields(hf: dict, encoder: dict, decoder: dict, untied_head: 
         "d_head": decoder["head_dim"],
         "n_encoder_layers": encoder["num_hidden_layers"],
         "n_decoder_layers": decoder["num_hidden_layers"],
-        "norm_eps": decoder["rms_norm_eps"],
         **gemma_fields(decoder, untied_head),
         "attention_softcap": decoder["attn_logit_softcapping"],
         "cross_attention": {"rope": "none", "merged": merged},
@@ -97,8 +95,8 @@ def encoder_decoder_problems(cfg: ModelConfig) -> dict[str, bool]:
     return {
         "position must be rope with cross_attention.rope none": cfg.position != "rope"
         or cfg.cross_attention.rope != "none",
-        "norm must be gemma_rmsnorm with post_norms": cfg.norm != "gemma_rmsnorm" or not cfg.post_norms,
-        "norm_position must be pre": cfg.norm_position != "pre",
+        "norms.kind must be gemma_rmsnorm with norms.post": cfg.norms.kind != "gemma_rmsnorm" or not cfg.norms.post,
+        "norms.position must be pre": cfg.norms.position != "pre",
         "activation must be gated_gelu": cfg.activation != "gated_gelu",
         "bias must be false": cfg.bias,
         "scale_attention must be true": not cfg.scale_attention,

@@ -26,6 +26,7 @@ from encdec.interop.llama.llama_layout import (
     stack_sizes,
 )
 from encdec.models import DecoderOnly, ModelConfig
+from encdec.models.config_specs import overlaid
 
 QWEN = {  # Qwen2Config's defaults for the sizes a config.json may leave out
     "vocab_size": 151936,
@@ -96,10 +97,9 @@ def config_from_llama(hf: dict, untied_head: bool | None = None) -> ModelConfig:
             f"config.json's hidden_act is {hf['hidden_act']!r}; encdec reads {model_type} with silu (SwiGLU) alone"
         )
     check_no_window(hf)
-    return ModelConfig(
-        **decoder_fields(hf),
+    llama = dict(
         activation="swiglu",
-        norm="rmsnorm",
+        norms={"kind": "rmsnorm"},
         qk_norm=model_type == "qwen3",
         **attention_biases(hf, model_type),
         position="rope",
@@ -107,6 +107,7 @@ def config_from_llama(hf: dict, untied_head: bool | None = None) -> ModelConfig:
         embeddings={"tie": not untied_head},
         dropout=hf.get("attention_dropout", 0.0),
     )
+    return ModelConfig.from_dict(overlaid(decoder_fields(hf), llama))
 
 
 def load_hf_llama(path: Path, hf_config: dict) -> DecoderOnly:
@@ -119,9 +120,9 @@ def layout_problems(cfg: ModelConfig) -> dict[str, bool]:
     return {
         "family must be decoder_only": cfg.family != "decoder_only",
         "position must be rope": cfg.position != "rope",
-        "norm must be rmsnorm, pre, without post_norms": cfg.norm != "rmsnorm"
-        or cfg.norm_position != "pre"
-        or cfg.post_norms,
+        "norms.kind must be rmsnorm (pre, no post)": cfg.norms.kind != "rmsnorm"
+        or cfg.norms.position != "pre"
+        or cfg.norms.post,
         "activation must be swiglu": cfg.activation != "swiglu",
         "scale_attention must be true, without attention_scale_dim or attention_softcap": not cfg.scale_attention
         or cfg.attention_scale_dim is not None

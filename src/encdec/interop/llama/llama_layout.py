@@ -22,7 +22,7 @@ STACK_KEYS = {
     "n_kv_heads": "num_key_value_heads",
     "d_head": "head_dim",
     "n_encoder_layers": "num_hidden_layers",
-    "norm_eps": "rms_norm_eps",
+    "norms.eps": "rms_norm_eps",
 }
 LLAMA_KEYS = STACK_KEYS | {
     "max_positions": "max_position_embeddings",
@@ -84,7 +84,7 @@ def decoder_fields(hf: dict) -> dict:
         "n_kv_heads": hf.get("num_key_value_heads"),
         "d_head": own_head_dim(hf),
         "n_encoder_layers": hf["num_hidden_layers"],
-        "norm_eps": hf["rms_norm_eps"],
+        "norms": {"eps": hf["rms_norm_eps"]},
         "max_positions": hf["max_position_embeddings"],
         "pad_id": first_set(hf.get("pad_token_id"), eos_id),
         "eos_id": eos_id,
@@ -102,7 +102,7 @@ def stack_sizes(cfg: ModelConfig, layers: int) -> dict:
         "num_attention_heads": cfg.n_heads,
         "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads,
         "head_dim": cfg.head_dim,
-        "rms_norm_eps": cfg.norm_eps,
+        "rms_norm_eps": cfg.norms.eps,
         "pad_token_id": cfg.pad_id,
         "eos_token_id": cfg.eos_id,
         "bos_token_id": cfg.decoder_start_id,

@@ -31,7 +31,7 @@ def m2m100_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
         untied_head,
         position="sinusoidal",
         sinusoidal_layout="fairseq",
-        norm_position="pre",
+        norms={"position": "pre"},
         output={"logits_bias": False},
     )
 

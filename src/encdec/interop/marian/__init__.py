@@ -55,7 +55,7 @@ FAMILIES = (
         load_hf_marian,
         check_marian_compatible,
         marian_files,
-        lambda cfg: bart_layout.vaswani_sinusoids(cfg) and cfg.norm_position == "post",
+        lambda cfg: bart_layout.vaswani_sinusoids(cfg) and cfg.norms.position == "post",
         bart_layout.BART_KEYS,
         ("source.spm", "target.spm", "vocab.json"),
         config_read_alone(marian_config_from_hf),

@@ -14,6 +14,7 @@ from encdec.errors import CheckpointError, Unmet
 from encdec.interop.checkpoint_files import check_hf_model_fits, fill_from_hf, read_weights_with_shared
 from encdec.interop.family import IDS, NameMap, hf_layer_sizes, id_keys, layer_sizes, plain_heads_problems, shared_table
 from encdec.models import EncoderDecoder, ModelConfig
+from encdec.models.config_specs import overlaid
 
 # Hugging Face feed_forward_proj -> our activation name
 HF_ACTIVATIONS = {
@@ -42,7 +43,7 @@ T5_KEYS = {
     "relative_buckets": "relative_attention_num_buckets",
     "relative_max_distance": "relative_attention_max_distance",
     "dropout": "dropout_rate",
-    "norm_eps": "layer_norm_epsilon",
+    "norms.eps": "layer_norm_epsilon",
     "experts.count": "num_experts",
 } | IDS
 
@@ -71,13 +72,13 @@ def config_from_hf(hf: dict, untied_head: bool, **fields) -> ModelConfig:
     if proj not in HF_ACTIVATIONS:
         raise CheckpointError(f"unsupported T5 feed_forward_proj {proj!r}; supported: {', '.join(HF_ACTIVATIONS)}")
     tie_flag = hf.get("tie_word_embeddings", True)
-    return ModelConfig(
+    t5 = dict(
         **layer_sizes(hf, T5_KEYS),
         d_head=hf["d_kv"],
         relative_buckets=hf.get("relative_attention_num_buckets", 32),
         relative_max_distance=hf.get("relative_attention_max_distance", 128),
         dropout=hf.get("dropout_rate", 0.1),
-        norm_eps=hf.get("layer_norm_epsilon", 1e-6),
+        norms={"eps": hf.get("layer_norm_epsilon", 1e-6)},
         activation=HF_ACTIVATIONS[proj],
         position="relative",
         embeddings={"tie": not untied_head},
@@ -85,8 +86,8 @@ def config_from_hf(hf: dict, untied_head: bool, **fields) -> ModelConfig:
         pad_id=hf.get("pad_token_id", 0),
         eos_id=hf.get("eos_token_id", 1) if isinstance(hf.get("eos_token_id", 1), int) else hf["eos_token_id"][0],
         decoder_start_id=hf.get("decoder_start_token_id", hf.get("pad_token_id", 0)),
-        **fields,
     )
+    return ModelConfig.from_dict(overlaid(t5, fields))
 
 
 def load_hf_t5(path: Path, hf_config: dict, rename=NAMES.hf, **fields) -> EncoderDecoder:
@@ -104,8 +105,8 @@ def layout_problems(cfg: ModelConfig) -> list[str]:
     """What keeps `cfg` from T5's layout (attention, norms, positions, head), feed-forward kind aside."""
     problems = {
         "position must be relative": cfg.position != "relative",
-        "norm must be rmsnorm": cfg.norm != "rmsnorm",
-        "norm_position must be pre": cfg.norm_position != "pre",
+        "norms.kind must be rmsnorm": cfg.norms.kind != "rmsnorm",
+        "norms.position must be pre": cfg.norms.position != "pre",
         "bias must be false": cfg.bias,
         "scale_attention must be false": cfg.scale_attention,
         "embeddings.scale must be false": cfg.embeddings.scale,
@@ -139,11 +140,11 @@ def layout_weights(model: EncoderDecoder, names: NameMap) -> dict[str, torch.Ten
 
 def layout_config(cfg: ModelConfig) -> dict:
     """The config.json keys T5's layout writes, each under the name T5_KEYS reads it by."""
-    plain = ("relative_buckets", "relative_max_distance", "dropout", "norm_eps")
+    plain = ("relative_buckets", "relative_max_distance", "dropout", "norms.eps")
     return {
         **hf_layer_sizes(cfg, T5_KEYS),
         T5_KEYS["d_head"]: cfg.head_dim,
-        **{T5_KEYS[field]: getattr(cfg, field) for field in plain},
+        **{T5_KEYS[field]: cfg.setting(field) for field in plain},
         "tie_word_embeddings": cfg.output.scale,  # HF ties the head and scales the output together
         "is_encoder_decoder": True,
         **id_keys(cfg),

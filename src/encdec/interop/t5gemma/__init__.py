@@ -167,7 +167,7 @@ FAMILIES = (
         load_hf_t5gemma,
         check_t5gemma_compatible,
         t5gemma_files,
-        lambda cfg: cfg.position == "rope" and cfg.norm == "gemma_rmsnorm" and not cfg.cross_attention.merged,
+        lambda cfg: cfg.position == "rope" and cfg.norms.kind == "gemma_rmsnorm" and not cfg.cross_attention.merged,
         T5GEMMA_KEYS,
         ("tokenizer.model",),  # Gemma's SentencePiece model beside its tokenizer.json
         t5gemma_config,

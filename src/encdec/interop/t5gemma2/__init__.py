@@ -24,6 +24,7 @@ from encdec.interop.checkpoint_files import load_by_names
 from encdec.interop.family import IDS, Family, NameMap, shared_table
 from encdec.interop.gemma import gemma_layout
 from encdec.models import EncoderDecoder, ModelConfig
+from encdec.models.config_specs import overlaid
 
 # what the two stacks must agree on, as encdec's one ModelConfig has it
 SAME_IN_BOTH = (
@@ -135,8 +136,7 @@ def config_from_t5gemma2(hf: dict, untied_head: bool) -> ModelConfig:
     all_full = all(t == "full_attention" for s in stacks.values() for t in s["layer_types"])
     window = None if all_full or decoder["sliding_window"] is None else decoder["sliding_window"]
     theta, scale, local_theta = decoder["rope"]
-    return ModelConfig(
-        **gemma_layout.encoder_decoder_fields(hf, encoder, decoder, untied_head, merged=True),
+    t5gemma2 = dict(
         qk_norm=True,
         sliding_window=window,
         sliding_window_layout="split" if window else "each_side",
@@ -146,6 +146,8 @@ def config_from_t5gemma2(hf: dict, untied_head: bool) -> ModelConfig:
         rope_local_theta=local_theta if window else None,
         image_tokens=special_ids(hf, decoder["vocab_size"]),
     )
+    stacks_fields = gemma_layout.encoder_decoder_fields(hf, encoder, decoder, untied_head, merged=True)
+    return ModelConfig.from_dict(overlaid(stacks_fields, t5gemma2))
 
 
 def special_ids(hf: dict, vocab_size) -> dict:
