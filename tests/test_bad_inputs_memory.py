@@ -232,12 +232,18 @@ OUT_OF_RANGE = {
         lambda p: generate(p, p.hf(d_kv=0)),
         "model.d_head must be a positive integer, got 0 (config.json's d_kv)",
     ),
-    "HF no buckets": (lambda p: generate(p, p.hf(relative_attention_num_buckets=0)), "model.relative_buckets"),
+    "HF no buckets": (
+        lambda p: generate(p, p.hf(relative_attention_num_buckets=0)),
+        "model.positions.relative_buckets",
+    ),
     "HF negative decoder layers": (lambda p: generate(p, p.hf(num_decoder_layers=-3)), "got -3"),
     "HF layer count 2.5": (lambda p: generate(p, p.hf(num_layers=2.5)), "model.n_encoder_layers must be an integer"),
     "HF pad id past the vocabulary": (lambda p: generate(p, p.hf(pad_token_id=10**6)), "must be below vocab_size"),
-    "API max_positions 0": (lambda p: partial(encdec.ModelConfig, max_positions=0), "model.max_positions"),
-    "API rope_theta inf": (lambda p: partial(encdec.ModelConfig, rope_theta=float("inf")), "model.rope_theta"),
+    "API max_positions 0": (lambda p: partial(encdec.ModelConfig, positions={"max": 0}), "model.positions.max"),
+    "API rope_theta inf": (
+        lambda p: partial(encdec.ModelConfig, positions={"rope_theta": float("inf")}),
+        "model.positions.rope_theta",
+    ),
 }
 
 

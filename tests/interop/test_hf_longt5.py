@@ -207,7 +207,9 @@ def test_what_longt5_cannot_express_is_one_sentence(tmp_path):
     with pytest.raises(ConfigError, match="cannot be saved as Hugging Face LongT5: position must be relative"):
         export_hf(rope, tokenizer, tmp_path / "rope")
     assert not (tmp_path / "untied").exists() and not (tmp_path / "rope").exists()
-    with pytest.raises(ConfigError, match="^model.encoder_attention transient_global needs model.position relative"):
+    with pytest.raises(
+        ConfigError, match="^model.encoder_attention transient_global needs model.positions.kind relative"
+    ):
         encdec.build_model(encdec.preset("rot5-tiny", encoder_attention="transient_global"))
     with pytest.raises(ConfigError, match="^model.local_radius acts only with model.encoder_attention local or"):
         encdec.build_model(encdec.preset("t5-tiny", local_radius=8))

@@ -244,5 +244,5 @@ def test_what_encdec_cannot_read_or_write_is_one_sentence(tmp_path):
         encdec.interop.families.FAMILIES["t5gemma"].save(rot5, tmp_path / "out")
     with pytest.raises(ConfigError, match="^model.sliding_window is not used by the ar_encdec family; remove it$"):
         encdec.build_model(encdec.preset("ar_encdec-tiny", sliding_window=4))  # decoder_only's is Gemma's
-    with pytest.raises(ConfigError, match="^model.sliding_window does not combine with model.position relative"):
+    with pytest.raises(ConfigError, match="^model.sliding_window does not combine with model.positions.kind relative"):
         encdec.build_model(encdec.preset("t5-tiny", sliding_window=4))

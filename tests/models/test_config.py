@@ -9,7 +9,7 @@ from encdec.models import ModelConfig, preset, preset_names
     [
         (dict(d_model=100, n_heads=3), "n_heads (3) must divide model.d_model (100)"),
         (dict(n_heads=8, n_kv_heads=3), "n_kv_heads (3) must divide model.n_heads (8)"),
-        (dict(position="alibi"), "model.position must be one of sinusoidal, learned, relative, rope"),
+        (dict(positions={"kind": "alibi"}), "model.positions.kind must be one of sinusoidal, learned, relative, rope"),
         (dict(dropout=1.5), "model.dropout must be in [0, 1)"),
         (dict(d_model=0), "model.d_model must be a positive integer"),
     ],

@@ -54,6 +54,10 @@ OLD_AND_NEW = {
         {"norm": "layernorm", "norm_eps": 1e-5, "norm_position": "post", "post_norms": True},
         {"norms": {"kind": "layernorm", "eps": 1e-5, "position": "post", "post": True}},
     ),
+    "positions": (
+        {"position": "rope", "rope_theta": 500.0, "max_positions": 64, "relative_buckets": 16},
+        {"positions": {"kind": "rope", "rope_theta": 500.0, "max": 64, "relative_buckets": 16}},
+    ),
 }
 
 

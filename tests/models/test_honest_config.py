@@ -186,13 +186,15 @@ def test_an_unused_field_is_refused_in_one_sentence(family, field):
 @pytest.mark.parametrize("position", ["sinusoidal", "relative"])
 @pytest.mark.parametrize("family", CAUSAL)
 def test_causal_lms_need_learned_or_rope_positions(family, position):
-    with pytest.raises(ConfigError, match=f"needs model.position learned or rope, got '{position}'$"):
+    with pytest.raises(ConfigError, match=f"needs model.positions.kind learned or rope, got '{position}'$"):
         build(family, position=position)
 
 
 @pytest.mark.parametrize("family", CAUSAL)
 def test_causal_lms_refuse_rope_settings_without_rope(family):
-    with pytest.raises(ConfigError, match="^model.rope_theta acts only with model.position rope; remove it$"):
+    with pytest.raises(
+        ConfigError, match="^model.positions.rope_theta acts only with model.positions.kind rope; remove it$"
+    ):
         build(family, rope_theta=500.0)
 
 

@@ -7,6 +7,7 @@ one table that reads the flat keys written before them (`MOVED`).
       experts: {count: 8, top_k: 1, renormalize: true}     a mixture of experts in every feed-forward
       rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
       image_tokens: {eoi_token_id: 256000}                  T5Gemma 2's (read from its checkpoints)
+      positions: {kind: rope, rope_theta: 1.0e+6}          how positions enter, and each kind's settings
       norms: {kind: layernorm, eps: 1.0e-5, position: post}  every norm of the stacks
       embeddings: {scale: true, tie: false}                the token tables: scale, norm, tied head, shared
       output: {scale: false, softcap: 30.0}                 the logits' scale, fixed bias and cap
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from encdec.errors import ConfigError
-from encdec.schema import Positive, Range, TokenId, check, short
+from encdec.schema import Count, Positive, Range, TokenId, check, short
 
 MAX_LAYERS = 4096  # per stack; the deepest trained transformers have a few hundred
 MAX_EXPERTS = 4096  # Switch-C has 2048; each expert is its own modules in every layer
@@ -118,6 +119,37 @@ class ImageTokens:
 
 
 @dataclass
+class Positions:
+    """How a token's position enters: its kind and the settings of each kind (tables, relative buckets, RoPE)."""
+
+    kind: Literal["sinusoidal", "learned", "relative", "rope"] = "relative"
+    max: Positive = 512  # rows of sinusoidal / learned tables
+    # sin/cos interleaved (Vaswani), sin then cos halves (Marian), or fairseq's (M2M100, NLLB): halves of other
+    # frequencies, position p at table row pad_id + 1 + p, counted over real tokens, pads a zero vector
+    sinusoidal_layout: Literal["interleaved", "halves", "fairseq"] = "interleaved"
+    offset: Count = 0  # learned table index of position 0 (BART: 2)
+    relative_buckets: Annotated[int, Range(4)] = 32
+    relative_max_distance: Positive = 128
+    relative_per_layer: bool = False  # every layer its own relative bias (UMT5), not the stack's first's (T5)
+    rope_theta: Annotated[float, Range(0, 1e12, above=True)] = 10000.0  # Llama 3 uses 500,000
+    # the sliding layers' (Gemma 3's 10,000 beside its global layers' 1,000,000); None: rope_theta
+    rope_local_theta: Annotated[float, Range(0, 1e12, above=True)] | None = None
+    rope_scale: Annotated[float, Range(1, 1e6)] = 1.0  # the global layers' positions divided by it (linear
+    # RoPE scaling, Gemma 3's factor 8)
+
+    def __post_init__(self):
+        check(self, "model.positions.")
+
+    def check_relative(self) -> None:
+        """Buckets of exact distances below the largest (ModelConfig's check: an overlay's spec may set one)."""
+        if self.relative_max_distance <= self.relative_buckets // 2:
+            raise ConfigError(
+                f"model.positions.relative_max_distance ({self.relative_max_distance}) must exceed half of "
+                f"model.positions.relative_buckets ({self.relative_buckets}), which count exact distances"
+            )
+
+
+@dataclass
 class Norms:
     """Every norm of the transformer stacks: its kind and epsilon, before or after each sublayer, or both."""
 
@@ -166,6 +198,7 @@ SPECS = {
     "output": Output,
     "embeddings": Embeddings,
     "norms": Norms,
+    "positions": Positions,
 }
 
 # Every key that moved into a spec: its flat name, as configs and checkpoints before the specs wrote it -> its place
@@ -202,6 +235,16 @@ MOVED = {
     "norm_eps": "norms.eps",
     "norm_position": "norms.position",
     "post_norms": "norms.post",
+    "position": "positions.kind",
+    "max_positions": "positions.max",
+    "sinusoidal_layout": "positions.sinusoidal_layout",
+    "position_offset": "positions.offset",
+    "relative_buckets": "positions.relative_buckets",
+    "relative_max_distance": "positions.relative_max_distance",
+    "relative_bias_per_layer": "positions.relative_per_layer",
+    "rope_theta": "positions.rope_theta",
+    "rope_local_theta": "positions.rope_local_theta",
+    "rope_scale": "positions.rope_scale",
 }
 
 

@@ -49,8 +49,8 @@ class DecoderOnly(PromptedLM, nn.Module):
         self.sliding = [cfg.sliding_layer(i) for i in range(cfg.n_encoder_layers)]
         rotary, _ = build_rotaries(cfg, cross=False)
         local_rotary = rotary  # the sliding layers' RoPE: the global layers' or its own base (Gemma 3's)
-        if cfg.rope_local_theta is not None:
-            local_rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_local_theta)
+        if cfg.positions.rope_local_theta is not None:
+            local_rotary = RotaryEmbedding(cfg.head_dim, cfg.positions.rope_local_theta)
         self.blocks = nn.ModuleList(
             build_causal_block(cfg, local_rotary if slides else rotary) for slides in self.sliding
         )

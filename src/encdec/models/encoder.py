@@ -40,7 +40,7 @@ class Encoder(Stack):
         self.local_radius = cfg.local_radius if cfg.encoder_attention != "full" else None
         self.long_scores = LONG_SCORES
         if cfg.encoder_attention == "transient_global":
-            buckets, distance = cfg.relative_buckets, cfg.relative_max_distance
+            buckets, distance = cfg.positions.relative_buckets, cfg.positions.relative_max_distance
             self.global_bias = RelativePositionBias(cfg.n_heads, True, buckets, distance)  # every layer reads it
         self.blocks = nn.ModuleList(
             build_encoder_block(cfg, local_rotary if self.sliding[i] else rotary, sparse=cfg.moe_layer(i))

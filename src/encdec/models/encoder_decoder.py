@@ -57,7 +57,7 @@ from encdec.modules.decoding_linear import new_pass
 def table_rows(cfg: ModelConfig) -> int | None:
     """The rows of the model's absolute position table (sinusoidal or learned), the most positions a stack
     reads; None where positions are relative or rotary (any length)."""
-    return cfg.max_positions if cfg.position in ("sinusoidal", "learned") else None
+    return cfg.positions.max if cfg.positions.kind in ("sinusoidal", "learned") else None
 
 
 def check_lengths(cfg: ModelConfig, src_len: int, max_new_tokens: int) -> None:

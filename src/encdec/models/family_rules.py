@@ -6,8 +6,10 @@ The family classes refuse through `check_family` before they build anything; a c
 """
 
 from encdec.errors import ConfigError
-from encdec.models.config_specs import CrossAttention
+from encdec.models.config_specs import CrossAttention, Positions
 from encdec.models.model_config import CAUSAL_LMS, ModelConfig, refuse_unused
+
+DEFAULT = ModelConfig()  # every setting at its default, which a setting that acts only beside another keeps
 
 # What no causal LM uses: other position schemes (position must be learned or rope), Marian and
 # BART's checkpoint details, Switch's layout of sparse layers (every feed-forward is one with experts),
@@ -16,19 +18,19 @@ LM_UNUSED = frozenset(
     {
         "experts.every",
         "experts.decoder_every",
-        "sinusoidal_layout",
-        "position_offset",
-        "relative_buckets",
-        "relative_max_distance",
-        "relative_bias_per_layer",  # UMT5's
+        "positions.sinusoidal_layout",
+        "positions.offset",
+        "positions.relative_buckets",
+        "positions.relative_max_distance",
+        "positions.relative_per_layer",  # UMT5's
         "output.logits_bias",
         "hf_model_type",  # the Hugging Face family an encoder-decoder exports as
         "sliding_window",  # Gemma 2's, as T5Gemma's encoder-decoder has it
         "global_every",
         "encoder_attention",  # LongT5's, and its two settings
         "sliding_window_layout",  # T5Gemma 2's, with its RoPE, norms, merged attention and tokens
-        "rope_local_theta",
-        "rope_scale",
+        "positions.rope_local_theta",
+        "positions.rope_scale",
         "qk_norm",  # T5Gemma 2's and, in the decoder-only family, Qwen3's
         "attention_bias",  # Qwen2's biases on q, k and v alone, the decoder-only family's
         "cross_attention.merged",
@@ -46,7 +48,15 @@ LM_UNUSED = frozenset(
 # window (a cache that keeps every key and masks by the window decodes it exactly), Gemma 3's RoPE of the sliding
 # layers and scaling of the global ones, Gemma's cap of the logits
 DECODER_ONLY_OWN = frozenset(
-    {"qk_norm", "attention_bias", "sliding_window", "global_every", "rope_local_theta", "rope_scale", "output.softcap"}
+    {
+        "qk_norm",
+        "attention_bias",
+        "sliding_window",
+        "global_every",
+        "positions.rope_local_theta",
+        "positions.rope_scale",
+        "output.softcap",
+    }
 )
 
 # family -> the fields it refuses away from their defaults (its class's UNUSED)
@@ -69,15 +79,8 @@ UNUSED_BY_FAMILY = {
             "activation",
             "norms",
             "scale_attention",
-            "position",
-            "max_positions",
-            "sinusoidal_layout",
-            "position_offset",
+            "positions",
             "embeddings.norm",
-            "relative_buckets",
-            "relative_max_distance",
-            "relative_bias_per_layer",
-            "rope_theta",
             "embeddings.scale",
             "output",
             "experts",
@@ -89,8 +92,6 @@ UNUSED_BY_FAMILY = {
             "global_every",
             "encoder_attention",
             "sliding_window_layout",
-            "rope_local_theta",
-            "rope_scale",
             "qk_norm",
             "attention_bias",
             "image_tokens",
@@ -125,8 +126,10 @@ def check_family(cfg: ModelConfig) -> None:
         raise ConfigError("model.attention_bias acts only with model.bias false, which puts a bias on every projection")
     if cfg.attention_scale_dim is not None and not cfg.scale_attention:
         raise ConfigError("model.attention_scale_dim acts only with model.scale_attention true")
-    if cfg.relative_bias_per_layer and cfg.position != "relative":
-        raise ConfigError(f"model.relative_bias_per_layer acts only with model.position relative, got {cfg.position!r}")
+    if cfg.positions.relative_per_layer and cfg.positions.kind != "relative":
+        raise ConfigError(
+            f"model.positions.relative_per_layer acts only with model.positions.kind relative, got {cfg.positions.kind!r}"
+        )
     if cfg.family == "rnn_seq2seq" and cfg.decoder_layers != cfg.n_encoder_layers:
         raise ConfigError("rnn_seq2seq needs model.n_decoder_layers equal to model.n_encoder_layers (or unset)")
     if cfg.family == "encoder_decoder":
@@ -145,14 +148,14 @@ def check_gemma3_fields(cfg: ModelConfig) -> None:
     same)."""
     if cfg.sliding_window is None and cfg.sliding_window_layout != ModelConfig.sliding_window_layout:
         raise ConfigError("model.sliding_window_layout acts only with model.sliding_window; remove it")
-    for key in ("rope_local_theta", "rope_scale"):
-        if getattr(cfg, key) != getattr(ModelConfig, key) and cfg.position != "rope":
-            raise ConfigError(f"model.{key} acts only with model.position rope; remove it")
-    if cfg.rope_local_theta is not None and cfg.sliding_window is None:
-        raise ConfigError("model.rope_local_theta acts only with model.sliding_window, in the sliding layers")
+    for key in ("positions.rope_local_theta", "positions.rope_scale"):
+        if cfg.setting(key) != DEFAULT.setting(key) and cfg.positions.kind != "rope":
+            raise ConfigError(f"model.{key} acts only with model.positions.kind rope; remove it")
+    if cfg.positions.rope_local_theta is not None and cfg.sliding_window is None:
+        raise ConfigError("model.positions.rope_local_theta acts only with model.sliding_window, in the sliding layers")
     cross = cfg.cross_attention
     if cross.merged:
-        if cfg.position == "rope" and cross.rope != "none":
+        if cfg.positions.kind == "rope" and cross.rope != "none":
             raise ConfigError(
                 "model.cross_attention.merged needs model.cross_attention.rope none: the encoder's keys are not rotated"
             )
@@ -171,9 +174,11 @@ def check_encoder_attention(cfg: ModelConfig) -> None:
         unused = full or (key == "global_block_size" and cfg.encoder_attention == "local")
         if unused and getattr(cfg, key) != getattr(ModelConfig, key):
             raise ConfigError(f"model.{key} acts only with model.encoder_attention local or transient_global")
-    if cfg.encoder_attention == "transient_global" and (cfg.position != "relative" or cfg.relative_bias_per_layer):
+    if cfg.encoder_attention == "transient_global" and (
+        cfg.positions.kind != "relative" or cfg.positions.relative_per_layer
+    ):
         raise ConfigError(
-            "model.encoder_attention transient_global needs model.position relative with one bias per stack (T5's)"
+            "model.encoder_attention transient_global needs model.positions.kind relative with one bias per stack (T5's)"
         )
 
 
@@ -181,8 +186,8 @@ def check_sliding_window(cfg: ModelConfig) -> None:
     """A sliding window needs positions no relative bias carries; global_every means nothing without one."""
     if cfg.sliding_window is None and cfg.global_every != ModelConfig.global_every:
         raise ConfigError("model.global_every acts only with model.sliding_window; remove it")
-    if cfg.sliding_window is not None and cfg.position == "relative":
-        raise ConfigError("model.sliding_window does not combine with model.position relative; use rope")
+    if cfg.sliding_window is not None and cfg.positions.kind == "relative":
+        raise ConfigError("model.sliding_window does not combine with model.positions.kind relative; use rope")
 
 
 def check_moe_layout(cfg: ModelConfig) -> None:
@@ -201,16 +206,18 @@ def check_moe_layout(cfg: ModelConfig) -> None:
 
 def check_lm_config(cfg: ModelConfig) -> None:
     """Refuse the position settings a causal LM cannot honour, each in one sentence."""
-    if cfg.position not in ("learned", "rope"):
-        raise ConfigError(f"model.family {cfg.family} needs model.position learned or rope, got {cfg.position!r}")
+    if cfg.positions.kind not in ("learned", "rope"):
+        raise ConfigError(
+            f"model.family {cfg.family} needs model.positions.kind learned or rope, got {cfg.positions.kind!r}"
+        )
     rope = cfg.cross_attention.rope
-    if cfg.position == "learned":
+    if cfg.positions.kind == "learned":
         for key, value, default in (
-            ("rope_theta", cfg.rope_theta, ModelConfig.rope_theta),
+            ("positions.rope_theta", cfg.positions.rope_theta, Positions.rope_theta),
             ("cross_attention.rope", rope, CrossAttention.rope),
         ):
             if value != default:
-                raise ConfigError(f"model.{key} acts only with model.position rope; remove it")
+                raise ConfigError(f"model.{key} acts only with model.positions.kind rope; remove it")
     elif rope == "prepended":
         raise ConfigError(
             f"model.cross_attention.rope prepended does not apply to the {cfg.family} family, whose encoder and decoder "

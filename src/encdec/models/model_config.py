@@ -25,12 +25,14 @@ from encdec.models.config_specs import (
     Layers,
     Norms,
     Output,
+    Positions,
     Rnn,
     Softcap,
     moved_to_specs,
+    overlaid,
 )
 from encdec.models.research_config import ResearchOptions
-from encdec.schema import Count, Positive, Range, TokenId, check, check_vocabulary, read
+from encdec.schema import Positive, Range, TokenId, check, check_vocabulary, read
 
 # Settings whose default depends on the family: None takes the family's value (T5's for the
 # encoder-decoder, nanoGPT's for the causal LMs); a family without an entry does not use the setting.
@@ -86,20 +88,7 @@ class ModelConfig:
     encoder_attention: Literal["full", "local", "transient_global"] = "full"
     local_radius: Positive = 127
     global_block_size: Positive = 16
-    position: Literal["sinusoidal", "learned", "relative", "rope"] = "relative"
-    max_positions: Positive = 512  # rows of sinusoidal / learned tables
-    # sin/cos interleaved (Vaswani), sin then cos halves (Marian), or fairseq's (M2M100, NLLB): halves of other
-    # frequencies, position p at table row pad_id + 1 + p, counted over real tokens, pads a zero vector
-    sinusoidal_layout: Literal["interleaved", "halves", "fairseq"] = "interleaved"
-    position_offset: Count = 0  # learned table index of position 0 (BART: 2)
-    relative_buckets: Annotated[int, Range(4)] = 32
-    relative_max_distance: Positive = 128
-    relative_bias_per_layer: bool = False  # every layer its own relative bias (UMT5), not the stack's first's (T5)
-    rope_theta: Annotated[float, Range(0, 1e12, above=True)] = 10000.0  # Llama 3 uses 500,000
-    rope_local_theta: Annotated[float, Range(0, 1e12, above=True)] | None = None  # the sliding layers' (Gemma 3's
-    # 10,000 beside its global layers' 1,000,000); None: rope_theta
-    rope_scale: Annotated[float, Range(1, 1e6)] = 1.0  # the global layers' positions divided by it (linear RoPE
-    # scaling, Gemma 3's factor 8)
+    positions: Positions = field(default_factory=Positions)  # how positions enter: tables, relative bias, RoPE
     qk_norm: bool = False  # each head's queries and keys normed (RMS) before RoPE (Gemma 3, Qwen3)
     embeddings: Embeddings = field(default_factory=Embeddings)  # their scale and norm, tied head, shared table
     output: Output = field(default_factory=Output)  # the logits' scale, fixed bias and cap
@@ -137,16 +126,15 @@ class ModelConfig:
         check_vocabulary(ModelConfig, vars(self), self.vocab_size, "model.")
         for name, spec in SPECS.items():
             check_vocabulary(spec, vars(getattr(self, name)), self.vocab_size, f"model.{name}.")
-        if self.relative_max_distance <= self.relative_buckets // 2:
-            raise ConfigError(
-                f"model.relative_max_distance ({self.relative_max_distance}) must exceed half of "
-                f"model.relative_buckets ({self.relative_buckets}), which count exact distances"
-            )
+        self.positions.check_relative()
         self.experts.check_top_k()
         if self.family != "rnn_seq2seq":  # the only family without attention
             self._check_heads()
-        if self.position == "sinusoidal" and self.sinusoidal_layout == "fairseq" and self.d_model < 4:
-            raise ConfigError(f"model.sinusoidal_layout fairseq needs d_model of 4 or more, got {self.d_model}")
+        positions = self.positions
+        if positions.kind == "sinusoidal" and positions.sinusoidal_layout == "fairseq" and self.d_model < 4:
+            raise ConfigError(
+                f"model.positions.sinusoidal_layout fairseq needs d_model of 4 or more, got {self.d_model}"
+            )
         if self.family == "encoder_decoder":  # the other families refuse model.encoder (family_rules)
             self._check_encoder_widths()
 
@@ -180,9 +168,9 @@ class ModelConfig:
         ):
             if h % k:
                 raise ConfigError(f"model.{kv} ({k}) must divide model.{heads} ({h})")
-        if self.position == "rope" and self.head_dim % 2:
+        if self.positions.kind == "rope" and self.head_dim % 2:
             raise ConfigError(f"RoPE needs an even head dimension, got d_head {self.head_dim}")
-        if self.position == "rope" and cross.rope != "none" and self.cross_head_dim % 2:
+        if self.positions.kind == "rope" and cross.rope != "none" and self.cross_head_dim % 2:
             raise ConfigError(
                 f"RoPE in cross-attention needs an even head width, got d_model / cross heads = {self.cross_head_dim}; "
                 "set model.cross_attention.rope none or other model.cross_attention.n_heads"
@@ -242,6 +230,11 @@ class ModelConfig:
     def moe_layer(self, layer: int, decoder: bool = False) -> bool:
         """Whether a stack's feed-forward `layer` (from 0) is a mixture of experts (Experts.layer)."""
         return self.experts.layer(layer, decoder)
+
+    def updated(self, **changes) -> "ModelConfig":
+        """This config with `changes` set, in either shape: a spec's keys over its own (`positions={"rope_scale":
+        4.0}` or `rope_scale=4.0` keeps the other positions settings)."""
+        return ModelConfig.from_dict(overlaid(self.to_dict(), changes))
 
     def to_dict(self) -> dict:
         return asdict(self)

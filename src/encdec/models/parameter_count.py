@@ -105,10 +105,10 @@ def stack_norms(cfg: ModelConfig) -> int:
 
 def stack_positions(cfg: ModelConfig, layers: int) -> int:
     """One stack's learned position table, or its relative bias (T5's one, UMT5's one per layer)."""
-    if cfg.position == "learned":
-        return (cfg.max_positions + cfg.position_offset) * cfg.d_model
-    if cfg.position == "relative":
-        return cfg.relative_buckets * cfg.n_heads * (layers if cfg.relative_bias_per_layer else 1)
+    if cfg.positions.kind == "learned":
+        return (cfg.positions.max + cfg.positions.offset) * cfg.d_model
+    if cfg.positions.kind == "relative":
+        return cfg.positions.relative_buckets * cfg.n_heads * (layers if cfg.positions.relative_per_layer else 1)
     return 0  # sinusoidal (a buffer) or rope (rotations)
 
 
@@ -119,7 +119,7 @@ def encoder_decoder(cfg: ModelConfig) -> ParameterCount:
     enc = cfg.encoder_config()
     positions = stack_positions(enc, cfg.n_encoder_layers) + stack_positions(cfg, cfg.decoder_layers)
     if cfg.encoder_attention == "transient_global":  # its keys' bias in the encoder, a norm of them per layer
-        positions += cfg.relative_buckets * enc.n_heads
+        positions += cfg.positions.relative_buckets * enc.n_heads
     layers = sum(encoder_block(enc, cfg.moe_layer(i)) for i in range(cfg.n_encoder_layers))
     layers += cfg.n_encoder_layers * norm(enc) if cfg.encoder_attention == "transient_global" else 0
     layers += sum(decoder_block(cfg, sparse=cfg.moe_layer(i, decoder=True)) for i in range(cfg.decoder_layers))
@@ -130,8 +130,8 @@ def encoder_decoder(cfg: ModelConfig) -> ParameterCount:
 def causal_positions(cfg: ModelConfig, next_positions: bool) -> int:
     """The learned table (causal_lm_shared.PromptedLM.build_embeddings): max_positions rows, one more when
     positions 1..T are looked up; with rope, kept for those alone."""
-    if cfg.position == "learned" or next_positions:
-        return (cfg.max_positions + int(next_positions)) * cfg.d_model
+    if cfg.positions.kind == "learned" or next_positions:
+        return (cfg.positions.max + int(next_positions)) * cfg.d_model
     return 0
 
 
@@ -163,7 +163,7 @@ def embedding_loss(cfg: ModelConfig) -> int:
         return 0
     layer_norm = 2 * cfg.d_model if r.embedding_norm_affine else 0
     norms = layer_norm * ((r.embedding_ln_type != "NONE") + bool(r.use_ln_on_encoder_out))
-    return norms + (cfg.max_positions**2 if r.embedding_aggregation == "MATMUL" else 0)
+    return norms + (cfg.positions.max**2 if r.embedding_aggregation == "MATMUL" else 0)
 
 
 def rnn_seq2seq(cfg: ModelConfig) -> ParameterCount:

@@ -35,24 +35,28 @@ LAYERNORM_SCALED = dict(
 FAMILIES = {
     "transformer": dict(
         LAYERNORM_SCALED,
-        position="sinusoidal",
+        positions=dict(kind="sinusoidal"),
         activation="relu",
         norms=dict(LAYERNORM_SCALED["norms"], position="post"),
         bias=True,
         embeddings=dict(scale=True, tie=True),
         vocab_size=32000,
     ),
-    "t5": dict(position="relative", activation="relu", vocab_size=32128),
+    "t5": dict(positions=dict(kind="relative"), activation="relu", vocab_size=32128),
     "t5-v1.1": dict(
-        position="relative",
+        positions=dict(kind="relative"),
         activation="gated_gelu",
         embeddings=dict(tie=False),
         output=dict(scale=False),
         vocab_size=32128,
     ),
-    "rot5": dict(position="rope", cross_attention=dict(rope="relative"), activation="gelu", vocab_size=32502),
+    "rot5": dict(
+        positions=dict(kind="rope"), cross_attention=dict(rope="relative"), activation="gelu", vocab_size=32502
+    ),
 }
-GPT = dict(LAYERNORM_SCALED, position="learned", activation="gelu", bias=False, dropout=0.0, vocab_size=50257)
+GPT = dict(
+    LAYERNORM_SCALED, positions=dict(kind="learned"), activation="gelu", bias=False, dropout=0.0, vocab_size=50257
+)
 FAMILIES.update(
     {
         "ar_encdec": dict(
@@ -104,23 +108,45 @@ SIZES = {
     # the research families: n_encoder_layers is the depth of each side, context max_positions
     "ar_encdec": {
         "tiny": dict(
-            d_model=64, n_heads=4, cross_attention=dict(n_heads=8), d_ff=256, n_encoder_layers=2, max_positions=128
+            d_model=64,
+            n_heads=4,
+            cross_attention=dict(n_heads=8),
+            d_ff=256,
+            n_encoder_layers=2,
+            positions=dict(max=128),
         ),
         "small": dict(
-            d_model=150, n_heads=5, cross_attention=dict(n_heads=10), d_ff=600, n_encoder_layers=13, max_positions=200
+            d_model=150,
+            n_heads=5,
+            cross_attention=dict(n_heads=10),
+            d_ff=600,
+            n_encoder_layers=13,
+            positions=dict(max=200),
         ),
     },
     "parallel_encdec": {
         "tiny": dict(
-            d_model=64, n_heads=4, cross_attention=dict(n_heads=8), d_ff=256, n_encoder_layers=2, max_positions=128
+            d_model=64,
+            n_heads=4,
+            cross_attention=dict(n_heads=8),
+            d_ff=256,
+            n_encoder_layers=2,
+            positions=dict(max=128),
         ),
         "small": dict(
-            d_model=200, n_heads=5, cross_attention=dict(n_heads=10), d_ff=800, n_encoder_layers=5, max_positions=200
+            d_model=200,
+            n_heads=5,
+            cross_attention=dict(n_heads=10),
+            d_ff=800,
+            n_encoder_layers=5,
+            positions=dict(max=200),
         ),
     },
     "decoder_only": {
-        "tiny": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=4, max_positions=128),
-        "small": dict(d_model=160, n_heads=10, d_ff=640, n_encoder_layers=26, max_positions=200),  # seed 000 baseline
+        "tiny": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=4, positions=dict(max=128)),
+        "small": dict(
+            d_model=160, n_heads=10, d_ff=640, n_encoder_layers=26, positions=dict(max=200)
+        ),  # seed 000 baseline
     },
     "rnn_seq2seq": {
         "tiny": dict(d_model=64, n_encoder_layers=1),

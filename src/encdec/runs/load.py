@@ -94,9 +94,11 @@ def check_max_source_len(max_source_len: int | None, cfg: ModelConfig) -> None:
     if max_source_len is None:
         return
     value_of(SourceLength, max_source_len, "max_source_len")
-    if (cfg.position in ("sinusoidal", "learned") or cfg.family in CAUSAL_LMS) and max_source_len > cfg.max_positions:
+    if (
+        cfg.positions.kind in ("sinusoidal", "learned") or cfg.family in CAUSAL_LMS
+    ) and max_source_len > cfg.positions.max:
         raise ConfigError(
-            f"max_source_len is {max_source_len:,} but this model has {cfg.max_positions:,} positions for its input"
+            f"max_source_len is {max_source_len:,} but this model has {cfg.positions.max:,} positions for its input"
         )
 
 

@@ -36,7 +36,7 @@ BART_KEYS = {
     "d_ff": "encoder_ffn_dim",
     "n_encoder_layers": "encoder_layers",
     "n_decoder_layers": "decoder_layers",
-    "max_positions": "max_position_embeddings",
+    "positions.max": "max_position_embeddings",
     "embeddings.scale": "scale_embedding",
 } | IDS
 # Hugging Face activation_function -> our activation name, and back (the feed-forward is fc1 -> act -> fc2)
@@ -90,7 +90,7 @@ def layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
         norms={"kind": "layernorm", "eps": 1e-5, "position": "post"},
         bias=True,
         scale_attention=True,
-        max_positions=hf.get("max_position_embeddings", 1024),
+        positions={"max": hf.get("max_position_embeddings", 1024)},
         # scale as given: ModelConfig's declaration checks it
         embeddings={"scale": hf.get("scale_embedding", False), "tie": not untied_head},
         output={"scale": False, "logits_bias": True},
@@ -138,7 +138,7 @@ def layout_hf_config(cfg: ModelConfig) -> dict:
         "decoder_attention_heads": cfg.n_heads,
         "decoder_ffn_dim": cfg.d_ff,
         "activation_function": OUR_ACTIVATIONS[cfg.activation],
-        "max_position_embeddings": cfg.max_positions,
+        "max_position_embeddings": cfg.positions.max,
         "scale_embedding": cfg.embeddings.scale,
         "dropout": cfg.dropout,
         "attention_dropout": cfg.dropout,
@@ -156,7 +156,7 @@ def layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str
     for side in ("encoder", "decoder"):  # HF's learned table has 2 rows before position 0
         key = f"model.{side}.embed_positions.weight"
         if key in weights:
-            table, offset = weights[key], cfg.position_offset
+            table, offset = weights[key], cfg.positions.offset
             table = table[max(offset - 2, 0) :]
             weights[key] = torch.cat([table.new_zeros(max(2 - offset, 0), table.shape[1]), table])
     bias = weights.pop("final_logits_bias", torch.zeros(cfg.vocab_size))
@@ -178,8 +178,9 @@ def check_layout(cfg: ModelConfig, family: str, embeddings: dict[str, bool], nor
 def sinusoidal_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
     """What keeps `cfg`'s embeddings from Marian's and Pegasus's sines-first sinusoids."""
     return {
-        "position must be sinusoidal": cfg.position != "sinusoidal",
-        "sinusoidal_layout must be interleaved or halves (fairseq's is M2M100's)": cfg.sinusoidal_layout == "fairseq",
+        "position must be sinusoidal": cfg.positions.kind != "sinusoidal",
+        "sinusoidal_layout must be interleaved or halves (fairseq's is M2M100's)": cfg.positions.sinusoidal_layout
+        == "fairseq",
         "embeddings.norm must be false": cfg.embeddings.norm,
     }
 
@@ -187,14 +188,14 @@ def sinusoidal_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
 def sinusoidal_weights(model: EncoderDecoder) -> dict[str, torch.Tensor]:
     """A model with sinusoidal positions (either layout) as BART-layout weights, its dimensions sines first."""
     cfg, state = model.config, model.state_dict()
-    if cfg.sinusoidal_layout == "interleaved":
+    if cfg.positions.sinusoidal_layout == "interleaved":
         state = permute_model_dim(state, halves_order(cfg.d_model))
     return layout_weights(state, cfg)
 
 
 def vaswani_sinusoids(cfg: ModelConfig) -> bool:
     """Sinusoidal positions Marian and Pegasus write (interleaved or halves); fairseq's are M2M100's."""
-    return cfg.position == "sinusoidal" and cfg.sinusoidal_layout != "fairseq"
+    return cfg.positions.kind == "sinusoidal" and cfg.positions.sinusoidal_layout != "fairseq"
 
 
 def named_family(model_type: str, hf_class: str, name: str, config_from_hf, tokenizer_files: tuple[str, ...]) -> Family:
@@ -203,7 +204,7 @@ def named_family(model_type: str, hf_class: str, name: str, config_from_hf, toke
     model written as this family (interop.families.family_for)."""
 
     def check(cfg: ModelConfig) -> None:
-        learned = cfg.position != "learned" or cfg.position_offset != 2
+        learned = cfg.positions.kind != "learned" or cfg.positions.offset != 2
         embeddings = {"position must be learned with position_offset 2": learned}
         check_layout(cfg, name, embeddings | {"embeddings.norm must be true": not cfg.embeddings.norm})
 

@@ -70,9 +70,9 @@ GEMMA_KEYS = LLAMA_KEYS | {
     "attention_scale_dim": "query_pre_attn_scalar",
     "attention_softcap": "attn_logit_softcapping",
     "output.softcap": "final_logit_softcapping",
-    "rope_theta": "rope_parameters",
-    "rope_local_theta": "rope_parameters",
-    "rope_scale": "rope_parameters",
+    "positions.rope_theta": "rope_parameters",
+    "positions.rope_local_theta": "rope_parameters",
+    "positions.rope_scale": "rope_parameters",
 }
 NAMES = decoder_names(
     "Gemma",
@@ -135,9 +135,7 @@ def config_from_gemma(hf: dict, untied_head: bool | None = None) -> ModelConfig:
         attention_softcap=None if gemma3 else hf["attn_logit_softcapping"],  # transformers' Gemma 3 caps none
         sliding_window=window,
         global_every=step if window else 2,
-        rope_theta=theta,
-        rope_scale=scale,
-        rope_local_theta=local_theta if window else None,
+        positions={"rope_theta": theta, "rope_scale": scale, "rope_local_theta": local_theta if window else None},
         dropout=hf["attention_dropout"],
     )
     return ModelConfig.from_dict(overlaid(overlaid(decoder_fields(hf), gemma_fields(hf, untied_head)), gemma))
@@ -153,7 +151,7 @@ def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
     gemma3 = model_type == "gemma3_text"
     problems = {
         "family must be decoder_only": cfg.family != "decoder_only",
-        "position must be rope": cfg.position != "rope",
+        "position must be rope": cfg.positions.kind != "rope",
         "norms.kind must be gemma_rmsnorm with norms.position pre and norms.post": cfg.norms.kind != "gemma_rmsnorm"
         or cfg.norms.position != "pre"
         or not cfg.norms.post,
@@ -171,11 +169,13 @@ def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
             cfg.attention_softcap is not None
         )
         problems["rope_local_theta must be set where rope_scale scales the global layers beside sliding ones"] = (
-            cfg.sliding_window is not None and cfg.rope_scale != 1.0 and cfg.rope_local_theta is None
+            cfg.sliding_window is not None
+            and cfg.positions.rope_scale != 1.0
+            and cfg.positions.rope_local_theta is None
         )
     else:
-        problems["rope_local_theta and rope_scale are Gemma 3's"] = cfg.rope_local_theta is not None or (
-            cfg.rope_scale != 1.0
+        problems["rope_local_theta and rope_scale are Gemma 3's"] = cfg.positions.rope_local_theta is not None or (
+            cfg.positions.rope_scale != 1.0
         )
     failed = [text for text, bad in problems.items() if bad]
     if failed:
@@ -185,12 +185,12 @@ def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
 def gemma_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Tensor], dict]:
     """A model of `model_type`'s layout: its weights under transformers' names and its config.json keys."""
     cfg = model.config
-    full = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    full = {"rope_type": "default", "rope_theta": cfg.positions.rope_theta}
     config = {
         **gemma_stack(cfg, cfg.n_encoder_layers),
         "sliding_window": cfg.sliding_window or 4096,  # no layer slides without one (layer_types)
         "rope_parameters": full if model_type == "gemma2" else two_bases_written(cfg),
-        "max_position_embeddings": cfg.max_positions,
+        "max_position_embeddings": cfg.positions.max,
         "use_bidirectional_attention": False,
         "tie_word_embeddings": cfg.embeddings.tie,
         "attention_dropout": cfg.dropout,

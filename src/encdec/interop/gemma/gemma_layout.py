@@ -60,7 +60,7 @@ def gemma_fields(stack: dict, untied_head: bool) -> dict:
         "norms": {"kind": "gemma_rmsnorm", "eps": stack["rms_norm_eps"], "post": True},
         "scale_attention": True,
         "attention_scale_dim": stack["query_pre_attn_scalar"],
-        "position": "rope",
+        "positions": {"kind": "rope"},
         "embeddings": {"scale": True, "tie": not untied_head},
         "output": {"scale": False, "softcap": stack["final_logit_softcapping"]},
     }
@@ -93,7 +93,7 @@ def encoder_decoder_fields(hf: dict, encoder: dict, decoder: dict, untied_head: 
 def encoder_decoder_problems(cfg: ModelConfig) -> dict[str, bool]:
     """What keeps `cfg` from the Gemma stacks T5Gemma and T5Gemma 2 share, their attention and embeddings aside."""
     return {
-        "position must be rope with cross_attention.rope none": cfg.position != "rope"
+        "position must be rope with cross_attention.rope none": cfg.positions.kind != "rope"
         or cfg.cross_attention.rope != "none",
         "norms.kind must be gemma_rmsnorm with norms.post": cfg.norms.kind != "gemma_rmsnorm" or not cfg.norms.post,
         "norms.position must be pre": cfg.norms.position != "pre",
@@ -169,10 +169,10 @@ def two_bases(full: dict, sliding: dict, where: str = "") -> tuple[float, float,
 def two_bases_written(cfg: ModelConfig) -> dict:
     """Gemma 3's rope_parameters as transformers 5 writes them: the global layers' (scaled where rope_scale says)
     and the sliding layers'."""
-    full = {"rope_type": "default", "rope_theta": cfg.rope_theta}
-    if cfg.rope_scale != 1.0:
-        full = {"rope_type": "linear", "rope_theta": cfg.rope_theta, "factor": cfg.rope_scale}
-    sliding = {"rope_type": "default", "rope_theta": cfg.rope_local_theta or cfg.rope_theta}
+    full = {"rope_type": "default", "rope_theta": cfg.positions.rope_theta}
+    if cfg.positions.rope_scale != 1.0:
+        full = {"rope_type": "linear", "rope_theta": cfg.positions.rope_theta, "factor": cfg.positions.rope_scale}
+    sliding = {"rope_type": "default", "rope_theta": cfg.positions.rope_local_theta or cfg.positions.rope_theta}
     return {"full_attention": full, "sliding_attention": sliding}
 
 

@@ -102,8 +102,7 @@ def config_from_llama(hf: dict, untied_head: bool | None = None) -> ModelConfig:
         norms={"kind": "rmsnorm"},
         qk_norm=model_type == "qwen3",
         **attention_biases(hf, model_type),
-        position="rope",
-        rope_theta=rope_theta(hf),
+        positions={"kind": "rope", "rope_theta": rope_theta(hf)},
         embeddings={"tie": not untied_head},
         dropout=hf.get("attention_dropout", 0.0),
     )
@@ -119,7 +118,7 @@ def layout_problems(cfg: ModelConfig) -> dict[str, bool]:
     """What keeps `cfg` from the layout Llama, Qwen2 and Qwen3 share, their biases and norms aside."""
     return {
         "family must be decoder_only": cfg.family != "decoder_only",
-        "position must be rope": cfg.position != "rope",
+        "position must be rope": cfg.positions.kind != "rope",
         "norms.kind must be rmsnorm (pre, no post)": cfg.norms.kind != "rmsnorm"
         or cfg.norms.position != "pre"
         or cfg.norms.post,
@@ -156,8 +155,8 @@ def llama_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Te
     config = {
         **stack_sizes(cfg, cfg.n_encoder_layers),
         "hidden_act": "silu",
-        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
-        "max_position_embeddings": cfg.max_positions,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.positions.rope_theta},
+        "max_position_embeddings": cfg.positions.max,
         "tie_word_embeddings": cfg.embeddings.tie,
         "attention_dropout": cfg.dropout,
     }

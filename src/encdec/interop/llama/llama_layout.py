@@ -25,7 +25,7 @@ STACK_KEYS = {
     "norms.eps": "rms_norm_eps",
 }
 LLAMA_KEYS = STACK_KEYS | {
-    "max_positions": "max_position_embeddings",
+    "positions.max": "max_position_embeddings",
     "dropout": "attention_dropout",
     "pad_id": "pad_token_id",
     "eos_id": "eos_token_id",
@@ -85,7 +85,7 @@ def decoder_fields(hf: dict) -> dict:
         "d_head": own_head_dim(hf),
         "n_encoder_layers": hf["num_hidden_layers"],
         "norms": {"eps": hf["rms_norm_eps"]},
-        "max_positions": hf["max_position_embeddings"],
+        "positions": {"max": hf["max_position_embeddings"]},
         "pad_id": first_set(hf.get("pad_token_id"), eos_id),
         "eos_id": eos_id,
         "decoder_start_id": first_set(hf.get("bos_token_id"), eos_id),

@@ -29,8 +29,7 @@ def m2m100_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     return bart_layout.layout_config(
         {**DEFAULTS, **hf},
         untied_head,
-        position="sinusoidal",
-        sinusoidal_layout="fairseq",
+        positions={"kind": "sinusoidal", "sinusoidal_layout": "fairseq"},
         norms={"position": "pre"},
         output={"logits_bias": False},
     )
@@ -43,8 +42,8 @@ def load_hf_m2m100(path: Path, hf_config: dict) -> EncoderDecoder:
 def check_m2m100_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the settings M2M100's layout does not have."""
     embeddings = {
-        "position must be sinusoidal with sinusoidal_layout fairseq": cfg.position != "sinusoidal"
-        or cfg.sinusoidal_layout != "fairseq",
+        "position must be sinusoidal with sinusoidal_layout fairseq": cfg.positions.kind != "sinusoidal"
+        or cfg.positions.sinusoidal_layout != "fairseq",
         "embeddings.norm must be false": cfg.embeddings.norm,
         "output.logits_bias must be false": cfg.output.logits_bias,
     }
@@ -66,7 +65,7 @@ FAMILIES = (
         load_hf_m2m100,
         check_m2m100_compatible,
         m2m100_files,
-        lambda cfg: cfg.position == "sinusoidal" and cfg.sinusoidal_layout == "fairseq",
+        lambda cfg: cfg.positions.kind == "sinusoidal" and cfg.positions.sinusoidal_layout == "fairseq",
         bart_layout.BART_KEYS,
         ("sentencepiece.bpe.model", "vocab.json"),  # NLLB's, M2M100's (beside its spm)
         config_read_alone(m2m100_config_from_hf),

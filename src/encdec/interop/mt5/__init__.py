@@ -36,7 +36,7 @@ def load_hf_mt5(path: Path, hf_config: dict) -> EncoderDecoder:
 
 def load_hf_umt5(path: Path, hf_config: dict) -> EncoderDecoder:
     """A UMT5 directory: T5's layout with a relative bias in every self-attention layer."""
-    return t5_layout.load_hf_t5(path, hf_config, UMT5_NAMES.hf, relative_bias_per_layer=True)
+    return t5_layout.load_hf_t5(path, hf_config, UMT5_NAMES.hf, positions={"relative_per_layer": True})
 
 
 def mt5_model_config(hf_config: dict) -> ModelConfig:
@@ -51,7 +51,7 @@ def umt5_model_config(hf_config: dict) -> ModelConfig:
     or scale_decoder_outputs is false (transformers 5 writes the first true whatever the head, the second false
     for an unscaled one: every released UMT5)."""
     untied = False in (hf_config.get("tie_word_embeddings"), hf_config.get("scale_decoder_outputs"))
-    return t5_layout.config_from_hf(hf_config, untied, relative_bias_per_layer=True)
+    return t5_layout.config_from_hf(hf_config, untied, positions={"relative_per_layer": True})
 
 
 def check_mt5_compatible(cfg: ModelConfig) -> None:
@@ -63,9 +63,9 @@ def check_mt5_compatible(cfg: ModelConfig) -> None:
 
 def check_umt5_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming what UMT5 cannot express: T5's refusals for a model with a bias per layer."""
-    if not cfg.relative_bias_per_layer:
+    if not cfg.positions.relative_per_layer:
         raise ConfigError("this model cannot be saved as Hugging Face UMT5: it needs relative_bias_per_layer")
-    t5_layout.check_t5_compatible(replace(cfg, relative_bias_per_layer=False), "UMT5")
+    t5_layout.check_t5_compatible(replace(cfg, positions=replace(cfg.positions, relative_per_layer=False)), "UMT5")
 
 
 def mt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
@@ -104,7 +104,7 @@ FAMILIES = (
         load_hf_umt5,
         check_umt5_compatible,
         umt5_files,
-        lambda cfg: cfg.position == "relative" and cfg.relative_bias_per_layer,
+        lambda cfg: cfg.positions.kind == "relative" and cfg.positions.relative_per_layer,
         t5_layout.T5_KEYS,
         ("spiece.model",),
         umt5_model_config,

@@ -211,7 +211,7 @@ FAMILIES = (
         load_hf_switch,
         check_switch_compatible,
         switch_files,
-        lambda cfg: cfg.position == "relative" and cfg.experts.count > 1,
+        lambda cfg: cfg.positions.kind == "relative" and cfg.experts.count > 1,
         T5_KEYS,
         ("spiece.model",),
         switch_model_config,

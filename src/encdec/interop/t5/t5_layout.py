@@ -40,8 +40,8 @@ T5_KEYS = {
     "n_heads": "num_heads",
     "n_encoder_layers": "num_layers",
     "n_decoder_layers": "num_decoder_layers",
-    "relative_buckets": "relative_attention_num_buckets",
-    "relative_max_distance": "relative_attention_max_distance",
+    "positions.relative_buckets": "relative_attention_num_buckets",
+    "positions.relative_max_distance": "relative_attention_max_distance",
     "dropout": "dropout_rate",
     "norms.eps": "layer_norm_epsilon",
     "experts.count": "num_experts",
@@ -75,12 +75,14 @@ def config_from_hf(hf: dict, untied_head: bool, **fields) -> ModelConfig:
     t5 = dict(
         **layer_sizes(hf, T5_KEYS),
         d_head=hf["d_kv"],
-        relative_buckets=hf.get("relative_attention_num_buckets", 32),
-        relative_max_distance=hf.get("relative_attention_max_distance", 128),
+        positions={
+            "kind": "relative",
+            "relative_buckets": hf.get("relative_attention_num_buckets", 32),
+            "relative_max_distance": hf.get("relative_attention_max_distance", 128),
+        },
         dropout=hf.get("dropout_rate", 0.1),
         norms={"eps": hf.get("layer_norm_epsilon", 1e-6)},
         activation=HF_ACTIVATIONS[proj],
-        position="relative",
         embeddings={"tie": not untied_head},
         output={"scale": hf.get("scale_decoder_outputs", tie_flag is not False)},
         pad_id=hf.get("pad_token_id", 0),
@@ -104,7 +106,7 @@ def load_hf_t5(path: Path, hf_config: dict, rename=NAMES.hf, **fields) -> Encode
 def layout_problems(cfg: ModelConfig) -> list[str]:
     """What keeps `cfg` from T5's layout (attention, norms, positions, head), feed-forward kind aside."""
     problems = {
-        "position must be relative": cfg.position != "relative",
+        "position must be relative": cfg.positions.kind != "relative",
         "norms.kind must be rmsnorm": cfg.norms.kind != "rmsnorm",
         "norms.position must be pre": cfg.norms.position != "pre",
         "bias must be false": cfg.bias,
@@ -114,7 +116,7 @@ def layout_problems(cfg: ModelConfig) -> list[str]:
         "an untied head cannot have scaled output": not cfg.embeddings.tie and cfg.output.scale,
         "embeddings.norm must be false": cfg.embeddings.norm,
         "output.logits_bias must be false": cfg.output.logits_bias,
-        "relative_bias_per_layer must be false (a bias in every layer is UMT5's)": cfg.relative_bias_per_layer,
+        "positions.relative_per_layer must be false (a bias in every layer is UMT5's)": cfg.positions.relative_per_layer,
         "encoder_attention must be full (local and transient-global are LongT5's)": cfg.encoder_attention != "full",
     }
     return [text for text, bad in problems.items() if bad]
@@ -140,7 +142,7 @@ def layout_weights(model: EncoderDecoder, names: NameMap) -> dict[str, torch.Ten
 
 def layout_config(cfg: ModelConfig) -> dict:
     """The config.json keys T5's layout writes, each under the name T5_KEYS reads it by."""
-    plain = ("relative_buckets", "relative_max_distance", "dropout", "norms.eps")
+    plain = ("positions.relative_buckets", "positions.relative_max_distance", "dropout", "norms.eps")
     return {
         **hf_layer_sizes(cfg, T5_KEYS),
         T5_KEYS["d_head"]: cfg.head_dim,
@@ -163,4 +165,4 @@ def deeper_decoder(cfg: ModelConfig) -> str | None:
 
 def t5_bias(cfg: ModelConfig) -> bool:
     """T5's relative bias, in each stack's first layer (UMT5's is in every layer)."""
-    return cfg.position == "relative" and not cfg.relative_bias_per_layer
+    return cfg.positions.kind == "relative" and not cfg.positions.relative_per_layer

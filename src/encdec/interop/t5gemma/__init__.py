@@ -106,7 +106,7 @@ def config_from_t5gemma(hf: dict, untied_head: bool) -> ModelConfig:
     t5gemma = dict(
         sliding_window=window,
         global_every=global_every({"encoder": encoder, "decoder": decoder}) if window else 2,
-        rope_theta=decoder["rope_theta"],
+        positions={"rope_theta": decoder["rope_theta"]},
         embeddings={"shared": False},  # a token table each stack
         encoder=own,
     )
@@ -129,8 +129,8 @@ def check_t5gemma_compatible(cfg: ModelConfig) -> None:
         "qk_norm, cross_attention.merged, rope_local_theta, rope_scale and a split window are T5Gemma 2's": (
             cfg.qk_norm
             or cfg.cross_attention.merged
-            or cfg.rope_local_theta is not None
-            or cfg.rope_scale != 1.0
+            or cfg.positions.rope_local_theta is not None
+            or cfg.positions.rope_scale != 1.0
             or cfg.sliding_window_layout != "each_side"
         ),
         "image_tokens are T5Gemma 2's": cfg.image_tokens != ImageTokens(),
@@ -146,7 +146,7 @@ def t5gemma_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]
     cfg = model.config
 
     def stack(stack_cfg: ModelConfig, layers: int, decoder: bool) -> dict:
-        rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+        rope = {"rope_type": "default", "rope_theta": cfg.positions.rope_theta}
         return {
             **gemma_stack(stack_cfg, layers),
             "rope_parameters": rope,
@@ -167,7 +167,9 @@ FAMILIES = (
         load_hf_t5gemma,
         check_t5gemma_compatible,
         t5gemma_files,
-        lambda cfg: cfg.position == "rope" and cfg.norms.kind == "gemma_rmsnorm" and not cfg.cross_attention.merged,
+        lambda cfg: (
+            cfg.positions.kind == "rope" and cfg.norms.kind == "gemma_rmsnorm" and not cfg.cross_attention.merged
+        ),
         T5GEMMA_KEYS,
         ("tokenizer.model",),  # Gemma's SentencePiece model beside its tokenizer.json
         t5gemma_config,
@@ -176,7 +178,7 @@ FAMILIES = (
         # ROT5's RoPE and Llama's adapted to an encoder-decoder have no Hugging Face class
         only_counterpart=lambda cfg: (
             "an encoder-decoder with RoPE has no Hugging Face counterpart but T5Gemma"
-            if cfg.position == "rope"
+            if cfg.positions.kind == "rope"
             else None
         ),
     ),

@@ -141,9 +141,7 @@ def config_from_t5gemma2(hf: dict, untied_head: bool) -> ModelConfig:
         sliding_window=window,
         sliding_window_layout="split" if window else "each_side",
         global_every=gemma_layout.global_every(stacks) if window else 2,
-        rope_theta=theta,
-        rope_scale=scale,
-        rope_local_theta=local_theta if window else None,
+        positions={"rope_theta": theta, "rope_scale": scale, "rope_local_theta": local_theta if window else None},
         image_tokens=special_ids(hf, decoder["vocab_size"]),
     )
     stacks_fields = gemma_layout.encoder_decoder_fields(hf, encoder, decoder, untied_head, merged=True)
