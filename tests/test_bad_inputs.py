@@ -172,10 +172,11 @@ CASES = {
     ),
     "pack a transient-global encoder": Case(
         lambda p: train(p, "objective.pack=true", "model.encoder_attention=transient_global"),
-        "objective.pack does not combine with model.encoder_attention transient_global",
+        "objective.pack does not combine with model.attention.encoder transient_global",
     ),
     "local radius without local attention": Case(
-        lambda p: train(p, "model.local_radius=8"), "model.local_radius acts only with model.encoder_attention"
+        lambda p: train(p, "model.local_radius=8"),
+        "model.attention.local_radius acts only with model.attention.encoder",
     ),
     "pack a causal LM": Case(
         lambda p: train(p, "objective.pack=true", "objective.kind=causal_lm"),

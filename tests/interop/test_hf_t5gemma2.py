@@ -94,8 +94,17 @@ def test_logits_equal_transformers_on_a_padded_batch(pair, left):
     reference, ours, path = pair
     assert logit_gap(reference, ours, left) < 1e-4
     cfg = ours.config
-    assert (cfg.qk_norm, cfg.cross_attention.merged, cfg.sliding_window_layout) == (True, True, "split")
-    assert (cfg.positions.rope_theta, cfg.positions.rope_scale, cfg.positions.rope_local_theta, cfg.global_every) == (
+    assert (cfg.attention.qk_norm, cfg.cross_attention.merged, cfg.attention.sliding_window_layout) == (
+        True,
+        True,
+        "split",
+    )
+    assert (
+        cfg.positions.rope_theta,
+        cfg.positions.rope_scale,
+        cfg.positions.rope_local_theta,
+        cfg.attention.global_every,
+    ) == (
         1e6,
         8.0,
         1e4,

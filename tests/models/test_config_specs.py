@@ -18,6 +18,11 @@ FLAT = {"n_experts": 4, "moe_every": 2, "moe_top_k": 2, "moe_renormalize": True,
 NESTED = {"experts": {"count": 4, "every": 2, "top_k": 2, "renormalize": True, "aux_loss_coef": 0.0}}
 
 
+def test_the_config_s_top_level_stays_small():
+    """Settings that belong together are specs (issue 57: at most 30 top-level fields, from 55)."""
+    assert len(dataclasses.fields(ModelConfig)) <= 30
+
+
 def test_every_moved_key_names_a_field_of_its_spec():
     for old, place in MOVED.items():
         spec, key = place.split(".")
@@ -57,6 +62,10 @@ OLD_AND_NEW = {
     "positions": (
         {"position": "rope", "rope_theta": 500.0, "max_positions": 64, "relative_buckets": 16},
         {"positions": {"kind": "rope", "rope_theta": 500.0, "max": 64, "relative_buckets": 16}},
+    ),
+    "attention": (
+        {"scale_attention": True, "attention_softcap": 20.0, "encoder_attention": "local", "local_radius": 8},
+        {"attention": {"scale": True, "softcap": 20.0, "encoder": "local", "local_radius": 8}},
     ),
 }
 

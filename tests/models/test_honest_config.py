@@ -253,8 +253,8 @@ def test_d_head_sets_the_width_of_the_model_heads(family):
 @pytest.mark.parametrize("family", TRANSFORMERS)
 def test_scale_attention_changes_outputs_and_defaults_to_the_familys(family):
     default = build(family)
-    assert default.config.scale_attention is (family != "encoder_decoder")  # T5 does not scale; GPT does
-    flipped = build(family, scale_attention=not default.config.scale_attention)
+    assert default.config.attention.scale is (family != "encoder_decoder")  # T5 does not scale; GPT does
+    flipped = build(family, scale_attention=not default.config.attention.scale)
     ids = torch.randint(0, V - 2, (2, 8))
     assert not torch.allclose(default.eval()(ids, ids).logits, flipped.eval()(ids, ids).logits)
 
@@ -304,8 +304,8 @@ def test_cached_decoding_still_equals_the_full_forward(family, options):
 
 def test_a_causal_lm_built_from_defaults_keeps_nanogpts_scaling():
     cfg = ModelConfig.from_dict(dict(family="decoder_only", position="learned"))
-    assert cfg.scale_attention is True and cfg.output.scale is False
-    assert ModelConfig().scale_attention is False and ModelConfig().output.scale is True  # T5's
+    assert cfg.attention.scale is True and cfg.output.scale is False
+    assert ModelConfig().attention.scale is False and ModelConfig().output.scale is True  # T5's
     assert ModelConfig(family="rnn_seq2seq").output.scale is None  # not used: left at its default
 
 

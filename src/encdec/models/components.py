@@ -68,14 +68,16 @@ def build_attention(
         n_kv_heads,
         d_head,
         d_source,
-        bias=cfg.bias or cfg.attention_bias == "qkvo",
-        scale=cfg.scale_attention,
+        bias=cfg.bias or cfg.attention.bias == "qkvo",
+        scale=cfg.attention.scale,
         dropout=cfg.dropout,
         rotary=rotary,
-        scale_dim=cfg.attention_scale_dim,
-        softcap=cfg.attention_softcap,
-        qk_norm=(lambda width: build_norm(cfg.norms.kind, width, cfg.norms.eps, cfg.bias)) if cfg.qk_norm else None,
-        qkv_bias=cfg.bias or cfg.attention_bias != "none",
+        scale_dim=cfg.attention.scale_dim,
+        softcap=cfg.attention.softcap,
+        qk_norm=(lambda width: build_norm(cfg.norms.kind, width, cfg.norms.eps, cfg.bias))
+        if cfg.attention.qk_norm
+        else None,
+        qkv_bias=cfg.bias or cfg.attention.bias != "none",
     )
 
 
@@ -118,7 +120,7 @@ def build_encoder_block(
     """Self-attention then feed-forward (experts where `sparse`): an encoder layer, or a GPT block when its
     inputs are causal. A transient-global encoder's attention norms its block sums (LongT5)."""
     attention = build_self_attention(cfg, rotary)
-    if cfg.encoder_attention == "transient_global":
+    if cfg.attention.encoder == "transient_global":
         attention.global_norm = norm_factory(cfg)()
     ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout, sparse)
     pre_norm = cfg.norms.position == "pre"

@@ -7,6 +7,7 @@ one table that reads the flat keys written before them (`MOVED`).
       experts: {count: 8, top_k: 1, renormalize: true}     a mixture of experts in every feed-forward
       rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
       image_tokens: {eoi_token_id: 256000}                  T5Gemma 2's (read from its checkpoints)
+      attention: {scale: true, sliding_window: 4096}        scaling, caps, biases, windows, LongT5's kinds
       positions: {kind: rope, rope_theta: 1.0e+6}          how positions enter, and each kind's settings
       norms: {kind: layernorm, eps: 1.0e-5, position: post}  every norm of the stacks
       embeddings: {scale: true, tie: false}                the token tables: scale, norm, tied head, shared
@@ -119,6 +120,33 @@ class ImageTokens:
 
 
 @dataclass
+class AttentionSpec:
+    """Self-attention's settings (and, where they apply, cross-attention's): its biases and scaling, caps, per-head
+    norms, a sliding window in some layers, and LongT5's encoder attention."""
+
+    # with model.bias false, biases on the attention's projections alone: q, k and v (Qwen2) or all four (Llama's and
+    # Qwen3's attention_bias); model.bias true has them on every projection already
+    bias: Literal["none", "qkv", "qkvo"] = "none"
+    scale: bool | None = None  # divide scores by sqrt(d_head); None: the family's (T5 no, GPT yes)
+    scale_dim: Positive | None = None  # with scale, sqrt of this, not of d_head (Gemma's query_pre_attn_scalar)
+    softcap: Softcap | None = None  # scores capped c * tanh(s / c) before the mask (Gemma 2)
+    qk_norm: bool = False  # each head's queries and keys normed (RMS) before RoPE (Gemma 3, Qwen3)
+    sliding_window: Positive | None = None  # self-attention of most layers sees keys this near (global_every)
+    global_every: Layers = 2  # with sliding_window, layers i with (i + 1) % global_every == 0 see every key
+    # the encoder's window: keys at most sliding_window away on each side (T5Gemma), or sliding_window keys in all,
+    # (w + 1) // 2 back counting the query's own and w // 2 ahead (T5Gemma 2)
+    sliding_window_layout: Literal["each_side", "split"] = "each_side"
+    # the encoder's self-attention (LongT5): every key; "local": keys at most local_radius away; "transient_global":
+    # those and, per global_block_size-token block of the input, one key of the block's summed states, normed
+    encoder: Literal["full", "local", "transient_global"] = "full"
+    local_radius: Positive = 127
+    global_block_size: Positive = 16
+
+    def __post_init__(self):
+        check(self, "model.attention.")
+
+
+@dataclass
 class Positions:
     """How a token's position enters: its kind and the settings of each kind (tables, relative buckets, RoPE)."""
 
@@ -199,6 +227,7 @@ SPECS = {
     "embeddings": Embeddings,
     "norms": Norms,
     "positions": Positions,
+    "attention": AttentionSpec,
 }
 
 # Every key that moved into a spec: its flat name, as configs and checkpoints before the specs wrote it -> its place
@@ -245,6 +274,17 @@ MOVED = {
     "rope_theta": "positions.rope_theta",
     "rope_local_theta": "positions.rope_local_theta",
     "rope_scale": "positions.rope_scale",
+    "attention_bias": "attention.bias",
+    "scale_attention": "attention.scale",
+    "attention_scale_dim": "attention.scale_dim",
+    "attention_softcap": "attention.softcap",
+    "qk_norm": "attention.qk_norm",
+    "sliding_window": "attention.sliding_window",
+    "global_every": "attention.global_every",
+    "sliding_window_layout": "attention.sliding_window_layout",
+    "encoder_attention": "attention.encoder",
+    "local_radius": "attention.local_radius",
+    "global_block_size": "attention.global_block_size",
 }
 
 

@@ -45,7 +45,9 @@ class DecoderOnly(PromptedLM, nn.Module):
         check_family(cfg)
         self.config = cfg
         self.build_embeddings(cfg, scale_in_dtype=cfg.norms.kind == "gemma_rmsnorm")  # Gemma rounds sqrt(d_model)
-        self.sliding_window = cfg.sliding_window  # Gemma's sliding self-attention, in the layers `sliding` names
+        self.sliding_window = (
+            cfg.attention.sliding_window
+        )  # Gemma's sliding self-attention, in the layers `sliding` names
         self.sliding = [cfg.sliding_layer(i) for i in range(cfg.n_encoder_layers)]
         rotary, _ = build_rotaries(cfg, cross=False)
         local_rotary = rotary  # the sliding layers' RoPE: the global layers' or its own base (Gemma 3's)

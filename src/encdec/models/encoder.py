@@ -37,9 +37,9 @@ class Encoder(Stack):
     ) -> None:
         super().__init__(cfg, embed, bidirectional=True)
         self.image_token_id = cfg.image_tokens.image_token_id
-        self.local_radius = cfg.local_radius if cfg.encoder_attention != "full" else None
+        self.local_radius = cfg.attention.local_radius if cfg.attention.encoder != "full" else None
         self.long_scores = LONG_SCORES
-        if cfg.encoder_attention == "transient_global":
+        if cfg.attention.encoder == "transient_global":
             buckets, distance = cfg.positions.relative_buckets, cfg.positions.relative_max_distance
             self.global_bias = RelativePositionBias(cfg.n_heads, True, buckets, distance)  # every layer reads it
         self.blocks = nn.ModuleList(

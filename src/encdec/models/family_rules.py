@@ -6,7 +6,7 @@ The family classes refuse through `check_family` before they build anything; a c
 """
 
 from encdec.errors import ConfigError
-from encdec.models.config_specs import CrossAttention, Positions
+from encdec.models.config_specs import AttentionSpec, CrossAttention, Positions
 from encdec.models.model_config import CAUSAL_LMS, ModelConfig, refuse_unused
 
 DEFAULT = ModelConfig()  # every setting at its default, which a setting that acts only beside another keeps
@@ -25,18 +25,18 @@ LM_UNUSED = frozenset(
         "positions.relative_per_layer",  # UMT5's
         "output.logits_bias",
         "hf_model_type",  # the Hugging Face family an encoder-decoder exports as
-        "sliding_window",  # Gemma 2's, as T5Gemma's encoder-decoder has it
-        "global_every",
-        "encoder_attention",  # LongT5's, and its two settings
-        "sliding_window_layout",  # T5Gemma 2's, with its RoPE, norms, merged attention and tokens
+        "attention.sliding_window",  # Gemma 2's, as T5Gemma's encoder-decoder has it
+        "attention.global_every",
+        "attention.encoder",  # LongT5's, and its two settings
+        "attention.sliding_window_layout",  # T5Gemma 2's, with its RoPE, norms, merged attention and tokens
         "positions.rope_local_theta",
         "positions.rope_scale",
-        "qk_norm",  # T5Gemma 2's and, in the decoder-only family, Qwen3's
-        "attention_bias",  # Qwen2's biases on q, k and v alone, the decoder-only family's
+        "attention.qk_norm",  # T5Gemma 2's and, in the decoder-only family, Qwen3's
+        "attention.bias",  # Qwen2's biases on q, k and v alone, the decoder-only family's
         "cross_attention.merged",
         "image_tokens",
-        "local_radius",
-        "global_block_size",
+        "attention.local_radius",
+        "attention.global_block_size",
         "output.softcap",
         "embeddings.shared",  # one stack, one token table
         "encoder",  # an encoder of its own widths, the transformer encoder-decoder's alone (T5Gemma's)
@@ -49,10 +49,10 @@ LM_UNUSED = frozenset(
 # layers and scaling of the global ones, Gemma's cap of the logits
 DECODER_ONLY_OWN = frozenset(
     {
-        "qk_norm",
-        "attention_bias",
-        "sliding_window",
-        "global_every",
+        "attention.qk_norm",
+        "attention.bias",
+        "attention.sliding_window",
+        "attention.global_every",
         "positions.rope_local_theta",
         "positions.rope_scale",
         "output.softcap",
@@ -62,7 +62,7 @@ DECODER_ONLY_OWN = frozenset(
 # family -> the fields it refuses away from their defaults (its class's UNUSED)
 UNUSED_BY_FAMILY = {
     # the research and RNN families', and the decoder-only family's attention biases (no encoder-decoder has them)
-    "encoder_decoder": frozenset({"research", "rnn", "attention_bias"}),
+    "encoder_decoder": frozenset({"research", "rnn", "attention.bias"}),
     "ar_encdec": LM_UNUSED,
     "parallel_encdec": LM_UNUSED,
     # one stack: no decoder depth, cross-attention or research options
@@ -78,7 +78,7 @@ UNUSED_BY_FAMILY = {
             "cross_attention",
             "activation",
             "norms",
-            "scale_attention",
+            "attention",
             "positions",
             "embeddings.norm",
             "embeddings.scale",
@@ -86,17 +86,7 @@ UNUSED_BY_FAMILY = {
             "experts",
             "hf_model_type",
             "research",
-            "attention_scale_dim",
-            "attention_softcap",
-            "sliding_window",
-            "global_every",
-            "encoder_attention",
-            "sliding_window_layout",
-            "qk_norm",
-            "attention_bias",
             "image_tokens",
-            "local_radius",
-            "global_block_size",
             "embeddings.shared",
         }
     ),
@@ -122,10 +112,10 @@ def check_family(cfg: ModelConfig) -> None:
             f"({cfg.n_encoder_layers}): the parallel_encdec family pairs every decoder block "
             "with an encoder block, so its decoder may start late but not early"
         )
-    if cfg.attention_bias != "none" and cfg.bias:
-        raise ConfigError("model.attention_bias acts only with model.bias false, which puts a bias on every projection")
-    if cfg.attention_scale_dim is not None and not cfg.scale_attention:
-        raise ConfigError("model.attention_scale_dim acts only with model.scale_attention true")
+    if cfg.attention.bias != "none" and cfg.bias:
+        raise ConfigError("model.attention.bias acts only with model.bias false, which puts a bias on every projection")
+    if cfg.attention.scale_dim is not None and not cfg.attention.scale:
+        raise ConfigError("model.attention.scale_dim acts only with model.attention.scale true")
     if cfg.positions.relative_per_layer and cfg.positions.kind != "relative":
         raise ConfigError(
             f"model.positions.relative_per_layer acts only with model.positions.kind relative, got {cfg.positions.kind!r}"
@@ -146,13 +136,20 @@ def check_gemma3_fields(cfg: ModelConfig) -> None:
     """Gemma 3's (and T5Gemma 2's) settings that mean something only beside another: a window's layout, RoPE's
     bases and scaling, merged attention's one set of projections (RoPE in self-attention alone, cross heads the
     same)."""
-    if cfg.sliding_window is None and cfg.sliding_window_layout != ModelConfig.sliding_window_layout:
-        raise ConfigError("model.sliding_window_layout acts only with model.sliding_window; remove it")
+    if (
+        cfg.attention.sliding_window is None
+        and cfg.attention.sliding_window_layout != AttentionSpec.sliding_window_layout
+    ):
+        raise ConfigError(
+            "model.attention.sliding_window_layout acts only with model.attention.sliding_window; remove it"
+        )
     for key in ("positions.rope_local_theta", "positions.rope_scale"):
         if cfg.setting(key) != DEFAULT.setting(key) and cfg.positions.kind != "rope":
             raise ConfigError(f"model.{key} acts only with model.positions.kind rope; remove it")
-    if cfg.positions.rope_local_theta is not None and cfg.sliding_window is None:
-        raise ConfigError("model.positions.rope_local_theta acts only with model.sliding_window, in the sliding layers")
+    if cfg.positions.rope_local_theta is not None and cfg.attention.sliding_window is None:
+        raise ConfigError(
+            "model.positions.rope_local_theta acts only with model.attention.sliding_window, in the sliding layers"
+        )
     cross = cfg.cross_attention
     if cross.merged:
         if cfg.positions.kind == "rope" and cross.rope != "none":
@@ -169,25 +166,27 @@ def check_gemma3_fields(cfg: ModelConfig) -> None:
 def check_encoder_attention(cfg: ModelConfig) -> None:
     """LongT5's radius and blocks mean something only with its attention; a transient-global attention's bias of
     the block keys is a relative one, kept once per stack as T5's."""
-    full = cfg.encoder_attention == "full"
-    for key in ("local_radius", "global_block_size"):
-        unused = full or (key == "global_block_size" and cfg.encoder_attention == "local")
-        if unused and getattr(cfg, key) != getattr(ModelConfig, key):
-            raise ConfigError(f"model.{key} acts only with model.encoder_attention local or transient_global")
-    if cfg.encoder_attention == "transient_global" and (
+    full = cfg.attention.encoder == "full"
+    for key in ("attention.local_radius", "attention.global_block_size"):
+        unused = full or (key == "attention.global_block_size" and cfg.attention.encoder == "local")
+        if unused and cfg.setting(key) != DEFAULT.setting(key):
+            raise ConfigError(f"model.{key} acts only with model.attention.encoder local or transient_global")
+    if cfg.attention.encoder == "transient_global" and (
         cfg.positions.kind != "relative" or cfg.positions.relative_per_layer
     ):
         raise ConfigError(
-            "model.encoder_attention transient_global needs model.positions.kind relative with one bias per stack (T5's)"
+            "model.attention.encoder transient_global needs model.positions.kind relative with one bias per stack (T5's)"
         )
 
 
 def check_sliding_window(cfg: ModelConfig) -> None:
     """A sliding window needs positions no relative bias carries; global_every means nothing without one."""
-    if cfg.sliding_window is None and cfg.global_every != ModelConfig.global_every:
-        raise ConfigError("model.global_every acts only with model.sliding_window; remove it")
-    if cfg.sliding_window is not None and cfg.positions.kind == "relative":
-        raise ConfigError("model.sliding_window does not combine with model.positions.kind relative; use rope")
+    if cfg.attention.sliding_window is None and cfg.attention.global_every != AttentionSpec.global_every:
+        raise ConfigError("model.attention.global_every acts only with model.attention.sliding_window; remove it")
+    if cfg.attention.sliding_window is not None and cfg.positions.kind == "relative":
+        raise ConfigError(
+            "model.attention.sliding_window does not combine with model.positions.kind relative; use rope"
+        )
 
 
 def check_moe_layout(cfg: ModelConfig) -> None:

@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from encdec.errors import ConfigError, refuse_unknown_keys
 from encdec.models.config_specs import (
     SPECS,
+    AttentionSpec,
     CrossAttention,
     Embeddings,
     EncoderWidths,
@@ -27,7 +28,6 @@ from encdec.models.config_specs import (
     Output,
     Positions,
     Rnn,
-    Softcap,
     moved_to_specs,
     overlaid,
 )
@@ -38,7 +38,7 @@ from encdec.schema import Positive, Range, TokenId, check, check_vocabulary, rea
 # encoder-decoder, nanoGPT's for the causal LMs); a family without an entry does not use the setting.
 CAUSAL_LMS = ("ar_encdec", "parallel_encdec", "decoder_only")
 FAMILY_DEFAULTS = {
-    "scale_attention": {"encoder_decoder": False, **dict.fromkeys(CAUSAL_LMS, True)},
+    "attention.scale": {"encoder_decoder": False, **dict.fromkeys(CAUSAL_LMS, True)},
     "output.scale": {"encoder_decoder": True, **dict.fromkeys(CAUSAL_LMS, False)},
     "init": {"encoder_decoder": "t5", **dict.fromkeys(CAUSAL_LMS, "normal"), "rnn_seq2seq": "normal"},
 }
@@ -69,27 +69,10 @@ class ModelConfig:
     encoder: EncoderWidths = field(default_factory=EncoderWidths)
     cross_attention: CrossAttention = field(default_factory=CrossAttention)  # its heads, RoPE, or merged
     activation: Literal["relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"] = "relu"
+    attention: AttentionSpec = field(default_factory=AttentionSpec)  # scaling, caps, biases, windows, LongT5's kinds
     norms: Norms = field(default_factory=Norms)  # their kind and epsilon, before or after each sublayer, or both
     bias: bool = False  # biases in linear layers and LayerNorms
-    # with bias false, biases on the attention's projections alone: q, k and v (Qwen2) or all four (Llama's and
-    # Qwen3's attention_bias); bias true has them on every projection already
-    attention_bias: Literal["none", "qkv", "qkvo"] = "none"
-    scale_attention: bool | None = None  # divide scores by sqrt(d_head); None: the family's (T5 no, GPT yes)
-    attention_scale_dim: Positive | None = None  # with scale_attention, sqrt of this, not of d_head (Gemma's
-    # query_pre_attn_scalar)
-    attention_softcap: Softcap | None = None  # scores capped c * tanh(s / c) before the mask (Gemma 2)
-    sliding_window: Positive | None = None  # self-attention of most layers sees keys this near (global_every)
-    global_every: Layers = 2  # with sliding_window, layers i with (i + 1) % global_every == 0 see every key
-    # the encoder's window: keys at most sliding_window away on each side (T5Gemma), or sliding_window keys in all,
-    # (w + 1) // 2 back counting the query's own and w // 2 ahead (T5Gemma 2)
-    sliding_window_layout: Literal["each_side", "split"] = "each_side"
-    # the encoder's self-attention (LongT5): every key; "local": keys at most local_radius away; "transient_global":
-    # those and, per global_block_size-token block of the input, one key of the block's summed states, normed
-    encoder_attention: Literal["full", "local", "transient_global"] = "full"
-    local_radius: Positive = 127
-    global_block_size: Positive = 16
     positions: Positions = field(default_factory=Positions)  # how positions enter: tables, relative bias, RoPE
-    qk_norm: bool = False  # each head's queries and keys normed (RMS) before RoPE (Gemma 3, Qwen3)
     embeddings: Embeddings = field(default_factory=Embeddings)  # their scale and norm, tied head, shared table
     output: Output = field(default_factory=Output)  # the logits' scale, fixed bias and cap
     dropout: Annotated[float, Range(0, 1, below=True)] = 0.1
@@ -218,9 +201,10 @@ class ModelConfig:
         return self.n_decoder_layers or self.n_encoder_layers
 
     def sliding_layer(self, layer: int) -> bool:
-        """Whether a stack's self-attention `layer` (from 0) sees only keys within sliding_window of its
-        query: with a window, every layer but each global_every-th (Gemma 2's step 2: layers 0, 2, 4, ...)."""
-        return self.sliding_window is not None and (layer + 1) % self.global_every != 0
+        """Whether a stack's self-attention `layer` (from 0) sees only keys within attention.sliding_window of its
+        query: with a window, every layer but each attention.global_every-th (Gemma 2's step 2: layers 0, 2, 4, ...)."""
+        attention = self.attention
+        return attention.sliding_window is not None and (layer + 1) % attention.global_every != 0
 
     def setting(self, key: str):
         """A field's value by its dotted name, as refusals and family maps name it: "d_model", "norms.eps"."""

@@ -46,8 +46,8 @@ def attention(cfg: ModelConfig, n_heads: int, n_kv_heads: int | None, d_source: 
     them; keys and values read from d_source wide states, else d_model)."""
     d, d_head = cfg.d_model, cfg.head_dim if n_heads == cfg.n_heads else cfg.d_model // n_heads
     kv = n_kv_heads or n_heads
-    qk_norms = 2 * d_head * (2 if cfg.norms.kind == "layernorm" and cfg.bias else 1) if cfg.qk_norm else 0
-    qkv_bias, o_bias = cfg.bias or cfg.attention_bias != "none", cfg.bias or cfg.attention_bias == "qkvo"
+    qk_norms = 2 * d_head * (2 if cfg.norms.kind == "layernorm" and cfg.bias else 1) if cfg.attention.qk_norm else 0
+    qkv_bias, o_bias = cfg.bias or cfg.attention.bias != "none", cfg.bias or cfg.attention.bias == "qkvo"
     return (
         linear(d, n_heads * d_head, qkv_bias)
         + 2 * linear(d_source or d, kv * d_head, qkv_bias)
@@ -118,10 +118,10 @@ def encoder_decoder(cfg: ModelConfig) -> ParameterCount:
     widths where it has them (ModelConfig.encoder_config)."""
     enc = cfg.encoder_config()
     positions = stack_positions(enc, cfg.n_encoder_layers) + stack_positions(cfg, cfg.decoder_layers)
-    if cfg.encoder_attention == "transient_global":  # its keys' bias in the encoder, a norm of them per layer
+    if cfg.attention.encoder == "transient_global":  # its keys' bias in the encoder, a norm of them per layer
         positions += cfg.positions.relative_buckets * enc.n_heads
     layers = sum(encoder_block(enc, cfg.moe_layer(i)) for i in range(cfg.n_encoder_layers))
-    layers += cfg.n_encoder_layers * norm(enc) if cfg.encoder_attention == "transient_global" else 0
+    layers += cfg.n_encoder_layers * norm(enc) if cfg.attention.encoder == "transient_global" else 0
     layers += sum(decoder_block(cfg, sparse=cfg.moe_layer(i, decoder=True)) for i in range(cfg.decoder_layers))
     norms = stack_norms(enc) + stack_norms(cfg)
     return ParameterCount(token_tables(cfg) + norms + positions + layers, positions)

@@ -27,7 +27,7 @@ from encdec.models.model_config import ModelConfig
 # a tied head without output scaling, N(0, 0.02) init
 LAYERNORM_SCALED = dict(
     norms=dict(kind="layernorm", eps=1e-5),
-    scale_attention=True,
+    attention=dict(scale=True),
     embeddings=dict(tie=True),
     output=dict(scale=False),
     init="normal",

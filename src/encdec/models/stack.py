@@ -66,14 +66,14 @@ class Stack(nn.Module):
             )
 
         layers = cfg.n_encoder_layers if bidirectional else cfg.decoder_layers
-        self.window = cfg.sliding_window  # Gemma 2's sliding self-attention, in the layers `sliding` names
-        self.split_window = cfg.sliding_window_layout == "split"  # T5Gemma 2's encoder window
+        self.window = cfg.attention.sliding_window  # Gemma 2's sliding self-attention, in the layers `sliding` names
+        self.split_window = cfg.attention.sliding_window_layout == "split"  # T5Gemma 2's encoder window
         self.eoi_id = cfg.image_tokens.eoi_token_id
         self.register_parameter("eoi_embedding", None)  # the model's, where a token has a vector of its own
         self.sliding = [cfg.sliding_layer(i) for i in range(layers)]
         self.local_radius: int | None = None  # LongT5's encoder: keys at most this far (models.encoder)
         self.global_bias: RelativePositionBias | None = None  # and its global keys' bias
-        self.global_block_size = cfg.global_block_size
+        self.global_block_size = cfg.attention.global_block_size
         self.causal = not bidirectional
         per_layer = relative and cfg.positions.relative_per_layer
         self.position_bias = relative_bias() if relative and not per_layer else None

@@ -40,9 +40,9 @@ from encdec.runs.model_section import PROVISIONAL_TOKENS, build_model_config
 
 # the source's settings an encoder-decoder cannot take, each with why (one sentence when set)
 NOT_ADAPTED = {
-    "attention_bias": "biases on the attention projections alone (Qwen2's) are the decoder-only family's",
+    "attention.bias": "biases on the attention projections alone (Qwen2's) are the decoder-only family's",
 }
-DECODER_ONLY_KEYS = ("attention_bias",)  # the fields an encoder-decoder section must not hold
+DECODER_ONLY_KEYS = ("attention.bias",)  # the fields an encoder-decoder section must not hold (a spec's)
 # what the two sources of an unbalanced adaptation may differ in: widths and depth (the others name one model's
 # settings, and its tokenizer), and what each run happened to train with
 MAY_DIFFER = {*ENCODER_WIDTHS, "n_encoder_layers", "dropout", "init"}
@@ -72,6 +72,15 @@ def resolved(section: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def dotted(section: dict[str, Any]) -> dict[str, Any]:
+    """A section's settings by their dotted names, a spec's each on its own ("attention.sliding_window")."""
+    flat = {}
+    for key, value in section.items():
+        is_spec = isinstance(value, dict) and key != "encoder"  # the encoder's widths may differ, as one setting
+        flat |= {f"{key}.{name}": inner for name, inner in value.items()} if is_spec else {key: value}
+    return flat
+
+
 def adapted_section(source: dict[str, Any], decoder_source: dict[str, Any] | None = None) -> dict[str, Any]:
     """The encoder-decoder model section of a decoder-only `source` section: its settings, its depth in each
     stack, cross-attention without RoPE. With `decoder_source` (unbalanced), the decoder's settings and depth
@@ -80,24 +89,26 @@ def adapted_section(source: dict[str, Any], decoder_source: dict[str, Any] | Non
     decoder_source = resolved(decoder_source) if decoder_source is not None else None
     for section in (source, decoder_source or {}):
         for key, why in NOT_ADAPTED.items():
-            if section.get(key, "none") not in ("none", None, False):
-                raise ConfigError(
-                    f"training.init_from's model has {key} {section[key]!r}, which cannot be adapted: {why}"
-                )
+            spec, name = key.split(".")
+            value = section.get(spec, {}).get(name, "none")
+            if value not in ("none", None, False):
+                raise ConfigError(f"training.init_from's model has {key} {value!r}, which cannot be adapted: {why}")
     decoder = decoder_source or source
     if decoder_source is not None:
+        ours, theirs = dotted(source), dotted(decoder_source)
         differ = sorted(
-            key
-            for key in set(source) | set(decoder_source)
-            if key not in MAY_DIFFER and source.get(key) != decoder_source.get(key)
+            key for key in set(ours) | set(theirs) if key not in MAY_DIFFER and ours.get(key) != theirs.get(key)
         )
         if differ:
             raise ConfigError(
                 f"training.init_from's and training.init_decoder_from's models differ in {differ[0]} "
-                f"({source.get(differ[0])!r} and {decoder_source.get(differ[0])!r}); an unbalanced adaptation "
+                f"({ours.get(differ[0])!r} and {theirs.get(differ[0])!r}); an unbalanced adaptation "
                 "joins two models of one family and tokenizer that differ only in widths and depth"
             )
-    section = {key: value for key, value in decoder.items() if key not in DECODER_ONLY_KEYS}
+    section = dict(decoder)
+    for key in DECODER_ONLY_KEYS:
+        spec, name = key.split(".")
+        section[spec] = {k: v for k, v in section.get(spec, {}).items() if k != name}
     section.update(family="encoder_decoder", n_decoder_layers=decoder["n_encoder_layers"])
     section["cross_attention"] = {**section.get("cross_attention", {}), "rope": "none"}
     section["n_encoder_layers"] = source["n_encoder_layers"]

@@ -276,9 +276,10 @@ def check_packing(cfg: RunConfig) -> None:
             f"objective.pack needs model.family encoder_decoder, whose attention keeps packed "
             f"examples apart; the {family} family does not"
         )
-    if cfg.model.get("encoder_attention") == "transient_global":  # a checkpoint's own is refused at its first step
+    attention = cfg.model.get("attention")  # a spec, its flat keys already in it (ModelSection)
+    if isinstance(attention, dict) and attention.get("encoder") == "transient_global":  # a checkpoint's: first step
         raise ConfigError(
-            "objective.pack does not combine with model.encoder_attention transient_global, whose block keys "
+            "objective.pack does not combine with model.attention.encoder transient_global, whose block keys "
             "would span the packed examples"
         )
 

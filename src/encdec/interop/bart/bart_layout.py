@@ -89,7 +89,7 @@ def layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
         activation=HF_ACTIVATIONS[activation],
         norms={"kind": "layernorm", "eps": 1e-5, "position": "post"},
         bias=True,
-        scale_attention=True,
+        attention={"scale": True},
         positions={"max": hf.get("max_position_embeddings", 1024)},
         # scale as given: ModelConfig's declaration checks it
         embeddings={"scale": hf.get("scale_embedding", False), "tie": not untied_head},
@@ -120,7 +120,7 @@ def layout_problems(cfg: ModelConfig, norm_position: str) -> list[str]:
         "norms.eps must be 1e-05": cfg.norms.eps != 1e-5,
         f"norms.position must be {norm_position}": cfg.norms.position != norm_position,
         "bias must be true": not cfg.bias,
-        "scale_attention must be true": not cfg.scale_attention,
+        "attention.scale must be true": not cfg.attention.scale,
         f"activation must be one of {', '.join(OUR_ACTIVATIONS)}, got {cfg.activation}": cfg.activation
         not in OUR_ACTIVATIONS,
         **plain_heads_problems(cfg),

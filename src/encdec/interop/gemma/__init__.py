@@ -67,8 +67,8 @@ DEFAULTS = {  # model_type -> its config class's defaults for every key encdec r
 TITLES = {"gemma2": "Gemma 2", "gemma3_text": "Gemma 3"}
 # ModelConfig field -> the config.json key it is read from (refusals name it)
 GEMMA_KEYS = LLAMA_KEYS | {
-    "attention_scale_dim": "query_pre_attn_scalar",
-    "attention_softcap": "attn_logit_softcapping",
+    "attention.scale_dim": "query_pre_attn_scalar",
+    "attention.softcap": "attn_logit_softcapping",
     "output.softcap": "final_logit_softcapping",
     "positions.rope_theta": "rope_parameters",
     "positions.rope_local_theta": "rope_parameters",
@@ -131,10 +131,12 @@ def config_from_gemma(hf: dict, untied_head: bool | None = None) -> ModelConfig:
     gemma3 = model_type == "gemma3_text"
     theta, scale, local_theta = gemma3_rope(hf) if gemma3 else (rope_theta(hf), 1.0, None)
     gemma = dict(
-        qk_norm=gemma3,
-        attention_softcap=None if gemma3 else hf["attn_logit_softcapping"],  # transformers' Gemma 3 caps none
-        sliding_window=window,
-        global_every=step if window else 2,
+        attention={
+            "qk_norm": gemma3,
+            "softcap": None if gemma3 else hf["attn_logit_softcapping"],  # transformers' Gemma 3 caps none
+            "sliding_window": window,
+            "global_every": step if window else 2,
+        },
         positions={"rope_theta": theta, "rope_scale": scale, "rope_local_theta": local_theta if window else None},
         dropout=hf["attention_dropout"],
     )
@@ -156,20 +158,20 @@ def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
         or cfg.norms.position != "pre"
         or not cfg.norms.post,
         "activation must be gated_gelu": cfg.activation != "gated_gelu",
-        "bias must be false and attention_bias none": cfg.bias or cfg.attention_bias != "none",
-        "scale_attention must be true": not cfg.scale_attention,
+        "bias must be false and attention.bias none": cfg.bias or cfg.attention.bias != "none",
+        "attention.scale must be true": not cfg.attention.scale,
         "embeddings.scale must be true, output.scale and embeddings.norm false": not cfg.embeddings.scale
         or cfg.output.scale
         or cfg.embeddings.norm,
         "experts.count must be 1": cfg.experts.count != 1,
-        f"qk_norm must be {str(gemma3).lower()}": cfg.qk_norm != gemma3,
+        f"attention.qk_norm must be {str(gemma3).lower()}": cfg.attention.qk_norm != gemma3,
     }
     if gemma3:
-        problems["attention_softcap must be unset (transformers' Gemma 3 caps no scores)"] = (
-            cfg.attention_softcap is not None
+        problems["attention.softcap must be unset (transformers' Gemma 3 caps no scores)"] = (
+            cfg.attention.softcap is not None
         )
         problems["rope_local_theta must be set where rope_scale scales the global layers beside sliding ones"] = (
-            cfg.sliding_window is not None
+            cfg.attention.sliding_window is not None
             and cfg.positions.rope_scale != 1.0
             and cfg.positions.rope_local_theta is None
         )
@@ -188,7 +190,7 @@ def gemma_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Te
     full = {"rope_type": "default", "rope_theta": cfg.positions.rope_theta}
     config = {
         **gemma_stack(cfg, cfg.n_encoder_layers),
-        "sliding_window": cfg.sliding_window or 4096,  # no layer slides without one (layer_types)
+        "sliding_window": cfg.attention.sliding_window or 4096,  # no layer slides without one (layer_types)
         "rope_parameters": full if model_type == "gemma2" else two_bases_written(cfg),
         "max_position_embeddings": cfg.positions.max,
         "use_bidirectional_attention": False,
@@ -202,10 +204,10 @@ LAYOUT = CausalLayout(load_hf_gemma, check_gemma_compatible, gemma_files, GEMMA_
 SPM = ("tokenizer.model",)  # Gemma's SentencePiece model beside its tokenizer.json
 FAMILIES = (
     LAYOUT.family(
-        "gemma2", "Gemma2ForCausalLM", lambda cfg: cfg.norms.kind == "gemma_rmsnorm" and not cfg.qk_norm, SPM
+        "gemma2", "Gemma2ForCausalLM", lambda cfg: cfg.norms.kind == "gemma_rmsnorm" and not cfg.attention.qk_norm, SPM
     ),
     # each head's queries and keys normed
     LAYOUT.family(
-        "gemma3_text", "Gemma3ForCausalLM", lambda cfg: cfg.norms.kind == "gemma_rmsnorm" and cfg.qk_norm, SPM
+        "gemma3_text", "Gemma3ForCausalLM", lambda cfg: cfg.norms.kind == "gemma_rmsnorm" and cfg.attention.qk_norm, SPM
     ),
 )

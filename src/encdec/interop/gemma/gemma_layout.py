@@ -8,6 +8,7 @@ from encdec.errors import CheckpointError
 from encdec.interop.family import first_set, id_keys
 from encdec.interop.llama.llama_layout import STACK_KEYS, layer_names, norm_names, rope_kind, stack_sizes
 from encdec.models import ModelConfig
+from encdec.models.config_specs import overlaid
 from encdec.schema import short
 
 # T5GemmaModuleConfig's defaults (Gemma 2 2B's), for keys a stack's config leaves out: Gemma2Config's too
@@ -44,8 +45,8 @@ STACK_NAMES = (
 )
 # ModelConfig field -> the stack config key it is read from (refusals name it)
 GEMMA_STACK_KEYS = STACK_KEYS | {
-    "attention_scale_dim": "query_pre_attn_scalar",
-    "attention_softcap": "attn_logit_softcapping",
+    "attention.scale_dim": "query_pre_attn_scalar",
+    "attention.softcap": "attn_logit_softcapping",
     "output.softcap": "final_logit_softcapping",
 }
 
@@ -58,8 +59,7 @@ def gemma_fields(stack: dict, untied_head: bool) -> dict:
     return {
         "activation": "gated_gelu",
         "norms": {"kind": "gemma_rmsnorm", "eps": stack["rms_norm_eps"], "post": True},
-        "scale_attention": True,
-        "attention_scale_dim": stack["query_pre_attn_scalar"],
+        "attention": {"scale": True, "scale_dim": stack["query_pre_attn_scalar"]},
         "positions": {"kind": "rope"},
         "embeddings": {"scale": True, "tie": not untied_head},
         "output": {"scale": False, "softcap": stack["final_logit_softcapping"]},
@@ -71,7 +71,7 @@ def encoder_decoder_fields(hf: dict, encoder: dict, decoder: dict, untied_head: 
     depth, Gemma's stack, RoPE in self-attention alone (cross-attention `merged` with it in T5Gemma 2), and the ids, decoding starting at decoder_start_token_id
     where config.json sets one, else the decoder's bos_token_id, as transformers' generate reads them."""
     eos = decoder["eos_token_id"]
-    return {
+    stacks = {
         "vocab_size": decoder["vocab_size"],
         "d_model": decoder["hidden_size"],
         "d_ff": decoder["intermediate_size"],
@@ -80,14 +80,14 @@ def encoder_decoder_fields(hf: dict, encoder: dict, decoder: dict, untied_head: 
         "d_head": decoder["head_dim"],
         "n_encoder_layers": encoder["num_hidden_layers"],
         "n_decoder_layers": decoder["num_hidden_layers"],
-        **gemma_fields(decoder, untied_head),
-        "attention_softcap": decoder["attn_logit_softcapping"],
+        "attention": {"softcap": decoder["attn_logit_softcapping"]},
         "cross_attention": {"rope": "none", "merged": merged},
         "dropout": hf.get("dropout_rate", 0.0),
         "pad_id": decoder["pad_token_id"],
         "eos_id": eos if isinstance(eos, int) else eos[0],
         "decoder_start_id": first_set(hf.get("decoder_start_token_id"), decoder["bos_token_id"]),
     }
+    return overlaid(gemma_fields(decoder, untied_head), stacks)
 
 
 def encoder_decoder_problems(cfg: ModelConfig) -> dict[str, bool]:
@@ -99,7 +99,7 @@ def encoder_decoder_problems(cfg: ModelConfig) -> dict[str, bool]:
         "norms.position must be pre": cfg.norms.position != "pre",
         "activation must be gated_gelu": cfg.activation != "gated_gelu",
         "bias must be false": cfg.bias,
-        "scale_attention must be true": not cfg.scale_attention,
+        "attention.scale must be true": not cfg.attention.scale,
         "embeddings.scale must be true": not cfg.embeddings.scale,
         "output.scale must be false": cfg.output.scale,
         "embeddings.norm must be false": cfg.embeddings.norm,
@@ -114,8 +114,8 @@ def gemma_stack(cfg: ModelConfig, layers: int) -> dict:
     return {
         **stack_sizes(cfg, layers),
         "hidden_activation": "gelu_pytorch_tanh",
-        "query_pre_attn_scalar": cfg.attention_scale_dim or cfg.head_dim,
-        "attn_logit_softcapping": cfg.attention_softcap,
+        "query_pre_attn_scalar": cfg.attention.scale_dim or cfg.head_dim,
+        "attn_logit_softcapping": cfg.attention.softcap,
         "final_logit_softcapping": cfg.output.softcap,
         "layer_types": ["sliding_attention" if cfg.sliding_layer(i) else "full_attention" for i in range(layers)],
         "attention_bias": False,

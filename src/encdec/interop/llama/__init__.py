@@ -74,16 +74,16 @@ def check_no_window(hf: dict) -> None:
 
 
 def attention_biases(hf: dict, model_type: str) -> dict:
-    """The bias and attention_bias fields of a config.json's biases: Qwen2's on q, k and v, Llama's and Qwen3's
+    """The bias and attention.bias fields of a config.json's biases: Qwen2's on q, k and v, Llama's and Qwen3's
     attention_bias on all four projections, Llama's mlp_bias with them on every projection (bias)."""
     if model_type == "qwen2":
-        return {"attention_bias": "qkv"}
+        return {"attention": {"bias": "qkv"}}
     attention, mlp = hf.get("attention_bias", False), hf.get("mlp_bias", False)
     if mlp and not attention:
         raise CheckpointError(
             "config.json's mlp_bias is true and attention_bias false; encdec has no biases on the feed-forward alone"
         )
-    return {"bias": True} if mlp else {"attention_bias": "qkvo" if attention else "none"}
+    return {"bias": True} if mlp else {"attention": {"bias": "qkvo" if attention else "none"}}
 
 
 def config_from_llama(hf: dict, untied_head: bool | None = None) -> ModelConfig:
@@ -100,13 +100,12 @@ def config_from_llama(hf: dict, untied_head: bool | None = None) -> ModelConfig:
     llama = dict(
         activation="swiglu",
         norms={"kind": "rmsnorm"},
-        qk_norm=model_type == "qwen3",
-        **attention_biases(hf, model_type),
+        attention={"qk_norm": model_type == "qwen3"},
         positions={"kind": "rope", "rope_theta": rope_theta(hf)},
         embeddings={"tie": not untied_head},
         dropout=hf.get("attention_dropout", 0.0),
     )
-    return ModelConfig.from_dict(overlaid(decoder_fields(hf), llama))
+    return ModelConfig.from_dict(overlaid(overlaid(decoder_fields(hf), llama), attention_biases(hf, model_type)))
 
 
 def load_hf_llama(path: Path, hf_config: dict) -> DecoderOnly:
@@ -123,9 +122,9 @@ def layout_problems(cfg: ModelConfig) -> dict[str, bool]:
         or cfg.norms.position != "pre"
         or cfg.norms.post,
         "activation must be swiglu": cfg.activation != "swiglu",
-        "scale_attention must be true, without attention_scale_dim or attention_softcap": not cfg.scale_attention
-        or cfg.attention_scale_dim is not None
-        or cfg.attention_softcap is not None,
+        "attention.scale must be true, without attention.scale_dim or attention.softcap": not cfg.attention.scale
+        or cfg.attention.scale_dim is not None
+        or cfg.attention.softcap is not None,
         "embeddings.scale, output.scale and embeddings.norm must be false": cfg.embeddings.scale
         or cfg.output.scale
         or cfg.embeddings.norm,
@@ -137,13 +136,13 @@ def check_llama_compatible(cfg: ModelConfig, model_type: str) -> None:
     """Raise ConfigError naming every setting `model_type`'s layout does not have."""
     problems = layout_problems(cfg)
     if model_type == "qwen2":
-        problems["attention_bias must be qkv (Qwen2 biases q, k and v)"] = cfg.attention_bias != "qkv"
+        problems["attention.bias must be qkv (Qwen2 biases q, k and v)"] = cfg.attention.bias != "qkv"
     else:
-        problems["attention_bias must be none or qkvo"] = cfg.attention_bias == "qkv"
+        problems["attention.bias must be none or qkvo"] = cfg.attention.bias == "qkv"
     if model_type != "llama":
         problems["bias must be false"] = cfg.bias
     needs_norm = model_type == "qwen3"
-    problems[f"qk_norm must be {str(needs_norm).lower()}"] = cfg.qk_norm != needs_norm
+    problems[f"attention.qk_norm must be {str(needs_norm).lower()}"] = cfg.attention.qk_norm != needs_norm
     failed = [text for text, bad in problems.items() if bad]
     if failed:
         raise Unmet(f"this model cannot be saved as Hugging Face {NAMES_OF[model_type]}: " + "{unmet}", failed)
@@ -161,9 +160,9 @@ def llama_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Te
         "attention_dropout": cfg.dropout,
     }
     if model_type == "llama":
-        config |= {"attention_bias": cfg.bias or cfg.attention_bias == "qkvo", "mlp_bias": cfg.bias}
+        config |= {"attention_bias": cfg.bias or cfg.attention.bias == "qkvo", "mlp_bias": cfg.bias}
     if model_type == "qwen3":
-        config |= {"attention_bias": cfg.attention_bias == "qkvo"}
+        config |= {"attention_bias": cfg.attention.bias == "qkvo"}
     if model_type != "llama":
         config |= {"use_sliding_window": False, "sliding_window": None}
     return NAMES.weights(model), config
@@ -174,8 +173,11 @@ BPE = ("vocab.json", "merges.txt")  # Qwen's byte-level BPE beside its tokenizer
 FAMILIES = (
     # Llama 2's SentencePiece model (Llama 3 ships tokenizer.json alone)
     LAYOUT.family(
-        "llama", "LlamaForCausalLM", lambda cfg: not cfg.qk_norm and cfg.attention_bias != "qkv", ("tokenizer.model",)
+        "llama",
+        "LlamaForCausalLM",
+        lambda cfg: not cfg.attention.qk_norm and cfg.attention.bias != "qkv",
+        ("tokenizer.model",),
     ),
-    LAYOUT.family("qwen2", "Qwen2ForCausalLM", lambda cfg: cfg.attention_bias == "qkv", BPE),
-    LAYOUT.family("qwen3", "Qwen3ForCausalLM", lambda cfg: cfg.qk_norm, BPE),
+    LAYOUT.family("qwen2", "Qwen2ForCausalLM", lambda cfg: cfg.attention.bias == "qkv", BPE),
+    LAYOUT.family("qwen3", "Qwen3ForCausalLM", lambda cfg: cfg.attention.qk_norm, BPE),
 )

@@ -110,14 +110,14 @@ def layout_problems(cfg: ModelConfig) -> list[str]:
         "norms.kind must be rmsnorm": cfg.norms.kind != "rmsnorm",
         "norms.position must be pre": cfg.norms.position != "pre",
         "bias must be false": cfg.bias,
-        "scale_attention must be false": cfg.scale_attention,
+        "attention.scale must be false": cfg.attention.scale,
         "embeddings.scale must be false": cfg.embeddings.scale,
         **plain_heads_problems(cfg),
         "an untied head cannot have scaled output": not cfg.embeddings.tie and cfg.output.scale,
         "embeddings.norm must be false": cfg.embeddings.norm,
         "output.logits_bias must be false": cfg.output.logits_bias,
         "positions.relative_per_layer must be false (a bias in every layer is UMT5's)": cfg.positions.relative_per_layer,
-        "encoder_attention must be full (local and transient-global are LongT5's)": cfg.encoder_attention != "full",
+        "attention.encoder must be full (local and transient-global are LongT5's)": cfg.attention.encoder != "full",
     }
     return [text for text, bad in problems.items() if bad]
 

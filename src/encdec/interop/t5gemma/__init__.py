@@ -104,8 +104,10 @@ def config_from_t5gemma(hf: dict, untied_head: bool) -> ModelConfig:
     all_full = all(t == "full_attention" for s in (encoder, decoder) for t in (s["layer_types"] or ["sliding"]))
     window = None if all_full or decoder["sliding_window"] is None else decoder["sliding_window"]
     t5gemma = dict(
-        sliding_window=window,
-        global_every=global_every({"encoder": encoder, "decoder": decoder}) if window else 2,
+        attention={
+            "sliding_window": window,
+            "global_every": global_every({"encoder": encoder, "decoder": decoder}) if window else 2,
+        },
         positions={"rope_theta": decoder["rope_theta"]},
         embeddings={"shared": False},  # a token table each stack
         encoder=own,
@@ -127,11 +129,11 @@ def check_t5gemma_compatible(cfg: ModelConfig) -> None:
         "cross-attention heads must be the self-attention's": cfg.cross_attention.n_heads not in (None, cfg.n_heads)
         or cfg.cross_attention.n_kv_heads not in (None, cfg.n_kv_heads),
         "qk_norm, cross_attention.merged, rope_local_theta, rope_scale and a split window are T5Gemma 2's": (
-            cfg.qk_norm
+            cfg.attention.qk_norm
             or cfg.cross_attention.merged
             or cfg.positions.rope_local_theta is not None
             or cfg.positions.rope_scale != 1.0
-            or cfg.sliding_window_layout != "each_side"
+            or cfg.attention.sliding_window_layout != "each_side"
         ),
         "image_tokens are T5Gemma 2's": cfg.image_tokens != ImageTokens(),
     }
@@ -150,7 +152,7 @@ def t5gemma_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]
         return {
             **gemma_stack(stack_cfg, layers),
             "rope_parameters": rope,
-            "sliding_window": cfg.sliding_window,
+            "sliding_window": cfg.attention.sliding_window,
             "is_decoder": decoder,
         }
 

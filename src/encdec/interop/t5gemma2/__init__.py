@@ -137,10 +137,12 @@ def config_from_t5gemma2(hf: dict, untied_head: bool) -> ModelConfig:
     window = None if all_full or decoder["sliding_window"] is None else decoder["sliding_window"]
     theta, scale, local_theta = decoder["rope"]
     t5gemma2 = dict(
-        qk_norm=True,
-        sliding_window=window,
-        sliding_window_layout="split" if window else "each_side",
-        global_every=gemma_layout.global_every(stacks) if window else 2,
+        attention={
+            "qk_norm": True,
+            "sliding_window": window,
+            "sliding_window_layout": "split" if window else "each_side",
+            "global_every": gemma_layout.global_every(stacks) if window else 2,
+        },
         positions={"rope_theta": theta, "rope_scale": scale, "rope_local_theta": local_theta if window else None},
         image_tokens=special_ids(hf, decoder["vocab_size"]),
     )
@@ -175,9 +177,11 @@ def check_t5gemma2_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming every setting T5Gemma 2's layout does not have."""
     problems = {
         **gemma_layout.encoder_decoder_problems(cfg),
-        "qk_norm and cross_attention.merged must be true": not cfg.qk_norm or not cfg.cross_attention.merged,
+        "attention.qk_norm and cross_attention.merged must be true": not cfg.attention.qk_norm
+        or not cfg.cross_attention.merged,
         "embeddings.shared must be true": not cfg.embeddings.shared,
-        "sliding_window_layout must be split": cfg.sliding_window is not None and cfg.sliding_window_layout != "split",
+        "attention.sliding_window_layout must be split": cfg.attention.sliding_window is not None
+        and cfg.attention.sliding_window_layout != "split",
     }
     failed = [text for text, bad in problems.items() if bad]
     if failed:
@@ -198,7 +202,7 @@ def t5gemma2_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict
         return {
             **gemma_layout.gemma_stack(cfg, layers),
             "rope_parameters": rope,
-            "sliding_window": cfg.sliding_window or 4096,
+            "sliding_window": cfg.attention.sliding_window or 4096,
         }
 
     specials = {"eoi_token_index": cfg.image_tokens.eoi_token_id, "image_token_index": cfg.image_tokens.image_token_id}
