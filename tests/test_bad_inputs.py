@@ -168,11 +168,11 @@ CASES = {
         lambda p: train(p, "training.init_decoder_from=runs/x"), "training.init_decoder_from is the decoder's source"
     ),
     "an encoder of another width reading the decoder's table": Case(
-        lambda p: train(p, "model.encoder_d_model=48"), "set model.shared_embeddings false"
+        lambda p: train(p, "model.encoder_d_model=48"), "set model.embeddings.shared false"
     ),
     "pack a transient-global encoder": Case(
         lambda p: train(p, "objective.pack=true", "model.encoder_attention=transient_global"),
-        "objective.pack does not combine with model.encoder_attention transient_global",
+        "objective.pack does not combine with model.attention.encoder transient_global",
     ),
     "pack an encoder with global tokens": Case(
         lambda p: train(
@@ -181,7 +181,8 @@ CASES = {
         "objective.pack does not combine with model.global_tokens.rule",
     ),
     "local radius without local attention": Case(
-        lambda p: train(p, "model.local_radius=8"), "model.local_radius acts only with model.encoder_attention"
+        lambda p: train(p, "model.local_radius=8"),
+        "model.attention.local_radius acts only with model.attention.encoder",
     ),
     "pack a causal LM": Case(
         lambda p: train(p, "objective.pack=true", "objective.kind=causal_lm"),

@@ -68,25 +68,27 @@ class Place:
         from encdec.interop.families import FAMILIES
 
         target = self.root / "bart"
-        cfg = encdec.ModelConfig(
-            vocab_size=32,
-            d_model=16,
-            n_heads=4,
-            d_ff=32,
-            n_encoder_layers=1,
-            dropout=0.0,
-            position="learned",
-            position_offset=2,
-            max_positions=64,
-            norm="layernorm",
-            norm_eps=1e-5,
-            norm_position="post",
-            bias=True,
-            scale_attention=True,
-            embedding_norm=True,
-            final_logits_bias=True,
-            activation="gelu",
-            scale_output=False,
+        cfg = encdec.ModelConfig.from_dict(
+            dict(
+                vocab_size=32,
+                d_model=16,
+                n_heads=4,
+                d_ff=32,
+                n_encoder_layers=1,
+                dropout=0.0,
+                position="learned",
+                position_offset=2,
+                max_positions=64,
+                norm="layernorm",
+                norm_eps=1e-5,
+                norm_position="post",
+                bias=True,
+                scale_attention=True,
+                embedding_norm=True,
+                final_logits_bias=True,
+                activation="gelu",
+                scale_output=False,
+            )
         )
         FAMILIES["bart"].save(encdec.build_model(cfg), target)
         return target
@@ -226,17 +228,23 @@ OUT_OF_RANGE = {
     "a million layers": (lambda p: train(p, "model.n_encoder_layers=1000000"), "must be at most 4,096, got 1,000,000"),
     "d_head 0": (lambda p: train(p, "model.d_head=0"), "model.d_head must be a positive integer, got 0"),
     "no kv heads": (lambda p: train(p, "model.n_kv_heads=0"), "model.n_kv_heads must be a positive integer"),
-    "zero norm eps": (lambda p: train(p, "model.norm_eps=0"), "model.norm_eps must be in (0, 1], got 0.0"),
+    "zero norm eps": (lambda p: train(p, "model.norm_eps=0"), "model.norms.eps must be in (0, 1], got 0.0"),
     "HF d_kv 0": (
         lambda p: generate(p, p.hf(d_kv=0)),
         "model.d_head must be a positive integer, got 0 (config.json's d_kv)",
     ),
-    "HF no buckets": (lambda p: generate(p, p.hf(relative_attention_num_buckets=0)), "model.relative_buckets"),
+    "HF no buckets": (
+        lambda p: generate(p, p.hf(relative_attention_num_buckets=0)),
+        "model.positions.relative_buckets",
+    ),
     "HF negative decoder layers": (lambda p: generate(p, p.hf(num_decoder_layers=-3)), "got -3"),
     "HF layer count 2.5": (lambda p: generate(p, p.hf(num_layers=2.5)), "model.n_encoder_layers must be an integer"),
     "HF pad id past the vocabulary": (lambda p: generate(p, p.hf(pad_token_id=10**6)), "must be below vocab_size"),
-    "API max_positions 0": (lambda p: partial(encdec.ModelConfig, max_positions=0), "model.max_positions"),
-    "API rope_theta inf": (lambda p: partial(encdec.ModelConfig, rope_theta=float("inf")), "model.rope_theta"),
+    "API max_positions 0": (lambda p: partial(encdec.ModelConfig, positions={"max": 0}), "model.positions.max"),
+    "API rope_theta inf": (
+        lambda p: partial(encdec.ModelConfig, positions={"rope_theta": float("inf")}),
+        "model.positions.rope_theta",
+    ),
 }
 
 

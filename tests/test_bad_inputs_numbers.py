@@ -118,7 +118,7 @@ CONFIG_KEYS += [(f"model.{k}", {f"model.{n}": x for n, x in v.items()}) for k, v
 
 def test_the_walk_finds_the_numeric_keys_of_every_section():
     keys = {key for key, _ in CONFIG_KEYS}
-    assert {"training.seed", "optimizer.lr", "training.distill.alpha", "lora.r", "model.rope_theta"} <= keys
+    assert {"training.seed", "optimizer.lr", "training.distill.alpha", "lora.r", "model.positions.rope_theta"} <= keys
     assert {"model.research.embedding_loss_coeff", "model.d_model"} <= keys
     assert dict(CONFIG_KEYS)["training.distill.temperature"] == {"training.distill.teacher": "x"}
 

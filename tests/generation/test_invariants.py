@@ -73,7 +73,7 @@ def test_a_batch_equals_its_examples_decoded_one_by_one(name, options, device, e
 
 def test_rot5_gqa_with_rope_stays_equal_to_the_full_forward_over_120_cached_steps(device):
     model = tiny("rot5", n_heads=4, n_kv_heads=2).to(device)
-    assert model.config.position == "rope" and model.config.n_kv_heads < model.config.n_heads
+    assert model.config.positions.kind == "rope" and model.config.n_kv_heads < model.config.n_heads
     src, mask = (t.to(device) for t in padded_batch(S=9))
     tgt = torch.randint(3, V, (3, 120), device=device)
     full = model(src, tgt, src_mask=mask).logits

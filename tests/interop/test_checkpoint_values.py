@@ -237,7 +237,7 @@ def test_m2m100_s_scale_embedding_of_text_is_refused_naming_its_key(tmp_path, ca
     path = exported("m2m_100", tmp_path / "hf")
     edit_json(path / "config.json", lambda c: c.update(scale_embedding="yes"))
     line = refusal(["generate", str(path), "-i", str(inputs(tmp_path))], capsys)
-    assert "model.scale_embeddings must be true or false, got 'yes' (config.json's scale_embedding)" in line
+    assert "model.embeddings.scale must be true or false, got 'yes' (config.json's scale_embedding)" in line
 
 
 @pytest.mark.parametrize(

@@ -79,5 +79,5 @@ def test_an_adapted_qwen3_keeps_the_reasons_t5gemma_needs():
         hf_layout(encdec.preset("t5-tiny", vocab_size=300, **ADAPTED_QWEN3))
     said = str(raised.value)
     assert said.startswith("an encoder-decoder with RoPE has no Hugging Face counterpart but T5Gemma, whose layout")
-    assert "(norm must be gemma_rmsnorm with post_norms; activation must be gated_gelu; " in said
+    assert "(norms.kind must be gemma_rmsnorm with norms.post; activation must be gated_gelu; " in said
     assert re.search(r"; and \d+ more\); encdec.from_pretrained\(RUN_DIR\) loads it$", said), said

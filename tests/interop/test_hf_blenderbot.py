@@ -16,6 +16,6 @@ class TestBlenderbot(BartFamilyTests):
 
     def test_read_as_blenderbot_s_layout_with_its_ids(self, pair):
         cfg = pair[1].config
-        layout = (cfg.position, cfg.position_offset, cfg.norm_position, cfg.embedding_norm)
+        layout = (cfg.positions.kind, cfg.positions.offset, cfg.norms.position, cfg.embeddings.norm)
         assert layout == ("learned", 0, "pre", False)
         assert (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id) == (0, 2, 1)

@@ -21,9 +21,9 @@ class TestBlenderbotSmall(BartFamilyTests):
 
     def test_read_post_norm_from_position_0_with_the_decoder_s_embedding_norm_first_and_its_ids(self, pair):
         cfg = pair[1].config
-        assert cfg.embedding_norm and cfg.embeddings.decoder_norm_first and cfg.norm_position == "post"
+        assert cfg.embeddings.norm and cfg.embeddings.decoder_norm_first and cfg.norms.position == "post"
         ids = (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id)
-        assert (cfg.position, cfg.position_offset, *ids) == ("learned", 0, 0, 2, 1)
+        assert (cfg.positions.kind, cfg.positions.offset, *ids) == ("learned", 0, 0, 2, 1)
 
 
 def test_its_tokenizer_of_vocab_json_and_merges_txt_encodes_as_transformers_with_its_config_s_ids(tmp_path):

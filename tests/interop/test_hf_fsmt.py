@@ -70,9 +70,15 @@ class TestFSMT(BartFamilyTests):
 
     def test_read_as_fairseq_s_post_norm_transformer_of_two_vocabularies(self, pair, batch):
         cfg = pair[1].config
-        layout = (cfg.position, cfg.sinusoidal_layout, cfg.norm_position, cfg.embedding_norm, cfg.final_logits_bias)
-        assert layout == ("sinusoidal", "fairseq", "post", False, False) and cfg.scale_embeddings
-        assert (cfg.source_vocab_size, cfg.vocab_size, cfg.shared_embeddings, cfg.tie_embeddings) == (SOURCE, 384, 0, 0)
+        layout = (
+            cfg.positions.kind,
+            cfg.positions.sinusoidal_layout,
+            cfg.norms.position,
+            cfg.embeddings.norm,
+            cfg.output.logits_bias,
+        )
+        assert layout == ("sinusoidal", "fairseq", "post", False, False) and cfg.embeddings.scale
+        assert (cfg.source_vocab_size, cfg.vocab_size, cfg.embeddings.shared, cfg.embeddings.tie) == (SOURCE, 384, 0, 0)
         assert (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id) == (1, 2, 2) and batch[0].max() >= self.vocab
 
     def test_the_command_line_and_the_server_encode_by_the_source_table_and_decode_by_the_target_one(
@@ -107,7 +113,7 @@ def test_a_tied_checkpoint_reads_as_one_table_and_trained_positions_are_refused(
     transformers saves once (the decoder's); a checkpoint whose stored positions are not fairseq's is refused."""
     reference = fsmt(tmp_path, src_vocab_size=384, tgt_vocab_size=384, tie_word_embeddings=True)
     ours = encdec.load_hf(tmp_path)
-    assert ours.config.shared_embeddings and ours.config.tie_embeddings and ours.config.source_vocab_size == 384
+    assert ours.config.embeddings.shared and ours.config.embeddings.tie and ours.config.source_vocab_size == 384
     src, mask, tgt = parity_kit.padded_rows(384, (12, 7, 3), 12, 9, start=2)
     assert parity_kit.logit_gap(reference, ours, (src.masked_fill(mask == 0, 1), mask, tgt), **TestFSMT.forward) < 1e-4
     learned = sum(p.numel() for name, p in reference.named_parameters() if "embed_positions" not in name)

@@ -5,7 +5,6 @@ longer than the sliding window, its greedy tokens and step scores on a left-padd
 outgrow the window, its parameter count, the keys of released files read as transformers reads them, and write back
 what transformers reloads with the same logits; what encdec does not compute is refused in one sentence."""
 
-import dataclasses
 import json
 
 import pytest
@@ -83,11 +82,11 @@ def test_logits_equal_transformers_on_a_sequence_longer_than_the_window(name, tm
     with torch.no_grad():
         logits = ours(None, ids).logits
         difference = (logits - theirs(input_ids=ids).logits).abs().max().item()
-        wide = DecoderOnly(dataclasses.replace(ours.config, sliding_window=ids.shape[1]))  # a window seeing all
+        wide = DecoderOnly(ours.config.updated(sliding_window=ids.shape[1]))  # a window seeing all
         wide.load_state_dict(ours.state_dict())
         assert not torch.allclose(wide.eval()(None, ids).logits, logits)  # the window changes what is read
     assert difference < 1e-4
-    assert ours.config.sliding_window == WINDOW and ours.config.tie_embeddings == ("untied" not in name)
+    assert ours.config.attention.sliding_window == WINDOW and ours.config.embeddings.tie == ("untied" not in name)
 
 
 @pytest.mark.parametrize("name", ["gemma2", "gemma2-untied-no-caps", "gemma3"])
@@ -150,7 +149,9 @@ def test_a_released_file_s_keys_are_read_as_transformers_reads_them(name, tmp_pa
     ids = torch.randint(0, V, (2, 14), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert (ours(None, ids).logits - theirs(input_ids=ids).logits).abs().max().item() < 1e-4
-    assert ours.config.sliding_window == WINDOW and ours.config.global_every == (2 if name == "gemma2" else 3)
+    assert ours.config.attention.sliding_window == WINDOW and ours.config.attention.global_every == (
+        2 if name == "gemma2" else 3
+    )
 
 
 REFUSED = {  # name -> (the checkpoint, config.json's changed keys, the sentence's telling part)
@@ -194,7 +195,7 @@ def test_what_encdec_does_not_compute_is_refused_in_one_sentence(name, tmp_path)
 def test_a_layout_gemma_does_not_have_is_refused_on_export_in_one_sentence(tmp_path):
     hf_model("gemma3", tmp_path / "in")
     ours = encdec.load_hf(tmp_path / "in")
-    capped = DecoderOnly(dataclasses.replace(ours.config, attention_softcap=50.0))
-    with pytest.raises(ConfigError, match="Gemma 3: attention_softcap must be unset") as error:
+    capped = DecoderOnly(ours.config.updated(attention={"softcap": 50.0}))
+    with pytest.raises(ConfigError, match="Gemma 3: attention.softcap must be unset") as error:
         FAMILIES["gemma3_text"].save(capped, tmp_path / "out")
     assert "\n" not in str(error.value) and not (tmp_path / "out").exists()

@@ -28,8 +28,12 @@ class TestLED(BartFamilyTests):
 
     def test_read_with_a_band_of_half_the_window_and_each_stack_s_table(self, pair):
         cfg = pair[1].config
-        assert (cfg.encoder_attention, cfg.local_radius, cfg.global_tokens.rule) == ("local_global", 4, "none")
-        assert (cfg.encoder.max_positions, cfg.max_positions, cfg.position_offset) == (48, 24, 0)
+        assert (cfg.attention.encoder, cfg.attention.local_radius, cfg.attention.global_tokens) == (
+            "local_global",
+            4,
+            "none",
+        )
+        assert (cfg.encoder.max_positions, cfg.positions.max, cfg.positions.offset) == (48, 24, 0)
 
     def test_an_input_longer_than_the_decoder_s_table_is_read_by_the_encoder_s(self, pair):
         batch = parity_kit.padded_rows(self.vocab, (40, 29), 40, 9, start=self.start)  # 24 decoder rows, 48 encoder
@@ -41,7 +45,7 @@ class TestLED(BartFamilyTests):
     def test_with_the_first_token_global_its_logits_equal_transformers_given_that_mask(self, model_dir, pair, batch):
         reference = pair[0]
         ours = encdec.load_hf(model_dir)
-        ours.config.global_tokens.rule = "first"
+        ours.config.attention.global_tokens = "first"
         first = encdec.build_model(ours.config)
         first.load_state_dict(ours.state_dict())
         src, mask, tgt = batch

@@ -62,8 +62,8 @@ def saved(kind: str, path: Path, scale: str = "unscaled"):
 def test_logits_equal_transformers_on_a_padded_batch(kind, scale, tmp_path):
     reference = saved(kind, tmp_path, scale)
     ours = encdec.load_hf(tmp_path)
-    assert (ours.config.encoder_attention, ours.config.local_radius) == (KINDS[kind], 3)
-    assert ours.config.scale_output == (scale == "scaled") and ours.config.tie_embeddings
+    assert (ours.config.attention.encoder, ours.config.attention.local_radius) == (KINDS[kind], 3)
+    assert ours.config.output.scale == (scale == "scaled") and ours.config.embeddings.tie
     assert logit_gap(reference, ours) < 1e-4
 
 
@@ -74,9 +74,7 @@ def test_the_encoder_attention_matters_to_the_logits(kind, tmp_path):
     reference = saved(kind, tmp_path)
     ours = encdec.load_hf(tmp_path)
     full = encdec.build_model(
-        encdec.ModelConfig(
-            **{**ours.config.to_dict(), "encoder_attention": "full", "local_radius": 127, "global_block_size": 16}
-        )
+        ours.config.updated(attention={"encoder": "full", "local_radius": 127, "global_block_size": 16})
     ).eval()
     full.load_state_dict({k: v for k, v in ours.state_dict().items() if k in full.state_dict()})
     assert logit_gap(reference, full) > 1e-2
@@ -155,7 +153,7 @@ def test_lora_with_peft_s_names_exports_an_adapter_peft_loads_with_equal_logits(
 def test_a_run_fine_tuned_from_the_checkpoint_keeps_its_attention_and_exports_as_longt5(tmp_path, shared_data, capsys):
     saved("transient-global", tmp_path / "base")
     described, printed, reloaded = fine_tuned_and_exported(tmp_path / "base", tmp_path, shared_data, capsys, 40)
-    assert (described["encoder_attention"], described["global_block_size"]) == ("transient_global", 4)
+    assert (described["attention"]["encoder"], described["attention"]["global_block_size"]) == ("transient_global", 4)
     assert "LongT5ForConditionalGeneration" in printed
     assert logit_gap(reloaded, encdec.from_pretrained(tmp_path / "run")) < 1e-4
 
@@ -207,13 +205,19 @@ def test_what_longt5_cannot_express_is_one_sentence(tmp_path):
     with pytest.raises(ConfigError, match="cannot be saved as Hugging Face LongT5: position must be relative"):
         export_hf(rope, tokenizer, tmp_path / "rope")
     assert not (tmp_path / "untied").exists() and not (tmp_path / "rope").exists()
-    with pytest.raises(ConfigError, match="^model.encoder_attention transient_global needs model.position relative"):
+    with pytest.raises(
+        ConfigError, match="^model.attention.encoder transient_global needs model.positions.kind relative"
+    ):
         encdec.build_model(encdec.preset("rot5-tiny", encoder_attention="transient_global"))
-    with pytest.raises(ConfigError, match="^model.local_radius acts only with model.encoder_attention local or"):
+    with pytest.raises(
+        ConfigError, match="^model.attention.local_radius acts only with model.attention.encoder local or"
+    ):
         encdec.build_model(encdec.preset("t5-tiny", local_radius=8))
-    with pytest.raises(ConfigError, match="^model.global_block_size acts only with model.encoder_attention local or"):
+    with pytest.raises(
+        ConfigError, match="^model.attention.global_block_size acts only with model.attention.encoder local or"
+    ):
         encdec.build_model(encdec.preset("t5-tiny", encoder_attention="local", global_block_size=8))
-    with pytest.raises(ConfigError, match="^model.encoder_attention is not used by the decoder_only family"):
+    with pytest.raises(ConfigError, match="^model.attention.encoder is not used by the decoder_only family"):
         encdec.build_model(encdec.preset("decoder_only-tiny", encoder_attention="local"))
 
 

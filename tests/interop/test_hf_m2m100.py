@@ -83,11 +83,11 @@ def test_logits_equal_hugging_face_on_a_padded_batch(reference, ours, left):
 
 def test_the_checkpoint_reads_as_fairseq_s_pre_norm_transformer(ours, reference):
     cfg = ours.config
-    assert (cfg.position, cfg.sinusoidal_layout, cfg.norm_position) == ("sinusoidal", "fairseq", "pre")
-    assert cfg.scale_embeddings and cfg.tie_embeddings and not cfg.final_logits_bias and not cfg.embedding_norm
+    assert (cfg.positions.kind, cfg.positions.sinusoidal_layout, cfg.norms.position) == ("sinusoidal", "fairseq", "pre")
+    assert cfg.embeddings.scale and cfg.embeddings.tie and not cfg.output.logits_bias and not cfg.embeddings.norm
     assert (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id) == (1, 2, 2)
     table = reference.model.encoder.embed_positions.weights  # row pad + 1 + p holds position p
-    assert torch.equal(ours.encoder.positions.table, table[2 : 2 + cfg.max_positions])
+    assert torch.equal(ours.encoder.positions.table, table[2 : 2 + cfg.positions.max])
 
 
 @pytest.mark.parametrize(

@@ -100,4 +100,4 @@ def test_marian_positions_put_sines_first_and_cosines_second(tmp_path):
 def test_the_checkpoints_generation_settings_become_defaults(tmp_path):
     _, ours = pair("bart", tmp_path)
     assert ours.generation_defaults["forced_eos_token_id"] == 2
-    assert ours.config.position_offset == 2 and ours.config.embedding_norm
+    assert ours.config.positions.offset == 2 and ours.config.embeddings.norm

@@ -67,8 +67,8 @@ def test_logits_equal_transformers_on_a_padded_batch(family, head, tmp_path):
     reference = saved(family, head, tmp_path)
     ours = encdec.load_hf(tmp_path)
     assert logit_gap(reference, ours) < 1e-4
-    assert ours.config.tie_embeddings == (head == "tied")
-    assert ours.config.relative_bias_per_layer == (family == "umt5")
+    assert ours.config.embeddings.tie == (head == "tied")
+    assert ours.config.positions.relative_per_layer == (family == "umt5")
     if family == "umt5" or (family, head) == ("mt5", "tied"):  # config.json alone (encdec size): transformers
         assert hf_model_config(tmp_path) == ours.config  # writes an untied mT5's tie_word_embeddings true
 
@@ -92,7 +92,7 @@ def test_mt5_is_not_scaled_as_a_tied_t5_is(tmp_path):
     saved("mt5", "tied", tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["tie_word_embeddings"] is True
     cfg = encdec.load_hf(tmp_path).config
-    assert (cfg.scale_output, cfg.hf_model_type) == (False, "mt5")
+    assert (cfg.output.scale, cfg.hf_model_type) == (False, "mt5")
 
 
 @pytest.mark.parametrize("options", [{}, {"num_beams": 4}], ids=["greedy", "beam 4"])
@@ -196,7 +196,9 @@ def test_what_the_families_cannot_express_is_one_sentence(tmp_path):
     with pytest.raises(ConfigError, match="cannot be saved as Hugging Face UMT5: experts.count must be 1"):
         export_hf(moe, tokenizer, tmp_path / "switch")
     assert not (tmp_path / "mt5").exists() and not (tmp_path / "switch").exists()
-    with pytest.raises(ConfigError, match="^model.relative_bias_per_layer acts only with model.position relative"):
+    with pytest.raises(
+        ConfigError, match="^model.positions.relative_per_layer acts only with model.positions.kind relative"
+    ):
         encdec.build_model(encdec.preset("transformer-tiny", relative_bias_per_layer=True))
     with pytest.raises(ConfigError, match="^model.hf_model_type is not used by the decoder_only family; remove it$"):
         encdec.build_model(encdec.preset("decoder_only-tiny", hf_model_type="mt5"))
@@ -253,7 +255,7 @@ def test_a_run_fine_tuned_from_the_checkpoint_keeps_its_family_in_model_json_and
 ):
     saved(family, "untied", tmp_path / "base")
     described, printed, reloaded = fine_tuned_and_exported(tmp_path / "base", tmp_path, shared_data, capsys, 32)
-    assert (described["relative_bias_per_layer"], described["hf_model_type"]) == (
+    assert (described["positions"]["relative_per_layer"], described["hf_model_type"]) == (
         family == "umt5",
         "mt5" if family == "mt5" else None,
     )

@@ -19,7 +19,13 @@ class TestMvp(BartFamilyTests):
 
     def test_read_as_bart_s_layout_named_mvp_with_its_ids(self, pair):
         cfg = pair[1].config
-        layout = (cfg.position, cfg.position_offset, cfg.norm_position, cfg.embedding_norm, cfg.scale_embeddings)
+        layout = (
+            cfg.positions.kind,
+            cfg.positions.offset,
+            cfg.norms.position,
+            cfg.embeddings.norm,
+            cfg.embeddings.scale,
+        )
         assert layout == ("learned", 2, "post", True, False) and cfg.hf_model_type == "mvp"
         assert (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id) == (1, 2, 2)
 

@@ -52,7 +52,11 @@ class TestNllbMoe(BartFamilyTests):
     def test_read_as_m2m100_s_layout_with_top_2_experts_in_the_last_layer_of_each_step(self, pair):
         ours = pair[1]
         cfg, experts = ours.config, ours.config.experts
-        assert (cfg.position, cfg.sinusoidal_layout, cfg.norm_position) == ("sinusoidal", "fairseq", "pre")
+        assert (cfg.positions.kind, cfg.positions.sinusoidal_layout, cfg.norms.position) == (
+            "sinusoidal",
+            "fairseq",
+            "pre",
+        )
         assert (experts.count, experts.top_k, experts.renormalize, experts.capacity) == (4, 2, True, 64)
         assert (experts.eval_capacity_fraction, experts.token_dropout, experts.route_padding) == (1.0, 0.2, False)
         assert [isinstance(block.ffn, MoE) for block in ours.decoder.blocks] == [False, True, False]

@@ -20,7 +20,13 @@ class TestPLBart(BartFamilyTests):
 
     def test_read_as_bart_s_layout_with_scaled_embeddings_and_its_ids(self, pair):
         cfg = pair[1].config
-        layout = (cfg.position, cfg.position_offset, cfg.norm_position, cfg.embedding_norm, cfg.scale_embeddings)
+        layout = (
+            cfg.positions.kind,
+            cfg.positions.offset,
+            cfg.norms.position,
+            cfg.embeddings.norm,
+            cfg.embeddings.scale,
+        )
         assert layout == ("learned", 2, "post", True, True) and cfg.hf_model_type == "plbart"
         assert (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id) == (1, 2, 0)
 

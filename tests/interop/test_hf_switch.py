@@ -99,7 +99,7 @@ def test_logits_equal_transformers_with_experts_in_the_same_layers(layout, tmp_p
     assert sparse(ours.encoder.blocks) == [block.is_sparse for block in reference.encoder.block]
     assert sparse(ours.decoder.blocks) == [block.is_sparse for block in reference.decoder.block]
     assert logit_gap(reference, ours) < 1e-4
-    assert ours.config.tie_embeddings == ("untied" not in layout)
+    assert ours.config.embeddings.tie == ("untied" not in layout)
 
 
 def test_the_released_layout_is_every_other_layer_from_the_second(tmp_path):

@@ -83,7 +83,7 @@ def test_logits_equal_hugging_face_on_padded_batches(tmp_path, shape, layout):
         expected = reference(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
         got = ours(src, tgt, src_mask=mask.bool()).logits
     assert (got - expected).abs().max().item() < 1e-4
-    assert ours.config.tie_embeddings == (layout == "v1.0")
+    assert ours.config.embeddings.tie == (layout == "v1.0")
 
 
 def test_loss_equals_hugging_face_with_ignored_labels(tmp_path):
@@ -110,7 +110,7 @@ def test_save_hf_then_hugging_face_load_round_trips_exactly(tmp_path, preset):
 
     for name, tensor in ours_state.items():
         assert torch.equal(reference.state_dict()[NAMES.hf(name)], tensor), name
-    if not ours.config.tie_embeddings:
+    if not ours.config.embeddings.tie:
         assert torch.equal(reference.lm_head.weight, ours.lm_head.weight)
     src, mask, tgt = padded_batch(77)
     with torch.no_grad():

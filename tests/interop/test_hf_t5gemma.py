@@ -94,9 +94,14 @@ def test_logits_equal_transformers_on_a_padded_batch(pair, left):
     reference, ours, path = pair
     assert logit_gap(reference, ours, left) < 1e-4
     cfg = ours.config
-    assert (cfg.sliding_window, cfg.global_every, cfg.attention_softcap, cfg.logit_softcap) == (3, 2, 1.5, 4.0)
-    assert (cfg.n_encoder_layers, cfg.decoder_layers, cfg.n_kv_heads, cfg.attention_scale_dim) == (3, 2, 2, 12)
-    assert cfg.tie_embeddings == reference.config.tie_word_embeddings and not cfg.shared_embeddings
+    assert (cfg.attention.sliding_window, cfg.attention.global_every, cfg.attention.softcap, cfg.output.softcap) == (
+        3,
+        2,
+        1.5,
+        4.0,
+    )
+    assert (cfg.n_encoder_layers, cfg.decoder_layers, cfg.n_kv_heads, cfg.attention.scale_dim) == (3, 2, 2, 12)
+    assert cfg.embeddings.tie == reference.config.tie_word_embeddings and not cfg.embeddings.shared
     assert (cfg.pad_id, cfg.eos_id, cfg.decoder_start_id) == (0, 1, 2)
     assert hf_model_config(path) == cfg  # config.json alone (encdec size) reads the same model
 
@@ -238,9 +243,15 @@ def test_what_encdec_cannot_read_or_write_is_one_sentence(tmp_path):
     with pytest.raises(CheckpointError, match="config.json's num_attention_heads"):
         hf_model_config(tmp_path)
     rot5 = encdec.build_model(encdec.preset("rot5-tiny"))
-    with pytest.raises(ConfigError, match="^this model cannot be saved as Hugging Face T5Gemma: .*norm must be gemma"):
+    with pytest.raises(
+        ConfigError, match="^this model cannot be saved as Hugging Face T5Gemma: .*norms.kind must be gemma"
+    ):
         encdec.interop.families.FAMILIES["t5gemma"].save(rot5, tmp_path / "out")
-    with pytest.raises(ConfigError, match="^model.sliding_window is not used by the ar_encdec family; remove it$"):
+    with pytest.raises(
+        ConfigError, match="^model.attention.sliding_window is not used by the ar_encdec family; remove it$"
+    ):
         encdec.build_model(encdec.preset("ar_encdec-tiny", sliding_window=4))  # decoder_only's is Gemma's
-    with pytest.raises(ConfigError, match="^model.sliding_window does not combine with model.position relative"):
+    with pytest.raises(
+        ConfigError, match="^model.attention.sliding_window does not combine with model.positions.kind relative"
+    ):
         encdec.build_model(encdec.preset("t5-tiny", sliding_window=4))

@@ -58,7 +58,7 @@ def test_cross_attention_rotates_by_its_own_head_width_unless_rope_cross_is_none
 def test_subtraction_or_addition_keeps_a_learned_table_of_one_more_row(name, research):
     model = rope(name, research=research)
     table = model.positions.weight
-    assert table.shape == (model.config.max_positions + 1, model.config.d_model)
+    assert table.shape == (model.config.positions.max + 1, model.config.d_model)
     assert table.std().item() == pytest.approx(0.02, rel=0.1)  # initialised as the learned table is
 
 
@@ -112,8 +112,12 @@ def test_a_left_padded_rope_batch_equals_each_prompt_alone(name):
 @pytest.mark.parametrize(
     "name,overrides,message",
     [
-        ("ar_encdec-tiny", dict(position="sinusoidal"), "needs model.position learned or rope, got 'sinusoidal'"),
-        ("parallel_encdec-tiny", dict(rope_theta=500.0), "model.rope_theta acts only with model.position rope"),
+        ("ar_encdec-tiny", dict(position="sinusoidal"), "needs model.positions.kind learned or rope, got 'sinusoidal'"),
+        (
+            "parallel_encdec-tiny",
+            dict(rope_theta=500.0),
+            "model.positions.rope_theta acts only with model.positions.kind rope",
+        ),
         (
             "ar_encdec-tiny",
             dict(position="rope", rope_cross="prepended"),

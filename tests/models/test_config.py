@@ -9,7 +9,7 @@ from encdec.models import ModelConfig, preset, preset_names
     [
         (dict(d_model=100, n_heads=3), "n_heads (3) must divide model.d_model (100)"),
         (dict(n_heads=8, n_kv_heads=3), "n_kv_heads (3) must divide model.n_heads (8)"),
-        (dict(position="alibi"), "model.position must be one of sinusoidal, learned, relative, rope"),
+        (dict(positions={"kind": "alibi"}), "model.positions.kind must be one of sinusoidal, learned, relative, rope"),
         (dict(dropout=1.5), "model.dropout must be in [0, 1)"),
         (dict(d_model=0), "model.d_model must be a positive integer"),
     ],
@@ -62,18 +62,20 @@ def test_a_decoder_only_model_without_a_preset_starts_near_ln_v():
     from encdec.models import build_model
 
     torch.manual_seed(0)
-    cfg = ModelConfig(
-        family="decoder_only",
-        vocab_size=512,
-        d_model=64,
-        n_heads=4,
-        d_ff=128,
-        n_encoder_layers=2,
-        position="learned",
-        norm="layernorm",
-        activation="gelu",
-        max_positions=32,
-        dropout=0.0,
+    cfg = ModelConfig.from_dict(
+        dict(
+            family="decoder_only",
+            vocab_size=512,
+            d_model=64,
+            n_heads=4,
+            d_ff=128,
+            n_encoder_layers=2,
+            position="learned",
+            norm="layernorm",
+            activation="gelu",
+            max_positions=32,
+            dropout=0.0,
+        )
     )
     ids = torch.randint(0, 512, (4, 32))
     loss = build_model(cfg)(None, ids[:, :-1], labels=ids[:, 1:]).loss

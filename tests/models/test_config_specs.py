@@ -2,6 +2,9 @@
 (config_specs.MOVED): a YAML model section, a `--set`, a preset's override, a fine-tuning overlay. A checkpoint's
 flat model.json: tests/runs/test_sparse_layers.py."""
 
+import dataclasses
+import json
+
 import pytest
 import yaml
 
@@ -13,6 +16,11 @@ from encdec.training.run_config import load_config
 
 FLAT = {"n_experts": 4, "moe_every": 2, "moe_top_k": 2, "moe_renormalize": True, "aux_loss_coef": 0.0}
 NESTED = {"experts": {"count": 4, "every": 2, "top_k": 2, "renormalize": True, "aux_loss_coef": 0.0}}
+
+
+def test_the_config_s_top_level_stays_small():
+    """Settings that belong together are specs (issue 57: at most 30 top-level fields, from 55)."""
+    assert len(dataclasses.fields(ModelConfig)) <= 30
 
 
 def test_every_moved_key_names_a_field_of_its_spec():
@@ -38,6 +46,44 @@ def test_an_old_style_set_overrides_either_shape(tmp_path, section):
     config = load_config(path, ["model.n_experts=8", "model.experts.top_k=1"])
     assert config.model.config.experts.count == 8 and config.model.config.experts.top_k == 1
     assert config.model.config.experts.every == 2
+
+
+# each spec's old flat keys -> the same config in its shape (a run's model.json and --set: test_an_old_style_set...)
+OLD_AND_NEW = {
+    "output": ({"scale_output": False, "final_logits_bias": True}, {"output": {"scale": False, "logits_bias": True}}),
+    "embeddings": (
+        {"scale_embeddings": True, "embedding_norm": True, "tie_embeddings": False},
+        {"embeddings": {"scale": True, "norm": True, "tie": False}},
+    ),
+    "norms": (
+        {"norm": "layernorm", "norm_eps": 1e-5, "norm_position": "post", "post_norms": True},
+        {"norms": {"kind": "layernorm", "eps": 1e-5, "position": "post", "post": True}},
+    ),
+    "positions": (
+        {"position": "rope", "rope_theta": 500.0, "max_positions": 64, "relative_buckets": 16},
+        {"positions": {"kind": "rope", "rope_theta": 500.0, "max": 64, "relative_buckets": 16}},
+    ),
+    "attention": (
+        {"scale_attention": True, "attention_softcap": 20.0, "encoder_attention": "local", "local_radius": 8},
+        {"attention": {"scale": True, "softcap": 20.0, "encoder": "local", "local_radius": 8}},
+    ),
+}
+
+
+@pytest.mark.parametrize("spec", OLD_AND_NEW)
+def test_each_spec_s_old_flat_keys_load_to_its_shape(tmp_path, spec):
+    """Python, an old YAML model section and an old `--set model.<flat key>=` build the config of the new shape."""
+    flat, nested = OLD_AND_NEW[spec]
+    assert ModelConfig.from_dict(flat) == ModelConfig.from_dict(nested)
+    expected = preset("t5-tiny", **nested)
+    assert preset("t5-tiny", **flat) == expected
+    old, plain = tmp_path / "old.yaml", tmp_path / "plain.yaml"
+    old.write_text(yaml.safe_dump({"model": {"preset": "t5-tiny", **flat}}))
+    plain.write_text(yaml.safe_dump({"model": {"preset": "t5-tiny"}}))
+    loaded = load_config(old).model.config
+    assert loaded == dataclasses.replace(expected, vocab_size=loaded.vocab_size)  # the tokenizer's
+    old_sets = [f"model.{key}={json.dumps(value)}" for key, value in flat.items()]
+    assert load_config(plain, old_sets).model.config == loaded
 
 
 def test_a_key_set_both_ways_to_two_values_is_one_sentence():

@@ -18,7 +18,9 @@ V = 61
 def config(**changed) -> ModelConfig:
     values = dict(vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=2, norm="layernorm")
     values |= dict(norm_position="post", bias=True, position="learned", max_positions=32, scale_embeddings=True)
-    return ModelConfig(**values | dict(embedding_norm=True, embeddings={"decoder_norm_first": True}) | changed)
+    return ModelConfig.from_dict(
+        dict(**values | dict(embedding_norm=True, embeddings={"decoder_norm_first": True}) | changed)
+    )
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ ALTERNATIVE = (
     | dict(eoi_token_id=3, image_token_id=3, local_radius=2, global_block_size=4, attention_bias="qkv")
     | {"experts.place": "last", "experts.capacity": 1, "experts.second_expert_policy": "random"}
     | {"experts.balance": "all", "experts.token_dropout": 0.5, "experts.eval_capacity_fraction": 0.5}
-    | {"encoder.max_positions": 96, "global_tokens.rule": "first", "encoder.vocab_size": V + 8}
+    | {"encoder.max_positions": 96, "global_tokens": "first", "encoder.vocab_size": V + 8}
 )
 # fields that change what an export writes, not the model: tests/interop holds them honoured
 EXPORT_ONLY = {"hf_model_type"}
@@ -105,7 +105,7 @@ CONTEXT = dict(
     **{"experts.batch_prioritized": {"n_experts": 4, "experts": {"capacity": 1}}},
     **{"encoder.max_positions": dict(position="learned", max_positions=64)},
     **{"encoder.vocab_size": dict(shared_embeddings=False)},  # FSMT's source vocabulary, in a table of its own
-    **{"global_tokens.rule": dict(encoder_attention="local_global", local_radius=2)},
+    **{"global_tokens": dict(encoder_attention="local_global", local_radius=2)},
 )
 # every setting by the name a preset's override takes: a spec's fields by their flat names (MOVED), one that never
 # had a flat name by its place ("embeddings.decoder_norm_first")
@@ -211,13 +211,15 @@ def test_an_unused_field_is_refused_in_one_sentence(family, field):
 @pytest.mark.parametrize("position", ["sinusoidal", "relative"])
 @pytest.mark.parametrize("family", CAUSAL)
 def test_causal_lms_need_learned_or_rope_positions(family, position):
-    with pytest.raises(ConfigError, match=f"needs model.position learned or rope, got '{position}'$"):
+    with pytest.raises(ConfigError, match=f"needs model.positions.kind learned or rope, got '{position}'$"):
         build(family, position=position)
 
 
 @pytest.mark.parametrize("family", CAUSAL)
 def test_causal_lms_refuse_rope_settings_without_rope(family):
-    with pytest.raises(ConfigError, match="^model.rope_theta acts only with model.position rope; remove it$"):
+    with pytest.raises(
+        ConfigError, match="^model.positions.rope_theta acts only with model.positions.kind rope; remove it$"
+    ):
         build(family, rope_theta=500.0)
 
 
@@ -276,8 +278,8 @@ def test_d_head_sets_the_width_of_the_model_heads(family):
 @pytest.mark.parametrize("family", TRANSFORMERS)
 def test_scale_attention_changes_outputs_and_defaults_to_the_familys(family):
     default = build(family)
-    assert default.config.scale_attention is (family != "encoder_decoder")  # T5 does not scale; GPT does
-    flipped = build(family, scale_attention=not default.config.scale_attention)
+    assert default.config.attention.scale is (family != "encoder_decoder")  # T5 does not scale; GPT does
+    flipped = build(family, scale_attention=not default.config.attention.scale)
     ids = torch.randint(0, V - 2, (2, 8))
     assert not torch.allclose(default.eval()(ids, ids).logits, flipped.eval()(ids, ids).logits)
 
@@ -326,10 +328,10 @@ def test_cached_decoding_still_equals_the_full_forward(family, options):
 
 
 def test_a_causal_lm_built_from_defaults_keeps_nanogpts_scaling():
-    cfg = ModelConfig(family="decoder_only", position="learned")
-    assert cfg.scale_attention is True and cfg.scale_output is False
-    assert ModelConfig().scale_attention is False and ModelConfig().scale_output is True  # T5's
-    assert ModelConfig(family="rnn_seq2seq").scale_output is None  # not used: left at its default
+    cfg = ModelConfig.from_dict(dict(family="decoder_only", position="learned"))
+    assert cfg.attention.scale is True and cfg.output.scale is False
+    assert ModelConfig().attention.scale is False and ModelConfig().output.scale is True  # T5's
+    assert ModelConfig(family="rnn_seq2seq").output.scale is None  # not used: left at its default
 
 
 def test_demo_lists_every_preset_with_its_own_familys_count(capsys):

@@ -230,5 +230,5 @@ def test_research_loss_parameters_are_counted():
     options = dict(embedding_loss="MSE", embedding_aggregation="MATMUL", embedding_ln_type="INIT")
     cfg = preset("ar_encdec-tiny", research=ResearchOptions(**options))
     plain = preset("ar_encdec-tiny", research=ResearchOptions(embedding_loss="MSE"))
-    assert count_parameters_of(cfg).total - count_parameters_of(plain).total == cfg.max_positions**2
+    assert count_parameters_of(cfg).total - count_parameters_of(plain).total == cfg.positions.max**2
     assert counted(cfg) == real_counts(cfg)

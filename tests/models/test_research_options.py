@@ -106,7 +106,7 @@ def test_fixed_norms_remove_the_minimum_where_the_gains_shrink():
 
 def test_the_model_builds_the_options_it_is_given():
     model = tiny("ar_encdec-tiny", research=dict(embedding_loss="L1", embedding_aggregation="MATMUL"))
-    P = model.config.max_positions
+    P = model.config.positions.max
     assert model.embedding_loss.kind == "L1"
     assert torch.equal(model.embedding_loss.aggregation.logits, torch.zeros(P, P))  # init leaves it at zero
     fixed = tiny("parallel_encdec-tiny", research=dict(embedding_loss="HUBER", embedding_norm_affine=False))

@@ -38,7 +38,7 @@ def model_config(path: Path) -> ModelConfig:
 def test_every_seed_run_has_a_cpu_version_of_the_same_structure(path):
     full, cpu = model_config(path), model_config(SEEDS / "cpu" / path.name)
     assert cpu.family == full.family and cpu.research == full.research and cpu.dropout == full.dropout
-    assert cpu.d_model < full.d_model and cpu.max_positions < full.max_positions
+    assert cpu.d_model < full.d_model and cpu.positions.max < full.positions.max
     full_run, cpu_run = load_config(path), load_config(SEEDS / "cpu" / path.name)
     assert full_run.objective.kind == cpu_run.objective.kind == "causal_lm"
     assert full_run.optimizer.betas == cpu_run.optimizer.betas == [0.9, 0.95]

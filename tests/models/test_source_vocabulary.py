@@ -42,15 +42,17 @@ def test_a_shared_table_of_another_size_or_a_source_id_beyond_it_is_refused_in_o
         ModelConfig(vocab_size=TARGET, encoder={"vocab_size": SOURCE})
     assert str(refused.value) == (
         f"an encoder of {SOURCE} tokens (model.encoder.vocab_size) cannot read the decoder's token table of "
-        f"{TARGET}; set model.shared_embeddings false"
+        f"{TARGET}; set model.embeddings.shared false"
     )
     with pytest.raises(
         ConfigError, match=r"^model.eos_id must be below model.encoder.vocab_size \(8\), got 9: sources"
     ):
-        ModelConfig(
-            vocab_size=TARGET, eos_id=9, decoder_start_id=30, shared_embeddings=False, encoder={"vocab_size": 8}
+        ModelConfig.from_dict(
+            dict(vocab_size=TARGET, eos_id=9, decoder_start_id=30, shared_embeddings=False, encoder={"vocab_size": 8})
         )
-    assert ModelConfig(vocab_size=TARGET, decoder_start_id=30, shared_embeddings=False, encoder={"vocab_size": 8})
+    assert ModelConfig.from_dict(
+        dict(vocab_size=TARGET, decoder_start_id=30, shared_embeddings=False, encoder={"vocab_size": 8})
+    )
 
 
 def test_a_layout_without_a_source_vocabulary_refuses_the_export():

@@ -133,7 +133,7 @@ def test_flex_attention_s_score_mod_from_the_kinds_adds_the_relative_bias(bidire
 def test_a_stack_declares_its_layers_kinds(options):
     """Each layer's kinds are what the config says, and the kinds' own parameters are those of the tables they
     hold (T5's one table counted once, UMT5's each)."""
-    model = build_model(ModelConfig(family="encoder_decoder", **TINY, **options))
+    model = build_model(ModelConfig.from_dict(dict(family="encoder_decoder", **TINY, **options)))
     encoder, decoder = model.encoder, model.decoder
     kinds = [encoder.self_kinds(i) for i in range(3)]
     if "sliding_window" in options:
@@ -168,7 +168,9 @@ def test_the_encoder_s_masks_are_the_kinds_masks_whole_or_by_chunks():
     """The encoder's mask of a layer (SelfMasks.rows) is layer_mask of the layer's kinds over the padding."""
     from encdec.models.encoder import SelfMasks
 
-    model = build_model(ModelConfig(family="encoder_decoder", **TINY, encoder_attention="local", local_radius=2))
+    model = build_model(
+        ModelConfig.from_dict(dict(family="encoder_decoder", **TINY, encoder_attention="local", local_radius=2))
+    )
     src_mask = torch.tensor([[True] * 9, [True] * 6 + [False] * 3])
     x = torch.zeros(2, 9, 16)
     row = torch.arange(9)
@@ -194,7 +196,7 @@ def test_a_decode_step_s_masks_are_the_decoder_kinds_masks(options):
     DecodeState.attend_as) is layer_mask of those kinds over the written keys."""
     from encdec.modules.blocks import for_layer
 
-    model = build_model(ModelConfig(family="encoder_decoder", **TINY, **options)).eval()
+    model = build_model(ModelConfig.from_dict(dict(family="encoder_decoder", **TINY, **options))).eval()
     state = model.start(torch.randint(3, 40, (2, 7)), None, max_new_tokens=8)
     for _ in range(5):
         model.step(torch.randint(3, 40, (2, 1)), state)
@@ -220,7 +222,7 @@ def test_a_server_batch_s_and_a_fixed_shape_step_s_masks_are_the_decoder_kinds_m
     from encdec.modules import DecodeState, RunningBatch
     from encdec.modules.blocks import for_layer
 
-    model = build_model(ModelConfig(family="encoder_decoder", **TINY, **options)).eval()
+    model = build_model(ModelConfig.from_dict(dict(family="encoder_decoder", **TINY, **options))).eval()
     batch = RunningBatch("cpu", torch.float32)
     batch.join(model.start(torch.randint(3, 40, (2, 7)), None, max_new_tokens=8), [1, 1])
     for _ in range(3):

@@ -3,8 +3,6 @@ layer of encoder_attention local_global equals transformers' Longformer self-att
 the reference) on a padded batch of lengths that are not multiples of its window, with any global tokens, whole
 and by chunks of its band; and the global tokens' rule picks each row's first real token."""
 
-from dataclasses import replace
-
 import pytest
 import torch
 
@@ -27,10 +25,10 @@ def pair():
         d_model=D, encoder_attention_heads=HEADS, encoder_layers=1, attention_window=[WINDOW], attention_dropout=0.0
     )
     theirs = led.LEDEncoderAttention(config, 0).eval()
-    cfg = ModelConfig(
+    cfg = ModelConfig.from_dict(dict(
         vocab_size=8, d_model=D, n_heads=HEADS, n_encoder_layers=1, bias=True, scale_attention=True, dropout=0.0,
-        position="learned", encoder_attention="local_global", local_radius=WINDOW // 2, global_tokens={"rule": "first"},
-    )  # fmt: skip
+        position="learned", encoder_attention="local_global", local_radius=WINDOW // 2, global_tokens="first",
+    ))  # fmt: skip
     ours = Encoder(cfg, torch.nn.Embedding(8, D), None).eval()
     attention, longformer = ours.blocks[0].self_attn, theirs.longformer_self_attn
     pairs = {"q": "query", "k": "key", "v": "value", "global_q": "query_global", "global_k": "key_global"}
@@ -102,21 +100,23 @@ def test_its_parameters_are_counted_and_a_packed_batch_is_refused(pair):
     from encdec.models.parameter_count import count_parameters_of
     from encdec.modules import Packing
 
-    cfg = ModelConfig(
+    cfg = ModelConfig.from_dict(dict(
         vocab_size=8, d_model=D, n_heads=HEADS, n_encoder_layers=1, bias=True,
-        encoder_attention="local_global", local_radius=2, global_tokens={"rule": "first"},
-    )  # fmt: skip
+        encoder_attention="local_global", local_radius=2, global_tokens="first",
+    ))  # fmt: skip
     from encdec.models import build_model
 
     model = build_model(cfg)
     assert count_parameters_of(cfg).total == sum(p.numel() for p in model.parameters())
     assert not model.capabilities.packs_sources
-    own_table = replace(cfg, position="learned", max_positions=8, encoder={"max_positions": 32})
+    own_table = cfg.updated(position="learned", max_positions=8, encoder={"max_positions": 32})
     assert type(model).position_limits(own_table) == (32, 8)  # the source is read by the encoder's table
     with pytest.raises(ConfigError, match="^an encoder with global tokens cannot read a packed batch"):
         SelfMasks(model.encoder, None, Packing.__new__(Packing), torch.arange(3), torch.arange(3), torch.zeros(1, 3, D))
-    with pytest.raises(ConfigError, match="^model.global_tokens acts only with model.encoder_attention local_global"):
-        build_model(ModelConfig(vocab_size=8, d_model=D, n_heads=HEADS, global_tokens={"rule": "first"}))
+    with pytest.raises(
+        ConfigError, match="^model.attention.global_tokens acts only with model.attention.encoder local_global"
+    ):
+        build_model(ModelConfig.from_dict(dict(vocab_size=8, d_model=D, n_heads=HEADS, global_tokens="first")))
 
 
 def test_with_the_first_token_global_a_server_batch_equals_generate_alone():
@@ -125,7 +125,7 @@ def test_with_the_first_token_global_a_server_batch_equals_generate_alone():
     from tests.interop.serving_kit import assert_served_equals_generate_alone, mixed
 
     torch.manual_seed(0)
-    settings = dict(encoder_attention="local_global", local_radius=2, global_tokens={"rule": "first"}, dropout=0.0)
+    settings = dict(encoder_attention="local_global", local_radius=2, global_tokens="first", dropout=0.0)
     model = encdec.build_model(encdec.preset("transformer-tiny", vocab_size=64, **settings)).eval()
     assert_served_equals_generate_alone(model, (3, 64), mixed(12))
 

@@ -10,7 +10,7 @@ import torch
 from model_kit import T5GEMMA
 from run_kit import NINE_PAIRS, tiny_pairs_run
 
-from encdec.models.config_specs import moved_to_specs
+from encdec.models.config_specs import MOVED, SPECS, moved_to_specs
 from encdec.runs import open_model
 from encdec.runs.run_dir import RunDir
 
@@ -57,7 +57,10 @@ def test_a_model_json_from_before_gemma_s_settings_opens_as_it_was(tmp_path):
     run_dir = run(tmp_path, "t5-v1.1-tiny")
     expected = open_model(run_dir).run.model
     model_json = RunDir(run_dir).checkpoint("latest").model_config
-    old = {k: v for k, v in json.loads(model_json.read_text()).items() if k not in NEW_KEYS}
+    written = json.loads(model_json.read_text())
+    specs = {name: written.pop(name) for name in SPECS}  # written flat, as before the specs (MOVED)
+    flat = written | {key: specs[place.split(".")[0]][place.split(".")[1]] for key, place in MOVED.items()}
+    old = {k: v for k, v in flat.items() if k not in NEW_KEYS}
     model_json.write_text(json.dumps(old))
     reopened = open_model(run_dir).run.model
     assert reopened.config == expected.config

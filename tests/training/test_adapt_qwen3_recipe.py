@@ -98,7 +98,7 @@ def test_a_tiny_qwen3_checkpoint_adapts_to_the_recipe_s_settings(tmp_path):
     hf.save_pretrained(tmp_path / "qwen3")
     pretrained = load_pretrained(str(tmp_path / "qwen3"))
     adapted, ours = adapted_section(pretrained.model_section), recipe_section()
-    assert (adapted["d_head"], adapted["n_decoder_layers"], adapted["tie_embeddings"]) == (32, 2, True)
+    assert (adapted["d_head"], adapted["n_decoder_layers"], adapted["embeddings"]["tie"]) == (32, 2, True)
     settings = {key: value for key, value in ours.items() if key not in SIZES}
     assert overlaid(adapted, settings) == overlaid(adapted, {})  # the recipe's settings: the adapted section's
     cfg = ModelConfig.from_dict(adapted)

@@ -19,6 +19,7 @@ import encdec
 from encdec.cli import main
 from encdec.errors import ConfigError
 from encdec.models import ModelConfig
+from encdec.models.config_specs import overlaid
 from encdec.runs.checkpoint import load_weights
 from encdec.runs.run_dir import RunDir
 from encdec.training.adaptation import adapted_section, adapted_weights, source_name
@@ -161,7 +162,7 @@ def test_a_run_adapted_from_a_hugging_face_directory_trains_resumes_bitwise_and_
 
 def test_a_source_setting_an_encoder_decoder_lacks_is_one_sentence():
     section = {"family": "decoder_only", "n_encoder_layers": 2, "attention_bias": "qkv"}
-    with pytest.raises(ConfigError, match="attention_bias 'qkv', which cannot be adapted"):
+    with pytest.raises(ConfigError, match="attention.bias 'qkv', which cannot be adapted"):
         adapted_section(section)
 
 
@@ -238,8 +239,10 @@ def test_an_unbalanced_run_warms_the_fresh_cross_attention_up_alone_then_trains_
 def test_what_an_unbalanced_adaptation_refuses_is_one_sentence(
     gemma2, wider_gemma2, tinystories_path, tmp_path, capsys
 ):
-    other = load_pretrained(str(gemma2)).model_section | {"sliding_window": 4}
-    with pytest.raises(ConfigError, match="differ in sliding_window .8 and 4.; an unbalanced adaptation joins"):
+    other = overlaid(load_pretrained(str(gemma2)).model_section, {"attention": {"sliding_window": 4}})
+    with pytest.raises(
+        ConfigError, match="differ in attention.sliding_window .8 and 4.; an unbalanced adaptation joins"
+    ):
         adapted_section(load_pretrained(str(wider_gemma2)).model_section, other)
     alone = run_config(tmp_path / "b.yaml", gemma2, tinystories_path, 2, cross_attention_warmup=2)
     assert main(["train", str(alone), "--out", str(tmp_path / "alone")]) == 2
@@ -262,7 +265,7 @@ def test_a_run_s_section_adapts_with_the_decoder_only_family_s_defaults_and_the_
         "dropout": 0.0,
     }
     section = adapted_section(raw)
-    assert (section["scale_attention"], section["scale_output"], section["init"]) == (True, False, "normal")
+    assert (section["attention"]["scale"], section["output"]["scale"], section["init"]) == (True, False, "normal")
     torch.manual_seed(0)
     source = encdec.build_model(ModelConfig.from_dict({**raw, "vocab_size": 100})).eval()
     model = encdec.build_model(ModelConfig.from_dict({**section, "vocab_size": 100})).eval()

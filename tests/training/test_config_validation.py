@@ -42,7 +42,7 @@ def test_kv_heads_not_dividing_heads_are_refused_at_load_without_reading_data(no
         ("model.moe_top_k=2", r"model\.experts\.top_k \(2\) exceeds model\.experts\.count \(1\)"),
         ("model.dropout=1.5", r"model\.dropout must be in \[0, 1\), got 1\.5"),
         ("model.d_model=0", r"model\.d_model must be a positive integer, got 0"),
-        ("model.position=absolute", r"model\.position must be one of sinusoidal, learned, relative, rope"),
+        ("model.position=absolute", r"model\.positions\.kind must be one of sinusoidal, learned, relative, rope"),
         ("model.d_head=15", r"^model: RoPE needs an even head dimension, got d_head 15$"),
         ("model.preset=t6-small", r"^model\.preset 't6-small' is unknown; did you mean t5-small\?$"),
         ("model.n_heads=eight", r"model\.n_heads must be an integer, got 'eight'"),

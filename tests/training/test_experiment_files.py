@@ -23,7 +23,7 @@ def test_experiment_file_runs_load_as_valid_configs(path):
 def test_rot5_ablation_changes_one_thing_per_run():
     runs, _ = read_experiment(next(p for p in EXPERIMENTS if p.stem == "rot5_ablation_cpu"))
     models = [load_config(run.config, run.overrides).model for run in runs]
-    assert [m.get("position") for m in models] == ["relative", "rope", "rope", "rope", "rope"]
+    assert [m.get("positions", {}).get("kind") for m in models] == ["relative", "rope", "rope", "rope", "rope"]
     assert [m.get("n_kv_heads") for m in models] == [4, 4, 2, 2, 2]
     experts = [m.get("experts", {}) for m in models]
     assert [e.get("count", 1) for e in experts] == [1, 1, 1, 4, 4]

@@ -163,7 +163,7 @@ def test_a_run_fine_tuned_from_a_hugging_face_t5_starts_from_its_weights_tokeniz
     assert finetune(hf_t5_dir, tmp_path / "run", shared_data, "optimizer.lr=1e-12") == 0
     run = load_run(tmp_path / "run", "latest")
     cfg = run.model.config
-    assert (cfg.d_model, cfg.activation, cfg.tie_embeddings, cfg.dropout) == (32, "gated_gelu", False, 0.1)
+    assert (cfg.d_model, cfg.activation, cfg.embeddings.tie, cfg.dropout) == (32, "gated_gelu", False, 0.1)
     reference = encdec.load_hf(hf_t5_dir).state_dict()
     for name, tensor in run.model.state_dict().items():  # lr ~0: the weights are the checkpoint's
         assert (tensor - reference[name]).abs().max() < 1e-6, name

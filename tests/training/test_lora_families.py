@@ -346,7 +346,7 @@ def test_an_interleaved_transformer_s_adapter_is_reordered_as_its_marian_export(
 
     torch.manual_seed(0)
     cfg = preset("transformer-tiny", vocab_size=360, d_model=32, d_ff=48, n_heads=4, dropout=0.0)
-    assert cfg.sinusoidal_layout == "interleaved"
+    assert cfg.positions.sinusoidal_layout == "interleaved"
     ours = EncoderDecoder(cfg).eval()
     with pytest.raises(ConfigError, match="the model carries no LoRA adapter"):
         save_peft_adapter(ours, tmp_path / "unused", "base")

@@ -104,7 +104,7 @@ def test_adapting_a_learned_table_to_longer_rows_is_one_sentence_before_any_step
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert "objective ul2 (seq_len 128) makes source rows of up to 128 tokens" in err[0]
-    assert "learned position table has 64 rows (model.max_positions)" in err[0]
+    assert "learned position table has 64 rows (model.positions.max)" in err[0]
     assert not (tmp_path / "long" / "checkpoints").exists()
     assert (
         main(["train", str(tiny_config), "--out", str(tmp_path / "fits"), *adapt, "--set", "objective.seq_len=64"]) == 0

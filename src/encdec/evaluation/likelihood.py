@@ -66,7 +66,7 @@ def position_limit(model: nn.Module) -> int | None:
     """The most positions the model reads: a causal LM's context (max_positions, whatever its position
     scheme), an absolute position table's size; None for an encoder-decoder with relative positions or RoPE."""
     cfg = model.config
-    return cfg.max_positions if is_causal(model) or cfg.position in ("sinusoidal", "learned") else None
+    return cfg.positions.max if is_causal(model) or cfg.positions.kind in ("sinusoidal", "learned") else None
 
 
 def chunks(items: Sequence, size: int) -> Iterator[Sequence]:

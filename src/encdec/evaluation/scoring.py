@@ -134,7 +134,7 @@ def evaluate_pairs(
         "inputs": len(grouped),
         "reference_tokens": nll.tokens,
     } | evaluation.counts
-    cut = f"; {nll.cut:,} references cut to the model's {model.config.max_positions:,} positions" if nll.cut else ""
+    cut = f"; {nll.cut:,} references cut to the model's {model.config.positions.max:,} positions" if nll.cut else ""
     evaluation.notes.insert(0, f"loss over all {len(pairs):,} pairs: {nll.tokens:,} reference tokens{cut}")
     return evaluation
 

@@ -27,7 +27,8 @@ from encdec.errors import ConfigError
 from encdec.generation.config import GenerationConfig
 from encdec.sizing import free_bytes, gib
 
-CONFIG_FIELDS = ("vocab_size", "d_model", "n_heads", "n_kv_heads", "cross_attention", "head_dim", "decoder_layers")
+CONFIG_FIELDS = ("vocab_size", "d_model", "n_heads", "n_kv_heads", "cross_attention", "positions", "head_dim")
+CONFIG_FIELDS += ("decoder_layers",)
 TOKEN_BUFFERS = 4  # running, finished and the gathers of a beam step, each (R, L) int64
 LOGIT_COPIES = 4  # the step's logits, log-probabilities, beam totals and candidates, each (R, V)
 
@@ -46,7 +47,7 @@ def generation_bytes(model, cfg: GenerationConfig, batch: int, source_len: int, 
     held = layers + 1 if cfg.num_beams > 1 else layers  # beams: and the spare pair reorders gather into
     sizes["self-attention caches"] = rows * length * held * 2 * kv * d_head * dtype
     sizes["cross-attention caches"] = batch * source_len * layers * 2 * cross_kv * d_head * dtype
-    if getattr(model_cfg, "position", None) == "relative" and getattr(model_cfg, "family", None) == "encoder_decoder":
+    if model_cfg.positions.kind == "relative" and getattr(model_cfg, "family", None) == "encoder_decoder":
         sizes["relative bias"] = heads * length * length * dtype
     scores = getattr(model, "attention_scores", None)  # by the path each layer takes (chunks, a band)
     numbers = scores(batch, source_len) if scores is not None else batch * heads * source_len * source_len

@@ -72,7 +72,7 @@ def save_peft_adapter(model: nn.Module, out: Path, base: str, force: bool = Fals
     r, alpha, dropout = first.r[ADAPTER], first.lora_alpha[ADAPTER], first.lora_dropout[ADAPTER]
     targets = {name: names(base_name(name) + ".weight").removesuffix(".weight") for name in layers}
     cfg = model.config  # Marian and Pegasus hold interleaved sinusoids' dimensions reordered (model_dim)
-    interleaved = cfg.position == "sinusoidal" and cfg.sinusoidal_layout == "interleaved"
+    interleaved = cfg.positions.kind == "sinusoidal" and cfg.positions.sinusoidal_layout == "interleaved"
     order = halves_order(cfg.d_model) if interleaved else None
     tensors = {}
     for name, layer in layers.items():

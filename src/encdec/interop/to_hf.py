@@ -114,7 +114,7 @@ def hf_layout(cfg: ModelConfig) -> str:
             raise error.reworded(said + ", whose layout this one lacks ({unmet}); " + LOAD_HINT) from None
     if family is None:
         raise ConfigError(
-            f"no Hugging Face family has {cfg.position} positions with {cfg.norm_position}-norm; {LOAD_HINT}"
+            f"no Hugging Face family has {cfg.positions.kind} positions with {cfg.norms.position}-norm; {LOAD_HINT}"
         )
     try:
         family.check(cfg)

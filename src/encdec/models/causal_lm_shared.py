@@ -25,8 +25,8 @@ of a batch gets the tokens it would get alone.
 
 Their parts come from encdec.models.components, so they honour what the encoder-decoder
 does: n_kv_heads (GQA, MQA), d_head, scale_attention, norm, norm_eps, norm_position,
-experts (whose aux and z losses join the loss), scale_embeddings, embedding_norm,
-scale_output, tie_embeddings, bias, dropout, logit_softcap (decoder_only's). A family refuses, in one
+experts (whose aux and z losses join the loss), embeddings (scale, norm, tie),
+output.scale, bias, dropout, output.softcap (decoder_only's). A family refuses, in one
 sentence, any setting it has no use for (family_rules.UNUSED_BY_FAMILY: LM_UNUSED plus its own).
 
 Positions are learned (nanoGPT: a table added to the token embeddings) or rope (Su et al.
@@ -83,13 +83,15 @@ def build_rotaries(cfg: ModelConfig, cross: bool = True) -> tuple[RotaryEmbeddin
     `cross` or with cross_attention.rope none; the same module when both are as wide); (None, None) with learned
     positions. Self-attention's positions are scaled by rope_scale (linear RoPE scaling, Gemma 3's global layers).
     ModelConfig has checked both widths are even."""
-    if cfg.position != "rope":
+    if cfg.positions.kind != "rope":
         return None, None
-    rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scale)  # rope_scale: decoder_only's alone
+    rotary = RotaryEmbedding(
+        cfg.head_dim, cfg.positions.rope_theta, cfg.positions.rope_scale
+    )  # rope_scale: decoder_only's alone
     if not cross or cfg.cross_attention.rope == "none":
         return rotary, None
     width = cfg.cross_head_dim
-    return rotary, rotary if width == cfg.head_dim else RotaryEmbedding(width, cfg.rope_theta)
+    return rotary, rotary if width == cfg.head_dim else RotaryEmbedding(width, cfg.positions.rope_theta)
 
 
 def build_cross_block(
@@ -154,7 +156,7 @@ class PromptedLM(GenerationMixin, abc.ABC):
     @staticmethod
     def position_limits(cfg: ModelConfig) -> tuple[int | None, int | None]:
         """(source, target): no source; a stream of at most the context, max_positions (check_positions)."""
-        return None, cfg.max_positions
+        return None, cfg.positions.max
 
     def build_embeddings(self, cfg: ModelConfig, next_positions: bool = False, scale_in_dtype: bool = False) -> None:
         """Token table, dropout, embedding norm, scales, and the learned position table: max_positions rows,
@@ -162,8 +164,10 @@ class PromptedLM(GenerationMixin, abc.ABC):
         With `scale_in_dtype` the embedding scale is rounded to the model's dtype first, as Gemma's is."""
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.scale_in_dtype = scale_in_dtype
-        rows = cfg.max_positions + int(next_positions)
-        self.positions = LearnedPositions(rows, cfg.d_model) if cfg.position == "learned" or next_positions else None
+        rows = cfg.positions.max + int(next_positions)
+        self.positions = (
+            LearnedPositions(rows, cfg.d_model) if cfg.positions.kind == "learned" or next_positions else None
+        )
         self.dropout = Dropout(cfg.dropout)
         self.embed_norm = parts.build_embedding_norm(cfg)
         self.embed_scale, self.output_scale = parts.embedding_scale(cfg), parts.output_scale(cfg)
@@ -176,7 +180,7 @@ class PromptedLM(GenerationMixin, abc.ABC):
         if self.scale_in_dtype:
             scale = torch.tensor(scale, dtype=x.dtype, device=x.device)
         x = x * scale
-        if self.config.position == "learned":
+        if self.config.positions.kind == "learned":
             x = x + self.positions(pos)
         return self.dropout(self.embed_norm(x))
 
@@ -196,9 +200,9 @@ class PromptedLM(GenerationMixin, abc.ABC):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (B, T, C) -> logits (B, T, V), through the tied head unless lm_head is set, capped at
-        logit_softcap where it is set (Gemma's final_logit_softcapping)."""
+        output.softcap where it is set (Gemma's final_logit_softcapping)."""
         logits = lm_head(hidden * self.output_scale, self.embed, self.lm_head)
-        cap = self.config.logit_softcap
+        cap = self.config.output.softcap
         return logits if cap is None else soft_cap(logits, cap)
 
     def forward(
@@ -229,10 +233,10 @@ class PromptedLM(GenerationMixin, abc.ABC):
         logits (a prefill's)."""
 
     def check_positions(self, length: int) -> None:
-        if length > self.config.max_positions:
+        if length > self.config.positions.max:
             raise ConfigError(
                 f"the sequence reaches {length} tokens but this model's context is "
-                f"{self.config.max_positions} (model.max_positions)"
+                f"{self.config.positions.max} (model.positions.max)"
             )
 
     @torch.no_grad()

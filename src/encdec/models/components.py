@@ -38,27 +38,27 @@ from encdec.modules import (
 
 def norm_factory(cfg: ModelConfig):
     """A function making one norm of the configured kind."""
-    return lambda: build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+    return lambda: build_norm(cfg.norms.kind, cfg.d_model, cfg.norms.eps, cfg.bias)
 
 
 def build_final_norm(cfg: ModelConfig) -> nn.Module:
     """The norm closing a pre-norm stack; a post-norm stack ends normalised already."""
-    return norm_factory(cfg)() if cfg.norm_position == "pre" else nn.Identity()
+    return norm_factory(cfg)() if cfg.norms.position == "pre" else nn.Identity()
 
 
 def build_embedding_norm(cfg: ModelConfig) -> nn.Module:
     """BART normalises token + position embeddings before the first block; others do not."""
-    return norm_factory(cfg)() if cfg.embedding_norm else nn.Identity()
+    return norm_factory(cfg)() if cfg.embeddings.norm else nn.Identity()
 
 
 def embedding_scale(cfg: ModelConfig) -> float:
     """Token embeddings times sqrt(d_model) (Vaswani et al. 2017, 3.4) or 1."""
-    return math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+    return math.sqrt(cfg.d_model) if cfg.embeddings.scale else 1.0
 
 
 def output_scale(cfg: ModelConfig) -> float:
     """The final hidden states times d_model^-0.5 before the head (T5 v1.0, tied) or 1."""
-    return cfg.d_model**-0.5 if cfg.scale_output else 1.0
+    return cfg.d_model**-0.5 if cfg.output.scale else 1.0
 
 
 def build_attention(
@@ -79,14 +79,16 @@ def build_attention(
         n_kv_heads,
         d_head,
         d_source,
-        bias=cfg.bias or cfg.attention_bias == "qkvo",
-        scale=cfg.scale_attention,
+        bias=cfg.bias or cfg.attention.bias == "qkvo",
+        scale=cfg.attention.scale,
         dropout=cfg.dropout,
         rotary=rotary,
-        scale_dim=cfg.attention_scale_dim,
-        softcap=cfg.attention_softcap,
-        qk_norm=(lambda width: build_norm(cfg.norm, width, cfg.norm_eps, cfg.bias)) if cfg.qk_norm else None,
-        qkv_bias=cfg.bias or cfg.attention_bias != "none",
+        scale_dim=cfg.attention.scale_dim,
+        softcap=cfg.attention.softcap,
+        qk_norm=(lambda width: build_norm(cfg.norms.kind, width, cfg.norms.eps, cfg.bias))
+        if cfg.attention.qk_norm
+        else None,
+        qkv_bias=cfg.bias or cfg.attention.bias != "none",
         global_tokens=global_tokens,
     )
 
@@ -132,13 +134,13 @@ def build_encoder_block(
     """Self-attention then feed-forward (experts where `sparse`): an encoder layer, or a GPT block when its
     inputs are causal. A transient-global encoder's attention norms its block sums (LongT5), a local-global one has
     its global tokens' projections (Longformer's)."""
-    local_global = cfg.encoder_attention == "local_global"
+    local_global = cfg.attention.encoder == "local_global"
     attention = build_attention(cfg, cfg.n_heads, cfg.n_kv_heads, rotary, global_tokens=local_global)
-    if cfg.encoder_attention == "transient_global":
+    if cfg.attention.encoder == "transient_global":
         attention.global_norm = norm_factory(cfg)()
     ffn = build_ffn(cfg, cfg.dropout if ffn_dropout is None else ffn_dropout, sparse)
-    pre_norm = cfg.norm_position == "pre"
-    return EncoderBlock(attention, ffn, norm_factory(cfg), cfg.dropout, pre_norm, cfg.post_norms)
+    pre_norm = cfg.norms.position == "pre"
+    return EncoderBlock(attention, ffn, norm_factory(cfg), cfg.dropout, pre_norm, cfg.norms.post)
 
 
 def build_decoder_block(
@@ -165,13 +167,13 @@ def build_decoder_block(
         ffn,
         norm,
         cfg.dropout,
-        cfg.norm_position == "pre",
+        cfg.norms.position == "pre",
         cross_first=cross_first,
         memory_norm=norm() if memory_norm else None,
-        post_norms=cfg.post_norms,
+        post_norms=cfg.norms.post,
     )
 
 
 def build_lm_head(cfg: ModelConfig) -> nn.Linear | None:
     """None when the head is tied to the token embeddings (see encdec.modules.lm_head)."""
-    return None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+    return None if cfg.embeddings.tie else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)

@@ -7,8 +7,11 @@ one table that reads the flat keys written before them (`MOVED`).
       experts: {count: 8, top_k: 1, renormalize: true}     a mixture of experts in every feed-forward
       rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
       image_tokens: {eoi_token_id: 256000}                  T5Gemma 2's (read from its checkpoints)
-      embeddings: {decoder_norm_first: true}                the decoder's embedding norm before its positions
-      global_tokens: {rule: first}                          an encoder's global tokens (encoder_attention local_global)
+      attention: {scale: true, sliding_window: 4096}        scaling, caps, biases, windows, LongT5's kinds
+      positions: {kind: rope, rope_theta: 1.0e+6}          how positions enter, and each kind's settings
+      norms: {kind: layernorm, eps: 1.0e-5, position: post}  every norm of the stacks
+      embeddings: {scale: true, tie: false}                the token tables: scale, norm, tied head, shared
+      output: {scale: false, softcap: 30.0}                 the logits' scale, fixed bias and cap
 
 Each spec's fields are checked by their declarations (encdec.schema), named by their full dotted key. A
 config written flat (`n_experts: 8`, a checkpoint's model.json or config.yaml from before the specs, a
@@ -21,12 +24,13 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from encdec.errors import ConfigError
-from encdec.schema import Positive, Range, TokenId, check, short
+from encdec.schema import Count, Positive, Range, TokenId, check, short
 
 MAX_LAYERS = 4096  # per stack; the deepest trained transformers have a few hundred
 MAX_EXPERTS = 4096  # Switch-C has 2048; each expert is its own modules in every layer
 MAX_COEF = 1e6  # a loss coefficient: the auxiliary losses' are 1e-3 to 1e-2
 Layers = Annotated[int, Range(1, MAX_LAYERS)]
+Softcap = Annotated[float, Range(0, 1e6, above=True)]  # c in c * tanh(x / c); Gemma 2's are 50 and 30
 
 
 @dataclass
@@ -136,28 +140,108 @@ class ImageTokens:
 
 
 @dataclass
-class Embeddings:
-    """Where the decoder's embedding norm (model.embedding_norm) sits: after its token and position embeddings are
-    summed, as the encoder's and BART's, or on its token embeddings before the positions are added (ParlAI's
-    "xlm" variant, BlenderbotSmall's decoder: norm(scale * tokens) + positions)."""
+class AttentionSpec:
+    """Self-attention's settings (and, where they apply, cross-attention's): its biases and scaling, caps, per-head
+    norms, a sliding window in some layers, and LongT5's encoder attention."""
 
-    decoder_norm_first: bool = False  # the decoder's embedding norm on its token embeddings, before positions
+    # with model.bias false, biases on the attention's projections alone: q, k and v (Qwen2) or all four (Llama's and
+    # Qwen3's attention_bias); model.bias true has them on every projection already
+    bias: Literal["none", "qkv", "qkvo"] = "none"
+    scale: bool | None = None  # divide scores by sqrt(d_head); None: the family's (T5 no, GPT yes)
+    scale_dim: Positive | None = None  # with scale, sqrt of this, not of d_head (Gemma's query_pre_attn_scalar)
+    softcap: Softcap | None = None  # scores capped c * tanh(s / c) before the mask (Gemma 2)
+    qk_norm: bool = False  # each head's queries and keys normed (RMS) before RoPE (Gemma 3, Qwen3)
+    sliding_window: Positive | None = None  # self-attention of most layers sees keys this near (global_every)
+    global_every: Layers = 2  # with sliding_window, layers i with (i + 1) % global_every == 0 see every key
+    # the encoder's window: keys at most sliding_window away on each side (T5Gemma), or sliding_window keys in all,
+    # (w + 1) // 2 back counting the query's own and w // 2 ahead (T5Gemma 2)
+    sliding_window_layout: Literal["each_side", "split"] = "each_side"
+    # the encoder's self-attention (LongT5): every key; "local": keys at most local_radius away; "transient_global":
+    # those and, per global_block_size-token block of the input, one key of the block's summed states, normed
+    # "local_global": Longformer's (LED's): keys at most local_radius away, and the global tokens `global_tokens`
+    # picks, each attending to every key through q, k and v of its own and seen by every token beside its band
+    encoder: Literal["full", "local", "transient_global", "local_global"] = "full"
+    local_radius: Positive = 127
+    global_block_size: Positive = 16
+    # local_global's global tokens: none (a band alone, as transformers' LED without a global_attention_mask), or
+    # each input's first real token (LED's summarization examples)
+    global_tokens: Literal["none", "first"] = "none"
+
+    def __post_init__(self):
+        check(self, "model.attention.")
+
+
+@dataclass
+class Positions:
+    """How a token's position enters: its kind and the settings of each kind (tables, relative buckets, RoPE)."""
+
+    kind: Literal["sinusoidal", "learned", "relative", "rope"] = "relative"
+    max: Positive = 512  # rows of sinusoidal / learned tables
+    # sin/cos interleaved (Vaswani), sin then cos halves (Marian), or fairseq's (M2M100, NLLB): halves of other
+    # frequencies, position p at table row pad_id + 1 + p, counted over real tokens, pads a zero vector
+    sinusoidal_layout: Literal["interleaved", "halves", "fairseq"] = "interleaved"
+    offset: Count = 0  # learned table index of position 0 (BART: 2)
+    relative_buckets: Annotated[int, Range(4)] = 32
+    relative_max_distance: Positive = 128
+    relative_per_layer: bool = False  # every layer its own relative bias (UMT5), not the stack's first's (T5)
+    rope_theta: Annotated[float, Range(0, 1e12, above=True)] = 10000.0  # Llama 3 uses 500,000
+    # the sliding layers' (Gemma 3's 10,000 beside its global layers' 1,000,000); None: rope_theta
+    rope_local_theta: Annotated[float, Range(0, 1e12, above=True)] | None = None
+    rope_scale: Annotated[float, Range(1, 1e6)] = 1.0  # the global layers' positions divided by it (linear
+    # RoPE scaling, Gemma 3's factor 8)
+
+    def __post_init__(self):
+        check(self, "model.positions.")
+
+    def check_relative(self) -> None:
+        """Buckets of exact distances below the largest (ModelConfig's check: an overlay's spec may set one)."""
+        if self.relative_max_distance <= self.relative_buckets // 2:
+            raise ConfigError(
+                f"model.positions.relative_max_distance ({self.relative_max_distance}) must exceed half of "
+                f"model.positions.relative_buckets ({self.relative_buckets}), which count exact distances"
+            )
+
+
+@dataclass
+class Norms:
+    """Every norm of the transformer stacks: its kind and epsilon, before or after each sublayer, or both."""
+
+    # gemma_rmsnorm: Gemma's x * (1 + weight), in float32, and its embedding scale rounded to the model's dtype
+    kind: Literal["rmsnorm", "layernorm", "gemma_rmsnorm"] = "rmsnorm"
+    eps: Annotated[float, Range(0, 1, above=True)] = 1e-6
+    position: Literal["pre", "post"] = "pre"
+    post: bool = False  # pre-norm sublayers' outputs normalised too before the residual (Gemma 2)
+
+    def __post_init__(self):
+        check(self, "model.norms.")
+
+
+@dataclass
+class Embeddings:
+    """The token embeddings: their scale and norm, and which tables the head and the encoder read."""
+
+    scale: bool = False  # token embeddings times sqrt(d_model) (Vaswani)
+    norm: bool = False  # a norm after token + position embeddings (BART's layernorm_embedding)
+    tie: bool = True  # the LM head shares the token embedding matrix
+    shared: bool = True  # the encoder reads the decoder's token table; false: its own (T5Gemma)
+    # the decoder's embedding norm on its token embeddings, before positions are added (ParlAI's "xlm" variant,
+    # BlenderbotSmall's decoder: norm(scale * tokens) + positions); the encoder's stays after them
+    decoder_norm_first: bool = False
 
     def __post_init__(self):
         check(self, "model.embeddings.")
 
 
 @dataclass
-class GlobalTokens:
-    """Which tokens of the input are global in an encoder of encoder_attention local_global (Longformer's global
-    attention, Beltagy et al. 2020, 3.2): each attends to every key through q, k and v projections of its own,
-    and every token attends to it beside its band. "none": no token (a band alone, as transformers' LED without a
-    global_attention_mask); "first": each input's first real token (LED's summarization examples)."""
+class Output:
+    """What the decoder's last states go through to become logits: a scale, a fixed bias, a cap."""
 
-    rule: Literal["none", "first"] = "none"
+    scale: bool | None = None  # output times d_model^-0.5 before the head; None: the family's (T5 v1.0 yes)
+    logits_bias: bool = False  # a fixed bias added to the logits (Marian, BART's final_logits_bias)
+    softcap: Softcap | None = None  # logits capped c * tanh(l / c) (Gemma 2's final_logit_softcapping)
 
     def __post_init__(self):
-        check(self, "model.global_tokens.")
+        check(self, "model.output.")
 
 
 # ModelConfig's fields that are specs: name -> class
@@ -167,8 +251,11 @@ SPECS = {
     "experts": Experts,
     "rnn": Rnn,
     "image_tokens": ImageTokens,
+    "output": Output,
     "embeddings": Embeddings,
-    "global_tokens": GlobalTokens,
+    "norms": Norms,
+    "positions": Positions,
+    "attention": AttentionSpec,
 }
 
 # Every key that moved into a spec: its flat name, as configs and checkpoints before the specs wrote it -> its place
@@ -194,6 +281,39 @@ MOVED = {
     "rnn_attention": "rnn.attention",
     "eoi_token_id": "image_tokens.eoi_token_id",
     "image_token_id": "image_tokens.image_token_id",
+    "scale_output": "output.scale",
+    "final_logits_bias": "output.logits_bias",
+    "logit_softcap": "output.softcap",
+    "scale_embeddings": "embeddings.scale",
+    "embedding_norm": "embeddings.norm",
+    "tie_embeddings": "embeddings.tie",
+    "shared_embeddings": "embeddings.shared",
+    "norm": "norms.kind",
+    "norm_eps": "norms.eps",
+    "norm_position": "norms.position",
+    "post_norms": "norms.post",
+    "position": "positions.kind",
+    "max_positions": "positions.max",
+    "sinusoidal_layout": "positions.sinusoidal_layout",
+    "position_offset": "positions.offset",
+    "relative_buckets": "positions.relative_buckets",
+    "relative_max_distance": "positions.relative_max_distance",
+    "relative_bias_per_layer": "positions.relative_per_layer",
+    "rope_theta": "positions.rope_theta",
+    "rope_local_theta": "positions.rope_local_theta",
+    "rope_scale": "positions.rope_scale",
+    "attention_bias": "attention.bias",
+    "scale_attention": "attention.scale",
+    "attention_scale_dim": "attention.scale_dim",
+    "attention_softcap": "attention.softcap",
+    "qk_norm": "attention.qk_norm",
+    "sliding_window": "attention.sliding_window",
+    "global_every": "attention.global_every",
+    "sliding_window_layout": "attention.sliding_window_layout",
+    "encoder_attention": "attention.encoder",
+    "local_radius": "attention.local_radius",
+    "global_block_size": "attention.global_block_size",
+    "global_tokens": "attention.global_tokens",
 }
 
 

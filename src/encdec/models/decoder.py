@@ -37,7 +37,7 @@ class Decoder(Stack):
             cfg.cross_attention.rope != "none" and rotary is not None
         ):  # cross heads of their own width rotate by their own table
             width = cfg.cross_head_dim
-            cross_rotary = rotary if width == rotary.d_head else RotaryEmbedding(width, cfg.rope_theta)
+            cross_rotary = rotary if width == rotary.d_head else RotaryEmbedding(width, cfg.positions.rope_theta)
         self.blocks = nn.ModuleList(
             build_decoder_block(
                 cfg, local_rotary if self.sliding[i] else rotary, cross_rotary, sparse=cfg.moe_layer(i, decoder=True)

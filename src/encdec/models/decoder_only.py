@@ -16,7 +16,7 @@ and Qwen3 checkpoints load into (encdec.interop.llama); this family alone also t
 and v (attention_bias) and Qwen3's norms of each head's queries and keys (qk_norm). With Gemma's RMSNorm before
 and after each sublayer it is Gemma 2's and Gemma 3's (encdec.interop.gemma): a sliding window in every layer
 but each global_every-th, whose RoPE may have a base of its own (rope_local_theta) beside the global layers'
-scaled one (rope_scale), capped logits (logit_softcap), the embedding scale rounded to the model's dtype. The
+scaled one (rope_scale), capped logits (output.softcap), the embedding scale rounded to the model's dtype. The
 window masks keys, in the full forward and in a step alike (the decode state keeps every key), so cached
 decoding equals the full forward.
 
@@ -44,13 +44,15 @@ class DecoderOnly(PromptedLM, nn.Module):
         super().__init__()
         check_family(cfg)
         self.config = cfg
-        self.build_embeddings(cfg, scale_in_dtype=cfg.norm == "gemma_rmsnorm")  # Gemma rounds sqrt(d_model)
-        self.sliding_window = cfg.sliding_window  # Gemma's sliding self-attention, in the layers `sliding` names
+        self.build_embeddings(cfg, scale_in_dtype=cfg.norms.kind == "gemma_rmsnorm")  # Gemma rounds sqrt(d_model)
+        self.sliding_window = (
+            cfg.attention.sliding_window
+        )  # Gemma's sliding self-attention, in the layers `sliding` names
         self.sliding = [cfg.sliding_layer(i) for i in range(cfg.n_encoder_layers)]
         rotary, _ = build_rotaries(cfg, cross=False)
         local_rotary = rotary  # the sliding layers' RoPE: the global layers' or its own base (Gemma 3's)
-        if cfg.rope_local_theta is not None:
-            local_rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_local_theta)
+        if cfg.positions.rope_local_theta is not None:
+            local_rotary = RotaryEmbedding(cfg.head_dim, cfg.positions.rope_local_theta)
         self.blocks = nn.ModuleList(
             build_causal_block(cfg, local_rotary if slides else rotary) for slides in self.sliding
         )

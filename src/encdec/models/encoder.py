@@ -38,12 +38,12 @@ class Encoder(Stack):
     ) -> None:
         super().__init__(cfg, embed, bidirectional=True)
         self.image_token_id = cfg.image_tokens.image_token_id
-        self.local_radius = cfg.local_radius if cfg.encoder_attention != "full" else None
-        if cfg.encoder_attention == "local_global" and cfg.global_tokens.rule != "none":
-            self.global_rule = cfg.global_tokens.rule
+        self.local_radius = cfg.attention.local_radius if cfg.attention.encoder != "full" else None
+        if cfg.attention.encoder == "local_global" and cfg.attention.global_tokens != "none":
+            self.global_rule = cfg.attention.global_tokens
         self.long_scores = LONG_SCORES
-        if cfg.encoder_attention == "transient_global":
-            buckets, distance = cfg.relative_buckets, cfg.relative_max_distance
+        if cfg.attention.encoder == "transient_global":
+            buckets, distance = cfg.positions.relative_buckets, cfg.positions.relative_max_distance
             self.global_bias = RelativePositionBias(cfg.n_heads, True, buckets, distance)  # every layer reads it
         self.blocks = nn.ModuleList(
             build_encoder_block(cfg, local_rotary if self.sliding[i] else rotary, sparse=cfg.moe_layer(i))

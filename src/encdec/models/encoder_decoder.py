@@ -58,7 +58,7 @@ from encdec.modules.decoding_linear import new_pass
 def table_rows(cfg: ModelConfig) -> int | None:
     """The rows of the model's absolute position table (sinusoidal or learned), the most positions a stack
     reads; None where positions are relative or rotary (any length)."""
-    return cfg.max_positions if cfg.position in ("sinusoidal", "learned") else None
+    return cfg.positions.max if cfg.positions.kind in ("sinusoidal", "learned") else None
 
 
 def check_lengths(cfg: ModelConfig, src_len: int, max_new_tokens: int) -> None:
@@ -95,7 +95,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         # own config, with its own RoPE where its heads differ
         encoder_cfg = cfg.encoder_config()
         encoder_embed = self.embed
-        if not cfg.shared_embeddings:
+        if not cfg.embeddings.shared:
             encoder_embed = nn.Embedding(cfg.source_vocab_size, encoder_cfg.d_model)
         rotary, local_rotary = rotaries(cfg)
         encoder_rotary = (rotary, local_rotary) if encoder_cfg.head_dim == cfg.head_dim else rotaries(encoder_cfg)
@@ -108,7 +108,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
             self.encoder.eoi_embedding = self.decoder.eoi_embedding = self.eoi_embedding
         self.lm_head = build_lm_head(cfg)
         self.output_scale = output_scale(cfg)
-        if cfg.final_logits_bias:  # fixed, not trained (as in Marian and BART)
+        if cfg.output.logits_bias:  # fixed, not trained (as in Marian and BART)
             self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
         else:
             self.final_logits_bias = None
@@ -135,8 +135,8 @@ class EncoderDecoder(GenerationMixin, nn.Module):
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden * self.output_scale
         logits = lm_head(hidden, self.embed, self.lm_head)
-        if self.config.logit_softcap is not None:
-            logits = soft_cap(logits, self.config.logit_softcap)
+        if self.config.output.softcap is not None:
+            logits = soft_cap(logits, self.config.output.softcap)
         return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
     @property

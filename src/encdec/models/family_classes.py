@@ -41,10 +41,12 @@ def check_position_limits(cfg: ModelConfig, source: int, target: int, asked: str
     for side, length, limit in zip(("source", "target"), (source, target), limits, strict=True):
         if limit is not None and length > limit:
             causal = cfg.family in CAUSAL_LMS
-            reads = f"its context is {limit:,}" if causal else f"its {cfg.position} position table has {limit:,} rows"
+            reads = (
+                f"its context is {limit:,}" if causal else f"its {cfg.positions.kind} position table has {limit:,} rows"
+            )
             raise ConfigError(
                 f"{asked} makes {'stream' if causal else side} rows of up to {length:,} tokens, but {reads} "
-                "(model.max_positions); shorten the rows or use a model with more positions"
+                "(model.positions.max); shorten the rows or use a model with more positions"
             )
 
 

@@ -7,8 +7,10 @@ builds smaller models of the config.
 """
 
 from encdec.errors import ConfigError
-from encdec.models.config_specs import CrossAttention, GlobalTokens
+from encdec.models.config_specs import AttentionSpec, CrossAttention, Positions
 from encdec.models.model_config import CAUSAL_LMS, ModelConfig, refuse_unused
+
+DEFAULT = ModelConfig()  # every setting at its default, which a setting that acts only beside another keeps
 
 # What no causal LM uses: other position schemes (position must be learned or rope), Marian and
 # BART's checkpoint details, Switch's layout of sparse layers (every feed-forward is one with experts),
@@ -19,28 +21,28 @@ LM_UNUSED = frozenset(
         "experts.decoder_every",
         "experts.place",
         "experts.balance",  # over an encoder's real tokens (NLLB-MoE's): the causal LMs count first choices
-        "sinusoidal_layout",
-        "position_offset",
-        "relative_buckets",
-        "relative_max_distance",
-        "relative_bias_per_layer",  # UMT5's
-        "final_logits_bias",
+        "positions.sinusoidal_layout",
+        "positions.offset",
+        "positions.relative_buckets",
+        "positions.relative_max_distance",
+        "positions.relative_per_layer",  # UMT5's
+        "output.logits_bias",
         "hf_model_type",  # the Hugging Face family an encoder-decoder exports as
-        "sliding_window",  # Gemma 2's, as T5Gemma's encoder-decoder has it
-        "global_every",
-        "encoder_attention",  # LongT5's, and its two settings
-        "sliding_window_layout",  # T5Gemma 2's, with its RoPE, norms, merged attention and tokens
-        "rope_local_theta",
-        "rope_scale",
-        "qk_norm",  # T5Gemma 2's and, in the decoder-only family, Qwen3's
-        "attention_bias",  # Qwen2's biases on q, k and v alone, the decoder-only family's
+        "attention.sliding_window",  # Gemma 2's, as T5Gemma's encoder-decoder has it
+        "attention.global_every",
+        "attention.encoder",  # LongT5's, and its two settings
+        "attention.sliding_window_layout",  # T5Gemma 2's, with its RoPE, norms, merged attention and tokens
+        "positions.rope_local_theta",
+        "positions.rope_scale",
+        "attention.qk_norm",  # T5Gemma 2's and, in the decoder-only family, Qwen3's
+        "attention.bias",  # Qwen2's biases on q, k and v alone, the decoder-only family's
         "cross_attention.merged",
         "image_tokens",
-        "local_radius",
-        "global_block_size",
-        "global_tokens",
-        "logit_softcap",
-        "shared_embeddings",  # one stack, one token table
+        "attention.local_radius",
+        "attention.global_block_size",
+        "attention.global_tokens",
+        "output.softcap",
+        "embeddings.shared",  # one stack, one token table
         "embeddings.decoder_norm_first",  # the encoder-decoder's decoder (BlenderbotSmall's)
         "encoder",  # an encoder of its own widths, the transformer encoder-decoder's alone (T5Gemma's)
         "rnn",
@@ -51,13 +53,21 @@ LM_UNUSED = frozenset(
 # window (a cache that keeps every key and masks by the window decodes it exactly), Gemma 3's RoPE of the sliding
 # layers and scaling of the global ones, Gemma's cap of the logits
 DECODER_ONLY_OWN = frozenset(
-    {"qk_norm", "attention_bias", "sliding_window", "global_every", "rope_local_theta", "rope_scale", "logit_softcap"}
+    {
+        "attention.qk_norm",
+        "attention.bias",
+        "attention.sliding_window",
+        "attention.global_every",
+        "positions.rope_local_theta",
+        "positions.rope_scale",
+        "output.softcap",
+    }
 )
 
 # family -> the fields it refuses away from their defaults (its class's UNUSED)
 UNUSED_BY_FAMILY = {
     # the research and RNN families', and the decoder-only family's attention biases (no encoder-decoder has them)
-    "encoder_decoder": frozenset({"research", "rnn", "attention_bias"}),
+    "encoder_decoder": frozenset({"research", "rnn", "attention.bias"}),
     "ar_encdec": LM_UNUSED,
     "parallel_encdec": LM_UNUSED,
     # one stack: no decoder depth, cross-attention or research options
@@ -72,43 +82,18 @@ UNUSED_BY_FAMILY = {
             "d_ff",
             "cross_attention",
             "activation",
-            "norm",
-            "norm_eps",
-            "norm_position",
-            "scale_attention",
-            "position",
-            "max_positions",
-            "sinusoidal_layout",
-            "position_offset",
-            "embedding_norm",
-            "embeddings",
-            "relative_buckets",
-            "relative_max_distance",
-            "relative_bias_per_layer",
-            "rope_theta",
-            "scale_embeddings",
-            "scale_output",
-            "final_logits_bias",
+            "norms",
+            "attention",
+            "positions",
+            "embeddings.norm",
+            "embeddings.scale",
+            "output",
+            "embeddings.decoder_norm_first",
             "experts",
             "hf_model_type",
             "research",
-            "post_norms",
-            "attention_scale_dim",
-            "attention_softcap",
-            "sliding_window",
-            "global_every",
-            "encoder_attention",
-            "sliding_window_layout",
-            "rope_local_theta",
-            "rope_scale",
-            "qk_norm",
-            "attention_bias",
             "image_tokens",
-            "local_radius",
-            "global_block_size",
-            "global_tokens",
-            "logit_softcap",
-            "shared_embeddings",
+            "embeddings.shared",
         }
     ),
 }
@@ -133,16 +118,18 @@ def check_family(cfg: ModelConfig) -> None:
             f"({cfg.n_encoder_layers}): the parallel_encdec family pairs every decoder block "
             "with an encoder block, so its decoder may start late but not early"
         )
-    if cfg.attention_bias != "none" and cfg.bias:
-        raise ConfigError("model.attention_bias acts only with model.bias false, which puts a bias on every projection")
-    if cfg.attention_scale_dim is not None and not cfg.scale_attention:
-        raise ConfigError("model.attention_scale_dim acts only with model.scale_attention true")
-    if cfg.embeddings.decoder_norm_first and not cfg.embedding_norm:
+    if cfg.attention.bias != "none" and cfg.bias:
+        raise ConfigError("model.attention.bias acts only with model.bias false, which puts a bias on every projection")
+    if cfg.attention.scale_dim is not None and not cfg.attention.scale:
+        raise ConfigError("model.attention.scale_dim acts only with model.attention.scale true")
+    if cfg.embeddings.decoder_norm_first and not cfg.embeddings.norm:
         raise ConfigError(
-            "model.embeddings.decoder_norm_first places the embedding norm: set model.embedding_norm true"
+            "model.embeddings.decoder_norm_first places the embedding norm: set model.embeddings.norm true"
         )
-    if cfg.relative_bias_per_layer and cfg.position != "relative":
-        raise ConfigError(f"model.relative_bias_per_layer acts only with model.position relative, got {cfg.position!r}")
+    if cfg.positions.relative_per_layer and cfg.positions.kind != "relative":
+        raise ConfigError(
+            f"model.positions.relative_per_layer acts only with model.positions.kind relative, got {cfg.positions.kind!r}"
+        )
     if cfg.family == "rnn_seq2seq" and cfg.decoder_layers != cfg.n_encoder_layers:
         raise ConfigError("rnn_seq2seq needs model.n_decoder_layers equal to model.n_encoder_layers (or unset)")
     if cfg.family == "encoder_decoder":
@@ -159,16 +146,23 @@ def check_gemma3_fields(cfg: ModelConfig) -> None:
     """Gemma 3's (and T5Gemma 2's) settings that mean something only beside another: a window's layout, RoPE's
     bases and scaling, merged attention's one set of projections (RoPE in self-attention alone, cross heads the
     same)."""
-    if cfg.sliding_window is None and cfg.sliding_window_layout != ModelConfig.sliding_window_layout:
-        raise ConfigError("model.sliding_window_layout acts only with model.sliding_window; remove it")
-    for key in ("rope_local_theta", "rope_scale"):
-        if getattr(cfg, key) != getattr(ModelConfig, key) and cfg.position != "rope":
-            raise ConfigError(f"model.{key} acts only with model.position rope; remove it")
-    if cfg.rope_local_theta is not None and cfg.sliding_window is None:
-        raise ConfigError("model.rope_local_theta acts only with model.sliding_window, in the sliding layers")
+    if (
+        cfg.attention.sliding_window is None
+        and cfg.attention.sliding_window_layout != AttentionSpec.sliding_window_layout
+    ):
+        raise ConfigError(
+            "model.attention.sliding_window_layout acts only with model.attention.sliding_window; remove it"
+        )
+    for key in ("positions.rope_local_theta", "positions.rope_scale"):
+        if cfg.setting(key) != DEFAULT.setting(key) and cfg.positions.kind != "rope":
+            raise ConfigError(f"model.{key} acts only with model.positions.kind rope; remove it")
+    if cfg.positions.rope_local_theta is not None and cfg.attention.sliding_window is None:
+        raise ConfigError(
+            "model.positions.rope_local_theta acts only with model.attention.sliding_window, in the sliding layers"
+        )
     cross = cfg.cross_attention
     if cross.merged:
-        if cfg.position == "rope" and cross.rope != "none":
+        if cfg.positions.kind == "rope" and cross.rope != "none":
             raise ConfigError(
                 "model.cross_attention.merged needs model.cross_attention.rope none: the encoder's keys are not rotated"
             )
@@ -182,26 +176,30 @@ def check_gemma3_fields(cfg: ModelConfig) -> None:
 def check_encoder_attention(cfg: ModelConfig) -> None:
     """LongT5's radius and blocks mean something only with its attention; a transient-global attention's bias of
     the block keys is a relative one, kept once per stack as T5's."""
-    full = cfg.encoder_attention == "full"
-    for key in ("local_radius", "global_block_size"):
-        unused = full or (key == "global_block_size" and cfg.encoder_attention != "transient_global")
-        if unused and getattr(cfg, key) != getattr(ModelConfig, key):
-            also = " or local_global" if key == "local_radius" else ""
-            raise ConfigError(f"model.{key} acts only with model.encoder_attention local or transient_global{also}")
-    if cfg.global_tokens != GlobalTokens() and cfg.encoder_attention != "local_global":
-        raise ConfigError("model.global_tokens acts only with model.encoder_attention local_global")
-    if cfg.encoder_attention == "transient_global" and (cfg.position != "relative" or cfg.relative_bias_per_layer):
+    full = cfg.attention.encoder == "full"
+    for key in ("attention.local_radius", "attention.global_block_size"):
+        unused = full or (key == "attention.global_block_size" and cfg.attention.encoder != "transient_global")
+        if unused and cfg.setting(key) != DEFAULT.setting(key):
+            also = " or local_global" if key == "attention.local_radius" else ""
+            raise ConfigError(f"model.{key} acts only with model.attention.encoder local or transient_global{also}")
+    if cfg.attention.global_tokens != "none" and cfg.attention.encoder != "local_global":
+        raise ConfigError("model.attention.global_tokens acts only with model.attention.encoder local_global")
+    if cfg.attention.encoder == "transient_global" and (
+        cfg.positions.kind != "relative" or cfg.positions.relative_per_layer
+    ):
         raise ConfigError(
-            "model.encoder_attention transient_global needs model.position relative with one bias per stack (T5's)"
+            "model.attention.encoder transient_global needs model.positions.kind relative with one bias per stack (T5's)"
         )
 
 
 def check_sliding_window(cfg: ModelConfig) -> None:
     """A sliding window needs positions no relative bias carries; global_every means nothing without one."""
-    if cfg.sliding_window is None and cfg.global_every != ModelConfig.global_every:
-        raise ConfigError("model.global_every acts only with model.sliding_window; remove it")
-    if cfg.sliding_window is not None and cfg.position == "relative":
-        raise ConfigError("model.sliding_window does not combine with model.position relative; use rope")
+    if cfg.attention.sliding_window is None and cfg.attention.global_every != AttentionSpec.global_every:
+        raise ConfigError("model.attention.global_every acts only with model.attention.sliding_window; remove it")
+    if cfg.attention.sliding_window is not None and cfg.positions.kind == "relative":
+        raise ConfigError(
+            "model.attention.sliding_window does not combine with model.positions.kind relative; use rope"
+        )
 
 
 def check_moe_layout(cfg: ModelConfig) -> None:
@@ -220,16 +218,18 @@ def check_moe_layout(cfg: ModelConfig) -> None:
 
 def check_lm_config(cfg: ModelConfig) -> None:
     """Refuse the position settings a causal LM cannot honour, each in one sentence."""
-    if cfg.position not in ("learned", "rope"):
-        raise ConfigError(f"model.family {cfg.family} needs model.position learned or rope, got {cfg.position!r}")
+    if cfg.positions.kind not in ("learned", "rope"):
+        raise ConfigError(
+            f"model.family {cfg.family} needs model.positions.kind learned or rope, got {cfg.positions.kind!r}"
+        )
     rope = cfg.cross_attention.rope
-    if cfg.position == "learned":
+    if cfg.positions.kind == "learned":
         for key, value, default in (
-            ("rope_theta", cfg.rope_theta, ModelConfig.rope_theta),
+            ("positions.rope_theta", cfg.positions.rope_theta, Positions.rope_theta),
             ("cross_attention.rope", rope, CrossAttention.rope),
         ):
             if value != default:
-                raise ConfigError(f"model.{key} acts only with model.position rope; remove it")
+                raise ConfigError(f"model.{key} acts only with model.positions.kind rope; remove it")
     elif rope == "prepended":
         raise ConfigError(
             f"model.cross_attention.rope prepended does not apply to the {cfg.family} family, whose encoder and decoder "

@@ -17,25 +17,29 @@ from typing import Annotated, Literal
 from encdec.errors import ConfigError, refuse_unknown_keys
 from encdec.models.config_specs import (
     SPECS,
+    AttentionSpec,
     CrossAttention,
     Embeddings,
     EncoderWidths,
     Experts,
-    GlobalTokens,
     ImageTokens,
     Layers,
+    Norms,
+    Output,
+    Positions,
     Rnn,
     moved_to_specs,
+    overlaid,
 )
 from encdec.models.research_config import ResearchOptions
-from encdec.schema import Count, Positive, Range, TokenId, check, check_vocabulary, read
+from encdec.schema import Positive, Range, TokenId, check, check_vocabulary, read
 
 # Settings whose default depends on the family: None takes the family's value (T5's for the
 # encoder-decoder, nanoGPT's for the causal LMs); a family without an entry does not use the setting.
 CAUSAL_LMS = ("ar_encdec", "parallel_encdec", "decoder_only")
 FAMILY_DEFAULTS = {
-    "scale_attention": {"encoder_decoder": False, **dict.fromkeys(CAUSAL_LMS, True)},
-    "scale_output": {"encoder_decoder": True, **dict.fromkeys(CAUSAL_LMS, False)},
+    "attention.scale": {"encoder_decoder": False, **dict.fromkeys(CAUSAL_LMS, True)},
+    "output.scale": {"encoder_decoder": True, **dict.fromkeys(CAUSAL_LMS, False)},
     "init": {"encoder_decoder": "t5", **dict.fromkeys(CAUSAL_LMS, "normal"), "rnn_seq2seq": "normal"},
 }
 
@@ -47,7 +51,6 @@ ENCODER_WIDTHS = tuple(f.name for f in fields(EncoderWidths) if f.name != "vocab
 # a model missing a stack. Counts of modules are bounded here (a million layers of width 16 would take
 # minutes to build); how many parameters a model may have is the memory estimate's to say
 # (models/weights_memory.py), against what the device has free.
-Softcap = Annotated[float, Range(0, 1e6, above=True)]  # c in c * tanh(x / c); Gemma 2's are 50 and 30
 
 
 @dataclass
@@ -68,55 +71,12 @@ class ModelConfig:
     encoder: EncoderWidths = field(default_factory=EncoderWidths)
     cross_attention: CrossAttention = field(default_factory=CrossAttention)  # its heads, RoPE, or merged
     activation: Literal["relu", "gelu", "gelu_tanh", "silu", "gated_gelu", "swiglu"] = "relu"
-    # gemma_rmsnorm: Gemma's x * (1 + weight), in float32, and its embedding scale rounded to the model's dtype
-    norm: Literal["rmsnorm", "layernorm", "gemma_rmsnorm"] = "rmsnorm"
-    norm_eps: Annotated[float, Range(0, 1, above=True)] = 1e-6
-    norm_position: Literal["pre", "post"] = "pre"
-    post_norms: bool = False  # pre-norm sublayers' outputs normalised too before the residual (Gemma 2)
+    attention: AttentionSpec = field(default_factory=AttentionSpec)  # scaling, caps, biases, windows, LongT5's kinds
+    norms: Norms = field(default_factory=Norms)  # their kind and epsilon, before or after each sublayer, or both
     bias: bool = False  # biases in linear layers and LayerNorms
-    # with bias false, biases on the attention's projections alone: q, k and v (Qwen2) or all four (Llama's and
-    # Qwen3's attention_bias); bias true has them on every projection already
-    attention_bias: Literal["none", "qkv", "qkvo"] = "none"
-    scale_attention: bool | None = None  # divide scores by sqrt(d_head); None: the family's (T5 no, GPT yes)
-    attention_scale_dim: Positive | None = None  # with scale_attention, sqrt of this, not of d_head (Gemma's
-    # query_pre_attn_scalar)
-    attention_softcap: Softcap | None = None  # scores capped c * tanh(s / c) before the mask (Gemma 2)
-    sliding_window: Positive | None = None  # self-attention of most layers sees keys this near (global_every)
-    global_every: Layers = 2  # with sliding_window, layers i with (i + 1) % global_every == 0 see every key
-    # the encoder's window: keys at most sliding_window away on each side (T5Gemma), or sliding_window keys in all,
-    # (w + 1) // 2 back counting the query's own and w // 2 ahead (T5Gemma 2)
-    sliding_window_layout: Literal["each_side", "split"] = "each_side"
-    # the encoder's self-attention (LongT5): every key; "local": keys at most local_radius away; "transient_global":
-    # those and, per global_block_size-token block of the input, one key of the block's summed states, normed;
-    # "local_global": those and the global tokens (global_tokens), with projections of their own (Longformer's, LED)
-    encoder_attention: Literal["full", "local", "transient_global", "local_global"] = "full"
-    local_radius: Positive = 127
-    global_block_size: Positive = 16
-    global_tokens: GlobalTokens = field(default_factory=GlobalTokens)  # which are global in a local_global encoder
-    position: Literal["sinusoidal", "learned", "relative", "rope"] = "relative"
-    max_positions: Positive = 512  # rows of sinusoidal / learned tables
-    # sin/cos interleaved (Vaswani), sin then cos halves (Marian), or fairseq's (M2M100, NLLB): halves of other
-    # frequencies, position p at table row pad_id + 1 + p, counted over real tokens, pads a zero vector
-    sinusoidal_layout: Literal["interleaved", "halves", "fairseq"] = "interleaved"
-    position_offset: Count = 0  # learned table index of position 0 (BART: 2)
-    embedding_norm: bool = False  # a norm after token + position embeddings (BART's layernorm_embedding)
-    # where the decoder's embedding norm sits: after its positions are added, or before (BlenderbotSmall)
-    embeddings: Embeddings = field(default_factory=Embeddings)
-    relative_buckets: Annotated[int, Range(4)] = 32
-    relative_max_distance: Positive = 128
-    relative_bias_per_layer: bool = False  # every layer its own relative bias (UMT5), not the stack's first's (T5)
-    rope_theta: Annotated[float, Range(0, 1e12, above=True)] = 10000.0  # Llama 3 uses 500,000
-    rope_local_theta: Annotated[float, Range(0, 1e12, above=True)] | None = None  # the sliding layers' (Gemma 3's
-    # 10,000 beside its global layers' 1,000,000); None: rope_theta
-    rope_scale: Annotated[float, Range(1, 1e6)] = 1.0  # the global layers' positions divided by it (linear RoPE
-    # scaling, Gemma 3's factor 8)
-    qk_norm: bool = False  # each head's queries and keys normed (RMS) before RoPE (Gemma 3, Qwen3)
-    scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani)
-    tie_embeddings: bool = True  # the LM head shares the token embedding matrix
-    shared_embeddings: bool = True  # the encoder reads the decoder's token table; false: its own (T5Gemma, FSMT)
-    scale_output: bool | None = None  # output times d_model^-0.5 before the head; None: the family's (T5 v1.0 yes)
-    final_logits_bias: bool = False  # a fixed bias added to the logits (Marian, BART)
-    logit_softcap: Softcap | None = None  # logits capped c * tanh(l / c) (Gemma 2's final_logit_softcapping)
+    positions: Positions = field(default_factory=Positions)  # how positions enter: tables, relative bias, RoPE
+    embeddings: Embeddings = field(default_factory=Embeddings)  # their scale and norm, tied head, shared table
+    output: Output = field(default_factory=Output)  # the logits' scale, fixed bias and cap
     dropout: Annotated[float, Range(0, 1, below=True)] = 0.1
     experts: Experts = field(default_factory=Experts)  # mixtures of experts in place of feed-forwards
     init: Literal["t5", "normal"] | None = None  # "t5": HF T5's scheme; "normal": N(0, 0.02), residuals scaled;
@@ -139,22 +99,27 @@ class ModelConfig:
             if isinstance(getattr(self, name), dict):
                 setattr(self, name, read(spec, getattr(self, name), f"model.{name}."))
         check(self, "model.")
-        for key, by_family in FAMILY_DEFAULTS.items():
-            if getattr(self, key) is None and self.family in by_family:
-                setattr(self, key, by_family[self.family])
+        for key, by_family in FAMILY_DEFAULTS.items():  # a top-level field ("init") or a spec's ("output.scale")
+            spec, _, name = key.rpartition(".")
+            owner = getattr(self, spec) if spec else self
+            if getattr(owner, name) is None and self.family in by_family:
+                value = by_family[self.family]
+                if spec:  # a spec of its own, not one another config shares (replace keeps the specs)
+                    setattr(self, spec, replace(owner, **{name: value}))
+                else:
+                    setattr(self, name, value)
         check_vocabulary(ModelConfig, vars(self), self.vocab_size, "model.")
         for name, spec in SPECS.items():
             check_vocabulary(spec, vars(getattr(self, name)), self.vocab_size, f"model.{name}.")
-        if self.relative_max_distance <= self.relative_buckets // 2:
-            raise ConfigError(
-                f"model.relative_max_distance ({self.relative_max_distance}) must exceed half of "
-                f"model.relative_buckets ({self.relative_buckets}), which count exact distances"
-            )
+        self.positions.check_relative()
         self.experts.check_top_k()
         if self.family != "rnn_seq2seq":  # the only family without attention
             self._check_heads()
-        if self.position == "sinusoidal" and self.sinusoidal_layout == "fairseq" and self.d_model < 4:
-            raise ConfigError(f"model.sinusoidal_layout fairseq needs d_model of 4 or more, got {self.d_model}")
+        positions = self.positions
+        if positions.kind == "sinusoidal" and positions.sinusoidal_layout == "fairseq" and self.d_model < 4:
+            raise ConfigError(
+                f"model.positions.sinusoidal_layout fairseq needs d_model of 4 or more, got {self.d_model}"
+            )
         if self.family == "encoder_decoder":  # the other families refuse model.encoder (family_rules)
             self._check_encoder_widths()
 
@@ -165,15 +130,15 @@ class ModelConfig:
             self.encoder_config()
         except ConfigError as error:
             raise ConfigError(f"the encoder's own widths (model.encoder) do not fit: {error}") from None
-        if self.encoder_width != self.d_model and self.shared_embeddings:
+        if self.encoder_width != self.d_model and self.embeddings.shared:
             raise ConfigError(
                 f"an encoder of width {self.encoder_width} cannot read the decoder's token table of width "
-                f"{self.d_model}; set model.shared_embeddings false"
+                f"{self.d_model}; set model.embeddings.shared false"
             )
-        if self.source_vocab_size != self.vocab_size and self.shared_embeddings:
+        if self.source_vocab_size != self.vocab_size and self.embeddings.shared:
             raise ConfigError(
                 f"an encoder of {self.source_vocab_size} tokens (model.encoder.vocab_size) cannot read the decoder's "
-                f"token table of {self.vocab_size}; set model.shared_embeddings false"
+                f"token table of {self.vocab_size}; set model.embeddings.shared false"
             )
         for key in ("pad_id", "eos_id"):  # ids every source may hold
             if getattr(self, key) >= self.source_vocab_size:
@@ -203,9 +168,9 @@ class ModelConfig:
             raise ConfigError(
                 f"model.cross_attention.n_heads ({self.cross_heads}) must divide model.d_model ({self.d_model})"
             )
-        if self.position == "rope" and self.head_dim % 2:
+        if self.positions.kind == "rope" and self.head_dim % 2:
             raise ConfigError(f"RoPE needs an even head dimension, got d_head {self.head_dim}")
-        if self.position == "rope" and cross.rope != "none" and self.cross_head_dim % 2:
+        if self.positions.kind == "rope" and cross.rope != "none" and self.cross_head_dim % 2:
             raise ConfigError(
                 f"RoPE in cross-attention needs an even head width, got d_model / cross heads = {self.cross_head_dim}; "
                 "set model.cross_attention.rope none or other model.cross_attention.n_heads"
@@ -234,6 +199,8 @@ class ModelConfig:
         if all(value is None for value in own.values()):
             return self
         changed = {key: value for key, value in own.items() if value is not None}
+        if "max_positions" in changed:  # its own position table (LED's), the positions spec's rows
+            changed["positions"] = replace(self.positions, max=changed.pop("max_positions"))
         return replace(self, **changed, encoder=EncoderWidths())
 
     @property
@@ -260,13 +227,24 @@ class ModelConfig:
         return self.n_decoder_layers or self.n_encoder_layers
 
     def sliding_layer(self, layer: int) -> bool:
-        """Whether a stack's self-attention `layer` (from 0) sees only keys within sliding_window of its
-        query: with a window, every layer but each global_every-th (Gemma 2's step 2: layers 0, 2, 4, ...)."""
-        return self.sliding_window is not None and (layer + 1) % self.global_every != 0
+        """Whether a stack's self-attention `layer` (from 0) sees only keys within attention.sliding_window of its
+        query: with a window, every layer but each attention.global_every-th (Gemma 2's step 2: layers 0, 2, 4, ...)."""
+        attention = self.attention
+        return attention.sliding_window is not None and (layer + 1) % attention.global_every != 0
+
+    def setting(self, key: str):
+        """A field's value by its dotted name, as refusals and family maps name it: "d_model", "norms.eps"."""
+        spec, _, name = key.rpartition(".")
+        return getattr(getattr(self, spec) if spec else self, name)
 
     def moe_layer(self, layer: int, decoder: bool = False) -> bool:
         """Whether a stack's feed-forward `layer` (from 0) is a mixture of experts (Experts.layer)."""
         return self.experts.layer(layer, decoder)
+
+    def updated(self, **changes) -> "ModelConfig":
+        """This config with `changes` set, in either shape: a spec's keys over its own (`positions={"rope_scale":
+        4.0}` or `rope_scale=4.0` keeps the other positions settings)."""
+        return ModelConfig.from_dict(overlaid(self.to_dict(), changes))
 
     def to_dict(self) -> dict:
         return asdict(self)

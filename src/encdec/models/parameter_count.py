@@ -96,7 +96,7 @@ def layer_period(cfg: ModelConfig) -> int:
     """Layers after which a stack's layers repeat: the steps of its sparse feed-forwards (Experts.layer) and of its
     global layers among sliding ones (ModelConfig.sliding_layer)."""
     steps = [cfg.experts.step(decoder=False), cfg.experts.step(decoder=True)] if cfg.experts.count > 1 else []
-    steps += [cfg.global_every] if cfg.sliding_window is not None else []
+    steps += [cfg.attention.global_every] if cfg.attention.sliding_window is not None else []
     return math.lcm(1, *steps)
 
 

@@ -2,7 +2,7 @@
 
 A preset is a family (its architecture choices) and a size (its widths and depths).
     transformer  Vaswani et al. 2017: sinusoidal, ReLU, biases, LayerNorm, post-norm
-                 (pre-norm with norm_position="pre"), scaled embeddings, tied head
+                 (pre-norm with norms.position "pre"), scaled embeddings, tied head
     t5           T5 v1.0: relative bias, ReLU, RMSNorm pre-norm, no bias, no score
                  scaling, tied head with output scaled by d_model^-0.5
     t5-v1.1      gated GELU, untied head, no output scaling (Flan-T5's layout)
@@ -26,25 +26,37 @@ from encdec.models.model_config import ModelConfig
 # what Vaswani's Transformer and GPT-2 share, unlike T5: LayerNorm (eps 1e-5), attention scaled by sqrt(d_head),
 # a tied head without output scaling, N(0, 0.02) init
 LAYERNORM_SCALED = dict(
-    norm="layernorm", norm_eps=1e-5, scale_attention=True, tie_embeddings=True, scale_output=False, init="normal"
+    norms=dict(kind="layernorm", eps=1e-5),
+    attention=dict(scale=True),
+    embeddings=dict(tie=True),
+    output=dict(scale=False),
+    init="normal",
 )
 FAMILIES = {
     "transformer": dict(
         LAYERNORM_SCALED,
-        position="sinusoidal",
+        positions=dict(kind="sinusoidal"),
         activation="relu",
-        norm_position="post",
+        norms=dict(LAYERNORM_SCALED["norms"], position="post"),
         bias=True,
-        scale_embeddings=True,
+        embeddings=dict(scale=True, tie=True),
         vocab_size=32000,
     ),
-    "t5": dict(position="relative", activation="relu", vocab_size=32128),
+    "t5": dict(positions=dict(kind="relative"), activation="relu", vocab_size=32128),
     "t5-v1.1": dict(
-        position="relative", activation="gated_gelu", tie_embeddings=False, scale_output=False, vocab_size=32128
+        positions=dict(kind="relative"),
+        activation="gated_gelu",
+        embeddings=dict(tie=False),
+        output=dict(scale=False),
+        vocab_size=32128,
     ),
-    "rot5": dict(position="rope", cross_attention=dict(rope="relative"), activation="gelu", vocab_size=32502),
+    "rot5": dict(
+        positions=dict(kind="rope"), cross_attention=dict(rope="relative"), activation="gelu", vocab_size=32502
+    ),
 }
-GPT = dict(LAYERNORM_SCALED, position="learned", activation="gelu", bias=False, dropout=0.0, vocab_size=50257)
+GPT = dict(
+    LAYERNORM_SCALED, positions=dict(kind="learned"), activation="gelu", bias=False, dropout=0.0, vocab_size=50257
+)
 FAMILIES.update(
     {
         "ar_encdec": dict(
@@ -63,7 +75,7 @@ FAMILIES.update(
             rnn=dict(cell="gru", attention=True),
             bias=True,
             init="normal",
-            tie_embeddings=True,
+            embeddings=dict(tie=True),
             dropout=0.1,
             vocab_size=32000,
         ),
@@ -96,23 +108,45 @@ SIZES = {
     # the research families: n_encoder_layers is the depth of each side, context max_positions
     "ar_encdec": {
         "tiny": dict(
-            d_model=64, n_heads=4, cross_attention=dict(n_heads=8), d_ff=256, n_encoder_layers=2, max_positions=128
+            d_model=64,
+            n_heads=4,
+            cross_attention=dict(n_heads=8),
+            d_ff=256,
+            n_encoder_layers=2,
+            positions=dict(max=128),
         ),
         "small": dict(
-            d_model=150, n_heads=5, cross_attention=dict(n_heads=10), d_ff=600, n_encoder_layers=13, max_positions=200
+            d_model=150,
+            n_heads=5,
+            cross_attention=dict(n_heads=10),
+            d_ff=600,
+            n_encoder_layers=13,
+            positions=dict(max=200),
         ),
     },
     "parallel_encdec": {
         "tiny": dict(
-            d_model=64, n_heads=4, cross_attention=dict(n_heads=8), d_ff=256, n_encoder_layers=2, max_positions=128
+            d_model=64,
+            n_heads=4,
+            cross_attention=dict(n_heads=8),
+            d_ff=256,
+            n_encoder_layers=2,
+            positions=dict(max=128),
         ),
         "small": dict(
-            d_model=200, n_heads=5, cross_attention=dict(n_heads=10), d_ff=800, n_encoder_layers=5, max_positions=200
+            d_model=200,
+            n_heads=5,
+            cross_attention=dict(n_heads=10),
+            d_ff=800,
+            n_encoder_layers=5,
+            positions=dict(max=200),
         ),
     },
     "decoder_only": {
-        "tiny": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=4, max_positions=128),
-        "small": dict(d_model=160, n_heads=10, d_ff=640, n_encoder_layers=26, max_positions=200),  # seed 000 baseline
+        "tiny": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=4, positions=dict(max=128)),
+        "small": dict(
+            d_model=160, n_heads=10, d_ff=640, n_encoder_layers=26, positions=dict(max=200)
+        ),  # seed 000 baseline
     },
     "rnn_seq2seq": {
         "tiny": dict(d_model=64, n_encoder_layers=1),

@@ -87,7 +87,7 @@ class ResearchOptions:
     @property
     def extra_position(self) -> bool:
         """True when position T (one past the window) is looked up: the table has one more row (with
-        model.position rope, the table exists for this alone)."""
+        model.positions.kind rope, the table exists for this alone)."""
         return self.add_pos_embed_to_decoder or self.sub_pos_embed != "NO"
 
     @classmethod

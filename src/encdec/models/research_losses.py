@@ -22,7 +22,7 @@ decay, which pulls it back toward the mean. The loss is computed in training onl
 while decoding.
 
 `detach` stops the gradient into the embeddings (EMBEDDING) or the encoder (ENCODER_OUT);
-the loss's own parameters (norms, W) train either way. With model.position rope, E holds
+the loss's own parameters (norms, W) train either way. With model.positions.kind rope, E holds
 token embeddings alone.
 
 Shapes: B batch, T length, C model dim, P max_positions.
@@ -131,8 +131,8 @@ def build_embedding_loss(cfg) -> EmbeddingLoss | None:
         r.detach,
         r.embedding_ln_type,
         r.use_ln_on_encoder_out,
-        cfg.norm_eps,
+        cfg.norms.eps,
         aggregation=r.embedding_aggregation,
-        max_positions=cfg.max_positions,
+        max_positions=cfg.positions.max,
         norm_affine=r.embedding_norm_affine,
     )

@@ -4,7 +4,7 @@
     tgt_ids -> embed -> RNN decoder (decoder_layers), initial hidden = h -> outputs o (B, T, C)
     with attention (Luong et al. 2015, "general"): a = softmax(o W s^T) over source states s,
         o = tanh(W_c [o; a s])
-    -> head (tied to the embeddings unless tie_embeddings is false) -> logits
+    -> head (tied to the embeddings unless embeddings.tie is false) -> logits
 
 Without attention the last encoder hidden state is all the decoder knows of the
 source (the lecture's "naive idea"). Padding: the encoder packs each source to
@@ -12,7 +12,7 @@ its length, so h is the state after its last real token, and attention skips
 padded positions. With src_ids None (causal-LM batches) the decoder runs alone
 as an RNN language model from a zero state. Decoding carries the hidden state;
 beam reordering indexes it. It uses d_model, the layer counts, bias, dropout, init and
-tie_embeddings, and refuses the transformer's settings (UNUSED) in one sentence.
+embeddings.tie, and refuses the transformer's settings (UNUSED) in one sentence.
 
 Shapes: B batch, S source length, T target length, L layers, C model dim, V vocabulary.
 """
@@ -91,7 +91,7 @@ class RNNSeq2Seq(GenerationMixin, nn.Module):
         self.decoder = rnn(cfg.d_model, cfg.d_model, layers, bias=cfg.bias, batch_first=True, dropout=dropout)
         self.attention = LuongAttention(cfg.d_model, cfg.bias) if cfg.rnn.attention else None
         self.dropout = Dropout(cfg.dropout)
-        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = None if cfg.embeddings.tie else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, Hidden]:
         """src_ids (B, S), src_mask (B, S) bool, 0/1 integer or float -> encoder states (B, S, C) and the

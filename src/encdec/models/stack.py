@@ -38,12 +38,12 @@ from encdec.modules.blocks import for_layer
 
 
 def build_absolute_positions(cfg: ModelConfig) -> nn.Module | None:
-    if cfg.position == "sinusoidal" and cfg.sinusoidal_layout == "fairseq":
-        return PaddedSinusoidalPositions(cfg.max_positions, cfg.d_model, cfg.pad_id)
-    if cfg.position == "sinusoidal":
-        return SinusoidalPositions(cfg.max_positions, cfg.d_model, cfg.sinusoidal_layout)
-    if cfg.position == "learned":
-        return LearnedPositions(cfg.max_positions, cfg.d_model, cfg.position_offset)
+    if cfg.positions.kind == "sinusoidal" and cfg.positions.sinusoidal_layout == "fairseq":
+        return PaddedSinusoidalPositions(cfg.positions.max, cfg.d_model, cfg.pad_id)
+    if cfg.positions.kind == "sinusoidal":
+        return SinusoidalPositions(cfg.positions.max, cfg.d_model, cfg.positions.sinusoidal_layout)
+    if cfg.positions.kind == "learned":
+        return LearnedPositions(cfg.positions.max, cfg.d_model, cfg.positions.offset)
     return None
 
 
@@ -56,27 +56,29 @@ class Stack(nn.Module):
         super().__init__()
         self.embed = embed
         self.embed_scale = embedding_scale(cfg)
-        self.scale_in_dtype = cfg.norm == "gemma_rmsnorm"  # Gemma rounds sqrt(d_model) to the model's dtype first
+        self.scale_in_dtype = cfg.norms.kind == "gemma_rmsnorm"  # Gemma rounds sqrt(d_model) to the model's dtype first
         self.positions = build_absolute_positions(cfg)
         self.embed_norm = build_embedding_norm(cfg)
         self.norm_first = not bidirectional and cfg.embeddings.decoder_norm_first  # the norm before the positions
-        relative = cfg.position == "relative"
+        relative = cfg.positions.kind == "relative"
 
         def relative_bias() -> RelativePositionBias:
-            return RelativePositionBias(cfg.n_heads, bidirectional, cfg.relative_buckets, cfg.relative_max_distance)
+            return RelativePositionBias(
+                cfg.n_heads, bidirectional, cfg.positions.relative_buckets, cfg.positions.relative_max_distance
+            )
 
         layers = cfg.n_encoder_layers if bidirectional else cfg.decoder_layers
-        self.window = cfg.sliding_window  # Gemma 2's sliding self-attention, in the layers `sliding` names
-        self.split_window = cfg.sliding_window_layout == "split"  # T5Gemma 2's encoder window
+        self.window = cfg.attention.sliding_window  # Gemma 2's sliding self-attention, in the layers `sliding` names
+        self.split_window = cfg.attention.sliding_window_layout == "split"  # T5Gemma 2's encoder window
         self.eoi_id = cfg.image_tokens.eoi_token_id
         self.register_parameter("eoi_embedding", None)  # the model's, where a token has a vector of its own
         self.sliding = [cfg.sliding_layer(i) for i in range(layers)]
         self.local_radius: int | None = None  # LongT5's encoder: keys at most this far (models.encoder)
         self.global_bias: RelativePositionBias | None = None  # and its global keys' bias
-        self.global_block_size = cfg.global_block_size
+        self.global_block_size = cfg.attention.global_block_size
         self.global_rule: str | None = None  # a local-global encoder's rule of its global tokens (models.encoder)
         self.causal = not bidirectional
-        per_layer = relative and cfg.relative_bias_per_layer
+        per_layer = relative and cfg.positions.relative_per_layer
         self.position_bias = relative_bias() if relative and not per_layer else None
         self.layer_biases = nn.ModuleList(relative_bias() for _ in range(layers)) if per_layer else None
 
@@ -168,8 +170,12 @@ def kinds_inputs(
 def rotaries(cfg: ModelConfig) -> tuple[RotaryEmbedding | None, RotaryEmbedding | None]:
     """RoPE of the global layers and of the sliding ones (the global layers' or its own base, Gemma 3's); none
     without RoPE."""
-    if cfg.position != "rope":
+    if cfg.positions.kind != "rope":
         return None, None
-    rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scale)
-    local = RotaryEmbedding(cfg.head_dim, cfg.rope_local_theta) if cfg.rope_local_theta is not None else rotary
+    rotary = RotaryEmbedding(cfg.head_dim, cfg.positions.rope_theta, cfg.positions.rope_scale)
+    local = (
+        RotaryEmbedding(cfg.head_dim, cfg.positions.rope_local_theta)
+        if cfg.positions.rope_local_theta is not None
+        else rotary
+    )
     return rotary, local

@@ -35,9 +35,9 @@ def estimated_parameters(cfg: ModelConfig) -> int:
     ffn = (encoder_sparse + decoder_sparse) * sparse
     ffn += (cfg.n_encoder_layers - encoder_sparse + cfg.decoder_layers - decoder_sparse) * dense
     layers = cfg.n_encoder_layers * attention + cfg.decoder_layers * 2 * attention + ffn
-    positions = (cfg.max_positions + cfg.position_offset + 1) * d + cfg.relative_buckets * heads
+    positions = (cfg.positions.max + cfg.positions.offset + 1) * d + cfg.positions.relative_buckets * heads
     research = getattr(cfg, "research", None)  # a learned causal aggregation's matrix: max_positions^2
-    mixing = cfg.max_positions**2 if getattr(research, "embedding_aggregation", None) == "MATMUL" else 0
+    mixing = cfg.positions.max**2 if getattr(research, "embedding_aggregation", None) == "MATMUL" else 0
     return 2 * cfg.vocab_size * d + 2 * positions + layers + mixing
 
 
@@ -54,7 +54,7 @@ def building_bytes(cfg: ModelConfig) -> int:
     """What building a model costs on the CPU besides its weights: Python objects per block and per expert,
     and a sinusoidal table's float64 copies (sines, cosines and the table) before it becomes fp32."""
     blocks = cfg.n_encoder_layers + cfg.decoder_layers
-    table = 3 * 8 * cfg.max_positions * cfg.d_model if cfg.position == "sinusoidal" else 0
+    table = 3 * 8 * cfg.positions.max * cfg.d_model if cfg.positions.kind == "sinusoidal" else 0
     return blocks * (LAYER_BYTES + cfg.experts.count * EXPERT_BYTES) + table
 
 

@@ -94,8 +94,8 @@ def check_max_source_len(max_source_len: int | None, cfg: ModelConfig) -> None:
     if max_source_len is None:
         return
     value_of(SourceLength, max_source_len, "max_source_len")
-    rows = cfg.encoder_config().max_positions  # an encoder's own table (model.encoder.max_positions), else the model's
-    if (cfg.position in ("sinusoidal", "learned") or cfg.family in CAUSAL_LMS) and max_source_len > rows:
+    rows = cfg.encoder_config().positions.max  # an encoder's own table (model.encoder.max_positions), else the model's
+    if (cfg.positions.kind in ("sinusoidal", "learned") or cfg.family in CAUSAL_LMS) and max_source_len > rows:
         raise ConfigError(f"max_source_len is {max_source_len:,} but this model has {rows:,} positions for its input")
 
 

@@ -40,9 +40,9 @@ from encdec.runs.model_section import PROVISIONAL_TOKENS, build_model_config
 
 # the source's settings an encoder-decoder cannot take, each with why (one sentence when set)
 NOT_ADAPTED = {
-    "attention_bias": "biases on the attention projections alone (Qwen2's) are the decoder-only family's",
+    "attention.bias": "biases on the attention projections alone (Qwen2's) are the decoder-only family's",
 }
-DECODER_ONLY_KEYS = ("attention_bias",)  # the fields an encoder-decoder section must not hold
+DECODER_ONLY_KEYS = ("attention.bias",)  # the fields an encoder-decoder section must not hold (a spec's)
 # what the two sources of an unbalanced adaptation may differ in: widths and depth (the others name one model's
 # settings, and its tokenizer), and what each run happened to train with
 MAY_DIFFER = {*ENCODER_WIDTHS, "n_encoder_layers", "dropout", "init"}
@@ -63,13 +63,22 @@ def head_dim(section: dict[str, Any]) -> int:
 
 def resolved(section: dict[str, Any]) -> dict[str, Any]:
     """A decoder-only model section with every setting written out: its preset's and its family's defaults
-    (scale_attention, scale_output, init) are the decoder-only family's, which an encoder-decoder section
+    (scale_attention, output.scale, init) are the decoder-only family's, which an encoder-decoder section
     would otherwise resolve to its own (T5's unscaled attention and scaled output). Token ids stay as given."""
     values = build_model_config(section, **PROVISIONAL_TOKENS).to_dict()
     values = {key: value for key, value in values.items() if key not in PROVISIONAL_TOKENS or key in section}
     if "research" not in section:
         values.pop("research", None)
     return values
+
+
+def dotted(section: dict[str, Any]) -> dict[str, Any]:
+    """A section's settings by their dotted names, a spec's each on its own ("attention.sliding_window")."""
+    flat = {}
+    for key, value in section.items():
+        is_spec = isinstance(value, dict) and key != "encoder"  # the encoder's widths may differ, as one setting
+        flat |= {f"{key}.{name}": inner for name, inner in value.items()} if is_spec else {key: value}
+    return flat
 
 
 def adapted_section(source: dict[str, Any], decoder_source: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -80,28 +89,31 @@ def adapted_section(source: dict[str, Any], decoder_source: dict[str, Any] | Non
     decoder_source = resolved(decoder_source) if decoder_source is not None else None
     for section in (source, decoder_source or {}):
         for key, why in NOT_ADAPTED.items():
-            if section.get(key, "none") not in ("none", None, False):
-                raise ConfigError(
-                    f"training.init_from's model has {key} {section[key]!r}, which cannot be adapted: {why}"
-                )
+            spec, name = key.split(".")
+            value = section.get(spec, {}).get(name, "none")
+            if value not in ("none", None, False):
+                raise ConfigError(f"training.init_from's model has {key} {value!r}, which cannot be adapted: {why}")
     decoder = decoder_source or source
     if decoder_source is not None:
+        ours, theirs = dotted(source), dotted(decoder_source)
         differ = sorted(
-            key
-            for key in set(source) | set(decoder_source)
-            if key not in MAY_DIFFER and source.get(key) != decoder_source.get(key)
+            key for key in set(ours) | set(theirs) if key not in MAY_DIFFER and ours.get(key) != theirs.get(key)
         )
         if differ:
             raise ConfigError(
                 f"training.init_from's and training.init_decoder_from's models differ in {differ[0]} "
-                f"({source.get(differ[0])!r} and {decoder_source.get(differ[0])!r}); an unbalanced adaptation "
+                f"({ours.get(differ[0])!r} and {theirs.get(differ[0])!r}); an unbalanced adaptation "
                 "joins two models of one family and tokenizer that differ only in widths and depth"
             )
-    section = {key: value for key, value in decoder.items() if key not in DECODER_ONLY_KEYS}
+    section = dict(decoder)
+    for key in DECODER_ONLY_KEYS:
+        spec, name = key.split(".")
+        section[spec] = {k: v for k, v in section.get(spec, {}).items() if k != name}
     section.update(family="encoder_decoder", n_decoder_layers=decoder["n_encoder_layers"])
     section["cross_attention"] = {**section.get("cross_attention", {}), "rope": "none"}
     section["n_encoder_layers"] = source["n_encoder_layers"]
-    section["shared_embeddings"] = False  # a token table each stack, both the sources' at first (T5Gemma's)
+    # a token table each stack, both the sources' at first (T5Gemma's)
+    section["embeddings"] = {**section.get("embeddings", {}), "shared": False}
     if decoder_source is not None:
         own = {**{key: source.get(key) for key in ENCODER_WIDTHS}, "d_head": head_dim(source)}
         mine = {**{key: decoder.get(key) for key in ENCODER_WIDTHS}, "d_head": head_dim(decoder)}

@@ -35,7 +35,7 @@ from torch import nn
 from encdec.data.objectives.factory import PACKABLE
 from encdec.errors import CheckpointError, ConfigError
 from encdec.generation.config import Beams
-from encdec.models.config_specs import MOVED, spec_values
+from encdec.models.config_specs import MOVED
 from encdec.runs.adapter import TRAIN_ONLY, AdapterConfig, LoraSection
 from encdec.runs.description import Description
 from encdec.runs.model_section import ModelSection
@@ -276,14 +276,15 @@ def check_packing(cfg: RunConfig) -> None:
             f"objective.pack needs model.family encoder_decoder, whose attention keeps packed "
             f"examples apart; the {family} family does not"
         )
-    if cfg.model.get("encoder_attention") == "transient_global":  # a checkpoint's own is refused at its first step
+    attention = cfg.model.get("attention")  # a spec, its flat keys already in it (ModelSection)
+    if isinstance(attention, dict) and attention.get("encoder") == "transient_global":  # a checkpoint's: first step
         raise ConfigError(
-            "objective.pack does not combine with model.encoder_attention transient_global, whose block keys "
+            "objective.pack does not combine with model.attention.encoder transient_global, whose block keys "
             "would span the packed examples"
         )
-    if spec_values(cfg.model.get("global_tokens")).get("rule", "none") != "none":
+    if isinstance(attention, dict) and attention.get("global_tokens", "none") != "none":
         raise ConfigError(
-            "objective.pack does not combine with model.global_tokens.rule, whose global tokens would be each row's, "
+            "objective.pack does not combine with model.attention.global_tokens, whose global tokens would be each row's, "
             "not each packed example's"
         )
 

@@ -27,20 +27,24 @@ def bart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     for flag in ("normalize_before", "add_final_layer_norm"):
         if hf.get(flag):
             raise CheckpointError(f"{flag} is set: this is an mBART-style checkpoint, which encdec does not load yet")
-    return layout_config(hf, untied_head, position="learned", position_offset=2, embedding_norm=True)
+    return layout_config(hf, untied_head, positions={"kind": "learned", "offset": 2}, embeddings={"norm": True})
 
 
 def mbart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     """mBART: BART's layout made pre-norm, with a LayerNorm closing each stack."""
     return layout_config(
-        hf, untied_head, position="learned", position_offset=2, embedding_norm=True, norm_position="pre"
+        hf,
+        untied_head,
+        positions={"kind": "learned", "offset": 2},
+        embeddings={"norm": True},
+        norms={"position": "pre"},
     )
 
 
 def learned_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
     return {
-        "position must be learned": cfg.position != "learned",
-        "embedding_norm must be true": not cfg.embedding_norm,
+        "position must be learned": cfg.positions.kind != "learned",
+        "embeddings.norm must be true": not cfg.embeddings.norm,
     }
 
 
@@ -75,7 +79,7 @@ FAMILIES = (
         load_hf_bart,
         check_bart_compatible,
         bart_files,
-        lambda cfg: cfg.position == "learned" and cfg.norm_position == "post",
+        lambda cfg: cfg.positions.kind == "learned" and cfg.norms.position == "post",
         BART_KEYS,
         ("vocab.json", "merges.txt"),
         config_read_alone(bart_config_from_hf),
@@ -87,7 +91,7 @@ FAMILIES = (
         load_hf_mbart,
         check_mbart_compatible,
         bart_files,
-        lambda cfg: cfg.position == "learned" and cfg.norm_position == "pre",
+        lambda cfg: cfg.positions.kind == "learned" and cfg.norms.position == "pre",
         BART_KEYS,
         ("sentencepiece.bpe.model",),
         config_read_alone(mbart_config_from_hf),

@@ -28,6 +28,7 @@ from encdec.interop.family import (
 )
 from encdec.interop.model_dim import halves_order, permute_model_dim
 from encdec.models import EncoderDecoder, ModelConfig
+from encdec.models.config_specs import overlaid
 
 # The config.json key each ModelConfig field is read from where the names differ (BART, mBART, Marian, Pegasus)
 BART_KEYS = {
@@ -35,8 +36,8 @@ BART_KEYS = {
     "d_ff": "encoder_ffn_dim",
     "n_encoder_layers": "encoder_layers",
     "n_decoder_layers": "decoder_layers",
-    "max_positions": "max_position_embeddings",
-    "scale_embeddings": "scale_embedding",
+    "positions.max": "max_position_embeddings",
+    "embeddings.scale": "scale_embedding",
 } | IDS
 # Hugging Face activation_function -> our activation name, and back (the feed-forward is fc1 -> act -> fc2)
 HF_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "swish": "silu", "silu": "silu", "gelu_new": "gelu_tanh"}
@@ -72,8 +73,8 @@ def names_for(cfg: ModelConfig) -> NameMap:
 
 
 def layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
-    """The ModelConfig of a BART-layout checkpoint; `family` adds the position scheme (and may set
-    norm_position, default post, and final_logits_bias, default true)."""
+    """The ModelConfig of a BART-layout checkpoint; `family` adds the position scheme and may set others over
+    BART's (a spec's keys over its: `output={"logits_bias": False}`)."""
     for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
         if hf.get(dec, hf[enc]) != hf[enc]:
             raise CheckpointError(f"{enc} ({hf[enc]}) differs from {dec} ({hf[dec]}), which encdec does not support")
@@ -83,26 +84,23 @@ def layout_config(hf: dict, untied_head: bool, **family) -> ModelConfig:
             f"activation_function {activation!r} is not supported; supported: {', '.join(HF_ACTIVATIONS)}"
         )
     eos = hf.get("eos_token_id", 2)
-    return ModelConfig(
+    bart = dict(
         **layer_sizes(hf, BART_KEYS),
         activation=HF_ACTIVATIONS[activation],
-        norm="layernorm",
-        norm_eps=1e-5,
-        norm_position=family.pop("norm_position", "post"),
+        norms={"kind": "layernorm", "eps": 1e-5, "position": "post"},
         bias=True,
-        scale_attention=True,
-        max_positions=hf.get("max_position_embeddings", 1024),
-        scale_embeddings=hf.get("scale_embedding", False),  # as given: ModelConfig's declaration checks it
-        tie_embeddings=not untied_head,
-        scale_output=False,
-        final_logits_bias=family.pop("final_logits_bias", True),
+        attention={"scale": True},
+        positions={"max": hf.get("max_position_embeddings", 1024)},
+        # scale as given: ModelConfig's declaration checks it
+        embeddings={"scale": hf.get("scale_embedding", False), "tie": not untied_head},
+        output={"scale": False, "logits_bias": True},
         dropout=hf.get("dropout", 0.1),
         init="normal",
         pad_id=hf.get("pad_token_id", 1),
         eos_id=eos if isinstance(eos, int) else eos[0],
         decoder_start_id=first_set(hf.get("decoder_start_token_id"), hf.get("bos_token_id"), 2),  # HF's fallback
-        **family,
     )
+    return ModelConfig.from_dict(overlaid(bart, family))
 
 
 def load_layout(
@@ -123,19 +121,19 @@ def layout_problems(cfg: ModelConfig, norm_position: str, decoder_norm_first: bo
     `norm_position` the family's, `decoder_norm_first` where its decoder's embedding norm sits (BlenderbotSmall's:
     before the positions)."""
     problems = {
-        "norm must be layernorm": cfg.norm != "layernorm",
-        "norm_eps must be 1e-05": cfg.norm_eps != 1e-5,
-        f"norm_position must be {norm_position}": cfg.norm_position != norm_position,
+        "norms.kind must be layernorm": cfg.norms.kind != "layernorm",
+        "norms.eps must be 1e-05": cfg.norms.eps != 1e-5,
+        f"norms.position must be {norm_position}": cfg.norms.position != norm_position,
         f"embeddings.decoder_norm_first must be {str(decoder_norm_first).lower()}": (
             cfg.embeddings.decoder_norm_first != decoder_norm_first
         ),
         "bias must be true": not cfg.bias,
-        "scale_attention must be true": not cfg.scale_attention,
+        "attention.scale must be true": not cfg.attention.scale,
         f"activation must be one of {', '.join(OUR_ACTIVATIONS)}, got {cfg.activation}": cfg.activation
         not in OUR_ACTIVATIONS,
         **plain_heads_problems(cfg),
         "d_head must be d_model / n_heads": cfg.head_dim * cfg.n_heads != cfg.d_model,
-        "scale_output must be false": cfg.scale_output,
+        "output.scale must be false": cfg.output.scale,
         "experts.count must be 1": cfg.experts.count != 1,
     }
     return [text for text, bad in problems.items() if bad]
@@ -148,12 +146,12 @@ def layout_hf_config(cfg: ModelConfig) -> dict:
         "decoder_attention_heads": cfg.n_heads,
         "decoder_ffn_dim": cfg.d_ff,
         "activation_function": OUR_ACTIVATIONS[cfg.activation],
-        "max_position_embeddings": cfg.max_positions,
-        "scale_embedding": cfg.scale_embeddings,
+        "max_position_embeddings": cfg.positions.max,
+        "scale_embedding": cfg.embeddings.scale,
         "dropout": cfg.dropout,
         "attention_dropout": cfg.dropout,
         "activation_dropout": cfg.dropout,
-        "tie_word_embeddings": cfg.tie_embeddings,
+        "tie_word_embeddings": cfg.embeddings.tie,
         "is_encoder_decoder": True,
         **id_keys(cfg),
         "forced_eos_token_id": None,  # both classes default to forcing EOS at the length limit; encdec does not
@@ -166,12 +164,12 @@ def layout_weights(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str
     for side in ("encoder", "decoder"):  # HF's learned table has 2 rows before position 0
         key = f"model.{side}.embed_positions.weight"
         if key in weights:
-            table, offset = weights[key], cfg.position_offset
+            table, offset = weights[key], cfg.positions.offset
             table = table[max(offset - 2, 0) :]
             weights[key] = torch.cat([table.new_zeros(max(2 - offset, 0), table.shape[1]), table])
     bias = weights.pop("final_logits_bias", torch.zeros(cfg.vocab_size))
     weights["final_logits_bias"] = bias.reshape(1, -1).contiguous()
-    if not cfg.tie_embeddings:  # with tie_word_embeddings false transformers ties no embeddings at all
+    if not cfg.embeddings.tie:  # with tie_word_embeddings false transformers ties no embeddings at all
         for side in ("encoder", "decoder"):
             weights[f"model.{side}.embed_tokens.weight"] = weights["model.shared.weight"].clone()
     return weights
@@ -196,9 +194,10 @@ def check_layout(
 def sinusoidal_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
     """What keeps `cfg`'s embeddings from Marian's and Pegasus's sines-first sinusoids."""
     return {
-        "position must be sinusoidal": cfg.position != "sinusoidal",
-        "sinusoidal_layout must be interleaved or halves (fairseq's is M2M100's)": cfg.sinusoidal_layout == "fairseq",
-        "embedding_norm must be false": cfg.embedding_norm,
+        "position must be sinusoidal": cfg.positions.kind != "sinusoidal",
+        "sinusoidal_layout must be interleaved or halves (fairseq's is M2M100's)": cfg.positions.sinusoidal_layout
+        == "fairseq",
+        "embeddings.norm must be false": cfg.embeddings.norm,
     }
 
 
@@ -206,24 +205,24 @@ def fairseq_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
     """What keeps `cfg`'s embeddings from fairseq's (M2M100's, FSMT's): its sinusoids, no embedding norm, no logits
     bias."""
     return {
-        "position must be sinusoidal with sinusoidal_layout fairseq": cfg.position != "sinusoidal"
-        or cfg.sinusoidal_layout != "fairseq",
-        "embedding_norm must be false": cfg.embedding_norm,
-        "final_logits_bias must be false": cfg.final_logits_bias,
+        "positions.kind must be sinusoidal with positions.sinusoidal_layout fairseq": cfg.positions.kind != "sinusoidal"
+        or cfg.positions.sinusoidal_layout != "fairseq",
+        "embeddings.norm must be false": cfg.embeddings.norm,
+        "output.logits_bias must be false": cfg.output.logits_bias,
     }
 
 
 def sinusoidal_weights(model: EncoderDecoder) -> dict[str, torch.Tensor]:
     """A model with sinusoidal positions (either layout) as BART-layout weights, its dimensions sines first."""
     cfg, state = model.config, model.state_dict()
-    if cfg.sinusoidal_layout == "interleaved":
+    if cfg.positions.sinusoidal_layout == "interleaved":
         state = permute_model_dim(state, halves_order(cfg.d_model))
     return layout_weights(state, cfg)
 
 
 def vaswani_sinusoids(cfg: ModelConfig) -> bool:
     """Sinusoidal positions Marian and Pegasus write (interleaved or halves); fairseq's are M2M100's."""
-    return cfg.position == "sinusoidal" and cfg.sinusoidal_layout != "fairseq"
+    return cfg.positions.kind == "sinusoidal" and cfg.positions.sinusoidal_layout != "fairseq"
 
 
 def named_family(model_type: str, hf_class: str, name: str, config_from_hf, tokenizer_files: tuple[str, ...]) -> Family:
@@ -232,9 +231,9 @@ def named_family(model_type: str, hf_class: str, name: str, config_from_hf, toke
     model written as this family (interop.families.family_for)."""
 
     def check(cfg: ModelConfig) -> None:
-        learned = cfg.position != "learned" or cfg.position_offset != 2
+        learned = cfg.positions.kind != "learned" or cfg.positions.offset != 2
         embeddings = {"position must be learned with position_offset 2": learned}
-        check_layout(cfg, name, embeddings | {"embedding_norm must be true": not cfg.embedding_norm})
+        check_layout(cfg, name, embeddings | {"embeddings.norm must be true": not cfg.embeddings.norm})
 
     return Family(
         model_type,

@@ -18,7 +18,9 @@ from encdec.models import EncoderDecoder, ModelConfig
 
 def blenderbot_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     hf = {"pad_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 1, **hf}
-    return bart_layout.layout_config(hf, untied_head, position="learned", position_offset=0, norm_position="pre")
+    return bart_layout.layout_config(
+        hf, untied_head, positions={"kind": "learned", "offset": 0}, norms={"position": "pre"}
+    )
 
 
 def load_hf_blenderbot(path: Path, hf_config: dict) -> EncoderDecoder:
@@ -28,8 +30,8 @@ def load_hf_blenderbot(path: Path, hf_config: dict) -> EncoderDecoder:
 def check_blenderbot_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the settings Blenderbot's layout does not have."""
     embeddings = {
-        "position must be learned with position_offset 0": cfg.position != "learned" or cfg.position_offset != 0,
-        "embedding_norm must be false": cfg.embedding_norm,
+        "position must be learned with position_offset 0": cfg.positions.kind != "learned" or cfg.positions.offset != 0,
+        "embeddings.norm must be false": cfg.embeddings.norm,
     }
     bart_layout.check_layout(cfg, "Blenderbot", embeddings, norm_position="pre")
 
@@ -52,10 +54,10 @@ FAMILIES = (
         check_blenderbot_compatible,
         blenderbot_files,
         lambda cfg: (
-            cfg.position == "learned"
-            and cfg.position_offset == 0
-            and cfg.norm_position == "pre"
-            and not cfg.embedding_norm
+            cfg.positions.kind == "learned"
+            and cfg.positions.offset == 0
+            and cfg.norms.position == "pre"
+            and not cfg.embeddings.norm
         ),
         bart_layout.BART_KEYS,
         ("vocab.json", "merges.txt"),  # its byte-level BPE beside tokenizer.json

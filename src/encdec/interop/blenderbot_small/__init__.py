@@ -50,8 +50,9 @@ def load_hf_blenderbot_small(path: Path, hf_config: dict) -> EncoderDecoder:
 def check_blenderbot_small_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the settings BlenderbotSmall's layout does not have."""
     embeddings = {
-        "position must be learned with position_offset 0": cfg.position != "learned" or cfg.position_offset != 0,
-        "embedding_norm must be true": not cfg.embedding_norm,
+        "positions.kind must be learned with positions.offset 0": cfg.positions.kind != "learned"
+        or cfg.positions.offset != 0,
+        "embeddings.norm must be true": not cfg.embeddings.norm,
     }
     bart_layout.check_layout(cfg, "BlenderbotSmall", embeddings, decoder_norm_first=True)
 

@@ -77,7 +77,7 @@ def fsmt_config_alone(hf: dict) -> ModelConfig:
 def positions_table(cfg: ModelConfig) -> torch.Tensor:
     """transformers' embed_positions weight: fairseq's table from row 0 to pad_id + max_positions, the pad's row
     zero (rows below it are never read)."""
-    table = fairseq_table(0, cfg.pad_id + 1 + cfg.max_positions, cfg.d_model)
+    table = fairseq_table(0, cfg.pad_id + 1 + cfg.positions.max, cfg.d_model)
     table[cfg.pad_id] = 0
     return table
 
@@ -90,7 +90,7 @@ def check_positions(weights: dict[str, torch.Tensor], cfg: ModelConfig, path: Pa
         stored = weights.get(f"model.{side}.embed_positions.weight")
         if stored is None:
             continue
-        rows = stored[cfg.pad_id + 1 : cfg.pad_id + 1 + cfg.max_positions].float()
+        rows = stored[cfg.pad_id + 1 : cfg.pad_id + 1 + cfg.positions.max].float()
         tolerance = max(1e-6, torch.finfo(stored.dtype).eps if stored.is_floating_point() else 0)
         if rows.shape != expected.shape or not torch.allclose(rows, expected, rtol=0, atol=tolerance):
             raise CheckpointError(
@@ -132,7 +132,7 @@ def fsmt_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     config = bart_layout.layout_hf_config(cfg)
     del config["vocab_size"]
     sizes = {"src_vocab_size": cfg.source_vocab_size, "tgt_vocab_size": cfg.vocab_size}
-    return weights, config | sizes | {"tie_word_embeddings": cfg.shared_embeddings and cfg.tie_embeddings}
+    return weights, config | sizes | {"tie_word_embeddings": cfg.embeddings.shared and cfg.embeddings.tie}
 
 
 FAMILIES = (
@@ -142,7 +142,11 @@ FAMILIES = (
         load_hf_fsmt,
         check_fsmt_compatible,
         fsmt_files,
-        lambda cfg: cfg.position == "sinusoidal" and cfg.sinusoidal_layout == "fairseq" and cfg.norm_position == "post",
+        lambda cfg: (
+            cfg.positions.kind == "sinusoidal"
+            and cfg.positions.sinusoidal_layout == "fairseq"
+            and cfg.norms.position == "post"
+        ),
         KEYS,
         # FSMTTokenizer's language pair (its config's langs), its two vocabularies and its BPE merges
         ("tokenizer_config.json", "vocab-src.json", "vocab-tgt.json", "merges.txt"),

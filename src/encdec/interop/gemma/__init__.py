@@ -7,7 +7,7 @@ grouped-query attention scaled by query_pre_attn_scalar^-0.5 (attention_scale_di
 attn_logit_softcapping (attention_softcap), sliding-window attention in the layers layer_types names (a query
 sees the keys q - k < sliding_window, every key in one global layer every global_every), gated GELU (tanh)
 feed-forwards, token embeddings times sqrt(hidden_size) rounded to the model's dtype, the head tied to the token
-table or its own, and the logits capped at final_logit_softcapping (logit_softcap). Gemma 3 (Gemma Team 2025)
+table or its own, and the logits capped at final_logit_softcapping (output.softcap). Gemma 3 (Gemma Team 2025)
 adds RMS norms of each head's queries and keys before RoPE (qk_norm), RoPE of its own base in the sliding layers
 (rope_local_theta) beside the global layers' base, which linear scaling may stretch (rope_scale), five sliding
 layers to a global one by default, and no caps unless config.json sets final_logit_softcapping: transformers'
@@ -44,6 +44,7 @@ from encdec.interop.llama.llama_layout import (
     rope_theta,
 )
 from encdec.models import DecoderOnly, ModelConfig
+from encdec.models.config_specs import overlaid
 
 DEFAULTS = {  # model_type -> its config class's defaults for every key encdec reads that a config.json may omit
     "gemma2": {  # Gemma2Config's, Gemma 2 2B's: T5Gemma's stacks' too
@@ -66,12 +67,12 @@ DEFAULTS = {  # model_type -> its config class's defaults for every key encdec r
 TITLES = {"gemma2": "Gemma 2", "gemma3_text": "Gemma 3"}
 # ModelConfig field -> the config.json key it is read from (refusals name it)
 GEMMA_KEYS = LLAMA_KEYS | {
-    "attention_scale_dim": "query_pre_attn_scalar",
-    "attention_softcap": "attn_logit_softcapping",
-    "logit_softcap": "final_logit_softcapping",
-    "rope_theta": "rope_parameters",
-    "rope_local_theta": "rope_parameters",
-    "rope_scale": "rope_parameters",
+    "attention.scale_dim": "query_pre_attn_scalar",
+    "attention.softcap": "attn_logit_softcapping",
+    "output.softcap": "final_logit_softcapping",
+    "positions.rope_theta": "rope_parameters",
+    "positions.rope_local_theta": "rope_parameters",
+    "positions.rope_scale": "rope_parameters",
 }
 NAMES = decoder_names(
     "Gemma",
@@ -129,19 +130,17 @@ def config_from_gemma(hf: dict, untied_head: bool | None = None) -> ModelConfig:
     step = global_every({"model": {"num_hidden_layers": hf["num_hidden_layers"], "layer_types": types}})
     gemma3 = model_type == "gemma3_text"
     theta, scale, local_theta = gemma3_rope(hf) if gemma3 else (rope_theta(hf), 1.0, None)
-    return ModelConfig(
-        **decoder_fields(hf),
-        **gemma_fields(hf),
-        qk_norm=gemma3,
-        attention_softcap=None if gemma3 else hf["attn_logit_softcapping"],  # transformers' Gemma 3 caps none
-        sliding_window=window,
-        global_every=step if window else 2,
-        rope_theta=theta,
-        rope_scale=scale,
-        rope_local_theta=local_theta if window else None,
-        tie_embeddings=not untied_head,
+    gemma = dict(
+        attention={
+            "qk_norm": gemma3,
+            "softcap": None if gemma3 else hf["attn_logit_softcapping"],  # transformers' Gemma 3 caps none
+            "sliding_window": window,
+            "global_every": step if window else 2,
+        },
+        positions={"rope_theta": theta, "rope_scale": scale, "rope_local_theta": local_theta if window else None},
         dropout=hf["attention_dropout"],
     )
+    return ModelConfig.from_dict(overlaid(overlaid(decoder_fields(hf), gemma_fields(hf, untied_head)), gemma))
 
 
 def load_hf_gemma(path: Path, hf_config: dict) -> DecoderOnly:
@@ -154,29 +153,31 @@ def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
     gemma3 = model_type == "gemma3_text"
     problems = {
         "family must be decoder_only": cfg.family != "decoder_only",
-        "position must be rope": cfg.position != "rope",
-        "norm must be gemma_rmsnorm with norm_position pre and post_norms": cfg.norm != "gemma_rmsnorm"
-        or cfg.norm_position != "pre"
-        or not cfg.post_norms,
+        "position must be rope": cfg.positions.kind != "rope",
+        "norms.kind must be gemma_rmsnorm with norms.position pre and norms.post": cfg.norms.kind != "gemma_rmsnorm"
+        or cfg.norms.position != "pre"
+        or not cfg.norms.post,
         "activation must be gated_gelu": cfg.activation != "gated_gelu",
-        "bias must be false and attention_bias none": cfg.bias or cfg.attention_bias != "none",
-        "scale_attention must be true": not cfg.scale_attention,
-        "scale_embeddings must be true, scale_output and embedding_norm false": not cfg.scale_embeddings
-        or cfg.scale_output
-        or cfg.embedding_norm,
+        "bias must be false and attention.bias none": cfg.bias or cfg.attention.bias != "none",
+        "attention.scale must be true": not cfg.attention.scale,
+        "embeddings.scale must be true, output.scale and embeddings.norm false": not cfg.embeddings.scale
+        or cfg.output.scale
+        or cfg.embeddings.norm,
         "experts.count must be 1": cfg.experts.count != 1,
-        f"qk_norm must be {str(gemma3).lower()}": cfg.qk_norm != gemma3,
+        f"attention.qk_norm must be {str(gemma3).lower()}": cfg.attention.qk_norm != gemma3,
     }
     if gemma3:
-        problems["attention_softcap must be unset (transformers' Gemma 3 caps no scores)"] = (
-            cfg.attention_softcap is not None
+        problems["attention.softcap must be unset (transformers' Gemma 3 caps no scores)"] = (
+            cfg.attention.softcap is not None
         )
         problems["rope_local_theta must be set where rope_scale scales the global layers beside sliding ones"] = (
-            cfg.sliding_window is not None and cfg.rope_scale != 1.0 and cfg.rope_local_theta is None
+            cfg.attention.sliding_window is not None
+            and cfg.positions.rope_scale != 1.0
+            and cfg.positions.rope_local_theta is None
         )
     else:
-        problems["rope_local_theta and rope_scale are Gemma 3's"] = cfg.rope_local_theta is not None or (
-            cfg.rope_scale != 1.0
+        problems["rope_local_theta and rope_scale are Gemma 3's"] = cfg.positions.rope_local_theta is not None or (
+            cfg.positions.rope_scale != 1.0
         )
     failed = [text for text, bad in problems.items() if bad]
     if failed:
@@ -186,14 +187,14 @@ def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
 def gemma_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Tensor], dict]:
     """A model of `model_type`'s layout: its weights under transformers' names and its config.json keys."""
     cfg = model.config
-    full = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    full = {"rope_type": "default", "rope_theta": cfg.positions.rope_theta}
     config = {
         **gemma_stack(cfg, cfg.n_encoder_layers),
-        "sliding_window": cfg.sliding_window or 4096,  # no layer slides without one (layer_types)
+        "sliding_window": cfg.attention.sliding_window or 4096,  # no layer slides without one (layer_types)
         "rope_parameters": full if model_type == "gemma2" else two_bases_written(cfg),
-        "max_position_embeddings": cfg.max_positions,
+        "max_position_embeddings": cfg.positions.max,
         "use_bidirectional_attention": False,
-        "tie_word_embeddings": cfg.tie_embeddings,
+        "tie_word_embeddings": cfg.embeddings.tie,
         "attention_dropout": cfg.dropout,
     }
     return NAMES.weights(model), config
@@ -202,7 +203,11 @@ def gemma_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Te
 LAYOUT = CausalLayout(load_hf_gemma, check_gemma_compatible, gemma_files, GEMMA_KEYS, config_from_gemma, NAMES)
 SPM = ("tokenizer.model",)  # Gemma's SentencePiece model beside its tokenizer.json
 FAMILIES = (
-    LAYOUT.family("gemma2", "Gemma2ForCausalLM", lambda cfg: cfg.norm == "gemma_rmsnorm" and not cfg.qk_norm, SPM),
+    LAYOUT.family(
+        "gemma2", "Gemma2ForCausalLM", lambda cfg: cfg.norms.kind == "gemma_rmsnorm" and not cfg.attention.qk_norm, SPM
+    ),
     # each head's queries and keys normed
-    LAYOUT.family("gemma3_text", "Gemma3ForCausalLM", lambda cfg: cfg.norm == "gemma_rmsnorm" and cfg.qk_norm, SPM),
+    LAYOUT.family(
+        "gemma3_text", "Gemma3ForCausalLM", lambda cfg: cfg.norms.kind == "gemma_rmsnorm" and cfg.attention.qk_norm, SPM
+    ),
 )

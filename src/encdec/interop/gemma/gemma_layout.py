@@ -8,6 +8,7 @@ from encdec.errors import CheckpointError
 from encdec.interop.family import first_set, id_keys
 from encdec.interop.llama.llama_layout import STACK_KEYS, layer_names, norm_names, rope_kind, stack_sizes
 from encdec.models import ModelConfig
+from encdec.models.config_specs import overlaid
 from encdec.schema import short
 
 # T5GemmaModuleConfig's defaults (Gemma 2 2B's), for keys a stack's config leaves out: Gemma2Config's too
@@ -44,26 +45,24 @@ STACK_NAMES = (
 )
 # ModelConfig field -> the stack config key it is read from (refusals name it)
 GEMMA_STACK_KEYS = STACK_KEYS | {
-    "attention_scale_dim": "query_pre_attn_scalar",
-    "attention_softcap": "attn_logit_softcapping",
-    "logit_softcap": "final_logit_softcapping",
+    "attention.scale_dim": "query_pre_attn_scalar",
+    "attention.softcap": "attn_logit_softcapping",
+    "output.softcap": "final_logit_softcapping",
 }
 
 
-def gemma_fields(stack: dict) -> dict:
+def gemma_fields(stack: dict, untied_head: bool) -> dict:
     """The ModelConfig fields of a Gemma stack's config that Gemma 2 and 3 and T5Gemma 1 and 2 read alike: Gemma's
     RMSNorm before and after each sublayer, gated GELU (tanh), RoPE, query_pre_attn_scalar's scale, embeddings
-    times sqrt(hidden_size), no output scale, the logits capped at final_logit_softcapping."""
+    times sqrt(hidden_size) (the head tied to them unless `untied_head`), no output scale, the logits capped at
+    final_logit_softcapping."""
     return {
         "activation": "gated_gelu",
-        "norm": "gemma_rmsnorm",
-        "post_norms": True,
-        "scale_attention": True,
-        "attention_scale_dim": stack["query_pre_attn_scalar"],
-        "position": "rope",
-        "scale_embeddings": True,
-        "scale_output": False,
-        "logit_softcap": stack["final_logit_softcapping"],
+        "norms": {"kind": "gemma_rmsnorm", "eps": stack["rms_norm_eps"], "post": True},
+        "attention": {"scale": True, "scale_dim": stack["query_pre_attn_scalar"]},
+        "positions": {"kind": "rope"},
+        "embeddings": {"scale": True, "tie": not untied_head},
+        "output": {"scale": False, "softcap": stack["final_logit_softcapping"]},
     }
 
 
@@ -72,7 +71,7 @@ def encoder_decoder_fields(hf: dict, encoder: dict, decoder: dict, untied_head: 
     depth, Gemma's stack, RoPE in self-attention alone (cross-attention `merged` with it in T5Gemma 2), and the ids, decoding starting at decoder_start_token_id
     where config.json sets one, else the decoder's bos_token_id, as transformers' generate reads them."""
     eos = decoder["eos_token_id"]
-    return {
+    stacks = {
         "vocab_size": decoder["vocab_size"],
         "d_model": decoder["hidden_size"],
         "d_ff": decoder["intermediate_size"],
@@ -81,32 +80,30 @@ def encoder_decoder_fields(hf: dict, encoder: dict, decoder: dict, untied_head: 
         "d_head": decoder["head_dim"],
         "n_encoder_layers": encoder["num_hidden_layers"],
         "n_decoder_layers": decoder["num_hidden_layers"],
-        "norm_eps": decoder["rms_norm_eps"],
-        **gemma_fields(decoder),
-        "attention_softcap": decoder["attn_logit_softcapping"],
+        "attention": {"softcap": decoder["attn_logit_softcapping"]},
         "cross_attention": {"rope": "none", "merged": merged},
-        "tie_embeddings": not untied_head,
         "dropout": hf.get("dropout_rate", 0.0),
         "pad_id": decoder["pad_token_id"],
         "eos_id": eos if isinstance(eos, int) else eos[0],
         "decoder_start_id": first_set(hf.get("decoder_start_token_id"), decoder["bos_token_id"]),
     }
+    return overlaid(gemma_fields(decoder, untied_head), stacks)
 
 
 def encoder_decoder_problems(cfg: ModelConfig) -> dict[str, bool]:
     """What keeps `cfg` from the Gemma stacks T5Gemma and T5Gemma 2 share, their attention and embeddings aside."""
     return {
-        "position must be rope with cross_attention.rope none": cfg.position != "rope"
+        "position must be rope with cross_attention.rope none": cfg.positions.kind != "rope"
         or cfg.cross_attention.rope != "none",
-        "norm must be gemma_rmsnorm with post_norms": cfg.norm != "gemma_rmsnorm" or not cfg.post_norms,
-        "norm_position must be pre": cfg.norm_position != "pre",
+        "norms.kind must be gemma_rmsnorm with norms.post": cfg.norms.kind != "gemma_rmsnorm" or not cfg.norms.post,
+        "norms.position must be pre": cfg.norms.position != "pre",
         "activation must be gated_gelu": cfg.activation != "gated_gelu",
         "bias must be false": cfg.bias,
-        "scale_attention must be true": not cfg.scale_attention,
-        "scale_embeddings must be true": not cfg.scale_embeddings,
-        "scale_output must be false": cfg.scale_output,
-        "embedding_norm must be false": cfg.embedding_norm,
-        "final_logits_bias must be false": cfg.final_logits_bias,
+        "attention.scale must be true": not cfg.attention.scale,
+        "embeddings.scale must be true": not cfg.embeddings.scale,
+        "output.scale must be false": cfg.output.scale,
+        "embeddings.norm must be false": cfg.embeddings.norm,
+        "output.logits_bias must be false": cfg.output.logits_bias,
         "experts.count must be 1": cfg.experts.count != 1,
     }
 
@@ -117,9 +114,9 @@ def gemma_stack(cfg: ModelConfig, layers: int) -> dict:
     return {
         **stack_sizes(cfg, layers),
         "hidden_activation": "gelu_pytorch_tanh",
-        "query_pre_attn_scalar": cfg.attention_scale_dim or cfg.head_dim,
-        "attn_logit_softcapping": cfg.attention_softcap,
-        "final_logit_softcapping": cfg.logit_softcap,
+        "query_pre_attn_scalar": cfg.attention.scale_dim or cfg.head_dim,
+        "attn_logit_softcapping": cfg.attention.softcap,
+        "final_logit_softcapping": cfg.output.softcap,
         "layer_types": ["sliding_attention" if cfg.sliding_layer(i) else "full_attention" for i in range(layers)],
         "attention_bias": False,
     }
@@ -172,10 +169,10 @@ def two_bases(full: dict, sliding: dict, where: str = "") -> tuple[float, float,
 def two_bases_written(cfg: ModelConfig) -> dict:
     """Gemma 3's rope_parameters as transformers 5 writes them: the global layers' (scaled where rope_scale says)
     and the sliding layers'."""
-    full = {"rope_type": "default", "rope_theta": cfg.rope_theta}
-    if cfg.rope_scale != 1.0:
-        full = {"rope_type": "linear", "rope_theta": cfg.rope_theta, "factor": cfg.rope_scale}
-    sliding = {"rope_type": "default", "rope_theta": cfg.rope_local_theta or cfg.rope_theta}
+    full = {"rope_type": "default", "rope_theta": cfg.positions.rope_theta}
+    if cfg.positions.rope_scale != 1.0:
+        full = {"rope_type": "linear", "rope_theta": cfg.positions.rope_theta, "factor": cfg.positions.rope_scale}
+    sliding = {"rope_type": "default", "rope_theta": cfg.positions.rope_local_theta or cfg.positions.rope_theta}
     return {"full_attention": full, "sliding_attention": sliding}
 
 
@@ -183,7 +180,7 @@ def gemma_encoder_decoder(cfg: ModelConfig) -> dict:
     """The config.json keys beside the stacks that T5Gemma and T5Gemma 2 write alike."""
     return {
         "vocab_size": cfg.vocab_size,
-        "tie_word_embeddings": cfg.tie_embeddings,
+        "tie_word_embeddings": cfg.embeddings.tie,
         "dropout_rate": cfg.dropout,
         "attention_dropout": cfg.dropout,
         "is_encoder_decoder": True,

@@ -70,10 +70,11 @@ def led_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
 def check_led(cfg: ModelConfig) -> None:
     own = [key for key, value in vars(cfg.encoder).items() if value is not None and key != "max_positions"]
     embeddings = {
-        "position must be learned with position_offset 0": cfg.position != "learned" or cfg.position_offset != 0,
-        "embedding_norm must be true": not cfg.embedding_norm,
-        "scale_embeddings must be false": cfg.scale_embeddings,
-        "encoder_attention must be local_global": cfg.encoder_attention != "local_global",
+        "positions.kind must be learned with positions.offset 0": cfg.positions.kind != "learned"
+        or cfg.positions.offset != 0,
+        "embeddings.norm must be true": not cfg.embeddings.norm,
+        "embeddings.scale must be false": cfg.embeddings.scale,
+        "attention.encoder must be local_global": cfg.attention.encoder != "local_global",
         f"the encoder's own widths must be the decoder's (model.encoder: {', '.join(own)})": bool(own),
     }
     bart_layout.check_layout(cfg, "LED", embeddings)
@@ -83,24 +84,24 @@ def led_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     cfg = model.config
     weights = NAMES.weights(model)
     weights["final_logits_bias"] = weights.pop("final_logits_bias", torch.zeros(cfg.vocab_size)).reshape(1, -1)
-    if not cfg.tie_embeddings:  # with tie_word_embeddings false transformers ties no embeddings at all
+    if not cfg.embeddings.tie:  # with tie_word_embeddings false transformers ties no embeddings at all
         for side in ("encoder", "decoder"):
             weights[f"led.{side}.embed_tokens.weight"] = weights["led.shared.weight"].clone()
     config = bart_layout.layout_hf_config(cfg)
     for bart_only in ("max_position_embeddings", "scale_embedding"):
         config.pop(bart_only)
-    config["max_encoder_position_embeddings"] = cfg.encoder.max_positions or cfg.max_positions
-    config["max_decoder_position_embeddings"] = cfg.max_positions
-    config["attention_window"] = [2 * cfg.local_radius] * cfg.n_encoder_layers
+    config["max_encoder_position_embeddings"] = cfg.encoder.max_positions or cfg.positions.max
+    config["max_decoder_position_embeddings"] = cfg.positions.max
+    config["attention_window"] = [2 * cfg.attention.local_radius] * cfg.n_encoder_layers
     return weights, config
 
 
 def global_rule_note(cfg: ModelConfig) -> str | None:
     """The warning an export logs where the model picks global tokens, which config.json cannot say."""
-    if cfg.global_tokens.rule == "none":
+    if cfg.attention.global_tokens == "none":
         return None
     return (
-        f"model.global_tokens.rule {cfg.global_tokens.rule} is not written: transformers' LED takes its global tokens "
+        f"model.attention.global_tokens {cfg.attention.global_tokens} is not written: transformers' LED takes its global tokens "
         "as a global_attention_mask argument of each call (and without one, none)"
     )
 

@@ -26,6 +26,7 @@ from encdec.interop.llama.llama_layout import (
     stack_sizes,
 )
 from encdec.models import DecoderOnly, ModelConfig
+from encdec.models.config_specs import overlaid
 
 QWEN = {  # Qwen2Config's defaults for the sizes a config.json may leave out
     "vocab_size": 151936,
@@ -73,16 +74,16 @@ def check_no_window(hf: dict) -> None:
 
 
 def attention_biases(hf: dict, model_type: str) -> dict:
-    """The bias and attention_bias fields of a config.json's biases: Qwen2's on q, k and v, Llama's and Qwen3's
+    """The bias and attention.bias fields of a config.json's biases: Qwen2's on q, k and v, Llama's and Qwen3's
     attention_bias on all four projections, Llama's mlp_bias with them on every projection (bias)."""
     if model_type == "qwen2":
-        return {"attention_bias": "qkv"}
+        return {"attention": {"bias": "qkv"}}
     attention, mlp = hf.get("attention_bias", False), hf.get("mlp_bias", False)
     if mlp and not attention:
         raise CheckpointError(
             "config.json's mlp_bias is true and attention_bias false; encdec has no biases on the feed-forward alone"
         )
-    return {"bias": True} if mlp else {"attention_bias": "qkvo" if attention else "none"}
+    return {"bias": True} if mlp else {"attention": {"bias": "qkvo" if attention else "none"}}
 
 
 def config_from_llama(hf: dict, untied_head: bool | None = None) -> ModelConfig:
@@ -96,17 +97,15 @@ def config_from_llama(hf: dict, untied_head: bool | None = None) -> ModelConfig:
             f"config.json's hidden_act is {hf['hidden_act']!r}; encdec reads {model_type} with silu (SwiGLU) alone"
         )
     check_no_window(hf)
-    return ModelConfig(
-        **decoder_fields(hf),
+    llama = dict(
         activation="swiglu",
-        norm="rmsnorm",
-        qk_norm=model_type == "qwen3",
-        **attention_biases(hf, model_type),
-        position="rope",
-        rope_theta=rope_theta(hf),
-        tie_embeddings=not untied_head,
+        norms={"kind": "rmsnorm"},
+        attention={"qk_norm": model_type == "qwen3"},
+        positions={"kind": "rope", "rope_theta": rope_theta(hf)},
+        embeddings={"tie": not untied_head},
         dropout=hf.get("attention_dropout", 0.0),
     )
+    return ModelConfig.from_dict(overlaid(overlaid(decoder_fields(hf), llama), attention_biases(hf, model_type)))
 
 
 def load_hf_llama(path: Path, hf_config: dict) -> DecoderOnly:
@@ -118,17 +117,17 @@ def layout_problems(cfg: ModelConfig) -> dict[str, bool]:
     """What keeps `cfg` from the layout Llama, Qwen2 and Qwen3 share, their biases and norms aside."""
     return {
         "family must be decoder_only": cfg.family != "decoder_only",
-        "position must be rope": cfg.position != "rope",
-        "norm must be rmsnorm, pre, without post_norms": cfg.norm != "rmsnorm"
-        or cfg.norm_position != "pre"
-        or cfg.post_norms,
+        "position must be rope": cfg.positions.kind != "rope",
+        "norms.kind must be rmsnorm (pre, no post)": cfg.norms.kind != "rmsnorm"
+        or cfg.norms.position != "pre"
+        or cfg.norms.post,
         "activation must be swiglu": cfg.activation != "swiglu",
-        "scale_attention must be true, without attention_scale_dim or attention_softcap": not cfg.scale_attention
-        or cfg.attention_scale_dim is not None
-        or cfg.attention_softcap is not None,
-        "scale_embeddings, scale_output and embedding_norm must be false": cfg.scale_embeddings
-        or cfg.scale_output
-        or cfg.embedding_norm,
+        "attention.scale must be true, without attention.scale_dim or attention.softcap": not cfg.attention.scale
+        or cfg.attention.scale_dim is not None
+        or cfg.attention.softcap is not None,
+        "embeddings.scale, output.scale and embeddings.norm must be false": cfg.embeddings.scale
+        or cfg.output.scale
+        or cfg.embeddings.norm,
         "experts.count must be 1": cfg.experts.count != 1,
     }
 
@@ -137,13 +136,13 @@ def check_llama_compatible(cfg: ModelConfig, model_type: str) -> None:
     """Raise ConfigError naming every setting `model_type`'s layout does not have."""
     problems = layout_problems(cfg)
     if model_type == "qwen2":
-        problems["attention_bias must be qkv (Qwen2 biases q, k and v)"] = cfg.attention_bias != "qkv"
+        problems["attention.bias must be qkv (Qwen2 biases q, k and v)"] = cfg.attention.bias != "qkv"
     else:
-        problems["attention_bias must be none or qkvo"] = cfg.attention_bias == "qkv"
+        problems["attention.bias must be none or qkvo"] = cfg.attention.bias == "qkv"
     if model_type != "llama":
         problems["bias must be false"] = cfg.bias
     needs_norm = model_type == "qwen3"
-    problems[f"qk_norm must be {str(needs_norm).lower()}"] = cfg.qk_norm != needs_norm
+    problems[f"attention.qk_norm must be {str(needs_norm).lower()}"] = cfg.attention.qk_norm != needs_norm
     failed = [text for text, bad in problems.items() if bad]
     if failed:
         raise Unmet(f"this model cannot be saved as Hugging Face {NAMES_OF[model_type]}: " + "{unmet}", failed)
@@ -155,15 +154,15 @@ def llama_files(model: DecoderOnly, model_type: str) -> tuple[dict[str, torch.Te
     config = {
         **stack_sizes(cfg, cfg.n_encoder_layers),
         "hidden_act": "silu",
-        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
-        "max_position_embeddings": cfg.max_positions,
-        "tie_word_embeddings": cfg.tie_embeddings,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.positions.rope_theta},
+        "max_position_embeddings": cfg.positions.max,
+        "tie_word_embeddings": cfg.embeddings.tie,
         "attention_dropout": cfg.dropout,
     }
     if model_type == "llama":
-        config |= {"attention_bias": cfg.bias or cfg.attention_bias == "qkvo", "mlp_bias": cfg.bias}
+        config |= {"attention_bias": cfg.bias or cfg.attention.bias == "qkvo", "mlp_bias": cfg.bias}
     if model_type == "qwen3":
-        config |= {"attention_bias": cfg.attention_bias == "qkvo"}
+        config |= {"attention_bias": cfg.attention.bias == "qkvo"}
     if model_type != "llama":
         config |= {"use_sliding_window": False, "sliding_window": None}
     return NAMES.weights(model), config
@@ -174,8 +173,11 @@ BPE = ("vocab.json", "merges.txt")  # Qwen's byte-level BPE beside its tokenizer
 FAMILIES = (
     # Llama 2's SentencePiece model (Llama 3 ships tokenizer.json alone)
     LAYOUT.family(
-        "llama", "LlamaForCausalLM", lambda cfg: not cfg.qk_norm and cfg.attention_bias != "qkv", ("tokenizer.model",)
+        "llama",
+        "LlamaForCausalLM",
+        lambda cfg: not cfg.attention.qk_norm and cfg.attention.bias != "qkv",
+        ("tokenizer.model",),
     ),
-    LAYOUT.family("qwen2", "Qwen2ForCausalLM", lambda cfg: cfg.attention_bias == "qkv", BPE),
-    LAYOUT.family("qwen3", "Qwen3ForCausalLM", lambda cfg: cfg.qk_norm, BPE),
+    LAYOUT.family("qwen2", "Qwen2ForCausalLM", lambda cfg: cfg.attention.bias == "qkv", BPE),
+    LAYOUT.family("qwen3", "Qwen3ForCausalLM", lambda cfg: cfg.attention.qk_norm, BPE),
 )

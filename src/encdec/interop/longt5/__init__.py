@@ -52,19 +52,19 @@ def longt5_names(attention: str) -> NameMap:
 
 
 def longt5_fields(hf_config: dict) -> dict:
-    """The ModelConfig fields of LongT5's encoder attention, from its config.json."""
+    """The ModelConfig fields of LongT5's encoder attention (model.attention), from its config.json."""
     kind = hf_config.get("encoder_attention_type", "local")
     if kind not in HF_ATTENTION:
         raise CheckpointError(f"unsupported LongT5 encoder_attention_type {kind!r}; supported: local, transient-global")
-    fields = {"encoder_attention": HF_ATTENTION[kind], "local_radius": hf_config.get("local_radius", 127)}
+    attention = {"encoder": HF_ATTENTION[kind], "local_radius": hf_config.get("local_radius", 127)}
     if kind == "transient-global":
-        fields["global_block_size"] = hf_config.get("global_block_size", 16)
-    return fields
+        attention["global_block_size"] = hf_config.get("global_block_size", 16)
+    return {"attention": attention}
 
 
 def load_hf_longt5(path: Path, hf_config: dict) -> EncoderDecoder:
     fields = longt5_fields(hf_config)
-    return load_hf_t5(path, hf_config, longt5_names(fields["encoder_attention"]).hf, **fields)
+    return load_hf_t5(path, hf_config, longt5_names(fields["attention"]["encoder"]).hf, **fields)
 
 
 def longt5_model_config(hf_config: dict) -> ModelConfig:
@@ -74,17 +74,17 @@ def longt5_model_config(hf_config: dict) -> ModelConfig:
 
 def check_longt5_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming what LongT5 cannot express: a full encoder attention, a head of its own, T5's."""
-    if cfg.encoder_attention == "full":
+    if cfg.attention.encoder == "full":
         raise ConfigError(
-            "this model cannot be saved as Hugging Face LongT5: it needs encoder_attention local or transient_global"
+            "this model cannot be saved as Hugging Face LongT5: it needs attention.encoder local or transient_global"
         )
-    if not cfg.tie_embeddings:
+    if not cfg.embeddings.tie:
         raise ConfigError(
             "this model cannot be saved as Hugging Face LongT5: transformers ties its head to the "
             "token table, and this model has a head of its own"
         )
-    plain = {"encoder_attention": "full", "local_radius": ModelConfig.local_radius}
-    check_t5_compatible(replace(cfg, **plain, global_block_size=ModelConfig.global_block_size), "LongT5")
+    plain = replace(cfg.attention, encoder="full", local_radius=127, global_block_size=16)  # the defaults: T5's
+    check_t5_compatible(replace(cfg, attention=plain), "LongT5")
 
 
 def longt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
@@ -92,11 +92,11 @@ def longt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     config = {
         **layout_config(cfg),
         "feed_forward_proj": OUR_ACTIVATIONS[cfg.activation],
-        "encoder_attention_type": OUR_ATTENTION[cfg.encoder_attention],
-        "local_radius": cfg.local_radius,
-        "global_block_size": cfg.global_block_size,
+        "encoder_attention_type": OUR_ATTENTION[cfg.attention.encoder],
+        "local_radius": cfg.attention.local_radius,
+        "global_block_size": cfg.attention.global_block_size,
     }
-    return layout_weights(model, longt5_names(cfg.encoder_attention)), config
+    return layout_weights(model, longt5_names(cfg.attention.encoder)), config
 
 
 FAMILIES = (
@@ -106,10 +106,10 @@ FAMILIES = (
         load_hf_longt5,
         check_longt5_compatible,
         longt5_files,
-        lambda cfg: cfg.encoder_attention != "full",
-        T5_KEYS | {"encoder_attention": "encoder_attention_type"},
+        lambda cfg: cfg.attention.encoder != "full",
+        T5_KEYS | {"attention.encoder": "encoder_attention_type"},
         ("spiece.model",),
         longt5_model_config,
-        names=lambda cfg: longt5_names(cfg.encoder_attention),
+        names=lambda cfg: longt5_names(cfg.attention.encoder),
     ),
 )

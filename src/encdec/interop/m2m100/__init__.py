@@ -29,10 +29,9 @@ def m2m100_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     return bart_layout.layout_config(
         {**DEFAULTS, **hf},
         untied_head,
-        position="sinusoidal",
-        sinusoidal_layout="fairseq",
-        norm_position="pre",
-        final_logits_bias=False,
+        positions={"kind": "sinusoidal", "sinusoidal_layout": "fairseq"},
+        norms={"position": "pre"},
+        output={"logits_bias": False},
     )
 
 
@@ -60,7 +59,7 @@ FAMILIES = (
         load_hf_m2m100,
         check_m2m100_compatible,
         m2m100_files,
-        lambda cfg: cfg.position == "sinusoidal" and cfg.sinusoidal_layout == "fairseq",
+        lambda cfg: cfg.positions.kind == "sinusoidal" and cfg.positions.sinusoidal_layout == "fairseq",
         bart_layout.BART_KEYS,
         ("sentencepiece.bpe.model", "vocab.json"),  # NLLB's, M2M100's (beside its spm)
         config_read_alone(m2m100_config_from_hf),

@@ -25,7 +25,7 @@ def marian_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     if decoder_vocab != hf["vocab_size"] or hf.get("share_encoder_decoder_embeddings") is False:
         raise CheckpointError("this Marian checkpoint has separate source and target vocabularies, not supported yet")
     hf = {"pad_token_id": 58100, "eos_token_id": 0, "decoder_start_token_id": 58100, **hf}
-    return bart_layout.layout_config(hf, untied_head, position="sinusoidal", sinusoidal_layout="halves")
+    return bart_layout.layout_config(hf, untied_head, positions={"kind": "sinusoidal", "sinusoidal_layout": "halves"})
 
 
 def load_hf_marian(path: Path, hf_config: dict) -> EncoderDecoder:
@@ -55,7 +55,7 @@ FAMILIES = (
         load_hf_marian,
         check_marian_compatible,
         marian_files,
-        lambda cfg: bart_layout.vaswani_sinusoids(cfg) and cfg.norm_position == "post",
+        lambda cfg: bart_layout.vaswani_sinusoids(cfg) and cfg.norms.position == "post",
         bart_layout.BART_KEYS,
         ("source.spm", "target.spm", "vocab.json"),
         config_read_alone(marian_config_from_hf),

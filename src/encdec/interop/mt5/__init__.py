@@ -4,7 +4,7 @@ through T5's names and config keys (interop/t5/t5_layout.py), with what each fam
 mT5 (Xue et al. 2021) is T5 v1.1 over a multilingual vocabulary. transformers' MT5ForConditionalGeneration
 never scales the decoder output before the head, whatever tie_word_embeddings says, while a T5 of the same
 config.json scales it by d_model^-0.5 unless that key is false (transformers writes it true): read as T5,
-a tied mT5 came out with logits some 22 apart. An mT5 is read with scale_output false and
+a tied mT5 came out with logits some 22 apart. An mT5 is read with output.scale false and
 hf_model_type "mt5", which exports it back as MT5ForConditionalGeneration although T5 computes the same.
 
 UMT5 (Chung et al. 2023) gives every self-attention layer a relative bias of its own, not only each stack's
@@ -36,7 +36,7 @@ def load_hf_mt5(path: Path, hf_config: dict) -> EncoderDecoder:
 
 def load_hf_umt5(path: Path, hf_config: dict) -> EncoderDecoder:
     """A UMT5 directory: T5's layout with a relative bias in every self-attention layer."""
-    return t5_layout.load_hf_t5(path, hf_config, UMT5_NAMES.hf, relative_bias_per_layer=True)
+    return t5_layout.load_hf_t5(path, hf_config, UMT5_NAMES.hf, positions={"relative_per_layer": True})
 
 
 def mt5_model_config(hf_config: dict) -> ModelConfig:
@@ -51,21 +51,21 @@ def umt5_model_config(hf_config: dict) -> ModelConfig:
     or scale_decoder_outputs is false (transformers 5 writes the first true whatever the head, the second false
     for an unscaled one: every released UMT5)."""
     untied = False in (hf_config.get("tie_word_embeddings"), hf_config.get("scale_decoder_outputs"))
-    return t5_layout.config_from_hf(hf_config, untied, relative_bias_per_layer=True)
+    return t5_layout.config_from_hf(hf_config, untied, positions={"relative_per_layer": True})
 
 
 def check_mt5_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the first setting mT5 cannot express: T5's, an output scaling it lacks."""
-    if cfg.scale_output:
+    if cfg.output.scale:
         raise ConfigError("this model cannot be saved as Hugging Face mT5: mT5 never scales its output")
     t5_layout.check_t5_compatible(cfg, "mT5")
 
 
 def check_umt5_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming what UMT5 cannot express: T5's refusals for a model with a bias per layer."""
-    if not cfg.relative_bias_per_layer:
+    if not cfg.positions.relative_per_layer:
         raise ConfigError("this model cannot be saved as Hugging Face UMT5: it needs relative_bias_per_layer")
-    t5_layout.check_t5_compatible(replace(cfg, relative_bias_per_layer=False), "UMT5")
+    t5_layout.check_t5_compatible(replace(cfg, positions=replace(cfg.positions, relative_per_layer=False)), "UMT5")
 
 
 def mt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
@@ -73,7 +73,7 @@ def mt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     mT5 never scales, so it needs no scaling flag)."""
     cfg = model.config
     config = {**t5_layout.layout_config(cfg), "feed_forward_proj": t5_layout.OUR_ACTIVATIONS[cfg.activation]}
-    return t5_layout.layout_weights(model, t5_layout.NAMES), {**config, "tie_word_embeddings": cfg.tie_embeddings}
+    return t5_layout.layout_weights(model, t5_layout.NAMES), {**config, "tie_word_embeddings": cfg.embeddings.tie}
 
 
 def umt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
@@ -81,7 +81,7 @@ def umt5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     twice as transformers writes it)."""
     cfg = model.config
     config = {**t5_layout.layout_config(cfg), "feed_forward_proj": t5_layout.OUR_ACTIVATIONS[cfg.activation]}
-    return t5_layout.layout_weights(model, UMT5_NAMES), {**config, "scale_decoder_outputs": cfg.scale_output}
+    return t5_layout.layout_weights(model, UMT5_NAMES), {**config, "scale_decoder_outputs": cfg.output.scale}
 
 
 FAMILIES = (
@@ -104,7 +104,7 @@ FAMILIES = (
         load_hf_umt5,
         check_umt5_compatible,
         umt5_files,
-        lambda cfg: cfg.position == "relative" and cfg.relative_bias_per_layer,
+        lambda cfg: cfg.positions.kind == "relative" and cfg.positions.relative_per_layer,
         t5_layout.T5_KEYS,
         ("spiece.model",),
         umt5_model_config,

@@ -22,7 +22,7 @@ def mvp_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
         )
     hf = {"pad_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 2, **hf}
     return bart_layout.layout_config(
-        hf, untied_head, position="learned", position_offset=2, embedding_norm=True, hf_model_type="mvp"
+        hf, untied_head, positions={"kind": "learned", "offset": 2}, embeddings={"norm": True}, hf_model_type="mvp"
     )
 
 

@@ -142,10 +142,10 @@ def check_nllb_moe_compatible(cfg: ModelConfig) -> None:
     )
     sparse = experts.count > 1  # a dense model is written with no sparse layer
     problems = {
-        "position must be sinusoidal with sinusoidal_layout fairseq": cfg.position != "sinusoidal"
-        or cfg.sinusoidal_layout != "fairseq",
-        "embedding_norm must be false": cfg.embedding_norm,
-        "final_logits_bias must be false": cfg.final_logits_bias,
+        "positions.kind must be sinusoidal with positions.sinusoidal_layout fairseq": cfg.positions.kind != "sinusoidal"
+        or cfg.positions.sinusoidal_layout != "fairseq",
+        "embeddings.norm must be false": cfg.embeddings.norm,
+        "output.logits_bias must be false": cfg.output.logits_bias,
         "experts.top_k must be 2 with experts.renormalize true": sparse
         and (experts.top_k != 2 or not experts.renormalize),
         f"experts.activation must equal activation ({cfg.activation})": sparse and experts.activation != cfg.activation,
@@ -161,7 +161,7 @@ def nllb_moe_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict
     """A pre-norm model with fairseq's positions and experts as NLLB-MoE's weights and config.json keys."""
     cfg, experts = model.config, model.config.experts
     weights = NAMES.weights(model)
-    if not cfg.tie_embeddings:  # with tie_word_embeddings false transformers ties no embeddings at all
+    if not cfg.embeddings.tie:  # with tie_word_embeddings false transformers ties no embeddings at all
         for side in ("encoder", "decoder"):
             weights[f"model.{side}.embed_tokens.weight"] = weights["model.shared.weight"].clone()
     config = {
@@ -186,7 +186,11 @@ FAMILIES = (
         load_hf_nllb_moe,
         check_nllb_moe_compatible,
         nllb_moe_files,
-        lambda cfg: cfg.position == "sinusoidal" and cfg.sinusoidal_layout == "fairseq" and cfg.experts.count > 1,
+        lambda cfg: (
+            cfg.positions.kind == "sinusoidal"
+            and cfg.positions.sinusoidal_layout == "fairseq"
+            and cfg.experts.count > 1
+        ),
         bart_layout.BART_KEYS | {"experts.count": "num_experts", "experts.capacity": "expert_capacity"},
         ("sentencepiece.bpe.model",),  # NLLB's
         config_read_alone(nllb_moe_config_from_hf),

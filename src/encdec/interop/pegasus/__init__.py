@@ -17,7 +17,7 @@ from encdec.models import EncoderDecoder, ModelConfig
 def pegasus_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     hf = {"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0, **hf}
     return bart_layout.layout_config(
-        hf, untied_head, position="sinusoidal", sinusoidal_layout="halves", norm_position="pre"
+        hf, untied_head, positions={"kind": "sinusoidal", "sinusoidal_layout": "halves"}, norms={"position": "pre"}
     )
 
 
@@ -42,7 +42,7 @@ FAMILIES = (
         load_hf_pegasus,
         check_pegasus_compatible,
         pegasus_files,
-        lambda cfg: bart_layout.vaswani_sinusoids(cfg) and cfg.norm_position == "pre",
+        lambda cfg: bart_layout.vaswani_sinusoids(cfg) and cfg.norms.position == "pre",
         bart_layout.BART_KEYS,
         ("spiece.model",),
         config_read_alone(pegasus_config_from_hf),

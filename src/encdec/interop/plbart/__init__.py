@@ -16,7 +16,7 @@ from encdec.models import ModelConfig
 def plbart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     hf = {"scale_embedding": True, "pad_token_id": 1, "eos_token_id": 2, "bos_token_id": 0, **hf}
     return bart_layout.layout_config(
-        hf, untied_head, position="learned", position_offset=2, embedding_norm=True, hf_model_type="plbart"
+        hf, untied_head, positions={"kind": "learned", "offset": 2}, embeddings={"norm": True}, hf_model_type="plbart"
     )
 
 

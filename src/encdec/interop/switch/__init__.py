@@ -133,7 +133,7 @@ def switch_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
     """A T5-layout MoE model's weights under SwitchTransformers' names and its config.json keys."""
     cfg = model.config
     weights = layout_weights(model, SWITCH_NAMES)
-    if not cfg.scale_output:  # with tie_word_embeddings false, transformers ties no stack's embeddings either
+    if not cfg.output.scale:  # with tie_word_embeddings false, transformers ties no stack's embeddings either
         for side in ("encoder", "decoder"):
             weights[f"{side}.embed_tokens.weight"] = weights["shared.weight"].clone()
     config = {
@@ -211,7 +211,7 @@ FAMILIES = (
         load_hf_switch,
         check_switch_compatible,
         switch_files,
-        lambda cfg: cfg.position == "relative" and cfg.experts.count > 1,
+        lambda cfg: cfg.positions.kind == "relative" and cfg.experts.count > 1,
         T5_KEYS,
         ("spiece.model",),
         switch_model_config,

@@ -27,7 +27,7 @@ def t5_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]:
 
 def writes_t5(cfg: ModelConfig) -> bool:
     """T5's bias, a dense feed-forward, a full encoder attention, not read from mT5."""
-    return t5_bias(cfg) and cfg.experts.count == 1 and cfg.hf_model_type is None and cfg.encoder_attention == "full"
+    return t5_bias(cfg) and cfg.experts.count == 1 and cfg.hf_model_type is None and cfg.attention.encoder == "full"
 
 
 FAMILIES = (

@@ -14,6 +14,7 @@ from encdec.errors import CheckpointError, Unmet
 from encdec.interop.checkpoint_files import check_hf_model_fits, fill_from_hf, read_weights_with_shared
 from encdec.interop.family import IDS, NameMap, hf_layer_sizes, id_keys, layer_sizes, plain_heads_problems, shared_table
 from encdec.models import EncoderDecoder, ModelConfig
+from encdec.models.config_specs import overlaid
 
 # Hugging Face feed_forward_proj -> our activation name
 HF_ACTIVATIONS = {
@@ -39,10 +40,10 @@ T5_KEYS = {
     "n_heads": "num_heads",
     "n_encoder_layers": "num_layers",
     "n_decoder_layers": "num_decoder_layers",
-    "relative_buckets": "relative_attention_num_buckets",
-    "relative_max_distance": "relative_attention_max_distance",
+    "positions.relative_buckets": "relative_attention_num_buckets",
+    "positions.relative_max_distance": "relative_attention_max_distance",
     "dropout": "dropout_rate",
-    "norm_eps": "layer_norm_epsilon",
+    "norms.eps": "layer_norm_epsilon",
     "experts.count": "num_experts",
 } | IDS
 
@@ -71,22 +72,24 @@ def config_from_hf(hf: dict, untied_head: bool, **fields) -> ModelConfig:
     if proj not in HF_ACTIVATIONS:
         raise CheckpointError(f"unsupported T5 feed_forward_proj {proj!r}; supported: {', '.join(HF_ACTIVATIONS)}")
     tie_flag = hf.get("tie_word_embeddings", True)
-    return ModelConfig(
+    t5 = dict(
         **layer_sizes(hf, T5_KEYS),
         d_head=hf["d_kv"],
-        relative_buckets=hf.get("relative_attention_num_buckets", 32),
-        relative_max_distance=hf.get("relative_attention_max_distance", 128),
+        positions={
+            "kind": "relative",
+            "relative_buckets": hf.get("relative_attention_num_buckets", 32),
+            "relative_max_distance": hf.get("relative_attention_max_distance", 128),
+        },
         dropout=hf.get("dropout_rate", 0.1),
-        norm_eps=hf.get("layer_norm_epsilon", 1e-6),
+        norms={"eps": hf.get("layer_norm_epsilon", 1e-6)},
         activation=HF_ACTIVATIONS[proj],
-        position="relative",
-        tie_embeddings=not untied_head,
-        scale_output=hf.get("scale_decoder_outputs", tie_flag is not False),
+        embeddings={"tie": not untied_head},
+        output={"scale": hf.get("scale_decoder_outputs", tie_flag is not False)},
         pad_id=hf.get("pad_token_id", 0),
         eos_id=hf.get("eos_token_id", 1) if isinstance(hf.get("eos_token_id", 1), int) else hf["eos_token_id"][0],
         decoder_start_id=hf.get("decoder_start_token_id", hf.get("pad_token_id", 0)),
-        **fields,
     )
+    return ModelConfig.from_dict(overlaid(t5, fields))
 
 
 def load_hf_t5(path: Path, hf_config: dict, rename=NAMES.hf, **fields) -> EncoderDecoder:
@@ -103,18 +106,18 @@ def load_hf_t5(path: Path, hf_config: dict, rename=NAMES.hf, **fields) -> Encode
 def layout_problems(cfg: ModelConfig) -> list[str]:
     """What keeps `cfg` from T5's layout (attention, norms, positions, head), feed-forward kind aside."""
     problems = {
-        "position must be relative": cfg.position != "relative",
-        "norm must be rmsnorm": cfg.norm != "rmsnorm",
-        "norm_position must be pre": cfg.norm_position != "pre",
+        "position must be relative": cfg.positions.kind != "relative",
+        "norms.kind must be rmsnorm": cfg.norms.kind != "rmsnorm",
+        "norms.position must be pre": cfg.norms.position != "pre",
         "bias must be false": cfg.bias,
-        "scale_attention must be false": cfg.scale_attention,
-        "scale_embeddings must be false": cfg.scale_embeddings,
+        "attention.scale must be false": cfg.attention.scale,
+        "embeddings.scale must be false": cfg.embeddings.scale,
         **plain_heads_problems(cfg),
-        "an untied head cannot have scaled output": not cfg.tie_embeddings and cfg.scale_output,
-        "embedding_norm must be false": cfg.embedding_norm,
-        "final_logits_bias must be false": cfg.final_logits_bias,
-        "relative_bias_per_layer must be false (a bias in every layer is UMT5's)": cfg.relative_bias_per_layer,
-        "encoder_attention must be full (local and transient-global are LongT5's)": cfg.encoder_attention != "full",
+        "an untied head cannot have scaled output": not cfg.embeddings.tie and cfg.output.scale,
+        "embeddings.norm must be false": cfg.embeddings.norm,
+        "output.logits_bias must be false": cfg.output.logits_bias,
+        "positions.relative_per_layer must be false (a bias in every layer is UMT5's)": cfg.positions.relative_per_layer,
+        "attention.encoder must be full (local and transient-global are LongT5's)": cfg.attention.encoder != "full",
     }
     return [text for text, bad in problems.items() if bad]
 
@@ -132,19 +135,19 @@ def layout_weights(model: EncoderDecoder, names: NameMap) -> dict[str, torch.Ten
     """The model's tensors under their Hugging Face names (T5 and SwitchTransformers share the layout)."""
     cfg = model.config
     weights = names.weights(model)
-    if cfg.tie_embeddings and not cfg.scale_output:  # tied but unscaled: HF expresses it as an equal untied head
+    if cfg.embeddings.tie and not cfg.output.scale:  # tied but unscaled: HF expresses it as an equal untied head
         weights["lm_head.weight"] = weights["shared.weight"].clone()
     return weights
 
 
 def layout_config(cfg: ModelConfig) -> dict:
     """The config.json keys T5's layout writes, each under the name T5_KEYS reads it by."""
-    plain = ("relative_buckets", "relative_max_distance", "dropout", "norm_eps")
+    plain = ("positions.relative_buckets", "positions.relative_max_distance", "dropout", "norms.eps")
     return {
         **hf_layer_sizes(cfg, T5_KEYS),
         T5_KEYS["d_head"]: cfg.head_dim,
-        **{T5_KEYS[field]: getattr(cfg, field) for field in plain},
-        "tie_word_embeddings": cfg.scale_output,  # HF ties the head and scales the output together
+        **{T5_KEYS[field]: cfg.setting(field) for field in plain},
+        "tie_word_embeddings": cfg.output.scale,  # HF ties the head and scales the output together
         "is_encoder_decoder": True,
         **id_keys(cfg),
     }
@@ -162,4 +165,4 @@ def deeper_decoder(cfg: ModelConfig) -> str | None:
 
 def t5_bias(cfg: ModelConfig) -> bool:
     """T5's relative bias, in each stack's first layer (UMT5's is in every layer)."""
-    return cfg.position == "relative" and not cfg.relative_bias_per_layer
+    return cfg.positions.kind == "relative" and not cfg.positions.relative_per_layer

@@ -6,8 +6,8 @@ Gemma's RMSNorm (x * (1 + weight) in float32; norm gemma_rmsnorm) before and aft
 scores capped at attn_logit_softcapping (attention_softcap), RoPE in self-attention alone (cross_attention.rope none),
 sliding-window self-attention in the layers layer_types names (sliding_window, one global layer every
 global_every), gated GELU (tanh) feed-forwards, token embeddings times sqrt(hidden_size), a token table per
-stack (shared_embeddings false), the head tied to the decoder's or its own, and the logits capped at the
-decoder's final_logit_softcapping (logit_softcap). config.json holds an `encoder` and a `decoder` config;
+stack (embeddings.shared false), the head tied to the decoder's or its own, and the logits capped at the
+decoder's final_logit_softcapping (output.softcap). config.json holds an `encoder` and a `decoder` config;
 encdec reads stacks that agree on their attention settings, each of its own depth and of its own widths (the
 encoder's hidden size, heads and feed-forward as ModelConfig's encoder widths (model.encoder): the unbalanced 9B-2B), and refuses
 others in one sentence. Decoding starts at config.json's decoder_start_token_id where it
@@ -35,6 +35,7 @@ from encdec.interop.gemma.gemma_layout import (
 )
 from encdec.interop.llama.llama_layout import rope_kind
 from encdec.models import EncoderDecoder, ImageTokens, ModelConfig
+from encdec.models.config_specs import overlaid
 
 # the widths the encoder may have of its own (ModelConfig's encoder_*: the unbalanced 9B-2B)
 ENCODER_OWN_KEYS = {
@@ -102,14 +103,16 @@ def config_from_t5gemma(hf: dict, untied_head: bool) -> ModelConfig:
         raise CheckpointError("config.json's attention_bias is true; encdec reads T5Gemma without attention biases")
     all_full = all(t == "full_attention" for s in (encoder, decoder) for t in (s["layer_types"] or ["sliding"]))
     window = None if all_full or decoder["sliding_window"] is None else decoder["sliding_window"]
-    return ModelConfig(
-        **encoder_decoder_fields(hf, encoder, decoder, untied_head),
-        sliding_window=window,
-        global_every=global_every({"encoder": encoder, "decoder": decoder}) if window else 2,
-        rope_theta=decoder["rope_theta"],
-        shared_embeddings=False,
+    t5gemma = dict(
+        attention={
+            "sliding_window": window,
+            "global_every": global_every({"encoder": encoder, "decoder": decoder}) if window else 2,
+        },
+        positions={"rope_theta": decoder["rope_theta"]},
+        embeddings={"shared": False},  # a token table each stack
         encoder=own,
     )
+    return ModelConfig.from_dict(overlaid(encoder_decoder_fields(hf, encoder, decoder, untied_head), t5gemma))
 
 
 def load_hf_t5gemma(path: Path, hf_config: dict) -> EncoderDecoder:
@@ -122,15 +125,15 @@ def check_t5gemma_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming every setting T5Gemma's layout does not have."""
     problems = {
         **encoder_decoder_problems(cfg),
-        "shared_embeddings must be false": cfg.shared_embeddings,
+        "embeddings.shared must be false": cfg.embeddings.shared,
         "cross-attention heads must be the self-attention's": cfg.cross_attention.n_heads not in (None, cfg.n_heads)
         or cfg.cross_attention.n_kv_heads not in (None, cfg.n_kv_heads),
         "qk_norm, cross_attention.merged, rope_local_theta, rope_scale and a split window are T5Gemma 2's": (
-            cfg.qk_norm
+            cfg.attention.qk_norm
             or cfg.cross_attention.merged
-            or cfg.rope_local_theta is not None
-            or cfg.rope_scale != 1.0
-            or cfg.sliding_window_layout != "each_side"
+            or cfg.positions.rope_local_theta is not None
+            or cfg.positions.rope_scale != 1.0
+            or cfg.attention.sliding_window_layout != "each_side"
         ),
         "image_tokens are T5Gemma 2's": cfg.image_tokens != ImageTokens(),
     }
@@ -145,11 +148,11 @@ def t5gemma_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict]
     cfg = model.config
 
     def stack(stack_cfg: ModelConfig, layers: int, decoder: bool) -> dict:
-        rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+        rope = {"rope_type": "default", "rope_theta": cfg.positions.rope_theta}
         return {
             **gemma_stack(stack_cfg, layers),
             "rope_parameters": rope,
-            "sliding_window": cfg.sliding_window,
+            "sliding_window": cfg.attention.sliding_window,
             "is_decoder": decoder,
         }
 
@@ -166,7 +169,9 @@ FAMILIES = (
         load_hf_t5gemma,
         check_t5gemma_compatible,
         t5gemma_files,
-        lambda cfg: cfg.position == "rope" and cfg.norm == "gemma_rmsnorm" and not cfg.cross_attention.merged,
+        lambda cfg: (
+            cfg.positions.kind == "rope" and cfg.norms.kind == "gemma_rmsnorm" and not cfg.cross_attention.merged
+        ),
         T5GEMMA_KEYS,
         ("tokenizer.model",),  # Gemma's SentencePiece model beside its tokenizer.json
         t5gemma_config,
@@ -175,7 +180,7 @@ FAMILIES = (
         # ROT5's RoPE and Llama's adapted to an encoder-decoder have no Hugging Face class
         only_counterpart=lambda cfg: (
             "an encoder-decoder with RoPE has no Hugging Face counterpart but T5Gemma"
-            if cfg.position == "rope"
+            if cfg.positions.kind == "rope"
             else None
         ),
     ),

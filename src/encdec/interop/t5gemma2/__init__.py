@@ -24,6 +24,7 @@ from encdec.interop.checkpoint_files import load_by_names
 from encdec.interop.family import IDS, Family, NameMap, shared_table
 from encdec.interop.gemma import gemma_layout
 from encdec.models import EncoderDecoder, ModelConfig
+from encdec.models.config_specs import overlaid
 
 # what the two stacks must agree on, as encdec's one ModelConfig has it
 SAME_IN_BOTH = (
@@ -135,17 +136,18 @@ def config_from_t5gemma2(hf: dict, untied_head: bool) -> ModelConfig:
     all_full = all(t == "full_attention" for s in stacks.values() for t in s["layer_types"])
     window = None if all_full or decoder["sliding_window"] is None else decoder["sliding_window"]
     theta, scale, local_theta = decoder["rope"]
-    return ModelConfig(
-        **gemma_layout.encoder_decoder_fields(hf, encoder, decoder, untied_head, merged=True),
-        qk_norm=True,
-        sliding_window=window,
-        sliding_window_layout="split" if window else "each_side",
-        global_every=gemma_layout.global_every(stacks) if window else 2,
-        rope_theta=theta,
-        rope_scale=scale,
-        rope_local_theta=local_theta if window else None,
+    t5gemma2 = dict(
+        attention={
+            "qk_norm": True,
+            "sliding_window": window,
+            "sliding_window_layout": "split" if window else "each_side",
+            "global_every": gemma_layout.global_every(stacks) if window else 2,
+        },
+        positions={"rope_theta": theta, "rope_scale": scale, "rope_local_theta": local_theta if window else None},
         image_tokens=special_ids(hf, decoder["vocab_size"]),
     )
+    stacks_fields = gemma_layout.encoder_decoder_fields(hf, encoder, decoder, untied_head, merged=True)
+    return ModelConfig.from_dict(overlaid(stacks_fields, t5gemma2))
 
 
 def special_ids(hf: dict, vocab_size) -> dict:
@@ -175,9 +177,11 @@ def check_t5gemma2_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming every setting T5Gemma 2's layout does not have."""
     problems = {
         **gemma_layout.encoder_decoder_problems(cfg),
-        "qk_norm and cross_attention.merged must be true": not cfg.qk_norm or not cfg.cross_attention.merged,
-        "shared_embeddings must be true": not cfg.shared_embeddings,
-        "sliding_window_layout must be split": cfg.sliding_window is not None and cfg.sliding_window_layout != "split",
+        "attention.qk_norm and cross_attention.merged must be true": not cfg.attention.qk_norm
+        or not cfg.cross_attention.merged,
+        "embeddings.shared must be true": not cfg.embeddings.shared,
+        "attention.sliding_window_layout must be split": cfg.attention.sliding_window is not None
+        and cfg.attention.sliding_window_layout != "split",
     }
     failed = [text for text, bad in problems.items() if bad]
     if failed:
@@ -198,7 +202,7 @@ def t5gemma2_files(model: EncoderDecoder) -> tuple[dict[str, torch.Tensor], dict
         return {
             **gemma_layout.gemma_stack(cfg, layers),
             "rope_parameters": rope,
-            "sliding_window": cfg.sliding_window or 4096,
+            "sliding_window": cfg.attention.sliding_window or 4096,
         }
 
     specials = {"eoi_token_index": cfg.image_tokens.eoi_token_id, "image_token_index": cfg.image_tokens.image_token_id}
