@@ -42,7 +42,7 @@ def load_hf_m2m100(path: Path, hf_config: dict) -> EncoderDecoder:
 def check_m2m100_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the settings M2M100's layout does not have."""
     embeddings = {
-        "position must be sinusoidal with sinusoidal_layout fairseq": cfg.positions.kind != "sinusoidal"
+        "positions.kind must be sinusoidal with positions.sinusoidal_layout fairseq": cfg.positions.kind != "sinusoidal"
         or cfg.positions.sinusoidal_layout != "fairseq",
         "embeddings.norm must be false": cfg.embeddings.norm,
         "output.logits_bias must be false": cfg.output.logits_bias,
