@@ -197,7 +197,7 @@ REFUSED = {  # preset, overrides -> the sentence's telling part
     "rot5": (
         "rot5-tiny",
         {},
-        "RoPE has no Hugging Face counterpart but T5Gemma, whose layout this one lacks \\(position must be rope",
+        "RoPE has no Hugging Face counterpart but T5Gemma, whose layout this one lacks \\(positions.kind must be rope",
     ),
     # a Llama or Qwen adapted into an encoder-decoder (training.adaptation): RMSNorm and SwiGLU, not Gemma's
     "adapted llama": (
@@ -207,7 +207,7 @@ REFUSED = {  # preset, overrides -> the sentence's telling part
     ),
     "ar_encdec": ("ar_encdec-tiny", {}, "the ar_encdec family has no Hugging Face counterpart"),
     "parallel_encdec": ("parallel_encdec-tiny", {}, "the parallel_encdec family has no"),
-    "decoder_only": ("decoder_only-tiny", {}, "Llama: position must be rope; norms.kind must be rmsnorm"),
+    "decoder_only": ("decoder_only-tiny", {}, "Llama: positions.kind must be rope; norms.kind must be rmsnorm"),
     "rnn": ("rnn_seq2seq-tiny", {}, "the rnn_seq2seq family has no"),
     "top-2": ("t5-tiny", {"n_experts": 4, "moe_top_k": 2}, "SwitchTransformers: experts.top_k must be 1"),
     "renormalised": ("t5-tiny", {"n_experts": 4, "moe_renormalize": True}, "experts.renormalize must be false"),

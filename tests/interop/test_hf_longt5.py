@@ -202,7 +202,7 @@ def test_what_longt5_cannot_express_is_one_sentence(tmp_path):
     with pytest.raises(ConfigError, match="cannot be saved as Hugging Face LongT5: transformers ties its head"):
         export_hf(untied, tokenizer, tmp_path / "untied")
     rope = encdec.build_model(encdec.preset("rot5-tiny", encoder_attention="local"))
-    with pytest.raises(ConfigError, match="cannot be saved as Hugging Face LongT5: position must be relative"):
+    with pytest.raises(ConfigError, match="cannot be saved as Hugging Face LongT5: positions.kind must be relative"):
         export_hf(rope, tokenizer, tmp_path / "rope")
     assert not (tmp_path / "untied").exists() and not (tmp_path / "rope").exists()
     with pytest.raises(

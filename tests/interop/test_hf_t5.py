@@ -174,5 +174,5 @@ def test_missing_weights_are_named(tmp_path):
 
 def test_saving_a_model_t5_cannot_express_says_why(tmp_path):
     model = encdec.build_model(encdec.preset("rot5-tiny", vocab_size=50))
-    with pytest.raises(ConfigError, match="position must be relative; n_kv_heads must equal n_heads"):
+    with pytest.raises(ConfigError, match="positions.kind must be relative; n_kv_heads must equal n_heads"):
         encdec.save_hf(model, tmp_path)

@@ -1,7 +1,8 @@
 """Model families, their configs and presets. `build_model(cfg)` is the one entry point.
 
     model_config.py      ModelConfig: every field, checked when built; research_config.py: seeds 000/001's
-    config_specs.py      the specs ModelConfig nests (cross_attention, experts, rnn, image_tokens, embeddings), and MOVED: the flat keys written before them
+    config_specs.py      the specs ModelConfig nests (attention, positions, norms, embeddings, output, cross_attention,
+                         experts, rnn, image_tokens), and MOVED: the flat keys written before them
     presets.py           named configs (t5-small, rot5-tiny, transformer-base, ...)
     family_rules.py      what each family refuses (its UNUSED fields, its own rules), from the config alone
     parameter_count.py   a model's parameters counted from its config: the model built on the meta device

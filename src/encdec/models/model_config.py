@@ -6,9 +6,11 @@ A family declares the fields it does not use (its class's `UNUSED`); building it
 with one of them set away from its default is refused (`refuse_unused`): a field, a
 spec's field ("experts.every") or a whole spec ("rnn").
 
-Settings that belong together are specs of their own (models/config_specs.py:
-`encoder`, `cross_attention`, `experts`, `rnn`, `image_tokens`, `embeddings`, `global_tokens`); configs and checkpoints written flat before them are read through
-its one table, MOVED (`from_dict`, a run config's model section, a model.json).
+Settings that belong together are specs of their own (models/config_specs.py: `attention`, `positions`,
+`norms`, `embeddings`, `output`, `encoder`, `cross_attention`, `experts`, `rnn`, `image_tokens`); configs and
+checkpoints written flat before them are read through its one table, MOVED (`from_dict`, a run config's model
+section, a model.json, `--set model.rope_theta=`). `cfg.setting("positions.rope_theta")` reads a dotted key,
+`cfg.updated(rope_theta=...)` or `cfg.updated(positions={...})` changes one.
 """
 
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace

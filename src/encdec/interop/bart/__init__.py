@@ -43,7 +43,7 @@ def mbart_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
 
 def learned_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
     return {
-        "position must be learned": cfg.positions.kind != "learned",
+        "positions.kind must be learned": cfg.positions.kind != "learned",
         "embeddings.norm must be true": not cfg.embeddings.norm,
     }
 

@@ -194,8 +194,8 @@ def check_layout(
 def sinusoidal_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
     """What keeps `cfg`'s embeddings from Marian's and Pegasus's sines-first sinusoids."""
     return {
-        "position must be sinusoidal": cfg.positions.kind != "sinusoidal",
-        "sinusoidal_layout must be interleaved or halves (fairseq's is M2M100's)": cfg.positions.sinusoidal_layout
+        "positions.kind must be sinusoidal": cfg.positions.kind != "sinusoidal",
+        "positions.sinusoidal_layout must be interleaved or halves (fairseq's is M2M100's)": cfg.positions.sinusoidal_layout
         == "fairseq",
         "embeddings.norm must be false": cfg.embeddings.norm,
     }
@@ -232,7 +232,7 @@ def named_family(model_type: str, hf_class: str, name: str, config_from_hf, toke
 
     def check(cfg: ModelConfig) -> None:
         learned = cfg.positions.kind != "learned" or cfg.positions.offset != 2
-        embeddings = {"position must be learned with position_offset 2": learned}
+        embeddings = {"positions.kind must be learned with positions.offset 2": learned}
         check_layout(cfg, name, embeddings | {"embeddings.norm must be true": not cfg.embeddings.norm})
 
     return Family(

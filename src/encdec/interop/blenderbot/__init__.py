@@ -30,7 +30,8 @@ def load_hf_blenderbot(path: Path, hf_config: dict) -> EncoderDecoder:
 def check_blenderbot_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the settings Blenderbot's layout does not have."""
     embeddings = {
-        "position must be learned with position_offset 0": cfg.positions.kind != "learned" or cfg.positions.offset != 0,
+        "positions.kind must be learned with positions.offset 0": cfg.positions.kind != "learned"
+        or cfg.positions.offset != 0,
         "embeddings.norm must be false": cfg.embeddings.norm,
     }
     bart_layout.check_layout(cfg, "Blenderbot", embeddings, norm_position="pre")

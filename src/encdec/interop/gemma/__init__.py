@@ -153,7 +153,7 @@ def check_gemma_compatible(cfg: ModelConfig, model_type: str) -> None:
     gemma3 = model_type == "gemma3_text"
     problems = {
         "family must be decoder_only": cfg.family != "decoder_only",
-        "position must be rope": cfg.positions.kind != "rope",
+        "positions.kind must be rope": cfg.positions.kind != "rope",
         "norms.kind must be gemma_rmsnorm with norms.position pre and norms.post": cfg.norms.kind != "gemma_rmsnorm"
         or cfg.norms.position != "pre"
         or not cfg.norms.post,

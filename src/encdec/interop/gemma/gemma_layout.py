@@ -93,7 +93,7 @@ def encoder_decoder_fields(hf: dict, encoder: dict, decoder: dict, untied_head: 
 def encoder_decoder_problems(cfg: ModelConfig) -> dict[str, bool]:
     """What keeps `cfg` from the Gemma stacks T5Gemma and T5Gemma 2 share, their attention and embeddings aside."""
     return {
-        "position must be rope with cross_attention.rope none": cfg.positions.kind != "rope"
+        "positions.kind must be rope with cross_attention.rope none": cfg.positions.kind != "rope"
         or cfg.cross_attention.rope != "none",
         "norms.kind must be gemma_rmsnorm with norms.post": cfg.norms.kind != "gemma_rmsnorm" or not cfg.norms.post,
         "norms.position must be pre": cfg.norms.position != "pre",

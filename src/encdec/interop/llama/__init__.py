@@ -117,7 +117,7 @@ def layout_problems(cfg: ModelConfig) -> dict[str, bool]:
     """What keeps `cfg` from the layout Llama, Qwen2 and Qwen3 share, their biases and norms aside."""
     return {
         "family must be decoder_only": cfg.family != "decoder_only",
-        "position must be rope": cfg.positions.kind != "rope",
+        "positions.kind must be rope": cfg.positions.kind != "rope",
         "norms.kind must be rmsnorm (pre, no post)": cfg.norms.kind != "rmsnorm"
         or cfg.norms.position != "pre"
         or cfg.norms.post,

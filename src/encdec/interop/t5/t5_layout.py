@@ -106,7 +106,7 @@ def load_hf_t5(path: Path, hf_config: dict, rename=NAMES.hf, **fields) -> Encode
 def layout_problems(cfg: ModelConfig) -> list[str]:
     """What keeps `cfg` from T5's layout (attention, norms, positions, head), feed-forward kind aside."""
     problems = {
-        "position must be relative": cfg.positions.kind != "relative",
+        "positions.kind must be relative": cfg.positions.kind != "relative",
         "norms.kind must be rmsnorm": cfg.norms.kind != "rmsnorm",
         "norms.position must be pre": cfg.norms.position != "pre",
         "bias must be false": cfg.bias,
