@@ -176,9 +176,9 @@ CASES = {
     ),
     "pack an encoder with global tokens": Case(
         lambda p: train(
-            p, "objective.pack=true", "model.encoder_attention=local_global", "model.global_tokens.rule=first"
+            p, "objective.pack=true", "model.encoder_attention=local_global", "model.attention.global_tokens=first"
         ),
-        "objective.pack does not combine with model.global_tokens.rule",
+        "objective.pack does not combine with model.attention.global_tokens",
     ),
     "local radius without local attention": Case(
         lambda p: train(p, "model.local_radius=8"),

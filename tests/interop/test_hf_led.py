@@ -2,7 +2,7 @@
 padded batch whose width is no multiple of the attention window, greedy and beam tokens), exports back as LED with
 the same logits, is counted by `encdec size` as transformers holds it (an encoder's position table larger than the
 decoder's), writes LoRA adapters peft loads under its names, and serves as it generates
-(tests/interop/bart_family_kit.py's tests); with model.global_tokens.rule first its logits are transformers' given
+(tests/interop/bart_family_kit.py's tests); with model.attention.global_tokens first its logits are transformers' given
 each row's first token as the global_attention_mask; unequal windows are refused in one sentence."""
 
 import shutil

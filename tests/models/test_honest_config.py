@@ -63,6 +63,7 @@ ALTERNATIVE = (
     | {"experts.place": "last", "experts.capacity": 1, "experts.second_expert_policy": "random"}
     | {"experts.balance": "all", "experts.token_dropout": 0.5, "experts.eval_capacity_fraction": 0.5}
     | {"encoder.max_positions": 96, "global_tokens": "first", "encoder.vocab_size": V + 8}
+    | {"attention.kinds": {"dilated_band": {"width": 2, "dilation": 2}}}
 )
 # fields that change what an export writes, not the model: tests/interop holds them honoured
 EXPORT_ONLY = {"hf_model_type"}

@@ -1,13 +1,17 @@
 """The dilated band (modules/attention_kinds/dilated.py), added as one file and one table entry: its attention
 equals a dense softmax under its formula written out, by chunks as whole, in FlexAttention, inside the encoder,
-and, causal, cached decoding equals recomputing the whole sequence."""
+and, causal, cached decoding equals recomputing the whole sequence; a config names it (model.attention.kinds) and
+a misnamed or missettled one is one sentence."""
 
 import math
 
 import pytest
 import torch
 
-from encdec.models import ModelConfig, build_model
+import encdec
+import encdec.interop.to_hf
+from encdec.errors import ConfigError
+from encdec.models import ModelConfig, build_model, preset
 from encdec.modules import Attention, AttentionInputs, DecodeState
 from encdec.modules.attention_kinds import KINDS, Causal, Full, layer_band, layer_mask, mask_mod
 from encdec.modules.attention_kinds.dilated import DilatedBand
@@ -92,11 +96,13 @@ def test_cached_decoding_equals_recomputing_the_whole_sequence():
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
+DILATED = {"attention": {"kinds": {"dilated_band": {"width": 2, "dilation": 3}}}}  # by its name in KINDS
+
+
 def test_an_encoder_of_dilated_layers_attends_the_same_by_chunks_and_whole():
-    """Declared as an encoder's layer kinds, the band reaches the encoder's own masks and its chunked path."""
-    cfg = ModelConfig(family="encoder_decoder", vocab_size=40, d_model=16, d_ff=32, n_heads=2, n_encoder_layers=2)
+    """Named in the config, the band reaches the encoder's own masks and its chunked path."""
+    cfg = ModelConfig.from_dict(dict(vocab_size=40, d_model=16, d_ff=32, n_heads=2, n_encoder_layers=2, **DILATED))
     model = build_model(cfg).eval()
-    model.encoder.self_kinds = lambda layer: (Full(), DilatedBand(2, 3))
     src = torch.randint(3, 40, (2, 50), generator=torch.Generator().manual_seed(0))
     mask = torch.ones(2, 50, dtype=torch.bool)
     mask[1, 41:] = False
@@ -105,3 +111,48 @@ def test_an_encoder_of_dilated_layers_attends_the_same_by_chunks_and_whole():
         model.encoder.long_scores = 0  # every layer by chunks
         chunked = model.encode(src, mask).hidden
     torch.testing.assert_close(chunked, whole, atol=1e-5, rtol=1e-5)
+
+
+def test_a_config_naming_it_adds_it_to_every_layer_and_decoding_equals_recomputation():
+    """model.attention.kinds adds the kind to each stack's layers (causal in the decoder); greedy decoding over the
+    cache equals the argmax of the whole forward recomputed each step, and a server batch equals generate alone."""
+    from tests.interop.serving_kit import assert_served_equals_generate_alone, mixed
+
+    torch.manual_seed(0)
+    model = build_model(preset("transformer-tiny", vocab_size=40, dropout=0.0, **DILATED)).eval()
+    assert model.encoder.self_kinds(1)[-1] == DilatedBand(2, 3)
+    assert model.decoder.self_kinds(1)[-1] == DilatedBand(2, 3, causal=True)
+    src = torch.randint(3, 40, (2, 15), generator=torch.Generator().manual_seed(1))
+    out = encdec.generate(model, src, max_new_tokens=9, eos_token_id=[])
+    seq = out[:, :1]
+    with torch.no_grad():
+        for _ in range(9):
+            seq = torch.cat((seq, model(src, seq).logits[:, -1].argmax(-1, keepdim=True)), dim=1)
+    assert torch.equal(out, seq)
+    assert_served_equals_generate_alone(model, (3, 40), mixed(12))
+
+
+@pytest.mark.parametrize(
+    "kinds, said",
+    [
+        ({"dilatd_band": {}}, "model.attention.kinds names no kind 'dilatd_band'; kinds: "),
+        ({"dilated_band": {"width": 0, "dilation": 2}}, "model.attention.kinds.dilated_band.width must be "),
+        ({"dilated_band": {"width": 2}}, "model.attention.kinds.dilated_band.dilation is missing"),
+        (
+            {"dilated_band": {"width": 2, "dilation": 2, "step": 1}},
+            "unknown key model.attention.kinds.dilated_band.step",
+        ),
+        ({"rope": {}}, "model.attention.kinds.rope is not a kind a config names"),
+    ],
+)
+def test_a_kind_misnamed_or_missettled_is_one_sentence(kinds, said):
+    with pytest.raises(ConfigError) as refused:
+        build_model(preset("transformer-tiny", vocab_size=40, attention={"kinds": kinds}))
+    assert str(refused.value).startswith(said) and "\n" not in str(refused.value)
+
+
+def test_an_export_refuses_a_named_kind():
+    cfg = preset("t5-tiny", vocab_size=40)
+    assert encdec.interop.to_hf.hf_layout(cfg) == "t5"
+    with pytest.raises(ConfigError, match=r"^model.attention.kinds \(dilated_band\) has no Hugging Face family"):
+        encdec.interop.to_hf.hf_layout(cfg.updated(**DILATED))

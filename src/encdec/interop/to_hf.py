@@ -104,6 +104,9 @@ def hf_layout(cfg: ModelConfig) -> str:
     """The Hugging Face model_type `cfg` exports as; ConfigError naming why when it has none."""
     if cfg.family not in EXPORTABLE:
         raise ConfigError(f"the {cfg.family} family has no Hugging Face counterpart to export to; {LOAD_HINT}")
+    if cfg.attention.kinds:  # encdec's own attention kinds, by name: no Hugging Face layout holds them
+        named = ", ".join(cfg.attention.kinds)
+        raise ConfigError(f"model.attention.kinds ({named}) has no Hugging Face family to write it; {LOAD_HINT}")
     family = family_for(cfg)
     for nearest in FAMILIES.values() if family is None else ():  # the one family of a kind (T5Gemma's RoPE)
         said = nearest.only_counterpart(cfg)

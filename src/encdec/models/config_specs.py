@@ -166,6 +166,9 @@ class AttentionSpec:
     # local_global's global tokens: none (a band alone, as transformers' LED without a global_attention_mask), or
     # each input's first real token (LED's summarization examples)
     global_tokens: Literal["none", "first"] = "none"
+    # kinds every self-attention layer adds, by their name in modules.attention_kinds.KINDS, each with its own
+    # settings: {alibi: {}}, {dilated_band: {width: 4, dilation: 2}} (checked by the kind's declaration when built)
+    kinds: dict[str, dict[str, int | float | bool]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         check(self, "model.attention.")

@@ -41,6 +41,7 @@ LM_UNUSED = frozenset(
         "attention.local_radius",
         "attention.global_block_size",
         "attention.global_tokens",
+        "attention.kinds",  # kinds by name: the encoder-decoder's stacks (models.stack) add them
         "output.softcap",
         "embeddings.shared",  # one stack, one token table
         "embeddings.decoder_norm_first",  # the encoder-decoder's decoder (BlenderbotSmall's)

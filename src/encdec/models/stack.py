@@ -32,6 +32,7 @@ from encdec.modules.attention_kinds import (
     Rope,
     TransientGlobal,
     layer_mask,
+    named,
     only_causal,
 )
 from encdec.modules.blocks import for_layer
@@ -78,6 +79,7 @@ class Stack(nn.Module):
         self.global_block_size = cfg.attention.global_block_size
         self.global_rule: str | None = None  # a local-global encoder's rule of its global tokens (models.encoder)
         self.causal = not bidirectional
+        self.named_kinds = named(cfg.attention.kinds, cfg.n_heads, self.causal)  # a config's, by KINDS names
         per_layer = relative and cfg.positions.relative_per_layer
         self.position_bias = relative_bias() if relative and not per_layer else None
         self.layer_biases = nn.ModuleList(relative_bias() for _ in range(layers)) if per_layer else None
@@ -93,7 +95,7 @@ class Stack(nn.Module):
         causal in the decoder, else every key; LongT5's local band and global keys, Longformer's global tokens (the
         encoder's); a sliding
         window in the layers `sliding` names, with no relative bias beside it, else T5's bias (UMT5's the
-        layer's); the layer's RoPE."""
+        layer's); the layer's RoPE; and the kinds the config names (model.attention.kinds)."""
         kinds: list[AttentionKind] = [Causal() if self.causal else Full()]
         if self.local_radius is not None:  # LongT5: transformers' blocks of local_radius + 1 see these keys
             kinds.append(Band(self.local_radius))
@@ -109,7 +111,7 @@ class Stack(nn.Module):
         attention = self.blocks[layer].self_attn
         if attention.rotary is not None:
             kinds.append(Rope(attention.rotary))
-        return tuple(kinds)
+        return (*kinds, *self.named_kinds)
 
     def layer_kinds(self) -> list[LayerKinds]:
         """Every layer's self-attention kinds: what the whole-sequence masks fold, and what a decode state folds

@@ -6,7 +6,7 @@ each token sees the keys within attention_window / 2 on each side (encdec's loca
 input to a multiple of the window, whose padding no real token sees, so outputs are equal on any length), and the
 global tokens, which attend to every key through projections of their own (query_global, key_global,
 value_global: our global_q, global_k, global_v). transformers chooses them by a global_attention_mask argument;
-encdec by model.global_tokens.rule: none (its default, transformers' without that argument) or first, each input's
+encdec by model.attention.global_tokens: none (its default, transformers' without that argument) or first, each input's
 first real token (LED's summarization examples); the rule is not in config.json, so set it in a run's model
 section. Its decoder is BART's. Positions are learned from row 0 (no offset), the encoder's table
 max_encoder_position_embeddings rows (model.encoder.max_positions), the decoder's max_decoder_position_embeddings.

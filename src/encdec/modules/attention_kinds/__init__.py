@@ -6,7 +6,9 @@ A layer's attention is a tuple of kinds (`LayerKinds`): T5's encoder layer `(Ful
 `(Causal(), Band(4096, causal=True), Rope(r))`, LED's `(Full(), Band(512), GlobalTokenKeys())`. What each declares (its rule, band, bias, rotation, extra keys and
 parameters) is in kind.py; the dense masks, the chunked long-input path and FlexAttention's block masks read it.
 
-`KINDS` is the table of every kind by name: a new variant is its file and one entry here.
+`KINDS` is the table of every kind by name: a new variant is its file and one entry here. A config adds kinds to
+every self-attention layer by these names (model.attention.kinds: {dilated_band: {width: 4, dilation: 2}}: `named`),
+each built by its own `declared` from its settings.
 """
 
 from encdec.modules.attention_kinds.dilated import DilatedBand
@@ -14,6 +16,7 @@ from encdec.modules.attention_kinds.extra_keys import Merged, TransientGlobal
 from encdec.modules.attention_kinds.kind import (
     AttentionKind,
     LayerKinds,
+    declared_kinds,
     find,
     layer_allows,
     layer_band,
@@ -39,6 +42,12 @@ KINDS: dict[str, type[AttentionKind]] = {
     "global_tokens": GlobalTokenKeys,
 }
 
+
+def named(kinds: dict[str, dict], heads: int, causal: bool) -> LayerKinds:
+    """The kinds model.attention.kinds names, from this table."""
+    return declared_kinds(kinds, heads, causal, KINDS)
+
+
 __all__ = [
     "KINDS",
     "AttentionKind",
@@ -52,6 +61,7 @@ __all__ = [
     "Rope",
     "TransientGlobal",
     "find",
+    "named",
     "layer_allows",
     "layer_band",
     "layer_bias",

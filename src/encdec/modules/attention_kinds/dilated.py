@@ -11,14 +11,19 @@ Shapes: T queries, S keys.
 from dataclasses import dataclass
 
 from encdec.modules.attention_kinds.kind import AttentionKind
+from encdec.schema import Positive, read
 
 
 @dataclass(frozen=True)
 class DilatedBand(AttentionKind):
-    width: int
-    dilation: int
+    width: Positive
+    dilation: Positive
     causal: bool = False
     masks = True
+
+    @classmethod
+    def declared(cls, settings, heads, causal, key):
+        return read(cls, {**settings, "causal": causal}, f"{key}.")  # causal as its stack is
 
     @property
     def band(self) -> int:

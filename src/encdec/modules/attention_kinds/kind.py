@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from encdec.errors import ConfigError
 from encdec.modules.attention import additive_mask
 
 
@@ -52,6 +53,13 @@ class AttentionKind:
 
     def parameters(self) -> int:
         return 0
+
+    @classmethod
+    def declared(cls, settings: dict, heads: int, causal: bool, key: str) -> "AttentionKind":
+        """The kind a config names (model.attention.kinds: {name: settings}) for a stack of `heads` heads, causal
+        or not, its settings checked by its own declaration; a kind built from the model's own settings (a mask,
+        T5's bias, RoPE) is not named."""
+        raise ConfigError(f"{key} is not a kind a config names; it follows from the model's own settings")
 
 
 LayerKinds = tuple[AttentionKind, ...]
@@ -129,6 +137,17 @@ def score_mod(kinds: LayerKinds) -> Callable:
         return score
 
     return scored
+
+
+def declared_kinds(kinds: dict[str, dict], heads: int, causal: bool, table: dict[str, type[AttentionKind]]):
+    """The kinds model.attention.kinds names ({name: settings}), looked up in `table` (KINDS), for a stack of `heads`
+    heads, causal or not."""
+    made = []
+    for name, settings in kinds.items():
+        if name not in table:
+            raise ConfigError(f"model.attention.kinds names no kind {name!r}; kinds: {', '.join(sorted(table))}")
+        made.append(table[name].declared(settings, heads, causal, f"model.attention.kinds.{name}"))
+    return tuple(made)
 
 
 def find(kinds: LayerKinds, kind: type[AttentionKind]) -> AttentionKind | None:
