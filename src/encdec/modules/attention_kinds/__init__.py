@@ -11,6 +11,7 @@ every self-attention layer by these names (model.attention.kinds: {dilated_band:
 each built by its own `declared` from its settings.
 """
 
+from encdec.modules.attention_kinds.alibi import Alibi
 from encdec.modules.attention_kinds.dilated import DilatedBand
 from encdec.modules.attention_kinds.extra_keys import Merged, TransientGlobal
 from encdec.modules.attention_kinds.kind import (
@@ -39,6 +40,7 @@ KINDS: dict[str, type[AttentionKind]] = {
     "transient_global": TransientGlobal,
     "merged": Merged,
     "dilated_band": DilatedBand,
+    "alibi": Alibi,
     "global_tokens": GlobalTokenKeys,
 }
 
