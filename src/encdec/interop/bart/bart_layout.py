@@ -201,14 +201,28 @@ def sinusoidal_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
     }
 
 
+def fairseq_positions(cfg: ModelConfig) -> bool:
+    """Whether `cfg` has fairseq's sinusoidal positions (M2M100's, NLLB-MoE's, FSMT's)."""
+    return cfg.positions.kind == "sinusoidal" and cfg.positions.sinusoidal_layout == "fairseq"
+
+
 def fairseq_embedding_problems(cfg: ModelConfig) -> dict[str, bool]:
     """What keeps `cfg`'s embeddings from fairseq's (M2M100's, FSMT's): its sinusoids, no embedding norm, no logits
     bias."""
     return {
-        "positions.kind must be sinusoidal with positions.sinusoidal_layout fairseq": cfg.positions.kind != "sinusoidal"
-        or cfg.positions.sinusoidal_layout != "fairseq",
+        "positions.kind must be sinusoidal with positions.sinusoidal_layout fairseq": not fairseq_positions(cfg),
         "embeddings.norm must be false": cfg.embeddings.norm,
         "output.logits_bias must be false": cfg.output.logits_bias,
+    }
+
+
+def learned_from_zero_problems(cfg: ModelConfig, embedding_norm: bool) -> dict[str, bool]:
+    """What keeps `cfg`'s embeddings from Blenderbot's and BlenderbotSmall's: learned positions from 0, with or
+    without an embedding norm."""
+    return {
+        "positions.kind must be learned with positions.offset 0": cfg.positions.kind != "learned"
+        or cfg.positions.offset != 0,
+        f"embeddings.norm must be {str(embedding_norm).lower()}": cfg.embeddings.norm != embedding_norm,
     }
 
 

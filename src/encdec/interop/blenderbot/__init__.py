@@ -29,11 +29,7 @@ def load_hf_blenderbot(path: Path, hf_config: dict) -> EncoderDecoder:
 
 def check_blenderbot_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the settings Blenderbot's layout does not have."""
-    embeddings = {
-        "positions.kind must be learned with positions.offset 0": cfg.positions.kind != "learned"
-        or cfg.positions.offset != 0,
-        "embeddings.norm must be false": cfg.embeddings.norm,
-    }
+    embeddings = bart_layout.learned_from_zero_problems(cfg, embedding_norm=False)
     bart_layout.check_layout(cfg, "Blenderbot", embeddings, norm_position="pre")
 
 

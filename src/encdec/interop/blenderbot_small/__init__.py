@@ -49,11 +49,7 @@ def load_hf_blenderbot_small(path: Path, hf_config: dict) -> EncoderDecoder:
 
 def check_blenderbot_small_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the settings BlenderbotSmall's layout does not have."""
-    embeddings = {
-        "positions.kind must be learned with positions.offset 0": cfg.positions.kind != "learned"
-        or cfg.positions.offset != 0,
-        "embeddings.norm must be true": not cfg.embeddings.norm,
-    }
+    embeddings = bart_layout.learned_from_zero_problems(cfg, embedding_norm=True)
     bart_layout.check_layout(cfg, "BlenderbotSmall", embeddings, decoder_norm_first=True)
 
 

@@ -142,11 +142,7 @@ FAMILIES = (
         load_hf_fsmt,
         check_fsmt_compatible,
         fsmt_files,
-        lambda cfg: (
-            cfg.positions.kind == "sinusoidal"
-            and cfg.positions.sinusoidal_layout == "fairseq"
-            and cfg.norms.position == "post"
-        ),
+        lambda cfg: bart_layout.fairseq_positions(cfg) and cfg.norms.position == "post",
         KEYS,
         # FSMTTokenizer's language pair (its config's langs), its two vocabularies and its BPE merges
         ("tokenizer_config.json", "vocab-src.json", "vocab-tgt.json", "merges.txt"),

@@ -59,7 +59,7 @@ FAMILIES = (
         load_hf_m2m100,
         check_m2m100_compatible,
         m2m100_files,
-        lambda cfg: cfg.positions.kind == "sinusoidal" and cfg.positions.sinusoidal_layout == "fairseq",
+        bart_layout.fairseq_positions,
         bart_layout.BART_KEYS,
         ("sentencepiece.bpe.model", "vocab.json"),  # NLLB's, M2M100's (beside its spm)
         config_read_alone(m2m100_config_from_hf),

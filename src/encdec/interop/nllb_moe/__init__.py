@@ -186,11 +186,7 @@ FAMILIES = (
         load_hf_nllb_moe,
         check_nllb_moe_compatible,
         nllb_moe_files,
-        lambda cfg: (
-            cfg.positions.kind == "sinusoidal"
-            and cfg.positions.sinusoidal_layout == "fairseq"
-            and cfg.experts.count > 1
-        ),
+        lambda cfg: bart_layout.fairseq_positions(cfg) and cfg.experts.count > 1,
         bart_layout.BART_KEYS | {"experts.count": "num_experts", "experts.capacity": "expert_capacity"},
         ("sentencepiece.bpe.model",),  # NLLB's
         config_read_alone(nllb_moe_config_from_hf),
