@@ -1,5 +1,5 @@
 """Hugging Face LED (model_type led: LEDForConditionalGeneration) <-> encdec's post-norm encoder-decoder whose
-encoder attends locally with global tokens (encoder_attention local_global).
+encoder attends locally with global tokens (attention.encoder local_global).
 
 LED (Beltagy et al. 2020, the Longformer-Encoder-Decoder) is BART with Longformer's self-attention in the encoder:
 each token sees the keys within attention_window / 2 on each side (encdec's local_radius; transformers pads the
@@ -58,10 +58,9 @@ def led_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
     return bart_layout.layout_config(
         hf,
         untied_head,
-        position="learned",
-        embedding_norm=True,
-        encoder_attention="local_global",
-        local_radius=windows.pop() // 2,
+        positions={"kind": "learned"},
+        embeddings={"norm": True},
+        attention={"encoder": "local_global", "local_radius": windows.pop() // 2},
         encoder={"max_positions": hf.get("max_encoder_position_embeddings", 16384)},
         hf_model_type="led",
     )

@@ -2,7 +2,7 @@
 
 LongT5 (Guo et al. 2022) is T5 v1.1 whose encoder self-attention sees only keys within `local_radius` of each
 query ("local"), or those and one key per `global_block_size` tokens made from the block's summed inputs
-("transient-global"): encdec's encoder_attention local / transient_global (modules.transient_global). Its
+("transient-global"): encdec's attention.encoder local / transient_global (modules.transient_global). Its
 decoder is T5's. transformers splits the input into blocks of local_radius + 1 tokens, each seeing its own and
 its two neighbours' under a mask of |q - k| <= local_radius: the keys encdec's band mask leaves, so the
 arithmetic agrees. The names are T5's with the encoder's attention module renamed (LocalSelfAttention,

@@ -1,7 +1,7 @@
 """Hugging Face Pegasus (model_type pegasus) <-> encdec's pre-norm encoder-decoder with sinusoidal positions.
 
 Pegasus (Zhang et al. 2020) is Marian's layout (sines in the first half of each position vector, no embedding
-LayerNorm) made pre-norm, with a LayerNorm closing each stack: the pre-norm Transformer (`norm_position: pre`)
+LayerNorm) made pre-norm, with a LayerNorm closing each stack: the pre-norm Transformer (`norms.position: pre`)
 exactly, so that is how it leaves encdec. Its defaults: pad 0 (also the decoder start), EOS 1.
 """
 

@@ -36,6 +36,6 @@ class RelativeBias(AttentionKind):
 @dataclass(frozen=True)
 class Rope(AttentionKind):
     """Queries and keys rotated by their positions (modules.positions.RotaryEmbedding: rope_theta, or a sliding
-    layer's rope_local_theta; rope_scale's linear scaling); no mask, no parameters."""
+    layer's positions.rope_local_theta; positions.rope_scale's linear scaling); no mask, no parameters."""
 
     rotary: nn.Module
