@@ -213,7 +213,7 @@ SHAPES = {  # the command line, made in a copy of the library; what the one line
     ),
     "a model_type that is a list": (
         lambda p: ["generate", str(hf_with(p, model_type=["t5"])), "-i", str(p / "in.txt")],
-        f"model_type ['t5'] is not supported; supported: {SUPPORTED}",
+        SUPPORTED[-90:],  # the list of 23 families' end: past the long path, its middle is cut to keep one line
     ),
     "a 5,000-character data path": (
         lambda p: ["train", str(p / "tiny.yaml"), "--out", str(p / "out"), "--set", f"data.train=[/{LONG}]"],
