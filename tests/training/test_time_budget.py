@@ -16,7 +16,7 @@ from encdec.runs.run_dir import RunDir
 from encdec.schema import field_type
 from encdec.training.metrics import read_metrics
 from encdec.training.run_config import TrainingSection
-from encdec.training.step_log import StepLog
+from encdec.training.step_log import StepLog, progress_line
 
 SECONDS_A_STEP = 10.0
 
@@ -135,7 +135,27 @@ def test_training_into_a_file_prints_a_progress_line_each_log_interval(tmp_path,
         "loss",
         "learning_rate",
         "seconds_per_step",
-        "tokens_per_second",
+        "target_tokens_per_second",
+        "source_tokens_per_second",
         "time_left",
     }
     assert progress[-1]["time_left"] == "0:00:00" and all(p["loss"] > 0 for p in progress)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in records if r["kind"] == "train"]
+    assert all(r["source_tokens_per_s"] > 0 and r["tokens_per_s"] > 0 for r in trained)
+
+
+def test_time_left_is_the_earlier_of_the_steps_left_and_what_max_time_leaves():
+    """On the last step of a run capped at 600 s the line says so, not the steps' pace (issue 58: '2:10:04' was
+    printed there); without a cap, the steps decide; a run without sources prints no source rate."""
+    record = {"step": 97, "loss": 2.0, "lr": 1e-3, "tokens_per_s": 150.0, "source_tokens_per_s": 2400.0}
+    capped = ast.literal_eval(progress_line({**record, "elapsed": 598.0}, 30.0, 360, max_time=600))
+    assert capped["time_left"] == "0:00:02" and capped["source_tokens_per_second"] == 2400
+    early = ast.literal_eval(progress_line({**record, "elapsed": 10.0}, 1.0, 120, max_time=600))
+    assert early["time_left"] == "0:00:23"  # 23 steps left at 1 s, well inside the cap
+    assert ast.literal_eval(progress_line({**record, "elapsed": 598.0}, 30.0, 360))["time_left"] == "2:11:30"
+    assert (
+        ast.literal_eval(progress_line({**record, "elapsed": 700.0}, 30.0, 360, max_time=600))["time_left"] == "0:00:00"
+    )
+    no_source = {k: v for k, v in record.items() if k != "source_tokens_per_s"} | {"elapsed": 1.0}
+    assert "source_tokens_per_second" not in ast.literal_eval(progress_line(no_source, 1.0, 120))

@@ -35,6 +35,7 @@ class LoadedBatch:
     batch: Batch
     num_tokens: int  # target tokens with loss in these rows
     global_tokens: int  # target tokens with loss in the whole global batch, over every process
+    global_source_tokens: int = 0  # real source tokens in the whole global batch (0 where rows have no source mask)
     filled: int = 0  # encoder-decoder rows: source and target positions that hold a real token
     positions: int = 0  # encoder-decoder rows: every source and target position computed, padding included
 
@@ -54,14 +55,16 @@ def forward(model: nn.Module, batch: Batch):
 
 
 def local_rows(batch: Batch, rows: slice | None) -> LoadedBatch:
-    """Cut this process's `rows` from a global batch and count the loss tokens of both on the host."""
+    """Cut this process's `rows` from a global batch and count the loss tokens of both, and the global batch's
+    source tokens, on the host."""
     global_tokens = int((batch.labels != IGNORE_INDEX).sum())
+    sources = int(batch.src_mask.sum()) if batch.src_mask is not None else 0
     if rows is None:
-        return LoadedBatch(batch, global_tokens, global_tokens, *fill(batch))
+        return LoadedBatch(batch, global_tokens, global_tokens, sources, *fill(batch))
     if batch.src_segments is not None:
         refuse_packing_across_processes()
     local = replace(batch, **{f: getattr(batch, f)[rows] for f in ROW_FIELDS if getattr(batch, f) is not None})
-    return LoadedBatch(local, int((local.labels != IGNORE_INDEX).sum()), global_tokens, *fill(local))
+    return LoadedBatch(local, int((local.labels != IGNORE_INDEX).sum()), global_tokens, sources, *fill(local))
 
 
 def fill(batch: Batch) -> tuple[int, int]:

@@ -172,7 +172,8 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
     )  # None: off where stderr is not a terminal (logs, pipes), where StepLog prints progress lines instead
     peak = training_peak_tflops(info.device, t.precision, cfg.training.peak_tflops)
     text_progress = info.is_main and bar.disable  # rank 0, its stderr no terminal
-    losses = StepLog(t.metrics, bar, state, info.device, peak, cfg.training.steps if text_progress else None)
+    progress_of = cfg.training.steps if text_progress else None
+    losses = StepLog(t.metrics, bar, state, info.device, peak, progress_of, cfg.training.max_time)
     clock = Clock(cfg, state.elapsed)
     last_eval, eval_step = None, None
     early_stopped = out_of_time = False
@@ -197,7 +198,7 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
         state.step += 1
         state.tokens += n_tokens
         flops = batches_flops(t.model_config, taken) if peak else None  # counted only where MFU is logged
-        losses.add(state.step, ce_sum, n_tokens, aux, lr, flops)
+        losses.add(state.step, ce_sum, n_tokens, aux, lr, flops, sum(b.global_source_tokens for b in taken))
         bar.update(1)
 
         out_of_time, eval_due, save_due = clock.due(state.step, losses.elapsed(), info, cfg.output.log_interval)
