@@ -112,3 +112,12 @@ def test_word_keys_are_one_token_words_the_same_for_every_file(tmp_path, tinysto
             assert key in keys and len(tokenizer.encode(key)) == 1
             assert NEEDLE.format(key=key) in example["source"]
     assert {e["target"] for e in files[0]} != {e["target"] for e in files[1]}  # drawn from the one list
+
+
+def test_its_help_offers_only_the_reader_options_its_text_formats_take(capsys):
+    """--format takes text formats alone: no pair fields, target lists or TSV header are offered (issue 58)."""
+    with pytest.raises(SystemExit):
+        main(["data", "passkey", "--help"])
+    said = capsys.readouterr().out
+    assert "--text-field" in said
+    assert not any(flag in said for flag in ("--source-field", "--target-field", "--target-list", "--header"))

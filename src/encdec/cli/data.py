@@ -169,7 +169,7 @@ def add_parser(subparsers) -> None:
         "--digits", type=whole_number(1, 10, "--digits"), default=5, help="a digit key's length (different digits)"
     )
     passkey.add_argument("--seed", type=field_type(TrainingSection, "seed"), default=0)
-    add_reader_options(passkey)
+    add_reader_options(passkey, formats=TEXT_FORMATS)
     passkey.set_defaults(func=run_passkey, mode_tokens=False, num_sentinels=0, vocab_size=8000)
 
 

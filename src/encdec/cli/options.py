@@ -24,11 +24,15 @@ def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_reader_options(parser: argparse.ArgumentParser, default: str = "") -> None:
-    """A flag for each reader option (not given: None), its help naming the formats that take it;
+def add_reader_options(
+    parser: argparse.ArgumentParser, default: str = "", formats: tuple[str, ...] = FILE_FORMATS
+) -> None:
+    """A flag for each reader option one of `formats` takes (not given: None), its help naming those formats;
     `default` says where a value not given comes from before ReaderOptions' own default."""
     for option in dataclasses.fields(ReaderOptions):
-        takers = " / ".join(name for name in FILE_FORMATS if option.name in FORMATS[name].options)
+        takers = " / ".join(name for name in formats if option.name in FORMATS[name].options)
+        if not takers:  # no format the command reads takes it (passkey's text has no fields or header)
+            continue
         flag = flag_of(option.name)
         said = f"{takers}: {option.metadata['help']}"
         if option.type is bool:  # a switch: given, True; not given, None (the config's or the default, False)
@@ -45,7 +49,7 @@ def add_reader_options(parser: argparse.ArgumentParser, default: str = "") -> No
 
 def given_reader_options(args: argparse.Namespace) -> dict:
     """The reader options the command line gave (None where not given)."""
-    return {name: getattr(args, name) for name in OPTION_NAMES}
+    return {name: getattr(args, name, None) for name in OPTION_NAMES}
 
 
 def add_generation_options(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
