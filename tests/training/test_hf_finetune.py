@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from model_kit import HF_BART_SHAPE, HF_T5_SHAPE
 
 import encdec
@@ -266,3 +267,27 @@ def test_fine_tune_a_hugging_face_t5_export_it_and_hugging_face_reads_it_back_eq
     assert (got - expected).abs().max() < 1e-4
     greedy = dict(max_new_tokens=12, num_beams=1, no_repeat_ngram_size=0)  # the checkpoint defaults to 3 beams
     assert torch.equal(ours.generate(src, mask, **greedy), hf.generate(input_ids=src, attention_mask=mask, **greedy))
+
+
+def test_init_from_says_what_it_decides_in_the_config_s_place_and_config_yaml_records_what_was_used(
+    hf_t5_dir, tmp_path, shared_data, caplog
+):
+    """A preset and a tokenizer section beside training.init_from are the source's to decide (issue 58): one line
+    says so, the run is the source's architecture and tokenizer, and config.yaml holds neither of the config's."""
+    with caplog.at_level("WARNING"):
+        code = finetune(
+            hf_t5_dir, tmp_path / "run", shared_data, "model.preset=transformer-small", "tokenizer.kind=bpe"
+        )
+    assert code == 0
+    said = [r.getMessage() for r in caplog.records if "decides in the config's place" in r.getMessage()]
+    assert said == [
+        f"training.init_from {hf_t5_dir} decides in the config's place: model.preset transformer-small (its "
+        "architecture is the source's); tokenizer kind bpe (its own tokenizer is read)"
+    ]
+    run = load_run(tmp_path / "run", "latest")
+    assert (run.model.config.d_model, run.model.config.activation) == (
+        32,
+        "gated_gelu",
+    )  # the source's, not the preset's
+    written = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert "preset" not in written["model"] and written.get("tokenizer", {}).get("kind") != "bpe"

@@ -14,7 +14,7 @@ from dataclasses import replace
 from encdec.errors import ConfigError, Unmet
 from encdec.runs.model_section import ModelSection
 from encdec.schema import short
-from encdec.training.run_config import RunConfig
+from encdec.training.run_config import RunConfig, TokenizerSection
 
 SAFE = frozenset(
     {
@@ -45,7 +45,7 @@ def resumed_config(cfg: RunConfig, saved: RunConfig, accept_changes: bool) -> tu
     top), so the same merge is made here before comparing.
     """
     if cfg.training.init_from:
-        cfg = replace(cfg, model=cfg.model.over(saved.model))
+        cfg = replace(cfg, model=decided_by_source(cfg)[0].model.over(saved.model), tokenizer=saved.tokenizer)
     changes = differences(comparable(saved), comparable(cfg))
     unsafe = {key: change for key, change in changes.items() if key not in SAFE}
     if unsafe and not accept_changes:
@@ -82,3 +82,17 @@ def flatten(values: dict, prefix: str = "") -> dict:
 
 def differences(old: dict, new: dict) -> dict:
     return {key: [old.get(key), new.get(key)] for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)}
+
+
+def decided_by_source(cfg: RunConfig) -> tuple[RunConfig, list[str]]:
+    """`cfg` without what training.init_from's model decides in its place, and what those were: a preset (the
+    architecture is the source's; the model section's other keys go on top of it) and a tokenizer section (the
+    source's own tokenizer is read)."""
+    replaced = []
+    if "preset" in cfg.model:
+        replaced.append(f"model.preset {cfg.model['preset']} (its architecture is the source's)")
+        cfg = replace(cfg, model=ModelSection({k: v for k, v in cfg.model.items() if k != "preset"}, overlay=True))
+    if cfg.tokenizer != TokenizerSection():
+        replaced.append(f"tokenizer kind {cfg.tokenizer.kind} (its own tokenizer is read)")
+        cfg = replace(cfg, tokenizer=TokenizerSection())
+    return cfg, replaced

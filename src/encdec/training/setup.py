@@ -40,10 +40,16 @@ from encdec.training.memory import check_activations_fit, check_model_fits, chec
 from encdec.training.metrics import MetricsLog, tensorboard_available
 from encdec.training.numerics import checkpoint_activations, grad_scaler, resolve_precision, set_rng_states
 from encdec.training.optim import build_optimizer, state_layout
-from encdec.training.run_config import DECODER_ONLY_OBJECTIVES, RunConfig, member_objective, save_config, saved_config
+from encdec.training.run_config import (
+    DECODER_ONLY_OBJECTIVES,
+    RunConfig,
+    member_objective,
+    save_config,
+    saved_config,
+)
 from encdec.training.run_data import RunData, build_run_data, objective_options
 from encdec.training.run_lock import refuse_checkpoints_unless_resumed
-from encdec.training.same_run import resumed_config
+from encdec.training.same_run import decided_by_source, resumed_config
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +124,18 @@ def starting_point(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bo
                 "training.init_decoder_from adapts decoder-only models into an encoder-decoder: init_from must be a "
                 "decoder-only model and model.family encoder_decoder"
             )
+        cfg = source_decides(cfg, pretrained)
         return StartingPoint(replace(cfg, model=cfg.model.over(pretrained.model_section)), pretrained=pretrained)
     return StartingPoint(cfg)
+
+
+def source_decides(cfg: RunConfig, pretrained: Pretrained) -> RunConfig:
+    """`cfg` without what training.init_from's model decides in its place (same_run.decided_by_source), said in
+    one line, so that config.yaml records what the run used."""
+    cfg, replaced = decided_by_source(cfg)
+    if replaced:
+        log.warning("training.init_from %s decides in the config's place: %s", pretrained.source, "; ".join(replaced))
+    return cfg
 
 
 def adaptation_source(cfg: RunConfig, pretrained: Pretrained) -> Pretrained:
