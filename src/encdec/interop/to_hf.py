@@ -32,7 +32,7 @@ from pathlib import Path
 
 from torch import nn
 
-from encdec.errors import ConfigError, Unmet
+from encdec.errors import ConfigError, Unmet, listed
 from encdec.interop.families import FAMILIES, family_for
 from encdec.interop.family import Family
 from encdec.interop.generation_config import write_generation_config
@@ -105,7 +105,7 @@ def hf_layout(cfg: ModelConfig) -> str:
     if cfg.family not in EXPORTABLE:
         raise ConfigError(f"the {cfg.family} family has no Hugging Face counterpart to export to; {LOAD_HINT}")
     if cfg.attention.kinds:  # encdec's own attention kinds, by name: no Hugging Face layout holds them
-        named = ", ".join(cfg.attention.kinds)
+        named = listed(list(cfg.attention.kinds))
         raise ConfigError(f"model.attention.kinds ({named}) has no Hugging Face family to write it; {LOAD_HINT}")
     family = family_for(cfg)
     for nearest in FAMILIES.values() if family is None else ():  # the one family of a kind (T5Gemma's RoPE)

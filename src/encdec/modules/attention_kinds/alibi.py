@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, listed
 from encdec.modules.attention_kinds.kind import AttentionKind
 
 
@@ -35,7 +35,9 @@ class Alibi(AttentionKind):
     @classmethod
     def declared(cls, settings, heads, causal, key):
         if settings:
-            raise ConfigError(f"{key} takes no settings (its slopes follow from the heads), got {', '.join(settings)}")
+            raise ConfigError(
+                f"{key} takes no settings (its slopes follow from the heads), got {listed(list(settings))}"
+            )
         return cls(heads)
 
     def slopes(self, device: torch.device) -> torch.Tensor:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, listed
 from encdec.modules.attention import additive_mask
 
 
@@ -145,7 +145,7 @@ def declared_kinds(kinds: dict[str, dict], heads: int, causal: bool, table: dict
     made = []
     for name, settings in kinds.items():
         if name not in table:
-            raise ConfigError(f"model.attention.kinds names no kind {name!r}; kinds: {', '.join(sorted(table))}")
+            raise ConfigError(f"model.attention.kinds names no kind {name!r}; kinds: {listed(sorted(table))}")
         made.append(table[name].declared(settings, heads, causal, f"model.attention.kinds.{name}"))
     return tuple(made)
 
