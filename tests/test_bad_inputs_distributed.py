@@ -247,10 +247,11 @@ def test_a_signal_that_reaches_one_process_stops_them_all_at_the_same_step(tmp_p
         time.sleep(0.2)
         if not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").stat().st_size:
             continue
-        for pid in descendants(process.pid):
-            try:
+        for pid in descendants(process.pid):  # parents before children: the first is the worker itself, not a
+            try:  # process it started (a data loader's worker inherits RANK=1 too)
                 if b"RANK=1" in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
                     rank1 = pid
+                    break
             except OSError:
                 continue
     try:
