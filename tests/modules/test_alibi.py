@@ -7,10 +7,11 @@ import torch
 
 from encdec.errors import ConfigError
 from encdec.models import build_model, preset
-from encdec.modules import Attention, AttentionInputs, DecodeState
+from encdec.modules import Attention, AttentionInputs
 from encdec.modules.attention_kinds import KINDS, Causal, Full, layer_mask, score_mod
 from encdec.modules.attention_kinds.alibi import Alibi, alibi_slopes
 from encdec.modules.chunked_attention import LazyMask
+from tests.modules.kinds_kit import assert_cached_equals_whole, named_model_decodes_and_serves
 
 bloom = pytest.importorskip("transformers.models.bloom.modeling_bloom")
 
@@ -72,36 +73,13 @@ def test_flex_attention_reads_the_same_term():
 
 
 def test_cached_decoding_equals_recomputing_the_whole_sequence():
-    torch.manual_seed(0)
-    attn = Attention(d_model=16, n_heads=4, n_kv_heads=2).eval()
-    x, T = torch.randn(2, 12, 16), 12
-    kinds, pos = (Causal(), Alibi(4)), torch.arange(12)
-    full = attn(x, None, AttentionInputs(mask=layer_mask(kinds, None, pos, pos, torch.float32)))
-    state = DecodeState(2, T, "cpu", torch.float32)
-    cache = state.new_caches(1)[0]
-    steps = []
-    for start, end in ((0, 5), (5, 6), (6, 7), (7, 12)):
-        state.ensure(end - start)
-        mask = layer_mask(kinds, None, pos[start:end], pos[:end], torch.float32)
-        steps.append(attn(x[:, start:end], None, AttentionInputs(mask=mask), cache))
-        state.advance(end - start)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert_cached_equals_whole((Causal(), Alibi(4)))
 
 
 def test_a_config_naming_it_decodes_as_its_whole_forward_and_serves_as_generate():
     """model.attention.kinds: {alibi: {}} puts it in every layer of both stacks; greedy decoding over the cache is
-    the argmax of the whole forward over its own output, and a server batch equals generate alone."""
-    import encdec
-    from tests.interop.serving_kit import assert_served_equals_generate_alone, mixed
-
-    torch.manual_seed(0)
-    model = build_model(preset("transformer-tiny", vocab_size=40, dropout=0.0, attention={"kinds": {"alibi": {}}}))
-    model.eval()
+    the whole forward's argmax, and a server batch equals generate alone (kinds_kit); settings are refused."""
+    model = named_model_decodes_and_serves({"alibi": {}})
     assert model.encoder.self_kinds(0)[-1] == Alibi(model.config.n_heads) == model.decoder.self_kinds(1)[-1]
-    src = torch.randint(3, 40, (2, 15), generator=torch.Generator().manual_seed(1))
-    out = encdec.generate(model, src, max_new_tokens=9, eos_token_id=[])
-    with torch.no_grad():
-        assert torch.equal(model(src, out[:, :-1]).logits.argmax(-1), out[:, 1:])
-    assert_served_equals_generate_alone(model, (3, 40), mixed(12))
     with pytest.raises(ConfigError, match=r"^model.attention.kinds.alibi takes no settings .*, got heads$"):
         build_model(preset("transformer-tiny", vocab_size=40, attention={"kinds": {"alibi": {"heads": 2}}}))

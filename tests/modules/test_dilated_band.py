@@ -12,10 +12,11 @@ import encdec
 import encdec.interop.to_hf
 from encdec.errors import ConfigError
 from encdec.models import ModelConfig, build_model, preset
-from encdec.modules import Attention, AttentionInputs, DecodeState
+from encdec.modules import Attention, AttentionInputs
 from encdec.modules.attention_kinds import KINDS, Causal, Full, layer_band, layer_mask, mask_mod
 from encdec.modules.attention_kinds.dilated import DilatedBand
 from encdec.modules.chunked_attention import LazyMask
+from tests.modules.kinds_kit import assert_cached_equals_whole, named_model_decodes_and_serves
 
 
 def formula(T: int, width: int, dilation: int, causal: bool) -> torch.Tensor:
@@ -77,23 +78,8 @@ def test_flex_attention_reads_the_same_rule():
 
 
 def test_cached_decoding_equals_recomputing_the_whole_sequence():
-    """A causal dilated band decoded a few positions at a time over a growing cache, each step's mask the kinds'
-    rule of its positions over the written ones, equals the whole sequence at once."""
-    torch.manual_seed(0)
-    attn = Attention(d_model=16, n_heads=4, n_kv_heads=2).eval()
-    x, T = torch.randn(2, 12, 16), 12
-    kinds = (Causal(), DilatedBand(3, 2, causal=True))
-    pos = torch.arange(T)
-    full = attn(x, None, AttentionInputs(mask=layer_mask(kinds, None, pos, pos, torch.float32)))
-    state = DecodeState(2, T, "cpu", torch.float32)
-    cache = state.new_caches(1)[0]
-    steps = []
-    for start, end in ((0, 5), (5, 6), (6, 7), (7, 12)):
-        state.ensure(end - start)
-        mask = layer_mask(kinds, None, pos[start:end], pos[:end], torch.float32)  # (1, 1, t, written)
-        steps.append(attn(x[:, start:end], None, AttentionInputs(mask=mask), cache))
-        state.advance(end - start)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    """A causal dilated band decoded over a growing cache equals the whole sequence at once (kinds_kit)."""
+    assert_cached_equals_whole((Causal(), DilatedBand(3, 2, causal=True)))
 
 
 DILATED = {"attention": {"kinds": {"dilated_band": {"width": 2, "dilation": 3}}}}  # by its name in KINDS
@@ -116,20 +102,9 @@ def test_an_encoder_of_dilated_layers_attends_the_same_by_chunks_and_whole():
 def test_a_config_naming_it_adds_it_to_every_layer_and_decoding_equals_recomputation():
     """model.attention.kinds adds the kind to each stack's layers (causal in the decoder); greedy decoding over the
     cache equals the argmax of the whole forward recomputed each step, and a server batch equals generate alone."""
-    from tests.interop.serving_kit import assert_served_equals_generate_alone, mixed
-
-    torch.manual_seed(0)
-    model = build_model(preset("transformer-tiny", vocab_size=40, dropout=0.0, **DILATED)).eval()
+    model = named_model_decodes_and_serves(DILATED["attention"]["kinds"])
     assert model.encoder.self_kinds(1)[-1] == DilatedBand(2, 3)
     assert model.decoder.self_kinds(1)[-1] == DilatedBand(2, 3, causal=True)
-    src = torch.randint(3, 40, (2, 15), generator=torch.Generator().manual_seed(1))
-    out = encdec.generate(model, src, max_new_tokens=9, eos_token_id=[])
-    seq = out[:, :1]
-    with torch.no_grad():
-        for _ in range(9):
-            seq = torch.cat((seq, model(src, seq).logits[:, -1].argmax(-1, keepdim=True)), dim=1)
-    assert torch.equal(out, seq)
-    assert_served_equals_generate_alone(model, (3, 40), mixed(12))
 
 
 @pytest.mark.parametrize(
