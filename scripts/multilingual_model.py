@@ -16,9 +16,10 @@ recipe's fine-tuning alone: it starts from nothing.
 
 Written under --out:
     model/                 config.json, generation_config.json, model.safetensors, the tokenizer's files
-    data/en-de.SPLIT.tsv   English<TAB>German, line i of Multi30k's SPLIT.en with line i of SPLIT.de
-    data/de-en.SPLIT.tsv   the same pairs the other way round
-for SPLIT train, validation (Multi30k's val) and test (test_2016_flickr), those whose files exist. Every
+    data/SPLIT_en-de.tsv   English<TAB>German, line i of Multi30k's SPLIT.en with line i of SPLIT.de
+    data/SPLIT_de-en.tsv   the same pairs the other way round
+for SPLIT train, validation (Multi30k's val) and test (test_2016_flickr), those whose files exist (each file's
+name up to its first dot is its own: `encdec evaluate RUN --data FILE` reports in RUN/eval/<that name>). Every
 whitespace run in a sentence (Multi30k's German has one tab and some no-break spaces) becomes one space, so
 no text holds the tab that separates the columns (NLLB's own normalizer maps those spaces alike).
 """
@@ -82,12 +83,12 @@ def read_pairs(data: Path, name: str, limit: int | None) -> list[tuple[str, str]
 
 
 def write_tsvs(splits: dict[str, list[tuple[str, str]]], out: Path) -> list[Path]:
-    """en-de.SPLIT.tsv and de-en.SPLIT.tsv of every split under `out`."""
+    """SPLIT_en-de.tsv and SPLIT_de-en.tsv of every split under `out`."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for split, pairs in splits.items():
         for name, rows in (("en-de", pairs), ("de-en", [(d, e) for e, d in pairs])):
-            path = out / f"{name}.{split}.tsv"
+            path = out / f"{split}_{name}.tsv"
             path.write_text("".join(f"{source}\t{target}\n" for source, target in rows), encoding="utf-8")
             written.append(path)
     return written
@@ -113,6 +114,7 @@ def build_model(out: Path, texts: list[str], vocab_size: int, seed: int):
     import torch
     import transformers
 
+    transformers.utils.logging.disable_progress_bar()  # saving one small file needs no bar
     vocab, merges = train_bpe(texts, vocab_size)
     tokenizer = transformers.NllbTokenizer(
         vocab=vocab, merges=merges, additional_special_tokens=CODES, model_max_length=MODEL["max_position_embeddings"]

@@ -45,14 +45,19 @@ def mt_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("mt")
     (root / "train.tsv").write_text("".join(f"{en}\t{de}\n" for en, de in multi30k("train", 80)))
     (root / "test.tsv").write_text("".join(f"{en}\t{de}\n" for en, de in multi30k("test_2016_flickr", 6)))
+    return trained(root, {"format": "tsv", "train": [str(root / "train.tsv")], "val_fraction": 0.1}, steps=2)
+
+
+def trained(root: Path, data: dict, steps: int) -> Path:
+    """root/run: a tiny Transformer with a byte tokenizer trained `steps` steps on the data section `data`."""
     config = {
         "model": {"preset": "transformer-tiny", "d_model": 32, "n_heads": 4, "d_ff": 64, "dropout": 0.0},
         "tokenizer": {"kind": "byte", "num_sentinels": 0},
-        "data": {"format": "tsv", "train": [str(root / "train.tsv")], "val_fraction": 0.1},
+        "data": data,
         "objective": {"kind": "seq2seq", "max_source_len": 48, "max_target_len": 48},
-        "training": {"steps": 2, "batch_size": 4, "threads": 1, "device": "cpu"},
-        "evaluation": {"interval": 2, "steps": 1},
-        "output": {"save_interval": 2, "keep_last": 1, "plot": False},
+        "training": {"steps": steps, "batch_size": 4, "threads": 1, "device": "cpu"},
+        "evaluation": {"interval": steps, "steps": 1},
+        "output": {"save_interval": steps, "keep_last": 1, "plot": False},
     }
     (root / "mt.yaml").write_text(yaml.safe_dump(config))
     assert main(["train", str(root / "mt.yaml"), "--out", str(root / "run")]) == 0
@@ -181,6 +186,25 @@ def test_a_run_scores_a_test_file_in_its_format_into_its_eval_directory(mt_run, 
         tokens += labels.shape[1]
     assert saved["data"]["reference_tokens"] == tokens
     assert saved["scores"]["test_loss"] == pytest.approx(total / tokens, abs=1e-5)
+
+
+def test_a_run_that_mixed_tsv_corpora_reads_a_test_file_as_its_members_did(tmp_path, capsys):
+    """A mixture's own data.format is the default nobody set (tinystories, which reads a .tsv as one document):
+    a run whose members all read TSV files with a header reads the test file so, its header skipped."""
+    pairs = multi30k("train", 12)
+    for name, rows in (("en-de", pairs), ("de-en", [(de, en) for en, de in pairs])):
+        (tmp_path / f"{name}.tsv").write_text("source\ttarget\n" + "".join(f"{s}\t{t}\n" for s, t in rows))
+    member = {"format": "tsv", "header": True, "val_fraction": 0.25}
+    mixture = [
+        {"name": name.replace("-", "_"), "data": {**member, "train": [str(tmp_path / f"{name}.tsv")]}}
+        for name in ("en-de", "de-en")
+    ]
+    run = trained(tmp_path, {"mixture": mixture}, steps=1)
+    argv = ["evaluate", str(run), "--data", str(tmp_path / "de-en.tsv"), "--max-new-tokens", "2"]
+    assert main([*argv, "--samples", "2"]) == 0
+    saved, _ = report(run / "eval" / "de-en")
+    assert saved["data"]["format"] == "tsv" and saved["data"]["pairs"] == 12  # the header line is no pair
+    assert "written: " in capsys.readouterr().out
 
 
 def test_an_exported_run_scores_as_the_run_does(mt_run, tmp_path):

@@ -98,13 +98,13 @@ def test_the_tsv_files_pair_the_lines_one_to_one(built):
     for split, name in {"train": "train", "validation": "val", "test": "test_2016_flickr"}.items():
         english = [" ".join(text.split()) for text in lines[name]["en"]]
         german = [" ".join(text.split()) for text in lines[name]["de"]]
-        en_de = (out / "data" / f"en-de.{split}.tsv").read_text(encoding="utf-8").split("\n")
-        de_en = (out / "data" / f"de-en.{split}.tsv").read_text(encoding="utf-8").split("\n")
+        en_de = (out / "data" / f"{split}_en-de.tsv").read_text(encoding="utf-8").split("\n")
+        de_en = (out / "data" / f"{split}_de-en.tsv").read_text(encoding="utf-8").split("\n")
         assert en_de == [f"{e}\t{d}" for e, d in zip(english, german, strict=True)] + [""]
         assert de_en == [f"{d}\t{e}" for e, d in zip(english, german, strict=True)] + [""]
-        assert list(iter_tsv_pairs(out / "data" / f"en-de.{split}.tsv")) == list(zip(english, german))
+        assert list(iter_tsv_pairs(out / "data" / f"{split}_en-de.tsv")) == list(zip(english, german))
     assert (
-        (out / "data" / "en-de.train.tsv").read_text(encoding="utf-8").endswith("Two men play\tZwei Männer spielen\n")
+        (out / "data" / "train_en-de.tsv").read_text(encoding="utf-8").endswith("Two men play\tZwei Männer spielen\n")
     )
 
 

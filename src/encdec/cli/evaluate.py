@@ -51,7 +51,7 @@ from encdec.cli.options import (
     whole_number,
 )
 from encdec.cli.output_paths import InputPath, OutputPath, add_model_argument
-from encdec.data.formats import FILE_FORMATS
+from encdec.data.formats import FILE_FORMATS, options_set
 from encdec.errors import ConfigError
 from encdec.evaluation.baselines import uniform_loss
 from encdec.evaluation.encoding import TextEncoding, hf_encoding, run_encoding
@@ -194,9 +194,10 @@ def own_split(args: argparse.Namespace, path: Path, out: Path, device: torch.dev
 
 
 def read_data(args: argparse.Namespace, path: Path, kind: str) -> TestFile:
-    """The --data file, read in --format, else a run's data.format (a file format, not a `datasets` corpus),
-    else its extension's; jsonl options as given, else a run's own where it read the same format."""
-    run_data = saved_config(checkpoint_at(path, args.checkpoint)).data if kind != "hf" else None
+    """The --data file, read in --format, else a run's data.format (a file format, not a `datasets` corpus;
+    a mixture's members' where they agree), else its extension's; reader options as given, else a run's own
+    where it read the same format."""
+    run_data = corpus_section(saved_config(checkpoint_at(path, args.checkpoint)).data) if kind != "hf" else None
     fmt = args.format or (run_data.format if run_data and run_data.format in FILE_FORMATS else infer_format(args.data))
     defaults = vars(run_data) if run_data and run_data.format == fmt else None
     test = read_test_file(args.data, fmt, reader_options(fmt, given_reader_options(args), defaults))
@@ -209,6 +210,16 @@ def read_data(args: argparse.Namespace, path: Path, kind: str) -> TestFile:
                 "between documents)"
             )
     return test
+
+
+def corpus_section(data):
+    """The data section a run read its corpora by: its own, or for a mixture (whose own format is the unused
+    default) the first member's where every member read one format with the same options, else None."""
+    if not data.mixture:
+        return data
+    first = data.mixture[0].data
+    same = all((m.data.format, options_set(m.data)) == (first.format, options_set(first)) for m in data.mixture)
+    return first if same else None
 
 
 def report_dir(args: argparse.Namespace, path: Path, kind: str) -> Path:
