@@ -96,7 +96,7 @@ def write_tsvs(splits: dict[str, list[tuple[str, str]]], out: Path) -> list[Path
 
 def train_bpe(texts: list[str], vocab_size: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """(vocab, merges) of a BPE trained on `texts` as NLLB's tokenizer reads text (Metaspace, "▁" before each
-    word), its ids 0-3 fairseq's specials; `vocab_size` counts the codes and <mask> NllbTokenizer adds after."""
+    word), its ids 0-3 fairseq's specials, then the pieces, the language codes and <mask>, NLLB's order."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -106,7 +106,9 @@ def train_bpe(texts: list[str], vocab_size: int) -> tuple[dict[str, int], list[t
     tokenizer.train_from_iterator(texts, trainer)
     model = json.loads(tokenizer.to_str())["model"]
     merges = [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in model["merges"]]
-    return model["vocab"], merges
+    vocab, after = model["vocab"], len(model["vocab"])
+    vocab.update({token: after + i for i, token in enumerate([*CODES, "<mask>"])})
+    return vocab, merges
 
 
 def build_model(out: Path, texts: list[str], vocab_size: int, seed: int):

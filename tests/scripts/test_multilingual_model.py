@@ -83,8 +83,9 @@ def test_the_tokenizer_places_the_language_codes_as_nllb_s(built):
     model_dir = built[0] / "model"
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, src_lang="deu_Latn", tgt_lang="eng_Latn")
     codes = tokenizer.convert_tokens_to_ids(["eng_Latn", "deu_Latn", "fra_Latn"])
-    assert min(codes) > max(tokenizer.convert_tokens_to_ids(["<s>", "<pad>", "</s>", "<unk>"])) == 3
+    last = script().CODES + ["<mask>"]  # NLLB's order: fairseq's four, the pieces, the codes, <mask>
     assert tokenizer.convert_ids_to_tokens([0, 1, 2, 3]) == ["<s>", "<pad>", "</s>", "<unk>"]
+    assert tokenizer.convert_tokens_to_ids(last) == list(range(400 - len(last), 400))
     pieces = tokenizer("Ein Hund", add_special_tokens=False)["input_ids"]
     assert tokenizer.convert_ids_to_tokens(pieces)[0].startswith("\u2581")  # NLLB's Metaspace: "▁" before a word
     assert tokenizer("Ein Hund")["input_ids"] == [codes[1], *pieces, 2]  # [deu_Latn] Ein Hund </s>
