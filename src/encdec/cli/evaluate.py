@@ -72,10 +72,9 @@ from encdec.runs.load import checkpoint_at
 from encdec.runs.open import OpenedModel, model_kind, open_model
 from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import check_not_symlink, output_path, refuse_unsafe_output
-from encdec.tokenizers.languages import source_tokenizer
 from encdec.training.distributed import DistInfo
 from encdec.training.run_config import saved_config
-from encdec.training.run_data import build_run_data
+from encdec.training.run_data import build_run_data, generation_view
 from encdec.training.samples import sample_pairs
 from encdec.training.validation import evaluate
 
@@ -194,9 +193,10 @@ def own_split(args: argparse.Namespace, path: Path, out: Path, device: torch.dev
 
 
 def read_data(args: argparse.Namespace, path: Path, kind: str) -> TestFile:
-    """The --data file, read in --format, else a run's data.format (a file format, not a `datasets` corpus),
-    else its extension's; jsonl options as given, else a run's own where it read the same format."""
-    run_data = saved_config(checkpoint_at(path, args.checkpoint)).data if kind != "hf" else None
+    """The --data file, read in --format, else a run's data.format (a file format, not a `datasets` corpus; a
+    mixture's first member's), else its extension's; jsonl options as given, else a run's own where it read the
+    same format."""
+    run_data = generation_view(saved_config(checkpoint_at(path, args.checkpoint))).data if kind != "hf" else None
     fmt = args.format or (run_data.format if run_data and run_data.format in FILE_FORMATS else infer_format(args.data))
     defaults = vars(run_data) if run_data and run_data.format == fmt else None
     test = read_test_file(args.data, fmt, reader_options(fmt, given_reader_options(args), defaults))
@@ -279,11 +279,9 @@ def text_encoding(opened: OpenedModel, options: dict) -> TextEncoding:
     src_lang, tgt_lang = options.get("src_lang"), options.get("tgt_lang")
     if opened.run is None:
         return hf_encoding(opened.text, opened.model.config.eos_id, src_lang, tgt_lang)
-    if src_lang is not None:
-        source_tokenizer(opened.text, src_lang)  # a run's tokenizer places no language code: one sentence
     text, tokenizer = opened.run.description.text, opened.run.tokenizer
     mode = tokenizer.special_id("[S]") if text.mode_tokens else None
-    return run_encoding(opened.run.text, tokenizer, text.target_template, mode)
+    return run_encoding(opened.run.text, tokenizer, text.target_template, mode, src_lang, tgt_lang)
 
 
 def report(paths: list[Path]) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from encdec.data.objectives.seq2seq import pair_ends
 from encdec.generation.text_generator import TextGenerator
 from encdec.tokenizers import Tokenizer
 from encdec.tokenizers.languages import code_placement, in_language
@@ -36,14 +37,26 @@ class TextEncoding:
         return TextGenerator(self.text).encode(sources, self.src_lang)
 
 
-def run_encoding(text, tokenizer: Tokenizer, target_template: str = "{target}", mode_id: int | None = None):
-    """A run's encoding: `text` its RunTokenizer, references `target_template`d and closed by EOS as its
-    seq2seq objective closed them, and UL2's [S] token (`mode_id`) before an input where it trained with
-    mode tokens."""
+def run_encoding(
+    text,
+    tokenizer: Tokenizer,
+    target_template: str = "{target}",
+    mode_id: int | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+):
+    """A run's encoding: `text` its RunTokenizer, sources in `src_lang` (else the language the run was trained
+    in), references `target_template`d and closed by EOS as its seq2seq objective closed them, with the codes of
+    `tgt_lang` (else its trained one) where the run has codes, and UL2's [S] token (`mode_id`) before an input
+    where it trained with mode tokens."""
+    code = text.language("tgt_lang", tgt_lang)
+    if code is not None:
+        text.multilingual("tgt_lang")  # a run without codes: one sentence, before any work
+    ends = pair_ends(tokenizer, None, code)
 
     def encode_targets(texts: list[str]) -> list[list[int]]:
         rows = tokenizer.encode([target_template.format(target=t) for t in texts])
-        return [[*row, tokenizer.eos_id] for row in rows]
+        return [[*ends.target_start, *row, *ends.target_end] for row in rows]
 
     return TextEncoding(
         text,
@@ -51,6 +64,7 @@ def run_encoding(text, tokenizer: Tokenizer, target_template: str = "{target}", 
         lambda texts: tokenizer.encode(list(texts)),
         text.max_length,
         [mode_id] if mode_id is not None else [],
+        src_lang=src_lang,
     )
 
 
