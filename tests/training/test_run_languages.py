@@ -246,3 +246,50 @@ def test_a_run_in_two_directions_trains_on_both_and_is_served_in_each(nllb_dir, 
         server.stop()
     assert served == alone
     assert refused[0] == 422 and refused[1]["error"].startswith("this run was trained in 2 directions")
+
+
+def test_an_mbart_run_in_languages_trains_and_scores_as_transformers_mbart(tmp_path, capsys):
+    """mBART puts a target's code last and starts its decoder from it: the run's first loss and `encdec
+    evaluate`'s test loss equal transformers' MBartForConditionalGeneration's loss on the tokenizer's
+    labels (its own shift_tokens_right making the decoder's inputs)."""
+    from tests.tokenizers.language_kit import mbart
+
+    path = tmp_path / "mbart"
+    tokenizer = mbart()
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(0)
+    config = transformers.MBartConfig(vocab_size=len(tokenizer), dropout=0.0, **parity_kit.BART_SHAPE)
+    transformers.MBartForConditionalGeneration(config).save_pretrained(path)
+    words = ["the cat", "a dog", "sat at the gate", "that mat", "the end of a line"]
+    pairs = [(f"{a} {b}", f"{b} {a}") for a in words for b in words]
+    tsv = write_tsv(tmp_path / "pairs.tsv", [s for s, _ in pairs], [t for _, t in pairs])
+    config = {
+        "data": {"format": "tsv", "train": [str(tsv)], "src_lang": "en_XX", "tgt_lang": "de_DE"},
+        "objective": {"kind": "seq2seq", "max_source_len": 32, "max_target_len": 32},
+        "training": {"init_from": str(path), "steps": 1, "batch_size": 4, "device": "cpu"},
+        "model": {"dropout": 0.0},
+        "optimizer": {"lr": 1e-12},
+        "evaluation": {"steps": 1, "generate": 0},
+    }
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    assert main(["train", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "run")]) == 0
+    from encdec.training.metrics import read_metrics
+    from encdec.training.run_config import load_config
+    from encdec.training.run_data import build_run_data
+
+    run = load_run(tmp_path / "run", "latest")
+    batch = build_run_data(load_config(run.checkpoint.config), tmp_path / "again", run.checkpoint.tokenizer)
+    batch = batch.train.next_batch()
+    reference = transformers.MBartForConditionalGeneration.from_pretrained(path).eval()
+    with torch.no_grad():
+        labels = batch.labels.masked_fill(batch.labels < 0, -100)
+        expected = reference(input_ids=batch.src_ids, attention_mask=batch.src_mask.long(), labels=labels).loss
+    first = next(r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train")
+    assert first["loss"] == pytest.approx(expected.item(), abs=1e-4)
+    test = write_tsv(tmp_path / "test.tsv", ["the cat sat"], ["a dog at the gate"])
+    assert main(["evaluate", str(tmp_path / "run"), "--data", str(test), "--out", str(tmp_path / "eval")]) == 0
+    scored = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    theirs = mbart(src_lang="en_XX", tgt_lang="de_DE")("the cat sat", text_target="a dog at the gate")
+    with torch.no_grad():
+        loss = reference(**{k: torch.tensor([v]) for k, v in theirs.items()}).loss
+    assert scored["scores"]["test_loss"] == pytest.approx(loss.item(), abs=1e-4)
