@@ -251,7 +251,8 @@ def test_a_run_in_two_directions_trains_on_both_and_is_served_in_each(nllb_dir, 
 def test_an_mbart_run_in_languages_trains_and_scores_as_transformers_mbart(tmp_path, capsys):
     """mBART puts a target's code last and starts its decoder from it: the run's first loss and `encdec
     evaluate`'s test loss equal transformers' MBartForConditionalGeneration's loss on the tokenizer's
-    labels (its own shift_tokens_right making the decoder's inputs)."""
+    labels (its own shift_tokens_right making the decoder's inputs); and `encdec generate` of the mBART directory
+    with --tgt-lang starts the decoder from the code, as transformers' run_translation.py has mBART generate."""
     from tests.tokenizers.language_kit import mbart
 
     path = tmp_path / "mbart"
@@ -293,3 +294,12 @@ def test_an_mbart_run_in_languages_trains_and_scores_as_transformers_mbart(tmp_p
     with torch.no_grad():
         loss = reference(**{k: torch.tensor([v]) for k, v in theirs.items()}).loss
     assert scored["scores"]["test_loss"] == pytest.approx(loss.item(), abs=1e-4)
+    (tmp_path / "in.txt").write_text("the cat sat\na dog\n")
+    capsys.readouterr()
+    flags = ["-i", str(tmp_path / "in.txt"), "--src-lang", "en_XX", "--tgt-lang", "de_DE", "--max-new-tokens", "6"]
+    assert main(["generate", str(path), *flags]) == 0  # the Hugging Face directory: run_translation.py's way
+    encoded = mbart(src_lang="en_XX")(["the cat sat", "a dog"], return_tensors="pt", padding=True)
+    start = tokenizer.convert_tokens_to_ids("de_DE")
+    ids = reference.generate(**encoded, decoder_start_token_id=start, max_new_tokens=6)
+    expected = [t.strip() for t in tokenizer.batch_decode(ids[:, 1:], skip_special_tokens=True)]
+    assert capsys.readouterr().out.splitlines() == expected
