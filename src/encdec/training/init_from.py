@@ -18,16 +18,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from encdec.errors import CheckpointError
+from encdec.errors import CheckpointError, ConfigError
 from encdec.interop import load_hf
 from encdec.interop.hub_ids import resolve_model
 from encdec.models import ModelConfig
+from encdec.models.parameter_count import weight_shapes
 from encdec.runs.checkpoint import load_state, load_weights
+from encdec.runs.description import read_model_config
 from encdec.runs.load import read_generation
+from encdec.runs.model_section import PROVISIONAL_TOKENS, ModelSection
 from encdec.runs.open import model_kind
 from encdec.runs.run_dir import CheckpointDir, RunDir
+from encdec.schema import short
 from encdec.training.adaptation import adapted_weights
 from encdec.training.run_config import saved_config
+from encdec.training.same_run import flatten
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,9 @@ class Pretrained:
     generation: dict[str, Any] = field(default_factory=dict)
     adapted: bool = False  # a decoder-only model's weights, for an encoder-decoder (training.adaptation)
     decoder: "Pretrained | None" = None  # an unbalanced adaptation's decoder source (training.init_decoder_from)
+    # the vocabulary size and special ids its model was built with, where its section sets none (a run's
+    # tokenizer decided them: its model.json says them; stand-ins for a checkpoint from before model.json)
+    tokens: dict[str, int] = field(default_factory=lambda: dict(PROVISIONAL_TOKENS))
 
 
 def load_pretrained(name: str, label: str = "training.init_from ") -> Pretrained:
@@ -67,7 +75,12 @@ def from_checkpoint(checkpoint: CheckpointDir) -> Pretrained:
     """What one checkpoint of a run holds, as a starting point."""
     section = saved_config(checkpoint).model
     weights = load_weights(checkpoint.model)
-    return Pretrained(checkpoint.path, "run", section, checkpoint.tokenizer, weights, read_generation(checkpoint))
+    tokens = dict(PROVISIONAL_TOKENS)
+    if checkpoint.model_config.exists():
+        built = read_model_config(checkpoint)
+        tokens = {key: getattr(built, key) for key in tokens}
+    generation = read_generation(checkpoint)
+    return Pretrained(checkpoint.path, "run", section, checkpoint.tokenizer, weights, generation, tokens=tokens)
 
 
 def model_section(cfg: ModelConfig) -> dict[str, Any]:
@@ -76,6 +89,40 @@ def model_section(cfg: ModelConfig) -> dict[str, Any]:
     if section["research"] == ModelConfig().to_dict()["research"]:
         del section["research"]
     return section
+
+
+def check_weights_fit(section: ModelSection, pretrained: Pretrained) -> None:
+    """ConfigError (one sentence) where the fine-tuning run's model `section` (its keys over the source's)
+    changes the shape of any of the source's weights, so that they would not load: both models are built on the
+    meta device (shapes without storage) and compared, and the first setting whose own change alters a shape is
+    named with both values. Keys that change no shape (dropout, norms.eps) are the run's to set."""
+    source = ModelSection(pretrained.model_section).build(**pretrained.tokens)
+    shapes = weight_shapes(source)
+    asked = section.build(**pretrained.tokens)
+    if weight_shapes(asked) == shapes:
+        return
+    theirs, ours = flatten(source.to_dict()), flatten(asked.to_dict())
+    differ = [key for key in {**ours, **theirs} if ours.get(key) != theirs.get(key)]
+    key = next((key for key in differ if reshapes(source, key, ours.get(key), shapes)), differ[0])
+    raise ConfigError(
+        f"model.{key} {short(ours.get(key))} contradicts training.init_from's model ({key} "
+        f"{short(theirs.get(key))}): its weights would not fit; drop the key or train from scratch"
+    )
+
+
+def reshapes(cfg: ModelConfig, key: str, value: Any, shapes: dict[str, tuple[int, ...]]) -> bool:
+    """Whether `cfg` with the setting `key` (dotted: "positions.max") set to `value` alone builds weights of other
+    shapes than `shapes`; False where that change alone is no model its family builds."""
+    values = cfg.to_dict()
+    *spec, name = key.split(".")
+    inner = values
+    for part in spec:
+        inner = inner[part]
+    inner[name] = value
+    try:
+        return weight_shapes(ModelConfig.from_dict(values)) != shapes
+    except ConfigError:
+        return False
 
 
 def load_pretrained_weights(model: nn.Module, pretrained: Pretrained) -> dict[str, Any] | None:
