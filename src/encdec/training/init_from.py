@@ -11,7 +11,9 @@ is, is encdec.runs' decision (`model_kind`).
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from encdec.errors import CheckpointError, ConfigError
 from encdec.interop import load_hf
 from encdec.interop.hub_ids import resolve_model
 from encdec.models import ModelConfig
-from encdec.models.parameter_count import weight_shapes
+from encdec.models.parameter_count import meta_model, weight_shapes
 from encdec.runs.checkpoint import load_state, load_weights
 from encdec.runs.description import read_model_config
 from encdec.runs.load import read_generation
@@ -30,7 +32,7 @@ from encdec.runs.model_section import PROVISIONAL_TOKENS, ModelSection
 from encdec.runs.open import model_kind
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.schema import short
-from encdec.training.adaptation import adapted_weights
+from encdec.training.adaptation import adapted_weights, matched
 from encdec.training.run_config import saved_config
 from encdec.training.same_run import flatten
 
@@ -93,26 +95,45 @@ def model_section(cfg: ModelConfig) -> dict[str, Any]:
 
 def check_weights_fit(section: ModelSection, pretrained: Pretrained) -> None:
     """ConfigError (one sentence) where the fine-tuning run's model `section` (its keys over the source's)
-    changes the shape of any of the source's weights, so that they would not load: both models are built on the
-    meta device (shapes without storage) and compared, and the first setting whose own change alters a shape is
-    named with both values. Keys that change no shape (dropout, norms.eps) are the run's to set."""
+    changes the shape of any of the weights the source gives it, so that they would not load: the model it builds
+    is built on the meta device (shapes without storage) and compared with the source's, and the first setting
+    whose own change alters a shape is named with both values. Keys that change no shape (dropout, norms.eps) are
+    the run's to set. An adaptation's source is its encoder-decoder section, its weights matched one by one."""
     source = ModelSection(pretrained.model_section).build(**pretrained.tokens)
-    shapes = weight_shapes(source)
+    fits = partial(adaptable, pretrained) if pretrained.adapted else partial(same_shapes, weight_shapes(source))
     asked = section.build(**pretrained.tokens)
-    if weight_shapes(asked) == shapes:
+    if fits(asked):
         return
     theirs, ours = flatten(source.to_dict()), flatten(asked.to_dict())
     differ = [key for key in {**ours, **theirs} if ours.get(key) != theirs.get(key)]
-    key = next((key for key in differ if reshapes(source, key, ours.get(key), shapes)), differ[0])
+    if not differ:  # the source's own model does not fit its weights: its loading says where
+        return
+    key = next((key for key in differ if reshapes_alone(source, key, ours.get(key), fits)), differ[0])
     raise ConfigError(
         f"model.{key} {short(ours.get(key))} contradicts training.init_from's model ({key} "
         f"{short(theirs.get(key))}): its weights would not fit; drop the key or train from scratch"
     )
 
 
-def reshapes(cfg: ModelConfig, key: str, value: Any, shapes: dict[str, tuple[int, ...]]) -> bool:
-    """Whether `cfg` with the setting `key` (dotted: "positions.max") set to `value` alone builds weights of other
-    shapes than `shapes`; False where that change alone is no model its family builds."""
+def same_shapes(shapes: dict[str, tuple[int, ...]], cfg: ModelConfig) -> bool:
+    """Whether the model `cfg` describes holds weights of exactly `shapes`."""
+    return weight_shapes(cfg) == shapes
+
+
+def adaptable(pretrained: Pretrained, cfg: ModelConfig) -> bool:
+    """Whether every weight of the encoder-decoder `cfg` describes has one of its shape to start from in the
+    adapted decoder-only models (adaptation.matched)."""
+    decoder, target = pretrained.decoder, meta_model(cfg).state_dict()
+    try:
+        matched(target, pretrained.weights, decoder.weights if decoder else None)
+    except ConfigError:
+        return False
+    return True
+
+
+def reshapes_alone(cfg: ModelConfig, key: str, value: Any, fits: Callable[[ModelConfig], bool]) -> bool:
+    """Whether `cfg` with the setting `key` (dotted: "positions.max") set to `value` alone is a model whose weights
+    do not fit (`fits`); False where that change alone is no model its family builds."""
     values = cfg.to_dict()
     *spec, name = key.split(".")
     inner = values
@@ -120,7 +141,7 @@ def reshapes(cfg: ModelConfig, key: str, value: Any, shapes: dict[str, tuple[int
         inner = inner[part]
     inner[name] = value
     try:
-        return weight_shapes(ModelConfig.from_dict(values)) != shapes
+        return not fits(ModelConfig.from_dict(values))
     except ConfigError:
         return False
 

@@ -29,6 +29,7 @@ from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.state import TrainState, check_rng_states, read_saved_state
 from encdec.safe_paths import write_atomic
 from encdec.sizing import choose_threads
+from encdec.tokenizers.pretrained import check_tokenizer_files
 from encdec.training import distributed
 from encdec.training.adaptation import ADAPTATION_FILE, adapted_section, wants_adaptation, warmup_frozen
 from encdec.training.adaptation import summary as adaptation_summary
@@ -126,8 +127,9 @@ def starting_point(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bo
             )
         cfg = source_decides(cfg, pretrained)
         model = cfg.model.over(pretrained.model_section)
-        if not pretrained.adapted:  # an adaptation's weights are matched one by one (adaptation.adapted_weights)
-            check_weights_fit(model, pretrained)  # before the run directory is made or any data read
+        if pretrained.kind == "hf":  # a source without its tokenizer is said before the config is compared with it
+            check_tokenizer_files(pretrained.tokenizer_dir)
+        check_weights_fit(model, pretrained)  # before the run directory is made or any data read
         return StartingPoint(replace(cfg, model=model), pretrained=pretrained)
     return StartingPoint(cfg)
 
