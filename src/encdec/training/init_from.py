@@ -6,7 +6,9 @@
 
 Either way the model section, the weights, the tokenizer and the generation defaults
 come from there; the fine-tuning config's own model keys (dropout, say) go on top, and
-the merged section is what the new run saves, so it is self-contained. Which kind a path
+the merged section is what the new run saves, so it is self-contained. A key that would change
+the shape of a weight the source gives (d_model, n_heads, a family) is one sentence before anything
+is written (`check_weights_fit`). Which kind a path
 is, is encdec.runs' decision (`model_kind`).
 """
 
