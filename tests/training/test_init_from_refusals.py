@@ -2,11 +2,18 @@
 one sentence naming the key and both values, before the run directory is made or any data read (issue 58);
 a key that changes no shape (dropout, norms.eps) goes on top of the source's."""
 
+from pathlib import Path
+
+import pytest
 import yaml
 
 from encdec.cli import main
+from encdec.errors import ConfigError
 from encdec.runs.load import load_run
+from encdec.runs.model_section import ModelSection
+from encdec.training.init_from import check_weights_fit, load_pretrained
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FAST = ["--set", "training.steps=2", "--set", "output.save_interval=2", "--set", "evaluation.interval=2"]
 
 
@@ -48,3 +55,12 @@ def test_keys_that_change_no_shape_go_on_top_of_the_source_s_model(tmp_path, tin
     assert (model.d_model, model.dropout, model.norms.eps) == (32, 0.0, 1e-5)
     written = yaml.safe_load((tuned / "config.yaml").read_text())["model"]
     assert written["dropout"] == 0.0 and written["norms"]["eps"] == 1e-5
+
+
+def test_a_checkpoint_from_before_model_json_is_checked_with_stand_in_token_ids():
+    """Its section leaves the vocabulary to the tokenizer, and nothing says the ids it was built with: both models
+    are built with the same stand-ins, so a shape-free key passes and a width is refused as for any run."""
+    pretrained = load_pretrained(str(FIXTURES / "checkpoint_2ba69c1" / "run"))
+    check_weights_fit(ModelSection({"dropout": 0.0}, overlay=True).over(pretrained.model_section), pretrained)
+    with pytest.raises(ConfigError, match=r"^model.d_ff 8 contradicts training.init_from's model \(d_ff 64\)"):
+        check_weights_fit(ModelSection({"d_ff": 8}, overlay=True).over(pretrained.model_section), pretrained)
