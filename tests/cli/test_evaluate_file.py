@@ -188,9 +188,9 @@ def test_a_run_scores_a_test_file_in_its_format_into_its_eval_directory(mt_run, 
     assert saved["scores"]["test_loss"] == pytest.approx(total / tokens, abs=1e-5)
 
 
-def test_a_run_that_mixed_tsv_corpora_reads_a_test_file_as_its_members_did(tmp_path, capsys):
+def test_a_run_that_mixed_tsv_corpora_reads_a_test_file_as_its_first_member_did(tmp_path, capsys):
     """A mixture's own data.format is the default nobody set (tinystories, which reads a .tsv as one document):
-    a run whose members all read TSV files with a header reads the test file so, its header skipped."""
+    a run whose first member read TSV files with a header reads the test file so, its header skipped."""
     pairs = multi30k("train", 12)
     for name, rows in (("en-de", pairs), ("de-en", [(de, en) for en, de in pairs])):
         (tmp_path / f"{name}.tsv").write_text("source\ttarget\n" + "".join(f"{s}\t{t}\n" for s, t in rows))

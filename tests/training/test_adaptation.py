@@ -10,6 +10,7 @@ within the warm-up bitwise, and an export transformers reloads. A run's model se
 decoder-only family's defaults."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -21,9 +22,10 @@ from encdec.errors import ConfigError
 from encdec.models import ModelConfig
 from encdec.models.config_specs import overlaid
 from encdec.runs.checkpoint import load_weights
+from encdec.runs.model_section import ModelSection
 from encdec.runs.run_dir import RunDir
 from encdec.training.adaptation import adapted_section, adapted_weights, source_name
-from encdec.training.init_from import load_pretrained
+from encdec.training.init_from import check_weights_fit, load_pretrained
 from tests.interop.gemma_kit import VOCAB, tokenizer_json
 
 transformers = pytest.importorskip("transformers")
@@ -247,6 +249,34 @@ def test_what_an_unbalanced_adaptation_refuses_is_one_sentence(
     alone = run_config(tmp_path / "b.yaml", gemma2, tinystories_path, 2, cross_attention_warmup=2)
     assert main(["train", str(alone), "--out", str(tmp_path / "alone")]) == 2
     assert "set training.init_decoder_from, or drop the warm-up" in capsys.readouterr().err
+
+
+def test_a_key_that_reshapes_a_copied_weight_is_one_sentence_and_the_fresh_cross_attention_is_the_run_s(
+    gemma2, wider_gemma2, tinystories_path, tmp_path, capsys
+):
+    """Beside an adaptation too, a model key that changes the shape of a weight the source gives is refused before
+    the run directory is made (issue 58); the unbalanced adaptation's cross-attention is fresh, so its shape is
+    the run's to choose, while the balanced one copies it from self-attention."""
+    config = run_config(tmp_path / "a.yaml", gemma2, tinystories_path, 2)
+    capsys.readouterr()
+    assert main(["train", str(config), "--out", str(tmp_path / "run"), "--set", "model.d_ff=96"]) == 2
+    assert capsys.readouterr().err == (
+        "encdec: error: model.d_ff 96 contradicts training.init_from's model (d_ff 64): its weights would not fit; "
+        "drop the key or train from scratch\n"
+    )
+    assert not (tmp_path / "run").exists()
+    encoder_source, decoder_source = load_pretrained(str(wider_gemma2)), load_pretrained(str(gemma2))
+    asked = ModelSection({"family": "encoder_decoder", "cross_attention": {"n_kv_heads": 1}}, overlay=True)
+    unbalanced = replace(
+        encoder_source,
+        model_section=adapted_section(encoder_source.model_section, decoder_source.model_section),
+        adapted=True,
+        decoder=decoder_source,
+    )
+    check_weights_fit(asked.over(unbalanced.model_section), unbalanced)
+    balanced = replace(decoder_source, model_section=adapted_section(decoder_source.model_section), adapted=True)
+    with pytest.raises(ConfigError, match=r"^model.cross_attention.n_kv_heads 1 contradicts training.init_from's"):
+        check_weights_fit(asked.over(balanced.model_section), balanced)
 
 
 def test_a_run_s_section_adapts_with_the_decoder_only_family_s_defaults_and_the_decoder_computes_the_source():

@@ -291,3 +291,18 @@ def test_init_from_says_what_it_decides_in_the_config_s_place_and_config_yaml_re
     )  # the source's, not the preset's
     written = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert "preset" not in written["model"] and written.get("tokenizer", {}).get("kind") != "bpe"
+
+
+def test_a_model_key_that_reshapes_a_hugging_face_source_s_weights_is_one_sentence(
+    hf_t5_dir, tmp_path, shared_data, capsys
+):
+    """A width beside a Hugging Face directory's init_from contradicts its weights: one sentence with both values,
+    no run directory (tests/training/test_init_from_refusals.py holds the run-source cases)."""
+    capsys.readouterr()
+    assert finetune(hf_t5_dir, tmp_path / "run", shared_data, "model.d_ff=96") == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "encdec: error: model.d_ff 96 contradicts training.init_from's model (d_ff 48): its weights would not fit; "
+        "drop the key or train from scratch\n"
+    )
+    assert not (tmp_path / "run").exists()

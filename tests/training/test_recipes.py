@@ -64,7 +64,11 @@ def test_dialogsum_fine_tune_starts_from_the_pretrained_run(tmp_path, tiny_confi
     capsys.readouterr()
     wrong = ["--set", "model.d_model=48", "--out", str(tmp_path / "wrong")]
     assert main(args + wrong) == 2
-    assert "does not match the pretrained run" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "encdec: error: model.d_model 48 contradicts training.init_from's model (d_model 32): its weights would not "
+        "fit; drop the key or train from scratch\n"
+    )
+    assert not (tmp_path / "wrong").exists()  # said before the run directory is made
 
 
 def test_passkey_recipe_trains_on_the_files_encdec_data_passkey_writes(tmp_path, shared_data):

@@ -51,7 +51,7 @@ from encdec.cli.options import (
     whole_number,
 )
 from encdec.cli.output_paths import InputPath, OutputPath, add_model_argument
-from encdec.data.formats import FILE_FORMATS, options_set
+from encdec.data.formats import FILE_FORMATS
 from encdec.errors import ConfigError
 from encdec.evaluation.baselines import uniform_loss
 from encdec.evaluation.encoding import TextEncoding, hf_encoding, run_encoding
@@ -72,10 +72,9 @@ from encdec.runs.load import checkpoint_at
 from encdec.runs.open import OpenedModel, model_kind, open_model
 from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import check_not_symlink, output_path, refuse_unsafe_output
-from encdec.tokenizers.languages import source_tokenizer
 from encdec.training.distributed import DistInfo
 from encdec.training.run_config import saved_config
-from encdec.training.run_data import build_run_data
+from encdec.training.run_data import build_run_data, generation_view
 from encdec.training.samples import sample_pairs
 from encdec.training.validation import evaluate
 
@@ -194,10 +193,10 @@ def own_split(args: argparse.Namespace, path: Path, out: Path, device: torch.dev
 
 
 def read_data(args: argparse.Namespace, path: Path, kind: str) -> TestFile:
-    """The --data file, read in --format, else a run's data.format (a file format, not a `datasets` corpus;
-    a mixture's members' where they agree), else its extension's; reader options as given, else a run's own
-    where it read the same format."""
-    run_data = corpus_section(saved_config(checkpoint_at(path, args.checkpoint)).data) if kind != "hf" else None
+    """The --data file, read in --format, else a run's data.format (a file format, not a `datasets` corpus; a
+    mixture's first member's), else its extension's; jsonl options as given, else a run's own where it read the
+    same format."""
+    run_data = generation_view(saved_config(checkpoint_at(path, args.checkpoint))).data if kind != "hf" else None
     fmt = args.format or (run_data.format if run_data and run_data.format in FILE_FORMATS else infer_format(args.data))
     defaults = vars(run_data) if run_data and run_data.format == fmt else None
     test = read_test_file(args.data, fmt, reader_options(fmt, given_reader_options(args), defaults))
@@ -210,16 +209,6 @@ def read_data(args: argparse.Namespace, path: Path, kind: str) -> TestFile:
                 "between documents)"
             )
     return test
-
-
-def corpus_section(data):
-    """The data section a run read its corpora by: its own, or for a mixture (whose own format is the unused
-    default) the first member's where every member read one format with the same options, else None."""
-    if not data.mixture:
-        return data
-    first = data.mixture[0].data
-    same = all((m.data.format, options_set(m.data)) == (first.format, options_set(first)) for m in data.mixture)
-    return first if same else None
 
 
 def report_dir(args: argparse.Namespace, path: Path, kind: str) -> Path:
@@ -290,11 +279,9 @@ def text_encoding(opened: OpenedModel, options: dict) -> TextEncoding:
     src_lang, tgt_lang = options.get("src_lang"), options.get("tgt_lang")
     if opened.run is None:
         return hf_encoding(opened.text, opened.model.config.eos_id, src_lang, tgt_lang)
-    if src_lang is not None:
-        source_tokenizer(opened.text, src_lang)  # a run's tokenizer places no language code: one sentence
     text, tokenizer = opened.run.description.text, opened.run.tokenizer
     mode = tokenizer.special_id("[S]") if text.mode_tokens else None
-    return run_encoding(opened.run.text, tokenizer, text.target_template, mode)
+    return run_encoding(opened.run.text, tokenizer, text.target_template, mode, src_lang, tgt_lang)
 
 
 def report(paths: list[Path]) -> None:

@@ -12,9 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from encdec.data.objectives.seq2seq import pair_ends
 from encdec.generation.text_generator import TextGenerator
 from encdec.tokenizers import Tokenizer
-from encdec.tokenizers.languages import code_placement, in_language
+from encdec.tokenizers.languages import code_placement, code_starts_decoder, in_language, language_id
 
 PROBE = "a b"  # a text encoded with and without special tokens: what is added is the input's wrapping
 
@@ -30,20 +31,35 @@ class TextEncoding:
     input_prefix: Sequence[int] = field(default_factory=list)  # special tokens before an input: a mode token, <s>
     input_suffix: Sequence[int] = field(default_factory=list)  # after it: T5's </s>
     src_lang: str | None = None  # the language sources are encoded in (a multilingual tokenizer's code)
+    decoder_start: int | None = (
+        None  # the token references are scored from (mBART's: the target's code); None: the model's
+    )
 
     def encode_sources(self, sources: list[str]) -> dict:
         """Sources as generation gets them (TextGenerator.encode): input_ids, attention_mask (B, S)."""
         return TextGenerator(self.text).encode(sources, self.src_lang)
 
 
-def run_encoding(text, tokenizer: Tokenizer, target_template: str = "{target}", mode_id: int | None = None):
-    """A run's encoding: `text` its RunTokenizer, references `target_template`d and closed by EOS as its
-    seq2seq objective closed them, and UL2's [S] token (`mode_id`) before an input where it trained with
-    mode tokens."""
+def run_encoding(
+    text,
+    tokenizer: Tokenizer,
+    target_template: str = "{target}",
+    mode_id: int | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+):
+    """A run's encoding: `text` its RunTokenizer, sources in `src_lang` (else the language the run was trained
+    in), references `target_template`d and closed by EOS as its seq2seq objective closed them, with the codes of
+    `tgt_lang` (else its trained one) where the run has codes, and UL2's [S] token (`mode_id`) before an input
+    where it trained with mode tokens."""
+    code = text.language("tgt_lang", tgt_lang)
+    if code is not None:
+        text.multilingual("tgt_lang")  # a run without codes: one sentence, before any work
+    ends = pair_ends(tokenizer, None, code)
 
     def encode_targets(texts: list[str]) -> list[list[int]]:
         rows = tokenizer.encode([target_template.format(target=t) for t in texts])
-        return [[*row, tokenizer.eos_id] for row in rows]
+        return [[*ends.target_start, *row, *ends.target_end] for row in rows]
 
     return TextEncoding(
         text,
@@ -51,6 +67,8 @@ def run_encoding(text, tokenizer: Tokenizer, target_template: str = "{target}", 
         lambda texts: tokenizer.encode(list(texts)),
         text.max_length,
         [mode_id] if mode_id is not None else [],
+        src_lang=src_lang,
+        decoder_start=ends.decoder_start if code is not None else None,
     )
 
 
@@ -81,6 +99,9 @@ def hf_encoding(tokenizer, eos_id: int, src_lang: str | None = None, tgt_lang: s
         prefix,
         suffix,
         src_lang,
+        language_id(tokenizer, tgt_lang, "tgt_lang")
+        if tgt_lang is not None and code_starts_decoder(tokenizer)
+        else None,
     )
 
 

@@ -159,21 +159,29 @@ def batches(examples: list[Example], batch_size: int, vocab_size: int) -> Iterat
         yield batch
 
 
-def collate(model: nn.Module) -> Callable[[list[Example]], Batch]:
-    """The batch layout the model takes: one stream for a causal LM, source and target otherwise."""
+def collate(model: nn.Module, decoder_start: int | None = None) -> Callable[[list[Example]], Batch]:
+    """The batch layout the model takes: one stream for a causal LM, source and target otherwise, the decoder
+    started from `decoder_start` (None: the model's decoder_start_id)."""
     cfg = model.config
     if is_causal(model):
         return lambda examples: collate_prefix_lm(examples, cfg.pad_id)
-    return lambda examples: collate_encoder_decoder(examples, cfg.pad_id, cfg.decoder_start_id)
+    start = cfg.decoder_start_id if decoder_start is None else decoder_start
+    return lambda examples: collate_encoder_decoder(examples, cfg.pad_id, start)
 
 
 @torch.no_grad()
 def total_nll(
-    model: nn.Module, examples: list[Example], batch_size: int, device: torch.device, progress: bool = False
+    model: nn.Module,
+    examples: list[Example],
+    batch_size: int,
+    device: torch.device,
+    progress: bool = False,
+    decoder_start: int | None = None,
 ) -> tuple[float, int]:
-    """Summed cross-entropy of the examples' targets under teacher forcing, and the tokens scored."""
+    """Summed cross-entropy of the examples' targets under teacher forcing (the decoder started from
+    `decoder_start`, None: the model's), and the tokens scored."""
     model.eval()
-    make = collate(model)
+    make = collate(model, decoder_start)
     total, tokens = torch.zeros((), device=device), 0
     groups = list(batches(examples, batch_size, model.config.vocab_size))
     for group in tqdm(groups, desc="loss", unit="batch", leave=False, disable=not progress):
@@ -199,6 +207,6 @@ def file_nll(
         (examples, cut), expected = pair_examples(model, encoding, items), None
     else:
         (examples, expected), cut = document_examples(model, encoding, items), 0
-    total, tokens = total_nll(model, examples, batch_size, device, progress)
+    total, tokens = total_nll(model, examples, batch_size, device, progress, encoding.decoder_start)
     assert expected is None or tokens == expected, f"{tokens} tokens scored, {expected} in the documents"  # each once
     return NLL(total, tokens, cut)

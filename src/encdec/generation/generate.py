@@ -47,7 +47,8 @@ def generate(
     return_dict_in_generate=True a `GenerateOutput`. decoder_input_ids (B, P) is a prefix
     every row continues, as in Hugging Face (the start token is put first where no row
     begins with it); `tokenizer`, a Hugging Face tokenizer, is what stop_strings, src_lang and tgt_lang
-    need (tgt_lang's code is forced first, as forced_bos_token_id; every row must hold src_lang's). The options
+    need (tgt_lang's code is forced first, as forced_bos_token_id, or mBART's the decoder's start; every row must
+    hold src_lang's). The options
     start from `defaults` where given, else from the model's `generation_defaults` (a loaded
     checkpoint's).
     """
@@ -91,8 +92,9 @@ def prepare(
     src_ids, src_mask = check_inputs(model, src_ids, src_mask, cfg)
     if cfg.src_lang is not None or cfg.tgt_lang is not None:  # codes of the tokenizer: tokenizers.languages
         given = options.get("forced_bos_token_id")
-        forced = generation_languages(tokenizer, cfg.src_lang, cfg.tgt_lang, given, src_ids, src_mask)
+        forced, start = generation_languages(tokenizer, cfg.src_lang, cfg.tgt_lang, given, src_ids, src_mask)
         cfg.forced_bos_token_id = cfg.forced_bos_token_id if forced is None else forced
+        cfg.decoder_start_token_id = cfg.decoder_start_token_id if start is None else start
     device = model_device(model, default=src_ids.device)
     cfg.check_generator(device)
     src_ids, src_mask = src_ids.to(device), src_mask.to(device)

@@ -38,17 +38,21 @@ class TextGenerator:
 
     def encode(self, texts: list[str], src_lang: str | None = None) -> dict[str, torch.Tensor]:
         """`texts` as the model's inputs: input_ids and attention_mask (B, S), cut and padded as the text
-        encoding does; with `src_lang`, that language's code placed as the tokenizer places its own (one
-        sentence where the tokenizer has no such code, or is a run's, which places none)."""
+        encoding does (a run's in the source language it was trained in); with `src_lang`, that language's
+        code placed as the tokenizer places its own (one sentence where the tokenizer has no such code)."""
         if src_lang is None:
             return self.text(texts, return_tensors="pt", padding=True, truncation=True)
-        return encode_in(source_tokenizer(self.text, src_lang), texts, src_lang)
+        if self.text is self.tokenizer:  # a Hugging Face tokenizer, left as it is
+            return encode_in(source_tokenizer(self.text, src_lang), texts, src_lang)
+        return self.text(texts, return_tensors="pt", padding=True, truncation=True, src_lang=src_lang)  # a run's
 
     def options(self, **options) -> dict[str, Any]:
         """`options` as `generate` (and the server's scheduler) take them: with the tokenizer that src_lang,
-        tgt_lang and stop_strings need, and the defaults they override."""
+        tgt_lang and stop_strings need, and the defaults they override (a run's target language among them)."""
         given = {"tokenizer": self.tokenizer} if self.tokenizer is not None else {}
-        return given | ({"defaults": self.defaults} if self.defaults is not None else {}) | options
+        trained = getattr(self.text, "language_defaults", None)  # a run's: the target language it was trained in
+        languages = trained(options) if trained is not None else {}
+        return given | ({"defaults": self.defaults} if self.defaults is not None else {}) | languages | options
 
     def generate(self, model, encoded: dict[str, torch.Tensor], **options) -> torch.Tensor:
         """The token ids `generate` gives for `encoded` under `options`: (R, L), on the host."""

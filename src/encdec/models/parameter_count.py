@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
+from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from encdec.errors import ConfigError
@@ -107,10 +108,21 @@ def with_experts(cfg: ModelConfig, n: int) -> ModelConfig:
 
 def built_count(cfg: ModelConfig) -> ParameterCount:
     """The count of the model `cfg`'s family builds, built on the meta device without its weight init."""
-    with torch.device("meta"), Unfilled():
-        model = FAMILY_CLASSES[cfg.family](cfg)  # its constructor refuses what the family refuses
+    model = meta_model(cfg)
     total = count_parameters(model)
     return ParameterCount(total, total - count_parameters(model, exclude_positions=True))
+
+
+def meta_model(cfg: ModelConfig) -> nn.Module:
+    """The model `cfg`'s family builds, on the meta device without its weight init: shapes without storage."""
+    with torch.device("meta"), Unfilled():
+        return FAMILY_CLASSES[cfg.family](cfg)  # its constructor refuses what the family refuses
+
+
+def weight_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The shape of each tensor in the state dict of the model `cfg` describes (what weights loaded into it
+    must fit), from its meta build."""
+    return {name: tuple(tensor.shape) for name, tensor in meta_model(cfg).state_dict().items()}
 
 
 class Unfilled(TorchFunctionMode):

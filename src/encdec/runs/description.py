@@ -64,11 +64,7 @@ def write_description(checkpoint: CheckpointDir, description: Description) -> No
 
 def read_description(checkpoint: CheckpointDir) -> Description:
     """model.json, text.json and (where base.json names a base) adapter.json, each as declared."""
-    model = read_part(checkpoint.model_config, ModelConfig, "model config", "model.", moved_to_specs)
-    try:
-        check_fields(model)  # a field its family does not use, as building it would refuse
-    except ConfigError as error:
-        raise CheckpointError(f"{checkpoint.model_config} is not a model config encdec writes ({error})") from None
+    model = read_model_config(checkpoint)
     for part in (checkpoint.TEXT, *([checkpoint.ADAPTER] if checkpoint.base.exists() else [])):
         if not checkpoint.part(part).exists():
             raise CheckpointError(
@@ -77,6 +73,16 @@ def read_description(checkpoint: CheckpointDir) -> Description:
     text = read_part(checkpoint.text, TextFormat, "text format")
     adapter = read_part(checkpoint.adapter, AdapterConfig, "adapter config") if checkpoint.adapter.exists() else None
     return Description(model, text, adapter)
+
+
+def read_model_config(checkpoint: CheckpointDir) -> ModelConfig:
+    """model.json: the ModelConfig the checkpoint's weights belong to, as declared and as its family builds it."""
+    model = read_part(checkpoint.model_config, ModelConfig, "model config", "model.", moved_to_specs)
+    try:
+        check_fields(model)  # a field its family does not use, as building it would refuse
+    except ConfigError as error:
+        raise CheckpointError(f"{checkpoint.model_config} is not a model config encdec writes ({error})") from None
+    return model
 
 
 def read_part(path, schema: type, what: str, prefix: str = "", upgrade=None):

@@ -2,6 +2,7 @@
 RUN_DIR --out DIR`), a LoRA run's with its adapters merged in; or a LoRA run's adapters alone as a peft adapter
 directory (`--adapter`)."""
 
+import json
 import logging
 from pathlib import Path
 
@@ -10,8 +11,11 @@ from encdec.interop import export_hf
 from encdec.interop.peft_adapter import save_peft_adapter
 from encdec.models.lora import merge_lora
 from encdec.runs.adapter import read_base
-from encdec.runs.load import load_run
+from encdec.runs.load import LoadedRun, load_run
 from encdec.runs.run_dir import CheckpointDir, RunDir
+from encdec.safe_paths import write_atomic
+from encdec.schema import load_json
+from encdec.tokenizers.languages import code_starts_decoder, language_id
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +51,36 @@ def export_run(run_dir: str | Path, out: str | Path, force: bool = False, checkp
     if run.description.adapter is not None:
         merge_lora(run.model)  # W + (alpha / r) B A: plain linear layers again
     name = export_hf(run.model, run.tokenizer, out, run.generation, force)
+    write_languages(run, out)
     template = run.description.text.source_template
     if template != "{source}":
         log.warning(
             "this run formats each source as %r before tokenizing; do the same with the exported tokenizer", template
         )
     return name
+
+
+def write_languages(run: LoadedRun, out: Path) -> None:
+    """The languages the run was trained in, as transformers reads them from the exported directory: the
+    tokenizer's src_lang and tgt_lang (tokenizer_config.json), and the target's code as generation starts
+    it (generation_config.json: forced_bos_token_id, or mBART's decoder_start_token_id). A language the run's
+    directions do not share is left to the user, said in one line."""
+    if not run.description.text.languages:
+        return
+    codes = {}
+    for option in ("src_lang", "tgt_lang"):
+        try:
+            codes[option] = run.text.language(option, None)
+        except ConfigError as error:
+            log.warning("%s; the exported tokenizer keeps its own %s", error, option)
+    codes = {option: code for option, code in codes.items() if code is not None}
+    if not codes:
+        return
+    tokenizer_config = out / "tokenizer_config.json"
+    write_atomic(tokenizer_config, json.dumps(load_json(tokenizer_config, "the tokenizer config") | codes, indent=2))
+    if "tgt_lang" in codes:
+        hf, code = run.tokenizer.hf, codes["tgt_lang"]
+        start = "decoder_start_token_id" if code_starts_decoder(hf) else "forced_bos_token_id"
+        generation = out / "generation_config.json"
+        values = load_json(generation, "the generation config") | {start: language_id(hf, code, "tgt_lang")}
+        write_atomic(generation, json.dumps(values, indent=2) + "\n")

@@ -1,7 +1,8 @@
 """Text in and out of a trained run's model, as its training fed it: `TextFormat` and `RunTokenizer`.
 
 `TextFormat` is what a checkpoint keeps of it (text.json): the source and target templates, UL2's mode
-token, the side a batch is padded on and the length sources were cut to; `TextObjective` is the part of a
+token, the side a batch is padded on, the length sources were cut to and the languages it was trained in
+(data.src_lang / tgt_lang: each direction's codes, placed as the run's multilingual tokenizer places them); `TextObjective` is the part of a
 run config's objective section it follows from. `encdec generate`, `encdec evaluate`, the trainer's
 generating evaluation and the server all encode a run's text through `RunTokenizer`, handed to the one
 `generation.text_generator.TextGenerator`: the run's source template applied, inputs cut to the length it
@@ -11,17 +12,19 @@ stand in its place.
 """
 
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 import torch
 from torch import nn
 
 from encdec.errors import ConfigError, DataError
+from encdec.generation.config import LanguageCode
 from encdec.models import FAMILY_CLASSES, ModelConfig
 from encdec.models.causal_lm_shared import PromptedLM
 from encdec.schema import Range, short
 from encdec.tokenizers import Tokenizer
+from encdec.tokenizers.languages import code_placement, code_tokens
 from encdec.tokenizers.padding import padded
 
 MAX_LENGTH = 1 << 20  # tokens of a sequence: the longest a run config or a checkpoint's text.json declares
@@ -51,6 +54,17 @@ SourceTemplate = Annotated[str, Template("source")]
 TargetTemplate = Annotated[str, Template("target")]
 
 
+@dataclass(frozen=True)
+class Direction:
+    """A direction a run was trained in: its sources' and targets' language codes (None: no code that side)."""
+
+    src_lang: LanguageCode | None = None
+    tgt_lang: LanguageCode | None = None
+
+    def __str__(self) -> str:
+        return f"{self.src_lang or '(none)'} -> {self.tgt_lang or '(none)'}"
+
+
 @dataclass
 class TextFormat:
     """How a run's model takes and gives text, as a checkpoint keeps it (text.json): every field is needed."""
@@ -60,6 +74,7 @@ class TextFormat:
     mode_tokens: bool  # UL2's [S] token went before every input (objective.mode_tokens)
     padding_side: Literal["left", "right"]  # left for the causal families, whose prompts continue at the end
     source_length: Annotated[int, Range(1, MAX_LENGTH)]  # inputs are cut to it, as training cut its sources
+    languages: list[Direction] = field(default_factory=list)  # the directions trained; [] without codes (and before)
 
 
 @dataclass
@@ -73,9 +88,9 @@ class TextObjective:
     target_template: TargetTemplate = "{target}"
     mode_tokens: bool = False
 
-    def text_format(self, padding_side: str) -> TextFormat:
-        """A seq2seq run's templates and source length, or for the denoising and LM objectives plain text cut
-        to their chunks."""
+    def text_format(self, padding_side: str, languages: list[Direction] | None = None) -> TextFormat:
+        """A seq2seq run's templates, source length and `languages`, or for the denoising and LM objectives plain
+        text cut to their chunks."""
         seq2seq = self.kind == "seq2seq"
         return TextFormat(
             self.source_template if seq2seq else "{source}",
@@ -83,6 +98,7 @@ class TextObjective:
             self.mode_tokens,
             padding_side,
             self.max_source_len if seq2seq else self.seq_len,
+            list(languages or []) if seq2seq else [],
         )
 
 
@@ -90,6 +106,9 @@ class RunTokenizer:
     """An encdec tokenizer behind the small part of Hugging Face's tokenizer interface used here.
 
     `padding_side` "left" pads a batch as the causal families' prompts need it (see `padding_side_for`).
+    `languages` are the directions the run was trained in: a source's code is placed as the run's
+    multilingual tokenizer places it (its src_lang given, else the one all directions share), and
+    `language_defaults` gives generation the target language all directions share.
     """
 
     def __init__(
@@ -98,6 +117,7 @@ class RunTokenizer:
         source_template: str = "{source}",
         padding_side: str = "right",
         max_length: int | None = None,
+        languages: list[Direction] | None = None,
     ):
         if padding_side not in ("left", "right"):
             raise ConfigError(f"padding_side must be left or right, got {padding_side!r}")
@@ -105,12 +125,13 @@ class RunTokenizer:
         self.source_template = source_template
         self.padding_side = padding_side
         self.max_length = max_length  # inputs are cut to it, as training cut its sources
+        self.languages = list(languages or [])
 
     @classmethod
     def for_text(cls, text: TextFormat, tokenizer: Tokenizer, max_length: int | None = None) -> "RunTokenizer":
-        """The run's text encoding: its source template, its padding side, and inputs cut to `max_length`
-        tokens (default: the length its training cut them to)."""
-        return cls(tokenizer, text.source_template, text.padding_side, max_length or text.source_length)
+        """The run's text encoding: its source template, its padding side, its languages, and inputs cut to
+        `max_length` tokens (default: the length its training cut them to)."""
+        return cls(tokenizer, text.source_template, text.padding_side, max_length or text.source_length, text.languages)
 
     def __call__(
         self,
@@ -119,14 +140,46 @@ class RunTokenizer:
         padding: bool = True,
         truncation: bool = True,
         max_length: int | None = None,
+        src_lang: str | None = None,
     ) -> dict[str, torch.Tensor]:
+        code = self.language("src_lang", src_lang)
+        start, end = code_placement(self.multilingual("src_lang"), code) if code is not None else ([], [])
         rows = self.tokenizer.encode([self.source_template.format(source=t) for t in texts])
         limit = (max_length or self.max_length) if truncation else None
         if limit is not None:
-            rows = [row[:limit] for row in rows]
+            rows = [row[: max(limit - len(start) - len(end), 0)] for row in rows]
         if any(not row for row in rows):
             raise DataError("an input is empty after tokenization; give each input some text")
-        return padded(rows, self.tokenizer.pad_id, self.padding_side)
+        return padded([[*start, *row, *end] for row in rows], self.tokenizer.pad_id, self.padding_side)
+
+    def language(self, option: str, asked: str | None) -> str | None:
+        """The `option` (src_lang or tgt_lang) code to use: `asked`, else the one every direction the run was
+        trained in shares (None for a run without codes); one sentence where the directions differ in it."""
+        if asked is not None:
+            return asked
+        codes = {getattr(direction, option) for direction in self.languages}
+        if len(codes) > 1:
+            trained = ", ".join(map(str, self.languages))
+            flag = "--" + option.replace("_", "-")
+            raise ConfigError(
+                f"this run was trained in {len(self.languages)} directions ({trained}): give {option} ({flag})"
+            )
+        return codes.pop() if codes else None
+
+    def language_defaults(self, options: dict) -> dict:
+        """The tgt_lang generation writes in where `options` give none: the one the run's directions share."""
+        code = self.language("tgt_lang", options.get("tgt_lang"))
+        return {"tgt_lang": code} if code is not None else {}
+
+    def multilingual(self, option: str):
+        """The run's Hugging Face tokenizer with language codes, else one sentence naming `option`."""
+        hf = getattr(self.tokenizer, "hf", None)
+        if not code_tokens(hf):
+            raise ConfigError(
+                f"{option} needs a run whose tokenizer has language codes (one fine-tuned from an NLLB, M2M100 or "
+                f"mBART directory); this run's {self.tokenizer.kind} tokenizer has none"
+            )
+        return hf
 
     @staticmethod
     def padding_side_for(model: nn.Module) -> str:

@@ -19,6 +19,7 @@ import torch
 from encdec.errors import ConfigError, DataError, suggestion
 from encdec.tokenizers.padding import padded
 
+DECODER_FROM_LAST = ("MBartTokenizer", "PLBartTokenizer")  # see code_starts_decoder
 ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
 
@@ -61,16 +62,10 @@ def language_id(tokenizer, code: str, option: str) -> int:
     return tokenizer.convert_tokens_to_ids(codes[code])
 
 
-def source_tokenizer(text, src_lang: str):
-    """The tokenizer that puts `src_lang`'s code around each input: `text` itself, a Hugging Face tokenizer
-    that knows the code; else one sentence (ConfigError)."""
-    if hf_tokenizer_of(text) is not text:
-        raise ConfigError(
-            "src_lang needs a Hugging Face directory's own tokenizer, which puts the code around each input; "
-            "a run's tokenizer adds none"
-        )
-    language_id(text, src_lang, "src_lang")
-    return text
+def source_tokenizer(tokenizer, src_lang: str):
+    """`tokenizer`, a Hugging Face tokenizer that knows `src_lang`'s code; else one sentence (ConfigError)."""
+    language_id(tokenizer, src_lang, "src_lang")
+    return tokenizer
 
 
 def code_placement(tokenizer, code: str, option: str = "src_lang") -> tuple[list[int], list[int]]:
@@ -115,11 +110,24 @@ def encode_in(tokenizer, texts: list[str], code: str) -> dict[str, torch.Tensor]
     return padded(rows, tokenizer.pad_token_id, tokenizer.padding_side, torch.long)  # as Hugging Face pads
 
 
-def generation_languages(tokenizer, src_lang, tgt_lang, forced_given, src_ids, src_mask) -> int | None:
+def code_starts_decoder(tokenizer) -> bool:
+    """Whether a target language's code starts the decoder rather than being forced as the first generated
+    token: mBART's and PLBart's tokenizers put a target's code last and their models' shift_tokens_right
+    wraps a label's last token to the front (transformers' run_translation.py sets decoder_start_token_id to
+    the code); NLLB's, M2M100's and mBART-50's put it first, to be forced (NLLB's legacy placement puts it last,
+    but M2M100's model starts from </s>)."""
+    return type(tokenizer).__name__.removesuffix("Fast") in DECODER_FROM_LAST
+
+
+def generation_languages(
+    tokenizer, src_lang, tgt_lang, forced_given, src_ids, src_mask
+) -> tuple[int | None, int | None]:
     """generate's src_lang and tgt_lang checked against `tokenizer`: every input row holds src_lang's token
-    among its real tokens (src_ids, src_mask (B, S)), and tgt_lang is a code of the tokenizer. Returns the
-    forced_bos_token_id tgt_lang names (None without one); a forced_bos_token_id given beside it naming
-    another token, or a tokenizer without the code (None included), is one sentence."""
+    among its real tokens (src_ids, src_mask (B, S)), and tgt_lang is a code of the tokenizer. Returns
+    (forced_bos_token_id, decoder_start_token_id) as tgt_lang names them: its code forced first where the
+    family forces it, the decoder started from it for mBART and PLBart (`code_starts_decoder`); (None,
+    None) without one. A forced_bos_token_id given beside it naming another token, or a tokenizer without the
+    code (None included), is one sentence."""
     if src_lang is not None:
         code = language_id(tokenizer, src_lang, "src_lang")
         holds = ((src_ids == code) & src_mask).any(dim=1)  # (B,)
@@ -130,8 +138,10 @@ def generation_languages(tokenizer, src_lang, tgt_lang, forced_given, src_ids, s
                 f"tokenizer.src_lang = {src_lang!r}"
             )
     if tgt_lang is None:
-        return None
-    forced = language_id(tokenizer, tgt_lang, "tgt_lang")
-    if forced_given is not None and forced_given != forced:
-        raise ConfigError(f"tgt_lang {tgt_lang} is token {forced} but forced_bos_token_id is {forced_given}; give one")
-    return forced
+        return None, None
+    code = language_id(tokenizer, tgt_lang, "tgt_lang")
+    if code_starts_decoder(tokenizer):
+        return None, code
+    if forced_given is not None and forced_given != code:
+        raise ConfigError(f"tgt_lang {tgt_lang} is token {code} but forced_bos_token_id is {forced_given}; give one")
+    return code, None

@@ -37,6 +37,15 @@ def has_tokenizer_files(directory: Path) -> bool:
     return any((directory / name).is_file() for name in TOKENIZER_FILES)
 
 
+def check_tokenizer_files(directory: Path) -> None:
+    """One sentence (DataError) where the Hugging Face model directory `directory` holds no tokenizer."""
+    if not has_tokenizer_files(directory):
+        raise DataError(
+            f"{directory} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...); "
+            "copy the tokenizer of the checkpoint there"
+        )
+
+
 class PretrainedTokenizer(Tokenizer):
     """A `transformers` tokenizer; `hf` is the tokenizer itself, for code that wants HF's interface."""
 
@@ -73,11 +82,7 @@ class PretrainedTokenizer(Tokenizer):
         A directory without tokenizer files, or one AutoTokenizer cannot read, is one sentence (DataError).
         """
         directory = Path(directory)
-        if not has_tokenizer_files(directory):
-            raise DataError(
-                f"{directory} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...); "
-                "copy the tokenizer of the checkpoint there"
-            )
+        check_tokenizer_files(directory)
         try:
             from transformers import AutoTokenizer
         except ImportError:

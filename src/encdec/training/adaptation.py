@@ -145,12 +145,29 @@ def adapted_weights(
 
     `target` is the new model's state dict. In an unbalanced adaptation the cross-attention sublayer keeps the
     target's own (fresh) values: it reads another model's states than the one its self-attention was trained on.
-    A weight without a source of its shape is one sentence."""
+    A weight without a source of its shape is one sentence (`matched`)."""
+    copied, fresh = matched(target, weights, decoder_weights)
     sources = {ENCODER_SOURCE: weights, DECODER_SOURCE: weights if decoder_weights is None else decoder_weights}
-    adapted, copied, fresh = {}, {}, []
+    adapted, kept = {}, set(fresh)
+    for name, value in target.items():
+        which, source = source_of(name)
+        adapted[name] = value.clone() if name in kept else sources[which][source].clone()
+    return adapted, copied, fresh
+
+
+def matched(
+    target: dict[str, torch.Tensor],
+    weights: dict[str, torch.Tensor],
+    decoder_weights: dict[str, torch.Tensor] | None = None,
+) -> tuple[dict[str, str], list[str]]:
+    """(which source weight each of the encoder-decoder's weights `target` starts from, the fresh ones), as
+    `adapted_weights` copies them; a weight without a source of its shape is one sentence. `target` may be a
+    model's on the meta device: only its names and shapes are read."""
+    sources = {ENCODER_SOURCE: weights, DECODER_SOURCE: weights if decoder_weights is None else decoder_weights}
+    copied, fresh = {}, []
     for name, value in target.items():
         if decoder_weights is not None and CROSS_ATTENTION.search(name):
-            adapted[name], fresh = value.clone(), [*fresh, name]
+            fresh.append(name)
             continue
         which, source = source_of(name)
         found = sources[which].get(source)
@@ -159,15 +176,13 @@ def adapted_weights(
                 f"the adapted encoder-decoder's {name} has no counterpart in the decoder-only model ({source}); "
                 "adapt a model whose settings the encoder-decoder shares"
             )
-        if found.shape == value.shape:
-            adapted[name] = found.clone()
-            copied[name] = source if decoder_weights is None else f"{which}:{source}"
-        else:
+        if found.shape != value.shape:
             raise ConfigError(
                 f"the adapted encoder-decoder's {name} is {tuple(value.shape)} but the decoder-only model's {source} "
                 f"is {tuple(found.shape)}"
             )
-    return adapted, copied, fresh
+        copied[name] = source if decoder_weights is None else f"{which}:{source}"
+    return copied, fresh
 
 
 def summary(record: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from encdec.data.objectives import OBJECTIVES
 from encdec.data.objectives.causal_lm import WINDOW_MODES
 from encdec.data.objectives.mixture import MAX_MEMBERS
 from encdec.errors import ConfigError
+from encdec.generation.config import LanguageCode
 from encdec.runs.text import MAX_LENGTH, TextObjective
 from encdec.schema import Length, Positive, Range, Satisfies, short
 from encdec.tokenizers import KINDS as TOKENIZER_KINDS
@@ -54,6 +55,8 @@ class DataSection(ReaderOptions):
     shards: str | None = None  # a directory for token shards, prepared once and memory-mapped; None: in memory
     mixture: "list[MixtureMember]" = field(default_factory=list)  # corpora sampled by weight, a batch each
     mixture_cap: Positive | None = None  # members without a weight: examples-proportional, each count capped
+    src_lang: LanguageCode | None = None  # seq2seq: the sources' language, its code placed as the tokenizer does
+    tgt_lang: LanguageCode | None = None  # seq2seq: the targets' (NLLB's deu_Latn; a mixture member's own)
 
     def __post_init__(self):
         if self.streaming and self.shards is not None:

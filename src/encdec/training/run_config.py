@@ -41,7 +41,7 @@ from encdec.runs.description import Description
 from encdec.runs.model_section import ModelSection
 from encdec.runs.run_dir import CheckpointDir
 from encdec.runs.state import MAX_STEPS
-from encdec.runs.text import MAX_LENGTH, RunTokenizer, TextFormat
+from encdec.runs.text import MAX_LENGTH, Direction, RunTokenizer, TextFormat
 from encdec.safe_paths import write_atomic
 from encdec.schema import (
     Count,
@@ -223,6 +223,12 @@ class RunConfig:
             raise ConfigError(
                 "lora adapts a model's own weights; an adaptation (training.init_decoder_from) makes new ones"
             )
+        for data, objective in self.sections():
+            if (data.src_lang or data.tgt_lang) and objective.kind != "seq2seq":
+                raise ConfigError(
+                    f"data.src_lang and tgt_lang are the languages of seq2seq pairs; objective {objective.kind} reads "
+                    "texts: drop them or use objective.kind seq2seq"
+                )
         members = [member_objective(self, i) for i in range(len(self.data.mixture))]
         if len({kind in DECODER_ONLY_OBJECTIVES for kind in [o.kind for o in members]}) > 1:
             raise ConfigError(
@@ -235,9 +241,20 @@ class RunConfig:
         s = self.schedule
         return s.warmup_steps if s.warmup_steps is not None else int(s.warmup_fraction * self.training.steps)
 
+    def sections(self) -> list[tuple[DataSection, ObjectiveSection]]:
+        """Each data section the run reads with its objective: the data section's, or each mixture member's."""
+        if not self.data.mixture:
+            return [(self.data, self.objective)]
+        return [(member.data, member_objective(self, i)) for i, member in enumerate(self.data.mixture)]
+
+    def languages(self) -> list[Direction]:
+        """The directions the run trains in (data.src_lang / tgt_lang of its sections), each once, in order."""
+        found = [Direction(d.src_lang, d.tgt_lang) for d, _ in self.sections() if d.src_lang or d.tgt_lang]
+        return list(dict.fromkeys(found))
+
     def text_format(self, model: nn.Module) -> TextFormat:
         """How the run's `model` takes text, as its objective fed it (text.json)."""
-        return self.objective.text_format(RunTokenizer.padding_side_for(model))
+        return self.objective.text_format(RunTokenizer.padding_side_for(model), self.languages())
 
     def adapter_config(self) -> AdapterConfig | None:
         """What puts this run's checkpoints on their base (adapter.json); None but for a LoRA run."""

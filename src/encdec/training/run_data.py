@@ -32,6 +32,7 @@ from encdec.data.hub import (
 from encdec.data.objectives import PairTemplate, build_objective, tokenize_pairs
 from encdec.data.objectives.mixture import MixtureObjective, proportional_weights
 from encdec.data.objectives.objective import Objective
+from encdec.data.objectives.seq2seq import pair_ends
 from encdec.data.objectives.stream import StreamObjective
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError, DataError
@@ -146,9 +147,10 @@ def corpus_objectives(
     template = PairTemplate(o.source_template, o.target_template)
 
     budget = cfg.training.batch_tokens
+    languages = {"ends": pair_ends(tokenizer, corpus.data.src_lang, corpus.data.tgt_lang)} if corpus.pairs else {}
 
     def build(data, objective_seed: int) -> Objective:
-        options = objective_options(o) | {"batch_tokens": budget}
+        options = objective_options(o) | {"batch_tokens": budget} | languages
         return build_objective(o.kind, data, tokenizer, batch_size, objective_seed, **options)
 
     if corpus.streams is not None:

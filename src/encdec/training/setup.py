@@ -29,12 +29,13 @@ from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.runs.state import TrainState, check_rng_states, read_saved_state
 from encdec.safe_paths import write_atomic
 from encdec.sizing import choose_threads
+from encdec.tokenizers.pretrained import check_tokenizer_files
 from encdec.training import distributed
 from encdec.training.adaptation import ADAPTATION_FILE, adapted_section, wants_adaptation, warmup_frozen
 from encdec.training.adaptation import summary as adaptation_summary
 from encdec.training.distill import Teacher, find_teacher, load_teacher, teacher_bytes
 from encdec.training.ema import WeightAverage
-from encdec.training.init_from import Pretrained, load_pretrained, load_pretrained_weights
+from encdec.training.init_from import Pretrained, check_weights_fit, load_pretrained, load_pretrained_weights
 from encdec.training.launch import check_processes
 from encdec.training.memory import check_activations_fit, check_model_fits, check_step_size, is_out_of_memory
 from encdec.training.metrics import MetricsLog, tensorboard_available
@@ -125,7 +126,11 @@ def starting_point(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bo
                 "decoder-only model and model.family encoder_decoder"
             )
         cfg = source_decides(cfg, pretrained)
-        return StartingPoint(replace(cfg, model=cfg.model.over(pretrained.model_section)), pretrained=pretrained)
+        model = cfg.model.over(pretrained.model_section)
+        if pretrained.kind == "hf":  # a source without its tokenizer is said before the config is compared with it
+            check_tokenizer_files(pretrained.tokenizer_dir)
+        check_weights_fit(model, pretrained)  # before the run directory is made or any data read
+        return StartingPoint(replace(cfg, model=model), pretrained=pretrained)
     return StartingPoint(cfg)
 
 

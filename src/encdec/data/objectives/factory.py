@@ -17,7 +17,7 @@ from encdec.data.documents import Documents
 from encdec.data.objectives.causal_lm import CausalLMObjective
 from encdec.data.objectives.objective import Objective
 from encdec.data.objectives.prefix_lm import prefix_lm_objective
-from encdec.data.objectives.seq2seq import Seq2SeqObjective
+from encdec.data.objectives.seq2seq import PairEnds, Seq2SeqObjective
 from encdec.data.objectives.ul2 import UL2Config, UL2Objective, ul2_mode_ids
 from encdec.errors import ConfigError
 
@@ -73,6 +73,7 @@ def build_objective(
     mode_tokens: bool = False,
     pack: bool = False,
     batch_tokens: int | None = None,
+    ends: PairEnds | None = None,
 ) -> Objective:
     """The objective `kind` over `data`: documents, or (sources, targets) for seq2seq.
 
@@ -80,7 +81,8 @@ def build_objective(
     denoiser masks `noise_density` of a chunk in spans of mean `mean_span`; `mode_tokens`
     prepends UL2's [R] / [X] / [S] to ul2's inputs (the tokenizer must hold them); `pack` lays
     the examples of each step out several to a row (seq2seq, span_corruption and ul2 only);
-    `batch_tokens` sizes seq2seq batches by a token budget instead of `batch_size` rows.
+    `batch_tokens` sizes seq2seq batches by a token budget instead of `batch_size` rows; `ends` are the ids
+    around each seq2seq pair's own (a target's EOS, language codes: seq2seq.pair_ends).
     """
     tok = tokenizer
     if kind not in OBJECTIVES:
@@ -107,6 +109,7 @@ def build_objective(
             pack=pack,
             seed=seed,
             batch_tokens=batch_tokens,
+            ends=ends,
         )
     config = denoisers(kind, seq_len, mean_span, noise_density, ul2_probabilities, mode_tokens)
     if not tok.sentinel_ids and (config.r_prob or config.x_prob):  # before any batch: the first would fail
