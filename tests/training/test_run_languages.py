@@ -231,7 +231,7 @@ def test_a_run_in_two_directions_trains_on_both_and_is_served_in_each(nllb_dir, 
     assert main(["generate", str(run), "-i", str(tmp_path / "en_de.txt")]) == 2
     assert capsys.readouterr().err == (
         "encdec: error: this run was trained in 2 directions (eng_Latn -> deu_Latn, deu_Latn -> eng_Latn): "
-        "give src_lang (--src-lang)\n"
+        "choose one with src_lang and tgt_lang\n"
     )
     server = Served(run)
     try:

@@ -160,9 +160,9 @@ class RunTokenizer:
         codes = {getattr(direction, option) for direction in self.languages}
         if len(codes) > 1:
             trained = ", ".join(map(str, self.languages))
-            flag = "--" + option.replace("_", "-")
             raise ConfigError(
-                f"this run was trained in {len(self.languages)} directions ({trained}): give {option} ({flag})"
+                f"this run was trained in {len(self.languages)} directions ({trained}): choose one with src_lang and "
+                "tgt_lang"
             )
         return codes.pop() if codes else None
 
