@@ -196,7 +196,7 @@ def test_a_run_in_one_direction_generates_and_exports_in_its_languages_with_no_f
     assert reversed_ == [t.strip() for t in other.batch_decode(ids[:, 1:], skip_special_tokens=True)]
 
 
-def test_a_run_in_two_directions_trains_on_both_and_is_served_in_each(nllb_dir, multi30k, tmp_path, capsys):
+def test_a_run_in_two_directions_trains_on_both_and_is_served_in_each(nllb_dir, multi30k, tmp_path, capsys, caplog):
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
     from serving.server_kit import Served, call  # tests/serving's: a real `encdec serve` process
@@ -233,6 +233,10 @@ def test_a_run_in_two_directions_trains_on_both_and_is_served_in_each(nllb_dir, 
         "encdec: error: this run was trained in 2 directions (eng_Latn -> deu_Latn, deu_Latn -> eng_Latn): "
         "choose one with src_lang and tgt_lang\n"
     )
+    assert main(["export", str(run), "--out", str(tmp_path / "out")]) == 0  # languages are the user's to set
+    assert "the exported tokenizer keeps its own src_lang and tgt_lang" in caplog.text
+    saved = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    assert "forced_bos_token_id" not in saved and saved["decoder_start_token_id"] == hf.eos_token_id
     server = Served(run)
     try:
         served = {}

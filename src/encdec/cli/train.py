@@ -74,7 +74,7 @@ def run(args) -> int:
         return 0
     threads = torch.get_num_threads()  # as chosen (--threads, training.threads or the free cores) and kept
     print(
-        f"{result.steps} steps in {result.wall_time:.1f}s ({result.tokens_per_s:,.0f} tokens/s, "
+        f"{result.steps} steps in {result.wall_time:.1f}s ({result.tokens_per_s:,.0f} target tokens/s, "
         f"{threads} CPU thread{'' if threads == 1 else 's'}); {result.parameters:,} parameters"
     )
     adaptation = Path(args.out) / ADAPTATION_FILE

@@ -67,12 +67,21 @@ def write_languages(run: LoadedRun, out: Path) -> None:
     directions do not share is left to the user, said in one line."""
     if not run.description.text.languages:
         return
-    codes = {}
+    codes, unshared = {}, []
     for option in ("src_lang", "tgt_lang"):
         try:
             codes[option] = run.text.language(option, None)
-        except ConfigError as error:
-            log.warning("%s; the exported tokenizer keeps its own %s", error, option)
+        except ConfigError:
+            unshared.append(option)
+    if unshared:
+        trained = ", ".join(map(str, run.description.text.languages))
+        log.warning(
+            "the run was trained in %d directions (%s): the exported tokenizer keeps its own %s; set them as "
+            "transformers does (AutoTokenizer.from_pretrained(..., src_lang=...), forced_bos_token_id)",
+            len(run.description.text.languages),
+            trained,
+            " and ".join(unshared),
+        )
     codes = {option: code for option, code in codes.items() if code is not None}
     if not codes:
         return
