@@ -168,6 +168,15 @@ def test_a_run_in_one_direction_generates_and_exports_in_its_languages_with_no_f
     assert json.loads((load_run(run).checkpoint.text).read_text())["languages"] == [
         {"src_lang": "eng_Latn", "tgt_lang": "deu_Latn"}
     ]
+    from encdec.training.run_config import load_config
+    from encdec.training.run_data import build_run_data, read_items
+
+    loaded, theirs = load_run(run), transformers.AutoTokenizer.from_pretrained(nllb_dir, tgt_lang="deu_Latn")
+    cfg = load_config(loaded.checkpoint.config)
+    objective, (items, _) = build_run_data(cfg, tmp_path / "again", loaded.checkpoint.tokenizer).train, read_items(cfg)
+    for index, (source, target) in enumerate(items):  # the run's pairs, each as NllbTokenizer encodes it
+        expected = theirs(source, text_target=target, truncation=True, max_length=48)
+        assert [ids.tolist() for ids in objective.example(index)] == [expected["input_ids"], expected["labels"]]
     texts = multi30k["en"][:3]
     inputs = tmp_path / "in.txt"
     inputs.write_text("\n".join(texts) + "\n")
