@@ -1,5 +1,7 @@
 from pathlib import Path
 
+import pytest
+
 from encdec.cli import main
 
 
@@ -17,6 +19,18 @@ def test_size_of_the_tiny_config_counts_the_byte_tokenizer_vocabulary(capsys):
 def test_size_without_anything_to_size_is_one_sentence(capsys):
     assert main(["size"]) == 2
     assert "give a run config, --preset" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "key", ["model.d_ff", "model.encoder.d_ff", "model.encoder.max_positions", "model.encoder.d_head"]
+)
+def test_a_width_too_large_for_any_tensor_is_one_sentence_before_anything_is_built(key, capsys):
+    """The estimate that refuses before building counts an encoder's own widths too (a fuzzed 2**52 of
+    model.encoder.d_ff once reached torch's storage overflow inside the meta build)."""
+    tiny = Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"
+    assert main(["size", str(tiny), "--set", f"{key}={2**52}", "--set", "model.preset=t5-small"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("encdec: error: the model would have about ") and error.count("\n") == 1
 
 
 def test_size_of_any_family_s_config_json_is_transformers_count(tmp_path, capsys):

@@ -29,6 +29,7 @@ from encdec.models.family_classes import FAMILY_CLASSES, count_parameters
 from encdec.models.family_rules import check_family
 from encdec.models.model_config import ModelConfig
 from encdec.models.weights_memory import count, estimated_parameters
+from encdec.schema import short
 
 MOST_EXPERTS = 4  # beyond this, a count is made from models of 2 and 3 experts
 MOST_LAYERS = 32  # beyond this a stack's layers, from models of fewer (by whole periods)
@@ -114,9 +115,17 @@ def built_count(cfg: ModelConfig) -> ParameterCount:
 
 
 def meta_model(cfg: ModelConfig) -> nn.Module:
-    """The model `cfg`'s family builds, on the meta device without its weight init: shapes without storage."""
-    with torch.device("meta"), Unfilled():
-        return FAMILY_CLASSES[cfg.family](cfg)  # its constructor refuses what the family refuses
+    """The model `cfg`'s family builds, on the meta device without its weight init: shapes without storage; one
+    sentence (ConfigError) where a weight has more bytes than torch can count (a width of 2**52)."""
+    try:
+        with torch.device("meta"), Unfilled():
+            return FAMILY_CLASSES[cfg.family](cfg)  # its constructor refuses what the family refuses
+    except RuntimeError as error:
+        if "overflow" not in str(error):
+            raise
+        raise ConfigError(
+            f"the model has a weight too large to describe ({short(str(error))}); lower its widths"
+        ) from None
 
 
 def weight_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:

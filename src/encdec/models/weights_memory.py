@@ -23,11 +23,12 @@ EXPERT_BYTES = 16 << 10  # an expert's modules, in every layer
 def estimated_parameters(cfg: ModelConfig) -> int:
     """An upper estimate of the parameter count of `cfg`'s model, without building it: arithmetic on the
     config, for a refusal before anything is built (models/parameter_count.py counts exactly, from models built
-    on the meta device)."""
-    d = cfg.d_model
-    heads = max(cfg.n_heads, cfg.cross_attention.n_heads or cfg.n_heads)
-    attention = 4 * d * heads * cfg.head_dim
-    dense, sparse = 3 * d * cfg.d_ff, 3 * d * cfg.d_ff * cfg.experts.count + d * cfg.experts.count  # gated; the router
+    on the meta device). An encoder of other widths (model.encoder) counts as if every layer had the wider."""
+    wide = cfg.encoder  # each unset width is the decoder's
+    d, d_ff = max(cfg.d_model, wide.d_model or 0), max(cfg.d_ff, wide.d_ff or 0)
+    heads = max(cfg.n_heads, cfg.cross_attention.n_heads or cfg.n_heads, wide.n_heads or 0)
+    attention = 4 * d * heads * max(cfg.head_dim, wide.d_head or 0, d // max(wide.n_heads or heads, 1))
+    dense, sparse = 3 * d * d_ff, 3 * d * d_ff * cfg.experts.count + d * cfg.experts.count  # gated; the router
     if cfg.family == "rnn_seq2seq":  # an LSTM's four gates over input and state, and the attention's matrices
         attention, dense, sparse = 8 * d * d, 3 * d * d, 3 * d * d
     encoder_sparse = sparse_layers(cfg, cfg.n_encoder_layers, decoder=False)
@@ -35,10 +36,11 @@ def estimated_parameters(cfg: ModelConfig) -> int:
     ffn = (encoder_sparse + decoder_sparse) * sparse
     ffn += (cfg.n_encoder_layers - encoder_sparse + cfg.decoder_layers - decoder_sparse) * dense
     layers = cfg.n_encoder_layers * attention + cfg.decoder_layers * 2 * attention + ffn
-    positions = (cfg.positions.max + cfg.positions.offset + 1) * d + cfg.positions.relative_buckets * heads
+    rows = max(cfg.positions.max, wide.max_positions or 0)
+    positions = (rows + cfg.positions.offset + 1) * d + cfg.positions.relative_buckets * heads
     research = getattr(cfg, "research", None)  # a learned causal aggregation's matrix: max_positions^2
     mixing = cfg.positions.max**2 if getattr(research, "embedding_aggregation", None) == "MATMUL" else 0
-    return 2 * cfg.vocab_size * d + 2 * positions + layers + mixing
+    return 2 * max(cfg.vocab_size, wide.vocab_size or 0) * d + 2 * positions + layers + mixing
 
 
 def sparse_layers(cfg: ModelConfig, layers: int, decoder: bool) -> int:
