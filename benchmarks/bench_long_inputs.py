@@ -6,6 +6,7 @@ transformers' T5 (SDPA and eager); time and peak memory, each in a process of it
     python benchmarks/bench_long_inputs.py --lengths 1024,4096 --impls chunked,hf-sdpa
     python benchmarks/bench_long_inputs.py --step-16k               # t5-small, one AdamW step at 16,384 tokens
     python benchmarks/bench_long_inputs.py --local                  # LongT5's local attention (its own table)
+    python benchmarks/bench_long_inputs.py --local --attention transient_global   # LongT5's transient-global
 
 The model is T5 v1.0's layout (relative bias) at d_model 256, 4 heads, 2 + 2 layers, vocabulary 32,128, the same
 weights in every implementation; batch 1, a 64-token target, dropout 0.1, float32. Each measurement runs in a
@@ -18,7 +19,9 @@ holds.) "decode" encodes the source and writes 16 tokens.
 activation checkpointing of each block) on a 16,384-token source within 3 GiB.
 `--local` gives the same model LongT5's local attention (keys at most 127 tokens away) and compares encdec's
 whole scores masked to the band, encdec's chunks of the band (whose work, not only memory, is linear in the
-input) and transformers' LongT5 (its local blocks), encdec's weights copied into it.
+input) and transformers' LongT5 (its local blocks), encdec's weights copied into it; `--attention
+transient_global` gives it LongT5's transient-global attention instead (the band and a summary key per block of
+16 tokens), against transformers' transient-global LongT5.
 """
 
 import argparse
@@ -38,12 +41,13 @@ SHAPE = dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=2)
 TARGET, NEW_TOKENS = 64, 16
 
 
-def build(impl: str):
-    """The benchmark's T5 in `impl`'s implementation, weights from one seed (transformers' copied into ours)."""
+def build(impl: str, attention: str = "local"):
+    """The benchmark's T5 in `impl`'s implementation, weights from one seed (transformers' copied into ours);
+    `attention` the encoder's for the LOCAL_IMPLS (LongT5's local or transient_global)."""
     import torch
 
     if impl in LOCAL_IMPLS:
-        return build_local(impl)
+        return build_local(impl, attention)
     from bench_train import hf_model  # the T5Config of an encdec config (this folder is on the path)
 
     import encdec
@@ -61,8 +65,9 @@ def build(impl: str):
     return ours, cfg
 
 
-def build_local(impl: str):
-    """The benchmark's T5 with LongT5's local attention (keys at most LOCAL_RADIUS away): encdec's whole
+def build_local(impl: str, attention: str = "local"):
+    """The benchmark's T5 with LongT5's `attention`, local (keys at most LOCAL_RADIUS away) or transient_global
+    (those and a summary key per block): encdec's whole
     scores masked to the band, encdec's chunks of the band (modules.chunked_attention), or transformers'
     LongT5 (its blocks of LOCAL_RADIUS + 1), encdec's weights copied into it."""
     import torch
@@ -72,7 +77,7 @@ def build_local(impl: str):
     from encdec.interop.longt5 import longt5_files
     from encdec.models import encoder
 
-    cfg = encdec.preset("t5-small", **SHAPE, dropout=0.1, encoder_attention="local", local_radius=LOCAL_RADIUS)
+    cfg = encdec.preset("t5-small", **SHAPE, dropout=0.1, encoder_attention=attention, local_radius=LOCAL_RADIUS)
     torch.manual_seed(0)
     ours = encdec.build_model(cfg)
     if impl == "hf-longt5":
@@ -87,12 +92,12 @@ def build_local(impl: str):
     return ours, cfg
 
 
-def measure(impl: str, length: int, mode: str) -> dict:
+def measure(impl: str, length: int, mode: str, attention: str = "local") -> dict:
     """In the child: one warm-up-free measurement of `mode` (train or decode) at `length` source tokens."""
     import torch
 
     torch.manual_seed(1)
-    model, cfg = build(impl)
+    model, cfg = build(impl, attention)
     src = torch.randint(3, cfg.vocab_size, (1, length))
     tgt = torch.randint(3, cfg.vocab_size, (1, TARGET))
     start = time.perf_counter()
@@ -158,7 +163,10 @@ def child(args) -> None:
 
     torch.set_num_threads(args.threads)
     try:
-        result = step_16k() if args.child == "step-16k" else measure(args.child, args.length, args.mode)
+        if args.child == "step-16k":
+            result = step_16k()
+        else:
+            result = measure(args.child, args.length, args.mode, args.attention)
     except (MemoryError, RuntimeError) as error:  # torch raises RuntimeError for a refused allocation
         if "memory" not in str(error).lower() and not isinstance(error, MemoryError):
             raise
@@ -191,19 +199,26 @@ def main() -> None:
     parser.add_argument("--limit-gib", type=float, default=14.0, help="each child's resident-memory bound")
     parser.add_argument("--step-16k", action="store_true", help="only the t5-small step at 16,384 tokens")
     parser.add_argument("--local", action="store_true", help=f"LongT5's local attention: {', '.join(LOCAL_IMPLS)}")
+    parser.add_argument(
+        "--attention",
+        choices=("local", "transient_global"),
+        default="local",
+        help="with --local: LongT5's local or transient-global attention",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args)
-    common = ["--threads", str(args.threads), "--limit-gib", str(args.limit_gib)]
+    common = ["--threads", str(args.threads), "--limit-gib", str(args.limit_gib), "--attention", args.attention]
     if args.step_16k:
         result = run_child(["--child", "step-16k", *common])
         print(f"t5-small, one AdamW step on 16,384 source + {TARGET} target tokens: {cell(result)}")
         return None
     impls, modes = (",".join(LOCAL_IMPLS) if args.local else args.impls).split(","), args.modes.split(",")
-    attention = f"LongT5's local attention, radius {LOCAL_RADIUS}" if args.local else "T5's relative bias"
+    kind = args.attention.replace("_", "-")
+    attention = f"LongT5's {kind} attention, radius {LOCAL_RADIUS}" if args.local else "T5's relative bias"
     print(
         f"T5 d_model {SHAPE['d_model']}, {SHAPE['n_heads']} heads, 2 + 2 layers, {attention}; batch 1; {args.threads} threads"
     )
