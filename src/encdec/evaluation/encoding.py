@@ -15,7 +15,7 @@ from typing import Any
 from encdec.data.objectives.seq2seq import pair_ends
 from encdec.generation.text_generator import TextGenerator
 from encdec.tokenizers import Tokenizer
-from encdec.tokenizers.languages import code_placement, code_starts_decoder, in_language, language_id
+from encdec.tokenizers.languages import code_placement, in_language, target_language
 
 PROBE = "a b"  # a text encoded with and without special tokens: what is added is the input's wrapping
 
@@ -31,9 +31,7 @@ class TextEncoding:
     input_prefix: Sequence[int] = field(default_factory=list)  # special tokens before an input: a mode token, <s>
     input_suffix: Sequence[int] = field(default_factory=list)  # after it: T5's </s>
     src_lang: str | None = None  # the language sources are encoded in (a multilingual tokenizer's code)
-    decoder_start: int | None = (
-        None  # the token references are scored from (mBART's: the target's code); None: the model's
-    )
+    decoder_start: int | None = None  # references scored from it (mBART's: the target's code); None: the model's
 
     def encode_sources(self, sources: list[str]) -> dict:
         """Sources as generation gets them (TextGenerator.encode): input_ids, attention_mask (B, S)."""
@@ -99,9 +97,7 @@ def hf_encoding(tokenizer, eos_id: int, src_lang: str | None = None, tgt_lang: s
         prefix,
         suffix,
         src_lang,
-        language_id(tokenizer, tgt_lang, "tgt_lang")
-        if tgt_lang is not None and code_starts_decoder(tokenizer)
-        else None,
+        target_language(tokenizer, tgt_lang)[1] if tgt_lang is not None else None,
     )
 
 

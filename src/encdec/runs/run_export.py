@@ -15,7 +15,7 @@ from encdec.runs.load import LoadedRun, load_run
 from encdec.runs.run_dir import CheckpointDir, RunDir
 from encdec.safe_paths import write_atomic
 from encdec.schema import load_json
-from encdec.tokenizers.languages import code_starts_decoder, language_id
+from encdec.tokenizers.languages import target_language
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,8 @@ def write_languages(run: LoadedRun, out: Path) -> None:
     tokenizer_config = out / "tokenizer_config.json"
     write_atomic(tokenizer_config, json.dumps(load_json(tokenizer_config, "the tokenizer config") | codes, indent=2))
     if "tgt_lang" in codes:
-        hf, code = run.tokenizer.hf, codes["tgt_lang"]
-        start = "decoder_start_token_id" if code_starts_decoder(hf) else "forced_bos_token_id"
+        forced, start = target_language(run.tokenizer.hf, codes["tgt_lang"])
+        written = {"forced_bos_token_id": forced} if forced is not None else {"decoder_start_token_id": start}
         generation = out / "generation_config.json"
-        values = load_json(generation, "the generation config") | {start: language_id(hf, code, "tgt_lang")}
+        values = load_json(generation, "the generation config") | written
         write_atomic(generation, json.dumps(values, indent=2) + "\n")

@@ -119,15 +119,22 @@ def code_starts_decoder(tokenizer) -> bool:
     return type(tokenizer).__name__.removesuffix("Fast") in DECODER_FROM_LAST
 
 
+def target_language(tokenizer, tgt_lang: str, option: str = "tgt_lang") -> tuple[int | None, int | None]:
+    """(forced_bos_token_id, decoder_start_token_id) for writing in `tgt_lang`: its code forced first where the
+    family forces it, the decoder started from it for mBART and PLBart (`code_starts_decoder`); one sentence
+    naming `option` for a code the tokenizer lacks."""
+    code = language_id(tokenizer, tgt_lang, option)
+    return (None, code) if code_starts_decoder(tokenizer) else (code, None)
+
+
 def generation_languages(
     tokenizer, src_lang, tgt_lang, forced_given, src_ids, src_mask
 ) -> tuple[int | None, int | None]:
     """generate's src_lang and tgt_lang checked against `tokenizer`: every input row holds src_lang's token
     among its real tokens (src_ids, src_mask (B, S)), and tgt_lang is a code of the tokenizer. Returns
-    (forced_bos_token_id, decoder_start_token_id) as tgt_lang names them: its code forced first where the
-    family forces it, the decoder started from it for mBART and PLBart (`code_starts_decoder`); (None,
-    None) without one. A forced_bos_token_id given beside it naming another token, or a tokenizer without the
-    code (None included), is one sentence."""
+    `target_language`'s (forced_bos_token_id, decoder_start_token_id); (None, None) without tgt_lang. A
+    forced_bos_token_id given beside it naming another token, or a tokenizer without the code (None
+    included), is one sentence."""
     if src_lang is not None:
         code = language_id(tokenizer, src_lang, "src_lang")
         holds = ((src_ids == code) & src_mask).any(dim=1)  # (B,)
@@ -139,9 +146,7 @@ def generation_languages(
             )
     if tgt_lang is None:
         return None, None
-    code = language_id(tokenizer, tgt_lang, "tgt_lang")
-    if code_starts_decoder(tokenizer):
-        return None, code
-    if forced_given is not None and forced_given != code:
-        raise ConfigError(f"tgt_lang {tgt_lang} is token {code} but forced_bos_token_id is {forced_given}; give one")
-    return code, None
+    forced, start = target_language(tokenizer, tgt_lang)
+    if forced is not None and forced_given is not None and forced_given != forced:
+        raise ConfigError(f"tgt_lang {tgt_lang} is token {forced} but forced_bos_token_id is {forced_given}; give one")
+    return forced, start

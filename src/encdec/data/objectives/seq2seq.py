@@ -29,7 +29,7 @@ from encdec.data.objectives.collate import collate_prefix_lm
 from encdec.data.objectives.objective import EpochPlan, Objective
 from encdec.data.objectives.packing import collate_packed
 from encdec.errors import ConfigError
-from encdec.tokenizers.languages import code_placement, code_starts_decoder, language_id, takes_languages
+from encdec.tokenizers.languages import code_placement, takes_languages, target_language
 
 TRUNCATIONS = ("right", "left", "drop")
 
@@ -72,8 +72,8 @@ def pair_ends(tokenizer, src_lang: str | None = None, tgt_lang: str | None = Non
     if tgt_lang is None:
         return PairEnds(plain.decoder_start, plain.target_end, tuple(source[0]), tuple(source[1]))
     start, end = code_placement(hf, tgt_lang, "data.tgt_lang")
-    code = language_id(hf, tgt_lang, "data.tgt_lang")
-    decoder_start = code if code_starts_decoder(hf) else tokenizer.decoder_start_id
+    _, decoder_start = target_language(hf, tgt_lang, "data.tgt_lang")
+    decoder_start = tokenizer.decoder_start_id if decoder_start is None else decoder_start
     return PairEnds(decoder_start, tuple(end), tuple(source[0]), tuple(source[1]), tuple(start))
 
 
