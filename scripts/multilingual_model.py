@@ -30,7 +30,13 @@ import json
 import sys
 from pathlib import Path
 
+from encdec.cli.options import whole_number
+from encdec.errors import EncdecError
+from encdec.safe_paths import output_dir, write_atomic
+from encdec.tokenizers.base import MAX_VOCAB
+
 ROOT = Path(__file__).resolve().parents[1]
+MAX_PAIRS = 10**8  # --limit's most: far above Multi30k's 29,000
 MULTI30K = ROOT.parent / "shared" / "data" / "translation" / "multi30k"
 SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}  # TSV name -> Multi30k's
 LANGUAGES = {"en": "eng_Latn", "de": "deu_Latn"}  # the recipe's two, NLLB's codes
@@ -83,14 +89,13 @@ def read_pairs(data: Path, name: str, limit: int | None) -> list[tuple[str, str]
 
 
 def write_tsvs(splits: dict[str, list[tuple[str, str]]], out: Path) -> list[Path]:
-    """SPLIT_en-de.tsv and SPLIT_de-en.tsv of every split under `out`."""
-    out.mkdir(parents=True, exist_ok=True)
+    """SPLIT_en-de.tsv and SPLIT_de-en.tsv of every split under `out` (a directory made by output_dir), each
+    file written whole or not at all."""
     written = []
     for split, pairs in splits.items():
         for name, rows in (("en-de", pairs), ("de-en", [(d, e) for e, d in pairs])):
             path = out / f"{split}_{name}.tsv"
-            path.write_text("".join(f"{source}\t{target}\n" for source, target in rows), encoding="utf-8")
-            written.append(path)
+            written.append(write_atomic(path, "".join(f"{source}\t{target}\n" for source, target in rows)))
     return written
 
 
@@ -125,9 +130,8 @@ def build_model(out: Path, texts: list[str], vocab_size: int, seed: int):
     torch.manual_seed(seed)
     config = transformers.M2M100Config(vocab_size=len(tokenizer), **MODEL)
     model = transformers.M2M100ForConditionalGeneration(config)
-    model.generation_config = transformers.GenerationConfig(
-        bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2, max_length=200
-    )
+    ids = ("bos_token_id", "pad_token_id", "eos_token_id", "decoder_start_token_id")
+    model.generation_config = transformers.GenerationConfig(**{key: MODEL[key] for key in ids}, max_length=200)
     model.save_pretrained(out)
     return tokenizer
 
@@ -146,18 +150,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="where model/ and data/ are written")
     parser.add_argument("--data", type=Path, default=MULTI30K, help=f"Multi30k's .en.gz/.de.gz (default {MULTI30K})")
-    parser.add_argument("--vocab-size", type=int, default=8000, help="the tokenizer's size, codes included")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the model's random weights")
-    parser.add_argument("--limit", type=int, help="the first N pairs of each split only (a quick, small build)")
-    args = parser.parse_args(argv)
+    vocab = whole_number(len(SPECIALS) + len(CODES) + 64, MAX_VOCAB, "--vocab-size")  # room for pieces
+    parser.add_argument("--vocab-size", type=vocab, default=8000, help="the tokenizer's size, codes included")
+    parser.add_argument("--seed", type=whole_number(0, 2**63 - 1, "--seed"), default=0, help="the weights' seed")
+    parser.add_argument(
+        "--limit", type=whole_number(1, MAX_PAIRS, "--limit"), help="the first N pairs of each split only"
+    )
+    try:
+        return build(parser.parse_args(argv))
+    except EncdecError as error:  # a number out of its range, an output path refused (a link on the way)
+        sys.exit(f"multilingual_model.py: error: {error}")
+
+
+def build(args: argparse.Namespace) -> int:
     splits = {split: read_pairs(args.data, name, args.limit) for split, name in SPLITS.items()}
     splits = {split: pairs for split, pairs in splits.items() if pairs is not None}
     if "train" not in splits:
         sys.exit(f"{args.data} holds no train.en.gz and train.de.gz (Multi30k, ../shared/data/README.md section 3)")
     texts = [text for pair in splits["train"] for text in pair]
-    tokenizer = build_model(args.out / "model", texts, args.vocab_size, args.seed)
-    check(args.out / "model")
-    written = write_tsvs(splits, args.out / "data")
+    model_dir, data_dir = output_dir(args.out / "model", "--out"), output_dir(args.out / "data", "--out")
+    tokenizer = build_model(model_dir, texts, args.vocab_size, args.seed)
+    check(model_dir)
+    written = write_tsvs(splits, data_dir)
     counts = ", ".join(f"{split} {len(pairs):,}" for split, pairs in splits.items())
     print(f"{args.out / 'model'}: M2M100 (NLLB's layout), a {len(tokenizer):,}-token NllbTokenizer, random weights")
     print(f"{args.out / 'data'}: {len(written)} TSV files, pairs per direction: {counts}")

@@ -269,6 +269,7 @@ GOOD_DESCRIPTION = {
         "mode_tokens": False,
         "padding_side": "right",
         "source_length": 512,
+        "languages": [{"src_lang": "eng_Latn", "tgt_lang": "deu_Latn"}, {"src_lang": "deu_Latn", "tgt_lang": None}],
     },
     "adapter": {
         "lora": {"r": 8, "lora_alpha": 16.0, "lora_dropout": 0.0, "target_modules": ["q", "v"]},

@@ -112,3 +112,21 @@ def test_the_tsv_files_pair_the_lines_one_to_one(built):
 def test_a_data_folder_without_multi30k_s_training_files_is_one_sentence(tmp_path):
     with pytest.raises(SystemExit, match="holds no train.en.gz and train.de.gz"):
         script().main(["--out", str(tmp_path / "out"), "--data", str(tmp_path)])
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [("--vocab-size", "0"), ("--vocab-size", str(10**12)), ("--seed", "-1"), ("--limit", "0"), ("--limit", "x")],
+)
+def test_a_number_out_of_its_range_is_one_sentence_before_anything_is_read(flag, value, tmp_path):
+    with pytest.raises(SystemExit, match=f"^multilingual_model.py: error: {flag} must be [^\n]*$"):
+        script().main(["--out", str(tmp_path / "out"), flag, value])
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_through_a_link_is_refused_and_nothing_is_written_where_it_leads(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(SystemExit, match="multilingual_model.py: error: .*link"):
+        script().main(["--out", str(tmp_path / "out"), "--limit", "20", "--vocab-size", "400"])
+    assert list((tmp_path / "elsewhere").iterdir()) == []

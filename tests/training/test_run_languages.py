@@ -69,6 +69,17 @@ def test_a_pair_in_languages_is_encoded_with_the_family_tokenizer_s_ids(family, 
 
 
 def test_languages_a_tokenizer_lacks_or_objectives_without_pairs_are_one_sentence(tmp_path):
+    from encdec.data.objectives.mixture import MAX_MEMBERS
+    from encdec.runs.text import MAX_DIRECTIONS
+
+    assert MAX_DIRECTIONS >= MAX_MEMBERS  # every direction a run can train in, text.json reads back
+    from encdec.runs.text import TextFormat
+    from encdec.schema import read as read_schema
+
+    text = {"source_template": "{source}", "target_template": "{target}", "mode_tokens": False}
+    text |= {"padding_side": "right", "source_length": 8, "languages": [{"src_lang": "eng_Latn"}] * 65}
+    with pytest.raises(ConfigError, match="languages lists 65 directions; a run trains in at most 64"):
+        read_schema(TextFormat, text)
     make, _ = FAMILIES["nllb"]
     tokenizer = PretrainedTokenizer(make(tmp_path))
     with pytest.raises(ConfigError, match="data.tgt_lang 'xx_Latn' is not a language code of this tokenizer"):

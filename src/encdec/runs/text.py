@@ -28,6 +28,7 @@ from encdec.tokenizers.languages import code_placement, code_tokens
 from encdec.tokenizers.padding import padded
 
 MAX_LENGTH = 1 << 20  # tokens of a sequence: the longest a run config or a checkpoint's text.json declares
+MAX_DIRECTIONS = 64  # a run's directions are its data sections': data.mixture's members at most (MAX_MEMBERS)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,12 @@ class TextFormat:
     padding_side: Literal["left", "right"]  # left for the causal families, whose prompts continue at the end
     source_length: Annotated[int, Range(1, MAX_LENGTH)]  # inputs are cut to it, as training cut its sources
     languages: list[Direction] = field(default_factory=list)  # the directions trained; [] without codes (and before)
+
+    def __post_init__(self):
+        if len(self.languages) > MAX_DIRECTIONS:
+            raise ConfigError(
+                f"languages lists {len(self.languages):,} directions; a run trains in at most {MAX_DIRECTIONS}"
+            )
 
 
 @dataclass
