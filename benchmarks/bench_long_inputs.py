@@ -7,6 +7,7 @@ transformers' T5 (SDPA and eager); time and peak memory, each in a process of it
     python benchmarks/bench_long_inputs.py --step-16k               # t5-small, one AdamW step at 16,384 tokens
     python benchmarks/bench_long_inputs.py --local                  # LongT5's local attention (its own table)
     python benchmarks/bench_long_inputs.py --local --attention transient_global   # LongT5's transient-global
+    python benchmarks/bench_long_inputs.py --local --lengths 4096,16384 --impls local-blocks,hf-longt5 --modes train
 
 The model is T5 v1.0's layout (relative bias) at d_model 256, 4 heads, 2 + 2 layers, vocabulary 32,128, the same
 weights in every implementation; batch 1, a 64-token target, dropout 0.1, float32. Each measurement runs in a
@@ -19,7 +20,8 @@ holds.) "decode" encodes the source and writes 16 tokens.
 activation checkpointing of each block) on a 16,384-token source within 3 GiB.
 `--local` gives the same model LongT5's local attention (keys at most 127 tokens away) and compares encdec's
 whole scores masked to the band, encdec's chunks of the band (whose work, not only memory, is linear in the
-input) and transformers' LongT5 (its local blocks), encdec's weights copied into it; `--attention
+input; what long inputs took before blocks), encdec's blocks of the band (modules.blocked_band, what a long
+input takes) and transformers' LongT5 (its local blocks), encdec's weights copied into it; `--attention
 transient_global` gives it LongT5's transient-global attention instead (the band and a summary key per block of
 16 tokens), against transformers' transient-global LongT5.
 """
@@ -35,7 +37,7 @@ import time
 
 LENGTHS = (1024, 4096, 16384, 32768)
 IMPLS = ("dense", "chunked", "hf-sdpa", "hf-eager")
-LOCAL_IMPLS = ("local-whole", "local-banded", "hf-longt5")  # --local: LongT5's local attention
+LOCAL_IMPLS = ("local-whole", "local-chunks", "local-blocks", "hf-longt5")  # --local: LongT5's local attention
 LOCAL_RADIUS = 127  # LongT5's
 SHAPE = dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=2)
 TARGET, NEW_TOKENS = 64, 16
@@ -67,9 +69,9 @@ def build(impl: str, attention: str = "local"):
 
 def build_local(impl: str, attention: str = "local"):
     """The benchmark's T5 with LongT5's `attention`, local (keys at most LOCAL_RADIUS away) or transient_global
-    (those and a summary key per block): encdec's whole
-    scores masked to the band, encdec's chunks of the band (modules.chunked_attention), or transformers'
-    LongT5 (its blocks of LOCAL_RADIUS + 1), encdec's weights copied into it."""
+    (those and a summary key per block): encdec's whole scores masked to the band, encdec's chunks of the band
+    (modules.chunked_attention), its blocks (modules.blocked_band), or transformers' LongT5 (its blocks of
+    LOCAL_RADIUS + 1), encdec's weights copied into it."""
     import torch
     from transformers import LongT5Config, LongT5ForConditionalGeneration
 
@@ -87,7 +89,9 @@ def build_local(impl: str, attention: str = "local"):
         assert not unexpected and all("lm_head" in name or "embed_tokens" in name for name in missing), missing
         return hf, cfg
     whole = impl == "local-whole"
-    encoder.BAND_SHARE = 1 << 62 if whole else 0  # the band's chunks never, or at every length
+    encoder.BAND_SHARE = 1 << 62 if whole else 0  # the band's chunks (or blocks) never, or at every length
+    if impl == "local-chunks":
+        encoder.SelfMasks.blocks = lambda *args: None  # the band by chunks of query rows, as before blocks
     ours.encoder.long_scores = 1 << 62  # never by chunks for the length alone
     return ours, cfg
 
@@ -193,7 +197,7 @@ def cell(result: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
-    parser.add_argument("--impls", default=",".join(IMPLS))
+    parser.add_argument("--impls", help=f"default: {','.join(IMPLS)}; with --local: {','.join(LOCAL_IMPLS)}")
     parser.add_argument("--modes", default="train,decode")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--limit-gib", type=float, default=14.0, help="each child's resident-memory bound")
@@ -216,7 +220,8 @@ def main() -> None:
         result = run_child(["--child", "step-16k", *common])
         print(f"t5-small, one AdamW step on 16,384 source + {TARGET} target tokens: {cell(result)}")
         return None
-    impls, modes = (",".join(LOCAL_IMPLS) if args.local else args.impls).split(","), args.modes.split(",")
+    impls = (args.impls or ",".join(LOCAL_IMPLS if args.local else IMPLS)).split(",")
+    modes = args.modes.split(",")
     kind = args.attention.replace("_", "-")
     attention = f"LongT5's {kind} attention, radius {LOCAL_RADIUS}" if args.local else "T5's relative bias"
     print(

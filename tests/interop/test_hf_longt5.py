@@ -19,6 +19,8 @@ from encdec.interop.hf_tokenizer import convert_tokenizer
 from encdec.modules.transient_global import transient_globals
 from encdec.tokenizers import build_tokenizer
 from tests.interop.command_line_kit import assert_generate_and_export_on_the_command_line, fine_tuned_and_exported
+from tests.interop.parity_kit import logit_gap as batch_gap
+from tests.interop.parity_kit import padded_rows
 from tests.interop.parity_kit import t5_batch as padded_batch
 from tests.interop.parity_kit import t5_gap as logit_gap
 from tests.interop.serving_kit import assert_served_equals_generate_alone
@@ -65,6 +67,22 @@ def test_logits_equal_transformers_on_a_padded_batch(kind, scale, tmp_path):
     assert (ours.config.attention.encoder, ours.config.attention.local_radius) == (KINDS[kind], 3)
     assert ours.config.output.scale == (scale == "scaled") and ours.config.embeddings.tie
     assert logit_gap(reference, ours) < 1e-4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_long_batch_attended_by_blocks_equals_transformers(kind, tmp_path, monkeypatch):
+    """Sources of 150 tokens and fewer (rows ending inside a block and a window) are long for a radius of 3: the
+    encoder attends by blocks of 4 (modules.blocked_band, which the test sees called), and the logits are
+    transformers' within 1e-4."""
+    from encdec.modules import blocked_band
+
+    reference = saved(kind, tmp_path)
+    ours = encdec.load_hf(tmp_path)
+    groups = []
+    real_group = blocked_band._group
+    monkeypatch.setattr(blocked_band, "_group", lambda *args, **kwargs: groups.append(1) or real_group(*args, **kwargs))
+    assert batch_gap(reference, ours, padded_rows(384, (150, 97, 61), 150, 12)) < 1e-4
+    assert len(groups) == 2  # both layers, by blocks
 
 
 @pytest.mark.parametrize("kind", KINDS)

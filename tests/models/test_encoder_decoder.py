@@ -136,29 +136,29 @@ def test_parameter_count_without_positions_drops_learned_tables_only():
     assert count_parameters(model) - count_parameters(model, exclude_positions=True) == 2 * 64 * 64
 
 
-def test_many_packed_sources_attend_by_chunks_of_their_longest_and_encode_as_padded(monkeypatch):
+def test_many_packed_sources_attend_by_blocks_of_their_longest_and_encode_as_padded(monkeypatch):
     """The server's joins pack many sources end to end; no token sees farther than the longest source, so a
-    row of 80 sources attends by chunks of that band (work linear in the row, not its square: under a quarter of
-    the whole row's scores here) and each source's encoding is its padded one."""
-    from encdec.modules import attention
+    row of 80 sources attends by blocks of that band (modules.blocked_band: work linear in the row, not its
+    square: under a quarter of the whole row's scores here) and each source's encoding is its padded one."""
+    from encdec.modules import blocked_band
 
     torch.manual_seed(0)
     model = build_model(preset("t5-tiny", vocab_size=V, dropout=0.0)).eval()
     lengths = torch.randint(4, 13, (80,), generator=torch.Generator().manual_seed(1))
     src = torch.randint(3, V, (80, 12), generator=torch.Generator().manual_seed(2))
     mask = torch.arange(12)[None, :] < lengths[:, None]
-    scores, real_attend = [], attention.attend
+    scores, real_group = [], blocked_band._group
 
-    def counted(q, k, *args, **kwargs):
-        scores.append(q.shape[2] * k.shape[2])
-        return real_attend(q, k, *args, **kwargs)
+    def counted(q_rows, n0, n1, **kwargs):
+        scores.append((n1 - n0) * kwargs["blocks"].size * 3 * kwargs["blocks"].size)
+        return real_group(q_rows, n0, n1, **kwargs)
 
-    monkeypatch.setattr(attention, "attend", counted)
+    monkeypatch.setattr(blocked_band, "_group", counted)
     with torch.no_grad():
         packed = model.encode_packed(src, mask)
         padded = model.encode(src, mask)
     width = -(-int(lengths.sum()) // 16) * 16
-    assert len(scores) > 2 * 2 and sum(scores[:-2]) < 0.25 * 2 * width * width  # both layers by chunks
+    assert len(scores) == 2 and sum(scores) < 0.25 * 2 * width * width  # both layers by blocks
     torch.testing.assert_close(packed.hidden[mask], padded.hidden[mask], atol=1e-5, rtol=1e-5)
 
 

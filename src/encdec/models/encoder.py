@@ -24,7 +24,9 @@ from encdec.modules import (
     RelativePositionBias,
     RotaryEmbedding,
 )
+from encdec.modules.attention import blocked_value
 from encdec.modules.attention_kinds import GlobalTokenKeys, TransientGlobal, find, layer_band, layer_mask
+from encdec.modules.blocked_band import BandBlocks, band_pattern, blocked_scores
 from encdec.modules.blocks import for_layer
 from encdec.modules.chunked_attention import LazyMask, chunk_scores
 from encdec.modules.global_tokens import global_token_rows
@@ -80,7 +82,8 @@ class Encoder(Stack):
         bias, a window), or a LazyMask that makes the part a chunk of queries reads (modules.chunked_attention),
         memory linear in the input: where the scores of a layer would hold LONG_SCORES or more numbers, and for a
         layer whose keys lie within a band (LongT5's local attention, a sliding window) where the band's keys are
-        at most an eighth of them, compute linear in the input too."""
+        at most an eighth of them, compute linear in the input too (by blocks of the band where its kinds allow,
+        modules.blocked_band)."""
         B, S = masks.x.shape[:2]
         heads = self.blocks[0].self_attn.n_heads
         G = masks.extra_keys()
@@ -88,7 +91,8 @@ class Encoder(Stack):
         for i in range(len(self.blocks)):
             band = masks.band(i)
             if self.by_chunks(B * heads, S, band, G):
-                made.append(LazyMask(partial(masks.rows, i), S, band, G))
+                blocks = masks.blocks(i, band) if band is not None else None
+                made.append(LazyMask(partial(masks.rows, i), S, band, G, blocks))
                 continue
             kinds = self.self_kinds(i)  # layers of one kind share their mask
             if kinds not in by_kind:
@@ -115,7 +119,12 @@ class Encoder(Stack):
         peaks = [0]
         for i in range(len(self.blocks)):
             band = self.band(i)
-            peaks.append(chunk_scores(heads, S, band, G) if self.by_chunks(heads, S, band, G) else heads * S * (S + G))
+            if not self.by_chunks(heads, S, band, G):
+                peaks.append(heads * S * (S + G))
+            elif band is not None and all(kind.in_blocks for kind in self.self_kinds(i)):
+                peaks.append(blocked_scores(heads, S, band, G))
+            else:
+                peaks.append(chunk_scores(heads, S, band, G))
         return max(peaks)
 
     def band(self, layer: int) -> int | None:
@@ -145,6 +154,7 @@ class SelfMasks:
     ):
         self.encoder, self.src_mask, self.packing, self.row, self.pos, self.x = encoder, src_mask, packing, row, pos, x
         self.globals = self.tokens = None
+        self.patterns = {}  # (kinds, band) -> the pattern of a block (modules.blocked_band), made once a forward
         if encoder.global_bias is None and encoder.global_rule is None:
             return
         if packing is not None and encoder.global_bias is not None:
@@ -156,7 +166,7 @@ class SelfMasks:
         B, S = x.shape[:2]
         self.real = src_mask if src_mask is not None else torch.ones(B, S, dtype=torch.bool, device=x.device)
         if encoder.global_bias is not None:
-            self.globals = transient_globals(self.real, encoder.global_block_size)
+            self.globals = transient_globals(self.real, encoder.global_block_size, encoder.global_bias)
         else:
             self.tokens = global_token_rows(self.real, encoder.global_rule)
 
@@ -174,6 +184,26 @@ class SelfMasks:
             bands.append(self.packing.src_longest - 1)
         bands = [band for band in bands if band is not None]
         return min(bands) if bands else None
+
+    def blocks(self, layer: int, band: int) -> BandBlocks | None:
+        """Layer `layer`'s mask as the blocks of its band read it (modules.blocked_band): the pattern its kinds lay
+        out (shared by the layers of one kind, a bias's gradient reaching its table once), which keys are real
+        or, packed, in the query's example, and LongT5's global keys' mask by rows; None where a kind cannot be
+        attended by blocks."""
+        kinds = self.encoder.self_kinds(layer)
+        if not all(kind.in_blocks for kind in kinds):
+            return None
+        dtype, device = self.x.dtype, self.x.device
+        if (kinds, band) not in self.patterns:
+            self.patterns[kinds, band] = band_pattern(lambda q, k: layer_mask(kinds, None, q, k, dtype), band, device)
+        if self.packing is not None:
+            keys = queries = self.packing.src_segments
+        else:
+            real = self.src_mask if self.src_mask is not None else torch.ones(1, self.x.shape[1], device=device)
+            keys, queries = real.long(), None
+        global_keys = find(kinds, TransientGlobal)
+        side = partial(global_keys.side, self.real, self.globals, dtype=dtype) if global_keys is not None else None
+        return BandBlocks(band + 1, self.patterns[kinds, band], keys, queries, blocked_value(dtype, device.type), side)
 
     def rows(self, layer: int, t0: int, t1: int, k0: int, k1: int) -> torch.Tensor | None:
         """Layer `layer`'s additive mask for query rows t0..t1 over keys k0..k1: (B or 1, H or 1, t1 - t0,

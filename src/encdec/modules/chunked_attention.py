@@ -31,6 +31,7 @@ from functools import partial
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from encdec.modules.blocked_band import BandBlocks, blocked_attend
 from encdec.sizing import release_free_memory
 
 CHUNK_SCORES = 1 << 23  # 8M numbers of scores a chunk holds at most (32 MiB in float32)
@@ -49,12 +50,14 @@ class LazyMask:
     t1 - t0, k1 - k0 + extra) over queries t0..t1, keys k0..k1 of the `rows` own keys and then the `extra` keys
     after them (LongT5's global keys), or None (nothing masked). `band`: no query sees an own key farther than
     this from itself (a local or sliding window), so a chunk of rows reads only the keys within the band of its
-    rows; None: every key."""
+    rows; None: every key. `blocks`: the same mask as a band's blocks read it (modules.blocked_band), where the
+    layer's kinds allow it: the band is then attended by blocks instead of chunks."""
 
     make: Callable[[int, int, int, int], torch.Tensor | None]
     rows: int
     band: int | None = None
     extra: int = 0
+    blocks: BandBlocks | None = None
 
     def dense(self) -> torch.Tensor | None:
         """The whole mask (what a recording of the probabilities reads)."""
@@ -98,7 +101,10 @@ def chunk_scores(heads: int, keys: int, band: int | None, extra: int) -> int:
 def chunked_attend(attend: Callable, q, k, v, mask: LazyMask, scale, dropout_p: float, softcap) -> torch.Tensor:
     """`attend`(q, k, v, mask, is_causal=False, scale, dropout_p, softcap, recompute=False) (B, H, T, D), a chunk
     of query rows at a time over the keys its rows may see (`mask.keys`, and the extra ones), each recomputed in
-    the backward pass where autograd records: the same result, scores of one chunk at a time."""
+    the backward pass where autograd records: the same result, scores of one chunk at a time. A band with its
+    blocks (and no cap on its scores) is attended by blocks instead (modules.blocked_band)."""
+    if mask.blocks is not None and softcap is None:
+        return blocked_attend(q, k, v, mask.blocks, scale, dropout_p)
     T = q.shape[2]
     rows = chunk_rows(q, mask)
     outputs = []

@@ -18,7 +18,7 @@ from encdec.modules.transient_global import TransientGlobals
 class TransientGlobal(AttentionKind):
     """LongT5's global keys: one per `block_size` tokens, the block's summed states normed by the attention's
     `global_norm`, seen by every real token through `table`, a relative bias of k - its block (Guo et al. 2022,
-    3.1.2)."""
+    3.1.2), looked up once a batch (TransientGlobals.bias)."""
 
     block_size: int
     table: nn.Module
@@ -29,9 +29,8 @@ class TransientGlobal(AttentionKind):
 
     def side(self, real: torch.Tensor, globals_: TransientGlobals, t0: int, t1: int, dtype) -> torch.Tensor:
         """The mask of query rows t0..t1 over the G global keys, real (B, S) the real tokens: (B, H, rows, G)."""
-        blocks, keys = globals_.positions()
         sees = (real[:, t0:t1, None] == globals_.real[:, None, :])[:, None]  # (B, 1, rows, G)
-        return additive_mask(sees, self.table(blocks[:, t0:t1], keys), dtype)
+        return additive_mask(sees, globals_.rows_bias(t0, t1), dtype)
 
 
 @dataclass(frozen=True)
@@ -40,3 +39,4 @@ class Merged(AttentionKind):
     (T5Gemma 2's; modules.blocks.DecoderBlock without a cross-attention)."""
 
     extra_keys = True
+    in_blocks = False  # a decoder's: its memory's keys are not a band's

@@ -8,6 +8,8 @@
     bias(q, k)      an additive term of the scores, (1 or B, H, T, S) (T5's relative bias: a `score_mod`)
     rotary          a rotation of queries and keys by position (RoPE)
     extra_keys      keys beside the own ones (a transient-global attention's block keys, a merged one's memory)
+    in_blocks       whether a band of the kind can be attended by blocks (modules.blocked_band): its rule and bias
+                    read k - q alone, laid out once for every block (LongT5's global keys are joined there too)
     parameters()    the parameters the kind itself holds (a bias table: buckets x heads)
 
 `layer_mask` folds a layer's kinds into the additive mask of a span of queries and keys (the whole sequence, or
@@ -37,6 +39,7 @@ class AttentionKind:
     rotary = None
     extra_keys = False
     masks = False
+    in_blocks = True
 
     def rule(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor | None:
         """q, k: positions broadcast against each other, (..., T, 1) and (..., 1, S) -> bool, True to attend."""

@@ -19,6 +19,7 @@ from encdec.modules.global_tokens import GlobalTokenRows
 @dataclass(frozen=True)
 class GlobalTokenKeys(AttentionKind):
     extra_keys = True
+    in_blocks = False  # which keys are global is the batch's, not a rule of k - q
 
     def own(self, allowed: torch.Tensor | None, tokens: GlobalTokenRows, k0: int, k1: int) -> torch.Tensor:
         """What a batch allows of keys k0..k1 (bool, broadcastable to (B, 1, T, keys); None: all), the global
