@@ -9,7 +9,7 @@ from encdec.errors import ConfigError
 from encdec.generation import GenerationConfig
 from encdec.generation.decode_memory import check_generation_fits, generation_bytes
 from encdec.models import build_model, preset
-from encdec.modules import attention
+from encdec.modules import attention, blocked_band
 
 V = 97
 ENCODERS = {
@@ -21,15 +21,22 @@ ENCODERS = {
 
 
 def computed_scores(model, S: int, monkeypatch) -> int:
-    """The most numbers of scores one call of the encoder's attention computed, encoding one input of S tokens."""
+    """The most numbers of scores one call of the encoder's attention (or one group of a band's blocks) computed,
+    encoding one input of S tokens."""
     peak = [0]
-    real_attend = attention.attend
+    real_attend, real_group = attention.attend, blocked_band._group
 
     def counted(q, k, *args, **kwargs):
         peak[0] = max(peak[0], q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2])
         return real_attend(q, k, *args, **kwargs)
 
+    def grouped(q_rows, n0, n1, *, k, T, blocks, **kwargs):
+        size = blocks.size
+        peak[0] = max(peak[0], q_rows.shape[0] * q_rows.shape[1] * (n1 - n0) * size * (3 * size + k.shape[2] - T))
+        return real_group(q_rows, n0, n1, k=k, T=T, blocks=blocks, **kwargs)
+
     monkeypatch.setattr(attention, "attend", counted)
+    monkeypatch.setattr(blocked_band, "_group", grouped)
     with torch.no_grad():
         model.encode(torch.randint(3, V, (1, S), generator=torch.Generator().manual_seed(0)))
     return peak[0]
