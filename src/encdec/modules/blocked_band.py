@@ -102,31 +102,26 @@ def _windows(x: torch.Tensor, n0: int, n1: int, b: int, T: int, dim: int) -> tor
 def _group(q_rows, n0: int, n1: int, *, k, v, blocks: BandBlocks, T: int, scale, p: float) -> torch.Tensor:
     """Blocks n0..n1 of queries q_rows (B, H, rows, D) -> their outputs (B, H, rows, D)."""
     B, H, rows, D = q_rows.shape
-    K, b, m = k.shape[1], blocks.size, n1 - n0
-    q = F.pad(q_rows, (0, 0, 0, m * b - rows)).view(B, K, H // K, m, b, D)
-    keys = _windows(k, n0, n1, b, T, 2)[:, :, None]  # (B, K, 1, m, D, 3b)
-    scores = (q @ keys).view(B, H, m, b, 3 * b)
-    if scale != 1.0:
-        scores = scores * (D**-0.5 if scale is None else scale)
+    K, b, m, G = k.shape[1], blocks.size, n1 - n0, k.shape[2] - T
+    if scale != 1.0:  # the queries scaled, not the scores: b x D numbers a block, not b x 3b
+        q_rows = q_rows * (D**-0.5 if scale is None else scale)
+    q = F.pad(q_rows, (0, 0, 0, m * b - rows)).view(B, K, H // K, m, b, D)  # query head h reads kv head h // (H/K)
+    values = _windows(v, n0, n1, b, T, 2).transpose(-1, -2)[:, :, None]  # (B, K, 1, m, 3b, D)
+    scores = (q @ _windows(k, n0, n1, b, T, 2)[:, :, None]).view(B, H, m, b, 3 * b)
     if blocks.pattern is not None:
         scores = scores + blocks.pattern[:, None]
     scores = scores.masked_fill(~_allowed(blocks, n0, n1, T)[:, None], blocks.blocked)
     if blocks.side is None:
-        probs = dropout(scores.softmax(-1), p).view(B, K, H // K, m, b, 3 * b)
-        return (probs @ _windows(v, n0, n1, b, T, 2).transpose(-1, -2)[:, :, None]).view(B, H, m * b, D)[:, :, :rows]
-    G = k.shape[2] - T
-    side = F.pad(blocks.side(n0 * b, n0 * b + rows), (0, 0, 0, m * b - rows))  # (B, H or 1, m b, G)
-    global_scores = (q.view(B, K, H // K * m * b, D) @ k[:, :, T:].transpose(-1, -2)).view(B, H, m * b, G)
-    if scale != 1.0:
-        global_scores = global_scores * (D**-0.5 if scale is None else scale)
-    joined = torch.cat([scores, (global_scores + side).view(B, H, m, b, G)], dim=-1)
-    probs = dropout(joined.softmax(-1), p)
-    local = (
-        probs[..., : 3 * b].reshape(B, K, H // K, m, b, 3 * b)
-        @ _windows(v, n0, n1, b, T, 2).transpose(-1, -2)[:, :, None]
-    )
-    remote = probs[..., 3 * b :].reshape(B, K, H // K * m * b, G) @ v[:, :, T:]
-    return (local.view(B, H, m * b, D) + remote.view(B, H, m * b, D))[:, :, :rows]
+        probs = dropout(scores.softmax(-1), p)
+        out = probs.view(B, K, H // K, m, b, 3 * b) @ values
+    else:  # the global keys' scores beside the window's, one softmax over both
+        side = F.pad(blocks.side(n0 * b, n0 * b + rows), (0, 0, 0, m * b - rows)).view(B, -1, m, b, G)
+        global_scores = (q.view(B, K, H // K * m * b, D) @ k[:, :, T:].transpose(-1, -2)).view(B, H, m, b, G)
+        probs = dropout(torch.cat([scores, global_scores + side], dim=-1).softmax(-1), p)
+        local = probs[..., : 3 * b].reshape(B, K, H // K, m, b, 3 * b) @ values
+        remote = probs[..., 3 * b :].reshape(B, K, H // K * m * b, G) @ v[:, :, T:]
+        out = local + remote.view(B, K, H // K, m, b, D)
+    return out.view(B, H, m * b, D)[:, :, :rows]
 
 
 def _allowed(blocks: BandBlocks, n0: int, n1: int, T: int) -> torch.Tensor:

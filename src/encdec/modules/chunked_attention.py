@@ -10,7 +10,10 @@ at a time (its dropout mask too: the checkpoint restores the random state). At m
 scores exist at once. A `LazyMask` is a mask by rows and keys: what makes the part a chunk reads (padding,
 packing, windows, relative biases, whose gradients reach their tables through the recomputation). Where no
 query sees a key farther than a band from itself (LongT5's local attention, a sliding window), a chunk reads
-only the keys within the band of its rows, so the work too grows linearly with the input.
+only the keys within the band of its rows, so the work too grows linearly with the input; where the layer's
+kinds read k - q alone (every kind but Longformer's global tokens) and no cap bounds its scores, the band is
+attended by blocks instead (modules.blocked_band: one batched product, its bias laid out once), about 3x
+faster than by chunks.
 
 On the CPU each chunk's transient memory goes back to the system after it (`release_freed`): glibc's malloc
 keeps freed blocks of up to 32 MiB in its heap, and the chunks' scores, interleaved with what the pass keeps,
