@@ -224,8 +224,11 @@ def main() -> None:
     modes = args.modes.split(",")
     kind = args.attention.replace("_", "-")
     attention = f"LongT5's {kind} attention, radius {LOCAL_RADIUS}" if args.local else "T5's relative bias"
+    from encdec.cpu_features import cpu_features
+
     print(
         f"T5 d_model {SHAPE['d_model']}, {SHAPE['n_heads']} heads, 2 + 2 layers, {attention}; batch 1; {args.threads} threads"
+        f"; {cpu_features().describe()}"
     )
     print("| source tokens | mode | " + " | ".join(impls) + " |")
     print("| ---: | --- | " + " | ".join("---" for _ in impls) + " |")

@@ -12,7 +12,7 @@ FIXTURE_RUN = Path(__file__).resolve().parent / "fixtures" / "checkpoint_2ba69c1
 # bottom to top: a module may import its own package and anything in a lower layer
 LAYERS = [
     {"encdec.errors", "encdec.lazy_names"},
-    {"encdec.safe_paths", "encdec.sizing", "encdec.schema"},
+    {"encdec.safe_paths", "encdec.sizing", "encdec.schema", "encdec.cpu_features"},
     {"encdec.modules", "encdec.tokenizers"},
     {"encdec.generation", "encdec.data", "encdec.quantization"},
     {"encdec.models"},

@@ -16,10 +16,32 @@ from encdec.training.numerics import numerics, resolve_precision
 from encdec.training.optimizer_step import optimizer_step
 
 
-def test_auto_precision_is_fp32_on_a_cpu_and_explicit_choices_stand():
+def test_auto_precision_is_fp32_on_a_cpu_without_amx_and_explicit_choices_stand():
     cpu = torch.device("cpu")
-    assert resolve_precision("auto", cpu) == "fp32"
+    assert resolve_precision("auto", cpu) == "fp32"  # the suite runs as without AMX (conftest)
     assert resolve_precision("bf16", cpu) == "bf16" and resolve_precision("fp32", cpu) == "fp32"
+
+
+@pytest.mark.parametrize(
+    "amx, limit, expected",
+    [(True, "", "bf16"), (True, "ALL", "bf16"), (True, "avx512_core_bf16", "fp32"), (False, "", "fp32")],
+)
+def test_auto_precision_is_bf16_on_a_cpu_whose_amx_multiplies_it(amx, limit, expected, monkeypatch):
+    """AMX's bf16 products run about 6x fp32's, so auto picks bf16 there; oneDNN limited to an instruction set
+    without AMX (ONEDNN_MAX_CPU_ISA, as the suite runs) computes as a CPU without it, and so does auto."""
+    from encdec import cpu_features
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", limit)
+    cpu_features.cpu_features.cache_clear()
+    try:
+        assert resolve_precision("auto", torch.device("cpu")) == expected
+        described = cpu_features.cpu_features().describe()
+        assert described.startswith(cpu_features.cpu_features().model) and ("no AMX" in described) == (
+            expected == "fp32"
+        )
+    finally:
+        cpu_features.cpu_features.cache_clear()
 
 
 @pytest.mark.cuda

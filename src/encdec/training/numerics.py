@@ -1,6 +1,7 @@
 """How a run computes on its device: precision, TF32, determinism, and the RNG states a checkpoint keeps.
 
-    precision "auto"   bf16 autocast on a GPU that supports it, fp32 elsewhere
+    precision "auto"   bf16 autocast on a GPU that supports it and on a CPU whose AMX multiplies bf16
+                       (encdec.cpu_features), fp32 elsewhere
     precision "fp16"   fp16 autocast with dynamic loss scaling (GradScaler), for GPUs without
                        bf16 (V100, T4); refused on a CPU and with FSDP
     fp32 on CUDA       TF32 matmuls and convolutions (10-bit mantissa inputs, fp32 accumulation)
@@ -16,15 +17,18 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
+from encdec.cpu_features import cpu_features
 from encdec.errors import ConfigError
 
 CUBLAS_DETERMINISTIC = ":4096:8"  # cuBLAS needs a fixed workspace to repeat its reductions
 
 
 def resolve_precision(precision: str, device: torch.device, distributed: str | None = None) -> str:
-    """fp32, bf16 or fp16: "auto" picks bf16 on a GPU with bf16 support, fp32 otherwise."""
+    """fp32, bf16 or fp16: "auto" picks bf16 on a GPU with bf16 support and on a CPU with AMX, fp32 otherwise."""
     if precision == "auto":
-        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+        if device.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        return "bf16" if device.type == "cpu" and cpu_features().fast_bf16 else "fp32"
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError("training.precision is bf16 but this GPU does not support bfloat16; use fp16 or fp32")
     if precision == "fp16" and device.type != "cuda":

@@ -128,7 +128,9 @@ class TrainingSection:
     clip_norm: Annotated[float, Range(0, 1e6)] = 1.0  # 0 turns clipping off
     label_smoothing: Probability = 0.0  # the target mixed with a uniform one (Szegedy et al. 2016; 0.1 in Vaswani)
     seed: Annotated[int, Range(0, 2**32 - 1)] = 1337
-    precision: Literal[PRECISIONS] = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16
+    precision: Literal[PRECISIONS] = (
+        "auto"  # auto (bf16 on a GPU that has it or a CPU with AMX, else fp32) | fp32 | bf16 | fp16
+    )
     compile: bool = False
     activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory, more compute
     device: Literal[DEVICES] = "auto"  # auto (cuda when present) | cpu | cuda
