@@ -4,6 +4,8 @@
 Shapes: B batch, T target length, S source length, C model dim, R decode-state rows.
 """
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -23,8 +25,9 @@ from encdec.modules import (
     RotaryEmbedding,
     additive_mask,
 )
-from encdec.modules.attention_kinds import LayerKinds, Merged
+from encdec.modules.attention_kinds import Full, LayerKinds, Merged, find
 from encdec.modules.blocks import for_layer
+from encdec.modules.flex_attention import EVERY_KEY, ExtraKeys, FlexBatch, FlexMask
 
 
 class Decoder(Stack):
@@ -60,8 +63,10 @@ class Decoder(Stack):
             return self._forward_packed(tgt_ids, memory, packing)
         pos = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # (T,)
         x = self.embed_tokens(tgt_ids, self.whole_positions(tgt_ids, pos))
+        memory_keys = FlexBatch(key_real=memory.mask) if memory.mask is not None else EVERY_KEY
+        flex = self.self_flex(x, EVERY_KEY, False, memory_keys, memory.hidden.shape[1])
         return self.run_blocks(
-            x, memory.hidden, self.self_inputs(None, pos, pos, x.dtype), self._cross_inputs(pos, memory, x.dtype)
+            x, memory.hidden, self.self_inputs(None, pos, pos, x.dtype, flex), self._cross_inputs(pos, memory, x)
         )
 
     def step(self, tgt_ids: torch.Tensor, state: DecodeState) -> torch.Tensor:
@@ -82,10 +87,16 @@ class Decoder(Stack):
         pos, k_pos = packing.tgt_positions, packing.src_positions  # (B, T), (B, S)
         x = self.embed_tokens(tgt_ids, pos)
         row = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # masks and T5's bias read rows (Stack.self_kinds)
-        self_inputs = self.self_inputs(packing.decoder_allowed(), row, pos, x.dtype)
+        S = memory.hidden.shape[1]
+        own, memory_keys = (
+            FlexBatch(None, packing.tgt_segments, segments) for segments in (packing.tgt_segments, packing.src_segments)
+        )
+        flex = self.self_flex(x, own, True, memory_keys, S)
+        self_inputs = self.self_inputs(packing.decoder_allowed(), row, pos, x.dtype, flex)
         q_pos = packing.source_lengths() + pos if self.rope_cross == "prepended" else pos  # (B, T)
         cross_mask = additive_mask(packing.cross_allowed(), None, x.dtype)  # (B, 1, T, S)
-        cross_inputs = AttentionInputs(mask=cross_mask, q_pos=q_pos, k_pos=k_pos)
+        cross_flex = self.flex_masks(x, memory_keys, True, S)((Full(),))
+        cross_inputs = AttentionInputs(mask=cross_mask, q_pos=q_pos, k_pos=k_pos, flex=cross_flex)
         return self.run_blocks(x, memory.hidden, self_inputs, cross_inputs)
 
     def run_blocks(
@@ -112,8 +123,24 @@ class Decoder(Stack):
         kinds = super().self_kinds(layer)
         return kinds + (Merged(),) if self.blocks[layer].cross_attn is None else kinds
 
-    def _cross_inputs(self, pos: torch.Tensor, memory: EncoderOutput, dtype: torch.dtype) -> AttentionInputs:
-        """Cross-attention of the whole target, positions pos (T,), to the encoder output."""
+    def self_flex(
+        self, x: torch.Tensor, own: FlexBatch, masked: bool, memory_keys: FlexBatch, S: int
+    ) -> Callable[[LayerKinds], FlexMask | None]:
+        """Stack.flex_masks of the self-attention under `own` (`masked`: a batch's packing), a merged layer's
+        (T5Gemma 2's) with the S memory keys after its own, seen as `memory_keys` allows."""
+        plain = self.flex_masks(x, own, masked)
+        merged = self.flex_masks(
+            x,
+            own,
+            masked or memory_keys is not EVERY_KEY,
+            extra=lambda kinds: ExtraKeys(S, memory_keys.allows, rows=memory_keys.batch),
+        )
+        return lambda kinds: merged(kinds) if find(kinds, Merged) is not None else plain(kinds)
+
+    def _cross_inputs(self, pos: torch.Tensor, memory: EncoderOutput, x: torch.Tensor) -> AttentionInputs:
+        """Cross-attention of the whole target x (B, T, C), positions pos (T,), to the encoder output: its dense
+        padding mask, and its FlexMask where it takes FlexAttention (Stack.takes_flex)."""
+        dtype = x.dtype
         S = memory.hidden.shape[1]
         k_pos = torch.arange(S, device=pos.device)
         q_pos = pos
@@ -121,4 +148,6 @@ class Decoder(Stack):
             src_len = memory.mask.sum(-1) if memory.mask is not None else torch.full_like(pos[:1], S)
             q_pos = src_len[:, None] + pos  # (B, T)
         allowed = memory.mask[:, None, None, :] if memory.mask is not None else None  # (B, 1, 1, S)
-        return AttentionInputs(mask=additive_mask(allowed, None, dtype), q_pos=q_pos, k_pos=k_pos)
+        memory_keys = FlexBatch(key_real=memory.mask) if memory.mask is not None else EVERY_KEY
+        flex = self.flex_masks(x, memory_keys, memory.mask is not None, S)((Full(),))
+        return AttentionInputs(mask=additive_mask(allowed, None, dtype), q_pos=q_pos, k_pos=k_pos, flex=flex)

@@ -35,7 +35,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 
 from encdec.errors import ConfigError
 from encdec.modules.attention import additive_mask
-from encdec.modules.attention_kinds.kind import LayerKinds, mask_mod, score_mod
+from encdec.modules.attention_kinds.kind import ExtraKeys, LayerKinds, mask_mod, score_mod
 from encdec.modules.attention_kinds.masked import only_causal
 
 IMPLEMENTATIONS = ("auto", "dense", "flex")
@@ -94,19 +94,6 @@ class FlexBatch:
 
 
 EVERY_KEY = FlexBatch()
-
-
-@dataclass(eq=False)
-class ExtraKeys:
-    """G keys after a layer's own: `sees(b, q, g)` -> bool and `score(score, b, h, q, g)` -> the score with its
-    term; `own(b, k)` -> bool: whether the own key k stays a key (Longformer's global tokens are keys after the
-    band instead)."""
-
-    count: int
-    sees: Callable
-    score: Callable | None = None
-    own: Callable | None = None
-    rows: int | None = None  # the batch `sees` varies over (None: one for every row)
 
 
 @dataclass(eq=False)
