@@ -5,6 +5,7 @@ Shapes: B batch, T target length, S source length, C model dim, R decode-state r
 """
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -64,10 +65,11 @@ class Decoder(Stack):
         pos = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # (T,)
         x = self.embed_tokens(tgt_ids, self.whole_positions(tgt_ids, pos))
         memory_keys = FlexBatch(key_real=memory.mask) if memory.mask is not None else EVERY_KEY
-        flex = self.self_flex(x, EVERY_KEY, False, memory_keys, memory.hidden.shape[1])
-        return self.run_blocks(
-            x, memory.hidden, self.self_inputs(None, pos, pos, x.dtype, flex), self._cross_inputs(pos, memory, x)
-        )
+        S = memory.hidden.shape[1]
+        flex = self.self_flex(x, EVERY_KEY, False, memory_keys, S)
+        cross_flex = self.flex_masks(x, memory_keys, memory.mask is not None, S)((Full(),))
+        cross_inputs = replace(self._cross_inputs(pos, memory, x.dtype), flex=cross_flex)
+        return self.run_blocks(x, memory.hidden, self.self_inputs(None, pos, pos, x.dtype, flex), cross_inputs)
 
     def step(self, tgt_ids: torch.Tensor, state: DecodeState) -> torch.Tensor:
         """tgt_ids (R, t), the next t positions of every row of `state` -> hidden (R, t, C) after the final
@@ -88,9 +90,8 @@ class Decoder(Stack):
         x = self.embed_tokens(tgt_ids, pos)
         row = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # masks and T5's bias read rows (Stack.self_kinds)
         S = memory.hidden.shape[1]
-        own, memory_keys = (
-            FlexBatch(None, packing.tgt_segments, segments) for segments in (packing.tgt_segments, packing.src_segments)
-        )
+        own = FlexBatch(q_segments=packing.tgt_segments, k_segments=packing.tgt_segments)  # a target's own example
+        memory_keys = FlexBatch(q_segments=packing.tgt_segments, k_segments=packing.src_segments)  # and its source
         flex = self.self_flex(x, own, True, memory_keys, S)
         self_inputs = self.self_inputs(packing.decoder_allowed(), row, pos, x.dtype, flex)
         q_pos = packing.source_lengths() + pos if self.rope_cross == "prepended" else pos  # (B, T)
@@ -137,10 +138,8 @@ class Decoder(Stack):
         )
         return lambda kinds: merged(kinds) if find(kinds, Merged) is not None else plain(kinds)
 
-    def _cross_inputs(self, pos: torch.Tensor, memory: EncoderOutput, x: torch.Tensor) -> AttentionInputs:
-        """Cross-attention of the whole target x (B, T, C), positions pos (T,), to the encoder output: its dense
-        padding mask, and its FlexMask where it takes FlexAttention (Stack.takes_flex)."""
-        dtype = x.dtype
+    def _cross_inputs(self, pos: torch.Tensor, memory: EncoderOutput, dtype: torch.dtype) -> AttentionInputs:
+        """Cross-attention of the whole target, positions pos (T,), to the encoder output."""
         S = memory.hidden.shape[1]
         k_pos = torch.arange(S, device=pos.device)
         q_pos = pos
@@ -148,6 +147,4 @@ class Decoder(Stack):
             src_len = memory.mask.sum(-1) if memory.mask is not None else torch.full_like(pos[:1], S)
             q_pos = src_len[:, None] + pos  # (B, T)
         allowed = memory.mask[:, None, None, :] if memory.mask is not None else None  # (B, 1, 1, S)
-        memory_keys = FlexBatch(key_real=memory.mask) if memory.mask is not None else EVERY_KEY
-        flex = self.flex_masks(x, memory_keys, memory.mask is not None, S)((Full(),))
-        return AttentionInputs(mask=additive_mask(allowed, None, dtype), q_pos=q_pos, k_pos=k_pos, flex=flex)
+        return AttentionInputs(mask=additive_mask(allowed, None, dtype), q_pos=q_pos, k_pos=k_pos)
