@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from encdec.errors import ConfigError
-from encdec.modules import Attention, AttentionInputs, RelativePositionBias, RotaryEmbedding, additive_mask
+from encdec.modules import (
+    Attention,
+    AttentionInputs,
+    RelativePositionBias,
+    RotaryEmbedding,
+    additive_mask,
+    flex_attention,
+)
 from encdec.modules.attention_kinds import (
     KINDS,
     Band,
@@ -14,12 +21,14 @@ from encdec.modules.attention_kinds import (
     Full,
     RelativeBias,
     Rope,
+    TransientGlobal,
     layer_mask,
 )
 from encdec.modules.attention_kinds.alibi import Alibi
 from encdec.modules.attention_kinds.dilated import DilatedBand
 from encdec.modules.flex_attention import FlexBatch, FlexMask, uses_flex
 from encdec.modules.masks import same_segment
+from encdec.modules.transient_global import transient_globals
 
 B, T, C, H = 2, 24, 32, 4
 
@@ -99,6 +108,12 @@ def test_each_kind_s_score_is_its_bias():
             torch.testing.assert_close(score.expand(H, T, T), expected.expand(H, T, T))
 
 
+@pytest.mark.parametrize("heads", [1, 2, 4, 6, 12, 16, 24])
+def test_alibi_s_slope_by_arithmetic_is_its_table(heads):
+    """ALiBi's score_mod computes each head's slope (a compiled score_mod cannot build the table inside it)."""
+    torch.testing.assert_close(Alibi(heads).head_slope(torch.arange(heads)), Alibi(heads).slopes(torch.device("cpu")))
+
+
 def test_a_capped_attention_caps_before_the_bias():
     kinds = (Full(), RelativeBias(table(True)))
     attn = attention(kinds, softcap=2.0)
@@ -139,6 +154,54 @@ def test_recorded_probabilities_are_the_dense_path_s():
             attn(x, None, inputs)
         records.append(attn.recorded[0])
     torch.testing.assert_close(records[1], records[0], atol=1e-6, rtol=1e-5)
+
+
+def transient_global_layer():
+    """An attention of many kinds at once (a band, T5's bias, ALiBi, LongT5's transient-global keys), capped,
+    grouped heads, over a padded batch: its dense inputs and its FlexAttention inputs."""
+    torch.manual_seed(0)
+    kinds = (Full(), Band(5), RelativeBias(table(True)), Alibi(H), TransientGlobal(4, table(True)))
+    real = torch.arange(T)[None, :] < torch.tensor([[T], [T - 7]])
+    globals_ = transient_globals(real, 4)
+    pos = torch.arange(T)
+    mask = layer_mask(kinds, real[:, None, None, :], pos, pos, torch.float32)  # (B, H, T, T)
+    side = kinds[-1].side(real, globals_, 0, T, torch.float32)  # (B, H, T, G)
+    dense = AttentionInputs(mask=torch.cat([mask, side], -1), q_pos=pos, k_pos=pos, global_keys=globals_)
+    extra = kinds[-1].flex_keys(real, globals_)
+    flex = AttentionInputs(flex=FlexMask(kinds, FlexBatch(key_real=real), T, T, extra), global_keys=globals_)
+    attn = Attention(C, H, n_kv_heads=2, softcap=3.0, global_norm=torch.nn.LayerNorm(C)).eval()
+    return attn, dense, flex, real
+
+
+def test_transient_global_keys_beside_a_band_a_bias_and_alibi():
+    attn, dense, flex, real = transient_global_layer()
+    x = torch.randn(B, T, C)
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x, None, flex)[real], attn(x, None, dense)[real], atol=1e-5, rtol=1e-5)
+
+
+def test_a_compiled_attention_traces_flex_attention_whole():
+    """torch.compile(fullgraph=True) takes the attention with its FlexMask (block mask made inside, the mods
+    reading their tables) without a graph break: what a compiled training step needs (aot_eager: the graph and
+    its autograd, without inductor's CPU kernel)."""
+    attn, dense, flex, real = transient_global_layer()
+    x = torch.randn(B, T, C)
+    compiled = torch.compile(attn, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, None, flex)[real], attn(x, None, dense)[real], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_compiled_kernel_cuda_takes_equals_the_dense_path_on_the_cpu(monkeypatch):
+    """The kernel CUDA's eager calls take (torch.compile of flex_attention, here inductor's CPU template), over
+    every kind at once: the GPU's path checked on the CPU (about 15 s of compiling)."""
+    monkeypatch.setattr(flex_attention, "COMPILED_ON", {"cuda", "cpu"})
+    monkeypatch.setattr(flex_attention, "COMPILED", [])
+    attn, dense, flex, real = transient_global_layer()
+    x = torch.randn(B, T, C)
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x, None, flex)[real], attn(x, None, dense)[real], atol=1e-5, rtol=1e-5)
+    assert flex_attention.COMPILED  # it took the compiled kernel
 
 
 def test_auto_takes_flex_on_cuda_where_a_mask_is_and_not_while_dropping():

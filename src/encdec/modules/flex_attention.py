@@ -154,10 +154,14 @@ class FlexMask:
                 return uncapped(torch.tanh(score / softcap) * softcap, b, h, q_idx, k_idx)
 
         gqa = k.shape[1] != q.shape[1]
-        kernel = compiled_flex() if q.device.type == "cuda" and not torch.compiler.is_compiling() else flex_attention
+        block_mask = self.block_mask(q.device)
+        if torch.compiler.is_compiling():  # a compiled model's: its graph's kernel
+            return flex_attention(q, k, v, score_mod=scored, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+        if q.device.type in COMPILED_ON:
+            return compiled_flex()(q, k, v, score_mod=scored, block_mask=block_mask, scale=scale, enable_gqa=gqa)
         with warnings.catch_warnings():  # eager FlexAttention warns that it is unfused: on the CPU, as meant
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-            return kernel(q, k, v, score_mod=scored, block_mask=self.block_mask(q.device), scale=scale, enable_gqa=gqa)
+            return flex_attention(q, k, v, score_mod=scored, block_mask=block_mask, scale=scale, enable_gqa=gqa)
 
     def dense(self, B: int, H: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """The same mask and terms as one additive mask (B, H, T, S + G), the mod functions called on broadcast
@@ -172,6 +176,7 @@ class FlexMask:
         return additive_mask(masked(b, h, q, k).expand(B, H, self.T, keys), bias.expand(B, H, self.T, keys), dtype)
 
 
+COMPILED_ON = {"cuda"}  # the devices whose eager calls take the compiled kernel (the CPU's runs eagerly: to check)
 COMPILED: list[Callable] = []
 
 
