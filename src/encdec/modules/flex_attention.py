@@ -181,7 +181,8 @@ COMPILED: list[Callable] = []
 
 
 def compiled_flex() -> Callable:
-    """flex_attention compiled once a process (its fused kernel; eager it builds the scores)."""
+    """flex_attention compiled once a process (its fused kernel; eager it builds the scores): a new length
+    compiles it once more, for lengths of any size (torch.compile's automatic dynamic shapes)."""
     if not COMPILED:
-        COMPILED.append(torch.compile(flex_attention, dynamic=False))
+        COMPILED.append(torch.compile(flex_attention))
     return COMPILED[0]
