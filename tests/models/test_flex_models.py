@@ -13,6 +13,7 @@ from encdec.errors import ConfigError
 from encdec.models import ModelConfig, build_model
 from encdec.models.encoder import Encoder
 from encdec.models.encoder_flex import flex_inputs
+from encdec.modules import flex_attention
 from encdec.modules.flex_attention import FlexMask
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -85,6 +86,18 @@ def test_a_model_through_flex_attention_equals_the_dense_path(name, encoder_flex
     torch.testing.assert_close(real_logits(flex, padded), real_logits(dense, padded), atol=1e-5, rtol=1e-5)
     merged = name.endswith("merged")
     assert len(calls) == TINY["n_encoder_layers"] + TINY["n_decoder_layers"] * (1 if merged else 2)  # every one
+
+
+def test_a_block_mask_is_made_once_a_batch_for_the_layers_of_one_rule(encoder_flex, monkeypatch):
+    """UMT5's layers each read a table of their own but one mask: one block mask for the encoder's, one for the
+    decoder's self-attention, one for its cross-attention."""
+    _, flex = twins("umt5")
+    made = []
+    create = flex_attention.create_block_mask
+    monkeypatch.setattr(flex_attention, "create_block_mask", lambda *args, **kw: made.append(1) or create(*args, **kw))
+    _, padded = batch()
+    real_logits(flex, padded)
+    assert len(made) == 3
 
 
 @pytest.mark.parametrize("name", ["t5", "umt5", "longt5-local", "t5gemma2-merged"])

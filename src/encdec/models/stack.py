@@ -143,13 +143,15 @@ class Stack(nn.Module):
         self, x: torch.Tensor, batch: FlexBatch, masked: bool, S: int | None = None, extra=None
     ) -> Callable[[LayerKinds], FlexMask | None]:
         """The FlexMask of a layer of kinds over x (B, T, C) and S keys (T unless given) under `batch`, or None
-        where it takes the dense path (`takes_flex`); `extra(kinds)` gives a layer's extra keys (None: none)."""
-        T = x.shape[1]
+        where it takes the dense path (`takes_flex`); `extra(kinds)` gives a layer's extra keys (None: none), the
+        same rule for every layer that has them."""
+        T, block_masks = x.shape[1], {}  # the layers' block masks, one for those of the same rules
 
         def made(kinds: LayerKinds) -> FlexMask | None:
             if not self.takes_flex(x, kinds, masked):
                 return None
-            return FlexMask(kinds, batch, T, T if S is None else S, extra(kinds) if extra is not None else None)
+            extra_keys = extra(kinds) if extra is not None else None
+            return FlexMask(kinds, batch, T, T if S is None else S, extra_keys, block_masks)
 
         return made
 

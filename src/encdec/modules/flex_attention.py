@@ -35,7 +35,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 
 from encdec.errors import ConfigError
 from encdec.modules.attention import additive_mask
-from encdec.modules.attention_kinds.kind import ExtraKeys, LayerKinds, mask_mod, score_mod
+from encdec.modules.attention_kinds.kind import AttentionKind, ExtraKeys, LayerKinds, mask_mod, score_mod
 from encdec.modules.attention_kinds.masked import only_causal
 
 IMPLEMENTATIONS = ("auto", "dense", "flex")
@@ -99,8 +99,8 @@ EVERY_KEY = FlexBatch()
 @dataclass(eq=False)
 class FlexMask:
     """One layer's mask and position terms for FlexAttention, over T queries and S own keys (and `extra`'s after
-    them): the block mask is made on first use and kept, so the layers that share this mask (one kind, one
-    batch) share it."""
+    them): the block mask is made on first use and kept in `made`, which the layers of one batch share (one
+    extra-key rule among them)."""
 
     kinds: LayerKinds
     batch: FlexBatch
@@ -136,12 +136,16 @@ class FlexMask:
         return masked, scored
 
     def block_mask(self, device: torch.device) -> BlockMask:
-        if device not in self.made:
+        """The block mask of the batch, the kinds' rules and the extra keys, made once for every FlexMask that
+        shares `made` and the same rules (UMT5's layers, a table each and one mask)."""
+        rules = tuple(kind for kind in self.kinds if type(kind).rule is not AttentionKind.rule)
+        key = (device, rules, self.extra is not None)
+        if key not in self.made:
             mask_mod, _ = self.with_extra()
             keys = self.S + (self.extra.count if self.extra is not None else 0)
             rows = self.batch.batch if self.batch.batch is not None or self.extra is None else self.extra.rows
-            self.made[device] = create_block_mask(mask_mod, rows, None, self.T, keys, device=device)
-        return self.made[device]
+            self.made[key] = create_block_mask(mask_mod, rows, None, self.T, keys, device=device)
+        return self.made[key]
 
     def attend(self, q, k, v, scale: float | None, softcap: float | None = None) -> torch.Tensor:
         """q (B, H, T, D), k and v (B, K, S (+ G), D) -> (B, H, T, D): softmax(q k^T * scale, capped by `softcap`,
