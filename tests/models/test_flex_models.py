@@ -109,6 +109,18 @@ def test_a_packed_batch_through_flex_attention_equals_the_dense_path(name, encod
     torch.testing.assert_close(real_logits(flex, packed), real_logits(dense, packed), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["t5", "longt5-transient-global", "t5gemma2-merged"])
+def test_a_model_through_flex_attention_compiles_whole(name, encoder_flex):
+    """torch.compile(fullgraph=True) takes the whole forward with its FlexMasks (block masks made inside, the
+    extra keys' and the tables' mods) without a graph break (aot_eager: the graph, not inductor's CPU kernel;
+    about 13 s each)."""
+    dense, flex = twins(name)
+    _, padded = batch()
+    compiled = torch.compile(flex, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(real_logits(compiled, padded), real_logits(dense, padded), atol=1e-5, rtol=1e-5)
+
+
 def test_the_setting_is_checked_and_flex_refuses_what_it_cannot_do(encoder_flex):
     with pytest.raises(ConfigError, match="model.attention.implementation"):
         config("t5", "fast")
