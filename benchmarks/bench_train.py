@@ -68,8 +68,10 @@ def shape_named(name: str) -> Shape:
     raise SystemExit(f"unknown shape {name!r}; shapes: {', '.join(known)}")
 
 
-def model_config(shape: Shape, dropout: float) -> ModelConfig:
-    cfg = preset(shape.preset, **shape.overrides, dropout=dropout)
+def model_config(shape: Shape, dropout: float, attention: str = "auto") -> ModelConfig:
+    """The shape's config at `dropout`, its attention computed as `attention` says (model.attention.implementation:
+    auto, dense or flex)."""
+    cfg = preset(shape.preset, **shape.overrides, dropout=dropout, attention={"implementation": attention})
     check_t5_compatible(cfg)
     return cfg
 
@@ -321,7 +323,13 @@ def run_trainer(cfg: ModelConfig, shape: Shape, dims: tuple[int, int, int], args
         write_text(stories[:-100], (steps + 2) * batch_chars, tmp / "train.txt")  # one epoch covers the run
         write_text(stories[-100:], batch_chars, tmp / "valid.txt")
         values = {
-            "model": {"preset": shape.preset, **shape.overrides, "vocab_size": cfg.vocab_size, "dropout": cfg.dropout},
+            "model": {
+                "preset": shape.preset,
+                **shape.overrides,
+                "vocab_size": cfg.vocab_size,
+                "dropout": cfg.dropout,
+                "attention": {"implementation": cfg.attention.implementation},
+            },
             "tokenizer": {**tokenizer, "num_sentinels": sentinels},
             "data": {"format": "text", "train": [str(tmp / "train.txt")], "validation": [str(tmp / "valid.txt")]},
             "objective": {
@@ -369,7 +377,7 @@ def report_shape(name: str, cfg: ModelConfig, shape: Shape, dims: tuple[int, int
         f"{'dropout':>7} {'impl':>9} {'tokens/s':>10} {'tgt tok/s':>10} {'ms/step':>9} {'TFLOP/s':>8} {'MFU':>6} "
         f"{memory:>10}"
     )
-    results = {p: time_bare_steps(model_config(shape, p), dims, args, autocast) for p in args.dropout}
+    results = {p: time_bare_steps(model_config(shape, p, args.attention), dims, args, autocast) for p in args.dropout}
     peak.remeasure(args.device)  # after the steps, so that every row of the table divides by the same peak
     for dropout, result in results.items():
         for impl, seconds in result.seconds.items():
@@ -385,7 +393,7 @@ def report_shape(name: str, cfg: ModelConfig, shape: Shape, dims: tuple[int, int
     if not args.trainer:
         return
     dropout = args.dropout[0]
-    trainer, how, tokenizer = run_trainer(model_config(shape, dropout), shape, dims, args)
+    trainer, how, tokenizer = run_trainer(model_config(shape, dropout, args.attention), shape, dims, args)
     bare = batch * tgt_len / results[dropout].seconds["encdec"]  # the same unit: target tokens with loss per second
     print(f"trainer end-to-end: {trainer:,.0f} tok/s = {100 * trainer / bare:.0f}% of the bare step")
     print(
@@ -410,6 +418,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, help="untimed steps first; default 3 on CUDA, 1 on CPU")
     parser.add_argument("--dropout", default="0.1", help="comma-separated, e.g. 0.1,0; the trainer runs the first")
     parser.add_argument("--compile", action="store_true", help="torch.compile both models (and the trainer's)")
+    parser.add_argument(
+        "--attention",
+        choices=("auto", "dense", "flex"),
+        default="auto",
+        help="encdec's attention (model.attention.implementation): auto takes FlexAttention on CUDA where masked",
+    )
     parser.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True, help="fp32 on CUDA: TF32")
     parser.add_argument("--peak-tflops", type=float, help="the device's peak for MFU; default: data sheet or measured")
     parser.add_argument(
@@ -456,7 +470,7 @@ def main(argv=None) -> None:
     for name in args.shapes:
         shape = shape_named(name)
         dims = (args.batch or shape.batch, args.src_len or shape.src_len, args.tgt_len or shape.tgt_len)
-        report_shape(name, model_config(shape, args.dropout[0]), shape, dims, args, peak, autocast)
+        report_shape(name, model_config(shape, args.dropout[0], args.attention), shape, dims, args, peak, autocast)
 
 
 if __name__ == "__main__":

@@ -180,6 +180,14 @@ CASES = {
         ),
         "objective.pack does not combine with model.attention.global_tokens",
     ),
+    "an attention implementation by an unknown name": Case(
+        lambda p: train(p, "model.attention.implementation=fast"),
+        "model.attention.implementation must be one of auto, dense, flex, got 'fast'",
+    ),
+    "FlexAttention training on the CPU": Case(
+        lambda p: train(p, "model.attention.implementation=flex"),
+        "model.attention.implementation flex has no backward on cpu",
+    ),
     "local radius without local attention": Case(
         lambda p: train(p, "model.local_radius=8"),
         "model.attention.local_radius acts only with model.attention.encoder",

@@ -63,7 +63,7 @@ ALTERNATIVE = (
     | {"experts.place": "last", "experts.capacity": 1, "experts.second_expert_policy": "random"}
     | {"experts.balance": "all", "experts.token_dropout": 0.5, "experts.eval_capacity_fraction": 0.5}
     | {"encoder.max_positions": 96, "global_tokens": "first", "encoder.vocab_size": V + 8}
-    | {"attention.kinds": {"dilated_band": {"width": 2, "dilation": 2}}}
+    | {"attention.kinds": {"dilated_band": {"width": 2, "dilation": 2}}, "attention.implementation": "flex"}
 )
 # fields that change what an export writes, not the model: tests/interop holds them honoured
 EXPORT_ONLY = {"hf_model_type"}
@@ -72,6 +72,8 @@ EXPORT_ONLY |= {"image_token_id"}
 # what only evaluation (a capacity of its own) or a padded batch (padding's routing) reads, which the fingerprint's
 # train-mode batch without padding cannot show: tests/modules/test_moe.py holds them honoured against transformers
 EXPORT_ONLY |= {"experts.eval_capacity_fraction", "experts.route_padding"}
+# how attention is computed, not what: tests/modules/test_flex_attention.py holds FlexAttention equal to the dense path
+EXPORT_ONLY |= {"attention.implementation"}
 # what a field needs around it to have an effect at all (e.g. MoE settings need experts)
 CONTEXT = dict(
     moe_top_k=dict(n_experts=4),

@@ -169,6 +169,10 @@ class AttentionSpec:
     # kinds every self-attention layer adds, by their name in modules.attention_kinds.KINDS, each with its own
     # settings: {alibi: {}}, {dilated_band: {width: 4, dilation: 2}} (checked by the kind's declaration when built)
     kinds: dict[str, dict[str, int | float | bool]] = dataclasses.field(default_factory=dict)
+    # how a whole sequence's attention is computed (modules.flex_attention): auto, FlexAttention on CUDA for every
+    # masked or biased attention, and the dense and chunked paths elsewhere; dense, those alone; flex, FlexAttention
+    # on any device (on the CPU forward alone, eager: to check it)
+    implementation: Literal["auto", "dense", "flex"] = "auto"
 
     def __post_init__(self):
         check(self, "model.attention.")

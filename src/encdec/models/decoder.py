@@ -4,6 +4,9 @@
 Shapes: B batch, T target length, S source length, C model dim, R decode-state rows.
 """
 
+from collections.abc import Callable
+from dataclasses import replace
+
 import torch
 from torch import nn
 
@@ -23,8 +26,9 @@ from encdec.modules import (
     RotaryEmbedding,
     additive_mask,
 )
-from encdec.modules.attention_kinds import LayerKinds, Merged
+from encdec.modules.attention_kinds import Full, LayerKinds, Merged, find
 from encdec.modules.blocks import for_layer
+from encdec.modules.flex_attention import EVERY_KEY, ExtraKeys, FlexBatch, FlexMask
 
 
 class Decoder(Stack):
@@ -60,9 +64,12 @@ class Decoder(Stack):
             return self._forward_packed(tgt_ids, memory, packing)
         pos = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # (T,)
         x = self.embed_tokens(tgt_ids, self.whole_positions(tgt_ids, pos))
-        return self.run_blocks(
-            x, memory.hidden, self.self_inputs(None, pos, pos, x.dtype), self._cross_inputs(pos, memory, x.dtype)
-        )
+        memory_keys = FlexBatch(key_real=memory.mask) if memory.mask is not None else EVERY_KEY
+        S = memory.hidden.shape[1]
+        flex = self.self_flex(x, EVERY_KEY, False, memory_keys, S)
+        cross_flex = self.flex_masks(x, memory_keys, memory.mask is not None, S)((Full(),))
+        cross_inputs = replace(self._cross_inputs(pos, memory, x.dtype), flex=cross_flex)
+        return self.run_blocks(x, memory.hidden, self.self_inputs(None, pos, pos, x.dtype, flex), cross_inputs)
 
     def step(self, tgt_ids: torch.Tensor, state: DecodeState) -> torch.Tensor:
         """tgt_ids (R, t), the next t positions of every row of `state` -> hidden (R, t, C) after the final
@@ -82,10 +89,15 @@ class Decoder(Stack):
         pos, k_pos = packing.tgt_positions, packing.src_positions  # (B, T), (B, S)
         x = self.embed_tokens(tgt_ids, pos)
         row = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)  # masks and T5's bias read rows (Stack.self_kinds)
-        self_inputs = self.self_inputs(packing.decoder_allowed(), row, pos, x.dtype)
+        S = memory.hidden.shape[1]
+        own = FlexBatch(q_segments=packing.tgt_segments, k_segments=packing.tgt_segments)  # a target's own example
+        memory_keys = FlexBatch(q_segments=packing.tgt_segments, k_segments=packing.src_segments)  # and its source
+        flex = self.self_flex(x, own, True, memory_keys, S)
+        self_inputs = self.self_inputs(packing.decoder_allowed(), row, pos, x.dtype, flex)
         q_pos = packing.source_lengths() + pos if self.rope_cross == "prepended" else pos  # (B, T)
         cross_mask = additive_mask(packing.cross_allowed(), None, x.dtype)  # (B, 1, T, S)
-        cross_inputs = AttentionInputs(mask=cross_mask, q_pos=q_pos, k_pos=k_pos)
+        cross_flex = self.flex_masks(x, memory_keys, True, S)((Full(),))
+        cross_inputs = AttentionInputs(mask=cross_mask, q_pos=q_pos, k_pos=k_pos, flex=cross_flex)
         return self.run_blocks(x, memory.hidden, self_inputs, cross_inputs)
 
     def run_blocks(
@@ -111,6 +123,20 @@ class Decoder(Stack):
         (T5Gemma 2's merged attention)."""
         kinds = super().self_kinds(layer)
         return kinds + (Merged(),) if self.blocks[layer].cross_attn is None else kinds
+
+    def self_flex(
+        self, x: torch.Tensor, own: FlexBatch, masked: bool, memory_keys: FlexBatch, S: int
+    ) -> Callable[[LayerKinds], FlexMask | None]:
+        """Stack.flex_masks of the self-attention under `own` (`masked`: a batch's packing), a merged layer's
+        (T5Gemma 2's) with the S memory keys after its own, seen as `memory_keys` allows."""
+        plain = self.flex_masks(x, own, masked)
+        merged = self.flex_masks(
+            x,
+            own,
+            masked or memory_keys is not EVERY_KEY,
+            extra=lambda kinds: ExtraKeys(S, memory_keys.allows, rows=memory_keys.batch),
+        )
+        return lambda kinds: merged(kinds) if find(kinds, Merged) is not None else plain(kinds)
 
     def _cross_inputs(self, pos: torch.Tensor, memory: EncoderOutput, dtype: torch.dtype) -> AttentionInputs:
         """Cross-attention of the whole target, positions pos (T,), to the encoder output."""

@@ -42,6 +42,7 @@ LM_UNUSED = frozenset(
         "attention.global_block_size",
         "attention.global_tokens",
         "attention.kinds",  # kinds by name: the encoder-decoder's stacks (models.stack) add them
+        "attention.implementation",  # FlexAttention or not: the encoder-decoder's stacks (models.stack) choose
         "output.softcap",
         "embeddings.shared",  # one stack, one token table
         "embeddings.decoder_norm_first",  # the encoder-decoder's decoder (BlenderbotSmall's)

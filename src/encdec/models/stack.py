@@ -5,6 +5,8 @@ decoder); and the RoPE of a stack's global and sliding layers.
 Shapes: B batch, T length, C model dim.
 """
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -36,6 +38,7 @@ from encdec.modules.attention_kinds import (
     only_causal,
 )
 from encdec.modules.blocks import for_layer
+from encdec.modules.flex_attention import FlexBatch, FlexMask, uses_flex
 
 
 def build_absolute_positions(cfg: ModelConfig) -> nn.Module | None:
@@ -80,6 +83,7 @@ class Stack(nn.Module):
         self.global_rule: str | None = None  # a local-global encoder's rule of its global tokens (models.encoder)
         self.causal = not bidirectional
         self.named_kinds = named(cfg.attention.kinds, cfg.n_heads, self.causal)  # a config's, by KINDS names
+        self.implementation = cfg.attention.implementation  # FlexAttention or not (modules.flex_attention)
         per_layer = relative and cfg.positions.relative_per_layer
         self.position_bias = relative_bias() if relative and not per_layer else None
         self.layer_biases = nn.ModuleList(relative_bias() for _ in range(layers)) if per_layer else None
@@ -119,12 +123,37 @@ class Stack(nn.Module):
         return [self.self_kinds(layer) for layer in range(len(self.blocks))]
 
     def self_inputs(
-        self, allowed: torch.Tensor | None, row: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype
+        self, allowed: torch.Tensor | None, row: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype, flex=None
     ) -> list[AttentionInputs]:
         """Every layer's self-attention inputs over a whole sequence of row positions row (T,), embedded and
         rotated at pos (T,) or (B, T), under `allowed` (bool (B, 1, T, T); None: all): one entry per layer, the
-        layers of one kind sharing theirs; a causal layer's mask-free (SDPA's causal path) where it needs none."""
-        return kinds_inputs(self.layer_kinds(), allowed, row, pos, dtype)
+        layers of one kind sharing theirs; a causal layer's mask-free (SDPA's causal path) where it needs none;
+        a layer's FlexMask where `flex` (`flex_masks`) makes one."""
+        return kinds_inputs(self.layer_kinds(), allowed, row, pos, dtype, flex)
+
+    def takes_flex(self, x: torch.Tensor, kinds: LayerKinds, masked: bool) -> bool:
+        """Whether a whole-sequence attention of `kinds` over x (B, T, C), `masked` by its batch (padding,
+        packing), attends through FlexAttention (model.attention.implementation: modules.flex_attention's
+        `uses_flex`)."""
+        drops = self.training and any(block.self_attn.dropout > 0 for block in self.blocks)
+        backward = torch.is_grad_enabled() and x.requires_grad
+        return uses_flex(self.implementation, x.device, kinds, masked, drops, backward)
+
+    def flex_masks(
+        self, x: torch.Tensor, batch: FlexBatch, masked: bool, S: int | None = None, extra=None
+    ) -> Callable[[LayerKinds], FlexMask | None]:
+        """The FlexMask of a layer of kinds over x (B, T, C) and S keys (T unless given) under `batch`, or None
+        where it takes the dense path (`takes_flex`); `extra(kinds)` gives a layer's extra keys (None: none), the
+        same rule for every layer that has them."""
+        T, block_masks = x.shape[1], {}  # the layers' block masks, one for those of the same rules
+
+        def made(kinds: LayerKinds) -> FlexMask | None:
+            if not self.takes_flex(x, kinds, masked):
+                return None
+            extra_keys = extra(kinds) if extra is not None else None
+            return FlexMask(kinds, batch, T, T if S is None else S, extra_keys, block_masks)
+
+        return made
 
     def embed_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (B, T) at positions pos (T,) or (B, T) -> (B, T, C): token embeddings plus absolute positions, then
@@ -153,16 +182,24 @@ class Stack(nn.Module):
 
 
 def kinds_inputs(
-    layers: list[LayerKinds], allowed: torch.Tensor | None, row: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype
+    layers: list[LayerKinds],
+    allowed: torch.Tensor | None,
+    row: torch.Tensor,
+    pos: torch.Tensor,
+    dtype: torch.dtype,
+    flex: Callable[[LayerKinds], FlexMask | None] | None = None,
 ) -> list[AttentionInputs]:
     """The self-attention inputs of layers of kinds `layers` over a whole sequence (Stack.self_inputs; the
-    decoder-only's stack): one entry per layer, the layers of one kind sharing theirs; a causal layer's
-    mask-free (SDPA's causal path) where it needs none."""
+    decoder-only's stack): one entry per layer, the layers of one kind sharing theirs; a FlexMask where `flex`
+    makes one (Stack.flex_masks), else a causal layer's mask-free (SDPA's causal path) where it needs none."""
     made: dict[LayerKinds, AttentionInputs] = {}
     for kinds in layers:
         if kinds in made:
             continue
-        if allowed is None and only_causal(kinds):
+        flex_mask = flex(kinds) if flex is not None else None
+        if flex_mask is not None:
+            made[kinds] = AttentionInputs(flex=flex_mask, q_pos=pos, k_pos=pos)
+        elif allowed is None and only_causal(kinds):
             made[kinds] = AttentionInputs(is_causal=True, q_pos=pos, k_pos=pos)
         else:
             made[kinds] = AttentionInputs(mask=layer_mask(kinds, allowed, row, row, dtype), q_pos=pos, k_pos=pos)

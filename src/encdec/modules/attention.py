@@ -53,6 +53,8 @@ class AttentionInputs:
     global_tokens: Longformer's global tokens (modules.global_tokens): keys after the S own (the mask covers both).
     extra_kv: keys and values (B, K, S2, D) attended beside the own ones in one softmax, under `extra_mask`
         (additive, broadcastable to (B, H, T, S2); None: all seen): a merged attention's encoder keys.
+    flex: the mask and position terms as FlexAttention reads them (modules.flex_attention.FlexMask, in place of
+        `mask` and the extra masks): the call attends through it.
     """
 
     mask: torch.Tensor | LazyMask | None = None
@@ -64,6 +66,7 @@ class AttentionInputs:
     global_tokens: GlobalTokenRows | None = None
     extra_kv: tuple[torch.Tensor, torch.Tensor] | None = None
     extra_mask: torch.Tensor | None = None
+    flex: "FlexMask | None" = None  # noqa: F821 (modules.flex_attention, which imports this module)
 
 
 NO_INPUTS = AttentionInputs()
@@ -170,13 +173,19 @@ class Attention(nn.Module):
             k, v = inputs.global_tokens.keys(k), inputs.global_tokens.keys(v)  # (B, K, S + G, D)
         if inputs.extra_kv is not None:
             extra_k, extra_v = inputs.extra_kv
-            mask = joined_mask(mask, is_causal, inputs.extra_mask, T, k.shape[2], extra_k.shape[2], x.dtype, x.device)
+            if inputs.flex is None:  # a FlexMask holds the memory's keys as its extra ones
+                mask = joined_mask(
+                    mask, is_causal, inputs.extra_mask, T, k.shape[2], extra_k.shape[2], x.dtype, x.device
+                )
             k, v = torch.cat([k, extra_k], dim=2), torch.cat([v, extra_v], dim=2)
             is_causal = False
         if groups > 1:  # (B, H, T, D) -> (B/G, H, G*T, D)
             q = q.view(B // groups, groups, self.n_heads, T, self.d_head).transpose(1, 2)
             q = q.reshape(B // groups, self.n_heads, groups * T, self.d_head)
-        if isinstance(mask, LazyMask):  # long scores: a chunk of queries at a time (modules.chunked_attention)
+        if inputs.flex is not None:  # FlexAttention (modules.flex_attention)
+            mask = inputs.flex.dense(*q.shape[:2], x.dtype, q.device) if self.recorded is not None else None
+            out = inputs.flex.attend(q, k, v, self.scale, self.softcap)
+        elif isinstance(mask, LazyMask):  # long scores: a chunk of queries at a time (modules.chunked_attention)
             out = chunked_attend(attend, q, k, v, mask, self.scale, dropout_p, self.softcap)
         elif isinstance(cache, StaticKVCache) and few_queries_on_cpu(q, mask, self.training):
             out = attend_transposed(q, cache.keys_t, v, mask, self.scale, self.softcap)

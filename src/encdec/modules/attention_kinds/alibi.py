@@ -47,5 +47,13 @@ class Alibi(AttentionKind):
         distance = (q_pos[:, None] - k_pos[None, :]).abs()  # (T, S)
         return -(self.slopes(q_pos.device)[:, None, None] * distance)[None]  # (1, H, T, S)
 
+    def head_slope(self, head: torch.Tensor) -> torch.Tensor:
+        """`alibi_slopes` of head indices (from 0) by arithmetic, no table: a score_mod compiled by inductor
+        cannot build a tensor inside it. The first `below` heads 2^(-8 (h + 1) / below), the rest every other
+        slope of 2 x below heads from the first, 2^(-4 (2 (h - below) + 1) / below)."""
+        below = 2 ** math.floor(math.log2(self.heads))
+        extra = torch.exp2(-4.0 * (2 * (head - below) + 1) / below)
+        return torch.where(head < below, torch.exp2(-8.0 * (head + 1) / below), extra)
+
     def score(self, score, head, q, k):
-        return score - self.slopes(score.device)[head] * (q - k).abs()
+        return score - self.head_slope(head) * (q - k).abs()

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from encdec.modules.attention import additive_mask
-from encdec.modules.attention_kinds.kind import AttentionKind
+from encdec.modules.attention_kinds.kind import AttentionKind, ExtraKeys
+from encdec.modules.positions import relative_position_bucket
 from encdec.modules.transient_global import TransientGlobals
 
 
@@ -31,6 +32,22 @@ class TransientGlobal(AttentionKind):
         """The mask of query rows t0..t1 over the G global keys, real (B, S) the real tokens: (B, H, rows, G)."""
         sees = (real[:, t0:t1, None] == globals_.real[:, None, :])[:, None]  # (B, 1, rows, G)
         return additive_mask(sees, globals_.rows_bias(t0, t1), dtype)
+
+    def flex_keys(self, real: torch.Tensor, globals_: TransientGlobals) -> ExtraKeys:
+        """`side` by index, for FlexAttention: query q of row b sees global key g where both are real or neither
+        is, its score plus the table's bias of g - the query's block."""
+        table, blocks = self.table, globals_.blocks
+
+        def sees(b, q, g):
+            return real[b, q] == globals_.real[b, g]
+
+        def score(score, b, h, q, g):
+            bucket = relative_position_bucket(
+                g - blocks[b, q], table.bidirectional, table.num_buckets, table.max_distance
+            )
+            return score + table.embed.weight[bucket, h]
+
+        return ExtraKeys(globals_.count, sees, score, rows=real.shape[0])
 
 
 @dataclass(frozen=True)

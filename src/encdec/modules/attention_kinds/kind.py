@@ -68,6 +68,19 @@ class AttentionKind:
 LayerKinds = tuple[AttentionKind, ...]
 
 
+@dataclass(eq=False)
+class ExtraKeys:
+    """G keys after a layer's own: `sees(b, q, g)` -> bool and `score(score, b, h, q, g)` -> the score with its
+    term; `own(b, k)` -> bool: whether the own key k stays a key (Longformer's global tokens are keys after the
+    band instead). What a kind with extra keys gives FlexAttention (modules.flex_attention.FlexMask)."""
+
+    count: int
+    sees: Callable
+    score: Callable | None = None
+    own: Callable | None = None
+    rows: int | None = None  # the batch `sees` varies over (None: one for every row)
+
+
 def layer_rule(kinds: LayerKinds, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
     """q_pos (T,), k_pos (S,) -> (1, 1, T, S) bool: the keys every kind of the layer lets a query see; None where
     none restricts them."""

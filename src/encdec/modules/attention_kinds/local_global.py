@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from encdec.modules.attention import additive_mask
-from encdec.modules.attention_kinds.kind import AttentionKind
+from encdec.modules.attention_kinds.kind import AttentionKind, ExtraKeys
 from encdec.modules.global_tokens import GlobalTokenRows
 
 
@@ -32,3 +32,16 @@ class GlobalTokenKeys(AttentionKind):
         tokens (a row of fewer has the rest blocked)."""
         B, G = tokens.present.shape
         return additive_mask(tokens.present[:, None, None, :].expand(B, 1, t1 - t0, G), None, dtype)
+
+    def flex_keys(self, tokens: GlobalTokenRows) -> ExtraKeys:
+        """`own` and `side` by index, for FlexAttention: a global token is no key of the band, and every query
+        sees its row's global tokens after it."""
+        G = tokens.count
+
+        def sees(b, q, g):
+            return tokens.present[b, g]
+
+        def own(b, k):
+            return tokens.slot[b, k] >= G
+
+        return ExtraKeys(G, sees, own=own, rows=tokens.present.shape[0])
