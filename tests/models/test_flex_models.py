@@ -11,8 +11,6 @@ from encdec.data.batch import IGNORE_INDEX, collate_encoder_decoder
 from encdec.data.objectives.packing import collate_packed
 from encdec.errors import ConfigError
 from encdec.models import ModelConfig, build_model
-from encdec.models.encoder import Encoder
-from encdec.models.encoder_flex import flex_inputs
 from encdec.modules import flex_attention
 from encdec.modules.flex_attention import FlexMask
 
@@ -30,18 +28,6 @@ MODELS = {
     "t5gemma2-merged": {"position": "rope", "rope_cross": "none", "merged_cross_attention": True, "sliding_window": 3},
     "alibi-dilated": {"attention.kinds": {"alibi": {}, "dilated_band": {"width": 2, "dilation": 2}}},
 }
-
-
-@pytest.fixture
-def encoder_flex(monkeypatch):
-    """Encoder.attention_inputs taking each layer's FlexAttention inputs (models.encoder_flex.flex_inputs) where
-    it has them: the one-line hook models.encoder takes, held here while item 5 rebuilds that file."""
-    dense = Encoder.attention_inputs
-
-    def attention_inputs(self, masks):
-        return [flex or whole for flex, whole in zip(flex_inputs(self, masks), dense(self, masks))]
-
-    monkeypatch.setattr(Encoder, "attention_inputs", attention_inputs)
 
 
 def config(name: str, implementation: str, **more) -> ModelConfig:
@@ -77,7 +63,7 @@ def real_logits(model, batch):
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_a_model_through_flex_attention_equals_the_dense_path(name, encoder_flex, monkeypatch):
+def test_a_model_through_flex_attention_equals_the_dense_path(name, monkeypatch):
     dense, flex = twins(name)
     _, padded = batch()
     calls = []
@@ -88,7 +74,7 @@ def test_a_model_through_flex_attention_equals_the_dense_path(name, encoder_flex
     assert len(calls) == TINY["n_encoder_layers"] + TINY["n_decoder_layers"] * (1 if merged else 2)  # every one
 
 
-def test_a_block_mask_is_made_once_a_batch_for_the_layers_of_one_rule(encoder_flex, monkeypatch):
+def test_a_block_mask_is_made_once_a_batch_for_the_layers_of_one_rule(monkeypatch):
     """UMT5's layers each read a table of their own but one mask: one block mask for the encoder's, one for the
     decoder's self-attention, one for its cross-attention."""
     _, flex = twins("umt5")
@@ -101,7 +87,7 @@ def test_a_block_mask_is_made_once_a_batch_for_the_layers_of_one_rule(encoder_fl
 
 
 @pytest.mark.parametrize("name", ["t5", "umt5", "longt5-local", "t5gemma2-merged"])
-def test_a_packed_batch_through_flex_attention_equals_the_dense_path(name, encoder_flex):
+def test_a_packed_batch_through_flex_attention_equals_the_dense_path(name):
     dense, flex = twins(name)
     data, _ = batch()
     packed = collate_packed(data, pad_id=0, decoder_start_id=0, max_source_len=40, max_target_len=24)
@@ -111,7 +97,7 @@ def test_a_packed_batch_through_flex_attention_equals_the_dense_path(name, encod
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["t5", "longt5-transient-global", "t5gemma2-merged"])
-def test_a_model_through_flex_attention_compiles_whole(name, encoder_flex):
+def test_a_model_through_flex_attention_compiles_whole(name):
     """torch.compile(fullgraph=True) takes the whole forward with its FlexMasks (block masks made inside, the
     extra keys' and the tables' mods) without a graph break (aot_eager: the graph, not inductor's CPU kernel;
     about 13 s each)."""
@@ -121,7 +107,7 @@ def test_a_model_through_flex_attention_compiles_whole(name, encoder_flex):
     torch.testing.assert_close(real_logits(compiled, padded), real_logits(dense, padded), atol=1e-5, rtol=1e-5)
 
 
-def test_the_setting_is_checked_and_flex_refuses_what_it_cannot_do(encoder_flex):
+def test_the_setting_is_checked_and_flex_refuses_what_it_cannot_do():
     with pytest.raises(ConfigError, match="model.attention.implementation"):
         config("t5", "fast")
     torch.manual_seed(0)
@@ -134,7 +120,7 @@ def test_the_setting_is_checked_and_flex_refuses_what_it_cannot_do(encoder_flex)
         training(padded.src_ids, padded.tgt_ids, src_mask=padded.src_mask)
 
 
-def test_auto_keeps_the_dense_path_on_the_cpu(encoder_flex, monkeypatch):
+def test_auto_keeps_the_dense_path_on_the_cpu(monkeypatch):
     """auto on the CPU never makes a FlexMask (FlexAttention is CUDA's fast path)."""
     auto_model = build_model(config("t5", "auto")).eval()
     calls = []
@@ -146,9 +132,7 @@ def test_auto_keeps_the_dense_path_on_the_cpu(encoder_flex, monkeypatch):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", ["t5", "umt5", "longt5-transient-global", "t5gemma2-merged"])
-def test_on_a_gpu_flex_attention_s_forward_and_backward_equal_the_dense_path_and_auto_takes_it(
-    name, encoder_flex, monkeypatch
-):
+def test_on_a_gpu_flex_attention_s_forward_and_backward_equal_the_dense_path_and_auto_takes_it(name, monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     dense, flex = twins(name)

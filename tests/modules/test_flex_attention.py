@@ -162,7 +162,7 @@ def transient_global_layer():
     torch.manual_seed(0)
     kinds = (Full(), Band(5), RelativeBias(table(True)), Alibi(H), TransientGlobal(4, table(True)))
     real = torch.arange(T)[None, :] < torch.tensor([[T], [T - 7]])
-    globals_ = transient_globals(real, 4)
+    globals_ = transient_globals(real, 4, kinds[-1].table)  # its bias by block looked up once
     pos = torch.arange(T)
     mask = layer_mask(kinds, real[:, None, None, :], pos, pos, torch.float32)  # (B, H, T, T)
     side = kinds[-1].side(real, globals_, 0, T, torch.float32)  # (B, H, T, G)

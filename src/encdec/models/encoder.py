@@ -14,6 +14,7 @@ from encdec.models.components import (
     build_encoder_block,
     build_final_norm,
 )
+from encdec.models.encoder_flex import flex_inputs
 from encdec.models.model_config import ModelConfig
 from encdec.models.outputs import EncoderOutput
 from encdec.models.stack import Stack
@@ -87,8 +88,11 @@ class Encoder(Stack):
         B, S = masks.x.shape[:2]
         heads = self.blocks[0].self_attn.n_heads
         G = masks.extra_keys()
-        made, by_kind = [], {}
+        made, by_kind, flex = [], {}, flex_inputs(self, masks)  # FlexAttention's, where a layer takes it
         for i in range(len(self.blocks)):
+            if flex[i] is not None:
+                made.append(flex[i])
+                continue
             band = masks.band(i)
             if self.by_chunks(B * heads, S, band, G):
                 blocks = masks.blocks(i, band) if band is not None else None
@@ -99,7 +103,9 @@ class Encoder(Stack):
                 by_kind[kinds] = masks.rows(i, 0, S, 0, S)
             made.append(by_kind[kinds])
         return [
-            AttentionInputs(
+            m
+            if isinstance(m, AttentionInputs)
+            else AttentionInputs(
                 mask=m, q_pos=masks.pos, k_pos=masks.pos, global_keys=masks.globals, global_tokens=masks.tokens
             )
             for m in made
