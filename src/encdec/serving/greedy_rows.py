@@ -71,6 +71,7 @@ class GreedyRows:
         self.unfinished = torch.zeros(0, dtype=torch.bool, device=device)  # (C,) no EOS yet
         self.member = torch.zeros(0, dtype=torch.bool, device=device)  # (C,) a greedy row searched here
         self.tokens = long(0)  # (n,) the tokens the last step chose (a streamer's)
+        self.forcing = False  # a row with a forced first or last token has joined since the batch was empty
 
     def reserve(self, capacity: int) -> None:
         """Room for `capacity` rows (the batch's), the rows held kept."""
@@ -93,6 +94,7 @@ class GreedyRows:
             "bos": [-1 if cfg.forced_bos_token_id is None else cfg.forced_bos_token_id for cfg in cfgs],
             "last": [-1 if cfg.forced_eos_token_id is None else cfg.forced_eos_token_id for cfg in cfgs],
         }
+        self.forcing = self.forcing or any(b >= 0 for b in values["bos"] + values["last"])
         for name, column in values.items():
             getattr(self, name)[at] = torch.tensor(column, device=self.device)
         eos = [(cfg.eos_ids or [-1]) for cfg in cfgs]
@@ -117,18 +119,18 @@ class GreedyRows:
             tensor[dst] = tensor[src]
 
     def advance(self, logits: torch.Tensor, n: int) -> torch.Tensor:
-        """One step of every greedy row among the batch's first `n` from `logits` (n, V): each next token
-        chosen and written, each next input set; (k,) the rows whose search is now over, on the host."""
-        length, eos = self.length[:n], self.eos[:n]
-        # min_new_tokens: EOS at -inf while too short (index_fill's values, gathered and scattered back)
-        banned = (length < self.min_length[:n])[:, None]
+        """One step of every greedy row among the batch's first `n` from `logits` (n, V), which it changes (its
+        rows of other requests left as they were): each next token chosen and written, each next input set;
+        (k,) the rows whose search is now over, on the host."""
+        length, eos, member = self.length[:n], self.eos[:n], self.member[:n]
+        # min_new_tokens: EOS at -inf while too short (index_fill's values, gathered and scattered back in place)
+        banned = (member & (length < self.min_length[:n]))[:, None]
         columns = eos.clamp(min=0)
-        scores = logits.scatter(1, columns, torch.where(banned, -math.inf, logits.gather(1, columns)))
-        tokens = argmax(scores)
-        tokens = torch.where((length == 1) & (self.bos[:n] >= 0), self.bos[:n], tokens)  # forced first
-        tokens = torch.where((length == self.max_length[:n] - 1) & (self.last[:n] >= 0), self.last[:n], tokens)
+        tokens = argmax(logits.scatter_(1, columns, logits.gather(1, columns).masked_fill(banned, -math.inf)))
+        if self.forcing:  # forced_bos_token_id at length 1, forced_eos_token_id at max_length - 1
+            tokens = torch.where((length == 1) & (self.bos[:n] >= 0), self.bos[:n], tokens)
+            tokens = torch.where((length == self.max_length[:n] - 1) & (self.last[:n] >= 0), self.last[:n], tokens)
         tokens = torch.where(self.unfinished[:n], tokens, self.pad[:n])  # a row past its EOS: the pad token
-        member = self.member[:n]
         self.seqs[torch.arange(n, device=self.device), length.clamp(max=self.width - 1)] = tokens
         self.length[:n] += member
         self.unfinished[:n] &= ~(tokens[:, None] == eos).any(-1)
@@ -144,6 +146,7 @@ class GreedyRows:
     def trim(self) -> None:
         """Once the batch is empty: the buffers given back."""
         self._resize(0, 0, 1)
+        self.forcing = False
 
     def _resize(self, capacity: int, width: int, eos_width: int) -> None:
         kept, columns = min(capacity, self.capacity), min(width, self.width)
