@@ -149,7 +149,9 @@ class GreedyRows:
         self.forcing = False
 
     def _resize(self, capacity: int, width: int, eos_width: int) -> None:
-        kept, columns = min(capacity, self.capacity), min(width, self.width)
+        """Buffers of `capacity` rows, `width` columns and `eos_width` EOS ids, what they held kept where it fits
+        (a row's EOS ids padded with its first again)."""
+        kept, columns, ids = min(capacity, self.capacity), min(width, self.width), min(eos_width, self.eos_width)
         for name in ("inputs", *ROW_TENSORS):
             old = getattr(self, name)
             shape = (capacity, width) if name == "seqs" else (capacity, eos_width) if name == "eos" else (capacity,)
@@ -157,8 +159,8 @@ class GreedyRows:
             if name == "seqs":
                 new[:kept, :columns] = old[:kept, :columns]
             elif name == "eos":
-                new[:kept] = old[:kept, :1]  # padded with the first again
-                new[:kept, : self.eos_width] = old[:kept]
+                new[:kept] = old[:kept, :1]
+                new[:kept, :ids] = old[:kept, :ids]
             else:
                 new[:kept] = old[:kept]
             setattr(self, name, new)
