@@ -8,14 +8,18 @@
 A request's search is encdec's own, the one `generate` would choose (generation.strategies): beam
 searches (their own scoring and stopping) are `generate` run in the request's thread against
 `RowModel` (encdec.serving.request_rows), a stand-in model whose `start` and `step` hand their work to the scheduler and wait;
-greedy and sampling (its own seeded generator) are `generate`'s SampleSearch, which the scheduler
-advances itself after each step (the greedy rows of all requests chosen by one argmax). The
-scheduler owns the running batch, a `RunningBatch` of rows that join and leave
+plain greedy requests (most: min_new_tokens and forced first or last tokens aside, no processor) are
+searched on the device, all their rows at once (encdec.serving.greedy_rows: a fixed number of tensor
+operations a step whatever the rows, one device -> host copy to learn which finished, Python only for the
+rows that join, finish or stream); the other greedy and sampling requests (its own seeded generator) are
+`generate`'s SampleSearch, which the scheduler advances itself after each step (their greedy rows chosen by
+one argmax). The scheduler owns the running batch, a `RunningBatch` of rows that join and leave
 (encdec.modules.running_batch): at a step boundary it starts the requests waiting (one `model.start`
 for all of them, once JOIN_BATCH wait or the oldest has waited JOIN_STEPS steps) and joins their
 rows to the batch, waits until every running request has asked for its next step, and runs one
 `model.step` over all their rows, each at its own position. So a request's tokens are those of
-`generate` on its input alone, whatever else is in flight: the same code chooses them, from logits
+`generate` on its input alone, whatever else is in flight: the same code chooses them (for the greedy
+rows on the device, generate's processors, argmax and stops written for many rows, tested equal), from logits
 computed the same way (a row's keys beyond its own length are masked; batched arithmetic may round
 differently in the last bit, as any batch does). A decoder prefix and compile are refused in one
 sentence: the server steps one position a row, eagerly.
@@ -25,7 +29,8 @@ the others (the RNN) generate one request at a time.
 
 A request whose client is gone (its `gone` event set, then `wake()`) stops at the next step boundary,
 wherever it is: waiting to join (it leaves the queue), running (its rows leave, its thread's wait
-fails with `Abandoned`), or served alone (its next step raises `Abandoned`). Nothing of it stays.
+fails with `Abandoned`), or served alone (its next step raises `Abandoned`). Nothing of it stays. (The
+greedy rows on the device are looked at once woken, not every step, but for those that stream.)
 
 One thread computes. The scheduler's thread loads the model (when given a function that does) and runs
 every pass over it: steps, encodes, the other families' `generate`, `exclusive` calls. On CPU this is
@@ -323,7 +328,8 @@ class Scheduler:
         held = self.batch.rows
         moved = self.batch.remove(rows)
         if moved:
-            self.rows.move(torch.tensor(list(moved.values())), torch.tensor(list(moved)))
+            device = self.batch.device
+            self.rows.move(torch.tensor(list(moved.values()), device=device), torch.tensor(list(moved), device=device))
         self.rows.leave(slice(self.batch.rows, held))
         for old, new in moved.items():
             for rows_of in (self.greedy, self.streams):
