@@ -34,7 +34,22 @@ from encdec.generation.search import argmax
 
 WIDEST = 4096  # the longest output (decoder-start token included) a row searched here holds
 
-ROW_TENSORS = ("seqs", "length", "max_length", "min_length", "eos", "pad", "unfinished", "member", "bos", "last")
+ROW_TENSORS = (
+    "seqs",
+    "length",
+    "max_length",
+    "min_length",
+    "eos",
+    "eos_columns",
+    "pad",
+    "ended",
+    "member",
+    "bos",
+    "last",
+)
+NEVER = 1 << 62  # a length no row reaches
+NOT_A_ROW = {"length": 0, "max_length": NEVER, "min_length": 0, "eos": -1, "eos_columns": 0, "bos": -1, "last": -1}
+NOT_A_ROW |= {"ended": False, "member": False}
 
 
 def served_here(job: Prepared) -> bool:
@@ -53,7 +68,8 @@ def served_here(job: Prepared) -> bool:
 
 
 class GreedyRows:
-    """The per-row search state of a running batch's greedy rows, on `device` (see the module)."""
+    """The per-row search state of a running batch's greedy rows, on `device` (see the module). A row that is
+    not a greedy row holds NOT_A_ROW's values: never banned, forced, ended or over, its length kept at 0."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -61,17 +77,18 @@ class GreedyRows:
         long = lambda *shape: torch.zeros(shape, dtype=torch.long, device=device)  # noqa: E731
         self.inputs = long(0)  # (C,) every row's next input token
         self.seqs = long(0, 0)  # (C, W) each row's tokens so far, decoder-start token first
-        self.length = long(0)  # (C,) tokens written (0 in rows that are not greedy rows)
+        self.length = long(0)  # (C,) tokens written
         self.max_length = long(0)  # (C,) 1 + max_new_tokens
         self.min_length = long(0)  # (C,) EOS banned while length < this (0 without EOS)
         self.eos = long(0, 1)  # (C, E) EOS ids, padded with the first (-1 for a row without EOS)
+        self.eos_columns = long(0, 1)  # (C, E) the same, 0 for -1: the scores min_new_tokens bans
         self.pad = long(0)  # (C,) the pad token after EOS
         self.bos = long(0)  # (C,) the token forced at length 1, or -1
         self.last = long(0)  # (C,) the token forced at length max_length - 1, or -1
-        self.unfinished = torch.zeros(0, dtype=torch.bool, device=device)  # (C,) no EOS yet
+        self.ended = torch.zeros(0, dtype=torch.bool, device=device)  # (C,) EOS produced
         self.member = torch.zeros(0, dtype=torch.bool, device=device)  # (C,) a greedy row searched here
         self.tokens = long(0)  # (n,) the tokens the last step chose (a streamer's)
-        self.forcing = False  # a row with a forced first or last token has joined since the batch was empty
+        self.banning = self.forcing = False  # a row with min_new_tokens / a forced token joined since empty
 
     def reserve(self, capacity: int) -> None:
         """Room for `capacity` rows (the batch's), the rows held kept."""
@@ -87,29 +104,31 @@ class GreedyRows:
         if width > self.width or eos_width > self.eos_width:
             self._resize(self.capacity, max(width, min(2 * self.width, WIDEST)), eos_width)
         at = torch.tensor(rows, device=self.device)
+        eos = [(cfg.eos_ids or [-1]) for cfg in cfgs]
         values = {
             "max_length": [cfg.max_new_tokens + 1 for cfg in cfgs],
             "min_length": [1 + cfg.min_new_tokens if cfg.eos_ids else 0 for cfg in cfgs],
             "pad": [cfg.pad_token_id if cfg.eos_ids else 0 for cfg in cfgs],
             "bos": [-1 if cfg.forced_bos_token_id is None else cfg.forced_bos_token_id for cfg in cfgs],
             "last": [-1 if cfg.forced_eos_token_id is None else cfg.forced_eos_token_id for cfg in cfgs],
+            "eos": [ids + ids[:1] * (self.eos_width - len(ids)) for ids in eos],
+            "length": [1] * len(rows),
+            "ended": [False] * len(rows),
+            "member": [True] * len(rows),
         }
+        self.banning = self.banning or any(m > 1 for m in values["min_length"])
         self.forcing = self.forcing or any(b >= 0 for b in values["bos"] + values["last"])
         for name, column in values.items():
             getattr(self, name)[at] = torch.tensor(column, device=self.device)
-        eos = [(cfg.eos_ids or [-1]) for cfg in cfgs]
-        self.eos[at] = torch.tensor([ids + ids[:1] * (self.eos_width - len(ids)) for ids in eos], device=self.device)
+        self.eos_columns[at] = self.eos[at].clamp(min=0)
         start = torch.cat([job.prompt[:, 0] for job in jobs])  # (n,) each one's decoder-start token
         self.seqs[at, 0] = start
         self.inputs[at] = start
-        self.length[at] = 1
-        self.unfinished[at] = True
-        self.member[at] = True
 
     def leave(self, rows: torch.Tensor | slice) -> None:
         """Rows `rows` are no longer greedy rows (their requests are over, or the batch's rows moved away)."""
-        self.member[rows] = False
-        self.length[rows] = 0
+        for name, value in NOT_A_ROW.items():
+            getattr(self, name)[rows] = value
 
     def move(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         """Row dst[i] takes row src[i]'s state, as the batch moves its rows."""
@@ -119,25 +138,27 @@ class GreedyRows:
             tensor[dst] = tensor[src]
 
     def advance(self, logits: torch.Tensor, n: int) -> torch.Tensor:
-        """One step of every greedy row among the batch's first `n` from `logits` (n, V), which it changes (its
-        rows of other requests left as they were): each next token chosen and written, each next input set;
-        (k,) the rows whose search is now over, on the host."""
-        length, eos, member = self.length[:n], self.eos[:n], self.member[:n]
-        # min_new_tokens: EOS at -inf while too short (index_fill's values, gathered and scattered back in place)
-        banned = (member & (length < self.min_length[:n]))[:, None]
-        columns = eos.clamp(min=0)
-        tokens = argmax(logits.scatter_(1, columns, logits.gather(1, columns).masked_fill(banned, -math.inf)))
+        """One step of every greedy row among the batch's first `n` from `logits` (n, V), which it changes (the
+        other rows' only where NOT_A_ROW says nothing is banned): each next token chosen and written, every
+        row's next input set (the scheduler writes the other rows' before the next step); (k,) the rows
+        whose search is now over, on the host. About twenty tensor operations, whatever `n`."""
+        length = self.length[:n]
+        if self.banning:  # min_new_tokens: EOS at -inf while too short (gathered, banned, scattered back)
+            columns = self.eos_columns[:n]
+            banned = (length < self.min_length[:n])[:, None]
+            logits.scatter_(1, columns, logits.gather(1, columns).masked_fill(banned, -math.inf))
+        tokens = argmax(logits)
         if self.forcing:  # forced_bos_token_id at length 1, forced_eos_token_id at max_length - 1
             tokens = torch.where((length == 1) & (self.bos[:n] >= 0), self.bos[:n], tokens)
             tokens = torch.where((length == self.max_length[:n] - 1) & (self.last[:n] >= 0), self.last[:n], tokens)
-        tokens = torch.where(self.unfinished[:n], tokens, self.pad[:n])  # a row past its EOS: the pad token
-        self.seqs[torch.arange(n, device=self.device), length.clamp(max=self.width - 1)] = tokens
-        self.length[:n] += member
-        self.unfinished[:n] &= ~(tokens[:, None] == eos).any(-1)
-        self.inputs[:n] = torch.where(member, tokens, self.inputs[:n])
+        ended = self.ended[:n]
+        tokens = torch.where(ended, self.pad[:n], tokens)  # a row past its EOS: the pad token
+        self.seqs[:n].scatter_(1, length[:, None], tokens[:, None])  # a greedy row's length < max_length <= W
+        length += self.member[:n]
+        ended |= (tokens[:, None] == self.eos[:n]).any(-1)
+        self.inputs[:n] = tokens
         self.tokens = tokens
-        over = member & (~self.unfinished[:n] | (self.length[:n] >= self.max_length[:n]))
-        return over.nonzero()[:, 0].cpu()  # the one wait for the device
+        return (ended | (length >= self.max_length[:n])).nonzero().view(-1).cpu()  # the one wait for the device
 
     def output(self, row: int) -> torch.Tensor:
         """(1, L) the tokens of row `row`, decoder-start token first (one device -> host read of its length)."""
@@ -146,19 +167,19 @@ class GreedyRows:
     def trim(self) -> None:
         """Once the batch is empty: the buffers given back."""
         self._resize(0, 0, 1)
-        self.forcing = False
+        self.banning = self.forcing = False
 
     def _resize(self, capacity: int, width: int, eos_width: int) -> None:
         """Buffers of `capacity` rows, `width` columns and `eos_width` EOS ids, what they held kept where it fits
-        (a row's EOS ids padded with its first again)."""
+        (a row's EOS ids padded with its first again), new rows NOT_A_ROW."""
         kept, columns, ids = min(capacity, self.capacity), min(width, self.width), min(eos_width, self.eos_width)
         for name in ("inputs", *ROW_TENSORS):
             old = getattr(self, name)
-            shape = (capacity, width) if name == "seqs" else (capacity, eos_width) if name == "eos" else (capacity,)
-            new = old.new_zeros(shape)
+            shape = (capacity, width) if name == "seqs" else (capacity, eos_width) if "eos" in name else (capacity,)
+            new = old.new_full(shape, NOT_A_ROW.get(name, 0))
             if name == "seqs":
                 new[:kept, :columns] = old[:kept, :columns]
-            elif name == "eos":
+            elif "eos" in name:
                 new[:kept] = old[:kept, :1]
                 new[:kept, :ids] = old[:kept, :ids]
             else:
