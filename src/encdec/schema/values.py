@@ -22,7 +22,7 @@ def read(cls: type, values: Any, prefix: str = "") -> Any:
         values = {}
     if not isinstance(values, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'the config'} must be a mapping, got {short(values)}")
-    hints = typing.get_type_hints(cls, include_extras=True)
+    hints = hints_of(cls)
     known = [f.name for f in dataclasses.fields(cls) if f.init]
     for key in values:
         if not isinstance(key, str):
@@ -35,9 +35,16 @@ def read(cls: type, values: Any, prefix: str = "") -> Any:
     return cls(**{key: value_of(hints[key], value, prefix + key) for key, value in values.items()})
 
 
+@functools.cache
+def hints_of(cls: type) -> dict[str, Any]:
+    """Dataclass `cls`'s annotations, resolved once (every generate call checks its options: resolving them took
+    40% of the 0.34 ms a served request's checks cost); read, never changed."""
+    return typing.get_type_hints(cls, include_extras=True)
+
+
 def check(instance: Any, prefix: str = "") -> None:
     """Check every field of dataclass `instance` (built in Python, not read) against its declaration."""
-    hints = typing.get_type_hints(type(instance), include_extras=True)
+    hints = hints_of(type(instance))
     for f in dataclasses.fields(instance):
         value = getattr(instance, f.name)
         if dataclasses.is_dataclass(value):
