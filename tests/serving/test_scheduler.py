@@ -337,3 +337,40 @@ def test_a_greedy_request_that_asks_for_more_runs_its_own_search_and_still_equal
         assert torch.equal(out.sequences, expected.sequences) and len(out.scores) == len(expected.scores)
     else:
         assert torch.equal(out, expected)
+
+
+def test_a_step_that_fails_fails_the_greedy_requests_in_it_and_the_next_ones_are_served():
+    model = model_of("t5-tiny")
+    scheduler = Scheduler(model)
+    forward, calls = model.step, [0]
+
+    def failing_once(tokens, state):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("the device failed")
+        return forward(tokens, state)
+
+    model.step = failing_once
+    requests = [(torch.randint(2, 300, (1, 6)), {"max_new_tokens": 10, "min_new_tokens": 10})] * 3
+    errors = []
+
+    def run(source, options):
+        try:
+            scheduler.run(source, None, dict(options))
+        except RuntimeError as error:
+            errors.append(str(error))
+
+    try:
+        threads = [threading.Thread(target=run, args=request) for request in requests]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        after = torch.randint(2, 300, (1, 5))
+        out = scheduler.run(after, None, {"max_new_tokens": 4})
+    finally:
+        scheduler.stop(timeout=30)
+        del model.step
+    assert errors and set(errors) == {"the device failed"}  # those in the failed step; none left waiting
+    assert torch.equal(out, generate(model, after, None, max_new_tokens=4))
+    assert scheduler.batch.rows == 0 and not scheduler.greedy
