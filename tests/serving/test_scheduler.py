@@ -224,7 +224,7 @@ def test_what_the_server_cannot_step_is_refused_in_one_sentence(options, says):
         scheduler.stop(timeout=30)
 
 
-def python_calls_per_step(scheduler: Scheduler, rows: int, tokens: int = 12) -> list[int]:
+def python_calls_per_step(scheduler: Scheduler, rows: int, tokens: int = 48) -> list[int]:
     """The scheduler's own Python calls (functions and builtins, the model's forward left out: its kernels'
     choice may depend on the rows) in each decoder step it ran at `rows` rows, with `rows` greedy requests of
     `tokens` new tokens running together; counted in the scheduler's thread."""
