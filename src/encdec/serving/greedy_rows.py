@@ -5,8 +5,8 @@ at once, so a step's Python does not grow with the rows; Python touches only the
     rows = GreedyRows(device)
     rows.join(placed, jobs)           # each greedy request's one row: its limits, its decoder-start token
     logits = model.step(rows.inputs[:n, None], batch)
-    over = rows.advance(logits, n)    # (k,) the rows whose search is over (one device -> host copy)
-    out = rows.output(row)            # (1, L) its tokens, as `generate` returns them
+    over, lengths = rows.advance(logits, n).tolist()  # the rows whose search is over (one copy to the host)
+    out = rows.output(row, length)    # (1, L) its tokens, as `generate` returns them
     rows.move(dst, src)               # as the batch moves its rows (RunningBatch.remove)
 
 A row's search is `generate`'s greedy SampleSearch (generation.search) written for many rows: its scores
@@ -140,8 +140,8 @@ class GreedyRows:
     def advance(self, logits: torch.Tensor, n: int) -> torch.Tensor:
         """One step of every greedy row among the batch's first `n` from `logits` (n, V), which it changes (the
         other rows' only where NOT_A_ROW says nothing is banned): each next token chosen and written, every
-        row's next input set (the scheduler writes the other rows' before the next step); (k,) the rows
-        whose search is now over, on the host. About twenty tensor operations, whatever `n`."""
+        row's next input set (the scheduler writes the other rows' before the next step); (2, k) on the
+        host: the rows whose search is now over and their lengths. About twenty tensor operations, whatever `n`."""
         length = self.length[:n]
         if self.banning:  # min_new_tokens: EOS at -inf while too short (gathered, banned, scattered back)
             columns = self.eos_columns[:n]
@@ -158,11 +158,12 @@ class GreedyRows:
         ended |= (tokens[:, None] == self.eos[:n]).any(-1)
         self.inputs[:n] = tokens
         self.tokens = tokens
-        return (ended | (length >= self.max_length[:n])).nonzero().view(-1).cpu()  # the one wait for the device
+        over = (ended | (length >= self.max_length[:n])).nonzero().view(-1)  # the one wait for the device
+        return torch.stack((over, length[over])).cpu()  # and one copy: (2, k) those rows, their lengths
 
-    def output(self, row: int) -> torch.Tensor:
-        """(1, L) the tokens of row `row`, decoder-start token first (one device -> host read of its length)."""
-        return self.seqs[row : row + 1, : int(self.length[row])].clone()
+    def output(self, row: int, length: int) -> torch.Tensor:
+        """(1, length) the tokens of row `row` (its length as `advance` said), decoder-start token first."""
+        return self.seqs[row : row + 1, :length].clone()
 
     def trim(self) -> None:
         """Once the batch is empty: the buffers given back."""

@@ -417,7 +417,7 @@ class Scheduler:
     def _advance_greedy(self, logits: torch.Tensor, n: int) -> None:
         """One step of every greedy row, on the device (GreedyRows.advance); Python for the rows whose request
         is over, and for those that stream (one device -> host copy of the step's tokens for all of them)."""
-        over = self.rows.advance(logits, n).tolist()
+        over = dict(zip(*self.rows.advance(logits, n).tolist()))  # row -> its length, of the rows now over
         if self.streams:
             tokens = self.rows.tokens.cpu()
             for row, work in list(self.streams.items()):
@@ -430,13 +430,12 @@ class Scheduler:
                     continue
                 if gone(work):  # its client went away meanwhile (the streamer may say so)
                     self._greedy_over(work, Abandoned("the client is gone"))
-        for row in over:
-            work = self.greedy[row]
-            if not work.done:
-                self._greedy_over(work, None)
+        for row, length in over.items():
+            self._greedy_over(self.greedy[row], length=length)
 
-    def _greedy_over(self, work: Work, error: Exception | None) -> None:
-        """A greedy request is over: its answer (its row's tokens) or `error`; its row leaves at the next boundary."""
+    def _greedy_over(self, work: Work, error: Exception | None = None, length: int = 0) -> None:
+        """A greedy request is over: its answer (its row's `length` tokens) or `error`; its row leaves at the next
+        boundary."""
         if work.done:
             return
         with self.lock:  # re-entrant: _abandon holds it
@@ -445,7 +444,7 @@ class Scheduler:
         if error is not None:
             fail(work.answer, error=error)
         else:
-            work.answer.set_result(GenerateOutput(self.rows.output(work.rows[0])))
+            work.answer.set_result(GenerateOutput(self.rows.output(work.rows[0], length)))
 
     def _advance(self, searched: list[tuple[Work, torch.Tensor]]) -> None:
         """One step of the searches the scheduler runs: each through its own processors, the tokens of every
