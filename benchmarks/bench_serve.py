@@ -29,10 +29,11 @@ CUDA: torch's peak allocation), medians over `--repeats` rounds that alternate b
 HTTP layer is left out: each system is called in-process (tests/serving/test_server.py checks the served
 outputs equal generate's).
 
-Then, per `--rows` count R, the continuous scheduler's step at R rows: R greedy requests of STEP_TOKENS new
-tokens each run together, and over the decoder steps taken at R rows, the medians of the model's forward
-pass and of the host time between one forward's end and the next one's start (the scheduler's own work:
-its bookkeeping, each row's next token, the rows that finish); the host time should not grow with R.
+Then, per `--rows` count R, a step at R rows: R greedy requests of STEP_TOKENS new tokens each, sent together
+to continuous batching and to the static batcher (one generate over the R of them), and over the decoder
+steps taken at R rows, the medians of the host time between one forward's end and the next one's start (the
+scheduler's or generate's own work: its bookkeeping, each row's next token, the rows that finish) and of
+the model's forward pass; continuous batching's host time should not grow with R.
 """
 
 import argparse
@@ -135,16 +136,21 @@ class Static:
                     batch.append(self.waiting.get(timeout=left))
                 except queue.Empty:
                     break
-            width = max(s["source"].shape[1] for s in batch)
-            device = batch[0]["source"].device
-            ids = torch.zeros(len(batch), width, dtype=torch.long, device=device)
-            mask = torch.zeros(len(batch), width, dtype=torch.bool, device=device)
-            for i, s in enumerate(batch):
-                ids[i, : s["source"].shape[1]], mask[i, : s["source"].shape[1]] = s["source"][0], True
+            ids, mask = padded_batch([s["source"] for s in batch])
             out = self.run_batch(ids, mask, max(s["length"] for s in batch))
             for i, s in enumerate(batch):
                 s["out"] = out[i : i + 1, : 1 + s["length"]]
                 s["done"].set()
+
+
+def padded_batch(sources: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sources (1, S) of their own lengths -> ids and mask (B, longest), padded on the right."""
+    width, device = max(source.shape[1] for source in sources), sources[0].device
+    ids = torch.zeros(len(sources), width, dtype=torch.long, device=device)
+    mask = torch.zeros(len(sources), width, dtype=torch.bool, device=device)
+    for i, source in enumerate(sources):
+        ids[i, : source.shape[1]], mask[i, : source.shape[1]] = source[0], True
+    return ids, mask
 
 
 class PeakMemory:
@@ -180,13 +186,12 @@ def resident_mib(pid: int) -> float:
         return int(f.read().split()[1]) * 4096 / 2**20
 
 
-def step_times(scheduler: Scheduler, stream, rows: int) -> tuple[float, float, int]:
-    """(host ms, forward ms, steps): medians over the continuous scheduler's decoder steps at `rows` rows, with
-    `rows` greedy requests of STEP_TOKENS new tokens running together, of the time between one forward's end and
-    the next one's start (consecutive steps at `rows` rows) and of the forward itself (on CUDA waited for, so
-    that the host time is the scheduler's own)."""
-    model, marks = scheduler.model, []
-    forward = model.step
+def step_times(model, run, rows: int) -> tuple[float, float, int]:
+    """(host ms, forward ms, steps): medians over the decoder steps at `rows` rows that `run()` makes `model` take,
+    of the time between one forward's end and the next one's start (consecutive steps at `rows` rows: the
+    search's and the scheduler's own work) and of the forward itself (on CUDA waited for, so that the host
+    time is the rest's own)."""
+    marks, forward = [], model.step
 
     def timed(tokens, state):
         started = time.perf_counter()
@@ -196,10 +201,9 @@ def step_times(scheduler: Scheduler, stream, rows: int) -> tuple[float, float, i
         marks.append((started, time.perf_counter(), state.rows))
         return logits
 
-    requests = [(stream[i % len(stream)][0], STEP_TOKENS) for i in range(rows)]
     model.step = timed  # an instance attribute over the model's method, for this measurement only
     try:
-        drive(lambda source, length: scheduler.run(source, None, options(length)), requests, rows)
+        run()
     finally:
         del model.step
     steps = [(a, b) for a, b in zip(marks, marks[1:]) if a[2] == rows and b[2] == rows]
@@ -207,6 +211,18 @@ def step_times(scheduler: Scheduler, stream, rows: int) -> tuple[float, float, i
         return float("nan"), float("nan"), 0
     host = statistics.median(b[0] - a[1] for a, b in steps)
     return 1e3 * host, 1e3 * statistics.median(a[1] - a[0] for a, _ in steps), len(steps)
+
+
+def steps_at(scheduler: Scheduler, run_batch, stream, rows: int) -> dict[str, tuple[float, float, int]]:
+    """step_times of continuous batching (`rows` greedy requests of STEP_TOKENS new tokens each, sent together)
+    and of a static batch of the same `rows` sources (`run_batch`, the static batcher's generate)."""
+    requests = [(stream[i % len(stream)][0], STEP_TOKENS) for i in range(rows)]
+    submit = lambda source, length: scheduler.run(source, None, options(length))  # noqa: E731
+    ids, mask = padded_batch([source for source, _ in requests])
+    return {
+        "continuous": step_times(scheduler.model, lambda: drive(submit, requests, rows), rows),
+        "static": step_times(scheduler.model, lambda: run_batch(ids, mask, STEP_TOKENS), rows),
+    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -319,13 +335,15 @@ def main(argv: list[str] | None = None) -> None:
             + (f"; / ct2 static: {continuous / table['ct2 static'][0]:.2f}x" if ct2 is not None else ""),
             flush=True,
         )
-    print(f"continuous batching's step at R rows ({STEP_TOKENS} new tokens a request, greedy), medians:")
-    print(f"{'rows':>7} {'host ms':>8} {'forward ms':>10} {'steps':>6}")
+    print(f"a step at R rows ({STEP_TOKENS} new tokens a request, greedy), medians: host ms, forward ms, steps")
+    print(f"{'rows':>7} {'continuous':>22} {'static':>22}")
     host = {}
     for rows in args.rows:
-        host[rows], forward, steps = step_times(scheduler, stream, rows)
-        print(f"{rows:>7} {host[rows]:>8.3f} {forward:>10.3f} {steps:>6}", flush=True)
-    print(f"host time: most / least over the row counts {max(host.values()) / min(host.values()):.2f}x")
+        measured = steps_at(scheduler, batch, stream, rows)
+        host[rows] = measured["continuous"][0]
+        cells = [f"{h:>8.3f} {f:>8.3f} {n:>4}" for h, f, n in measured.values()]
+        print(f"{rows:>7} {cells[0]:>22} {cells[1]:>22}", flush=True)
+    print(f"continuous host time: most / least over the row counts {max(host.values()) / min(host.values()):.2f}x")
     scheduler.stop(timeout=60)
 
 
