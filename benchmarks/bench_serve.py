@@ -65,7 +65,7 @@ WINDOW = 0.010  # a static batcher's wait for more requests after the first
 # Between two samples of the peak resident set: a sampler thread takes the GIL from the thread that computes
 # each time it wakes, and every 2 ms it cost both batching systems 10-15% of their requests/s at 32 clients.
 SAMPLE_EVERY = 0.025
-STEP_TOKENS = 64  # new tokens of each request of a --rows measurement
+STEP_TOKENS = 96  # new tokens of each request of a --rows measurement (the last ones join some steps after the first)
 
 
 def workload(data: Path, vocab: int) -> list[tuple[torch.Tensor, int]]:
