@@ -1,7 +1,8 @@
 """Serving benchmark: continuous batching (encdec serve's scheduler) beside one-at-a-time, static batching and
 CTranslate2, under closed-loop load from 1, 8, 32 and 128 clients.
 
-Run: python benchmarks/bench_serve.py [--clients 1,8,32,128] [--repeats 3] [--shape t5-small] [--device cpu]
+Run: python benchmarks/bench_serve.py [--clients 1,8,32,128] [--rows 8,32,128] [--repeats 3] [--shape t5-small]
+                                      [--device cpu]
 
 Each of `--clients` threads sends requests back to back, as clients of a server do, taking the next
 request as soon as its last one is answered; a round serves max(32, 4 x clients) requests. A request
@@ -9,7 +10,8 @@ is a Multi30k test sentence (test_2016_flickr, English) tokenized by Mistral's S
 and its output length is its German reference's length in the same tokens (min_new_tokens =
 max_new_tokens: on random weights every system then makes exactly the same tokens, greedy, and a
 request's length is as long as a translation of it would be). The model is a random-weight T5 of
-`--shape` ("t5-small": d_model 512, 6 + 6 layers, vocabulary 32,128; "small": d_model 256, 4 + 4).
+`--shape` ("t5-small": d_model 512, 6 + 6 layers, vocabulary 32,128; "small": d_model 256, 4 + 4; "host":
+d_model 64, 2 + 2, vocabulary 1,024, small enough that a step's time is mostly the host's work around it).
 Systems:
 
     one-at-a-time   each request's generate alone, one after another (the same server limited to one request)
@@ -26,6 +28,12 @@ its answer) and peak memory (CPU: the serving process's peak resident set during
 CUDA: torch's peak allocation), medians over `--repeats` rounds that alternate between the systems. The
 HTTP layer is left out: each system is called in-process (tests/serving/test_server.py checks the served
 outputs equal generate's).
+
+Then, per `--rows` count R, a step at R rows: R greedy requests of STEP_TOKENS new tokens each, sent together
+to continuous batching and to the static batcher (one generate over the R of them), and over the decoder
+steps taken at R rows, the medians of the host time between one forward's end and the next one's start (the
+scheduler's or generate's own work: its bookkeeping, each row's next token, the rows that finish) and of
+the model's forward pass; continuous batching's host time should not grow with R.
 """
 
 import argparse
@@ -57,6 +65,7 @@ WINDOW = 0.010  # a static batcher's wait for more requests after the first
 # Between two samples of the peak resident set: a sampler thread takes the GIL from the thread that computes
 # each time it wakes, and every 2 ms it cost both batching systems 10-15% of their requests/s at 32 clients.
 SAMPLE_EVERY = 0.025
+STEP_TOKENS = 96  # new tokens of each request of a --rows measurement (the last ones join some steps after the first)
 
 
 def workload(data: Path, vocab: int) -> list[tuple[torch.Tensor, int]]:
@@ -127,16 +136,21 @@ class Static:
                     batch.append(self.waiting.get(timeout=left))
                 except queue.Empty:
                     break
-            width = max(s["source"].shape[1] for s in batch)
-            device = batch[0]["source"].device
-            ids = torch.zeros(len(batch), width, dtype=torch.long, device=device)
-            mask = torch.zeros(len(batch), width, dtype=torch.bool, device=device)
-            for i, s in enumerate(batch):
-                ids[i, : s["source"].shape[1]], mask[i, : s["source"].shape[1]] = s["source"][0], True
+            ids, mask = padded_batch([s["source"] for s in batch])
             out = self.run_batch(ids, mask, max(s["length"] for s in batch))
             for i, s in enumerate(batch):
                 s["out"] = out[i : i + 1, : 1 + s["length"]]
                 s["done"].set()
+
+
+def padded_batch(sources: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sources (1, S) of their own lengths -> ids and mask (B, longest), padded on the right."""
+    width, device = max(source.shape[1] for source in sources), sources[0].device
+    ids = torch.zeros(len(sources), width, dtype=torch.long, device=device)
+    mask = torch.zeros(len(sources), width, dtype=torch.bool, device=device)
+    for i, source in enumerate(sources):
+        ids[i, : source.shape[1]], mask[i, : source.shape[1]] = source[0], True
+    return ids, mask
 
 
 class PeakMemory:
@@ -172,6 +186,45 @@ def resident_mib(pid: int) -> float:
         return int(f.read().split()[1]) * 4096 / 2**20
 
 
+def step_times(model, run, rows: int) -> tuple[float, float, int]:
+    """(host ms, forward ms, steps): medians over the decoder steps at `rows` rows that `run()` makes `model` take,
+    of the time between one forward's end and the next one's start (consecutive steps at `rows` rows: the
+    search's and the scheduler's own work) and of the forward itself (on CUDA waited for, so that the host
+    time is the rest's own)."""
+    marks, forward = [], model.step
+
+    def timed(tokens, state):
+        started = time.perf_counter()
+        logits = forward(tokens, state)
+        if logits.device.type == "cuda":
+            torch.cuda.synchronize(logits.device)
+        marks.append((started, time.perf_counter(), state.rows))
+        return logits
+
+    model.step = timed  # an instance attribute over the model's method, for this measurement only
+    try:
+        run()
+    finally:
+        del model.step
+    steps = [(a, b) for a, b in zip(marks, marks[1:]) if a[2] == rows and b[2] == rows]
+    if not steps:
+        return float("nan"), float("nan"), 0
+    host = statistics.median(b[0] - a[1] for a, b in steps)
+    return 1e3 * host, 1e3 * statistics.median(a[1] - a[0] for a, _ in steps), len(steps)
+
+
+def steps_at(scheduler: Scheduler, run_batch, stream, rows: int) -> dict[str, tuple[float, float, int]]:
+    """step_times of continuous batching (`rows` greedy requests of STEP_TOKENS new tokens each, sent together)
+    and of a static batch of the same `rows` sources (`run_batch`, the static batcher's generate)."""
+    requests = [(stream[i % len(stream)][0], STEP_TOKENS) for i in range(rows)]
+    submit = lambda source, length: scheduler.run(source, None, options(length))  # noqa: E731
+    ids, mask = padded_batch([source for source, _ in requests])
+    return {
+        "continuous": step_times(scheduler.model, lambda: drive(submit, requests, rows), rows),
+        "static": step_times(scheduler.model, lambda: run_batch(ids, mask, STEP_TOKENS), rows),
+    }
+
+
 def percentile(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
@@ -191,14 +244,20 @@ def checked(annotation, flag: str):
     return check
 
 
-def client_counts(text: str) -> list[int]:
-    """--clients: comma-separated counts of 1 to MOST_CLIENTS."""
-    return [checked(Annotated[int, Range(1, MOST_CLIENTS)], "--clients")(count) for count in text.split(",")]
+def counts_of(flag: str):
+    """An argparse type for `flag`: comma-separated counts of 1 to MOST_CLIENTS."""
+    one = checked(Annotated[int, Range(1, MOST_CLIENTS)], flag)
+    return lambda text: [one(count) for count in text.split(",")]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", type=client_counts, default="1,8,32,128", help="client counts, comma-separated")
+    parser.add_argument(
+        "--clients", type=counts_of("--clients"), default="1,8,32,128", help="client counts, comma-separated"
+    )
+    parser.add_argument(
+        "--rows", type=counts_of("--rows"), default="8,32,128", help="row counts of the per-step times, comma-separated"
+    )
     parser.add_argument("--repeats", type=checked(Annotated[int, Range(1, 100)], "--repeats"), default=3)
     parser.add_argument("--shape", choices=SHAPES, default="t5-small")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -226,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
         made["reference"], model = build_pair(args.shape, device, torch.float32)
         return model
 
-    scheduler = Scheduler(load, max_rows=max(64, *counts))
+    scheduler = Scheduler(load, max_rows=max(64, *counts, *args.rows))
     model = scheduler.model
     stream = [(s.to(device), n) for s, n in workload(args.data, SHAPES[args.shape]["vocab_size"])]
 
@@ -276,6 +335,15 @@ def main(argv: list[str] | None = None) -> None:
             + (f"; / ct2 static: {continuous / table['ct2 static'][0]:.2f}x" if ct2 is not None else ""),
             flush=True,
         )
+    print(f"a step at R rows ({STEP_TOKENS} new tokens a request, greedy), medians: host ms, forward ms, steps")
+    print(f"{'rows':>7} {'continuous':>22} {'static':>22}")
+    host = {}
+    for rows in args.rows:
+        measured = steps_at(scheduler, batch, stream, rows)
+        host[rows] = measured["continuous"][0]
+        cells = [f"{h:>8.3f} {f:>8.3f} {n:>4}" for h, f, n in measured.values()]
+        print(f"{rows:>7} {cells[0]:>22} {cells[1]:>22}", flush=True)
+    print(f"continuous host time: most / least over the row counts {max(host.values()) / min(host.values()):.2f}x")
     scheduler.stop(timeout=60)
 
 

@@ -29,6 +29,8 @@ from encdec.modules.attention import attend_transposed
 
 SHAPES = {  # T5 v1.0 layouts (ReLU, tied embeddings); "small" is the CPU table's shape in docs/benchmarks.md
     "small": dict(vocab_size=8192, d_model=256, d_kv=64, num_heads=4, d_ff=1024, num_layers=4, num_decoder_layers=4),
+    # small enough that a server's step is bound by the host's work around it (benchmarks/bench_serve.py)
+    "host": dict(vocab_size=1024, d_model=64, d_kv=16, num_heads=4, d_ff=256, num_layers=2, num_decoder_layers=2),
     "t5-small": dict(
         vocab_size=32128, d_model=512, d_kv=64, num_heads=8, d_ff=2048, num_layers=6, num_decoder_layers=6
     ),

@@ -29,9 +29,11 @@ def test_the_workload_is_multi30k_in_sentencepiece_tokens_with_the_reference_len
     assert all(2 <= int(t) < 64 for source, _ in stream for t in source[0])  # folded into the vocabulary
 
 
-def test_a_toy_run_prints_every_system_for_every_client_count(bench, shared_data, capsys):
-    argv = ["--shape", "toy", "--clients", "1,3", "--repeats", "1", "--no-ctranslate2", "--data", str(shared_data)]
-    bench.main(argv)
+def test_a_toy_run_prints_every_system_for_every_client_count_and_the_step_at_every_row_count(
+    bench, shared_data, capsys
+):
+    argv = ["--shape", "toy", "--clients", "1,3", "--rows", "2,5", "--repeats", "1", "--no-ctranslate2"]
+    bench.main([*argv, "--data", str(shared_data)])
     lines = capsys.readouterr().out.splitlines()
     rows = [line.split() for line in lines if line.split() and line.split()[0] in ("1", "3") and "/" not in line]
     assert [(r[0], r[1]) for r in rows] == [
@@ -40,9 +42,16 @@ def test_a_toy_run_prints_every_system_for_every_client_count(bench, shared_data
     for row in rows:
         rps, tps, p50, p95, p99, peak = map(float, row[2:])
         assert rps > 0 and tps > rps and 0 < p50 <= p95 <= p99 and peak > 0
+    start = next(i for i, line in enumerate(lines) if line.startswith("a step at R rows"))
+    table = {row[0]: row[1:] for row in map(str.split, lines[start + 2 : -1])}
+    assert list(table) == ["2", "5"]
+    for cells in table.values():  # continuous's host ms, forward ms and steps at R rows, then static's
+        for host, forward, count in (cells[:3], cells[3:]):
+            assert float(host) > 0 and float(forward) > 0 and int(count) > bench.STEP_TOKENS // 2
+    assert lines[-1].startswith("continuous host time: most / least over the row counts")
 
 
-NUMBERS = {"--clients": (1, 4096), "--repeats": (1, 100), "--threads": (1, 1024)}
+NUMBERS = {"--clients": (1, 4096), "--rows": (1, 4096), "--repeats": (1, 100), "--threads": (1, 1024)}
 
 
 @settings(max_examples=100, deadline=None)

@@ -2,6 +2,8 @@
 alone, rows are freed as requests finish and reused by later ones, and a failing request fails alone."""
 
 import random
+import statistics
+import sys
 import threading
 import time
 
@@ -10,7 +12,8 @@ import torch
 
 import encdec
 from encdec.generation import STRATEGIES, GenerationConfig, strategy_for
-from encdec.generation.generate import generate
+from encdec.generation.generate import generate, prepare
+from encdec.serving.greedy_rows import served_here
 from encdec.serving.scheduler import Scheduler
 
 
@@ -219,3 +222,155 @@ def test_what_the_server_cannot_step_is_refused_in_one_sentence(options, says):
             scheduler.run(torch.randint(2, 300, (1, 5)), None, {"max_new_tokens": 4, **options})
     finally:
         scheduler.stop(timeout=30)
+
+
+def python_calls_per_step(scheduler: Scheduler, rows: int, tokens: int = 48) -> list[int]:
+    """The scheduler's own Python calls (functions and builtins, the model's forward left out: its kernels'
+    choice may depend on the rows) in each decoder step it ran at `rows` rows, with `rows` greedy requests of
+    `tokens` new tokens running together; counted in the scheduler's thread."""
+    counts, step, model = [], scheduler._step, scheduler.model
+    forward, inside = model.step, [False]
+
+    def forward_uncounted(tokens, state):
+        inside[0] = True
+        try:
+            return forward(tokens, state)
+        finally:
+            inside[0] = False
+
+    def counted(steps):
+        calls = [0]
+
+        def count(frame, event, arg):
+            calls[0] += not inside[0] and event in ("call", "c_call")
+
+        at = scheduler.batch.rows
+        sys.setprofile(count)  # this thread's alone
+        try:
+            step(steps)
+        finally:
+            sys.setprofile(None)
+        counts.append((at, calls[0]))
+
+    scheduler._step, model.step = counted, forward_uncounted
+    requests = [(torch.randint(2, 300, (1, 6)), {"max_new_tokens": tokens, "min_new_tokens": tokens})] * rows
+    try:
+        serve_together(scheduler, requests)
+    finally:
+        del scheduler._step, model.step
+    return [calls for at, calls in counts if at == rows]
+
+
+def test_a_step_of_greedy_rows_makes_as_many_python_calls_at_four_rows_as_at_forty():
+    """The running batch's greedy rows are searched on the device (serving.greedy_rows): a step's own Python is
+    the same whatever the rows, so its host time does not grow with them."""
+    scheduler = Scheduler(model_of("t5-tiny"), max_rows=64)
+    try:
+        few, many = python_calls_per_step(scheduler, 4), python_calls_per_step(scheduler, 40)
+    finally:
+        scheduler.stop(timeout=30)
+    assert len(few) >= 4 and len(many) >= 4  # steps with every request running
+    # the steps in which no request finishes (most): the same calls; one that finishes some adds theirs
+    assert statistics.mode(many) == statistics.mode(few) == min(many) == min(few)
+
+
+def greedy_mix(n: int) -> list[tuple[torch.Tensor, dict]]:
+    """Greedy requests the device searches (serving.greedy_rows): of every length, EOS on or off or several,
+    min_new_tokens, forced first and last tokens, some streaming."""
+    rng = random.Random(1)
+    requests = []
+    for i in range(n):
+        source = torch.randint(2, 300, (1, rng.choice([3, 9, 25])), generator=torch.Generator().manual_seed(100 + i))
+        options = {"max_new_tokens": rng.choice([1, 2, 5, 17, 40])}
+        options |= rng.choice([{}, {"eos_token_id": None}, {"eos_token_id": [1, 7, 9]}, {"min_new_tokens": 3}])
+        options |= rng.choice([{}, {}, {"forced_bos_token_id": 5}, {"forced_eos_token_id": 1}])
+        requests.append((source, options))
+    return requests
+
+
+def test_greedy_rows_that_finish_leave_mid_batch_and_the_others_go_on_each_equal_to_generate_alone():
+    """Greedy rows searched on the device beside beam and sampled requests (whose rows move as others leave):
+    every request's tokens are generate's on its input alone, and a streamer sees each of its tokens once."""
+    model = model_of("t5-tiny")
+    requests = greedy_mix(24) + mixed_requests(9, seed=5)
+    assert all(served_here(prepare(model, source, None, **options)) for source, options in requests[:24])
+    streamed = {i: [] for i in range(0, 24, 3)}
+    for i, seen in streamed.items():
+        requests[i][1]["streamer"] = seen.append
+    alone = [generate(model, source, None, **{k: v for k, v in o.items() if k != "streamer"}) for source, o in requests]
+    scheduler = Scheduler(model, max_rows=16)  # fewer rows than requests: rows freed mid-batch are taken again
+    try:
+        served = serve_together(scheduler, requests)
+    finally:
+        scheduler.stop(timeout=30)
+    assert all(torch.equal(s, a) for s, a in zip(served, alone, strict=True))
+    for i, seen in streamed.items():
+        assert torch.equal(torch.cat(seen), alone[i][0, 1:])
+    assert scheduler.batch.rows == 0 and not scheduler.greedy and not scheduler.rows.capacity
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"do_sample": True, "seed": 1},
+        {"num_beams": 2},
+        {"repetition_penalty": 1.3},
+        {"no_repeat_ngram_size": 2},
+        {"bad_words_ids": [[5]]},
+        {"suppress_tokens": [4]},
+        {"output_scores": True, "return_dict_in_generate": True},
+        {"max_new_tokens": 5000},
+    ],
+)
+def test_a_greedy_request_that_asks_for_more_runs_its_own_search_and_still_equals_generate(options):
+    model = model_of("t5-tiny")
+    source = torch.randint(2, 300, (1, 7), generator=torch.Generator().manual_seed(3))
+    options = {"max_new_tokens": 6, **options}
+    assert not served_here(prepare(model, source, None, **options))
+    scheduler = Scheduler(model)
+    try:
+        out = scheduler.run(source, None, dict(options))
+    finally:
+        scheduler.stop(timeout=30)
+    expected = generate(model, source, None, **options)
+    if options.get("return_dict_in_generate"):
+        assert torch.equal(out.sequences, expected.sequences) and len(out.scores) == len(expected.scores)
+    else:
+        assert torch.equal(out, expected)
+
+
+def test_a_step_that_fails_fails_the_greedy_requests_in_it_and_the_next_ones_are_served():
+    model = model_of("t5-tiny")
+    scheduler = Scheduler(model)
+    forward, calls = model.step, [0]
+
+    def failing_once(tokens, state):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("the device failed")
+        return forward(tokens, state)
+
+    model.step = failing_once
+    requests = [(torch.randint(2, 300, (1, 6)), {"max_new_tokens": 10, "min_new_tokens": 10})] * 3
+    errors = []
+
+    def run(source, options):
+        try:
+            scheduler.run(source, None, dict(options))
+        except RuntimeError as error:
+            errors.append(str(error))
+
+    try:
+        threads = [threading.Thread(target=run, args=request) for request in requests]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        after = torch.randint(2, 300, (1, 5))
+        out = scheduler.run(after, None, {"max_new_tokens": 4})
+    finally:
+        scheduler.stop(timeout=30)
+        del model.step
+    assert errors and set(errors) == {"the device failed"}  # those in the failed step; none left waiting
+    assert torch.equal(out, generate(model, after, None, max_new_tokens=4))
+    assert scheduler.batch.rows == 0 and not scheduler.greedy

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from encdec.generation.generate import Prepared
 from encdec.generation.search import SampleSearch
 
 
@@ -28,6 +29,7 @@ class Work:
     order: list[int] | None = None  # a beam reorder to apply before its next step
     done: bool = False
     search: SampleSearch | None = None  # greedy / sampling run by the scheduler itself (its step's future None)
+    greedy: Prepared | None = None  # a greedy request searched on the device (serving.greedy_rows): its job
     answer: Future | None = None  # where that search's output goes
 
 

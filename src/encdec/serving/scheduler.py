@@ -8,14 +8,18 @@
 A request's search is encdec's own, the one `generate` would choose (generation.strategies): beam
 searches (their own scoring and stopping) are `generate` run in the request's thread against
 `RowModel` (encdec.serving.request_rows), a stand-in model whose `start` and `step` hand their work to the scheduler and wait;
-greedy and sampling (its own seeded generator) are `generate`'s SampleSearch, which the scheduler
-advances itself after each step (the greedy rows of all requests chosen by one argmax). The
-scheduler owns the running batch, a `RunningBatch` of rows that join and leave
+plain greedy requests (most: min_new_tokens and forced first or last tokens aside, no processor) are
+searched on the device, all their rows at once (encdec.serving.greedy_rows: a fixed number of tensor
+operations a step whatever the rows, one device -> host copy to learn which finished, Python only for the
+rows that join, finish or stream); the other greedy and sampling requests (its own seeded generator) are
+`generate`'s SampleSearch, which the scheduler advances itself after each step (their greedy rows chosen by
+one argmax). The scheduler owns the running batch, a `RunningBatch` of rows that join and leave
 (encdec.modules.running_batch): at a step boundary it starts the requests waiting (one `model.start`
 for all of them, once JOIN_BATCH wait or the oldest has waited JOIN_STEPS steps) and joins their
 rows to the batch, waits until every running request has asked for its next step, and runs one
 `model.step` over all their rows, each at its own position. So a request's tokens are those of
-`generate` on its input alone, whatever else is in flight: the same code chooses them, from logits
+`generate` on its input alone, whatever else is in flight: the same code chooses them (for the greedy
+rows on the device, generate's processors, argmax and stops written for many rows, tested equal), from logits
 computed the same way (a row's keys beyond its own length are masked; batched arithmetic may round
 differently in the last bit, as any batch does). A decoder prefix and compile are refused in one
 sentence: the server steps one position a row, eagerly.
@@ -25,7 +29,8 @@ the others (the RNN) generate one request at a time.
 
 A request whose client is gone (its `gone` event set, then `wake()`) stops at the next step boundary,
 wherever it is: waiting to join (it leaves the queue), running (its rows leave, its thread's wait
-fails with `Abandoned`), or served alone (its next step raises `Abandoned`). Nothing of it stays.
+fails with `Abandoned`), or served alone (its next step raises `Abandoned`). Nothing of it stays. (The
+greedy rows on the device are looked at once woken, not every step, but for those that stream.)
 
 One thread computes. The scheduler's thread loads the model (when given a function that does) and runs
 every pass over it: steps, encodes, the other families' `generate`, `exclusive` calls. On CPU this is
@@ -48,10 +53,12 @@ import torch
 
 from encdec.errors import ConfigError, EncdecError
 from encdec.generation.generate import Prepared, generate, prepare, resolve_config
+from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.interface import capabilities_of
 from encdec.generation.search import argmax
 from encdec.generation.strategies import strategy_for
 from encdec.modules import RunningBatch
+from encdec.serving.greedy_rows import GreedyRows, served_here
 from encdec.serving.request_rows import Abandonable, Abandoned, RowModel, Work, fail, gone, padded
 
 log = logging.getLogger(__name__)
@@ -77,7 +84,11 @@ class Scheduler:
         self.starts: deque = deque()
         self.waiting_since = 0  # the decoder steps run when the oldest waiting request arrived
         self.calls: deque = deque()  # (function, future): run in the scheduler thread between steps
-        self.running: list[Work] = []
+        self.running: list[Work] = []  # the requests that step through `work.step` (beams, their own searches)
+        self.greedy: dict[int, Work] = {}  # row -> its greedy request, searched on the device (GreedyRows)
+        self.streams: dict[int, Work] = {}  # the greedy rows whose request streams its tokens
+        self.finished: list[Work] = []  # greedy requests over (answered, failed or gone): they leave next
+        self.woken = False  # wake() was called: look for clients gone among the greedy rows
         self.stopped = False
         self.steps = 0  # decoder steps run, for /metrics
         self.tokens = 0  # rows stepped, for /metrics
@@ -109,8 +120,12 @@ class Scheduler:
                 return generate(RowModel(self, work), src_ids, src_mask, **options)
             finally:
                 self.finish(work)
-        # greedy and sampling: the scheduler runs the search itself, between two steps, no thread woken per step
-        work.search = strategy.search(job)
+        # greedy and sampling: the scheduler runs the search itself, between two steps, no thread woken per step;
+        # plain greedy requests (most) on the device, all rows at once (serving.greedy_rows)
+        if served_here(job):
+            work.greedy = job
+        else:
+            work.search = strategy.search(job)
         work.answer = Future()
         self.submit_start(work, job.src_ids, job.src_mask, job.rows, job.cfg.max_new_tokens + 1, Future())
         out = work.answer.result()
@@ -168,6 +183,7 @@ class Scheduler:
     def wake(self) -> None:
         """Look again now (a request's `gone` event was set)."""
         with self.lock:
+            self.woken = True
             self.lock.notify_all()
 
     def stop(self, timeout: float | None = None) -> None:
@@ -190,6 +206,7 @@ class Scheduler:
             self.batched = capabilities_of(self.model).continuous_batching
             like = next(self.model.parameters())
             self.batch = RunningBatch(like.device, like.dtype) if self.batched else None
+            self.rows = GreedyRows(like.device) if self.batched else None
         except BaseException as error:  # the loader's refusal, raised in the thread that made the scheduler
             loaded.set_exception(error)
             return
@@ -209,16 +226,17 @@ class Scheduler:
         while True:
             with self.lock:
                 self.lock.wait_for(self._ready, timeout=0.05)
-                if self.stopped and not self.running and not self.starts:
+                if self.stopped and not self.running and not self.greedy and not self.starts:
                     return
                 self._abandon()
                 calls = list(self.calls)
                 self.calls.clear()
-                leaving = [w for w in self.running if w.done]
-                self.running = [w for w in self.running if not w.done]
+                leaving = [w for w in self.running if w.done] + self.finished
+                self.running, self.finished = [w for w in self.running if not w.done], []
                 joining = self._joining()
                 # a step waits for every running request; joiners step from the next boundary on
-                ready = not joining and self.running and all(w.step is not None for w in self.running)
+                ready = not joining and (self.running or self.greedy)
+                ready = ready and all(w.step is not None for w in self.running)
                 steps = [(w, *w.step) for w in self.running] if ready else []
                 for work in self.running if ready else []:
                     work.step = None  # taken: the request asks again only once it has its logits
@@ -230,7 +248,7 @@ class Scheduler:
             try:
                 self._leave(leaving)
                 self._join(joining)
-                if steps:
+                if ready:
                     self._step(steps)
             except Exception as error:  # a failed batch fails its requests, never the server
                 log.exception("a scheduler step failed")
@@ -240,8 +258,10 @@ class Scheduler:
                     if future is not None and not future.done():
                         future.set_exception(error)
                 for work, *_ in [*joining, *steps]:
-                    if work.search is not None:
+                    if work.search is not None or work.greedy is not None:
                         work.done = True
+                for work in self.greedy.values():
+                    self._greedy_over(work, error)
 
     def _abandon(self) -> None:
         """Under the lock: the requests whose client is gone leave the queue, and their rows at this boundary;
@@ -253,15 +273,20 @@ class Scheduler:
             if gone(work) and not work.done:
                 work.done = True
                 fail(work.waiting, work.answer)
+        if self.woken:  # the greedy rows are looked at only when woken (their streaming ones at every step)
+            self.woken = False
+            for work in self.greedy.values():
+                if gone(work) and not work.done:
+                    self._greedy_over(work, Abandoned("the client is gone"))
 
     def _ready(self) -> bool:
         """Something to do: requests to encode, rows to free, a client gone, or every running request waiting
         for a step."""
-        if self._may_join() or self.calls or any(w.done or gone(w) for w in self.running):
+        if self._may_join() or self.calls or self.finished or self.woken:
             return True
-        if any(gone(job[0]) for job in self.starts):
+        if any(w.done or gone(w) for w in self.running) or any(gone(job[0]) for job in self.starts):
             return True
-        if self.running:
+        if self.running or self.greedy:
             return all(w.step is not None for w in self.running)
         return self.stopped
 
@@ -274,7 +299,7 @@ class Scheduler:
         seconds, so that the wait is a few steps on any device."""
         if not self.starts:
             return False
-        if not self.running or self.stopped:
+        if not (self.running or self.greedy) or self.stopped:
             return True
         return len(self.starts) >= JOIN_BATCH or self.steps - self.waiting_since >= JOIN_STEPS
 
@@ -292,12 +317,29 @@ class Scheduler:
         return joining
 
     def _leave(self, leaving: list[Work]) -> None:
+        """The rows of `leaving` freed; the rows that move into their places (RunningBatch.remove) take their
+        greedy state along: Python over the rows that leave and move, not over every row."""
         rows = [r for w in leaving for r in w.rows]
         if not rows:
             return
+        for row in rows:
+            self.greedy.pop(row, None)
+            self.streams.pop(row, None)
+        held = self.batch.rows
         moved = self.batch.remove(rows)
+        if moved:
+            device = self.batch.device
+            self.rows.move(torch.tensor(list(moved.values()), device=device), torch.tensor(list(moved), device=device))
+        self.rows.leave(slice(self.batch.rows, held))
+        for old, new in moved.items():
+            for rows_of in (self.greedy, self.streams):
+                if old in rows_of:
+                    rows_of[new] = rows_of.pop(old)
+                    rows_of[new].rows = [new]
         for work in self.running:
             work.rows = [moved.get(r, r) for r in work.rows]
+        if self.batch.rows == 0:
+            self.rows.trim()
 
     def _join(self, joining: list) -> None:
         """Start the joining requests together (one `model.start`: one encoder pass, or one prefill) and join
@@ -317,12 +359,22 @@ class Scheduler:
             joining[0][0].done = True
             return
         placed = self.batch.join(started, [job[3] for job in joining])
+        self.rows.reserve(self.batch.capacity_rows)
+        greedy = []  # (row, its request) of the greedy requests that join
         for (work, *_, future), rows in zip(joining, placed):
             work.rows = list(rows)
-            self.running.append(work)
             future.set_result(None)
+            if work.greedy is not None:
+                greedy.append((rows[0], work))
+                self.greedy[rows[0]] = work
+                if work.greedy.cfg.streamer is not None:
+                    self.streams[rows[0]] = work
+                continue
+            self.running.append(work)
             if work.search is not None:  # its first step: the decoder-start token of each row
                 work.step = (work.search.seqs[:, 0], None)
+        if greedy:
+            self.rows.join([row for row, _ in greedy], [work.greedy for _, work in greedy])
 
     def _start(self, joining: list):
         """One `model.start` of the joining requests' sources, packed or padded to a bucket's width."""
@@ -334,26 +386,65 @@ class Scheduler:
         return self.model.start(src_ids, src_mask, max(job[4] for job in joining) - 1, **packed)
 
     def _step(self, steps: list[tuple[Work, torch.Tensor, Future]]) -> None:
-        """One decoder step of every running row; each request gets its rows' logits."""
+        """One decoder step of every running row: the greedy rows advanced on the device (_advance_greedy),
+        each other request given its rows' logits."""
+        n, device = self.batch.rows, self.batch.device
+        if n == 0:  # the greedy rows that were left have just left
+            return
         for work, *_ in steps:
             if work.order is not None:
                 self.batch.reorder_rows(work.rows, work.order)
                 work.order = None
-        n, device = self.batch.rows, self.batch.device
-        order = torch.tensor([row for work, *_ in steps for row in work.rows], device=device)  # one index for all
-        tokens = torch.empty(n, dtype=torch.long, device=device)
-        tokens[order] = torch.cat([chosen.to(device) for _, chosen, _ in steps])
-        logits = self.model.step(tokens[:, None], self.batch)[:, -1].float()
+        tokens = self.rows.inputs  # every row's next input: the greedy rows' there already, the others' set here
+        if steps:
+            order = torch.tensor([row for work, *_ in steps for row in work.rows], device=device)  # one index for all
+            tokens[order] = torch.cat([chosen.to(device) for _, chosen, _ in steps])
+        logits = self.model.step(tokens[:n, None], self.batch)[:, -1].float()
         self.steps += 1
         self.tokens += n
-        mine = logits.index_select(0, order).split([len(work.rows) for work, *_ in steps])
         searched = []  # the searches the scheduler runs, with their rows' logits
-        for (work, _, future), rows in zip(steps, mine):
-            if future is not None:
-                future.set_result(rows)
-            else:
-                searched.append((work, rows))
+        if steps:
+            mine = logits.index_select(0, order).split([len(work.rows) for work, *_ in steps])
+            for (work, _, future), rows in zip(steps, mine):
+                if future is not None:
+                    future.set_result(rows)
+                else:
+                    searched.append((work, rows))
+        if self.greedy:
+            self._advance_greedy(logits, n)
         self._advance(searched)
+
+    def _advance_greedy(self, logits: torch.Tensor, n: int) -> None:
+        """One step of every greedy row, on the device (GreedyRows.advance); Python for the rows whose request
+        is over, and for those that stream (one device -> host copy of the step's tokens for all of them)."""
+        over = dict(zip(*self.rows.advance(logits, n).tolist()))  # row -> its length, of the rows now over
+        if self.streams:
+            tokens = self.rows.tokens.cpu()
+            for row, work in list(self.streams.items()):
+                if work.done:
+                    continue
+                try:
+                    work.greedy.cfg.streamer(tokens[row : row + 1])
+                except Exception as error:  # a streamer that failed: this request alone
+                    self._greedy_over(work, error)
+                    continue
+                if gone(work):  # its client went away meanwhile (the streamer may say so)
+                    self._greedy_over(work, Abandoned("the client is gone"))
+        for row, length in over.items():
+            self._greedy_over(self.greedy[row], length=length)
+
+    def _greedy_over(self, work: Work, error: Exception | None = None, length: int = 0) -> None:
+        """A greedy request is over: its answer (its row's `length` tokens) or `error`; its row leaves at the next
+        boundary."""
+        if work.done:
+            return
+        with self.lock:  # re-entrant: _abandon holds it
+            work.done = True
+            self.finished.append(work)
+        if error is not None:
+            fail(work.answer, error=error)
+        else:
+            work.answer.set_result(GenerateOutput(self.rows.output(work.rows[0], length)))
 
     def _advance(self, searched: list[tuple[Work, torch.Tensor]]) -> None:
         """One step of the searches the scheduler runs: each through its own processors, the tokens of every
