@@ -30,7 +30,7 @@ from torch.utils.checkpoint import checkpoint
 
 from encdec.modules.dropout import dropout
 
-GROUP_SCORES = 1 << 22  # numbers of scores a group of blocks holds at most in training (16 MiB in float32)
+GROUP_SCORES = 1 << 21  # numbers of scores a group of blocks holds at most (8 MiB in float32)
 
 
 @dataclass
@@ -107,17 +107,17 @@ def _group(q_rows, n0: int, n1: int, *, k, v, blocks: BandBlocks, T: int, scale,
         q_rows = q_rows * (D**-0.5 if scale is None else scale)
     q = F.pad(q_rows, (0, 0, 0, m * b - rows)).view(B, K, H // K, m, b, D)  # query head h reads kv head h // (H/K)
     values = _windows(v, n0, n1, b, T, 2).transpose(-1, -2)[:, :, None]  # (B, K, 1, m, 3b, D)
-    scores = (q @ _windows(k, n0, n1, b, T, 2)[:, :, None]).view(B, H, m, b, 3 * b)
-    if blocks.pattern is not None:
-        scores = scores + blocks.pattern[:, None]
-    scores = scores.masked_fill(~_allowed(blocks, n0, n1, T)[:, None], blocks.blocked)
+    scores = (q @ _windows(k, n0, n1, b, T, 2)[:, :, None]).view(B, H, m, b, 3 * b)  # a product's own output:
+    if blocks.pattern is not None:  # added to and masked in place (its backward reads q and k, not it)
+        scores.add_(blocks.pattern[:, None])
+    scores.masked_fill_(~_allowed(blocks, n0, n1, T)[:, None], blocks.blocked)
     if blocks.side is None:
         probs = dropout(scores.softmax(-1), p)
         out = probs.view(B, K, H // K, m, b, 3 * b) @ values
     else:  # the global keys' scores beside the window's, one softmax over both
         side = F.pad(blocks.side(n0 * b, n0 * b + rows), (0, 0, 0, m * b - rows)).view(B, -1, m, b, G)
         global_scores = (q.view(B, K, H // K * m * b, D) @ k[:, :, T:].transpose(-1, -2)).view(B, H, m, b, G)
-        probs = dropout(torch.cat([scores, global_scores + side], dim=-1).softmax(-1), p)
+        probs = dropout(torch.cat([scores, global_scores.add_(side)], dim=-1).softmax(-1), p)
         local = probs[..., : 3 * b].reshape(B, K, H // K, m, b, 3 * b) @ values
         remote = probs[..., 3 * b :].reshape(B, K, H // K * m * b, G) @ v[:, :, T:]
         out = local + remote.view(B, K, H // K, m, b, D)
