@@ -249,7 +249,8 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         memory = self.encode(src_ids, src_mask, packing)
         logits, decoder_router_logits = self.decode(tgt_ids, memory, packing)
         balance = self.config.experts.balance_args(memory.mask)
-        losses = moe_losses(memory.router_logits, decoder_router_logits, *balance)
+        rows = memory.mask.any(dim=1) if memory.mask is not None else None  # a row of padding alone: no MoE term
+        losses = moe_losses(memory.router_logits, decoder_router_logits, *balance, rows=rows)
         return with_loss(logits, losses, labels, self.config)
 
 

@@ -2,14 +2,16 @@
 target token of the global batch (and a teacher's distillation KL beside it), the clip and the update, with
 nothing that waits for the device; and the step's matmul FLOPs, for the logged MFU."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
 import torch
 from torch import nn
 
+from encdec.data.batch import Batch
 from encdec.models import ModelConfig
-from encdec.models.loss import compute_loss, distilled
+from encdec.models.loss import Loss, compute_loss, distilled
+from encdec.models.outputs import Seq2SeqOutput
 from encdec.training import distributed
 from encdec.training.distill import Teacher
 from encdec.training.flops import step_flops
@@ -29,6 +31,17 @@ def batches_flops(model_cfg: ModelConfig, batches: list[LoadedBatch]) -> float |
     return flops
 
 
+def step_loss(
+    model: nn.Module, batch: Batch, model_cfg: ModelConfig, label_smoothing: float, amp: AbstractContextManager
+) -> tuple[Loss, Seq2SeqOutput]:
+    """Forward and loss of one micro-batch on its device: what optimizer_step differentiates, and the unit
+    training.compile traces whole (no graph break, no host read: tests/training/test_compiled_training_step.py);
+    the forward under `amp`, the loss in fp32 outside it."""
+    with amp:
+        out = forward(model, batch)
+    return compute_loss(out.logits, batch.labels, out.aux_losses, model_cfg, label_smoothing), out
+
+
 def optimizer_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -40,10 +53,12 @@ def optimizer_step(
     scaler: torch.amp.GradScaler | None = None,
     teacher: Teacher | None = None,
     held: Sequence[nn.Parameter] = (),
+    loss_of: Callable = step_loss,
 ):
     """One optimizer step over `grad_accum` global batches -> (CE sum over the batch's tokens, on the
     device; aux losses, on the device; loss tokens, a host int). Nothing here waits for the device.
     The `held` parameters' gradients are dropped before the clip: the optimizer neither moves nor decays them.
+    `loss_of` is step_loss, or step_loss compiled (training.compile).
 
     The loss is averaged over every target token of the global batch, whichever
     process and micro-batch holds it, so W processes match one exactly; so is a teacher's
@@ -56,9 +71,7 @@ def optimizer_step(
     for i, loaded in enumerate(batches):
         local = loaded.to(info.device)
         with distributed.gradient_sync(model, enabled=i == accum - 1):
-            with amp:
-                out = forward(model, local)
-            losses = compute_loss(out.logits, local.labels, out.aux_losses, model_cfg, smoothing)
+            losses, out = loss_of(model, local, model_cfg, smoothing, amp)
             if teacher is not None:  # the frozen teacher's logits on the same rows
                 taught = teacher.logits(local, amp)
                 losses = distilled(losses, out.logits, taught, local.labels, teacher.alpha, teacher.temperature)
