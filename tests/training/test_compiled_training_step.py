@@ -153,3 +153,27 @@ def test_bucketed_batches_train_to_the_losses_of_batches_as_built(tmp_path, shar
     built = trained_losses(tmp_path, shared_data, "t5", "built", bucket_length=None)
     bucketed = trained_losses(tmp_path, shared_data, "t5", "bucketed")
     assert len(built) == 6 and bucketed == pytest.approx(built, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_the_chunked_loss_compiles_whole_and_equals_the_loss_of_the_whole_logits(tmp_path, shared_data):
+    """A wide vocabulary's path (models.loss.chunked_loss: blocks of 16 rows, each checkpointed) traced with no
+    graph break: the loss and every gradient those of the whole logits, eager, within 1e-5."""
+    t = tiny_run(tmp_path, shared_data, "t5")
+    whole = copy.deepcopy(t.model)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    step = torch.compile(step_loss, backend="aot_eager", fullgraph=True, dynamic=False)
+    pad = bucket_padding(BUCKET, BATCH, t.data.tokenizer.pad_id)
+    chunk = 16 * t.model_config.vocab_size  # 4 x 96 rows: 24 blocks
+    for _, loaded in zip(range(3), batch_stream(t.data.train, None, t.info.device, 0, pad), strict=False):
+        got, out = step(t.model, loaded.batch, t.model_config, 0.1, nullcontext(), chunk)
+        expected, _ = step_loss(whole, loaded.batch, t.model_config, 0.1, nullcontext(), None)
+        assert out.logits is None  # made by blocks
+        torch.testing.assert_close(got.objective, expected.objective, rtol=1e-5, atol=1e-5)
+        got.total.backward()
+        expected.total.backward()
+        for a, b in zip(t.model.parameters(), whole.parameters(), strict=True):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
+            a.grad = b.grad = None
+    assert not torch._dynamo.utils.counters["graph_break"]

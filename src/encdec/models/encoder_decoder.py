@@ -246,12 +246,19 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         labels (B, T) with -100 ignored. A packed batch (objective.pack) also gives the segments and
         positions of its examples, (B, S) and (B, T) (see encdec.modules.Packing)."""
         packing = packing_of(src_segments, tgt_segments, src_positions, tgt_positions)
+        hidden, losses = self.features(src_ids, tgt_ids, src_mask, packing)
+        return with_loss(self.head(hidden), losses, labels, self.config)
+
+    def features(
+        self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, src_mask: torch.Tensor | None, packing: Packing | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """forward's decoder hidden states (B, T, C), before the head, and its auxiliary terms: what a loss
+        over a wide vocabulary takes to make the logits a block of rows at a time (models.loss.chunked_loss)."""
         memory = self.encode(src_ids, src_mask, packing)
-        logits, decoder_router_logits = self.decode(tgt_ids, memory, packing)
+        hidden, decoder_router_logits = self.decoder(tgt_ids, memory, packing)
         balance = self.config.experts.balance_args(memory.mask)
         rows = memory.mask.any(dim=1) if memory.mask is not None else None  # a row of padding alone: no MoE term
-        losses = moe_losses(memory.router_logits, decoder_router_logits, *balance, rows=rows)
-        return with_loss(logits, losses, labels, self.config)
+        return hidden, moe_losses(memory.router_logits, decoder_router_logits, *balance, rows=rows)
 
 
 def packing_of(src_segments, tgt_segments, src_positions, tgt_positions) -> Packing | None:

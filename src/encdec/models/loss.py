@@ -14,13 +14,20 @@ With a teacher (training.distill), the cross-entropy term is mixed with logit di
 
     loss = (1 - alpha) * CE + alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + aux
 
-Shapes: B batch, T target length, V vocabulary.
+Over a wide vocabulary (32k-256k) the logits of a batch outweigh the rest of its activations: where a family
+gives its hidden states and its head apart (`features`, `head`), `chunked_loss` computes the same loss a block
+of rows at a time, the head's product inside the block and again in the backward pass, so neither the whole
+logits nor their fp32 copy is ever held (Liger Kernel's fused linear cross-entropy, by recomputation).
+
+Shapes: B batch, T target length, V vocabulary, C model dim, N = B * T rows.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from encdec.data.batch import IGNORE_INDEX
 from encdec.models.model_config import ModelConfig
@@ -82,6 +89,42 @@ def compute_loss(
     ce = cross_entropy(logits, labels)
     objective = cross_entropy(logits, labels, label_smoothing) if label_smoothing else ce
     return Loss(ce, objective, weighted_aux(aux_losses, cfg, ce))
+
+
+CHUNK_LOGITS = 1 << 25  # the most logits (32M: 128 MiB in fp32) one block of chunked_loss holds
+
+
+def chunked_loss(
+    hidden: torch.Tensor,
+    head: Callable[[torch.Tensor], torch.Tensor],
+    labels: torch.Tensor,
+    aux_losses: dict[str, torch.Tensor],
+    cfg: ModelConfig,
+    label_smoothing: float = 0.0,
+    chunk: int = CHUNK_LOGITS,
+) -> Loss:
+    """compute_loss(head(hidden), labels, ...) without the whole logits: hidden (B, T, C), labels (B, T), the
+    logits made `chunk` // V rows at a time, each block's recomputed in the backward pass."""
+    h, y = hidden.flatten(0, 1), labels.flatten()  # (N, C), (N,)
+    rows = max(1, chunk // cfg.vocab_size)
+    sums = torch.zeros(2, device=h.device, dtype=torch.float32)  # (labelled -log p, labelled -mean_v log p_v)
+    for start in range(0, h.shape[0], rows):
+        block = (h[start : start + rows], y[start : start + rows])
+        sums = sums + checkpoint(_block_sums, *block, head, label_smoothing > 0, use_reentrant=False)
+    count = (y != IGNORE_INDEX).sum()
+    ce = sums[0] / count
+    objective = (1 - label_smoothing) * ce + label_smoothing * sums[1] / count if label_smoothing else ce
+    return Loss(ce, objective, weighted_aux(aux_losses, cfg, ce))
+
+
+def _block_sums(h: torch.Tensor, y: torch.Tensor, head: Callable, smoothed: bool) -> torch.Tensor:
+    """Rows h (n, C) with labels y (n,) -> (2,): over the labelled rows, the sum of -log p(label) and, where
+    `smoothed`, of -mean_v log p_v (label smoothing's uniform term, as F.cross_entropy mixes them)."""
+    log_p = head(h).float().log_softmax(dim=-1)  # (n, V)
+    labelled = y != IGNORE_INDEX
+    nll = -log_p.gather(1, y.clamp(min=0)[:, None])[:, 0]  # (n,)
+    uniform = -log_p.mean(dim=-1) if smoothed else torch.zeros_like(nll)
+    return torch.stack([torch.where(labelled, nll, 0.0).sum(), torch.where(labelled, uniform, 0.0).sum()])
 
 
 def distillation_kl(

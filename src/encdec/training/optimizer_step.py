@@ -10,13 +10,16 @@ from torch import nn
 
 from encdec.data.batch import Batch
 from encdec.models import ModelConfig
-from encdec.models.loss import Loss, compute_loss, distilled
+from encdec.models.encoder_decoder import packing_of
+from encdec.models.loss import CHUNK_LOGITS, Loss, chunked_loss, compute_loss, distilled
 from encdec.models.outputs import Seq2SeqOutput
 from encdec.training import distributed
 from encdec.training.distill import Teacher
 from encdec.training.flops import step_flops
 from encdec.training.loader import LoadedBatch, forward
 from encdec.training.run_config import RunConfig
+
+BLOCKS = 8  # a loss is made by blocks (chunked_loss) where its whole logits would fill more than these
 
 
 def batches_flops(model_cfg: ModelConfig, batches: list[LoadedBatch]) -> float | None:
@@ -32,11 +35,27 @@ def batches_flops(model_cfg: ModelConfig, batches: list[LoadedBatch]) -> float |
 
 
 def step_loss(
-    model: nn.Module, batch: Batch, model_cfg: ModelConfig, label_smoothing: float, amp: AbstractContextManager
+    model: nn.Module,
+    batch: Batch,
+    model_cfg: ModelConfig,
+    label_smoothing: float,
+    amp: AbstractContextManager,
+    chunk: int | None = CHUNK_LOGITS,
 ) -> tuple[Loss, Seq2SeqOutput]:
     """Forward and loss of one micro-batch on its device: what optimizer_step differentiates, and the unit
-    training.compile traces whole (no graph break, no host read: tests/training/test_compiled_training_step.py);
-    the forward under `amp`, the loss in fp32 outside it."""
+    training.compile traces whole (no graph break, no host read: tests/training/test_compiled_training_step.py).
+    Where the batch's logits would fill more than BLOCKS blocks of `chunk` numbers (1 GiB of fp32 logits by
+    default: a vocabulary of 256k, not t5-base's 32k at batch 32) and the model gives its hidden states apart
+    (an encoder-decoder, not under DDP / FSDP), they are made a block at a time (chunked_loss; the output's
+    logits None): less memory, more time (docs/benchmarks.md); else the forward under `amp` and the loss in fp32
+    outside it. `chunk` None: always whole (a teacher reads them)."""
+    wide = chunk is not None and batch.labels.numel() * model_cfg.vocab_size > BLOCKS * chunk
+    if wide and hasattr(model, "features"):
+        with amp:
+            packing = packing_of(**batch.packing)
+            hidden, aux = model.features(batch.src_ids, batch.tgt_ids, batch.src_mask, packing)
+            loss = chunked_loss(hidden, model.head, batch.labels, aux, model_cfg, label_smoothing, chunk)
+        return loss, Seq2SeqOutput(None, aux_losses=aux)
     with amp:
         out = forward(model, batch)
     return compute_loss(out.logits, batch.labels, out.aux_losses, model_cfg, label_smoothing), out
@@ -71,7 +90,9 @@ def optimizer_step(
     for i, loaded in enumerate(batches):
         local = loaded.to(info.device)
         with distributed.gradient_sync(model, enabled=i == accum - 1):
-            losses, out = loss_of(model, local, model_cfg, smoothing, amp)
+            losses, out = loss_of(
+                model, local, model_cfg, smoothing, amp, None if teacher is not None else CHUNK_LOGITS
+            )
             if teacher is not None:  # the frozen teacher's logits on the same rows
                 taught = teacher.logits(local, amp)
                 losses = distilled(losses, out.logits, taught, local.labels, teacher.alpha, teacher.temperature)
