@@ -13,14 +13,17 @@ Shapes: N rows (batch x target length), C width, V vocabulary.
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
+import encdec
 from encdec.models import preset
 from encdec.models.loss import CHUNK_LOGITS, chunked_loss, compute_loss
 
@@ -56,6 +59,12 @@ def current_rss() -> int:
         return int(statm.read().split()[1]) * resource.getpagesize()
 
 
+def same_encdec() -> dict[str, str]:
+    """The environment of a child process that imports this process's encdec (a checkout's, not an install's)."""
+    paths = [str(Path(encdec.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vocab", default="32000,256000", help="comma-separated vocabulary sizes")
@@ -78,7 +87,8 @@ def main() -> None:
             command = [sys.executable, __file__, "--one", f"{way},{vocab}", "--rows", str(args.rows)]
             command += ["--width", str(args.width), "--steps", str(args.steps), "--device", args.device]
             command += ["--chunk", str(args.chunk)]
-            figures = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+            child = subprocess.run(command, check=True, capture_output=True, text=True, env=same_encdec())
+            figures = json.loads(child.stdout)
             print(f"{vocab:>8} {way:>8} {figures['ms']:>9.1f} {figures['peak_mib']:>9.0f} {figures['loss']:>8.4f}")
 
 
