@@ -226,7 +226,9 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     wrapped = distributed.wrap(model, info, cfg.training.distributed, precision)
     if cfg.training.compile and info.enabled:  # DDP / FSDP: the wrapped module, whose gradient buckets dynamo knows
         wrapped = torch.compile(wrapped)
-    loss_of = torch.compile(step_loss) if cfg.training.compile and not info.enabled else step_loss  # forward and loss
+    loss_of = step_loss  # forward and loss; compiled on one process, with static shapes where bucket_length keeps few
+    if cfg.training.compile and not info.enabled:
+        loss_of = torch.compile(step_loss, dynamic=False if cfg.training.bucket_length else None)
     fused = info.device.type == "cuda" and not (info.enabled and cfg.training.distributed == "fsdp")
     optimizer = build_optimizer(wrapped, cfg, fused=fused)
     if parts is not None:
