@@ -73,3 +73,17 @@ def test_the_chunked_loss_equals_the_loss_of_the_whole_logits_and_so_do_its_grad
     got.total.backward()
     for (name, a), b in zip(whole.named_parameters(), chunked.parameters(), strict=True):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_the_decoder_only_baseline_gives_its_hidden_states_and_head_apart_as_the_chunked_loss_takes_them():
+    whole, chunked = build("decoder_only-tiny").train(), build("decoder_only-tiny").train()
+    tgt, labels = torch.randint(2, V, (2, 9)), torch.randint(2, V, (2, 9))
+    out = whole(None, tgt)
+    expected = compute_loss(out.logits, labels, out.aux_losses, whole.config)
+    hidden, aux = chunked.features(None, tgt, None, None)
+    got = chunked_loss(hidden, chunked.head, labels, aux, chunked.config, chunk=4 * V)
+    torch.testing.assert_close(got.total, expected.total, rtol=1e-5, atol=1e-5)
+    expected.total.backward()
+    got.total.backward()
+    for a, b in zip(whole.parameters(), chunked.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-5)

@@ -96,8 +96,21 @@ class DecoderOnly(PromptedLM, nn.Module):
         return layers
 
     def window(self, tgt_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        hidden, aux = self.features(None, tgt_ids, None, None)
+        return self.head(hidden), aux
+
+    def features(
+        self, src_ids: torch.Tensor | None, tgt_ids: torch.Tensor, src_mask: torch.Tensor | None, packing: None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The window's final hidden states (B, T, C), before the head, and its auxiliary terms (the encoder-
+        decoder's signature, whose source a causal LM does not read): what a loss over a wide vocabulary takes
+        (models.loss.chunked_loss)."""
         hidden, router_logits = self.hidden(tgt_ids)
-        return self.logits(hidden), moe_losses([], router_logits)
+        return hidden, moe_losses([], router_logits)
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (B, T, C) or (N, C) -> logits, as the encoder-decoder's head names it."""
+        return self.logits(hidden)
 
     def new_caches(self, state: DecodeState) -> None:
         """A step cache per block, and the kinds its blocks' step masks read."""

@@ -46,9 +46,9 @@ def step_loss(
     training.compile traces whole (no graph break, no host read: tests/training/test_compiled_training_step.py).
     Where the batch's logits would fill more than BLOCKS blocks of `chunk` numbers (1 GiB of fp32 logits by
     default: a vocabulary of 256k, not t5-base's 32k at batch 32) and the model gives its hidden states apart
-    (an encoder-decoder, not under DDP / FSDP), they are made a block at a time (chunked_loss; the output's
-    logits None): less memory, more time (docs/benchmarks.md); else the forward under `amp` and the loss in fp32
-    outside it. `chunk` None: always whole (a teacher reads them)."""
+    (an encoder-decoder or the decoder-only baseline, not under DDP / FSDP), they are made a block at a time
+    (chunked_loss; the output's logits None): less memory, more time (docs/benchmarks.md); else the forward
+    under `amp` and the loss in fp32 outside it. `chunk` None: always whole (a teacher reads them)."""
     wide = chunk is not None and batch.labels.numel() * model_cfg.vocab_size > BLOCKS * chunk
     if wide and hasattr(model, "features"):
         with amp:
