@@ -107,24 +107,25 @@ def chunked_loss(
     logits made `chunk` // V rows at a time, each block's recomputed in the backward pass."""
     h, y = hidden.flatten(0, 1), labels.flatten()  # (N, C), (N,)
     rows = max(1, chunk // cfg.vocab_size)
-    sums = torch.zeros(2, device=h.device, dtype=torch.float32)  # (labelled -log p, labelled -mean_v log p_v)
+    sums = torch.zeros(2, device=h.device, dtype=torch.float32)  # (plain, smoothed) CE summed over labelled rows
     for start in range(0, h.shape[0], rows):
         block = (h[start : start + rows], y[start : start + rows])
-        sums = sums + checkpoint(_block_sums, *block, head, label_smoothing > 0, use_reentrant=False)
+        sums = sums + checkpoint(_block_sums, *block, head, label_smoothing, use_reentrant=False)
     count = (y != IGNORE_INDEX).sum()
     ce = sums[0] / count
-    objective = (1 - label_smoothing) * ce + label_smoothing * sums[1] / count if label_smoothing else ce
+    objective = sums[1] / count if label_smoothing else ce
     return Loss(ce, objective, weighted_aux(aux_losses, cfg, ce))
 
 
-def _block_sums(h: torch.Tensor, y: torch.Tensor, head: Callable, smoothed: bool) -> torch.Tensor:
-    """Rows h (n, C) with labels y (n,) -> (2,): over the labelled rows, the sum of -log p(label) and, where
-    `smoothed`, of -mean_v log p_v (label smoothing's uniform term, as F.cross_entropy mixes them)."""
-    log_p = head(h).float().log_softmax(dim=-1)  # (n, V)
-    labelled = y != IGNORE_INDEX
-    nll = -log_p.gather(1, y.clamp(min=0)[:, None])[:, 0]  # (n,)
-    uniform = -log_p.mean(dim=-1) if smoothed else torch.zeros_like(nll)
-    return torch.stack([torch.where(labelled, nll, 0.0).sum(), torch.where(labelled, uniform, 0.0).sum()])
+def _block_sums(h: torch.Tensor, y: torch.Tensor, head: Callable, label_smoothing: float) -> torch.Tensor:
+    """Rows h (n, C) with labels y (n,) -> (2,): the cross-entropy of head(h) in fp32 summed over the labelled
+    rows, plain and with `label_smoothing` (the plain one again where it is 0)."""
+    logits = head(h).float()  # (n, V)
+    plain = F.cross_entropy(logits, y, ignore_index=IGNORE_INDEX, reduction="sum")
+    if not label_smoothing:
+        return torch.stack([plain, plain])
+    smoothed = F.cross_entropy(logits, y, ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=label_smoothing)
+    return torch.stack([plain, smoothed])
 
 
 def distillation_kl(
