@@ -1,6 +1,8 @@
 """The training loss over a wide vocabulary: the whole logits (compute_loss) against blocks of rows
-(chunked_loss, each block's logits made again in the backward pass), forward and backward of the head and the
-cross-entropy alone, each in a process of its own so that its peak memory is its own.
+(chunked_loss): each block's logits made again in the backward pass ("recomputed", any head), or a head of one
+product's gradients formed block by block in the forward pass ("formed", LinearCrossEntropy). Forward and
+backward of the head and the cross-entropy alone, each in a process of its own so that its peak memory is its
+own.
 
     python benchmarks/bench_loss.py                          # vocab 32k and 256k, 2,048 rows of width 512
     python benchmarks/bench_loss.py --vocab 32000 --rows 8192 --width 768
@@ -25,7 +27,7 @@ import torch
 
 import encdec
 from encdec.models import preset
-from encdec.models.loss import CHUNK_LOGITS, chunked_loss, compute_loss
+from encdec.models.loss import CHUNK_LOGITS, LinearHead, chunked_loss, compute_loss
 
 
 def measure(way: str, vocab: int, rows: int, width: int, steps: int, device: str, chunk: int) -> dict:
@@ -42,8 +44,9 @@ def measure(way: str, vocab: int, rows: int, width: int, steps: int, device: str
         start = time.perf_counter()
         if way == "whole":
             loss = compute_loss(head(hidden), labels, {}, cfg)
-        else:
-            loss = chunked_loss(hidden, head, labels, {}, cfg, chunk=chunk)
+        else:  # by blocks: made again in the backward pass (any head), or gradients formed as they go (a product)
+            blocks_head = head if way == "recomputed" else LinearHead(weight, 1.0)
+            loss = chunked_loss(hidden, blocks_head, labels, {}, cfg, chunk=chunk)
         loss.total.backward()
         if device == "cuda":
             torch.cuda.synchronize()
@@ -81,15 +84,15 @@ def main() -> None:
         return
     print(f"rows {args.rows}, width {args.width}, blocks of {args.chunk:,} logits, {args.device}, ", end="")
     print(f"{torch.get_num_threads()} threads")
-    print(f"{'vocab':>8} {'way':>8} {'ms':>9} {'peak MiB':>9} {'ce':>8}")
+    print(f"{'vocab':>8} {'way':>10} {'ms':>9} {'peak MiB':>9} {'ce':>8}")
     for vocab in (int(v) for v in args.vocab.split(",")):
-        for way in ("whole", "chunked"):
+        for way in ("whole", "recomputed", "formed"):
             command = [sys.executable, __file__, "--one", f"{way},{vocab}", "--rows", str(args.rows)]
             command += ["--width", str(args.width), "--steps", str(args.steps), "--device", args.device]
             command += ["--chunk", str(args.chunk)]
             child = subprocess.run(command, check=True, capture_output=True, text=True, env=same_encdec())
             figures = json.loads(child.stdout)
-            print(f"{vocab:>8} {way:>8} {figures['ms']:>9.1f} {figures['peak_mib']:>9.0f} {figures['loss']:>8.4f}")
+            print(f"{vocab:>8} {way:>10} {figures['ms']:>9.1f} {figures['peak_mib']:>9.0f} {figures['loss']:>8.4f}")
 
 
 if __name__ == "__main__":

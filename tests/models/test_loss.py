@@ -56,17 +56,23 @@ def test_weights_come_from_the_config_and_smoothing_changes_only_the_optimised_t
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
-@pytest.mark.parametrize("overrides", [{}, {"n_experts": 2, "logit_softcap": 5.0}])
-def test_the_chunked_loss_equals_the_loss_of_the_whole_logits_and_so_do_its_gradients(smoothing, overrides):
-    """Blocks of 3 rows (the last one short), each block's logits made again in the backward pass: the terms
-    and every gradient within 1e-5 of the whole logits' (fp32)."""
+@pytest.mark.parametrize("overrides", [{}, {"n_experts": 2}, {"tie_embeddings": False}, {"logit_softcap": 5.0}])
+@pytest.mark.parametrize("linear", [True, False])
+def test_the_chunked_loss_equals_the_loss_of_the_whole_logits_and_so_do_its_gradients(smoothing, overrides, linear):
+    """Blocks of 3 rows (the last one short): a head of one product with its gradients formed in the forward pass
+    (linear), or any head's block made again in the backward pass; the terms and every gradient within 1e-5 of
+    the whole logits' (fp32). A capped head is no product alone."""
     whole, chunked = build("t5-tiny", **overrides).train(), build("t5-tiny", **overrides).train()
+    head = chunked.linear_head() if linear else chunked.head
+    if "logit_softcap" in overrides and linear:
+        assert head is None
+        return
     src, tgt, labels = torch.randint(2, V, (2, 9)), torch.randint(2, V, (2, 7)), torch.randint(2, V, (2, 7))
     labels[0, -3:] = -100
     out = whole(src, tgt)
     expected = compute_loss(out.logits, labels, out.aux_losses, whole.config, smoothing)
     hidden, aux = chunked.features(src, tgt, None, None)
-    got = chunked_loss(hidden, chunked.head, labels, aux, chunked.config, smoothing, chunk=3 * V)
+    got = chunked_loss(hidden, head, labels, aux, chunked.config, smoothing, chunk=3 * V)
     for name in ("ce", "objective", "aux"):
         torch.testing.assert_close(getattr(got, name), getattr(expected, name), rtol=1e-5, atol=1e-5)
     expected.total.backward()
@@ -81,7 +87,8 @@ def test_the_decoder_only_baseline_gives_its_hidden_states_and_head_apart_as_the
     out = whole(None, tgt)
     expected = compute_loss(out.logits, labels, out.aux_losses, whole.config)
     hidden, aux = chunked.features(None, tgt, None, None)
-    got = chunked_loss(hidden, chunked.head, labels, aux, chunked.config, chunk=4 * V)
+    assert chunked.linear_head() is not None  # tied, uncapped: one product
+    got = chunked_loss(hidden, chunked.linear_head(), labels, aux, chunked.config, chunk=4 * V)
     torch.testing.assert_close(got.total, expected.total, rtol=1e-5, atol=1e-5)
     expected.total.backward()
     got.total.backward()

@@ -29,6 +29,7 @@ from torch import nn
 from encdec.models.causal_lm_shared import PromptedLM, StreamColumns, build_causal_block, build_rotaries
 from encdec.models.components import build_final_norm, build_lm_head
 from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
+from encdec.models.loss import LinearHead, linear_head
 from encdec.models.model_config import ModelConfig
 from encdec.models.moe_losses import moe_losses
 from encdec.models.stack import kinds_inputs
@@ -111,6 +112,10 @@ class DecoderOnly(PromptedLM, nn.Module):
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (B, T, C) or (N, C) -> logits, as the encoder-decoder's head names it."""
         return self.logits(hidden)
+
+    def linear_head(self) -> LinearHead | None:
+        """The head as one product where it is one (models.loss.linear_head): chunked_loss's faster path."""
+        return linear_head(self.embed, self.lm_head, self.output_scale, self.config.output.softcap)
 
     def new_caches(self, state: DecodeState) -> None:
         """A step cache per block, and the kinds its blocks' step masks read."""

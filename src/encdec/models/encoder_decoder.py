@@ -40,7 +40,7 @@ from encdec.models.decoder import Decoder
 from encdec.models.encoder import Encoder
 from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
 from encdec.models.generation_mixin import GenerationMixin
-from encdec.models.loss import with_loss
+from encdec.models.loss import LinearHead, linear_head, with_loss
 from encdec.models.model_config import ModelConfig
 from encdec.models.moe_losses import moe_losses
 from encdec.models.outputs import AttentionLayers, EncoderOutput, Seq2SeqOutput
@@ -131,6 +131,12 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         """tgt_ids (B, T) -> logits (B, T, V) and the decoder's router logits (the whole target at once)."""
         hidden, router_logits = self.decoder(tgt_ids, memory, packing)
         return self.head(hidden), router_logits
+
+    def linear_head(self) -> LinearHead | None:
+        """The head as one product where it is one (models.loss.linear_head): chunked_loss's faster path."""
+        return linear_head(
+            self.embed, self.lm_head, self.output_scale, self.config.output.softcap, self.final_logits_bias
+        )
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden * self.output_scale

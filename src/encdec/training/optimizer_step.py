@@ -54,7 +54,8 @@ def step_loss(
         with amp:
             packing = packing_of(**batch.packing)
             hidden, aux = model.features(batch.src_ids, batch.tgt_ids, batch.src_mask, packing)
-            loss = chunked_loss(hidden, model.head, batch.labels, aux, model_cfg, label_smoothing, chunk)
+            head = model.linear_head() or model.head  # one product: its gradients formed as the logits are
+            loss = chunked_loss(hidden, head, batch.labels, aux, model_cfg, label_smoothing, chunk)
         return loss, Seq2SeqOutput(None, aux_losses=aux)
     with amp:
         out = forward(model, batch)
