@@ -172,11 +172,14 @@ class LinearCrossEntropy(torch.autograd.Function):
                     logits, yb, ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=label_smoothing
                 )
                 optimised = optimised + smoothed
-            g = logits.softmax(dim=-1) - label_smoothing / logits.shape[-1]  # (n, V)
-            g = g.scatter_add(1, yb.clamp(min=0)[:, None], torch.full_like(g[:, :1], label_smoothing - 1))
-            g = (g * (yb != IGNORE_INDEX)[:, None]).to(h.dtype)  # labelled rows alone
+            g = logits.softmax(dim=-1).sub_(label_smoothing / logits.shape[-1])  # (n, V), in place from here on
+            g.scatter_add_(1, yb.clamp(min=0)[:, None], torch.full_like(g[:, :1], label_smoothing - 1))
+            g = g.mul_((yb != IGNORE_INDEX)[:, None]).to(h.dtype)  # labelled rows alone
             grad_h[start : start + rows] = g @ weight.to(h.dtype)
-            grad_weight += (g.T @ hb).to(weight.dtype)
+            if g.dtype == grad_weight.dtype:  # fp32: summed where it lies
+                grad_weight.addmm_(g.T, hb)
+            else:  # under autocast, the product in its dtype
+                grad_weight += (g.T @ hb).to(weight.dtype)
         ctx.save_for_backward(grad_h, grad_weight)
         if not label_smoothing:
             return plain, plain.clone()  # one sum: a gradient through either is the same
