@@ -16,8 +16,9 @@ With a teacher (training.distill), the cross-entropy term is mixed with logit di
 
 Over a wide vocabulary (32k-256k) the logits of a batch outweigh the rest of its activations: where a family
 gives its hidden states and its head apart (`features`, `head`), `chunked_loss` computes the same loss a block
-of rows at a time, the head's product inside the block and again in the backward pass, so neither the whole
-logits nor their fp32 copy is ever held (Liger Kernel's fused linear cross-entropy, by recomputation).
+of rows at a time, the head's product inside the block, so neither the whole logits nor their fp32 copy is ever
+held: a head of one product (`LinearHead`) has each block's gradients formed as its logits are (Liger Kernel's
+fused linear cross-entropy), any other head's block is made again in the backward pass.
 
 Shapes: B batch, T target length, V vocabulary, C model dim, N = B * T rows.
 """
