@@ -144,6 +144,11 @@ CASES = {
     "zero eps": Case(lambda p: train(p, "optimizer.eps=0"), "optimizer.eps must be positive"),
     "zero batch": Case(lambda p: train(p, "training.batch_size=0"), "training.batch_size must be a positive"),
     "zero accumulation": Case(lambda p: train(p, "training.grad_accum=0"), "training.grad_accum must be"),
+    "zero bucket length": Case(lambda p: train(p, "training.bucket_length=0"), "training.bucket_length must be"),
+    "bucket length and a token budget": Case(
+        lambda p: train(p, "training.bucket_length=32", "training.batch_tokens=4096"),
+        "training.bucket_length pads every batch to training.batch_size rows; training.batch_tokens",
+    ),
     "zero steps": Case(lambda p: train(p, "training.steps=0"), "training.steps must be a positive integer"),
     "val fraction 1.5": Case(lambda p: train(p, "data.val_fraction=1.5"), "data.val_fraction must be in (0, 1)"),
     "noise density 0": Case(lambda p: train(p, "objective.noise_density=0"), "objective.noise_density must be"),

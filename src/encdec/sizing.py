@@ -103,7 +103,12 @@ def _malloc_trim():
 
 def release_free_memory() -> bool:
     """Give the free pages of the C heap back to the system (glibc's malloc_trim(0)), which glibc otherwise
-    keeps in its arenas for the process; False where the C library has no such call."""
+    keeps in its arenas for the process; False where the C library has no such call, or while torch.compile traces
+    (a host call, not a step of the graph: the compiled step's memory is its allocator's)."""
+    import torch
+
+    if torch.compiler.is_compiling():
+        return False
     trim = _malloc_trim()
     if trim is None:
         return False

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from encdec.models import build_model, preset
-from encdec.models.loss import compute_loss, cross_entropy, loss_weights
+from encdec.models.loss import chunked_loss, compute_loss, cross_entropy, loss_weights
 
 V = 64
 FAMILIES = ["t5-tiny", "ar_encdec-tiny", "parallel_encdec-tiny", "decoder_only-tiny", "rnn_seq2seq-tiny"]
@@ -53,3 +53,44 @@ def test_weights_come_from_the_config_and_smoothing_changes_only_the_optimised_t
     torch.testing.assert_close(loss.ce, cross_entropy(out.logits, labels))
     torch.testing.assert_close(loss.objective, cross_entropy(out.logits, labels, 0.1))
     torch.testing.assert_close(loss.total, loss.objective + loss.aux)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("overrides", [{}, {"n_experts": 2}, {"tie_embeddings": False}, {"logit_softcap": 5.0}])
+@pytest.mark.parametrize("linear", [True, False])
+def test_the_chunked_loss_equals_the_loss_of_the_whole_logits_and_so_do_its_gradients(smoothing, overrides, linear):
+    """Blocks of 3 rows (the last one short): a head of one product with its gradients formed in the forward pass
+    (linear), or any head's block made again in the backward pass; the terms and every gradient within 1e-5 of
+    the whole logits' (fp32). A capped head is no product alone."""
+    whole, chunked = build("t5-tiny", **overrides).train(), build("t5-tiny", **overrides).train()
+    head = chunked.linear_head() if linear else chunked.head
+    if "logit_softcap" in overrides and linear:
+        assert head is None
+        return
+    src, tgt, labels = torch.randint(2, V, (2, 9)), torch.randint(2, V, (2, 7)), torch.randint(2, V, (2, 7))
+    labels[0, -3:] = -100
+    out = whole(src, tgt)
+    expected = compute_loss(out.logits, labels, out.aux_losses, whole.config, smoothing)
+    hidden, aux = chunked.features(src, tgt, None, None)
+    got = chunked_loss(hidden, head, labels, aux, chunked.config, smoothing, chunk=3 * V)
+    for name in ("ce", "objective", "aux"):
+        torch.testing.assert_close(getattr(got, name), getattr(expected, name), rtol=1e-5, atol=1e-5)
+    expected.total.backward()
+    got.total.backward()
+    for (name, a), b in zip(whole.named_parameters(), chunked.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_the_decoder_only_baseline_gives_its_hidden_states_and_head_apart_as_the_chunked_loss_takes_them():
+    whole, chunked = build("decoder_only-tiny").train(), build("decoder_only-tiny").train()
+    tgt, labels = torch.randint(2, V, (2, 9)), torch.randint(2, V, (2, 9))
+    out = whole(None, tgt)
+    expected = compute_loss(out.logits, labels, out.aux_losses, whole.config)
+    hidden, aux = chunked.features(None, tgt, None, None)
+    assert chunked.linear_head() is not None  # tied, uncapped: one product
+    got = chunked_loss(hidden, chunked.linear_head(), labels, aux, chunked.config, chunk=4 * V)
+    torch.testing.assert_close(got.total, expected.total, rtol=1e-5, atol=1e-5)
+    expected.total.backward()
+    got.total.backward()
+    for a, b in zip(whole.parameters(), chunked.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-5)

@@ -97,3 +97,27 @@ def collate_encoder_decoder(
         src_mask=torch.from_numpy(src_mask),
         modes=modes,
     )
+
+
+def padded_to_bucket(batch: Batch, multiple: int, rows: int, pad_id: int) -> Batch:
+    """`batch` with each length padded up to a multiple of `multiple` and its rows up to `rows` (training.bucket_length):
+    padding tokens, masked out, unlabelled and of segment 0, so that what the model computes for the real rows is
+    unchanged and a compiled step meets a few shapes, not one per batch."""
+
+    def pad(t: Tensor | None, value: int | bool) -> Tensor | None:
+        if t is None:
+            return None
+        shape = (max(rows, t.shape[0]), *(-(-n // multiple) * multiple for n in t.shape[1:]))
+        out = torch.full(shape, value, dtype=t.dtype)
+        out[tuple(slice(0, n) for n in t.shape)] = t
+        return out
+
+    return replace(
+        batch,
+        tgt_ids=pad(batch.tgt_ids, pad_id),
+        labels=pad(batch.labels, IGNORE_INDEX),
+        src_ids=pad(batch.src_ids, pad_id),
+        src_mask=pad(batch.src_mask, False),
+        prefix_lengths=pad(batch.prefix_lengths, 0),
+        **{name: pad(getattr(batch, name), 0) for name in PACKING_FIELDS},
+    )

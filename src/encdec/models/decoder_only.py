@@ -29,6 +29,7 @@ from torch import nn
 from encdec.models.causal_lm_shared import PromptedLM, StreamColumns, build_causal_block, build_rotaries
 from encdec.models.components import build_final_norm, build_lm_head
 from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
+from encdec.models.loss import LinearHead, linear_head
 from encdec.models.model_config import ModelConfig
 from encdec.models.moe_losses import moe_losses
 from encdec.models.stack import kinds_inputs
@@ -96,8 +97,25 @@ class DecoderOnly(PromptedLM, nn.Module):
         return layers
 
     def window(self, tgt_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        hidden, aux = self.features(None, tgt_ids, None, None)
+        return self.head(hidden), aux
+
+    def features(
+        self, src_ids: torch.Tensor | None, tgt_ids: torch.Tensor, src_mask: torch.Tensor | None, packing: None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The window's final hidden states (B, T, C), before the head, and its auxiliary terms (the encoder-
+        decoder's signature, whose source a causal LM does not read): what a loss over a wide vocabulary takes
+        (models.loss.chunked_loss)."""
         hidden, router_logits = self.hidden(tgt_ids)
-        return self.logits(hidden), moe_losses([], router_logits)
+        return hidden, moe_losses([], router_logits)
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (B, T, C) or (N, C) -> logits, as the encoder-decoder's head names it."""
+        return self.logits(hidden)
+
+    def linear_head(self) -> LinearHead | None:
+        """The head as one product where it is one (models.loss.linear_head): chunked_loss's faster path."""
+        return linear_head(self.embed, self.lm_head, self.output_scale, self.config.output.softcap)
 
     def new_caches(self, state: DecodeState) -> None:
         """A step cache per block, and the kinds its blocks' step masks read."""

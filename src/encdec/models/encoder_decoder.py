@@ -40,7 +40,7 @@ from encdec.models.decoder import Decoder
 from encdec.models.encoder import Encoder
 from encdec.models.family_rules import UNUSED_BY_FAMILY, check_family
 from encdec.models.generation_mixin import GenerationMixin
-from encdec.models.loss import with_loss
+from encdec.models.loss import LinearHead, linear_head, with_loss
 from encdec.models.model_config import ModelConfig
 from encdec.models.moe_losses import moe_losses
 from encdec.models.outputs import AttentionLayers, EncoderOutput, Seq2SeqOutput
@@ -131,6 +131,12 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         """tgt_ids (B, T) -> logits (B, T, V) and the decoder's router logits (the whole target at once)."""
         hidden, router_logits = self.decoder(tgt_ids, memory, packing)
         return self.head(hidden), router_logits
+
+    def linear_head(self) -> LinearHead | None:
+        """The head as one product where it is one (models.loss.linear_head): chunked_loss's faster path."""
+        return linear_head(
+            self.embed, self.lm_head, self.output_scale, self.config.output.softcap, self.final_logits_bias
+        )
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden * self.output_scale
@@ -246,11 +252,19 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         labels (B, T) with -100 ignored. A packed batch (objective.pack) also gives the segments and
         positions of its examples, (B, S) and (B, T) (see encdec.modules.Packing)."""
         packing = packing_of(src_segments, tgt_segments, src_positions, tgt_positions)
+        hidden, losses = self.features(src_ids, tgt_ids, src_mask, packing)
+        return with_loss(self.head(hidden), losses, labels, self.config)
+
+    def features(
+        self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, src_mask: torch.Tensor | None, packing: Packing | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """forward's decoder hidden states (B, T, C), before the head, and its auxiliary terms: what a loss
+        over a wide vocabulary takes to make the logits a block of rows at a time (models.loss.chunked_loss)."""
         memory = self.encode(src_ids, src_mask, packing)
-        logits, decoder_router_logits = self.decode(tgt_ids, memory, packing)
+        hidden, decoder_router_logits = self.decoder(tgt_ids, memory, packing)
         balance = self.config.experts.balance_args(memory.mask)
-        losses = moe_losses(memory.router_logits, decoder_router_logits, *balance)
-        return with_loss(logits, losses, labels, self.config)
+        rows = memory.mask.any(dim=1) if memory.mask is not None else None  # a row of padding alone: no MoE term
+        return hidden, moe_losses(memory.router_logits, decoder_router_logits, *balance, rows=rows)
 
 
 def packing_of(src_segments, tgt_segments, src_positions, tgt_positions) -> Packing | None:

@@ -14,13 +14,22 @@ With a teacher (training.distill), the cross-entropy term is mixed with logit di
 
     loss = (1 - alpha) * CE + alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + aux
 
-Shapes: B batch, T target length, V vocabulary.
+Over a wide vocabulary (32k-256k) the logits of a batch outweigh the rest of its activations: where a family
+gives its hidden states and its head apart (`features`, `head`), `chunked_loss` computes the same loss a block
+of rows at a time, the head's product inside the block, so neither the whole logits nor their fp32 copy is ever
+held: a head of one product (`LinearHead`) has each block's gradients formed as its logits are (Liger Kernel's
+fused linear cross-entropy), any other head's block is made again in the backward pass.
+
+Shapes: B batch, T target length, V vocabulary, C model dim, N = B * T rows.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from encdec.data.batch import IGNORE_INDEX
 from encdec.models.model_config import ModelConfig
@@ -82,6 +91,107 @@ def compute_loss(
     ce = cross_entropy(logits, labels)
     objective = cross_entropy(logits, labels, label_smoothing) if label_smoothing else ce
     return Loss(ce, objective, weighted_aux(aux_losses, cfg, ce))
+
+
+CHUNK_LOGITS = 1 << 25  # the most logits (32M: 128 MiB in fp32) one block of chunked_loss holds
+
+
+@dataclass
+class LinearHead:
+    """A head that is one product, logits = (hidden * scale) @ weight^T (no cap, no bias, a plain or tied
+    matrix): chunked_loss then forms each block's gradients in the forward pass instead of making it again."""
+
+    weight: torch.Tensor  # (V, C)
+    scale: float | torch.Tensor
+
+
+def linear_head(embed: nn.Module, lm_head: nn.Module | None, scale, *extras: object) -> LinearHead | None:
+    """A model's head as a LinearHead: the tied embedding's matrix, or lm_head's where it is a plain bias-free
+    nn.Linear; None where anything else shapes the logits (`extras`: a cap, a fixed bias, not None) or where
+    the matrix is adapted or quantized."""
+    matrix = embed if lm_head is None else lm_head
+    plain = type(matrix) is (nn.Embedding if lm_head is None else nn.Linear) and getattr(matrix, "bias", None) is None
+    return LinearHead(matrix.weight, scale) if plain and all(e is None for e in extras) else None
+
+
+def chunked_loss(
+    hidden: torch.Tensor,
+    head: Callable[[torch.Tensor], torch.Tensor] | LinearHead,
+    labels: torch.Tensor,
+    aux_losses: dict[str, torch.Tensor],
+    cfg: ModelConfig,
+    label_smoothing: float = 0.0,
+    chunk: int = CHUNK_LOGITS,
+) -> Loss:
+    """compute_loss(head(hidden), labels, ...) without the whole logits: hidden (B, T, C), labels (B, T), the
+    logits made `chunk` // V rows at a time; a LinearHead's gradients formed block by block in the forward
+    pass (LinearCrossEntropy), any other head's block made again in the backward pass (checkpoint)."""
+    h, y = hidden.flatten(0, 1), labels.flatten()  # (N, C), (N,)
+    rows = max(1, chunk // cfg.vocab_size)
+    count = (y != IGNORE_INDEX).sum()
+    if isinstance(head, LinearHead):
+        plain, optimised = LinearCrossEntropy.apply(h * head.scale, head.weight, y, rows, label_smoothing)
+        ce = plain / count
+        return Loss(ce, optimised / count if label_smoothing else ce, weighted_aux(aux_losses, cfg, ce))
+    sums = torch.zeros(2, device=h.device, dtype=torch.float32)  # (plain, smoothed) CE summed over labelled rows
+    for start in range(0, h.shape[0], rows):
+        block = (h[start : start + rows], y[start : start + rows])
+        sums = sums + checkpoint(_block_sums, *block, head, label_smoothing, use_reentrant=False)
+    ce = sums[0] / count
+    objective = sums[1] / count if label_smoothing else ce
+    return Loss(ce, objective, weighted_aux(aux_losses, cfg, ce))
+
+
+def _block_sums(h: torch.Tensor, y: torch.Tensor, head: Callable, label_smoothing: float) -> torch.Tensor:
+    """Rows h (n, C) with labels y (n,) -> (2,): the cross-entropy of head(h) in fp32 summed over the labelled
+    rows, plain and with `label_smoothing` (the plain one again where it is 0)."""
+    logits = head(h).float()  # (n, V)
+    plain = F.cross_entropy(logits, y, ignore_index=IGNORE_INDEX, reduction="sum")
+    if not label_smoothing:
+        return torch.stack([plain, plain])
+    smoothed = F.cross_entropy(logits, y, ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=label_smoothing)
+    return torch.stack([plain, smoothed])
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """(h (N, C), weight (V, C), labels (N,), rows, label_smoothing) -> the cross-entropy of h @ weight^T in fp32
+    summed over the labelled rows, plain and optimised (smoothed where label_smoothing > 0, else the plain one
+    again). Blocks of `rows` rows; each block's gradients of the optimised sum are formed as its logits are,
+    d/dlogits = softmax - (1 - s) onehot - s / V, so the backward pass only scales them (Liger Kernel's fused
+    linear cross-entropy). The plain sum is for the log: with smoothing, no gradient flows through it."""
+
+    @staticmethod
+    def forward(ctx, h, weight, y, rows: int, label_smoothing: float):
+        grad_h, grad_weight = torch.empty_like(h), torch.zeros_like(weight)
+        plain = optimised = torch.zeros((), device=h.device, dtype=torch.float32)
+        for start in range(0, h.shape[0], rows):
+            hb, yb = h[start : start + rows], y[start : start + rows]
+            logits = (hb @ weight.T).float()  # (n, V)
+            plain = plain + F.cross_entropy(logits, yb, ignore_index=IGNORE_INDEX, reduction="sum")
+            if label_smoothing:
+                smoothed = F.cross_entropy(
+                    logits, yb, ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=label_smoothing
+                )
+                optimised = optimised + smoothed
+            g = logits.softmax(dim=-1).sub_(label_smoothing / logits.shape[-1])  # (n, V), in place from here on
+            g.scatter_add_(1, yb.clamp(min=0)[:, None], torch.full_like(g[:, :1], label_smoothing - 1))
+            g = g.mul_((yb != IGNORE_INDEX)[:, None]).to(h.dtype)  # labelled rows alone
+            grad_h[start : start + rows] = g @ weight.to(h.dtype)
+            if g.dtype == grad_weight.dtype:  # fp32: summed where it lies
+                grad_weight.addmm_(g.T, hb)
+            else:  # under autocast, the product in its dtype
+                grad_weight += (g.T @ hb).to(weight.dtype)
+        ctx.save_for_backward(grad_h, grad_weight)
+        if not label_smoothing:
+            return plain, plain.clone()  # one sum: a gradient through either is the same
+        ctx.mark_non_differentiable(plain)
+        return plain, optimised
+
+    @staticmethod
+    def backward(ctx, grad_plain, grad_optimised):
+        grad_h, grad_weight = ctx.saved_tensors
+        scale = grad_optimised if grad_plain is None else grad_plain + grad_optimised  # the same sum unsmoothed
+        return grad_h * scale, grad_weight * scale, None, None, None
 
 
 def distillation_kl(

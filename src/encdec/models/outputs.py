@@ -14,7 +14,7 @@ class EncoderOutput:
 
 @dataclass
 class Seq2SeqOutput:
-    logits: torch.Tensor  # (B, T, V)
+    logits: torch.Tensor | None  # (B, T, V); None where a training step's loss made them by blocks (chunked_loss)
     loss: torch.Tensor | None = None  # total: cross-entropy plus weighted auxiliary losses
     ce_loss: torch.Tensor | None = None  # cross-entropy alone (what validation reports)
     aux_losses: dict[str, torch.Tensor] = field(default_factory=dict)  # by name, unweighted

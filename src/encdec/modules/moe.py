@@ -140,9 +140,11 @@ class MoE(nn.Module):
         """flat (N, C), chosen (N, k) expert ids, kept (N, k) bool or None (all) -> (N * k, C): row n * k + j is
         expert chosen[n, j] on token n, zeros where that choice is not kept.
 
-        The expert sizes are read to the host once per call (one sync per MoE layer):
-        `split` needs them, and a sync-free version would need a grouped GEMM.
+        The expert sizes are read to the host once per call (one sync per MoE layer): `split` needs them. While
+        torch.compile traces (a training step taken whole) `dispatch_dense` takes its place, without that sync.
         """
+        if torch.compiler.is_compiling():
+            return self.dispatch_dense(flat, chosen, kept)
         N, k = chosen.shape
         E = len(self.experts)
         expert_of = chosen.flatten() if kept is None else chosen.flatten().where(kept.flatten(), E)  # (N * k,)
@@ -153,19 +155,41 @@ class MoE(nn.Module):
         ys = torch.cat([*(expert(part) for expert, part in zip(self.experts, parts)), torch.zeros_like(parts[E])])
         return ys[order.argsort()]  # the inverse permutation: unique indices, nothing accumulated
 
+    def dispatch_dense(
+        self, flat: torch.Tensor, chosen: torch.Tensor, kept: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """dispatch's result with shapes that do not depend on the routing: every expert on every token, each
+        (token, choice) row picked from its expert's. E / k times the routed FLOPs, no host read: the sync-free
+        form until a grouped GEMM takes fp32 (torch's grouped_mm traces bf16 only)."""
+        N, k = chosen.shape
+        ys = torch.stack([expert(flat) for expert in self.experts], dim=1)  # (N, E, C)
+        picked = ys.gather(1, chosen[..., None].expand(N, k, ys.shape[-1]))  # (N, k, C)
+        if kept is not None:
+            picked = picked * kept[..., None].to(picked.dtype)
+        return picked.reshape(N * k, -1)
+
 
 def load_balance_loss(router_logits: torch.Tensor, top_k: int = 1, real: torch.Tensor | None = None) -> torch.Tensor:
     """aux = E * sum_e f_e * P_e: f_e the fraction of tokens whose top-1 is e (with top_k k, the sum over their
     k choices of the fraction whose j-th is e, as transformers' load_balancing_loss_func counts them), P_e the mean
-    probability of e; both over the rows `real` (N,) bool keeps, every row without it."""
+    probability of e; both over the rows `real` (N,) bool keeps, every row without it (masked sums, no
+    data-dependent shape: a compiled step traces it whole)."""
     n_experts = router_logits.shape[-1]
     probs = router_logits.float().softmax(dim=-1)
     chosen = F.one_hot(probs.topk(top_k, dim=-1).indices, n_experts).float().sum(dim=1)  # (N, E)
-    if real is not None:
-        chosen, probs = chosen[real], probs[real]
-    return n_experts * (chosen.mean(dim=0) * probs.mean(dim=0)).sum()
+    return n_experts * (_mean_over(chosen, real) * _mean_over(probs, real)).sum()
 
 
-def router_z_loss(router_logits: torch.Tensor) -> torch.Tensor:
-    """z = mean over tokens of logsumexp(router logits)^2 (Zoph et al. 2022, ST-MoE)."""
-    return router_logits.float().logsumexp(dim=-1).pow(2).mean()
+def router_z_loss(router_logits: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """z = mean over tokens (those `real` (N,) bool keeps, where given) of logsumexp(router logits)^2 (Zoph et al.
+    2022, ST-MoE)."""
+    return _mean_over(router_logits.float().logsumexp(dim=-1).pow(2), real)
+
+
+def _mean_over(x: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor:
+    """x (N, ...) averaged over its first dimension, over the rows `real` (N,) bool keeps where given: a sum of
+    x masked by the mask divided by its count (torch's mean, bit for bit, where every row is kept)."""
+    if real is None:
+        return x.mean(dim=0)
+    weight = real.to(x.dtype).reshape(-1, *([1] * (x.dim() - 1)))
+    return (x * weight).sum(dim=0) / weight.sum().clamp(min=1)

@@ -13,14 +13,15 @@ workers ran ahead, and a resumed run continues bit for bit.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from encdec.data.batch import IGNORE_INDEX, PACKING_FIELDS, Batch
+from encdec.data.batch import IGNORE_INDEX, PACKING_FIELDS, Batch, padded_to_bucket
 from encdec.data.objectives.objective import Objective
 from encdec.errors import ConfigError
 from encdec.sizing import capped_to_cores
@@ -85,10 +86,13 @@ def refuse_packing_across_processes() -> None:
 
 
 class _Positions(IterableDataset):
-    """The batches from `start` on; under W workers, worker w builds every W-th one."""
+    """The batches from `start` on (each through `bucket`, where given); under W workers, worker w builds every
+    W-th one."""
 
-    def __init__(self, objective: Objective, start: tuple[int, int], rows: slice | None):
-        self.objective, self.start, self.rows = objective, start, rows
+    def __init__(
+        self, objective: Objective, start: tuple[int, int], rows: slice | None, bucket: Callable[[Batch], Batch] | None
+    ):
+        self.objective, self.start, self.rows, self.bucket = objective, start, rows, bucket
 
     def __iter__(self) -> Iterator[LoadedBatch]:
         worker = get_worker_info()
@@ -97,7 +101,8 @@ class _Positions(IterableDataset):
         for _ in range(index):
             position = self.objective.position_after(*position)
         while True:
-            yield local_rows(self.objective.batch_at(*position), self.rows)
+            batch = self.objective.batch_at(*position)
+            yield local_rows(batch if self.bucket is None else self.bucket(batch), self.rows)
             for _ in range(n_workers):
                 position = self.objective.position_after(*position)
 
@@ -110,11 +115,21 @@ def default_workers(device: torch.device) -> int:
     return max(0, min(2, (os.cpu_count() or 1) - 1))
 
 
+def bucket_padding(multiple: int | None, rows: int, pad_id: int) -> Callable[[Batch], Batch] | None:
+    """training.bucket_length's padding of each batch (lengths to a multiple of it, `rows` rows), or None without."""
+    return partial(padded_to_bucket, multiple=multiple, rows=rows, pad_id=pad_id) if multiple else None
+
+
 def batch_stream(
-    objective: Objective, rows: slice | None, device: torch.device, workers: int | None = None
+    objective: Objective,
+    rows: slice | None,
+    device: torch.device,
+    workers: int | None = None,
+    bucket: Callable[[Batch], Batch] | None = None,
 ) -> Iterator[LoadedBatch]:
-    """Batches from the objective's current position on, each advancing the objective once taken; `workers`
-    (training.data_workers) above the machine's cores is capped at them, with a warning."""
+    """Batches from the objective's current position on, each advancing the objective once taken, and padded by
+    `bucket` (training.bucket_length: data.batch.padded_to_bucket) where given; `workers` (training.data_workers)
+    above the machine's cores is capped at them, with a warning."""
     if rows is not None and getattr(objective, "pack", False):
         refuse_packing_across_processes()  # here, before any worker starts, so the refusal is one sentence
     members = getattr(objective, "members", [objective])  # a mixture's, or the objective itself
@@ -125,7 +140,7 @@ def batch_stream(
         )
     workers = default_workers(device) if workers is None else capped_to_cores(workers, "training.data_workers")
     loader = DataLoader(
-        _Positions(objective, objective.position, rows),
+        _Positions(objective, objective.position, rows, bucket),
         batch_size=None,  # the objectives batch for themselves
         num_workers=workers,
         pin_memory=device.type == "cuda",

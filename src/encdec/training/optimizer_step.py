@@ -2,19 +2,24 @@
 target token of the global batch (and a teacher's distillation KL beside it), the clip and the update, with
 nothing that waits for the device; and the step's matmul FLOPs, for the logged MFU."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
 import torch
 from torch import nn
 
+from encdec.data.batch import Batch
 from encdec.models import ModelConfig
-from encdec.models.loss import compute_loss, distilled
+from encdec.models.encoder_decoder import packing_of
+from encdec.models.loss import CHUNK_LOGITS, Loss, chunked_loss, compute_loss, distilled
+from encdec.models.outputs import Seq2SeqOutput
 from encdec.training import distributed
 from encdec.training.distill import Teacher
 from encdec.training.flops import step_flops
 from encdec.training.loader import LoadedBatch, forward
 from encdec.training.run_config import RunConfig
+
+BLOCKS = 8  # a loss is made by blocks (chunked_loss) where its whole logits would fill more than these
 
 
 def batches_flops(model_cfg: ModelConfig, batches: list[LoadedBatch]) -> float | None:
@@ -29,6 +34,34 @@ def batches_flops(model_cfg: ModelConfig, batches: list[LoadedBatch]) -> float |
     return flops
 
 
+def step_loss(
+    model: nn.Module,
+    batch: Batch,
+    model_cfg: ModelConfig,
+    label_smoothing: float,
+    amp: AbstractContextManager,
+    chunk: int | None = CHUNK_LOGITS,
+) -> tuple[Loss, Seq2SeqOutput]:
+    """Forward and loss of one micro-batch on its device: what optimizer_step differentiates, and the unit
+    training.compile traces whole (no graph break, no host read: tests/training/test_compiled_training_step.py).
+    Where the batch's logits would fill more than BLOCKS blocks of `chunk` numbers (1 GiB of fp32 logits by
+    default: a vocabulary of 256k, not t5-base's 32k at batch 32) and the model gives its hidden states apart
+    (an encoder-decoder or the decoder-only baseline, not under DDP / FSDP), they are made a block at a time
+    (chunked_loss; the output's logits None): less memory, more time (docs/benchmarks.md); else the forward
+    under `amp` and the loss in fp32 outside it. `chunk` None: always whole (a teacher reads them)."""
+    wide = chunk is not None and batch.labels.numel() * model_cfg.vocab_size > BLOCKS * chunk
+    if wide and hasattr(model, "features"):
+        with amp:
+            packing = packing_of(**batch.packing)
+            hidden, aux = model.features(batch.src_ids, batch.tgt_ids, batch.src_mask, packing)
+            head = model.linear_head() or model.head  # one product: its gradients formed as the logits are
+            loss = chunked_loss(hidden, head, batch.labels, aux, model_cfg, label_smoothing, chunk)
+        return loss, Seq2SeqOutput(None, aux_losses=aux)
+    with amp:
+        out = forward(model, batch)
+    return compute_loss(out.logits, batch.labels, out.aux_losses, model_cfg, label_smoothing), out
+
+
 def optimizer_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -40,10 +73,12 @@ def optimizer_step(
     scaler: torch.amp.GradScaler | None = None,
     teacher: Teacher | None = None,
     held: Sequence[nn.Parameter] = (),
+    loss_of: Callable = step_loss,
 ):
     """One optimizer step over `grad_accum` global batches -> (CE sum over the batch's tokens, on the
     device; aux losses, on the device; loss tokens, a host int). Nothing here waits for the device.
     The `held` parameters' gradients are dropped before the clip: the optimizer neither moves nor decays them.
+    `loss_of` is step_loss, or step_loss compiled (training.compile).
 
     The loss is averaged over every target token of the global batch, whichever
     process and micro-batch holds it, so W processes match one exactly; so is a teacher's
@@ -56,9 +91,9 @@ def optimizer_step(
     for i, loaded in enumerate(batches):
         local = loaded.to(info.device)
         with distributed.gradient_sync(model, enabled=i == accum - 1):
-            with amp:
-                out = forward(model, local)
-            losses = compute_loss(out.logits, local.labels, out.aux_losses, model_cfg, smoothing)
+            losses, out = loss_of(
+                model, local, model_cfg, smoothing, amp, None if teacher is not None else CHUNK_LOGITS
+            )
             if teacher is not None:  # the frozen teacher's logits on the same rows
                 taught = teacher.logits(local, amp)
                 losses = distilled(losses, out.logits, taught, local.labels, teacher.alpha, teacher.temperature)

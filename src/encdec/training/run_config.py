@@ -124,6 +124,9 @@ class TrainingSection:
     batch_size: Annotated[int, Range(1, MAX_BATCH)] = 16  # global: split over processes under torchrun
     batch_tokens: Annotated[int, Range(1, MAX_BATCH * MAX_LENGTH)] | None = None  # seq2seq: a token budget a batch
     # (rows x longest source + target, length-bucketed; at most batch_size rows): fairseq's --max-tokens
+    # pad each batch's lengths up to a multiple of this and its rows up to batch_size (a packed or an epoch's last
+    # short batch), so that a compiled step (compile) meets a few shapes, not one per batch; None: batches as built
+    bucket_length: Annotated[int, Range(1, MAX_LENGTH)] | None = None
     grad_accum: Annotated[int, Range(1, MAX_GRAD_ACCUM)] = 1
     clip_norm: Annotated[float, Range(0, 1e6)] = 1.0  # 0 turns clipping off
     label_smoothing: Probability = 0.0  # the target mixed with a uniform one (Szegedy et al. 2016; 0.1 in Vaswani)
@@ -205,6 +208,11 @@ class RunConfig:
         if sum(self.objective.ul2_probabilities) <= 0:
             raise ConfigError("objective.ul2_probabilities must have a positive sum (R, X, S), got all zeros")
         check_packing(self)
+        if self.training.bucket_length and self.training.batch_tokens:
+            raise ConfigError(
+                "training.bucket_length pads every batch to training.batch_size rows; training.batch_tokens sizes "
+                "batches by their tokens instead: choose one"
+            )
         if self.training.ema_decay and self.lora is not None:
             raise ConfigError("training.ema_decay averages full weights; a LoRA run keeps adapters alone: drop one")
         if self.training.ema_eval and not self.training.ema_decay:

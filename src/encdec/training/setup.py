@@ -9,6 +9,7 @@ loop works with into one `Training`.
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from encdec.training.memory import check_activations_fit, check_model_fits, chec
 from encdec.training.metrics import MetricsLog, tensorboard_available
 from encdec.training.numerics import checkpoint_activations, grad_scaler, resolve_precision, set_rng_states
 from encdec.training.optim import build_optimizer, state_layout
+from encdec.training.optimizer_step import step_loss
 from encdec.training.run_config import (
     DECODER_ONLY_OBJECTIVES,
     RunConfig,
@@ -64,7 +66,7 @@ class Training:
     info: distributed.DistInfo
     data: RunData
     model: nn.Module  # the model itself: what checkpoints hold and generation runs
-    wrapped: nn.Module  # what runs the steps: the model under DDP / FSDP / torch.compile
+    wrapped: nn.Module  # what runs the steps: the model under DDP / FSDP (and torch.compile with them)
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler | None  # fp16's loss scale
     precision: str  # fp32, bf16 or fp16
@@ -77,6 +79,7 @@ class Training:
     ema: WeightAverage | None = None  # training.ema_decay's moving average of the weights
     teacher: Teacher | None = None  # training.distill's frozen teacher: in no optimizer, wrapper or checkpoint
     held: list[nn.Parameter] = field(default_factory=list)  # still for training.cross_attention_warmup's steps
+    loss_of: Callable = step_loss  # a micro-batch's forward and loss: compiled whole with training.compile
 
     @property
     def model_config(self) -> ModelConfig:
@@ -221,8 +224,11 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     held = held_parameters(model, run, cfg.training.cross_attention_warmup)
     n_params, n_params_no_pos = count_parameters(model), count_parameters(model, exclude_positions=True)
     wrapped = distributed.wrap(model, info, cfg.training.distributed, precision)
-    if cfg.training.compile:
+    if cfg.training.compile and info.enabled:  # DDP / FSDP: the wrapped module, whose gradient buckets dynamo knows
         wrapped = torch.compile(wrapped)
+    loss_of = step_loss  # forward and loss; compiled on one process, with static shapes where bucket_length keeps few
+    if cfg.training.compile and not info.enabled:
+        loss_of = torch.compile(step_loss, dynamic=False if cfg.training.bucket_length else None)
     fused = info.device.type == "cuda" and not (info.enabled and cfg.training.distributed == "fsdp")
     optimizer = build_optimizer(wrapped, cfg, fused=fused)
     if parts is not None:
@@ -256,6 +262,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         ema,
         teacher,
         held,
+        loss_of,
     )
 
 
@@ -305,7 +312,12 @@ def check_row_lengths(cfg: RunConfig, model_cfg: ModelConfig) -> None:
         lengths = "max_source_len {max_source_len}, max_target_len {max_target_len}" if o.kind == "seq2seq" else ""
         lengths = (lengths or "seq_len {seq_len}").format(**options)
         member = f"data.mixture[{i}]'s " if members else ""
-        check_position_limits(model_cfg, *longest_rows(o.kind, **options), f"{member}objective {o.kind} ({lengths})")
+        longest = longest_rows(o.kind, **options)
+        if cfg.training.bucket_length:  # rows padded up to a multiple of it
+            step = cfg.training.bucket_length
+            longest = tuple(-(-n // step) * step for n in longest)
+            lengths += f", padded to a multiple of training.bucket_length {step}"
+        check_position_limits(model_cfg, *longest, f"{member}objective {o.kind} ({lengths})")
 
 
 def tensorboard_dir(cfg: RunConfig, run: RunDir) -> Path | None:

@@ -39,7 +39,7 @@ from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import write_atomic
 from encdec.training import distributed
 from encdec.training.flops import training_peak_tflops
-from encdec.training.loader import batch_stream
+from encdec.training.loader import batch_stream, bucket_padding
 from encdec.training.memory import is_out_of_memory, step_out_of_memory
 from encdec.training.metrics import plot_curves, read_metrics
 from encdec.training.numerics import autocast, numerics, rng_states
@@ -166,7 +166,8 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
     cfg, info, state = t.cfg, t.info, t.state
     amp = autocast(t.precision, info.device)
     rows = distributed.rows_for_rank(cfg.training.batch_size, info) if info.enabled else None
-    batches = batch_stream(t.data.train, rows, info.device, cfg.training.data_workers)
+    pad = bucket_padding(cfg.training.bucket_length, cfg.training.batch_size, t.data.tokenizer.pad_id)
+    batches = batch_stream(t.data.train, rows, info.device, cfg.training.data_workers, pad)
     bar = tqdm(
         total=cfg.training.steps, initial=state.step, disable=None if info.is_main else True, desc="train", unit="step"
     )  # None: off where stderr is not a terminal (logs, pipes), where StepLog prints progress lines instead
@@ -187,7 +188,7 @@ def run_loop(t: Training, stop: StopRequest) -> TrainResult:
         try:
             held = t.held if state.step < cfg.training.cross_attention_warmup else []
             ce_sum, aux, n_tokens = optimizer_step(
-                t.wrapped, t.optimizer, taken, cfg, t.model_config, info, amp, t.scaler, t.teacher, held
+                t.wrapped, t.optimizer, taken, cfg, t.model_config, info, amp, t.scaler, t.teacher, held, t.loss_of
             )
         except (RuntimeError, MemoryError) as error:
             if not is_out_of_memory(error):
