@@ -26,6 +26,8 @@ from pathlib import Path
 import torch
 
 import encdec
+from encdec.cli.options import whole_number
+from encdec.errors import ConfigError
 from encdec.models import preset
 from encdec.models.loss import CHUNK_LOGITS, LinearHead, chunked_loss, compute_loss
 
@@ -70,14 +72,25 @@ def same_encdec() -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vocab", default="32000,256000", help="comma-separated vocabulary sizes")
-    parser.add_argument("--rows", type=int, default=2048, help="N: batch x target length")
-    parser.add_argument("--width", type=int, default=512, help="C: the head's input width")
-    parser.add_argument("--steps", type=int, default=3)
+    vocab = whole_number(2, 1 << 21, "--vocab")
+    parser.add_argument(
+        "--vocab",
+        type=lambda text: [vocab(v) for v in text.split(",")],
+        default="32000,256000",
+        help="comma-separated vocabulary sizes",
+    )
+    parser.add_argument("--rows", type=whole_number(1, 1 << 20, "--rows"), default=2048, help="N: batch x target")
+    parser.add_argument("--width", type=whole_number(1, 1 << 16, "--width"), default=512, help="C: the head's input")
+    parser.add_argument("--steps", type=whole_number(1, 100, "--steps"), default=3)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--chunk", type=int, default=CHUNK_LOGITS, help="logits a block holds (chunked_loss's)")
+    parser.add_argument(
+        "--chunk", type=whole_number(1, 1 << 31, "--chunk"), default=CHUNK_LOGITS, help="logits a block holds"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process: way,vocab
-    args = parser.parse_args()
+    try:
+        args = parser.parse_args()
+    except ConfigError as error:  # a number out of its declared range: one sentence, argparse's exit
+        parser.error(str(error))
     if args.one:
         way, vocab = args.one.split(",")
         print(json.dumps(measure(way, int(vocab), args.rows, args.width, args.steps, args.device, args.chunk)))
@@ -85,7 +98,7 @@ def main() -> None:
     print(f"rows {args.rows}, width {args.width}, blocks of {args.chunk:,} logits, {args.device}, ", end="")
     print(f"{torch.get_num_threads()} threads")
     print(f"{'vocab':>8} {'way':>10} {'ms':>9} {'peak MiB':>9} {'ce':>8}")
-    for vocab in (int(v) for v in args.vocab.split(",")):
+    for vocab in args.vocab:
         for way in ("whole", "recomputed", "formed"):
             command = [sys.executable, __file__, "--one", f"{way},{vocab}", "--rows", str(args.rows)]
             command += ["--width", str(args.width), "--steps", str(args.steps), "--device", args.device]
