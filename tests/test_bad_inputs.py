@@ -166,10 +166,6 @@ CASES = {
         lambda p: train(p, "objective.kind=causal_lm"),
         "causal_lm makes one token stream for a causal LM, but the model",
     ),
-    "pairs for a decoder-only": Case(
-        lambda p: train(p, "model.preset=decoder_only-tiny"),
-        "makes source and target pairs for an encoder-decoder, but the model's family is decoder_only",
-    ),
     "warm-up without an unbalanced adaptation": Case(
         lambda p: train(p, "training.cross_attention_warmup=5"), "set training.init_decoder_from, or drop the warm-up"
     ),
