@@ -220,7 +220,10 @@ def main() -> None:
         result = run_child(["--child", "step-16k", *common])
         print(f"t5-small, one AdamW step on 16,384 source + {TARGET} target tokens: {cell(result)}")
         return None
-    impls = (args.impls or ",".join(LOCAL_IMPLS if args.local else IMPLS)).split(",")
+    known = LOCAL_IMPLS if args.local else IMPLS
+    impls = (args.impls or ",".join(known)).split(",")
+    if any(impl not in known for impl in impls):
+        parser.error(f"--impls takes {', '.join(known)}{' (with --local)' if args.local else ''}, got {args.impls}")
     modes = args.modes.split(",")
     kind = args.attention.replace("_", "-")
     attention = f"LongT5's {kind} attention, radius {LOCAL_RADIUS}" if args.local else "T5's relative bias"

@@ -133,8 +133,6 @@ def test_auto_keeps_the_dense_path_on_the_cpu(monkeypatch):
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", ["t5", "umt5", "longt5-transient-global", "t5gemma2-merged"])
 def test_on_a_gpu_flex_attention_s_forward_and_backward_equal_the_dense_path_and_auto_takes_it(name, monkeypatch):
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
     dense, flex = twins(name)
     auto = build_model(config(name, "auto")).eval()
     auto.load_state_dict(dense.state_dict())

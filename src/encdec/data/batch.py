@@ -108,7 +108,7 @@ def padded_to_bucket(batch: Batch, multiple: int, rows: int, pad_id: int) -> Bat
         if t is None:
             return None
         shape = (max(rows, t.shape[0]), *(-(-n // multiple) * multiple for n in t.shape[1:]))
-        out = torch.full(shape, value, dtype=t.dtype)
+        out = torch.full(shape, value, dtype=t.dtype, device=t.device)
         out[tuple(slice(0, n) for n in t.shape)] = t
         return out
 

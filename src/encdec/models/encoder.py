@@ -26,7 +26,14 @@ from encdec.modules import (
     RotaryEmbedding,
 )
 from encdec.modules.attention import blocked_value
-from encdec.modules.attention_kinds import GlobalTokenKeys, TransientGlobal, find, layer_band, layer_mask
+from encdec.modules.attention_kinds import (
+    GlobalTokenKeys,
+    TransientGlobal,
+    find,
+    layer_band,
+    layer_in_blocks,
+    layer_mask,
+)
 from encdec.modules.blocked_band import BandBlocks, band_pattern, blocked_scores
 from encdec.modules.blocks import for_layer
 from encdec.modules.chunked_attention import LazyMask, chunk_scores
@@ -127,7 +134,7 @@ class Encoder(Stack):
             band = self.band(i)
             if not self.by_chunks(heads, S, band, G):
                 peaks.append(heads * S * (S + G))
-            elif band is not None and all(kind.in_blocks for kind in self.self_kinds(i)):
+            elif band is not None and layer_in_blocks(self.self_kinds(i)):
                 peaks.append(blocked_scores(heads, S, band, G))
             else:
                 peaks.append(chunk_scores(heads, S, band, G))
@@ -197,7 +204,7 @@ class SelfMasks:
         or, packed, in the query's example, and LongT5's global keys' mask by rows; None where a kind cannot be
         attended by blocks."""
         kinds = self.encoder.self_kinds(layer)
-        if not all(kind.in_blocks for kind in kinds):
+        if not layer_in_blocks(kinds):
             return None
         dtype, device = self.x.dtype, self.x.device
         if (kinds, band) not in self.patterns:

@@ -127,6 +127,11 @@ def layer_band(kinds: LayerKinds) -> int | None:
     return min(bands) if bands else None
 
 
+def layer_in_blocks(kinds: LayerKinds) -> bool:
+    """Whether a band of the layer can be attended by blocks (modules.blocked_band): every kind's `in_blocks`."""
+    return all(kind.in_blocks for kind in kinds)
+
+
 def mask_mod(kinds: LayerKinds) -> Callable:
     """The layer's rule as FlexAttention's mask_mod(b, h, q_idx, kv_idx) -> bool (torch.nn.attention.
     flex_attention.create_block_mask makes its block mask of it): the very rules the dense and chunked masks
