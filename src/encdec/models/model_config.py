@@ -39,6 +39,7 @@ from encdec.schema import Positive, Range, TokenId, check, check_vocabulary, rea
 # Settings whose default depends on the family: None takes the family's value (T5's for the
 # encoder-decoder, nanoGPT's for the causal LMs); a family without an entry does not use the setting.
 CAUSAL_LMS = ("ar_encdec", "parallel_encdec", "decoder_only")
+SPEECH_FAMILIES = ("whisper",)  # the families whose encoder reads log-mel features, not token ids
 FAMILY_DEFAULTS = {
     "attention.scale": {"encoder_decoder": False, **dict.fromkeys(CAUSAL_LMS, True)},
     "output.scale": {"encoder_decoder": True, **dict.fromkeys(CAUSAL_LMS, False)},
