@@ -170,3 +170,9 @@ def test_every_bad_recording_of_the_kit_is_one_sentence_naming_it(tmp_path):
     for kind, (path, said) in bad_recordings(tmp_path / "bad").items():
         message = refusal(read_audio, path)
         assert message.startswith(f"audio file {path} ") and said in message, kind
+
+
+def test_a_stream_corrupt_after_its_header_is_one_sentence_saying_where():
+    data = encoded(tone(1.0, 48_000), 48_000, format="FLAC")
+    garbled = data[:200] + np.random.default_rng(0).integers(0, 256, len(data) - 200, dtype=np.uint8).tobytes()
+    assert refusal(read_audio_bytes, garbled).startswith("the audio data cannot be decoded after 0.00 s (")

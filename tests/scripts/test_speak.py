@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from encdec.audio import SAMPLE_RATE, read_audio
+from encdec.audio import SAMPLE_RATE, log_mel, read_audio
 from tests.conftest import SHARED_DATA
 
 soundfile = pytest.importorskip("soundfile")
@@ -102,6 +102,18 @@ def test_a_long_recording_s_segments_lie_in_order_and_make_its_transcript(spoken
     ends = [0.0] + [edge for segment in long["segments"] for edge in (segment["start"], segment["end"])]
     assert ends == sorted(ends) and ends[-1] <= seconds
     assert long["text"] == " ".join(segment["text"] for segment in long["segments"])
+
+
+@pytest.mark.parametrize("n_mels", [80, 128])
+def test_the_front_end_equals_whisper_s_feature_extractor_on_the_script_s_speech(spoken, n_mels):
+    """The issue's must-show: log_mel within 1e-4 of transformers on a padded batch of the corpus's own clips."""
+    transformers = pytest.importorskip("transformers")
+    rows = manifest(spoken, "test") + manifest(spoken, "test_noisy") + manifest(spoken, "long")
+    waves = [read_audio(spoken / row["audio"]) for row in rows]
+    expected = transformers.WhisperFeatureExtractor(feature_size=n_mels)(
+        [wave.numpy() for wave in waves], sampling_rate=SAMPLE_RATE, return_tensors="pt"
+    )
+    assert (log_mel(waves, n_mels=n_mels) - expected.input_features).abs().max().item() < 1e-4
 
 
 def test_the_same_seed_writes_the_same_bytes(tmp_path):

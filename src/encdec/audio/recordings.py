@@ -103,7 +103,10 @@ def _decode(stream: BinaryIO, size: int, name: str, max_seconds: float) -> torch
 
 
 def _reason(error: Exception) -> str:
+    """libsndfile's words for why it stopped, short; its "File does not exist" for data it cannot place said so."""
     text = str(error).split(":")[-1].strip().rstrip(".")
+    if "does not exist" in text:  # what libsndfile (1.2) says of an MP3 stream it loses sync in at once
+        return "no format recognised"
     return text[:120] or type(error).__name__
 
 
@@ -130,7 +133,10 @@ def _samples(sound, name: str, max_seconds: float) -> torch.Tensor:
     stream = None if rate == SAMPLE_RATE else soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
     pieces, done = [], 0
     while True:
-        block = sound.read(BLOCK_FRAMES, dtype="float32", always_2d=True)  # (frames, channels)
+        try:
+            block = sound.read(BLOCK_FRAMES, dtype="float32", always_2d=True)  # (frames, channels)
+        except RuntimeError as error:  # soundfile.LibsndfileError: a stream corrupt or cut short mid-way
+            raise DataError(f"{name} cannot be decoded after {done / rate:.2f} s ({_reason(error)})") from None
         last = len(block) < BLOCK_FRAMES
         mono = block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0]
         if not np.isfinite(mono).all():
