@@ -176,3 +176,9 @@ def test_a_stream_corrupt_after_its_header_is_one_sentence_saying_where():
     data = encoded(tone(1.0, 48_000), 48_000, format="FLAC")
     garbled = data[:200] + np.random.default_rng(0).integers(0, 256, len(data) - 200, dtype=np.uint8).tobytes()
     assert refusal(read_audio_bytes, garbled).startswith("the audio data cannot be decoded after 0.00 s (")
+
+
+def test_without_the_speech_extra_reading_is_one_sentence_naming_it(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "soundfile", None)  # import soundfile now raises ImportError
+    message = refusal(read_audio_bytes, encoded(tone(), format="WAV"))
+    assert message == "reading audio needs soundfile; install it with `pip install encdec[speech]`"
