@@ -3,6 +3,7 @@ bad file one sentence (DataError), its bounds checked from the header before any
 
 import io
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -179,6 +180,6 @@ def test_a_stream_corrupt_after_its_header_is_one_sentence_saying_where():
 
 
 def test_without_the_speech_extra_reading_is_one_sentence_naming_it(monkeypatch):
-    monkeypatch.setitem(__import__("sys").modules, "soundfile", None)  # import soundfile now raises ImportError
+    monkeypatch.setitem(sys.modules, "soundfile", None)  # import soundfile now raises ImportError
     message = refusal(read_audio_bytes, encoded(tone(), format="WAV"))
     assert message == "reading audio needs soundfile; install it with `pip install encdec[speech]`"
