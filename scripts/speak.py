@@ -232,33 +232,33 @@ def speak_test(corpus, sentences, voices, held_out, args, rng, babble) -> None:
         kind, snr = args.noise[i // len(args.snrs) % len(args.noise)], args.snrs[i % len(args.snrs)]  # every pair
         noisy = quantized(with_noise(clean / 32767, snr, noise_of(kind, len(clean), rng, babble)))
         corpus.write("test_noisy", noisy, **{**fields, "snr": measured_snr(clean, noisy), "noise": kind})
-        voice = held_out + voice[len(voice.split("+")[0]) :]  # the same variant, rate and pitch in another accent
+        _, plus, variant = voice.partition("+")
+        voice = held_out + plus + variant  # the same variant, rate and pitch in another accent
         corpus.write("test_voice", quantized(speak(text, voice, rate, pitch)), **{**fields, "voice": voice})
 
 
 def speak_long(corpus, seconds: float, sentences: list[str], voice: str, rng) -> int:
     """One recording of `seconds` at least: sentences (each trimmed to its speech) joined by pauses; how many
     sentences it used."""
-    pieces, segments, at, used = [], [], 0, 0
+    pieces, segments, at = [], [], 0
     rate, pitch = int(rng.integers(150, 181)), int(rng.integers(35, 66))
     while at < seconds * SAMPLE_RATE:
-        if used == len(sentences):
+        if len(segments) == len(sentences):
             sys.exit(f"speak.py: error: too few sentences held out from train for {seconds:g} s; raise --limit")
-        text = sentences[used]
+        if pieces:  # a pause before every sentence but the first
+            pieces.append(np.zeros(int(rng.uniform(*PAUSE) * SAMPLE_RATE), np.float32))
+            at += len(pieces[-1])
+        text = sentences[len(segments)]
         wave = speak(text, voice, rate, pitch)
         loud = np.flatnonzero(np.abs(wave) > 0.01 * PEAK)
-        wave = wave[loud[0] : loud[-1] + 1]
-        pause = np.zeros(int(rng.uniform(*PAUSE) * SAMPLE_RATE), np.float32)
-        segments.append({"start": round(at / SAMPLE_RATE, 3), "end": round((at + len(wave)) / SAMPLE_RATE, 3)})
-        segments[-1]["text"] = text
-        pieces += [wave, pause]
-        at += len(wave) + len(pause)
-        used += 1
-    samples = np.concatenate(pieces[:-1])
+        pieces.append(wave[loud[0] : loud[-1] + 1])  # espeak-ng's silence before and after cut off
+        start, at = at, at + len(pieces[-1])
+        segments.append({"start": round(start / SAMPLE_RATE, 3), "end": round(at / SAMPLE_RATE, 3), "text": text})
+    samples = np.concatenate(pieces)
     text = " ".join(segment["text"] for segment in segments)
     fields = dict(text=text, voice=voice, rate=rate, pitch=pitch, snr=None, noise=None)
     corpus.write("long", quantized(samples), **fields, seconds=round(len(samples) / SAMPLE_RATE, 3), segments=segments)
-    return used
+    return len(segments)
 
 
 def main(argv: list[str] | None = None) -> int:

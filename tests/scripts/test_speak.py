@@ -97,11 +97,17 @@ def test_the_splits_share_no_sentence_and_the_held_out_voice_speaks_none_of_trai
 
 def test_a_long_recording_s_segments_lie_in_order_and_make_its_transcript(spoken):
     long = manifest(spoken, "long")[0]
-    seconds = len(read_audio(spoken / long["audio"])) / SAMPLE_RATE
+    wave = read_audio(spoken / long["audio"])
+    seconds = len(wave) / SAMPLE_RATE
     assert 6 <= seconds == pytest.approx(long["seconds"], abs=1e-3)
     ends = [0.0] + [edge for segment in long["segments"] for edge in (segment["start"], segment["end"])]
-    assert ends == sorted(ends) and ends[-1] <= seconds
+    assert ends == sorted(ends) and ends[-1] == pytest.approx(seconds, abs=1e-3)  # no pause after the last
     assert long["text"] == " ".join(segment["text"] for segment in long["segments"])
+    near = SAMPLE_RATE // 1000  # the times are written to the millisecond
+    for before, after in zip(long["segments"], long["segments"][1:]):  # silence between, speech at the edges
+        end, start = round(before["end"] * SAMPLE_RATE), round(after["start"] * SAMPLE_RATE)
+        assert start - end >= 0.3 * SAMPLE_RATE - 2 * near and wave[end + near : start - near].abs().max() == 0
+        assert wave[start - near : start + near].abs().max() > 0 and wave[end - near : end + near].abs().max() > 0
 
 
 @pytest.mark.parametrize("n_mels", [80, 128])
