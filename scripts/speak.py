@@ -6,18 +6,18 @@ for train / valid / test splits with held-out sentences, a held-out voice and no
     python scripts/speak.py --out /tmp/speech --train 20 --valid 4 --test 4 --limit 300   # a tiny one
 
 Why make one: no speech corpus is on this machine and nothing can be downloaded, while apt's espeak-ng (named
-in the README beside chromium) speaks any text in a dozen English accents. The sentences are TinyStories' (its
-stories split into sentences) and Multi30k's English side, from ../shared/data; those holding a digit or a
+in the README beside chromium) speaks any text in English accents (eight here). The sentences are TinyStories'
+(its stories split into sentences) and Multi30k's English side, from ../shared/data; those holding a digit or a
 character espeak-ng would read aloud otherwise are left out, double quotes are dropped (never spoken), and a
-sentence appears in one split only (compared in lower case, letters alone). Each utterance draws a voice
-(an accent of `espeak-ng --voices=en` that is installed: espeak-ng's own, and MBROLA's where mbrola is), a
-variant (+f1 ... +m3: pitch and formants of another speaker), a rate (words per minute) and a pitch (0-99),
-deterministically given --seed. The speech is resampled to 16 kHz by soxr (encdec.audio.read_audio_bytes)
-and peak-normalised to half of full scale.
+sentence appears in one split only (compared in lower case, letters alone). Each utterance draws a voice (an
+accent of `espeak-ng --voices=en` that is installed: espeak-ng's own, and MBROLA's where mbrola is), a variant
+(+f1 ... +m3: pitch and formants of another speaker), a rate (--rate-min to --rate-max words a minute) and a
+pitch (20-80 of espeak-ng's 0-99), deterministically given --seed. The speech is resampled to 16 kHz by soxr
+(encdec.audio.read_audio_bytes) and peak-normalised to half of full scale.
 
-Noise: white (Gaussian) or babble (six other sentences spoken over each other), scaled to an SNR drawn from
---snrs. The SNR written is the one measured on the 16-bit samples written: 10 log10 of the clean speech's
-energy over the energy of (noisy - clean), over the whole clip.
+Noise: white (Gaussian) or babble (six of 24 sentences in no split, spoken over each other), scaled to an SNR
+drawn from --snrs. The SNR written is the one measured on the 16-bit samples written: 10 log10 of the clean
+speech's energy over the energy of (noisy - clean), over the whole clip.
 
 Written under --out (each file whole or not at all; wav files are 16 kHz 16-bit mono):
     SPLIT.jsonl      one utterance a line: {"audio": "SPLIT/000042.wav", "text", "voice", "rate", "pitch",
