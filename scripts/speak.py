@@ -34,8 +34,8 @@ Written under --out (each file whole or not at all; wav files are 16 kHz 16-bit 
     speech.json      the settings, the voices and the counts
 
 espeak-ng speaks a sentence in about 10 ms, so one process speaks the default corpus (6,100 utterances, 5.8 hours
-of speech, 0.7 GB with --long 60,780) in about 3.5 minutes here; a second process would take a core from
-training on a two-core machine, so there is none.
+of speech; 6.0 hours and 0.7 GB with --long 60,780) in 2 to 3.5 minutes here; a second process would take a
+core from training on a two-core machine, so there is none.
 """
 
 from __future__ import annotations
