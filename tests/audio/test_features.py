@@ -43,7 +43,10 @@ def waves() -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("n_mels", [80, 128])
-def test_log_mel_equals_whisper_s_feature_extractor_on_a_padded_batch(waves, n_mels, device):
+@pytest.mark.parametrize("batch", ["short", "with 31 s"])
+def test_log_mel_equals_whisper_s_feature_extractor_on_a_padded_batch(waves, n_mels, batch, device):
+    """Short clips alone (transformed as far as the longest, the rest zeros) and beside one cut at 30 s."""
+    waves = waves[:3] if batch == "short" else waves
     extractor = transformers.WhisperFeatureExtractor(feature_size=n_mels)
     expected = extractor(
         [wave.numpy() for wave in waves], sampling_rate=16_000, return_tensors="pt", return_attention_mask=True

@@ -3,7 +3,7 @@ bad file one sentence (DataError), its bounds checked from the header before any
 
 import io
 import os
-import struct
+import sys
 
 import numpy as np
 import pytest
@@ -11,6 +11,7 @@ import torch
 
 from encdec.audio import SAMPLE_RATE, read_audio, read_audio_bytes
 from encdec.errors import ConfigError, DataError
+from tests.audio.bad_audio_kit import bad_recordings, wav_header
 
 soundfile = pytest.importorskip("soundfile")
 soxr = pytest.importorskip("soxr")
@@ -30,21 +31,6 @@ def encoded(samples: np.ndarray, rate: int = SAMPLE_RATE, **kwargs) -> bytes:
     buffer = io.BytesIO()
     soundfile.write(buffer, samples, rate, **kwargs)
     return buffer.getvalue()
-
-
-def wav_header(frames: int, rate: int, bits: int = 8) -> bytes:
-    """A mono PCM WAV header declaring `frames` samples, for a sparse file longer than a test could write."""
-    size = frames * bits // 8
-    fmt = struct.pack("<HHIIHH", 1, 1, rate, rate * bits // 8, bits // 8, bits)
-    return (
-        b"RIFF"
-        + struct.pack("<I", 36 + size)
-        + b"WAVEfmt "
-        + struct.pack("<I", 16)
-        + fmt
-        + b"data"
-        + struct.pack("<I", size)
-    )
 
 
 def refusal(read, *args, **kwargs) -> str:
@@ -178,3 +164,22 @@ def test_a_link_named_by_the_user_is_read_and_one_to_nothing_or_no_file_is_one_s
 def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
     os.mkfifo(tmp_path / "pipe.wav")
     assert "not a regular file" in refusal(read_audio, tmp_path / "pipe.wav")
+
+
+def test_every_bad_recording_of_the_kit_is_one_sentence_naming_it(tmp_path):
+    """The issue's list (empty, not audio, wrong rate, NaN samples, a link, hours long) and the rest of the kit."""
+    for kind, (path, said) in bad_recordings(tmp_path / "bad").items():
+        message = refusal(read_audio, path)
+        assert message.startswith(f"audio file {path} ") and said in message, kind
+
+
+def test_a_stream_corrupt_after_its_header_is_one_sentence_saying_where():
+    data = encoded(tone(1.0, 48_000), 48_000, format="FLAC")
+    garbled = data[:200] + np.random.default_rng(0).integers(0, 256, len(data) - 200, dtype=np.uint8).tobytes()
+    assert refusal(read_audio_bytes, garbled).startswith("the audio data cannot be decoded after 0.00 s (")
+
+
+def test_without_the_speech_extra_reading_is_one_sentence_naming_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "soundfile", None)  # import soundfile now raises ImportError
+    message = refusal(read_audio_bytes, encoded(tone(), format="WAV"))
+    assert message == "reading audio needs soundfile; install it with `pip install encdec[speech]`"

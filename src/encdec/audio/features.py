@@ -5,7 +5,9 @@ Shapes: B batch, N samples (at 16 kHz), F = 201 frequency bins, M mel bins, T = 
 
 Each wave is cut or padded with zeros to 30 s (480,000 samples); a 400-sample (25 ms) Hann-windowed STFT every
 160 samples (10 ms), centred with reflection padding as torch.stft does, gives 3001 frames, of which the last is
-dropped. The power spectrum goes through Slaney's mel filters (area-normalised triangles on Slaney's mel scale,
+dropped. The transform runs only as far as the longest wave of the batch (and one window beyond): a frame whose
+window holds only padding has no power, whatever its place, so it is written as zeros instead of computed (a
+batch of 3-second clips costs a tenth of thirty seconds). The power spectrum goes through Slaney's mel filters (area-normalised triangles on Slaney's mel scale,
 0 to 8 kHz, as librosa's `filters.mel(norm="slaney")`), then log10 clamped at 1e-10, floored at each example's
 maximum minus 8 and mapped by (x + 4) / 4 (Radford et al. 2022, "Robust Speech Recognition via Large-Scale Weak
 Supervision", section 2.2; openai-whisper's audio.py).
@@ -39,14 +41,17 @@ def log_mel(waves: list[torch.Tensor] | torch.Tensor, n_mels: int = 80, device=N
         raise ConfigError(f"n_mels must be from 1 to {MAX_MELS} (Whisper uses 80 and 128), got {n_mels}")
     waves = _as_list(waves)
     device = torch.device(device) if device is not None else waves[0].device
-    batch = torch.zeros(len(waves), CHUNK_SAMPLES, device=device)  # (B, 480000): silence after each wave
+    longest = max(min(len(wave), CHUNK_SAMPLES) for wave in waves)
+    span = min(CHUNK_SAMPLES, -(-(longest + N_FFT) // HOP) * HOP)  # every frame after it sees zeros alone
+    batch = torch.zeros(len(waves), span, device=device)  # (B, span): silence after each wave
     for row, wave in zip(batch, waves):
-        cut = wave[:CHUNK_SAMPLES]
+        cut = wave[:span]
         row[: len(cut)] = cut.to(device, torch.float32)
     window = torch.hann_window(N_FFT, device=device)
-    stft = torch.stft(batch, N_FFT, HOP, window=window, return_complex=True)  # (B, F, T + 1)
-    power = stft[..., :-1].abs() ** 2  # (B, F, T)
-    mel = mel_filters(n_mels, device) @ power  # (B, M, T)
+    stft = torch.stft(batch, N_FFT, HOP, window=window, return_complex=True)  # (B, F, span / HOP + 1)
+    power = stft[..., : span // HOP].abs() ** 2  # (B, F, T') where T' <= T
+    mel = torch.zeros(len(waves), n_mels, N_FRAMES, device=device)  # (B, M, T): a frame of zeros has no power
+    mel[..., : span // HOP] = mel_filters(n_mels, device) @ power
     log_spec = mel.clamp(min=1e-10).log10()
     floor = log_spec.amax(dim=(1, 2), keepdim=True) - 8.0  # (B, 1, 1): each example's own dynamic range
     return (torch.maximum(log_spec, floor) + 4.0) / 4.0

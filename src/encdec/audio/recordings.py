@@ -40,7 +40,7 @@ MAX_FILE_BYTES = 4 << 30  # 4 GiB, a WAV file's own limit
 MIN_RATE, MAX_RATE = 8_000, 192_000  # sample rates read: telephone speech to studio audio
 MAX_CHANNELS = 64
 BLOCK_FRAMES = 1 << 16  # frames decoded, mixed and resampled at a time
-READ_FORMATS = {"WAV": "wav", "WAVEX": "wav", "RF64": "wav", "W64": "wav", "FLAC": "flac", "OGG": "ogg", "MP3": "mp3"}
+READ_FORMATS = {"WAV", "WAVEX", "RF64", "W64", "FLAC", "OGG", "MP3"}  # soundfile's names: WAV's forms, FLAC, Ogg, MP3
 READ_NAMES = "wav, flac, ogg (Vorbis, Opus) and mp3"
 
 # magic bytes of containers libsndfile does not open, so such a file is named for what it is, not "not audio"
@@ -80,8 +80,7 @@ def read_audio_bytes(data: bytes, max_seconds: float = MAX_SECONDS, name: str = 
 
 def _decode(stream: BinaryIO, size: int, name: str, max_seconds: float) -> torch.Tensor:
     """The bounds checked on the size and header, then the samples decoded, mixed and resampled by blocks."""
-    import soundfile
-
+    soundfile = _speech_package("soundfile")
     if not (isinstance(max_seconds, (int, float)) and 0 < max_seconds < float("inf")):
         raise ConfigError(f"max_seconds must be a positive number of seconds, got {max_seconds!r}")
     if size == 0:
@@ -102,8 +101,21 @@ def _decode(stream: BinaryIO, size: int, name: str, max_seconds: float) -> torch
         return _samples(sound, name, max_seconds)
 
 
+def _speech_package(name: str):
+    """soundfile or soxr, imported; one sentence where the speech extra is not installed."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise DataError(f"reading audio needs {name}; install it with `pip install encdec[speech]`") from None
+
+
 def _reason(error: Exception) -> str:
+    """libsndfile's words for why it stopped, short; its "File does not exist" for data it cannot place said so."""
     text = str(error).split(":")[-1].strip().rstrip(".")
+    if "does not exist" in text:  # what libsndfile (1.2) says of an MP3 stream it loses sync in at once
+        return "no format recognised"
     return text[:120] or type(error).__name__
 
 
@@ -124,13 +136,16 @@ def _check_header(sound, name: str, max_seconds: float) -> None:
 
 def _samples(sound, name: str, max_seconds: float) -> torch.Tensor:
     """The decoded frames averaged to mono and resampled to 16 kHz, a block at a time."""
-    import soxr
+    soxr = _speech_package("soxr")
 
     rate, most = sound.samplerate, int(max_seconds * sound.samplerate)
     stream = None if rate == SAMPLE_RATE else soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
     pieces, done = [], 0
     while True:
-        block = sound.read(BLOCK_FRAMES, dtype="float32", always_2d=True)  # (frames, channels)
+        try:
+            block = sound.read(BLOCK_FRAMES, dtype="float32", always_2d=True)  # (frames, channels)
+        except RuntimeError as error:  # soundfile.LibsndfileError: a stream corrupt or cut short mid-way
+            raise DataError(f"{name} cannot be decoded after {done / rate:.2f} s ({_reason(error)})") from None
         last = len(block) < BLOCK_FRAMES
         mono = block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0]
         if not np.isfinite(mono).all():
