@@ -57,6 +57,20 @@ def test_log_mel_equals_whisper_s_feature_extractor_on_a_padded_batch(waves, n_m
     assert frame_lengths(waves).tolist() == expected.attention_mask.sum(dim=1).tolist()
 
 
+def test_a_shorter_window_equals_the_feature_extractor_of_that_chunk_length(waves):
+    """A Whisper-shaped model of 500 source positions reads 10 s windows: chunk_length 10, 1000 frames."""
+    extractor = transformers.WhisperFeatureExtractor(feature_size=80, chunk_length=10)
+    expected = extractor(
+        [w.numpy() for w in waves], sampling_rate=16_000, return_tensors="pt", return_attention_mask=True
+    )
+    got = log_mel(waves, frames=1000)
+    assert got.shape == (len(waves), 80, 1000)
+    assert (got - expected.input_features).abs().max().item() < 1e-4
+    assert frame_lengths(waves, frames=1000).tolist() == expected.attention_mask.sum(dim=1).tolist()
+    with pytest.raises(ConfigError, match="frames must be from 1 to 3000"):
+        log_mel(waves, frames=3001)
+
+
 def test_the_filter_bank_is_transformers_slaney_bank(device):
     from transformers.audio_utils import mel_filter_bank
 

@@ -34,15 +34,22 @@ N_FRAMES = CHUNK_SAMPLES // HOP  # 3000
 MAX_MELS = 128  # large-v3's bins; above ~150, Slaney triangles narrower than a frequency bin come out empty
 
 
-def log_mel(waves: list[torch.Tensor] | torch.Tensor, n_mels: int = 80, device=None) -> torch.Tensor:
-    """Log-mel spectrograms (B, M, 3000) of `waves` (a list of (N,) tensors of any lengths, a (B, N) tensor or
-    one (N,) wave) at 16 kHz, computed on `device` (default: the first wave's), float32."""
+def log_mel(
+    waves: list[torch.Tensor] | torch.Tensor, n_mels: int = 80, device=None, frames: int = N_FRAMES
+) -> torch.Tensor:
+    """Log-mel spectrograms (B, M, frames) of `waves` (a list of (N,) tensors of any lengths, a (B, N) tensor or
+    one (N,) wave) at 16 kHz, computed on `device` (default: the first wave's), float32. `frames` is the window:
+    Whisper's 3000 (30 s), or a shorter one a Whisper-shaped model of fewer source positions reads (1000: 10 s,
+    WhisperFeatureExtractor's chunk_length 10)."""
     if not 1 <= n_mels <= MAX_MELS:
         raise ConfigError(f"n_mels must be from 1 to {MAX_MELS} (Whisper uses 80 and 128), got {n_mels}")
+    if not (isinstance(frames, int) and 1 <= frames <= N_FRAMES):
+        raise ConfigError(f"frames must be from 1 to {N_FRAMES} (30 s), got {frames!r}")
     waves = _as_list(waves)
     device = torch.device(device) if device is not None else waves[0].device
-    longest = max(min(len(wave), CHUNK_SAMPLES) for wave in waves)
-    span = min(CHUNK_SAMPLES, -(-(longest + N_FFT) // HOP) * HOP)  # every frame after it sees zeros alone
+    chunk = frames * HOP
+    longest = max(min(len(wave), chunk) for wave in waves)
+    span = min(chunk, -(-(longest + N_FFT) // HOP) * HOP)  # every frame after it sees zeros alone
     batch = torch.zeros(len(waves), span, device=device)  # (B, span): silence after each wave
     for row, wave in zip(batch, waves):
         cut = wave[:span]
@@ -50,18 +57,18 @@ def log_mel(waves: list[torch.Tensor] | torch.Tensor, n_mels: int = 80, device=N
     window = torch.hann_window(N_FFT, device=device)
     stft = torch.stft(batch, N_FFT, HOP, window=window, return_complex=True)  # (B, F, span / HOP + 1)
     power = stft[..., : span // HOP].abs() ** 2  # (B, F, T') where T' <= T
-    mel = torch.zeros(len(waves), n_mels, N_FRAMES, device=device)  # (B, M, T): a frame of zeros has no power
+    mel = torch.zeros(len(waves), n_mels, frames, device=device)  # (B, M, T): a frame of zeros has no power
     mel[..., : span // HOP] = mel_filters(n_mels, device) @ power
     log_spec = mel.clamp(min=1e-10).log10()
     floor = log_spec.amax(dim=(1, 2), keepdim=True) - 8.0  # (B, 1, 1): each example's own dynamic range
     return (torch.maximum(log_spec, floor) + 4.0) / 4.0
 
 
-def frame_lengths(waves: list[torch.Tensor] | torch.Tensor) -> torch.Tensor:
+def frame_lengths(waves: list[torch.Tensor] | torch.Tensor, frames: int = N_FRAMES) -> torch.Tensor:
     """The frames of each log-mel row that hold its wave rather than padding, (B,) int64: ceil(N / 160) up to
-    3000, as WhisperFeatureExtractor's attention mask counts them."""
+    `frames`, as WhisperFeatureExtractor's attention mask counts them."""
     waves = _as_list(waves)
-    return torch.tensor([min(math.ceil(len(wave) / HOP), N_FRAMES) for wave in waves], dtype=torch.long)
+    return torch.tensor([min(math.ceil(len(wave) / HOP), frames) for wave in waves], dtype=torch.long)
 
 
 def _as_list(waves: list[torch.Tensor] | torch.Tensor) -> list[torch.Tensor]:

@@ -158,7 +158,13 @@ def corpus_objectives(
         made = {"ends": pair_ends(tokenizer, corpus.data.src_lang, corpus.data.tgt_lang)}
     elif o.kind == "transcribe":
         start, prompt = transcription_prompt(tokenizer, o.language, o.task)
-        made = {"prompt": prompt, "decoder_start": start, "n_mels": cfg.model.config.audio.n_mels}  # as built
+        audio = cfg.model.config.audio  # the model section as built (a fine-tuning run's: on the pretrained's)
+        made = {
+            "prompt": prompt,
+            "decoder_start": start,
+            "n_mels": audio.n_mels,
+            "frames": 2 * audio.max_source_positions,
+        }
     else:
         made = {}
 

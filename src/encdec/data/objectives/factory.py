@@ -37,7 +37,7 @@ def longest_rows(
     model's position tables must cover."""
     if kind == "seq2seq":
         return max_source_len, max_target_len
-    if kind == "transcribe":  # a recording's frames are the front end's fixed 30 s, which the model checks itself
+    if kind == "transcribe":  # a recording's frames are the front end's window, which the model checks itself
         return 0, max_target_len
     if kind in ("causal_lm", "prefix_lm"):  # a window; S's prefix and rest, EOS last and not read
         return 0, seq_len
@@ -83,6 +83,7 @@ def build_objective(
     prompt: Sequence[int] = (),
     decoder_start: int | None = None,
     n_mels: int = 80,
+    frames: int = 3000,
     spec_augment: SpecAugment | None = None,
 ) -> Objective:
     """The objective `kind` over `data`: documents, or (sources, targets) for seq2seq.
@@ -94,8 +95,7 @@ def build_objective(
     `batch_tokens` sizes seq2seq batches by a token budget instead of `batch_size` rows; `ends` are the ids
     around each seq2seq pair's own (a target's EOS, language codes: seq2seq.pair_ends). transcribe's labels start
     with `prompt` (Whisper's language and task tokens) after `decoder_start` (default: the tokenizer's), its
-    features have `n_mels` bins and, with `spec_augment`,
-    masks.
+    features have `n_mels` bins over `frames` and, with `spec_augment`, masks.
     """
     tok = tokenizer
     if kind not in OBJECTIVES:
@@ -136,6 +136,7 @@ def build_objective(
             prompt,
             max_target_len,
             n_mels,
+            frames,
             spec_augment=spec_augment,
             seed=seed,
         )

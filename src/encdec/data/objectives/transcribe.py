@@ -1,13 +1,14 @@
 """Transcription: a recording's log-mel features in, its transcript out (Whisper's training examples).
 
 Each pair (recording, transcript ids) becomes one row: the encoder input is the recording's log-mel
-spectrogram, (n_mels, 3000) frames of 30 s as Whisper reads it (encdec.audio), and the labels are
+spectrogram, (n_mels, frames): 3000 frames of 30 s as Whisper reads it (encdec.audio), or the shorter window of a
+model with fewer source positions; a recording longer than the window is refused. The labels are
 
     prompt + transcript + EOS        e.g. <|en|> <|transcribe|> <|notimestamps|> A dog runs. <|endoftext|>
 
 with the decoder started from `decoder_start` (<|startoftranscript|>), as transformers' Whisper fine-tuning
 lays them out. A run's own tokenizer has no such tokens: its prompt is empty and the decoder starts from the
-tokenizer's own start. Recordings are read (bounded by `max_seconds`) and their features made when a batch is
+tokenizer's own start. Recordings are read (bounded by the window) and their features made when a batch is
 made, so a corpus of hours of audio never sits in memory; batches are bucketed by transcript length.
 
 SpecAugment (Park et al. 2019, "SpecAugment: A Simple Data Augmentation Method for Automatic Speech
@@ -28,7 +29,7 @@ from typing import Annotated
 import numpy as np
 import torch
 
-from encdec.audio import frame_lengths, log_mel, read_audio, read_audio_bytes
+from encdec.audio import HOP, N_FRAMES, SAMPLE_RATE, frame_lengths, log_mel, read_audio, read_audio_bytes
 from encdec.data.batch import Batch, decoder_rows
 from encdec.data.documents import Documents, token_dtype
 from encdec.data.objectives.objective import EpochPlan, Objective
@@ -36,7 +37,6 @@ from encdec.data.speech import Recording, recording_name
 from encdec.errors import ConfigError, DataError
 from encdec.schema import Range
 
-MAX_CLIP_SECONDS = 30.0  # what one row of Whisper's encoder holds
 TASKS = ("transcribe", "translate")  # Whisper's: in the recording's language, or into English
 START = "<|startoftranscript|>"
 NO_TIMESTAMPS = "<|notimestamps|>"
@@ -125,7 +125,7 @@ class TranscribeObjective(Objective):
         prompt: Sequence[int] = (),
         max_target_len: int = 128,
         n_mels: int = 80,
-        max_seconds: float = MAX_CLIP_SECONDS,
+        frames: int = N_FRAMES,
         spec_augment: SpecAugment | None = None,
         bucket_batches: int = 50,
         shuffle: bool = True,
@@ -142,7 +142,8 @@ class TranscribeObjective(Objective):
         self.recordings, self.targets = list(recordings), targets
         self.pad_id, self.eos_id, self.decoder_start_id = pad_id, eos_id, decoder_start_id
         self.prompt = np.array(prompt, dtype=np.int64)
-        self.max_target_len, self.n_mels, self.max_seconds = max_target_len, n_mels, max_seconds
+        self.max_target_len, self.n_mels, self.frames = max_target_len, n_mels, frames
+        self.max_seconds = frames * HOP / SAMPLE_RATE  # a recording longer than the window is refused
         self.spec_augment, self.shuffle = spec_augment, shuffle
         lengths = np.minimum(targets.lengths + len(prompt) + 1, max_target_len)
         self.plan = EpochPlan(len(targets), batch_size, lengths, bucket_batches)
@@ -156,9 +157,9 @@ class TranscribeObjective(Objective):
     def batch_at(self, epoch: int, step: int) -> Batch:
         rows = self.plan.batches(self.seed, epoch, shuffle=self.shuffle)[step]
         waves = [read_recording(self.recordings[i], self.max_seconds) for i in rows]
-        features = log_mel(waves, self.n_mels)  # (B, M, F)
+        features = log_mel(waves, self.n_mels, frames=self.frames)  # (B, M, F)
         if self.spec_augment is not None:
-            features = self.spec_augment.apply(features, frame_lengths(waves), self.rng(epoch, step))
+            features = self.spec_augment.apply(features, frame_lengths(waves, self.frames), self.rng(epoch, step))
         tgt_ids, labels = decoder_rows([self.labels(int(i)) for i in rows], self.pad_id, self.decoder_start_id)
         return Batch(tgt_ids=tgt_ids, labels=labels, src_ids=features)
 
