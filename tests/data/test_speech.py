@@ -88,13 +88,20 @@ def test_the_prompt_is_whisper_s_where_the_tokenizer_holds_its_tokens():
     start, prompt = transcription_prompt(tok, "en", "transcribe")
     assert start == ids["<|startoftranscript|>"]
     assert prompt == (ids["<|en|>"], ids["<|transcribe|>"], ids["<|notimestamps|>"])
-    assert transcription_prompt(tok, None, "translate")[1] == (ids["<|translate|>"], ids["<|notimestamps|>"])
+    assert transcription_prompt(tok, "de", "translate")[1] == (
+        ids["<|de|>"],
+        ids["<|translate|>"],
+        ids["<|notimestamps|>"],
+    )
+    assert transcription_prompt(tok, None) == (start, (ids["<|notimestamps|>"],))  # English-only: no language, no task
     plain = build_tokenizer("byte")
     assert transcription_prompt(plain, None) == (plain.decoder_start_id, ())
     with pytest.raises(ConfigError, match="objective.language en is a Whisper prompt token"):
         transcription_prompt(plain, "en")
     with pytest.raises(ConfigError, match="no token <\\|fr\\|>"):
         transcription_prompt(tok, "fr")
+    with pytest.raises(ConfigError, match="objective.task translate needs objective.language"):
+        transcription_prompt(tok, None, "translate")
 
 
 def objective(paths, texts, tok, **options) -> TranscribeObjective:

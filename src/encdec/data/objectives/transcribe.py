@@ -71,29 +71,29 @@ class SpecAugment:
 
 
 def transcription_prompt(tokenizer, language: str | None, task: str = "transcribe") -> tuple[int, tuple[int, ...]]:
-    """(the token the decoder starts from, the prompt before each transcript). A tokenizer with Whisper's
-    tokens: <|startoftranscript|>, then <|language|> (where `language` is given), <|task|> and <|notimestamps|>,
-    those it holds; any other tokenizer: its own start and no prompt, and one sentence where a language or a
-    translation is asked of it."""
+    """(the token the decoder starts from, the prompt before each transcript), as transformers' Whisper starts its
+    decoder. A tokenizer with Whisper's tokens: <|startoftranscript|>, then for a multilingual model (`language`
+    given) <|language|> and <|task|>, then <|notimestamps|> where it holds one (an English-only model's prompt is
+    <|startoftranscript|> <|notimestamps|>). Any other tokenizer: its own start and no prompt. One sentence where
+    a language, a translation or a token is asked of a tokenizer without it."""
     start = tokenizer.special_id(START)
+    if start is None and (language is not None or task != "transcribe"):
+        asked = f"objective.language {language}" if language is not None else f"objective.task {task}"
+        raise ConfigError(
+            f"{asked} is a Whisper prompt token, which this run's {tokenizer.kind} tokenizer does not hold; start "
+            f"from a Whisper directory's tokenizer, or add {START} and its tokens to tokenizer.extra_specials"
+        )
     if start is None:
-        if language is not None or task != "transcribe":
-            asked = f"objective.language {language}" if language is not None else f"objective.task {task}"
-            raise ConfigError(
-                f"{asked} is a Whisper prompt token, which this run's {tokenizer.kind} tokenizer does not hold; "
-                f"start from a Whisper directory's tokenizer, or add {START} and its tokens to tokenizer.extra_specials"
-            )
         return tokenizer.decoder_start_id, ()
-    prompt = []
-    if language is not None:
-        code = tokenizer.special_id(f"<|{language}|>")
-        if code is None:
-            raise ConfigError(f"objective.language {language}: the tokenizer has no token <|{language}|>")
-        prompt.append(code)
-    for name in (f"<|{task}|>", NO_TIMESTAMPS):
-        if tokenizer.special_id(name) is not None:
-            prompt.append(tokenizer.special_id(name))
-    return start, tuple(prompt)
+    if task != "transcribe" and language is None:
+        raise ConfigError(f"objective.task {task} needs objective.language, the language its recordings are in")
+    names = [f"<|{language}|>", f"<|{task}|>"] if language is not None else []
+    missing = [name for name in names if tokenizer.special_id(name) is None]
+    if missing:
+        raise ConfigError(f"the tokenizer has no token {missing[0]} for objective.language {language} and task {task}")
+    if tokenizer.special_id(NO_TIMESTAMPS) is not None:
+        names.append(NO_TIMESTAMPS)
+    return start, tuple(tokenizer.special_id(name) for name in names)
 
 
 def tokenize_transcripts(tokenizer, pairs: Sequence[tuple[Recording, str]]) -> tuple[list[Recording], Documents]:
