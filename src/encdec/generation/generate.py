@@ -20,7 +20,7 @@ from encdec.generation.compiled import fixed_shape_stepper
 from encdec.generation.config import GenerationConfig
 from encdec.generation.decode_memory import check_generation_fits
 from encdec.generation.generate_output import GenerateOutput
-from encdec.generation.interface import Steppable, model_device
+from encdec.generation.interface import Steppable, capabilities_of, model_device
 from encdec.generation.stop_strings import stop_strings_for
 from encdec.generation.strategies import strategy_for
 from encdec.modules import as_bool_mask
@@ -100,7 +100,7 @@ def prepare(
     src_ids, src_mask = src_ids.to(device), src_mask.to(device)
     batch = src_ids.shape[0]
     prompt = decoder_prompt(model, decoder_input_ids, batch, cfg, device)  # (B, P)
-    check_generation_fits(model, cfg, batch, src_ids.shape[1], prompt.shape[1], device)  # before the search allocates
+    check_generation_fits(model, cfg, batch, src_ids.shape[-1], prompt.shape[1], device)  # before the search allocates
     stop = stop_strings_for(cfg.stop_string_list, tokenizer, device) if cfg.stop_strings else None
     return Prepared(cfg, src_ids, src_mask, prompt, stop, cfg.rows_per_example, device)
 
@@ -149,7 +149,12 @@ def check_inputs(
     model, src_ids: torch.Tensor, src_mask: torch.Tensor | None, cfg: GenerationConfig
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate the batch where src_ids lives; return it with a boolean mask there. Each problem is one
-    sentence. Inputs on a GPU cost one host sync per call (host inputs none)."""
+    sentence. Inputs on a GPU cost one host sync per call (host inputs none). Features in place of ids (a model's
+    capabilities' source_features: Whisper's log-mels) are every frame real, their values the model's start checks."""
+    if capabilities_of(model).source_features is not None:
+        if not isinstance(src_ids, torch.Tensor) or src_ids.dim() != 3:
+            raise DataError("this model reads (batch, features, frames) float features in place of token ids")
+        return src_ids, torch.ones(src_ids.shape[0], src_ids.shape[2], dtype=torch.bool, device=src_ids.device)
     if not isinstance(src_ids, torch.Tensor) or src_ids.dim() != 2 or src_ids.dtype not in (torch.long, torch.int):
         raise DataError("src_ids must be a (batch, length) tensor of integer token ids")
     if src_ids.shape[0] == 0 or src_ids.shape[1] == 0:
