@@ -86,6 +86,11 @@ def test_logits_equal_transformers_on_a_padded_batch_of_log_mels(pair):
     assert logit_gap(*pair) < 1e-4
 
 
+def test_open_model_reads_the_directory_as_load_hf_does(pair, model_dir):
+    opened = encdec.from_pretrained(model_dir)
+    assert opened.config == pair[1].config and logit_gap(pair[0], opened) < 1e-4
+
+
 def test_the_checkpoint_reads_as_whisper_s_layout(pair, model_dir):
     reference, ours = pair
     cfg = ours.config
