@@ -216,7 +216,7 @@ def test_what_the_layout_cannot_hold_is_refused_in_one_sentence(model_dir, tmp_p
 
 def test_inputs_that_are_not_log_mels_are_one_sentence(pair):
     ours = pair[1]
-    with pytest.raises(DataError, match=r"^this model reads \(batch, features, frames\) float features"):
+    with pytest.raises(DataError, match=r"^this model reads features: a \(batch, channels, frames\) tensor of floats"):
         ours.generate(torch.randint(0, V, (2, 9)))
     with pytest.raises(DataError, match=r"^this model reads log-mel features, a \(batch, 80, frames\) float tensor"):
         ours.generate(torch.randn(2, 128, 3000))

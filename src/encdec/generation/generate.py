@@ -100,7 +100,7 @@ def prepare(
     src_ids, src_mask = src_ids.to(device), src_mask.to(device)
     batch = src_ids.shape[0]
     prompt = decoder_prompt(model, decoder_input_ids, batch, cfg, device)  # (B, P)
-    check_generation_fits(model, cfg, batch, src_ids.shape[-1], prompt.shape[1], device)  # before the search allocates
+    check_generation_fits(model, cfg, batch, src_ids.shape[1], prompt.shape[1], device)  # before the search allocates
     stop = stop_strings_for(cfg.stop_string_list, tokenizer, device) if cfg.stop_strings else None
     return Prepared(cfg, src_ids, src_mask, prompt, stop, cfg.rows_per_example, device)
 
@@ -149,12 +149,10 @@ def check_inputs(
     model, src_ids: torch.Tensor, src_mask: torch.Tensor | None, cfg: GenerationConfig
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate the batch where src_ids lives; return it with a boolean mask there. Each problem is one
-    sentence. Inputs on a GPU cost one host sync per call (host inputs none). Features in place of ids (a model's
-    capabilities' source_features: Whisper's log-mels) are every frame real, their values the model's start checks."""
-    if capabilities_of(model).source_features is not None:
-        if not isinstance(src_ids, torch.Tensor) or src_ids.dim() != 3:
-            raise DataError("this model reads (batch, features, frames) float features in place of token ids")
-        return src_ids, torch.ones(src_ids.shape[0], src_ids.shape[2], dtype=torch.bool, device=src_ids.device)
+    sentence. Inputs on a GPU cost one host sync per call (host inputs none). A model that reads features
+    (a speech encoder's log-mels, its capabilities say) takes them as src_ids (see `check_features`)."""
+    if capabilities_of(model).reads_features:
+        return check_features(src_ids, src_mask)
     if not isinstance(src_ids, torch.Tensor) or src_ids.dim() != 2 or src_ids.dtype not in (torch.long, torch.int):
         raise DataError("src_ids must be a (batch, length) tensor of integer token ids")
     if src_ids.shape[0] == 0 or src_ids.shape[1] == 0:
@@ -176,6 +174,23 @@ def check_inputs(
     if vocab is not None and (low < 0 or high >= vocab):
         raise DataError(f"input token ids must lie in [0, {vocab}); got {low}..{high}")
     return src_ids.long(), src_mask
+
+
+def check_features(features: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """features (B, C, T), finite floats, and their mask (B, T) (default: every frame real); each problem one
+    sentence, at one host sync where they lie on a GPU."""
+    if not isinstance(features, torch.Tensor) or features.dim() != 3 or not features.is_floating_point():
+        raise DataError("this model reads features: a (batch, channels, frames) tensor of floats (log-mels)")
+    if features.numel() == 0:
+        raise DataError("the input is empty: there is nothing to generate from")
+    if not bool(torch.isfinite(features).all()):
+        raise DataError("the input features hold NaN or infinite values")
+    B, _, T = features.shape
+    if mask is None:
+        return features, torch.ones(B, T, dtype=torch.bool, device=features.device)
+    if tuple(mask.shape) != (B, T):
+        raise DataError(f"src_mask has shape {tuple(mask.shape)} but the features have {B} rows of {T} frames")
+    return features, as_bool_mask(mask.to(features.device))
 
 
 def decoder_prompt(

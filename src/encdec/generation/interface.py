@@ -67,8 +67,7 @@ class Capabilities:
     pads_left: bool = False  # prompts of different lengths are padded on the left (a causal LM's)
     packs_sources: bool = False  # start(..., packed=True) encodes the sources end to end in one row
     attention_maps: bool = False  # attention_layers(): the encoder's and the cross-attention's modules
-    # start() reads (B, source_features, frames) float features in place of (B, S) token ids (Whisper's log-mels)
-    source_features: int | None = None
+    reads_features: bool = False  # start takes float features (B, C, T) as src_ids, a speech encoder's log-mels
 
 
 NOTHING = Capabilities()

@@ -113,6 +113,6 @@ class Whisper(EncoderDecoder):
 
     @property
     def capabilities(self) -> Capabilities:
-        """Steps on the last position alone and attention maps; its sources are features (`source_features`),
+        """Steps on the last position alone and attention maps; its sources are features (`reads_features`),
         which neither pack into one row nor reach the server's text requests."""
-        return Capabilities(steps_last_only=True, attention_maps=True, source_features=self.config.audio.n_mels)
+        return Capabilities(steps_last_only=True, attention_maps=True, reads_features=True)
