@@ -214,6 +214,15 @@ def test_what_the_layout_cannot_hold_is_refused_in_one_sentence(model_dir, tmp_p
     parity_kit.assert_refused_in_one_sentence(tmp_path / "model", changed, message)
 
 
+def test_scale_embedding_reads_as_transformers_computes_it_unapplied(pair, model_dir, tmp_path):
+    import shutil
+
+    shutil.copytree(model_dir, tmp_path / "model")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config | {"scale_embedding": True}))
+    assert logit_gap(pair[0], encdec.load_hf(tmp_path / "model")) < 1e-4
+
+
 def test_inputs_that_are_not_log_mels_are_one_sentence(pair):
     ours = pair[1]
     with pytest.raises(DataError, match=r"^this model reads features: a \(batch, channels, frames\) tensor of floats"):

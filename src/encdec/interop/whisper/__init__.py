@@ -3,12 +3,13 @@ family (models.whisper).
 
 Whisper (Radford et al. 2022) is BART's weight layout (interop/bart/bart_layout.py) made pre-norm with a LayerNorm
 closing each stack, biases everywhere but on the attention's keys (k_proj has none: attention.bias qvo), exact GELU,
-unscaled token embeddings, learned decoder positions from 0 (max_target_positions rows), a head (proj_out) tied to
-the decoder's token table, no logits bias; its encoder reads num_mel_bins log-mel bins through two convolutions
-(conv1, conv2) at fixed sinusoids of max_source_positions rows (embed_positions, read as given). Every size reads:
-tiny to large-v3 (128 mel bins), and Distil-Whisper, whose decoder has 2 layers. generation_config.json's Whisper
-keys (lang_to_id, task_to_id, no_timestamps_token_id, alignment_heads, ...) are kept as read and written back on
-export (GENERATION_KEYS). Defaults as WhisperConfig's: pad and EOS 50256, decoder start 50257.
+unscaled token embeddings (config.json's scale_embedding is read as transformers computes it: never applied),
+learned decoder positions from 0 (max_target_positions rows), a head (proj_out) tied to the decoder's token table
+unless it differs, no logits bias; its encoder reads num_mel_bins log-mel bins through two convolutions (conv1,
+conv2) at fixed sinusoids of max_source_positions rows (embed_positions, read as given). Every size reads: tiny to
+large-v3 (128 mel bins), and Distil-Whisper, whose decoder has 2 layers. generation_config.json's Whisper keys
+(lang_to_id, task_to_id, no_timestamps_token_id, alignment_heads, ...) are kept as read and written back on export
+(GENERATION_KEYS). Defaults as WhisperConfig's: pad and EOS 50256, decoder start 50257.
 """
 
 from pathlib import Path
@@ -26,7 +27,6 @@ DEFAULTS = {  # WhisperConfig's, where they differ from BART's
     "pad_token_id": 50256,
     "eos_token_id": 50256,
     "decoder_start_token_id": 50257,
-    "scale_embedding": False,
     "activation_function": "gelu",
     "dropout": 0.0,
 }
@@ -81,6 +81,7 @@ def whisper_config_from_hf(hf: dict, untied_head: bool) -> ModelConfig:
         family="whisper",
         audio={"n_mels": hf.get("num_mel_bins", 80), "max_source_positions": hf.get("max_source_positions", 1500)},
         attention={"bias": "qvo"},
+        embeddings={"scale": False},  # transformers' Whisper computes scale_embedding's factor and never applies it
         positions={"kind": "learned", "offset": 0},
         norms={"position": "pre"},
         output={"logits_bias": False},
@@ -105,6 +106,7 @@ def check_whisper_compatible(cfg: ModelConfig) -> None:
         "positions.offset must be 0": cfg.positions.offset != 0,
         "attention.bias must be qvo (no key bias)": cfg.attention.bias != "qvo",
         "embeddings.norm must be false": cfg.embeddings.norm,
+        "embeddings.scale must be false (transformers' Whisper never scales)": cfg.embeddings.scale,
         "output.logits_bias must be false": cfg.output.logits_bias,
     }
     bart_layout.check_layout(cfg, "Whisper", own, norm_position="pre")
