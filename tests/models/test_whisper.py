@@ -99,3 +99,15 @@ def test_a_whisper_model_without_whisper_s_key_bias_rule_is_refused_at_export(tm
     model = built(attention={"bias": "none"})
     with pytest.raises(ConfigError, match="cannot be saved as Hugging Face Whisper: attention.bias must be qvo"):
         export_hf(model, build_tokenizer("byte"), tmp_path / "out")
+
+
+def test_the_audio_encoder_attends_by_chunks_of_queries_as_it_does_whole():
+    """A batch whose scores would fill long_scores attends by chunks (models.encoder), its memory unchanged."""
+    model = built().eval()
+    clips = features(frames=400)
+    with torch.no_grad():
+        whole = model.encode(clips).hidden
+        model.encoder.long_scores = 1_000
+        assert model.encoder.by_chunks(2 * 4, 200, None, 0)
+        chunked = model.encode(clips).hidden
+    torch.testing.assert_close(chunked, whole, atol=1e-5, rtol=0)

@@ -94,8 +94,9 @@ class Whisper(EncoderDecoder):
 
     @staticmethod
     def position_limits(cfg: ModelConfig) -> tuple[int | None, int | None]:
-        """(source frames, target positions) the model reads at most."""
-        return 2 * cfg.audio.max_source_positions, table_rows(cfg)
+        """(None, target positions): the sources are frames, not token rows, which the encoder bounds itself by
+        model.audio.max_source_positions (AudioEncoder.check_features, one sentence)."""
+        return None, table_rows(cfg)
 
     def build_encoder(self, cfg: ModelConfig, rotary, local_rotary) -> Encoder:
         return AudioEncoder(cfg)
