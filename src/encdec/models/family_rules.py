@@ -69,7 +69,7 @@ DECODER_ONLY_OWN = frozenset(
 
 # What the whisper family's encoder, which reads log-mel features through its convolutional stem at its own sinusoidal
 # positions with every frame a key, does not take: a token table of its own, other widths, experts, images, the
-# encoder attentions and windows, named kinds, and positions other than the decoder's learned ones
+# encoder attentions and windows, named kinds, positions other than the decoder's learned ones, an embedding norm
 WHISPER_UNUSED = frozenset(
     {
         "research",
@@ -95,6 +95,8 @@ WHISPER_UNUSED = frozenset(
         "positions.rope_local_theta",
         "positions.rope_scale",
         "embeddings.shared",
+        "embeddings.norm",  # BART's norm of the embeddings, which the stem's output never takes
+        "embeddings.decoder_norm_first",
     }
 )
 

@@ -105,7 +105,6 @@ def check_whisper_compatible(cfg: ModelConfig) -> None:
         "family must be whisper": cfg.family != "whisper",
         "positions.offset must be 0": cfg.positions.offset != 0,
         "attention.bias must be qvo (no key bias)": cfg.attention.bias != "qvo",
-        "embeddings.norm must be false": cfg.embeddings.norm,
         "embeddings.scale must be false (transformers' Whisper never scales)": cfg.embeddings.scale,
         "output.logits_bias must be false": cfg.output.logits_bias,
     }
