@@ -5,7 +5,8 @@ Only the encoder's front differs from the encoder-decoder's: a convolutional ste
 and GELU, Conv1d(C, C, 3, stride 2, padding 1) and GELU: 3000 frames of 10 ms become 1500 positions) and a fixed
 sinusoidal table of model.audio.max_source_positions rows (Whisper's `sinusoids`, kept with the weights: a
 checkpoint's is read as given), then the encoder's pre-norm blocks and its closing norm. Every frame is a key, as
-transformers' Whisper ignores an attention mask. The decoder, the head, the DecodeState and generation are the
+transformers' Whisper ignores an attention mask. Clips of fewer frames than 2 x max_source_positions read the
+table's first rows (a short clip trains faster); transformers' Whisper takes exactly that many (30 s, padded). The decoder, the head, the DecodeState and generation are the
 encoder-decoder's: learned positions, unscaled token embeddings, a head tied to the token table (interop/whisper
 reads and writes Hugging Face's WhisperForConditionalGeneration).
 
@@ -79,7 +80,7 @@ class AudioEncoder(Encoder):
                 + (f"{features.dtype} of shape {shape}" if shape is not None else type(features).__name__)
             )
         if shape[0] == 0 or shape[2] == 0:
-            raise DataError("the input is empty: there is nothing to generate from")
+            raise DataError("the input is empty: it has no frames to encode")
         if shape[2] > self.max_frames:
             raise DataError(
                 f"the input has {shape[2]:,} frames but this model reads at most {self.max_frames:,} "
