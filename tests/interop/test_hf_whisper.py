@@ -5,6 +5,7 @@ Whisper keys as read, write LoRA adapters peft loads under its names, are counte
 alone (the published large-v3 and distil-large-v3 too), and what the layout cannot hold is refused in one sentence."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -208,15 +209,11 @@ def test_encdec_size_of_a_published_config_json_is_transformers_count(published,
     ids=["heads", "activation", "odd-width", "mel-bins"],
 )
 def test_what_the_layout_cannot_hold_is_refused_in_one_sentence(model_dir, tmp_path, changed, message):
-    import shutil
-
     shutil.copytree(model_dir, tmp_path / "model")
     parity_kit.assert_refused_in_one_sentence(tmp_path / "model", changed, message)
 
 
 def test_scale_embedding_reads_as_transformers_computes_it_unapplied(pair, model_dir, tmp_path):
-    import shutil
-
     shutil.copytree(model_dir, tmp_path / "model")
     config = json.loads((tmp_path / "model" / "config.json").read_text())
     (tmp_path / "model" / "config.json").write_text(json.dumps(config | {"scale_embedding": True}))
