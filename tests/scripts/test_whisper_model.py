@@ -82,6 +82,7 @@ def test_a_number_out_of_its_range_is_one_sentence_before_anything_is_written(fl
 def test_an_output_through_a_link_or_a_missing_corpus_is_one_sentence(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "train.jsonl").write_text(json.dumps({"audio": "a.wav", "text": "a dog"}) + "\n")
     with pytest.raises(SystemExit, match="whisper_model.py: error: .*link"):
         script().main(["--data", str(tmp_path), "--out", str(tmp_path / "out" / "model")])
     assert list((tmp_path / "elsewhere").iterdir()) == []
