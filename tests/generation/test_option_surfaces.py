@@ -41,6 +41,16 @@ SAMPLES = {
     "num_beam_groups": (2, {"num_beams": 4, "diversity_penalty": 0.5}),
     "diversity_penalty": (0.5, {"num_beams": 4, "num_beam_groups": 2}),
     "compile": (True, {}),
+    "suppress_tokens": ([5, 6], {}),
+    "begin_suppress_tokens": ([5], {}),
+    "decoder_prompt": ([0, 5], {}),
+    "language": ("fr", {}),
+    "task": ("translate", {}),
+    "return_timestamps": (True, {}),
+    "prompt_ids": ([7, 8], {}),
+    "compression_ratio_threshold": (2.4, {}),
+    "logprob_threshold": (-1.0, {}),
+    "no_speech_threshold": (0.6, {}),
 }
 
 

@@ -134,6 +134,49 @@ def suppress(tokens: list[int], at_length: int | None = None, device: torch.devi
     return apply
 
 
+def timestamp_rules(
+    no_timestamps: int, eos: int, begin: int, max_initial_index: int | None, device: torch.device | str | None = None
+) -> Processor:
+    """Whisper's timestamps (Radford et al. 2022, 4.5; transformers' WhisperTimeStampLogitsProcessor), rows holding
+    `begin` prompt tokens: <|notimestamps|> banned; timestamps (ids from no_timestamps + 1) in pairs, so after a
+    lone one only a timestamp or EOS and after a pair only text; none below the row's last (nor equal, unless it
+    closes a pair); the first new token a timestamp of index at most `max_initial_index`; and where the
+    timestamps' probability mass beats the best text token's, a timestamp. Every row at once, on the device."""
+    first = no_timestamps + 1
+
+    def apply(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        R, V = scores.shape
+        vocab = torch.arange(V, device=scores.device)
+        new = seqs[:, begin:]  # (R, G) the tokens generated so far
+        is_time = new >= first
+        G = new.shape[1]
+        last = is_time[:, -1] if G >= 1 else torch.zeros(R, dtype=torch.bool, device=scores.device)
+        before = is_time[:, -2] if G >= 2 else torch.ones(R, dtype=torch.bool, device=scores.device)
+        banned = (vocab == no_timestamps)[None, :] & torch.ones(R, 1, dtype=torch.bool, device=scores.device)
+        banned |= (last & before)[:, None] & (vocab >= first)[None, :]  # after a pair: text
+        banned |= (last & ~before)[:, None] & (vocab < eos)[None, :]  # after a lone timestamp: no text
+        if G:  # the last timestamp of each row: the next may not go below it (nor repeat it, but to close a pair)
+            at = torch.arange(1, G + 1, device=scores.device)
+            where = (is_time * at).argmax(dim=1)  # (R,) the position of the last timestamp
+            latest = new.gather(1, where[:, None])[:, 0]
+            lowest = torch.where(last & ~before, latest, latest + 1)
+            lowest = torch.where(is_time.any(dim=1), lowest, first)
+        else:
+            lowest = torch.full((R,), first, device=scores.device)
+        banned |= (vocab >= first)[None, :] & (vocab < lowest[:, None])
+        if G == 0:  # the first new token is a timestamp, no later than max_initial_index
+            banned |= (vocab < first)[None, :]
+            if max_initial_index is not None:
+                banned |= (vocab > first + max_initial_index)[None, :]
+        scores = scores.masked_fill(banned, -math.inf)
+        log_probs = scores.float().log_softmax(dim=-1)
+        time_mass = log_probs[:, first:].logsumexp(dim=-1)  # (R,)
+        best_text = log_probs[:, :first].max(dim=-1).values
+        return scores.masked_fill((time_mass > best_text)[:, None] & (vocab < first)[None, :], -math.inf)
+
+    return apply
+
+
 def temperature(t: float) -> Processor:
     return lambda seqs, scores: scores / t
 
@@ -274,6 +317,12 @@ def build_processors(
     if cfg.begin_suppress_tokens is not None:  # as Hugging Face: one later when a forced BOS fills the first slot
         begin = prompt_length + (1 if prompt_length == 1 and cfg.forced_bos_token_id is not None else 0)
         chain.append(suppress(cfg.begin_suppress_tokens, at_length=begin, device=device))
+    rules = cfg.whisper
+    if rules is not None and cfg.return_timestamps:  # transformers' Whisper puts it after the suppressions
+        eos = cfg.eos_ids[0] if cfg.eos_ids else rules.no_timestamps_token_id  # text lies below EOS
+        chain.append(
+            timestamp_rules(rules.no_timestamps_token_id, eos, prompt_length, rules.max_initial_timestamp_index, device)
+        )
     if cfg.do_sample:
         keep = len(cfg.eos_ids) + 1 if cfg.num_beams > 1 else 1
         if cfg.temperature != 1.0:

@@ -174,11 +174,15 @@ def argument_type(annotation: Any, flag: str) -> Callable[[str], Any]:
     config value, the refusal naming `flag`."""
     inner = typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
     listed = typing.get_origin(inner) is list
+    may_list = any(typing.get_origin(member) is list for member in typing.get_args(inner))  # a number or a list
 
     def parse(text: str) -> Any:
         if inner is str:  # a name or a separator: "2024" stays text
             return value_of(annotation, text, flag)
-        value = [number(part.strip(), flag) for part in text.split(",")] if listed else number(text, flag)
+        if listed or (may_list and "," in text):
+            value = [number(part.strip(), flag) for part in text.split(",")]
+        else:
+            value = number(text, flag)
         return value_of(annotation, value, flag)
 
     return parse
