@@ -16,11 +16,12 @@ import torch
 from torch import nn
 
 from encdec.errors import ConfigError, DataError
+from encdec.generation import fallback
 from encdec.generation.compiled import fixed_shape_stepper
 from encdec.generation.config import GenerationConfig
 from encdec.generation.decode_memory import check_generation_fits
 from encdec.generation.generate_output import GenerateOutput
-from encdec.generation.interface import Steppable, model_device
+from encdec.generation.interface import Steppable, capabilities_of, model_device
 from encdec.generation.stop_strings import stop_strings_for
 from encdec.generation.strategies import strategy_for
 from encdec.generation.whisper_rules import whisper_output, whisper_prompt
@@ -110,16 +111,18 @@ def prepare(
                 "a Whisper's prompt is made from language, task, return_timestamps and prompt_ids: give those "
                 "instead of decoder_input_ids or decoder_prompt"
             )
-        fits = lambda length: check_generation_fits(model, cfg, batch, src_ids.shape[1], length, device)  # noqa: E731
+        fits = lambda length: check_generation_fits(model, cfg, batch, src_ids.shape[-1], length, device)  # noqa: E731
         prompt = whisper_prompt(model, src_ids, src_mask, cfg, fits)
     else:
         check_whisper_options(cfg)
         if decoder_input_ids is None and cfg.decoder_prompt is not None:
             decoder_input_ids = prompt_rows(cfg.decoder_prompt, batch)
         prompt = decoder_prompt(model, decoder_input_ids, batch, cfg, device)  # (B, P)
-        check_generation_fits(model, cfg, batch, src_ids.shape[1], prompt.shape[1], device)  # before the search
+        check_generation_fits(model, cfg, batch, src_ids.shape[-1], prompt.shape[1], device)  # before the search
     stop = stop_strings_for(cfg.stop_string_list, tokenizer, device) if cfg.stop_strings else None
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if fallback.applies(cfg):
+        fallback.check_fallback(cfg, vocab)
     return Prepared(cfg, src_ids, src_mask, prompt, stop, cfg.rows_per_example, device, vocab)
 
 
@@ -191,7 +194,10 @@ def check_inputs(
     model, src_ids: torch.Tensor, src_mask: torch.Tensor | None, cfg: GenerationConfig
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate the batch where src_ids lives; return it with a boolean mask there. Each problem is one
-    sentence. Inputs on a GPU cost one host sync per call (host inputs none)."""
+    sentence. Inputs on a GPU cost one host sync per call (host inputs none). A model that reads features
+    (a speech encoder's log-mels, its capabilities say) takes them as src_ids (see `check_features`)."""
+    if capabilities_of(model).reads_features:
+        return check_features(src_ids, src_mask)
     if not isinstance(src_ids, torch.Tensor) or src_ids.dim() != 2 or src_ids.dtype not in (torch.long, torch.int):
         raise DataError("src_ids must be a (batch, length) tensor of integer token ids")
     if src_ids.shape[0] == 0 or src_ids.shape[1] == 0:
@@ -213,6 +219,23 @@ def check_inputs(
     if vocab is not None and (low < 0 or high >= vocab):
         raise DataError(f"input token ids must lie in [0, {vocab}); got {low}..{high}")
     return src_ids.long(), src_mask
+
+
+def check_features(features: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """features (B, C, T), finite floats, and their mask (B, T) (default: every frame real); each problem one
+    sentence, at one host sync where they lie on a GPU."""
+    if not isinstance(features, torch.Tensor) or features.dim() != 3 or not features.is_floating_point():
+        raise DataError("this model reads features: a (batch, channels, frames) tensor of floats (log-mels)")
+    if features.numel() == 0:
+        raise DataError("the input is empty: there is nothing to generate from")
+    if not bool(torch.isfinite(features).all()):
+        raise DataError("the input features hold NaN or infinite values")
+    B, _, T = features.shape
+    if mask is None:
+        return features, torch.ones(B, T, dtype=torch.bool, device=features.device)
+    if tuple(mask.shape) != (B, T):
+        raise DataError(f"src_mask has shape {tuple(mask.shape)} but the features have {B} rows of {T} frames")
+    return features, as_bool_mask(mask.to(features.device))
 
 
 def decoder_prompt(

@@ -67,6 +67,7 @@ class Capabilities:
     pads_left: bool = False  # prompts of different lengths are padded on the left (a causal LM's)
     packs_sources: bool = False  # start(..., packed=True) encodes the sources end to end in one row
     attention_maps: bool = False  # attention_layers(): the encoder's and the cross-attention's modules
+    reads_features: bool = False  # start takes float features (B, C, T) as src_ids, a speech encoder's log-mels
 
 
 NOTHING = Capabilities()

@@ -1,0 +1,88 @@
+"""encdec.generate with a Whisper's rules equals transformers' Whisper generate token for token: language and task
+given (one for all, one per input) or detected, timestamps, a previous text's prompt, greedy and beam 4, on a tiny
+random transformers Whisper driven as a Steppable (tests/generation/whisper_kit.py).
+
+One window's decoding, as encdec decodes it: where a decoding holds two timestamps in a row and does not end on a
+lone one, transformers decodes the window again from its last timestamp (long-form transcription's seek, which it
+runs on short inputs too) and returns both passes. A real Whisper does so with timestamps asked, mid-sentence at the
+token limit; a random one also without, emitting timestamp tokens after <|notimestamps|>. So the cases without
+timestamps suppress them, as a trained Whisper does not emit them, and the seeds of the cases with timestamps were
+checked to end within one pass (their rows end on EOS or on a lone timestamp, or past the window).
+"""
+
+import pytest
+import torch
+
+import encdec
+from encdec.errors import ConfigError
+
+from . import whisper_kit
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def whisper(tmp_path_factory):
+    path = tmp_path_factory.mktemp("whisper")
+    reference = whisper_kit.tiny_whisper(transformers, path)
+    return reference, whisper_kit.Steppable(reference), whisper_kit.defaults_of(path)
+
+
+def features(seed: int, batch: int = 3) -> torch.Tensor:
+    return torch.randn(batch, 8, 60, generator=torch.Generator().manual_seed(seed))
+
+
+NO_TIMESTAMPS = dict(suppress_tokens=[3, 4, *whisper_kit.TIMESTAMPS])
+CASES = {
+    "language": dict(language="fr", **NO_TIMESTAMPS),
+    "language-per-input": dict(language=["fr", "de", "en"], task="translate", **NO_TIMESTAMPS),
+    "detected": dict(NO_TIMESTAMPS),
+    "timestamps": dict(language="en", return_timestamps=True),
+    "timestamps-detected": dict(return_timestamps=True, task="transcribe"),
+    "beam": dict(language="de", num_beams=4, **NO_TIMESTAMPS),
+    "beam-timestamps": dict(language="en", num_beams=4, return_timestamps=True),
+}
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("options", CASES.values(), ids=CASES)
+def test_generate_equals_transformers_whisper(whisper, options, seed):
+    reference, ours, defaults = whisper
+    x = features(seed)
+    expected = reference.generate(x, max_new_tokens=10, **options)
+    got = encdec.generate(ours, x, defaults=defaults, max_new_tokens=10, **options)
+    assert torch.equal(got, expected), (got, expected)
+
+
+def test_a_previous_text_prompt_equals_transformers(whisper):
+    reference, ours, defaults = whisper
+    x = features(7)
+    prompt_ids = [whisper_kit.PREV, 9, 10, 11]
+    options = dict(max_new_tokens=8, language="en", **NO_TIMESTAMPS)
+    expected = reference.generate(x, prompt_ids=torch.tensor(prompt_ids), **options)
+    got = encdec.generate(ours, x, defaults=defaults, prompt_ids=prompt_ids, **options)
+    assert torch.equal(got, expected)
+
+
+def test_the_language_detected_is_transformers_detect_language(whisper):
+    from encdec.generation.whisper_rules import detect_language
+
+    reference, ours, defaults = whisper
+    x = features(3, batch=6)
+    detected = detect_language(ours, x, torch.ones(6, 60, dtype=torch.bool), defaults["whisper"], whisper_kit.START)
+    assert torch.equal(detected, reference.detect_language(x))
+
+
+def test_whisper_options_without_whisper_rules_are_one_sentence():
+    from .helpers import V, tiny
+
+    model = tiny("t5")
+    for options in (dict(language="en"), dict(return_timestamps=True), dict(prompt_ids=[1, 2])):
+        with pytest.raises(ConfigError, match="an option of Whisper's rules"):
+            encdec.generate(model, torch.randint(3, V, (2, 5)), **options)
+
+
+def test_a_whisper_prompt_is_not_given_as_decoder_input_ids(whisper):
+    _, ours, defaults = whisper
+    with pytest.raises(ConfigError, match="made from language, task"):
+        encdec.generate(ours, features(0), defaults=defaults, decoder_prompt=[50, 52])
