@@ -13,8 +13,8 @@ the server read this one table, so a search added here is served as `generate` r
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from encdec.generation.beam_search import beam_search
 from encdec.generation import fallback
+from encdec.generation.beam_search import beam_search
 from encdec.generation.config import GenerationConfig
 from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.group_beam_search import group_beam_search
