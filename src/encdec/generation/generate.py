@@ -24,7 +24,8 @@ from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.interface import Steppable, capabilities_of, model_device
 from encdec.generation.stop_strings import stop_strings_for
 from encdec.generation.strategies import strategy_for
-from encdec.generation.whisper_rules import whisper_output, whisper_prompt
+from encdec.generation.whisper_rules import whisper_prompt
+from encdec.generation.whisper_windows import transcribe
 from encdec.modules import as_bool_mask
 from encdec.tokenizers.languages import generation_languages
 
@@ -62,14 +63,14 @@ def generate(
         cfg = job.cfg
         stepper = fixed_shape_stepper(model) if cfg.compile else model  # the model, or its fixed-shape steps
         with torch.inference_mode():
-            state = stepper.start(job.src_ids, job.src_mask, cfg.max_new_tokens + job.prompt.shape[1] - 1, job.rows)
-            out = strategy_for(cfg).run(stepper, state, job)
+            if cfg.whisper is not None:  # what transformers' Whisper returns: the new tokens, window after window
+                out = transcribe(stepper, job, strategy_for)
+            else:
+                state = stepper.start(job.src_ids, job.src_mask, cfg.max_new_tokens + job.prompt.shape[1] - 1, job.rows)
+                out = strategy_for(cfg).run(stepper, state, job)
     finally:
         if was_training:
             model.train()
-    if cfg.whisper is not None:  # what transformers' Whisper generate returns: the new tokens, no prompt nor EOS
-        eos = cfg.eos_ids[0] if cfg.eos_ids else None
-        out.sequences = whisper_output(out.sequences, job.prompt.shape[1], eos, cfg.pad_token_id)
     log.info("generated %d rows of %d tokens (decoder prompt included)", *out.sequences.shape)
     return out if cfg.return_dict_in_generate else out.sequences
 

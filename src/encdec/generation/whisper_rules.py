@@ -7,8 +7,7 @@
 the language and task tokens; the previous-text token; the largest first timestamp), each declared and
 bounded as a config field is. `init_tokens` makes each row's prompt as transformers' `_retrieve_init_tokens`
 does (<|startoftranscript|> <|lang|> <|task|> [<|notimestamps|>]), `detect_language` picks a row's language
-token from one decoder step as transformers' `detect_language` does, and `whisper_output` cuts a search's
-rows to what transformers' Whisper `generate` returns: the generated tokens without the prompt or EOS.
+token from one decoder step as transformers' `detect_language` does (whisper_windows decodes the rows).
 
 Shapes: B examples, P prompt length, L output length, V vocabulary.
 """
@@ -201,24 +200,6 @@ def most_likely_language(logits: torch.Tensor, rules: WhisperRules) -> torch.Ten
     allowed = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
     allowed[language_logits_ids(rules, logits.device)] = True
     return logits.masked_fill(~allowed, -torch.inf).argmax(dim=-1)
-
-
-def whisper_output(sequences: torch.Tensor, prompt_length: int, eos_id: int | None, pad_id: int) -> torch.Tensor:
-    """sequences (B, P + n) -> (B, L): each row's generated tokens, its padding and EOS cut off, right-padded with
-    `pad_id` to the longest, as transformers' Whisper `generate` returns a short-form batch. One host sync."""
-    rows = []
-    for seq in sequences[:, prompt_length:].tolist():
-        if seq and seq[-1] == pad_id:
-            paddings = seq.count(pad_id) - (1 if pad_id == eos_id else 0)
-            seq = seq[: len(seq) - paddings] if paddings else seq
-        if seq and seq[-1] == eos_id:
-            seq = seq[:-1]
-        rows.append(seq)
-    width = max(len(row) for row in rows)
-    out = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out.to(sequences.device)
 
 
 def detect_language(model, src_ids: torch.Tensor, src_mask: torch.Tensor, rules: WhisperRules, start: int):
