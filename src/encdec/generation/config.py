@@ -71,10 +71,8 @@ def valid_decoder_prompt(prompt) -> bool:
     return all(0 < len(row) <= MAX_PROMPT_TOKENS and token_list(row) for row in rows) and len(rows) <= MAX_BEAMS**2
 
 
-def valid_temperature(value) -> bool:
-    """A temperature above zero, or a fallback's temperatures (Whisper's): 1 to MAX_TEMPERATURES, each >= 0."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return 0 < value <= MAX_SCALE
+def valid_temperatures(value) -> bool:
+    """A fallback's temperatures (Whisper's): 1 to MAX_TEMPERATURES, each from 0 (greedy) to MAX_SCALE."""
     return (
         isinstance(value, (list, tuple))
         and 0 < len(value) <= MAX_TEMPERATURES
@@ -92,10 +90,13 @@ def valid_languages(value) -> bool:
 TOKEN_LIST = "None or a list of token ids (integers >= 0)"
 TokenList = Annotated[list[int] | None, Satisfies(token_list, TOKEN_LIST), InVocabulary()]
 LanguageCode = Annotated[str, Satisfies(valid_language_code, "a language code: up to 32 letters, digits, _ or -")]
-Temperature = Annotated[
-    float | list[float],
-    Satisfies(valid_temperature, f"a number above 0, or a list of 1 to {MAX_TEMPERATURES} temperatures >= 0"),
-]
+Temperature = (  # one sampling temperature, or a fallback's list of them
+    Annotated[float, Range(0, MAX_SCALE, above=True)]
+    | Annotated[
+        list[Annotated[float, Range(0, MAX_SCALE)]],
+        Satisfies(valid_temperatures, f"a list of 1 to {MAX_TEMPERATURES} temperatures from 0 to {MAX_SCALE:,.0f}"),
+    ]
+)
 Beams = Annotated[int, Range(1, MAX_BEAMS)]
 
 

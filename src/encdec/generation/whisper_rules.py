@@ -18,7 +18,7 @@ from typing import Annotated
 
 import torch
 
-from encdec.errors import CheckpointError, ConfigError
+from encdec.errors import CheckpointError, ConfigError, suggestion
 from encdec.schema import Range, Satisfies, TokenId, check_vocabulary, load_json, read
 
 MAX_LANGUAGES = 256  # Whisper knows 99 (100 from large-v3); a table of thousands is not a Whisper's
@@ -96,8 +96,10 @@ class WhisperRules:
         code = language.lower()
         token = code if code.startswith("<|") else f"<|{code}|>"
         if token not in self.lang_to_id:
-            known = ", ".join(key[2:-2] for key in list(self.lang_to_id)[:12])
-            raise ConfigError(f"language {language!r} is not one this model knows (its codes: {known}, ...)")
+            codes = [key[2:-2] for key in self.lang_to_id]
+            raise ConfigError(
+                f"language {language!r} is not one this model knows{suggestion(code, codes, 'its codes')}"
+            )
         return self.lang_to_id[token]
 
 
@@ -140,7 +142,7 @@ def init_tokens(
     if isinstance(language, list) and len(language) != batch:
         raise ConfigError(f"language lists {len(language)} languages for {batch} inputs; give one, or one per input")
     if task is not None and task not in rules.task_to_id:
-        raise ConfigError(f"task {task!r} is not one this model knows: {', '.join(rules.task_to_id) or 'none'}")
+        raise ConfigError(f"task {task!r} is not one this model knows{suggestion(task, list(rules.task_to_id))}")
     tokens: list[int | None] = [start]
     if task is None and language is None:
         for position, token in rules.forced_decoder_ids or ():  # [[1, lang], [2, task], [3, notimestamps]]
