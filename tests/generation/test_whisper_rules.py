@@ -154,3 +154,6 @@ def test_the_rules_read_from_a_generation_config_json(tmp_path):
         whisper_rules_of({**values, "max_initial_timestamp_index": -1})
     with pytest.raises(ConfigError, match="below vocab_size"):
         GenerationConfig(whisper=rules).check_vocabulary(56)
+    assert GenerationConfig(whisper=json.loads(json.dumps(rules.as_json()))).whisper == rules  # kept as JSON
+    with pytest.raises(ConfigError, match="whisper.task_to_id"):
+        GenerationConfig(whisper={**rules.as_json(), "task_to_id": {"sing": 3}})

@@ -14,7 +14,7 @@ import torch
 
 from encdec.errors import ConfigError
 from encdec.generation.whisper_rules import TASKS, WhisperRules
-from encdec.schema import InVocabulary, Range, Satisfies, TokenId, check, check_vocabulary
+from encdec.schema import InVocabulary, Range, Satisfies, TokenId, check, check_vocabulary, read
 
 # The largest values generation takes, far beyond any real use and small enough that the memory estimate
 # (generation/decode_memory.py) is computed before anything sized by them is allocated.
@@ -191,8 +191,9 @@ class GenerationConfig:
         list[int] | list[list[int]] | None,
         Satisfies(valid_decoder_prompt, "None, a list of token ids, or one such list per input"),
         InVocabulary(),
-    ] = option(None, "token ids every output starts from (one list, or one per input)", HTTP)
-    whisper: WhisperRules | None = None  # a Whisper's generation_config.json (whisper_rules.read_whisper_rules)
+    ] = option(None, "token ids every output starts from (one list, or one per input)", CLI, HTTP)
+    whisper: WhisperRules | None = None  # a Whisper's generation_config.json (whisper_rules.read_whisper_rules), or
+    # the mapping of its keys (WhisperRules.as_json)
     language: Annotated[str | list[str], Satisfies(valid_languages, "a language code, or one per input")] | None = (
         option(None, "Whisper: the language spoken (en, fr, ...; one per input); not given, it is detected", CLI, HTTP)
     )
@@ -200,7 +201,7 @@ class GenerationConfig:
         None, "Whisper: transcribe, or translate into English", CLI, HTTP
     )
     return_timestamps: bool = option(False, "Whisper: timestamp tokens between the text's segments", CLI, HTTP, HF)
-    prompt_ids: TokenList = option(None, "Whisper: a previous text's ids, <|startofprev|> first", HTTP)
+    prompt_ids: TokenList = option(None, "Whisper: a previous text's ids, <|startofprev|> first", CLI, HTTP)
     compression_ratio_threshold: Annotated[float, Range(0, MAX_SCALE, above=True)] | None = option(
         None,
         "temperature fallback: decode again where the output's zlib compression ratio is above this",
@@ -228,6 +229,8 @@ class GenerationConfig:
     )
 
     def __post_init__(self):
+        if isinstance(self.whisper, dict):  # the rules as JSON keeps them (a checkpoint's generation defaults)
+            self.whisper = read(WhisperRules, self.whisper, "whisper.")
         check(self)
         if self.num_beams == 1 and not self.do_sample and self.num_return_sequences > 1:
             raise ConfigError("num_return_sequences > 1 needs beam search (num_beams > 1) or do_sample=True")

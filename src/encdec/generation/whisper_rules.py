@@ -73,6 +73,10 @@ class WhisperRules:
         list[list] | None, Satisfies(valid_forced, "None or pairs [position from 1, token id or null]")
     ] = None  # the old way of writing the prompt, read where neither language nor task is given
 
+    def as_json(self) -> dict:
+        """Its keys and values as generation_config.json writes them (GenerationConfig(whisper=...) reads them back)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
     @property
     def timestamp_begin(self) -> int:
         return self.no_timestamps_token_id + 1
