@@ -45,6 +45,7 @@ CASES = {  # thresholds the tiny model's greedy rows fall on either side of (com
     "both": dict(compression_ratio_threshold=0.7, logprob_threshold=-1.6),
     "no-speech": dict(logprob_threshold=-1.45, no_speech_threshold=0.00045),  # <|nospeech|> 1e-4..7e-4 here
     "beam-first": dict(compression_ratio_threshold=0.62, num_beams=3),
+    "beam-logprob": dict(logprob_threshold=-1.2, num_beams=3),
 }
 
 
@@ -82,7 +83,10 @@ def test_a_text_model_falls_back_as_speech_does():
     "options, error",
     [
         (dict(temperature=[0.0, 0.5], num_beams=2, num_return_sequences=2), "keeps one output per input"),
-        (dict(temperature=[0.0], logprob_threshold=-1.0, num_beams=2), "scores greedy decodings"),
+        (
+            dict(temperature=[0.0], logprob_threshold=-1.0, num_beams=2, num_beam_groups=2, diversity_penalty=0.5),
+            "not diverse beam search",
+        ),
         (dict(temperature=[0.0], no_speech_threshold=0.5, logprob_threshold=-1.0), "an option of Whisper's rules"),
     ],
 )
@@ -95,3 +99,27 @@ def test_no_speech_without_logprob_threshold_is_one_sentence(whisper):
     _, ours, defaults = whisper
     with pytest.raises(ConfigError, match="no_speech_threshold needs logprob_threshold"):
         encdec.generate(ours, torch.randn(1, 8, 60), defaults=defaults, language="en", no_speech_threshold=0.5)
+
+
+@pytest.mark.parametrize("options", [dict(num_beams=4), dict(num_beams=3, num_return_sequences=2, length_penalty=-1.0)])
+def test_beam_indices_are_hugging_faces(tmp_path, options):
+    """The rows a beam search's tokens were chosen from, which the fallback scores a beam decoding by."""
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        vocab_size=99, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, decoder_start_token_id=0
+    )
+    reference = transformers.T5ForConditionalGeneration(config).eval()
+    with torch.no_grad():  # weights large enough that rows differ and beams change places
+        for weight in reference.parameters():
+            weight.normal_(0, 0.3) if weight.dim() > 1 else None
+    reference.save_pretrained(tmp_path)
+    ours = encdec.load_hf(tmp_path)
+    src = torch.randint(2, 99, (3, 10), generator=torch.Generator().manual_seed(1))
+    eos = int(reference.generate(input_ids=src, max_new_tokens=9, **options)[0, 3])  # rows end at different steps
+    options = dict(options, max_new_tokens=9, eos_token_id=eos, return_dict_in_generate=True, output_scores=True)
+    expected = reference.generate(input_ids=src, **options)
+    got = encdec.generate(ours, src, **options)
+    assert torch.equal(got.sequences, expected.sequences)
+    assert torch.equal(got.beam_indices, expected.beam_indices[:, : got.beam_indices.shape[1]])
+    if options["num_beams"] == 3:  # short hypotheses favoured: one shorter than the search, its steps after -1
+        assert (got.beam_indices == -1).any()

@@ -54,6 +54,15 @@ def average_logprob(scores: torch.Tensor, tokens: list[int], temperature: float)
     return float(total / len(tokens))
 
 
+def scores_of(out: GenerateOutput, j: int) -> torch.Tensor:
+    """(n, V) the processed scores row `j` of a search's output chose its tokens from: its own row's at each
+    step, or for beam search the row of the beam each token came from (as transformers splits them: an index
+    of -1, past the hypothesis's end, reads the last row; the tokens' count cuts those steps off)."""
+    if out.beam_indices is None:
+        return torch.stack([step[j] for step in out.scores])
+    return torch.stack([step[index] for step, index in zip(out.scores, out.beam_indices[j].tolist())])
+
+
 def no_speech_probs(stepper, job) -> torch.Tensor:
     """(B,) the probability of <|nospeech|> after each row's first prompt token, from the unprocessed logits, as
     transformers' WhisperNoSpeechDetection reads it: an encoder pass and one step of their own."""
@@ -66,8 +75,8 @@ def check_fallback(cfg, vocab_size: int | None) -> None:
     """What a fallback needs, each missing piece one sentence."""
     if cfg.num_return_sequences > 1:
         raise ConfigError("temperature fallback keeps one output per input: leave num_return_sequences at 1")
-    if cfg.logprob_threshold is not None and cfg.num_beams > 1:
-        raise ConfigError("logprob_threshold scores greedy decodings: with num_beams > 1 leave it out")
+    if cfg.logprob_threshold is not None and cfg.num_beam_groups > 1:
+        raise ConfigError("logprob_threshold scores greedy, sampled and beam decodings, not diverse beam search")
     if cfg.no_speech_threshold is not None and (cfg.logprob_threshold is None or cfg.whisper is None):
         raise ConfigError("no_speech_threshold needs logprob_threshold and a Whisper's rules (its <|nospeech|>)")
     if cfg.compression_ratio_threshold is not None and vocab_size is None:
@@ -128,7 +137,7 @@ def run_fallback(stepper, state, job, strategy_for) -> GenerateOutput:
             if cfg.compression_ratio_threshold is not None:
                 again = compression_ratio(tokens, job.vocab_size) > cfg.compression_ratio_threshold
             if scoring:
-                logprob = average_logprob(torch.stack([step[j] for step in out.scores]), tokens, temperature)
+                logprob = average_logprob(scores_of(out, j), tokens, temperature)
                 again = again or logprob < cfg.logprob_threshold
                 if no_speech is not None and logprob < cfg.logprob_threshold:
                     skip = bool(no_speech[j] > cfg.no_speech_threshold)
