@@ -59,6 +59,18 @@ def equal_to_transformers(reference, ours, defaults, x, options, windows):
     windows.append(ours.starts)
 
 
+@pytest.mark.parametrize("options", [dict(NO_TIMESTAMPS), dict(return_timestamps=True), dict(num_beams=3)])
+def test_an_english_only_whisper_equals_transformers(tmp_path, options):
+    reference = whisper_kit.tiny_whisper(transformers, tmp_path, seed=1, multilingual=False)
+    ours, defaults = whisper_kit.Steppable(reference), whisper_kit.defaults_of(tmp_path)
+    for seed in range(2):
+        x = features(seed)
+        expected = reference.generate(x, max_new_tokens=10, **options)
+        assert torch.equal(encdec.generate(ours, x, defaults=defaults, max_new_tokens=10, **options), expected)
+    with pytest.raises(ConfigError, match="English-only"):
+        encdec.generate(ours, x, defaults=defaults, language="en")
+
+
 def test_a_previous_text_prompt_equals_transformers(whisper):
     reference, ours, defaults = whisper
     x = features(7)

@@ -120,7 +120,7 @@ def transformers_init_tokens(rules, language, task, timestamps, forced):
 
 
 def test_an_english_only_model_takes_no_language_and_an_unknown_one_is_one_sentence():
-    english = WhisperRules(NO_TIMESTAMPS)
+    english = WhisperRules(NO_TIMESTAMPS, is_multilingual=False)
     assert init_tokens(english, START, 1, None, None, False) == [[START, NO_TIMESTAMPS]]
     with pytest.raises(ConfigError, match="English-only"):
         init_tokens(english, START, 1, "en", None, False)

@@ -18,8 +18,9 @@ PREV = 57  # <|startofprev|>
 TIMESTAMPS = list(range(NO_TIMESTAMPS + 1, V))
 
 
-def tiny_whisper(transformers, path, seed: int = 0):
-    """A random WhisperForConditionalGeneration with a multilingual generation_config.json saved in `path`."""
+def tiny_whisper(transformers, path, seed: int = 0, multilingual: bool = True):
+    """A random WhisperForConditionalGeneration with a generation_config.json saved in `path`: a multilingual
+    one's, or an English-only one's (no languages nor tasks)."""
     torch.manual_seed(seed)
     config = transformers.WhisperConfig(
         vocab_size=V,
@@ -47,8 +48,9 @@ def tiny_whisper(transformers, path, seed: int = 0):
                 weight.normal_(0, 0.5)
     generation = model.generation_config
     generation.no_timestamps_token_id = NO_TIMESTAMPS
-    generation.lang_to_id, generation.task_to_id = dict(LANGS), dict(TASKS)
-    generation.is_multilingual = True
+    if multilingual:
+        generation.lang_to_id, generation.task_to_id = dict(LANGS), dict(TASKS)
+    generation.is_multilingual = multilingual
     generation.max_initial_timestamp_index = 5
     generation.prev_sot_token_id = PREV
     model.save_pretrained(path)

@@ -66,7 +66,7 @@ class WhisperRules:
     no_timestamps_token_id: TokenId  # <|notimestamps|>; the timestamp tokens follow it: <|0.00|> is this + 1
     lang_to_id: Languages = field(default_factory=dict)  # {"<|en|>": 50259, ...}
     task_to_id: Tasks = field(default_factory=dict)  # {"transcribe": 50360, "translate": 50359}
-    is_multilingual: bool = False  # an English-only model takes no language or task
+    is_multilingual: bool | None = None  # False: an English-only model, which takes no language or task
     max_initial_timestamp_index: Annotated[int, Range(0, MAX_TIMESTAMP_INDEX)] | None = None
     prev_sot_token_id: TokenId | None = None  # <|startofprev|>, before a previous text's ids (prompt_ids)
     forced_decoder_ids: Annotated[
@@ -141,7 +141,7 @@ def init_tokens(
     """Each row's prompt, as transformers' `_retrieve_init_tokens`: <|startoftranscript|>, the language (given,
     one for all or one per row, else `detected`, else the forced_decoder_ids'), the task (given; transcribe
     where only a language is), then <|notimestamps|> unless timestamps are asked (and dropped where asked)."""
-    if not rules.is_multilingual and (language is not None or task is not None):
+    if rules.is_multilingual is False and (language is not None or task is not None):
         raise ConfigError("this Whisper is English-only: it takes no language or task")
     if isinstance(language, list) and len(language) != batch:
         raise ConfigError(f"language lists {len(language)} languages for {batch} inputs; give one, or one per input")
