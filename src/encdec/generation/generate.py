@@ -53,7 +53,10 @@ def generate(
     need (tgt_lang's code is forced first, as forced_bos_token_id, or mBART's the decoder's start; every row must
     hold src_lang's). The options
     start from `defaults` where given, else from the model's `generation_defaults` (a loaded
-    checkpoint's).
+    checkpoint's). With Whisper's rules (the option `whisper`, read from its generation_config.json by
+    whisper_rules.read_whisper_rules) src_ids are the model's features (B, C, T), the prompt is made from
+    language, task, return_timestamps and prompt_ids, and the result is what transformers' Whisper
+    `generate` returns: the new tokens without prompt or EOS (whisper_windows).
     """
     was_training = isinstance(model, nn.Module) and model.training
     if was_training:
