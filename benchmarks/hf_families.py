@@ -14,6 +14,9 @@ more) is shown as such, with encdec's answer to its config.json alone. The table
 sequence-to-sequence types; the decoder-only families encdec reads (Gemma 2, Gemma 3, Llama, Qwen2, Qwen3) are
 built and scored in bfloat16 by the same `build` and `bf16_errors` (tests/interop/test_family_table.py) and compared
 in float32, greedy tokens included, by tests/interop/test_hf_decoder_only.py and test_hf_gemma_decoder_only.py.
+Whisper, of transformers' speech mapping, has its row too (SPEECH): its sources are two clips of log-mels, the
+second padded as silence is, its greedy tokens transformers' generation loop's (GenerationMixin.generate: Whisper's
+own generate adds its prompts and timestamp rules).
 """
 
 import argparse
@@ -28,12 +31,14 @@ import torch
 import transformers
 from transformers import CONFIG_MAPPING, PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES as SPEECH_TYPES
 
 import encdec
 from encdec.interop import load_hf
 from encdec.interop.families import FAMILIES
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "hf_families.md"
+SPEECH = ("whisper",)  # the speech sequence-to-sequence types encdec reads, beside the text ones
 SIZES = {  # config attribute -> the tiny value, wherever a config has it
     **dict.fromkeys(("vocab_size", "decoder_vocab_size"), 128),
     **dict.fromkeys(("d_model", "hidden_size"), 32),
@@ -76,7 +81,10 @@ REASONS = {  # why encdec does not read a family (its architecture, in a phrase)
 
 def shrink(config: PretrainedConfig) -> PretrainedConfig:
     """`config` with every size SIZES names set small, in its sub-configs too (T5Gemma's encoder, decoder)."""
+    aliases = getattr(config, "attribute_map", {})  # Whisper's num_key_value_heads is its encoder's heads
     for name, value in SIZES.items():
+        if name in aliases:
+            continue
         if hasattr(config, name) and not isinstance(getattr(config, name), (dict, PretrainedConfig)):
             setattr(config, name, value)
     for name in list(vars(config)):
@@ -89,6 +97,9 @@ def shrink(config: PretrainedConfig) -> PretrainedConfig:
     for name, last in (("eoi_token_index", 1), ("image_token_index", 2)):  # T5Gemma 2's, inside the vocabulary too
         if isinstance(getattr(config, name, None), int) and getattr(config, name) >= SIZES["vocab_size"]:
             setattr(config, name, SIZES["vocab_size"] - last)
+    for name in ("suppress_tokens", "begin_suppress_tokens"):  # Whisper's lists, inside the vocabulary too
+        if isinstance(getattr(config, name, None), list):
+            setattr(config, name, [i for i in getattr(config, name) if i < SIZES["vocab_size"]])
     if getattr(config, "decoder_start_token_id", None) is None and getattr(config, "pad_token_id", None) is not None:
         config.decoder_start_token_id = config.pad_token_id  # T5's convention, which its config leaves unset
     layer_types = getattr(config, "layer_types", None)
@@ -135,6 +146,11 @@ def padded_inputs(cfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     mask = torch.ones_like(ids, dtype=torch.bool)
     mask[1, 6:] = False
     tgt = torch.cat([torch.full((2, 1), cfg.decoder_start_id), ids[:, :4]], dim=1)
+    if cfg.family == "whisper":  # two clips of log-mels in place of the ids, the second half silence's value
+        frames = 2 * cfg.audio.max_source_positions
+        features = torch.randn(2, cfg.audio.n_mels, frames, generator=torch.Generator().manual_seed(0))
+        features[1, :, frames // 2 :] = -0.75
+        return features, None, tgt
     return ids, mask, tgt
 
 
@@ -142,7 +158,9 @@ def hf_logits(model, ids: torch.Tensor, mask: torch.Tensor, tgt: torch.Tensor) -
     """A transformers model's logits of the padded batch: an encoder-decoder's of the decoder inputs over the
     sources (FSMT's keeping no cache: with one it takes the target for a single step and leaves out the causal
     mask); a decoder-only one's (Gemma, Llama, Qwen: the table's decoder-only families) of the decoder inputs alone,
-    as encdec's decoder-only family computes them (its forward takes no source)."""
+    as encdec's decoder-only family computes them (its forward takes no source); Whisper's over log-mels."""
+    if model.config.model_type in SPEECH:
+        return model(input_features=ids.to(model.dtype), decoder_input_ids=tgt).logits
     if model.config.is_encoder_decoder:
         options = {"use_cache": False} if model.config.model_type == "fsmt" else {}
         return model(input_ids=ids, attention_mask=mask.long(), decoder_input_ids=tgt, **options).logits
@@ -174,9 +192,11 @@ def compare(path: Path, class_name: str) -> tuple[str, str]:
         reference = hf_logits(theirs, ids, mask, tgt)
         logits = ours(ids, tgt, src_mask=mask).logits
         greedy = ours.generate(ids, mask, max_new_tokens=6, num_beams=1, do_sample=False)
-        expected = theirs.generate(
-            input_ids=ids, attention_mask=mask.long(), max_new_tokens=6, num_beams=1, do_sample=False, min_length=0
-        )
+        options = dict(max_new_tokens=6, num_beams=1, do_sample=False, min_length=0)
+        if mask is None:  # log-mels: transformers' generation loop, Whisper's own rules aside
+            expected = transformers.GenerationMixin.generate(theirs, input_features=ids, **options)
+        else:
+            expected = theirs.generate(input_ids=ids, attention_mask=mask.long(), **options)
     difference = (logits - reference).abs().max().item()
     width = min(greedy.shape[1], expected.shape[1])
     same = torch.equal(greedy[:, :width], expected[:, :width])
@@ -205,6 +225,8 @@ def paths(ours, theirs, path: Path, class_name: str, ids, mask, tgt) -> str:
         code = encdec(["size", str(path)])
     counted = said.getvalue().split("parameters:")[1].split()[0] if code == 0 else None
     fixed = {id(p) for m in theirs.modules() if "Sinusoidal" in type(m).__name__ for p in m.parameters()}
+    if theirs.config.model_type in SPEECH:  # Whisper's encoder sinusoids, frozen where built (not where read)
+        fixed.add(id(theirs.model.encoder.embed_positions.weight))
     learned = {id(p): p for p in theirs.parameters() if id(p) not in fixed}  # Marian's sinusoid tables are fixed
     # T5Gemma 2's vision tower and projector: encdec reads (and counts) the text model alone
     image = {id(p) for name, p in theirs.named_parameters() if "vision_tower" in name or "multi_modal" in name}
@@ -236,7 +258,7 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help=f"write the table to {DOC.relative_to(DOC.parents[1])}")
     parser.add_argument("--only", help="comma-separated model types (default: every one)")
     args = parser.parse_args()
-    types = MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+    types = MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES | {name: SPEECH_TYPES[name] for name in SPEECH}
     chosen = args.only.split(",") if args.only else list(types)
     rows = []
     with tempfile.TemporaryDirectory() as root:
@@ -251,7 +273,8 @@ def main() -> int:
     head = (
         "# Hugging Face encoder-decoder families in encdec\n\n"
         f"Written by `python benchmarks/hf_families.py --write` with transformers {transformers.__version__} and "
-        f"torch {torch.__version__}: each of transformers' {len(rows)} sequence-to-sequence model types built tiny "
+        f"torch {torch.__version__}: each of transformers' {len(rows)} sequence-to-sequence model types (its text "
+        "ones and Whisper, the speech family encdec reads, on log-mels) built tiny "
         "from its config (random weights), saved, opened by encdec and compared on a padded batch in float32 "
         f"(logits within 1e-4 and the same greedy tokens: exact); and in bfloat16, both holding and computing in it, "
         "how far each lands from transformers' float32 logits, as a share of the largest (encdec within "

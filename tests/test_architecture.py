@@ -13,7 +13,7 @@ FIXTURE_RUN = Path(__file__).resolve().parent / "fixtures" / "checkpoint_2ba69c1
 LAYERS = [
     {"encdec.errors", "encdec.lazy_names"},
     {"encdec.safe_paths", "encdec.sizing", "encdec.schema", "encdec.cpu_features"},
-    {"encdec.modules", "encdec.tokenizers"},
+    {"encdec.modules", "encdec.tokenizers", "encdec.audio"},
     {"encdec.generation", "encdec.data", "encdec.quantization"},
     {"encdec.models"},
     {"encdec.interop", "encdec.evaluation"},

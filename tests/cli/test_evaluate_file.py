@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 MULTI30K = SHARED / "translation" / "multi30k"
 WORDS = ["<pad>", "</s>", "<unk>"] + "once upon a time there was a little girl named lily she liked to play".split()
-METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum", "bleu", "chrf", "ter", "exact_match")
+METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum", "bleu", "chrf", "ter", "wer", "cer", "exact_match")
 PAIRS = [
     ("once upon a time", "there was a little girl"),
     ("lily liked to play", "she was a little girl"),

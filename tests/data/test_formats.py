@@ -9,7 +9,7 @@ import pytest
 
 from encdec.cli import build_parser, main
 from encdec.cli.evaluate import read_data
-from encdec.data.formats import FILE_FORMATS, FORMATS, OPTION_NAMES, ReaderOptions
+from encdec.data.formats import FILE_FORMATS, FORMATS, OPTION_NAMES, TEXT_FILE_FORMATS, ReaderOptions
 from encdec.data.shards import read_shards
 from encdec.errors import ConfigError
 from encdec.schema import read
@@ -36,6 +36,14 @@ SAMPLES = {
     ),
     "tsv": (["source\ttarget\n" + "".join(f"{s}\t{s.upper()}\n" for s in STORIES)], {"header": True}),
     "parallel": (["\n".join(STORIES) + "\n", "\n".join(s.upper() for s in STORIES) + "\n"], {}),
+    "speech-jsonl": (
+        ["".join(json.dumps({"wav": f"clips/{i}.wav", "sentence": s}) + "\n" for i, s in enumerate(STORIES))],
+        {"audio_field": "wav", "text_field": "sentence"},
+    ),
+    "speech-tsv": (
+        ["path\ttext\n" + "".join(f"clips/{i}.flac\t{s}\n" for i, s in enumerate(STORIES))],
+        {"header": True},
+    ),
 }
 NOT_DEFAULT = {  # a value other than ReaderOptions' default for each option (one a config can be seen to set)
     "text_field": "body",
@@ -44,6 +52,7 @@ NOT_DEFAULT = {  # a value other than ReaderOptions' default for each option (on
     "source_list": "first",
     "target_list": "each",
     "list_separator": " / ",
+    "audio_field": "wav",
     "header": True,
 }
 
@@ -65,7 +74,7 @@ def flags(options: dict) -> list[str]:
 
 def run_config(fmt: str, paths: list[Path], options: dict) -> RunConfig:
     data = {"format": fmt, "train": [str(p) for p in paths], "validation": [str(p) for p in paths], **options}
-    objective = {"kind": "seq2seq" if FORMATS[fmt].pairs else "ul2"}
+    objective = {"kind": "transcribe" if FORMATS[fmt].audio else "seq2seq" if FORMATS[fmt].pairs else "ul2"}
     return read(RunConfig, {"data": data, "objective": objective})
 
 
@@ -105,6 +114,10 @@ def test_every_format_is_read_alike_by_the_config_evaluate_and_data_prepare(fmt,
     train, _ = read_items(run_config(fmt, paths, options))
     assert train and all(isinstance(item, tuple) == FORMATS[fmt].pairs for item in train)
     assert evaluate_items(fmt, paths, options, tmp_path) == train
+    if fmt not in TEXT_FILE_FORMATS:  # recordings and their transcripts: no token shards to prepare of them
+        assert main(prepare(fmt, paths, options, tmp_path / "shards")) == 2
+        assert f"invalid choice: '{fmt}'" in capsys.readouterr().err
+        return
     assert main(prepare(fmt, paths, options, tmp_path / "shards")) == 0, capsys.readouterr().err
     counts = read_shards(tmp_path / "shards").manifest["splits"]["train"]
     assert {c["documents"] for c in counts.values()} == {len(train)}
@@ -125,10 +138,10 @@ def test_an_option_a_format_does_not_take_is_one_sentence_naming_it_on_every_sur
         assert str(error.value).endswith(f", not {fmt}")
         flag = "--" + name.replace("_", "-")
         evaluate = ["evaluate", str(tmp_path / "hf"), "--data", *map(str, paths), "--format", fmt]
-        for argv in (
-            evaluate + ["--out", str(tmp_path / "report"), *flags(given)],
-            prepare(fmt, paths, given, tmp_path / "shards"),
-        ):
+        surfaces = [evaluate + ["--out", str(tmp_path / "report"), *flags(given)]]
+        if fmt in TEXT_FILE_FORMATS:
+            surfaces.append(prepare(fmt, paths, given, tmp_path / "shards"))
+        for argv in surfaces:
             assert main(argv) == 2
             err = capsys.readouterr().err.splitlines()
             assert err == [f"encdec: error: {flag} applies to --format {taker_list(name)}, not {fmt}"], argv[:2]
@@ -140,11 +153,12 @@ def taker_list(name: str) -> str:
 
 
 def test_the_datasets_format_takes_every_field_option_in_a_config_and_is_no_command_s_file_format(tmp_path, capsys):
-    """Every option that names or joins a record's fields; a file's header line is no dataset's."""
-    fields = {name: value for name, value in NOT_DEFAULT.items() if name != "header"}
+    """Every option that names or joins a record's fields; a file's header line is no dataset's, nor a manifest's
+    audio field (a dataset's recordings are its source_field, an Audio column)."""
+    fields = {name: value for name, value in NOT_DEFAULT.items() if name not in ("header", "audio_field")}
     data = {"format": "datasets", "dataset": "org/name", **fields}
     assert read(RunConfig, {"data": data, "objective": {"kind": "seq2seq"}}).data.source_list == "first"
-    with pytest.raises(ConfigError, match="data.header applies to data.format tsv, not datasets"):
+    with pytest.raises(ConfigError, match="data.header applies to data.format tsv or speech-tsv, not datasets"):
         read(RunConfig, {"data": {**data, "header": True}, "objective": {"kind": "seq2seq"}})
     assert "datasets" not in FILE_FORMATS
     (tmp_path / "f.txt").write_text("x\n")

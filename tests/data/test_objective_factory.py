@@ -3,7 +3,9 @@
 import ast
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile
 import torch
 
 from encdec.cli import main as run
@@ -18,6 +20,7 @@ from encdec.data.objectives import (
     prefix_lm_objective,
     ul2_mode_ids,
 )
+from encdec.data.objectives.transcribe import TranscribeObjective
 from encdec.errors import ConfigError
 from encdec.tokenizers import build_tokenizer
 
@@ -34,6 +37,18 @@ def docs(tok, tinystories_stories):
     return Documents.from_lists(tok.encode(tinystories_stories[:60], add_eos=True))
 
 
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory):
+    """60 recordings for transcribe's pairs: three tones, each named 20 times."""
+    root = tmp_path_factory.mktemp("clips")
+    t = np.arange(4000) / 16_000
+    paths = []
+    for i in range(3):
+        soundfile.write(root / f"{i}.wav", 0.2 * np.sin(2 * np.pi * (220 + 110 * i) * t), 16_000)
+        paths.append(str(root / f"{i}.wav"))
+    return paths * 20
+
+
 def same_batches(a, b, steps: int = 3) -> bool:
     for _ in range(steps):
         x, y = a.next_batch(), b.next_batch()
@@ -46,9 +61,11 @@ def same_batches(a, b, steps: int = 3) -> bool:
     return True
 
 
-def direct(kind, docs, tok, seed):
+def direct(kind, docs, tok, seed, recordings=()):
     """Each objective built by hand, as the trainer and `encdec data inspect` used to."""
     ids = (tok.pad_id, tok.eos_id, tok.decoder_start_id)
+    if kind == "transcribe":
+        return TranscribeObjective(recordings, docs, 4, *ids, max_target_len=16, seed=seed)
     if kind == "causal_lm":
         return CausalLMObjective(docs, 32, 4, mode="sequential", seed=seed)
     if kind == "prefix_lm":
@@ -65,8 +82,8 @@ def direct(kind, docs, tok, seed):
 
 
 @pytest.mark.parametrize("kind", OBJECTIVES)
-def test_the_factory_builds_the_same_batches_as_the_objective_itself(kind, docs, tok):
-    data = (docs, docs) if kind == "seq2seq" else docs
+def test_the_factory_builds_the_same_batches_as_the_objective_itself(kind, docs, tok, recordings):
+    data = {"seq2seq": (docs, docs), "transcribe": (recordings, docs)}.get(kind, docs)
     options = dict(
         seq_len=32 if kind == "causal_lm" else 48,
         windows="sequential",
@@ -78,8 +95,8 @@ def test_the_factory_builds_the_same_batches_as_the_objective_itself(kind, docs,
         mode_tokens=True,
     )
     built = build_objective(kind, data, tok, 4, 5, **options)
-    assert built.name == direct(kind, docs, tok, 5).name
-    assert same_batches(built, direct(kind, docs, tok, 5))
+    assert built.name == direct(kind, docs, tok, 5, recordings).name
+    assert same_batches(built, direct(kind, docs, tok, 5, recordings))
 
 
 def test_an_unknown_objective_is_refused_with_the_known_names(docs, tok):

@@ -5,7 +5,7 @@ import sacrebleu
 from rouge_score import rouge_scorer
 
 from encdec.errors import DataError
-from encdec.evaluation import bleu, chrf, exact_match, rot5_preprocess, rouge, score_texts, ter
+from encdec.evaluation import bleu, cer, chrf, exact_match, rot5_preprocess, rouge, score_texts, ter, wer
 from encdec.evaluation.text_metrics import rot5_lemmas
 
 PREDICTIONS = [
@@ -51,7 +51,9 @@ def test_exact_match_counts_outputs_equal_to_their_reference():
 def test_identical_texts_score_100_everywhere():
     scores = score_texts(REFERENCES, REFERENCES)
     assert scores == pytest.approx(
-        dict(rouge1=100, rouge2=100, rougeL=100, rougeLsum=100, bleu=100, chrf=100, ter=0, exact_match=100)
+        dict(
+            rouge1=100, rouge2=100, rougeL=100, rougeLsum=100, bleu=100, chrf=100, ter=0, wer=0, cer=0, exact_match=100
+        )
     )
 
 
@@ -132,3 +134,24 @@ def test_a_long_sample_shows_its_start_and_its_end():
 
 def test_rot5_lemmas_name_what_the_preprocessing_did():
     assert rot5_preprocess("studies") == {"wordnet": "study", "porter": "studi"}[rot5_lemmas()]
+
+
+def test_wer_and_cer_are_jiwer_s_corpus_rates():
+    import jiwer
+
+    references, predictions = ["a dog runs in the snow", "two men sit"], ["a dog ran in snow", "two men sit down"]
+    assert wer(predictions, references) == pytest.approx(100 * jiwer.wer(references, predictions))
+    assert cer(predictions, references) == pytest.approx(100 * jiwer.cer(references, predictions))
+    # by hand: "ran" for "runs" and "the" dropped (2 of 6 words), "down" added (1 of 3): 3 edits in 9 words
+    assert wer(predictions, references) == pytest.approx(100 * 3 / 9)
+
+
+def test_wer_against_several_references_takes_each_prediction_s_closest():
+    references = [["a cat sleeps", "the cat is asleep"], ["one dog"]]
+    assert wer(["the cat is asleep", "one dog"], references) == 0
+    assert wer(["a cat sleeps now", "one dog"], references) == pytest.approx(100 * 1 / 5)
+
+
+def test_an_error_rate_over_references_without_words_is_one_sentence():
+    with pytest.raises(DataError, match="hold no words"):
+        wer(["something"], [" "])

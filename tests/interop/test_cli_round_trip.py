@@ -41,9 +41,12 @@ def test_generate_export_and_reload_on_the_command_line(model_type, bench, tmp_p
     convert_tokenizer(build_tokenizer("byte")).save(path)
     (tmp_path / "inputs.txt").write_text("\n".join(TEXTS) + "\n")
     args = ["generate", str(path), "-i", str(tmp_path / "inputs.txt"), "--format", "jsonl", "--max-new-tokens", "5"]
-    assert main(args) == 0, capsys.readouterr().err
-    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["input"] for r in records] == TEXTS and all(isinstance(r["output"], str) for r in records)
+    if FAMILIES[model_type].model_family == "whisper":  # text given to a model of log-mels: one sentence
+        assert main(args) == 2 and "this model reads features" in capsys.readouterr().err
+    else:
+        assert main(args) == 0, capsys.readouterr().err
+        records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [r["input"] for r in records] == TEXTS and all(isinstance(r["output"], str) for r in records)
     model = encdec.load_hf(path)
     assert main(["export", str(path), "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
     assert hf_class in capsys.readouterr().out

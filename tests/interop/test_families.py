@@ -103,7 +103,18 @@ LAYOUTS = {  # model_type -> a tiny model of its layout (preset, overrides): eve
     "llama": ("decoder_only-tiny", LLAMA),
     "qwen2": ("decoder_only-tiny", {**LLAMA, "attention_bias": "qkv", "tie_embeddings": True}),
     "qwen3": ("decoder_only-tiny", {**LLAMA, "qk_norm": True, "d_head": 32}),
+    "whisper": (  # its encoder reads log-mels (sources()), two convolutions and 50 positions' sinusoids deep
+        "whisper-tiny",
+        {"d_model": 32, "n_heads": 4, "d_ff": 64, "n_encoder_layers": 2, "audio": {"max_source_positions": 50}},
+    ),
 }
+
+
+def sources(model: torch.nn.Module) -> torch.Tensor:
+    """A source the model reads: 4 token ids, or a clip of log-mels (the whisper family's)."""
+    if model.config.family == "whisper":
+        return torch.randn(1, model.config.audio.n_mels, 100, generator=torch.Generator().manual_seed(0))
+    return torch.tensor([[5, 6, 7, 1]])
 
 
 def tiny(model_type: str, tokenizer) -> torch.nn.Module:
@@ -127,7 +138,7 @@ def test_each_family_writes_its_layout_and_reads_back_the_same_model(model_type,
     written = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert written["model_type"] == model_type and written["architectures"] == [family.hf_class]
     loaded = load_hf(tmp_path / "hf")
-    src, tgt = torch.tensor([[5, 6, 7, 1]]), torch.tensor([[0, 9, 8]])
+    src, tgt = sources(model), torch.tensor([[0, 9, 8]])
     with torch.no_grad():
         torch.testing.assert_close(loaded(src, tgt).logits, model(src, tgt).logits)
 

@@ -13,7 +13,10 @@ from encdec.interop.families import FAMILIES
 ROOT = Path(__file__).resolve().parents[2]
 # the docs table is of transformers' sequence-to-sequence types: the decoder-only families (Gemma 2, Gemma 3, Llama,
 # Qwen2, Qwen3) have no row there; tests/interop/test_hf_decoder_only.py and test_hf_gemma_decoder_only.py compare them
-SEQ2SEQ = {model_type for model_type, family in FAMILIES.items() if family.model_family == "encoder_decoder"}
+# Whisper, of transformers' speech types, has its row beside them (benchmarks/hf_families.py's SPEECH)
+SEQ2SEQ = {
+    model_type for model_type, family in FAMILIES.items() if family.model_family in ("encoder_decoder", "whisper")
+}
 
 
 def script():

@@ -34,8 +34,11 @@ PRESETS = {
     "parallel_encdec": "parallel_encdec-tiny",
     "decoder_only": "decoder_only-tiny",
     "rnn_seq2seq": "rnn_seq2seq-tiny",
+    "whisper": "whisper-tiny",  # made small (SHAPES), its sources log-mels (sources)
 }
-TRANSFORMERS = [f for f in PRESETS if f != "rnn_seq2seq"]
+TRANSFORMERS = [f for f in PRESETS if f not in ("rnn_seq2seq", "whisper")]  # of token ids
+# a family's preset made as small as the others' tiny ones
+SHAPES = {"whisper": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, audio={"max_source_positions": 12})}
 CAUSAL = ["ar_encdec", "parallel_encdec", "decoder_only"]
 NOT_MODEL = {"family", "vocab_size", "pad_id", "eos_id", "decoder_start_id"}  # identity and token ids
 # a value each family refuses with its own reason (tested below), rather than a field it ignores
@@ -45,6 +48,7 @@ VALUE_RULES = {
     "decoder_only": {"position"},
     "rnn_seq2seq": {"n_decoder_layers"},
     "encoder_decoder": set(),
+    "whisper": {"position", "attention_bias"},  # learned decoder positions; qkv biases only without model.bias
 }
 
 # a value away from each field's default and the tiny presets' (bools are flipped), a line a theme where one fits
@@ -64,6 +68,7 @@ ALTERNATIVE = (
     | {"experts.balance": "all", "experts.token_dropout": 0.5, "experts.eval_capacity_fraction": 0.5}
     | {"encoder.max_positions": 96, "global_tokens": "first", "encoder.vocab_size": V + 8}
     | {"attention.kinds": {"dilated_band": {"width": 2, "dilation": 2}}, "attention.implementation": "flex"}
+    | {"audio.n_mels": 16, "audio.max_source_positions": 64}  # the whisper family's (tests/models/test_whisper.py)
 )
 # fields that change what an export writes, not the model: tests/interop holds them honoured
 EXPORT_ONLY = {"hf_model_type"}
@@ -142,7 +147,11 @@ def refused_as(family: str, field: str) -> str:
 
 def config(family: str, **overrides) -> ModelConfig:
     base = dict(dropout=0.0) if family != "rnn_seq2seq" else {}
-    return preset(PRESETS[family], vocab_size=V, pad_id=V - 2, eos_id=V - 1, **{**base, **overrides})
+    shape = SHAPES.get(family, {})
+    if "audio" in overrides:  # a spec's keys over the shape's
+        shape = {**shape, "audio": {**shape.get("audio", {}), **overrides.pop("audio")}}
+    ids = dict(vocab_size=V, pad_id=V - 2, eos_id=V - 1, decoder_start_id=0)
+    return preset(PRESETS[family], **ids, **{**base, **shape, **overrides})
 
 
 def build(family: str, **overrides):
@@ -165,6 +174,8 @@ def fingerprint(model) -> tuple:
     """Parameter names, shapes and values, and train-mode logits and loss on a fixed batch."""
     g = torch.Generator().manual_seed(1)
     src, tgt, labels = (torch.randint(0, V - 2, (2, 24), generator=g) for _ in range(3))
+    if model.config.family == "whisper":  # 24 frames of log-mels
+        src = torch.randn(2, model.config.audio.n_mels, 24, generator=g)
     torch.manual_seed(2)
     out = model.train()(src, tgt, labels=labels)
     return model.state_dict(), out.logits.detach(), out.loss.detach()
@@ -192,6 +203,8 @@ REFUSED = [(f, field) for f in PRESETS for field in sorted(unused_fields(f))]
 @pytest.mark.parametrize("family,field", HONOURED, ids=[f"{f}-{field}" for f, field in HONOURED])
 def test_an_honoured_field_changes_the_model(family, field):
     context = CONTEXT.get(field, {})
+    if family == "whisper":  # its decoder's positions are learned, whatever the field's context elsewhere
+        context = {key: value for key, value in context.items() if key != "position"}
     base = config(family, **context)
     changed = {**context, **setting(field, alternative(field, base))}
     assert not same(fingerprint(build(family, **context)), fingerprint(build(family, **changed)))

@@ -88,7 +88,7 @@ def test_an_unknown_objective_is_refused_at_load(no_data):
     with pytest.raises(
         ConfigError,
         match=r"objective\.kind must be one of causal_lm, span_corruption, ul2, prefix_lm, "
-        r"seq2seq, got 'span'",
+        r"seq2seq, transcribe, got 'span'",
     ):
         load_config(MAIN, ["objective.kind=span"])
 

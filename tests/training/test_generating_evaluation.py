@@ -68,6 +68,15 @@ def test_the_best_checkpoint_is_chosen_by_the_metric_when_asked(tmp_path, shared
     assert RunDir(tmp_path / "run").pointer("best") == f"step_{best['step']:08d}"
 
 
+def test_the_best_checkpoint_by_an_error_rate_is_the_lowest(tmp_path, shared_data):
+    args = seq2seq_run(tmp_path, shared_data, "output.best_by=metric", "evaluation.metric=cer", "output.keep_last=5")
+    assert main(args) == 0
+    records = evals(tmp_path / "run")
+    assert all(0 <= r["val_wer"] and 0 <= r["val_cer"] for r in records)
+    best = min(records, key=lambda r: (r["val_cer"], -r["step"]))  # the last of the lowest: trained longest
+    assert RunDir(tmp_path / "run").pointer("best") == f"step_{best['step']:08d}"
+
+
 def test_early_stopping_ends_the_run_after_patience_evaluations_without_a_better_metric(tmp_path, shared_data, capsys):
     """lr 0 keeps every evaluation equal, so none after the first is better: patience 2 stops at step 6 of 20."""
     args = seq2seq_run(

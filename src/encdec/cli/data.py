@@ -13,7 +13,7 @@ from typing import Annotated
 from encdec.cli.options import add_reader_options, flag_of, given_reader_options, whole_number
 from encdec.cli.output_paths import InputPath, OutputPath
 from encdec.data.batch import IGNORE_INDEX, Batch
-from encdec.data.formats import FILE_FORMATS, TEXT_FORMATS, read_corpus, reader_options
+from encdec.data.formats import TEXT_FILE_FORMATS, TEXT_FORMATS, read_corpus, reader_options
 from encdec.data.objectives import OBJECTIVES, PairTemplate, build_objective
 from encdec.data.passkey import passkey_examples, word_keys
 from encdec.data.shards import prepare_shards, read_shards
@@ -64,7 +64,7 @@ def add_parser(subparsers) -> None:
         type=InputPath("the corpus file", Path),
         help="corpus files (plain or .gz); 'parallel' takes SOURCE TARGET",
     )
-    prepare.add_argument("--format", required=True, choices=FILE_FORMATS)
+    prepare.add_argument("--format", required=True, choices=TEXT_FILE_FORMATS)
     prepare.add_argument(
         "--out",
         required=True,

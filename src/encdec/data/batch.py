@@ -2,7 +2,8 @@
 
 Shapes: B batch, S source length, T target length.
 
-Encoder-decoder: `src_ids`/`src_mask` are the encoder input; `tgt_ids` is the
+Encoder-decoder: `src_ids`/`src_mask` are the encoder input (a speech family's: the recordings' log-mel
+features (B, M, F), no mask: data.objectives.transcribe); `tgt_ids` is the
 decoder input = labels shifted right after the decoder-start token; `labels`
 are padded with -100. A packed batch (objective.pack, data.objectives.packing) holds
 several examples per row and says where each lies in `src_segments` / `tgt_segments`
@@ -28,7 +29,7 @@ PACKING_FIELDS = ("src_segments", "tgt_segments", "src_positions", "tgt_position
 class Batch:
     tgt_ids: Tensor  # (B, T) int64 decoder input
     labels: Tensor  # (B, T) int64, IGNORE_INDEX where no loss
-    src_ids: Tensor | None = None  # (B, S) int64 encoder input
+    src_ids: Tensor | None = None  # (B, S) int64 encoder input; a speech family's: log-mel features (B, M, F) float
     src_mask: Tensor | None = None  # (B, S) bool, True at real tokens
     prefix_lengths: Tensor | None = None  # (B,) prefix-LM only: positions < prefix attend bidirectionally
     src_segments: Tensor | None = None  # (B, S) int64 packed only: example number in the row, 0 at padding
@@ -86,17 +87,20 @@ def collate_encoder_decoder(
     src_mask = np.zeros(src.shape, dtype=bool)
     for i, (s, _) in enumerate(examples):
         src_mask[i, : len(s)] = True
-    labels = pad_rows([t for _, t in examples], IGNORE_INDEX)  # (B, T)
+    tgt, labels = decoder_rows([t for _, t in examples], pad_id, decoder_start_id)
+    return Batch(
+        tgt_ids=tgt, labels=labels, src_ids=torch.from_numpy(src), src_mask=torch.from_numpy(src_mask), modes=modes
+    )
+
+
+def decoder_rows(targets: Sequence[np.ndarray], pad_id: int, decoder_start_id: int) -> tuple[Tensor, Tensor]:
+    """(tgt_ids, labels), each (B, T): the labels right-padded with IGNORE_INDEX, the decoder input the labels
+    shifted right after the decoder-start token."""
+    labels = pad_rows(targets, IGNORE_INDEX)  # (B, T)
     tgt = np.full(labels.shape, pad_id, dtype=np.int64)
     tgt[:, 0] = decoder_start_id
     tgt[:, 1:] = np.where(labels[:, :-1] == IGNORE_INDEX, pad_id, labels[:, :-1])
-    return Batch(
-        tgt_ids=torch.from_numpy(tgt),
-        labels=torch.from_numpy(labels),
-        src_ids=torch.from_numpy(src),
-        src_mask=torch.from_numpy(src_mask),
-        modes=modes,
-    )
+    return torch.from_numpy(tgt), torch.from_numpy(labels)
 
 
 def padded_to_bucket(batch: Batch, multiple: int, rows: int, pad_id: int) -> Batch:

@@ -354,8 +354,9 @@ def is_validation(key: str, val_fraction: float, seed: int = 0) -> bool:
 
 
 def item_key(item: str | tuple) -> str:
-    """The text an item is split by: a document's own, a pair's source."""
-    return item if isinstance(item, str) else item[0]
+    """The text an item is split by: a document's own, a pair's source (a recording's bytes: their digest)."""
+    key = item if isinstance(item, str) else item[0]
+    return key if isinstance(key, str) else hashlib.blake2b(key, digest_size=16).hexdigest()
 
 
 def crossing(hashes: list[float], val_fraction: float) -> int | None:

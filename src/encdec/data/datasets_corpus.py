@@ -22,6 +22,7 @@ from pathlib import Path
 
 from encdec.data.corpora import field_texts
 from encdec.data.hub import HUB_NAME, check_hub_dataset, named_commit, quiet_loggers
+from encdec.data.speech import recording_value
 from encdec.errors import DataError, listed
 from encdec.schema import short
 
@@ -119,7 +120,7 @@ def open_dataset(
         options["name"] = config
     try:
         with quiet_loggers("datasets", "huggingface_hub", "fsspec"):  # a refusal is our one sentence, not their retries
-            return datasets.load_dataset(name, **options)
+            return undecoded_audio(datasets, datasets.load_dataset(name, **options))
     except Exception as error:  # ConnectionError, FileNotFoundError, DatasetNotFoundError, a bad split, ...
         raise DataError(
             f"dataset {short(dataset or files)} cannot be loaded ({type(error).__name__}: {error})"
@@ -191,7 +192,18 @@ def _load_saved(datasets, path: Path, split: str, streaming: bool):
         saved = saved[split]
     elif split != "train":
         raise DataError(f"dataset directory {path} holds one split, read as train; it has no {short(split)}")
+    saved = undecoded_audio(datasets, saved)
     return saved.to_iterable_dataset() if streaming else saved
+
+
+def undecoded_audio(datasets, rows):
+    """`rows` with each Audio column read undecoded, {"bytes", "path"}: encdec.audio decodes recordings itself
+    (soundfile, soxr), so no row needs the decoder `datasets` would call (torchcodec)."""
+    features = getattr(rows, "features", None) or {}
+    for name, feature in features.items():
+        if isinstance(feature, datasets.Audio) and feature.decode:
+            rows = rows.cast_column(name, datasets.Audio(decode=False))
+    return rows
 
 
 def dataset_items(
@@ -204,9 +216,11 @@ def dataset_items(
     source_list: str = "join",
     target_list: str = "join",
     list_separator: str = " ",
+    recordings: bool = False,
 ) -> Iterator[str] | Iterator[tuple[str, str]]:
     """The documents (stripped, empty ones dropped) or (source, target) pairs of dataset rows, by the
-    column mapping; `where` names the dataset in a refusal."""
+    column mapping; `where` names the dataset in a refusal. With `recordings` a pair's source is a recording
+    (data.speech): an Audio column's bytes or path, or a column of paths."""
     for number, row in enumerate(rows):
         label = f"{where} row {number}"
         if not pairs:
@@ -214,6 +228,9 @@ def dataset_items(
             if text:
                 yield text
             continue
-        sources = field_texts(row, source_field, label, source_list, list_separator)
+        if recordings:
+            sources = [recording_value(row.get(source_field), label, source_field)]
+        else:
+            sources = field_texts(row, source_field, label, source_list, list_separator)
         targets = field_texts(row, target_field, label, target_list, list_separator)
         yield from ((source, target) for source in sources for target in targets)

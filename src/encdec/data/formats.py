@@ -30,6 +30,7 @@ from encdec.data.corpora import (
     iter_tsv_pairs,
     with_text,
 )
+from encdec.data.speech import iter_speech_jsonl, iter_speech_tsv
 from encdec.errors import ConfigError, DataError
 from encdec.schema import Satisfies, short
 
@@ -61,12 +62,13 @@ class ReaderOptions:
     list_separator: Annotated[str, Satisfies(short_text, f"a text of at most {MAX_SEPARATOR_CHARS} characters")] = (
         field(default=" ", metadata=_help("what joins a list's items"))
     )
+    audio_field: str = field(default="audio", metadata=_help("the field that holds a recording's path"))
     header: bool = field(default=False, metadata=_help("the first line of each file names its columns: skip it"))
 
 
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(ReaderOptions))
 OPTION_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ReaderOptions)}
-FIELD_OPTIONS = tuple(name for name in OPTION_NAMES if name != "header")  # a record's fields; a file's lines aside
+FIELD_OPTIONS = tuple(name for name in OPTION_NAMES if name not in ("header", "audio_field"))  # a record's fields
 PAIR_OPTIONS = ("source_field", "target_field", "source_list", "target_list", "list_separator")
 
 
@@ -80,6 +82,7 @@ class Format:
     holds: str  # what a file of it holds, in words
     options: tuple[str, ...] = ()  # the ReaderOptions its reader takes
     files: int | None = None  # the number of files it is read from together (parallel: 2); None: each alone
+    audio: bool = False  # its pairs' sources are recordings (data.speech), read by the transcription objective
 
 
 FORMATS: dict[str, Format] = {
@@ -94,11 +97,22 @@ FORMATS: dict[str, Format] = {
         Format("jsonl-pairs", iter_jsonl_pairs, True, "one JSON object a line", PAIR_OPTIONS),
         Format("tsv", iter_tsv_pairs, True, "source<TAB>target a line", ("header",)),
         Format("parallel", iter_parallel, True, "two files of aligned lines: source, target", files=2),
+        Format(
+            "speech-jsonl",
+            iter_speech_jsonl,
+            True,
+            "one JSON object a line: a recording and its transcript",
+            ("audio_field", "text_field"),
+            audio=True,
+        ),
+        Format("speech-tsv", iter_speech_tsv, True, "recording path<TAB>transcript a line", ("header",), audio=True),
         Format("datasets", None, None, "a `datasets` dataset (data.dataset)", FIELD_OPTIONS),
     )
 }
 FILE_FORMATS = tuple(name for name, f in FORMATS.items() if f.read is not None)  # what a command reads
-PAIR_FORMATS = tuple(name for name, f in FORMATS.items() if f.pairs)
+PAIR_FORMATS = tuple(name for name, f in FORMATS.items() if f.pairs and not f.audio)  # text pairs
+SPEECH_FORMATS = tuple(name for name, f in FORMATS.items() if f.audio)  # (recording, transcript) pairs
+TEXT_FILE_FORMATS = tuple(name for name in FILE_FORMATS if not FORMATS[name].audio)  # what tokens are made of
 TEXT_FORMATS = tuple(name for name, f in FORMATS.items() if f.pairs is False)
 
 

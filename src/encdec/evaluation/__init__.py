@@ -11,7 +11,17 @@ report.py      eval.json, eval.md and predictions.jsonl
 """
 
 from encdec.evaluation.report import markdown_table, perplexity, write_report
-from encdec.evaluation.text_metrics import bleu, chrf, exact_match, rot5_preprocess, rouge, score_texts, ter
+from encdec.evaluation.text_metrics import (
+    bleu,
+    cer,
+    chrf,
+    exact_match,
+    rot5_preprocess,
+    rouge,
+    score_texts,
+    ter,
+    wer,
+)
 
 __all__ = [
     "bleu",
@@ -23,5 +33,7 @@ __all__ = [
     "rouge",
     "score_texts",
     "ter",
+    "wer",
+    "cer",
     "write_report",
 ]

@@ -1,6 +1,7 @@
-"""Text metrics for seq2seq outputs: ROUGE-1/2/L/Lsum (Google's rouge-score), BLEU, chrF and TER (sacrebleu).
+"""Text metrics for seq2seq outputs: ROUGE-1/2/L/Lsum (Google's rouge-score), BLEU, chrF and TER (sacrebleu),
+word and character error rates (jiwer: WER, CER).
 
-Every score is on a 0-100 scale, higher is better but for TER (an edit rate). ROUGE is
+Every score is on a 0-100 scale, higher is better but for TER, WER and CER (edit rates). ROUGE is
 the mean over examples of the per-example F-measure; BLEU, chrF and TER are sacrebleu's
 corpus scores with its defaults, so the numbers equal what the two libraries report
 themselves; exact match is the share of outputs equal to their reference.
@@ -8,7 +9,9 @@ themselves; exact match is the share of outputs equal to their reference.
 A reference is a text, or a list of texts where an input has several (a test set's
 several translations or summaries): BLEU, chrF and TER then take them all as sacrebleu
 takes multiple references (reference streams, None where an example has fewer), ROUGE
-takes the best-matching one (rouge-score's `score_multi`) and exact match any of them.
+takes the best-matching one (rouge-score's `score_multi`), WER and CER the one with the lowest error rate, and
+exact match any of them. WER and CER are corpus rates, as jiwer computes them over a list: every prediction's
+edits over every reference's words (characters), on the texts as given (no case or punctuation folding).
 
 `rot5_preprocessing` applies ROT5's normalisation before ROUGE (SEEDS.md section 2):
 lowercase, alphabetic tokens only, English stopwords dropped, words lemmatised.
@@ -23,6 +26,7 @@ import logging
 import re
 from collections.abc import Callable
 
+import jiwer
 from rouge_score import rouge_scorer
 from sacrebleu.metrics import BLEU, CHRF, TER
 
@@ -30,6 +34,7 @@ from encdec.errors import DataError
 
 log = logging.getLogger(__name__)
 
+ERROR_RATES = ("ter", "wer", "cer")  # the scores where lower is better
 SACREBLEU = {"bleu": BLEU, "chrf": CHRF, "ter": TER}  # sacrebleu's defaults: 13a, exp smoothing; 6-grams, beta 2
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")  # rougeLsum: summary-level LCS over "\n"-split sentences
 
@@ -147,6 +152,35 @@ def ter(predictions: list[str], references: References) -> float:
     return corpus_score("ter", predictions, references)[0]
 
 
+def edits(reference: str, prediction: str, unit: str) -> tuple[int, int]:
+    """(edits, reference length) of `prediction` against `reference` in words or characters (jiwer's alignment)."""
+    out = (jiwer.process_words if unit == "words" else jiwer.process_characters)(reference, prediction)
+    return out.substitutions + out.deletions + out.insertions, out.hits + out.substitutions + out.deletions
+
+
+def error_rate(predictions: list[str], references: References, unit: str = "words") -> float:
+    """The corpus edit rate (x100) in `unit` ("words": WER, "characters": CER): all edits over all reference
+    words (characters), each prediction against its reference of the lowest rate."""
+    check_pairs(predictions, references)
+    total = length = 0
+    for prediction, refs in zip(predictions, reference_lists(references)):
+        found = min((edits(ref, prediction, unit) for ref in refs), key=lambda e: e[0] / max(e[1], 1))
+        total, length = total + found[0], length + found[1]
+    if length == 0:
+        raise DataError(f"the references hold no {unit}, so an error rate in {unit} is undefined")
+    return 100 * total / length
+
+
+def wer(predictions: list[str], references: References) -> float:
+    """Word error rate (x100): substitutions, deletions and insertions over reference words (jiwer)."""
+    return error_rate(predictions, references, "words")
+
+
+def cer(predictions: list[str], references: References) -> float:
+    """Character error rate (x100), as wer over characters (jiwer)."""
+    return error_rate(predictions, references, "characters")
+
+
 def exact_match(predictions: list[str], references: References) -> float:
     """The share (x100) of predictions equal to their reference (to one of them), outer white space aside."""
     check_pairs(predictions, references)
@@ -155,7 +189,8 @@ def exact_match(predictions: list[str], references: References) -> float:
 
 
 def score_texts(predictions: list[str], references: References, rot5_preprocessing: bool = False) -> dict[str, float]:
-    """Every metric at once: rouge1, rouge2, rougeL, rougeLsum, bleu, chrf, ter (lower is better), exact_match."""
+    """Every metric at once: rouge1, rouge2, rougeL, rougeLsum, bleu, chrf, ter, wer, cer (the last three lower is
+    better), exact_match."""
     return scored_texts(predictions, references, rot5_preprocessing)[0]
 
 
@@ -166,4 +201,5 @@ def scored_texts(
     scores, signatures = rouge(predictions, references, rot5_preprocessing), {}
     for metric in SACREBLEU:
         scores[metric], signatures[metric] = corpus_score(metric, predictions, references)
-    return scores | {"exact_match": exact_match(predictions, references)}, signatures
+    rates = {"wer": wer(predictions, references), "cer": cer(predictions, references)}
+    return scores | rates | {"exact_match": exact_match(predictions, references)}, signatures

@@ -6,7 +6,7 @@ interop.family.Family): its loader and config reading, its check and writer, whi
 for, its weight names, the config.json keys our fields are read from, its tokenizer files and the transformers
 class it exports to. A folder is made known by its line in NAMES. Each is read into one of encdec's model families
 (`model_family`): the sequence-to-sequence ones into the encoder-decoder, Gemma 2, Gemma 3's text model, Llama,
-Qwen2 and Qwen3 into the decoder-only family; a model is written only as a family of its own model family, the
+Qwen2 and Qwen3 into the decoder-only family, Whisper into the whisper family; a model is written only as a family of its own model family, the
 first of the registry's order whose `writes` holds.
 """
 
@@ -35,6 +35,7 @@ NAMES = (
     "m2m100",  # M2M100, NLLB
     "t5gemma",
     "t5gemma2",
+    "whisper",  # the whisper family's one layout: BART's names, pre-norm, a convolutional stem over log-mels
     # decoder-only: a decoder_only model exports as Gemma 3 with Gemma's RMSNorm and qk_norm, Gemma 2 with Gemma's
     # RMSNorm alone; else as Qwen3 with qk_norm, Qwen2 with q, k and v biases, else Llama
     "gemma",  # Gemma 2, Gemma 3's text model

@@ -125,6 +125,9 @@ class Family:
     note: Callable[[ModelConfig], str | None] = lambda cfg: None  # a warning an export of `cfg` logs
     # where no family writes `cfg`: the refusal's opening if this family is the one counterpart of its kind
     only_counterpart: Callable[[ModelConfig], str | None] = lambda cfg: None
+    # generation_config.json's keys of the family's own decoding that encdec's options do not hold (Whisper's
+    # lang_to_id, ...): kept as read (the loaded model's hf_generation) and written back on export
+    generation_keys: tuple[str, ...] = ()
 
     def save(self, model: nn.Module, path: Path) -> None:
         """Write `model` into `path` as this family's config.json and model.safetensors; a layout the family

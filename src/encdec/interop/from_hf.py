@@ -28,7 +28,8 @@ def load_hf(path: str | Path) -> nn.Module:
     """Load a local Hugging Face model directory of a family encdec reads (interop.families) into encdec.
 
     The checkpoint's generation settings (beams, forced EOS, banned tokens, lengths)
-    become `model.generation_defaults`, which `encdec.generate` starts from.
+    become `model.generation_defaults`, which `encdec.generate` starts from; its family's own keys there
+    (Whisper's lang_to_id, task_to_id, ...: Family.generation_keys) `model.hf_generation`, as read.
     """
     path = Path(path)
     family, hf_config = read_family(path / "config.json")
@@ -36,9 +37,11 @@ def load_hf(path: str | Path) -> nn.Module:
         model = family.load(path, hf_config)
     vocab, generation = model.config.vocab_size, path / "generation_config.json"
     checked_options(read_generation_defaults(hf_config, {}), path / "config.json", vocab)  # each file named for its own
-    defaults = read_generation_defaults(hf_config, read_json(generation))
+    written = read_json(generation)
+    defaults = read_generation_defaults(hf_config, written)
     where = generation if generation.is_file() else path / "config.json"
     model.generation_defaults = checked_defaults(defaults, where, vocab)
+    model.hf_generation = {key: written[key] for key in family.generation_keys if key in written}  # Whisper's own
     return model
 
 

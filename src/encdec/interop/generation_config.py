@@ -70,8 +70,11 @@ def checked_options(values: dict, where: Path, vocab_size: int | None) -> None:
         raise CheckpointError(f"{where}: {error}"[:240]) from None
 
 
-def write_generation_config(out: Path, cfg: ModelConfig, tokenizer: Tokenizer, defaults: dict) -> None:
-    """generation_config.json: the ids generation needs and the run's defaults that Hugging Face knows."""
+def write_generation_config(
+    out: Path, cfg: ModelConfig, tokenizer: Tokenizer, defaults: dict, family_keys: dict | None = None
+) -> None:
+    """generation_config.json: the ids generation needs, the run's defaults that Hugging Face knows and the keys of
+    the family's own decoding as a checkpoint had them (`family_keys`: Whisper's lang_to_id, task_to_id, ...)."""
     dropped = sorted(set(defaults) - set(GENERATION_KEYS) - {"eos_token_id"})
     if dropped:
         log.warning("generation defaults Hugging Face has no name for are not exported: %s", ", ".join(dropped))
@@ -81,5 +84,6 @@ def write_generation_config(out: Path, cfg: ModelConfig, tokenizer: Tokenizer, d
         "pad_token_id": cfg.pad_id,
         "bos_token_id": tokenizer.bos_id,
         **{key: defaults[key] for key in GENERATION_KEYS if defaults.get(key) is not None},
+        **(family_keys or {}),
     }
     write_atomic(out / "generation_config.json", json.dumps(values, indent=2) + "\n")

@@ -34,7 +34,7 @@ def hf_module_names(model: nn.Module) -> dict[str, str]:
     encoder.block.0.layer.0.SelfAttention.q, BART's model.encoder.layers.0.self_attn.q_proj, ...); empty for a
     model no family writes. Layers without a counterpart are left out."""
     cfg = getattr(model, "config", None)
-    family = family_for(cfg) if getattr(cfg, "family", None) == "encoder_decoder" else None
+    family = family_for(cfg) if getattr(cfg, "family", None) in ("encoder_decoder", "whisper") else None
     names = family.module_names(cfg) if family is not None else None
     if names is None:
         return {}

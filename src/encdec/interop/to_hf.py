@@ -49,6 +49,7 @@ EXPORTABLE = {  # what exports, said beside a refusal, by model family (short: t
     "decoder_only": (
         "decoder_only exports as Llama (rope, rmsnorm, swiglu) or Gemma (gemma_rmsnorm, post_norms, gated_gelu)"
     ),
+    "whisper": "whisper exports as Whisper: pre-norm layernorm, biases but the keys' (attention.bias qvo), gelu",
 }
 # files an earlier export or checkpoint may have left that transformers would read instead of, or beside, ours
 STALE_FILES = (
@@ -169,7 +170,7 @@ def export_hf(
             (out / name).unlink()
     files.save(out)
     FAMILIES[layout].save(model, out)
-    write_generation_config(out, cfg, tokenizer, generation or {})
+    write_generation_config(out, cfg, tokenizer, generation or {}, getattr(model, "hf_generation", None))
     note = FAMILIES[layout].note(cfg)
     if note:
         log.warning(note)

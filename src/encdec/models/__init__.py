@@ -2,7 +2,7 @@
 
     model_config.py      ModelConfig: every field, checked when built; research_config.py: seeds 000/001's
     config_specs.py      the specs ModelConfig nests (attention, positions, norms, embeddings, output, cross_attention,
-                         experts, rnn, image_tokens), and MOVED: the flat keys written before them
+                         experts, rnn, image_tokens, audio), and MOVED: the flat keys written before them
     presets.py           named configs (t5-small, rot5-tiny, transformer-base, ...)
     family_rules.py      what each family refuses (its UNUSED fields, its own rules), from the config alone
     parameter_count.py   a model's parameters counted from its config: the model built on the meta device
@@ -13,6 +13,7 @@
     causal_lm_shared.py  what the causal families share; decoder_only.py, ar_encdec.py (seed 000),
                          parallel_encdec.py (seed 001)
     rnn_seq2seq.py       the RNN encoder-decoder with attention
+    whisper.py           the whisper family: the encoder-decoder over log-mel features (convolutional stem)
     outputs.py           named outputs; loss.py: the one loss (cross-entropy, weighted auxiliary terms),
                          whose terms come from moe_losses.py and research_losses.py
     init.py              weight initialisation; generation_mixin.py: model.generate
@@ -34,6 +35,7 @@ LAZY = {  # module -> the names it gives
     "encdec.models.encoder_decoder": ("EncoderDecoder",),
     "encdec.models.parallel_encdec": ("ParallelEncoderDecoder",),
     "encdec.models.rnn_seq2seq": ("RNNSeq2Seq",),
+    "encdec.models.whisper": ("Whisper",),
     "encdec.models.outputs": ("EncoderOutput", "Seq2SeqOutput"),
     "encdec.models.init": ("init_weights",),
     "encdec.models.family_classes": ("FAMILY_CLASSES", "build_model", "count_parameters"),
@@ -55,6 +57,7 @@ __all__ = [
     "Rnn",
     "ParallelEncoderDecoder",
     "RNNSeq2Seq",
+    "Whisper",
     "ParameterCount",
     "Seq2SeqOutput",
     "build_model",

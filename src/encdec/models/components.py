@@ -4,7 +4,7 @@ a ModelConfig into attention, feed-forward, norms, blocks and the output head.
     attention   n_heads query heads over n_kv_heads key/value heads (MHA, GQA, MQA), d_head wide,
                 scores scaled by 1/sqrt(d_head) (or of attention_scale_dim) or not (scale_attention),
                 capped (attention_softcap), each head's queries and keys normed (qk_norm), bias (or on the
-                projections alone: attention_bias), dropout;
+                projections alone: attention_bias; qvo: none on the keys, Whisper's), dropout;
                 in the decoder self- and cross-attention merged (cross_attention.merged); in the encoder local or
                 transient-global
                 (encoder_attention, LongT5's: the masks are encoder_decoder.py's, the global keys' norm here) or
@@ -79,7 +79,7 @@ def build_attention(
         n_kv_heads,
         d_head,
         d_source,
-        bias=cfg.bias or cfg.attention.bias == "qkvo",
+        bias=cfg.bias or cfg.attention.bias in ("qkvo", "qvo"),
         scale=cfg.attention.scale,
         dropout=cfg.dropout,
         rotary=rotary,
@@ -90,6 +90,7 @@ def build_attention(
         else None,
         qkv_bias=cfg.bias or cfg.attention.bias != "none",
         global_tokens=global_tokens,
+        k_bias=(cfg.bias or cfg.attention.bias != "none") and cfg.attention.bias != "qvo",
     )
 
 

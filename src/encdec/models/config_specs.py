@@ -7,6 +7,7 @@ one table that reads the flat keys written before them (`MOVED`).
       experts: {count: 8, top_k: 1, renormalize: true}     a mixture of experts in every feed-forward
       rnn: {cell: lstm}                                     the RNN encoder-decoder's (family rnn_seq2seq)
       image_tokens: {eoi_token_id: 256000}                  T5Gemma 2's (read from its checkpoints)
+      audio: {n_mels: 128, max_source_positions: 1500}      the whisper family's log-mel input (its alone)
       attention: {scale: true, sliding_window: 4096}        scaling, caps, biases, windows, LongT5's kinds
       positions: {kind: rope, rope_theta: 1.0e+6}          how positions enter, and each kind's settings
       norms: {kind: layernorm, eps: 1.0e-5, position: post}  every norm of the stacks
@@ -140,13 +141,27 @@ class ImageTokens:
 
 
 @dataclass
+class Audio:
+    """The whisper family's input: log-mel features (B, n_mels, frames) read by its convolutional stem, whose second
+    convolution halves the frames, at most max_source_positions after it (the rows of its fixed sinusoidal table:
+    1500, 30 s at 10 ms a frame); every other family refuses these."""
+
+    n_mels: Annotated[int, Range(1, 1024)] = 80  # Whisper's 80 bins; large-v3's 128
+    max_source_positions: Annotated[int, Range(1, 1 << 20)] = 1500
+
+    def __post_init__(self):
+        check(self, "model.audio.")
+
+
+@dataclass
 class AttentionSpec:
     """Self-attention's settings (and, where they apply, cross-attention's): its biases and scaling, caps, per-head
     norms, a sliding window in some layers, and LongT5's encoder attention."""
 
     # with model.bias false, biases on the attention's projections alone: q, k and v (Qwen2) or all four (Llama's and
-    # Qwen3's attention_bias); model.bias true has them on every projection already
-    bias: Literal["none", "qkv", "qkvo"] = "none"
+    # Qwen3's attention_bias); model.bias true has them on every projection already, or with qvo on all but the
+    # keys' (Whisper's, whose key bias the softmax cancels)
+    bias: Literal["none", "qkv", "qkvo", "qvo"] = "none"
     scale: bool | None = None  # divide scores by sqrt(d_head); None: the family's (T5 no, GPT yes)
     scale_dim: Positive | None = None  # with scale, sqrt of this, not of d_head (Gemma's query_pre_attn_scalar)
     softcap: Softcap | None = None  # scores capped c * tanh(s / c) before the mask (Gemma 2)
@@ -258,6 +273,7 @@ SPECS = {
     "experts": Experts,
     "rnn": Rnn,
     "image_tokens": ImageTokens,
+    "audio": Audio,
     "output": Output,
     "embeddings": Embeddings,
     "norms": Norms,

@@ -68,7 +68,7 @@ class Encoder(Stack):
     ) -> EncoderOutput:
         """src_ids (B, S), src_mask (B, S) bool -> memory (B, S, C). A packed batch's examples attend
         within themselves, at positions counted from 0 in each."""
-        B, S = src_ids.shape
+        S = src_ids.shape[1]
         if self.image_token_id is not None and bool((src_ids == self.image_token_id).any()):
             raise DataError(
                 f"the input holds the image token (id {self.image_token_id}); encdec reads this model's text alone, "
@@ -77,6 +77,14 @@ class Encoder(Stack):
         row = torch.arange(S, device=src_ids.device)
         pos = packing.src_positions if packing is not None else row  # (B, S) or (S,)
         x = self.embed_tokens(src_ids, pos if packing is not None else self.whole_positions(src_ids, row))
+        return self.blocks_over(x, src_mask, packing, pos)
+
+    def blocks_over(
+        self, x: torch.Tensor, src_mask: torch.Tensor | None, packing: Packing | None, pos: torch.Tensor
+    ) -> EncoderOutput:
+        """The blocks and the final norm over embedded inputs x (B, S, C) at positions pos (S,) or (B, S): what
+        follows the embedding, whichever front end made it (a token table, Whisper's convolutional stem)."""
+        row = torch.arange(x.shape[1], device=x.device)
         inputs = self.attention_inputs(SelfMasks(self, src_mask, packing, row, pos, x))
         router_logits = []
         for i, block in enumerate(self.blocks):

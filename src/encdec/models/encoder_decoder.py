@@ -90,16 +90,8 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         check_family(cfg)
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        # the encoder's token table: the decoder's, or one of its own (T5Gemma's; FSMT's of its own vocabulary,
-        # encoder.vocab_size), as encoder.embed; an encoder of other widths (encoder.d_model, ...) is built from its
-        # own config, with its own RoPE where its heads differ
-        encoder_cfg = cfg.encoder_config()
-        encoder_embed = self.embed
-        if not cfg.embeddings.shared:
-            encoder_embed = nn.Embedding(cfg.source_vocab_size, encoder_cfg.d_model)
         rotary, local_rotary = rotaries(cfg)
-        encoder_rotary = (rotary, local_rotary) if encoder_cfg.head_dim == cfg.head_dim else rotaries(encoder_cfg)
-        self.encoder = Encoder(encoder_cfg, encoder_embed, *encoder_rotary)
+        self.encoder = self.build_encoder(cfg, rotary, local_rotary)
         self.decoder = Decoder(cfg, self.embed, rotary, local_rotary)
         if (
             cfg.image_tokens.eoi_token_id is not None
@@ -112,6 +104,21 @@ class EncoderDecoder(GenerationMixin, nn.Module):
             self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
         else:
             self.final_logits_bias = None
+
+    def build_encoder(self, cfg: ModelConfig, rotary, local_rotary) -> Encoder:
+        """The encoder over a token table: the decoder's, or one of its own (T5Gemma's; FSMT's of its own
+        vocabulary, encoder.vocab_size), as encoder.embed; an encoder of other widths (encoder.d_model, ...) is
+        built from its own config, with its own RoPE where its heads differ (models.whisper's reads features)."""
+        encoder_cfg = cfg.encoder_config()
+        encoder_embed = self.embed
+        if not cfg.embeddings.shared:
+            encoder_embed = nn.Embedding(cfg.source_vocab_size, encoder_cfg.d_model)
+        encoder_rotary = (rotary, local_rotary) if encoder_cfg.head_dim == cfg.head_dim else rotaries(encoder_cfg)
+        return Encoder(encoder_cfg, encoder_embed, *encoder_rotary)
+
+    def check_lengths(self, src_ids: torch.Tensor, max_new_tokens: int) -> None:
+        """ConfigError where the source or the output reaches past the position tables (check_lengths)."""
+        check_lengths(self.config, src_ids.shape[1], max_new_tokens)
 
     def attention_scores(self, batch: int, source_len: int) -> int:
         """The most numbers of attention scores encoding `batch` inputs of `source_len` tokens holds at once."""
@@ -176,7 +183,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         here, once, from the unexpanded encoder output: the beams of an example share them. With `packed`,
         the sources' real tokens are encoded end to end in one row (`encode_packed`), no padding computed.
         """
-        check_lengths(self.config, src_ids.shape[1], max_new_tokens)
+        self.check_lengths(src_ids, max_new_tokens)
         memory = self.encode_packed(src_ids, src_mask) if packed else self.encode(src_ids, src_mask)
         B, S, _ = memory.hidden.shape
         state = DecodeState(B * beams, max_new_tokens + 1, src_ids.device, memory.hidden.dtype)

@@ -14,6 +14,7 @@ from encdec.models.init import init_weights
 from encdec.models.model_config import CAUSAL_LMS, ModelConfig
 from encdec.models.parallel_encdec import ParallelEncoderDecoder
 from encdec.models.rnn_seq2seq import RNNSeq2Seq
+from encdec.models.whisper import Whisper
 from encdec.modules import LearnedPositions, RelativePositionBias
 
 FAMILY_CLASSES = {
@@ -22,6 +23,7 @@ FAMILY_CLASSES = {
     "parallel_encdec": ParallelEncoderDecoder,
     "decoder_only": DecoderOnly,
     "rnn_seq2seq": RNNSeq2Seq,
+    "whisper": Whisper,
 }
 
 

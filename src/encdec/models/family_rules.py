@@ -48,6 +48,7 @@ LM_UNUSED = frozenset(
         "embeddings.decoder_norm_first",  # the encoder-decoder's decoder (BlenderbotSmall's)
         "encoder",  # an encoder of its own widths, the transformer encoder-decoder's alone (T5Gemma's)
         "rnn",
+        "audio",  # the whisper family's log-mel input
     }
 )
 # the settings of the Hugging Face decoder-only families that decoder_only takes and the research LMs do not: Qwen2's
@@ -66,10 +67,45 @@ DECODER_ONLY_OWN = frozenset(
     }
 )
 
+# What the whisper family's encoder, which reads log-mel features through its convolutional stem at its own sinusoidal
+# positions with every frame a key, does not take: a token table of its own, other widths, experts, images, the
+# encoder attentions and windows, named kinds, positions other than the decoder's learned ones, an embedding norm
+WHISPER_UNUSED = frozenset(
+    {
+        "research",
+        "rnn",
+        "encoder",
+        "image_tokens",
+        "experts",
+        "cross_attention.rope",
+        "cross_attention.merged",
+        "attention.encoder",
+        "attention.local_radius",
+        "attention.global_block_size",
+        "attention.global_tokens",
+        "attention.sliding_window",
+        "attention.global_every",
+        "attention.sliding_window_layout",
+        "attention.kinds",
+        "positions.sinusoidal_layout",
+        "positions.relative_buckets",
+        "positions.relative_max_distance",
+        "positions.relative_per_layer",
+        "positions.rope_theta",
+        "positions.rope_local_theta",
+        "positions.rope_scale",
+        "embeddings.shared",
+        "embeddings.norm",  # BART's norm of the embeddings, which the stem's output never takes
+        "embeddings.decoder_norm_first",
+    }
+)
+
 # family -> the fields it refuses away from their defaults (its class's UNUSED)
 UNUSED_BY_FAMILY = {
-    # the research and RNN families', and the decoder-only family's attention biases (no encoder-decoder has them)
-    "encoder_decoder": frozenset({"research", "rnn", "attention.bias"}),
+    # the research and RNN families', the decoder-only family's attention biases (no encoder-decoder of tokens has
+    # them) and the whisper family's audio input
+    "encoder_decoder": frozenset({"research", "rnn", "attention.bias", "audio"}),
+    "whisper": WHISPER_UNUSED,
     "ar_encdec": LM_UNUSED,
     "parallel_encdec": LM_UNUSED,
     # one stack: no decoder depth, cross-attention or research options
@@ -96,6 +132,7 @@ UNUSED_BY_FAMILY = {
             "research",
             "image_tokens",
             "embeddings.shared",
+            "audio",
         }
     ),
 }
@@ -120,8 +157,11 @@ def check_family(cfg: ModelConfig) -> None:
             f"({cfg.n_encoder_layers}): the parallel_encdec family pairs every decoder block "
             "with an encoder block, so its decoder may start late but not early"
         )
-    if cfg.attention.bias != "none" and cfg.bias:
-        raise ConfigError("model.attention.bias acts only with model.bias false, which puts a bias on every projection")
+    if cfg.attention.bias in ("qkv", "qkvo") and cfg.bias:
+        raise ConfigError(
+            f"model.attention.bias {cfg.attention.bias} acts only with model.bias false, which puts a bias on every "
+            "projection (qvo leaves out the keys')"
+        )
     if cfg.attention.scale_dim is not None and not cfg.attention.scale:
         raise ConfigError("model.attention.scale_dim acts only with model.attention.scale true")
     if cfg.embeddings.decoder_norm_first and not cfg.embeddings.norm:
@@ -142,6 +182,21 @@ def check_family(cfg: ModelConfig) -> None:
     if cfg.family == "decoder_only":  # Gemma 2's and Gemma 3's window and RoPE, as the encoder-decoder has them
         check_sliding_window(cfg)
         check_gemma3_fields(cfg)
+    if cfg.family == "whisper":
+        check_whisper(cfg)
+
+
+def check_whisper(cfg: ModelConfig) -> None:
+    """The whisper family's decoder reads learned positions, and its encoder's sinusoids (Whisper's `sinusoids`:
+    sines then cosines of d_model / 2 - 1 steps of timescale) need an even width of 4 or more."""
+    if cfg.positions.kind != "learned":
+        raise ConfigError(
+            f"model.family whisper has learned decoder positions (model.positions.kind learned), got {cfg.positions.kind!r}"
+        )
+    if cfg.d_model < 4 or cfg.d_model % 2:
+        raise ConfigError(
+            f"model.family whisper's sinusoidal encoder positions need an even model.d_model of 4 or more, got {cfg.d_model}"
+        )
 
 
 def check_gemma3_fields(cfg: ModelConfig) -> None:

@@ -7,7 +7,7 @@ with one of them set away from its default is refused (`refuse_unused`): a field
 spec's field ("experts.every") or a whole spec ("rnn").
 
 Settings that belong together are specs of their own (models/config_specs.py: `attention`, `positions`,
-`norms`, `embeddings`, `output`, `encoder`, `cross_attention`, `experts`, `rnn`, `image_tokens`); configs and
+`norms`, `embeddings`, `output`, `encoder`, `cross_attention`, `experts`, `rnn`, `image_tokens`, `audio`); configs and
 checkpoints written flat before them are read through its one table, MOVED (`from_dict`, a run config's model
 section, a model.json, `--set model.rope_theta=`). `cfg.setting("positions.rope_theta")` reads a dotted key,
 `cfg.updated(rope_theta=...)` or `cfg.updated(positions={...})` changes one.
@@ -20,6 +20,7 @@ from encdec.errors import ConfigError, refuse_unknown_keys
 from encdec.models.config_specs import (
     SPECS,
     AttentionSpec,
+    Audio,
     CrossAttention,
     Embeddings,
     EncoderWidths,
@@ -39,10 +40,16 @@ from encdec.schema import Positive, Range, TokenId, check, check_vocabulary, rea
 # Settings whose default depends on the family: None takes the family's value (T5's for the
 # encoder-decoder, nanoGPT's for the causal LMs); a family without an entry does not use the setting.
 CAUSAL_LMS = ("ar_encdec", "parallel_encdec", "decoder_only")
+SPEECH_FAMILIES = ("whisper",)  # the families whose encoder reads log-mel features, not token ids
 FAMILY_DEFAULTS = {
-    "attention.scale": {"encoder_decoder": False, **dict.fromkeys(CAUSAL_LMS, True)},
-    "output.scale": {"encoder_decoder": True, **dict.fromkeys(CAUSAL_LMS, False)},
-    "init": {"encoder_decoder": "t5", **dict.fromkeys(CAUSAL_LMS, "normal"), "rnn_seq2seq": "normal"},
+    "attention.scale": {"encoder_decoder": False, "whisper": True, **dict.fromkeys(CAUSAL_LMS, True)},
+    "output.scale": {"encoder_decoder": True, "whisper": False, **dict.fromkeys(CAUSAL_LMS, False)},
+    "init": {
+        "encoder_decoder": "t5",
+        "whisper": "normal",
+        **dict.fromkeys(CAUSAL_LMS, "normal"),
+        "rnn_seq2seq": "normal",
+    },
 }
 
 
@@ -57,7 +64,8 @@ ENCODER_WIDTHS = tuple(f.name for f in fields(EncoderWidths) if f.name != "vocab
 
 @dataclass
 class ModelConfig:
-    family: Literal["encoder_decoder", "ar_encdec", "parallel_encdec", "decoder_only", "rnn_seq2seq"] = (
+    # whisper: the encoder-decoder reading log-mel features through a convolutional stem (models.whisper)
+    family: Literal["encoder_decoder", "ar_encdec", "parallel_encdec", "decoder_only", "rnn_seq2seq", "whisper"] = (
         "encoder_decoder"
     )
     vocab_size: Positive = 32128
@@ -87,6 +95,7 @@ class ModelConfig:
     # BART's): a family of interop.families' registry, which family_for checks; None: the layout's
     hf_model_type: str | None = None
     image_tokens: ImageTokens = field(default_factory=ImageTokens)  # T5Gemma 2's end-of-image and image tokens
+    audio: Audio = field(default_factory=Audio)  # the whisper family's log-mel input: mel bins, encoder positions
     # token ids, each below vocab_size (schema.InVocabulary), wherever the config is read from
     pad_id: TokenId = 0
     eos_id: TokenId = 1

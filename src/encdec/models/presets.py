@@ -15,6 +15,9 @@ A preset is a family (its architecture choices) and a size (its widths and depth
                  best options (position subtraction, MSE embedding loss / encoder loss);
                  a `research` override replaces those options as a whole
     rnn_seq2seq  GRU encoder and decoder with Luong attention (seed 002)
+    whisper      Radford et al. 2022: log-mels through a convolutional stem and fixed sinusoids, pre-LayerNorm
+                 with biases but the keys', exact GELU, learned decoder positions, tied head, Whisper's
+                 tokenizer's ids (its sizes are Whisper's: tiny 39M, base, small)
 
 A preset sets only fields its family uses: a family refuses the others (see build_model).
 """
@@ -70,6 +73,21 @@ FAMILIES.update(
             research=dict(add_pos_embed_to_decoder=True, embedding_loss="MSE", embedding_loss_coeff=0.25),
         ),
         "decoder_only": dict(GPT, family="decoder_only"),
+        "whisper": dict(
+            LAYERNORM_SCALED,
+            family="whisper",
+            norms=dict(LAYERNORM_SCALED["norms"], position="pre"),
+            attention=dict(scale=True, bias="qvo"),
+            bias=True,
+            activation="gelu",
+            positions=dict(kind="learned", max=448),
+            dropout=0.0,
+            audio=dict(n_mels=80, max_source_positions=1500),
+            vocab_size=51865,
+            pad_id=50256,
+            eos_id=50256,
+            decoder_start_id=50257,
+        ),
         "rnn_seq2seq": dict(
             family="rnn_seq2seq",
             rnn=dict(cell="gru", attention=True),
@@ -147,6 +165,11 @@ SIZES = {
         "small": dict(
             d_model=160, n_heads=10, d_ff=640, n_encoder_layers=26, positions=dict(max=200)
         ),  # seed 000 baseline
+    },
+    "whisper": {  # Whisper's own sizes (openai/whisper-tiny, -base, -small)
+        "tiny": dict(d_model=384, n_heads=6, d_ff=1536, n_encoder_layers=4),
+        "base": dict(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=6),
+        "small": dict(d_model=768, n_heads=12, d_ff=3072, n_encoder_layers=12),
     },
     "rnn_seq2seq": {
         "tiny": dict(d_model=64, n_encoder_layers=1),

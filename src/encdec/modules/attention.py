@@ -8,8 +8,9 @@ transient-global attention adds keys of each block's summed inputs (`global_norm
 Longformer's global tokens (LED's) are keys beside a band and attend by projections of their own (`global_q`,
 modules.global_tokens); T5Gemma 2's decoder attends to its own keys and the encoder's in one softmax (`extra_kv`),
 each head's queries and keys normed first (`q_norm`, `k_norm`, Gemma 3's and Qwen3's). `bias` puts a bias on every
-projection, `qkv_bias` on q, k and v where it differs (Qwen2's). Setting `recorded` to a list makes every call
-append its attention probabilities there (encdec.inspection reads them).
+projection, `qkv_bias` on q, k and v where it differs (Qwen2's), `k_bias` on k where that differs (Whisper's
+none). Setting `recorded` to a list makes every call append its attention probabilities there (encdec.inspection
+reads them).
 
 Shapes: B batch, T query length, S key length, C model dim,
 H query heads, K kv heads (H % K == 0), D head dim.
@@ -92,6 +93,7 @@ class Attention(nn.Module):
         qk_norm=None,
         qkv_bias: bool | None = None,
         global_tokens: bool = False,
+        k_bias: bool | None = None,
     ):
         super().__init__()
         self.n_heads = n_heads
@@ -102,7 +104,8 @@ class Attention(nn.Module):
         d_source = d_source or d_model
         qkv_bias = bias if qkv_bias is None else qkv_bias  # q, k and v biased, o not: Qwen2's
         self.q = nn.Linear(d_model, n_heads * self.d_head, bias=qkv_bias)
-        self.k = nn.Linear(d_source, self.n_kv_heads * self.d_head, bias=qkv_bias)
+        k_bias = qkv_bias if k_bias is None else k_bias  # Whisper's keys alone unbiased (the softmax cancels it)
+        self.k = nn.Linear(d_source, self.n_kv_heads * self.d_head, bias=k_bias)
         self.v = nn.Linear(d_source, self.n_kv_heads * self.d_head, bias=qkv_bias)
         self.o = nn.Linear(n_heads * self.d_head, d_model, bias=bias)
         # None: SDPA's default 1/sqrt(D); scale_dim: 1/sqrt(scale_dim) instead (Gemma's query_pre_attn_scalar)

@@ -11,6 +11,7 @@ from encdec.data.formats import FORMATS, ReaderOptions, options_set, reader_opti
 from encdec.data.objectives import OBJECTIVES
 from encdec.data.objectives.causal_lm import WINDOW_MODES
 from encdec.data.objectives.mixture import MAX_MEMBERS
+from encdec.data.objectives.transcribe import TASKS, SpecAugment
 from encdec.errors import ConfigError
 from encdec.generation.config import LanguageCode
 from encdec.runs.text import MAX_LENGTH, TextObjective
@@ -83,7 +84,7 @@ class ObjectiveSection(TextObjective):
     """The objective: TextObjective's keys (seq_len, max_source_len, source_template, target_template,
     mode_tokens: what a checkpoint's text format follows from), its kind, and the rest of how examples are made."""
 
-    kind: Literal[OBJECTIVES] = "ul2"  # causal_lm | span_corruption | ul2 | prefix_lm | seq2seq
+    kind: Literal[OBJECTIVES] = "ul2"  # causal_lm | span_corruption | ul2 | prefix_lm | seq2seq | transcribe
     windows: Literal[WINDOW_MODES] = "random"  # causal LM: random (yif-AI) or sequential
     max_target_len: Length_ = 128
     noise_density: Annotated[float, Range(0, 1, above=True, below=True)] = 0.15
@@ -92,6 +93,9 @@ class ObjectiveSection(TextObjective):
         default_factory=lambda: [0.25, 0.25, 0.5]
     )  # R, X, S: their sum must be positive
     pack: bool = False  # several examples per row, attending within their own (seq2seq, span_corruption, ul2)
+    language: LanguageCode | None = None  # transcribe: Whisper's language token in each prompt (en: <|en|>)
+    task: Literal[TASKS] = "transcribe"  # transcribe: Whisper's task token (translate: into English)
+    spec_augment: SpecAugment | None = None  # transcribe: masks over each recording's features (Park et al. 2019)
 
 
 def check_mixture(data: DataSection) -> None:

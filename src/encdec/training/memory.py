@@ -12,6 +12,7 @@ inside a step becomes a ConfigError naming the sizes.
 
 import torch
 
+from encdec.audio.features import N_FRAMES
 from encdec.errors import ConfigError
 from encdec.models import ModelConfig
 from encdec.models.weights_memory import check_weights_fit
@@ -34,11 +35,14 @@ def check_model_fits(cfg: ModelConfig, device: torch.device) -> int:
 
 
 def row_lengths(cfg: RunConfig) -> tuple[int, int]:
-    """(source, target) positions of one training row: a seq2seq pair's longest, else a chunk of seq_len
+    """(source, target) positions of one training row: a seq2seq pair's longest, a recording's encoder positions
+    and its transcript's longest, else a chunk of seq_len
     split between them (about so: UL2's inputs and targets hold the chunk and a few sentinels)."""
     o = cfg.objective
     if o.kind == "seq2seq":
         return o.max_source_len, o.max_target_len
+    if o.kind == "transcribe":  # the encoder's positions: 30 s of log-mel frames after its stride-2 stem
+        return N_FRAMES // 2, o.max_target_len
     return o.seq_len // 2, o.seq_len - o.seq_len // 2
 
 

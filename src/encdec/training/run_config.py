@@ -61,7 +61,7 @@ from encdec.training.data_sections import DataSection, Length_, ObjectiveSection
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 DISTRIBUTED = ("ddp", "fsdp")
-METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf", "exact_match")
+METRICS = ("rouge1", "rouge2", "rougeL", "bleu", "chrf", "exact_match", "wer", "cer")
 NAMES_OR_PATHS = (  # or a Hub id
     ("training", "init_from"),
     ("training", "init_decoder_from"),
@@ -177,7 +177,9 @@ class OutputSection:
     save_interval_time: Seconds | None = None  # and every so many seconds of training; None: steps alone
     keep_last: Positive = 2
     plot: bool = True
-    best_by: Literal["val_loss", "metric"] = "val_loss"  # lowest val_loss, or highest evaluation.metric ("metric")
+    best_by: Literal["val_loss", "metric"] = (
+        "val_loss"  # lowest val_loss, or the best evaluation.metric (wer, cer: lowest)
+    )
     tensorboard: bool | None = None  # a TensorBoard log in RUN_DIR/tensorboard; None: when tensorboard is installed
 
 

@@ -21,7 +21,7 @@ from typing import TypeVar
 from encdec.data.corpora import crossing, is_validation, item_key, split_hash, split_items, with_text
 from encdec.data.datasets_corpus import BUILDERS, dataset_items, open_dataset
 from encdec.data.documents import Documents, token_dtype
-from encdec.data.formats import FORMATS, PAIR_FORMATS, read_corpus
+from encdec.data.formats import FORMATS, PAIR_FORMATS, SPEECH_FORMATS, read_corpus
 from encdec.data.hub import (
     INSTRUCT_TEXT_FORMATS,
     iter_hub_instruct_pairs,
@@ -29,11 +29,12 @@ from encdec.data.hub import (
     iter_hub_stories,
     load_hub_dataset,
 )
-from encdec.data.objectives import PairTemplate, build_objective, tokenize_pairs
+from encdec.data.objectives import PAIRED, PairTemplate, build_objective, tokenize_pairs
 from encdec.data.objectives.mixture import MixtureObjective, proportional_weights
 from encdec.data.objectives.objective import Objective
 from encdec.data.objectives.seq2seq import pair_ends
 from encdec.data.objectives.stream import StreamObjective
+from encdec.data.objectives.transcribe import tokenize_transcripts, transcription_prompt
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError, DataError
 from encdec.tokenizers import UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
@@ -67,12 +68,14 @@ class Corpus:
 
     @property
     def pairs(self) -> bool:
-        return self.objective.kind == "seq2seq"
+        return self.objective.kind in PAIRED
 
     def tokenizer_texts(self) -> Iterator[str]:
-        """The training texts a bpe / unigram tokenizer learns from (a stream's first block)."""
+        """The training texts a bpe / unigram tokenizer learns from (a stream's first block): a speech corpus's
+        transcripts alone."""
         train = self.items[0] if self.items else list(islice(self.streams["train"](), self.data.stream_block))
-        return (text for item in train for text in (item if self.pairs else (item,)))
+        texts = slice(1, 2) if self.objective.kind == "transcribe" else slice(None)
+        return (text for item in train for text in (item[texts] if self.pairs else (item,)))
 
     def size(self) -> int:
         """Training items, for examples-proportional mixing; a stream's is unknown until it is read."""
@@ -118,12 +121,16 @@ def build_run_data(cfg: RunConfig, run_dir: Path, tokenizer_dir: Path | None = N
 
 def read_section(cfg: RunConfig, d: DataSection, o: ObjectiveSection, need_items: bool) -> Corpus:
     """The corpus of one data section: its items read, its streams prepared, or its shards' inputs named."""
-    pairs = o.kind == "seq2seq"
-    if FORMATS[d.format].pairs not in (None, pairs):
+    speech = o.kind == "transcribe"
+    entry = FORMATS[d.format]
+    if entry.pairs not in (None, o.kind in PAIRED) or (entry.pairs and entry.audio != speech):
         raise ConfigError(
-            f"objective {o.kind} does not fit data.format {d.format}: "
-            f"seq2seq takes pairs ({', '.join(PAIR_FORMATS)}, datasets), the others take texts"
+            f"objective {o.kind} does not fit data.format {d.format}: seq2seq takes text pairs "
+            f"({', '.join(PAIR_FORMATS)}, datasets), transcribe recordings and their transcripts "
+            f"({', '.join(SPEECH_FORMATS)}, datasets), the others take texts"
         )
+    if speech and d.shards is not None:
+        raise ConfigError("data.shards holds token ids; objective transcribe reads recordings: drop data.shards")
     view = dataclasses.replace(cfg, data=d, objective=o) if (d, o) != (cfg.data, cfg.objective) else cfg
     if d.streaming:
         return Corpus(d, o, streams={split: stream_opener(view, split) for split in ("train", "val")})
@@ -147,10 +154,22 @@ def corpus_objectives(
     template = PairTemplate(o.source_template, o.target_template)
 
     budget = cfg.training.batch_tokens
-    languages = {"ends": pair_ends(tokenizer, corpus.data.src_lang, corpus.data.tgt_lang)} if corpus.pairs else {}
+    if o.kind == "seq2seq":
+        made = {"ends": pair_ends(tokenizer, corpus.data.src_lang, corpus.data.tgt_lang)}
+    elif o.kind == "transcribe":
+        start, prompt = transcription_prompt(tokenizer, o.language, o.task)
+        audio = cfg.model.config.audio  # the model section as built (a fine-tuning run's: on the pretrained's)
+        made = {
+            "prompt": prompt,
+            "decoder_start": start,
+            "n_mels": audio.n_mels,
+            "frames": 2 * audio.max_source_positions,
+        }
+    else:
+        made = {}
 
     def build(data, objective_seed: int) -> Objective:
-        options = objective_options(o) | {"batch_tokens": budget} | languages
+        options = objective_options(o) | {"batch_tokens": budget} | made
         return build_objective(o.kind, data, tokenizer, batch_size, objective_seed, **options)
 
     if corpus.streams is not None:
@@ -158,7 +177,7 @@ def corpus_objectives(
 
         def streamed(split: str, objective_seed: int, block: int) -> Objective:
             def make(items: list, block_seed: int) -> Objective:
-                return build(tokenize(tokenizer, items, template, corpus.pairs), block_seed)
+                return build(tokenize(tokenizer, items, template, o.kind), block_seed)
 
             what = f"the {split} split of data.{corpus.data.dataset or corpus.data.train or corpus.data.hub_name}"
             name = f"stream_{o.kind}"
@@ -168,11 +187,10 @@ def corpus_objectives(
         return train, lambda split: streamed(split, seed + EVAL_SEED_OFFSET, evaluation_items)
     if corpus.shards:
         view = dataclasses.replace(cfg, data=corpus.data, objective=o)
-        splits = sharded_splits(view, tokenizer, template, corpus.pairs)
+        splits = sharded_splits(view, tokenizer, template, corpus.pairs)  # text alone: read_section says so
     else:
         splits = {
-            split: tokenize(tokenizer, part, template, corpus.pairs)
-            for split, part in zip(("train", "val"), corpus.items)
+            split: tokenize(tokenizer, part, template, o.kind) for split, part in zip(("train", "val"), corpus.items)
         }
     return build(splits["train"], seed), lambda split: build(splits[split], seed + EVAL_SEED_OFFSET)
 
@@ -192,8 +210,11 @@ def validation_items(cfg: RunConfig, n: int) -> list:
     return read_items(cfg)[1][:n]
 
 
-def tokenize(tokenizer: Tokenizer, items: list, template: PairTemplate, pairs: bool):
-    return tokenize_pairs(tokenizer, items, template) if pairs else tokenize_documents(tokenizer, items)
+def tokenize(tokenizer: Tokenizer, items: list, template: PairTemplate, kind: str):
+    """Items as objective `kind` takes them: (sources, targets) ids, (recordings, transcript ids) or documents."""
+    if kind == "transcribe":
+        return tokenize_transcripts(tokenizer, items)
+    return tokenize_pairs(tokenizer, items, template) if kind == "seq2seq" else tokenize_documents(tokenizer, items)
 
 
 def check_batch_size(objective: Objective, batch_size: int) -> None:
@@ -263,7 +284,9 @@ def dataset_split(cfg: RunConfig, split: str, streaming: bool = False) -> Iterat
         )
     rows = open_dataset(d.dataset, name, files, d.dataset_config, streaming)
     where = f"dataset {d.dataset or files[0]} split {name}"
-    return with_text(dataset_items(rows, where, cfg.objective.kind == "seq2seq", **read_options(cfg)), where)
+    kind = cfg.objective.kind
+    items = dataset_items(rows, where, kind in PAIRED, recordings=kind == "transcribe", **read_options(cfg))
+    return with_text(items, where)
 
 
 def stream_opener(cfg: RunConfig, split: str) -> Callable[[], Iterator]:

@@ -21,7 +21,7 @@ from encdec.data.objectives.factory import longest_rows
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
 from encdec.models.family_classes import check_position_limits
-from encdec.models.model_config import CAUSAL_LMS
+from encdec.models.model_config import CAUSAL_LMS, SPEECH_FAMILIES
 from encdec.runs.adapter import BasePointer, apply_lora, load_adapted, read_base
 from encdec.runs.checkpoint import load_checkpoint, load_state
 from encdec.runs.load import read_generation
@@ -280,6 +280,13 @@ def check_objective_family(cfg: RunConfig) -> None:
     stream, which only a causal LM reads (an encoder-decoder's PrefixLM is UL2's S-denoiser)."""
     family = cfg.model.family
     kinds = {cfg.objective.kind} | {member_objective(cfg, i).kind for i in range(len(cfg.data.mixture))}
+    hears = family in SPEECH_FAMILIES
+    if hears != ("transcribe" in kinds) or (hears and len(kinds) > 1):
+        wrong = "transcribe" if not hears else sorted(kinds - {"transcribe"})[0]
+        raise ConfigError(
+            f"objective.kind {wrong} does not fit the model's family {family}: objective transcribe makes log-mel "
+            f"features, which the speech families ({', '.join(SPEECH_FAMILIES)}) read, and they read nothing else"
+        )
     stream = sorted(kinds & set(DECODER_ONLY_OBJECTIVES))
     if stream and family not in CAUSAL_LMS:
         hint = "; for PrefixLM use objective.kind ul2 with ul2_probabilities [0, 0, 1]" if "prefix_lm" in stream else ""

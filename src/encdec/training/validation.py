@@ -6,6 +6,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import nn
 
+from encdec.evaluation.text_metrics import ERROR_RATES
 from encdec.models.loss import cross_entropy
 from encdec.training import distributed
 from encdec.training.loader import forward, local_rows
@@ -55,9 +56,11 @@ def mean_loss(model, objective, steps: int, rows, info: distributed.DistInfo, am
 
 
 def best_by_score(last_eval: dict, cfg: RunConfig) -> float:
-    """The number the best checkpoint minimises: the validation loss, or minus the generation metric."""
+    """The number the best checkpoint minimises: the validation loss, or the generation metric (minus it where
+    higher is better)."""
     if cfg.output.best_by == "metric":
-        return -last_eval[f"val_{cfg.evaluation.metric}"]
+        metric = cfg.evaluation.metric
+        return (1 if metric in ERROR_RATES else -1) * last_eval[f"val_{metric}"]
     return last_eval["val_loss"]
 
 

@@ -8,7 +8,7 @@ any of them by the run config's name (OBJECTIVES).
 
 from encdec.data.objectives.causal_lm import CausalLMObjective
 from encdec.data.objectives.collate import collate_prefix_lm
-from encdec.data.objectives.factory import OBJECTIVES, build_objective
+from encdec.data.objectives.factory import OBJECTIVES, PAIRED, build_objective
 from encdec.data.objectives.prefix_lm import prefix_lm_objective
 from encdec.data.objectives.seq2seq import PairTemplate, Seq2SeqObjective, tokenize_pairs
 from encdec.data.objectives.span_corruption import random_spans_noise_mask, span_corrupt
@@ -16,6 +16,7 @@ from encdec.data.objectives.ul2 import UL2Config, UL2Objective, ul2_mode_ids
 
 __all__ = [
     "OBJECTIVES",
+    "PAIRED",
     "CausalLMObjective",
     "PairTemplate",
     "Seq2SeqObjective",

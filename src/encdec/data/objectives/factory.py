@@ -5,8 +5,10 @@
     ul2              UL2's mixture of the R, X and S denoisers (ROT5's pretraining)
     prefix_lm        S's split of each chunk, for a decoder-only model
     seq2seq          (source, target) pairs, e.g. translation or summarization
+    transcribe       (recording, transcript) pairs: log-mel features in, the transcript out (speech)
 
-Every objective but seq2seq takes `Documents`; seq2seq takes the pair (sources, targets).
+Every objective but seq2seq and transcribe takes `Documents`; seq2seq takes the pair (sources, targets),
+transcribe the pair (recordings, transcripts).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from encdec.data.objectives.causal_lm import CausalLMObjective
 from encdec.data.objectives.objective import Objective
 from encdec.data.objectives.prefix_lm import prefix_lm_objective
 from encdec.data.objectives.seq2seq import PairEnds, Seq2SeqObjective
+from encdec.data.objectives.transcribe import SpecAugment, TranscribeObjective
 from encdec.data.objectives.ul2 import UL2Config, UL2Objective, ul2_mode_ids
 from encdec.errors import ConfigError
 
-OBJECTIVES = ("causal_lm", "span_corruption", "ul2", "prefix_lm", "seq2seq")
+OBJECTIVES = ("causal_lm", "span_corruption", "ul2", "prefix_lm", "seq2seq", "transcribe")
+PAIRED = ("seq2seq", "transcribe")  # the objectives of (source, target) pairs
 PACKABLE = ("seq2seq", "span_corruption", "ul2")  # the encoder-decoder objectives: causal_lm windows are full already
 
 
@@ -33,6 +37,8 @@ def longest_rows(
     model's position tables must cover."""
     if kind == "seq2seq":
         return max_source_len, max_target_len
+    if kind == "transcribe":  # a recording's frames are the front end's window, which the model checks itself
+        return 0, max_target_len
     if kind in ("causal_lm", "prefix_lm"):  # a window; S's prefix and rest, EOS last and not read
         return 0, seq_len
     keys = ("mean_span", "noise_density", "ul2_probabilities", "mode_tokens")
@@ -74,6 +80,11 @@ def build_objective(
     pack: bool = False,
     batch_tokens: int | None = None,
     ends: PairEnds | None = None,
+    prompt: Sequence[int] = (),
+    decoder_start: int | None = None,
+    n_mels: int = 80,
+    frames: int = 3000,
+    spec_augment: SpecAugment | None = None,
 ) -> Objective:
     """The objective `kind` over `data`: documents, or (sources, targets) for seq2seq.
 
@@ -82,7 +93,9 @@ def build_objective(
     prepends UL2's [R] / [X] / [S] to ul2's inputs (the tokenizer must hold them); `pack` lays
     the examples of each step out several to a row (seq2seq, span_corruption and ul2 only);
     `batch_tokens` sizes seq2seq batches by a token budget instead of `batch_size` rows; `ends` are the ids
-    around each seq2seq pair's own (a target's EOS, language codes: seq2seq.pair_ends).
+    around each seq2seq pair's own (a target's EOS, language codes: seq2seq.pair_ends). transcribe's labels start
+    with `prompt` (Whisper's language and task tokens) after `decoder_start` (default: the tokenizer's), its
+    features have `n_mels` bins over `frames` and, with `spec_augment`, masks.
     """
     tok = tokenizer
     if kind not in OBJECTIVES:
@@ -110,6 +123,22 @@ def build_objective(
             seed=seed,
             batch_tokens=batch_tokens,
             ends=ends,
+        )
+    if kind == "transcribe":
+        recordings, transcripts = data
+        return TranscribeObjective(
+            recordings,
+            transcripts,
+            batch_size,
+            tok.pad_id,
+            tok.eos_id,
+            tok.decoder_start_id if decoder_start is None else decoder_start,
+            prompt,
+            max_target_len,
+            n_mels,
+            frames,
+            spec_augment=spec_augment,
+            seed=seed,
         )
     config = denoisers(kind, seq_len, mean_span, noise_density, ul2_probabilities, mode_tokens)
     if not tok.sentinel_ids and (config.r_prob or config.x_prob):  # before any batch: the first would fail

@@ -138,7 +138,7 @@ def check_llama_compatible(cfg: ModelConfig, model_type: str) -> None:
     if model_type == "qwen2":
         problems["attention.bias must be qkv (Qwen2 biases q, k and v)"] = cfg.attention.bias != "qkv"
     else:
-        problems["attention.bias must be none or qkvo"] = cfg.attention.bias == "qkv"
+        problems["attention.bias must be none or qkvo"] = cfg.attention.bias not in ("none", "qkvo")
     if model_type != "llama":
         problems["bias must be false"] = cfg.bias
     needs_norm = model_type == "qwen3"

@@ -1,0 +1,173 @@
+"""Transcription: a recording's log-mel features in, its transcript out (Whisper's training examples).
+
+Each pair (recording, transcript ids) becomes one row: the encoder input is the recording's log-mel
+spectrogram, (n_mels, frames): 3000 frames of 30 s as Whisper reads it (encdec.audio), or the shorter window of a
+model with fewer source positions; a recording longer than the window is refused. The labels are
+
+    prompt + transcript + EOS        e.g. <|en|> <|transcribe|> <|notimestamps|> A dog runs. <|endoftext|>
+
+with the decoder started from `decoder_start` (<|startoftranscript|>), as transformers' Whisper fine-tuning
+lays them out. A run's own tokenizer has no such tokens: its prompt is empty and the decoder starts from the
+tokenizer's own start. Recordings are read (bounded by the window) and their features made when a batch is
+made, so a corpus of hours of audio never sits in memory; batches are bucketed by transcript length.
+
+SpecAugment (Park et al. 2019, "SpecAugment: A Simple Data Augmentation Method for Automatic Speech
+Recognition"): with `spec_augment`, each row gets frequency masks (bands of up to `freq_width` mel bins) and
+time masks (up to `time_width` frames, and at most `time_fraction` of the recording's own frames, so a short
+clip padded to 30 s is not masked away), filled with 0 as transformers' Whisper masks its features. The masks
+are drawn from the batch's position, so a resumed run draws them again exactly.
+
+Shapes: B batch, M mel bins, F frames (3000), T target length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated
+
+import numpy as np
+import torch
+
+from encdec.audio import HOP, N_FRAMES, SAMPLE_RATE, frame_lengths, log_mel, read_audio, read_audio_bytes
+from encdec.data.batch import Batch, decoder_rows
+from encdec.data.documents import Documents, token_dtype
+from encdec.data.objectives.objective import EpochPlan, Objective
+from encdec.data.speech import Recording, recording_name
+from encdec.errors import ConfigError, DataError
+from encdec.schema import Range
+
+TASKS = ("transcribe", "translate")  # Whisper's: in the recording's language, or into English
+START = "<|startoftranscript|>"
+NO_TIMESTAMPS = "<|notimestamps|>"
+Masks = Annotated[int, Range(0, 16)]
+
+
+@dataclass(frozen=True)
+class SpecAugment:
+    """How many masks of what width each row gets (Park et al.'s LibriSpeech double policy by default)."""
+
+    freq_masks: Masks = 2
+    freq_width: Annotated[int, Range(0, 128)] = 27  # mel bins
+    time_masks: Masks = 2
+    time_width: Annotated[int, Range(0, 3000)] = 100  # frames (10 ms each)
+    time_fraction: Annotated[float, Range(0, 1)] = 0.2  # a time mask covers at most this share of the recording
+
+    def apply(self, features: torch.Tensor, frames: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        """`features` (B, M, F) with each row's masks set to 0; `frames` (B,) the frames its recording fills."""
+        bins = features.shape[1]
+        keep = np.ones((features.shape[0], bins, features.shape[2]), dtype=bool)
+        for row, length in enumerate(frames.tolist()):
+            for _ in range(self.freq_masks):
+                width = int(rng.integers(0, min(self.freq_width, bins) + 1))
+                start = int(rng.integers(0, bins - width + 1))
+                keep[row, start : start + width, :] = False
+            widest = min(self.time_width, int(self.time_fraction * length))
+            for _ in range(self.time_masks):
+                width = int(rng.integers(0, widest + 1))
+                start = int(rng.integers(0, max(length - width, 0) + 1))
+                keep[row, :, start : start + width] = False
+        return features * torch.from_numpy(keep).to(features.device)
+
+
+def transcription_prompt(tokenizer, language: str | None, task: str = "transcribe") -> tuple[int, tuple[int, ...]]:
+    """(the token the decoder starts from, the prompt before each transcript), as transformers' Whisper starts its
+    decoder. A tokenizer with Whisper's tokens: <|startoftranscript|>, then for a multilingual model (`language`
+    given) <|language|> and <|task|>, then <|notimestamps|> where it holds one (an English-only model's prompt is
+    <|startoftranscript|> <|notimestamps|>). Any other tokenizer: its own start and no prompt. One sentence where
+    a language, a translation or a token is asked of a tokenizer without it."""
+    start = tokenizer.special_id(START)
+    if start is None and (language is not None or task != "transcribe"):
+        asked = f"objective.language {language}" if language is not None else f"objective.task {task}"
+        raise ConfigError(
+            f"{asked} is a Whisper prompt token, which this run's {tokenizer.kind} tokenizer does not hold; start "
+            f"from a Whisper directory's tokenizer, or add {START} and its tokens to tokenizer.extra_specials"
+        )
+    if start is None:
+        return tokenizer.decoder_start_id, ()
+    if task != "transcribe" and language is None:
+        raise ConfigError(f"objective.task {task} needs objective.language, the language its recordings are in")
+    names = [f"<|{language}|>", f"<|{task}|>"] if language is not None else []
+    missing = [name for name in names if tokenizer.special_id(name) is None]
+    if missing:
+        raise ConfigError(f"the tokenizer has no token {missing[0]} for objective.language {language} and task {task}")
+    if tokenizer.special_id(NO_TIMESTAMPS) is not None:
+        names.append(NO_TIMESTAMPS)
+    return start, tuple(tokenizer.special_id(name) for name in names)
+
+
+def tokenize_transcripts(tokenizer, pairs: Sequence[tuple[Recording, str]]) -> tuple[list[Recording], Documents]:
+    """(recordings, their transcripts as Documents of ids, no special tokens: the objective adds them)."""
+    if not pairs:
+        raise DataError("the corpus split is empty: no recordings to train or validate on")
+    ids = tokenizer.encode([text for _, text in pairs])
+    return [recording for recording, _ in pairs], Documents.from_lists(ids, token_dtype(tokenizer.vocab_size))
+
+
+def read_recording(recording: Recording, max_seconds: float) -> torch.Tensor:
+    """A recording's waveform at 16 kHz, from its path or its bytes (encdec.audio's bounds and refusals)."""
+    if isinstance(recording, bytes):
+        return read_audio_bytes(recording, max_seconds, name=recording_name(recording))
+    return read_audio(recording, max_seconds)
+
+
+class TranscribeObjective(Objective):
+    name = "transcribe"
+
+    def __init__(
+        self,
+        recordings: Sequence[Recording],
+        targets: Documents,
+        batch_size: int,
+        pad_id: int,
+        eos_id: int,
+        decoder_start_id: int,
+        prompt: Sequence[int] = (),
+        max_target_len: int = 128,
+        n_mels: int = 80,
+        frames: int = N_FRAMES,
+        spec_augment: SpecAugment | None = None,
+        bucket_batches: int = 50,
+        shuffle: bool = True,
+        seed: int = 0,
+    ):
+        super().__init__(seed)
+        if len(recordings) != len(targets):
+            raise ConfigError(f"recordings ({len(recordings)}) and transcripts ({len(targets)}) must pair one to one")
+        if max_target_len - len(prompt) - 1 < 1:
+            raise ConfigError(
+                f"max_target_len {max_target_len} leaves no room for a transcript beside its {len(prompt)} prompt "
+                "tokens and EOS"
+            )
+        self.recordings, self.targets = list(recordings), targets
+        self.pad_id, self.eos_id, self.decoder_start_id = pad_id, eos_id, decoder_start_id
+        self.prompt = np.array(prompt, dtype=np.int64)
+        self.max_target_len, self.n_mels, self.frames = max_target_len, n_mels, frames
+        self.max_seconds = frames * HOP / SAMPLE_RATE  # a recording longer than the window is refused
+        self.spec_augment, self.shuffle = spec_augment, shuffle
+        lengths = np.minimum(targets.lengths + len(prompt) + 1, max_target_len)
+        self.plan = EpochPlan(len(targets), batch_size, lengths, bucket_batches)
+
+    def labels(self, index: int) -> np.ndarray:
+        """Pair `index`'s labels: prompt + transcript (cut to fit) + EOS."""
+        room = self.max_target_len - len(self.prompt) - 1
+        text = self.targets[index][:room].astype(np.int64)
+        return np.concatenate([self.prompt, text, np.array([self.eos_id], np.int64)])
+
+    def batch_at(self, epoch: int, step: int) -> Batch:
+        rows = self.plan.batches(self.seed, epoch, shuffle=self.shuffle)[step]
+        waves = [read_recording(self.recordings[i], self.max_seconds) for i in rows]
+        features = log_mel(waves, self.n_mels, frames=self.frames)  # (B, M, F)
+        if self.spec_augment is not None:
+            features = self.spec_augment.apply(features, frame_lengths(waves, self.frames), self.rng(epoch, step))
+        tgt_ids, labels = decoder_rows([self.labels(int(i)) for i in rows], self.pad_id, self.decoder_start_id)
+        return Batch(tgt_ids=tgt_ids, labels=labels, src_ids=features)
+
+    def position_after(self, epoch: int, step: int) -> tuple[int, int]:
+        step += 1
+        last = step == len(self.plan.batches(self.seed, epoch, shuffle=self.shuffle))
+        return (epoch + 1, 0) if last else (epoch, step)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return len(self.plan.batches(self.seed, self.epoch, shuffle=self.shuffle))

@@ -1,0 +1,173 @@
+"""Speech corpora and the transcription objective: manifests (jsonl, TSV, a `datasets` Audio column) read as
+(recording, transcript) pairs, and batches of log-mel features with Whisper's labels, SpecAugment drawn from the
+batch's position."""
+
+import json
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from encdec.audio import log_mel, read_audio
+from encdec.data.corpora import split_items
+from encdec.data.documents import Documents
+from encdec.data.formats import read_corpus
+from encdec.data.objectives import build_objective
+from encdec.data.objectives.transcribe import SpecAugment, TranscribeObjective, transcription_prompt
+from encdec.errors import ConfigError, DataError
+from encdec.tokenizers import build_tokenizer
+
+RATE = 16_000
+WHISPER_TOKENS = ("<|startoftranscript|>", "<|en|>", "<|de|>", "<|transcribe|>", "<|translate|>", "<|notimestamps|>")
+
+
+def tone(path, seconds: float, hz: float, rate: int = RATE):
+    """A sine of `hz` written as 16-bit PCM: a recording whose spectrum is known."""
+    t = np.arange(int(seconds * rate)) / rate
+    soundfile.write(path, 0.3 * np.sin(2 * np.pi * hz * t), rate, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture
+def clips(tmp_path):
+    (tmp_path / "clips").mkdir()
+    texts = ["a dog runs", "two men sit on a bench", "the girl reads", "snow falls"]
+    paths = [tone(tmp_path / "clips" / f"{i}.wav", 0.5 + 0.5 * i, 200 + 100 * i) for i in range(len(texts))]
+    return tmp_path, paths, texts
+
+
+def test_a_jsonl_manifest_names_recordings_from_its_own_folder(clips):
+    root, paths, texts = clips
+    absolute = str(paths[3])
+    lines = [{"audio": f"clips/{p.name}", "text": t} for p, t in zip(paths[:3], texts)]
+    lines.append({"audio": absolute, "text": ["snow", "falls"]})
+    (root / "train.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    pairs = list(read_corpus("speech-jsonl", [root / "train.jsonl"]))
+    assert pairs == [(str(p), t) for p, t in zip(paths, texts)]
+
+
+def test_a_tsv_manifest_and_its_fields_by_name(clips):
+    root, paths, texts = clips
+    (root / "train.tsv").write_text("path\ttext\n" + "".join(f"clips/{p.name}\t{t}\n" for p, t in zip(paths, texts)))
+    assert list(read_corpus("speech-tsv", [root / "train.tsv"], header=True)) == list(zip(map(str, paths), texts))
+    (root / "named.jsonl").write_text(json.dumps({"wav": f"clips/{paths[0].name}", "sentence": "a dog runs"}) + "\n")
+    pairs = list(read_corpus("speech-jsonl", [root / "named.jsonl"], audio_field="wav", text_field="sentence"))
+    assert pairs == [(str(paths[0]), "a dog runs")]
+
+
+def test_a_manifest_without_its_recording_field_is_one_sentence(tmp_path):
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"text": "hello"}) + "\n")
+    with pytest.raises(DataError, match=r"bad.jsonl line 1 has no field 'audio' for its recording"):
+        list(read_corpus("speech-jsonl", [tmp_path / "bad.jsonl"]))
+
+
+def test_a_datasets_audio_column_is_read_undecoded_and_split_by_its_bytes(clips):
+    datasets = pytest.importorskip("datasets")
+    from encdec.data.datasets_corpus import dataset_items, open_dataset
+
+    root, paths, texts = clips
+    table = datasets.Dataset.from_dict({"audio": [str(p) for p in paths], "text": texts})
+    table.cast_column("audio", datasets.Audio()).save_to_disk(str(root / "saved"))
+    rows = open_dataset(str(root / "saved"), "train")
+    pairs = list(dataset_items(rows, "saved", True, source_field="audio", target_field="text", recordings=True))
+    assert [t for _, t in pairs] == texts
+    assert all(isinstance(audio, bytes) for audio, _ in pairs)  # embedded by save_to_disk
+    assert pairs[0][0] == paths[0].read_bytes()
+    train, validation = split_items(pairs, 0.5)
+    assert sorted(train + validation, key=lambda pair: texts.index(pair[1])) == pairs
+
+
+def whisper_tokenizer():
+    return build_tokenizer("byte", extra_specials=WHISPER_TOKENS)
+
+
+def test_the_prompt_is_whisper_s_where_the_tokenizer_holds_its_tokens():
+    tok = whisper_tokenizer()
+    ids = {name: tok.special_id(name) for name in WHISPER_TOKENS}
+    start, prompt = transcription_prompt(tok, "en", "transcribe")
+    assert start == ids["<|startoftranscript|>"]
+    assert prompt == (ids["<|en|>"], ids["<|transcribe|>"], ids["<|notimestamps|>"])
+    assert transcription_prompt(tok, "de", "translate")[1] == (
+        ids["<|de|>"],
+        ids["<|translate|>"],
+        ids["<|notimestamps|>"],
+    )
+    assert transcription_prompt(tok, None) == (start, (ids["<|notimestamps|>"],))  # English-only: no language, no task
+    plain = build_tokenizer("byte")
+    assert transcription_prompt(plain, None) == (plain.decoder_start_id, ())
+    with pytest.raises(ConfigError, match="objective.language en is a Whisper prompt token"):
+        transcription_prompt(plain, "en")
+    with pytest.raises(ConfigError, match="no token <\\|fr\\|>"):
+        transcription_prompt(tok, "fr")
+    with pytest.raises(ConfigError, match="objective.task translate needs objective.language"):
+        transcription_prompt(tok, None, "translate")
+
+
+def objective(paths, texts, tok, **options) -> TranscribeObjective:
+    start, prompt = transcription_prompt(tok, "en")
+    ids = Documents.from_lists(tok.encode(texts), np.int32)
+    return build_objective(
+        "transcribe", (list(map(str, paths)), ids), tok, 2, 3, prompt=prompt, decoder_start=start, **options
+    )
+
+
+def test_a_batch_is_the_recordings_log_mels_and_whisper_s_labels(clips):
+    _, paths, texts = clips
+    tok = whisper_tokenizer()
+    data = objective(paths, texts, tok, max_target_len=64)
+    batch = data.batch_at(0, 0)
+    assert batch.src_ids.shape == (2, 80, 3000) and batch.src_ids.dtype == torch.float32 and batch.src_mask is None
+    start, prompt = transcription_prompt(tok, "en")
+    for row in range(2):
+        labels = batch.labels[row][batch.labels[row] != -100].tolist()
+        assert labels[:3] == list(prompt) and labels[-1] == tok.eos_id
+        text = tok.decode(labels[3:-1])
+        i = texts.index(text)
+        assert torch.equal(batch.src_ids[row], log_mel([read_audio(paths[i])])[0])
+        assert batch.tgt_ids[row, 0] == start and batch.tgt_ids[row, 1 : len(labels)].tolist() == labels[:-1]
+    assert torch.equal(data.batch_at(0, 0).src_ids, batch.src_ids)  # a pure function of the position
+
+
+def test_a_transcript_is_cut_to_fit_beside_its_prompt_and_eos(clips):
+    _, paths, texts = clips
+    tok = whisper_tokenizer()
+    batch = objective(paths, texts, tok, max_target_len=8).batch_at(0, 0)
+    assert batch.labels.shape[1] == 8 and (batch.labels[:, -1] == tok.eos_id).all()
+    with pytest.raises(ConfigError, match="leaves no room for a transcript"):
+        objective(paths, texts, tok, max_target_len=4)
+
+
+def test_spec_augment_masks_each_row_by_its_position_within_its_recording(clips):
+    _, paths, texts = clips
+    tok = whisper_tokenizer()
+    policy = SpecAugment(freq_masks=2, freq_width=10, time_masks=2, time_width=40, time_fraction=0.5)
+    plain, masked = objective(paths, texts, tok), objective(paths, texts, tok, spec_augment=policy)
+    for step in range(2):
+        clean, noisy = plain.batch_at(0, step).src_ids, masked.batch_at(0, step).src_ids
+        changed = noisy != clean
+        assert changed.any() and (noisy[changed] == 0).all()  # masked to 0, the rest untouched
+        assert torch.equal(masked.batch_at(0, step).src_ids, noisy)  # drawn again exactly: resume is bitwise
+        frames = changed.all(dim=1)  # (B, F): whole time columns masked
+        for row in range(2):
+            recorded = int(torch.nonzero(clean[row].std(dim=0) > 0).max()) + 1  # frames holding the tone's onset
+            masked_frames = torch.nonzero(frames[row]).flatten()
+            assert masked_frames.numel() == 0 or int(masked_frames.max()) < recorded + 2
+    assert not torch.equal(masked.batch_at(0, 0).src_ids, masked.batch_at(1, 0).src_ids)
+
+
+def test_a_recording_longer_than_a_window_is_one_sentence(tmp_path):
+    path = tone(tmp_path / "long.wav", 31, 300, rate=8000)
+    tok = whisper_tokenizer()
+    with pytest.raises(DataError, match="long.wav"):
+        objective([path, path], ["x", "y"], tok).batch_at(0, 0)
+
+
+def test_the_state_resumes_where_it_stopped(clips):
+    _, paths, texts = clips
+    tok = whisper_tokenizer()
+    first = objective(paths, texts, tok)
+    [first.next_batch() for _ in range(3)]
+    again = objective(paths, texts, tok)
+    again.load_state_dict(first.state_dict())
+    assert torch.equal(again.next_batch().labels, first.next_batch().labels)
