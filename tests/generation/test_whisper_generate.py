@@ -71,6 +71,30 @@ def test_an_english_only_whisper_equals_transformers(tmp_path, options):
         encdec.generate(ours, x, defaults=defaults, language="en")
 
 
+ENCDEC_CASES = {
+    "language": dict(language="fr"),
+    "detected-timestamps": dict(return_timestamps=True),
+    "beam-timestamps": dict(language="en", num_beams=4, return_timestamps=True),
+    "fallback": dict(
+        language="de", temperature=[0.0, 0.2, 0.4], logprob_threshold=-1.5, compression_ratio_threshold=0.7
+    ),
+}
+
+
+@pytest.mark.parametrize("options", ENCDEC_CASES.values(), ids=ENCDEC_CASES)
+def test_encdecs_own_whisper_equals_transformers(tmp_path, options):
+    """The Whisper family loaded from the directory decodes with the rules its generation_config.json gives."""
+    reference = whisper_kit.tiny_whisper(transformers, tmp_path)
+    model = encdec.load_hf(tmp_path)
+    theirs = {key: tuple(value) if isinstance(value, list) else value for key, value in options.items()}
+    for seed in range(2):
+        x = features(seed)
+        torch.manual_seed(seed)
+        expected = reference.generate(x, max_new_tokens=10, **theirs)
+        torch.manual_seed(seed)
+        assert torch.equal(model.generate(x, max_new_tokens=10, **options), expected)
+
+
 def test_a_previous_text_prompt_equals_transformers(whisper):
     reference, ours, defaults = whisper
     x = features(7)
@@ -99,7 +123,19 @@ def test_whisper_options_without_whisper_rules_are_one_sentence():
             encdec.generate(model, torch.randint(3, V, (2, 5)), **options)
 
 
-def test_a_whisper_prompt_is_not_given_as_decoder_input_ids(whisper):
-    _, ours, defaults = whisper
-    with pytest.raises(ConfigError, match="made from language, task"):
-        encdec.generate(ours, features(0), defaults=defaults, decoder_prompt=[50, 52])
+def test_a_prompt_given_is_continued_as_transformers_generation_loop_continues_it(whisper):
+    """decoder_input_ids (or decoder_prompt) replace Whisper's prompt: no rule of Whisper's applies, as in
+    transformers' GenerationMixin.generate; Whisper's options beside them are one sentence."""
+    reference, ours, defaults = whisper
+    x, prompt = features(0), torch.tensor([[50, 53, 56, 60]] * 3)
+    expected = transformers.GenerationMixin.generate(
+        reference, input_features=x, decoder_input_ids=prompt, max_new_tokens=6
+    )
+    assert torch.equal(
+        encdec.generate(ours, x, defaults=defaults, decoder_input_ids=prompt, max_new_tokens=6), expected
+    )
+    assert torch.equal(
+        encdec.generate(ours, x, defaults=defaults, decoder_prompt=[50, 53, 56, 60], max_new_tokens=6), expected
+    )
+    with pytest.raises(ConfigError, match="language makes a Whisper's prompt, which a prompt given as decoder_input"):
+        encdec.generate(ours, x, defaults=defaults, decoder_prompt=[50, 52], language="en")

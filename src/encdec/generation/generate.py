@@ -24,7 +24,7 @@ from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.interface import Steppable, capabilities_of, model_device
 from encdec.generation.stop_strings import stop_strings_for
 from encdec.generation.strategies import strategy_for
-from encdec.generation.whisper_rules import whisper_prompt
+from encdec.generation.whisper_rules import whisper_prompt, whisper_rules_of
 from encdec.generation.whisper_windows import transcribe
 from encdec.modules import as_bool_mask
 from encdec.tokenizers.languages import generation_languages
@@ -109,12 +109,10 @@ def prepare(
     cfg.check_generator(device)
     src_ids, src_mask = src_ids.to(device), src_mask.to(device)
     batch = src_ids.shape[0]
+    if cfg.whisper is not None and (decoder_input_ids is not None or cfg.decoder_prompt is not None):
+        check_whisper_options(cfg, "a prompt given as decoder_input_ids or decoder_prompt")
+        cfg.whisper = None  # the caller's prompt, continued as transformers' GenerationMixin.generate continues it
     if cfg.whisper is not None:  # <|startoftranscript|> <|lang|> <|task|> [<|notimestamps|>], the language detected
-        if decoder_input_ids is not None or cfg.decoder_prompt is not None:
-            raise ConfigError(
-                "a Whisper's prompt is made from language, task, return_timestamps and prompt_ids: give those "
-                "instead of decoder_input_ids or decoder_prompt"
-            )
         fits = lambda length: check_generation_fits(model, cfg, batch, src_ids.shape[-1], length, device)  # noqa: E731
         prompt = whisper_prompt(model, src_ids, src_mask, cfg, fits)
     else:
@@ -130,10 +128,13 @@ def prepare(
     return Prepared(cfg, src_ids, src_mask, prompt, stop, cfg.rows_per_example, device, vocab)
 
 
-def check_whisper_options(cfg: GenerationConfig) -> None:
-    """Whisper's options on a model without Whisper's rules: one sentence, not ignored."""
+def check_whisper_options(cfg: GenerationConfig, instead: str | None = None) -> None:
+    """Whisper's options where Whisper's rules do not make the prompt (a model without them, or `instead`, a
+    prompt the caller gives): one sentence, not ignored."""
     given = [name for name in ("language", "task", "prompt_ids", "no_speech_threshold") if getattr(cfg, name)]
     given += ["return_timestamps"] if cfg.return_timestamps else []
+    if given and instead is not None:
+        raise ConfigError(f"{given[0]} makes a Whisper's prompt, which {instead} replaces: give one or the other")
     if given:
         raise ConfigError(
             f"{given[0]} is an option of Whisper's rules, which this model has none of (its generation_config.json "
@@ -158,6 +159,8 @@ def resolve_config(model, options: dict, defaults: dict | None = None) -> Genera
         defaults = getattr(model, "generation_defaults", None)  # a Steppable need not carry any
     cfg = GenerationConfig.from_options(defaults, **options)
     check_sampling_asked(cfg, options)
+    if cfg.whisper is None:  # a loaded Whisper's rules: its generation_config.json's keys (interop's hf_generation)
+        cfg.whisper = whisper_rules_of(getattr(model, "hf_generation", None) or {})
     model_cfg = getattr(model, "config", None)
     if cfg.decoder_start_token_id is None:
         cfg.decoder_start_token_id = getattr(model_cfg, "decoder_start_id", None)
