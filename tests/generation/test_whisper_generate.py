@@ -139,3 +139,15 @@ def test_a_prompt_given_is_continued_as_transformers_generation_loop_continues_i
     )
     with pytest.raises(ConfigError, match="language makes a Whisper's prompt, which a prompt given as decoder_input"):
         encdec.generate(ours, x, defaults=defaults, decoder_prompt=[50, 52], language="en")
+
+
+def test_suppressed_ids_past_the_vocabulary_are_dropped_on_reading_as_transformers_ignores_them(tmp_path):
+    import json
+
+    whisper_kit.tiny_whisper(transformers, tmp_path)
+    path = tmp_path / "generation_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "begin_suppress_tokens": [5, 220, 50256]}))
+    model = encdec.load_hf(tmp_path)
+    assert model.generation_defaults["begin_suppress_tokens"] == [5]
+    with pytest.raises(ConfigError, match="begin_suppress_tokens\\[1\\] must be below vocab_size"):
+        model.generate(features(0), begin_suppress_tokens=[5, 220])  # a caller's: refused

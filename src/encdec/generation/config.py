@@ -14,7 +14,7 @@ import torch
 
 from encdec.errors import ConfigError
 from encdec.generation.whisper_rules import TASKS, WhisperRules
-from encdec.schema import MAX_INT, InVocabulary, Range, Satisfies, TokenId, check, check_vocabulary, read
+from encdec.schema import InVocabulary, Range, Satisfies, TokenId, check, check_vocabulary, read
 
 # The largest values generation takes, far beyond any real use and small enough that the memory estimate
 # (generation/decode_memory.py) is computed before anything sized by them is allocated.
@@ -89,19 +89,6 @@ def valid_languages(value) -> bool:
 
 TOKEN_LIST = "None or a list of token ids (integers >= 0)"
 TokenList = Annotated[list[int] | None, Satisfies(token_list, TOKEN_LIST), InVocabulary()]
-MAX_SUPPRESSED = 1 << 20  # ids a suppression lists: more than any vocabulary holds
-
-
-def suppressed_list(ids) -> bool:
-    return ids is None or (token_list(ids) and len(ids) <= MAX_SUPPRESSED and all(i <= MAX_INT for i in ids))
-
-
-# ids never generated: those past the model's vocabulary are ignored, as transformers ignores them (a tiny Whisper's
-# config.json keeps WhisperConfig's begin_suppress_tokens, 220 and 50256, whatever its vocabulary)
-SuppressedList = Annotated[
-    list[int] | None,
-    Satisfies(suppressed_list, f"None or a list of token ids (integers >= 0), up to {MAX_SUPPRESSED:,} of them"),
-]
 LanguageCode = Annotated[str, Satisfies(valid_language_code, "a language code: up to 32 letters, digits, _ or -")]
 Temperature = (  # one sampling temperature, or a fallback's list of them
     Annotated[float, Range(0, MAX_SCALE, above=True)]
@@ -187,8 +174,8 @@ class GenerationConfig:
     exponential_decay_length_penalty: Annotated[
         tuple[int, float] | None, Satisfies(valid_decay, "None or a pair (start_index >= 0, decay_factor > 0)")
     ] = None  # (start_index, decay_factor) raises EOS
-    suppress_tokens: SuppressedList = option(None, "token ids never generated", HF)
-    begin_suppress_tokens: SuppressedList = option(None, "token ids not generated as the first new token", HF)
+    suppress_tokens: TokenList = option(None, "token ids never generated", HF)
+    begin_suppress_tokens: TokenList = option(None, "token ids not generated as the first new token", HF)
     renormalize_logits: bool = False  # log-softmax the processed scores
     num_beam_groups: Beams = option(  # diverse beam search (Vijayakumar et al. 2016): num_beams / groups each
         1, "diverse beam search: split the beams into this many groups", CLI, HTTP
