@@ -41,6 +41,16 @@ SAMPLES = {
     "num_beam_groups": (2, {"num_beams": 4, "diversity_penalty": 0.5}),
     "diversity_penalty": (0.5, {"num_beams": 4, "num_beam_groups": 2}),
     "compile": (True, {}),
+    "suppress_tokens": ([5, 6], {}),
+    "begin_suppress_tokens": ([5], {}),
+    "decoder_prompt": ([0, 5], {}),
+    "language": ("fr", {}),
+    "task": ("translate", {}),
+    "return_timestamps": (True, {}),
+    "prompt_ids": ([7, 8], {}),
+    "compression_ratio_threshold": (2.4, {}),
+    "logprob_threshold": (-1.0, {}),
+    "no_speech_threshold": (0.6, {}),
 }
 
 
@@ -68,7 +78,8 @@ def test_each_surface_takes_what_the_fields_expose_to_it():
 def from_command_line(options: dict) -> GenerationConfig:
     argv = ["generate", "model"]
     for name, value in options.items():
-        argv += [flag_of(name)] if value is True else [flag_of(name), str(value)]
+        written = ",".join(map(str, value)) if isinstance(value, list) else str(value)  # a list: 0,5
+        argv += [flag_of(name)] if value is True else [flag_of(name), written]
     return GenerationConfig.from_options(**given_generation_options(build_parser().parse_args(argv)))
 
 
@@ -94,3 +105,9 @@ def test_a_value_is_the_same_generation_config_on_every_surface_that_takes_it(na
     for surface in surfaces:
         assert all(other in declared(surface) for other in beside), (name, surface)
         assert SURFACES[surface]({**beside, name: value}) == expected, surface
+
+
+def test_fallback_temperatures_are_the_same_generation_config_on_every_surface():
+    expected = GenerationConfig(temperature=[0.0, 0.2, 1.0])
+    for surface, made in SURFACES.items():
+        assert made({"temperature": [0.0, 0.2, 1.0]}) == expected, surface

@@ -230,5 +230,6 @@ def test_inputs_that_are_not_log_mels_are_one_sentence(pair):
         ours.generate(torch.randn(1, 80, 3002))
     with pytest.raises(DataError, match="^the input is empty"):
         ours(torch.randn(0, 80, 3000), decoder_inputs(0))
-    with pytest.raises(ConfigError, match="^max_new_tokens is 65 but this model decodes at most 64"):
+    # the decoder's positions after the start token: 65 new ones and Whisper's prompt's language and <|notimestamps|>
+    with pytest.raises(ConfigError, match="^max_new_tokens is 67 but this model decodes at most 64"):
         ours.generate(log_mels(1), max_new_tokens=65)

@@ -187,6 +187,7 @@ SEARCHES = {  # a config that selects each entry of generation's strategy table
     "sampling": {"do_sample": True, "seed": 3, "top_k": 20},
     "beam search": {"num_beams": 3, "num_return_sequences": 2},
     "diverse beam search": {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 0.5},
+    "temperature fallback": {"temperature": [0.0, 0.5], "compression_ratio_threshold": 0.001, "seed": 3},
 }
 
 

@@ -57,6 +57,9 @@ def beam_search(
     running = torch.full((B, N, L), fill, dtype=torch.long, device=device)
     running[:, :, :P] = prompt[:, None, :]
     finished = running.clone()
+    # with output_scores, the row of each step's scores every token was chosen from (Hugging Face's beam_indices)
+    origins = torch.full((B, N, L), -1, dtype=torch.long, device=device) if cfg.output_scores else None
+    finished_origins = origins.clone() if origins is not None else None
     running_scores = torch.zeros(B, N, device=device)
     running_scores[:, 1:] = NEG  # only the first beam's tokens count at the first step
     finished_scores = torch.full((B, N), NEG, device=device)
@@ -86,6 +89,9 @@ def beam_search(
         parent, token = index // V, index % V
         candidates = gather_beams(running, parent)  # (B, K, L)
         candidates[:, :, cur_len] = token
+        if origins is not None:
+            candidate_origins = gather_beams(origins, parent)
+            candidate_origins[:, :, cur_len] = parent + example_offset
         done = torch.isin(token, eos) | (cur_len + 1 >= L)  # (B, K)
         if stop_test is not None:
             done |= stop_test(candidates[:, :, : cur_len + 1].reshape(B * K, cur_len + 1)).view(B, K)
@@ -94,6 +100,8 @@ def beam_search(
         open_scores = top_scores + done.float() * NEG
         keep = torch.topk(open_scores, N)[1]  # (B, N)
         running = gather_beams(candidates, keep)
+        if origins is not None:
+            origins = gather_beams(candidate_origins, keep)
         running_scores = gather_beams(open_scores, keep)
         state.reorder((gather_beams(parent, keep) + example_offset).view(-1))
 
@@ -110,10 +118,13 @@ def beam_search(
             gather_beams(torch.cat((is_finished, just_finished), 1), best),
             gather_beams(torch.cat((finished_lengths, torch.full_like(token, cur_len + 1 - P)), 1), best),
         )
+        if origins is not None:
+            merged += (gather_beams(torch.cat((finished_origins, candidate_origins), 1), best),)
         if every > 1:  # after a stop the host has not seen, the finished hypotheses stay as they were
-            old = (finished, finished_scores, is_finished, finished_lengths)
+            old = (finished, finished_scores, is_finished, finished_lengths, finished_origins)[: len(merged)]
             merged = tuple(torch.where(stopped, before, after) for before, after in zip(old, merged, strict=True))
-        finished, finished_scores, is_finished, finished_lengths = merged
+        finished, finished_scores, is_finished, finished_lengths = merged[:4]
+        finished_origins = merged[4] if origins is not None else None
 
         cur_len += 1
         improvable = still_improvable(improvable, running_scores, finished_scores, is_finished, cur_len - P, L - P, cfg)
@@ -134,6 +145,7 @@ def beam_search(
         finished[:, :R, :length].reshape(B * R, length),
         tuple(steps) if steps is not None else None,
         finished_scores[:, :R].reshape(B * R) if steps is not None else None,
+        finished_origins[:, :R, P:length].reshape(B * R, length - P) if finished_origins is not None else None,
     )
 
 

@@ -13,7 +13,8 @@ from typing import Annotated
 import torch
 
 from encdec.errors import ConfigError
-from encdec.schema import InVocabulary, Range, Satisfies, TokenId, check, check_vocabulary
+from encdec.generation.whisper_rules import TASKS, WhisperRules
+from encdec.schema import InVocabulary, Range, Satisfies, TokenId, check, check_vocabulary, read
 
 # The largest values generation takes, far beyond any real use and small enough that the memory estimate
 # (generation/decode_memory.py) is computed before anything sized by them is allocated.
@@ -56,9 +57,46 @@ def valid_language_code(code) -> bool:
     return code.replace("_", "").replace("-", "").isalnum()
 
 
+MAX_PROMPT_TOKENS = 1 << 16  # tokens of a decoder prompt (Whisper's window holds 448)
+MAX_TEMPERATURES = 16  # a fallback's temperatures: Whisper's are six
+
+
+def valid_decoder_prompt(prompt) -> bool:
+    """One prompt for every row (a list of ids) or one per row (a list of such lists), none empty."""
+    if prompt is None:
+        return True
+    if not isinstance(prompt, list) or not prompt:
+        return False
+    rows = prompt if all(isinstance(row, list) for row in prompt) else [prompt]
+    return all(0 < len(row) <= MAX_PROMPT_TOKENS and token_list(row) for row in rows) and len(rows) <= MAX_BEAMS**2
+
+
+def valid_temperatures(value) -> bool:
+    """A fallback's temperatures (Whisper's): 1 to MAX_TEMPERATURES, each from 0 (greedy) to MAX_SCALE."""
+    return (
+        isinstance(value, (list, tuple))
+        and 0 < len(value) <= MAX_TEMPERATURES
+        and all(isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t <= MAX_SCALE for t in value)
+    )
+
+
+def valid_languages(value) -> bool:
+    """Whisper's language: one code, or one per input."""
+    if isinstance(value, list):
+        return 0 < len(value) <= MAX_BEAMS**2 and all(valid_language_code(code) for code in value)
+    return valid_language_code(value)
+
+
 TOKEN_LIST = "None or a list of token ids (integers >= 0)"
 TokenList = Annotated[list[int] | None, Satisfies(token_list, TOKEN_LIST), InVocabulary()]
 LanguageCode = Annotated[str, Satisfies(valid_language_code, "a language code: up to 32 letters, digits, _ or -")]
+Temperature = (  # one sampling temperature, or a fallback's list of them
+    Annotated[float, Range(0, MAX_SCALE, above=True)]
+    | Annotated[
+        list[Annotated[float, Range(0, MAX_SCALE)]],
+        Satisfies(valid_temperatures, f"a list of 1 to {MAX_TEMPERATURES} temperatures from 0 to {MAX_SCALE:,.0f}"),
+    ]
+)
 Beams = Annotated[int, Range(1, MAX_BEAMS)]
 
 
@@ -85,7 +123,9 @@ class GenerationConfig:
     )
     num_beams: Beams = option(1, "beam width (1: greedy or sampling)", CLI, HTTP, HF)
     do_sample: bool = option(False, "sample instead of taking the most likely token", CLI, HTTP, HF)
-    temperature: Annotated[float, Range(0, MAX_SCALE, above=True)] = option(1.0, "sampling temperature", CLI, HTTP, HF)
+    temperature: Temperature = option(
+        1.0, "sampling temperature, or Whisper's fallback temperatures (0.0,0.2,...: 0 is greedy)", CLI, HTTP, HF
+    )
     top_k: Annotated[int, Range(0, says="zero (off) or more")] = option(  # Hugging Face's default is 50 too
         50, "sample among the k most likely tokens (0: all)", CLI, HTTP, HF
     )
@@ -134,8 +174,8 @@ class GenerationConfig:
     exponential_decay_length_penalty: Annotated[
         tuple[int, float] | None, Satisfies(valid_decay, "None or a pair (start_index >= 0, decay_factor > 0)")
     ] = None  # (start_index, decay_factor) raises EOS
-    suppress_tokens: TokenList = None  # never generated
-    begin_suppress_tokens: TokenList = None  # not generated as the first new token
+    suppress_tokens: TokenList = option(None, "token ids never generated", HF)
+    begin_suppress_tokens: TokenList = option(None, "token ids not generated as the first new token", HF)
     renormalize_logits: bool = False  # log-softmax the processed scores
     num_beam_groups: Beams = option(  # diverse beam search (Vijayakumar et al. 2016): num_beams / groups each
         1, "diverse beam search: split the beams into this many groups", CLI, HTTP
@@ -146,6 +186,39 @@ class GenerationConfig:
     stop_strings: Annotated[
         str | list[str] | None, Satisfies(valid_stop_strings, "None, a non-empty string or a list of them")
     ] = None  # needs generate(..., tokenizer=)
+    # a decoder prompt every row continues (generate's decoder_input_ids as an option), and Whisper's rules
+    decoder_prompt: Annotated[
+        list[int] | list[list[int]] | None,
+        Satisfies(valid_decoder_prompt, "None, a list of token ids, or one such list per input"),
+        InVocabulary(),
+    ] = option(None, "token ids every output starts from (one list, or one per input)", CLI, HTTP)
+    whisper: WhisperRules | None = None  # a Whisper's generation_config.json (whisper_rules.read_whisper_rules), or
+    # the mapping of its keys (WhisperRules.as_json)
+    language: Annotated[str | list[str], Satisfies(valid_languages, "a language code, or one per input")] | None = (
+        option(None, "Whisper: the language spoken (en, fr, ...; one per input); not given, it is detected", CLI, HTTP)
+    )
+    task: Annotated[str, Satisfies(lambda t: t in TASKS, " or ".join(TASKS))] | None = option(
+        None, "Whisper: transcribe, or translate into English", CLI, HTTP
+    )
+    return_timestamps: bool = option(False, "Whisper: timestamp tokens between the text's segments", CLI, HTTP, HF)
+    prompt_ids: TokenList = option(None, "Whisper: a previous text's ids, <|startofprev|> first", CLI, HTTP)
+    compression_ratio_threshold: Annotated[float, Range(0, MAX_SCALE, above=True)] | None = option(
+        None,
+        "temperature fallback: decode again where the output's zlib compression ratio is above this",
+        CLI,
+        HTTP,
+        HF,
+    )
+    logprob_threshold: Annotated[float, Range(-MAX_SCALE, 0)] | None = option(
+        None, "temperature fallback: decode again where the average log-probability is below this", CLI, HTTP, HF
+    )
+    no_speech_threshold: Annotated[float, Range(0, 1)] | None = option(
+        None,
+        "temperature fallback: no speech (output dropped) where <|nospeech|> is likelier and logprob low",
+        CLI,
+        HTTP,
+        HF,
+    )
     return_dict_in_generate: bool = False  # return a GenerateOutput instead of the token ids
     output_scores: bool = False  # with return_dict_in_generate: the processed scores of every step
     compile: bool = option(  # encdec only
@@ -156,6 +229,8 @@ class GenerationConfig:
     )
 
     def __post_init__(self):
+        if isinstance(self.whisper, dict):  # the rules as JSON keeps them (a checkpoint's generation defaults)
+            self.whisper = read(WhisperRules, self.whisper, "whisper.")
         check(self)
         if self.num_beams == 1 and not self.do_sample and self.num_return_sequences > 1:
             raise ConfigError("num_return_sequences > 1 needs beam search (num_beams > 1) or do_sample=True")
@@ -191,6 +266,13 @@ class GenerationConfig:
         """Every token id an option holds (eos, pad, decoder start, forced, banned and suppressed ids) below the
         model's `vocab_size`, as a model config's ids are (schema.InVocabulary), else one sentence."""
         check_vocabulary(GenerationConfig, vars(self), vocab_size)
+        if self.whisper is not None:
+            self.whisper.check_vocabulary(vocab_size)
+
+    @property
+    def temperatures(self) -> tuple[float, ...] | None:
+        """Whisper's fallback temperatures, where `temperature` lists them; None for one sampling temperature."""
+        return tuple(self.temperature) if isinstance(self.temperature, (list, tuple)) else None
 
     @property
     def eos_ids(self) -> list[int]:

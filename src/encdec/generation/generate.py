@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from encdec.errors import ConfigError, DataError
+from encdec.generation import fallback
 from encdec.generation.compiled import fixed_shape_stepper
 from encdec.generation.config import GenerationConfig
 from encdec.generation.decode_memory import check_generation_fits
@@ -23,6 +24,8 @@ from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.interface import Steppable, capabilities_of, model_device
 from encdec.generation.stop_strings import stop_strings_for
 from encdec.generation.strategies import strategy_for
+from encdec.generation.whisper_rules import whisper_prompt, whisper_rules_of
+from encdec.generation.whisper_windows import transcribe
 from encdec.modules import as_bool_mask
 from encdec.tokenizers.languages import generation_languages
 
@@ -50,18 +53,24 @@ def generate(
     need (tgt_lang's code is forced first, as forced_bos_token_id, or mBART's the decoder's start; every row must
     hold src_lang's). The options
     start from `defaults` where given, else from the model's `generation_defaults` (a loaded
-    checkpoint's).
+    checkpoint's). With Whisper's rules (the option `whisper`, read from its generation_config.json by
+    whisper_rules.read_whisper_rules) src_ids are the model's features (B, C, T), the prompt is made from
+    language, task, return_timestamps and prompt_ids, and the result is what transformers' Whisper
+    `generate` returns: the new tokens without prompt or EOS (whisper_windows).
     """
-    job = prepare(model, src_ids, src_mask, decoder_input_ids, tokenizer, defaults, **options)
-    cfg = job.cfg
     was_training = isinstance(model, nn.Module) and model.training
     if was_training:
-        model.eval()  # no dropout while generating
-    stepper = fixed_shape_stepper(model) if cfg.compile else model  # the model, or its fixed-shape steps
+        model.eval()  # no dropout while generating (nor while Whisper's language is detected)
     try:
+        job = prepare(model, src_ids, src_mask, decoder_input_ids, tokenizer, defaults, **options)
+        cfg = job.cfg
+        stepper = fixed_shape_stepper(model) if cfg.compile else model  # the model, or its fixed-shape steps
         with torch.inference_mode():
-            state = stepper.start(job.src_ids, job.src_mask, cfg.max_new_tokens + job.prompt.shape[1] - 1, job.rows)
-            out = strategy_for(cfg).run(stepper, state, job)
+            if cfg.whisper is not None:  # what transformers' Whisper returns: the new tokens, window after window
+                out = transcribe(stepper, job, strategy_for)
+            else:
+                state = stepper.start(job.src_ids, job.src_mask, cfg.max_new_tokens + job.prompt.shape[1] - 1, job.rows)
+                out = strategy_for(cfg).run(stepper, state, job)
     finally:
         if was_training:
             model.train()
@@ -81,6 +90,7 @@ class Prepared:
     stop: object | None
     rows: int
     device: torch.device
+    vocab_size: int | None = None  # the model's, where its config says (the fallback's compression ratio)
 
 
 def prepare(
@@ -99,10 +109,48 @@ def prepare(
     cfg.check_generator(device)
     src_ids, src_mask = src_ids.to(device), src_mask.to(device)
     batch = src_ids.shape[0]
-    prompt = decoder_prompt(model, decoder_input_ids, batch, cfg, device)  # (B, P)
-    check_generation_fits(model, cfg, batch, src_ids.shape[1], prompt.shape[1], device)  # before the search allocates
+    if cfg.whisper is not None and (decoder_input_ids is not None or cfg.decoder_prompt is not None):
+        check_whisper_options(cfg, "a prompt given as decoder_input_ids or decoder_prompt")
+        cfg.whisper = None  # the caller's prompt, continued as transformers' GenerationMixin.generate continues it
+    if cfg.whisper is not None:  # <|startoftranscript|> <|lang|> <|task|> [<|notimestamps|>], the language detected
+        fits = lambda length: check_generation_fits(model, cfg, batch, src_ids.shape[-1], length, device)  # noqa: E731
+        prompt = whisper_prompt(model, src_ids, src_mask, cfg, fits)
+    else:
+        check_whisper_options(cfg)
+        if decoder_input_ids is None and cfg.decoder_prompt is not None:
+            decoder_input_ids = prompt_rows(cfg.decoder_prompt, batch)
+        prompt = decoder_prompt(model, decoder_input_ids, batch, cfg, device)  # (B, P)
+        check_generation_fits(model, cfg, batch, src_ids.shape[-1], prompt.shape[1], device)  # before the search
     stop = stop_strings_for(cfg.stop_string_list, tokenizer, device) if cfg.stop_strings else None
-    return Prepared(cfg, src_ids, src_mask, prompt, stop, cfg.rows_per_example, device)
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if fallback.applies(cfg):
+        fallback.check_fallback(cfg, vocab)
+    return Prepared(cfg, src_ids, src_mask, prompt, stop, cfg.rows_per_example, device, vocab)
+
+
+def check_whisper_options(cfg: GenerationConfig, instead: str | None = None) -> None:
+    """Whisper's options where Whisper's rules do not make the prompt (a model without them, or `instead`, a
+    prompt the caller gives): one sentence, not ignored."""
+    given = [name for name in ("language", "task", "prompt_ids", "no_speech_threshold") if getattr(cfg, name)]
+    given += ["return_timestamps"] if cfg.return_timestamps else []
+    if given and instead is not None:
+        raise ConfigError(f"{given[0]} makes a Whisper's prompt, which {instead} replaces: give one or the other")
+    if given:
+        raise ConfigError(
+            f"{given[0]} is an option of Whisper's rules, which this model has none of (its generation_config.json "
+            "gives them: generation.whisper_rules.read_whisper_rules)"
+        )
+
+
+def prompt_rows(prompt: list[int] | list[list[int]], batch: int) -> torch.Tensor:
+    """The option decoder_prompt as decoder_input_ids (B, P): one list for every row, or one list per row (all
+    of one length, as a batch's decoder_input_ids are)."""
+    rows = prompt if isinstance(prompt[0], list) else [prompt] * batch
+    if len(rows) != batch:
+        raise DataError(f"decoder_prompt has {len(rows)} rows but there are {batch} inputs")
+    if len({len(row) for row in rows}) > 1:
+        raise DataError("decoder_prompt's rows must have one length, as a batch's decoder_input_ids do")
+    return torch.tensor(rows, dtype=torch.long)
 
 
 def resolve_config(model, options: dict, defaults: dict | None = None) -> GenerationConfig:
@@ -111,6 +159,8 @@ def resolve_config(model, options: dict, defaults: dict | None = None) -> Genera
         defaults = getattr(model, "generation_defaults", None)  # a Steppable need not carry any
     cfg = GenerationConfig.from_options(defaults, **options)
     check_sampling_asked(cfg, options)
+    if cfg.whisper is None:  # a loaded Whisper's rules: its generation_config.json's keys (interop's hf_generation)
+        cfg.whisper = whisper_rules_of(getattr(model, "hf_generation", None) or {})
     model_cfg = getattr(model, "config", None)
     if cfg.decoder_start_token_id is None:
         cfg.decoder_start_token_id = getattr(model_cfg, "decoder_start_id", None)
@@ -138,6 +188,8 @@ def check_sampling_asked(cfg: GenerationConfig, options: dict) -> None:
     if cfg.do_sample:
         return
     given = [name for name in SAMPLING_ONLY if options.get(name) not in (None, SAMPLING_OFF[name])]
+    if cfg.temperatures is not None:  # Whisper's fallback: its first temperature may be 0 (greedy)
+        given = [name for name in given if name != "temperature"]
     if given:
         raise ConfigError(
             f"{given[0]} acts only when sampling, and this generation does not sample: add do_sample "

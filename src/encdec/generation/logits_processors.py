@@ -134,6 +134,50 @@ def suppress(tokens: list[int], at_length: int | None = None, device: torch.devi
     return apply
 
 
+def timestamp_rules(
+    no_timestamps: int, eos: int, begin: int, max_initial_index: int | None, device: torch.device | str | None = None
+) -> Processor:
+    """Whisper's timestamps (Radford et al. 2022, 4.5; transformers' WhisperTimeStampLogitsProcessor), rows holding
+    `begin` prompt tokens: <|notimestamps|> banned; timestamps (ids from no_timestamps + 1) in pairs, so after a
+    lone one only a timestamp or EOS and after a pair only text; none below the row's last (nor equal, unless it
+    closes a pair); the first new token a timestamp of index at most `max_initial_index`; and where the
+    timestamps' probability mass beats the best text token's, a timestamp. Every row at once, on the device."""
+    first = no_timestamps + 1
+
+    def apply(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        R, V = scores.shape
+        device = scores.device
+        new = seqs[:, begin:]  # (R, G) the tokens generated so far
+        is_time = new >= first
+        G = new.shape[1]
+        last = is_time[:, -1] if G else torch.zeros(R, dtype=torch.bool, device=device)
+        before = is_time[:, -2] if G >= 2 else torch.ones(R, dtype=torch.bool, device=device)
+        lone = last & ~before
+        lowest = torch.full((R,), first, device=device)  # the first timestamp the row may take
+        if G:  # not below the row's last timestamp (nor equal to it, but to close a pair); after a pair, none
+            where = (is_time * torch.arange(1, G + 1, device=device)).argmax(dim=1)  # (R,) its position
+            latest = new.gather(1, where[:, None])[:, 0]
+            lowest = torch.where(is_time.any(dim=1), torch.where(lone, latest, latest + 1), lowest)
+            lowest = torch.where(last & before, V, lowest)
+        scores = scores.clone()  # the bans below write ranges and add -inf by row: a (R, V) mask costs 5x more
+        scores[:, no_timestamps] = -math.inf
+        if G == 0:  # the first new token: a timestamp, no later than max_initial_index
+            scores[:, :first] = -math.inf
+            if max_initial_index is not None:
+                scores[:, first + max_initial_index + 1 :] = -math.inf
+        else:  # after a lone timestamp, no text (EOS and the special tokens stay)
+            scores[:, :eos] += torch.where(lone, -math.inf, 0.0)[:, None]
+        times = torch.arange(first, V, device=device)
+        scores[:, first:].masked_fill_(times < lowest[:, None], -math.inf)
+        log_probs = scores.float().log_softmax(dim=-1)
+        time_mass = log_probs[:, first:].logsumexp(dim=-1)  # (R,)
+        best_text = log_probs[:, :first].amax(dim=-1)
+        scores[:, :first] += torch.where(time_mass > best_text, -math.inf, 0.0)[:, None]
+        return scores
+
+    return apply
+
+
 def temperature(t: float) -> Processor:
     return lambda seqs, scores: scores / t
 
@@ -274,6 +318,12 @@ def build_processors(
     if cfg.begin_suppress_tokens is not None:  # as Hugging Face: one later when a forced BOS fills the first slot
         begin = prompt_length + (1 if prompt_length == 1 and cfg.forced_bos_token_id is not None else 0)
         chain.append(suppress(cfg.begin_suppress_tokens, at_length=begin, device=device))
+    rules = cfg.whisper
+    if rules is not None and cfg.return_timestamps:  # transformers' Whisper puts it after the suppressions
+        eos = cfg.eos_ids[0] if cfg.eos_ids else rules.no_timestamps_token_id  # text lies below EOS
+        chain.append(
+            timestamp_rules(rules.no_timestamps_token_id, eos, prompt_length, rules.max_initial_timestamp_index, device)
+        )
     if cfg.do_sample:
         keep = len(cfg.eos_ids) + 1 if cfg.num_beams > 1 else 1
         if cfg.temperature != 1.0:

@@ -13,6 +13,7 @@ the server read this one table, so a search added here is served as `generate` r
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from encdec.generation import fallback
 from encdec.generation.beam_search import beam_search
 from encdec.generation.config import GenerationConfig
 from encdec.generation.generate_output import GenerateOutput
@@ -44,7 +45,12 @@ def run_samples(stepper, state, job) -> GenerateOutput:
     return sample_search(stepper, state, job.prompt.repeat_interleave(job.rows, 0), job.cfg, job.device, job.stop)
 
 
+def run_temperatures(stepper, state, job) -> GenerateOutput:
+    return fallback.run_fallback(stepper, state, job, strategy_for)
+
+
 STRATEGIES = (
+    Strategy("temperature fallback", fallback.applies, run_temperatures, stepwise=False),  # its passes: below
     Strategy("diverse beam search", lambda cfg: cfg.num_beam_groups > 1, run_group_beams, stepwise=False),
     Strategy("beam search", lambda cfg: cfg.num_beams > 1, run_beams, stepwise=False),
     Strategy("sampling", lambda cfg: cfg.do_sample, run_samples, stepwise=True),

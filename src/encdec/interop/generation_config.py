@@ -22,6 +22,11 @@ log = logging.getLogger(__name__)
 GENERATION_KEYS = HF_OPTIONS
 
 
+# ids a checkpoint's files may list past the model's vocabulary, which transformers ignores (WhisperConfig's
+# begin_suppress_tokens, 220 and 50256, stay in the config.json of a Whisper of any vocabulary): dropped on reading
+PAST_VOCABULARY_IGNORED = ("suppress_tokens", "begin_suppress_tokens")
+
+
 def read_generation_defaults(hf_config: dict, generation_config: dict) -> dict:
     """The generation options a checkpoint sets; generation_config.json wins over config.json.
 
@@ -55,8 +60,12 @@ def checked_defaults(values: dict, where: Path, vocab_size: int | None = None) -
 def checked_options(values: dict, where: Path, vocab_size: int | None) -> None:
     """Each generation option read from `where` of the type and range GenerationConfig declares for it (and so
     for `encdec.generate`'s own argument), its token ids below the model's `vocab_size` (None: where generate
-    resolves them against the model it runs), as a model config's are; else one sentence (CheckpointError)."""
+    resolves them against the model it runs), as a model config's are; else one sentence (CheckpointError).
+    Suppressed ids past the vocabulary are dropped from `values` (PAST_VOCABULARY_IGNORED)."""
     hints = typing.get_type_hints(GenerationConfig, include_extras=True)
+    for key in PAST_VOCABULARY_IGNORED:  # as transformers' processors ignore them: a tiny Whisper's keeps 50256
+        if vocab_size is not None and isinstance(values.get(key), list):
+            values[key] = [token for token in values[key] if not isinstance(token, int) or token < vocab_size]
     try:
         for key, value in values.items():
             if key not in GENERATION_KEYS and key != "eos_token_id":  # a list of them, which model.eos_id cannot hold

@@ -68,6 +68,8 @@ def check(instance: Any, prefix: str = "") -> None:
             continue
         if dataclasses.is_dataclass(value):
             check(value, f"{prefix}{f.name}.")
+        elif value is None and dataclasses.is_dataclass(hints[f.name]):  # a section set to None in Python
+            raise ConfigError(f"{prefix}{f.name} must be a mapping of its settings, got None")
         elif isinstance(value, list) and value and all(dataclasses.is_dataclass(item) for item in value):
             for i, item in enumerate(value):  # a list of sections (data.mixture's members)
                 check(item, f"{prefix}{f.name}[{i}].")
@@ -147,7 +149,8 @@ def value_of(annotation: Any, value: Any, key: str) -> Any:
                 return value_of(candidate, value, key)
             except ConfigError as error:
                 errors.append(error)
-        raise errors[0]
+        listed = isinstance(value, list)  # a list's refusal is the list member's, where the union has one
+        raise next((e for c, e in zip(inner, errors) if lists(c) == listed), errors[0])
     if origin is list:
         if not isinstance(value, list):
             if args != (str,) or not isinstance(value, str):
@@ -174,14 +177,25 @@ def argument_type(annotation: Any, flag: str) -> Callable[[str], Any]:
     config value, the refusal naming `flag`."""
     inner = typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
     listed = typing.get_origin(inner) is list
+    may_list = any(lists(member) for member in typing.get_args(inner))  # a number, or a list of them
 
     def parse(text: str) -> Any:
         if inner is str:  # a name or a separator: "2024" stays text
             return value_of(annotation, text, flag)
-        value = [number(part.strip(), flag) for part in text.split(",")] if listed else number(text, flag)
+        if listed or (may_list and "," in text):
+            value = [number(part.strip(), flag) for part in text.split(",")]
+        else:
+            value = number(text, flag)
         return value_of(annotation, value, flag)
 
     return parse
+
+
+def lists(annotation: Any) -> bool:
+    """Whether `annotation` is a list, bare or annotated with rules."""
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return typing.get_origin(annotation) is list
 
 
 def field_type(cls: type, name: str, flag: str | None = None) -> Callable[[str], Any]:
