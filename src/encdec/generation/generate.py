@@ -153,6 +153,13 @@ def prompt_rows(prompt: list[int] | list[list[int]], batch: int) -> torch.Tensor
     return torch.tensor(rows, dtype=torch.long)
 
 
+def whisper_decodes(model, tokenizer=None, defaults: dict | None = None, decoder_input_ids=None, **options) -> bool:
+    """Whether `generate(model, ..., **options)` decodes by Whisper's rules, so that its rows are the new tokens
+    alone, without the prompt, as transformers' Whisper returns them."""
+    cfg = resolve_config(model, options, defaults)
+    return cfg.whisper is not None and decoder_input_ids is None and cfg.decoder_prompt is None
+
+
 def resolve_config(model, options: dict, defaults: dict | None = None) -> GenerationConfig:
     """Options over `defaults` (else the checkpoint's generation defaults), with token ids from the model config."""
     if defaults is None:

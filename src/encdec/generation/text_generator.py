@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from encdec.generation.generate import generate
+from encdec.generation.generate import generate, whisper_decodes
 from encdec.tokenizers.languages import encode_in, hf_tokenizer_of, source_tokenizer
 
 
@@ -55,8 +55,13 @@ class TextGenerator:
         return given | ({"defaults": self.defaults} if self.defaults is not None else {}) | languages | options
 
     def generate(self, model, encoded: dict[str, torch.Tensor], **options) -> torch.Tensor:
-        """The token ids `generate` gives for `encoded` under `options`: (R, L), on the host."""
-        return generate(model, encoded["input_ids"], encoded["attention_mask"], **self.options(**options)).cpu()
+        """The token ids `generate` gives for `encoded` under `options`: (R, L), on the host, the decoder's start
+        first (Whisper's rules give the new tokens alone: the start is put before them)."""
+        options = self.options(**options)
+        ids = generate(model, encoded["input_ids"], encoded["attention_mask"], **options).cpu()
+        if whisper_decodes(model, **options):
+            ids = torch.cat([torch.full((len(ids), 1), model.config.decoder_start_id, dtype=ids.dtype), ids], 1)
+        return ids
 
     def decode(self, ids: torch.Tensor) -> list[str]:
         """Each row of `ids` (R, L), the decoder's start token first, as text: special tokens dropped, stripped."""

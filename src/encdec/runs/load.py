@@ -17,6 +17,7 @@ from encdec.runs.adapter import load_adapted
 from encdec.runs.checkpoint import load_state, load_weights
 from encdec.runs.description import Description, describe, read_description
 from encdec.runs.run_dir import CheckpointDir, RunDir
+from encdec.runs.speech_text import SpeechText, input_encoding
 from encdec.runs.text import RunTokenizer
 from encdec.schema import load_json, value_of
 from encdec.tokenizers import Tokenizer, load_tokenizer
@@ -31,7 +32,7 @@ class LoadedRun:
     description: Description  # its model config, text format and (LoRA) adapter config
     checkpoint: CheckpointDir
     generation: dict[str, Any]  # the generation defaults the checkpoint carries (generation.json), {} if none
-    text: RunTokenizer  # text in and out as the run's training fed it
+    text: RunTokenizer | SpeechText  # text in and out as the run's training fed it (a speech run: recordings in)
     chosen: str = ""  # why this checkpoint: "the run's best", "the latest: the run has kept no best ...", ...
 
 
@@ -59,7 +60,7 @@ def load_run(path: str | Path | RunDir, which: str | None = None, max_source_len
         load_state(model, load_weights(checkpoint.model), f"{checkpoint.path} does not match its config")
     generation = read_generation(checkpoint, description.model.vocab_size)
     model.generation_defaults = generation
-    text = RunTokenizer.for_text(description.text, tok, max_source_len)
+    text = input_encoding(description.model, RunTokenizer.for_text(description.text, tok, max_source_len))
     return LoadedRun(model.eval(), tok, description, checkpoint, generation, text, chosen)
 
 

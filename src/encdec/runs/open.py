@@ -29,6 +29,7 @@ from encdec.interop.hub_ids import resolve_model
 from encdec.runs.load import LoadedRun, check_max_source_len, checkpoint_at, load_run, refuse_choice
 from encdec.runs.model_dtype import cast_to, dtype_named, stored_dtype
 from encdec.runs.run_dir import CheckpointDir, RunDir
+from encdec.runs.speech_text import input_encoding
 from encdec.tokenizers import Tokenizer
 from encdec.tokenizers import load_tokenizer as load_tokenizer_dir
 
@@ -79,7 +80,7 @@ class OpenedModel:
     def text(self):
         """The model's text encoder, Hugging Face's tokenizer interface: a run's `RunTokenizer`, or a Hugging
         Face directory's own tokenizer (refused in one sentence without tokenizer files), made when first asked."""
-        return self.run.text if self.run is not None else hf_text_encoder(self)
+        return self.run.text if self.run is not None else input_encoding(self.model.config, hf_text_encoder(self))
 
 
 def open_model(

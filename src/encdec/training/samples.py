@@ -8,10 +8,12 @@ from typing import Any
 
 from torch import nn
 
+from encdec.data.objectives import PAIRED
 from encdec.errors import DataError
 from encdec.evaluation.generated import generate_texts
 from encdec.evaluation.scoring import continuation_splits, continuation_texts
 from encdec.evaluation.text_metrics import score_texts
+from encdec.runs.speech_text import input_encoding
 from encdec.runs.text import RunTokenizer
 from encdec.tokenizers import Tokenizer
 from encdec.training.run_config import RunConfig
@@ -26,7 +28,7 @@ def sample_pairs(cfg: RunConfig, tokenizer: Tokenizer, n: int) -> list[tuple[str
     validation file that is one running text gives n of them, not one)."""
     cfg = generation_view(cfg)
     val = validation_items(cfg, n)
-    if cfg.objective.kind == "seq2seq":
+    if cfg.objective.kind in PAIRED:  # (source, target), or (recording, transcript)
         return [(s, t) for s, t in val]
     length = cfg.objective.seq_len
     ids = tokenizer.encode(continuation_texts(val, length, n)) if val else []
@@ -45,7 +47,8 @@ class GeneratedScores:
             raise DataError("evaluation.generate asks for generated examples but the validation split is empty")
         self.inputs = [source for source, _ in pairs]
         self.references = [reference for _, reference in pairs]
-        self.text = RunTokenizer.for_text(generation_view(cfg).text_format(model), tokenizer)
+        text = RunTokenizer.for_text(generation_view(cfg).text_format(model), tokenizer)
+        self.text = input_encoding(model.config, text)  # a speech model's: recordings in
         self.evaluation, self.generation = cfg.evaluation, generation
 
     def __call__(self, model: nn.Module) -> dict[str, float]:
