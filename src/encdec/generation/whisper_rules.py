@@ -74,8 +74,10 @@ class WhisperRules:
     ] = None  # the old way of writing the prompt, read where neither language nor task is given
 
     def as_json(self) -> dict:
-        """Its keys and values as generation_config.json writes them (GenerationConfig(whisper=...) reads them back)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        """Its keys and values as generation_config.json writes them (GenerationConfig(whisper=...) reads them back):
+        an English-only Whisper's file has no lang_to_id or task_to_id, and transformers detects a language wherever
+        it finds a lang_to_id, an empty one too, so none is written empty."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) not in (None, {})}
 
     @property
     def timestamp_begin(self) -> int:

@@ -7,6 +7,7 @@ its tokenizer files, and the transformers class an export loads as. interop.fami
 generic code (from_hf, to_hf, peft_adapter) reads that list and names no family.
 """
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from torch import nn
 from encdec.errors import ConfigError
 from encdec.interop.checkpoint_files import write_hf_directory
 from encdec.models import ModelConfig
+from encdec.safe_paths import write_atomic
 
 IDS = {"pad_id": "pad_token_id", "eos_id": "eos_token_id", "decoder_start_id": "decoder_start_token_id"}
 # what a {placeholder} of a NameMap template stands for, the same on both sides
@@ -125,6 +127,8 @@ class Family:
     note: Callable[[ModelConfig], str | None] = lambda cfg: None  # a warning an export of `cfg` logs
     # where no family writes `cfg`: the refusal's opening if this family is the one counterpart of its kind
     only_counterpart: Callable[[ModelConfig], str | None] = lambda cfg: None
+    # JSON files its directories hold beside config.json, by name (Whisper's preprocessor_config.json)
+    extra_files: Callable[[ModelConfig], dict[str, dict]] = lambda cfg: {}
     # generation_config.json's keys of the family's own decoding that encdec's options do not hold (Whisper's
     # lang_to_id, ...): kept as read (the loaded model's hf_generation) and written back on export
     generation_keys: tuple[str, ...] = ()
@@ -135,6 +139,8 @@ class Family:
         self.check(model.config)
         weights, config = self.files(model)
         write_hf_directory(path, weights, {"architectures": [self.hf_class], "model_type": self.model_type, **config})
+        for name, values in self.extra_files(model.config).items():
+            write_atomic(path / name, json.dumps(values, indent=2) + "\n")
 
     def module_names(self, cfg: ModelConfig) -> Callable[[str], str] | None:
         """Our parameter name -> the name of its module's weight in the transformers model (peft's targets)."""

@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 # generation options Hugging Face's files carry under the same names as encdec.generate's: those
 # GenerationConfig exposes to HF
 GENERATION_KEYS = HF_OPTIONS
+# what a run's own generation defaults (a checkpoint's generation.json) may hold beyond them: a transcription
+# run's prompt, or the Whisper rules it decodes by and its language and task
+RUN_KEYS = (*GENERATION_KEYS, "decoder_prompt", "whisper", "language", "task")
 
 
 # ids a checkpoint's files may list past the model's vocabulary, which transformers ignores (WhisperConfig's
@@ -68,10 +71,8 @@ def checked_options(values: dict, where: Path, vocab_size: int | None) -> None:
             values[key] = [token for token in values[key] if not isinstance(token, int) or token < vocab_size]
     try:
         for key, value in values.items():
-            if key not in GENERATION_KEYS and key != "eos_token_id":  # a list of them, which model.eos_id cannot hold
-                raise ConfigError(
-                    f"{key!r} is not a generation option encdec reads; known: {', '.join(GENERATION_KEYS)}"
-                )
+            if key not in RUN_KEYS and key != "eos_token_id":  # a list of them, which model.eos_id cannot hold
+                raise ConfigError(f"{key!r} is not a generation option encdec reads; known: {', '.join(RUN_KEYS)}")
             value_of(hints[key], value, key)
         if vocab_size is not None:
             check_vocabulary(GenerationConfig, values, vocab_size)
@@ -83,8 +84,9 @@ def write_generation_config(
     out: Path, cfg: ModelConfig, tokenizer: Tokenizer, defaults: dict, family_keys: dict | None = None
 ) -> None:
     """generation_config.json: the ids generation needs, the run's defaults that Hugging Face knows and the keys of
-    the family's own decoding as a checkpoint had them (`family_keys`: Whisper's lang_to_id, task_to_id, ...)."""
-    dropped = sorted(set(defaults) - set(GENERATION_KEYS) - {"eos_token_id"})
+    the family's own decoding as a checkpoint had them (`family_keys`: Whisper's lang_to_id, task_to_id, ...) or a
+    run carries them (its defaults' `whisper`: WhisperRules.as_json, generation_config.json's keys)."""
+    dropped = sorted(set(defaults) - set(GENERATION_KEYS) - {"eos_token_id", "whisper"})
     if dropped:
         log.warning("generation defaults Hugging Face has no name for are not exported: %s", ", ".join(dropped))
     values = {
@@ -93,6 +95,7 @@ def write_generation_config(
         "pad_token_id": cfg.pad_id,
         "bos_token_id": tokenizer.bos_id,
         **{key: defaults[key] for key in GENERATION_KEYS if defaults.get(key) is not None},
+        **(defaults.get("whisper") or {}),  # a Whisper run's rules, under generation_config.json's own keys
         **(family_keys or {}),
     }
     write_atomic(out / "generation_config.json", json.dumps(values, indent=2) + "\n")

@@ -66,6 +66,10 @@ class PretrainedTokenizer(Tokenizer):
                 break
             sentinels.append(token_id)
         names = dict(zip(hf_tokenizer.all_special_tokens, hf_tokenizer.all_special_ids))
+        added = getattr(hf_tokenizer, "added_tokens_decoder", {})  # special tokens added by name alone (Whisper's)
+        names |= {
+            token.content: index for index, token in added.items() if token.special and token.content not in names
+        }
         self.specials = SpecialTokens(
             pad_id=pad,
             eos_id=eos,

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from encdec.errors import CheckpointError, ConfigError
+from encdec.generation.whisper_rules import whisper_rules_of
 from encdec.interop import load_hf
 from encdec.interop.hub_ids import resolve_model
 from encdec.models import ModelConfig
@@ -71,7 +72,9 @@ def load_pretrained(name: str, label: str = "training.init_from ") -> Pretrained
     if kind == "hf":
         model = load_hf(path)
         weights = model.state_dict()
-        return Pretrained(path, "hf", model_section(model.config), path, weights, model.generation_defaults)
+        rules = whisper_rules_of(model.hf_generation)  # a Whisper's decoding rules, which its runs decode by
+        generation = model.generation_defaults | ({"whisper": rules.as_json()} if rules is not None else {})
+        return Pretrained(path, "hf", model_section(model.config), path, weights, generation)
     return from_checkpoint(RunDir(path).checkpoint("best"))  # the latest where no best was kept
 
 

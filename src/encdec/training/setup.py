@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from encdec.data.objectives.factory import longest_rows
+from encdec.data.objectives.transcribe import transcription_prompt
 from encdec.errors import CheckpointError, ConfigError
 from encdec.models import ModelConfig, build_model, count_parameters
 from encdec.models.family_classes import check_position_limits
@@ -178,7 +179,7 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
     model = new_model(cfg, data, info.device, teacher_bytes(found_teacher[0]) if found_teacher else 0)
     teacher = load_teacher(cfg, *found_teacher, data.tokenizer, model.config, info.device) if found_teacher else None
     found_teacher = None  # the weights are in the teacher now
-    generation = start.generation  # read before the pretrained weights are let go
+    generation = transcription_defaults(cfg, data.tokenizer, start.generation)  # before the weights are let go
     base = None
     if start.pretrained is not None:
         record = load_pretrained_weights(model, start.pretrained)
@@ -275,6 +276,23 @@ def held_parameters(model: nn.Module, run: RunDir, warmup: int) -> list[nn.Param
     return list({id(named[name]): named[name] for name in names if name in named}.values())
 
 
+def transcription_defaults(cfg: RunConfig, tokenizer, generation: dict) -> dict:
+    """A run's generation defaults, which a transcription run decodes with its training's prompt by: Whisper's
+    rules (a Whisper directory's, which make the prompt) in its language and task, or the prompt itself."""
+    o = cfg.objective
+    if o.kind != "transcribe":
+        return generation
+    if "whisper" in generation:
+        if o.language is not None and not generation["whisper"].get("is_multilingual", True):
+            raise ConfigError(
+                f"objective.language {o.language}: training.init_from's Whisper is English-only (is_multilingual "
+                "false), whose prompt names no language; drop objective.language"
+            )
+        return generation | ({"language": o.language, "task": o.task} if o.language is not None else {})
+    start, prompt = transcription_prompt(tokenizer, o.language, o.task)
+    return generation | ({"decoder_prompt": [start, *prompt]} if prompt else {})
+
+
 def check_objective_family(cfg: RunConfig) -> None:
     """ConfigError where the objective's batches do not fit the model: causal_lm and prefix_lm make one token
     stream, which only a causal LM reads (an encoder-decoder's PrefixLM is UL2's S-denoiser)."""
@@ -299,7 +317,10 @@ def new_model(cfg: RunConfig, data: RunData, device: torch.device, teacher: int 
     """The model the config's model section describes, for the run's tokenizer; refused before it is
     built where it or a training step (beside a distillation teacher of `teacher` bytes) cannot fit the device."""
     tok = data.tokenizer
-    model_cfg = cfg.model.build(tok.vocab_size, tok.pad_id, tok.eos_id, tok.decoder_start_id)
+    start = tok.decoder_start_id
+    if cfg.objective.kind == "transcribe":  # Whisper's decoder starts from <|startoftranscript|> where it has one
+        start = transcription_prompt(tok, cfg.objective.language, cfg.objective.task)[0]
+    model_cfg = cfg.model.build(tok.vocab_size, tok.pad_id, tok.eos_id, start)
     check_row_lengths(cfg, model_cfg)
     check_activations_fit(cfg, model_cfg, device, check_model_fits(model_cfg, device), teacher)
     try:

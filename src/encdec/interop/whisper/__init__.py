@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from encdec.audio import HOP, SAMPLE_RATE
+from encdec.audio.features import N_FFT
 from encdec.errors import CheckpointError
 from encdec.interop.bart import bart_layout
 from encdec.interop.checkpoint_files import check_hf_model_fits, fill_from_hf, read_hf_weights
@@ -120,8 +122,33 @@ def whisper_files(model: Whisper) -> tuple[dict[str, torch.Tensor], dict]:
         "num_mel_bins": cfg.audio.n_mels,
         "max_source_positions": cfg.audio.max_source_positions,
         "max_target_positions": cfg.positions.max,
+        "bos_token_id": cfg.eos_id,  # Whisper's <|endoftext|> begins and ends a text (WhisperConfig's 50256 otherwise)
     }
     return NAMES.weights(model), config
+
+
+def preprocessor_config(cfg: ModelConfig) -> dict[str, dict]:
+    """preprocessor_config.json: the WhisperFeatureExtractor that makes this model's log-mels (its bins, and its
+    window: twice its source positions in 10 ms frames, 30 s for Whisper's own), as transformers writes it."""
+    frames = 2 * cfg.audio.max_source_positions
+    samples = frames * HOP
+    seconds = samples // SAMPLE_RATE if samples % SAMPLE_RATE == 0 else samples / SAMPLE_RATE
+    extractor = {
+        "chunk_length": seconds,
+        "dither": 0.0,
+        "feature_extractor_type": "WhisperFeatureExtractor",
+        "feature_size": cfg.audio.n_mels,
+        "hop_length": HOP,
+        "n_fft": N_FFT,
+        "n_samples": samples,
+        "nb_max_frames": frames,
+        "padding_side": "right",
+        "padding_value": 0.0,
+        "processor_class": "WhisperProcessor",
+        "return_attention_mask": False,
+        "sampling_rate": SAMPLE_RATE,
+    }
+    return {"preprocessor_config.json": extractor}
 
 
 FAMILIES = (
@@ -138,5 +165,6 @@ FAMILIES = (
         model_family="whisper",
         names=names_for,  # q_proj, k_proj, v_proj, out_proj, fc1, fc2 (encoder_attn: the cross-attention)
         generation_keys=GENERATION_KEYS,
+        extra_files=preprocessor_config,
     ),
 )
