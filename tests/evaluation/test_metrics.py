@@ -104,7 +104,7 @@ def test_the_report_sets_each_score_beside_its_trivial_baseline_and_says_how_to_
     assert json.loads(json_path.read_text())["baseline"] == baseline
     text = md_path.read_text()
     assert "| metric | value | trivial baseline |" in text and "| val_loss | 2.0000 | 4.6052 |" in text
-    assert "each input's first sentence, copied" in text
+    assert "each input's first sentence copied as the output" in text
 
 
 @pytest.mark.parametrize(

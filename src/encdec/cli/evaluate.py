@@ -51,7 +51,7 @@ from encdec.cli.options import (
     whole_number,
 )
 from encdec.cli.output_paths import InputPath, OutputPath, add_model_argument
-from encdec.data.formats import FILE_FORMATS
+from encdec.data.formats import FILE_FORMATS, FORMATS, SPEECH_FORMATS
 from encdec.errors import ConfigError
 from encdec.evaluation.baselines import uniform_loss
 from encdec.evaluation.encoding import TextEncoding, hf_encoding, run_encoding
@@ -62,14 +62,16 @@ from encdec.evaluation.scoring import (
     Example,
     evaluate_documents,
     evaluate_pairs,
+    evaluate_recordings,
     generated_scores,
     write_evaluation,
 )
 from encdec.generation.generate import resolve_config
+from encdec.generation.interface import capabilities_of
 from encdec.interop.hub_ids import resolve_model
 from encdec.quantization import quantize
 from encdec.runs.load import checkpoint_at
-from encdec.runs.open import OpenedModel, model_kind, open_model
+from encdec.runs.open import OpenedModel, load_tokenizer, model_kind, open_model
 from encdec.runs.run_dir import RunDir
 from encdec.safe_paths import check_not_symlink, output_path, refuse_unsafe_output
 from encdec.training.distributed import DistInfo
@@ -145,10 +147,18 @@ def run(args: argparse.Namespace) -> int:
     test = read_data(args, path, kind)  # bad data: refused before the model loads
     opened = open_for_scoring(args, device)
     options = generation_options(args)
-    encoding = text_encoding(opened, options)  # no tokenizer files, an unknown language code: refused here
+    check_reads(opened.model, test)  # recordings for a speech model, texts for a text model
+    encoding = text_encoding(opened, options) if not FORMATS[test.format].audio else None  # refused here
     progress = sys.stderr.isatty()  # bars on a terminal only: never in a log
     common = dict(batch_size=args.batch_size, device=device, progress=progress, **options)
-    if test.pairs is not None:
+    if FORMATS[test.format].audio:
+        language = options.get("language", opened.generation.get("language"))
+        task = options.get("task", opened.generation.get("task")) or "transcribe"
+        tokenizer = opened.run.tokenizer if opened.run is not None else load_tokenizer(path)
+        result = evaluate_recordings(
+            opened.model, opened.text, tokenizer, test.pairs, args.samples, language=language, task=task, **common
+        )
+    elif test.pairs is not None:
         result = evaluate_pairs(
             opened.model, encoding, test.pairs, args.samples, rot5_preprocessing=args.rot5_preprocessing, **common
         )
@@ -282,6 +292,15 @@ def text_encoding(opened: OpenedModel, options: dict) -> TextEncoding:
     text, tokenizer = opened.run.description.text, opened.run.tokenizer
     mode = tokenizer.special_id("[S]") if text.mode_tokens else None
     return run_encoding(opened.run.text, tokenizer, text.target_template, mode, src_lang, tgt_lang)
+
+
+def check_reads(model, test: TestFile) -> None:
+    """One sentence where the test file's inputs are not what the model reads: recordings (--format speech-jsonl,
+    speech-tsv) for a speech model, texts for the others."""
+    hears, speech = capabilities_of(model).reads_features, FORMATS[test.format].audio
+    if hears != speech:
+        needs = "recordings: --format " + " or ".join(SPEECH_FORMATS) if hears else "text, not recordings"
+        raise ConfigError(f"--format {test.format} does not fit this model, which reads {needs}")
 
 
 def report(paths: list[Path]) -> None:

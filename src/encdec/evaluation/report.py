@@ -19,9 +19,10 @@ def perplexity(mean_loss: float) -> float:
 
 
 SCALE = (
-    "Scores are 0-100, higher is better; TER (an edit rate), loss and perplexity, lower. The trivial baseline is a uniform "
-    "guess over the vocabulary for the loss and perplexities, and (for source-reference pairs) each input's first "
-    "sentence, copied as the output, for the generated scores: a model that has learned something beats it."
+    "Scores are 0-100, higher is better; TER, WER and CER (edit rates), loss and perplexity, lower. The trivial "
+    "baseline is a uniform guess over the vocabulary for the loss and perplexities, and for the generated scores each "
+    "input's first sentence copied as the output (source-reference pairs) or an empty transcript (recordings): a "
+    "model that has learned something beats it."
 )
 
 

@@ -6,6 +6,7 @@ file (`--data`) are measured alike:
     generated_scores  outputs generated for examples and scored against their references
                       (encdec.evaluation.text_metrics), beside each input's first sentence copied
     evaluate_pairs    a pair file: the loss of every reference given its source, then generated_scores
+    evaluate_recordings  a speech file: the loss of every transcript given its recording, then generated_scores
     evaluate_documents  a text file: the loss of every token, per token and per word, and with
                       `samples` the first documents continued as UL2's S-denoiser splits them
 
@@ -22,14 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
+from tqdm import tqdm
 
+from encdec.data.objectives.transcribe import TranscribeObjective, tokenize_transcripts, transcription_prompt
 from encdec.evaluation.baselines import lead_scores, uniform_loss
 from encdec.evaluation.encoding import TextEncoding
 from encdec.evaluation.generated import generate_texts
 from encdec.evaluation.likelihood import NLL, file_nll
 from encdec.evaluation.report import perplexity, write_predictions, write_report
-from encdec.evaluation.text_metrics import rot5_lemmas, scored_texts
+from encdec.evaluation.text_metrics import rot5_lemmas, score_texts, scored_texts
+from encdec.models.loss import cross_entropy
 
 
 @dataclass
@@ -137,6 +142,78 @@ def evaluate_pairs(
     cut = f"; {nll.cut:,} references cut to the model's {model.config.positions.max:,} positions" if nll.cut else ""
     evaluation.notes.insert(0, f"loss over all {len(pairs):,} pairs: {nll.tokens:,} reference tokens{cut}")
     return evaluation
+
+
+def evaluate_recordings(
+    model: nn.Module,
+    text,
+    tokenizer,
+    pairs: list[tuple[str, str]],
+    samples: int | None = None,
+    batch_size: int = 32,
+    device="cpu",
+    progress: bool = False,
+    prefix: str = "test",
+    language: str | None = None,
+    task: str = "transcribe",
+    **options: Any,
+) -> Evaluation:
+    """A speech model on (recording, transcript) pairs: the loss per transcript token over every pair, teacher-forced
+    from the prompt its training used (data.objectives.transcribe: <|startoftranscript|>, the language and task
+    where given, <|notimestamps|>), then the first `samples` (None: all) transcribed and scored (WER, CER, ...)
+    beside an empty transcript's scores, the trivial floor of a recognizer (every reference word deleted)."""
+    nll = transcription_nll(model, tokenizer, pairs, batch_size, device, progress, language, task)
+    examples = group_pairs(pairs)[:samples]
+    evaluation = generated_scores(model, text, examples, batch_size, lead=False, progress=progress, **options)
+    if examples:
+        evaluation.baseline = score_texts([""] * len(examples), [e.references for e in examples])
+    scores, baseline = loss_scores(nll, model.config.vocab_size, prefix)
+    evaluation.scores, evaluation.baseline = scores | evaluation.scores, baseline | evaluation.baseline
+    evaluation.counts = {"recordings": len(pairs), "reference_tokens": nll.tokens} | evaluation.counts
+    evaluation.notes.insert(0, f"loss over all {len(pairs):,} recordings: {nll.tokens:,} transcript tokens")
+    evaluation.notes.insert(1, "baseline: an empty transcript for every recording")
+    return evaluation
+
+
+def transcription_nll(
+    model: nn.Module,
+    tokenizer,
+    pairs: list[tuple[str, str]],
+    batch_size: int,
+    device,
+    progress: bool = False,
+    language: str | None = None,
+    task: str = "transcribe",
+) -> NLL:
+    """The summed loss of every transcript given its recording, batched as the transcription objective batches
+    them (in order, its features of the model's bins and window)."""
+    audio = model.config.audio
+    start, prompt = transcription_prompt(tokenizer, language, task)
+    recordings, transcripts = tokenize_transcripts(tokenizer, pairs)
+    objective = TranscribeObjective(
+        recordings,
+        transcripts,
+        batch_size,
+        tokenizer.pad_id,
+        tokenizer.eos_id,
+        start,
+        prompt,
+        model.config.positions.max,
+        audio.n_mels,
+        2 * audio.max_source_positions,
+        shuffle=False,
+    )
+    total, tokens = torch.zeros((), device=device), 0
+    model.eval()
+    steps = range(objective.batches_per_epoch)
+    for step in tqdm(steps, desc="loss", unit="batch", leave=False, disable=not progress):
+        batch = objective.batch_at(0, step)
+        local = batch.to(device)
+        with torch.no_grad():
+            logits = model(local.src_ids, local.tgt_ids).logits
+        total += cross_entropy(logits, local.labels) * batch.num_tokens  # counted on the host batch: no sync
+        tokens += batch.num_tokens
+    return NLL(total.item(), tokens, 0)  # one host sync, at the end
 
 
 def evaluate_documents(
