@@ -14,7 +14,8 @@ byte-level BPE (GPT-2's, as Whisper's) is trained on the corpus's training trans
 special tokens in Whisper's order (<|endoftext|>, <|startoftranscript|>, <|en|>, <|translate|>, <|transcribe|>,
 <|startoflm|>, <|startofprev|>, <|nospeech|>, <|notimestamps|>, then the 1,501 timestamps <|0.00|> ...
 <|30.00|>), so every text token lies below the timestamps as Whisper's decoding expects; and the
-generation_config.json of an English-only Whisper (its decoder starts <|startoftranscript|> <|notimestamps|>).
+generation_config.json of an English-only Whisper (its decoder starts <|startoftranscript|> <|notimestamps|>;
+the prompt's tokens are suppressed in a transcript, as openai's decoding suppresses them).
 What it can transcribe it learns from the recipe alone: it starts from nothing.
 
 Written under --out: config.json, generation_config.json, preprocessor_config.json, model.safetensors and the
@@ -133,7 +134,7 @@ def generation_config(tokenizer):
         prev_sot_token_id=ids["<|startofprev|>"],
         is_multilingual=False,
         max_initial_timestamp_index=50,
-        suppress_tokens=[],
+        suppress_tokens=list(ids.values()),  # the prompt's tokens, never a transcript's (openai's SuppressTokens)
         begin_suppress_tokens=[end],
         max_length=MODEL["max_target_positions"],
         return_timestamps=False,
@@ -160,7 +161,7 @@ def build(out: Path, texts: list[str], vocab_size: int, seed: int) -> None:
         eos_token_id=end,
         pad_token_id=end,
         decoder_start_token_id=start,
-        suppress_tokens=[],
+        suppress_tokens=tokenizer.convert_tokens_to_ids(SPECIALS),
         begin_suppress_tokens=[end],
         **MODEL,
     )

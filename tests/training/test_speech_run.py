@@ -8,6 +8,7 @@ import subprocess
 import pytest
 import yaml
 
+from encdec.audio import read_audio
 from encdec.cli import main
 from encdec.training.metrics import read_metrics
 from tests.training.test_resume import killed_and_resumed, losses
@@ -93,3 +94,81 @@ def test_a_speech_family_refuses_a_text_objective_and_a_text_family_transcriptio
     err = capsys.readouterr().err
     assert "objective.kind transcribe does not fit the model's family encoder_decoder" in err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.fixture(scope="module")
+def whisper_run(spoken, tmp_path_factory):
+    """A run trained three steps from scripts/whisper_model.py's directory (random weights, an English-only
+    WhisperTokenizer of the clips' transcripts), its generating evaluation scoring two validation clips."""
+    from tests.scripts.test_whisper_model import script
+
+    root = tmp_path_factory.mktemp("whisper_run")
+    assert script().main(["--data", str(spoken), "--out", str(root / "scratch"), "--vocab-size", "300"]) == 0
+    config = speech_config(spoken, root / "speech.yaml", training__init_from=str(root / "scratch"))
+    written = yaml.safe_load(config.read_text())
+    written["model"], written["tokenizer"] = {}, {}  # the directory's own
+    del written["objective"]["language"]  # an English-only Whisper's prompt names none
+    config.write_text(yaml.safe_dump(written))
+    changes = ["training.steps=3", "evaluation.interval=3", "evaluation.generate=2", "evaluation.max_new_tokens=6"]
+    assert main(["train", str(config), "--out", str(root / "run"), *(a for c in changes for a in ("--set", c))]) == 0
+    return root
+
+
+def test_a_whisper_run_decodes_by_its_rules_and_its_evaluation_scores_wer(whisper_run):
+    evals = [r for r in read_metrics(whisper_run / "run" / "metrics.jsonl") if r["kind"] == "eval"]
+    assert 0 <= evals[-1]["val_wer"] and 0 <= evals[-1]["val_cer"]
+    generation = json.loads(next((whisper_run / "run" / "checkpoints").glob("*/generation.json")).read_text())
+    assert generation["whisper"]["no_timestamps_token_id"] and generation["whisper"]["is_multilingual"] is False
+
+
+def test_generate_evaluate_and_the_export_in_transformers_pipeline_transcribe_alike(spoken, whisper_run, capsys):
+    transformers = pytest.importorskip("transformers")
+    run, clips = whisper_run / "run", sorted((spoken / "clips").glob("*.wav"))[6:]  # the validation clips
+    (whisper_run / "clips.txt").write_text("".join(f"{clip}\n" for clip in clips))
+    capsys.readouterr()
+    assert main(["generate", str(run), "-i", str(whisper_run / "clips.txt"), "--max-new-tokens", "6"]) == 0
+    generated = capsys.readouterr().out.splitlines()
+    assert len(generated) == len(clips)
+    out = whisper_run / "report"
+    argv = ["evaluate", str(run), "--data", str(spoken / "valid.jsonl"), "--format", "speech-jsonl"]
+    assert main([*argv, "--out", str(out), "--max-new-tokens", "6"]) == 0
+    report = json.loads((out / "eval.json").read_text())
+    predictions = [json.loads(line)["prediction"] for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert predictions == generated
+    assert report["baseline"]["wer"] == 100 and report["scores"]["test_loss"] > 0
+    assert main(["export", str(run), "--out", str(whisper_run / "hf")]) == 0
+    asr = transformers.pipeline("automatic-speech-recognition", model=str(whisper_run / "hf"))
+    waves = [{"raw": read_audio(clip).numpy(), "sampling_rate": 16_000} for clip in clips]  # espeak's 22 kHz, at 16
+    options = {"max_new_tokens": 6, "num_beams": 1}  # the pipeline would take 5 beams of its own accord
+    heard = [result["text"].strip() for result in asr(waves, generate_kwargs=options)]
+    assert heard == generated  # so the same WER
+    references = [json.loads(line)["text"] for line in (spoken / "valid.jsonl").read_text().splitlines()]
+    from encdec.evaluation import wer
+
+    assert wer(heard, references) == pytest.approx(report["scores"]["wer"])
+
+
+def test_bad_audio_through_every_command_is_one_sentence(spoken, whisper_run, tmp_path, capsys):
+    from tests.audio.bad_audio_kit import bad_recordings
+
+    run = whisper_run / "run"
+    for kind, (path, said) in bad_recordings(tmp_path / "bad").items():
+        words = "longer than" if kind == "hours long" else said
+        manifest = tmp_path / f"{path.stem}.jsonl"
+        manifest.write_text(json.dumps({"audio": str(path), "text": "a dog runs"}) + "\n")
+        (tmp_path / "in.txt").write_text(f"{path}\n")
+        commands = {
+            "generate": ["generate", str(run), "-i", str(tmp_path / "in.txt")],
+            "evaluate": ["evaluate", str(run), "--data", str(manifest), "--format", "speech-jsonl"],
+            "train": [
+                "train",
+                str(speech_config(spoken, tmp_path / "bad.yaml", data__train=[str(manifest)] * 2)),
+                "--out",
+                str(tmp_path / f"run_{path.stem}"),
+            ],
+        }
+        for name, argv in commands.items():
+            extra = ["--out", str(tmp_path / f"report_{path.stem}")] if name == "evaluate" else []
+            assert main([*argv, *extra]) != 0, (kind, name)
+            err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("encdec: error")]
+            assert len(err) == 1 and words in err[0] and path.name in err[0], (kind, name, err)
