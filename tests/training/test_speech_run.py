@@ -6,6 +6,7 @@ import shutil
 import subprocess
 
 import pytest
+import torch
 import yaml
 
 from encdec.audio import read_audio
@@ -172,3 +173,25 @@ def test_bad_audio_through_every_command_is_one_sentence(spoken, whisper_run, tm
             assert main([*argv, *extra]) != 0, (kind, name)
             err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("encdec: error")]
             assert len(err) == 1 and words in err[0] and path.name in err[0], (kind, name, err)
+
+
+def test_attention_maps_of_a_recording_span_its_encoder_positions(spoken, whisper_run, tmp_path, capsys):
+    from encdec.inspection.maps import attention_maps
+
+    maps = attention_maps(whisper_run / "run", str(spoken / "clips" / "6.wav"), max_new_tokens=6)
+    assert maps.generated and maps.source_tokens[:2] == ["0.00s", "0.02s"] and len(maps.source_tokens) == 500
+    assert maps.target_tokens[0] == "<|notimestamps|>"  # its prompt, then its transcript
+    layers, heads, rows, keys = maps.cross.shape
+    assert (layers, keys, rows) == (4, 500, len(maps.target_tokens))
+    assert torch.allclose(maps.cross.sum(-1), torch.ones(layers, heads, rows), atol=1e-5)
+    given = attention_maps(whisper_run / "run", str(spoken / "clips" / "6.wav"), target="A man rides a red bike.")
+    assert not given.generated and given.target_tokens[-1] == "<|endoftext|>"
+    argv = ["attention", str(whisper_run / "run"), "--source", str(spoken / "clips" / "6.wav")]
+    assert main([*argv, "--output", str(tmp_path / "maps.png"), "--max-new-tokens", "4"]) == 0
+    assert (tmp_path / "maps.png").stat().st_size > 0
+
+
+def test_the_server_refuses_a_speech_model_in_one_sentence(whisper_run, capsys):
+    assert main(["serve", str(whisper_run / "run"), "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("encdec: error: encdec serve answers text requests") and "reads recordings" in err[-1]

@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         from encdec.serving.wire import JsonWireProtocol
     except ImportError as error:
         raise ConfigError(f"encdec serve needs the serve extra ({error.name} is missing): pip install encdec[serve]")
+    from encdec.generation.interface import capabilities_of
     from encdec.quantization import quantize
     from encdec.runs.open import open_model
 
@@ -89,6 +90,11 @@ def run(args: argparse.Namespace) -> int:
     def load():  # in the scheduler's thread, the one that computes (serving.scheduler says why)
         opened = open_model(args.model, args.checkpoint, max_source_len=args.max_source_len, dtype=args.dtype)
         opened.text  # a Hugging Face directory without tokenizer files is refused before the server starts
+        if capabilities_of(opened.model).reads_features:  # a request's text would name a file on this machine
+            raise ConfigError(
+                f"encdec serve answers text requests, and {args.model} reads recordings; transcribe them with "
+                "encdec generate (one recording's path a line) or encdec evaluate --data MANIFEST"
+            )
         print(opened.said, file=sys.stderr, flush=True)  # which checkpoint, and why: at once, as it serves
         opened.model.to(device)
         if args.quantize:

@@ -6,7 +6,8 @@
     maps.cross[-1].mean(0)      # (T, S): the last decoder layer's cross-attention, heads averaged
 
 MODEL is what encdec opens (encdec.runs.open_model): a run directory, a Hugging Face directory or a Hub
-id, or an OpenedModel. The source is encoded as `encdec generate` encodes an input (a run's source
+id, or an OpenedModel. A speech model's source is a recording (its path): the maps' source axis is its encoder's
+positions, 20 ms apart. The source is encoded as `encdec generate` encodes an input (a run's source
 template applied, cut to max_source_len or to the length the model was trained with); a given target as
 `encdec evaluate` encodes a reference (a run's target template and EOS, a Hugging Face tokenizer's
 text_target). Without one the target is the model's greedy output (its checkpoint's other generation
@@ -23,12 +24,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from encdec.audio import HOP, SAMPLE_RATE
+from encdec.data.objectives.transcribe import transcription_prompt
 from encdec.errors import ConfigError, DataError
 from encdec.evaluation.encoding import hf_encoding, run_encoding
 from encdec.generation import generate
 from encdec.generation.generate import resolve_config
+from encdec.generation.interface import capabilities_of
+from encdec.generation.text_generator import TextGenerator
 from encdec.inspection.record import check_has_maps, record_attention
-from encdec.runs.open import OpenedModel, open_model
+from encdec.runs.open import OpenedModel, load_tokenizer, open_model
 from encdec.safe_paths import write_atomic
 
 MAX_MAP_BYTES = 1 << 30  # the probabilities one source and target may record (fp32, both sides, all layers)
@@ -69,22 +74,29 @@ def attention_maps(
     net = opened.model if device is None else opened.model.to(device)
     where = next(net.parameters()).device
     encoded = opened.text([source], return_tensors="pt", truncation=True)
-    src_ids, src_mask = encoded["input_ids"].to(where), encoded["attention_mask"].to(where)
+    src_ids = encoded["input_ids"].to(where)
+    src_mask = encoded["attention_mask"].to(where) if encoded["attention_mask"] is not None else None  # speech: none
     greedy = resolve_config(net, {**GREEDY, "max_new_tokens": max_new_tokens}, opened.generation)
+    hears, generated = capabilities_of(net).reads_features, target is None
+    if target is None and hears:  # its transcript, taught back as its training wrote it (the prompt first)
+        target = TextGenerator(opened.text, opened.generation)(net, [source], **GREEDY, max_new_tokens=max_new_tokens)[
+            0
+        ]
     if target is None:
         out = generate(net, src_ids, src_mask, defaults=opened.generation, **GREEDY, max_new_tokens=max_new_tokens)
         tgt = until_eos(out[0, 1:].tolist(), greedy.eos_ids)
     else:
         tgt = target_encoder(opened)([target])[0][:max_new_tokens]
-    check_map_size(net, src_ids.shape[1], len(tgt))
+    sources = encoder_positions(net) if hears else token_strings(opened, src_ids[0].tolist())
+    check_map_size(net, len(sources), len(tgt))
     tgt_ids = torch.tensor([tgt], device=where)
     record = record_attention(net, src_ids, tgt_ids, src_mask, greedy.decoder_start_token_id)
     return AttentionMaps(
-        token_strings(opened, src_ids[0].tolist()),
+        sources,
         token_strings(opened, tgt),
         record.cross[0],
         record.encoder[0],
-        target is None,
+        generated,
         str(opened.path),
     )
 
@@ -97,9 +109,21 @@ def until_eos(ids: list[int], eos_ids: list[int]) -> list[int]:
     return ids
 
 
+def encoder_positions(model) -> list[str]:
+    """A speech encoder's positions by the time each begins (its stem halves 10 ms frames: 20 ms apart)."""
+    return [f"{i * 2 * HOP / SAMPLE_RATE:.2f}s" for i in range(model.config.audio.max_source_positions)]
+
+
 def target_encoder(opened: OpenedModel):
     """texts -> token ids as the model was taught to write them (encdec.evaluation.encoding, as evaluate
-    encodes references): a run's target template and EOS, a Hugging Face tokenizer's text_target."""
+    encodes references): a run's target template and EOS, a Hugging Face tokenizer's text_target; a speech
+    model's transcript after its prompt (<|notimestamps|>, the language and task) and before EOS, as the
+    transcription objective lays it out."""
+    if capabilities_of(opened.model).reads_features:
+        tokenizer = opened.run.tokenizer if opened.run is not None else load_tokenizer(opened.path)
+        generation = opened.generation
+        _, prompt = transcription_prompt(tokenizer, generation.get("language"), generation.get("task") or "transcribe")
+        return lambda texts: [[*prompt, *ids, tokenizer.eos_id] for ids in tokenizer.encode(texts)]
     if opened.run is None:
         return hf_encoding(opened.text, opened.model.config.eos_id).encode_targets
     template = opened.run.description.text.target_template

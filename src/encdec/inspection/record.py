@@ -84,9 +84,10 @@ def record_attention(
     teacher-forced over tgt_ids (B, T), the tokens it should write (start token not included). Dropout is
     off for the pass (a training model is put back in training mode after it)."""
     check_has_maps(model)
-    if src_ids.dim() != 2 or tgt_ids.dim() != 2 or src_ids.shape[0] != tgt_ids.shape[0]:
+    source_dims = 3 if capabilities_of(model).reads_features else 2  # a speech model's: (batch, bins, frames)
+    if src_ids.dim() != source_dims or tgt_ids.dim() != 2 or src_ids.shape[0] != tgt_ids.shape[0]:
         raise DataError("src_ids and tgt_ids must be (batch, length) tensors with the same batch size")
-    if src_ids.shape[1] == 0 or tgt_ids.shape[1] == 0:
+    if src_ids.shape[-1] == 0 or tgt_ids.shape[1] == 0:
         raise DataError("the source and the target must each have at least one token")
     start = model.config.decoder_start_id if decoder_start_id is None else decoder_start_id
     layers = model.attention_layers()
@@ -99,7 +100,7 @@ def record_attention(
     finally:
         model.train(was_training)
     encoder = [record[0] for record in records[: len(layers.encoder)]]  # one call each: (B, H, S, S)
-    S = src_ids.shape[1]  # a merged attention's keys are the target's, then the source's S
+    S = encoder[0].shape[-1]  # the memory's positions; a merged attention's keys are the target's, then these S
     cross = [record[0][..., -S:] for record in records[len(layers.encoder) :]]  # (B, H, T, S)
     return AttentionRecord(stacked(cross), stacked(encoder))
 
