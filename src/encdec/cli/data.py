@@ -110,7 +110,7 @@ def add_parser(subparsers) -> None:
         "--objective",
         default="ul2",
         type=objective_name,
-        choices=OBJECTIVES,
+        choices=[kind for kind in OBJECTIVES if kind != "transcribe"],  # shards hold tokens, not recordings
         help="as objective.kind in a run config (causal, span and prefix also accepted)",
     )
     inspect.add_argument("--split", default="train")
