@@ -1,9 +1,11 @@
 """A Whisper-shaped run on real synthesized speech (espeak-ng): transcription trains from a manifest, resumes
 bitwise after a SIGKILL, and refuses an objective its family does not read."""
 
+import importlib.util
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +28,7 @@ SENTENCES = [
     "A man rides a red bike.",
     "Birds fly over the lake.",
 ]
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 WHISPER_TOKENS = ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|translate|>", "<|notimestamps|>"]
 
 
@@ -147,6 +150,14 @@ def test_generate_evaluate_and_the_export_in_transformers_pipeline_transcribe_al
     from encdec.evaluation import wer
 
     assert wer(heard, references) == pytest.approx(report["scores"]["wer"])
+    spec = importlib.util.spec_from_file_location("pipeline_wer", SCRIPTS / "pipeline_wer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    capsys.readouterr()
+    argv = [str(whisper_run / "hf"), str(spoken / "valid.jsonl"), "--max-new-tokens", "6"]
+    assert module.main([*argv, "--predictions", str(out / "predictions.jsonl")]) == 0
+    said = capsys.readouterr().out
+    assert f"WER {report['scores']['wer']:.2f}" in said and f"{len(clips)} of {len(clips)} transcripts the same" in said
 
 
 def test_bad_audio_through_every_command_is_one_sentence(spoken, whisper_run, tmp_path, capsys):
