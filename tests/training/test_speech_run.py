@@ -172,6 +172,7 @@ def test_bad_audio_through_every_command_is_one_sentence(spoken, whisper_run, tm
         commands = {
             "generate": ["generate", str(run), "-i", str(tmp_path / "in.txt")],
             "evaluate": ["evaluate", str(run), "--data", str(manifest), "--format", "speech-jsonl"],
+            "attention": ["attention", str(run), "--source", str(path), "--output", str(tmp_path / "maps.png")],
             "train": [
                 "train",
                 str(speech_config(spoken, tmp_path / "bad.yaml", data__train=[str(manifest)] * 2)),
@@ -184,6 +185,7 @@ def test_bad_audio_through_every_command_is_one_sentence(spoken, whisper_run, tm
             assert main([*argv, *extra]) != 0, (kind, name)
             err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("encdec: error")]
             assert len(err) == 1 and words in err[0] and path.name in err[0], (kind, name, err)
+        assert not (tmp_path / "maps.png").exists()
 
 
 def test_attention_maps_of_a_recording_span_its_encoder_positions(spoken, whisper_run, tmp_path, capsys):
