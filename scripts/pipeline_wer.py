@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("manifest", type=Path, help="a speech-jsonl manifest (scripts/speak.py's test.jsonl)")
     parser.add_argument("--predictions", type=Path, help="encdec evaluate's predictions.jsonl of the same manifest")
     parser.add_argument("--num-beams", type=whole_number(1, 16, "--num-beams"), default=1)
-    parser.add_argument("--max-new-tokens", type=whole_number(1, 448, "--max-new-tokens"), default=96)
+    parser.add_argument("--max-new-tokens", type=whole_number(1, 448, "--max-new-tokens"), default=64)  # evaluate's
     parser.add_argument("--batch-size", type=whole_number(1, 256, "--batch-size"), default=16)
     try:
         from encdec.data.formats import read_corpus

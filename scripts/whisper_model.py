@@ -7,7 +7,7 @@
 
 Why build one: no pretrained weights can be downloaded here, and a Whisper trained by encdec should be a
 directory transformers reads as its own (its pipeline, its generate, its feature extractor). This one is:
-model_type whisper at a CPU's size (d_model 256, 4 + 4 layers, 4 heads, feed-forward 1024), reading 10-second
+model_type whisper at a CPU's size (d_model 256, 2 + 2 layers, 4 heads, feed-forward 1024, no dropout), reading 10-second
 windows (max_source_positions 500: 1000 log-mel frames, WhisperFeatureExtractor's chunk_length 10; the
 corpus's sentences last at most 10 s), with random weights (seeded); an English-only WhisperTokenizer whose
 byte-level BPE (GPT-2's, as Whisper's) is trained on the corpus's training transcripts, followed by Whisper's
@@ -47,15 +47,15 @@ WINDOW_SECONDS = 10
 MODEL = dict(
     num_mel_bins=80,
     d_model=256,
-    encoder_layers=4,
-    decoder_layers=4,
+    encoder_layers=2,
+    decoder_layers=2,
     encoder_attention_heads=4,
     decoder_attention_heads=4,
     encoder_ffn_dim=1024,
     decoder_ffn_dim=1024,
     max_source_positions=WINDOW_SECONDS * 50,  # frames of 10 ms, halved by the stem's stride
     max_target_positions=128,
-    dropout=0.1,
+    dropout=0.0,
     attention_dropout=0.0,
     activation_dropout=0.0,
     activation_function="gelu",
