@@ -195,7 +195,8 @@ def test_attention_maps_of_a_recording_span_its_encoder_positions(spoken, whispe
     assert maps.generated and maps.source_tokens[:2] == ["0.00s", "0.02s"] and len(maps.source_tokens) == 500
     assert maps.target_tokens[0] == "<|notimestamps|>"  # its prompt, then its transcript
     layers, heads, rows, keys = maps.cross.shape
-    assert (layers, keys, rows) == (4, 500, len(maps.target_tokens))
+    decoder_layers = json.loads((whisper_run / "scratch" / "config.json").read_text())["decoder_layers"]
+    assert (layers, keys, rows) == (decoder_layers, 500, len(maps.target_tokens))
     assert torch.allclose(maps.cross.sum(-1), torch.ones(layers, heads, rows), atol=1e-5)
     given = attention_maps(whisper_run / "run", str(spoken / "clips" / "6.wav"), target="A man rides a red bike.")
     assert not given.generated and given.target_tokens[-1] == "<|endoftext|>"
@@ -208,3 +209,14 @@ def test_the_server_refuses_a_speech_model_in_one_sentence(whisper_run, capsys):
     assert main(["serve", str(whisper_run / "run"), "--port", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("encdec: error: encdec serve answers text requests") and "reads recordings" in err[-1]
+
+
+def test_an_evaluation_past_the_decoder_s_positions_is_refused_before_training(spoken, tmp_path, capsys):
+    """The prompt (<|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>) and 64 new tokens pass the 64
+    positions: refused before the first step, not after the steps before the first evaluation."""
+    config = speech_config(spoken, tmp_path / "long.yaml")
+    argv = ["train", str(config), "--out", str(tmp_path / "run"), "--set", "evaluation.generate=2"]
+    assert main([*argv, "--set", "evaluation.max_new_tokens=64"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("encdec: error: evaluation.generate cannot decode its examples: max_new_tokens is 67")
+    assert not any(r["kind"] == "train" for r in read_metrics(tmp_path / "run" / "metrics.jsonl"))

@@ -9,7 +9,7 @@ from typing import Any
 from torch import nn
 
 from encdec.data.objectives import PAIRED
-from encdec.errors import DataError
+from encdec.errors import ConfigError, DataError
 from encdec.evaluation.generated import generate_texts
 from encdec.evaluation.scoring import continuation_splits, continuation_texts
 from encdec.evaluation.text_metrics import score_texts
@@ -50,8 +50,15 @@ class GeneratedScores:
         text = RunTokenizer.for_text(generation_view(cfg).text_format(model), tokenizer)
         self.text = input_encoding(model.config, text)  # a speech model's: recordings in
         self.evaluation, self.generation = cfg.evaluation, generation
+        try:  # what the model refuses (a length past its positions): now, not after the steps before the first
+            self.generated(model, self.inputs[:1])  # evaluation, whose training would be lost with the run
+        except ConfigError as error:
+            raise ConfigError(f"evaluation.generate cannot decode its examples: {error}") from None
+
+    def generated(self, model: nn.Module, inputs: list[str]):
+        options = dict(max_new_tokens=self.evaluation.max_new_tokens, num_beams=self.evaluation.num_beams)
+        return generate_texts(model, self.text, inputs, GENERATION_BATCH, defaults=self.generation, **options)
 
     def __call__(self, model: nn.Module) -> dict[str, float]:
-        options = dict(max_new_tokens=self.evaluation.max_new_tokens, num_beams=self.evaluation.num_beams)
-        generated = generate_texts(model, self.text, self.inputs, GENERATION_BATCH, defaults=self.generation, **options)
+        generated = self.generated(model, self.inputs)
         return {f"val_{name}": value for name, value in score_texts(generated.predictions, self.references).items()}
