@@ -6,6 +6,7 @@ outputs generated and decoded by the loop `encdec evaluate` uses too (encdec.eva
 
 from typing import Any
 
+import torch
 from torch import nn
 
 from encdec.data.objectives import PAIRED
@@ -50,8 +51,11 @@ class GeneratedScores:
         text = RunTokenizer.for_text(generation_view(cfg).text_format(model), tokenizer)
         self.text = input_encoding(model.config, text)  # a speech model's: recordings in
         self.evaluation, self.generation = cfg.evaluation, generation
+        device = next(model.parameters()).device
+        cuda = [device.index or 0] if device.type == "cuda" else []
         try:  # what the model refuses (a length past its positions): now, not after the steps before the first
-            self.generated(model, self.inputs[:1])  # evaluation, whose training would be lost with the run
+            with torch.random.fork_rng(devices=cuda):  # evaluation, whose training would be lost with the run;
+                self.generated(model, self.inputs[:1])  # a sampling default draws nothing the run's steps draw
         except ConfigError as error:
             raise ConfigError(f"evaluation.generate cannot decode its examples: {error}") from None
 
