@@ -71,7 +71,8 @@ class JsonWireProtocol(H11Protocol):
 
     def send_400_response(self, msg: str) -> None:
         error = self.conn.error
-        status = getattr(error, "error_status_hint", 400)
+        # h11's hint, but a transfer coding it does not know (501, RFC 9112's advice) is the client's bad input: 400
+        status = 431 if getattr(error, "error_status_hint", 400) == 431 else 400
         if status == 431:
             sentence = f"the request's header section is more than {MAX_HEADER_BYTES:,} bytes"
         else:
