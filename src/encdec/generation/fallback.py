@@ -159,5 +159,5 @@ def run_fallback(stepper, state, job, strategy_for) -> GenerateOutput:
     sequences = torch.full((batch, width), fill, dtype=torch.long, device=job.device)
     sequences[:, :length] = job.prompt
     for row, tokens in enumerate(kept):
-        sequences[row, length : length + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        sequences[row, length : length + len(tokens)] = torch.tensor(tokens, dtype=torch.long, device=job.device)
     return GenerateOutput(sequences)

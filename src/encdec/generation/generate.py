@@ -118,7 +118,7 @@ def prepare(
     else:
         check_whisper_options(cfg)
         if decoder_input_ids is None and cfg.decoder_prompt is not None:
-            decoder_input_ids = prompt_rows(cfg.decoder_prompt, batch)
+            decoder_input_ids = prompt_rows(cfg.decoder_prompt, batch, device)
         prompt = decoder_prompt(model, decoder_input_ids, batch, cfg, device)  # (B, P)
         check_generation_fits(model, cfg, batch, src_ids.shape[-1], prompt.shape[1], device)  # before the search
     stop = stop_strings_for(cfg.stop_string_list, tokenizer, device) if cfg.stop_strings else None
@@ -142,7 +142,7 @@ def check_whisper_options(cfg: GenerationConfig, instead: str | None = None) -> 
         )
 
 
-def prompt_rows(prompt: list[int] | list[list[int]], batch: int) -> torch.Tensor:
+def prompt_rows(prompt: list[int] | list[list[int]], batch: int, device=None) -> torch.Tensor:
     """The option decoder_prompt as decoder_input_ids (B, P): one list for every row, or one list per row (all
     of one length, as a batch's decoder_input_ids are)."""
     rows = prompt if isinstance(prompt[0], list) else [prompt] * batch
@@ -150,7 +150,7 @@ def prompt_rows(prompt: list[int] | list[list[int]], batch: int) -> torch.Tensor
         raise DataError(f"decoder_prompt has {len(rows)} rows but there are {batch} inputs")
     if len({len(row) for row in rows}) > 1:
         raise DataError("decoder_prompt's rows must have one length, as a batch's decoder_input_ids do")
-    return torch.tensor(rows, dtype=torch.long)
+    return torch.tensor(rows, dtype=torch.long, device=device)  # made where the search runs
 
 
 def whisper_decodes(model, tokenizer=None, defaults: dict | None = None, decoder_input_ids=None, **options) -> bool:
