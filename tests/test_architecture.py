@@ -18,7 +18,7 @@ LAYERS = [
     {"encdec.models"},
     {"encdec.interop", "encdec.evaluation"},
     {"encdec.runs"},
-    {"encdec.training", "encdec.inspection"},
+    {"encdec.training", "encdec.inspection", "encdec.transcription"},
     {"encdec.serving"},
     {"encdec.cli"},
     {"encdec", "encdec.__main__"},
