@@ -38,7 +38,7 @@ PRESETS = {
 }
 TRANSFORMERS = [f for f in PRESETS if f not in ("rnn_seq2seq", "whisper")]  # of token ids
 # a family's preset made as small as the others' tiny ones
-SHAPES = {"whisper": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, audio={"max_source_positions": 12})}
+SHAPES = {"whisper": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, audio={"max_source_positions": 32})}
 CAUSAL = ["ar_encdec", "parallel_encdec", "decoder_only"]
 NOT_MODEL = {"family", "vocab_size", "pad_id", "eos_id", "decoder_start_id"}  # identity and token ids
 # a value each family refuses with its own reason (tested below), rather than a field it ignores
@@ -68,7 +68,7 @@ ALTERNATIVE = (
     | {"experts.balance": "all", "experts.token_dropout": 0.5, "experts.eval_capacity_fraction": 0.5}
     | {"encoder.max_positions": 96, "global_tokens": "first", "encoder.vocab_size": V + 8}
     | {"attention.kinds": {"dilated_band": {"width": 2, "dilation": 2}}, "attention.implementation": "flex"}
-    | {"audio.n_mels": 16, "audio.max_source_positions": 64}  # the whisper family's (tests/models/test_whisper.py)
+    | {"audio.n_mels": 16, "audio.max_source_positions": 64, "audio.ctc_weight": 0.5}  # the whisper family's (tests/models/test_whisper.py)
 )
 # fields that change what an export writes, not the model: tests/interop holds them honoured
 EXPORT_ONLY = {"hf_model_type"}
@@ -174,8 +174,8 @@ def fingerprint(model) -> tuple:
     """Parameter names, shapes and values, and train-mode logits and loss on a fixed batch."""
     g = torch.Generator().manual_seed(1)
     src, tgt, labels = (torch.randint(0, V - 2, (2, 24), generator=g) for _ in range(3))
-    if model.config.family == "whisper":  # 24 frames of log-mels
-        src = torch.randn(2, model.config.audio.n_mels, 24, generator=g)
+    if model.config.family == "whisper":  # 64 frames of log-mels: 32 positions, room for CTC's 24 targets
+        src = torch.randn(2, model.config.audio.n_mels, 64, generator=g)
     torch.manual_seed(2)
     out = model.train()(src, tgt, labels=labels)
     return model.state_dict(), out.logits.detach(), out.loss.detach()

@@ -56,6 +56,27 @@ def test_a_step_through_the_shared_loss_trains_every_part():
     assert "encoder.positions.weight" not in before  # a fixed table: not trained
 
 
+def test_ctc_on_the_encoder_is_torch_s_ctc_of_each_row_s_text_tokens_through_the_tied_head():
+    model = built(audio={"max_source_positions": 200, "ctc_weight": 0.5}).train()
+    start, notimestamps, eos = 381, 382, 380  # decoder input: start, a prompt token, text, then eos padding
+    rows = [[start, notimestamps, 5, 9, 9, 17], [start, notimestamps, 44, eos, eos, eos]]
+    tgt = torch.tensor(rows)
+    labels = torch.cat([tgt[:, 1:], torch.full((2, 1), eos)], dim=1)
+    out = model(features(), tgt, labels=labels)
+    memory = model.encode(features()).hidden
+    log_probs = model.head(memory).float().log_softmax(-1).transpose(0, 1)
+    S = log_probs.shape[0]
+    expected = torch.nn.functional.ctc_loss(
+        log_probs, torch.tensor([5, 9, 9, 17, 44]), torch.tensor([S, S]), torch.tensor([4, 1]), blank=eos
+    )
+    torch.testing.assert_close(out.aux_losses["ctc"], expected)
+    torch.testing.assert_close(out.loss, out.ce_loss + 0.5 * expected)
+    out.loss.backward()
+    assert model.encoder.conv1.weight.grad.abs().sum() > 0
+    assert "ctc" not in model.eval()(features(), tgt).aux_losses  # training alone
+    assert "ctc" not in built().train()(features(), tgt).aux_losses  # weight 0: Whisper's own training
+
+
 def test_cached_greedy_decoding_equals_the_full_forward():
     model = built().eval()
     out = model.generate(features(), max_new_tokens=6, return_dict_in_generate=True, output_scores=True)

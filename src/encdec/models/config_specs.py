@@ -148,6 +148,9 @@ class Audio:
 
     n_mels: Annotated[int, Range(1, 1024)] = 80  # Whisper's 80 bins; large-v3's 128
     max_source_positions: Annotated[int, Range(1, 1 << 20)] = 1500
+    # the weight of a CTC loss on the encoder's output through the tied head (models.whisper, "CTC"), in training
+    # alone; 0: none, as Whisper trains. A model's shape and its exported checkpoint are the same either way.
+    ctc_weight: Annotated[float, Range(0, 10)] = 0.0
 
     def __post_init__(self):
         check(self, "model.audio.")

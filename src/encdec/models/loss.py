@@ -46,6 +46,7 @@ def loss_weights(cfg: ModelConfig) -> dict[str, float]:
         "moe_z_decoder": cfg.experts.z_loss_coef,
         "embedding_loss": research,  # seed 000
         "encoder_loss": research,  # seed 001
+        "ctc": cfg.audio.ctc_weight,  # the whisper family's CTC on its encoder (models.whisper)
     }
 
 

@@ -10,7 +10,18 @@ table's first rows (a short clip trains faster); transformers' Whisper takes exa
 encoder-decoder's: learned positions, unscaled token embeddings, a head tied to the token table (interop/whisper
 reads and writes Hugging Face's WhisperForConditionalGeneration).
 
-Shapes: B batch, M mel bins, F frames, S encoder positions (F / 2, rounded up), C model dim.
+CTC (model.audio.ctc_weight > 0, training only): the hybrid CTC/attention objective of Kim, Hori and Watanabe
+(2017, "Joint CTC-attention based end-to-end speech recognition using multi-task learning"), whose CTC term on the
+encoder makes the decoder's cross-attention find its monotonic alignment in far fewer steps. The encoder's output
+goes through the model's own tied head (no new weights: the model stays a Whisper, exported as one), blank is
+<|endoftext|>, and the targets are the decoder input's text tokens, those below <|endoftext|> (Whisper's
+vocabulary puts every special token and timestamp after it), in order. Every encoder position is an input frame
+(a clip's padding is silence, read as blanks). The term is averaged over the rows as torch's ctc_loss averages
+(each row's loss over its target length); its log-probabilities take S x B x V floats, which at Whisper's 51,865
+tokens and 1,500 positions is 310 MB a row: it is a from-scratch aid for small models.
+
+Shapes: B batch, M mel bins, F frames, S encoder positions (F / 2, rounded up), C model dim, T target length,
+V vocabulary.
 """
 
 import torch
@@ -112,6 +123,28 @@ class Whisper(EncoderDecoder):
     def attention_scores(self, batch: int, source_len: int) -> int:
         """As the encoder-decoder's, over the S = F / 2 positions `source_len` frames make."""
         return self.encoder.score_numbers(batch, -(-source_len // 2))
+
+    def features(
+        self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, src_mask: torch.Tensor | None, packing: Packing | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The encoder-decoder's decoder hidden states (B, T, C), and in training with model.audio.ctc_weight the
+        term "ctc" of the encoder's output against the text tokens of `tgt_ids`."""
+        memory = self.encode(src_ids, src_mask, packing)
+        hidden, _ = self.decoder(tgt_ids, memory, packing)  # no experts: no router logits
+        if not (self.training and self.config.audio.ctc_weight):
+            return hidden, {}
+        return hidden, {"ctc": self.ctc_loss(memory.hidden, tgt_ids)}
+
+    def ctc_loss(self, memory: torch.Tensor, tgt_ids: torch.Tensor) -> torch.Tensor:
+        """CTC of memory (B, S, C) through the head against each row's tokens of tgt_ids (B, T) below
+        <|endoftext|>, moved to the row's front in order (a stable sort: no host sync), blank <|endoftext|>."""
+        blank = self.config.eos_id
+        text = tgt_ids < blank  # (B, T)
+        targets = tgt_ids.gather(1, (~text).to(torch.uint8).argsort(dim=1, stable=True))  # text tokens first
+        log_probs = self.head(memory).float().log_softmax(dim=-1).transpose(0, 1)  # (S, B, V)
+        S, B = log_probs.shape[:2]
+        frames = torch.full((B,), S, dtype=torch.long, device=tgt_ids.device)
+        return F.ctc_loss(log_probs, targets, frames, text.sum(dim=1), blank=blank, zero_infinity=True)
 
     @property
     def capabilities(self) -> Capabilities:
