@@ -1,0 +1,141 @@
+"""Word timestamps (transcription.word_times): each token's time from the alignment heads' cross-attention by DTW
+equals transformers' `generate(..., return_token_timestamps=True)` on the same tiny random Whisper and real speech
+spoken by espeak-ng (a 3-second window), with the checkpoint's alignment_heads and with the upper half's heads
+where it names none, for one recording and for a batch of two of different lengths; the DTW path and the median
+filter are transformers' own on matrices full of ties; a bad alignment_heads or input is one sentence."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import encdec
+from encdec.audio import frame_lengths, log_mel
+from encdec.errors import CheckpointError, ConfigError, DataError
+from encdec.transcription.word_times import alignment_heads, dtw, median_filter, token_timestamps
+from tests.audio.test_features import speak
+from tests.generation import whisper_kit
+
+transformers = pytest.importorskip("transformers")
+generation_whisper = pytest.importorskip("transformers.models.whisper.generation_whisper")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+FRAMES = 300  # a 3-second window: max_source_positions 150
+SHAPE = dict(num_mel_bins=80, max_source_positions=FRAMES // 2, max_target_positions=64)
+SHAPE |= dict(decoder_layers=4, encoder_attention_heads=4, decoder_attention_heads=4)
+HEADS = [[2, 1], [3, 0], [3, 3]]
+UPPER_HALF = [[layer, head] for layer in (2, 3) for head in range(4)]
+PROMPT = [whisper_kit.START, whisper_kit.LANGS["<|en|>"], whisper_kit.TASKS["transcribe"], whisper_kit.NO_TIMESTAMPS]
+GREEDY = dict(language="en", max_new_tokens=30, suppress_tokens=[3, 4, *whisper_kit.TIMESTAMPS])  # one window
+
+
+@pytest.fixture(scope="module")
+def speech():
+    """Two sentences spoken by espeak-ng, as log-mels of the 3-second window, and their frames."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (apt install espeak-ng); word times are checked on its speech")
+    waves = [speak("Hello world, this is a short test."), speak("Hi there.", "en-gb-scotland")]
+    return log_mel(waves, 80, frames=FRAMES), frame_lengths(waves, FRAMES)
+
+
+def tiny_whisper(path, heads):
+    """A random transformers Whisper saved in `path` with `heads` as its generation_config's alignment_heads (None:
+    none written), and encdec's reading of the directory."""
+    reference = whisper_kit.tiny_whisper(transformers, path, seed=5, **SHAPE)
+    if heads is not None:
+        config = json.loads((path / "generation_config.json").read_text())
+        (path / "generation_config.json").write_text(json.dumps(config | {"alignment_heads": heads}))
+    return reference, encdec.load_hf(path)
+
+
+def transformers_times(reference, features, frames, heads):
+    """transformers' generate with return_token_timestamps, its frames read from the attention mask as its feature
+    extractor gives it: the whole sequences (the prompt, then the tokens it returns) and the returned tokens'
+    times."""
+    reference.generation_config.alignment_heads = heads
+    mask = (torch.arange(features.shape[-1]) < frames[:, None]).long()
+    out = reference.generate(features, attention_mask=mask, return_token_timestamps=True, **GREEDY)
+    prompt = torch.tensor([PROMPT] * len(features))
+    return torch.cat([prompt, out["sequences"]], dim=1), out["token_timestamps"]
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["alignment-heads", "upper-half"])
+@pytest.mark.parametrize("rows", [1, 2])
+def test_token_times_equal_transformers_return_token_timestamps(tmp_path, speech, named, rows):
+    features, frames = speech[0][:rows], speech[1][:rows]
+    reference, model = tiny_whisper(tmp_path, HEADS if named else None)
+    assert alignment_heads(model) == [tuple(pair) for pair in (HEADS if named else UPPER_HALF)]
+    tokens, expected = transformers_times(reference, features, frames, HEADS if named else UPPER_HALF)
+    times = token_timestamps(model, features, tokens, prompt_length=4, frames=frames.tolist())
+    assert torch.allclose(times.seconds[:, 4:], expected, atol=1e-6, rtol=0), (times.seconds, expected)
+    assert all(len(set(row.tolist())) > 5 for row in times.seconds)  # the path moves: the times are not all one
+    assert torch.equal(times.seconds[:, :4], torch.zeros(rows, 4))  # the prompt's
+
+
+def test_probabilities_are_the_decoder_s_for_each_token_given_those_before(tmp_path, speech):
+    reference, model = tiny_whisper(tmp_path, HEADS)
+    features, frames = speech[0][:1], speech[1][:1]
+    tokens, _ = transformers_times(reference, features, frames, HEADS)
+    times = token_timestamps(model, features, tokens, prompt_length=4)
+    with torch.no_grad():
+        logits = reference(input_features=features, decoder_input_ids=tokens[:, :-1]).logits
+    expected = logits.softmax(-1).gather(-1, tokens[:, 1:, None])[..., 0]
+    assert torch.allclose(times.probabilities[:, 4:], expected[:, 3:], atol=1e-5)
+    assert torch.equal(times.probabilities[:, :4], torch.ones(1, 4))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_warp_is_transformers_dynamic_time_warping_on_matrices_full_of_ties(seed):
+    """Small integer costs make many equal sums, where the order of the tie rules decides the path."""
+    rng = np.random.default_rng(seed)
+    for rows, columns in [(1, 1), (1, 9), (7, 1), (6, 30), (25, 40)]:
+        cost = rng.integers(-3, 3, size=(rows, columns)).astype(np.float64)
+        cost[rng.random(cost.shape) < 0.1] += 0.1
+        expected_rows, expected_columns = generation_whisper._dynamic_time_warping(cost)
+        got_rows, got_columns = dtw(torch.from_numpy(cost))
+        assert np.array_equal(got_rows, expected_rows) and np.array_equal(got_columns, expected_columns)
+
+
+def test_the_median_filter_is_transformers():
+    x = torch.randint(0, 4, (3, 5, 40), generator=torch.Generator().manual_seed(0)).float()
+    for width in (1, 3, 7):
+        assert torch.equal(median_filter(x, width), generation_whisper._median_filter(x, width))
+    assert torch.equal(median_filter(x[..., :3], 7), x[..., :3])  # too short to reflect: as it is
+
+
+@pytest.mark.parametrize(
+    "heads, error, says",
+    [
+        ([[4, 0]], ConfigError, "names decoder layer 4, head 0, but the model has 4 decoder layers of 4"),
+        ([[1, 4]], ConfigError, "names decoder layer 1, head 4"),
+        ([[1]], CheckpointError, "whisper.alignment_heads must be None or up to 1024 pairs"),
+        ([[1, -1]], CheckpointError, "whisper.alignment_heads must be"),
+        ("all", CheckpointError, "whisper.alignment_heads must be"),
+    ],
+)
+def test_alignment_heads_that_are_not_the_model_s_are_one_sentence(tmp_path, heads, error, says):
+    _, model = tiny_whisper(tmp_path, heads)
+    with pytest.raises(error, match=says):
+        alignment_heads(model)
+
+
+def test_bad_inputs_are_one_sentence(tmp_path, speech):
+    _, model = tiny_whisper(tmp_path, HEADS)
+    features, tokens = speech[0][:1], torch.tensor([[50, 52, 56, 60, 14, 51]])
+    cases = [
+        (dict(tokens=tokens[0]), "tokens must be a \\(batch, length\\) integer tensor"),
+        (dict(tokens=tokens.float()), "tokens must be a \\(batch, length\\) integer tensor"),
+        (dict(features=speech[0]), "features must be a \\(batch, mel bins, frames\\) tensor with 1 rows"),
+        (dict(prompt_length=6), "prompt_length must be from 1 to 5"),
+        (dict(prompt_length=0), "prompt_length must be from 1 to 5"),
+        (dict(tokens=torch.tensor([[50, 52, 120]]), prompt_length=1), "tokens must be ids from 0 to 119"),
+        (dict(tokens=torch.full((1, 70), 14)), "the tokens are 70 long but the model's decoder reads at most 64"),
+        (dict(frames=FRAMES + 1), "frames must be one count, or one per row \\(1\\), each from 2 to 300"),
+        (dict(frames=[100, 100]), "frames must be one count, or one per row"),
+    ]
+    for change, says in cases:
+        arguments = dict(model=model, features=features, tokens=tokens, prompt_length=4) | change
+        with pytest.raises(DataError, match=says):
+            token_timestamps(**arguments)
