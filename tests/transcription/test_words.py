@@ -78,6 +78,23 @@ def test_punctuation_joins_its_word_and_the_probability_is_its_tokens_mean():
         ' "Yes,"', times[first[0] - 1], times[first[-1]], np.mean([probabilities[i] for i in first])
     )
     assert word_timestamps(TOKENIZER, tokens, times)[0].probability is None
+    later = word_timestamps(TOKENIZER, tokens, times, offset=30.0)  # a window 30 s into the recording
+    assert [(w.start, w.end) for w in later] == [(round(w.start + 30, 2), round(w.end + 30, 2)) for w in words]
+
+
+def test_a_segment_s_words_are_those_of_its_tokens_from_the_one_before_it():
+    """A window of two segments, a timestamp token between them: each one's words, read from the token before
+    its first on, are the window's."""
+    tokens, times, _ = sequence(" One two. Three four.", 2)
+    cut = tokens.index(ord("T")) - 1  # the second segment's first token, " Three"'s space
+    tokens.insert(cut, TOKENIZER.special_id("[MASK-7]"))  # its opening timestamp token
+    times.insert(cut, times[cut - 1])
+    words = word_timestamps(TOKENIZER, tokens, times)
+    first, second = (
+        word_timestamps(TOKENIZER, tokens[:cut], times[:cut]),
+        word_timestamps(TOKENIZER, tokens[cut:], times[cut:]),
+    )
+    assert first + second == words and [w.word for w in second] == [" Three", " four."]
 
 
 def test_special_tokens_alone_make_no_words_and_unequal_lengths_are_one_sentence():

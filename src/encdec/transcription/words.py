@@ -28,11 +28,15 @@ def word_timestamps(
     token_times: Sequence[float],
     probabilities: Sequence[float] | None = None,
     language: str | None = None,
+    offset: float = 0.0,
 ) -> list[Word]:
-    """The words of `tokens` (a window's whole sequence, or any part of it) with their spans: `token_times[i]` is
-    where token i ends (word_times.token_timestamps), so a word starts at the time of the token before its first
-    and ends at that of its last. Only text tokens make words: those below <|endoftext|> (the tokenizer's
-    eos_id), as Whisper's vocabulary orders them; `probabilities[i]` is token i's, a word's their mean."""
+    """The words of `tokens` (a window's whole sequence, or a part of it) with their spans in seconds, `offset`
+    (the window's start in the recording) added: `token_times[i]` is where token i ends
+    (word_times.token_timestamps), so a word starts at the time of the token before its first and ends at that
+    of its last; a segment's words are those of its tokens from the one before its first (its opening timestamp
+    token, or the prompt's last). Only text tokens make words: those below <|endoftext|> (the tokenizer's
+    eos_id), as Whisper's vocabulary orders them; `probabilities[i]` is token i's, a word's their mean.
+    `language` (a code: "ja") splits a spaceless language's text into characters."""
     if len(token_times) != len(tokens) or (probabilities is not None and len(probabilities) != len(tokens)):
         raise DataError("tokens, token_times and probabilities must be as long as each other")
     text = [index for index, token in enumerate(tokens) if token < tokenizer.eos_id]
@@ -41,7 +45,8 @@ def word_timestamps(
         first, last = text[indices[0]], text[indices[-1]]
         start = token_times[first - 1] if first > 0 else 0.0
         mean = None if probabilities is None else sum(probabilities[text[i]] for i in indices) / len(indices)
-        words.append(Word(piece, round(float(start), 2), round(float(token_times[last]), 2), mean))
+        end = token_times[last]
+        words.append(Word(piece, round(offset + float(start), 2), round(offset + float(end), 2), mean))
     return words
 
 
