@@ -140,7 +140,16 @@ def test_bad_inputs_are_one_sentence(tmp_path, speech):
         (dict(frames=FRAMES + 1), "frames must be one count, or one per row \\(1\\), each from 2 to 300"),
         (dict(frames=[100, 100]), "frames must be one count, or one per row"),
     ]
+    with pytest.raises(ConfigError, match="names decoder layer 0, head 9"):
+        token_timestamps(model, features, tokens, prompt_length=4, heads=[(0, 9)])
     for change, says in cases:
         arguments = dict(model=model, features=features, tokens=tokens, prompt_length=4) | change
         with pytest.raises(DataError, match=says):
             token_timestamps(**arguments)
+
+
+def test_a_model_that_does_not_read_audio_is_one_sentence():
+    from tests.generation.helpers import tiny
+
+    with pytest.raises(ConfigError, match="cross-attention of a speech encoder-decoder \\(a Whisper\\)"):
+        token_timestamps(tiny("t5"), torch.zeros(1, 8, 10), torch.tensor([[0, 5, 6]]), prompt_length=1)

@@ -49,18 +49,24 @@ def alignment_heads(model: nn.Module) -> list[tuple[int, int]]:
     `alignment_heads` (generation_config.json, or a run's generation defaults), else every head of the decoder's
     upper half (openai-whisper's default); one sentence where a pair is not one of the model's heads."""
     rules = resolve_config(model, {}).whisper
+    if rules is not None and rules.alignment_heads is not None:
+        return checked_heads(model, rules.alignment_heads)
     layers = model.attention_layers().cross
-    if rules is None or rules.alignment_heads is None:
-        return [
-            (layer, head) for layer in range(len(layers) // 2, len(layers)) for head in range(layers[layer].n_heads)
-        ]
-    for layer, head in rules.alignment_heads:
-        if layer >= len(layers) or head >= layers[layer].n_heads:
+    return [(layer, head) for layer in range(len(layers) // 2, len(layers)) for head in range(layers[layer].n_heads)]
+
+
+def checked_heads(model: nn.Module, pairs) -> list[tuple[int, int]]:
+    """`pairs` [[layer, head], ...] as tuples, or one sentence (ConfigError) where one is not the model's."""
+    layers = model.attention_layers().cross
+    for layer, head in pairs:
+        if not (0 <= layer < len(layers) and 0 <= head < layers[layer].n_heads):
             raise ConfigError(
                 f"alignment_heads names decoder layer {layer}, head {head}, but the model has {len(layers)} decoder "
                 f"layers of {layers[0].n_heads} cross-attention heads"
             )
-    return [(layer, head) for layer, head in rules.alignment_heads]
+    if not pairs:
+        raise ConfigError("alignment_heads must name at least one (decoder layer, head) pair")
+    return [(layer, head) for layer, head in pairs]
 
 
 @torch.no_grad()
@@ -76,11 +82,15 @@ def token_timestamps(
     the prompt) -> each token's time in seconds from the window's start and its probability (module docstring).
     `frames`: the frames of each row (or of all) that hold the recording, None: all F; `heads`: the
     (layer, head) pairs to read, None: the model's (alignment_heads)."""
-    if not capabilities_of(model).attention_maps:
-        raise ConfigError("word timestamps read a Whisper's cross-attention, and this model has none to read")
+    capabilities = capabilities_of(model)
+    if not (capabilities.attention_maps and capabilities.reads_features):
+        raise ConfigError(
+            "word timestamps are read from the cross-attention of a speech encoder-decoder (a Whisper) over its "
+            "audio, and this model is not one"
+        )
     B, T = check_inputs(model, features, tokens, prompt_length)
     limits = frames_of(frames, B, features.shape[-1])
-    heads = alignment_heads(model) if heads is None else heads
+    heads = alignment_heads(model) if heads is None else checked_heads(model, heads)
     weights, logits = attention_of(model, features, tokens, heads)  # (B, A, T - 1, S), (B, T - 1, V)
     seconds = torch.zeros(B, T, device=tokens.device)
     rows = weights[:, :, prompt_length:]  # the queries that read the generated tokens, all but the last
@@ -114,7 +124,7 @@ def check_inputs(model: nn.Module, features: torch.Tensor, tokens: torch.Tensor,
 
 
 def frames_of(frames: int | list[int] | None, batch: int, most: int) -> list[int]:
-    """Each row's frames that hold its recording (1 to `most`, the features' frames), or one sentence."""
+    """Each row's frames that hold its recording (2 to `most`, the features' frames), or one sentence."""
     rows = [most] * batch if frames is None else [frames] * batch if isinstance(frames, int) else list(frames)
     if len(rows) != batch or not all(type(n) is int and 2 <= n <= most for n in rows):
         raise DataError(f"frames must be one count, or one per row ({batch}), each from 2 to {most} frames")
