@@ -1,8 +1,10 @@
 """Word timestamps (transcription.word_times): each token's time from the alignment heads' cross-attention by DTW
 equals transformers' `generate(..., return_token_timestamps=True)` on the same tiny random Whisper and real speech
 spoken by espeak-ng (a 3-second window), with the checkpoint's alignment_heads and with the upper half's heads
-where it names none, for one recording and for a batch of two of different lengths, greedy and beam 3; the DTW path and the median
-filter are transformers' own on matrices full of ties; a bad alignment_heads or input is one sentence."""
+where it names none, for one recording and for a batch of two of different lengths, greedy and beam 3; the
+words made of them equal those of the ASR pipeline's return_timestamps="word" with a WhisperTokenizer; the DTW
+path and the median filter are transformers' own on matrices full of ties; a bad alignment_heads or input is one
+sentence."""
 
 import json
 import shutil
@@ -153,3 +155,85 @@ def test_a_model_that_does_not_read_audio_is_one_sentence():
 
     with pytest.raises(ConfigError, match="cross-attention of a speech encoder-decoder \\(a Whisper\\)"):
         token_timestamps(tiny("t5"), torch.zeros(1, 8, 10), torch.tensor([[0, 5, 6]]), prompt_length=1)
+
+
+SPECIALS = ["<|startoftranscript|>", "<|en|>", "<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>"]
+SPECIALS += ["<|nospeech|>", "<|notimestamps|>"]
+SAID = " Hello world, this is a short test."
+
+
+@pytest.fixture(scope="module")
+def whisper_with_tokenizer(tmp_path_factory):
+    """A tiny random Whisper with a WhisperTokenizer of its own (a byte a token; <|endoftext|>, the specials, then
+    the 3-second window's 151 timestamps), both saved in one directory as a Hugging Face checkpoint holds them."""
+    from tokenizers import pre_tokenizers
+
+    path = tmp_path_factory.mktemp("whisper_with_tokenizer")
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tokenizer = transformers.WhisperTokenizer(vocab={c: i for i, c in enumerate(alphabet)}, merges=[])
+    tokenizer.add_special_tokens({"additional_special_tokens": SPECIALS})
+    tokenizer.add_tokens([f"<|{i * 0.02:.2f}|>" for i in range(FRAMES // 2 + 1)])
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in ["<|endoftext|>", *SPECIALS]}
+    eos, start = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
+    reference = whisper_kit.tiny_whisper(
+        transformers, path, seed=5, **SHAPE, vocab_size=len(tokenizer), decoder_start_token_id=start
+    )
+    reference.config.eos_token_id = reference.config.pad_token_id = reference.config.bos_token_id = eos
+    generation = reference.generation_config
+    generation.eos_token_id, generation.pad_token_id, generation.decoder_start_token_id = eos, eos, start
+    generation.suppress_tokens, generation.begin_suppress_tokens = [], [eos]
+    generation.no_timestamps_token_id, generation.prev_sot_token_id = ids["<|notimestamps|>"], ids["<|startofprev|>"]
+    generation.lang_to_id = {"<|en|>": ids["<|en|>"]}
+    generation.task_to_id = {"transcribe": ids["<|transcribe|>"], "translate": ids["<|translate|>"]}
+    generation.alignment_heads = HEADS
+    reference.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return reference, tokenizer, path
+
+
+class Said(transformers.LogitsProcessor):
+    """Makes generate write SAID, then <|endoftext|>: a random model's words are bytes without spaces."""
+
+    def __init__(self, tokenizer, prompt_length: int):
+        self.said = tokenizer.encode(SAID, add_special_tokens=False) + [tokenizer.eos_token_id]
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids, scores):
+        step = min(input_ids.shape[1] - self.prompt_length, len(self.said) - 1)
+        forced = torch.full_like(scores, -torch.inf)
+        forced[:, self.said[step]] = 0.0
+        return forced
+
+
+def test_words_equal_transformers_return_timestamps_word(whisper_with_tokenizer, speech):
+    """encdec's tokenizer over the checkpoint's WhisperTokenizer, its words from our token times, equal the words
+    the ASR pipeline's decoding (WhisperTokenizer._decode_asr, return_timestamps="word") makes of transformers'."""
+    from encdec.tokenizers.pretrained import PretrainedTokenizer
+    from encdec.transcription.words import word_timestamps
+
+    reference, tokenizer, path = whisper_with_tokenizer
+    features, frames = speech[0][:1], speech[1][:1]
+    mask = (torch.arange(FRAMES) < frames[:, None]).long()
+    out = reference.generate(
+        features,
+        attention_mask=mask,
+        return_token_timestamps=True,
+        language="en",
+        max_new_tokens=60,
+        logits_processor=[Said(tokenizer, 4)],
+    )
+    _, chunks = tokenizer._decode_asr(
+        [{"tokens": out["sequences"], "token_timestamps": out["token_timestamps"]}],
+        return_timestamps="word",
+        return_language=False,
+        time_precision=0.02,
+    )
+    prompt = tokenizer.convert_tokens_to_ids(["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>"])
+    ended = torch.tensor([[tokenizer.eos_token_id]])  # returned without it, timed with it: its row times "."
+    tokens = torch.cat([torch.tensor([prompt]), out["sequences"], ended], dim=1)  # the whole decoder sequence
+    times = token_timestamps(encdec.load_hf(path), features, tokens, prompt_length=4, frames=frames.tolist())
+    ours = PretrainedTokenizer(tokenizer)
+    words = word_timestamps(ours, tokens[0].tolist(), times.seconds[0].tolist(), times.probabilities[0].tolist())
+    expected = [(chunk["text"], *chunk["timestamp"]) for chunk in chunks["chunks"]]
+    assert [(w.word, w.start, w.end) for w in words] == expected
+    assert "".join(w.word for w in words) == SAID and len({w.end for w in words}) > 3

@@ -9,8 +9,9 @@ What the long-form transcriber calls once per window (features of one 30 s windo
     words = word_timestamps(tokenizer, tokens[0].tolist(), times.seconds[0].tolist(), times.probabilities[0].tolist())
 
 `tokens` (B, T) are the whole decoder sequences, prompt first (<|startoftranscript|>, language, task, ...: the first
-`prompt_length` tokens), the generated ones after it (their <|endoftext|> included); `frames` the window's frames
-that hold the recording (its last window's are fewer than 3000). One teacher-forced pass records the heads'
+`prompt_length` tokens), the generated ones after it, their <|endoftext|> included where the decoding wrote it
+(generate returns the tokens without it, as transformers' does, which times them with it: its row times the last
+word's end); `frames` the window's frames that hold the recording (its last window's are fewer than 3000). One teacher-forced pass records the heads'
 probabilities from encdec's own Attention modules (modules.recording); each head's map over the frames that hold
 the recording is normalised over the tokens (mean 0, standard deviation 1), median-filtered over time (width 7),
 the heads averaged, and the path of least cost through minus that map (DTW) gives each token the encoder position
