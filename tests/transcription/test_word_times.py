@@ -75,6 +75,10 @@ def test_token_times_equal_transformers_return_token_timestamps(tmp_path, speech
     model, features, tokens = model.to(device), features.to(device), tokens.to(device)
     times = token_timestamps(model, features, tokens, prompt_length=4, frames=frames.tolist())
     assert times.seconds.device == device and times.probabilities.device == device
+    with torch.no_grad():  # the decoding's encoder output, where the caller has it: the same times
+        encoded = model.encode(features)
+    again = token_timestamps(model, features, tokens, prompt_length=4, frames=frames.tolist(), encoded=encoded)
+    assert torch.equal(again.seconds, times.seconds) and torch.equal(again.probabilities, times.probabilities)
     gap = (times.seconds[:, 4:].cpu() - expected).abs().max().item()
     assert gap < (1e-6 if exact else 0.1 + 1e-6), (times.seconds, expected)
     assert len(set(times.seconds.flatten().tolist())) > 5  # the path moves: the times are not all one

@@ -33,6 +33,7 @@ from torch import nn
 from encdec.errors import ConfigError, DataError
 from encdec.generation.generate import resolve_config
 from encdec.generation.interface import capabilities_of
+from encdec.models.outputs import EncoderOutput
 from encdec.modules.recording import recording
 
 SECONDS_PER_POSITION = 0.02  # an encoder position is two 10 ms frames
@@ -78,11 +79,13 @@ def token_timestamps(
     prompt_length: int,
     frames: int | list[int] | None = None,
     heads: list[tuple[int, int]] | None = None,
+    encoded: EncoderOutput | None = None,
 ) -> TokenTimes:
     """features (B, M, F) of one window per row, tokens (B, T) its decoder sequences (the first `prompt_length`
     the prompt) -> each token's time in seconds from the window's start and its probability (module docstring).
     `frames`: the frames of each row (or of all) that hold the recording, None: all F; `heads`: the
-    (layer, head) pairs to read, None: the model's (alignment_heads)."""
+    (layer, head) pairs to read, None: the model's (alignment_heads); `encoded`: model.encode(features) where
+    the caller has it (the decoding's), which saves the pass most of the time costs."""
     capabilities = capabilities_of(model)
     if not (capabilities.attention_maps and capabilities.reads_features):
         raise ConfigError(
@@ -91,8 +94,10 @@ def token_timestamps(
         )
     B, T = check_inputs(model, features, tokens, prompt_length)
     limits = frames_of(frames, B, features.shape[-1])
+    if encoded is not None and encoded.hidden.shape[0] != B:
+        raise DataError(f"encoded holds {encoded.hidden.shape[0]} rows but there are {B} windows")
     heads = alignment_heads(model) if heads is None else checked_heads(model, heads)
-    weights, logits = attention_of(model, features, tokens, heads)  # (B, A, T - 1, S), (B, T - 1, V)
+    weights, logits = attention_of(model, features, tokens, heads, encoded)  # (B, A, T - 1, S), (B, T - 1, V)
     seconds = torch.zeros(B, T, device=tokens.device)
     rows = weights[:, :, prompt_length:]  # the queries that read the generated tokens, all but the last
     if rows.shape[2] > 0:
@@ -132,16 +137,18 @@ def frames_of(frames: int | list[int] | None, batch: int, most: int) -> list[int
     return rows
 
 
-def attention_of(model: nn.Module, features: torch.Tensor, tokens: torch.Tensor, heads: list[tuple[int, int]]):
+def attention_of(model: nn.Module, features, tokens: torch.Tensor, heads: list, encoded: EncoderOutput | None):
     """The `heads`' cross-attention probabilities (B, A, T - 1, S) in float32, and the logits (B, T - 1, V), of
-    one teacher-forced pass: the decoder reads tokens[:, :-1], row t the query that reads token t."""
+    one teacher-forced pass (over `encoded`, else the features' encoding), dropout off: the decoder reads
+    tokens[:, :-1], row t the query that reads token t."""
     cross = model.attention_layers().cross
     layers = sorted({layer for layer, _ in heads})
     was_training = model.training
     model.eval()
     try:
         with recording([cross[layer] for layer in layers]) as records:
-            logits, _ = model.decode(tokens[:, :-1], model.encode(features))
+            encoded = model.encode(features) if encoded is None else encoded
+            logits, _ = model.decode(tokens[:, :-1], encoded)
     finally:
         model.train(was_training)
     maps = {layer: record[0] for layer, record in zip(layers, records, strict=True)}  # (B, H, T - 1, S) each
