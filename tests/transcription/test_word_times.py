@@ -121,7 +121,7 @@ def test_the_median_filter_is_transformers():
     [
         ([[4, 0]], ConfigError, "names decoder layer 4, head 0, but the model has 4 decoder layers of 4"),
         ([[1, 4]], ConfigError, "names decoder layer 1, head 4"),
-        ([[1]], CheckpointError, "whisper.alignment_heads must be None or up to 1024 pairs"),
+        ([[1]], CheckpointError, "whisper.alignment_heads must be None or 1 to 1024 pairs"),
         ([[1, -1]], CheckpointError, "whisper.alignment_heads must be"),
         ("all", CheckpointError, "whisper.alignment_heads must be"),
     ],

@@ -86,7 +86,7 @@ class WhisperRules:
         list[list] | None, Satisfies(valid_forced, "None or pairs [position from 1, token id or null]")
     ] = None  # the old way of writing the prompt, read where neither language nor task is given
     alignment_heads: Annotated[
-        list[list] | None, Satisfies(valid_heads, f"None or up to {MAX_ALIGNMENT_HEADS} pairs [decoder layer, head]")
+        list[list] | None, Satisfies(valid_heads, f"None or 1 to {MAX_ALIGNMENT_HEADS} pairs [decoder layer, head]")
     ] = None  # the cross-attention heads word timestamps read (transcription.word_times); None: the upper half
 
     def as_json(self) -> dict:
