@@ -213,6 +213,7 @@ def test_words_equal_transformers_return_timestamps_word(whisper_with_tokenizer,
     """encdec's tokenizer over the checkpoint's WhisperTokenizer, its words from our token times, equal the words
     the ASR pipeline's decoding (WhisperTokenizer._decode_asr, return_timestamps="word") makes of transformers'."""
     from encdec.tokenizers.pretrained import PretrainedTokenizer
+    from encdec.transcription import Word
     from encdec.transcription.words import word_timestamps
 
     reference, tokenizer, path = whisper_with_tokenizer
@@ -240,4 +241,7 @@ def test_words_equal_transformers_return_timestamps_word(whisper_with_tokenizer,
     words = word_timestamps(ours, tokens[0].tolist(), times.seconds[0].tolist(), times.probabilities[0].tolist())
     expected = [(chunk["text"], *chunk["timestamp"]) for chunk in chunks["chunks"]]
     assert [(w.word, w.start, w.end) for w in words] == expected
+    assert word_timestamps(tokenizer, tokens[0].tolist(), times.seconds[0].tolist()) == [  # transformers' own
+        Word(w.word, w.start, w.end) for w in words
+    ]
     assert "".join(w.word for w in words) == SAID and len({w.end for w in words}) > 3

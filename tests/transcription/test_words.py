@@ -6,7 +6,7 @@ special tokens (the prompt, <|endoftext|>) make no word; a word's probability is
 import numpy as np
 import pytest
 
-from encdec.errors import DataError
+from encdec.errors import ConfigError, DataError
 from encdec.tokenizers import build_tokenizer
 from encdec.transcription import Word
 from encdec.transcription.words import word_timestamps
@@ -102,3 +102,13 @@ def test_special_tokens_alone_make_no_words_and_unequal_lengths_are_one_sentence
     assert word_timestamps(TOKENIZER, tokens, [0.0, 0.0]) == []
     with pytest.raises(DataError, match="tokens, token_times and probabilities must be as long as each other"):
         word_timestamps(TOKENIZER, tokens, [0.0])
+    with pytest.raises(ConfigError, match="names no end-of-text token: give word_timestamps the model's eos_id"):
+        word_timestamps(object(), tokens, [0.0, 0.0])
+
+
+def test_eos_id_given_bounds_the_text():
+    tokens, times, _ = sequence(" Hi you", 0)
+    assert [w.word for w in word_timestamps(TOKENIZER, tokens, times, eos_id=ord("o"))] == [
+        " Hi",
+        " ",
+    ]  # y, o, u: past it

@@ -7,13 +7,15 @@ piece), the pieces joined into words at spaces (a piece that starts with a space
 starts a word), then an opening mark (a quote, a bracket, ¿) is joined to the word after it and a closing one (a
 full stop, a comma, a closing quote) to the word before it. Spaceless languages (Chinese, Japanese, Thai, Lao,
 Burmese, Cantonese) keep every whole piece a word.
+
+The text is read through `decode(ids) -> str`, which encdec's tokenizers, a run's or an opened model's text
+encoding and a Hugging Face tokenizer all have (text tokens alone are decoded: no special token to skip).
 """
 
 import string
 from collections.abc import Sequence
 
-from encdec.errors import DataError
-from encdec.tokenizers import Tokenizer
+from encdec.errors import ConfigError, DataError
 from encdec.transcription.transcript import Word
 
 PREPENDED = "\"'“¡¿([{-"  # joined to the word after them
@@ -23,23 +25,25 @@ REPLACEMENT = "\ufffd"  # what a character cut between two tokens decodes to
 
 
 def word_timestamps(
-    tokenizer: Tokenizer,
+    tokenizer,
     tokens: Sequence[int],
     token_times: Sequence[float],
     probabilities: Sequence[float] | None = None,
     language: str | None = None,
     offset: float = 0.0,
+    eos_id: int | None = None,
 ) -> list[Word]:
     """The words of `tokens` (a window's whole sequence, or a part of it) with their spans in seconds, `offset`
     (the window's start in the recording) added: `token_times[i]` is where token i ends
     (word_times.token_timestamps), so a word starts at the time of the token before its first and ends at that
     of its last; a segment's words are those of its tokens from the one before its first (its opening timestamp
-    token, or the prompt's last). Only text tokens make words: those below <|endoftext|> (the tokenizer's
-    eos_id), as Whisper's vocabulary orders them; `probabilities[i]` is token i's, a word's their mean.
+    token, or the prompt's last). Only text tokens make words: those below <|endoftext|> (`eos_id`; None: the
+    tokenizer's), as Whisper's vocabulary orders them; `probabilities[i]` is token i's, a word's their mean.
     `language` (a code: "ja") splits a spaceless language's text into characters."""
     if len(token_times) != len(tokens) or (probabilities is not None and len(probabilities) != len(tokens)):
         raise DataError("tokens, token_times and probabilities must be as long as each other")
-    text = [index for index, token in enumerate(tokens) if token < tokenizer.eos_id]
+    end_of_text = text_end(tokenizer) if eos_id is None else eos_id
+    text = [index for index, token in enumerate(tokens) if token < end_of_text]
     words = []
     for piece, indices in grouped(tokenizer, [tokens[i] for i in text], language):
         first, last = text[indices[0]], text[indices[-1]]
@@ -50,14 +54,22 @@ def word_timestamps(
     return words
 
 
-def grouped(tokenizer: Tokenizer, tokens: list[int], language: str | None = None) -> list[tuple[str, list[int]]]:
+def text_end(tokenizer) -> int:
+    """<|endoftext|>'s id: an encdec tokenizer's eos_id, a Hugging Face tokenizer's eos_token_id."""
+    for name in ("eos_id", "eos_token_id"):
+        if isinstance(getattr(tokenizer, name, None), int):
+            return getattr(tokenizer, name)
+    raise ConfigError("this tokenizer names no end-of-text token: give word_timestamps the model's eos_id")
+
+
+def grouped(tokenizer, tokens: list[int], language: str | None = None) -> list[tuple[str, list[int]]]:
     """(word, the indices of its tokens) for each word of the text tokens `tokens`, in order."""
     pieces = whole_pieces(tokenizer, tokens)
     words = pieces if language in SPACELESS else joined_at_spaces(pieces)
     return merged_punctuation(words)
 
 
-def whole_pieces(tokenizer: Tokenizer, tokens: list[int]) -> list[tuple[str, list[int]]]:
+def whole_pieces(tokenizer, tokens: list[int]) -> list[tuple[str, list[int]]]:
     """The tokens cut where the text decoded so far holds no character cut in two (no replacement character
     that the whole text does not hold at that place)."""
     full = tokenizer.decode(tokens)
