@@ -245,3 +245,21 @@ def test_words_equal_transformers_return_timestamps_word(whisper_with_tokenizer,
         Word(w.word, w.start, w.end) for w in words
     ]
     assert "".join(w.word for w in words) == SAID and len({w.end for w in words}) > 3
+
+
+def test_a_padded_batch_given_its_lengths_is_timed_as_its_rows_alone(tmp_path, speech):
+    _, model = tiny_whisper(tmp_path, HEADS)
+    features, frames = speech
+    generator = torch.Generator().manual_seed(0)
+    long, short = torch.randint(0, 50, (24,), generator=generator), torch.randint(0, 50, (9,), generator=generator)
+    rows = [torch.tensor(PROMPT + text.tolist() + [whisper_kit.EOS]) for text in (long, short)]
+    padded = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=whisper_kit.EOS)
+    lengths = [len(row) for row in rows]
+    together = token_timestamps(model, features, padded, 4, frames=frames.tolist(), lengths=lengths)
+    for b, row in enumerate(rows):
+        alone = token_timestamps(model, features[b : b + 1], row[None], 4, frames=frames[b : b + 1].tolist())
+        assert torch.allclose(together.seconds[b, : lengths[b]], alone.seconds[0], atol=1e-6, rtol=0)
+        assert torch.all(together.seconds[b, lengths[b] :] == alone.seconds[0, -1])  # padding: the row's last
+    assert len(set(together.seconds.flatten().tolist())) > 5
+    with pytest.raises(DataError, match="lengths must give each row's tokens \\(2\\), each from 5 to 29"):
+        token_timestamps(model, features, padded, 4, lengths=[29, 4])

@@ -80,12 +80,15 @@ def token_timestamps(
     frames: int | list[int] | None = None,
     heads: list[tuple[int, int]] | None = None,
     encoded: EncoderOutput | None = None,
+    lengths: list[int] | None = None,
 ) -> TokenTimes:
     """features (B, M, F) of one window per row, tokens (B, T) its decoder sequences (the first `prompt_length`
     the prompt) -> each token's time in seconds from the window's start and its probability (module docstring).
     `frames`: the frames of each row (or of all) that hold the recording, None: all F; `heads`: the
     (layer, head) pairs to read, None: the model's (alignment_heads); `encoded`: model.encode(features) where
-    the caller has it (the decoding's), which saves the pass most of the time costs."""
+    the caller has it (the decoding's), which saves the pass most of the time costs; `lengths`: each row's
+    tokens before its padding (None: all T; padding rows take part in the warp, as in transformers' batched
+    generate, and so a row's times would hang on its batch's), padding timed as the row's last token."""
     capabilities = capabilities_of(model)
     if not (capabilities.attention_maps and capabilities.reads_features):
         raise ConfigError(
@@ -94,17 +97,17 @@ def token_timestamps(
         )
     B, T = check_inputs(model, features, tokens, prompt_length)
     limits = frames_of(frames, B, features.shape[-1])
+    ends = lengths_of(lengths, B, T, prompt_length)
     if encoded is not None and encoded.hidden.shape[0] != B:
         raise DataError(f"encoded holds {encoded.hidden.shape[0]} rows but there are {B} windows")
     heads = alignment_heads(model) if heads is None else checked_heads(model, heads)
     weights, logits = attention_of(model, features, tokens, heads, encoded)  # (B, A, T - 1, S), (B, T - 1, V)
     seconds = torch.zeros(B, T, device=tokens.device)
-    rows = weights[:, :, prompt_length:]  # the queries that read the generated tokens, all but the last
-    if rows.shape[2] > 0:
-        for b in range(B):
-            jumps = warp_jumps(rows[b, :, :, : limits[b] // 2])  # (T - P - 1,) encoder positions
+    for b, end in enumerate(ends):
+        if end - 1 > prompt_length:  # the queries that read the generated tokens, all but the last
+            jumps = warp_jumps(weights[b, :, prompt_length : end - 1, : limits[b] // 2])  # (end - P - 1,)
             times = jumps.to(seconds.device, torch.float32) * SECONDS_PER_POSITION
-            seconds[b, prompt_length:-1], seconds[b, -1] = times, times[-1]  # no row reads the last token
+            seconds[b, prompt_length : end - 1], seconds[b, end - 1 :] = times, times[-1]  # no row reads the last
     chosen = logits.float().log_softmax(dim=-1).gather(-1, tokens[:, 1:, None])[..., 0].exp()  # (B, T - 1)
     probabilities = torch.cat([torch.ones_like(chosen[:, :1]), chosen], dim=1)
     probabilities[:, :prompt_length] = 1.0
@@ -134,6 +137,14 @@ def frames_of(frames: int | list[int] | None, batch: int, most: int) -> list[int
     rows = [most] * batch if frames is None else [frames] * batch if isinstance(frames, int) else list(frames)
     if len(rows) != batch or not all(type(n) is int and 2 <= n <= most for n in rows):
         raise DataError(f"frames must be one count, or one per row ({batch}), each from 2 to {most} frames")
+    return rows
+
+
+def lengths_of(lengths: list[int] | None, batch: int, most: int, prompt_length: int) -> list[int]:
+    """Each row's tokens before its padding (past the prompt, up to `most`), or one sentence."""
+    rows = [most] * batch if lengths is None else list(lengths)
+    if len(rows) != batch or not all(type(n) is int and prompt_length < n <= most for n in rows):
+        raise DataError(f"lengths must give each row's tokens ({batch}), each from {prompt_length + 1} to {most}")
     return rows
 
 
