@@ -9,7 +9,7 @@ import pytest
 from encdec.errors import ConfigError, DataError
 from encdec.tokenizers import build_tokenizer
 from encdec.transcription import Word
-from encdec.transcription.words import word_timestamps
+from encdec.transcription.words import segment_words, word_timestamps
 
 tokenization_whisper = pytest.importorskip("transformers.models.whisper.tokenization_whisper")
 
@@ -82,9 +82,9 @@ def test_punctuation_joins_its_word_and_the_probability_is_its_tokens_mean():
     assert [(w.start, w.end) for w in later] == [(round(w.start + 30, 2), round(w.end + 30, 2)) for w in words]
 
 
-def test_a_segment_s_words_are_those_of_its_tokens_from_the_one_before_it():
-    """A window of two segments, a timestamp token between them: each one's words, read from the token before
-    its first on, are the window's."""
+def test_a_window_s_words_are_its_segments_words():
+    """A window of two segments, a timestamp token between them: each one's words (read from its opening
+    timestamp token on, or by segment_words from the token before its first) are the window's."""
     tokens, times, _ = sequence(" One two. Three four.", 2)
     cut = tokens.index(ord("T")) - 1  # the second segment's first token, " Three"'s space
     tokens.insert(cut, TOKENIZER.special_id("[MASK-7]"))  # its opening timestamp token
@@ -95,6 +95,11 @@ def test_a_segment_s_words_are_those_of_its_tokens_from_the_one_before_it():
         word_timestamps(TOKENIZER, tokens[cut:], times[cut:]),
     )
     assert first + second == words and [w.word for w in second] == [" Three", " four."]
+    prompt = 2  # the window's prompt: the segments begin after it
+    spans = [(prompt, cut), (cut + 1, len(tokens) - 1)]  # the second from after the timestamp token: the same
+    assert segment_words(TOKENIZER, tokens, times, None, spans) == [first, second]
+    with pytest.raises(DataError, match="a segment spans tokens 0 to 4, not within the window's 1 to"):
+        segment_words(TOKENIZER, tokens, times, None, [(0, 4)])
 
 
 def test_special_tokens_alone_make_no_words_and_unequal_lengths_are_one_sentence():

@@ -32,12 +32,13 @@ def word_timestamps(
     language: str | None = None,
     offset: float = 0.0,
     eos_id: int | None = None,
+    begins: float = 0.0,
 ) -> list[Word]:
     """The words of `tokens` (a window's whole sequence, or a part of it) with their spans in seconds, `offset`
     (the window's start in the recording) added: `token_times[i]` is where token i ends
-    (word_times.token_timestamps), so a word starts at the time of the token before its first and ends at that
-    of its last; a segment's words are those of its tokens from the one before its first (its opening timestamp
-    token, or the prompt's last). Only text tokens make words: those below <|endoftext|> (`eos_id`; None: the
+    (word_times.token_timestamps), so a word starts at the time of the token before its first (`begins` for
+    tokens[0]: where it begins, the time of the token before it in its window) and ends at that of its last
+    (segment_words reads a window's segments so). Only text tokens make words: those below <|endoftext|> (`eos_id`; None: the
     tokenizer's), as Whisper's vocabulary orders them; `probabilities[i]` is token i's, a word's their mean.
     `language` (a code: "ja") splits a spaceless language's text into characters."""
     if len(token_times) != len(tokens) or (probabilities is not None and len(probabilities) != len(tokens)):
@@ -47,10 +48,31 @@ def word_timestamps(
     words = []
     for piece, indices in grouped(tokenizer, [tokens[i] for i in text], language):
         first, last = text[indices[0]], text[indices[-1]]
-        start = token_times[first - 1] if first > 0 else 0.0
+        start = token_times[first - 1] if first > 0 else begins
         mean = None if probabilities is None else sum(probabilities[text[i]] for i in indices) / len(indices)
         end = token_times[last]
         words.append(Word(piece, round(offset + float(start), 2), round(offset + float(end), 2), mean))
+    return words
+
+
+def segment_words(
+    tokenizer,
+    tokens: Sequence[int],
+    token_times: Sequence[float],
+    probabilities: Sequence[float] | None,
+    spans: Sequence[tuple[int, int]],
+    **options,
+) -> list[list[Word]]:
+    """Each segment's words: `spans` (start, end) the segments' token ranges in a window's `tokens` (its prompt
+    first: each start at least 1), the first token of each beginning at the time of the token before it;
+    `options` word_timestamps'."""
+    words = []
+    for start, end in spans:
+        if not 1 <= start <= end <= len(tokens):
+            raise DataError(f"a segment spans tokens {start} to {end}, not within the window's 1 to {len(tokens)}")
+        chosen = None if probabilities is None else probabilities[start:end]
+        span = tokens[start:end], token_times[start:end], chosen
+        words.append(word_timestamps(tokenizer, *span, **options, begins=token_times[start - 1]))
     return words
 
 
