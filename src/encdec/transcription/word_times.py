@@ -3,10 +3,11 @@ time warping (openai-whisper's timing.py; transformers' `_extract_token_timestam
 
 What the long-form transcriber calls once per window (features of one 30 s window, its decoded tokens):
 
-    times = token_timestamps(model, features, tokens, prompt_length, frames=frames)
+    times = token_timestamps(model, features, tokens, prompt_length, frames=frames, encoded=encoded)
     times.seconds        # (B, T): token t's time from the window's start (its end: where the next one begins)
     times.probabilities  # (B, T): each token's probability under the model (the prompt's: 1)
-    words = word_timestamps(tokenizer, tokens[0].tolist(), times.seconds[0].tolist(), times.probabilities[0].tolist())
+    row = tokens[0].tolist(), times.seconds[0].tolist(), times.probabilities[0].tolist()
+    words = segment_words(text, *row, spans, eos_id=eos_id, offset=seek_seconds, language="en")  # words.py
 
 `tokens` (B, T) are the whole decoder sequences, prompt first (<|startoftranscript|>, language, task, ...: the first
 `prompt_length` tokens), the generated ones after it, their <|endoftext|> included where the decoding wrote it
