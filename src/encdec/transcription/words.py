@@ -37,10 +37,11 @@ def word_timestamps(
     """The words of `tokens` (a window's whole sequence, or a part of it) with their spans in seconds, `offset`
     (the window's start in the recording) added: `token_times[i]` is where token i ends
     (word_times.token_timestamps), so a word starts at the time of the token before its first (`begins` for
-    tokens[0]: where it begins, the time of the token before it in its window) and ends at that of its last
-    (segment_words reads a window's segments so). Only text tokens make words: those below <|endoftext|> (`eos_id`; None: the
-    tokenizer's), as Whisper's vocabulary orders them; `probabilities[i]` is token i's, a word's their mean.
-    `language` (a code: "ja") splits a spaceless language's text into characters."""
+    tokens[0]: the time of the token before it in its window; segment_words reads a window's segments so) and
+    ends at that of its last. Only text tokens make words: those below <|endoftext|> (`eos_id`; None: the
+    tokenizer's), as Whisper's vocabulary orders them. `probabilities[i]` is token i's, a word's their mean;
+    `language` (a code: "ja") splits a spaceless language's text into characters. `tokenizer`: anything with
+    decode(ids) -> str."""
     if len(token_times) != len(tokens) or (probabilities is not None and len(probabilities) != len(tokens)):
         raise DataError("tokens, token_times and probabilities must be as long as each other")
     end_of_text = text_end(tokenizer) if eos_id is None else eos_id
