@@ -72,6 +72,7 @@ def test_token_times_equal_transformers_return_token_timestamps(tmp_path, speech
     reference, model = tiny_whisper(tmp_path, HEADS if named else None)
     assert alignment_heads(model) == [tuple(pair) for pair in (HEADS if named else UPPER_HALF)]
     tokens, expected = transformers_times(reference, features, frames, HEADS if named else UPPER_HALF, num_beams=beams)
+    assert torch.equal(model.generate(features, num_beams=beams, **GREEDY), tokens[:, 4:])  # encdec decodes them too
     model, features, tokens = model.to(device), features.to(device), tokens.to(device)
     times = token_timestamps(model, features, tokens, prompt_length=4, frames=frames.tolist())
     assert times.seconds.device == device and times.probabilities.device == device
