@@ -145,7 +145,7 @@ def test_the_rules_read_from_a_generation_config_json(tmp_path):
     }
     (tmp_path / "generation_config.json").write_text(json.dumps(values))
     rules = read_whisper_rules(tmp_path)
-    assert rules == WhisperRules(NO_TIMESTAMPS, LANGS, TASKS, True, 50, 57)
+    assert rules == WhisperRules(NO_TIMESTAMPS, LANGS, TASKS, True, 50, 57, alignment_heads=[[0, 1]])
     assert rules.timestamp_begin == FIRST and rules.no_speech_token_id == NO_TIMESTAMPS - 1
     assert whisper_rules_of({"eos_token_id": 1}) is None  # not a Whisper's
     with pytest.raises(CheckpointError, match="whisper.lang_to_id"):

@@ -18,11 +18,11 @@ PREV = 57  # <|startofprev|>
 TIMESTAMPS = list(range(NO_TIMESTAMPS + 1, V))
 
 
-def tiny_whisper(transformers, path, seed: int = 0, multilingual: bool = True):
+def tiny_whisper(transformers, path, seed: int = 0, multilingual: bool = True, **shape):
     """A random WhisperForConditionalGeneration with a generation_config.json saved in `path`: a multilingual
-    one's, or an English-only one's (no languages nor tasks)."""
+    one's, or an English-only one's (no languages nor tasks); `shape` overrides its WhisperConfig's sizes."""
     torch.manual_seed(seed)
-    config = transformers.WhisperConfig(
+    sizes = dict(
         vocab_size=V,
         d_model=16,
         encoder_layers=1,
@@ -41,7 +41,7 @@ def tiny_whisper(transformers, path, seed: int = 0, multilingual: bool = True):
         suppress_tokens=[3, 4],
         begin_suppress_tokens=[5, EOS],
     )
-    model = transformers.WhisperForConditionalGeneration(config).eval()
+    model = transformers.WhisperForConditionalGeneration(transformers.WhisperConfig(**sizes | shape)).eval()
     with torch.no_grad():  # weights large enough that each input and each history gives its own tokens
         for weight in model.parameters():
             if weight.dim() > 1:

@@ -24,6 +24,8 @@ from encdec.schema import Range, Satisfies, TokenId, check_vocabulary, load_json
 MAX_LANGUAGES = 256  # Whisper knows 99 (100 from large-v3); a table of thousands is not a Whisper's
 TASKS = ("transcribe", "translate")
 MAX_TIMESTAMP_INDEX = 1500  # a 30 s window holds 1,500 timestamps of 20 ms
+MAX_ALIGNMENT_HEADS = 1024  # large-v3 has 32 x 20 = 640 heads; published lists name 6 to 30 of them
+MAX_LAYERS = 1024  # a layer or head index past it is no model's (the model's own bounds: word_times)
 
 
 def valid_languages(table) -> bool:
@@ -51,6 +53,17 @@ def valid_forced(pairs) -> bool:
     )
 
 
+def valid_heads(pairs) -> bool:
+    """[[decoder layer, head], ...], at most MAX_ALIGNMENT_HEADS pairs of indices below MAX_LAYERS."""
+    if pairs is None:
+        return True
+    if not isinstance(pairs, list) or not 0 < len(pairs) <= MAX_ALIGNMENT_HEADS:
+        return False
+    return all(
+        isinstance(p, list) and len(p) == 2 and all(type(i) is int and 0 <= i < MAX_LAYERS for i in p) for p in pairs
+    )
+
+
 def valid_id(token) -> bool:
     return token is None or (isinstance(token, int) and not isinstance(token, bool) and token >= 0)
 
@@ -72,6 +85,9 @@ class WhisperRules:
     forced_decoder_ids: Annotated[
         list[list] | None, Satisfies(valid_forced, "None or pairs [position from 1, token id or null]")
     ] = None  # the old way of writing the prompt, read where neither language nor task is given
+    alignment_heads: Annotated[
+        list[list] | None, Satisfies(valid_heads, f"None or 1 to {MAX_ALIGNMENT_HEADS} pairs [decoder layer, head]")
+    ] = None  # the cross-attention heads word timestamps read (transcription.word_times); None: the upper half
 
     def as_json(self) -> dict:
         """Its keys and values as generation_config.json writes them (GenerationConfig(whisper=...) reads them back):

@@ -10,8 +10,6 @@ without its last token), so row t of a cross-attention map is the query that pre
 Shapes: B batch, S source length, T target length, L layers (of one side), H heads.
 """
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -19,7 +17,7 @@ from torch import nn
 
 from encdec.errors import ConfigError, DataError
 from encdec.generation.interface import capabilities_of
-from encdec.modules import Attention
+from encdec.modules.recording import recording
 
 # why a family has no maps: the transformer encoder-decoder is the one whose decoder reads a separate source
 NO_MAPS = {
@@ -49,20 +47,6 @@ def check_has_maps(model: nn.Module) -> None:
         f"attention maps are drawn for transformer encoder-decoders (Transformer, T5, ROT5, BART, Marian, "
         f"Pegasus) and the {family} model has none: {why}"
     )
-
-
-@contextmanager
-def recording(modules: Sequence[Attention]) -> Iterator[list[list[torch.Tensor]]]:
-    """Inside the block each module appends its probabilities to its own list (one per module, in order);
-    afterwards none records, also when the block raises."""
-    records = [[] for _ in modules]
-    for module, record in zip(modules, records, strict=True):
-        module.recorded = record
-    try:
-        yield records
-    finally:
-        for module in modules:
-            module.recorded = None
 
 
 def teacher_forced(tgt_ids: torch.Tensor, start_id: int) -> torch.Tensor:
