@@ -5,6 +5,7 @@ and no-speech detection; a batch of recordings decodes as each does alone."""
 
 import shutil
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -113,6 +114,28 @@ def test_a_batch_equals_transformers_batch_and_each_recording_alone(whisper, spe
     for row, wave in enumerate(speech):
         alone_x, alone_frames = features([wave])
         assert ours(model, alone_x, alone_frames, dict(language="en")) == [got[row]]
+
+
+def test_the_api_reads_recordings_within_their_bound_and_decodes_their_text(whisper, speech, tmp_path):
+    from encdec.errors import DataError
+    from encdec.transcription import transcribe
+
+    _, model = whisper
+    letters = SimpleNamespace(decode=lambda ids, skip_special_tokens: "".join(chr(97 + i % 26) for i in ids))
+    transcripts = transcribe(model, speech, letters, language="en", max_new_tokens=10)
+    for wave, transcript in zip(speech, transcripts):
+        assert transcript.duration == len(wave) / 16_000 and transcript.language == "en"
+        assert transcript.text == "".join(segment.text for segment in transcript.segments)
+        assert [segment.id for segment in transcript.segments] == list(range(len(transcript.segments)))
+        texts = [
+            letters.decode([t for t in s.tokens if t < whisper_kit.NO_TIMESTAMPS], True) for s in transcript.segments
+        ]
+        assert [segment.text for segment in transcript.segments] == texts
+    with pytest.raises(DataError, match="recording 1 lasts 3.* s, longer than the 2.0 s allowed"):
+        transcribe(model, speech, max_seconds=2.0, language="en")
+    for bad in (torch.zeros(2, 100), torch.tensor([0.0, float("nan")]), torch.zeros(0)):
+        with pytest.raises(DataError, match="recording 0 "):
+            transcribe(model, [bad], language="en")
 
 
 def test_a_text_model_and_prompt_options_are_one_sentence(whisper):

@@ -26,7 +26,7 @@ import torch
 
 from encdec.audio import HOP, SAMPLE_RATE, log_mel
 from encdec.audio.recordings import MAX_SECONDS
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, DataError
 from encdec.generation.fallback import Kept, decode_with_fallback
 from encdec.generation.generate import prepare, resolve_config
 from encdec.generation.interface import capabilities_of, model_device
@@ -68,7 +68,7 @@ class Transcriber:
 
     def __call__(self, recordings: Sequence[Recording]) -> list[Transcript]:
         """A transcript of each recording (a path, a file's bytes, a waveform at 16 kHz), read within max_seconds."""
-        waves = [waveform(recording, self.max_seconds) for recording in recordings]
+        waves = [self.wave(recording, number) for number, recording in enumerate(recordings)]
         frames = [max(1, math.ceil(len(wave) / HOP)) for wave in waves]
         features = torch.zeros(len(waves), self.model.config.audio.n_mels, max(frames))  # (B, C, T)
         for row, wave in enumerate(waves):
@@ -82,6 +82,20 @@ class Transcriber:
             duration = len(wave) / SAMPLE_RATE
             transcripts.append(Transcript(text, tuple(segments), duration, language, self.cfg.task or "transcribe"))
         return transcripts
+
+    def wave(self, recording: Recording, number: int) -> torch.Tensor:
+        """A recording as its waveform at 16 kHz, read within max_seconds; a waveform given is checked so too."""
+        wave = waveform(recording, self.max_seconds)
+        if not (isinstance(wave, torch.Tensor) and wave.dim() == 1 and wave.is_floating_point() and len(wave)):
+            raise DataError(f"recording {number} must be a path, a file's bytes or a 1-D float waveform at 16 kHz")
+        if len(wave) > self.max_seconds * SAMPLE_RATE:
+            seconds = len(wave) / SAMPLE_RATE
+            raise DataError(
+                f"recording {number} lasts {seconds:,.1f} s, longer than the {self.max_seconds:,.1f} s allowed"
+            )
+        if not bool(torch.isfinite(wave).all()):
+            raise DataError(f"recording {number} holds NaN or infinite samples; it is not a recording")
+        return wave
 
     def prompts(self, features: torch.Tensor) -> list[list[int]]:
         """Each recording's prompt (<|startoftranscript|> <|lang|> <|task|>, as whisper_rules.init_tokens makes
