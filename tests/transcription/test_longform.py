@@ -125,7 +125,7 @@ def test_the_api_reads_recordings_within_their_bound_and_decodes_their_text(whis
     transcripts = transcribe(model, speech, letters, language="en", max_new_tokens=10)
     for wave, transcript in zip(speech, transcripts):
         assert transcript.duration == len(wave) / 16_000 and transcript.language == "en"
-        assert transcript.text == "".join(segment.text for segment in transcript.segments)
+        assert transcript.text == "".join(segment.text for segment in transcript.segments)  # letter for letter
         assert [segment.id for segment in transcript.segments] == list(range(len(transcript.segments)))
         texts = [
             letters.decode([t for t in s.tokens if t < whisper_kit.NO_TIMESTAMPS], True) for s in transcript.segments

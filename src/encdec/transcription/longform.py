@@ -77,7 +77,7 @@ class Transcriber:
         codes = {token: name[2:-2] for name, token in self.cfg.whisper.lang_to_id.items()}
         transcripts = []
         for wave, prompt, segments in zip(waves, prompts, self.decode(features, frames, prompts)):
-            text = "".join(segment.text for segment in segments)
+            text = self.decoded([token for segment in segments for token in segment.tokens])  # openai-whisper's
             language = codes.get(prompt[1]) if len(prompt) > 1 else None
             duration = len(wave) / SAMPLE_RATE
             transcripts.append(Transcript(text, tuple(segments), duration, language, self.cfg.task or "transcribe"))
