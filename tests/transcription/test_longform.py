@@ -68,11 +68,17 @@ CASES = {
         no_speech_threshold=0.0005,
         condition_on_prev_tokens=True,
     ),
+    "initial-prompt": dict(language="en", prompt_ids=(whisper_kit.PREV, 9, 10, 11)),
+    "initial-prompt-carried": dict(
+        language="en", prompt_ids=(whisper_kit.PREV, 9, 10, 11), condition_on_prev_tokens=True
+    ),
 }
 
 
 def theirs(reference, x, frames, options) -> list[list[tuple[list[int], float, float]]]:
     mask = torch.arange(x.shape[-1])[None] < torch.tensor(frames)[:, None]
+    if "prompt_ids" in options:
+        options = {**options, "prompt_ids": torch.tensor(options["prompt_ids"])}
     out = reference.generate(
         x, attention_mask=mask.long(), return_timestamps=True, return_segments=True, max_new_tokens=10, **options
     )
@@ -133,6 +139,11 @@ def test_the_api_reads_recordings_within_their_bound_and_decodes_their_text(whis
         assert [segment.text for segment in transcript.segments] == texts
     with pytest.raises(DataError, match="recording 1 lasts 3.* s, longer than the 2.0 s allowed"):
         transcribe(model, speech, max_seconds=2.0, language="en")
+    for nothing in ([], "talk.wav"):
+        with pytest.raises(DataError, match="give a list of recordings"):
+            transcribe(model, nothing, language="en")
+    with pytest.raises(ConfigError, match="max_seconds must be above 0"):
+        transcribe(model, speech, max_seconds=0)
     for bad in (torch.zeros(2, 100), torch.tensor([0.0, float("nan")]), torch.zeros(0)):
         with pytest.raises(DataError, match="recording 0 "):
             transcribe(model, [bad], language="en")

@@ -39,14 +39,15 @@ from encdec.transcription.transcript import Segment, Transcript
 SECONDS_PER_FRAME = HOP / SAMPLE_RATE  # 10 ms
 SECONDS_PER_TIMESTAMP = FRAMES_PER_TIMESTAMP * SECONDS_PER_FRAME  # 20 ms
 LOW_TEMPERATURE = 0.5  # a decoding kept below it is carried on as the next window's prompt (openai-whisper's)
-REFUSED = ("decoder_input_ids", "decoder_prompt", "prompt_ids", "num_return_sequences", "return_dict_in_generate")
+REFUSED = ("decoder_input_ids", "decoder_prompt", "num_return_sequences", "return_dict_in_generate")
 
 
 class Transcriber:
     """A Whisper-ruled model (encdec's Whisper family, a run or a Hugging Face directory opened as `generate`
     opens it) and the options every window is decoded under: generate's (language, task, num_beams, temperature,
     the fallback's thresholds, max_new_tokens: half the decoder's positions unless given) and
-    condition_on_prev_tokens. `text` decodes a segment's tokens (the opened model's text encoding); without it
+    condition_on_prev_tokens; prompt_ids (<|startofprev|> and a text's ids) prompt the first window, or with
+    condition_on_prev_tokens stand before the text carried on, as transformers takes them. `text` decodes a segment's tokens (the opened model's text encoding); without it
     segments have tokens and times but no text. Each option is checked here, in one sentence, before any audio."""
 
     def __init__(self, model, text=None, condition_on_prev_tokens: bool = False, max_seconds=MAX_SECONDS, **options):
@@ -57,17 +58,32 @@ class Transcriber:
             raise ConfigError(f"{refused[0]} is not an option of long-form transcription: its prompts are its own")
         if options.get("return_timestamps") is False:
             raise ConfigError("long-form transcription moves window by window on timestamps: leave return_timestamps")
+        if not 0 < max_seconds <= MAX_SECONDS:
+            raise ConfigError(
+                f"max_seconds must be above 0 and at most {MAX_SECONDS:,.0f} (two hours), got {max_seconds}"
+            )
         self.model, self.text, self.condition, self.max_seconds = model, text, condition_on_prev_tokens, max_seconds
         positions = model.config.positions.max
         self.options = {"max_new_tokens": positions // 2, **options, "return_timestamps": True}
         cfg = resolve_config(model, dict(self.options))  # every option checked before any audio is read
         if cfg.whisper is None:
             raise ConfigError("this model has no Whisper rules (its generation_config.json has no timestamps)")
+        previous = cfg.whisper.prev_sot_token_id
+        if (condition_on_prev_tokens or cfg.prompt_ids) and previous is None:
+            raise ConfigError("a previous text needs <|startofprev|>: this model's rules have no prev_sot_token_id")
+        if cfg.prompt_ids and cfg.prompt_ids[0] != previous:
+            raise ConfigError(
+                "prompt_ids must start with <|startofprev|> (the tokenizer's get_prompt_ids gives them so)"
+            )
+        self.prompt_ids = list(cfg.prompt_ids or [])
+        self.options.pop("prompt_ids", None)  # the prompts are made here, window by window
         self.cfg, self.window = cfg, 2 * model.config.audio.max_source_positions
         self.cut_off = positions // 2 - 1  # the previous text's tokens a prompt keeps, as transformers keeps them
 
     def __call__(self, recordings: Sequence[Recording]) -> list[Transcript]:
         """A transcript of each recording (a path, a file's bytes, a waveform at 16 kHz), read within max_seconds."""
+        if isinstance(recordings, (str, bytes, torch.Tensor)) or not recordings:
+            raise DataError("give a list of recordings (paths, file bytes or waveforms), one or more")
         waves = [self.wave(recording, number) for number, recording in enumerate(recordings)]
         frames = [max(1, math.ceil(len(wave) / HOP)) for wave in waves]
         features = torch.zeros(len(waves), self.model.config.audio.n_mels, max(frames))  # (B, C, T)
@@ -120,9 +136,7 @@ class Transcriber:
         languages = self.languages(prompts)
         with torch.inference_mode():
             while active := [row for row in range(len(frames)) if seek[row] < frames[row]]:
-                whole = {
-                    row: (self.previous_text(segments[row]) if carry[row] else []) + prompts[row] for row in active
-                }
+                whole = {row: self.previous_text(segments[row], carry[row]) + prompts[row] for row in active}
                 for length in sorted({len(prompt) for prompt in whole.values()}):
                     rows = [row for row in active if len(whole[row]) == length]
                     lengths = [min(self.window, frames[row] - seek[row]) for row in rows]
@@ -135,7 +149,7 @@ class Transcriber:
                             continue
                         pieces, moved = split(tokens, self.cfg.whisper.timestamp_begin, left)
                         segments[row] += self.timed(pieces, tokens, seek[row], left, kept, len(segments[row]))
-                        seek[row] += moved
+                        seek[row] += moved or left  # a cut at 0 s would read the window again, unending
         return segments
 
     def decode_window(self, features, rows, seek, lengths, prompts, language) -> list[tuple[list[int], Kept]]:
@@ -165,16 +179,18 @@ class Transcriber:
         codes = {token: name[2:-2] for name, token in self.cfg.whisper.lang_to_id.items()}
         return [codes[prompt[1]] for prompt in prompts]
 
-    def previous_text(self, segments: list[Segment]) -> list[int]:
-        """<|startofprev|> and the last tokens of `segments` (each without the second timestamp of the pair that
-        closes it), as transformers' long-form prompt carries them; none before the first segment."""
-        first, tokens = self.cfg.whisper.timestamp_begin, []
+    def previous_text(self, segments: list[Segment], carried: bool) -> list[int]:
+        """What a recording's window is prompted with before <|startofprev|>, as transformers' long-form prompt
+        (prompt_condition_type "first-segment"): where its text is `carried` on, <|startofprev|> and the last
+        tokens of prompt_ids and `segments` (each segment without the second timestamp of the pair that closes
+        it); else prompt_ids as given; none where neither is."""
+        first, tokens = self.cfg.whisper.timestamp_begin, self.prompt_ids[1:]
         for segment in segments:
             closed = len(segment.tokens) > 2 and segment.tokens[-2] >= first
             tokens += segment.tokens[:-1] if closed else segment.tokens
-        if not segments:
-            return []
-        return [self.cfg.whisper.prev_sot_token_id, *tokens[-self.cut_off :]]
+        if carried and tokens:
+            return [self.cfg.whisper.prev_sot_token_id, *tokens[-self.cut_off :]]
+        return list(self.prompt_ids)
 
     def timed(self, pieces, tokens, seek: int, left: int, kept: Kept, number: int) -> list[Segment]:
         """A window's segments (`pieces`, split from its decoding `tokens`) with their times, as transformers'
