@@ -5,6 +5,7 @@ or recording one sentence and a non-zero exit."""
 
 import json
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -107,6 +108,18 @@ def test_bad_recordings_and_models_are_one_sentence(whisper_dir, recordings, tmp
     (tmp_path / "notes.wav").write_text("not a recording")
     assert main(["transcribe", str(whisper_dir), str(tmp_path / "notes.wav"), *FAST]) == 2
     one_sentence(capsys, "")
+    ten_hours = 8_000 * 36_000  # 8-bit mono at 8 kHz: a sparse file, its header says 10 h
+    with open(tmp_path / "long.wav", "wb") as out:
+        out.write(
+            b"RIFF"
+            + struct.pack("<I", 36 + ten_hours)
+            + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, 1, 1, 8000, 8000, 1, 8)
+        )
+        out.write(b"data" + struct.pack("<I", ten_hours))
+        out.truncate(44 + ten_hours)
+    assert main(["transcribe", str(whisper_dir), str(tmp_path / "long.wav")]) == 2
+    one_sentence(capsys, f"audio file {tmp_path / 'long.wav'} lasts 10.0 h, longer than the 2.0 h allowed")
     (tmp_path / "again").mkdir()
     shutil.copy(recordings[0], tmp_path / "again" / recordings[0].name)
     both = [str(recordings[0]), str(tmp_path / "again" / recordings[0].name)]
