@@ -100,9 +100,9 @@ def temperatures_of(cfg) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class Kept:
-    """What a row's kept decoding scored: its temperature, and where they were asked for (a threshold, or
-    no_speech_threshold) its average log-probability, compression ratio and <|nospeech|> probability;
-    `skipped` where no speech was found (its tokens are then none)."""
+    """What a row's kept decoding scored: its temperature, its compression ratio (where the model's vocab_size
+    is known), and where they were asked for (logprob_threshold, no_speech_threshold) its average log-probability
+    and its <|nospeech|> probability; `skipped` where no speech was found (its tokens are then none)."""
 
     temperature: float
     avg_logprob: float | None = None
