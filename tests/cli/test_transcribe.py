@@ -85,6 +85,25 @@ def test_the_text_is_printed_and_each_format_written_and_read_back(whisper_dir, 
         assert len(transcript.segments) > 1 and transcript.duration > 1
 
 
+def test_an_initial_prompt_is_the_previous_text_of_the_first_window(whisper_dir, recordings, tmp_path, capsys):
+    from encdec.runs.open import open_model
+    from encdec.transcription import render
+    from encdec.transcription.longform import Transcriber
+
+    argv = ["transcribe", str(whisper_dir), str(recordings[0]), *FAST, "--no-previous-text"]
+    assert main([*argv, "--initial-prompt", "  dog "]) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    opened = open_model(whisper_dir)
+    ids = [whisper_kit.PREV, *opened.text.text.encode(" dog", add_special_tokens=False)]
+    options = dict(max_new_tokens=8, temperature=[0.0], language="en", prompt_ids=ids)
+    options |= dict(no_speech_threshold=0.6, logprob_threshold=-1.0, compression_ratio_threshold=2.4)
+    [expected] = Transcriber(opened.model, opened.text, **options)([str(recordings[0])])
+    assert printed == render(expected, "text")
+    assert main(argv) == 0 and capsys.readouterr().out != printed  # the prompt changed what was decoded
+    assert main([*argv, "--initial-prompt", "x" * 2001]) == 2
+    one_sentence(capsys, "--initial-prompt must hold some text, at most 2,000 characters")
+
+
 @pytest.mark.parametrize(
     "extra, start",
     [

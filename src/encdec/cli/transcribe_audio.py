@@ -33,11 +33,13 @@ from encdec.cli.options import (
 from encdec.cli.output_paths import InputPath, OutputPath
 from encdec.errors import ConfigError
 from encdec.generation.config import MAX_BEAMS, Temperature
+from encdec.generation.generate import resolve_config
 from encdec.generation.interface import capabilities_of
 from encdec.quantization import quantize
 from encdec.runs.open import open_model
 from encdec.safe_paths import output_dir, write_atomic
 from encdec.schema import argument_type
+from encdec.tokenizers.languages import hf_tokenizer_of
 from encdec.transcription import render
 from encdec.transcription.longform import Transcriber
 from encdec.transcription.response_formats import SUFFIXES
@@ -46,6 +48,7 @@ FORMAT_NAMES = {"txt": "text", "json": "json", "verbose_json": "verbose_json", "
 FILE_SUFFIXES = {**SUFFIXES, "verbose_json": ".verbose.json"}  # beside json's .json
 MAX_RECORDINGS = 10_000  # named on one command line
 MAX_BATCH = 256  # recordings decoded together
+MAX_PROMPT_CHARS = 2_000  # --initial-prompt's text: a prompt keeps the last tokens of half the decoder's positions
 OPENAI_WHISPER = dict(  # openai-whisper's `transcribe` defaults (its cli.py)
     temperature=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
     compression_ratio_threshold=2.4,
@@ -84,6 +87,12 @@ def add_parser(subparsers) -> None:
     for name in THRESHOLDS:
         add_generation_option(parser, name, None)
     parser.add_argument(
+        "--initial-prompt",
+        type=bounded_text,
+        default=None,
+        help="text the first window continues (names, spellings, a style), openai-whisper's --initial_prompt",
+    )
+    parser.add_argument(
         "--no-previous-text",
         dest="condition_on_prev_tokens",
         action="store_false",
@@ -113,6 +122,24 @@ def formats(text: str) -> list[str]:
     if unknown or not names:
         raise ConfigError(f"--format takes {', '.join(FORMAT_NAMES)} or all, got {unknown[0][:40]!r}")
     return list(dict.fromkeys(FORMAT_NAMES[name] for name in names))
+
+
+def bounded_text(text: str) -> str:
+    if not text.strip() or len(text) > MAX_PROMPT_CHARS:
+        raise ConfigError(f"--initial-prompt must hold some text, at most {MAX_PROMPT_CHARS:,} characters")
+    return text
+
+
+def prompt_ids(speech_text, prompt: str, previous: int | None) -> list[int]:
+    """--initial-prompt as Whisper's tokenizer writes a prompt (get_prompt_ids): <|startofprev|>, then the ids of
+    the text with a space before it, by the model's tokenizer (a Hugging Face one, or a run's own)."""
+    if previous is None:
+        raise ConfigError("--initial-prompt needs <|startofprev|>: this model's rules have no prev_sot_token_id")
+    text = getattr(speech_text, "text", speech_text)  # SpeechText's tokenizer
+    tokenizer = hf_tokenizer_of(text)
+    spaced = " " + prompt.strip()
+    ids = tokenizer.encode(spaced, add_special_tokens=False) if tokenizer is not None else text.tokenizer.encode(spaced)
+    return [previous, *ids]
 
 
 def options_of(args: argparse.Namespace) -> dict:
@@ -149,6 +176,10 @@ def run(args: argparse.Namespace) -> int:
     if args.quantize:
         model = quantize(model, args.quantize)
     options = options_of(args)
+    if args.initial_prompt is not None:
+        rules = resolve_config(model, {}).whisper
+        previous = rules.prev_sot_token_id if rules is not None else None
+        options["prompt_ids"] = prompt_ids(opened.text, args.initial_prompt, previous)
     transcriber = Transcriber(model, opened.text, condition_on_prev_tokens=args.condition_on_prev_tokens, **options)
     out = output_dir(args.out, "--out") if args.out is not None else None
     for start in range(0, len(args.audio), args.batch_size):
