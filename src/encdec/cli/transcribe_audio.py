@@ -8,7 +8,7 @@ MODEL is what `encdec generate` opens (a run, a checkpoint directory, a Hugging 
 model is refused. Each recording is decoded window after window by encdec.transcription.longform, with
 openai-whisper's defaults: the previous text as prompt, temperature fallback (0, 0.2, ... 1.0) where a window's
 output compresses above 2.4 or its log-probability averages below -1, and a window of no speech (<|nospeech|>
-above 0.6) left out; each can be set. With --out, one file per recording and format is written there (the
+above 0.6) left out; each can be set, and --initial-prompt gives the text before the first window. With --out, one file per recording and format is written there (the
 recording's name, its format's suffix: .txt, .json, .verbose.json, .srt, .vtt), each atomically and never
 through a link; without it, each transcript is printed in the formats asked (the text by default).
 """
