@@ -117,9 +117,12 @@ def test_a_batch_equals_transformers_batch_and_each_recording_alone(whisper, spe
     x, frames = features(speech)
     got = ours(model, x, frames, dict(language="en"))
     assert_same(got, theirs(reference, x, frames, dict(language="en")))
+    carried = dict(language="en", condition_on_prev_tokens=True, num_beams=2)  # prompts of different lengths
+    together = ours(model, x, frames, carried)
     for row, wave in enumerate(speech):
         alone_x, alone_frames = features([wave])
         assert ours(model, alone_x, alone_frames, dict(language="en")) == [got[row]]
+        assert ours(model, alone_x, alone_frames, carried) == [together[row]]
 
 
 def test_the_api_reads_recordings_within_their_bound_and_decodes_their_text(whisper, speech, tmp_path):
