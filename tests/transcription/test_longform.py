@@ -162,3 +162,5 @@ def test_a_text_model_and_prompt_options_are_one_sentence(whisper):
         Transcriber(model, decoder_prompt=[1, 2])
     with pytest.raises(ConfigError, match="unknown generation option"):
         Transcriber(model, beams=2)
+    with pytest.raises(ConfigError, match="language 'xx' is not one this model knows"):
+        Transcriber(model, language="xx")

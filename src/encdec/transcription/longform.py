@@ -75,6 +75,9 @@ class Transcriber:
             raise ConfigError(
                 "prompt_ids must start with <|startofprev|> (the tokenizer's get_prompt_ids gives them so)"
             )
+        language = cfg.language[:1] if isinstance(cfg.language, list) else cfg.language
+        detected = [cfg.decoder_start_token_id] if needs_detection(cfg.whisper, cfg.language, cfg.task) else None
+        init_tokens(cfg.whisper, cfg.decoder_start_token_id, 1, language, cfg.task, True, detected)  # its sentences
         self.prompt_ids = list(cfg.prompt_ids or [])
         self.options.pop("prompt_ids", None)  # the prompts are made here, window by window
         self.cfg, self.window = cfg, 2 * model.config.audio.max_source_positions
