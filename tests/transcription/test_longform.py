@@ -152,6 +152,19 @@ def test_the_api_reads_recordings_within_their_bound_and_decodes_their_text(whis
             transcribe(model, [bad], language="en")
 
 
+@pytest.mark.parametrize("name", ["fallback", "no-speech", "detected"])
+def test_every_tensor_stays_on_the_model_device(tmp_path, speech, device, name):
+    """tests/device_check.py's stand-in for CUDA: recordings read on the host, decoded on the model's device."""
+    from device_check import DeviceCheck
+
+    whisper_kit.tiny_whisper(transformers, tmp_path)
+    options = {k: list(v) if isinstance(v, tuple) else v for k, v in CASES[name].items()}
+    with DeviceCheck() as check:
+        model = encdec.load_hf(tmp_path).to(device)
+        transcripts = encdec.transcription.transcribe(model, speech, max_new_tokens=10, **options)
+    assert check.errors == [] and all(transcript.segments for transcript in transcripts)
+
+
 def test_a_text_model_and_prompt_options_are_one_sentence(whisper):
     from tests.generation.helpers import tiny
 
