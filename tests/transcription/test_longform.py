@@ -85,9 +85,13 @@ def theirs(reference, x, frames, options) -> list[list[tuple[list[int], float, f
     return [[(s["tokens"].tolist(), float(s["start"]), float(s["end"])) for s in row] for row in out["segments"]]
 
 
+def listed(options: dict) -> dict:
+    """transformers' tuples of temperatures and prompt ids as encdec's options take them: lists."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
+
+
 def ours(model, x, frames, options) -> list[list[tuple[list[int], float, float]]]:
-    options = {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
-    transcriber = Transcriber(model, max_new_tokens=10, **options)
+    transcriber = Transcriber(model, max_new_tokens=10, **listed(options))
     segments = transcriber.decode(x, frames, transcriber.prompts(x))
     return [[(list(s.tokens), s.start, s.end) for s in row] for row in segments]
 
@@ -110,6 +114,23 @@ def test_segments_equal_transformers_long_form(whisper, speech, options):
         got = ours(model, x, frames, options)
         assert_same(got, expected)
         assert len(got[0]) > 1  # several windows, several segments
+
+
+@pytest.mark.parametrize(
+    "options", [CASES["greedy"], CASES["beam"], CASES["fallback"]], ids=["greedy", "beam", "fallback"]
+)
+def test_a_recording_of_one_window_is_transformers_short_form_and_generate(whisper, speech, options):
+    reference, model = whisper
+    clip = speech[0][:8_000]  # 0.5 s: less than the window (0.6 s), read whole, silence after it
+    x = log_mel(clip, 8, frames=60)  # (1, 8, 60), as generate's input encoding makes it
+    torch.manual_seed(0)
+    expected = theirs(reference, x, [60], options)
+    torch.manual_seed(0)
+    [transcript] = encdec.transcription.transcribe(model, [clip], max_new_tokens=10, **listed(options))
+    assert_same([[(list(s.tokens), s.start, s.end) for s in transcript.segments]], expected)
+    if "temperature" not in options:
+        tokens = encdec.generate(model, x, max_new_tokens=10, return_timestamps=True, **options)[0].tolist()
+        assert [t for s in transcript.segments for t in s.tokens] == [t for t in tokens if t != whisper_kit.EOS]
 
 
 def test_a_batch_equals_transformers_batch_and_each_recording_alone(whisper, speech):
@@ -158,10 +179,9 @@ def test_every_tensor_stays_on_the_model_device(tmp_path, speech, device, name):
     from device_check import DeviceCheck
 
     whisper_kit.tiny_whisper(transformers, tmp_path)
-    options = {k: list(v) if isinstance(v, tuple) else v for k, v in CASES[name].items()}
     with DeviceCheck() as check:
         model = encdec.load_hf(tmp_path).to(device)
-        transcripts = encdec.transcription.transcribe(model, speech, max_new_tokens=10, **options)
+        transcripts = encdec.transcription.transcribe(model, speech, max_new_tokens=10, **listed(CASES[name]))
     assert check.errors == [] and all(transcript.segments for transcript in transcripts)
 
 

@@ -14,6 +14,8 @@ segments so far (half the decoder's positions less one; a segment's closing time
 its last decoding was kept at a temperature of 0.5 or above. The recordings of a call are decoded together, each
 window the rows whose prompts have one length as one batch (a recording's prompt is never padded, so each
 decodes as it would alone); the language, where not given, is detected once from each one's first window.
+A recording of one window or less is read as `generate` reads it (transformers' short form): its whole window,
+the log-mel of silence after it; a longer one's last window is padded with zeros (transformers' long form).
 
 Shapes: B recordings, C mel bins, T frames (the longest recording's), W a window's frames, P prompt length.
 """
@@ -88,7 +90,7 @@ class Transcriber:
         if isinstance(recordings, (str, bytes, torch.Tensor)) or not recordings:
             raise DataError("give a list of recordings (paths, file bytes or waveforms), one or more")
         waves = [self.wave(recording, number) for number, recording in enumerate(recordings)]
-        frames = [max(1, math.ceil(len(wave) / HOP)) for wave in waves]
+        frames = [max(self.window, math.ceil(len(wave) / HOP)) for wave in waves]  # a short one: its whole window
         features = torch.zeros(len(waves), self.model.config.audio.n_mels, max(frames))  # (B, C, T)
         for row, wave in enumerate(waves):
             features[row, :, : frames[row]] = log_mel(wave, self.model.config.audio.n_mels, frames=frames[row])[0]
