@@ -153,6 +153,8 @@ class Transcriber:
                             seek[row] += left
                             continue
                         pieces, moved = split(tokens, self.cfg.whisper.timestamp_begin, left)
+                        # HOOK (helper "words"): each piece's words come from this window (from_frame of `row`
+                        # at seek[row], `left` frames), its prompt whole[row] and `tokens`, the decoding cut here
                         segments[row] += self.timed(pieces, tokens, seek[row], left, kept, len(segments[row]))
                         seek[row] += moved or left  # a cut at 0 s would read the window again, unending
         return segments
