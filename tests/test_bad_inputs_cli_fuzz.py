@@ -74,6 +74,10 @@ def bases(p: Path, out: Path) -> dict[str, Base]:
         "average": Base({"run": run}, {"--last": "1", "--out": str(out / "avg")}),
         "attention": Base({"model": run}, {"--source": "a dog", "-o": str(out / "maps.png"), **on_cpu}),
         "serve": Base({"model": run}, {"--port": "0", "--device": "cpu"}),
+        "transcribe": Base(
+            {"model_dir": str(p / "whisper"), "audio": [str(p / "speech.wav")]},
+            {"--out": str(out / "subs"), "--temperature": "0", **on_cpu},
+        ),
     }
 
 
@@ -172,10 +176,28 @@ def place(tmp_path_factory) -> Path:
     (root / "inputs.txt").write_text("a dog runs\n")
     (root / "folder").mkdir()
     (root / "link").symlink_to(root / "folder")
+    speech_model(root)
     with contextlib.redirect_stdout(io.StringIO()):
         argv = ["data", "prepare", str(root / "corpus.txt"), "--format", "text", "--tokenizer", "byte"]
         assert main([*argv, "--workers", "0", "--out", str(root / "shards")]) == 0
     return root
+
+
+def speech_model(root: Path) -> None:
+    """What transcribe reads: a tiny random Whisper directory with the byte tokenizer, and 1.5 s of noise."""
+    import wave
+
+    transformers = pytest.importorskip("transformers")
+    from encdec.interop.hf_tokenizer import convert_tokenizer
+    from encdec.tokenizers import build_tokenizer
+    from tests.generation import whisper_kit
+
+    whisper_kit.tiny_whisper(transformers, root / "whisper")
+    convert_tokenizer(build_tokenizer("byte")).save(root / "whisper")
+    samples = (torch.randn(24_000, generator=torch.Generator().manual_seed(0)) * 3000).to(torch.int16)
+    with wave.open(str(root / "speech.wav"), "wb") as out:
+        out.setnchannels(1), out.setsampwidth(2), out.setframerate(16_000)
+        out.writeframes(samples.numpy().tobytes())
 
 
 def fingerprint(root: Path) -> dict:

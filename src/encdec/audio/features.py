@@ -24,13 +24,14 @@ import math
 
 import torch
 
-from encdec.audio.recordings import SAMPLE_RATE
+from encdec.audio.recordings import MAX_SECONDS, SAMPLE_RATE
 from encdec.errors import ConfigError
 
 N_FFT = 400  # 25 ms at 16 kHz
 HOP = 160  # 10 ms
 CHUNK_SAMPLES = 30 * SAMPLE_RATE  # every wave is cut or padded to 30 s
 N_FRAMES = CHUNK_SAMPLES // HOP  # 3000
+MAX_FRAMES = int(MAX_SECONDS * SAMPLE_RATE) // HOP  # a whole recording's, read window by window (transcription)
 MAX_MELS = 128  # large-v3's bins; above ~150, Slaney triangles narrower than a frequency bin come out empty
 
 
@@ -40,11 +41,14 @@ def log_mel(
     """Log-mel spectrograms (B, M, frames) of `waves` (a list of (N,) tensors of any lengths, a (B, N) tensor or
     one (N,) wave) at 16 kHz, computed on `device` (default: the first wave's), float32. `frames` is the window:
     Whisper's 3000 (30 s), or a shorter one a Whisper-shaped model of fewer source positions reads (1000: 10 s,
-    WhisperFeatureExtractor's chunk_length 10)."""
+    WhisperFeatureExtractor's chunk_length 10), or a whole recording's (up to MAX_FRAMES, two hours), which long-form
+    transcription reads window by window as transformers' extractor gives it (truncation=False)."""
     if not 1 <= n_mels <= MAX_MELS:
         raise ConfigError(f"n_mels must be from 1 to {MAX_MELS} (Whisper uses 80 and 128), got {n_mels}")
-    if not (isinstance(frames, int) and 1 <= frames <= N_FRAMES):
-        raise ConfigError(f"frames must be from 1 to {N_FRAMES} (30 s), got {frames!r}")
+    if not (isinstance(frames, int) and 1 <= frames <= MAX_FRAMES):
+        raise ConfigError(
+            f"frames must be from 1 to {MAX_FRAMES:,} (two hours; a window is {N_FRAMES}), got {frames!r}"
+        )
     waves = _as_list(waves)
     device = torch.device(device) if device is not None else waves[0].device
     chunk = frames * HOP

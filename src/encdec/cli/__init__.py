@@ -37,6 +37,7 @@ SUBCOMMANDS = {
     "compare": ("compare", "train configs side by side; print the table"),
     "size": ("size", "parameter counts and Chinchilla sizing"),
     "generate": ("generate_text", "generate text from a model directory"),
+    "transcribe": ("transcribe_audio", "transcribe recordings of any length: text, segments, subtitles"),
     "evaluate": ("evaluate", "loss, perplexity and scored generations of a model"),
     "export": ("export", "write a run as a Hugging Face model directory"),
     "average": ("average", "average a run's last checkpoints"),

@@ -15,7 +15,7 @@ Shapes: B examples, P prompt length, n generated tokens, V vocabulary.
 
 import math
 import zlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -64,10 +64,13 @@ def scores_of(out: GenerateOutput, j: int) -> torch.Tensor:
 
 
 def no_speech_probs(stepper, job) -> torch.Tensor:
-    """(B,) the probability of <|nospeech|> after each row's first prompt token, from the unprocessed logits, as
-    transformers' WhisperNoSpeechDetection reads it: an encoder pass and one step of their own."""
-    state = stepper.start(job.src_ids, job.src_mask, 1, 1)
-    logits = stepper.step(job.prompt[:, :1], state)[:, -1]  # (B, V)
+    """(B,) the probability of <|nospeech|> after each row's <|startoftranscript|> (the decoder's start: the
+    prompt's first token, or the first after a previous text), from the unprocessed logits, as transformers'
+    WhisperNoSpeechDetection reads it: an encoder pass and one step of their own."""
+    row = job.prompt[0].tolist()  # every row's prompt has its start token at one place
+    at = len(row) - 1 - row[::-1].index(job.cfg.decoder_start_token_id)
+    state = stepper.start(job.src_ids, job.src_mask, at + 1, 1)
+    logits = stepper.step(job.prompt[:, : at + 1], state)[:, -1]  # (B, V)
     return logits.float().softmax(dim=-1)[:, job.cfg.whisper.no_speech_token_id].cpu()
 
 
@@ -95,16 +98,44 @@ def temperatures_of(cfg) -> tuple[float, ...]:
     return (cfg.temperature,) if cfg.do_sample else (0.0,)
 
 
+@dataclass(frozen=True)
+class Kept:
+    """What a row's kept decoding scored: its temperature, its compression ratio (where the model's vocab_size
+    is known), and where they were asked for (logprob_threshold, no_speech_threshold) its average log-probability
+    and its <|nospeech|> probability; `skipped` where no speech was found (its tokens are then none)."""
+
+    temperature: float
+    avg_logprob: float | None = None
+    compression_ratio: float | None = None
+    no_speech_prob: float | None = None
+    skipped: bool = False
+
+
 def run_fallback(stepper, state, job, strategy_for) -> GenerateOutput:
     """Decode every row of `job` (generate's Prepared) at the first temperature of cfg.temperature, the rows that
     fail again at the next, and so on -> (B, P + n) token ids, each row its last decoding's, padded; each pass
     runs the search `strategy_for(its config)` names."""
+    cfg, length = job.cfg, job.prompt.shape[1]
+    kept, _ = decode_with_fallback(stepper, state, job, strategy_for)
+    width = length + max(len(tokens) for tokens in kept)
+    fill = cfg.pad_token_id if cfg.pad_token_id is not None else 0
+    sequences = torch.full((len(kept), width), fill, dtype=torch.long, device=job.device)
+    sequences[:, :length] = job.prompt
+    for row, tokens in enumerate(kept):
+        sequences[row, length : length + len(tokens)] = torch.tensor(tokens, dtype=torch.long, device=job.device)
+    return GenerateOutput(sequences)
+
+
+def decode_with_fallback(stepper, state, job, strategy_for) -> tuple[list[list[int]], list[Kept]]:
+    """`run_fallback`'s passes -> each row's kept tokens after the prompt (padding cut, EOS kept; none where
+    no speech was found) and what its decoding scored (`Kept`). With one temperature and no threshold: one pass."""
     cfg, (batch, length) = job.cfg, job.prompt.shape
     eos = cfg.eos_ids[0] if cfg.eos_ids else None
     no_speech = no_speech_probs(stepper, job) if cfg.no_speech_threshold is not None else None
     generator = cfg.make_generator(job.device)  # one stream for every sampled pass
     scoring = cfg.logprob_threshold is not None
     kept: list[list[int]] = [[] for _ in range(batch)]
+    scored: list[Kept] = [Kept(0.0)] * batch
     skipped = [False] * batch  # by place in the pass, as transformers keeps it (see below)
     rows = list(range(batch))
     for k, temperature in enumerate(temperatures_of(cfg)):
@@ -133,9 +164,10 @@ def run_fallback(stepper, state, job, strategy_for) -> GenerateOutput:
         failed = []
         for j, (row, tokens) in enumerate(zip(rows, out.sequences[:, length:].tolist())):
             tokens = trimmed(tokens, cfg.pad_token_id, eos)
-            again, skip = False, False
-            if cfg.compression_ratio_threshold is not None:
-                again = compression_ratio(tokens, job.vocab_size) > cfg.compression_ratio_threshold
+            again, skip, ratio, logprob = False, False, None, None
+            if job.vocab_size is not None:
+                ratio = compression_ratio(tokens, job.vocab_size)
+                again = cfg.compression_ratio_threshold is not None and ratio > cfg.compression_ratio_threshold
             if scoring:
                 logprob = average_logprob(scores_of(out, j), tokens, temperature)
                 again = again or logprob < cfg.logprob_threshold
@@ -148,16 +180,12 @@ def run_fallback(stepper, state, job, strategy_for) -> GenerateOutput:
             # In the first pass, and in any pass where no row is skipped, the two agree; kept so for parity.
             skipped[j] = skip
             kept[row] = tokens
+            speech = float(no_speech[row]) if no_speech is not None else None  # the row's own, as reported
+            scored[row] = Kept(temperature, logprob, ratio, speech)
             if again:
                 failed.append(row)
         rows = failed
         if not rows:
             break
     kept = [[] if skip else tokens for skip, tokens in zip(skipped, kept)]  # no speech: nothing
-    width = length + max(len(tokens) for tokens in kept)
-    fill = cfg.pad_token_id if cfg.pad_token_id is not None else 0
-    sequences = torch.full((batch, width), fill, dtype=torch.long, device=job.device)
-    sequences[:, :length] = job.prompt
-    for row, tokens in enumerate(kept):
-        sequences[row, length : length + len(tokens)] = torch.tensor(tokens, dtype=torch.long, device=job.device)
-    return GenerateOutput(sequences)
+    return kept, [replace(score, skipped=skip) for skip, score in zip(skipped, scored)]

@@ -20,23 +20,38 @@ from encdec.generation.interface import capabilities_of
 FRAMES_PER_TIMESTAMP = 2  # a timestamp is 20 ms, a log-mel frame 10 ms (transformers' input_stride)
 
 
-def segments(tokens: list[int], first: int, frames_left: int) -> tuple[list[int], int]:
-    """A window's decoding -> (the tokens kept, the frames it moves on): all of them and the whole window where it
-    ends on a lone timestamp or holds no pair of timestamps; else up to its last pair, moving to that pair's time."""
+def split(tokens: list[int], first: int, frames_left: int) -> tuple[list[list[int]], int]:
+    """A window's decoding -> its segments' tokens and the frames it moves on, as transformers' `_retrieve_segment`
+    cuts it: one segment and the whole window where it holds no pair of timestamps; else a segment up to each
+    pair's first timestamp, and the last up to a lone timestamp that ends the decoding (the whole window done)
+    or up to its last pair's second timestamp (the output shows the segment was cut), moving to that pair's time."""
     is_time = [token >= first for token in tokens]
     pairs = [i + 1 for i in range(len(tokens) - 1) if is_time[i] and is_time[i + 1]]
-    if not pairs or is_time[-2:] == [False, True]:
-        return tokens, frames_left
-    end = pairs[-1] + 1  # the pair's second timestamp stays, so the output shows the segment was cut
-    return tokens[:end], (tokens[end - 2] - first) * FRAMES_PER_TIMESTAMP
+    if not pairs:
+        return [tokens], frames_left
+    if is_time[-2:] == [False, True]:
+        ends, moved = [*pairs, len(tokens)], frames_left
+    else:
+        ends, moved = [*pairs[:-1], pairs[-1] + 1], (tokens[pairs[-1] - 1] - first) * FRAMES_PER_TIMESTAMP
+    return [tokens[start:end] for start, end in zip([0, *ends[:-1]], ends)], moved
 
 
-def from_frame(features: torch.Tensor, starts: list[int]) -> torch.Tensor:
-    """features (B, C, T) -> (B, C, T): each row's frames from its start on, zeros after them."""
-    out = torch.zeros_like(features)
+def segments(tokens: list[int], first: int, frames_left: int) -> tuple[list[int], int]:
+    """A window's decoding -> (the tokens kept, the frames it moves on): `split`'s segments end to end."""
+    pieces, moved = split(tokens, first, frames_left)
+    return [token for piece in pieces for token in piece], moved
+
+
+def from_frame(
+    features: torch.Tensor, starts: list[int], ends: list[int] | None = None, width: int | None = None
+) -> torch.Tensor:
+    """features (B, C, T) -> (B, C, width): each row's frames from its start on (up to its end: default the
+    last), zeros after them; width T unless given (long-form transcription's window of a longer recording)."""
     T = features.shape[-1]
+    out = features.new_zeros(*features.shape[:2], width or T)
     for row, start in enumerate(starts):
-        out[row, :, : T - start] = features[row, :, start:]
+        end = ends[row] if ends is not None else T
+        out[row, :, : end - start] = features[row, :, start:end]
     return out
 
 

@@ -1,0 +1,245 @@
+"""Long-form transcription: recordings of any length decoded window after window (Whisper's 30 s: the model's
+2 x max_source_positions frames), as openai-whisper's `transcribe` and transformers' Whisper long-form `generate`
+run it (Radford et al. 2022, "Robust Speech Recognition via Large-Scale Weak Supervision", 4.5).
+
+    transcriber = Transcriber(opened.model, opened.text, language="en", temperature=[0.0, 0.2, 0.4])
+    [transcript] = transcriber(["talk.wav"])                      # or transcribe(model, ["talk.wav"], text)
+
+A window's decoding is cut into segments at its timestamp pairs (generation.whisper_windows.split) and timed from
+the window's start; the next window starts at its last pair's time, or at the window's end where the decoding
+ends on a lone timestamp or holds no pair. Each window is decoded with the temperature fallback and no-speech
+detection of generation.fallback, under the options `generate` takes (a window of no speech adds no segment).
+With condition_on_prev_tokens, a recording's prompt starts with <|startofprev|> and the last tokens of its
+segments so far (half the decoder's positions less one; a segment's closing timestamp pair counts one), unless
+its last decoding was kept at a temperature of 0.5 or above. The recordings of a call are decoded together, each
+window the rows whose prompts have one length as one batch (a recording's prompt is never padded, so each
+decodes as it would alone); the language, where not given, is detected once from each one's first window.
+A recording of one window or less is read as `generate` reads it (transformers' short form): its whole window,
+the log-mel of silence after it; a longer one's last window is padded with zeros (transformers' long form).
+
+Shapes: B recordings, C mel bins, T frames (the longest recording's), W a window's frames, P prompt length.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+
+from encdec.audio import HOP, SAMPLE_RATE, log_mel
+from encdec.audio.recordings import MAX_SECONDS
+from encdec.errors import ConfigError, DataError
+from encdec.generation.fallback import Kept, decode_with_fallback
+from encdec.generation.generate import prepare, resolve_config
+from encdec.generation.interface import capabilities_of, model_device
+from encdec.generation.strategies import strategy_for
+from encdec.generation.whisper_rules import detect_language, init_tokens, needs_detection
+from encdec.generation.whisper_windows import FRAMES_PER_TIMESTAMP, from_frame, split
+from encdec.runs.speech_text import Recording, waveform
+from encdec.transcription.transcript import Segment, Transcript
+
+SECONDS_PER_FRAME = HOP / SAMPLE_RATE  # 10 ms
+SECONDS_PER_TIMESTAMP = FRAMES_PER_TIMESTAMP * SECONDS_PER_FRAME  # 20 ms
+LOW_TEMPERATURE = 0.5  # a decoding kept below it is carried on as the next window's prompt (openai-whisper's)
+REFUSED = ("decoder_input_ids", "decoder_prompt", "num_return_sequences", "return_dict_in_generate")
+
+
+class Transcriber:
+    """A Whisper-ruled model (encdec's Whisper family, a run or a Hugging Face directory opened as `generate`
+    opens it) and the options every window is decoded under: generate's (language, task, num_beams, temperature,
+    the fallback's thresholds, max_new_tokens: half the decoder's positions unless given) and
+    condition_on_prev_tokens; prompt_ids (<|startofprev|> and a text's ids) prompt the first window, or with
+    condition_on_prev_tokens stand before the text carried on, as transformers takes them. `text` decodes a segment's tokens (the opened model's text encoding); without it
+    segments have tokens and times but no text. Each option is checked here, in one sentence, before any audio."""
+
+    def __init__(self, model, text=None, condition_on_prev_tokens: bool = False, max_seconds=MAX_SECONDS, **options):
+        if not capabilities_of(model).reads_features:
+            raise ConfigError("transcription needs a speech model (Whisper's family): this model reads text")
+        refused = [name for name in REFUSED if options.get(name) not in (None, 1, False)]
+        if refused:
+            raise ConfigError(f"{refused[0]} is not an option of long-form transcription: its prompts are its own")
+        if options.get("return_timestamps") is False:
+            raise ConfigError("long-form transcription moves window by window on timestamps: leave return_timestamps")
+        if not 0 < max_seconds <= MAX_SECONDS:
+            raise ConfigError(
+                f"max_seconds must be above 0 and at most {MAX_SECONDS:,.0f} (two hours), got {max_seconds}"
+            )
+        self.model, self.text, self.condition, self.max_seconds = model, text, condition_on_prev_tokens, max_seconds
+        positions = model.config.positions.max
+        self.options = {"max_new_tokens": positions // 2, **options, "return_timestamps": True}
+        cfg = resolve_config(model, dict(self.options))  # every option checked before any audio is read
+        if cfg.whisper is None:
+            raise ConfigError("this model has no Whisper rules (its generation_config.json has no timestamps)")
+        previous = cfg.whisper.prev_sot_token_id
+        if (condition_on_prev_tokens or cfg.prompt_ids) and previous is None:
+            raise ConfigError("a previous text needs <|startofprev|>: this model's rules have no prev_sot_token_id")
+        if cfg.prompt_ids and cfg.prompt_ids[0] != previous:
+            raise ConfigError(
+                "prompt_ids must start with <|startofprev|> (the tokenizer's get_prompt_ids gives them so)"
+            )
+        language = cfg.language[:1] if isinstance(cfg.language, list) else cfg.language
+        detected = [cfg.decoder_start_token_id] if needs_detection(cfg.whisper, cfg.language, cfg.task) else None
+        init_tokens(cfg.whisper, cfg.decoder_start_token_id, 1, language, cfg.task, True, detected)  # its sentences
+        self.prompt_ids = list(cfg.prompt_ids or [])
+        self.options.pop("prompt_ids", None)  # the prompts are made here, window by window
+        self.cfg, self.window = cfg, 2 * model.config.audio.max_source_positions
+        self.cut_off = positions // 2 - 1  # the previous text's tokens a prompt keeps, as transformers keeps them
+
+    def __call__(self, recordings: Sequence[Recording]) -> list[Transcript]:
+        """A transcript of each recording (a path, a file's bytes, a waveform at 16 kHz), read within max_seconds."""
+        if isinstance(recordings, (str, bytes, torch.Tensor)) or not recordings:
+            raise DataError("give a list of recordings (paths, file bytes or waveforms), one or more")
+        waves = [self.wave(recording, number) for number, recording in enumerate(recordings)]
+        frames = [max(self.window, math.ceil(len(wave) / HOP)) for wave in waves]  # a short one: its whole window
+        features = torch.zeros(len(waves), self.model.config.audio.n_mels, max(frames))  # (B, C, T)
+        for row, wave in enumerate(waves):
+            features[row, :, : frames[row]] = log_mel(wave, self.model.config.audio.n_mels, frames=frames[row])[0]
+        prompts = self.prompts(features)
+        codes = {token: name[2:-2] for name, token in self.cfg.whisper.lang_to_id.items()}
+        transcripts = []
+        for wave, prompt, segments in zip(waves, prompts, self.decode(features, frames, prompts)):
+            text = self.decoded([token for segment in segments for token in segment.tokens])  # openai-whisper's
+            language = codes.get(prompt[1]) if len(prompt) > 1 else None
+            duration = len(wave) / SAMPLE_RATE
+            transcripts.append(Transcript(text, tuple(segments), duration, language, self.cfg.task or "transcribe"))
+        return transcripts
+
+    def wave(self, recording: Recording, number: int) -> torch.Tensor:
+        """A recording as its waveform at 16 kHz, read within max_seconds; a waveform given is checked so too."""
+        wave = waveform(recording, self.max_seconds)
+        if not (isinstance(wave, torch.Tensor) and wave.dim() == 1 and wave.is_floating_point() and len(wave)):
+            raise DataError(f"recording {number} must be a path, a file's bytes or a 1-D float waveform at 16 kHz")
+        if len(wave) > self.max_seconds * SAMPLE_RATE:
+            seconds = len(wave) / SAMPLE_RATE
+            raise DataError(
+                f"recording {number} lasts {seconds:,.1f} s, longer than the {self.max_seconds:,.1f} s allowed"
+            )
+        if not bool(torch.isfinite(wave).all()):
+            raise DataError(f"recording {number} holds NaN or infinite samples; it is not a recording")
+        return wave
+
+    def prompts(self, features: torch.Tensor) -> list[list[int]]:
+        """Each recording's prompt (<|startoftranscript|> <|lang|> <|task|>, as whisper_rules.init_tokens makes
+        it), its language given or detected from its first window as transformers detects a long-form batch's."""
+        cfg, rules, batch = self.cfg, self.cfg.whisper, features.shape[0]
+        detected = None
+        if needs_detection(rules, cfg.language, cfg.task):
+            first = features[:, :, : self.window]
+            first = torch.nn.functional.pad(first, (0, self.window - first.shape[-1]))  # (B, C, W)
+            device = model_device(self.model)
+            mask = torch.ones(batch, self.window, dtype=torch.bool, device=device)
+            with torch.inference_mode():
+                ids = detect_language(self.model, first.to(device), mask, rules, cfg.decoder_start_token_id)
+            detected = ids.tolist()
+        return init_tokens(rules, cfg.decoder_start_token_id, batch, cfg.language, cfg.task, True, detected)
+
+    def decode(self, features: torch.Tensor, frames: list[int], prompts: list[list[int]]) -> list[list[Segment]]:
+        """Each recording's segments: features (B, C, T), each row's `frames` its own (the rest padding), each
+        row's window decoded after its previous text (where carried on) and its prompt (`prompts`)."""
+        seek, carry = [0] * len(frames), [self.condition] * len(frames)
+        segments: list[list[Segment]] = [[] for _ in frames]
+        languages = self.languages(prompts)
+        with torch.inference_mode():
+            while active := [row for row in range(len(frames)) if seek[row] < frames[row]]:
+                whole = {row: self.previous_text(segments[row], carry[row]) + prompts[row] for row in active}
+                for length in sorted({len(prompt) for prompt in whole.values()}):
+                    rows = [row for row in active if len(whole[row]) == length]
+                    lengths = [min(self.window, frames[row] - seek[row]) for row in rows]
+                    language = [languages[row] for row in rows] if isinstance(languages, list) else languages
+                    decoded = self.decode_window(features, rows, seek, lengths, [whole[row] for row in rows], language)
+                    for row, left, (tokens, kept) in zip(rows, lengths, decoded):
+                        carry[row] = self.condition and kept.temperature < LOW_TEMPERATURE
+                        if kept.skipped:  # no speech: the whole window passed over
+                            seek[row] += left
+                            continue
+                        pieces, moved = split(tokens, self.cfg.whisper.timestamp_begin, left)
+                        # HOOK (helper "words"): each piece's words come from this window (from_frame of `row`
+                        # at seek[row], `left` frames), its prompt whole[row] and `tokens`, the decoding cut here
+                        segments[row] += self.timed(pieces, tokens, seek[row], left, kept, len(segments[row]))
+                        seek[row] += moved or left  # a cut at 0 s would read the window again, unending
+        return segments
+
+    def decode_window(self, features, rows, seek, lengths, prompts, language) -> list[tuple[list[int], Kept]]:
+        """The window of each of `rows` decoded after its prompt (`prompts`, all of one length; `language` the
+        option that keeps `prepare` from detecting it again) -> each row's tokens (EOS cut) and what its kept
+        decoding scored."""
+        starts = [seek[row] for row in rows]
+        ends = [start + length for start, length in zip(starts, lengths)]
+        window = from_frame(features[rows], starts, ends, self.window)  # (G, C, W)
+        job = prepare(self.model, window, None, **{**self.options, "language": language})
+        prompt = torch.tensor(prompts, dtype=torch.long, device=job.device)  # (G, P): in place of prepare's
+        room = self.model.config.positions.max - prompt.shape[1]
+        if room < 1:
+            raise ConfigError(f"a prompt of {prompt.shape[1]} tokens leaves the decoder no position to write in")
+        cfg = replace(job.cfg, max_new_tokens=min(job.cfg.max_new_tokens, room))
+        job = replace(job, prompt=prompt, cfg=cfg)
+        state = self.model.start(job.src_ids, job.src_mask, cfg.max_new_tokens + prompt.shape[1] - 1, job.rows)
+        decoded, kept = decode_with_fallback(self.model, state, job, strategy_for)
+        eos = cfg.eos_ids[0] if cfg.eos_ids else None
+        return [(tokens[:-1] if tokens and tokens[-1] == eos else tokens, k) for tokens, k in zip(decoded, kept)]
+
+    def languages(self, prompts: list[list[int]]) -> str | list[str] | None:
+        """The language option given, or where it was detected each prompt's (its second token): what keeps
+        `prepare` from detecting it again, window after window (the prompts are made here)."""
+        if not needs_detection(self.cfg.whisper, self.cfg.language, self.cfg.task):
+            return self.cfg.language
+        codes = {token: name[2:-2] for name, token in self.cfg.whisper.lang_to_id.items()}
+        return [codes[prompt[1]] for prompt in prompts]
+
+    def previous_text(self, segments: list[Segment], carried: bool) -> list[int]:
+        """What a recording's window is prompted with before <|startofprev|>, as transformers' long-form prompt
+        (prompt_condition_type "first-segment"): where its text is `carried` on, <|startofprev|> and the last
+        tokens of prompt_ids and `segments` (each segment without the second timestamp of the pair that closes
+        it); else prompt_ids as given; none where neither is."""
+        first, tokens = self.cfg.whisper.timestamp_begin, self.prompt_ids[1:]
+        for segment in segments:
+            closed = len(segment.tokens) > 2 and segment.tokens[-2] >= first
+            tokens += segment.tokens[:-1] if closed else segment.tokens
+        if carried and tokens:
+            return [self.cfg.whisper.prev_sot_token_id, *tokens[-self.cut_off :]]
+        return list(self.prompt_ids)
+
+    def timed(self, pieces, tokens, seek: int, left: int, kept: Kept, number: int) -> list[Segment]:
+        """A window's segments (`pieces`, split from its decoding `tokens`) with their times, as transformers'
+        `_retrieve_segment` gives them: from the window's start (`seek`), each segment from its first timestamp
+        to its last (the first of a closing pair); a decoding with no pair is one segment from the window's start
+        to its last timestamp, or to the end of the `left` frames it read where it has none."""
+        first, offset = self.cfg.whisper.timestamp_begin, seek * SECONDS_PER_FRAME
+        is_time = [token >= first for token in tokens]
+        if not any(a and b for a, b in zip(is_time, is_time[1:])):  # no pair: `pieces` is the decoding
+            times = [token - first for token in tokens if token >= first]
+            spans = [(0, times[-1] if times and times[-1] > 0 else left // FRAMES_PER_TIMESTAMP)]
+        else:
+            closed = is_time[-2:] != [False, True]  # the last segment ends on a pair (cut off after it)
+            spans = [
+                (piece[0] - first, piece[-2 if closed and i == len(pieces) - 1 else -1] - first)
+                for i, piece in enumerate(pieces)
+            ]
+        return [
+            Segment(
+                id=number + i,
+                start=offset + start * SECONDS_PER_TIMESTAMP,
+                end=offset + end * SECONDS_PER_TIMESTAMP,
+                text=self.decoded(piece),
+                tokens=tuple(piece),
+                seek=seek,
+                temperature=kept.temperature,
+                avg_logprob=kept.avg_logprob,
+                compression_ratio=kept.compression_ratio,
+                no_speech_prob=kept.no_speech_prob,
+            )
+            for i, (piece, (start, end)) in enumerate(zip(pieces, spans))
+        ]
+
+    def decoded(self, tokens) -> str:
+        """A segment's text: its tokens below the timestamps, special tokens dropped."""
+        if self.text is None:
+            return ""
+        return self.text.decode(
+            [t for t in tokens if t < self.cfg.whisper.no_timestamps_token_id], skip_special_tokens=True
+        )
+
+
+def transcribe(model, recordings: Sequence[Recording], text=None, **options) -> list[Transcript]:
+    """A transcript of each recording by `model` (see Transcriber for `text` and the options)."""
+    return Transcriber(model, text, **options)(recordings)

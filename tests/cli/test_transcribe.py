@@ -1,0 +1,149 @@
+"""`encdec transcribe MODEL AUDIO...` on a tiny random Whisper directory (with the byte tokenizer) and espeak-ng
+speech longer than its window: the text printed, one file per recording and format written under --out (srt
+and vtt read back by their parsers, verbose_json's segments those of the Python API), and every bad argument
+or recording one sentence and a non-zero exit."""
+
+import json
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from encdec.cli import main
+from encdec.interop.hf_tokenizer import convert_tokenizer
+from encdec.tokenizers import build_tokenizer
+from tests.generation import whisper_kit
+
+transformers = pytest.importorskip("transformers")
+srt = pytest.importorskip("srt")
+webvtt = pytest.importorskip("webvtt")
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs apt's espeak-ng to speak the recordings"),
+]
+FAST = ["--max-new-tokens", "8", "--temperature", "0", "--language", "en"]
+
+
+@pytest.fixture(scope="module")
+def whisper_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("whisper")
+    whisper_kit.tiny_whisper(transformers, path)
+    convert_tokenizer(build_tokenizer("byte")).save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory):
+    root = tmp_path_factory.mktemp("speech")
+    paths = []
+    for name, text in (("dog", "A dog runs in the snow."), ("bench", "Two men sit on a bench.")):
+        subprocess.run(["espeak-ng", "-v", "en-us", "-s", "170", "-w", str(root / f"{name}.wav"), text], check=True)
+        paths.append(root / f"{name}.wav")
+    return paths
+
+
+def one_sentence(capsys, start: str) -> None:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"encdec: error: {start}"), err
+
+
+def test_the_text_is_printed_and_each_format_written_and_read_back(whisper_dir, recordings, tmp_path, capsys):
+    from encdec.runs.open import open_model
+    from encdec.transcription import render
+    from encdec.transcription.longform import Transcriber
+
+    assert main(["transcribe", str(whisper_dir), *map(str, recordings), *FAST]) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    out = tmp_path / "out"
+    assert main(["transcribe", str(whisper_dir), *map(str, recordings), *FAST, "--out", str(out)]) == 0
+    names = {path.name for path in out.iterdir()}
+    assert names == {
+        f"{stem}{suffix}" for stem in ("dog", "bench") for suffix in (".txt", ".json", ".verbose.json", ".srt", ".vtt")
+    }
+    opened = open_model(whisper_dir)
+    options = dict(max_new_tokens=8, temperature=[0.0], language="en")
+    expected = Transcriber(
+        opened.model,
+        opened.text,
+        True,
+        **options,
+        no_speech_threshold=0.6,
+        logprob_threshold=-1.0,
+        compression_ratio_threshold=2.4,
+    )(list(map(str, recordings)))
+    assert printed == "".join(render(transcript, "text") for transcript in expected)
+    for stem, transcript in zip(("dog", "bench"), expected):
+        verbose = json.loads((out / f"{stem}.verbose.json").read_text())
+        assert [segment["tokens"] for segment in verbose["segments"]] == [list(s.tokens) for s in transcript.segments]
+        assert verbose["text"] == transcript.text
+        assert json.loads((out / f"{stem}.json").read_text())["text"] == transcript.text
+        cues = list(srt.parse((out / f"{stem}.srt").read_text()))
+        vtt = webvtt.read(str(out / f"{stem}.vtt"))
+        assert len(cues) == len(vtt.captions) == len([s for s in transcript.segments if s.text.strip()])
+        assert len(transcript.segments) > 1 and transcript.duration > 1
+
+
+def test_an_initial_prompt_is_the_previous_text_of_the_first_window(whisper_dir, recordings, tmp_path, capsys):
+    from encdec.runs.open import open_model
+    from encdec.transcription import render
+    from encdec.transcription.longform import Transcriber
+
+    argv = ["transcribe", str(whisper_dir), str(recordings[0]), *FAST, "--no-previous-text"]
+    assert main([*argv, "--initial-prompt", "  dog "]) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    opened = open_model(whisper_dir)
+    ids = [whisper_kit.PREV, *opened.text.text.encode(" dog", add_special_tokens=False)]
+    options = dict(max_new_tokens=8, temperature=[0.0], language="en", prompt_ids=ids)
+    options |= dict(no_speech_threshold=0.6, logprob_threshold=-1.0, compression_ratio_threshold=2.4)
+    [expected] = Transcriber(opened.model, opened.text, **options)([str(recordings[0])])
+    assert printed == render(expected, "text")
+    assert main(argv) == 0 and capsys.readouterr().out != printed  # the prompt changed what was decoded
+    assert main([*argv, "--initial-prompt", "x" * 2001]) == 2
+    one_sentence(capsys, "--initial-prompt must hold some text, at most 2,000 characters")
+
+
+@pytest.mark.parametrize(
+    "extra, start",
+    [
+        (["--format", "doc"], "--format takes txt"),
+        (["--temperature", "-1"], "--temperature must be a list"),
+        (["--beams", "0"], "--beams must be"),
+        (["--word-timestamps"], "word timestamps are not built yet"),
+        (["--batched"], "the batched mode is not built yet"),
+        (["--language", "xx"], "language 'xx' is not one this model knows"),
+        (["--task", "sing"], "--task must be transcribe or translate"),
+    ],
+)
+def test_bad_arguments_are_one_sentence(whisper_dir, recordings, extra, start, capsys):
+    assert main(["transcribe", str(whisper_dir), str(recordings[0]), *extra]) == 2
+    one_sentence(capsys, start)
+
+
+def test_bad_recordings_and_models_are_one_sentence(whisper_dir, recordings, tmp_path, capsys):
+    assert main(["transcribe", str(whisper_dir), str(tmp_path / "none.wav")]) == 2
+    one_sentence(capsys, "audio file")
+    (tmp_path / "notes.wav").write_text("not a recording")
+    assert main(["transcribe", str(whisper_dir), str(tmp_path / "notes.wav"), *FAST]) == 2
+    one_sentence(capsys, "")
+    ten_hours = 8_000 * 36_000  # 8-bit mono at 8 kHz: a sparse file, its header says 10 h
+    with open(tmp_path / "long.wav", "wb") as out:
+        out.write(
+            b"RIFF"
+            + struct.pack("<I", 36 + ten_hours)
+            + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, 1, 1, 8000, 8000, 1, 8)
+        )
+        out.write(b"data" + struct.pack("<I", ten_hours))
+        out.truncate(44 + ten_hours)
+    assert main(["transcribe", str(whisper_dir), str(tmp_path / "long.wav")]) == 2
+    one_sentence(capsys, f"audio file {tmp_path / 'long.wav'} lasts 10.0 h, longer than the 2.0 h allowed")
+    (tmp_path / "again").mkdir()
+    shutil.copy(recordings[0], tmp_path / "again" / recordings[0].name)
+    both = [str(recordings[0]), str(tmp_path / "again" / recordings[0].name)]
+    assert main(["transcribe", str(whisper_dir), *both, "--out", str(tmp_path / "out")]) == 2
+    one_sentence(capsys, "two recordings are named 'dog'")
+    text_run = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoint_2ba69c1" / "run"  # a byte-level T5
+    assert main(["transcribe", str(text_run), str(recordings[0])]) == 2
+    one_sentence(capsys, f"{text_run} is a text model: transcribe needs a speech model")

@@ -1,0 +1,199 @@
+"""Long-form transcription equals transformers' Whisper long-form `generate` (return_segments) segment for segment:
+the same tokens and times within 0.1 s, on espeak-ng speech several windows long read by a tiny random Whisper
+(window 0.6 s: 30 source positions), greedy and beam, with the previous text as prompt, with temperature fallback
+and no-speech detection; a batch of recordings decodes as each does alone."""
+
+import shutil
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import encdec
+from encdec.audio import log_mel, read_audio
+from encdec.errors import ConfigError
+from encdec.transcription.longform import Transcriber
+from tests.generation import whisper_kit
+
+transformers = pytest.importorskip("transformers")
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs apt's espeak-ng to speak the recordings"),
+]
+SENTENCES = ["A dog runs in the snow.", "Two men sit on a bench and talk about the weather today."]
+
+
+@pytest.fixture(scope="module")
+def whisper(tmp_path_factory):
+    path = tmp_path_factory.mktemp("whisper")
+    return whisper_kit.tiny_whisper(transformers, path), encdec.load_hf(path)
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory) -> list[torch.Tensor]:
+    """Each sentence spoken by espeak-ng: 1.5 to 4 s, three to seven windows."""
+    root, waves = tmp_path_factory.mktemp("speech"), []
+    for i, text in enumerate(SENTENCES):
+        wav = root / f"{i}.wav"
+        subprocess.run(["espeak-ng", "-v", "en-us", "-s", "170", "-w", str(wav), text], check=True)
+        waves.append(read_audio(wav))
+    return waves
+
+
+def features(waves) -> tuple[torch.Tensor, list[int]]:
+    frames = [len(wave) // 160 for wave in waves]
+    out = torch.zeros(len(waves), 8, max(frames))
+    for row, wave in enumerate(waves):
+        out[row, :, : frames[row]] = log_mel(wave, 8, frames=frames[row])[0]
+    return out, frames
+
+
+CASES = {
+    "greedy": dict(language="en"),
+    "detected": dict(),
+    "beam": dict(language="fr", num_beams=3),
+    "previous-text": dict(language="en", condition_on_prev_tokens=True),
+    "fallback": dict(
+        language="de",
+        temperature=(0.0, 0.4, 0.8),
+        compression_ratio_threshold=1.1,
+        logprob_threshold=-1.0,
+        condition_on_prev_tokens=True,
+    ),
+    "no-speech": dict(
+        language="en",
+        temperature=(0.0,),
+        logprob_threshold=-1.0,
+        no_speech_threshold=0.0005,
+        condition_on_prev_tokens=True,
+    ),
+    "initial-prompt": dict(language="en", prompt_ids=(whisper_kit.PREV, 9, 10, 11)),
+    "initial-prompt-carried": dict(
+        language="en", prompt_ids=(whisper_kit.PREV, 9, 10, 11), condition_on_prev_tokens=True
+    ),
+}
+
+
+def theirs(reference, x, frames, options) -> list[list[tuple[list[int], float, float]]]:
+    mask = torch.arange(x.shape[-1])[None] < torch.tensor(frames)[:, None]
+    if "prompt_ids" in options:
+        options = {**options, "prompt_ids": torch.tensor(options["prompt_ids"])}
+    out = reference.generate(
+        x, attention_mask=mask.long(), return_timestamps=True, return_segments=True, max_new_tokens=10, **options
+    )
+    return [[(s["tokens"].tolist(), float(s["start"]), float(s["end"])) for s in row] for row in out["segments"]]
+
+
+def listed(options: dict) -> dict:
+    """transformers' tuples of temperatures and prompt ids as encdec's options take them: lists."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
+
+
+def ours(model, x, frames, options) -> list[list[tuple[list[int], float, float]]]:
+    transcriber = Transcriber(model, max_new_tokens=10, **listed(options))
+    segments = transcriber.decode(x, frames, transcriber.prompts(x))
+    return [[(list(s.tokens), s.start, s.end) for s in row] for row in segments]
+
+
+def assert_same(got, expected):
+    assert [[tokens for tokens, _, _ in row] for row in got] == [[tokens for tokens, _, _ in row] for row in expected]
+    for row, theirs_row in zip(got, expected):
+        for (_, start, end), (_, their_start, their_end) in zip(row, theirs_row):
+            assert abs(start - their_start) < 0.1 and abs(end - their_end) < 0.1
+
+
+@pytest.mark.parametrize("options", CASES.values(), ids=CASES)
+def test_segments_equal_transformers_long_form(whisper, speech, options):
+    reference, model = whisper
+    for wave in speech:
+        x, frames = features([wave])
+        torch.manual_seed(0)
+        expected = theirs(reference, x, frames, options)
+        torch.manual_seed(0)
+        got = ours(model, x, frames, options)
+        assert_same(got, expected)
+        assert len(got[0]) > 1  # several windows, several segments
+
+
+@pytest.mark.parametrize(
+    "options", [CASES["greedy"], CASES["beam"], CASES["fallback"]], ids=["greedy", "beam", "fallback"]
+)
+def test_a_recording_of_one_window_is_transformers_short_form_and_generate(whisper, speech, options):
+    reference, model = whisper
+    clip = speech[0][:8_000]  # 0.5 s: less than the window (0.6 s), read whole, silence after it
+    x = log_mel(clip, 8, frames=60)  # (1, 8, 60), as generate's input encoding makes it
+    torch.manual_seed(0)
+    expected = theirs(reference, x, [60], options)
+    torch.manual_seed(0)
+    [transcript] = encdec.transcription.transcribe(model, [clip], max_new_tokens=10, **listed(options))
+    assert_same([[(list(s.tokens), s.start, s.end) for s in transcript.segments]], expected)
+    if "temperature" not in options:
+        tokens = encdec.generate(model, x, max_new_tokens=10, return_timestamps=True, **options)[0].tolist()
+        assert [t for s in transcript.segments for t in s.tokens] == [t for t in tokens if t != whisper_kit.EOS]
+
+
+def test_a_batch_equals_transformers_batch_and_each_recording_alone(whisper, speech):
+    reference, model = whisper
+    x, frames = features(speech)
+    got = ours(model, x, frames, dict(language="en"))
+    assert_same(got, theirs(reference, x, frames, dict(language="en")))
+    carried = dict(language="en", condition_on_prev_tokens=True, num_beams=2)  # prompts of different lengths
+    together = ours(model, x, frames, carried)
+    for row, wave in enumerate(speech):
+        alone_x, alone_frames = features([wave])
+        assert ours(model, alone_x, alone_frames, dict(language="en")) == [got[row]]
+        assert ours(model, alone_x, alone_frames, carried) == [together[row]]
+
+
+def test_the_api_reads_recordings_within_their_bound_and_decodes_their_text(whisper, speech, tmp_path):
+    from encdec.errors import DataError
+    from encdec.transcription import transcribe
+
+    _, model = whisper
+    letters = SimpleNamespace(decode=lambda ids, skip_special_tokens: "".join(chr(97 + i % 26) for i in ids))
+    transcripts = transcribe(model, speech, letters, language="en", max_new_tokens=10)
+    for wave, transcript in zip(speech, transcripts):
+        assert transcript.duration == len(wave) / 16_000 and transcript.language == "en"
+        assert transcript.text == "".join(segment.text for segment in transcript.segments)  # letter for letter
+        assert [segment.id for segment in transcript.segments] == list(range(len(transcript.segments)))
+        texts = [
+            letters.decode([t for t in s.tokens if t < whisper_kit.NO_TIMESTAMPS], True) for s in transcript.segments
+        ]
+        assert [segment.text for segment in transcript.segments] == texts
+    with pytest.raises(DataError, match="recording 1 lasts 3.* s, longer than the 2.0 s allowed"):
+        transcribe(model, speech, max_seconds=2.0, language="en")
+    for nothing in ([], "talk.wav"):
+        with pytest.raises(DataError, match="give a list of recordings"):
+            transcribe(model, nothing, language="en")
+    with pytest.raises(ConfigError, match="max_seconds must be above 0"):
+        transcribe(model, speech, max_seconds=0)
+    for bad in (torch.zeros(2, 100), torch.tensor([0.0, float("nan")]), torch.zeros(0)):
+        with pytest.raises(DataError, match="recording 0 "):
+            transcribe(model, [bad], language="en")
+
+
+@pytest.mark.parametrize("name", ["fallback", "no-speech", "detected"])
+def test_every_tensor_stays_on_the_model_device(tmp_path, speech, device, name):
+    """tests/device_check.py's stand-in for CUDA: recordings read on the host, decoded on the model's device."""
+    from device_check import DeviceCheck
+
+    whisper_kit.tiny_whisper(transformers, tmp_path)
+    with DeviceCheck() as check:
+        model = encdec.load_hf(tmp_path).to(device)
+        transcripts = encdec.transcription.transcribe(model, speech, max_new_tokens=10, **listed(CASES[name]))
+    assert check.errors == [] and all(transcript.segments for transcript in transcripts)
+
+
+def test_a_text_model_and_prompt_options_are_one_sentence(whisper):
+    from tests.generation.helpers import tiny
+
+    _, model = whisper
+    with pytest.raises(ConfigError, match="needs a speech model"):
+        Transcriber(tiny("t5"))
+    with pytest.raises(ConfigError, match="decoder_prompt is not an option of long-form"):
+        Transcriber(model, decoder_prompt=[1, 2])
+    with pytest.raises(ConfigError, match="unknown generation option"):
+        Transcriber(model, beams=2)
+    with pytest.raises(ConfigError, match="language 'xx' is not one this model knows"):
+        Transcriber(model, language="xx")
