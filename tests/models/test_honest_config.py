@@ -68,7 +68,11 @@ ALTERNATIVE = (
     | {"experts.balance": "all", "experts.token_dropout": 0.5, "experts.eval_capacity_fraction": 0.5}
     | {"encoder.max_positions": 96, "global_tokens": "first", "encoder.vocab_size": V + 8}
     | {"attention.kinds": {"dilated_band": {"width": 2, "dilation": 2}}, "attention.implementation": "flex"}
-    | {"audio.n_mels": 16, "audio.max_source_positions": 64, "audio.ctc_weight": 0.5}  # the whisper family's (tests/models/test_whisper.py)
+    | {
+        "audio.n_mels": 16,
+        "audio.max_source_positions": 64,
+        "audio.ctc_weight": 0.5,
+    }  # the whisper family's (tests/models/test_whisper.py)
 )
 # fields that change what an export writes, not the model: tests/interop holds them honoured
 EXPORT_ONLY = {"hf_model_type"}

@@ -162,8 +162,6 @@ def check_recordings(audio: list[Path], out: Path | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_recordings(args.audio, args.out)
-    if args.word_timestamps:  # HOOK (helper "words"): the lead wires word_times here
-        raise ConfigError("word timestamps are not built yet: leave out --word-timestamps")
     if args.batched:  # HOOK (helper "batched"): the lead wires the batched mode here
         raise ConfigError("the batched mode is not built yet: leave out --batched")
     fmts = args.format or (list(FORMAT_NAMES.values()) if args.out is not None else ["text"])
@@ -180,7 +178,13 @@ def run(args: argparse.Namespace) -> int:
         rules = resolve_config(model, {}).whisper
         previous = rules.prev_sot_token_id if rules is not None else None
         options["prompt_ids"] = prompt_ids(opened.text, args.initial_prompt, previous)
-    transcriber = Transcriber(model, opened.text, condition_on_prev_tokens=args.condition_on_prev_tokens, **options)
+    transcriber = Transcriber(
+        model,
+        opened.text,
+        condition_on_prev_tokens=args.condition_on_prev_tokens,
+        word_timestamps=args.word_timestamps,
+        **options,
+    )
     out = output_dir(args.out, "--out") if args.out is not None else None
     for start in range(0, len(args.audio), args.batch_size):
         batch = args.audio[start : start + args.batch_size]

@@ -37,6 +37,8 @@ from encdec.generation.whisper_rules import detect_language, init_tokens, needs_
 from encdec.generation.whisper_windows import FRAMES_PER_TIMESTAMP, from_frame, split
 from encdec.runs.speech_text import Recording, waveform
 from encdec.transcription.transcript import Segment, Transcript
+from encdec.transcription.word_times import token_timestamps
+from encdec.transcription.words import segment_words
 
 SECONDS_PER_FRAME = HOP / SAMPLE_RATE  # 10 ms
 SECONDS_PER_TIMESTAMP = FRAMES_PER_TIMESTAMP * SECONDS_PER_FRAME  # 20 ms
@@ -52,7 +54,15 @@ class Transcriber:
     condition_on_prev_tokens stand before the text carried on, as transformers takes them. `text` decodes a segment's tokens (the opened model's text encoding); without it
     segments have tokens and times but no text. Each option is checked here, in one sentence, before any audio."""
 
-    def __init__(self, model, text=None, condition_on_prev_tokens: bool = False, max_seconds=MAX_SECONDS, **options):
+    def __init__(
+        self,
+        model,
+        text=None,
+        condition_on_prev_tokens: bool = False,
+        max_seconds=MAX_SECONDS,
+        word_timestamps: bool = False,
+        **options,
+    ):
         if not capabilities_of(model).reads_features:
             raise ConfigError("transcription needs a speech model (Whisper's family): this model reads text")
         refused = [name for name in REFUSED if options.get(name) not in (None, 1, False)]
@@ -65,6 +75,9 @@ class Transcriber:
                 f"max_seconds must be above 0 and at most {MAX_SECONDS:,.0f} (two hours), got {max_seconds}"
             )
         self.model, self.text, self.condition, self.max_seconds = model, text, condition_on_prev_tokens, max_seconds
+        if word_timestamps and text is None:
+            raise ConfigError("word timestamps need the model's text encoding: words are read from decoded text")
+        self.word_timestamps = word_timestamps
         positions = model.config.positions.max
         self.options = {"max_new_tokens": positions // 2, **options, "return_timestamps": True}
         cfg = resolve_config(model, dict(self.options))  # every option checked before any audio is read
@@ -147,22 +160,25 @@ class Transcriber:
                     lengths = [min(self.window, frames[row] - seek[row]) for row in rows]
                     language = [languages[row] for row in rows] if isinstance(languages, list) else languages
                     decoded = self.decode_window(features, rows, seek, lengths, [whole[row] for row in rows], language)
-                    for row, left, (tokens, kept) in zip(rows, lengths, decoded):
+                    for row, left, (tokens, ended, kept) in zip(rows, lengths, decoded):
                         carry[row] = self.condition and kept.temperature < LOW_TEMPERATURE
                         if kept.skipped:  # no speech: the whole window passed over
                             seek[row] += left
                             continue
                         pieces, moved = split(tokens, self.cfg.whisper.timestamp_begin, left)
-                        # HOOK (helper "words"): each piece's words come from this window (from_frame of `row`
-                        # at seek[row], `left` frames), its prompt whole[row] and `tokens`, the decoding cut here
-                        segments[row] += self.timed(pieces, tokens, seek[row], left, kept, len(segments[row]))
+                        timed = self.timed(pieces, tokens, seek[row], left, kept, len(segments[row]))
+                        if self.word_timestamps:
+                            sequence = whole[row] + tokens + ended
+                            where = (features, row, seek[row], left)
+                            timed = self.with_words(timed, where, sequence, len(whole[row]), languages, row)
+                        segments[row] += timed
                         seek[row] += moved or left  # a cut at 0 s would read the window again, unending
         return segments
 
     def decode_window(self, features, rows, seek, lengths, prompts, language) -> list[tuple[list[int], Kept]]:
         """The window of each of `rows` decoded after its prompt (`prompts`, all of one length; `language` the
-        option that keeps `prepare` from detecting it again) -> each row's tokens (EOS cut) and what its kept
-        decoding scored."""
+        option that keeps `prepare` from detecting it again) -> each row's tokens (EOS cut), [EOS] where the
+        decoding wrote one (else []), and what its kept decoding scored."""
         starts = [seek[row] for row in rows]
         ends = [start + length for start, length in zip(starts, lengths)]
         window = from_frame(features[rows], starts, ends, self.window)  # (G, C, W)
@@ -176,7 +192,35 @@ class Transcriber:
         state = self.model.start(job.src_ids, job.src_mask, cfg.max_new_tokens + prompt.shape[1] - 1, job.rows)
         decoded, kept = decode_with_fallback(self.model, state, job, strategy_for)
         eos = cfg.eos_ids[0] if cfg.eos_ids else None
-        return [(tokens[:-1] if tokens and tokens[-1] == eos else tokens, k) for tokens, k in zip(decoded, kept)]
+        ended = [bool(tokens) and tokens[-1] == eos for tokens in decoded]
+        return [(t[:-1] if e else t, [eos] if e else [], k) for t, e, k in zip(decoded, ended, kept)]
+
+    def with_words(self, segments: list[Segment], where, sequence: list[int], prompt: int, languages, row: int):
+        """A window's `segments` with their words (transcription.word_times, words): `where` (features, row,
+        seek, left) the window's frames, `sequence` its prompt (`prompt` tokens), the tokens decoded and the EOS
+        written, each segment's tokens in order after the prompt."""
+        features, row, seek, left = where
+        window = from_frame(features[[row]], [seek], [seek + left], self.window)  # (1, C, W)
+        device = model_device(self.model)
+        ids = torch.tensor([sequence], dtype=torch.long, device=device)
+        times = token_timestamps(self.model, window.to(device), ids, prompt, frames=left)
+        spans, start = [], prompt
+        for segment in segments:
+            spans.append((start, start + len(segment.tokens)))
+            start += len(segment.tokens)
+        language = languages[row] if isinstance(languages, list) else languages
+        eos = self.cfg.eos_ids[0] if self.cfg.eos_ids else None
+        words = segment_words(
+            self.text,
+            sequence,
+            times.seconds[0].tolist(),
+            times.probabilities[0].tolist(),
+            spans,
+            eos_id=eos,
+            offset=seek * SECONDS_PER_FRAME,
+            language=language,
+        )
+        return [replace(segment, words=tuple(w)) for segment, w in zip(segments, words)]
 
     def languages(self, prompts: list[list[int]]) -> str | list[str] | None:
         """The language option given, or where it was detected each prompt's (its second token): what keeps
