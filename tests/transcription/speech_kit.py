@@ -1,9 +1,10 @@
 """What the transcription and server tests share: real speech made here with espeak-ng (sentences joined by
 pauses of known places), and a tiny random Whisper-shaped Hugging Face directory with a real WhisperTokenizer
-(scripts/whisper_model.py's, its model shrunk to d_model 16, one layer a side, a 4 s window, 24 target
-positions, so a random decoding stops within a few steps)."""
+(scripts/whisper_model.py's, its model shrunk to d_model 16, one layer a side, a 4 s window, 48 target
+positions, its generation_config.json's max_length 20, so a random decoding stops within a few steps)."""
 
 import importlib.util
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,7 +28,7 @@ TINY = dict(
     encoder_ffn_dim=32,
     decoder_ffn_dim=32,
     max_source_positions=WINDOW_SECONDS * 50,
-    max_target_positions=24,
+    max_target_positions=48,
 )
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
@@ -50,6 +51,8 @@ def tiny_whisper_dir(path: Path, seed: int = 0) -> Path:
             if weight.dim() > 1:
                 weight.normal_(0, 0.5, generator=torch.Generator().manual_seed(seed))
     model.save_pretrained(path)
+    generation = json.loads((path / "generation_config.json").read_text())
+    (path / "generation_config.json").write_text(json.dumps(generation | {"max_length": 20}))
     return path
 
 

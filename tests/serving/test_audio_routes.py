@@ -1,0 +1,179 @@
+"""OpenAI's /v1/audio routes against a real `encdec serve` of a tiny random Whisper (scripts/whisper_model.py's
+directory, shrunk): 16 concurrent uploads of espeak-ng speech are each answered as `transcribe_batched` answers
+for that recording alone, their pieces sharing the decoder (fewer decoder steps than tokens); every
+response_format is read back by its parser (srt by `srt`, vtt by `webvtt-py`); bad uploads are a 4xx and one
+sentence before any decoding; a client that hangs up gives back its places and rows; the text routes refuse a
+speech model's text."""
+
+import io
+import json
+import socket
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import srt
+import torch
+import webvtt
+from server_kit import call, metric, serving
+
+from encdec.audio import SAMPLE_RATE
+from encdec.runs.open import open_model
+from encdec.transcription import FORMATS, render
+from encdec.transcription.batched import transcribe_batched
+from tests.transcription.speech_kit import SENTENCES, needs_espeak, tiny_whisper_dir, wav_bytes, with_pauses
+
+pytest.importorskip("fastapi")
+pytest.importorskip("transformers")
+pytestmark = [needs_espeak, pytest.mark.usefixtures("one_thread")]
+
+MAX_AUDIO_SECONDS, MAX_AUDIO_BYTES = 30, 1_200_000
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_whisper_dir(tmp_path_factory.mktemp("whisper"))
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    bounds = ("--max-audio-seconds", str(MAX_AUDIO_SECONDS), "--max-audio-bytes", str(MAX_AUDIO_BYTES))
+    yield from serving(model_dir, *bounds)
+
+
+@pytest.fixture(scope="module")
+def recordings():
+    """Four recordings of two or three sentences with pauses (5 to 7 s: two pieces of the 4 s window each)."""
+    voices = ("en", "en-us", "en-gb", "en")
+    return [with_pauses((SENTENCES * 2)[i : i + 2 + i % 2], voice=voices[i])[0] for i in range(4)]
+
+
+def multipart(fields: dict, file: bytes | None, filename: str = "speech.wav") -> tuple[bytes, dict]:
+    """A multipart/form-data body of `fields` and `file` (as OpenAI's client sends an upload), and its headers."""
+    boundary = uuid.uuid4().hex
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode() for k, v in fields.items()
+    ]
+    if file is not None:
+        head = f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+        parts.append(head.encode() + b"Content-Type: audio/wav\r\n\r\n" + file + b"\r\n")
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+
+def upload(server, file: bytes | None, path: str = "/v1/audio/transcriptions", **fields):
+    body, headers = multipart({"model": "whisper-tiny", **fields}, file)
+    return call(server.url + path, body, headers)
+
+
+def parsed(text, fmt: str):
+    """The body read back as its format's parser reads it."""
+    if fmt == "srt":
+        return [(c.start.total_seconds(), c.end.total_seconds(), c.content) for c in srt.parse(text)]
+    if fmt == "vtt":
+        return [(c.start, c.end, c.text) for c in webvtt.from_buffer(io.StringIO(text)).captions]
+    return text
+
+
+def test_concurrent_uploads_are_answered_as_each_recording_alone_sharing_the_decoder(server, model_dir, recordings):
+    opened = open_model(model_dir)
+    expected = {}
+    for fmt in FORMATS:
+        timestamps = fmt in ("srt", "vtt", "verbose_json")
+        for i, wave in enumerate(recordings):
+            alone = transcribe_batched(
+                opened.model, opened.text, [wave], opened.generation, return_timestamps=timestamps
+            )
+            expected[i, fmt] = render(alone[0], fmt)
+    jobs = [(i % 4, FORMATS[i % len(FORMATS)]) for i in range(16)]
+    steps, tokens = (
+        metric(server.url, "encdec_decoder_steps_total"),
+        metric(server.url, "encdec_generated_tokens_total"),
+    )
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(
+            pool.map(lambda job: upload(server, wav_bytes(recordings[job[0]]), response_format=job[1]), jobs)
+        )
+    for (i, fmt), (status, body, headers) in zip(jobs, answers):
+        assert status == 200, body
+        text = json.dumps(body) if isinstance(body, dict) else body
+        want = expected[i, fmt]
+        assert (body == json.loads(want)) if isinstance(body, dict) else text == want, (fmt, body, want)
+        assert (
+            headers["content-type"].split(";")[0]
+            == {
+                "json": "application/json",
+                "verbose_json": "application/json",
+                "text": "text/plain",
+                "srt": "application/x-subrip",
+                "vtt": "text/vtt",
+            }[fmt]
+        )
+        if fmt in ("srt", "vtt"):
+            assert len(parsed(body, fmt)) >= 2  # a cue a segment, every recording two pieces at least
+    steps = metric(server.url, "encdec_decoder_steps_total") - steps
+    tokens = metric(server.url, "encdec_generated_tokens_total") - tokens
+    assert 0 < steps < tokens, (steps, tokens)
+
+
+def test_a_previous_text_is_served_and_an_english_only_model_refuses_to_translate(server, recordings):
+    status, body, _ = upload(server, wav_bytes(recordings[0]), prompt="A dog runs.", response_format="verbose_json")
+    assert status == 200 and body["task"] == "transcribe" and body["segments"], body
+    status, body, _ = upload(server, wav_bytes(recordings[0]), "/v1/audio/translations")
+    assert status == 422 and "English-only" in body["error"], body
+
+
+BAD = {
+    "not multipart": (None, {}, 400, "multipart/form-data"),
+    "no file": (None, {"response_format": "json"}, 400, "no file"),
+    "not audio": (b"hello, I am text" * 100, {}, 400, "uploaded file"),
+    "an empty file": (b"", {}, 400, "empty"),
+    "an unknown format": ("wave", {"response_format": "xml"}, 422, "response_format"),
+    "a temperature out of range": ("wave", {"temperature": "3"}, 422, "temperature"),
+    "temperature not a number": ("wave", {"temperature": "warm"}, 422, "temperature"),
+    "word timestamps": ("wave", {"timestamp_granularities[]": "word"}, 422, "timestamp_granularities"),
+    "an unknown field": ("wave", {"speed": "2"}, 422, "unknown field"),
+    "a language for an English-only model": ("wave", {"language": "fr"}, 422, "English-only"),
+    "too long": ("long", {}, 400, f"{MAX_AUDIO_SECONDS}"),
+    "too many bytes": ("large", {}, 413, "bytes"),
+}
+
+
+@pytest.mark.parametrize("file, fields, status, words", BAD.values(), ids=BAD)
+def test_a_bad_upload_is_a_4xx_and_one_sentence(server, recordings, file, fields, status, words):
+    short = wav_bytes(recordings[0])
+    files = {"wave": short, "long": wav_bytes(torch.zeros((MAX_AUDIO_SECONDS + 5) * SAMPLE_RATE))}
+    files["large"] = b"\0" * (MAX_AUDIO_BYTES + 100 * 1024)
+    if fields == {} and file is None:  # not multipart at all: a JSON body
+        got = call(server.url + "/v1/audio/transcriptions", {"file": "speech.wav"})
+    else:
+        got = upload(server, files.get(file, file) if isinstance(file, str) else file, **fields)
+    assert got[0] == status, got
+    sentence = got[1]["error"]
+    assert words in sentence and "\n" not in sentence and "Traceback" not in sentence, sentence
+
+
+def test_the_text_routes_refuse_a_speech_model_s_text(server):
+    status, body, _ = call(server.url + "/generate", {"inputs": "/etc/passwd"})
+    assert status == 422 and "/v1/audio/transcriptions" in body["error"], body
+
+
+def test_a_client_that_hangs_up_gives_back_its_places_and_rows(server, recordings):
+    body, headers = multipart({"response_format": "json"}, wav_bytes(recordings[2]))
+    head = f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: test\r\nContent-Type: {headers['Content-Type']}\r\n"
+    answered = metric(server.url, "encdec_requests_total")
+    for _ in range(3):  # gone as soon as the upload is sent: while it is read, cut, or decoded
+        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as connection:
+            connection.sendall(head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    until(lambda: metric(server.url, "encdec_requests_total") == answered + 3, "ended the three requests")
+    until(lambda: metric(server.url, "encdec_queue_depth") == 0, "gave back the places of the requests gone")
+    until(lambda: metric(server.url, "encdec_running_slots") == 0, "freed the rows of the requests gone")
+    assert upload(server, wav_bytes(recordings[2]))[0] == 200  # the server answers on
+
+
+def until(condition, what: str, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, f"the server never {what}"
+        time.sleep(0.05)
