@@ -8,6 +8,7 @@ speech model's text."""
 import io
 import json
 import socket
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -19,9 +20,11 @@ import webvtt
 from server_kit import call, metric, serving
 
 from encdec.audio import SAMPLE_RATE
+from encdec.generation.generate import generate
 from encdec.runs.open import open_model
+from encdec.serving.scheduler import Abandoned, Scheduler
 from encdec.transcription import FORMATS, render
-from encdec.transcription.batched import transcribe_batched
+from encdec.transcription.batched import pieces_of, transcribe_batched
 from tests.transcription.speech_kit import SENTENCES, needs_espeak, tiny_whisper_dir, wav_bytes, with_pauses
 
 pytest.importorskip("fastapi")
@@ -177,3 +180,41 @@ def until(condition, what: str, timeout: float = 60) -> None:
     while not condition():
         assert time.time() < deadline, f"the server never {what}"
         time.sleep(0.05)
+
+
+def test_a_whisper_request_gone_mid_decoding_stops_at_a_step_and_gives_back_its_rows(model_dir, recordings):
+    opened = open_model(model_dir)
+    step = opened.model.step
+
+    def slow_step(*args, **kwargs):  # 20 ms a step: the decoding is still running when its client goes
+        time.sleep(0.02)
+        return step(*args, **kwargs)
+
+    opened.model.step = slow_step
+    features = pieces_of([recordings[0]], opened.text).features[:1]
+    options = {"defaults": opened.generation}
+    scheduler, gone, outcome = Scheduler(opened.model), threading.Event(), []
+    try:
+        worker = threading.Thread(target=lambda: outcome.append(caught(scheduler.run, features, None, options, gone)))
+        worker.start()
+        until(lambda: scheduler.running_rows > 0 and scheduler.steps > 3, "started the decoding")
+        gone.set()
+        scheduler.wake()
+        worker.join(30)
+        assert isinstance(outcome[0], Abandoned), outcome
+        until(lambda: scheduler.running_rows == 0, "gave back the rows")
+        steps = scheduler.steps
+        alone = generate(opened.model, features, defaults=opened.generation)
+        assert torch.equal(scheduler.run(features, None, options), alone)
+        until(lambda: scheduler.running_rows == 0, "gave back the rows of a whole decoding")
+        assert scheduler.steps > steps
+    finally:
+        scheduler.stop(timeout=30)
+
+
+def caught(function, *args):
+    """function(*args), or the exception it raised."""
+    try:
+        return function(*args)
+    except Exception as error:
+        return error

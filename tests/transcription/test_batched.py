@@ -67,7 +67,7 @@ def test_the_pieces_of_several_recordings_decoded_as_one_batch_equal_each_record
         assert len(transcript.segments) >= 2  # a piece each at least: the recordings pass the window
         assert all(0 <= s.start <= s.end <= transcript.duration for s in transcript.segments)
         assert [s.id for s in transcript.segments] == list(range(len(transcript.segments)))
-        assert transcript.text == "".join(s.text for s in transcript.segments).strip()
+        assert transcript.text == " ".join(s.text.strip() for s in transcript.segments if s.text.strip())
 
 
 def test_segments_come_from_timestamps_and_a_window_decoded_again_counts_from_its_cut():

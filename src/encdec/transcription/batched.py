@@ -145,7 +145,9 @@ def transcripts_of(
             text = speech.decode(ids, skip_special_tokens=True)
             found[owner].append(Segment(len(found[owner]), round(start, 3), round(stop, 3), text, tuple(ids), seek))
     return [
-        Transcript("".join(s.text for s in segments).strip(), tuple(segments), duration, language, task)
+        Transcript(
+            " ".join(s.text.strip() for s in segments if s.text.strip()), tuple(segments), duration, language, task
+        )
         for segments, duration in zip(found, pieces.durations)
     ]
 
