@@ -56,7 +56,8 @@ def multipart(fields: dict, file: bytes | None, filename: str = "speech.wav") ->
     """A multipart/form-data body of `fields` and `file` (as OpenAI's client sends an upload), and its headers."""
     boundary = uuid.uuid4().hex
     parts = [
-        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode() for k, v in fields.items()
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode(errors="surrogatepass")
+        for k, v in fields.items()
     ]
     if file is not None:
         head = f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
@@ -125,6 +126,55 @@ def test_a_previous_text_is_served_and_an_english_only_model_refuses_to_translat
     assert status == 200 and body["task"] == "transcribe" and body["segments"], body
     status, body, _ = upload(server, wav_bytes(recordings[0]), "/v1/audio/translations")
     assert status == 422 and "English-only" in body["error"], body
+
+
+def test_the_openapi_document_declares_the_upload_s_fields(server):
+    for path in ("/v1/audio/transcriptions", "/v1/audio/translations"):
+        body = call(server.url + "/openapi.json")[1]["paths"][path]["post"]["requestBody"]
+        fields = body["content"]["multipart/form-data"]["schema"]["properties"]
+        names = {"file", "model", "language", "prompt", "response_format", "temperature"}
+        assert set(fields) == names | {"timestamp_granularities", "timestamp_granularities[]"}  # OpenAI's, and bare
+        assert fields["response_format"]["enum"] == list(FORMATS)
+        assert (fields["temperature"]["minimum"], fields["temperature"]["maximum"]) == (0.0, 1.0)
+
+
+HOSTILE = [
+    "",
+    "x" * 100_000,
+    "\x00",
+    "\ud800",
+    "NaN",
+    "inf",
+    "-1",
+    "0",
+    "1",
+    "2",
+    "1e308",
+    "[]",
+    "segment",
+    "word",
+    "vtt",
+]
+
+
+def test_every_declared_field_of_the_upload_takes_every_hostile_value(server, recordings):
+    """Each field the OpenAPI document declares, in turn given each hostile text in an otherwise good upload:
+    a 2xx, or a 4xx with one JSON sentence; never a 5xx, a dropped connection or a traceback."""
+    document = call(server.url + "/openapi.json")[1]["paths"]["/v1/audio/transcriptions"]["post"]
+    names = [
+        n for n in document["requestBody"]["content"]["multipart/form-data"]["schema"]["properties"] if n != "file"
+    ]
+    wave, statuses = wav_bytes(recordings[0][: 2 * SAMPLE_RATE]), {}
+    for name in names:
+        for value in HOSTILE:
+            body, headers = multipart({name: value}, wave)
+            status, answer, _ = call(server.url + "/v1/audio/transcriptions", body, headers)
+            statuses[status] = statuses.get(status, 0) + 1
+            assert status < 500, (name, value[:20], answer)
+            if status >= 400:
+                assert isinstance(answer, dict) and set(answer) == {"error"} and "\n" not in answer["error"], answer
+    assert statuses.get(200, 0) > 10 and metric(server.url, "encdec_queue_depth") == 0, statuses
+    assert "Traceback" not in server.log()
 
 
 BAD = {

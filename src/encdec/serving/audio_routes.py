@@ -21,6 +21,7 @@ A client that hangs up stops its pieces at the next step and gives back their ro
 from __future__ import annotations
 
 import threading
+import types
 import typing
 from dataclasses import dataclass, fields, replace
 from functools import partial
@@ -32,10 +33,11 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from encdec.audio import read_audio_bytes
+from encdec.audio.recordings import READ_NAMES
 from encdec.errors import EncdecError
 from encdec.generation.generate import resolve_config
 from encdec.generation.interface import capabilities_of
-from encdec.schema import Range, Satisfies, field_type, short
+from encdec.schema import Range, Satisfies, field_type, short, value_of
 from encdec.serving.requests import RequestError
 from encdec.serving.validate import read_body
 from encdec.tokenizers.languages import hf_tokenizer_of
@@ -66,6 +68,32 @@ class AudioRequest:
 
 
 FORM_FIELDS = {f.name: f.name for f in fields(AudioRequest)} | {"timestamp_granularities[]": "timestamp_granularities"}
+HINTS = typing.get_type_hints(AudioRequest, include_extras=True)
+NUMBERS = {"temperature"}  # read as a number (schema.number); the others are the texts they are
+
+
+def upload_schema() -> dict:
+    """The upload as /openapi.json declares it: its file, and AudioRequest's fields with the values they allow
+    (made from the declaration read_form checks against, so a field added there is documented here)."""
+    properties = {"file": {"type": "string", "format": "binary", "description": f"the recording: {READ_NAMES}"}}
+    for name, key in FORM_FIELDS.items():
+        properties[name] = field_schema(HINTS[key])
+    schema = {"type": "object", "properties": properties, "required": ["file"], "additionalProperties": False}
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
+
+
+def field_schema(annotation) -> dict:
+    """A form field's JSON schema: its allowed values (Literal), its range (Range), else a string."""
+    while typing.get_origin(annotation) in (typing.Union, types.UnionType, Annotated):
+        rules = typing.get_args(annotation)
+        if typing.get_origin(annotation) is Annotated:
+            ranges = [rule for rule in rules[1:] if isinstance(rule, Range)]
+            if ranges and rules[0] is float:
+                return {"type": "number", "minimum": ranges[0].lo, "maximum": ranges[0].hi}
+        annotation = rules[0]
+    if typing.get_origin(annotation) is Literal:
+        return {"type": "string", "enum": list(typing.get_args(annotation))}
+    return {"type": "string"}
 
 
 async def read_form(request: Request, server) -> tuple[bytes, AudioRequest]:
@@ -95,7 +123,10 @@ async def read_form(request: Request, server) -> tuple[bytes, AudioRequest]:
             raise RequestError(422, f"unknown field {short(name)}; the fields are {', '.join(FORM_FIELDS)}")
         key = FORM_FIELDS[name]
         try:
-            values[key] = field_type(AudioRequest, key, name)(value)
+            if key in NUMBERS:
+                values[key] = field_type(AudioRequest, key, name)(value)
+            else:
+                values[key] = value_of(HINTS[key], value, name)
         except EncdecError as error:
             raise RequestError(422, str(error)) from None
     if upload is None:
@@ -151,11 +182,11 @@ def add_audio_routes(app: FastAPI, server) -> None:
         server.metrics.requests.labels(path, "200").inc()
         return Response(render(transcript, asked.response_format), media_type=MEDIA_TYPES[asked.response_format])
 
-    @app.post("/v1/audio/transcriptions")
+    @app.post("/v1/audio/transcriptions", openapi_extra=upload_schema())
     async def transcriptions(request: Request):
         return await answer(request, "transcribe")
 
-    @app.post("/v1/audio/translations")
+    @app.post("/v1/audio/translations", openapi_extra=upload_schema())
     async def translations(request: Request):
         return await answer(request, "translate")
 
