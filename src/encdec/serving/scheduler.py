@@ -325,11 +325,13 @@ class Scheduler:
 
     def _joining(self) -> list:
         """The waiting requests that fit beside the running rows (at least one, whatever its size), when
-        they may join (_may_join)."""
+        they may join (_may_join); windows of log-mels at most JOIN_BATCH a join (an encoder pass over 16 windows
+        of 30 s holds 16 x 1500^2 scores a head; more wait for the next step's join)."""
         if not self._may_join():
             return []
         joining, rows = [], self.batch.rows
-        while self.starts and (rows == 0 or rows + self.starts[0][3] <= self.max_rows):
+        most = JOIN_BATCH if capabilities_of(self.model).reads_features else len(self.starts)
+        while self.starts and (rows == 0 or rows + self.starts[0][3] <= self.max_rows) and len(joining) < most:
             job = self.starts.popleft()
             joining.append(job)
             rows += job[3]
