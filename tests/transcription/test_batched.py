@@ -54,6 +54,21 @@ def test_a_recording_without_pauses_is_cut_in_each_window_s_last_half_and_a_shor
 
 
 @needs_espeak
+def test_a_stretch_of_silence_is_left_out_and_every_sound_kept():
+    first, _ = with_pauses(SENTENCES[:2])
+    second, _ = with_pauses(SENTENCES[2:])
+    wave = torch.cat((first, torch.zeros(10 * SAMPLE_RATE), second))
+    spans = cut_at_silences(wave, SAMPLE_RATE, WINDOW_SECONDS)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    assert all(0 < end - start <= WINDOW_SECONDS * SAMPLE_RATE for start, end in spans)
+    loud = (wave.abs() > 1e-3).nonzero()[:, 0].tolist()
+    assert all(any(start <= at < end for start, end in spans) for at in loud[::50])  # every sound in a piece
+    assert all(wave[start:end].abs().max() > 1e-3 for start, end in spans)  # no piece of silence alone
+    assert sum(end - start for start, end in spans) < len(wave) - 5 * SAMPLE_RATE
+    assert_tiles(cut_at_silences(wave, SAMPLE_RATE, WINDOW_SECONDS, silence_db=None), len(wave), WINDOW_SECONDS * 16000)
+
+
+@needs_espeak
 @pytest.mark.parametrize("timestamps", [False, True], ids=["text", "timestamps"])
 def test_the_pieces_of_several_recordings_decoded_as_one_batch_equal_each_recording_alone(
     opened, recordings, timestamps

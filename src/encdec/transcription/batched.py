@@ -9,7 +9,8 @@ start (faster-whisper's batched mode, with an energy detector in place of its VA
 The cut: the wave in frames of 30 ms, each frame's energy in dB; a piece that would pass the window ends in
 the quietest stretch (0.3 s, its frames' mean dB: a threshold relative to the recording itself) of the last
 half of its window, at that stretch's middle (the latest such stretch on a tie, so pure silence cuts late),
-so a cut falls in a pause where there is one and a piece never passes the window.
+so a cut falls in a pause where there is one and a piece never passes the window. A piece of silence (its
+loudest frame 50 dB below the recording's loudest) is left out, as faster-whisper's VAD leaves it.
 The energies are computed on the wave's device and read on the host once (the cuts are the host's choice).
 
 Shapes: N samples, F frames of 30 ms, B pieces, C mel bins, T window frames, L tokens.
@@ -31,6 +32,7 @@ from encdec.transcription.transcript import Segment, Transcript
 
 FRAME_SECONDS = 0.03  # an energy frame
 STRETCH_SECONDS = 0.3  # the quiet stretch a cut is placed in the middle of
+SILENCE_DB = 50.0  # a piece whose loudest frame is this far below the recording's loudest is silence, left out
 SECONDS_PER_TIMESTAMP = 0.02  # Whisper's <|0.00|> <|0.02|> ...
 BATCH_PIECES = 16  # pieces decoded together by transcribe_batched
 
@@ -41,24 +43,27 @@ def cut_at_silences(
     window_seconds: float,
     frame_seconds: float = FRAME_SECONDS,
     stretch_seconds: float = STRETCH_SECONDS,
+    silence_db: float | None = SILENCE_DB,
 ) -> list[tuple[int, int]]:
-    """wave (N,) -> [(start, end), ...] sample spans that tile it, none longer than `window_seconds`, each cut
-    in the middle of the quietest `stretch_seconds` of the last half of its window (see the module's note)."""
+    """wave (N,) -> [(start, end), ...] sample spans in order, none longer than `window_seconds`, each cut in
+    the middle of the quietest `stretch_seconds` of the last half of its window (see the module's note); a
+    span whose loudest frame lies more than `silence_db` below the recording's loudest is left out (silence:
+    nothing to decode), the others tile the rest. None keeps every span."""
     if wave.dim() != 1:
         raise ConfigError(f"cut_at_silences takes one wave (N,) of samples, got a tensor of shape {tuple(wave.shape)}")
     frame = max(round(frame_seconds * sample_rate), 1)
     window = int(window_seconds * sample_rate) // frame  # frames a piece may hold
     if window < 2:
         raise ConfigError(f"a window of {window_seconds} s holds fewer than two frames of {frame_seconds} s")
-    N = len(wave)
-    if N <= window * frame:
+    N, F = len(wave), len(wave) // frame
+    if F == 0:
         return [(0, N)] if N else []
-    F = N // frame
     energy = wave[: F * frame].float().view(F, frame).pow(2).mean(1)  # (F,)
     decibels = 10 * torch.log10(energy + 1e-10)
-    stretch = max(min(round(stretch_seconds / frame_seconds), window // 2), 1)
+    stretch = max(min(round(stretch_seconds / frame_seconds), window // 2, F), 1)
     quiet = torch.nn.functional.avg_pool1d(decibels[None, None], stretch, 1)[0, 0]  # (F - stretch + 1,) mean dB
-    quiet = quiet.tolist()  # the one copy to the host
+    both = torch.cat((decibels, quiet)).tolist()  # the one copy to the host
+    decibels, quiet = both[:F], both[F:]
     spans, start = [], 0  # start: a frame
     while (N - start * frame) > window * frame:
         first, last = start + window // 2, start + window - stretch  # the stretch's first frame
@@ -67,7 +72,10 @@ def cut_at_silences(
         spans.append((start * frame, cut * frame))
         start = cut
     spans.append((start * frame, N))
-    return spans
+    if silence_db is None:
+        return spans
+    floor = max(decibels) - silence_db
+    return [(a, b) for a, b in spans if max(decibels[a // frame : b // frame] or [floor]) >= floor]
 
 
 @dataclass(frozen=True)
