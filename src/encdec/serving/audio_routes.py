@@ -47,8 +47,6 @@ from encdec.transcription.response_formats import FORMATS, MEDIA_TYPES
 
 FIELD_BYTES = 64 << 10  # the form's fields beside the file: their bytes each, and the body's beyond the file
 MAX_PROMPT_CHARS = 2000  # a previous text (Whisper reads at most 224 of its tokens)
-Format = Literal["json", "text", "srt", "verbose_json", "vtt"]
-assert typing.get_args(Format) == FORMATS  # the formats render writes, named once more for the schema
 
 
 def short_text(most: int):
@@ -62,7 +60,7 @@ class AudioRequest:
     model: Annotated[str, short_text(200)] | None = None  # this server's one model answers, whatever the name
     language: Annotated[str, short_text(20)] | None = None
     prompt: Annotated[str, short_text(MAX_PROMPT_CHARS)] | None = None
-    response_format: Format = "json"
+    response_format: Literal[FORMATS] = "json"  # the formats render writes
     temperature: Annotated[float, Range(0.0, 1.0)] = 0.0
     timestamp_granularities: Literal["segment"] = "segment"  # word timestamps are not served yet
 
@@ -163,21 +161,24 @@ def add_audio_routes(app: FastAPI, server) -> None:
         path = request.url.path
         if not capabilities_of(server.opened.model).reads_features:
             raise RequestError(422, "this server's model reads text, not recordings: POST its inputs to /generate")
+        cfg = resolve_config(server.opened.model, {}, server.defaults)  # the pad id and the first timestamp's
+        if cfg.whisper is None:
+            raise RequestError(
+                422, "this model has no Whisper decoding rules (generation_config.json) to transcribe by"
+            )
         data, asked = await read_form(request, server)
         wave = await anyio.to_thread.run_sync(read_upload, data, server.limits.max_audio_seconds)
         pieces = await anyio.to_thread.run_sync(pieces_of, [wave], server.text)
         options = whisper_options(asked, task, server.text, server.defaults)
-        pad = resolve_config(server.opened.model, {}, server.defaults).pad_token_id
         if len(pieces.spans) > server.limits.max_queue:
             raise RequestError(
                 413,
                 f"the recording makes {len(pieces.spans)} pieces, more than the {server.limits.max_queue} "
                 "this server decodes at once (--max-queue)",
             )
-        jobs = [partial(decode_piece, server, pieces, i, options, pad) for i in range(len(pieces.spans))]
+        jobs = [partial(decode_piece, server, pieces, i, options, cfg.pad_token_id) for i in range(len(pieces.spans))]
         tokens = await server.in_threads(request, jobs)  # the pieces decoded in the running batch, each in a thread
-        first = resolve_config(server.opened.model, {}, server.defaults).whisper.timestamp_begin
-        timestamps = options["return_timestamps"]
+        first, timestamps = cfg.whisper.timestamp_begin, options["return_timestamps"]
         transcript = transcripts_of(pieces, tokens, server.text, first, timestamps, task, asked.language)[0]
         server.metrics.requests.labels(path, "200").inc()
         return Response(render(transcript, asked.response_format), media_type=MEDIA_TYPES[asked.response_format])
