@@ -113,7 +113,7 @@ class Scheduler:
         Abandoned once `gone` is set (and the scheduler woken), at the next step boundary."""
         if gone is not None and gone.is_set():
             raise Abandoned("the client is gone")
-        if self.batched and whisper_decodes(self.model, **options):
+        if self.batched and self.reads_features and whisper_decodes(self.model, **options):
             return self._whisper(src_ids, src_mask, options, gone)
         job = self.check(src_ids, src_mask, options)  # checked here, in the request's thread
         if not self.batched:
@@ -224,6 +224,7 @@ class Scheduler:
         try:
             self.model = model if isinstance(model, torch.nn.Module) else model()
             self.batched = capabilities_of(self.model).continuous_batching
+            self.reads_features = capabilities_of(self.model).reads_features  # a speech model's windows
             like = next(self.model.parameters())
             self.batch = RunningBatch(like.device, like.dtype) if self.batched else None
             self.rows = GreedyRows(like.device) if self.batched else None
@@ -330,7 +331,7 @@ class Scheduler:
         if not self._may_join():
             return []
         joining, rows = [], self.batch.rows
-        most = JOIN_BATCH if capabilities_of(self.model).reads_features else len(self.starts)
+        most = JOIN_BATCH if self.reads_features else len(self.starts)
         while self.starts and (rows == 0 or rows + self.starts[0][3] <= self.max_rows) and len(joining) < most:
             job = self.starts.popleft()
             joining.append(job)
@@ -401,7 +402,7 @@ class Scheduler:
     def _start(self, joining: list):
         """One `model.start` of the joining requests' sources, packed or padded to a bucket's width."""
         offers, length = capabilities_of(self.model), max(job[4] for job in joining) - 1
-        if offers.reads_features:  # a speech encoder's windows (C, T), one a request, every frame read
+        if self.reads_features:  # a speech encoder's windows (C, T), one a request, every frame read
             features = torch.stack([src[0] for _, src, *_ in joining]).to(self.batch.device)  # (B, C, T)
             return self.model.start(features, None, length)
         sources = [src[0] if mask is None else src[0][mask[0].bool()] for _, src, mask, *_ in joining]
