@@ -108,20 +108,24 @@ class Server:
             check_request, body, self.limits, self.text, self.defaults, self.scheduler, stream
         )
 
-    async def in_threads(self, request: Request, jobs: list[Callable[[threading.Event], Any]]) -> list[Any]:
-        """Each of `jobs` called in a thread of its own with `gone`, an event set once the client of `request`
-        disconnects; a place in flight held for each until every thread has ended, whatever ends it (they all
-        see `gone`). Their results; Abandoned once the client is gone, else the first job's exception."""
-        gone = threading.Event()
-        self.admit(len(jobs))
+    async def in_threads(
+        self, request: Request, jobs: list[Callable[[threading.Event], Any]], places: int | None = None
+    ) -> list[Any]:
+        """Each of `jobs` called in a thread with `gone`, an event set once the client of `request` disconnects,
+        `places` of them at a time (default: all); those places in flight held until every thread has ended,
+        whatever ends it (they all see `gone`). Their results; Abandoned once the client is gone, else the first
+        job's exception."""
+        places = len(jobs) if places is None else min(places, len(jobs))
+        gone, limiter = threading.Event(), self.limiter if places == len(jobs) else anyio.CapacityLimiter(places)
+        self.admit(places)
         watcher = asyncio.create_task(watch_client(request, gone, self.scheduler.wake))
         try:
             results = await asyncio.gather(
-                *(anyio.to_thread.run_sync(job, gone, limiter=self.limiter) for job in jobs), return_exceptions=True
+                *(anyio.to_thread.run_sync(job, gone, limiter=limiter) for job in jobs), return_exceptions=True
             )
         finally:
             watcher.cancel()
-            self.release(len(jobs))
+            self.release(places)
         for result in results:
             if isinstance(result, BaseException):
                 raise Abandoned("the client is gone") if gone.is_set() else result

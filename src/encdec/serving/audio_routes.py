@@ -13,8 +13,9 @@ rendered in the asked format with its media type (encdec.transcription.render). 
 equals `transcribe_batched` on that recording alone.
 
 Bounds, checked before any decoding: the body's bytes (--max-audio-bytes, 413, before it is parsed), the
-recording's length (--max-audio-seconds, from the file's header before its samples are decoded), its pieces
-against --max-queue; a file that is not audio, a field out of its range, a text model: 4xx and one sentence.
+recording's length (--max-audio-seconds, from the file's header before its samples are decoded); an upload
+holds at most 16 places of --max-queue, its pieces decoded 16 at a time. A file that is not audio, a field
+out of its range, a text model: a 4xx and one sentence.
 A client that hangs up stops its pieces at the next step and gives back their rows, as /generate's do.
 """
 
@@ -46,6 +47,7 @@ from encdec.transcription.batched import Pieces, pieces_of, transcripts_of, trim
 from encdec.transcription.response_formats import FORMATS, MEDIA_TYPES
 
 FIELD_BYTES = 64 << 10  # the form's fields beside the file: their bytes each, and the body's beyond the file
+PIECES_AT_ONCE = 16  # an upload's pieces in the running batch at a time: the places in flight (--max-queue) it holds
 MAX_PROMPT_CHARS = 2000  # a previous text (Whisper reads at most 224 of its tokens)
 
 
@@ -170,14 +172,8 @@ def add_audio_routes(app: FastAPI, server) -> None:
         wave = await anyio.to_thread.run_sync(read_upload, data, server.limits.max_audio_seconds)
         pieces = await anyio.to_thread.run_sync(pieces_of, [wave], server.text)
         options = whisper_options(asked, task, server.text, server.defaults)
-        if len(pieces.spans) > server.limits.max_queue:
-            raise RequestError(
-                413,
-                f"the recording makes {len(pieces.spans)} pieces, more than the {server.limits.max_queue} "
-                "this server decodes at once (--max-queue)",
-            )
         jobs = [partial(decode_piece, server, pieces, i, options, cfg.pad_token_id) for i in range(len(pieces.spans))]
-        tokens = await server.in_threads(request, jobs)  # the pieces decoded in the running batch, each in a thread
+        tokens = await server.in_threads(request, jobs, PIECES_AT_ONCE)  # rows of the running batch, a thread each
         first, timestamps = cfg.whisper.timestamp_begin, options["return_timestamps"]
         transcript = transcripts_of(pieces, tokens, server.text, first, timestamps, task, asked.language)[0]
         server.metrics.requests.labels(path, "200").inc()
