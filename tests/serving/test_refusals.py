@@ -66,6 +66,15 @@ def access_lines(served: Served) -> list[str]:
     return [line for line in served.out.read().splitlines() if '"POST /' in line]
 
 
+def test_a_text_model_refuses_an_upload_to_the_audio_routes_in_one_sentence(server):
+    for path in ("/v1/audio/transcriptions", "/v1/audio/translations"):
+        body = b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF\r\n--b--\r\n'
+        status, answer, _ = call(server.url + path, body, {"Content-Type": "multipart/form-data; boundary=b"})
+        assert status == 422 and answer == {
+            "error": "this server's model reads text, not recordings: POST its inputs to /generate"
+        }
+
+
 def test_an_input_the_model_refuses_is_a_422_on_both_routes_and_one_log_line(image_run):
     served = Served(image_run)
     try:

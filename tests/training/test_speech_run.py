@@ -205,12 +205,6 @@ def test_attention_maps_of_a_recording_span_its_encoder_positions(spoken, whispe
     assert (tmp_path / "maps.png").stat().st_size > 0
 
 
-def test_the_server_refuses_a_speech_model_in_one_sentence(whisper_run, capsys):
-    assert main(["serve", str(whisper_run / "run"), "--port", "0"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("encdec: error: encdec serve answers text requests") and "reads recordings" in err[-1]
-
-
 def test_an_evaluation_past_the_decoder_s_positions_is_refused_before_training(spoken, tmp_path, capsys):
     """The prompt (<|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>) and 64 new tokens pass the 64
     positions: refused before the first step, not after the steps before the first evaluation."""

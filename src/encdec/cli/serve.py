@@ -9,10 +9,12 @@ MODEL is a run directory, a Hugging Face directory or a Hub id. The server liste
 
 POST /generate_stream streams tokens as server-sent events; GET /health, GET /metrics (Prometheus);
 GET / is a page with a text box, options, beam alternatives and the output's cross-attention map.
-Every output equals `encdec generate` on that input alone. Bounds: --max-body-bytes, --max-inputs,
---max-input-chars, --max-new-tokens, --max-beams, and --max-queue inputs in flight (one more is a
-503); SIGTERM or Ctrl-C stops taking requests, finishes those in flight and exits 0. Needs the
-`serve` extra (pip install encdec[serve]).
+Every output equals `encdec generate` on that input alone. A speech model (Whisper) answers OpenAI's
+POST /v1/audio/transcriptions and /v1/audio/translations instead (a multipart upload; response_format json,
+text, srt, verbose_json or vtt), its recordings cut at silences and their pieces batched with the others'.
+Bounds: --max-body-bytes, --max-inputs, --max-input-chars, --max-new-tokens, --max-beams, --max-audio-bytes,
+--max-audio-seconds, and --max-queue inputs in flight (one more is a 503); SIGTERM or Ctrl-C stops taking
+requests, finishes those in flight and exits 0. Needs the `serve` extra (pip install encdec[serve]).
 """
 
 import argparse
@@ -25,6 +27,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from encdec.audio.recordings import MAX_SECONDS
 from encdec.cli.options import (
     add_checkpoint_argument,
     add_device_argument,
@@ -52,6 +55,8 @@ def bounds() -> dict[str, tuple[int, int, str]]:
         "max_new_tokens": (1 << 16, "the most max_new_tokens a request may ask"),
         "max_beams": (64, "the most num_beams / num_return_sequences a request may ask"),
         "max_body_bytes": (1 << 30, "bytes of one request body"),
+        "max_audio_bytes": (1 << 32, "bytes of one uploaded recording (/v1/audio/transcriptions)"),
+        "max_audio_seconds": (int(MAX_SECONDS), "seconds of one uploaded recording, read from its header"),
     }
     return {name: (most, defaults[name], text) for name, (most, text) in helps.items()}
 
@@ -80,7 +85,6 @@ def run(args: argparse.Namespace) -> int:
         from encdec.serving.wire import JsonWireProtocol
     except ImportError as error:
         raise ConfigError(f"encdec serve needs the serve extra ({error.name} is missing): pip install encdec[serve]")
-    from encdec.generation.interface import capabilities_of
     from encdec.quantization import quantize
     from encdec.runs.open import open_model
 
@@ -90,11 +94,6 @@ def run(args: argparse.Namespace) -> int:
     def load():  # in the scheduler's thread, the one that computes (serving.scheduler says why)
         opened = open_model(args.model, args.checkpoint, max_source_len=args.max_source_len, dtype=args.dtype)
         opened.text  # a Hugging Face directory without tokenizer files is refused before the server starts
-        if capabilities_of(opened.model).reads_features:  # a request's text would name a file on this machine
-            raise ConfigError(
-                f"encdec serve answers text requests, and {args.model} reads recordings; transcribe them with "
-                "encdec generate (one recording's path a line) or encdec evaluate --data MANIFEST"
-            )
         print(opened.said, file=sys.stderr, flush=True)  # which checkpoint, and why: at once, as it serves
         opened.model.to(device)
         if args.quantize:

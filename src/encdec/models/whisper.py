@@ -148,6 +148,6 @@ class Whisper(EncoderDecoder):
 
     @property
     def capabilities(self) -> Capabilities:
-        """Steps on the last position alone and attention maps; its sources are features (`reads_features`),
-        which neither pack into one row nor reach the server's text requests."""
-        return Capabilities(steps_last_only=True, attention_maps=True, reads_features=True)
+        """Steps on the last position alone, attention maps, rows that join and leave the server's running batch;
+        its sources are features (`reads_features`), which do not pack into one row."""
+        return Capabilities(steps_last_only=True, continuous_batching=True, attention_maps=True, reads_features=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from encdec.generation.generate import Prepared
+from encdec.generation.interface import Capabilities, capabilities_of
 from encdec.generation.search import SampleSearch
 
 
@@ -52,21 +53,34 @@ class RowModel:
         model = scheduler.model
         self.config, self.device = model.config, next(model.parameters()).device
         self.generation_defaults = model.generation_defaults
+        self.hf_generation = getattr(model, "hf_generation", None)  # a Whisper's rules (generation.whisper_rules)
+        reads_features = capabilities_of(model).reads_features  # Whisper's prompts: stepped one position a step
+        self.capabilities = Capabilities(steps_last_only=reads_features, reads_features=reads_features)
 
     def start(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, max_new_tokens: int, beams: int = 1):
+        """The request's rows joined to the running batch. A request that starts again (Whisper's language
+        detection, its next window, a fallback's next temperature) first gives back the rows it held."""
+        if self.work.rows:
+            self.scheduler.finish(self.work)
+            self.work = Work(gone=self.work.gone)
         future: Future = Future()
         self.work.waiting = future
         self.scheduler.submit_start(self.work, src_ids, src_mask, beams, max_new_tokens + 1, future)
         future.result()
         return RowState(self.work)
 
-    def step(self, tgt_ids: torch.Tensor, state: RowState) -> torch.Tensor:
-        if tgt_ids.shape[1] != 1:
+    def step(self, tgt_ids: torch.Tensor, state: RowState, last_only: bool = False) -> torch.Tensor:
+        """tgt_ids (rows, t) -> the logits (rows, 1, V) of their last position: the running batch steps one
+        position a row, so a prompt of t tokens (Whisper's) takes t steps, only its last position's logits
+        kept (what `last_only` asks; a search reads no other)."""
+        if tgt_ids.shape[1] != 1 and not last_only:
             raise ValueError("a served request decodes one position a step")  # no decoder prefix is served
-        future: Future = Future()
-        self.work.waiting = future
-        self.scheduler.submit_step(self.work, tgt_ids[:, 0], future)
-        return future.result()[:, None]  # (rows, 1, V)
+        for position in range(tgt_ids.shape[1]):
+            future: Future = Future()
+            self.work.waiting = future
+            self.scheduler.submit_step(self.work, tgt_ids[:, position], future)
+            logits = future.result()
+        return logits[:, None]  # (rows, 1, V)
 
 
 class Abandonable:

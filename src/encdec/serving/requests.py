@@ -46,6 +46,8 @@ class Limits:
     max_new_tokens: int = 512
     max_beams: int = 8  # num_beams, num_return_sequences
     max_queue: int = 64  # requests waiting or running; one more is answered 503
+    max_audio_bytes: int = 25 << 20  # an uploaded recording's bytes (OpenAI's bound: 25 MB)
+    max_audio_seconds: int = 3600  # an uploaded recording's length, read from its header before its samples
 
 
 @dataclass

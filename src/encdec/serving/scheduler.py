@@ -25,7 +25,10 @@ differently in the last bit, as any batch does). A decoder prefix and compile ar
 sentence: the server steps one position a row, eagerly.
 A short request finishes and frees its rows while a long one runs on; a beam request holds its
 beams' rows. Every family whose `start` makes a DecodeState (`continuous_batching`) is batched so;
-the others (the RNN) generate one request at a time.
+the others (the RNN) generate one request at a time. A Whisper request (one window of log-mels) is
+`generate` under Whisper's rules run in its thread against RowModel, as a beam search is: its language
+detection, each window it decodes again and each fallback temperature start anew in the batch (the
+rows of the one before given back), its prompt of a few tokens stepped one position a step.
 
 A request whose client is gone (its `gone` event set, then `wake()`) stops at the next step boundary,
 wherever it is: waiting to join (it leaves the queue), running (its rows leave, its thread's wait
@@ -52,7 +55,7 @@ from typing import Any
 import torch
 
 from encdec.errors import ConfigError, EncdecError
-from encdec.generation.generate import Prepared, generate, prepare, resolve_config
+from encdec.generation.generate import Prepared, generate, prepare, resolve_config, whisper_decodes
 from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.interface import capabilities_of
 from encdec.generation.search import argmax
@@ -110,6 +113,8 @@ class Scheduler:
         Abandoned once `gone` is set (and the scheduler woken), at the next step boundary."""
         if gone is not None and gone.is_set():
             raise Abandoned("the client is gone")
+        if self.batched and self.reads_features and whisper_decodes(self.model, **options):
+            return self._whisper(src_ids, src_mask, options, gone)
         job = self.check(src_ids, src_mask, options)  # checked here, in the request's thread
         if not self.batched:
             return self.exclusive(lambda: self._one(src_ids, src_mask, options, gone))
@@ -130,6 +135,21 @@ class Scheduler:
         self.submit_start(work, job.src_ids, job.src_mask, job.rows, job.cfg.max_new_tokens + 1, Future())
         out = work.answer.result()
         return out if job.cfg.return_dict_in_generate else out.sequences
+
+    def _whisper(self, src_ids, src_mask, options: dict[str, Any], gone: threading.Event | None):
+        """A Whisper decoding (language detection, its windows, temperature fallback: generation.whisper_windows)
+        run by `generate` in the request's thread against RowModel, as beam searches are: each of its decodings
+        joins the running batch, its prompt stepped one position a step, its steps batched with the others'."""
+        given = {name: value for name, value in options.items() if name != "defaults"}
+        if resolve_config(self.model, given, options.get("defaults")).compile:
+            raise ConfigError("compile is not served: the server's steps are batched over rows of changing shapes")
+        if src_ids.shape[0] != 1:
+            raise ConfigError(f"the server decodes one recording's window a request, got {src_ids.shape[0]}")
+        rows = RowModel(self, Work(gone=gone))
+        try:
+            return generate(rows, src_ids, src_mask, **options)
+        finally:
+            self.finish(rows.work)  # its last decoding's rows (RowModel.start gave back the earlier ones)
 
     def check(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, options: dict[str, Any]) -> Prepared:
         """What `generate` checks before its search (generation.generate.prepare), and what the server cannot
@@ -204,6 +224,7 @@ class Scheduler:
         try:
             self.model = model if isinstance(model, torch.nn.Module) else model()
             self.batched = capabilities_of(self.model).continuous_batching
+            self.reads_features = capabilities_of(self.model).reads_features  # a speech model's windows
             like = next(self.model.parameters())
             self.batch = RunningBatch(like.device, like.dtype) if self.batched else None
             self.rows = GreedyRows(like.device) if self.batched else None
@@ -305,11 +326,13 @@ class Scheduler:
 
     def _joining(self) -> list:
         """The waiting requests that fit beside the running rows (at least one, whatever its size), when
-        they may join (_may_join)."""
+        they may join (_may_join); windows of log-mels at most JOIN_BATCH a join (an encoder pass over 16 windows
+        of 30 s holds 16 x 1500^2 scores a head; more wait for the next step's join)."""
         if not self._may_join():
             return []
         joining, rows = [], self.batch.rows
-        while self.starts and (rows == 0 or rows + self.starts[0][3] <= self.max_rows):
+        most = JOIN_BATCH if self.reads_features else len(self.starts)
+        while self.starts and (rows == 0 or rows + self.starts[0][3] <= self.max_rows) and len(joining) < most:
             job = self.starts.popleft()
             joining.append(job)
             rows += job[3]
@@ -378,12 +401,16 @@ class Scheduler:
 
     def _start(self, joining: list):
         """One `model.start` of the joining requests' sources, packed or padded to a bucket's width."""
+        offers, length = capabilities_of(self.model), max(job[4] for job in joining) - 1
+        if self.reads_features:  # a speech encoder's windows (C, T), one a request, every frame read
+            features = torch.stack([src[0] for _, src, *_ in joining]).to(self.batch.device)  # (B, C, T)
+            return self.model.start(features, None, length)
         sources = [src[0] if mask is None else src[0][mask[0].bool()] for _, src, mask, *_ in joining]
-        offers = capabilities_of(self.model)  # a causal LM's prompts end where generation starts: padded left
+        # a causal LM's prompts end where generation starts: padded left
         pad_id = self.model.config.pad_id
         src_ids, src_mask = padded(sources, SOURCE_BUCKET, pad_id, offers.pads_left, self.batch.device)
         packed = {"packed": True} if offers.packs_sources else {}  # no padding encoded
-        return self.model.start(src_ids, src_mask, max(job[4] for job in joining) - 1, **packed)
+        return self.model.start(src_ids, src_mask, length, **packed)
 
     def _step(self, steps: list[tuple[Work, torch.Tensor, Future]]) -> None:
         """One decoder step of every running row: the greedy rows advanced on the device (_advance_greedy),

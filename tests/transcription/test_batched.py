@@ -1,0 +1,97 @@
+"""Batched transcription (encdec.transcription.batched): a recording of espeak-ng sentences joined by pauses is cut
+in its pauses alone, into pieces that fit the model's window and tile it; a recording without pauses is cut at
+the window; the pieces of several recordings decoded as one batch give each recording the transcript it gets
+alone, timestamps or not; a window decoded again (three timestamps in a row) counts its times from the cut."""
+
+import pytest
+import torch
+
+from encdec.audio import SAMPLE_RATE
+from encdec.errors import ConfigError
+from encdec.runs.open import open_model
+from encdec.transcription.batched import cut_at_silences, segments_of, transcribe_batched
+
+from .speech_kit import SENTENCES, WINDOW_SECONDS, needs_espeak, tiny_whisper_dir, with_pauses
+
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def opened(tmp_path_factory):
+    return open_model(tiny_whisper_dir(tmp_path_factory.mktemp("whisper")))
+
+
+@pytest.fixture(scope="module")
+def recordings():
+    return [with_pauses(SENTENCES[i:] + SENTENCES[:i], voice=voice)[0] for i, voice in ((0, "en"), (1, "en-us"))]
+
+
+def assert_tiles(spans, length, window):
+    assert spans[0][0] == 0 and spans[-1][1] == length
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    assert all(0 < end - start <= window for start, end in spans)
+
+
+@needs_espeak
+def test_every_cut_lies_in_a_pause_and_every_piece_fits_the_window():
+    wave, pauses = with_pauses(SENTENCES * 2)
+    spans = cut_at_silences(wave, SAMPLE_RATE, WINDOW_SECONDS)
+    assert len(spans) > 2
+    assert_tiles(spans, len(wave), WINDOW_SECONDS * SAMPLE_RATE)
+    for _, cut in spans[:-1]:
+        assert any(start <= cut <= end for start, end in pauses), (cut, pauses)
+
+
+def test_a_recording_without_pauses_is_cut_in_each_window_s_last_half_and_a_short_one_not_at_all():
+    wave = torch.randn(11 * SAMPLE_RATE, generator=torch.Generator().manual_seed(0))
+    spans = cut_at_silences(wave, SAMPLE_RATE, WINDOW_SECONDS)
+    assert all(end - start >= WINDOW_SECONDS / 2 * SAMPLE_RATE for start, end in spans[:-1])  # in its last half
+    assert_tiles(spans, len(wave), WINDOW_SECONDS * SAMPLE_RATE)
+    assert cut_at_silences(wave[:SAMPLE_RATE], SAMPLE_RATE, WINDOW_SECONDS) == [(0, SAMPLE_RATE)]
+    with pytest.raises(ConfigError, match="one wave"):
+        cut_at_silences(wave[None], SAMPLE_RATE, WINDOW_SECONDS)
+
+
+@needs_espeak
+def test_a_stretch_of_silence_is_left_out_and_every_sound_kept():
+    first, _ = with_pauses(SENTENCES[:2])
+    second, _ = with_pauses(SENTENCES[2:])
+    wave = torch.cat((first, torch.zeros(10 * SAMPLE_RATE), second))
+    spans = cut_at_silences(wave, SAMPLE_RATE, WINDOW_SECONDS)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    assert all(0 < end - start <= WINDOW_SECONDS * SAMPLE_RATE for start, end in spans)
+    loud = (wave.abs() > 1e-3).nonzero()[:, 0].tolist()
+    assert all(any(start <= at < end for start, end in spans) for at in loud[::50])  # every sound in a piece
+    assert all(wave[start:end].abs().max() > 1e-3 for start, end in spans)  # no piece of silence alone
+    assert sum(end - start for start, end in spans) < len(wave) - 5 * SAMPLE_RATE
+    assert_tiles(cut_at_silences(wave, SAMPLE_RATE, WINDOW_SECONDS, silence_db=None), len(wave), WINDOW_SECONDS * 16000)
+
+
+@needs_espeak
+@pytest.mark.parametrize("timestamps", [False, True], ids=["text", "timestamps"])
+def test_the_pieces_of_several_recordings_decoded_as_one_batch_equal_each_recording_alone(
+    opened, recordings, timestamps
+):
+    options = dict(defaults=opened.generation, return_timestamps=timestamps)
+    together = transcribe_batched(opened.model, opened.text, recordings, **options)
+    alone = [transcribe_batched(opened.model, opened.text, [wave], **options)[0] for wave in recordings]
+    assert together == alone
+    for transcript, wave in zip(together, recordings):
+        assert transcript.duration == pytest.approx(len(wave) / SAMPLE_RATE, abs=1e-3)
+        assert len(transcript.segments) >= 2  # a piece each at least: the recordings pass the window
+        assert all(0 <= s.start <= s.end <= transcript.duration for s in transcript.segments)
+        assert [s.id for s in transcript.segments] == list(range(len(transcript.segments)))
+        assert transcript.text == " ".join(s.text.strip() for s in transcript.segments if s.text.strip())
+
+
+def test_segments_come_from_timestamps_and_a_window_decoded_again_counts_from_its_cut():
+    t = lambda seconds: 100 + round(seconds / 0.02)  # noqa: E731 (timestamps from id 100)
+    tokens = [t(0), 1, 2, t(1), t(1.2), 3, t(2), t(2.4), t(0), 4, 5, t(0.5)]
+    assert segments_of(tokens, 100, 10.0, 14.0) == [
+        (10.0, 11.0, [1, 2]),
+        (11.2, 12.0, [3]),
+        (12.0, 12.5, [4, 5]),  # the window decoded again from <|2.00|>
+    ]
+    assert segments_of([7, 8], 100, 3.0, 5.5) == [(3.0, 5.5, [7, 8])]  # no timestamps: the piece whole
+    assert segments_of([t(0.4), 7, 8], 100, 3.0, 5.5) == [(3.4, 5.5, [7, 8])]  # no closing timestamp
