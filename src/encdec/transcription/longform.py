@@ -148,11 +148,12 @@ class Transcriber:
         return init_tokens(rules, cfg.decoder_start_token_id, batch, cfg.language, cfg.task, True, detected)
 
     def decode(
-        self, features: torch.Tensor, frames: list[int], prompts: list[list[int]], recorded: list[int]
+        self, features: torch.Tensor, frames: list[int], prompts: list[list[int]], recorded: list[int] | None = None
     ) -> list[list[Segment]]:
         """Each recording's segments: features (B, C, T), each row's `frames` its own (the rest padding), each
         row's window decoded after its previous text (where carried on) and its prompt (`prompts`); `recorded`
-        each row's frames that hold its recording (frames[row] less its padding), which word timestamps warp over."""
+        each row's frames that hold its recording (None: `frames`), the frames its word timestamps warp over."""
+        recorded = frames if recorded is None else recorded
         seek, carry = [0] * len(frames), [self.condition] * len(frames)
         segments: list[list[Segment]] = [[] for _ in frames]
         languages = self.languages(prompts)
