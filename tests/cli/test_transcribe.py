@@ -85,6 +85,26 @@ def test_the_text_is_printed_and_each_format_written_and_read_back(whisper_dir, 
         assert len(transcript.segments) > 1 and transcript.duration > 1
 
 
+def test_word_timestamps_are_written_into_verbose_json(whisper_dir, recordings, tmp_path, capsys):
+    """--word-timestamps: verbose_json's words are the Python API's (Transcriber(word_timestamps=True))."""
+    from dataclasses import asdict
+
+    from encdec.runs.open import open_model
+    from encdec.transcription.longform import Transcriber
+
+    out = tmp_path / "out"
+    argv = ["transcribe", str(whisper_dir), str(recordings[0]), *FAST, "--no-previous-text", "--out", str(out)]
+    assert main([*argv, "--word-timestamps", "--format", "verbose_json"]) == 0, capsys.readouterr().err
+    verbose = json.loads((out / "dog.verbose.json").read_text())
+    opened = open_model(whisper_dir)
+    options = dict(max_new_tokens=8, temperature=[0.0], language="en", word_timestamps=True)
+    options |= dict(no_speech_threshold=0.6, logprob_threshold=-1.0, compression_ratio_threshold=2.4)
+    [expected] = Transcriber(opened.model, opened.text, **options)([str(recordings[0])])
+    assert expected.words and verbose["words"] == [asdict(word) for word in expected.words]
+    assert all(0 <= word["start"] <= word["end"] for word in verbose["words"])
+    assert [segment["tokens"] for segment in verbose["segments"]] == [list(s.tokens) for s in expected.segments]
+
+
 def test_an_initial_prompt_is_the_previous_text_of_the_first_window(whisper_dir, recordings, tmp_path, capsys):
     from encdec.runs.open import open_model
     from encdec.transcription import render
@@ -110,7 +130,6 @@ def test_an_initial_prompt_is_the_previous_text_of_the_first_window(whisper_dir,
         (["--format", "doc"], "--format takes txt"),
         (["--temperature", "-1"], "--temperature must be a list"),
         (["--beams", "0"], "--beams must be"),
-        (["--word-timestamps"], "word timestamps are not built yet"),
         (["--batched"], "the batched mode is not built yet"),
         (["--language", "xx"], "language 'xx' is not one this model knows"),
         (["--task", "sing"], "--task must be transcribe or translate"),

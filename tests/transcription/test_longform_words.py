@@ -1,7 +1,14 @@
 """Word timestamps through long-form transcription (`Transcriber(word_timestamps=True)`, `encdec transcribe
 --word-timestamps`): on a recording of one window, the words and their times equal those transformers' ASR
 decoding (`_decode_asr`, return_timestamps="word") makes of its own `generate(return_token_timestamps=True,
-return_timestamps=True)` on the same tiny random Whisper; every word lies in the recording."""
+return_timestamps=True)` on the same tiny random Whisper; every word lies in the window.
+
+The window is decoded twice (its first decoding ends mid-segment after a timestamp pair, so `generate` decodes again
+from that pair on, as encdec's short form does), and each token's time is that of its own decoding, offset by where
+that decoding starts: transformers' segments' token_timestamps. Its flattened `token_timestamps` output
+(_pad_to_max_length) concatenates each decoding's times without that offset, so a later decoding's words restart at
+0 s: a bug openai-whisper (whose word times add each window's start) does not have, and which encdec does not copy.
+The first decoding is warped over the recording's frames (the attention mask's), not the whole window's."""
 
 import pytest
 import torch
@@ -25,10 +32,15 @@ def test_words_of_a_window_equal_transformers_word_timestamps(whisper_with_token
     mask = (torch.arange(FRAMES) < frames[:, None]).long()
     out = reference.generate(
         features, attention_mask=mask, return_token_timestamps=True, return_timestamps=True, language="en",
-        max_new_tokens=30,
+        max_new_tokens=30, return_segments=True,
     )  # fmt: skip
+    segments = out["segments"][0]
+    assert segments[-1]["result"] is not segments[0]["result"] and segments[-1]["start"] > 2  # two decodings
+    tokens = torch.cat([segment["tokens"] for segment in segments])
+    times = torch.cat([segment["token_timestamps"] for segment in segments])  # each offset by its decoding's seek
+    assert torch.equal(tokens, out["sequences"][0])
     _, chunks = tokenizer._decode_asr(
-        [{"tokens": out["sequences"], "token_timestamps": out["token_timestamps"]}],
+        [{"tokens": tokens[None], "token_timestamps": times[None]}],
         return_timestamps="word",
         return_language=False,
         time_precision=0.02,

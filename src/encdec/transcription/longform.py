@@ -103,14 +103,15 @@ class Transcriber:
         if isinstance(recordings, (str, bytes, torch.Tensor)) or not recordings:
             raise DataError("give a list of recordings (paths, file bytes or waveforms), one or more")
         waves = [self.wave(recording, number) for number, recording in enumerate(recordings)]
-        frames = [max(self.window, math.ceil(len(wave) / HOP)) for wave in waves]  # a short one: its whole window
+        recorded = [math.ceil(len(wave) / HOP) for wave in waves]  # the frames that hold each recording
+        frames = [max(self.window, n) for n in recorded]  # a short one: its whole window
         features = torch.zeros(len(waves), self.model.config.audio.n_mels, max(frames))  # (B, C, T)
         for row, wave in enumerate(waves):
             features[row, :, : frames[row]] = log_mel(wave, self.model.config.audio.n_mels, frames=frames[row])[0]
         prompts = self.prompts(features)
         codes = {token: name[2:-2] for name, token in self.cfg.whisper.lang_to_id.items()}
         transcripts = []
-        for wave, prompt, segments in zip(waves, prompts, self.decode(features, frames, prompts)):
+        for wave, prompt, segments in zip(waves, prompts, self.decode(features, frames, prompts, recorded)):
             text = self.decoded([token for segment in segments for token in segment.tokens])  # openai-whisper's
             language = codes.get(prompt[1]) if len(prompt) > 1 else None
             duration = len(wave) / SAMPLE_RATE
@@ -146,9 +147,13 @@ class Transcriber:
             detected = ids.tolist()
         return init_tokens(rules, cfg.decoder_start_token_id, batch, cfg.language, cfg.task, True, detected)
 
-    def decode(self, features: torch.Tensor, frames: list[int], prompts: list[list[int]]) -> list[list[Segment]]:
+    def decode(
+        self, features: torch.Tensor, frames: list[int], prompts: list[list[int]], recorded: list[int] | None = None
+    ) -> list[list[Segment]]:
         """Each recording's segments: features (B, C, T), each row's `frames` its own (the rest padding), each
-        row's window decoded after its previous text (where carried on) and its prompt (`prompts`)."""
+        row's window decoded after its previous text (where carried on) and its prompt (`prompts`); `recorded`
+        each row's frames that hold its recording (None: `frames`), the frames its word timestamps warp over."""
+        recorded = frames if recorded is None else recorded
         seek, carry = [0] * len(frames), [self.condition] * len(frames)
         segments: list[list[Segment]] = [[] for _ in frames]
         languages = self.languages(prompts)
@@ -169,7 +174,7 @@ class Transcriber:
                         timed = self.timed(pieces, tokens, seek[row], left, kept, len(segments[row]))
                         if self.word_timestamps:
                             sequence = whole[row] + tokens + ended
-                            where = (features, row, seek[row], left)
+                            where = (features, row, seek[row], left, warped_frames(recorded[row], seek[row], left))
                             timed = self.with_words(timed, where, sequence, len(whole[row]), languages, row)
                         segments[row] += timed
                         seek[row] += moved or left  # a cut at 0 s would read the window again, unending
@@ -197,13 +202,15 @@ class Transcriber:
 
     def with_words(self, segments: list[Segment], where, sequence: list[int], prompt: int, languages, row: int):
         """A window's `segments` with their words (transcription.word_times, words): `where` (features, row,
-        seek, left) the window's frames, `sequence` its prompt (`prompt` tokens), the tokens decoded and the EOS
-        written, each segment's tokens in order after the prompt."""
-        features, row, seek, left = where
+        seek, left, warped) the window's frames, `warped` those of them the warp reads (warped_frames), `sequence`
+        its prompt (`prompt` tokens), the tokens decoded and the EOS written, each segment's tokens in order after
+        the prompt. A word's times are offset by its window's start (seek), as openai-whisper's and transformers'
+        segments' token_timestamps are (see the test for transformers' flattened output, which is not)."""
+        features, row, seek, left, warped = where
         window = from_frame(features[[row]], [seek], [seek + left], self.window)  # (1, C, W)
         device = model_device(self.model)
         ids = torch.tensor([sequence], dtype=torch.long, device=device)
-        times = token_timestamps(self.model, window.to(device), ids, prompt, frames=left)
+        times = token_timestamps(self.model, window.to(device), ids, prompt, frames=warped)
         spans, start = [], prompt
         for segment in segments:
             spans.append((start, start + len(segment.tokens)))
@@ -282,6 +289,18 @@ class Transcriber:
         return self.text.decode(
             [t for t in tokens if t < self.cfg.whisper.no_timestamps_token_id], skip_special_tokens=True
         )
+
+
+def warped_frames(recorded: int, seek: int, left: int) -> int:
+    """The frames of a window (from frame `seek`, `left` of them read) that its word timestamps warp over: those
+    that hold the recording (`recorded` frames in all), as transformers' num_frames (the attention mask's sum less
+    the seek). A short recording is decoded over its whole window (the log-mel of silence after it, as `generate`
+    reads it), but only its own frames are warped over, as transformers warps them. Where the window starts at or
+    past the recording's end (a short recording's decoding re-run after a timestamp pair past its last frame), the
+    frames it read: transformers' num_frames is then 0 or negative and its slice [: num_frames // 2] keeps all the
+    window's positions but that many from its end, which openai-whisper (that never decodes past the recording's
+    frames) would call a bug."""
+    return min(left, recorded - seek) if recorded - seek >= 2 else left
 
 
 def transcribe(model, recordings: Sequence[Recording], text=None, **options) -> list[Transcript]:
