@@ -130,7 +130,7 @@ def test_an_initial_prompt_is_the_previous_text_of_the_first_window(whisper_dir,
         (["--format", "doc"], "--format takes txt"),
         (["--temperature", "-1"], "--temperature must be a list"),
         (["--beams", "0"], "--beams must be"),
-        (["--batched"], "the batched mode is not built yet"),
+        (["--batched", "--word-timestamps"], "--batched times segments, not words"),
         (["--language", "xx"], "language 'xx' is not one this model knows"),
         (["--task", "sing"], "--task must be transcribe or translate"),
     ],
@@ -166,3 +166,22 @@ def test_bad_recordings_and_models_are_one_sentence(whisper_dir, recordings, tmp
     text_run = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoint_2ba69c1" / "run"  # a byte-level T5
     assert main(["transcribe", str(text_run), str(recordings[0])]) == 2
     one_sentence(capsys, f"{text_run} is a text model: transcribe needs a speech model")
+
+
+def test_batched_writes_what_transcribe_batched_gives_each_recording(whisper_dir, recordings, tmp_path, capsys):
+    from encdec.runs.open import open_model
+    from encdec.transcription import render
+    from encdec.transcription.batched import transcribe_batched
+
+    out = tmp_path / "batched"
+    argv = ["transcribe", str(whisper_dir), *map(str, recordings), *FAST, "--batched", "--out", str(out)]
+    assert main([*argv, "--format", "verbose_json,srt"]) == 0, capsys.readouterr().err
+    opened = open_model(whisper_dir)
+    options = dict(max_new_tokens=8, temperature=[0.0], language="en", return_timestamps=True)
+    options |= dict(no_speech_threshold=0.6, logprob_threshold=-1.0, compression_ratio_threshold=2.4)
+    expected = transcribe_batched(opened.model, opened.text, list(map(str, recordings)), opened.generation, **options)
+    for path, transcript in zip(recordings, expected):
+        assert json.loads((out / f"{path.stem}.verbose.json").read_text()) == json.loads(
+            render(transcript, "verbose_json")
+        )
+        assert list(srt.parse((out / f"{path.stem}.srt").read_text())) == list(srt.parse(render(transcript, "srt")))

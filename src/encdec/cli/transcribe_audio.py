@@ -41,6 +41,7 @@ from encdec.safe_paths import output_dir, write_atomic
 from encdec.schema import argument_type
 from encdec.tokenizers.languages import hf_tokenizer_of
 from encdec.transcription import render
+from encdec.transcription.batched import transcribe_batched
 from encdec.transcription.longform import Transcriber
 from encdec.transcription.response_formats import SUFFIXES
 
@@ -105,7 +106,11 @@ def add_parser(subparsers) -> None:
         help="recordings decoded together (default 8)",
     )
     parser.add_argument("--word-timestamps", action="store_true", help="each word's start and end (verbose_json)")
-    parser.add_argument("--batched", action="store_true", help="cut each recording at silences, decode the pieces")
+    parser.add_argument(
+        "--batched",
+        action="store_true",
+        help="cut each recording at its silences and decode the pieces as one batch (no previous text)",
+    )
     add_checkpoint_argument(parser)
     add_dtype_argument(parser)
     add_device_argument(parser)
@@ -162,8 +167,8 @@ def check_recordings(audio: list[Path], out: Path | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_recordings(args.audio, args.out)
-    if args.batched:  # HOOK (helper "batched"): the lead wires the batched mode here
-        raise ConfigError("the batched mode is not built yet: leave out --batched")
+    if args.batched and args.word_timestamps:
+        raise ConfigError("--batched times segments, not words: leave out --word-timestamps or --batched")
     fmts = args.format or (list(FORMAT_NAMES.values()) if args.out is not None else ["text"])
     device = resolve_device(args.device)
     opened = open_model(args.model_dir, args.checkpoint, dtype=args.dtype)
@@ -178,13 +183,18 @@ def run(args: argparse.Namespace) -> int:
         rules = resolve_config(model, {}).whisper
         previous = rules.prev_sot_token_id if rules is not None else None
         options["prompt_ids"] = prompt_ids(opened.text, args.initial_prompt, previous)
-    transcriber = Transcriber(
-        model,
-        opened.text,
-        condition_on_prev_tokens=args.condition_on_prev_tokens,
-        word_timestamps=args.word_timestamps,
-        **options,
-    )
+    if args.batched:  # every piece of the batch's recordings at once (transcription.batched): no previous text
+
+        def transcriber(paths):
+            return transcribe_batched(model, opened.text, paths, opened.generation, return_timestamps=True, **options)
+    else:
+        transcriber = Transcriber(
+            model,
+            opened.text,
+            condition_on_prev_tokens=args.condition_on_prev_tokens,
+            word_timestamps=args.word_timestamps,
+            **options,
+        )
     out = output_dir(args.out, "--out") if args.out is not None else None
     for start in range(0, len(args.audio), args.batch_size):
         batch = args.audio[start : start + args.batch_size]
