@@ -294,3 +294,24 @@ def caught(function, *args):
         return function(*args)
     except Exception as error:
         return error
+
+
+def test_openai_s_own_client_transcribes_and_translates_as_transcribe_batched(server, model_dir, recordings):
+    """The `openai` package's client, pointed at the server, gets what transcribe_batched gives the recording
+    alone: its verbose_json as the client's Transcription object, its srt as the text the client returns."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    opened = open_model(model_dir)
+    [alone] = transcribe_batched(opened.model, opened.text, [recordings[1]], opened.generation, return_timestamps=True)
+    file = ("speech.wav", wav_bytes(recordings[1]), "audio/wav")
+    got = client.audio.transcriptions.create(model="whisper-tiny", file=file, response_format="verbose_json")
+    expected = json.loads(render(alone, "verbose_json"))
+    assert got.text == expected["text"] and got.duration == pytest.approx(expected["duration"])
+    assert [(s.start, s.end, s.text) for s in got.segments] == [
+        (s["start"], s["end"], s["text"]) for s in expected["segments"]
+    ]
+    subtitles = client.audio.transcriptions.create(model="whisper-tiny", file=file, response_format="srt")
+    assert list(srt.parse(subtitles)) == list(srt.parse(render(alone, "srt")))
+    with pytest.raises(openai.UnprocessableEntityError) as refused:  # the refusal, a 4xx the client raises
+        client.audio.translations.create(model="whisper-tiny", file=file)
+    assert "English-only" in refused.value.response.json()["error"]
