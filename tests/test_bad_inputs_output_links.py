@@ -41,7 +41,23 @@ def library(tmp_path_factory) -> Path:
     (root / "corpus.txt").write_text("once upon a time\n\nthere was a girl\n")
     (root / "test.tsv").write_text("a dog runs\tein hund rennt\nthe sun\tdie sonne\n")
     (root / "inputs.txt").write_text("a dog runs\nthe sun\n")
+    whisper(root)
     return root
+
+
+def whisper(root: Path) -> None:
+    """A tiny random Whisper (with the byte tokenizer) and a second of a 440 Hz tone, for `transcribe`."""
+    import numpy as np
+    import soundfile
+    import transformers
+
+    from encdec.interop.hf_tokenizer import convert_tokenizer
+    from encdec.tokenizers import build_tokenizer
+    from tests.generation import whisper_kit
+
+    whisper_kit.tiny_whisper(transformers, root / "whisper")
+    convert_tokenizer(build_tokenizer("byte")).save(root / "whisper")
+    soundfile.write(root / "tone.wav", 0.1 * np.sin(np.arange(16_000) * 2 * np.pi * 440 / 16_000), 16_000)
 
 
 # What each writer is run with: (the command line writing `out`, the name `out` ends in). A new option that
@@ -103,6 +119,22 @@ WRITERS: dict[tuple[str, str], tuple[Writer, str]] = {
             out,
         ],
         "maps.npz",
+    ),  # fmt: skip
+    ("transcribe", "--out"): (
+        lambda lib, out: [
+            "transcribe",
+            str(lib / "whisper"),
+            str(lib / "tone.wav"),
+            "--max-new-tokens",
+            "4",
+            "--temperature",
+            "0",
+            "--language",
+            "en",
+            "--out",
+            out,
+        ],
+        "subs",
     ),  # fmt: skip
     ("data passkey", "--out"): (
         lambda lib, out: passkey(str(lib / "corpus.txt"), out),

@@ -105,7 +105,7 @@ class Transcriber:
         waves = [self.wave(recording, number) for number, recording in enumerate(recordings)]
         recorded = [math.ceil(len(wave) / HOP) for wave in waves]  # the frames that hold each recording
         frames = [max(self.window, n) for n in recorded]  # a short one: its whole window
-        features = torch.zeros(len(waves), self.model.config.audio.n_mels, max(frames))  # (B, C, T)
+        features = torch.zeros(len(waves), self.model.config.audio.n_mels, max(frames), device=waves[0].device)
         for row, wave in enumerate(waves):
             features[row, :, : frames[row]] = log_mel(wave, self.model.config.audio.n_mels, frames=frames[row])[0]
         prompts = self.prompts(features)
