@@ -15,6 +15,9 @@ class GenerationMixin:
     # The options `generate` starts from: a loaded checkpoint's (its generation.json, or a Hugging Face
     # directory's generation_config.json), set by the loader that read them; none for a new model.
     generation_defaults: Mapping[str, Any] = MappingProxyType({})
+    # A Hugging Face directory's own generation keys beyond generate's options (Whisper's lang_to_id, task_to_id,
+    # ...: interop's Family.generation_keys), set by load_hf and written back on export; none for a new model.
+    hf_generation: Mapping[str, Any] = MappingProxyType({})
 
     def generate(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None, **options) -> torch.Tensor:
         """Exactly `encdec.generate(self, src_ids, src_mask, **options)`: (B * returns, L) token ids."""

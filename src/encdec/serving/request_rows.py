@@ -53,7 +53,7 @@ class RowModel:
         model = scheduler.model
         self.config, self.device = model.config, next(model.parameters()).device
         self.generation_defaults = model.generation_defaults
-        self.hf_generation = getattr(model, "hf_generation", None)  # a Whisper's rules (generation.whisper_rules)
+        self.hf_generation = model.hf_generation  # a Whisper's rules (generation.whisper_rules)
         reads_features = capabilities_of(model).reads_features  # Whisper's prompts: stepped one position a step
         self.capabilities = Capabilities(steps_last_only=reads_features, reads_features=reads_features)
 
