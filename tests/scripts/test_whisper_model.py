@@ -89,3 +89,27 @@ def test_an_output_through_a_link_or_a_missing_corpus_is_one_sentence(tmp_path):
     with pytest.raises(SystemExit, match="train.jsonl does not exist: make the corpus first"):
         script().main(["--data", str(tmp_path / "elsewhere"), "--out", str(tmp_path / "y")])
     assert not (tmp_path / "y").exists()
+
+
+def test_the_base_shape_has_whisper_base_s_token_layout_and_a_multilingual_generation_config(shared_data, tmp_path):
+    """--shape base: Whisper's 51,865 ids where Whisper has them (faster-whisper's converter reads them so)."""
+    module = script()
+    shape = module.SHAPES["base"]()
+    texts = module.read_texts(
+        [
+            shared_data / "tinystories" / "tinystories_train_head.txt.gz",
+            shared_data / "lm_other" / "tinyshakespeare.txt.gz",
+            shared_data / "translation" / "multi30k" / "train.de.gz",
+        ]
+    )
+    tokenizer = module.whisper_tokenizer(texts, shape.pieces, tmp_path, shape)
+    names = ["<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>", "<|0.00|>"]
+    assert tokenizer.convert_tokens_to_ids(names) == [50257, 50258, 50259, 50359, 50363, 50364]
+    assert len(tokenizer) == 51865 and shape.window_seconds == 30
+    config = module.generation_config(tokenizer, shape)
+    assert config.is_multilingual and len(config.lang_to_id) == 99 and config.task_to_id["transcribe"] == 50359
+    assert not set(config.suppress_tokens) & set(config.lang_to_id.values())  # detection reads the languages
+    with pytest.raises(SystemExit, match="the texts make [0-9,]+ BPE pieces, not 50,257: give more text with --texts"):
+        module.whisper_tokenizer(TEXTS, shape.pieces, tmp_path, shape)
+    with pytest.raises(SystemExit, match="--shape base has 50,257 BPE pieces"):
+        module.main(["--data", str(tmp_path), "--out", str(tmp_path / "out"), "--shape", "base", "--vocab-size", "300"])

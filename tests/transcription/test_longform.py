@@ -197,3 +197,25 @@ def test_a_text_model_and_prompt_options_are_one_sentence(whisper):
         Transcriber(model, beams=2)
     with pytest.raises(ConfigError, match="language 'xx' is not one this model knows"):
         Transcriber(model, language="xx")
+
+
+def test_without_timestamps_the_windows_follow_back_to_back_each_decoded_as_generate_decodes_it(whisper, speech):
+    """faster-whisper's without_timestamps: every window after <|notimestamps|>, one segment from its start to
+    its end, its tokens those of `generate` on that window alone (the last padded with zeros, as long form pads).
+    The random model writes timestamp tokens after <|notimestamps|> too: suppressed here, so that `generate` does
+    not re-run the window after them (as transformers' short form does)."""
+    _, model = whisper
+    frames = [-(-len(speech[1]) // 160)]  # the frames that hold the recording, as Transcriber reads them
+    x = log_mel(speech[1], 8, frames=frames[0])
+    window = 2 * model.config.audio.max_source_positions
+    options = dict(max_new_tokens=6, language="en", return_timestamps=False, suppress_tokens=whisper_kit.TIMESTAMPS)
+    [transcript] = Transcriber(model, **options)([speech[1]])
+    starts = list(range(0, frames[0], window))
+    assert len(starts) > 2 and [s.seek for s in transcript.segments] == starts
+    ends = [min(start + window, frames[0]) // 2 * 2 for start in starts]  # on the timestamps' 20 ms grid
+    times = [t for start, end in zip(starts, ends) for t in (start / 100, end / 100)]
+    assert [t for s in transcript.segments for t in (s.start, s.end)] == pytest.approx(times, abs=1e-9)
+    for segment, start in zip(transcript.segments, starts):
+        piece = torch.nn.functional.pad(x[:, :, start : start + window], (0, max(0, start + window - frames[0])))
+        tokens = encdec.generate(model, piece, **options)[0].tolist()  # after <|notimestamps|>
+        assert list(segment.tokens) == [t for t in tokens if t != whisper_kit.EOS] and len(tokens) > 2

@@ -107,6 +107,12 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--word-timestamps", action="store_true", help="each word's start and end (verbose_json)")
     parser.add_argument(
+        "--without-timestamps",
+        dest="return_timestamps",
+        action="store_false",
+        help="decode no timestamp tokens: windows back to back, one segment each (faster-whisper's without_timestamps)",
+    )
+    parser.add_argument(
         "--batched",
         action="store_true",
         help="cut each recording at its silences and decode the pieces as one batch (no previous text)",
@@ -149,7 +155,7 @@ def prompt_ids(speech_text, prompt: str, previous: int | None) -> list[int]:
 
 def options_of(args: argparse.Namespace) -> dict:
     """The decoding options the command line gives, over openai-whisper's defaults."""
-    given = {name: getattr(args, name) for name in ("language", "task", "num_beams", *THRESHOLDS)}
+    given = {name: getattr(args, name) for name in ("language", "task", "num_beams", "return_timestamps", *THRESHOLDS)}
     if args.temperature is not None:
         given["temperature"] = [float(t) for t in args.temperature]
     return OPENAI_WHISPER | {name: value for name, value in given.items() if value is not None}
@@ -186,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     if args.batched:  # every piece of the batch's recordings at once (transcription.batched): no previous text
 
         def transcriber(paths):
-            return transcribe_batched(model, opened.text, paths, opened.generation, return_timestamps=True, **options)
+            return transcribe_batched(model, opened.text, paths, opened.generation, **options)
     else:
         transcriber = Transcriber(
             model,

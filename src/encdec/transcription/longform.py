@@ -16,6 +16,8 @@ window the rows whose prompts have one length as one batch (a recording's prompt
 decodes as it would alone); the language, where not given, is detected once from each one's first window.
 A recording of one window or less is read as `generate` reads it (transformers' short form): its whole window,
 the log-mel of silence after it; a longer one's last window is padded with zeros (transformers' long form).
+With return_timestamps=False (faster-whisper's and openai-whisper's without_timestamps) the windows follow one
+another back to back, each decoded after <|notimestamps|> and one segment from its start to its end.
 
 Shapes: B recordings, C mel bins, T frames (the longest recording's), W a window's frames, P prompt length.
 """
@@ -68,8 +70,6 @@ class Transcriber:
         refused = [name for name in REFUSED if options.get(name) not in (None, 1, False)]
         if refused:
             raise ConfigError(f"{refused[0]} is not an option of long-form transcription: its prompts are its own")
-        if options.get("return_timestamps") is False:
-            raise ConfigError("long-form transcription moves window by window on timestamps: leave return_timestamps")
         if not 0 < max_seconds <= MAX_SECONDS:
             raise ConfigError(
                 f"max_seconds must be above 0 and at most {MAX_SECONDS:,.0f} (two hours), got {max_seconds}"
@@ -79,7 +79,7 @@ class Transcriber:
             raise ConfigError("word timestamps need the model's text encoding: words are read from decoded text")
         self.word_timestamps = word_timestamps
         positions = model.config.positions.max
-        self.options = {"max_new_tokens": positions // 2, **options, "return_timestamps": True}
+        self.options = {"max_new_tokens": positions // 2, "return_timestamps": True, **options}
         cfg = resolve_config(model, dict(self.options))  # every option checked before any audio is read
         if cfg.whisper is None:
             raise ConfigError("this model has no Whisper rules (its generation_config.json has no timestamps)")
@@ -92,7 +92,7 @@ class Transcriber:
             )
         language = cfg.language[:1] if isinstance(cfg.language, list) else cfg.language
         detected = [cfg.decoder_start_token_id] if needs_detection(cfg.whisper, cfg.language, cfg.task) else None
-        init_tokens(cfg.whisper, cfg.decoder_start_token_id, 1, language, cfg.task, True, detected)  # its sentences
+        init_tokens(cfg.whisper, cfg.decoder_start_token_id, 1, language, cfg.task, cfg.return_timestamps, detected)
         self.prompt_ids = list(cfg.prompt_ids or [])
         self.options.pop("prompt_ids", None)  # the prompts are made here, window by window
         self.cfg, self.window = cfg, 2 * model.config.audio.max_source_positions
@@ -145,7 +145,9 @@ class Transcriber:
             with torch.inference_mode():
                 ids = detect_language(self.model, first.to(device), mask, rules, cfg.decoder_start_token_id)
             detected = ids.tolist()
-        return init_tokens(rules, cfg.decoder_start_token_id, batch, cfg.language, cfg.task, True, detected)
+        return init_tokens(
+            rules, cfg.decoder_start_token_id, batch, cfg.language, cfg.task, cfg.return_timestamps, detected
+        )
 
     def decode(
         self, features: torch.Tensor, frames: list[int], prompts: list[list[int]], recorded: list[int] | None = None
@@ -171,6 +173,8 @@ class Transcriber:
                             seek[row] += left
                             continue
                         pieces, moved = split(tokens, self.cfg.whisper.timestamp_begin, left)
+                        if not self.cfg.return_timestamps:  # a timestamp token is then text, read as it comes
+                            pieces, moved = [tokens], left
                         timed = self.timed(pieces, tokens, seek[row], left, kept, len(segments[row]))
                         if self.word_timestamps:
                             sequence = whole[row] + tokens + ended
@@ -256,9 +260,9 @@ class Transcriber:
         to its last (the first of a closing pair); a decoding with no pair is one segment from the window's start
         to its last timestamp, or to the end of the `left` frames it read where it has none."""
         first, offset = self.cfg.whisper.timestamp_begin, seek * SECONDS_PER_FRAME
-        is_time = [token >= first for token in tokens]
+        is_time = [token >= first and self.cfg.return_timestamps for token in tokens]
         if not any(a and b for a, b in zip(is_time, is_time[1:])):  # no pair: `pieces` is the decoding
-            times = [token - first for token in tokens if token >= first]
+            times = [token - first for token, time in zip(tokens, is_time) if time]
             spans = [(0, times[-1] if times and times[-1] > 0 else left // FRAMES_PER_TIMESTAMP)]
         else:
             closed = is_time[-2:] != [False, True]  # the last segment ends on a pair (cut off after it)
