@@ -41,7 +41,6 @@ def tiny_whisper_dir(path: Path, seed: int = 0) -> Path:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.MODEL.update(TINY)
-    module.WINDOW_SECONDS = WINDOW_SECONDS
     module.build(path, SENTENCES * 30, 300, seed)
     import transformers
 

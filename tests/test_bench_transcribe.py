@@ -1,0 +1,46 @@
+"""benchmarks/bench_transcribe.py on a tiny random Whisper (a 4 s window) and real speech: each engine run in a
+process of its own over the same windows, its row in the table. faster-whisper's column is left out here: it reads
+30-second windows only (its feature extractor's 3,000 frames), which this model's 4 s window is not."""
+
+import importlib.util
+import math
+
+import pytest
+
+from tests.transcription import speech_kit
+
+transformers = pytest.importorskip("transformers")
+soundfile = pytest.importorskip("soundfile")
+pytestmark = [speech_kit.needs_espeak, pytest.mark.usefixtures("one_thread")]
+
+
+def cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip("| \n").split(" | ")]
+
+
+def test_encdec_and_transformers_decode_the_same_windows_each_in_a_process_of_its_own(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location(
+        "bench_transcribe", speech_kit.SCRIPT.parents[1] / "benchmarks" / "bench_transcribe.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    (tmp_path / "model").mkdir()
+    model = speech_kit.tiny_whisper_dir(tmp_path / "model")
+    wave, _ = speech_kit.with_pauses(speech_kit.SENTENCES * 2)
+    soundfile.write(tmp_path / "talk.wav", wave.numpy(), 16_000)
+    windows = math.ceil(len(wave) / 16_000 / speech_kit.WINDOW_SECONDS)
+    argv = [str(model), str(tmp_path / "no-ct2"), str(tmp_path / "talk.wav"), "--engines", "encdec", "transformers"]
+    bench.main(
+        [*argv, "--threads", "1", "--repeats", "1", "--beams", "1", "2", "--compute", "fp32", "--max-new-tokens", "6"]
+    )
+    rows = [cells(line) for line in capsys.readouterr().out.splitlines() if line.startswith("| talk.wav")]
+    assert [(row[1], row[3]) for row in rows] == [
+        ("greedy", "encdec"),
+        ("greedy", "transformers"),
+        ("beam 2", "encdec"),
+        ("beam 2", "transformers"),
+    ]
+    assert windows > 2 and all(row[5] == str(windows) for row in rows)  # the same windows in every engine
+    assert all(int(row[4]) > 0 and float(row[7]) > 0 for row in rows)  # tokens, audio seconds a wall second
+    assert all(int(row[4]) <= 6 * windows for row in rows if row[3] == "encdec")  # --max-new-tokens a window
+    # (transformers' short form re-runs a window after the timestamp tokens this random model writes: more tokens)
