@@ -178,14 +178,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def open_output(path: Path) -> TextIO:
-    """A new file renamed over `path` at once, open for the outputs: never written through a link (a symlink
-    at `path` or on the way is refused, a hard link replaced), and never a device or a FIFO replaced."""
-    output_path(path, "-o")
+def open_output(path: Path, flag: str = "-o") -> TextIO:
+    """A new file renamed over `path` (given as `flag`) at once, open for the outputs: never written through a
+    link (a symlink at `path` or on the way is refused, a hard link replaced), and never a device or a FIFO
+    replaced."""
+    output_path(path, flag)
     if not path.parent.is_dir():
-        raise ConfigError(f"-o {path}: the directory {path.parent} does not exist")
+        raise ConfigError(f"{flag} {path}: the directory {path.parent} does not exist")
     if path.exists() and not path.is_file():
-        raise ConfigError(f"-o {path} is not a regular file; name a file to write, or - for stdout")
+        raise ConfigError(f"{flag} {path} is not a regular file; name a file to write, or - for stdout")
     return open_replacing(path)
 
 
