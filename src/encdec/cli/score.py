@@ -133,17 +133,8 @@ def read_pairs(args: argparse.Namespace) -> TestFile:
 
 def record(opened: OpenedModel, source: str, target: str, score: PairScore, options: ScoreOptions) -> dict:
     """One pair's line: its texts, its target's tokens (as strings and ids), their log-probabilities and scores."""
-    return {
-        "source": source,
-        "target": target,
-        "tokens": token_strings(opened, score.token_ids),
-        "token_ids": score.token_ids,
-        "token_logprobs": score.token_logprobs,
-        "total": score.total,
-        "score": score.score,
-        "normalise": options.normalise,
-        "cut": score.cut,
-    }
+    tokens = token_strings(opened, score.token_ids)
+    return {"source": source, "target": target, **score.record(tokens), "normalise": options.normalise}
 
 
 def json_line(value: dict) -> str:
