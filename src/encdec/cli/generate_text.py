@@ -162,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         and not args.no_stream
         and effective.get("num_beams", 1) == 1
         and effective.get("num_return_sequences", 1) == 1
+        and effective.get("mbr") is None  # MBR's samples are chosen among once all are drawn
     )
     starts = range(0, len(inputs), args.batch_size)
     bar = not streaming and len(starts) > 1 and sys.stderr.isatty()  # on a terminal, never into a log
