@@ -8,7 +8,7 @@
 The pairs are encoded as `encdec score` and `encdec evaluate` encode them (evaluation.pair_scores: the target
 as training tokenised it, EOS last) in the request's thread; each batch's teacher-forced forward runs in the
 scheduler's thread between two decoding steps (Scheduler.exclusive), so scoring shares the model with the
-requests being decoded and each of them loses one step's time, not more. The request is bounded by the
+requests being decoded, each of which waits one forward a batch. The request is bounded by the
 server's Limits (--max-inputs pairs, --max-input-chars characters a text, the body's bytes) and its parameters
 are ScoreOptions, the declaration `encdec score`'s flags read too; a bad one is a 4xx and one sentence.
 """
