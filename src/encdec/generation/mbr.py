@@ -31,8 +31,9 @@ def metric_named(name: str):
 
 
 def check_mbr(cfg) -> None:
-    """MBR's texts need a decoding: one sentence where `cfg` (a GenerationConfig asking for mbr) has none."""
-    if cfg.mbr is not None and cfg.mbr_decode is None:
+    """MBR's texts need a decoding: one sentence where `cfg` (a GenerationConfig asking for mbr) has no function
+    for it."""
+    if cfg.mbr is not None and not callable(cfg.mbr_decode):
         raise ConfigError(
             "mbr compares texts: give mbr_decode (token rows -> texts), or generate through "
             "encdec.generation.text_generator.TextGenerator, which decodes with the model's tokenizer"
