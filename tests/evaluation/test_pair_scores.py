@@ -81,3 +81,13 @@ def test_bad_score_options_are_one_sentence(values, says):
 
 def test_no_pairs_score_nothing(opened):
     assert score_pairs(opened, []) == []
+
+
+def test_a_target_whose_logits_pass_one_forward_s_bound_is_one_sentence(opened, monkeypatch):
+    from encdec.errors import DataError
+    from encdec.evaluation import pair_scores
+
+    monkeypatch.setattr(pair_scores, "MAX_LOGITS", len(WORDS) * 3)  # three tokens' logits
+    assert len(score_pairs(opened, [PAIRS[1]])[0].token_ids) == 2  # "she" and EOS fit
+    with pytest.raises(DataError, match="pair 0's target holds 6 tokens"):
+        score_pairs(opened, PAIRS[:1])
