@@ -70,6 +70,9 @@ def bases(p: Path, out: Path) -> dict[str, Base]:
         "evaluate": Base(
             {"model": run}, {"--data": [str(p / "test.tsv")], "--format": "tsv", "--out": str(out / "report"), **on_cpu}
         ),
+        "score": Base(
+            {"model": run}, {"--data": [str(p / "test.tsv")], "--out": str(out / "s.jsonl"), "--device": "cpu"}
+        ),
         "export": Base({"model": run}, {"--out": str(out / "hf")}),
         "average": Base({"run": run}, {"--last": "1", "--out": str(out / "avg")}),
         "attention": Base({"model": run}, {"--source": "a dog", "-o": str(out / "maps.png"), **on_cpu}),

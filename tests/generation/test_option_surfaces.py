@@ -51,6 +51,8 @@ SAMPLES = {
     "compression_ratio_threshold": (2.4, {}),
     "logprob_threshold": (-1.0, {}),
     "no_speech_threshold": (0.6, {}),
+    "mbr": (4, {"do_sample": True}),
+    "mbr_metric": ("bleu", {"do_sample": True, "mbr": 4}),
 }
 
 

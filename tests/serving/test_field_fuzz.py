@@ -17,6 +17,7 @@ pytest.importorskip("uvicorn")
 pytestmark = pytest.mark.slow
 
 GOOD = {"inputs": "A man rides a bike.", "parameters": {"max_new_tokens": 4}}
+GOODS = {"/score": {"inputs": [{"source": "A man.", "target": "Ein Mann."}], "parameters": {"normalise": "gnmt"}}}
 DEEP = "DEEP-JUNK"  # stands for JSON nested deeper than any parser's recursion, written as raw text
 HOSTILE = [  # and plausible ones, which reach the checks across fields (a sampling option without do_sample)
     0.5,
@@ -80,9 +81,9 @@ def field_paths(schema: dict, at: tuple = ()) -> list[tuple]:
     return paths
 
 
-def with_value(path: tuple, value) -> bytes:
-    """GOOD with the field at `path` set to `value` (the containers on the way made as the path needs)."""
-    body = json.loads(json.dumps(GOOD))
+def with_value(path: tuple, value, good: dict = GOOD) -> bytes:
+    """`good` with the field at `path` set to `value` (the containers on the way made as the path needs)."""
+    body = json.loads(json.dumps(good))
     holder = body
     for i, key in enumerate(path[:-1]):
         following = path[i + 1]
@@ -124,9 +125,11 @@ def check(status: int, answer, route: str) -> None:
 
 def test_the_walk_covers_every_declared_field_of_both_generating_routes(server):
     declared = {path: body for path, _, body in routes(server) if body is not None}
-    assert set(declared) == {"/generate", "/generate_stream"}
+    assert set(declared) == {"/generate", "/generate_stream", "/score"}
     walked = field_paths(declared["/generate"])
     assert ("parameters", "top_k") in walked and ("parameters", "details") in walked and ("inputs", 0) in walked
+    scored = field_paths(declared["/score"])
+    assert ("inputs", 0, "target") in scored and ("parameters", "alpha") in scored
 
 
 def test_every_field_of_every_route_takes_every_hostile_value(server):
@@ -139,12 +142,13 @@ def test_every_field_of_every_route_takes_every_hostile_value(server):
                     check(*call(f"{server.url}{route}?{query}")[:2], route)
                 requests += 1
             continue
+        good = GOODS.get(route, GOOD)
         for path in field_paths(schema):
             for value in HOSTILE:
-                check(*call(server.url + route, with_value(path, value))[:2], f"{route} {path} {value!r:.60}")
+                check(*call(server.url + route, with_value(path, value, good))[:2], f"{route} {path} {value!r:.60}")
                 requests += 1
-        for path in [(), *(p for p in field_paths(schema) if isinstance(reach(GOOD, p), dict))]:  # unknown keys
-            body = json.loads(json.dumps(GOOD))
+        for path in [(), *(p for p in field_paths(schema) if isinstance(reach(good, p), dict))]:  # unknown keys
+            body = json.loads(json.dumps(good))
             reach(body, path)["unknown_key"] = {"nested": [float("nan")]}
             check(*call(server.url + route, json.dumps(body).encode())[:2], f"{route} unknown key at {path}")
             requests += 1

@@ -182,12 +182,18 @@ def test_the_scheduler_thread_loads_the_model_it_serves_and_a_failed_load_is_rai
         Scheduler(refuse)
 
 
+def token_words(rows: torch.Tensor) -> list[str]:
+    """Token rows as texts of one word a token id: MBR's decoding without a tokenizer."""
+    return [" ".join(map(str, row.tolist())) for row in rows]
+
+
 SEARCHES = {  # a config that selects each entry of generation's strategy table
     "greedy": {},
     "sampling": {"do_sample": True, "seed": 3, "top_k": 20},
     "beam search": {"num_beams": 3, "num_return_sequences": 2},
     "diverse beam search": {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 0.5},
     "temperature fallback": {"temperature": [0.0, 0.5], "compression_ratio_threshold": 0.001, "seed": 3},
+    "minimum Bayes risk": {"do_sample": True, "seed": 3, "mbr": 4, "mbr_decode": token_words},
 }
 
 

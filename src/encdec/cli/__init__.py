@@ -39,6 +39,7 @@ SUBCOMMANDS = {
     "generate": ("generate_text", "generate text from a model directory"),
     "transcribe": ("transcribe_audio", "transcribe recordings of any length: text, segments, subtitles"),
     "evaluate": ("evaluate", "loss, perplexity and scored generations of a model"),
+    "score": ("score", "the log-probability of given targets, token by token"),
     "export": ("export", "write a run as a Hugging Face model directory"),
     "average": ("average", "average a run's last checkpoints"),
     "attention": ("attention_maps", "draw a model's cross- or encoder self-attention as heat maps"),

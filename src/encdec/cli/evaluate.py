@@ -54,7 +54,7 @@ from encdec.cli.output_paths import InputPath, OutputPath, add_model_argument
 from encdec.data.formats import FILE_FORMATS, FORMATS, SPEECH_FORMATS
 from encdec.errors import ConfigError
 from encdec.evaluation.baselines import uniform_loss
-from encdec.evaluation.encoding import TextEncoding, hf_encoding, run_encoding
+from encdec.evaluation.encoding import TextEncoding, opened_encoding
 from encdec.evaluation.files import TestFile, infer_format, read_test_file, reader_options
 from encdec.evaluation.report import perplexity
 from encdec.evaluation.scoring import (
@@ -286,12 +286,7 @@ def open_for_scoring(args: argparse.Namespace, device: torch.device) -> OpenedMo
 def text_encoding(opened: OpenedModel, options: dict) -> TextEncoding:
     """A run's text encoding (its templates, its UL2 [S] token) or a Hugging Face tokenizer's, in the languages
     of `options`' src_lang (inputs) and tgt_lang (references)."""
-    src_lang, tgt_lang = options.get("src_lang"), options.get("tgt_lang")
-    if opened.run is None:
-        return hf_encoding(opened.text, opened.model.config.eos_id, src_lang, tgt_lang)
-    text, tokenizer = opened.run.description.text, opened.run.tokenizer
-    mode = tokenizer.special_id("[S]") if text.mode_tokens else None
-    return run_encoding(opened.run.text, tokenizer, text.target_template, mode, src_lang, tgt_lang)
+    return opened_encoding(opened, options.get("src_lang"), options.get("tgt_lang"))
 
 
 def check_reads(model, test: TestFile) -> None:

@@ -162,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         and not args.no_stream
         and effective.get("num_beams", 1) == 1
         and effective.get("num_return_sequences", 1) == 1
+        and effective.get("mbr") is None  # MBR's samples are chosen among once all are drawn
     )
     starts = range(0, len(inputs), args.batch_size)
     bar = not streaming and len(starts) > 1 and sys.stderr.isatty()  # on a terminal, never into a log
@@ -178,14 +179,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def open_output(path: Path) -> TextIO:
-    """A new file renamed over `path` at once, open for the outputs: never written through a link (a symlink
-    at `path` or on the way is refused, a hard link replaced), and never a device or a FIFO replaced."""
-    output_path(path, "-o")
+def open_output(path: Path, flag: str = "-o") -> TextIO:
+    """A new file renamed over `path` (given as `flag`) at once, open for the outputs: never written through a
+    link (a symlink at `path` or on the way is refused, a hard link replaced), and never a device or a FIFO
+    replaced."""
+    output_path(path, flag)
     if not path.parent.is_dir():
-        raise ConfigError(f"-o {path}: the directory {path.parent} does not exist")
+        raise ConfigError(f"{flag} {path}: the directory {path.parent} does not exist")
     if path.exists() and not path.is_file():
-        raise ConfigError(f"-o {path} is not a regular file; name a file to write, or - for stdout")
+        raise ConfigError(f"{flag} {path} is not a regular file; name a file to write, or - for stdout")
     return open_replacing(path)
 
 

@@ -7,7 +7,8 @@ MODEL is a run directory, a Hugging Face directory or a Hub id. The server liste
          -d '{"inputs": "A man rides a bike.", "parameters": {"num_beams": 4}}'
     {"generated_text": "..."}
 
-POST /generate_stream streams tokens as server-sent events; GET /health, GET /metrics (Prometheus);
+POST /generate_stream streams tokens as server-sent events; POST /score gives given targets' token
+log-probabilities ({"inputs": [{"source": ..., "target": ...}]}, as `encdec score`); GET /health, GET /metrics;
 GET / is a page with a text box, options, beam alternatives and the output's cross-attention map.
 Every output equals `encdec generate` on that input alone. A speech model (Whisper) answers OpenAI's
 POST /v1/audio/transcriptions and /v1/audio/translations instead (a multipart upload; response_format json,

@@ -1,6 +1,6 @@
 """`--threads N` on every command that computes: torch's CPU threads, chosen from the free cores when not given.
 
-A run (train, compare) takes it as training.threads, which its checkpoints keep; generate, transcribe, evaluate,
+A run (train, compare) takes it as training.threads, which its checkpoints keep; generate, transcribe, evaluate, score,
 attention, serve and demo set it for their process. Not given, each takes the cores other processes leave free as
 it starts (encdec.sizing.choose_threads; OMP_NUM_THREADS, where set, is taken as given): on a 2-core machine with
 another job running, 2 threads made steps 3-10x slower than 1.
@@ -13,7 +13,7 @@ from encdec.schema import Range, argument_type
 
 MAX_THREADS = 4096  # runs.state.MAX_THREADS: above the cores a count is capped with a warning
 RUNS = ("train", "compare")  # their runs choose, record and keep their threads (training.threads)
-COMPUTING = ("demo", "generate", "transcribe", "evaluate", "attention", "serve", *RUNS)
+COMPUTING = ("demo", "generate", "transcribe", "evaluate", "score", "attention", "serve", *RUNS)
 
 
 def add_threads_option(parser: argparse.ArgumentParser, command: str) -> None:

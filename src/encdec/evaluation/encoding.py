@@ -70,6 +70,16 @@ def run_encoding(
     )
 
 
+def opened_encoding(opened, src_lang: str | None = None, tgt_lang: str | None = None) -> TextEncoding:
+    """The encoding of a model opened by encdec.runs.open.open_model: a run's (its templates, its UL2 [S] token)
+    or its Hugging Face tokenizer's, in the languages `src_lang` (inputs) and `tgt_lang` (references)."""
+    if opened.run is None:
+        return hf_encoding(opened.text, opened.model.config.eos_id, src_lang, tgt_lang)
+    text, tokenizer = opened.run.description.text, opened.run.tokenizer
+    mode = tokenizer.special_id("[S]") if text.mode_tokens else None
+    return run_encoding(opened.run.text, tokenizer, text.target_template, mode, src_lang, tgt_lang)
+
+
 def hf_encoding(tokenizer, eos_id: int, src_lang: str | None = None, tgt_lang: str | None = None) -> TextEncoding:
     """A Hugging Face tokenizer's encoding (sources cut to its model_max_length), sources in `src_lang` and
     references in `tgt_lang` where given (their codes placed as the tokenizer places its own, the tokenizer

@@ -88,18 +88,20 @@ def encoded_targets(encoding: TextEncoding, targets: list[str]) -> list[list[int
     return [ids for batch in chunks(targets, ENCODE_AT_ONCE) for ids in encoding.encode_targets(list(batch))]
 
 
-def pair_examples(model: nn.Module, encoding: TextEncoding, pairs: list[tuple[str, str]]) -> tuple[list[Example], int]:
-    """(source, reference) ids of every pair, and how many references were cut to fit the positions."""
+def pair_examples(
+    model: nn.Module, encoding: TextEncoding, pairs: list[tuple[str, str]]
+) -> tuple[list[Example], list[bool]]:
+    """(source, reference) ids of every pair, and for each whether its reference was cut to fit the positions."""
     sources = encoded_sources(encoding, [s for s, _ in pairs])
     targets = encoded_targets(encoding, [t for _, t in pairs])
-    limit, cut, examples = position_limit(model), 0, []
+    limit, cut, examples = position_limit(model), [], []
     for source, target in zip(sources, targets):
         if is_causal(model):  # one stream of source + target: its inputs are all but its last token
             source = source[-limit:]
             room = limit + 1 - len(source)
         else:
             room = limit if limit is not None else len(target)
-        cut += len(target) > room
+        cut.append(len(target) > room)
         examples.append((np.array(source, dtype=np.int64), np.array(target[:room], dtype=np.int64)))
     return examples, cut
 
@@ -147,14 +149,21 @@ def document_examples(model: nn.Module, encoding: TextEncoding, documents: list[
 def batches(examples: list[Example], batch_size: int, vocab_size: int) -> Iterator[list[Example]]:
     """Examples sorted by length and grouped `batch_size` at a time, fewer where their logits would pass
     MAX_LOGITS (the order changes no sum)."""
-    order = sorted(examples, key=lambda e: (len(e[0]) + len(e[1]), len(e[1])))
-    batch: list[Example] = []
-    for example in order:
-        width = len(example[0]) + len(example[1])  # a bound on the longer side of the batch
+    for group in batch_indices(examples, batch_size, vocab_size):
+        yield [examples[i] for i in group]
+
+
+def batch_indices(examples: list[Example], batch_size: int, vocab_size: int) -> Iterator[list[int]]:
+    """The indices of `batches`' groups: the examples sorted by length, `batch_size` at a time, fewer where
+    their logits would pass MAX_LOGITS."""
+    order = sorted(range(len(examples)), key=lambda i: (len(examples[i][0]) + len(examples[i][1]), len(examples[i][1])))
+    batch: list[int] = []
+    for i in order:
+        width = len(examples[i][0]) + len(examples[i][1])  # a bound on the longer side of the batch
         if batch and (len(batch) >= batch_size or (len(batch) + 1) * width * vocab_size > MAX_LOGITS):
             yield batch
             batch = []
-        batch.append(example)
+        batch.append(i)
     if batch:
         yield batch
 
@@ -204,7 +213,8 @@ def file_nll(
     """The NLL of a test file's items: of every pair's reference given its source (pairs), or of every token
     of every document, each document's closing EOS included (texts)."""
     if items and isinstance(items[0], tuple):
-        (examples, cut), expected = pair_examples(model, encoding, items), None
+        (examples, cuts), expected = pair_examples(model, encoding, items), None
+        cut = sum(cuts)
     else:
         (examples, expected), cut = document_examples(model, encoding, items), 0
     total, tokens = total_nll(model, examples, batch_size, device, progress, encoding.decoder_start)

@@ -8,7 +8,7 @@ the model (`model.config` and, for loaded checkpoints, `model.generation_default
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 
@@ -219,6 +219,14 @@ class GenerationConfig:
         HTTP,
         HF,
     )
+    # minimum Bayes risk (generation.mbr): samples drawn, the one most like the others kept
+    mbr: Annotated[int, Range(2, MAX_BEAMS)] | None = option(
+        None, "minimum Bayes risk: draw this many samples (do_sample), keep the one most like the others", CLI, HTTP
+    )
+    mbr_metric: Literal["chrf", "bleu"] | None = option(
+        None, "MBR's utility: sacrebleu's sentence chrF (default) or BLEU", CLI, HTTP
+    )
+    mbr_decode: Callable[[torch.Tensor], list[str]] | None = None  # token rows (R, L) -> their texts (TextGenerator's)
     return_dict_in_generate: bool = False  # return a GenerateOutput instead of the token ids
     output_scores: bool = False  # with return_dict_in_generate: the processed scores of every step
     compile: bool = option(  # encdec only
@@ -245,6 +253,22 @@ class GenerationConfig:
         if self.output_scores and not self.return_dict_in_generate:
             raise ConfigError("output_scores needs return_dict_in_generate=True, which returns them")
         self._check_groups()
+        self._check_mbr()
+
+    def _check_mbr(self) -> None:
+        """Minimum Bayes risk chooses among samples: each rule one sentence."""
+        if self.mbr is None:
+            if self.mbr_metric is not None:
+                raise ConfigError("mbr_metric is the utility of MBR decoding: give mbr (the samples drawn) too")
+            return
+        if not self.do_sample:
+            raise ConfigError('mbr chooses among samples: add do_sample (--do-sample, or "do_sample": true)')
+        if self.num_beams > 1:
+            raise ConfigError("mbr chooses among samples, not beams: leave num_beams at 1")
+        if self.num_return_sequences > self.mbr:
+            raise ConfigError(f"num_return_sequences ({self.num_return_sequences}) cannot exceed mbr ({self.mbr})")
+        if self.streamer is not None:
+            raise ConfigError("streaming tokens works with greedy decoding and sampling, not MBR's samples")
 
     def _check_groups(self) -> None:
         """Group beam search: Hugging Face's rules, each one sentence."""
@@ -287,6 +311,8 @@ class GenerationConfig:
     @property
     def rows_per_example(self) -> int:
         """Rows the search holds per example: beams, or independent samples."""
+        if self.mbr is not None:
+            return self.mbr
         return self.num_beams if self.num_beams > 1 else self.num_return_sequences
 
     def check_generator(self, device: torch.device) -> None:

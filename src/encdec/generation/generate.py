@@ -22,6 +22,7 @@ from encdec.generation.config import GenerationConfig
 from encdec.generation.decode_memory import check_generation_fits
 from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.interface import Steppable, capabilities_of, model_device
+from encdec.generation.mbr import check_mbr
 from encdec.generation.stop_strings import stop_strings_for
 from encdec.generation.strategies import strategy_for
 from encdec.generation.whisper_rules import whisper_prompt, whisper_rules_of
@@ -125,6 +126,7 @@ def prepare(
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     if fallback.applies(cfg):
         fallback.check_fallback(cfg, vocab)
+    check_mbr(cfg)  # its texts' decoding given
     return Prepared(cfg, src_ids, src_mask, prompt, stop, cfg.rows_per_example, device, vocab)
 
 

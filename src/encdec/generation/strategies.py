@@ -18,6 +18,7 @@ from encdec.generation.beam_search import beam_search
 from encdec.generation.config import GenerationConfig
 from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.group_beam_search import group_beam_search
+from encdec.generation.mbr import mbr_search
 from encdec.generation.search import SampleSearch, sample_search
 
 
@@ -53,6 +54,7 @@ STRATEGIES = (
     Strategy("temperature fallback", fallback.applies, run_temperatures, stepwise=False),  # its passes: below
     Strategy("diverse beam search", lambda cfg: cfg.num_beam_groups > 1, run_group_beams, stepwise=False),
     Strategy("beam search", lambda cfg: cfg.num_beams > 1, run_beams, stepwise=False),
+    Strategy("minimum Bayes risk", lambda cfg: cfg.mbr is not None, mbr_search, stepwise=False),  # generation.mbr
     Strategy("sampling", lambda cfg: cfg.do_sample, run_samples, stepwise=True),
     Strategy("greedy", lambda cfg: True, run_samples, stepwise=True),
 )

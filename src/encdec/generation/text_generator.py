@@ -11,8 +11,8 @@ run's `RunTokenizer` (its source template, the length it trained with, its paddi
 directory's tokenizer. A source language is an argument of `encode`: its code is put where the tokenizer puts
 its own (tokenizers.languages.encode_in), the tokenizer is never changed, so requests in different languages
 encode at once on a server's threads. `options` hands `generate` the Hugging Face tokenizer that src_lang,
-tgt_lang (its code forced first) and stop_strings read, and the checkpoint's defaults; the server passes the
-same options to its scheduler, which runs them as `generate` does.
+tgt_lang (its code forced first) and stop_strings read, MBR's decoding of its samples (generation.mbr), and the
+checkpoint's defaults; the server passes the same options to its scheduler, which runs them as `generate` does.
 """
 
 from dataclasses import dataclass
@@ -50,6 +50,8 @@ class TextGenerator:
         """`options` as `generate` (and the server's scheduler) take them: with the tokenizer that src_lang,
         tgt_lang and stop_strings need, and the defaults they override (a run's target language among them)."""
         given = {"tokenizer": self.tokenizer} if self.tokenizer is not None else {}
+        if options.get("mbr", (self.defaults or {}).get("mbr")) is not None:  # MBR's utility compares texts
+            given["mbr_decode"] = self.decode
         trained = getattr(self.text, "language_defaults", None)  # a run's: the target language it was trained in
         languages = trained(options) if trained is not None else {}
         return given | ({"defaults": self.defaults} if self.defaults is not None else {}) | languages | options

@@ -6,6 +6,8 @@
     GET  /metrics           Prometheus' text format (prometheus-client)
     GET  /openapi.json      the routes and the request body's fields (serving.requests.request_schema)
     GET  /                  the page: a text box, options, the output, beam alternatives, a cross-attention map
+    POST /score             {"inputs": [{"source", "target"}, ...]} -> each target's token log-probabilities
+                            (serving.score_route: teacher-forced between two decoding steps)
     POST /v1/audio/transcriptions, /v1/audio/translations   OpenAI's audio API, for a speech model
                             (serving.audio_routes: a multipart upload -> json, text, srt, verbose_json or vtt)
 
@@ -55,6 +57,7 @@ from encdec.serving.native_memory import Trimmer, bound_primitive_cache
 from encdec.serving.prometheus import ServerMetrics
 from encdec.serving.requests import Limits, RequestError, request_schema
 from encdec.serving.scheduler import Abandoned, Scheduler
+from encdec.serving.score_route import add_score_route
 from encdec.serving.token_stream import TokenStream, watch_client
 from encdec.serving.validate import Checked, CheckedInput, check_request, read_body
 from encdec.serving.wire import HeaderLimit
@@ -302,4 +305,5 @@ def build_app(
         return stream.response()
 
     add_audio_routes(app, server)
+    add_score_route(app, server)
     return app

@@ -123,8 +123,9 @@ def check_options(options: dict, limits: Limits, defaults: dict | None = None) -
         raise RequestError(422, f"parameters: {error}") from None
     bounds = {"max_new_tokens": limits.max_new_tokens, "num_beams": limits.max_beams}
     bounds["num_return_sequences"] = limits.max_beams
+    bounds["mbr"] = limits.max_beams  # MBR's samples: rows as beams are
     for name, most in bounds.items():
-        if getattr(config, name) > most:
+        if (getattr(config, name) or 0) > most:
             raise RequestError(
                 422, f"parameters.{name} is {getattr(config, name):,}; this server allows at most {most:,}"
             )
