@@ -131,6 +131,8 @@ class Scheduler:
             work.greedy = job
         else:
             work.search = strategy.search(job)
+            if hasattr(job.cfg.streamer, "watch"):  # a stream that sends each token's log-probability
+                job.cfg.streamer.watch(work.search)
         work.answer = Future()
         self.submit_start(work, job.src_ids, job.src_mask, job.rows, job.cfg.max_new_tokens + 1, Future())
         out = work.answer.result()
