@@ -42,12 +42,18 @@ def valid_stops(value) -> bool:
     return (
         isinstance(stops, list)
         and len(stops) <= MAX_STOPS
-        and all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stops)
+        and all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS and unicode(s) for s in stops)
     )
 
 
+def unicode(text: str) -> bool:
+    """Whether `text` is valid Unicode (JSON's \\ud800 escapes decode to text no encoder takes)."""
+    return not any("\ud800" <= c <= "\udfff" for c in text)
+
+
 Stops = Annotated[
-    str | list[str], Satisfies(valid_stops, f"a text or a list of at most {MAX_STOPS} texts of 1 to {MAX_STOP_CHARS}")
+    str | list[str],
+    Satisfies(valid_stops, f"a text or a list of at most {MAX_STOPS} Unicode texts of 1 to {MAX_STOP_CHARS}"),
 ]
 
 
@@ -112,13 +118,18 @@ def texts(value) -> bool:
     return isinstance(value, str) or (isinstance(value, list) and all(isinstance(text, str) for text in value))
 
 
+def name_of(fewest: int):
+    """The test of a name of `fewest` to 200 characters, valid Unicode (it is sent back)."""
+    return lambda value: isinstance(value, str) and fewest <= len(value) <= 200 and unicode(value)
+
+
 @dataclass(frozen=True)
 class CompletionRequest:
     """OpenAI's completion request (its legacy /v1/completions), each field with its rule; n, max_tokens and the
     prompts are bounded by the server's Limits too (completion_request)."""
 
     prompt: Annotated[str | list[str], Satisfies(texts, "a text or a list of texts")]
-    model: Annotated[str, Satisfies(lambda v: 0 < len(v) <= 200, "a name of 1 to 200 characters")] | None = None
+    model: Annotated[str, Satisfies(name_of(1), "a Unicode name of 1 to 200 characters")] | None = None
     max_tokens: Annotated[int, Range(1)] | None = 16  # OpenAI's default
     temperature: Annotated[float, Range(0, 2)] | None = 1.0  # 0: greedy
     top_p: Annotated[float, Range(0, 1, above=True)] | None = 1.0
@@ -128,12 +139,12 @@ class CompletionRequest:
     logprobs: Annotated[int, Range(0, MAX_LOGPROBS)] | None = None
     echo: bool | None = False
     stream: bool | None = False
-    user: Annotated[str, Satisfies(lambda v: len(v) <= 200, "a name of at most 200 characters")] | None = None
+    user: Annotated[str, Satisfies(name_of(0), "a Unicode name of at most 200 characters")] | None = None
     best_of: Annotated[int, refused("1: encdec does not rerank samples (ask n)")] | None = None
     presence_penalty: Annotated[float, refused("0: encdec has no presence penalty")] | None = None
     frequency_penalty: Annotated[float, refused("0: encdec has no frequency penalty")] | None = None
     suffix: Annotated[str, Satisfies(lambda v: False, "null: an encoder-decoder does not fill in")] | None = None
-    logit_bias: Annotated[dict, Satisfies(lambda v: not v, "empty: logit_bias is not served")] | None = None
+    logit_bias: Annotated[dict, Satisfies(lambda v: v == {}, "empty: logit_bias is not served")] | None = None
 
 
 COMPLETION_HINTS = typing.get_type_hints(CompletionRequest, include_extras=True)
@@ -176,6 +187,10 @@ def declared_schema(cls: type) -> dict[str, Any]:
     """A body of dataclass `cls`'s fields as /openapi.json declares it (each field with what it allows)."""
     hints = typing.get_type_hints(cls, include_extras=True)
     properties = {f.name: {"description": allows(hints[f.name])} for f in fields(cls)}
+    for name, annotation in hints.items():  # a text or a list of texts (a prompt, stop strings)
+        if "list[str]" in str(annotation):
+            texts_of = {"type": "array", "items": {"type": "string"}}
+            properties[name]["anyOf"] = [{"type": "string"}, texts_of]
     required = [f.name for f in fields(cls) if f.default is MISSING]
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
