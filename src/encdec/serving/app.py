@@ -54,7 +54,8 @@ from encdec.runs.open import OpenedModel
 from encdec.schema import short
 from encdec.serving.audio_routes import add_audio_routes
 from encdec.serving.native_memory import Trimmer, bound_primitive_cache
-from encdec.serving.openai_routes import add_openai_routes, error_body, speaks_openai
+from encdec.serving.openai_errors import error_body, speaks_openai
+from encdec.serving.openai_routes import add_openai_routes
 from encdec.serving.prometheus import ServerMetrics
 from encdec.serving.requests import Limits, RequestError, request_schema
 from encdec.serving.scheduler import Abandoned, Scheduler

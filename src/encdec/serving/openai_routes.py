@@ -26,26 +26,13 @@ import anyio
 from fastapi import FastAPI, Request
 
 from encdec.generation.generate_output import GenerateOutput
+from encdec.inspection.maps import until_eos
 from encdec.serving.api_requests import Completion, CompletionRequest, completion_request, declared_schema
+from encdec.serving.openai_errors import error_body
 from encdec.serving.requests import RequestError
 from encdec.serving.token_details import token_logprobs, token_pieces
 from encdec.serving.token_stream import TokenStream, event
 from encdec.serving.validate import Checked, CheckedInput, check_parsed
-
-ERROR_TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error"}
-ERROR_TYPES |= {405: "invalid_request_error", 422: "invalid_request_error", 499: "invalid_request_error"}
-ERROR_CODES = {404: "not_found", 413: "request_too_large", 503: "server_busy"}
-
-
-def speaks_openai(path: str) -> bool:
-    return path == "/v1" or path.startswith("/v1/")
-
-
-def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
-    """OpenAI's error object: the sentence, its type (invalid_request_error for a 4xx, server_error else), the
-    field it is about (or None) and a code where the status says one."""
-    kind = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": kind, "param": param, "code": ERROR_CODES.get(status)}}
 
 
 def model_card(server) -> dict[str, Any]:
@@ -70,14 +57,13 @@ def choice_of(server, out, row: int, checked: Checked, asked: CompletionRequest,
     """One choice of a completion: row `row` of `out` up to EOS, cut at a stop string, with its logprobs; and
     the tokens generated for it."""
     sequences = (out.sequences if isinstance(out, GenerateOutput) else out).cpu()
-    generated = sequences[row, 1:].tolist()
-    ended = next((i for i, token in enumerate(generated) if token in checked.eos), None)
-    generated = generated if ended is None else generated[: ended + 1]
+    generated = until_eos(sequences[row, 1:].tolist(), sorted(checked.eos))
+    ended = bool(generated) and generated[-1] in checked.eos
     pieces = token_pieces(server.generator, generated)
     whole = server.generator.decode_tokens(generated)  # bytes a piece left unfinished are a character here
     text, stopped = cut_at_stop(whole, checked.request.options.get("stop_strings") or [])
     choice = {"text": (prompt if asked.echo else "") + text, "index": 0, "logprobs": None}
-    choice["finish_reason"] = "stop" if stopped or ended is not None else "length"
+    choice["finish_reason"] = "stop" if stopped or ended else "length"
     if asked.logprobs is not None:
         offsets = [sum(len(p) for p in pieces[:i]) for i in range(len(pieces))]
         kept = sum(1 for offset in offsets if offset < len(text)) if stopped else len(pieces)
