@@ -57,9 +57,11 @@ Stops = Annotated[
 ]
 
 
-def refused(says: str):
-    """The rule of a field taken only as its neutral value (`says`: which, and why): what encdec does not do."""
-    return Satisfies(lambda value: value in (False, 0, 1) and value is not True, says)
+def only(neutral, says: str) -> Satisfies:
+    """The rule of a field taken only as its `neutral` value (`says`: which, and why): what encdec does not do
+    (a number's neutral value as an integer or a float, a flag's as a boolean)."""
+    kinds = (bool,) if isinstance(neutral, bool) else (int, float)
+    return Satisfies(lambda value: type(value) in kinds and value == neutral, says)
 
 
 @dataclass(frozen=True)
@@ -67,16 +69,18 @@ class TgiParameters:
     """TGI's parameters that /generate's options do not name; the rest of `parameters` is /generate's."""
 
     stop: Stops | None = None  # stop_strings
-    best_of: Annotated[int, refused("1: encdec does not rerank samples (ask num_return_sequences)")] | None = None
-    return_full_text: Annotated[bool, refused("false: an encoder-decoder's output never holds its input")] | None = None
-    watermark: Annotated[bool, refused("false: outputs are not watermarked")] | None = None
+    best_of: Annotated[int, only(1, "1: encdec does not rerank samples (ask num_return_sequences)")] | None = None
+    return_full_text: (
+        Annotated[bool, only(False, "false: an encoder-decoder's output never holds its input")] | None
+    ) = None
+    watermark: Annotated[bool, only(False, "false: outputs are not watermarked")] | None = None
     truncate: Annotated[int, Satisfies(lambda v: False, "null: inputs are cut at the model's source length")] | None = (
         None
     )
-    top_n_tokens: Annotated[int, refused("0: a token's alternatives are /v1/completions' logprobs")] | None = None
+    top_n_tokens: Annotated[int, only(0, "0: a token's alternatives are /v1/completions' logprobs")] | None = None
     adapter_id: Annotated[str, Satisfies(lambda v: False, "null: this server has no adapters")] | None = None
     grammar: Annotated[dict, Satisfies(lambda v: False, "null: constrained decoding is not served")] | None = None
-    frequency_penalty: Annotated[float, refused("0: ask repetition_penalty")] | None = None
+    frequency_penalty: Annotated[float, only(0, "0: ask repetition_penalty")] | None = None
 
 
 TGI_NAMES = {f.name for f in fields(TgiParameters)}
@@ -89,12 +93,12 @@ def parse_tgi(body: bytes, limits: Limits, defaults: dict | None) -> tuple[Gener
     stream = value.pop("stream", None)
     if stream is not None and not isinstance(stream, bool):
         raise RequestError(422, f"stream must be true or false, got {short(stream)}")
-    parameters = value.get("parameters")
-    if isinstance(parameters, dict):
-        tgi = read_declared(TgiParameters, {k: parameters.pop(k) for k in TGI_NAMES & set(parameters)}, "parameters.")
-        stops = tgi.stop
+    parameters, stops = value.get("parameters"), None
+    if isinstance(parameters, dict):  # else parse_value says what is wrong with it
+        own = {name: parameters.pop(name) for name in TGI_NAMES & set(parameters)}
+        stops = read_declared(TgiParameters, own, "parameters.").stop
     request = parse_value(value, limits, defaults, stream=bool(stream))
-    return with_stops(request, stops if isinstance(parameters, dict) else None), bool(stream)
+    return with_stops(request, stops), bool(stream)
 
 
 def with_stops(request: GenerateRequest, stops: str | list[str] | None) -> GenerateRequest:
@@ -140,14 +144,11 @@ class CompletionRequest:
     echo: bool | None = False
     stream: bool | None = False
     user: Annotated[str, Satisfies(name_of(0), "a Unicode name of at most 200 characters")] | None = None
-    best_of: Annotated[int, refused("1: encdec does not rerank samples (ask n)")] | None = None
-    presence_penalty: Annotated[float, refused("0: encdec has no presence penalty")] | None = None
-    frequency_penalty: Annotated[float, refused("0: encdec has no frequency penalty")] | None = None
+    best_of: Annotated[int, only(1, "1: encdec does not rerank samples (ask n)")] | None = None
+    presence_penalty: Annotated[float, only(0, "0: encdec has no presence penalty")] | None = None
+    frequency_penalty: Annotated[float, only(0, "0: encdec has no frequency penalty")] | None = None
     suffix: Annotated[str, Satisfies(lambda v: False, "null: an encoder-decoder does not fill in")] | None = None
     logit_bias: Annotated[dict, Satisfies(lambda v: v == {}, "empty: logit_bias is not served")] | None = None
-
-
-COMPLETION_HINTS = typing.get_type_hints(CompletionRequest, include_extras=True)
 
 
 @dataclass
@@ -166,7 +167,10 @@ def completion_request(body: bytes, limits: Limits, defaults: dict | None) -> Co
     for name, value, most in [("max_tokens", max_tokens, limits.max_new_tokens), ("n", n, limits.max_beams)]:
         if value > most:
             raise RequestError(422, f"{name} is {value:,}; this server allows at most {most:,}", param=name)
-    check_inputs(asked.prompt, limits)
+    try:
+        check_inputs(asked.prompt, limits)
+    except RequestError as error:  # an empty prompt, too many or too long: its sentence, about the prompt
+        raise RequestError(error.status, str(error), param="prompt") from None
     if asked.stream and (n > 1 or not isinstance(asked.prompt, str)):
         raise RequestError(422, "a stream sends one prompt's one choice: ask n=1 and a single prompt", param="stream")
     if asked.echo and asked.logprobs is not None:
