@@ -20,6 +20,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from encdec.errors import EncdecError
+from encdec.serving.request_rows import SearchWatcher
 from encdec.serving.scheduler import Abandoned
 from encdec.serving.token_details import step_logprobs
 from encdec.serving.validate import Checked
@@ -45,7 +46,7 @@ class Streamed:
     top: list[tuple[int, float]] = field(default_factory=list)
 
 
-class ScoredTokens:
+class ScoredTokens(SearchWatcher):
     """The streamer of a scored stream: the scheduler hands it the request's search (`watch`), whose newest
     step's scores (kept by output_scores) give each token's log-probability as it comes."""
 
