@@ -97,6 +97,13 @@ def test_inference_client_seeded_sampling_equals_generate(tgi, model_dir, opened
     assert text == generate_alone(model_dir, OTHER, options, tmp_path) and text
     streamed = list(tgi.text_generation(OTHER, stream=True, details=True, **options))
     assert [e.token.id for e in streamed] == alone(opened, OTHER, **options)[0]
+    stop = next(c for c in text[2:] if c.isascii() and c.isalnum())  # a whole character of the sample's
+    # TGI's stop: generation ends once the text holds it (kept in the text, as TGI keeps it)
+    stopped = tgi.text_generation(OTHER, stop=[stop], **options)
+    assert stopped == TextGenerator(opened.text)(opened.model, [OTHER], stop_strings=[stop], **options)[0]
+    assert stop in stopped and len(stopped) < len(text)
+    with pytest.raises(huggingface_hub.errors.HfHubHTTPError, match="best_of must be 1"):  # the client's error
+        tgi.text_generation(OTHER, best_of=2, **options)
 
 
 def test_tgi_root_answers_a_list_and_refuses_what_tgi_refuses(server):
@@ -146,7 +153,7 @@ def test_openai_n_seeded_samples_and_prompt_lists_equal_generate(client, opened)
 def test_openai_stop_cuts_before_the_stop_string(client, opened):
     options = {"max_new_tokens": 20, "do_sample": True, "seed": 3, "top_k": 0, "temperature": 1.0}
     whole = text_of(opened, alone(opened, OTHER, **options)[0])
-    stop = whole[4:6]
+    stop = next(c for c in whole[2:] if c.isascii() and c.isalnum())  # a whole character of the sample
     assert stop, whole
     got = client.completions.create(model="t5", prompt=OTHER, max_tokens=20, seed=3, stop=[stop])
     assert got.choices[0].text == whole[: whole.index(stop)] and got.choices[0].finish_reason == "stop"
