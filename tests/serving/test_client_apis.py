@@ -194,6 +194,8 @@ def test_openai_models_and_refusals_in_openai_error_shape(client, server):
         got, answer, _ = call(server.url + path, body)
         assert got == status and set(answer) == {"error"}, answer
         assert set(answer["error"]) == {"message", "type", "param", "code"}, answer
+    with pytest.raises(openai.UnprocessableEntityError, match="no chat template"):  # t5's tokenizer has none
+        client.chat.completions.create(model="t5", messages=[{"role": "user", "content": TEXT}])
     assert call(server.url + "/v1/models/other")[0] == 404
     assert call(server.url + "/v1/nothing")[1]["error"]["code"] == "not_found"
     assert call(server.url + "/nothing")[1] == {"error": "no such path '/nothing'"}  # TGI's shape off /v1

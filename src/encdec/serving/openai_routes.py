@@ -1,5 +1,6 @@
 """OpenAI's text API over the continuous batching: POST /v1/completions and GET /v1/models, and OpenAI's error
-shape on every /v1 route (the audio routes' included).
+shape on every /v1 route (the audio routes' included). /v1/chat/completions is refused in one sentence (a model
+without a chat template, or a chat not served yet: its rendered text goes to /v1/completions).
 
     curl localhost:8000/v1/completions -d '{"model": "m", "prompt": "A man rides a bike.", "max_tokens": 20}'
     openai.OpenAI(base_url="http://localhost:8000/v1", api_key="-").completions.create(model="m", prompt=...)
@@ -107,6 +108,16 @@ def add_openai_routes(app: FastAPI, server) -> None:
         if name != server.opened.path.name:
             raise RequestError(404, f"this server serves the model {server.opened.path.name}, not {name[:100]}")
         return model_card(server)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):  # refused in one sentence, whatever the body: nothing of it is read
+        if getattr(server.generator.tokenizer, "chat_template", None) is None:
+            raise RequestError(
+                422, "this model has no chat template: send its input text to /v1/completions", param="messages"
+            )
+        raise RequestError(
+            422, "chat completions are not served: send the chat rendered by the model's template to /v1/completions"
+        )
 
     @app.post("/v1/completions", openapi_extra={"requestBody": {"required": True, **body}})
     async def completions(request: Request):
