@@ -55,6 +55,8 @@ class Served:
                     return
             except OSError:
                 time.sleep(0.1)
+        self.process.kill()  # not left serving after the test that started it
+        self.process.wait(timeout=60)
         raise AssertionError("encdec serve did not answer /health in time")
 
     def log(self) -> str:

@@ -126,7 +126,7 @@ def test_a_previous_text_is_served_and_an_english_only_model_refuses_to_translat
     status, body, _ = upload(server, wav_bytes(recordings[0]), prompt="A dog runs.", response_format="verbose_json")
     assert status == 200 and body["task"] == "transcribe" and body["segments"], body
     status, body, _ = upload(server, wav_bytes(recordings[0]), "/v1/audio/translations")
-    assert status == 422 and "English-only" in body["error"], body
+    assert status == 422 and "English-only" in body["error"]["message"], body  # OpenAI's error object
 
 
 def test_the_openapi_document_declares_the_upload_s_fields(server):
@@ -173,7 +173,8 @@ def test_every_declared_field_of_the_upload_takes_every_hostile_value(server, re
             statuses[status] = statuses.get(status, 0) + 1
             assert status < 500, (name, value[:20], answer)
             if status >= 400:
-                assert isinstance(answer, dict) and set(answer) == {"error"} and "\n" not in answer["error"], answer
+                assert isinstance(answer, dict) and set(answer) == {"error"}, answer  # OpenAI's error object
+                assert answer["error"]["type"] == "invalid_request_error" and "\n" not in answer["error"]["message"]
     assert statuses.get(200, 0) > 10 and metric(server.url, "encdec_queue_depth") == 0, statuses
     assert "Traceback" not in server.log()
 
@@ -229,7 +230,8 @@ def test_a_bad_upload_is_a_4xx_and_one_sentence(server, recordings, file, fields
     else:
         got = upload(server, files[file]() if isinstance(file, str) else file, **fields)
     assert got[0] == status, got
-    sentence = got[1]["error"]
+    assert set(got[1]["error"]) == {"message", "type", "param", "code"}, got  # OpenAI's error object
+    sentence = got[1]["error"]["message"]
     assert words in sentence and "\n" not in sentence and "Traceback" not in sentence, sentence
 
 
@@ -318,4 +320,4 @@ def test_openai_s_own_client_transcribes_and_translates_as_transcribe_batched(se
     assert list(srt.parse(subtitles)) == list(srt.parse(render(alone, "srt")))
     with pytest.raises(openai.UnprocessableEntityError) as refused:  # the refusal, a 4xx the client raises
         client.audio.translations.create(model="whisper-tiny", file=file)
-    assert "English-only" in refused.value.response.json()["error"]
+    assert "English-only" in refused.value.response.json()["error"]["message"]

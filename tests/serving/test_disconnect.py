@@ -74,6 +74,36 @@ def test_a_stream_closed_mid_stream_stops_its_generation(server, model_dir, tmp_
     still_serves(server, model_dir, tmp_path)
 
 
+@pytest.mark.parametrize(
+    "path, asked",
+    [
+        ("/", {"inputs": "A man rides a bike.", "parameters": LONG | {"details": True}, "stream": True}),
+        (
+            "/v1/completions",
+            {"prompt": "A man rides a bike.", "max_tokens": TOKENS, "temperature": 0, "logprobs": 2, "stream": True},
+        ),
+        (
+            "/v1/completions",
+            {"prompt": "A man rides a bike.", "max_tokens": TOKENS, "n": 2, "seed": 1, "temperature": 0.05},
+        ),
+    ],
+    ids=["tgi-stream", "openai-stream", "openai-n-samples"],
+)
+def test_the_clients_apis_give_back_their_rows_when_the_client_goes(server, model_dir, tmp_path, path, asked):
+    steps = metric(server.url, "encdec_decoder_steps_total")
+    connection = post_raw(server.port, path, json.dumps(asked).encode())
+    if asked.get("stream"):
+        received = b""
+        while received.count(b"data: ") < 3:  # mid-stream
+            received += connection.recv(4096)
+    else:
+        until(lambda: metric(server.url, "encdec_decoder_steps_total") > steps + 2, "started the samples")
+    connection.close()
+    settled(server)
+    assert metric(server.url, "encdec_decoder_steps_total") - steps < TOKENS
+    still_serves(server, model_dir, tmp_path)
+
+
 def test_a_beam_request_whose_client_goes_mid_beam_frees_its_rows(server, model_dir, tmp_path):
     steps = metric(server.url, "encdec_decoder_steps_total")
     connection = post_raw(server.port, "/generate", body(LONG | {"num_beams": 4}))

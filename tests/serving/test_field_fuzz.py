@@ -17,7 +17,10 @@ pytest.importorskip("uvicorn")
 pytestmark = pytest.mark.slow
 
 GOOD = {"inputs": "A man rides a bike.", "parameters": {"max_new_tokens": 4}}
-GOODS = {"/score": {"inputs": [{"source": "A man.", "target": "Ein Mann."}], "parameters": {"normalise": "gnmt"}}}
+GOOD_OF = {  # a route's good body; else GOOD, TGI's
+    "/v1/completions": {"prompt": "A man rides a bike.", "max_tokens": 4},
+    "/score": {"inputs": [{"source": "A man.", "target": "Ein Mann."}], "parameters": {"normalise": "gnmt"}},
+}
 DEEP = "DEEP-JUNK"  # stands for JSON nested deeper than any parser's recursion, written as raw text
 HOSTILE = [  # and plausible ones, which reach the checks across fields (a sampling option without do_sample)
     0.5,
@@ -120,14 +123,20 @@ def check(status: int, answer, route: str) -> None:
     assert status < 500, (route, answer)
     if status >= 400:
         assert isinstance(answer, dict) and set(answer) == {"error"}, answer
-        assert "\n" not in answer["error"] and len(answer["error"]) < 400, answer
+        sentence = answer["error"]
+        if route.startswith("/v1/"):  # OpenAI's error object
+            assert set(sentence) == {"message", "type", "param", "code"}, answer
+            sentence = sentence["message"]
+        assert "\n" not in sentence and len(sentence) < 400, answer
 
 
-def test_the_walk_covers_every_declared_field_of_both_generating_routes(server):
+def test_the_walk_covers_every_declared_field_of_every_generating_route(server):
     declared = {path: body for path, _, body in routes(server) if body is not None}
-    assert set(declared) == {"/generate", "/generate_stream", "/score"}
+    assert set(declared) == {"/generate", "/generate_stream", "/", "/v1/completions", "/score"}
     walked = field_paths(declared["/generate"])
     assert ("parameters", "top_k") in walked and ("parameters", "details") in walked and ("inputs", 0) in walked
+    assert ("parameters", "best_of") in field_paths(declared["/"]) and ("stream",) in field_paths(declared["/"])
+    assert {("prompt",), ("n",), ("logprobs",), ("stop",)} <= set(field_paths(declared["/v1/completions"]))
     scored = field_paths(declared["/score"])
     assert ("inputs", 0, "target") in scored and ("parameters", "alpha") in scored
 
@@ -142,7 +151,7 @@ def test_every_field_of_every_route_takes_every_hostile_value(server):
                     check(*call(f"{server.url}{route}?{query}")[:2], route)
                 requests += 1
             continue
-        good = GOODS.get(route, GOOD)
+        good = GOOD_OF.get(route, GOOD)
         for path in field_paths(schema):
             for value in HOSTILE:
                 check(*call(server.url + route, with_value(path, value, good))[:2], f"{route} {path} {value!r:.60}")

@@ -70,8 +70,11 @@ def test_a_text_model_refuses_an_upload_to_the_audio_routes_in_one_sentence(serv
     for path in ("/v1/audio/transcriptions", "/v1/audio/translations"):
         body = b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF\r\n--b--\r\n'
         status, answer, _ = call(server.url + path, body, {"Content-Type": "multipart/form-data; boundary=b"})
-        assert status == 422 and answer == {
-            "error": "this server's model reads text, not recordings: POST its inputs to /generate"
+        assert status == 422 and answer["error"] == {  # OpenAI's error object, as on every /v1 route
+            "message": "this server's model reads text, not recordings: POST its inputs to /generate",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
         }
 
 

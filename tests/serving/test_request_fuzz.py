@@ -2,12 +2,14 @@
 one sentence, never another exception; any option value is taken or refused in one sentence."""
 
 import json
+from dataclasses import fields
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from encdec.cli import build_parser
 from encdec.errors import ConfigError
+from encdec.serving.api_requests import TGI_NAMES, CompletionRequest, completion_request, parse_tgi
 from encdec.serving.requests import EXTRAS, OPTIONS, GenerateRequest, Limits, RequestError, parse_body
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -36,14 +38,21 @@ bodies = st.one_of(
 )
 
 
-def answered(body: bytes, stream: bool = False) -> None:
+def answered(body: bytes, stream: bool = False, parse=None) -> None:
+    """`body` read by `parse` (default /generate's parse_body), taken within the bounds or refused in a 4xx sentence."""
     try:
-        request = parse_body(body, LIMITS, {"max_new_tokens": 8}, stream=stream)
+        if parse is None:
+            request = parse_body(body, LIMITS, {"max_new_tokens": 8}, stream=stream)
+        else:
+            request = parse(body, LIMITS, {"max_new_tokens": 8})
+            request = request.request if hasattr(request, "request") else request[0]
     except RequestError as error:
         assert 400 <= error.status < 500 and "\n" not in str(error) and len(str(error)) < 300, str(error)
         return
     assert isinstance(request, GenerateRequest) and 1 <= len(request.inputs) <= LIMITS.max_inputs
     assert all(0 < len(text) <= LIMITS.max_input_chars for text in request.inputs)
+    assert request.options.get("max_new_tokens", 8) <= LIMITS.max_new_tokens
+    assert request.options.get("num_return_sequences", 1) <= LIMITS.max_beams
 
 
 @FUZZ
@@ -56,6 +65,33 @@ def test_any_json_body_is_a_request_or_a_4xx_sentence(body, stream):
 @given(raw=st.binary(max_size=300))
 def test_any_bytes_are_a_request_or_a_4xx_sentence(raw):
     answered(raw)
+
+
+tgi_parameters = st.dictionaries(st.sampled_from([*OPTIONS, *EXTRAS, *TGI_NAMES, "stopp"]), values, max_size=4)
+tgi_bodies = st.one_of(
+    values,
+    st.fixed_dictionaries(
+        {"inputs": st.just("A man rides a bike."), "parameters": tgi_parameters, "stream": st.one_of(values)}
+    ),
+)
+completion_bodies = st.one_of(
+    values,
+    st.dictionaries(
+        st.sampled_from([f.name for f in fields(CompletionRequest)] + ["max_new_tokens"]), values, max_size=5
+    ).map(lambda body: {"prompt": "A man rides a bike."} | body),
+)
+
+
+@FUZZ
+@given(body=tgi_bodies)
+def test_any_body_of_tgi_s_root_is_a_request_or_a_4xx_sentence(body):
+    answered(json.dumps(body).encode(), parse=parse_tgi)
+
+
+@FUZZ
+@given(body=completion_bodies)
+def test_any_completion_body_is_a_request_or_a_4xx_sentence(body):
+    answered(json.dumps(body).encode(), parse=completion_request)
 
 
 SERVE_NUMBERS = ["--port", "--max-batch-rows", "--max-queue", "--max-inputs", "--max-input-chars", "--max-new-tokens"]

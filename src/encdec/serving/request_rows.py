@@ -106,6 +106,14 @@ class Abandonable:
             raise Abandoned("the client is gone")
 
 
+class SearchWatcher:
+    """A streamer that reads its request's search as it streams (serving.token_stream.ScoredTokens: each step's
+    scores): the scheduler hands it the search it makes for the request."""
+
+    def watch(self, search: SampleSearch) -> None:
+        raise NotImplementedError
+
+
 def gone(work: Work) -> bool:
     return work.gone is not None and work.gone.is_set()
 

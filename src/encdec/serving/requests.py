@@ -24,16 +24,18 @@ OPTIONS = HTTP_OPTIONS
 EXTRAS = {  # parameters of the server's own, true or false
     "details": "TGI's details: finish reason, token count, seed, beam alternatives with scores, timings",
     "cross_attention": "the cross-attention map of every decoder layer and head (the page's heat map)",
+    "decoder_input_details": "TGI's details.prefill: the decoder's input tokens (its start token) before the output",
 }
 FIELDS = {"inputs": "a text, or a list of texts", "parameters": "generation options, and the server's own"}
 
 
 class RequestError(Exception):
-    """A refused request: an HTTP status and one sentence."""
+    """A refused request: an HTTP status and one sentence (and the field it is about, where one is: OpenAI's
+    error shape names it)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, param: str | None = None):
         super().__init__(message)
-        self.status = status
+        self.status, self.param = status, param
 
 
 @dataclass(frozen=True)
@@ -57,11 +59,17 @@ class GenerateRequest:
     options: dict[str, Any]  # generation options, checked
     details: bool = False
     cross_attention: bool = False
+    decoder_input_details: bool = False
 
 
 def parse_body(body: bytes, limits: Limits, defaults: dict | None = None, stream: bool = False) -> GenerateRequest:
     """The request a body holds, or a RequestError saying in one sentence what is wrong with it; options are
     checked over the model's generation `defaults`, as generate applies them."""
+    return parse_value(json_body(body, limits), limits, defaults, stream)
+
+
+def json_body(body: bytes, limits: Limits) -> dict[str, Any]:
+    """The JSON object a body holds (400 not JSON, 413 too large, 422 not an object)."""
     if len(body) > limits.max_body_bytes:
         raise RequestError(413, f"the request body is more than {limits.max_body_bytes:,} bytes")
     try:
@@ -70,6 +78,11 @@ def parse_body(body: bytes, limits: Limits, defaults: dict | None = None, stream
         raise RequestError(400, f"the request body is not valid JSON ({type(error).__name__})") from None
     if not isinstance(value, dict):
         raise RequestError(422, f"the request body must be a JSON object, got {short(value)}")
+    return value
+
+
+def parse_value(value: dict, limits: Limits, defaults: dict | None = None, stream: bool = False) -> GenerateRequest:
+    """parse_body's request from the body's JSON object."""
     unknown = [key for key in value if key not in FIELDS]
     if unknown:
         raise RequestError(422, f"unknown field {short(unknown[0])}; a request has inputs and parameters")

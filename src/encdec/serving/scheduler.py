@@ -62,7 +62,7 @@ from encdec.generation.search import argmax
 from encdec.generation.strategies import strategy_for
 from encdec.modules import RunningBatch
 from encdec.serving.greedy_rows import GreedyRows, served_here
-from encdec.serving.request_rows import Abandonable, Abandoned, RowModel, Work, fail, gone, padded
+from encdec.serving.request_rows import Abandonable, Abandoned, RowModel, SearchWatcher, Work, fail, gone, padded
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +131,8 @@ class Scheduler:
             work.greedy = job
         else:
             work.search = strategy.search(job)
+            if isinstance(job.cfg.streamer, SearchWatcher):  # a stream that sends each token's log-probability
+                job.cfg.streamer.watch(work.search)
         work.answer = Future()
         self.submit_start(work, job.src_ids, job.src_mask, job.rows, job.cfg.max_new_tokens + 1, Future())
         out = work.answer.result()

@@ -52,7 +52,14 @@ def check_request(
     """`body` checked whole for a server whose model encodes with `text` (through the one TextGenerator), has
     generation `defaults` and runs under `scheduler`; a RequestError or an EncdecError, one sentence, for the
     first thing wrong. For a stream (`stream`) the options are checked with a streamer, as they run."""
-    request = parse_body(body, limits, defaults, stream=stream)
+    return check_parsed(parse_body(body, limits, defaults, stream=stream), text, defaults, scheduler, stream)
+
+
+def check_parsed(
+    request: GenerateRequest, text, defaults: dict, scheduler: Scheduler, stream: bool = False, scored: bool = False
+) -> Checked:
+    """A request parsed from its route's declared body (serving.requests, serving.api_requests) checked as
+    check_request checks it; `scored`: each step's scores kept (a stream's per-token log-probabilities)."""
     generator = TextGenerator(text, defaults)
     src_lang = request.options.get("src_lang")
     inputs, eos = [], set()
@@ -60,7 +67,7 @@ def check_request(
         encoded = generator.encode([text_in], src_lang)
         ids, mask = encoded["input_ids"], encoded["attention_mask"]
         options = generator.options(**request.options)
-        if request.details:
+        if request.details or scored:
             options |= {"output_scores": True, "return_dict_in_generate": True}
         job = scheduler.check(ids, mask, options | ({"streamer": discard} if stream else {}))
         inputs.append(CheckedInput(text_in, encoded, options))

@@ -8,7 +8,7 @@ answer. `JsonWireProtocol` is uvicorn's h11 protocol with that answer in the API
 it buffers, uvicorn's h11_max_incomplete_event_size), else 400 with h11's reason; then it closes
 lingering (`linger`), so that the answer reaches a client still writing. `HeaderLimit` refuses more than MAX_HEADERS header lines, or
 a header section over MAX_HEADER_BYTES that h11 took whole from one read, with a 431 before any route
-sees them.
+sees them (in OpenAI's error object on /v1; a framing error, whose path is not known, in TGI's shape).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import json
 import h11
 from starlette.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from encdec.serving.openai_errors import error_body, speaks_openai
 
 MAX_HEADERS = 128  # header lines a request may hold
 MAX_HEADER_BYTES = 16 << 10  # the request line and header section, as h11 buffers them
@@ -107,6 +109,7 @@ class HeaderLimit:
             elif size > MAX_HEADER_BYTES:  # a section that reached h11 whole, in one read, is not bounded there
                 sentence = f"the request's header section is more than {MAX_HEADER_BYTES:,} bytes"
             if sentence is not None:
-                await JSONResponse({"error": sentence}, status_code=431)(scope, receive, send)
+                body = error_body(431, sentence) if speaks_openai(scope["path"]) else {"error": sentence}
+                await JSONResponse(body, status_code=431)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
