@@ -1,6 +1,6 @@
 """OpenAI's text API over the continuous batching: POST /v1/completions and GET /v1/models, and OpenAI's error
-shape on every /v1 route (the audio routes' included). /v1/chat/completions is refused in one sentence (a model
-without a chat template, or a chat not served yet: its rendered text goes to /v1/completions).
+shape on every /v1 route (the audio routes' included). /v1/chat/completions is refused in one sentence (a chat is
+not served yet: its text rendered by the model's template goes to /v1/completions).
 
     curl localhost:8000/v1/completions -d '{"model": "m", "prompt": "A man rides a bike.", "max_tokens": 20}'
     openai.OpenAI(base_url="http://localhost:8000/v1", api_key="-").completions.create(model="m", prompt=...)
@@ -111,10 +111,6 @@ def add_openai_routes(app: FastAPI, server) -> None:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):  # refused in one sentence, whatever the body: nothing of it is read
-        if getattr(server.generator.tokenizer, "chat_template", None) is None:
-            raise RequestError(
-                422, "this model has no chat template: send its input text to /v1/completions", param="messages"
-            )
         raise RequestError(
             422, "chat completions are not served: send the chat rendered by the model's template to /v1/completions"
         )
