@@ -14,7 +14,7 @@ from encdec.data.corpora import split_items
 from encdec.data.documents import Documents
 from encdec.data.formats import read_corpus
 from encdec.data.objectives import build_objective
-from encdec.data.objectives.transcribe import SpecAugment, TranscribeObjective, transcription_prompt
+from encdec.data.objectives.transcribe import SpecAugment, Timestamps, TranscribeObjective, transcription_prompt
 from encdec.errors import ConfigError, DataError
 from encdec.tokenizers import build_tokenizer
 
@@ -171,3 +171,55 @@ def test_the_state_resumes_where_it_stopped(clips):
     again = objective(paths, texts, tok)
     again.load_state_dict(first.state_dict())
     assert torch.equal(again.next_batch().labels, first.next_batch().labels)
+
+
+def test_timestamps_join_a_batch_s_recordings_into_windows_with_whisper_s_times(clips):
+    """objective.timestamps: the batch's four clips (0.5 to 2 s) in one window, silences drawn between them; each
+    text between its start and end tokens, 20 ms apart from the token after <|notimestamps|>, its span the
+    clip's length; drawn again exactly from the position (resume); fraction 0: the texts after <|notimestamps|>."""
+    _, paths, texts = clips
+    tok = whisper_tokenizer()
+    start, prompt = transcription_prompt(tok, "en")
+    ids = Documents.from_lists(tok.encode(texts), np.int32)
+    first = tok.special_id("<|notimestamps|>") + 1  # <|0.00|>
+
+    def joined(**options):
+        return build_objective(
+            "transcribe",
+            (list(map(str, paths)), ids),
+            tok,
+            4,
+            3,
+            prompt=prompt,
+            decoder_start=start,
+            no_timestamps_id=first - 1,
+            max_target_len=128,
+            **options,
+        )
+
+    data = joined(timestamps=Timestamps(fraction=1.0, most=8, gap=0.5))
+    batch = data.batch_at(0, 0)
+    assert batch.src_ids.shape == (1, 80, 3000)
+    labels = batch.labels[0][batch.labels[0] != -100].tolist()
+    assert labels[:2] == list(prompt[:2]) and labels[-1] == tok.eos_id  # <|en|> <|transcribe|>, no <|notimestamps|>
+    times = [i for i, token in enumerate(labels) if token >= first]
+    assert len(times) == 8
+    spans = [(labels[a] - first, labels[b] - first) for a, b in zip(times[::2], times[1::2])]
+    said = [tok.decode(labels[a + 1 : b]) for a, b in zip(times[::2], times[1::2])]
+    assert sorted(said) == sorted(texts)
+    for (begin, end), text in zip(spans, said):
+        seconds = 0.5 + 0.5 * texts.index(text)
+        assert abs((end - begin) * 0.02 - seconds) <= 0.02 and begin >= 0
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # in order, a silence of at most 0.5 s between
+    assert all(b[0] - a[1] <= 0.5 / 0.02 + 1 for a, b in zip(spans, spans[1:]))
+    assert torch.equal(data.batch_at(0, 0).src_ids, batch.src_ids) and torch.equal(
+        data.batch_at(0, 0).labels, batch.labels
+    )
+    plain = joined(timestamps=Timestamps(fraction=0.0, gap=0.5)).batch_at(0, 0)
+    text = plain.labels[0][plain.labels[0] != -100].tolist()
+    assert text[:3] == list(prompt) and text[-1] == tok.eos_id and not any(t >= first for t in text[3:-1])
+    alone = joined(timestamps=Timestamps(fraction=1.0, most=1)).batch_at(0, 0)
+    assert alone.src_ids.shape[0] == 4  # one recording a window: each its own times from <|0.00|>
+    assert (alone.labels[:, 2] == first).all()
+    with pytest.raises(ConfigError, match="objective.timestamps writes Whisper's timestamp tokens"):
+        build_objective("transcribe", (list(map(str, paths)), ids), tok, 4, 3, timestamps=Timestamps())

@@ -11,7 +11,7 @@ from encdec.data.formats import FORMATS, ReaderOptions, options_set, reader_opti
 from encdec.data.objectives import OBJECTIVES
 from encdec.data.objectives.causal_lm import WINDOW_MODES
 from encdec.data.objectives.mixture import MAX_MEMBERS
-from encdec.data.objectives.transcribe import TASKS, SpecAugment
+from encdec.data.objectives.transcribe import TASKS, SpecAugment, Timestamps
 from encdec.errors import ConfigError
 from encdec.generation.config import LanguageCode
 from encdec.runs.text import MAX_LENGTH, TextObjective
@@ -96,6 +96,7 @@ class ObjectiveSection(TextObjective):
     language: LanguageCode | None = None  # transcribe: Whisper's language token in each prompt (en: <|en|>)
     task: Literal[TASKS] = "transcribe"  # transcribe: Whisper's task token (translate: into English)
     spec_augment: SpecAugment | None = None  # transcribe: masks over each recording's features (Park et al. 2019)
+    timestamps: Timestamps | None = None  # transcribe: several recordings a row, Whisper's timestamp tokens
 
 
 def check_mixture(data: DataSection) -> None:

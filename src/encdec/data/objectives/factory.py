@@ -20,7 +20,7 @@ from encdec.data.objectives.causal_lm import CausalLMObjective
 from encdec.data.objectives.objective import Objective
 from encdec.data.objectives.prefix_lm import prefix_lm_objective
 from encdec.data.objectives.seq2seq import PairEnds, Seq2SeqObjective
-from encdec.data.objectives.transcribe import SpecAugment, TranscribeObjective
+from encdec.data.objectives.transcribe import SpecAugment, Timestamps, TranscribeObjective
 from encdec.data.objectives.ul2 import UL2Config, UL2Objective, ul2_mode_ids
 from encdec.errors import ConfigError
 
@@ -85,6 +85,8 @@ def build_objective(
     n_mels: int = 80,
     frames: int = 3000,
     spec_augment: SpecAugment | None = None,
+    timestamps: Timestamps | None = None,
+    no_timestamps_id: int | None = None,
 ) -> Objective:
     """The objective `kind` over `data`: documents, or (sources, targets) for seq2seq.
 
@@ -95,7 +97,8 @@ def build_objective(
     `batch_tokens` sizes seq2seq batches by a token budget instead of `batch_size` rows; `ends` are the ids
     around each seq2seq pair's own (a target's EOS, language codes: seq2seq.pair_ends). transcribe's labels start
     with `prompt` (Whisper's language and task tokens) after `decoder_start` (default: the tokenizer's), its
-    features have `n_mels` bins over `frames` and, with `spec_augment`, masks.
+    features have `n_mels` bins over `frames` and, with `spec_augment`, masks; with `timestamps`, its rows join
+    several recordings and write Whisper's timestamp tokens, the first after `no_timestamps_id`.
     """
     tok = tokenizer
     if kind not in OBJECTIVES:
@@ -138,6 +141,8 @@ def build_objective(
             n_mels,
             frames,
             spec_augment=spec_augment,
+            timestamps=timestamps,
+            no_timestamps_id=no_timestamps_id,
             seed=seed,
         )
     config = denoisers(kind, seq_len, mean_span, noise_density, ul2_probabilities, mode_tokens)

@@ -17,6 +17,17 @@ time masks (up to `time_width` frames, and at most `time_fraction` of the record
 clip padded to 30 s is not masked away), filled with 0 as transformers' Whisper masks its features. The masks
 are drawn from the batch's position, so a resumed run draws them again exactly.
 
+Timestamps (Whisper's training rows, Radford et al. 2022, 2.3 and 2.4): with `timestamps`, each batch's
+recordings are joined in their order into windows of several, a drawn silence between two, as many as fit the
+window, the labels and `most`; a `fraction` of the windows (drawn) are written with Whisper's timestamp tokens,
+
+    prompt (no <|notimestamps|>) + <|t0|> text <|t1|> <|t2|> text <|t3|> ... + EOS
+
+each recording's start and end to the nearest 20 ms (the token after <|notimestamps|> is <|0.00|>); the others
+keep <|notimestamps|> and their texts one after another. A model so trained writes the segments and times that
+long-form transcription (encdec.transcription) moves on, over windows that hold several sentences, as a
+recording's windows do. The joins and silences are drawn from the batch's position too.
+
 Shapes: B batch, M mel bins, F frames (3000), T target length.
 """
 
@@ -40,6 +51,7 @@ from encdec.schema import Range
 TASKS = ("transcribe", "translate")  # Whisper's: in the recording's language, or into English
 START = "<|startoftranscript|>"
 NO_TIMESTAMPS = "<|notimestamps|>"
+SECONDS_PER_TIMESTAMP = 0.02  # Whisper's timestamp tokens: <|0.00|>, <|0.02|>, ...
 Masks = Annotated[int, Range(0, 16)]
 
 
@@ -68,6 +80,35 @@ class SpecAugment:
                 start = int(rng.integers(0, max(length - width, 0) + 1))
                 keep[row, :, start : start + width] = False
         return features * torch.from_numpy(keep).to(features.device)
+
+
+@dataclass(frozen=True)
+class Timestamps:
+    """How recordings are joined into timestamped windows (see the module's docstring)."""
+
+    fraction: Annotated[float, Range(0, 1)] = 0.5  # windows written with timestamps; the rest with <|notimestamps|>
+    most: Annotated[int, Range(1, 64)] = 8  # recordings joined into one window at most
+    gap: Annotated[float, Range(0, 10)] = 1.0  # seconds of silence between two joined recordings, drawn up to it
+
+    def join(self, waves, texts, window: int, room: int, rng: np.random.Generator) -> list[tuple[list, list]]:
+        """`waves` (each (N,) at 16 kHz) and their `texts` (id arrays) in order -> windows of [(start sample,
+        wave), ...] and their texts: each window at most `window` samples and `most` recordings, whose texts
+        with two timestamps each fit `room` tokens (a recording alone always makes a window)."""
+        windows: list[tuple[list, list]] = []
+        end = 0
+        for wave, text in zip(waves, texts):
+            silence = int(rng.uniform(0, self.gap) * SAMPLE_RATE)
+            if windows:
+                placed, written = windows[-1]
+                fits = end + silence + len(wave) <= window and len(placed) < self.most
+                if fits and sum(len(t) + 2 for t in written) + len(text) + 2 <= room:
+                    placed.append((end + silence, wave))
+                    written.append(text)
+                    end += silence + len(wave)
+                    continue
+            windows.append(([(0, wave)], [text]))
+            end = len(wave)
+        return windows
 
 
 def transcription_prompt(tokenizer, language: str | None, task: str = "transcribe") -> tuple[int, tuple[int, ...]]:
@@ -127,6 +168,8 @@ class TranscribeObjective(Objective):
         n_mels: int = 80,
         frames: int = N_FRAMES,
         spec_augment: SpecAugment | None = None,
+        timestamps: Timestamps | None = None,
+        no_timestamps_id: int | None = None,
         bucket_batches: int = 50,
         shuffle: bool = True,
         seed: int = 0,
@@ -144,7 +187,12 @@ class TranscribeObjective(Objective):
         self.prompt = np.array(prompt, dtype=np.int64)
         self.max_target_len, self.n_mels, self.frames = max_target_len, n_mels, frames
         self.max_seconds = frames * HOP / SAMPLE_RATE  # a recording longer than the window is refused
-        self.spec_augment, self.shuffle = spec_augment, shuffle
+        self.spec_augment, self.shuffle, self.timestamps = spec_augment, shuffle, timestamps
+        if timestamps is not None and (no_timestamps_id is None or not prompt or prompt[-1] != no_timestamps_id):
+            raise ConfigError(
+                "objective.timestamps writes Whisper's timestamp tokens, which follow <|notimestamps|>: this run's "
+                "tokenizer has none (start from a Whisper directory's)"
+            )
         lengths = np.minimum(targets.lengths + len(prompt) + 1, max_target_len)
         self.plan = EpochPlan(len(targets), batch_size, lengths, bucket_batches)
 
@@ -154,13 +202,46 @@ class TranscribeObjective(Objective):
         text = self.targets[index][:room].astype(np.int64)
         return np.concatenate([self.prompt, text, np.array([self.eos_id], np.int64)])
 
+    def timed_labels(self, placed: list, texts: list) -> np.ndarray:
+        """A joined window's labels with timestamps: the prompt without <|notimestamps|>, each recording's text
+        between its start and end tokens (20 ms apart from <|0.00|>, the token after <|notimestamps|>), EOS."""
+        first = int(self.prompt[-1]) + 1
+        pieces = [self.prompt[:-1]]
+        for (start, wave), text in zip(placed, texts):
+            times = [round(sample / SAMPLE_RATE / SECONDS_PER_TIMESTAMP) for sample in (start, start + len(wave))]
+            pieces += [np.array([first + times[0]]), text.astype(np.int64), np.array([first + times[1]])]
+        return np.concatenate([*pieces, np.array([self.eos_id], np.int64)])
+
+    def joined(self, rows, waves: list, rng: np.random.Generator) -> tuple[list, list[np.ndarray]]:
+        """`rows`' recordings joined into windows (Timestamps.join) -> their waves and labels."""
+        room = self.max_target_len - len(self.prompt)  # text and times: the prompt's <|notimestamps|> gives way
+        texts = [self.targets[int(i)] for i in rows]
+        window = self.frames * HOP
+        joined_waves, labels = [], []
+        for placed, written in self.timestamps.join(waves, texts, window, room, rng):
+            wave = torch.zeros(max(start + len(w) for start, w in placed), dtype=waves[0].dtype)
+            for start, w in placed:
+                wave[start : start + len(w)] = w
+            joined_waves.append(wave)
+            if rng.random() < self.timestamps.fraction and sum(len(t) + 2 for t in written) <= room:
+                labels.append(self.timed_labels(placed, written))
+            else:  # one text after another, cut to fit as a recording's alone
+                text = np.concatenate([t.astype(np.int64) for t in written])[: room - 1]
+                labels.append(np.concatenate([self.prompt, text, np.array([self.eos_id], np.int64)]))
+        return joined_waves, labels
+
     def batch_at(self, epoch: int, step: int) -> Batch:
         rows = self.plan.batches(self.seed, epoch, shuffle=self.shuffle)[step]
         waves = [read_recording(self.recordings[i], self.max_seconds) for i in rows]
+        rng = self.rng(epoch, step)
+        if self.timestamps is not None:
+            waves, rows_labels = self.joined(rows, waves, self.rng(epoch, step, 1))
+        else:
+            rows_labels = [self.labels(int(i)) for i in rows]
         features = log_mel(waves, self.n_mels, frames=self.frames)  # (B, M, F)
         if self.spec_augment is not None:
-            features = self.spec_augment.apply(features, frame_lengths(waves, self.frames), self.rng(epoch, step))
-        tgt_ids, labels = decoder_rows([self.labels(int(i)) for i in rows], self.pad_id, self.decoder_start_id)
+            features = self.spec_augment.apply(features, frame_lengths(waves, self.frames), rng)
+        tgt_ids, labels = decoder_rows(rows_labels, self.pad_id, self.decoder_start_id)
         return Batch(tgt_ids=tgt_ids, labels=labels, src_ids=features)
 
     def position_after(self, epoch: int, step: int) -> tuple[int, int]:
