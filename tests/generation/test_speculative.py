@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from encdec import generate
+from encdec.errors import ConfigError
 from encdec.generation import GenerationConfig
 from encdec.generation.logits_processors import apply_all, build_processors
 from encdec.models import build_model, preset
@@ -112,3 +113,27 @@ def test_speculative_sampling_draws_the_first_two_tokens_as_plain_sampling_of_th
     drafts_own = generate(draft, src.repeat(draws, 1), **run)  # the test tells the draft's law from the target's
     counts = torch.bincount(drafts_own[:, 1] * 12 + drafts_own[:, 2], minlength=144).double()
     assert chi_square_p_value(counts, draws * law) < 1e-3
+
+
+@pytest.mark.parametrize(
+    "draft_overrides, options, says",
+    [
+        (dict(vocab_size=90), {}, "the draft's vocab_size is 90 and the model's 97: a draft must share"),
+        (dict(d_model=48, n_heads=4), dict(assistant_shares_encoder=True), "of the same width"),
+        ({}, dict(num_beams=2), "greedy or sampling, without num_beams > 1"),
+        ({}, dict(num_assistant_tokens=0), "num_assistant_tokens"),
+        ({}, dict(num_assistant_tokens=65), "num_assistant_tokens"),
+    ],
+)
+def test_a_draft_that_cannot_draft_is_one_sentence(draft_overrides, options, says):
+    target = tiny("t5")
+    draft = build_model(preset("t5-tiny", **{"vocab_size": 97, "dropout": 0.0, **draft_overrides})).eval()
+    src, mask = padded_batch(B=2)
+    with pytest.raises(ConfigError, match=says):
+        generate(target, src, mask, assistant_model=draft, **options)
+
+
+def test_num_assistant_tokens_without_a_draft_is_refused():
+    src, mask = padded_batch(B=2)
+    with pytest.raises(ConfigError, match="needs a draft"):
+        generate(tiny("t5"), src, mask, num_assistant_tokens=3)
