@@ -64,6 +64,12 @@ class SpeculativeStats:
         self.drafted += drafted
         self.accepted += accepted
 
+    def add(self, other: "SpeculativeStats") -> None:
+        """Count `other`'s steps too (a command's batches)."""
+        self.target_steps += other.target_steps
+        self.drafted += other.drafted
+        self.accepted += other.accepted
+
     @property
     def tokens_per_step(self) -> float:
         """Tokens each row gained per target step: the accepted drafts and the target's own token."""
