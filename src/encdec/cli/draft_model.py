@@ -27,11 +27,13 @@ from encdec.tokenizers.languages import hf_tokenizer_of
 def add_draft_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--draft",
+        metavar="DRAFT_MODEL",
         type=InputPath("--draft", Path),
         help="a smaller model of the same tokenizer (a run or Hugging Face directory): decode speculatively",
     )
     parser.add_argument(
         "--num-assistant-tokens",
+        metavar="K",
         type=whole_number(1, MAX_ASSISTANT_TOKENS, "--num-assistant-tokens"),
         help="with --draft: tokens the draft proposes per step of the model (default 5)",
     )
