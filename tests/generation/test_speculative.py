@@ -137,3 +137,25 @@ def test_num_assistant_tokens_without_a_draft_is_refused():
     src, mask = padded_batch(B=2)
     with pytest.raises(ConfigError, match="needs a draft"):
         generate(tiny("t5"), src, mask, num_assistant_tokens=3)
+
+
+def test_seeded_speculative_sampling_of_several_sequences_is_reproducible_and_example_major():
+    target, draft = pair("t5", True)
+    src, mask = padded_batch(B=2)
+    options = dict(do_sample=True, num_return_sequences=3, max_new_tokens=8, top_k=10, assistant_model=draft)
+    first = generate(target, src, mask, seed=5, assistant_shares_encoder=True, **options)
+    again = generate(target, src, mask, seed=5, assistant_shares_encoder=True, **options)
+    assert first.shape[0] == 6 and torch.equal(first, again)
+    assert not torch.equal(first, generate(target, src, mask, seed=6, assistant_shares_encoder=True, **options))
+
+
+def test_output_scores_hold_one_step_of_target_scores_per_new_token_as_plain_greedy_s():
+    target, draft = pair("t5", True)
+    src, mask = padded_batch(B=2)
+    options = dict(max_new_tokens=7, return_dict_in_generate=True, output_scores=True)
+    plain = generate(target, src, mask, **options)
+    speculative = generate(target, src, mask, assistant_model=draft, assistant_shares_encoder=True, **options)
+    assert torch.equal(speculative.sequences, plain.sequences)
+    assert len(speculative.scores) == len(plain.scores)
+    for got, expected in zip(speculative.scores, plain.scores):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
