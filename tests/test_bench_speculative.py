@@ -20,7 +20,17 @@ def test_the_table_has_plain_greedy_and_each_k_with_outputs_equal_to_plain(monke
     inputs = tmp_path / "inputs.txt"
     inputs.write_text("once upon a time\nlily liked to play\nshe was a little girl\n")
     capsys.readouterr()
-    args = [str(target), str(draft), "--shares-encoder", "--inputs", str(inputs), "--num-assistant-tokens", "2,4"]
+    args = [
+        str(target),
+        str(draft),
+        "--shares-encoder",
+        "--inputs",
+        str(inputs),
+        "--num-assistant-tokens",
+        "2,4",
+        "--draft-quantize",
+        "int8",
+    ]
     bench.main([*args, "--max-new-tokens", "8", "--repeats", "2"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("3 sentences of inputs.txt, batch 1, greedy")

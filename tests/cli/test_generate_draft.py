@@ -24,7 +24,11 @@ def outputs(capsys, args: list[str]) -> tuple[list[str], str]:
     return [json.loads(line)["output"] for line in captured.out.splitlines()], captured.err
 
 
-@pytest.mark.parametrize("shares", [[], ["--draft-shares-encoder"]], ids=["own-encoder", "shared-encoder"])
+@pytest.mark.parametrize(
+    "shares",
+    [[], ["--draft-shares-encoder"], ["--draft-shares-encoder", "--draft-quantize", "int8"]],
+    ids=["own-encoder", "shared-encoder", "int8-draft"],
+)
 def test_a_draft_generates_the_model_s_greedy_outputs_and_reports_its_acceptance(dirs, tmp_path, capsys, shares):
     target, draft = dirs
     inputs = tmp_path / "inputs.txt"
@@ -45,7 +49,8 @@ def test_a_draft_of_another_tokenizer_is_one_sentence(dirs, tmp_path, capsys):
 
 
 def test_draft_options_without_a_draft_are_one_sentence(dirs, capsys):
-    assert main(["generate", str(dirs[0]), "--num-assistant-tokens", "3"]) == 2
-    assert "acts only with a draft model" in capsys.readouterr().err
+    for flag in (["--num-assistant-tokens", "3"], ["--draft-quantize", "int8"], ["--draft-shares-encoder"]):
+        assert main(["generate", str(dirs[0]), *flag]) == 2
+        assert f"{flag[0]} acts only with a draft model" in capsys.readouterr().err
     assert main(["generate", str(dirs[0]), "--draft", str(dirs[1]), "--num-assistant-tokens", "0"]) == 2
     assert "--num-assistant-tokens" in capsys.readouterr().err
