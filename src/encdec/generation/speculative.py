@@ -91,7 +91,7 @@ def check_draft(target, draft, shares_encoder: bool, cfg: GenerationConfig) -> D
     """`draft` as the speculative row runs it, or one sentence (ConfigError) on why it cannot draft for `target`
     with these options."""
     for name, model in (("the model", target), ("the draft", draft)):
-        if getattr(getattr(model, "config", None), "family", None) != "encoder_decoder" or cfg.whisper is not None:
+        if getattr(getattr(model, "config", None), "family", None) != "encoder_decoder":
             raise ConfigError(
                 f"speculative decoding runs encoder-decoders of text (their decode state is cut back to the tokens "
                 f"kept), and {name} is not one"
@@ -110,14 +110,15 @@ def check_draft(target, draft, shares_encoder: bool, cfg: GenerationConfig) -> D
         )
     if model_device(draft) != model_device(target):
         raise ConfigError(f"the draft is on {model_device(draft)} and the model on {model_device(target)}: move one")
-    unsupported = [
-        ("num_beams > 1", cfg.num_beams > 1),
-        ("compile", cfg.compile),
-        ("a temperature fallback", cfg.temperatures is not None),
+    unsupported = [  # what is asked, whether it is, what to do instead
+        ("num_beams > 1", cfg.num_beams > 1, "set num_beams 1 (--num-beams 1; a checkpoint's default may be more)"),
+        ("compile", cfg.compile, "leave compile out"),
+        ("a temperature fallback", cfg.temperatures is not None, "give one temperature"),
+        ("Whisper's rules", cfg.whisper is not None, "decode without a draft"),
     ]
-    for what, given in unsupported:
+    for what, given, instead in unsupported:
         if given:
-            raise ConfigError(f"speculative decoding (a draft model) is greedy or sampling, without {what}")
+            raise ConfigError(f"speculative decoding (a draft model) is greedy or sampling, without {what}: {instead}")
     return Draft(draft, shares_encoder)
 
 
