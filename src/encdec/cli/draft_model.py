@@ -26,7 +26,7 @@ from encdec.runs.open import OpenedModel, open_model
 from encdec.tokenizers.languages import hf_tokenizer_of
 
 DRAFT_FLAGS = {  # what acts only with --draft: flag -> its argument
-    "--num-assistant-tokens": "num_assistant_tokens",
+    "--num-assistant-tokens": "draft_tokens",
     "--draft-quantize": "draft_quantize",
     "--draft-shares-encoder": "draft_shares_encoder",
 }
@@ -41,6 +41,7 @@ def add_draft_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--num-assistant-tokens",
+        dest="draft_tokens",  # a draft's option, handed to generate by DraftRun, not among GenerationConfig's flags
         metavar="K",
         type=whole_number(1, MAX_ASSISTANT_TOKENS, "--num-assistant-tokens"),
         help="with --draft: tokens the draft proposes per step of the model (default 5)",
@@ -102,7 +103,7 @@ def open_draft(args: argparse.Namespace, opened: OpenedModel, device: torch.devi
     model = draft.model.to(device)
     if args.draft_quantize:
         model = quantize(model, args.draft_quantize)
-    return DraftRun(model, args.draft_shares_encoder, args.num_assistant_tokens)
+    return DraftRun(model, args.draft_shares_encoder, args.draft_tokens)
 
 
 def vocabulary_of(opened: OpenedModel):
