@@ -200,7 +200,7 @@ SEARCHES = {  # a config that selects each entry of generation's strategy table
 def test_every_search_of_the_strategy_table_is_served_as_generate_runs_it():
     """The scheduler asks generation which search a request runs (generation.strategies): each entry of the
     table, served, gives generate's tokens on that input alone."""
-    assert set(SEARCHES) == {strategy.name for strategy in STRATEGIES}
+    assert set(SEARCHES) == {strategy.name for strategy in STRATEGIES if not strategy.drafted}  # a draft: generate's
     model = model_of("t5-tiny")
     scheduler = Scheduler(model)
     source = torch.randint(2, 300, (1, 9), generator=torch.Generator().manual_seed(5))

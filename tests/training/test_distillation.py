@@ -112,7 +112,12 @@ def test_a_distilled_run_logs_ce_and_kl_and_its_checkpoints_hold_the_student_alo
     assert set(parts["model"]) == set(alone.state_dict())  # no teacher weights beside the student's
     assert len(parts["optimizer"]["state"]) == len(list(alone.parameters()))  # nor in the optimizer
     saved = yaml.safe_load((student / "config.yaml").read_text())
-    assert saved["training"]["distill"] == {"teacher": str(teacher), "alpha": 0.5, "temperature": 2.0}
+    assert saved["training"]["distill"] == {
+        "teacher": str(teacher),
+        "alpha": 0.5,
+        "temperature": 2.0,
+        "share_encoder": False,
+    }
 
 
 def test_alpha_zero_trains_exactly_as_without_a_teacher(setup, tmp_path):

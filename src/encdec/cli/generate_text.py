@@ -24,6 +24,7 @@ from typing import BinaryIO, TextIO
 import torch
 from tqdm import tqdm
 
+from encdec.cli.draft_model import add_draft_arguments, open_draft
 from encdec.cli.held import say_unless_refused
 from encdec.cli.options import (
     MAX_ROWS,
@@ -77,6 +78,7 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--no-stream", action="store_true", help="do not stream the tokens of a single input")
     add_text_generation_arguments(parser)
+    add_draft_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -151,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
     model = opened.model.to(device)
     if args.quantize:
         model = quantize(model, args.quantize)
+    draft = open_draft(args, opened, device)  # speculative decoding's, where --draft names one
     inputs = read_inputs(args.input, args.prefix)
     options = given_generation_options(args)
     out = sys.stdout if args.output == "-" else open_output(Path(args.output))
@@ -171,11 +174,14 @@ def run(args: argparse.Namespace) -> int:
             batch = inputs[start : start + args.batch_size]
             encoded = generator.encode(batch, options.get("src_lang"))
             streamer = {"streamer": stream_printer(generator.text, out)} if streaming else {}
-            texts = generator.decode(generator.generate(model, encoded, **options, **streamer))
+            decoding = draft.generate if draft is not None else TextGenerator.generate
+            texts = generator.decode(decoding(generator, model, encoded, **options, **streamer))
             write_outputs(out, batch, texts, args.format, streamed=streaming)
     finally:
         if out is not sys.stdout:
             out.close()
+    if draft is not None:
+        draft.report()
     return 0
 
 

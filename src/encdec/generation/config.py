@@ -22,6 +22,7 @@ MAX_NEW_TOKENS = 1 << 20  # tokens generated per row
 MAX_BEAMS = 1024  # beams, returned sequences, beam groups per example
 MAX_SOURCE_TOKENS = 1 << 20  # an input's tokens (--max-source-len)
 MAX_SCALE = 1e6  # temperatures and penalties: far past it every distribution is flat or one token
+MAX_ASSISTANT_TOKENS = 64  # draft tokens a speculative round proposes: past ~10 nearly all are rejected
 MAX_LENGTH_PENALTY = 100.0  # either way: length ** 100 already overflows a float32 score
 SourceLength = Annotated[int, Range(1, MAX_SOURCE_TOKENS)]  # what inputs may be cut to (max_source_len)
 
@@ -143,6 +144,8 @@ class GenerationConfig:
         False, "beam search: stop when num_beams hypotheses are done (True), never (as Hugging Face)", HTTP, HF
     )
     num_return_sequences: Beams = option(1, "outputs per input (beams or samples)", CLI, HTTP, HF)
+    # speculative decoding (generate's assistant_model; generation/speculative.py), transformers' name and default
+    num_assistant_tokens: Annotated[int, Range(1, MAX_ASSISTANT_TOKENS)] = 5
     bad_words_ids: list[list[TokenId]] | None = option(None, "token sequences never generated", HF)
     forced_bos_token_id: TokenId | None = option(None, "the token forced first", HF)
     forced_eos_token_id: TokenId | None = option(None, "the token forced at the length limit", HF)

@@ -23,6 +23,7 @@ from encdec.generation.decode_memory import check_generation_fits
 from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.interface import Steppable, capabilities_of, model_device
 from encdec.generation.mbr import check_mbr
+from encdec.generation.speculative import Draft, check_draft
 from encdec.generation.stop_strings import stop_strings_for
 from encdec.generation.strategies import strategy_for
 from encdec.generation.whisper_rules import whisper_prompt, whisper_rules_of
@@ -41,6 +42,8 @@ def generate(
     decoder_input_ids: torch.Tensor | None = None,
     tokenizer=None,
     defaults: dict | None = None,
+    assistant_model: Steppable | None = None,
+    assistant_shares_encoder: bool = False,
     **options,
 ) -> torch.Tensor | GenerateOutput:
     """Generate from src_ids (B, S); src_mask (B, S), True or 1 at real tokens.
@@ -57,7 +60,10 @@ def generate(
     checkpoint's). With Whisper's rules (the option `whisper`, read from its generation_config.json by
     whisper_rules.read_whisper_rules) src_ids are the model's features (B, C, T), the prompt is made from
     language, task, return_timestamps and prompt_ids, and the result is what transformers' Whisper
-    `generate` returns: the new tokens without prompt or EOS (whisper_windows).
+    `generate` returns: the new tokens without prompt or EOS (whisper_windows). With `assistant_model`, a draft of
+    the same vocabulary, decoding is speculative (speculative.py: greedy output equal to plain greedy, samples
+    distributed as plain sampling's), the draft reading the model's encoder output where
+    `assistant_shares_encoder` (a draft trained against the model's frozen encoder), else running its own.
     """
     was_training = isinstance(model, nn.Module) and model.training
     if was_training:
@@ -65,10 +71,16 @@ def generate(
     try:
         job = prepare(model, src_ids, src_mask, decoder_input_ids, tokenizer, defaults, **options)
         cfg = job.cfg
+        if assistant_model is not None:
+            job.draft = check_draft(model, assistant_model, assistant_shares_encoder, cfg)
+        elif "num_assistant_tokens" in options:
+            raise ConfigError("num_assistant_tokens is the draft's tokens a step: it needs a draft (assistant_model)")
         stepper = fixed_shape_stepper(model) if cfg.compile else model  # the model, or its fixed-shape steps
         with torch.inference_mode():
             if cfg.whisper is not None:  # what transformers' Whisper returns: the new tokens, window after window
                 out = transcribe(stepper, job, strategy_for)
+            elif job.draft is not None:  # the target's and the draft's states started by the speculative row
+                out = strategy_for(cfg, drafted=True).run(stepper, None, job)
             else:
                 state = stepper.start(job.src_ids, job.src_mask, cfg.max_new_tokens + job.prompt.shape[1] - 1, job.rows)
                 out = strategy_for(cfg).run(stepper, state, job)
@@ -92,6 +104,7 @@ class Prepared:
     rows: int
     device: torch.device
     vocab_size: int | None = None  # the model's, where its config says (the fallback's compression ratio)
+    draft: Draft | None = None  # speculative decoding's draft (generate's assistant_model)
 
 
 def prepare(

@@ -20,6 +20,7 @@ from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.group_beam_search import group_beam_search
 from encdec.generation.mbr import mbr_search
 from encdec.generation.search import SampleSearch, sample_search
+from encdec.generation.speculative import speculative_search
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Strategy:
     applies: Callable[[GenerationConfig], bool]
     run: Callable[..., GenerateOutput]  # (stepper, state, job: generate's Prepared) -> the output
     stepwise: bool  # its search is a SampleSearch a driver may advance from logits of its own
+    drafted: bool = False  # runs with a draft model (generate's assistant_model), and only then; starts its own states
 
     def search(self, job) -> SampleSearch:
         """The stepwise search of `job` (generate's Prepared), for a driver to advance: its rows' prompts."""
@@ -50,7 +52,12 @@ def run_temperatures(stepper, state, job) -> GenerateOutput:
     return fallback.run_fallback(stepper, state, job, strategy_for)
 
 
+def run_speculative(stepper, state, job) -> GenerateOutput:
+    return speculative_search(stepper, job)  # the target's and the draft's states: started there
+
+
 STRATEGIES = (
+    Strategy("speculative", lambda cfg: True, run_speculative, stepwise=False, drafted=True),  # its refusals: there
     Strategy("temperature fallback", fallback.applies, run_temperatures, stepwise=False),  # its passes: below
     Strategy("diverse beam search", lambda cfg: cfg.num_beam_groups > 1, run_group_beams, stepwise=False),
     Strategy("beam search", lambda cfg: cfg.num_beams > 1, run_beams, stepwise=False),
@@ -60,6 +67,7 @@ STRATEGIES = (
 )
 
 
-def strategy_for(cfg: GenerationConfig) -> Strategy:
-    """The search `cfg` asks for: the first entry of STRATEGIES that applies (greedy applies to any)."""
-    return next(strategy for strategy in STRATEGIES if strategy.applies(cfg))
+def strategy_for(cfg: GenerationConfig, drafted: bool = False) -> Strategy:
+    """The search `cfg` asks for: the first entry of STRATEGIES that applies (greedy applies to any), among those
+    that run with a draft model where `drafted`, else among the others."""
+    return next(strategy for strategy in STRATEGIES if strategy.drafted == drafted and strategy.applies(cfg))

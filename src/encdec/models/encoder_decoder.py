@@ -185,15 +185,23 @@ class EncoderDecoder(GenerationMixin, nn.Module):
         """
         self.check_lengths(src_ids, max_new_tokens)
         memory = self.encode_packed(src_ids, src_mask) if packed else self.encode(src_ids, src_mask)
+        return self.begin(memory, max_new_tokens, beams)
+
+    @torch.no_grad()
+    def begin(self, memory: EncoderOutput, max_new_tokens: int, beams: int = 1) -> DecodeState:
+        """`start` from an encoder output (B, S, C) already computed: this model's, or another's of the same
+        width whose output this decoder reads (a speculative draft over its target's encoder, generation's
+        speculative.py). Its cross-attention keys and values are this decoder's own, made here."""
         B, S, _ = memory.hidden.shape
-        state = DecodeState(B * beams, max_new_tokens + 1, src_ids.device, memory.hidden.dtype)
+        device = memory.hidden.device
+        state = DecodeState(B * beams, max_new_tokens + 1, device, memory.hidden.dtype)
         attention = self.decoder.blocks[0].self_attn
         state.new_caches(len(self.decoder.blocks), attention.n_kv_heads, attention.d_head)
-        k_pos = torch.arange(S, device=src_ids.device)
+        k_pos = torch.arange(S, device=device)
         state.set_memory([block.memory_kv(memory.hidden, k_pos) for block in self.decoder.blocks], memory.mask)
         state.attend_as(self.decoder.layer_kinds())  # the step masks' rules and biases
         if self.decoder.rope_cross == "prepended":  # decoder positions continue after each example's source
-            lengths = memory.mask.sum(-1) if memory.mask is not None else torch.full((B,), S, device=src_ids.device)
+            lengths = memory.mask.sum(-1) if memory.mask is not None else torch.full((B,), S, device=device)
             state.source_lengths = lengths.repeat_interleave(beams)  # (B*N,)
         return state
 

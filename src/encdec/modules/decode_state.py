@@ -225,6 +225,14 @@ class DecodeState:
             self.lengths[: self.rows] += t
         self.columns += t
 
+    def truncate(self, columns: int) -> None:
+        """Keep the first `columns` written columns of every row, forgetting those after (speculative decoding's
+        rejected draft tokens, generation/speculative.py): the next step writes over them. Aligned rows only,
+        whose written columns the host counts."""
+        if self.static or not self.aligned:
+            raise ValueError("a decode state is cut back only while its rows are aligned (generate's, not a batch's)")
+        self.columns = min(self.columns, columns)
+
     def row_lengths(self) -> torch.Tensor:
         """(R,) the columns each row has written."""
         if self.aligned and not self.static:

@@ -183,6 +183,32 @@ def load_teacher(
     return Teacher(model, d.alpha, d.temperature, pointer, streams)
 
 
+def share_encoder(student: nn.Module, teacher: Teacher) -> int:
+    """training.distill.share_encoder: the teacher's encoder weights (its token table among them) copied into the
+    student's encoder, which is frozen; one sentence where a weight's shape differs. The frozen parameters' count."""
+    if not all(
+        getattr(getattr(m, "config", None), "family", None) == "encoder_decoder" for m in (student, teacher.model)
+    ):
+        raise ConfigError(
+            "training.distill.share_encoder gives the student the teacher's encoder: both must be of the "
+            "encoder_decoder family"
+        )
+    theirs, mine = teacher.model.encoder.state_dict(), student.encoder.state_dict()
+    for name, tensor in mine.items():
+        if name not in theirs or theirs[name].shape != tensor.shape:
+            held = tuple(theirs[name].shape) if name in theirs else "no such weight"
+            raise ConfigError(
+                f"training.distill.share_encoder copies the teacher's encoder into the student, but the student's "
+                f"encoder.{name} is {tuple(tensor.shape)} and the teacher's {held}: give the student the teacher's "
+                "encoder settings (d_model, n_heads, d_ff, n_encoder_layers, ...) and change its decoder alone"
+            )
+    student.encoder.load_state_dict(theirs)
+    student.encoder.requires_grad_(False)
+    frozen = sum(p.numel() for p in student.encoder.parameters())
+    log.info("the student's encoder is the teacher's, frozen: %s parameters", f"{frozen:,}")
+    return frozen
+
+
 def teacher_streams(
     cfg: RunConfig, what: str, tokenizer: Tokenizer, teacher: ModelConfig, device: torch.device = torch.device("cpu")
 ) -> tuple[torch.Tensor, int]:

@@ -112,6 +112,9 @@ class DistillSection:
     teacher: Annotated[str, Satisfies(lambda v: isinstance(v, str) and v.strip() != "", "a run or model directory")]
     alpha: Fraction = 0.5  # the distillation term's share of the objective: 0 plain CE (KL still logged), 1 KL alone
     temperature: Annotated[float, Range(0, 1000, above=True)] = 2.0  # softens both distributions; T^2 keeps gradients
+    # the student's encoder (its token table among it) is the teacher's, copied and frozen: its decoder learns to
+    # read the teacher's encoder output, as a speculative draft over the teacher does (generation/speculative.py)
+    share_encoder: bool = False
 
 
 # a time budget or interval: seconds, or a duration's text (90s, 15m, 1h30m, 1:30:00), in the config as on the command line

@@ -35,7 +35,7 @@ from encdec.tokenizers.pretrained import check_tokenizer_files
 from encdec.training import distributed
 from encdec.training.adaptation import ADAPTATION_FILE, adapted_section, wants_adaptation, warmup_frozen
 from encdec.training.adaptation import summary as adaptation_summary
-from encdec.training.distill import Teacher, find_teacher, load_teacher, teacher_bytes
+from encdec.training.distill import Teacher, find_teacher, load_teacher, share_encoder, teacher_bytes
 from encdec.training.ema import WeightAverage
 from encdec.training.init_from import Pretrained, check_weights_fit, load_pretrained, load_pretrained_weights
 from encdec.training.launch import check_processes
@@ -198,6 +198,8 @@ def set_up(cfg: RunConfig, run: RunDir, resume: bool, accept_changes: bool, info
         load_state(model, parts["model"], f"{start.checkpoint.model} does not fit the model this config builds")
     if parts is None or cfg.lora is None:
         apply_lora(model, cfg.lora, cfg.training.train_only)  # where the config asks for them
+    if teacher is not None and cfg.training.distill.share_encoder:  # a resume's encoder: the teacher's still
+        share_encoder(model, teacher)
     if saved is not None:
         state = saved.train
         data.train.load_state_dict(asdict(saved.data))

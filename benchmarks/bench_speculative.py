@@ -1,0 +1,116 @@
+"""Speculative decoding against plain greedy: tokens/s at batch 1 on a translation test set, the acceptance beside.
+
+Run: python benchmarks/bench_speculative.py TARGET DRAFT [--shares-encoder] [--num-assistant-tokens 3,5]
+         [--draft-quantize int8] [--inputs FILE] [--sentences 100] [--max-new-tokens 64] [--repeats 3] [--threads N]
+
+TARGET and DRAFT are run or Hugging Face directories of one tokenizer (configs/recipes/multi30k_draft.yaml makes
+such a draft, its encoder the target's: --shares-encoder). The inputs are the first --sentences lines of --inputs
+(default: Multi30k's 2016 Flickr test sources, plain or gzipped), each generated alone (batch 1), greedy, up to
+--max-new-tokens. Every repeat runs the systems in turn (plain greedy, then speculative with each k of
+--num-assistant-tokens, the order rotated each repeat) over all the sentences; the table shows each system's median
+tokens/s (new tokens, EOS included, over the wall time of the generate calls, encoder included), its ratio to plain
+greedy's, the tokens each target step gained and the share of draft tokens accepted, and the share of sentences
+whose output equals plain greedy's (1.00: speculative greedy is plain greedy, token for token).
+
+On a CPU at batch 1 a step reads every weight once, so its cost follows the bytes read: for t5-small's shape
+(one thread, November 2026) the target's step took ~15 ms whether it read 1 or 6 positions, a one-layer draft's
+~7.7 ms (its 32,128 x 512 vocabulary product is most of it) and the same draft in int8 ~2.2 ms. With the fp32
+draft, k = 4 drafts cost two target steps; --draft-quantize int8 makes them a little over half of one.
+"""
+
+import argparse
+import gzip
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from encdec.generation.generate import generate
+from encdec.generation.speculative import SpeculativeStats
+from encdec.generation.text_generator import TextGenerator
+from encdec.quantization import SCHEMES, quantize
+from encdec.runs.open import open_model
+
+MULTI30K_TEST = Path(__file__).resolve().parents[2] / "shared/data/translation/multi30k/test_2016_flickr.en.gz"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target", type=Path, help="the model: a run or Hugging Face directory")
+    parser.add_argument("draft", type=Path, help="its draft, of the same tokenizer")
+    parser.add_argument("--shares-encoder", action="store_true", help="the draft reads the target's encoder output")
+    parser.add_argument(
+        "--num-assistant-tokens",
+        type=lambda text: [int(k) for k in text.split(",")],
+        default=[3, 5],
+        help="draft tokens per target step, one speculative system each (default 3,5)",
+    )
+    parser.add_argument("--draft-quantize", choices=SCHEMES, help="the draft's linear layers in int8 (its proposals)")
+    parser.add_argument("--inputs", type=Path, default=MULTI30K_TEST, help="source sentences, one a line (.gz too)")
+    parser.add_argument("--sentences", type=int, default=100, help="how many of them (default 100)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch's threads (default: torch's choice)")
+    return parser.parse_args(argv)
+
+
+def read_sentences(path: Path, count: int) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as stream:
+        lines = [line.strip() for line in stream if line.strip()]
+    return lines[:count]
+
+
+def run_system(target, encoded: list[dict], options: dict) -> tuple[float, int, list[torch.Tensor], SpeculativeStats]:
+    """(seconds, new tokens, outputs, acceptance) of greedy decoding every input alone under `options`."""
+    stats, outputs, tokens, seconds = SpeculativeStats(), [], 0, 0.0
+    for inputs in encoded:
+        start = time.perf_counter()
+        out = generate(target, inputs["input_ids"], inputs["attention_mask"], return_dict_in_generate=True, **options)
+        seconds += time.perf_counter() - start
+        outputs.append(out.sequences)
+        tokens += out.sequences.shape[1] - 1  # batch 1 ends at its EOS: every column after the start is new
+        if out.speculative is not None:
+            stats.add(out.speculative)
+    return seconds, tokens, outputs, stats
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    target, draft = open_model(args.target), open_model(args.draft)
+    draft_model = quantize(draft.model, args.draft_quantize) if args.draft_quantize else draft.model
+    text = TextGenerator(target.text, target.generation)
+    encoded = [text.encode([sentence]) for sentence in read_sentences(args.inputs, args.sentences)]
+    base = dict(max_new_tokens=args.max_new_tokens)
+    systems = {"plain greedy": base}
+    for k in args.num_assistant_tokens:
+        systems[f"speculative k={k}"] = dict(
+            base, assistant_model=draft_model, assistant_shares_encoder=args.shares_encoder, num_assistant_tokens=k
+        )
+    for options in systems.values():  # warm-up
+        run_system(target.model, encoded[:2], options)
+    rates = {name: [] for name in systems}
+    outputs, stats = {}, {}
+    names = list(systems)
+    for repeat in range(args.repeats):
+        for name in names[repeat % len(names) :] + names[: repeat % len(names)]:  # interleaved, the order rotated
+            seconds, tokens, outputs[name], stats[name] = run_system(target.model, encoded, systems[name])
+            rates[name].append(tokens / seconds)
+    plain = statistics.median(rates["plain greedy"])
+    print(f"{len(encoded)} sentences of {args.inputs.name}, batch 1, greedy, {torch.get_num_threads()} threads")
+    print("| system | tokens/s | vs plain | tokens per target step | draft tokens accepted | same as plain |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name in systems:
+        rate = statistics.median(rates[name])
+        same = sum(torch.equal(a, b) for a, b in zip(outputs[name], outputs["plain greedy"])) / len(encoded)
+        s = stats[name]
+        steps = f"{s.tokens_per_step:.2f}" if s.target_steps else "1.00"
+        accepted = f"{s.acceptance_rate:.2f}" if s.target_steps else "-"
+        print(f"| {name} | {rate:,.0f} | {rate / plain:.2f}x | {steps} | {accepted} | {same:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

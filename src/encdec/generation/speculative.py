@@ -1,0 +1,208 @@
+"""Speculative decoding (Leviathan et al. 2023; Chen et al. 2023): a small draft proposes k tokens, the target
+checks them in one step.
+
+    out = generate(target, src_ids, assistant_model=draft, num_assistant_tokens=5)   # strategies.py's row
+
+Each round the draft decodes k tokens one at a time (greedy: its argmax; sampling: drawn from its processed
+distribution q) and the target reads the last kept token and the k drafts in one step (k + 1 positions through
+its cache), which gives its processed distribution p at each. Greedy keeps the longest prefix of drafts equal to
+the target's argmax and then the target's own token, so the output is plain greedy's, token for token. Sampling
+accepts a draft x with probability min(1, p(x) / q(x)) and at the first rejection draws from norm(max(0, p - q)),
+or from p after k acceptances (Leviathan et al. 2023, section 2.3 and appendix A.1): every token is distributed as
+the target's sampling draws it. The logits processors (temperature, top-k/p, penalties) act on p and q alike, each
+over the tokens before its position. Both caches are then cut back to the kept length (DecodeState.truncate).
+
+A batch: rows accept different counts. Every row keeps the batch's smallest count n of accepted drafts and then
+its token at position n + 1 (an accepted draft where the row accepted more, else its correction), so the rows stay
+at one length and the caches aligned. That is exact: whatever ends a round, each kept token's distribution given
+the tokens before it is the target's, so any prefix of a round's tokens is; it costs a row what the slowest row
+of its batch rejects (rows done, by EOS, count as accepting all).
+
+Drafts (`shares_encoder`): a decoder trained against the target's frozen encoder (training.distill's
+share_encoder) reads the target's encoder output, its own encoder never run, so its width must be the target's;
+any other model of the same vocabulary and special tokens runs its own encoder once.
+
+Shapes: R rows, P decoder prompt, L tokens so far, k draft tokens a round, V vocabulary.
+"""
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from encdec.errors import ConfigError
+from encdec.generation.config import GenerationConfig
+from encdec.generation.generate_output import GenerateOutput
+from encdec.generation.interface import model_device, prompt_logits
+from encdec.generation.logits_processors import apply_all
+from encdec.generation.search import SampleSearch, argmax
+from encdec.modules import DecodeState
+
+log = logging.getLogger(__name__)
+SPECIAL_IDS = ("vocab_size", "decoder_start_id", "eos_id", "pad_id")
+
+
+@dataclass
+class Draft:
+    """generate's assistant_model, as the speculative row runs it."""
+
+    model: object  # an encoder-decoder (models.EncoderDecoder) of the target's vocabulary
+    shares_encoder: bool  # reads the target's encoder output instead of running its own encoder
+
+
+@dataclass
+class SpeculativeStats:
+    """How a speculative generation went: target steps (rounds), the drafts proposed and those kept."""
+
+    target_steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    def count(self, drafted: int, accepted: int) -> None:
+        """One target step that checked `drafted` tokens and kept `accepted` of them."""
+        self.target_steps += 1
+        self.drafted += drafted
+        self.accepted += accepted
+
+    def add(self, other: "SpeculativeStats") -> None:
+        """Count `other`'s steps too (a command's batches)."""
+        self.target_steps += other.target_steps
+        self.drafted += other.drafted
+        self.accepted += other.accepted
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens each row gained per target step: the accepted drafts and the target's own token."""
+        return (self.accepted + self.target_steps) / max(self.target_steps, 1)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """The share of proposed drafts kept."""
+        return self.accepted / max(self.drafted, 1)
+
+    def __str__(self) -> str:
+        return (
+            f"speculative decoding: {self.tokens_per_step:.2f} tokens per target step, {self.accepted:,} of "
+            f"{self.drafted:,} draft tokens accepted ({100 * self.acceptance_rate:.0f}%)"
+        )
+
+
+def check_draft(target, draft, shares_encoder: bool, cfg: GenerationConfig) -> Draft:
+    """`draft` as the speculative row runs it, or one sentence (ConfigError) on why it cannot draft for `target`
+    with these options."""
+    for name, model in (("the model", target), ("the draft", draft)):
+        if getattr(getattr(model, "config", None), "family", None) != "encoder_decoder":
+            raise ConfigError(
+                f"speculative decoding runs encoder-decoders of text (their decode state is cut back to the tokens "
+                f"kept), and {name} is not one"
+            )
+    mine, theirs = target.config, draft.config
+    for name in SPECIAL_IDS:
+        if getattr(mine, name) != getattr(theirs, name):
+            raise ConfigError(
+                f"the draft's {name} is {getattr(theirs, name)} and the model's {getattr(mine, name)}: a draft "
+                "must share the model's tokenizer and vocabulary, token for token"
+            )
+    if shares_encoder and mine.encoder_config().d_model != theirs.encoder_config().d_model:
+        raise ConfigError(
+            f"the draft reads the model's encoder output, of d_model {mine.encoder_config().d_model}, but its "
+            f"decoder reads d_model {theirs.encoder_config().d_model}: share the encoder of a draft of the same width"
+        )
+    if model_device(draft) != model_device(target):
+        raise ConfigError(f"the draft is on {model_device(draft)} and the model on {model_device(target)}: move one")
+    unsupported = [  # what is asked, whether it is, what to do instead
+        ("num_beams > 1", cfg.num_beams > 1, "set num_beams 1 (--num-beams 1; a checkpoint's default may be more)"),
+        ("compile", cfg.compile, "leave compile out"),
+        ("a temperature fallback", cfg.temperatures is not None, "give one temperature"),
+        ("Whisper's rules", cfg.whisper is not None, "decode without a draft"),
+        ("minimum Bayes risk", cfg.mbr is not None, "leave out mbr (its samples are drawn without a draft)"),
+    ]
+    for what, given, instead in unsupported:
+        if given:
+            raise ConfigError(f"speculative decoding (a draft model) is greedy or sampling, without {what}: {instead}")
+    return Draft(draft, shares_encoder)
+
+
+def start_both(target, draft: Draft, job, capacity: int) -> tuple[DecodeState, DecodeState]:
+    """The target's and the draft's decode states for generate's `job`: the target's encoder run once, the
+    draft's too unless it reads the target's."""
+    target.check_lengths(job.src_ids, capacity)
+    draft.model.check_lengths(job.src_ids, capacity)
+    memory = target.encode(job.src_ids, job.src_mask)
+    own = memory if draft.shares_encoder else draft.model.encode(job.src_ids, job.src_mask)
+    return target.begin(memory, capacity, job.rows), draft.model.begin(own, capacity, job.rows)
+
+
+def speculative_search(target, job) -> GenerateOutput:
+    """Greedy or sampled decoding of generate's `job` (its `draft` set) by rounds of draft-then-verify."""
+    cfg, draft, k = job.cfg, job.draft, job.cfg.num_assistant_tokens
+    prompt = job.prompt.repeat_interleave(job.rows, 0)  # (R, P)
+    search = SampleSearch(prompt, cfg, job.device, job.stop)
+    target_state, draft_state = start_both(target, draft, job, cfg.max_new_tokens + prompt.shape[1] - 1)
+    seqs, stats = search.seqs, SpeculativeStats()
+    target_held = draft_held = 0  # columns each cache holds: every kept token but the last, after a round
+    done = False
+    while not done:
+        L = search.length
+        n = min(k, search.max_length - L - 1)  # drafts that leave room for the target's own token
+        q_scores = []
+        for j in range(n):  # the draft's proposals, written past the kept tokens
+            logits = prompt_logits(draft.model, seqs[:, draft_held : L + j], draft_state).float()  # (R, V)
+            draft_held = L + j
+            q_scores.append(apply_all(search.chain, seqs[:, : L + j], logits))
+            seqs[:, L + j] = draft_tokens(q_scores[-1], cfg, search.generator)
+        logits = target.step(seqs[:, target_held : L + n], target_state).float()[:, -(n + 1) :]  # (R, n + 1, V)
+        p_scores = [apply_all(search.chain, seqs[:, : L + j], logits[:, j]) for j in range(n + 1)]
+        tokens, accepted = verify(seqs[:, L : L + n], p_scores, q_scores, cfg, search.generator)
+        kept = int(torch.where(search.unfinished, accepted, n).min())  # the round's one host sync
+        stats.count(n, kept)
+        for j in range(kept + 1):
+            if search.steps is not None:
+                search.steps.append(p_scores[j])
+            done = search.take(tokens[:, j])
+            if done:
+                break
+        target_held, draft_held = search.length - 1, min(draft_held, search.length - 1)  # rejected drafts forgotten
+        target_state.truncate(target_held)
+        draft_state.truncate(draft_held)
+    log.info("%s", stats)
+    return GenerateOutput(search.result.sequences, search.result.scores, speculative=stats)
+
+
+def draft_tokens(scores: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator | None) -> torch.Tensor:
+    """scores (R, V), the draft's processed logits -> (R,) its proposal: the argmax, or a draw from q."""
+    if not cfg.do_sample:
+        return argmax(scores)
+    return torch.multinomial(scores.softmax(-1), 1, generator=generator).squeeze(1)
+
+
+def verify(
+    drafts: torch.Tensor,
+    p_scores: list[torch.Tensor],
+    q_scores: list[torch.Tensor],
+    cfg: GenerationConfig,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """drafts (R, n), the target's processed logits at n + 1 positions and the draft's at n -> the round's tokens
+    (R, n + 1) and each row's accepted count a (R,): tokens[:, :a] are its accepted drafts, tokens[:, a] the
+    target's own (greedy: its argmax; sampling: the correction drawn from norm(max(0, p - q)), or from p where
+    all n were accepted)."""
+    R, n = drafts.shape
+    if not cfg.do_sample:
+        tokens = torch.stack([argmax(scores) for scores in p_scores], dim=1)  # (R, n + 1)
+        accepted = (drafts == tokens[:, :n]).long().cumprod(1).sum(1)  # the longest agreeing prefix
+        return tokens, accepted
+    p = torch.stack([scores.softmax(-1) for scores in p_scores], dim=1)  # (R, n + 1, V)
+    if n == 0:
+        return torch.multinomial(p[:, 0], 1, generator=generator), torch.zeros(R, dtype=torch.long, device=p.device)
+    q = torch.stack([scores.softmax(-1) for scores in q_scores], dim=1)  # (R, n, V)
+    p_x = p[:, :n].gather(2, drafts[..., None]).squeeze(2)  # (R, n)
+    q_x = q.gather(2, drafts[..., None]).squeeze(2)
+    u = torch.rand((R, n), generator=generator, device=p.device)
+    accepted = (u * q_x < p_x).long().cumprod(1).sum(1)  # accepted with probability min(1, p / q)
+    residual = torch.cat(((p[:, :n] - q).clamp(min=0), p[:, n:]), dim=1)  # (R, n + 1, V)
+    at = residual[torch.arange(R, device=p.device), accepted]  # (R, V) each row's first rejection (or p after all)
+    at = torch.where(at.sum(-1, keepdim=True) > 0, at, p[torch.arange(R, device=p.device), accepted])  # p = q there
+    correction = torch.multinomial(at, 1, generator=generator)  # (R, 1)
+    tokens = torch.cat((drafts, correction), dim=1).scatter(1, accepted[:, None], correction)
+    return tokens, accepted
