@@ -2,6 +2,7 @@
 `generate` and in a server's running batch, and a step's time with them shared or copied per row.
 
 Run: python benchmarks/bench_shared_memory.py [--shape t5-small] [--source 512] [--samples 8] [--steps 16]
+                                             [--others 31]
 
 Printed, for one source of `--source` tokens and `--samples` rows, on a random-weight T5 of `--shape`
 (generate_systems.SHAPES), fp32 on the CPU, one thread:
@@ -11,8 +12,12 @@ Printed, for one source of `--source` tokens and `--samples` rows, on a random-w
     joins them);
   - step ms: the median time of a decoder step of the n rows over `--steps` steps (aligned, as `generate`
     steps), with the memory shared by the n rows (groups n: one memory row, their queries folded together)
-    and with the same keys and values copied once per row (groups 1: what the running batch holds), and
-    the largest difference of their logits.
+    and with the same keys and values copied once per row (groups 1), and the largest difference of their
+    logits;
+  - batch step ms: the median time of a step of the running batch (rows at columns of their own, as the
+    server steps) holding the request's n rows alone, and beside `--others` requests of one row each (other
+    sources of the same length): the mix in which the n rows' second pass over their memory row (see
+    attention.MemoryReaders) runs beside the others' one.
 docs/shared_memory.md reads these figures.
 """
 
@@ -58,12 +63,22 @@ def step_ms(model, state: DecodeState, tokens: torch.Tensor, steps: int) -> tupl
     return statistics.median(times) * 1e3, logits
 
 
+def batch_step_ms(model, sources: list[torch.Tensor], copies: list[int], new: int, steps: int) -> float:
+    """The median ms of `steps` steps of a running batch the requests (`sources`, `copies` rows each) joined."""
+    batch = RunningBatch("cpu", torch.float32)
+    for source, count in zip(sources, copies):
+        batch.join(model.start(source, torch.ones_like(source, dtype=torch.bool), new), [count])
+    tokens = torch.randint(2, 100, (batch.rows, 1))
+    return step_ms(model, batch, tokens, steps)[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="t5-small", choices=sorted(SHAPES))
     parser.add_argument("--source", type=int, default=512)
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--others", type=int, default=31)
     args = parser.parse_args()
     torch.set_num_threads(1)
     _, model = build_pair(args.shape, torch.device("cpu"), torch.float32)
@@ -85,6 +100,11 @@ def main() -> None:
     gap = max((a - b).abs().max().item() for a, b in zip(shared_logits, copied_logits))
     print(f"  step of {n} rows: shared {shared_ms:.2f} ms, copied per row {copied_ms:.2f} ms (medians of {args.steps})")
     print(f"  largest logit difference, shared against copied: {gap:.2e}")
+    others = [torch.randint(2, 100, (1, args.source)) for _ in range(args.others)]
+    with torch.inference_mode():
+        alone = batch_step_ms(model, [src], [n], new, args.steps)
+        mixed = batch_step_ms(model, [src, *others], [n] + [1] * args.others, new, args.steps)
+    print(f"  running batch step: {n} rows {alone:.2f} ms; beside {args.others} one-row requests {mixed:.2f} ms")
 
 
 if __name__ == "__main__":
