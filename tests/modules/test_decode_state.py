@@ -2,8 +2,10 @@
 too; beam reorders gather rows (swapping two buffers, or in place in static mode); and rows at positions of their
 own (a server's batch) write and read each at its own column."""
 
+import pytest
 import torch
 
+import encdec
 from encdec.modules import DecodeState, RunningBatch
 
 
@@ -89,3 +91,38 @@ def test_rows_of_a_batch_write_and_read_each_at_its_own_column():
     moved = batch.remove([0])
     assert moved == {1: 0} and batch.rows == 1 and batch.columns == 1
     assert batch.caches[0].keys[0, 0, :1, 0].tolist() == [9.0]
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["cross-attention", "merged"])
+def test_the_rows_of_a_batch_read_one_memory_row_an_example_and_step_as_their_requests_alone(merged):
+    """Requests of 3, 1 and 2 rows (samples) joined to a batch hold one memory row each, their rows at slots of
+    it; their steps equal each request's own state's (generate's, its memory shared as `groups`), before and
+    after the middle request leaves (the last row and memory row moving into its places)."""
+    more = {"merged_cross_attention": True, "rope_cross": "none"} if merged else {}
+    torch.manual_seed(0)
+    config = encdec.preset("t5-tiny", vocab_size=300, pad_id=0, eos_id=1, decoder_start_id=0, **more)
+    model = encdec.build_model(config).eval()
+    sources = [torch.randint(2, 300, (1, width), generator=torch.Generator().manual_seed(width)) for width in (5, 9, 3)]
+    copies = [3, 1, 2]
+    batch = RunningBatch("cpu", torch.float32)
+    with torch.inference_mode():
+        alone = [model.start(source, None, 8, n) for source, n in zip(sources, copies)]
+        placed = [batch.join(model.start(source, None, 8), [n])[0] for source, n in zip(sources, copies)]
+        readers = batch.memory_readers
+        assert batch.memory_rows == 3 and readers.first.tolist() == [0, 3, 4] and readers.others.tolist() == [1, 2, 5]
+        assert readers.shared.tolist() == [0, 2] and readers.groups == 2 and readers.slots.tolist() == [0, 1, 2]
+        assert batch.memory[0].values.shape[0] < batch.rows  # the memory held once an example, not once a row
+        tokens = torch.randint(2, 300, (batch.rows, 1), generator=torch.Generator().manual_seed(1))
+        for _ in range(2):
+            served = model.step(tokens, batch)
+            for state, rows in zip(alone, placed):
+                torch.testing.assert_close(
+                    served[rows.start : rows.stop], model.step(tokens[rows.start : rows.stop], state)
+                )
+        moved = batch.remove(list(placed[1]))
+        # the third request's row 5 (its second) moves to row 3, its memory row 2 to memory row 1
+        assert moved == {5: 3} and batch.memory_rows == 2 and batch.memory_readers.first.tolist() == [0, 4]
+        assert batch.memory_readers.others.tolist() == [1, 2, 3] and batch.memory_readers.shared is None
+        served = model.step(torch.cat((tokens[:3], tokens[5:], tokens[4:5])), batch)
+        torch.testing.assert_close(served[:3], model.step(tokens[:3], alone[0]))
+        torch.testing.assert_close(served[3:].flip(0), model.step(tokens[4:], alone[2]))

@@ -67,10 +67,18 @@ def test_a_running_batch_moves_memory_and_step_caches_alike_when_rows_leave():
     batch.join(started_state(2, 3, 1.0), [2])  # two rows (beams) of one example, a memory of 3
     batch.join(started_state(1, 5, 2.0), [1])  # one row, a wider memory of 5
     assert batch.rows == 3 and batch.memory_width == 5
-    assert batch.memory[0].keys[:3, 0, :5, 0].tolist() == [[1.0] * 3 + [0.0] * 2] * 2 + [[2.0] * 5]
-    assert (batch.memory_mask[:3, 0, 0, :5] == 0).tolist() == [[True] * 3 + [False] * 2] * 2 + [[True] * 5]
+    # one memory row per example, the two beams sharing theirs: rows 0 and 2 read memory rows 0 and 1 first, row 1
+    # memory row 0 in a second pass (the only memory row shared)
+    assert batch.memory_rows == 2 and batch.memory[0].values.shape[0] == 2
+    assert batch.memory[0].keys[:2, 0, :5, 0].tolist() == [[1.0] * 3 + [0.0] * 2, [2.0] * 5]
+    assert (batch.memory_mask[:2, 0, 0, :5] == 0).tolist() == [[True] * 3 + [False] * 2, [True] * 5]
+    readers = batch.memory_readers
+    assert readers.first.tolist() == [0, 2] and readers.memory_of_row.tolist() == [0, 0, 1]
+    assert readers.others.tolist() == [1] and readers.shared.tolist() == [0] and readers.slots.tolist() == [0]
     moved = batch.remove([0, 1])
     assert moved == {2: 0} and batch.rows == 1 and batch.memory_width == 5 and batch.columns == 1
+    assert batch.memory_rows == 1 and batch.memory_readers.first.tolist() == [0]
+    assert batch.memory_readers.others is None
     assert batch.memory[0].values[0, 0, :5, 0].tolist() == [-2.0] * 5
     assert batch.caches[0].keys[0, 0, :1, 0].tolist() == [2.0]
     inputs = batch.memory_attention(batch.positions(1))

@@ -38,6 +38,40 @@ RECOMPUTE_SCORES = 1 << 24
 
 
 @dataclass
+class MemoryReaders:
+    """The rows (B) of a running batch over M memory rows shared unevenly (encdec.modules.running_batch): each
+    memory row's first row (`first` (M,): the row that reads memory row m) attends in one pass of one query
+    row per memory row; the other rows (`others` (B - M,)) in a second, folded as query groups of G slots
+    over the memory rows that have such rows (`shared` (Ms,); None: all M), at `slots` (B - M,) of Ms * G.
+    No memory row is copied per row; the queries are padded only within the memory rows shared."""
+
+    first: torch.Tensor  # (M,) rows
+    memory_of_row: torch.Tensor  # (B,) each row's memory row
+    others: torch.Tensor | None = None  # (B - M,) rows; None: every memory row read by one row
+    shared: torch.Tensor | None = None  # (Ms,) memory rows the others read; None: all M
+    slots: torch.Tensor | None = None  # (B - M,) each other row's slot among Ms * G
+    groups: int = 1  # G
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys_t, mask, core) -> torch.Tensor:
+        """q (B, H, T, D) in row order, the memory's k, v (M, K, S, D), keys_t (M, K, D, S) or None, mask
+        (M, 1, 1, S) or None; core(q, k, v, keys_t, mask) one attention of matching rows -> (B, H, T, D)."""
+        out = torch.empty_like(q)
+        out[self.first] = core(q[self.first], k, v, keys_t, mask)
+        if self.others is None:
+            return out
+        if self.shared is not None:  # the few memory rows with more than one row, this pass's
+            pick = self.shared
+            k, v, mask = k[pick], v[pick], mask[pick] if mask is not None else None
+            keys_t = keys_t[pick] if keys_t is not None else None
+        (_, H, T, D), G, Ms = q.shape, self.groups, k.shape[0]
+        folded = q.new_zeros(Ms * G, H, T, D).index_copy_(0, self.slots, q[self.others])
+        folded = folded.view(Ms, G, H, T, D).transpose(1, 2).reshape(Ms, H, G * T, D)
+        grouped = core(folded, k, v, keys_t, mask).view(Ms, H, G, T, D).transpose(1, 2).reshape(Ms * G, H, T, D)
+        out[self.others] = grouped.index_select(0, self.slots)
+        return out
+
+
+@dataclass
 class AttentionInputs:
     """What one attention call reads besides its queries' and keys' states.
 
@@ -49,6 +83,8 @@ class AttentionInputs:
     query_groups: G > 1 when each G consecutive rows of queries share one row of keys (the beams of one example
         over its encoder output): their queries are folded into the query length, so shared keys are neither
         copied nor reordered.
+    memory_readers: where rows share memory rows unevenly (a running batch of requests of different `n`): which
+        rows read which memory row (MemoryReaders), each memory row read once for all its rows.
     global_keys: a transient-global self-attention's blocks (LongT5's), whose block sums, normed, are keys and
         values after the S local ones (the mask covers both).
     global_tokens: Longformer's global tokens (modules.global_tokens): keys after the S own (the mask covers both).
@@ -63,6 +99,7 @@ class AttentionInputs:
     q_pos: torch.Tensor | None = None
     k_pos: torch.Tensor | None = None
     query_groups: int = 1
+    memory_readers: MemoryReaders | None = None
     global_keys: TransientGlobals | None = None
     global_tokens: GlobalTokenRows | None = None
     extra_kv: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -182,6 +219,16 @@ class Attention(nn.Module):
                 )
             k, v = torch.cat([k, extra_k], dim=2), torch.cat([v, extra_v], dim=2)
             is_causal = False
+        if inputs.memory_readers is not None:  # a running batch's rows over memory rows shared unevenly
+            keys_t = cache.keys_t if isinstance(cache, StaticKVCache) else None
+
+            def core(q, k, v, keys_t, mask):
+                if keys_t is not None and few_queries_on_cpu(q, mask, self.training):
+                    return attend_transposed(q, keys_t, v, mask, self.scale, self.softcap)
+                return attend(q, k, v, mask, False, self.scale, dropout_p, self.softcap)
+
+            out = inputs.memory_readers.attend(q, k, v, keys_t, mask, core)
+            return self.project_heads(out, B, T, 1)
         if groups > 1:  # (B, H, T, D) -> (B/G, H, G*T, D)
             q = q.view(B // groups, groups, self.n_heads, T, self.d_head).transpose(1, 2)
             q = q.reshape(B // groups, self.n_heads, groups * T, self.d_head)

@@ -166,11 +166,14 @@ class DecoderBlock(nn.Module):
                 keys, values = cache.cross_attn.keys, cache.cross_attn.values
             else:
                 keys, values = self.self_attn.project_kv(memory, rotate=False)  # (M, K, S, D)
-            if cross_inputs.query_groups > 1:
-                return shared_memory_attention(
-                    self.self_attn, h, self_inputs, cache.self_attn, keys, values, cross_inputs.mask
-                )
-            merged = replace(self_inputs, extra_kv=(keys, values), extra_mask=cross_inputs.mask)
+            groups, mask, readers = cross_inputs.query_groups, cross_inputs.mask, cross_inputs.memory_readers
+            if readers is not None:  # memory rows shared unevenly (a running batch): each row's gathered, this step
+                memory_rows = readers.memory_of_row
+                keys, values = keys.index_select(0, memory_rows), values.index_select(0, memory_rows)
+                mask, groups = (mask.index_select(0, memory_rows) if mask is not None else None), 1
+            if groups > 1:
+                return shared_memory_attention(self.self_attn, h, self_inputs, cache.self_attn, keys, values, mask)
+            merged = replace(self_inputs, extra_kv=(keys, values), extra_mask=mask)
             return self.self_attn(h, None, merged, cache and cache.self_attn)
 
         return fn

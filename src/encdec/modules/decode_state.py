@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import torch
 
-from encdec.modules.attention import additive_mask, blocked_value
+from encdec.modules.attention import MemoryReaders, additive_mask, blocked_value
 from encdec.modules.attention_kinds import Causal, LayerKinds, layer_allows, layer_bias, only_causal
 from encdec.modules.blocks import AttentionInputs
 from encdec.modules.kv_cache import LayerCache
@@ -72,6 +72,7 @@ class DecodeState:
         self.memory_mask: torch.Tensor | None = None  # additive (M, 1, 1, S); None: every position real
         self.memory_width = 0  # host: S, the widest memory row's real length
         self.groups = 1  # rows per memory row (beams sharing their example's memory)
+        self.memory_readers: MemoryReaders | None = None  # which rows read which memory row, where uneven
         self.kinds: list[LayerKinds] = [CAUSAL]  # the distinct masking kinds of the layers' self-attentions
         self.kind_of_layer: list[int] = []  # per layer: its entry of `kinds` (none: every layer the first)
         self._bias_tables: dict[int, torch.Tensor | None] = {}  # kinds index -> (1, H, N, N) of positions 0..N-1
@@ -113,6 +114,11 @@ class DecodeState:
         self.memory_mask = additive_mask(mask[:, None, None, :], None, self.dtype) if mask is not None else None
         self.memory_width = S
         self._layers = None
+
+    @property
+    def memory_rows(self) -> int:
+        """M, the memory rows the rows read: R / groups (a running batch counts its own)."""
+        return self.rows // self.groups
 
     # -- what a step reads --------------------------------------------------------------------------------
 
@@ -181,14 +187,14 @@ class DecodeState:
             q_pos = self.source_lengths[: self.rows, None] + positions  # (R, t)
         mask = self.memory_mask
         if mask is not None and not (self.static or self.aligned):  # a batch's buffers hold spare rows and width
-            mask = mask[: self.rows // self.groups, :, :, : self.memory_width]
-        return AttentionInputs(mask=mask, q_pos=q_pos, query_groups=self.groups)
+            mask = mask[: self.memory_rows, :, :, : self.memory_width]
+        return AttentionInputs(mask=mask, q_pos=q_pos, query_groups=self.groups, memory_readers=self.memory_readers)
 
     def decoder_layers(self) -> list[LayerCache]:
         """Each encoder-decoder layer's caches: step cache i (self-attention) beside memory layer i (cross-
         attention), as a step reads them (kept until rows join or leave)."""
         if self._layers is None:
-            M, width = self.rows // self.groups, self.memory_width
+            M, width = self.memory_rows, self.memory_width
             memory = [m if self.static else m.view(M, width) for m in self.memory]
             self._layers = [LayerCache(c, m) for c, m in zip(self.caches, memory)]
         return self._layers

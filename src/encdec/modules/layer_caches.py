@@ -48,6 +48,7 @@ class RowLayout(Protocol):
     lengths: torch.Tensor  # (R,) columns each row has written
     row_index: torch.Tensor  # (R,) 0..R-1
     groups: int  # rows per memory row
+    memory_rows: int  # M, the memory rows the rows read
     memory_width: int  # host: S, the widest memory row's length
 
 
@@ -177,7 +178,8 @@ class CrossAttentionCache(StaticKVCache):
     """One cross-attention layer's keys and values of a fixed memory, (M, K, S, D), filled once; the keys
     stored transposed where a step's few queries read them faster so (see StaticKVCache). The state's
     `groups` rows of an example share its memory row, so beam moves leave it unchanged; in a server's
-    batch every row has its own (groups 1), up to the state's widest `memory_width`."""
+    batch each request's example holds one, read by all its rows (`memory_readers`), up to the state's widest
+    `memory_width`."""
 
     def __init__(self, state: RowLayout, transposed: bool = False):
         super().__init__(transposed)
@@ -213,10 +215,9 @@ class CrossAttentionCache(StaticKVCache):
             held = buf[:, :, :width]
             held.index_copy_(0, dst, held.index_select(0, src))
 
-    def join(self, rows: slice, theirs: CrossAttentionCache, pick: torch.Tensor) -> None:
-        """Rows `rows` of a batch's per-row memory take the memory rows of theirs' rows `pick` (n,), zeros beyond
-        their width (masked, finite)."""
-        memory_rows = torch.div(pick, theirs.state.groups, rounding_mode="floor")  # (n,)
+    def join(self, rows: slice, theirs: CrossAttentionCache, memory_rows: torch.Tensor) -> None:
+        """Memory rows `rows` of a batch take theirs' memory rows `memory_rows` (n,) (one per example, shared by
+        its rows), zeros beyond their width (masked, finite)."""
         S = theirs.values.shape[2]
         keys = self.keys
         keys[rows, :, :S] = theirs.keys[memory_rows]
@@ -226,7 +227,7 @@ class CrossAttentionCache(StaticKVCache):
 
     def resize(self, rows: int, columns: int) -> None:
         """Buffers of rows x columns (source positions), the state's rows and memory width kept."""
-        kept_rows, width = min(self.state.rows, rows), min(self.state.memory_width, columns)
+        kept_rows, width = min(self.state.memory_rows, rows), min(self.state.memory_width, columns)
         old_keys, old_values = self.keys, self.values
         K, D = old_values.shape[1], old_values.shape[3]
         self.fill(old_values.new_zeros(rows, K, columns, D), old_values.new_zeros(rows, K, columns, D))

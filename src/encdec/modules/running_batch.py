@@ -7,17 +7,21 @@ its beams' or samples' rows) and leave (`remove`) between steps, each row at a p
     batch.reorder_rows(rows, order); moved = batch.remove(done_rows)
 
 The rows' caches are moved through the state's bag (encdec.modules.layer_caches), each by its own kind's
-rule. In the batch every row has its own memory row (groups 1): requests of different numbers of beams sit
-side by side, and a step's cross-attention reads one memory row per query row.
+rule. In the batch each joined example holds one memory row (its cross-attention keys and values), shared by
+its rows (its beams or samples): requests of different numbers of rows sit side by side, so a step's
+cross-attention reads each memory row once for all its rows (`memory_readers`: each memory row's first
+row in one pass, the other rows of the memory rows shared folded as query groups in a second).
 
 Shapes: R rows, K kv heads, L columns held, S memory width, D head dim.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
-from encdec.modules.attention import blocked_value
+from encdec.modules.attention import MemoryReaders, blocked_value
 from encdec.modules.decode_state import DecodeState
 from encdec.modules.layer_caches import StateBag
 
@@ -31,6 +35,13 @@ class RunningBatch(DecodeState):
         super().__init__(0, 1, device, dtype)
         self.aligned = False
         self.source_widths = torch.zeros(0, dtype=torch.long, device=self.device)  # (R,) each row's memory width
+        self.row_memory: list[int] = []  # host, per row: its memory row
+        self.row_rank: list[int] = []  # host, per row: its place among its memory row's rows
+        self.memory_users: list[int] = []  # host, per memory row: the rows that read it
+
+    @property
+    def memory_rows(self) -> int:
+        return len(self.memory_users)
 
     def trim(self) -> None:
         """Once every row has left: every buffer given back (the room a burst of long requests grew is not
@@ -40,27 +51,34 @@ class RunningBatch(DecodeState):
         self.lengths, self.source_widths = self.lengths[:0].clone(), self.source_widths[:0].clone()
         self.row_index, self.position = self.row_index[:0], self.lengths[:1]
         self.pad = self.source_lengths = self.next_input = self.substitute = None
+        self.row_memory, self.row_rank, self.memory_users = [], [], []
+        self.memory_readers = None
 
     def join(self, other: DecodeState, copies: list[int]) -> list[range]:
         """Take `other`'s examples (a state `start` made for them, aligned) as new rows of this batch, example
-        b as `copies[b]` rows (its beams or samples, each with a copy of its caches and memory). Returns
-        each example's rows (they move when others leave: see `remove`)."""
+        b as `copies[b]` rows (its beams or samples, each with a copy of its step caches, all reading one
+        memory row). Returns each example's rows (they move when others leave: see `remove`)."""
         B = len(copies)
         per_example = other.rows // B  # rows `start` made per example
         pick = torch.arange(B, device=self.device) * per_example
         pick = pick.repeat_interleave(torch.tensor(copies, device=self.device))  # (n,) a row of `other` each
-        first, n = self.rows, len(pick)
-        self._grow(first + n, max(self.columns, other.columns) + 1, other)
+        first, n, first_memory = self.rows, len(pick), self.memory_rows
+        self._grow(first + n, max(self.columns, other.columns) + 1, other, first_memory + B)
         rows = slice(first, first + n)
-        for mine, theirs in zip(self.bag, other.bag):
+        for mine, theirs in zip(self.bag.step, other.bag.step):
             mine.join(rows, theirs, pick)
         if other.memory:
-            memory_rows = torch.div(pick, other.groups, rounding_mode="floor")  # the memory row of each new row
-            S = other.memory_width
-            self.memory_mask[rows] = blocked_value(self.dtype, self.device.type)
-            self.memory_mask[rows, :, :, :S] = other.memory_mask[memory_rows] if other.memory_mask is not None else 0.0
+            examples = torch.div(torch.arange(B, device=self.device) * per_example, other.groups, rounding_mode="floor")
+            memory, S = slice(first_memory, first_memory + B), other.memory_width  # one memory row an example
+            for mine, theirs in zip(self.bag.memory, other.bag.memory):
+                mine.join(memory, theirs, examples)
+            self.memory_mask[memory] = blocked_value(self.dtype, self.device.type)
+            self.memory_mask[memory, :, :, :S] = other.memory_mask[examples] if other.memory_mask is not None else 0.0
             self.memory_width = max(self.memory_width, S)
             self.source_widths[rows] = S
+            self.row_memory += [first_memory + b for b, count in enumerate(copies) for _ in range(count)]
+            self.row_rank += [rank for count in copies for rank in range(count)]
+            self.memory_users += copies
         self.lengths[rows] = other.row_lengths()[pick]
         for name in ("pad", "source_lengths", "next_input"):
             theirs = getattr(other, name)
@@ -73,7 +91,7 @@ class RunningBatch(DecodeState):
             self.kinds, self.kind_of_layer, self._bias_tables = other.kinds, other.kind_of_layer, {}
         self.rows += n
         self.columns = max(self.columns, other.columns)
-        self._layers = None
+        self._place_rows()
         return [range(first + sum(copies[:b]), first + sum(copies[: b + 1])) for b in range(B)]
 
     def remove(self, rows: list[int]) -> dict[int, int]:
@@ -85,18 +103,73 @@ class RunningBatch(DecodeState):
         movers = [r for r in range(keep, self.rows) if r not in gone]
         if holes:
             src, dst = torch.tensor(movers, device=self.device), torch.tensor(holes, device=self.device)
-            self.bag.move_rows(dst, src)
-            for name in (*ROW_TENSORS, "memory_mask", "source_widths"):
+            for cache in self.bag.step:
+                cache.move_rows(dst, src)
+            for name in (*ROW_TENSORS, "source_widths"):
                 tensor = getattr(self, name)
                 if tensor is not None:
                     tensor[dst] = tensor[src]
+        if self.memory_users:
+            self._release_memory(gone, dict(zip(movers, holes)), keep)
         self.rows = keep
         self._layers = None
         if keep == 0:
             self.trim()
         else:
             self.narrow()
+            self._place_rows()
         return dict(zip(movers, holes))
+
+    def _release_memory(self, gone: set[int], moved: dict[int, int], keep: int) -> None:
+        """The rows `gone` leave their memory rows, the rows `moved` {old: new} move: a memory row no row reads
+        any more is freed, the last memory rows moving into the places freed (as rows do)."""
+        users, row_memory, row_rank = self.memory_users, self.row_memory, self.row_rank
+        for row in gone:
+            users[row_memory[row]] -= 1
+        for old, new in moved.items():
+            row_memory[new], row_rank[new] = row_memory[old], row_rank[old]
+        del row_memory[keep:], row_rank[keep:]
+        kept = sum(1 for count in users if count)
+        holes = [m for m in range(kept) if not users[m]]
+        movers = [m for m in range(kept, len(users)) if users[m]]
+        if holes:
+            src, dst = torch.tensor(movers, device=self.device), torch.tensor(holes, device=self.device)
+            for cache in self.bag.memory:
+                cache.move_rows(dst, src)
+            self.memory_mask[dst] = self.memory_mask[src]
+            to = dict(zip(movers, holes))
+            for m, n in to.items():
+                users[n] = users[m]
+            self.row_memory = [to.get(m, m) for m in row_memory]
+        del users[kept:]
+
+    def _place_rows(self) -> None:
+        """Which rows read which memory row (`memory_readers`, attention.MemoryReaders): each memory row's
+        first row, and the others at slots of the memory rows shared."""
+        self._layers = None
+        if not self.memory_users:
+            self.memory_readers = None
+            return
+        first = [-1] * len(self.memory_users)
+        for row, (m, rank) in enumerate(zip(self.row_memory, self.row_rank)):
+            if first[m] < 0 or rank < self.row_rank[first[m]]:
+                first[m] = row
+        tensor = partial(torch.tensor, device=self.device)
+        readers = MemoryReaders(tensor(first), tensor(self.row_memory))
+        if len(first) < self.rows:  # some memory rows read by more than one row
+            others = [row for row in range(self.rows) if first[self.row_memory[row]] != row]
+            shared = sorted({self.row_memory[row] for row in others})
+            place = {m: i for i, m in enumerate(shared)}
+            taken, at = [0] * len(shared), []  # rows placed per shared memory row; each other row's (i, rank)
+            for row in others:
+                i = place[self.row_memory[row]]
+                at.append((i, taken[i]))
+                taken[i] += 1
+            G = max(taken)
+            slots = [i * G + rank for i, rank in at]
+            readers.others, readers.slots, readers.groups = tensor(others), tensor(slots), G
+            readers.shared = tensor(shared) if len(shared) < len(first) else None
+        self.memory_readers = readers
 
     def reorder_rows(self, rows: list[int], order: list[int]) -> None:
         """Row rows[i] takes the caches of rows[order[i]] (a served beam search's reorder, within a request)."""
@@ -125,9 +198,9 @@ class RunningBatch(DecodeState):
             setattr(self, name, tensor)
         return tensor
 
-    def _grow(self, rows: int, columns: int, like: DecodeState) -> None:
-        """Room for `rows` rows of `columns` columns, and for `like`'s caches and memory (buffers doubled as
-        outgrown)."""
+    def _grow(self, rows: int, columns: int, like: DecodeState, memory_rows: int) -> None:
+        """Room for `rows` rows of `columns` columns, and for `like`'s caches and `memory_rows` rows of its
+        memory (buffers doubled as outgrown)."""
         R, L = self.capacity_rows, self.capacity
         new_R = max(rows, 2 * R) if rows > R else R
         new_L = max(columns, 2 * L) if columns > L else L
@@ -145,15 +218,16 @@ class RunningBatch(DecodeState):
         if not self.caches and like.caches:
             self.bag.step = [theirs.blank(self, new_R, new_L) for theirs in like.caches]
         if like.memory:
-            self._grow_memory(new_R, like)
+            self._grow_memory(memory_rows, like)
 
-    def _grow_memory(self, rows: int, like: DecodeState) -> None:
-        """Per-row memory buffers of `rows` rows and at least like's width, and their mask (doubled as
+    def _grow_memory(self, needed: int, like: DecodeState) -> None:
+        """Memory buffers of at least `needed` memory rows and like's width, and their mask (doubled as
         outgrown)."""
         width = max(like.memory_width, self.memory_width)
         have = self.memory[0].values.shape if self.memory else None
-        if have is not None and have[0] >= rows and have[2] >= width:
+        if have is not None and have[0] >= needed and have[2] >= width:
             return
+        rows = max(needed, 2 * have[0]) if have is not None and needed > have[0] else (have[0] if have else needed)
         S = max(width, 2 * have[2]) if have is not None and width > have[2] else (have[2] if have else width)
         if self.memory:
             for cache in self.memory:
@@ -163,7 +237,7 @@ class RunningBatch(DecodeState):
         mask = torch.full(
             (rows, 1, 1, S), blocked_value(self.dtype, self.device.type), dtype=self.dtype, device=self.device
         )
-        kept = self.rows
+        kept = self.memory_rows
         if self.memory_mask is not None:
             mask[:kept, :, :, : self.memory_width] = self.memory_mask[:kept, :, :, : self.memory_width]
         self.memory_mask = mask
