@@ -47,12 +47,6 @@ BLAS_ROWS = 16  # at or below this many rows a small weight's product takes BLAS
 LARGE_WEIGHT = (
     1 << 18
 )  # elements (1 MB in fp32); a step's product by a smaller weight takes BLAS on its transposed copy
-# elements (64 MB in fp32) from which a step's few rows on more than one thread take BLAS's product by the weight
-# as it is, not oneDNN's: a vocabulary projection, read from memory once a step. One row by Whisper's tied head
-# (51,865 x 512) took 16.0 ms in oneDNN on two threads of this EPYC (8.2 on one: its split of the rows across
-# threads reads slower than one thread) against BLAS's 10.0 (10.2 on one); by t5-small's (32,128 x 512) both
-# took 8.0 on two (medians, interleaved)
-VOCABULARY_WEIGHT = 1 << 24
 ONEDNN = (
     torch.backends.mkldnn.is_available()
     and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
@@ -107,9 +101,6 @@ def decoding_linear(
         weight_t = transposed(weight)
         out = torch.mm(flat, weight_t) if bias is None else torch.addmm(bias, flat, weight_t)
         out = out.relu_() if relu else out
-    elif rows <= BLAS_ROWS and weight.numel() >= VOCABULARY_WEIGHT and torch.get_num_threads() > 1:  # see above
-        out = (weight @ flat.T).T if bias is None else torch.addmm(bias[:, None], weight, flat.T).T
-        out = F.relu(out) if relu else out
     elif ONEDNN:
         out = onednn_linear(flat, reordered(weight), bias, "relu" if relu else "none")
     elif few:  # a large weight: the transposed product beats F.linear
