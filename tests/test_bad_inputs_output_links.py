@@ -136,6 +136,10 @@ WRITERS: dict[tuple[str, str], tuple[Writer, str]] = {
         ],
         "subs",
     ),  # fmt: skip
+    ("score", "--out"): (
+        lambda lib, out: ["score", str(lib / "run"), "--data", str(lib / "test.tsv"), "--out", out],
+        "scores.jsonl",
+    ),
     ("data passkey", "--out"): (
         lambda lib, out: passkey(str(lib / "corpus.txt"), out),
         "keys.jsonl",
@@ -238,7 +242,7 @@ def test_an_output_on_a_real_path_is_written(library, tmp_path, capsys, monkeypa
     monkeypatch.chdir(tmp_path)
     (tmp_path / "real").mkdir()
     out = Path("real") / "deeper" / name if relative else tmp_path / "real" / "deeper" / name
-    if writer[0] in ("generate", "attention"):  # a file, in a directory that exists
+    if writer[0] in ("generate", "attention", "score"):  # a file, in a directory that exists
         (tmp_path / "real" / "deeper").mkdir()
     assert main(build(library, str(out))) == 0, capsys.readouterr().err
     assert (tmp_path / "real" / "deeper" / name).exists()
