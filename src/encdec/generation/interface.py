@@ -68,6 +68,7 @@ class Capabilities:
     packs_sources: bool = False  # start(..., packed=True) encodes the sources end to end in one row
     attention_maps: bool = False  # attention_layers(): the encoder's and the cross-attention's modules
     reads_features: bool = False  # start takes float features (B, C, T) as src_ids, a speech encoder's log-mels
+    speculates: bool = False  # begin() from an encoder output and a DecodeState cut back (generation.speculative)
 
 
 NOTHING = Capabilities()

@@ -33,7 +33,7 @@ import torch
 from encdec.errors import ConfigError
 from encdec.generation.config import GenerationConfig
 from encdec.generation.generate_output import GenerateOutput
-from encdec.generation.interface import model_device, prompt_logits
+from encdec.generation.interface import capabilities_of, model_device, prompt_logits
 from encdec.generation.logits_processors import apply_all
 from encdec.generation.search import SampleSearch, argmax
 from encdec.modules import DecodeState
@@ -91,7 +91,7 @@ def check_draft(target, draft, shares_encoder: bool, cfg: GenerationConfig) -> D
     """`draft` as the speculative row runs it, or one sentence (ConfigError) on why it cannot draft for `target`
     with these options."""
     for name, model in (("the model", target), ("the draft", draft)):
-        if getattr(getattr(model, "config", None), "family", None) != "encoder_decoder":
+        if not capabilities_of(model).speculates:
             raise ConfigError(
                 f"speculative decoding runs encoder-decoders of text (their decode state is cut back to the tokens "
                 f"kept), and {name} is not one"

@@ -154,11 +154,13 @@ class EncoderDecoder(GenerationMixin, nn.Module):
 
     @property
     def capabilities(self) -> Capabilities:
-        """Steps on the last position alone, rows that join a running batch, attention maps, and sources packed
-        end to end in one row (start(..., packed=True)) but where a transient-global encoder's blocks would
-        span them or an encoder's global tokens would be the row's."""
+        """Steps on the last position alone, rows that join a running batch, attention maps, speculative decoding
+        (begin, DecodeState.truncate), and sources packed end to end in one row (start(..., packed=True)) but
+        where a transient-global encoder's blocks would span them or an encoder's global tokens would be the row's."""
         packs = self.encoder.global_bias is None and self.encoder.global_rule is None
-        return Capabilities(steps_last_only=True, continuous_batching=True, packs_sources=packs, attention_maps=True)
+        return Capabilities(
+            steps_last_only=True, continuous_batching=True, packs_sources=packs, attention_maps=True, speculates=True
+        )
 
     def attention_layers(self) -> AttentionLayers:
         """The attention modules whose probabilities are the model's maps: each encoder layer's self-attention,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -106,12 +107,12 @@ class Abandonable:
             raise Abandoned("the client is gone")
 
 
-class SearchWatcher:
+@runtime_checkable
+class SearchWatcher(Protocol):
     """A streamer that reads its request's search as it streams (serving.token_stream.ScoredTokens: each step's
     scores): the scheduler hands it the search it makes for the request."""
 
-    def watch(self, search: SampleSearch) -> None:
-        raise NotImplementedError
+    def watch(self, search: SampleSearch) -> None: ...
 
 
 def gone(work: Work) -> bool:

@@ -15,7 +15,6 @@ are ScoreOptions, the declaration `encdec score`'s flags read too; a bad one is 
 
 from __future__ import annotations
 
-import json
 import threading
 import typing
 from dataclasses import fields
@@ -31,7 +30,7 @@ from encdec.generation.interface import capabilities_of
 from encdec.inspection.maps import token_strings
 from encdec.schema import read, short
 from encdec.serving.audio_routes import field_schema
-from encdec.serving.requests import Limits, RequestError, check_inputs
+from encdec.serving.requests import Limits, RequestError, check_inputs, json_body
 from encdec.serving.scheduler import Abandoned
 from encdec.serving.validate import read_body
 
@@ -61,12 +60,7 @@ def score_schema() -> dict[str, Any]:
 
 def parse_score(body: bytes, limits: Limits) -> tuple[list[tuple[str, str]], ScoreOptions]:
     """The pairs and options a body holds, or a RequestError (or ConfigError, a 422) saying what is wrong."""
-    try:
-        value = json.loads(body)
-    except (ValueError, RecursionError) as error:
-        raise RequestError(400, f"the request body is not valid JSON ({type(error).__name__})") from None
-    if not isinstance(value, dict):
-        raise RequestError(422, f"the request body must be a JSON object, got {short(value)}")
+    value = json_body(body, limits)
     unknown = [key for key in value if key not in FIELDS]
     if unknown:
         raise RequestError(422, f"unknown field {short(unknown[0])}; a score request has inputs and parameters")

@@ -186,9 +186,7 @@ def load_teacher(
 def share_encoder(student: nn.Module, teacher: Teacher) -> int:
     """training.distill.share_encoder: the teacher's encoder weights (its token table among them) copied into the
     student's encoder, which is frozen; one sentence where a weight's shape differs. The frozen parameters' count."""
-    if not all(
-        getattr(getattr(m, "config", None), "family", None) == "encoder_decoder" for m in (student, teacher.model)
-    ):
+    if not all(m.config.family == "encoder_decoder" for m in (student, teacher.model)):
         raise ConfigError(
             "training.distill.share_encoder gives the student the teacher's encoder: both must be of the "
             "encoder_decoder family"

@@ -219,7 +219,8 @@ class TranscribeObjective(Objective):
         window = self.frames * HOP
         joined_waves, labels = [], []
         for placed, written in self.timestamps.join(waves, texts, window, room, rng):
-            wave = torch.zeros(max(start + len(w) for start, w in placed), dtype=waves[0].dtype)
+            length = max(start + len(w) for start, w in placed)
+            wave = torch.zeros(length, dtype=waves[0].dtype, device=waves[0].device)
             for start, w in placed:
                 wave[start : start + len(w)] = w
             joined_waves.append(wave)
