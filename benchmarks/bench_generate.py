@@ -55,6 +55,8 @@ from generate_systems import (
     timed,
 )
 
+from encdec.cpu_features import cpu_features, isa_limits
+
 SOURCE, NEW = 256, 64
 WARMUP: dict[str, float] = {}  # seconds of each system's last warm-up call
 MODES = {
@@ -170,7 +172,11 @@ def main(argv=None) -> None:
         systems["encdec int8"] = encdec_system(int8_copy(ours))
     if not args.no_ctranslate2:
         systems.update(ctranslate2_systems(reference, device, args.dtype, torch.get_num_threads()))
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    where = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"CPU, {torch.get_num_threads()} threads ({cpu_features().describe()}; {isa_limits()})"
+    )
     print(
         f"T5 shape {args.shape}; batch {args.batch} x {SOURCE} source tokens, {NEW} new tokens; {args.dtype} "
         f"on {where}; torch {torch.__version__}, transformers {transformers.__version__}; "

@@ -54,6 +54,16 @@ def cpu_features() -> CpuFeatures:
     )
 
 
+ISA_LIMITS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "CT2_FORCE_CPU_ISA")  # oneDNN's, MKL's, CTranslate2's
+
+
+def isa_limits() -> str:
+    """The instruction-set limits this process runs under, for a table's heading ("ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16,
+    ..."), or "no instruction-set limit": set to stand for a CPU without AMX on one that has it."""
+    named = [f"{name}={os.environ[name]}" for name in ISA_LIMITS if os.environ.get(name)]
+    return ", ".join(named) if named else "no instruction-set limit"
+
+
 def _probed(module, name: str) -> bool:
     """torch.cpu's probe `name`, False where this torch has none."""
     probe = getattr(module, name, None)

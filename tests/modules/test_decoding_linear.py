@@ -156,3 +156,34 @@ def test_cpu_autocast_keeps_its_bf16_product():
         out, reference = decoding_linear(x, weight), F.linear(x, weight)
     assert out.dtype == reference.dtype == torch.bfloat16
     assert torch.equal(out, reference)
+
+
+def test_a_bf16_models_products_equal_the_linear_product_in_bf16():
+    """A bf16 weight's products without gradients take oneDNN's reordered-weight kernel at every row count (where
+    oneDNN multiplies bf16), with F.linear's values to bf16's rounding, bias and ReLU included."""
+    torch.manual_seed(0)
+    weight, bias = torch.randn(1024, 256).bfloat16(), torch.randn(1024).bfloat16()
+    for shape in [(1, 1, 256), (8, 1, 256), (32, 256), (2, 100, 256)]:
+        x = torch.randn(*shape).bfloat16()
+        with torch.inference_mode():
+            for b in (None, bias):
+                for relu in (False, True):
+                    want = F.linear(x.float(), weight.float(), None if b is None else b.float())
+                    want = F.relu(want) if relu else want
+                    out = decoding_linear(x, weight, b, relu)
+                    assert out.dtype == torch.bfloat16 and out.shape == (*shape[:-1], 1024)
+                    torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=0.2)
+
+
+def test_a_bf16_weight_takes_onednn_where_it_multiplies_bf16(monkeypatch):
+    if not decoding.ONEDNN_BF16:
+        pytest.skip("oneDNN does not multiply bf16 on this CPU")
+    calls = []
+    kernel = decoding.onednn_linear
+    monkeypatch.setattr(decoding, "onednn_linear", lambda *a: calls.append(a[0].shape) or kernel(*a))
+    weight, x = torch.randn(64, 32).bfloat16(), torch.randn(3, 32).bfloat16()
+    with torch.inference_mode():
+        decoding_linear(x, weight)
+    assert calls == [(3, 32)]
+    decoding_linear(x, weight.requires_grad_())  # training keeps F.linear
+    assert calls == [(3, 32)]

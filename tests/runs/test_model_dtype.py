@@ -89,3 +89,43 @@ def test_the_commands_that_open_a_model_take_its_dtype(tiny_run, tmp_path, capsy
     for command in ("generate", "evaluate", "attention", "serve"):
         assert main([command, str(tiny_run), "--dtype", "float64"]) == 2
         assert "argument --dtype: invalid choice: 'float64'" in capsys.readouterr().err
+
+
+@pytest.fixture
+def amx(monkeypatch):
+    """This CPU as one whose AMX multiplies bf16 (the suite runs without it: conftest limits oneDNN's ISA)."""
+    from encdec.cpu_features import CpuFeatures
+
+    features = CpuFeatures("a Xeon with AMX", amx=True, avx512_bf16=True, vnni=True)
+    monkeypatch.setattr("encdec.runs.model_dtype.cpu_features", lambda: features)
+
+
+def test_a_float32_model_decodes_in_bf16_on_a_cpu_whose_amx_multiplies_it(tiny_run, tmp_path, capsys, amx):
+    """`encdec generate` under --dtype auto on such a CPU opens a float32 run in bf16, says so, and generates what
+    the library's bf16 model generates; --dtype float32, --quantize int8 (float32 weights) or a GPU keep float32."""
+    from encdec.cli import main
+    from encdec.runs.model_dtype import native_dtype
+
+    (tmp_path / "in.txt").write_text("red cat\nblue dog\n")
+    argv = ["generate", str(tiny_run), "--input", str(tmp_path / "in.txt"), "--max-new-tokens", "6"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "decoding in bfloat16, which this CPU multiplies natively (--dtype float32 keeps its float32)" in err
+    opened = encdec.runs.open_model(tiny_run, dtype="bf16")
+    batch = opened.text(["red cat", "blue dog"], padding=True, return_tensors="pt")
+    ids = opened.model.generate(batch["input_ids"], batch["attention_mask"].bool(), max_new_tokens=6)
+    assert out.splitlines() == opened.text.batch_decode(ids, skip_special_tokens=True)
+    assert main([*argv, "--dtype", "float32"]) == 0
+    assert "decoding in" not in capsys.readouterr().err
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert native_dtype("auto", cpu, None) == torch.bfloat16
+    assert native_dtype("float32", cpu, None) is native_dtype("auto", cpu, "int8") is None
+    assert native_dtype("auto", gpu, None) is None
+    kept = encdec.runs.open_model(tiny_run, prefer=torch.bfloat16, dtype="fp16")  # a dtype named wins
+    assert next(kept.model.parameters()).dtype == torch.float16 and not kept.preferred
+
+
+def test_a_half_precision_checkpoint_keeps_its_dtype_where_bf16_is_preferred(tmp_path):
+    hf_t5(tmp_path, torch.float16)
+    opened = encdec.runs.open_model(tmp_path, prefer=torch.bfloat16)
+    assert next(opened.model.parameters()).dtype == torch.float16 and not opened.preferred

@@ -27,7 +27,13 @@ reordered weight took half of F.linear's time on one thread of this 2-core EPYC
 So with oneDNN every other CPU fp32 product without gradients takes it; the reordered
 copies cost one more copy of the weights' memory while the weights live.
 
-Training, GPUs, other dtypes and CPU autocast (whose F.linear computes in bf16) keep F.linear.
+A bf16 model's products without gradients (where oneDNN multiplies bf16: AVX-512 BF16, AMX) take oneDNN's
+kernel on the reordered weight at every row count: F.linear reorders a bf16 weight at every call. On a Xeon with
+AMX (one thread, November 2026), one row by t5-small's 512 x 2,048 took 161 against 470 us, by its 32,128 x 512
+vocabulary 3.6 against 8.5 ms; 8 rows by 512 x 512, 42 against 132 us (benchmarks/bench_generate.py
+--dtype bf16 measures it whole, docs/benchmarks.md).
+
+Training, GPUs, fp16 and CPU autocast (whose F.linear computes in bf16) keep F.linear.
 
 Inside torch.compile (the fixed-shape steps of generate(compile=True)) the same products
 run as the custom op `encdec::cpu_linear`, which inductor calls as it is: traced as
@@ -52,6 +58,8 @@ ONEDNN = (
     and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
     and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 )  # private; torch.compile's CPU backend calls them
+
+ONEDNN_BF16 = ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()  # oneDNN multiplies bf16 on this CPU
 
 # (id, kind) -> [weight, version, copy, a sample of the weight's values, the pass it was last checked in]
 _derived: dict[tuple[int, str], list] = {}
@@ -87,15 +95,14 @@ def decoding_linear(
     if torch.compiler.is_compiling():
         return compiled_linear(x, weight, bias, relu)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    if (
-        x.device.type != "cpu"
-        or x.dtype != torch.float32
-        or weight.dtype != torch.float32
-        or needs_grad
-        or torch.is_autocast_enabled("cpu")
-    ):
+    if x.device.type != "cpu" or needs_grad or torch.is_autocast_enabled("cpu") or x.dtype != weight.dtype:
         return plain_linear(x, weight, bias, relu)
     flat = x.reshape(rows, x.shape[-1])
+    if x.dtype == torch.bfloat16 and ONEDNN_BF16 and (bias is None or bias.dtype == torch.bfloat16):
+        out = onednn_linear(flat, reordered(weight), bias, "relu" if relu else "none")
+        return out.reshape(*x.shape[:-1], weight.shape[0])
+    if x.dtype != torch.float32:
+        return plain_linear(x, weight, bias, relu)
     few, large = rows <= FEW_ROWS, weight.numel() >= LARGE_WEIGHT
     if rows <= BLAS_ROWS and not large:  # BLAS on a transposed copy: oneDNN's fixed cost outweighs its gain
         weight_t = transposed(weight)

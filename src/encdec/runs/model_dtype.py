@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
+from encdec.cpu_features import cpu_features
 from encdec.errors import CheckpointError, ConfigError
 from encdec.schema import load_json, short
 
@@ -69,6 +70,17 @@ def first_floating_dtype(file: Path) -> torch.dtype:
     except (SafetensorError, OSError) as error:
         raise CheckpointError(f"{file} is not a readable safetensors file ({str(error)[:100]})") from None
     return torch.float32
+
+
+def native_dtype(dtype: str, device: torch.device, quantize: str | None) -> torch.dtype | None:
+    """What a decoding command (generate, serve, transcribe) prefers for a float32 model under `--dtype auto`:
+    bf16 on a CPU whose AMX multiplies it at several times float32's rate (encdec.cpu_features, as `precision:
+    auto` trains), unless `quantize` asks for int8 (which quantizes float32 weights) or another dtype is named;
+    None (as stored) elsewhere. The figures on a Xeon with AMX are in docs/benchmarks.md ("Decoding beside
+    CTranslate2's best")."""
+    if dtype != "auto" or quantize is not None or device.type != "cpu" or not cpu_features().fast_bf16:
+        return None
+    return torch.bfloat16
 
 
 def cast_to(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:

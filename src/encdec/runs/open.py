@@ -66,15 +66,21 @@ class OpenedModel:
     path: Path
     run: LoadedRun | None = None  # a run's checkpoint: its description, tokenizer and text encoding
     max_source_len: int | None = None  # inputs cut to this many tokens; None: what the model was trained with
+    preferred: bool = False  # stored in float32, opened in open_model's `prefer` dtype (a CPU's native bf16)
 
     @property
     def said(self) -> str:
         """What was opened, and for a run which checkpoint and why, as a command says it."""
         if self.run is None:
-            return f"model: {self.path} (a Hugging Face directory)"
-        if self.run.checkpoint.path == self.path:
-            return f"model: {self.path} ({self.run.chosen})"
-        return f"model: {self.path}, checkpoint {self.run.checkpoint.name} ({self.run.chosen})"
+            what = f"model: {self.path} (a Hugging Face directory)"
+        elif self.run.checkpoint.path == self.path:
+            what = f"model: {self.path} ({self.run.chosen})"
+        else:
+            what = f"model: {self.path}, checkpoint {self.run.checkpoint.name} ({self.run.chosen})"
+        if self.preferred:
+            what += f"; decoding in {str(next(self.model.parameters()).dtype).removeprefix('torch.')}, which this "
+            what += "CPU multiplies natively (--dtype float32 keeps its float32)"
+        return what
 
     @cached_property
     def text(self):
@@ -88,24 +94,39 @@ def open_model(
     checkpoint: str | None = None,
     max_source_len: int | None = None,
     dtype: str | torch.dtype = "auto",
+    prefer: torch.dtype | None = None,
 ) -> OpenedModel:
     """The model at `path`: checkpoint `checkpoint` ("best", "latest" or a step directory name; None: the best) of
     a run directory, or a checkpoint directory, a Hugging Face directory or Hub id (org/name[@revision]), which
     hold no checkpoints to choose (a `checkpoint` named for them is refused); in `dtype`, "auto" being the dtype
-    its weights were stored in (runs.model_dtype)."""
+    its weights were stored in (runs.model_dtype), except that with `prefer` (a decoding command's choice on a CPU
+    that multiplies bf16 natively: runs.model_dtype.native_dtype) "auto" opens a float32 model in `prefer`."""
     asked = dtype_named(dtype)  # a bad name is refused before anything is read
     path = resolve_model(path)
     kind = model_kind(path)
     if kind in ("run", "checkpoint"):
         run = load_run(path, checkpoint, max_source_len)
         weights = run.checkpoint.path / CheckpointDir.MODEL
-        cast_to(run.model, asked or stored_dtype(weights.parent, weights))
-        return OpenedModel(run.model, run.generation, path, run, max_source_len)
+        chosen, preferred = opened_dtype(asked, stored_dtype(weights.parent, weights), prefer)
+        cast_to(run.model, chosen)
+        return OpenedModel(run.model, run.generation, path, run, max_source_len, preferred)
     refuse_choice(checkpoint, path, "a Hugging Face model directory")
     model = load_hf(path)
     check_max_source_len(max_source_len, model.config)
-    cast_to(model, asked or stored_dtype(path))
-    return OpenedModel(model.eval(), model.generation_defaults, path, None, max_source_len)
+    chosen, preferred = opened_dtype(asked, stored_dtype(path), prefer)
+    cast_to(model, chosen)
+    return OpenedModel(model.eval(), model.generation_defaults, path, None, max_source_len, preferred)
+
+
+def opened_dtype(
+    asked: torch.dtype | None, stored: torch.dtype, prefer: torch.dtype | None
+) -> tuple[torch.dtype, bool]:
+    """(the dtype a model opens in, whether that is `prefer` in place of its stored float32)."""
+    if asked is not None:
+        return asked, False
+    if prefer is not None and stored == torch.float32:
+        return prefer, prefer != stored
+    return stored, False
 
 
 def hf_text_encoder(opened: OpenedModel):
