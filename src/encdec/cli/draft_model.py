@@ -16,7 +16,7 @@ import torch
 
 from encdec.cli.options import whole_number
 from encdec.cli.output_paths import InputPath
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, EncdecError
 from encdec.generation.config import MAX_ASSISTANT_TOKENS
 from encdec.generation.generate import generate
 from encdec.generation.speculative import SpeculativeStats
@@ -94,7 +94,10 @@ def open_draft(args: argparse.Namespace, opened: OpenedModel | None, device: tor
         if given:
             raise ConfigError(f"{given[0]} acts only with a draft model: add --draft DRAFT_MODEL")
         return None
-    draft = open_model(args.draft, max_source_len=args.max_source_len, dtype=args.dtype)
+    try:
+        draft = open_model(args.draft, max_source_len=args.max_source_len, dtype=args.dtype)
+    except EncdecError as error:  # which of the two models the sentence is about
+        raise ConfigError(f"--draft {error}") from None
     if vocabulary_of(draft) != vocabulary_of(opened):
         raise ConfigError(
             f"--draft {args.draft} has another tokenizer than {opened.path}: a draft proposes token ids the model "
