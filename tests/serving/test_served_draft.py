@@ -7,7 +7,7 @@ import threading
 import pytest
 from server_kit import call, metric, post_raw, serving, tiny_model_dir
 from test_disconnect import LONG, TOKENS, settled, still_serves, until
-from test_server import generate_alone
+from test_server import generate_alone, urllib_stream
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -62,3 +62,14 @@ def test_a_speculating_request_whose_client_goes_gives_back_its_rows(server, mod
     settled(server)
     assert metric(server.url, "encdec_decoder_steps_total") - steps < TOKENS
     still_serves(server, model_dir, tmp_path)
+
+
+def test_a_speculated_stream_sends_each_kept_token_with_its_log_probability(server, model_dir, tmp_path):
+    text, options = "A dog runs on the beach.", {"max_new_tokens": 14, "details": True}
+    drafted = metric(server.url, DRAFTED)
+    lines = urllib_stream(server.url + "/", {"inputs": text, "parameters": options, "stream": True})  # TGI's, scored
+    events = [json.loads(line[len("data: ") :]) for line in lines if line.startswith("data: ")]
+    assert metric(server.url, DRAFTED) > drafted  # it was speculated
+    assert events[-1]["generated_text"] == generate_alone(model_dir, text, {"max_new_tokens": 14}, tmp_path)
+    assert [e["index"] for e in events] == list(range(1, len(events) + 1))
+    assert all(e["token"]["logprob"] is not None and e["token"]["logprob"] <= 0 for e in events)

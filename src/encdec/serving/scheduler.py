@@ -144,8 +144,8 @@ class Scheduler:
             work.greedy = job
         else:
             work.search = strategy.search(job)
-            if isinstance(job.cfg.streamer, SearchWatcher):  # a stream that sends each token's log-probability
-                job.cfg.streamer.watch(work.search)
+        if work.search is not None and isinstance(job.cfg.streamer, SearchWatcher):  # a stream of log-probabilities
+            job.cfg.streamer.watch(work.search)
         work.answer = Future()
         self.submit_start(work, job.src_ids, job.src_mask, job.rows, job.cfg.max_new_tokens + 1, Future())
         out = work.answer.result()
@@ -302,9 +302,6 @@ class Scheduler:
                 for future in futures:
                     if future is not None and not future.done():
                         future.set_exception(error)
-                if self.spec is not None:
-                    with self.lock:
-                        self.finished += self.spec.fail(error)
                 for work, *_ in [*joining, *steps]:
                     if work.search is not None or work.greedy is not None:
                         work.done = True
@@ -450,7 +447,11 @@ class Scheduler:
     def _round(self) -> None:
         """One speculative round of the speculating rows (SpeculativeRows.round); the requests it ended leave at
         the next boundary."""
-        over = self.spec.round()
+        try:
+            over = self.spec.round()
+        except Exception as error:  # a failed round fails its requests, never the server nor the plain rows
+            log.exception("a speculative round failed")
+            over = self.spec.fail(error)
         self.steps += 1
         self.tokens += self.spec.rows
         with self.lock:
