@@ -29,7 +29,7 @@ Cost: a round is k draft steps and one target step of k + 1 positions, Python pe
 device -> host copy a round for every row's count). It pays while the target's step of R rows costs much more
 than a draft step and about as much at k + 1 positions as at one: at few rows, where a step is weight reads
 and kernel launches. At many rows the target's step is already batched and k + 1 positions cost nearly k + 1
-times one (docs/generation.md gives the measured figures).
+times one (docs/recipes.md, "The draft in the server", gives the measured figures).
 
 Shapes: R rows, k draft tokens a round, L a row's tokens so far, V vocabulary.
 """
@@ -177,8 +177,8 @@ class SpeculativeRows:
             self.stats.count(fits, kept)
             if self._take(work, tokens[i : i + 1], [p[i : i + 1] for p in p_scores], kept):
                 over.append(work)
-        kept_lengths = torch.tensor([work.search.length for work in works], device=device)
-        self.batch.cut_back(self._in_rows(order, kept_lengths - 1), int(kept_lengths.max()) - 1)
+        held = [work.search.length - 1 for work in works]  # the target holds every kept token but the last
+        self.batch.cut_back(self._in_rows(order, torch.tensor(held, device=device)), max(held))
         return over
 
     def fail(self, error: Exception) -> list[Work]:
