@@ -21,6 +21,9 @@ round on a scheduler of its own:
 The table: per client count, each system's median tokens/s (new tokens, EOS included, over the round's wall time),
 the speculative one's ratio to plain, its tokens per round (a row's gain per target step) and share of drafts
 accepted, and the share of outputs equal to plain's (1.00: speculative greedy is plain greedy, token for token).
+A second table says why, per row count (the client counts): the model's step at 1 and at k + 1 positions a row and
+the draft's at 1, and a round's cost (k draft steps and one model step of k + 1) in plain steps: speculation pays
+where the tokens a round gains exceed that ratio.
 """
 
 import argparse
@@ -43,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_speculative import MULTI30K_TEST, read_sentences  # noqa: E402
 
 SYSTEMS = ("plain", "speculative")
+STEP_REPEATS = 10  # timings of each step a row count
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -123,6 +127,33 @@ def compare(
     return results
 
 
+def step_costs(target, draft, k: int, source: dict, rows: list[int], repeats: int = STEP_REPEATS) -> list[dict]:
+    """Per row count R: the median ms of the model's step over R rows at 1 and at k + 1 positions and of the draft's
+    step at 1 (each after 8 tokens written, cut back after each timing): what a round costs against a plain step."""
+    costs = []
+    with torch.inference_mode():
+        for count in rows:
+            ids, mask = source["input_ids"].repeat(count, 1), source["attention_mask"].repeat(count, 1)
+            timings = {}
+            for name, model, width in (
+                ("target 1", target, 1),
+                (f"target {k + 1}", target, k + 1),
+                ("draft 1", draft, 1),
+            ):
+                state = model.start(ids, mask, 8 + k + 1)
+                model.step(torch.zeros(count, 8, dtype=torch.long, device=ids.device), state)
+                tokens = torch.zeros(count, width, dtype=torch.long, device=ids.device)
+                times = []
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    model.step(tokens, state)
+                    times.append(1000 * (time.perf_counter() - started))
+                    state.truncate(8)
+                timings[name] = statistics.median(times)
+            costs.append({"rows": count, **timings})
+    return costs
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.threads:
@@ -155,6 +186,14 @@ def main(argv: list[str] | None = None) -> None:
             f"{row['speculative'] / row['plain']:.2f}x | {s.tokens_per_step:.2f} | {s.acceptance_rate:.2f} | "
             f"{row['same']:.2f} |"
         )
+    k = args.num_assistant_tokens
+    costs = step_costs(target.model, draft_model, k, encoded[0], args.clients)
+    print(f"\nstep costs (ms, median of {STEP_REPEATS}): a round is k = {k} draft steps and one model step of {k + 1}")
+    print(f"| rows | model, 1 position | model, {k + 1} positions | draft, 1 position | a round / a plain step |")
+    print("| --- | --- | --- | --- | --- |")
+    for row in costs:
+        one, many, drafted = row["target 1"], row[f"target {k + 1}"], row["draft 1"]
+        print(f"| {row['rows']} | {one:.1f} | {many:.1f} | {drafted:.1f} | {(many + k * drafted) / one:.2f} |")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ def test_the_table_has_each_client_count_with_outputs_equal_to_plain(tmp_path, c
     bench.main([*args, "--num-assistant-tokens", "2", "--max-new-tokens", "8", "--repeats", "1"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("4 requests of inputs.txt a round, greedy, k = 2")
-    rows = [line.strip("| ").split(" | ") for line in lines[3:]]
+    rows = [line.strip("| ").split(" | ") for line in lines[3:5]]
     assert [row[0] for row in rows] == ["1", "3"]
     assert all(row[-1] == "1.00" for row in rows)  # every output plain continuous batching's
-    assert all(float(row[4]) >= 1.0 and 0.0 <= float(row[5]) <= 1.0 for row in rows)  # tokens a round, acceptance
+    assert all(float(row[4]) >= 1.0 and 0.0 <= float(row[5]) <= 1.0 for row in rows[:2])  # tokens a round, accepted
+    costs = [line.strip("| ").split(" | ") for line in lines[-2:]]  # the step costs at 1 and 3 rows
+    assert [row[0] for row in costs] == ["1", "3"] and all(float(x) > 0 for row in costs for x in row[1:])
