@@ -30,6 +30,11 @@ the others (the RNN) generate one request at a time. A Whisper request (one wind
 detection, each window it decodes again and each fallback temperature start anew in the batch (the
 rows of the one before given back), its prompt of a few tokens stepped one position a step.
 
+With a draft model (`encdec serve --draft`, ServedDraft), the greedy and sampling requests of one output run in
+rows of their own (encdec.serving.speculative_rows: the model's and the draft's running batches, the same rows),
+one speculative round of them after each plain step: k draft steps, one step of the model over each row's k + 1
+positions, each row keeping its own count of accepted drafts; the other requests step in the plain batch as above.
+
 A request whose client is gone (its `gone` event set, then `wake()`) stops at the next step boundary,
 wherever it is: waiting to join (it leaves the queue), running (its rows leave, its thread's wait
 fails with `Abandoned`), or served alone (its next step raises `Abandoned`). Nothing of it stays. (The
