@@ -126,3 +126,36 @@ def test_the_rows_of_a_batch_read_one_memory_row_an_example_and_step_as_their_re
         served = model.step(torch.cat((tokens[:3], tokens[5:], tokens[4:5])), batch)
         torch.testing.assert_close(served[:3], model.step(tokens[:3], alone[0]))
         torch.testing.assert_close(served[3:].flip(0), model.step(tokens[4:], alone[2]))
+
+
+def test_rows_of_a_batch_step_several_columns_each_from_its_own_and_are_cut_back_each_to_its_own():
+    """A served speculative round's check: rows at columns 3 and 1 step three columns at once, which equals three
+    single steps; each row then cut back to a column of its own (its accepted drafts) steps on as a batch that
+    never wrote the columns it forgot."""
+    torch.manual_seed(0)
+    config = encdec.preset("t5-tiny", vocab_size=300, pad_id=0, eos_id=1, decoder_start_id=0)
+    model = encdec.build_model(config).eval()
+    sources = [torch.randint(2, 300, (1, width), generator=torch.Generator().manual_seed(width)) for width in (5, 9)]
+    tokens = torch.randint(2, 300, (2, 8), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+
+        def batch_at(columns: list[int]) -> RunningBatch:
+            batch = RunningBatch("cpu", torch.float32)
+            for source, row, n in zip(sources, tokens, columns):
+                state = model.start(source, None, 12)
+                if n:
+                    model.step(row[None, :n], state)
+                batch.join(state, [1])
+            return batch
+
+        many, one = batch_at([3, 1]), batch_at([3, 1])
+        step = torch.stack((tokens[0, 3:6], tokens[1, 1:4]))  # (2, 3) each row's next three
+        served = model.step(step, many)
+        singles = torch.cat([model.step(step[:, j : j + 1], one) for j in range(3)], dim=1)
+        torch.testing.assert_close(served, singles)
+        assert many.lengths[:2].tolist() == [6, 4] and many.columns == 6
+        many.cut_back(torch.tensor([4, 2]), 4)  # row 0 keeps one of its three, row 1 one
+        assert many.lengths[:2].tolist() == [4, 2] and many.columns == 4
+        fresh = batch_at([4, 2])
+        following = torch.tensor([[7, 8], [9, 10]])
+        torch.testing.assert_close(model.step(following, many), model.step(following, fresh))

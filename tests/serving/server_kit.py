@@ -20,12 +20,13 @@ from encdec.interop import export_hf
 from encdec.tokenizers import build_tokenizer
 
 
-def tiny_model_dir(path: Path, preset: str = "t5-tiny") -> Path:
+def tiny_model_dir(path: Path, preset: str = "t5-tiny", seed: int = 0, **overrides) -> Path:
     """A Hugging Face directory of a small random model with encdec's byte tokenizer."""
     tokenizer = build_tokenizer("byte", num_sentinels=0)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     ids = dict(pad_id=tokenizer.pad_id, eos_id=tokenizer.eos_id, decoder_start_id=tokenizer.decoder_start_id)
-    export_hf(encdec.build_model(encdec.preset(preset, vocab_size=tokenizer.vocab_size, **ids)).eval(), tokenizer, path)
+    config = encdec.preset(preset, vocab_size=tokenizer.vocab_size, **ids, **overrides)
+    export_hf(encdec.build_model(config).eval(), tokenizer, path)
     return path
 
 

@@ -1,5 +1,5 @@
 """`encdec generate MODEL --draft DRAFT [--num-assistant-tokens K] [--draft-shares-encoder] [--draft-quantize int8]`:
-speculative decoding.
+speculative decoding; `encdec serve` takes the same options, declared here once (serving.speculative_rows).
 
 The draft is opened as the model is (a run directory or a Hugging Face directory), refused in one sentence where
 its tokenizer is not the model's; generate checks the rest (vocabulary, special ids, and with
@@ -16,7 +16,7 @@ import torch
 
 from encdec.cli.options import whole_number
 from encdec.cli.output_paths import InputPath
-from encdec.errors import ConfigError
+from encdec.errors import ConfigError, EncdecError
 from encdec.generation.config import MAX_ASSISTANT_TOKENS
 from encdec.generation.generate import generate
 from encdec.generation.speculative import SpeculativeStats
@@ -87,17 +87,20 @@ class DraftRun:
         print(self.totals, file=sys.stderr)
 
 
-def open_draft(args: argparse.Namespace, opened: OpenedModel, device: torch.device) -> DraftRun | None:
+def open_draft(args: argparse.Namespace, opened: OpenedModel | None, device: torch.device) -> DraftRun | None:
     """The draft --draft names, on `device`, or None; the draft options without --draft are one sentence."""
     if args.draft is None:
         given = [flag for flag, value in DRAFT_FLAGS.items() if getattr(args, value) not in (None, False)]
         if given:
             raise ConfigError(f"{given[0]} acts only with a draft model: add --draft DRAFT_MODEL")
         return None
-    draft = open_model(args.draft, max_source_len=args.max_source_len, dtype=args.dtype)
+    try:
+        draft = open_model(args.draft, max_source_len=args.max_source_len, dtype=args.dtype)
+    except EncdecError as error:  # which of the two models the sentence is about
+        raise ConfigError(f"--draft {error}") from None
     if vocabulary_of(draft) != vocabulary_of(opened):
         raise ConfigError(
-            f"--draft {args.draft} has another tokenizer than {args.model_dir}: a draft proposes token ids the model "
+            f"--draft {args.draft} has another tokenizer than {opened.path}: a draft proposes token ids the model "
             "must read as its own, so both need one tokenizer"
         )
     model = draft.model.to(device)

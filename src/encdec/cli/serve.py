@@ -15,7 +15,10 @@ POST /v1/audio/transcriptions and /v1/audio/translations instead (a multipart up
 text, srt, verbose_json or vtt), its recordings cut at silences and their pieces batched with the others'.
 Bounds: --max-body-bytes, --max-inputs, --max-input-chars, --max-new-tokens, --max-beams, --max-audio-bytes,
 --max-audio-seconds, and --max-queue inputs in flight (one more is a 503); SIGTERM or Ctrl-C stops taking
-requests, finishes those in flight and exits 0. Needs the `serve` extra (pip install encdec[serve]).
+requests, finishes those in flight and exits 0. With --draft DRAFT (and --num-assistant-tokens, --draft-shares-encoder,
+--draft-quantize, as `encdec generate` takes them) the greedy and sampling requests of one output are decoded
+speculatively inside the continuous batch, each row keeping its own count of accepted drafts
+(serving.speculative_rows); the others step as without it. Needs the `serve` extra (pip install encdec[serve]).
 """
 
 import argparse
@@ -29,6 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from encdec.audio.recordings import MAX_SECONDS
+from encdec.cli.draft_model import add_draft_arguments, open_draft
 from encdec.cli.options import (
     add_checkpoint_argument,
     add_device_argument,
@@ -75,6 +79,7 @@ def add_parser(subparsers) -> None:
     add_dtype_argument(parser)
     add_device_argument(parser)
     add_quantize_argument(parser)
+    add_draft_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -83,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from encdec.serving.app import build_app
+        from encdec.serving.speculative_rows import ServedDraft
         from encdec.serving.wire import JsonWireProtocol
     except ImportError as error:
         raise ConfigError(f"encdec serve needs the serve extra ({error.name} is missing): pip install encdec[serve]")
@@ -92,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
 
     check_port_free(args.host, args.port)
     device = resolve_device(args.device)
+
+    if args.draft is None:
+        open_draft(args, None, device)  # the draft's options without --draft: one sentence
+    loaded = []
 
     def load():  # in the scheduler's thread, the one that computes (serving.scheduler says why)
         opened = open_model(
@@ -106,10 +116,18 @@ def run(args: argparse.Namespace) -> int:
         opened.model.to(device)
         if args.quantize:
             opened.model = quantize(opened.model, args.quantize)
+        loaded.append(opened)
         return opened
 
+    def load_draft():  # after the model, in the same thread
+        return open_draft(args, loaded[0], device).model
+
+    draft = None
+    if args.draft is not None:
+        k = {} if args.draft_tokens is None else {"num_assistant_tokens": args.draft_tokens}
+        draft = ServedDraft(load_draft, args.draft_shares_encoder, **k)
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
-    app = build_app(load, limits, args.max_batch_rows)
+    app = build_app(load, limits, args.max_batch_rows, draft)
     config = uvicorn.Config(
         app,
         host=args.host,

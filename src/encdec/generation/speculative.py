@@ -12,11 +12,13 @@ or from p after k acceptances (Leviathan et al. 2023, section 2.3 and appendix A
 the target's sampling draws it. The logits processors (temperature, top-k/p, penalties) act on p and q alike, each
 over the tokens before its position. Both caches are then cut back to the kept length (DecodeState.truncate).
 
-A batch: rows accept different counts. Every row keeps the batch's smallest count n of accepted drafts and then
+A batch: rows accept different counts. In `generate` every row keeps the batch's smallest count n of accepted drafts and then
 its token at position n + 1 (an accepted draft where the row accepted more, else its correction), so the rows stay
 at one length and the caches aligned. That is exact: whatever ends a round, each kept token's distribution given
 the tokens before it is the target's, so any prefix of a round's tokens is; it costs a row what the slowest row
-of its batch rejects (rows done, by EOS, count as accepting all).
+of its batch rejects (rows done, by EOS, count as accepting all). A server's continuous batch
+(serving.speculative_rows) lets each row keep its own count instead, its caches cut back row by row; both
+choose their tokens and counts with `draft_tokens` and `verify` below, the one copy of the acceptance rules.
 
 Drafts (`shares_encoder`): a decoder trained against the target's frozen encoder (training.distill's
 share_encoder) reads the target's encoder output, its own encoder never run, so its width must be the target's;
@@ -90,6 +92,16 @@ class SpeculativeStats:
 def check_draft(target, draft, shares_encoder: bool, cfg: GenerationConfig) -> Draft:
     """`draft` as the speculative row runs it, or one sentence (ConfigError) on why it cannot draft for `target`
     with these options."""
+    checked = check_pair(target, draft, shares_encoder)
+    refused = options_refusal(cfg)
+    if refused is not None:
+        raise ConfigError(refused)
+    return checked
+
+
+def check_pair(target, draft, shares_encoder: bool) -> Draft:
+    """`draft` as a speculative search runs it beside `target` (generate's, a server's: serving.speculative_rows),
+    or one sentence (ConfigError) on why it cannot draft for it, whatever the options."""
     for name, model in (("the model", target), ("the draft", draft)):
         if not capabilities_of(model).speculates:
             raise ConfigError(
@@ -110,6 +122,12 @@ def check_draft(target, draft, shares_encoder: bool, cfg: GenerationConfig) -> D
         )
     if model_device(draft) != model_device(target):
         raise ConfigError(f"the draft is on {model_device(draft)} and the model on {model_device(target)}: move one")
+    return Draft(draft, shares_encoder)
+
+
+def options_refusal(cfg: GenerationConfig) -> str | None:
+    """Why speculative decoding cannot run under `cfg` (one sentence), or None: it is greedy or sampling. generate
+    refuses such options with a draft; a server decodes such requests without its draft."""
     unsupported = [  # what is asked, whether it is, what to do instead
         ("num_beams > 1", cfg.num_beams > 1, "set num_beams 1 (--num-beams 1; a checkpoint's default may be more)"),
         ("compile", cfg.compile, "leave compile out"),
@@ -119,8 +137,8 @@ def check_draft(target, draft, shares_encoder: bool, cfg: GenerationConfig) -> D
     ]
     for what, given, instead in unsupported:
         if given:
-            raise ConfigError(f"speculative decoding (a draft model) is greedy or sampling, without {what}: {instead}")
-    return Draft(draft, shares_encoder)
+            return f"speculative decoding (a draft model) is greedy or sampling, without {what}: {instead}"
+    return None
 
 
 def start_both(target, draft: Draft, job, capacity: int) -> tuple[DecodeState, DecodeState]:

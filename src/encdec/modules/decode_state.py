@@ -24,8 +24,9 @@ Three ways to run a step:
   aligned   every row at the same column, which the host knows (`columns`), as in `generate`: a step
             writes with a slice and attends over the columns written; no mask but a bias and padding.
   rows      rows at columns of their own (a server's batch, encdec.modules.running_batch, after `join` or
-            `remove`): a step writes each row's keys at its own column and masks each row's keys beyond it;
-            the host knows the widest.
+            `remove`): a step writes each row's t keys at its own next columns and masks each row's keys
+            beyond each query; the host knows the widest. A row cut back (RunningBatch.cut_back: a served
+            speculative round's rejected drafts) writes over the columns it forgot.
   static    nothing read on the host, every shape fixed (compiled steps, CUDA graphs): the column is a
             device tensor, attention runs over all L columns of the buffers, those not written masked.
 
@@ -163,12 +164,12 @@ class DecodeState:
             if t == 1:
                 kinds = tuple(kind for kind in kinds if kind != CAUSAL[0])
             queries = self.columns + torch.arange(t, device=self.device)  # (t,)
-        else:  # one column a row, each at its own
-            width, queries = self.columns + t, self.lengths[:R]  # (R,)
+        else:  # t columns a row, each row's from its own
+            width, queries = self.columns + t, self.lengths[:R, None] + torch.arange(t, device=self.device)  # (R, t)
         keys = torch.arange(width, device=self.device)  # (W,)
-        allowed = layer_allows(kinds, queries[:, None], keys[None, :])  # (t, W) or (R, W)
+        allowed = layer_allows(kinds, queries[..., None], keys)  # (t, W) or (R, t, W)
         if allowed is not None:
-            allowed = allowed[None, None] if self.aligned or self.static else allowed[:, None, None]
+            allowed = allowed[None, None] if self.aligned or self.static else allowed[:, None]
         if self.pad is not None and not self.static:
             real = (keys[None, :] >= self.pad[:R, None])[:, None, None, :]  # (R, 1, 1, W)
             allowed = real if allowed is None else real & allowed
@@ -176,8 +177,11 @@ class DecodeState:
         if bias is not None:  # each query column's row over the W keys
             if self.aligned and not self.static:
                 bias = bias[:, :, self.columns : width, :width]  # (1, H, t, W)
-            else:  # (1, H, 1 or R, W) -> static's (1, H, 1, L), rows' (R, H, 1, W)
-                bias = bias.index_select(2, queries)[..., :width].transpose(0, 2)
+            elif self.static:  # (1, H, 1, L)
+                bias = bias.index_select(2, queries)[..., :width]
+            else:  # (1, H, R * t, W) -> rows' (R, H, t, W)
+                bias = bias[0].index_select(1, queries.reshape(-1))[..., :width]
+                bias = bias.view(bias.shape[0], R, t, width).transpose(0, 1)
         return AttentionInputs(mask=additive_mask(allowed, bias, self.dtype), q_pos=positions, k_pos=positions)
 
     def memory_attention(self, positions: torch.Tensor) -> AttentionInputs:

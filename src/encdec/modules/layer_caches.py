@@ -97,10 +97,15 @@ class SelfAttentionCache:
             start = state.columns
             self.keys[:R, :, start : start + t] = k
             self.values[:R, :, start : start + t] = v
-        else:  # t == 1: each row's key at its own column
+        elif t == 1:  # each row's key at its own column
             rows, at = state.row_index[:R], state.lengths[:R]
             self.keys[rows, :, at] = k[:, :, 0]
             self.values[rows, :, at] = v[:, :, 0]
+        else:  # each row's t keys at its own next t columns (a served speculative round's check)
+            rows = state.row_index[:R, None]  # (R, 1)
+            at = state.lengths[:R, None] + torch.arange(t, device=k.device)  # (R, t)
+            self.keys[rows, :, at] = k.transpose(1, 2)  # (R, t, K, D)
+            self.values[rows, :, at] = v.transpose(1, 2)
         width = state.columns + t
         return self.keys[:R, :, :width], self.values[:R, :, :width]
 

@@ -3,7 +3,8 @@ its beams' or samples' rows) and leave (`remove`) between steps, each row at a p
 
     batch = RunningBatch("cpu", torch.float32)
     rows = batch.join(model.start(src_ids, src_mask, max_new_tokens), copies)   # each example's rows
-    logits = model.step(tokens, batch)                                          # every row one column on
+    logits = model.step(tokens, batch)                                          # every row t columns on
+    batch.cut_back(lengths, widest)                                             # each row its own columns kept
     batch.reorder_rows(rows, order); moved = batch.remove(done_rows)
 
 The rows' caches are moved through the state's bag (encdec.modules.layer_caches), each by its own kind's
@@ -170,6 +171,13 @@ class RunningBatch(DecodeState):
             readers.others, readers.slots, readers.groups = tensor(others), tensor(slots), G
             readers.shared = tensor(shared) if len(shared) < len(first) else None
         self.memory_readers = readers
+
+    def cut_back(self, lengths: torch.Tensor, widest: int) -> None:
+        """Row r keeps its first lengths[r] written columns (R,), forgetting those after (a served speculative
+        round's rejected drafts, serving.speculative_rows): its next step writes over them, and the causal rule
+        hides them until then. `widest`, the longest kept (the host knows it), is the batch's columns."""
+        self.lengths[: self.rows] = torch.minimum(self.lengths[: self.rows], lengths)
+        self.columns = widest
 
     def reorder_rows(self, rows: list[int], order: list[int]) -> None:
         """Row rows[i] takes the caches of rows[order[i]] (a served beam search's reorder, within a request)."""

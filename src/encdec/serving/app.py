@@ -62,6 +62,7 @@ from encdec.serving.prometheus import ServerMetrics
 from encdec.serving.requests import Limits, RequestError, request_schema
 from encdec.serving.scheduler import Abandoned, Scheduler
 from encdec.serving.score_route import add_score_route
+from encdec.serving.speculative_rows import ServedDraft
 from encdec.serving.tgi_route import add_tgi_route
 from encdec.serving.token_details import token_logprobs, token_pieces
 from encdec.serving.token_stream import TokenStream, watch_client
@@ -264,13 +265,17 @@ def sequence_scores(out: GenerateOutput, eos: set[int]) -> list[float]:
 
 
 def build_app(
-    opened: OpenedModel | Callable[[], OpenedModel], limits: Limits = Limits(), max_rows: int = 64
+    opened: OpenedModel | Callable[[], OpenedModel],
+    limits: Limits = Limits(),
+    max_rows: int = 64,
+    draft: ServedDraft | None = None,
 ) -> FastAPI:
     """The server's routes around `opened` (a model opened by encdec.runs.open.open_model), or around what
-    a function that opens it returns: called in the scheduler's thread, the one thread that computes."""
+    a function that opens it returns: called in the scheduler's thread, the one thread that computes. With
+    `draft`, requests are decoded speculatively where they can be (serving.speculative_rows)."""
     bound_primitive_cache()  # before the model first computes (serving.native_memory)
     if isinstance(opened, OpenedModel):
-        scheduler = Scheduler(opened.model, max_rows)
+        scheduler = Scheduler(opened.model, max_rows, draft)
     else:
         load, loaded = opened, []
 
@@ -278,7 +283,7 @@ def build_app(
             loaded.append(load())
             return loaded[0].model
 
-        scheduler = Scheduler(model, max_rows)
+        scheduler = Scheduler(model, max_rows, draft)
         opened = loaded[0]
     server = Server(opened, scheduler, limits, ServerMetrics(scheduler))
     page = resources.files("encdec.serving").joinpath("page.html").read_text(encoding="utf-8")

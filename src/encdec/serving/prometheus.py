@@ -7,7 +7,9 @@ encdec_running_slots                      rows of the running decoder batch
 encdec_generated_tokens_total             tokens generated, EOS included
 encdec_tokens_per_second                  generated tokens a second over the last 10 seconds
 encdec_request_latency_seconds            a histogram of request latency
-encdec_decoder_steps_total                batched decoder steps run
+encdec_decoder_steps_total                batched decoder steps run (a speculative round counts one)
+encdec_speculative_drafted_total          with --draft: draft tokens the model checked
+encdec_speculative_accepted_total         with --draft: those it accepted (their share: the acceptance)
 """
 
 from __future__ import annotations
@@ -72,10 +74,15 @@ class ServerMetrics:
 
 
 class SchedulerSteps:
-    """The scheduler's count of batched decoder steps, read when scraped."""
+    """The scheduler's count of batched decoder steps, and with a draft its speculative totals, read when
+    scraped."""
 
     def __init__(self, scheduler):
         self.scheduler = scheduler
 
     def collect(self):
         yield CounterMetricFamily("encdec_decoder_steps", "batched decoder steps run", value=self.scheduler.steps)
+        if self.scheduler.spec is not None:  # serving.speculative_rows' totals
+            stats = self.scheduler.spec.stats
+            yield CounterMetricFamily("encdec_speculative_drafted", "draft tokens checked", value=stats.drafted)
+            yield CounterMetricFamily("encdec_speculative_accepted", "draft tokens accepted", value=stats.accepted)

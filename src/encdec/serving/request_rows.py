@@ -14,6 +14,7 @@ import torch
 from encdec.generation.generate import Prepared
 from encdec.generation.interface import Capabilities, capabilities_of
 from encdec.generation.search import SampleSearch
+from encdec.generation.speculative import SpeculativeStats
 
 
 class Abandoned(Exception):
@@ -33,6 +34,7 @@ class Work:
     search: SampleSearch | None = None  # greedy / sampling run by the scheduler itself (its step's future None)
     greedy: Prepared | None = None  # a greedy request searched on the device (serving.greedy_rows): its job
     answer: Future | None = None  # where that search's output goes
+    speculative: SpeculativeStats | None = None  # its search runs in the speculating rows (serving.speculative_rows)
 
 
 class RowState:

@@ -30,6 +30,11 @@ the others (the RNN) generate one request at a time. A Whisper request (one wind
 detection, each window it decodes again and each fallback temperature start anew in the batch (the
 rows of the one before given back), its prompt of a few tokens stepped one position a step.
 
+With a draft model (`encdec serve --draft`, ServedDraft), the greedy and sampling requests of one output run in
+rows of their own (encdec.serving.speculative_rows: the model's and the draft's running batches, the same rows),
+one speculative round of them after each plain step: k draft steps, one step of the model over each row's k + 1
+positions, each row keeping its own count of accepted drafts; the other requests step in the plain batch as above.
+
 A request whose client is gone (its `gone` event set, then `wake()`) stops at the next step boundary,
 wherever it is: waiting to join (it leaves the queue), running (its rows leave, its thread's wait
 fails with `Abandoned`), or served alone (its next step raises `Abandoned`). Nothing of it stays. (The
@@ -59,10 +64,12 @@ from encdec.generation.generate import Prepared, generate, prepare, resolve_conf
 from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.interface import capabilities_of
 from encdec.generation.search import argmax
+from encdec.generation.speculative import SpeculativeStats
 from encdec.generation.strategies import strategy_for
 from encdec.modules import RunningBatch
 from encdec.serving.greedy_rows import GreedyRows, served_here
 from encdec.serving.request_rows import Abandonable, Abandoned, RowModel, SearchWatcher, Work, fail, gone, padded
+from encdec.serving.speculative_rows import ServedDraft, SpeculativeRows
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +85,17 @@ class Scheduler:
 
     `model` is the model, or a function that loads it, called in the scheduler's thread so that the
     thread that serves the model is the one that made it (see the module's note on one computing thread);
-    its exception is raised here."""
+    its exception is raised here. With `draft` (serving.speculative_rows.ServedDraft), the requests that
+    speculative decoding serves are decoded so, in rows of their own (SpeculativeRows)."""
 
-    def __init__(self, model: torch.nn.Module | Callable[[], torch.nn.Module], max_rows: int = 64):
+    def __init__(
+        self,
+        model: torch.nn.Module | Callable[[], torch.nn.Module],
+        max_rows: int = 64,
+        draft: ServedDraft | None = None,
+    ):
         self.max_rows = max_rows
+        self.spec: SpeculativeRows | None = None  # the speculating rows, with a draft
         self.lock = threading.Condition()
         self.serving_one = 0  # the other families: 1 while a request's generate runs
         self.starts: deque = deque()
@@ -96,7 +110,9 @@ class Scheduler:
         self.steps = 0  # decoder steps run, for /metrics
         self.tokens = 0  # rows stepped, for /metrics
         loaded: Future = Future()
-        self.thread = threading.Thread(target=self._loop, args=(model, loaded), name="encdec-scheduler", daemon=True)
+        self.thread = threading.Thread(
+            target=self._loop, args=(model, draft, loaded), name="encdec-scheduler", daemon=True
+        )
         self.thread.start()
         loaded.result()
 
@@ -127,12 +143,14 @@ class Scheduler:
                 self.finish(work)
         # greedy and sampling: the scheduler runs the search itself, between two steps, no thread woken per step;
         # plain greedy requests (most) on the device, all rows at once (serving.greedy_rows)
-        if served_here(job):
+        if self.spec is not None and self.spec.takes(job):  # decoded speculatively (serving.speculative_rows)
+            work.search, work.speculative = strategy.search(job), SpeculativeStats()
+        elif served_here(job):
             work.greedy = job
         else:
             work.search = strategy.search(job)
-            if isinstance(job.cfg.streamer, SearchWatcher):  # a stream that sends each token's log-probability
-                job.cfg.streamer.watch(work.search)
+        if work.search is not None and isinstance(job.cfg.streamer, SearchWatcher):  # a stream of log-probabilities
+            job.cfg.streamer.watch(work.search)
         work.answer = Future()
         self.submit_start(work, job.src_ids, job.src_mask, job.rows, job.cfg.max_new_tokens + 1, Future())
         out = work.answer.result()
@@ -218,14 +236,21 @@ class Scheduler:
 
     @property
     def running_rows(self) -> int:
-        return self.batch.rows if self.batch is not None else self.serving_one
+        if self.batch is None:
+            return self.serving_one
+        return self.batch.rows + (self.spec.rows if self.spec is not None else 0)
+
+    @property
+    def speculating(self) -> list[Work]:
+        return self.spec.works if self.spec is not None else []
 
     # -- the scheduler thread --------------------------------------------------------------------------
 
-    def _loop(self, model: torch.nn.Module | Callable[[], torch.nn.Module], loaded: Future) -> None:
+    def _loop(self, model, draft: ServedDraft | None, loaded: Future) -> None:
         try:
             self.model = model if isinstance(model, torch.nn.Module) else model()
             self.batched = capabilities_of(self.model).continuous_batching
+            self.spec = draft.rows_for(self.model) if draft is not None else None
             self.reads_features = capabilities_of(self.model).reads_features  # a speech model's windows
             like = next(self.model.parameters())
             self.batch = RunningBatch(like.device, like.dtype) if self.batched else None
@@ -249,7 +274,7 @@ class Scheduler:
         while True:
             with self.lock:
                 self.lock.wait_for(self._ready, timeout=0.05)
-                if self.stopped and not self.running and not self.greedy and not self.starts:
+                if self.stopped and not (self.running or self.greedy or self.starts or self.speculating):
                     return
                 self._abandon()
                 calls = list(self.calls)
@@ -273,6 +298,8 @@ class Scheduler:
                 self._join(joining)
                 if ready:
                     self._step(steps)
+                if self.speculating:
+                    self._round()
             except Exception as error:  # a failed batch fails its requests, never the server
                 log.exception("a scheduler step failed")
                 futures = [f for *_, f in joining] + [f for *_, f in steps] + [w.answer for w, *_ in steps]
@@ -296,6 +323,11 @@ class Scheduler:
             if gone(work) and not work.done:
                 work.done = True
                 fail(work.waiting, work.answer)
+        for work in self.speculating:  # a few requests a round: looked at every round
+            if gone(work) and not work.done:
+                work.done = True
+                fail(work.answer)
+                self.finished.append(work)
         if self.woken:  # the greedy rows are looked at only when woken (their streaming ones at every step)
             self.woken = False
             for work in self.greedy.values():
@@ -305,7 +337,7 @@ class Scheduler:
     def _ready(self) -> bool:
         """Something to do: requests to encode, rows to free, a client gone, or every running request waiting
         for a step."""
-        if self._may_join() or self.calls or self.finished or self.woken:
+        if self._may_join() or self.calls or self.finished or self.woken or self.speculating:
             return True
         if any(w.done or gone(w) for w in self.running) or any(gone(job[0]) for job in self.starts):
             return True
@@ -322,7 +354,7 @@ class Scheduler:
         seconds, so that the wait is a few steps on any device."""
         if not self.starts:
             return False
-        if not (self.running or self.greedy) or self.stopped:
+        if not (self.running or self.greedy or self.speculating) or self.stopped:
             return True
         return len(self.starts) >= JOIN_BATCH or self.steps - self.waiting_since >= JOIN_STEPS
 
@@ -332,7 +364,7 @@ class Scheduler:
         of 30 s holds 16 x 1500^2 scores a head; more wait for the next step's join)."""
         if not self._may_join():
             return []
-        joining, rows = [], self.batch.rows
+        joining, rows = [], self.running_rows
         most = JOIN_BATCH if self.reads_features else len(self.starts)
         while self.starts and (rows == 0 or rows + self.starts[0][3] <= self.max_rows) and len(joining) < most:
             job = self.starts.popleft()
@@ -344,7 +376,9 @@ class Scheduler:
     def _leave(self, leaving: list[Work]) -> None:
         """The rows of `leaving` freed; the rows that move into their places (RunningBatch.remove) take their
         greedy state along: Python over the rows that leave and move, not over every row."""
-        rows = [r for w in leaving for r in w.rows]
+        if self.spec is not None:
+            self.spec.leave([w for w in leaving if w.speculative is not None])
+        rows = [r for w in leaving if w.speculative is None for r in w.rows]
         if not rows:
             return
         for row in rows:
@@ -373,6 +407,12 @@ class Scheduler:
         if not joining:
             return
         try:
+            speculating = [job for job in joining if job[0].speculative is not None]
+            if speculating:
+                self._join_speculating(speculating)
+            joining = [job for job in joining if job[0].speculative is None]
+            if not joining:
+                return
             started = self._start(joining)
         except EncdecError as error:
             if len(joining) > 1:  # which one: each alone (a refusal is rare; the others' rows are unchanged)
@@ -400,6 +440,27 @@ class Scheduler:
                 work.step = (work.search.seqs[:, 0], None)
         if greedy:
             self.rows.join([row for row, _ in greedy], [work.greedy for _, work in greedy])
+
+    def _join_speculating(self, joining: list) -> None:
+        """Start the joining requests that speculate together (one encoder pass) in the speculating rows."""
+        sources = [src[0] if mask is None else src[0][mask[0].bool()] for _, src, mask, *_ in joining]
+        src_ids, src_mask = padded(sources, SOURCE_BUCKET, self.model.config.pad_id, False, self.batch.device)
+        self.spec.join([job[0] for job in joining], src_ids, src_mask, max(job[4] for job in joining) - 1)
+        for work, *_, future in joining:
+            future.set_result(None)
+
+    def _round(self) -> None:
+        """One speculative round of the speculating rows (SpeculativeRows.round); the requests it ended leave at
+        the next boundary."""
+        try:
+            over = self.spec.round()
+        except Exception as error:  # a failed round fails its requests, never the server nor the plain rows
+            log.exception("a speculative round failed")
+            over = self.spec.fail(error)
+        self.steps += 1
+        self.tokens += self.spec.rows
+        with self.lock:
+            self.finished += over
 
     def _start(self, joining: list):
         """One `model.start` of the joining requests' sources, packed or padded to a bucket's width."""
