@@ -29,21 +29,19 @@ where the tokens a round gains exceed that ratio.
 import argparse
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
 import torch
 
 from encdec.generation.speculative import SpeculativeStats
-from encdec.generation.text_generator import TextGenerator
-from encdec.quantization import SCHEMES, quantize
-from encdec.runs.open import open_model
+from encdec.quantization import SCHEMES
 from encdec.serving.scheduler import Scheduler
 from encdec.serving.speculative_rows import ServedDraft
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_speculative import MULTI30K_TEST, read_sentences  # noqa: E402
+from bench_serve import drive  # noqa: E402
+from bench_speculative import MULTI30K_TEST, open_pair  # noqa: E402
 
 SYSTEMS = ("plain", "speculative")
 STEP_REPEATS = 10  # timings of each step a row count
@@ -70,26 +68,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def serve_round(scheduler: Scheduler, encoded: list[dict], clients: int, max_new_tokens: int):
     """(wall seconds, new tokens, outputs in request order) of `clients` threads sending `encoded` back to back."""
     outputs: list[torch.Tensor | None] = [None] * len(encoded)
-    lock, taken = threading.Lock(), [0]
 
-    def client():
-        while True:
-            with lock:
-                if taken[0] >= len(encoded):
-                    return
-                index = taken[0]
-                taken[0] += 1
-            inputs = encoded[index]
-            options = {"max_new_tokens": max_new_tokens}
-            outputs[index] = scheduler.run(inputs["input_ids"], inputs["attention_mask"], options).cpu()
+    def submit(index: int) -> None:
+        inputs, options = encoded[index], {"max_new_tokens": max_new_tokens}
+        outputs[index] = scheduler.run(inputs["input_ids"], inputs["attention_mask"], options).cpu()
 
-    started = time.perf_counter()
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    seconds = time.perf_counter() - started
+    seconds, _ = drive(submit, [(index,) for index in range(len(encoded))], clients)
     return seconds, sum(out.shape[1] - 1 for out in outputs), outputs
 
 
@@ -156,12 +140,7 @@ def step_costs(target, draft, k: int, source: dict, rows: list[int], repeats: in
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    target, draft = open_model(args.target), open_model(args.draft)
-    draft_model = quantize(draft.model, args.draft_quantize) if args.draft_quantize else draft.model
-    text = TextGenerator(target.text, target.generation)
-    encoded = [text.encode([sentence]) for sentence in read_sentences(args.inputs, args.sentences)]
+    target, draft_model, encoded = open_pair(args)
     results = compare(
         target.model,
         draft_model,

@@ -76,14 +76,20 @@ def run_system(target, encoded: list[dict], options: dict) -> tuple[float, int, 
     return seconds, tokens, outputs, stats
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+def open_pair(args: argparse.Namespace):
+    """(the opened target, the draft's model quantized as --draft-quantize asks, each input sentence encoded alone),
+    with torch's threads set: what this benchmark and bench_serve_speculative.py start from."""
     if args.threads:
         torch.set_num_threads(args.threads)
     target, draft = open_model(args.target), open_model(args.draft)
     draft_model = quantize(draft.model, args.draft_quantize) if args.draft_quantize else draft.model
     text = TextGenerator(target.text, target.generation)
-    encoded = [text.encode([sentence]) for sentence in read_sentences(args.inputs, args.sentences)]
+    return target, draft_model, [text.encode([sentence]) for sentence in read_sentences(args.inputs, args.sentences)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    target, draft_model, encoded = open_pair(args)
     base = dict(max_new_tokens=args.max_new_tokens)
     systems = {"plain greedy": base}
     for k in args.num_assistant_tokens:

@@ -35,6 +35,7 @@ from encdec.cli.options import (
     add_quantize_argument,
     add_source_length_argument,
     given_generation_options,
+    open_to_decode,
     resolve_device,
     whole_number,
 )
@@ -43,8 +44,6 @@ from encdec.data.reading import MAX_INPUT_LINE_BYTES, open_text_file, read_input
 from encdec.errors import ConfigError, DataError
 from encdec.generation.text_generator import TextGenerator
 from encdec.quantization import quantize
-from encdec.runs.model_dtype import native_dtype
-from encdec.runs.open import open_model
 from encdec.safe_paths import open_replacing, output_path
 
 
@@ -148,13 +147,7 @@ def stream_printer(tokenizer, stream):
 
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
-    opened = open_model(
-        args.model_dir,
-        args.checkpoint,
-        max_source_len=args.max_source_len,
-        dtype=args.dtype,
-        prefer=native_dtype(args.dtype, device, args.quantize),
-    )
+    opened = open_to_decode(args.model_dir, args, device, args.max_source_len)
     say_unless_refused(opened.said)  # which checkpoint, and why
     generator = TextGenerator(opened.text, opened.generation)  # no tokenizer files: refused before any work
     model = opened.model.to(device)

@@ -98,6 +98,16 @@ def add_dtype_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def open_to_decode(path, args: argparse.Namespace, device, max_source_len: int | None = None):
+    """runs.open_model for a decoding command (generate, serve, transcribe): its --checkpoint and --dtype, and under
+    --dtype auto a float32 model in the dtype its CPU multiplies natively (runs.model_dtype.native_dtype)."""
+    from encdec.runs.model_dtype import native_dtype
+    from encdec.runs.open import open_model
+
+    prefer = native_dtype(args.dtype, device, args.quantize)
+    return open_model(path, args.checkpoint, max_source_len, dtype=args.dtype, prefer=prefer)
+
+
 def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
     """--checkpoint: which of a run's checkpoints; unset (None) the best. A checkpoint or Hugging Face directory
     has none to choose, and one named there is refused (runs.load.refuse_choice), not ignored."""

@@ -39,6 +39,7 @@ from encdec.cli.options import (
     add_dtype_argument,
     add_quantize_argument,
     add_source_length_argument,
+    open_to_decode,
     resolve_device,
     whole_number,
 )
@@ -93,8 +94,6 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as error:
         raise ConfigError(f"encdec serve needs the serve extra ({error.name} is missing): pip install encdec[serve]")
     from encdec.quantization import quantize
-    from encdec.runs.model_dtype import native_dtype
-    from encdec.runs.open import open_model
 
     check_port_free(args.host, args.port)
     device = resolve_device(args.device)
@@ -104,13 +103,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = []
 
     def load():  # in the scheduler's thread, the one that computes (serving.scheduler says why)
-        opened = open_model(
-            args.model,
-            args.checkpoint,
-            max_source_len=args.max_source_len,
-            dtype=args.dtype,
-            prefer=native_dtype(args.dtype, device, args.quantize),
-        )
+        opened = open_to_decode(args.model, args, device, args.max_source_len)
         opened.text  # a Hugging Face directory without tokenizer files is refused before the server starts
         print(opened.said, file=sys.stderr, flush=True)  # which checkpoint, and why: at once, as it serves
         opened.model.to(device)

@@ -27,6 +27,7 @@ from encdec.cli.options import (
     add_dtype_argument,
     add_generation_option,
     add_quantize_argument,
+    open_to_decode,
     resolve_device,
     whole_number,
 )
@@ -36,8 +37,6 @@ from encdec.generation.config import MAX_BEAMS, Temperature
 from encdec.generation.generate import resolve_config
 from encdec.generation.interface import capabilities_of
 from encdec.quantization import quantize
-from encdec.runs.model_dtype import native_dtype
-from encdec.runs.open import open_model
 from encdec.safe_paths import output_dir, write_atomic
 from encdec.schema import argument_type
 from encdec.tokenizers.languages import hf_tokenizer_of
@@ -178,9 +177,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--batched times segments, not words: leave out --word-timestamps or --batched")
     fmts = args.format or (list(FORMAT_NAMES.values()) if args.out is not None else ["text"])
     device = resolve_device(args.device)
-    opened = open_model(
-        args.model_dir, args.checkpoint, dtype=args.dtype, prefer=native_dtype(args.dtype, device, args.quantize)
-    )
+    opened = open_to_decode(args.model_dir, args, device)
     say_unless_refused(opened.said)
     if not capabilities_of(opened.model).reads_features:
         raise ConfigError(f"{args.model_dir} is a text model: transcribe needs a speech model (Whisper's family)")
