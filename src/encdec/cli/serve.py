@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     def load():  # in the scheduler's thread, the one that computes (serving.scheduler says why)
         opened = open_to_decode(args.model, args, device, args.max_source_len)
         opened.text  # a Hugging Face directory without tokenizer files is refused before the server starts
-        print(opened.said, file=sys.stderr, flush=True)  # which checkpoint, and why: at once, as it serves
+        if args.draft is None:  # with a draft, once the draft is taken too: a refused draft's sentence stands alone
+            print(opened.said, file=sys.stderr, flush=True)  # which checkpoint, and why: at once, as it serves
         opened.model.to(device)
         if args.quantize:
             opened.model = quantize(opened.model, args.quantize)
@@ -113,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
         return opened
 
     def load_draft():  # after the model, in the same thread
-        return open_draft(args, loaded[0], device).model
+        draft_model = open_draft(args, loaded[0], device).model
+        print(loaded[0].said, file=sys.stderr, flush=True)
+        return draft_model
 
     draft = None
     if args.draft is not None:
