@@ -29,7 +29,7 @@ copies cost one more copy of the weights' memory while the weights live.
 
 A bf16 model's products without gradients (where oneDNN multiplies bf16: AVX-512 BF16, AMX) take oneDNN's
 kernel on the reordered weight at every row count: F.linear reorders a bf16 weight at every call. On a Xeon with
-AMX (one thread, November 2026), one row by t5-small's 512 x 2,048 took 161 against 470 us, by its 32,128 x 512
+AMX (one thread, November 2026, beside other work: rough), one row by t5-small's 512 x 2,048 took 161 against 470 us, by its 32,128 x 512
 vocabulary 3.6 against 8.5 ms; 8 rows by 512 x 512, 42 against 132 us (benchmarks/bench_generate.py
 --dtype bf16 measures it whole, docs/benchmarks.md).
 
