@@ -31,3 +31,26 @@ def test_the_table_has_each_client_count_with_outputs_equal_to_plain(tmp_path, c
     assert all(float(row[4]) >= 1.0 and 0.0 <= float(row[5]) <= 1.0 for row in rows[:2])  # tokens a round, accepted
     costs = [line.strip("| ").split(" | ") for line in lines[-2:]]  # the step costs at 1 and 3 rows
     assert [row[0] for row in costs] == ["1", "3"] and all(float(x) > 0 for row in costs for x in row[1:])
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--clients", "1,0"),
+        ("--clients", "1,x"),
+        ("--num-assistant-tokens", "65"),
+        ("--sentences", "0"),
+        ("--max-new-tokens", str(1 << 40)),
+        ("--repeats", "-1"),
+        ("--threads", "0"),
+    ],
+)
+def test_a_number_out_of_its_range_is_one_sentence(flag, value, capsys):
+    spec = importlib.util.spec_from_file_location("bench_serve_speculative", BENCHMARKS / "bench_serve_speculative.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args(["target", "draft", flag, value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert ": error: " in err[-1] and flag in err[-1] and not any("Traceback" in line for line in err)
