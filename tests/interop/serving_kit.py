@@ -53,7 +53,10 @@ def run_together(scheduler: Scheduler, calls: list[Callable[[], Any]]) -> list:
     def hold() -> None:  # in the scheduler's thread, between two steps
         entered.set()
         with scheduler.lock:
-            scheduler.lock.wait_for(lambda: len(scheduler.starts) + ended[0] >= len(calls))
+            # a greedy or sampling request arrives to be checked in the scheduler's thread (Scheduler._admit), the
+            # others wait to start: once the hold ends, every one arrived is admitted before the next join
+            waiting = lambda: len(scheduler.starts) + len(scheduler.arrived)  # noqa: E731
+            scheduler.lock.wait_for(lambda: waiting() + ended[0] >= len(calls))
 
     def run(i: int) -> None:
         try:

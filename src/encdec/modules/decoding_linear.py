@@ -61,7 +61,8 @@ ONEDNN = (
 
 ONEDNN_BF16 = ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()  # oneDNN multiplies bf16 on this CPU
 
-# (id, kind) -> [weight, version, copy, a sample of the weight's values, the pass it was last checked in]
+# (id, kind) -> [weight, version, copy, a sample of the weight's values, the pass it was last checked in, the
+# sample's places]
 _derived: dict[tuple[int, str], list] = {}
 PROBES = 32  # values of a weight sampled to see a change its version counter misses
 _pass = 0  # counts the models' forward and generate calls (new_pass)
@@ -76,13 +77,15 @@ def new_pass() -> None:
         _pass += 1
 
 
-def sample(weight: torch.Tensor) -> torch.Tensor:
-    """PROBES values of `weight`, evenly spaced through it."""
-    flat = weight.detach().reshape(-1)
-    spaced = (
-        torch.arange(PROBES, device=flat.device) * (flat.numel() - 1) // (PROBES - 1)
-    )  # integers: exact at any size
-    return flat[spaced].clone()
+def probe_places(weight: torch.Tensor) -> torch.Tensor:
+    """The flat indices of PROBES values of `weight`, evenly spaced through it (integers: exact at any size)."""
+    return torch.arange(PROBES, device=weight.device) * (weight.numel() - 1) // (PROBES - 1)
+
+
+def sample(weight: torch.Tensor, places: torch.Tensor) -> torch.Tensor:
+    """The values of `weight` at flat indices `places` (probe_places'): one operation, as a check once a pass
+    of every weight a step reads (a server starts a pass at each join) should cost."""
+    return torch.take(weight, places)
 
 
 def decoding_linear(
@@ -177,12 +180,13 @@ def derived(weight: torch.Tensor, kind: str, make) -> torch.Tensor:
     entry = _derived.get(key)
     if entry is not None and entry[0]() is weight and entry[1] == version and entry[4] != _pass:
         with torch.inference_mode(False), torch.no_grad():
-            entry[4] = _pass if torch.equal(sample(weight), entry[3]) else None
+            entry[4] = _pass if torch.equal(sample(weight, entry[5]), entry[3]) else None
         if entry[4] is None:  # changed through .data: made again below
             entry = None
     if entry is None or entry[0]() is not weight or entry[1] != version:
         with torch.inference_mode(False), torch.no_grad():
-            copy, probes = make(weight.detach()), sample(weight)
-        entry = [weakref.ref(weight, lambda _, key=key: _derived.pop(key, None)), version, copy, probes, _pass]
+            places = probe_places(weight)
+            copy, probes = make(weight.detach()), sample(weight, places)
+        entry = [weakref.ref(weight, lambda _, key=key: _derived.pop(key, None)), version, copy, probes, _pass, places]
         _derived[key] = entry
     return entry[2]

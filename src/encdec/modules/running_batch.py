@@ -6,6 +6,7 @@ its beams' or samples' rows) and leave (`remove`) between steps, each row at a p
     logits = model.step(tokens, batch)                                          # every row t columns on
     batch.cut_back(lengths, widest)                                             # each row its own columns kept
     batch.reorder_rows(rows, order); moved = batch.remove(done_rows)
+    batch.hold(rows)                                                            # their columns stop growing
 
 The rows' caches are moved through the state's bag (encdec.modules.layer_caches), each by its own kind's
 rule. In the batch each joined example holds one memory row (its cross-attention keys and values), shared by
@@ -26,7 +27,7 @@ from encdec.modules.attention import MemoryReaders, blocked_value
 from encdec.modules.decode_state import DecodeState
 from encdec.modules.layer_caches import StateBag
 
-ROW_TENSORS = ("lengths", "pad", "source_lengths", "next_input", "substitute")  # (R,) each, where present
+ROW_TENSORS = ("lengths", "pad", "source_lengths", "next_input", "substitute", "moving")  # (R,) each, where present
 
 
 class RunningBatch(DecodeState):
@@ -39,6 +40,7 @@ class RunningBatch(DecodeState):
         self.row_memory: list[int] = []  # host, per row: its memory row
         self.row_rank: list[int] = []  # host, per row: its place among its memory row's rows
         self.memory_users: list[int] = []  # host, per memory row: the rows that read it
+        self.moving: torch.Tensor | None = None  # (R,) 1 for a row whose columns grow a step, 0 for one held
 
     @property
     def memory_rows(self) -> int:
@@ -51,7 +53,7 @@ class RunningBatch(DecodeState):
         self.capacity_rows, self.capacity, self.columns, self.memory_width = 0, 1, 0, 0
         self.lengths, self.source_widths = self.lengths[:0].clone(), self.source_widths[:0].clone()
         self.row_index, self.position = self.row_index[:0], self.lengths[:1]
-        self.pad = self.source_lengths = self.next_input = self.substitute = None
+        self.pad = self.source_lengths = self.next_input = self.substitute = self.moving = None
         self.row_memory, self.row_rank, self.memory_users = [], [], []
         self.memory_readers = None
 
@@ -85,6 +87,8 @@ class RunningBatch(DecodeState):
             theirs = getattr(other, name)
             if theirs is not None:
                 self._row_tensor(name, theirs.dtype)[rows] = theirs[pick]
+        if self.moving is not None:
+            self.moving[rows] = 1
         if other.substitute is not None or other.next_input is not None:
             flags = self._row_tensor("substitute", torch.bool)
             flags[rows] = other.substitute[pick] if other.substitute is not None else False
@@ -171,6 +175,22 @@ class RunningBatch(DecodeState):
             readers.others, readers.slots, readers.groups = tensor(others), tensor(slots), G
             readers.shared = tensor(shared) if len(shared) < len(first) else None
         self.memory_readers = readers
+
+    def hold(self, rows: torch.Tensor) -> None:
+        """Rows `rows` (R_h,) stop moving on: a step still computes them, but their columns no longer grow, each
+        step writing over their last (at a position they took before). A finished request's rows wait so for the
+        next `remove` of many rows together."""
+        if self.moving is None:
+            self.moving = torch.ones(self.capacity_rows, dtype=self.lengths.dtype, device=self.device)
+        self.moving[rows] = 0
+        self.lengths[rows] = (self.lengths[rows] - 1).clamp(min=0)
+
+    def advance(self, t: int) -> None:
+        """Every row has written t more columns, but the rows held (`hold`), which wrote over their last."""
+        if self.moving is None:
+            return super().advance(t)
+        self.lengths[: self.rows].add_(self.moving[: self.rows], alpha=t)
+        self.columns += t
 
     def cut_back(self, lengths: torch.Tensor, widest: int) -> None:
         """Row r keeps its first lengths[r] written columns (R,), forgetting those after (a served speculative
