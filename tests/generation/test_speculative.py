@@ -5,11 +5,10 @@ import torch
 
 from encdec import generate
 from encdec.errors import ConfigError
-from encdec.generation import GenerationConfig
-from encdec.generation.logits_processors import apply_all, build_processors
 from encdec.models import build_model, preset
 
 from .helpers import padded_batch, tiny
+from .law_kit import chi_square_p_value, two_token_counts, two_token_law
 
 FAMILIES = ["t5", "gemma", "transformer-post", "rot5-prepended"]  # T5, T5Gemma, BART/Marian's post-norm layout
 
@@ -66,37 +65,6 @@ def test_speculative_greedy_equals_plain_greedy_with_processors_a_prefix_and_an_
     assert torch.equal(speculative, plain)
 
 
-def chi_square_p_value(counts: torch.Tensor, expected: torch.Tensor) -> float:
-    """Pearson's test of `counts` against `expected` (one entry per cell), the cells expecting fewer than 5
-    draws pooled into one: the probability of a statistic this large under the expected law (0 where a cell the
-    law excludes was drawn)."""
-    impossible = expected == 0
-    if counts[impossible].sum() > 0:
-        return 0.0
-    counts, expected = counts[~impossible], expected[~impossible]
-    small = expected < 5
-    if small.any():
-        counts = torch.cat((counts[~small], counts[small].sum()[None]))
-        expected = torch.cat((expected[~small], expected[small].sum()[None]))
-    statistic = ((counts - expected) ** 2 / expected).sum()
-    df = torch.tensor(counts.numel() - 1.0, dtype=torch.float64)
-    return float(torch.special.gammaincc(df / 2, statistic / 2))
-
-
-def two_token_law(model, src: torch.Tensor, options: dict) -> torch.Tensor:
-    """(V * V,) the probability of each first two tokens under plain sampling with `options`: the processed
-    distribution of the first, times that of the second given it."""
-    cfg = GenerationConfig(**options)
-    chain = build_processors(cfg, max_length=3)
-    V = model.config.vocab_size
-    state = model.start(src.repeat(V, 1), None, 2)
-    start = torch.zeros(V, 1, dtype=torch.long)
-    first = apply_all(chain, start, model.step(start, state)[:, -1].double()).softmax(-1)[0]  # (V,)
-    seqs = torch.cat((start, torch.arange(V)[:, None]), dim=1)  # (V, 2) every first token
-    second = apply_all(chain, seqs, model.step(seqs[:, 1:], state)[:, -1].double()).softmax(-1)  # (V, V)
-    return (first[:, None] * second).flatten()
-
-
 def test_speculative_sampling_draws_the_first_two_tokens_as_plain_sampling_of_the_target():
     torch.manual_seed(0)
     target = build_model(preset("t5-tiny", vocab_size=12, dropout=0.0)).eval()
@@ -108,11 +76,9 @@ def test_speculative_sampling_draws_the_first_two_tokens_as_plain_sampling_of_th
     draws = 4000  # rows of one batch: rows accept different counts, the batch keeps the least
     run = dict(options, max_new_tokens=2, seed=0)
     out = generate(target, src.repeat(draws, 1), assistant_model=draft, num_assistant_tokens=2, **run)
-    counts = torch.bincount(out[:, 1] * 12 + out[:, 2], minlength=144).double()
-    assert chi_square_p_value(counts, draws * law) > 1e-3
+    assert chi_square_p_value(two_token_counts(out, 12), draws * law) > 1e-3
     drafts_own = generate(draft, src.repeat(draws, 1), **run)  # the test tells the draft's law from the target's
-    counts = torch.bincount(drafts_own[:, 1] * 12 + drafts_own[:, 2], minlength=144).double()
-    assert chi_square_p_value(counts, draws * law) < 1e-3
+    assert chi_square_p_value(two_token_counts(drafts_own, 12), draws * law) < 1e-3
 
 
 @pytest.mark.parametrize(
