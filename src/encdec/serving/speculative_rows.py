@@ -38,11 +38,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from encdec.errors import ConfigError
-from encdec.generation.config import GenerationConfig
+from encdec.generation.config import AssistantTokens, GenerationConfig
 from encdec.generation.generate import Prepared
 from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.interface import capabilities_of
@@ -57,19 +58,25 @@ from encdec.generation.speculative import (
     verify,
 )
 from encdec.modules import RunningBatch
+from encdec.schema import Satisfies, check
 from encdec.serving.request_rows import Work, fail
 
 NUM_ASSISTANT_TOKENS = GenerationConfig.num_assistant_tokens  # generate's default drafts a round
+LOADABLE = "a model (torch.nn.Module) or a function that loads one"
 
 
 @dataclass
 class ServedDraft:
     """`encdec serve --draft`'s draft: the model (or a function that loads it, called in the scheduler's thread
-    after the served model), whether it reads the served model's encoder output, the drafts a round."""
+    after the served model), whether it reads the served model's encoder output, the drafts a round. Its fields
+    are checked as it is made, as --num-assistant-tokens is (one sentence, ConfigError)."""
 
-    model: torch.nn.Module | Callable[[], torch.nn.Module]
+    model: Annotated[torch.nn.Module | Callable[[], torch.nn.Module], Satisfies(callable, LOADABLE)]
     shares_encoder: bool = False
-    num_assistant_tokens: int = NUM_ASSISTANT_TOKENS
+    num_assistant_tokens: AssistantTokens = NUM_ASSISTANT_TOKENS
+
+    def __post_init__(self):
+        check(self)  # built in Python: the rules --num-assistant-tokens and generate's option read by
 
     def rows_for(self, target) -> SpeculativeRows:
         """The speculating rows beside `target`, its draft loaded (if not yet) and checked against it
