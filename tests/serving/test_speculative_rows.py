@@ -132,7 +132,7 @@ def test_a_speculating_request_gone_mid_request_gives_back_its_rows(model):
     until(lambda: scheduler.spec.stats.target_steps >= 3, "the speculating request never ran a round")
     request.leave()
     assert isinstance(request.error, Abandoned)
-    until(lambda: scheduler.spec.rows == 0 and scheduler.spec.drafts.rows == 0, "its rows were kept")
+    until(lambda: scheduler.spec.rows == 0 and scheduler.spec.rounds.drafts.rows == 0, "its rows were kept")
     rounds = scheduler.spec.stats.target_steps
     after = source(6, 2), {"max_new_tokens": 6}
     assert torch.equal(scheduler.run(after[0], None, dict(after[1])), generate(model, after[0], None, **after[1]))

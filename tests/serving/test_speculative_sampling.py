@@ -9,9 +9,9 @@ import pytest
 import torch
 from test_abandon import HANG
 
+from encdec.generation import speculative_rounds
 from encdec.generation.speculative import SpeculativeStats
 from encdec.models import build_model, preset
-from encdec.serving import speculative_rows
 from encdec.serving.scheduler import Scheduler
 from encdec.serving.speculative_rows import ServedDraft
 from tests.generation.law_kit import chi_square_p_value, two_token_counts, two_token_law
@@ -61,7 +61,7 @@ def test_served_speculative_sampling_draws_the_first_two_tokens_as_the_model_sam
     draws, stats = served_draws(target, draft)
     assert stats.target_steps > DRAWS and 0.2 < stats.acceptance_rate < 0.8  # drafts kept and rejected
     p_value = chi_square_p_value(two_token_counts(draws, V), law)
-    monkeypatch.setattr(speculative_rows, "verify", accept_every_draft)  # the test tells a wrong rule
+    monkeypatch.setattr(speculative_rounds, "verify", accept_every_draft)  # the test tells a wrong rule
     wrong, _ = served_draws(target, draft)
     assert p_value > 1e-3
     assert chi_square_p_value(two_token_counts(wrong, V), law) < 1e-3
