@@ -119,9 +119,9 @@ class SpeculativeBatch:
 
     def _drafts(self, searches, order, lengths, room, last, n) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The draft's n proposals (R,) a step and its processed scores (R, V) at each, each row from its own
-        column; a draft that processors read back (their history) written past its search's length."""
-        if n == 0:
-            return [], []
+        column; a draft that processors read back (their history) written past its search's length. The first
+        step runs where n is 0 too: it feeds the draft each row's last two kept tokens, which its next round's
+        cut back takes as held."""
         device = self.batch.device
         at = torch.tensor(lengths, device=device)
         fresh = at == 1  # rows at their decoder-start token alone: their draft cache holds nothing
