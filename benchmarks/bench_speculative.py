@@ -1,16 +1,17 @@
-"""Speculative decoding against plain greedy: tokens/s at batch 1 on a translation test set, the acceptance beside.
+"""Speculative decoding against plain greedy: tokens/s on a translation test set, the acceptance beside.
 
 Run: python benchmarks/bench_speculative.py TARGET DRAFT [--shares-encoder] [--num-assistant-tokens 3,5]
-         [--draft-quantize int8] [--inputs FILE] [--sentences 100] [--max-new-tokens 64] [--repeats 3] [--threads N]
+         [--draft-quantize int8] [--inputs FILE] [--sentences 100] [--batch-size 1] [--max-new-tokens 64]
+         [--repeats 3] [--threads N]
 
 TARGET and DRAFT are run or Hugging Face directories of one tokenizer (configs/recipes/multi30k_draft.yaml makes
 such a draft, its encoder the target's: --shares-encoder). The inputs are the first --sentences lines of --inputs
-(default: Multi30k's 2016 Flickr test sources, plain or gzipped), each generated alone (batch 1), greedy, up to
---max-new-tokens. Every repeat runs the systems in turn (plain greedy, then speculative with each k of
+(default: Multi30k's 2016 Flickr test sources, plain or gzipped), generated --batch-size at a time (default 1: each
+alone), greedy, up to --max-new-tokens. Every repeat runs the systems in turn (plain greedy, then speculative with each k of
 --num-assistant-tokens, the order rotated each repeat) over all the sentences; the table shows each system's median
 tokens/s (new tokens, EOS included, over the wall time of the generate calls, encoder included), its ratio to plain
-greedy's, the tokens each target step gained and the share of draft tokens accepted, and the share of sentences
-whose output equals plain greedy's (1.00: speculative greedy is plain greedy, token for token).
+greedy's, the tokens each row gained a target step and the share of draft tokens accepted, and the share of
+batches whose output equals plain greedy's (1.00: speculative greedy is plain greedy, token for token).
 
 On a CPU at batch 1 a step reads every weight once, so its cost follows the bytes read: for t5-small's shape
 (one thread, November 2026) the target's step took ~15 ms whether it read 1 or 6 positions, a one-layer draft's
@@ -49,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--draft-quantize", choices=SCHEMES, help="the draft's linear layers in int8 (its proposals)")
     parser.add_argument("--inputs", type=Path, default=MULTI30K_TEST, help="source sentences, one a line (.gz too)")
     parser.add_argument("--sentences", type=int, default=100, help="how many of them (default 100)")
+    parser.add_argument("--batch-size", type=int, default=1, help="sentences a generate call (default 1)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch's threads (default: torch's choice)")
@@ -63,33 +65,42 @@ def read_sentences(path: Path, count: int) -> list[str]:
 
 
 def run_system(target, encoded: list[dict], options: dict) -> tuple[float, int, list[torch.Tensor], SpeculativeStats]:
-    """(seconds, new tokens, outputs, acceptance) of greedy decoding every input alone under `options`."""
+    """(seconds, new tokens, outputs, acceptance) of greedy decoding every input (a batch) under `options`."""
     stats, outputs, tokens, seconds = SpeculativeStats(), [], 0, 0.0
     for inputs in encoded:
         start = time.perf_counter()
         out = generate(target, inputs["input_ids"], inputs["attention_mask"], return_dict_in_generate=True, **options)
         seconds += time.perf_counter() - start
         outputs.append(out.sequences)
-        tokens += out.sequences.shape[1] - 1  # batch 1 ends at its EOS: every column after the start is new
+        tokens += new_tokens(out.sequences, target.config.pad_id)
         if out.speculative is not None:
             stats.add(out.speculative)
     return seconds, tokens, outputs, stats
 
 
-def open_pair(args: argparse.Namespace):
-    """(the opened target, the draft's model quantized as --draft-quantize asks, each input sentence encoded alone),
-    with torch's threads set: what this benchmark and bench_serve_speculative.py start from."""
+def new_tokens(sequences: torch.Tensor, pad_id: int) -> int:
+    """The tokens generated in sequences (B, L), EOS included: every column after the start but the padding that
+    follows a row's EOS (a row of batch 1 ends at its EOS)."""
+    return int((sequences[:, 1:] != pad_id).sum())
+
+
+def open_pair(args: argparse.Namespace, batch_size: int = 1):
+    """(the opened target, the draft's model quantized as --draft-quantize asks, the input sentences encoded
+    `batch_size` at a time), with torch's threads set: what this benchmark and bench_serve_speculative.py (batch
+    1) start from."""
     if args.threads:
         torch.set_num_threads(args.threads)
     target, draft = open_model(args.target), open_model(args.draft)
     draft_model = quantize(draft.model, args.draft_quantize) if args.draft_quantize else draft.model
     text = TextGenerator(target.text, target.generation)
-    return target, draft_model, [text.encode([sentence]) for sentence in read_sentences(args.inputs, args.sentences)]
+    sentences = read_sentences(args.inputs, args.sentences)
+    batches = [sentences[i : i + batch_size] for i in range(0, len(sentences), batch_size)]
+    return target, draft_model, [text.encode(batch) for batch in batches]
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    target, draft_model, encoded = open_pair(args)
+    target, draft_model, encoded = open_pair(args, args.batch_size)
     base = dict(max_new_tokens=args.max_new_tokens)
     systems = {"plain greedy": base}
     for k in args.num_assistant_tokens:
@@ -106,8 +117,11 @@ def main(argv: list[str] | None = None) -> None:
             seconds, tokens, outputs[name], stats[name] = run_system(target.model, encoded, systems[name])
             rates[name].append(tokens / seconds)
     plain = statistics.median(rates["plain greedy"])
-    print(f"{len(encoded)} sentences of {args.inputs.name}, batch 1, greedy, {torch.get_num_threads()} threads")
-    print("| system | tokens/s | vs plain | tokens per target step | draft tokens accepted | same as plain |")
+    sentences = sum(len(inputs["input_ids"]) for inputs in encoded)
+    print(
+        f"{sentences} sentences of {args.inputs.name}, batch {args.batch_size}, greedy, {torch.get_num_threads()} threads"
+    )
+    print("| system | tokens/s | vs plain | tokens a row per target step | draft tokens accepted | same as plain |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name in systems:
         rate = statistics.median(rates[name])

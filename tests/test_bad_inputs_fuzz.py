@@ -28,6 +28,7 @@ from encdec.runs.load import read_generation
 from encdec.runs.run_dir import CheckpointDir
 from encdec.runs.state import read_saved_state
 from encdec.schema import read
+from encdec.serving.speculative_rows import ServedDraft
 from encdec.training.data_sections import DataSection
 from encdec.training.run_config import RunConfig, load_config
 
@@ -119,6 +120,12 @@ def test_every_field_of_a_mixture_member_given_any_value_is_read_or_refused_in_o
 @given(option=st.sampled_from(GENERATION_OPTIONS), value=anything)
 def test_every_generation_option_given_any_value_is_taken_or_refused_in_one_sentence(option, value):
     ends_well(lambda: GenerationConfig(**{option: value}))
+
+
+@FUZZ
+@given(field=st.sampled_from(["model", "shares_encoder", "num_assistant_tokens"]), value=anything)
+def test_every_field_of_a_served_draft_given_any_value_is_taken_or_refused_in_one_sentence(field, value):
+    ends_well(lambda: ServedDraft(**{"model": torch.nn.Identity(), field: value}))
 
 
 @FUZZ

@@ -1,4 +1,5 @@
-"""benchmarks/bench_speculative.py at a toy scale: its table, speculative greedy equal to plain greedy throughout."""
+"""benchmarks/bench_speculative.py at a toy scale: its table, speculative greedy equal to plain greedy throughout, at
+batch 1 and in batches."""
 
 import importlib.util
 
@@ -38,3 +39,7 @@ def test_the_table_has_plain_greedy_and_each_k_with_outputs_equal_to_plain(monke
     assert set(rows) == {"plain greedy", "speculative k=2", "speculative k=4"}
     assert all(row[-1].strip("| ") == "1.00" for row in rows.values())  # every output plain greedy's
     assert rows["plain greedy"][2] == "1.00x"
+    bench.main([*args, "--max-new-tokens", "8", "--repeats", "1", "--batch-size", "2"])  # rows of their own counts
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("3 sentences of inputs.txt, batch 2, greedy")
+    assert all(line.split(" | ")[-1].strip("| ") == "1.00" for line in lines[3:])

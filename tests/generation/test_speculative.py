@@ -1,15 +1,16 @@
 """Speculative decoding (generation/speculative.py): greedy equal to plain greedy, sampling of the target's law."""
 
+import copy
+
 import pytest
 import torch
 
 from encdec import generate
 from encdec.errors import ConfigError
-from encdec.generation import GenerationConfig
-from encdec.generation.logits_processors import apply_all, build_processors
 from encdec.models import build_model, preset
 
 from .helpers import padded_batch, tiny
+from .law_kit import chi_square_p_value, two_token_counts, two_token_law
 
 FAMILIES = ["t5", "gemma", "transformer-post", "rot5-prepended"]  # T5, T5Gemma, BART/Marian's post-norm layout
 
@@ -46,6 +47,65 @@ def test_speculative_greedy_equals_plain_greedy(name, shares_encoder, k):
     assert out.speculative.target_steps >= 1
 
 
+def near_copy(model, noise: float):
+    """A draft that agrees with `model` often, not always: its decoder's weights shaken a little."""
+    torch.manual_seed(5)
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        for weight in draft.decoder.parameters():
+            weight.add_(noise * weight.std() * torch.randn_like(weight))
+    return draft
+
+
+def test_rows_of_a_batch_keep_their_own_accepted_drafts_each_as_it_would_alone():
+    """Each row of a batch accepts what it accepts alone and advances by it: the batch's counts are the sum of its
+    rows' alone, which differ (one count for the batch, its fewest, would keep less than their sum)."""
+    target = tiny("t5")
+    draft = near_copy(target, 0.5)
+    torch.manual_seed(3)
+    src, mask = padded_batch(B=4)
+    options = dict(max_new_tokens=24, num_assistant_tokens=4, return_dict_in_generate=True, eos_token_id=[])
+    batch = generate(target, src, mask, assistant_model=draft, **options)
+    alone = [generate(target, src[i : i + 1], mask[i : i + 1], assistant_model=draft, **options) for i in range(4)]
+    assert torch.equal(batch.sequences, generate(target, src, mask, max_new_tokens=24, eos_token_id=[]))
+    assert torch.equal(batch.sequences, torch.cat([out.sequences for out in alone]))
+    rows = [out.speculative for out in alone]
+    assert len({stats.target_steps for stats in rows}) > 1  # the rows advanced by different amounts
+    assert 0 < batch.speculative.accepted < batch.speculative.drafted
+    for name in ("target_steps", "drafted", "accepted"):
+        assert getattr(batch.speculative, name) == sum(getattr(stats, name) for stats in rows), name
+
+
+def test_rows_that_end_at_their_eos_leave_and_are_padded_as_plain_greedy_pads_them():
+    target = tiny("t5")
+    draft = near_copy(target, 0.5)
+    src, mask = padded_batch(B=4)
+    options = dict(max_new_tokens=20, return_dict_in_generate=True, output_scores=True)
+    plain = generate(target, src, mask, **options)
+    options["eos_token_id"] = int(plain.sequences[0, 5])  # a token greedy writes: rows end at different lengths
+    plain = generate(target, src, mask, **options)
+    out = generate(target, src, mask, assistant_model=draft, num_assistant_tokens=3, **options)
+    assert torch.equal(out.sequences, plain.sequences)
+    assert (out.sequences == options["eos_token_id"]).any(1).sum() >= 2  # two rows or more ended early
+    assert len(out.scores) == len(plain.scores)
+    for t, (got, expected) in enumerate(zip(out.scores, plain.scores)):
+        live = out.sequences[:, t] != options["eos_token_id"]  # rows not ended before this token
+        live &= ~(out.sequences[:, : t + 1] == options["eos_token_id"]).any(1)
+        torch.testing.assert_close(got[live], expected[live], rtol=1e-4, atol=1e-4)
+        assert (got[~live].argmax(-1) == 0).all()  # a row ended: its pad token, certain
+
+
+def test_speculative_greedy_equals_plain_greedy_to_the_end_of_a_learned_position_table():
+    """transformer-tiny's positions are a table of 160 rows: a round cannot write k columns past a row's end
+    there, so the rows draft only what every row has room for, and still decode plain greedy's tokens."""
+    target, draft = pair("transformer-post", True)
+    src, mask = padded_batch(B=3)
+    options = dict(max_new_tokens=160, eos_token_id=[])
+    plain = generate(target, src, mask, **options)
+    out = generate(target, src, mask, assistant_model=draft, assistant_shares_encoder=True, **options)
+    assert torch.equal(out, plain) and out.shape[1] == 161
+
+
 def test_a_draft_equal_to_its_target_has_every_token_accepted():
     target, _ = pair("t5", False)
     src, mask = padded_batch(B=2)
@@ -66,37 +126,6 @@ def test_speculative_greedy_equals_plain_greedy_with_processors_a_prefix_and_an_
     assert torch.equal(speculative, plain)
 
 
-def chi_square_p_value(counts: torch.Tensor, expected: torch.Tensor) -> float:
-    """Pearson's test of `counts` against `expected` (one entry per cell), the cells expecting fewer than 5
-    draws pooled into one: the probability of a statistic this large under the expected law (0 where a cell the
-    law excludes was drawn)."""
-    impossible = expected == 0
-    if counts[impossible].sum() > 0:
-        return 0.0
-    counts, expected = counts[~impossible], expected[~impossible]
-    small = expected < 5
-    if small.any():
-        counts = torch.cat((counts[~small], counts[small].sum()[None]))
-        expected = torch.cat((expected[~small], expected[small].sum()[None]))
-    statistic = ((counts - expected) ** 2 / expected).sum()
-    df = torch.tensor(counts.numel() - 1.0, dtype=torch.float64)
-    return float(torch.special.gammaincc(df / 2, statistic / 2))
-
-
-def two_token_law(model, src: torch.Tensor, options: dict) -> torch.Tensor:
-    """(V * V,) the probability of each first two tokens under plain sampling with `options`: the processed
-    distribution of the first, times that of the second given it."""
-    cfg = GenerationConfig(**options)
-    chain = build_processors(cfg, max_length=3)
-    V = model.config.vocab_size
-    state = model.start(src.repeat(V, 1), None, 2)
-    start = torch.zeros(V, 1, dtype=torch.long)
-    first = apply_all(chain, start, model.step(start, state)[:, -1].double()).softmax(-1)[0]  # (V,)
-    seqs = torch.cat((start, torch.arange(V)[:, None]), dim=1)  # (V, 2) every first token
-    second = apply_all(chain, seqs, model.step(seqs[:, 1:], state)[:, -1].double()).softmax(-1)  # (V, V)
-    return (first[:, None] * second).flatten()
-
-
 def test_speculative_sampling_draws_the_first_two_tokens_as_plain_sampling_of_the_target():
     torch.manual_seed(0)
     target = build_model(preset("t5-tiny", vocab_size=12, dropout=0.0)).eval()
@@ -105,14 +134,12 @@ def test_speculative_sampling_draws_the_first_two_tokens_as_plain_sampling_of_th
     src = torch.tensor([[3, 4, 5, 6, 7]])
     options = dict(do_sample=True, temperature=2.0, top_p=0.95, top_k=0, eos_token_id=[], pad_token_id=0)
     law = two_token_law(target, src, options)
-    draws = 4000  # rows of one batch: rows accept different counts, the batch keeps the least
+    draws = 4000  # rows of one batch, each keeping its own accepted drafts
     run = dict(options, max_new_tokens=2, seed=0)
     out = generate(target, src.repeat(draws, 1), assistant_model=draft, num_assistant_tokens=2, **run)
-    counts = torch.bincount(out[:, 1] * 12 + out[:, 2], minlength=144).double()
-    assert chi_square_p_value(counts, draws * law) > 1e-3
+    assert chi_square_p_value(two_token_counts(out, 12), draws * law) > 1e-3
     drafts_own = generate(draft, src.repeat(draws, 1), **run)  # the test tells the draft's law from the target's
-    counts = torch.bincount(drafts_own[:, 1] * 12 + drafts_own[:, 2], minlength=144).double()
-    assert chi_square_p_value(counts, draws * law) < 1e-3
+    assert chi_square_p_value(two_token_counts(drafts_own, 12), draws * law) < 1e-3
 
 
 @pytest.mark.parametrize(
@@ -124,6 +151,7 @@ def test_speculative_sampling_draws_the_first_two_tokens_as_plain_sampling_of_th
         ({}, dict(num_assistant_tokens=0), "num_assistant_tokens"),
         ({}, dict(num_assistant_tokens=65), "num_assistant_tokens"),
         ({}, dict(do_sample=True, mbr=4, mbr_decode=str), "without minimum Bayes risk"),
+        ({}, dict(streamer=print), "speculative decoding streams one row \\(2 here\\)"),
     ],
 )
 def test_a_draft_that_cannot_draft_is_one_sentence(draft_overrides, options, says):

@@ -132,7 +132,7 @@ def test_a_speculating_request_gone_mid_request_gives_back_its_rows(model):
     until(lambda: scheduler.spec.stats.target_steps >= 3, "the speculating request never ran a round")
     request.leave()
     assert isinstance(request.error, Abandoned)
-    until(lambda: scheduler.spec.rows == 0 and scheduler.spec.drafts.rows == 0, "its rows were kept")
+    until(lambda: scheduler.spec.rows == 0 and scheduler.spec.rounds.drafts.rows == 0, "its rows were kept")
     rounds = scheduler.spec.stats.target_steps
     after = source(6, 2), {"max_new_tokens": 6}
     assert torch.equal(scheduler.run(after[0], None, dict(after[1])), generate(model, after[0], None, **after[1]))
@@ -144,3 +144,19 @@ def test_a_draft_of_another_vocabulary_is_refused_in_one_sentence_as_the_server_
     other = build_model(preset("t5-tiny", vocab_size=301, pad_id=0, eos_id=1, decoder_start_id=0)).eval()
     with pytest.raises(ConfigError, match="^the draft's vocab_size is 301 and the model's 300: a draft must share"):
         Scheduler(model, draft=ServedDraft(other, True, 3))
+
+
+@pytest.mark.parametrize(
+    "fields, says",
+    [
+        (dict(num_assistant_tokens=0), "^num_assistant_tokens must be a positive integer, got 0$"),
+        (dict(num_assistant_tokens=65), "^num_assistant_tokens must be at most 64, got 65$"),  # --num-assistant-tokens'
+        (dict(num_assistant_tokens=2.0), "^num_assistant_tokens must be an integer, got 2.0$"),
+        (dict(shares_encoder="yes"), "^shares_encoder must be true or false, got 'yes'$"),
+        (dict(model="runs/draft"), "^model must be a model \\(torch.nn.Module\\) or a function that loads one"),
+    ],
+)
+def test_a_served_draft_out_of_its_declared_range_is_one_sentence_where_it_is_made(model, fields, says):
+    with pytest.raises(ConfigError, match=says):
+        ServedDraft(**{"model": model, **fields})
+    assert ServedDraft(lambda: model, True, 64).num_assistant_tokens == 64  # the range's end, and a loader, taken

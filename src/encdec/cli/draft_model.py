@@ -14,15 +14,15 @@ from pathlib import Path
 
 import torch
 
-from encdec.cli.options import whole_number
 from encdec.cli.output_paths import InputPath
 from encdec.errors import ConfigError, EncdecError
-from encdec.generation.config import MAX_ASSISTANT_TOKENS
+from encdec.generation.config import AssistantTokens
 from encdec.generation.generate import generate
 from encdec.generation.speculative import SpeculativeStats
 from encdec.generation.text_generator import TextGenerator
 from encdec.quantization import SCHEMES, quantize
 from encdec.runs.open import OpenedModel, open_model
+from encdec.schema import argument_type
 from encdec.tokenizers.languages import hf_tokenizer_of
 
 DRAFT_FLAGS = {  # what acts only with --draft: flag -> its argument
@@ -43,7 +43,7 @@ def add_draft_arguments(parser: argparse.ArgumentParser) -> None:
         "--num-assistant-tokens",
         dest="draft_tokens",  # a draft's option, handed to generate by DraftRun, not among GenerationConfig's flags
         metavar="K",
-        type=whole_number(1, MAX_ASSISTANT_TOKENS, "--num-assistant-tokens"),
+        type=argument_type(AssistantTokens, "--num-assistant-tokens"),
         help="with --draft: tokens the draft proposes per step of the model (default 5)",
     )
     parser.add_argument(

@@ -25,6 +25,7 @@ MAX_SCALE = 1e6  # temperatures and penalties: far past it every distribution is
 MAX_ASSISTANT_TOKENS = 64  # draft tokens a speculative round proposes: past ~10 nearly all are rejected
 MAX_LENGTH_PENALTY = 100.0  # either way: length ** 100 already overflows a float32 score
 SourceLength = Annotated[int, Range(1, MAX_SOURCE_TOKENS)]  # what inputs may be cut to (max_source_len)
+AssistantTokens = Annotated[int, Range(1, MAX_ASSISTANT_TOKENS)]  # generate's, a served draft's, --num-assistant-tokens
 
 
 def valid_decay(pair) -> bool:
@@ -145,7 +146,7 @@ class GenerationConfig:
     )
     num_return_sequences: Beams = option(1, "outputs per input (beams or samples)", CLI, HTTP, HF)
     # speculative decoding (generate's assistant_model; generation/speculative.py), transformers' name and default
-    num_assistant_tokens: Annotated[int, Range(1, MAX_ASSISTANT_TOKENS)] = 5
+    num_assistant_tokens: AssistantTokens = 5
     bad_words_ids: list[list[TokenId]] | None = option(None, "token sequences never generated", HF)
     forced_bos_token_id: TokenId | None = option(None, "the token forced first", HF)
     forced_eos_token_id: TokenId | None = option(None, "the token forced at the length limit", HF)

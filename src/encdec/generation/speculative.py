@@ -1,5 +1,5 @@
 """Speculative decoding (Leviathan et al. 2023; Chen et al. 2023): a small draft proposes k tokens, the target
-checks them in one step.
+checks them in one step. This file holds the rules and the checks; the rounds run in speculative_rounds.py.
 
     out = generate(target, src_ids, assistant_model=draft, num_assistant_tokens=5)   # strategies.py's row
 
@@ -10,37 +10,29 @@ the target's argmax and then the target's own token, so the output is plain gree
 accepts a draft x with probability min(1, p(x) / q(x)) and at the first rejection draws from norm(max(0, p - q)),
 or from p after k acceptances (Leviathan et al. 2023, section 2.3 and appendix A.1): every token is distributed as
 the target's sampling draws it. The logits processors (temperature, top-k/p, penalties) act on p and q alike, each
-over the tokens before its position. Both caches are then cut back to the kept length (DecodeState.truncate).
+over the tokens before its position. `draft_tokens` and `verify` below are the one copy of these rules.
 
-A batch: rows accept different counts. In `generate` every row keeps the batch's smallest count n of accepted drafts and then
-its token at position n + 1 (an accepted draft where the row accepted more, else its correction), so the rows stay
-at one length and the caches aligned. That is exact: whatever ends a round, each kept token's distribution given
-the tokens before it is the target's, so any prefix of a round's tokens is; it costs a row what the slowest row
-of its batch rejects (rows done, by EOS, count as accepting all). A server's continuous batch
-(serving.speculative_rows) lets each row keep its own count instead, its caches cut back row by row; both
-choose their tokens and counts with `draft_tokens` and `verify` below, the one copy of the acceptance rules.
+A batch: rows accept different counts, and each row keeps its own (speculative_rounds.SpeculativeBatch, in
+`generate` as in a server's continuous batch, serving.speculative_rows): its caches are cut back row by row to
+its own kept length, so a row advances by what it accepts whatever the others do, and leaves the batch when it is
+done.
 
 Drafts (`shares_encoder`): a decoder trained against the target's frozen encoder (training.distill's
 share_encoder) reads the target's encoder output, its own encoder never run, so its width must be the target's;
 any other model of the same vocabulary and special tokens runs its own encoder once.
 
-Shapes: R rows, P decoder prompt, L tokens so far, k draft tokens a round, V vocabulary.
+Shapes: R rows, k draft tokens a round, V vocabulary.
 """
 
-import logging
 from dataclasses import dataclass
 
 import torch
 
 from encdec.errors import ConfigError
 from encdec.generation.config import GenerationConfig
-from encdec.generation.generate_output import GenerateOutput
-from encdec.generation.interface import capabilities_of, model_device, prompt_logits
-from encdec.generation.logits_processors import apply_all
-from encdec.generation.search import SampleSearch, argmax
-from encdec.modules import DecodeState
+from encdec.generation.interface import capabilities_of, model_device
+from encdec.generation.search import argmax
 
-log = logging.getLogger(__name__)
 SPECIAL_IDS = ("vocab_size", "decoder_start_id", "eos_id", "pad_id")
 
 
@@ -139,52 +131,6 @@ def options_refusal(cfg: GenerationConfig) -> str | None:
         if given:
             return f"speculative decoding (a draft model) is greedy or sampling, without {what}: {instead}"
     return None
-
-
-def start_both(target, draft: Draft, job, capacity: int) -> tuple[DecodeState, DecodeState]:
-    """The target's and the draft's decode states for generate's `job`: the target's encoder run once, the
-    draft's too unless it reads the target's."""
-    target.check_lengths(job.src_ids, capacity)
-    draft.model.check_lengths(job.src_ids, capacity)
-    memory = target.encode(job.src_ids, job.src_mask)
-    own = memory if draft.shares_encoder else draft.model.encode(job.src_ids, job.src_mask)
-    return target.begin(memory, capacity, job.rows), draft.model.begin(own, capacity, job.rows)
-
-
-def speculative_search(target, job) -> GenerateOutput:
-    """Greedy or sampled decoding of generate's `job` (its `draft` set) by rounds of draft-then-verify."""
-    cfg, draft, k = job.cfg, job.draft, job.cfg.num_assistant_tokens
-    prompt = job.prompt.repeat_interleave(job.rows, 0)  # (R, P)
-    search = SampleSearch(prompt, cfg, job.device, job.stop)
-    target_state, draft_state = start_both(target, draft, job, cfg.max_new_tokens + prompt.shape[1] - 1)
-    seqs, stats = search.seqs, SpeculativeStats()
-    target_held = draft_held = 0  # columns each cache holds: every kept token but the last, after a round
-    done = False
-    while not done:
-        L = search.length
-        n = min(k, search.max_length - L - 1)  # drafts that leave room for the target's own token
-        q_scores = []
-        for j in range(n):  # the draft's proposals, written past the kept tokens
-            logits = prompt_logits(draft.model, seqs[:, draft_held : L + j], draft_state).float()  # (R, V)
-            draft_held = L + j
-            q_scores.append(apply_all(search.chain, seqs[:, : L + j], logits))
-            seqs[:, L + j] = draft_tokens(q_scores[-1], cfg, search.generator)
-        logits = target.step(seqs[:, target_held : L + n], target_state).float()[:, -(n + 1) :]  # (R, n + 1, V)
-        p_scores = [apply_all(search.chain, seqs[:, : L + j], logits[:, j]) for j in range(n + 1)]
-        tokens, accepted = verify(seqs[:, L : L + n], p_scores, q_scores, cfg, search.generator)
-        kept = int(torch.where(search.unfinished, accepted, n).min())  # the round's one host sync
-        stats.count(n, kept)
-        for j in range(kept + 1):
-            if search.steps is not None:
-                search.steps.append(p_scores[j])
-            done = search.take(tokens[:, j])
-            if done:
-                break
-        target_held, draft_held = search.length - 1, min(draft_held, search.length - 1)  # rejected drafts forgotten
-        target_state.truncate(target_held)
-        draft_state.truncate(draft_held)
-    log.info("%s", stats)
-    return GenerateOutput(search.result.sequences, search.result.scores, speculative=stats)
 
 
 def draft_tokens(scores: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator | None) -> torch.Tensor:

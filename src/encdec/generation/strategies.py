@@ -20,7 +20,7 @@ from encdec.generation.generate_output import GenerateOutput
 from encdec.generation.group_beam_search import group_beam_search
 from encdec.generation.mbr import mbr_search
 from encdec.generation.search import SampleSearch, sample_search
-from encdec.generation.speculative import speculative_search
+from encdec.generation.speculative_rounds import speculative_search
 
 
 @dataclass(frozen=True)
