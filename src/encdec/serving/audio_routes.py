@@ -198,7 +198,7 @@ def read_upload(data: bytes, max_seconds: float):
 
 def decode_piece(server, pieces: Pieces, index: int, options: dict, pad: int, gone: threading.Event) -> list[int]:
     """One piece decoded in the running batch: its tokens under Whisper's rules, the padding (`pad`) cut off."""
-    out = server.scheduler.run(pieces.features[index : index + 1], None, options, gone)
+    out = server.scheduler.run(pieces.features(index, index + 1), None, options, gone)
     tokens = trimmed(out[0].tolist(), pad)
     server.metrics.count_tokens(len(tokens))
     return tokens
