@@ -3,6 +3,7 @@
     encdec transcribe runs/speech talk.wav                           # the text, printed
     encdec transcribe whisper-small/ a.wav b.flac --out subs/ --format srt,vtt --language en
     encdec transcribe whisper-small/ talk.mp3 --out out/ --format all --beams 5
+    encdec transcribe runs/speech2 talk.wav --batched --chunk-length 8   # cut at its pauses, one batch
 
 MODEL is what `encdec generate` opens (a run, a checkpoint directory, a Hugging Face Whisper directory); a text
 model is refused. Each recording is decoded window after window by encdec.transcription.longform, with
@@ -11,6 +12,8 @@ output compresses above 2.4 or its log-probability averages below -1, and a wind
 above 0.6) left out; each can be set, and --initial-prompt gives the text before the first window. With --out, one file per recording and format is written there (the
 recording's name, its format's suffix: .txt, .json, .verbose.json, .srt, .vtt), each atomically and never
 through a link; without it, each transcript is printed in the formats asked (the text by default).
+--batched instead cuts each recording at its pauses into pieces of at most --chunk-length seconds (the model's
+window by default) and decodes them as one batch (encdec.transcription.batched, faster-whisper's batched mode).
 """
 
 import argparse
