@@ -123,7 +123,7 @@ def test_chunk_length_cuts_a_recording_into_pieces_each_segment_timed_within_its
         assert [(s.start, s.end) for s in transcript.segments] == spans
     [default] = transcribe_batched(opened.model, opened.text, [wave], **options)
     assert len({s.seek for s in default.segments}) < len({s.seek for s in transcript.segments})
-    window = "more than 0 and at most the model's window of 4 s"
+    window = "from 0.1 s to the model's window of 4 s"
     for bad, says in ((0.0, window), (4.5, window), (float("nan"), "a finite number")):
         with pytest.raises(ConfigError, match=f"chunk_length must be {says}"):
             transcribe_batched(opened.model, opened.text, [wave], chunk_length=bad, **options)

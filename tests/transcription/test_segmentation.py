@@ -93,7 +93,7 @@ def test_a_stretch_of_speech_longer_than_chunk_length_is_cut_in_its_quietest_par
     assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))  # one stretch: its pieces tile it
     start = tones[0][0]
     assert start + 2.4 * RATE <= pieces[0][1] <= start + 2.8 * RATE  # the first cut in the dip
-    for chunk_length in (0.01, 0.05, 0.5, 1.0):  # down to less than two frames: cut evenly
+    for chunk_length in (0.1, 0.25, 0.5, 1.0):  # down to the shortest asked for
         assert_pieces(cut_at_pauses(wave, RATE, chunk_length), wave, tones, chunk_length)
 
 
@@ -111,8 +111,9 @@ def test_silence_is_left_out_and_a_recording_of_one_sound_is_one_piece():
 @pytest.mark.parametrize(
     "options, says",
     [
-        (dict(chunk_length=0), "chunk_length must be positive"),
-        (dict(chunk_length=-1.0), "chunk_length must be positive"),
+        (dict(chunk_length=0), "chunk_length must be at least 0.1"),
+        (dict(chunk_length=0.05), "chunk_length must be at least 0.1"),
+        (dict(chunk_length=-1.0), "chunk_length must be at least 0.1"),
         (dict(chunk_length=float("nan")), "chunk_length must be a finite number"),
         (dict(chunk_length=1e9), "chunk_length must be at most"),
         (dict(chunk_length=2, min_silence=-0.1), "min_silence must be zero or more"),
@@ -125,6 +126,8 @@ def test_bad_values_are_one_sentence(options, says):
         cut_at_pauses(tone(1), RATE, **options)
 
 
-def test_a_wave_of_more_than_one_dimension_is_refused():
+def test_a_wave_of_more_than_one_dimension_and_a_chunk_of_less_than_two_frames_are_refused():
     with pytest.raises(ConfigError, match="one wave \\(N,\\) of samples"):
         cut_at_pauses(tone(1)[None], RATE, 2.0)
+    with pytest.raises(ConfigError, match="a chunk_length of 0.15 s holds fewer than two frames of 0.1 s"):
+        cut_at_pauses(tone(1), RATE, 0.15, frame_seconds=0.1)

@@ -125,7 +125,7 @@ def add_parser(subparsers) -> None:
         "--chunk-length",
         type=argument_type(ChunkLength, "--chunk-length"),
         default=None,
-        help="--batched's longest piece in seconds: speech merged up to it, at most the model's window (default "
+        help="--batched's longest piece in seconds: speech merged up to it, from 0.1 to the model's window (default "
         "the window; faster-whisper's chunk_length)",
     )
     parser.add_argument(

@@ -29,12 +29,12 @@ from encdec.errors import ConfigError
 from encdec.generation.generate import generate, resolve_config
 from encdec.runs.speech_text import Recording, SpeechText, waveform
 from encdec.schema import Range, value_of
-from encdec.transcription.segmentation import SPEECH_PAD, cut_at_pauses
+from encdec.transcription.segmentation import MIN_CHUNK, SPEECH_PAD, cut_at_pauses
 from encdec.transcription.transcript import Segment, Transcript
 
 SECONDS_PER_TIMESTAMP = 0.02  # Whisper's <|0.00|> <|0.02|> ...
 BATCH_PIECES = 16  # pieces decoded together by transcribe_batched
-ChunkLength = Annotated[float, Range(0, MAX_SECONDS, above=True)]  # seconds; a model's window bounds it further
+ChunkLength = Annotated[float, Range(MIN_CHUNK, MAX_SECONDS)]  # seconds; a model's window bounds it further
 
 
 def window_of(speech: SpeechText) -> float:
@@ -43,12 +43,12 @@ def window_of(speech: SpeechText) -> float:
 
 
 def chunk_length_of(value: float | None, speech: SpeechText, key: str = "chunk_length") -> float:
-    """`value` checked to lie in (0, the model's window] (None: the window), or one sentence naming `key`."""
+    """`value` checked to lie from MIN_CHUNK to the model's window (None: the window), or one sentence naming `key`."""
     window = window_of(speech)
     if value is None:
         return window
-    says = f"more than 0 and at most the model's window of {window:g} s"
-    return value_of(Annotated[float, Range(0, window, above=True, says=says)], value, key)
+    says = f"from {MIN_CHUNK:g} s to the model's window of {window:g} s"
+    return value_of(Annotated[float, Range(MIN_CHUNK, window, says=says)], value, key)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ STRETCH_SECONDS = 0.3  # the quiet stretch a cut is placed in the middle of
 SILENCE_DB = 50.0  # a frame this far below the recording's loudest is silence
 MIN_SILENCE = 0.16  # seconds of silence that split speech (faster-whisper's batched min_silence_duration_ms)
 SPEECH_PAD = 0.0  # seconds of padding each side of speech (faster-whisper's speech_pad_ms is 0.4: see above)
+MIN_CHUNK = 0.1  # seconds: the shortest piece asked for (a two-hour recording in at most 72,000 pieces)
 
 Seconds = Annotated[float, Range(0, MAX_SECONDS)]
 Decibels = Annotated[float, Range(0, 1000)]
@@ -127,24 +128,20 @@ def cut_at_pauses(
 ) -> list[tuple[int, int]]:
     """wave (N,) -> [(start, end), ...] sample spans in order, apart, none longer than `chunk_length` seconds:
     its speech, split at silences of `min_silence` seconds or more, padded by `speech_pad` and merged up to
-    `chunk_length` (see the module's note). The silence between them is left out."""
-    limit = Annotated[float, Range(0, MAX_SECONDS, above=True)]
-    chunk = max(int(value_of(limit, chunk_length, "chunk_length") * sample_rate), 1)  # samples
+    `chunk_length` (see the module's note; at least 0.1 s). The silence between them is left out."""
+    chunk_length = value_of(Annotated[float, Range(MIN_CHUNK, MAX_SECONDS)], chunk_length, "chunk_length")
     speech_pad = value_of(Seconds, speech_pad, "speech_pad")
     levels = levels_of(wave, sample_rate, frame_seconds)
-    N, frame = levels.length, levels.frame
+    N, frame, chunk = levels.length, levels.frame, int(chunk_length * sample_rate)  # chunk: samples
+    window = chunk // frame
+    if window < 2:
+        raise ConfigError(f"a chunk_length of {chunk_length} s holds fewer than two frames of {frame_seconds} s")
     if not levels.decibels:
         return [(0, N)] if N else []
-    window = chunk // frame
     stretch = max(min(round(stretch_seconds / frame_seconds), window // 2), 1)
     stretches = []
     for start, end in speech_of(levels, min_silence, speech_db):
-        if end - start <= chunk:
-            stretches.append((start, end))
-        elif window >= 2:
-            stretches += quiet_cuts(levels, start, end, window, stretch)
-        else:  # a chunk shorter than two frames: cut evenly
-            stretches += [(at, min(at + chunk, end)) for at in range(start, end, chunk)]
+        stretches += [(start, end)] if end - start <= chunk else quiet_cuts(levels, start, end, window, stretch)
     return merged(padded(stretches, round(speech_pad * sample_rate), chunk, N), chunk)
 
 
