@@ -131,6 +131,12 @@ def test_an_initial_prompt_is_the_previous_text_of_the_first_window(whisper_dir,
         (["--temperature", "-1"], "--temperature must be a list"),
         (["--beams", "0"], "--beams must be"),
         (["--batched", "--word-timestamps"], "--batched times segments, not words"),
+        (["--batched", "--chunk-length", "0"], "--chunk-length must be at least 0.1, got 0"),
+        (["--batched", "--chunk-length", "nan"], "--chunk-length must be a finite number"),
+        (["--batched", "--chunk-length", "0.7"], "--chunk-length must be from 0.1 s to the model's window of 0.6 s"),
+        (["--chunk-length", "0.3"], "--chunk-length sets --batched's pieces: add --batched"),
+        (["--batched", "--speech-pad", "-0.1"], "--speech-pad must be zero or more"),
+        (["--speech-pad", "0.4"], "--speech-pad sets --batched's pieces: add --batched"),
         (["--language", "xx"], "language 'xx' is not one this model knows"),
         (["--task", "sing"], "--task must be transcribe or translate"),
     ],
@@ -185,3 +191,13 @@ def test_batched_writes_what_transcribe_batched_gives_each_recording(whisper_dir
             render(transcript, "verbose_json")
         )
         assert list(srt.parse((out / f"{path.stem}.srt").read_text())) == list(srt.parse(render(transcript, "srt")))
+    shorter = dict(chunk_length=0.25, speech_pad=0.05)  # the model's window is 0.6 s: each recording in more pieces
+    assert main([*argv, "--format", "verbose_json", "--chunk-length", "0.25", "--speech-pad", "0.05"]) == 0
+    cut = transcribe_batched(
+        opened.model, opened.text, list(map(str, recordings)), opened.generation, **options, **shorter
+    )
+    for path, transcript, whole in zip(recordings, cut, expected):
+        assert json.loads((out / f"{path.stem}.verbose.json").read_text()) == json.loads(
+            render(transcript, "verbose_json")
+        )
+        assert len({s.seek for s in transcript.segments}) > len({s.seek for s in whole.segments})  # more pieces

@@ -273,7 +273,7 @@ def test_a_whisper_request_gone_mid_decoding_stops_at_a_step_and_gives_back_its_
         return step(*args, **kwargs)
 
     opened.model.step = slow_step
-    features = pieces_of([recordings[0]], opened.text).features[:1]
+    features = pieces_of([recordings[0]], opened.text).features(0, 1)
     options = {"defaults": opened.generation}
     scheduler, gone, outcome = Scheduler(opened.model), threading.Event(), []
     try:

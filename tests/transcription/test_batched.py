@@ -9,7 +9,8 @@ import torch
 from encdec.audio import SAMPLE_RATE
 from encdec.errors import ConfigError
 from encdec.runs.open import open_model
-from encdec.transcription.batched import cut_at_silences, segments_of, transcribe_batched
+from encdec.transcription.batched import segments_of, transcribe_batched
+from encdec.transcription.segmentation import cut_at_silences
 
 from .speech_kit import SENTENCES, WINDOW_SECONDS, needs_espeak, tiny_whisper_dir, with_pauses
 
@@ -95,3 +96,34 @@ def test_segments_come_from_timestamps_and_a_window_decoded_again_counts_from_it
     ]
     assert segments_of([7, 8], 100, 3.0, 5.5) == [(3.0, 5.5, [7, 8])]  # no timestamps: the piece whole
     assert segments_of([t(0.4), 7, 8], 100, 3.0, 5.5) == [(3.4, 5.5, [7, 8])]  # no closing timestamp
+
+
+@pytest.mark.parametrize("timestamps", [False, True], ids=["text", "timestamps"])
+def test_chunk_length_cuts_a_recording_into_pieces_each_segment_timed_within_its_own(opened, timestamps):
+    from math import pi
+
+    from encdec.transcription.segmentation import cut_at_pauses
+
+    t = torch.arange(SAMPLE_RATE) / SAMPLE_RATE  # tones of 1 s, 0.6 s apart: the window (4 s) holds two or three
+    parts = [torch.zeros(SAMPLE_RATE // 2)]
+    for pitch in (220, 330, 440, 550, 660, 770):
+        parts += [0.5 * torch.sin(2 * pi * pitch * t), torch.zeros(round(0.6 * SAMPLE_RATE))]
+    wave = torch.cat(parts)
+    options = dict(defaults=opened.generation, return_timestamps=timestamps)
+    [transcript] = transcribe_batched(opened.model, opened.text, [wave], chunk_length=1.5, **options)
+    pieces = cut_at_pauses(wave, SAMPLE_RATE, 1.5)
+    assert len(pieces) == 6 and len(cut_at_pauses(wave, SAMPLE_RATE, WINDOW_SECONDS)) < 6  # a tone a piece
+    starts = {start // 160: (start / SAMPLE_RATE, end / SAMPLE_RATE) for start, end in pieces}  # seek: mel frames
+    assert transcript.segments and transcript.duration == pytest.approx(len(wave) / SAMPLE_RATE, abs=1e-3)
+    for segment in transcript.segments:
+        start, end = starts[segment.seek]  # the piece it came from
+        assert start - 1e-3 <= segment.start <= segment.end <= end + 1e-3, (segment, start, end)
+    if not timestamps:  # a segment a piece, spanning it
+        spans = [(round(a, 3), round(b, 3)) for a, b in starts.values()]
+        assert [(s.start, s.end) for s in transcript.segments] == spans
+    [default] = transcribe_batched(opened.model, opened.text, [wave], **options)
+    assert len({s.seek for s in default.segments}) < len({s.seek for s in transcript.segments})
+    window = "from 0.1 s to the model's window of 4 s"
+    for bad, says in ((0.0, window), (4.5, window), (float("nan"), "a finite number")):
+        with pytest.raises(ConfigError, match=f"chunk_length must be {says}"):
+            transcribe_batched(opened.model, opened.text, [wave], chunk_length=bad, **options)

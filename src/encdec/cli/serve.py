@@ -12,7 +12,7 @@ log-probabilities ({"inputs": [{"source": ..., "target": ...}]}, as `encdec scor
 GET / is a page with a text box, options, beam alternatives and the output's cross-attention map.
 Every output equals `encdec generate` on that input alone. A speech model (Whisper) answers OpenAI's
 POST /v1/audio/transcriptions and /v1/audio/translations instead (a multipart upload; response_format json,
-text, srt, verbose_json or vtt), its recordings cut at silences and their pieces batched with the others'.
+text, srt, verbose_json or vtt), its recordings cut at pauses and their pieces batched with the others'.
 Bounds: --max-body-bytes, --max-inputs, --max-input-chars, --max-new-tokens, --max-beams, --max-audio-bytes,
 --max-audio-seconds, and --max-queue inputs in flight (one more is a 503); SIGTERM or Ctrl-C stops taking
 requests, finishes those in flight and exits 0. With --draft DRAFT (and --num-assistant-tokens, --draft-shares-encoder,

@@ -3,6 +3,7 @@
     encdec transcribe runs/speech talk.wav                           # the text, printed
     encdec transcribe whisper-small/ a.wav b.flac --out subs/ --format srt,vtt --language en
     encdec transcribe whisper-small/ talk.mp3 --out out/ --format all --beams 5
+    encdec transcribe runs/speech2 talk.wav --batched --chunk-length 8   # cut at its pauses, one batch
 
 MODEL is what `encdec generate` opens (a run, a checkpoint directory, a Hugging Face Whisper directory); a text
 model is refused. Each recording is decoded window after window by encdec.transcription.longform, with
@@ -11,6 +12,8 @@ output compresses above 2.4 or its log-probability averages below -1, and a wind
 above 0.6) left out; each can be set, and --initial-prompt gives the text before the first window. With --out, one file per recording and format is written there (the
 recording's name, its format's suffix: .txt, .json, .verbose.json, .srt, .vtt), each atomically and never
 through a link; without it, each transcript is printed in the formats asked (the text by default).
+--batched instead cuts each recording at its pauses into pieces of at most --chunk-length seconds (the model's
+window by default) and decodes them as one batch (encdec.transcription.batched, faster-whisper's batched mode).
 """
 
 import argparse
@@ -41,9 +44,10 @@ from encdec.safe_paths import output_dir, write_atomic
 from encdec.schema import argument_type
 from encdec.tokenizers.languages import hf_tokenizer_of
 from encdec.transcription import render
-from encdec.transcription.batched import transcribe_batched
+from encdec.transcription.batched import ChunkLength, chunk_length_of, transcribe_batched
 from encdec.transcription.longform import Transcriber
 from encdec.transcription.response_formats import SUFFIXES
+from encdec.transcription.segmentation import SPEECH_PAD, Seconds
 
 FORMAT_NAMES = {"txt": "text", "json": "json", "verbose_json": "verbose_json", "srt": "srt", "vtt": "vtt"}
 FILE_SUFFIXES = {**SUFFIXES, "verbose_json": ".verbose.json"}  # beside json's .json
@@ -115,7 +119,21 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--batched",
         action="store_true",
-        help="cut each recording at its silences and decode the pieces as one batch (no previous text)",
+        help="cut each recording at its pauses and decode the pieces as one batch (no previous text)",
+    )
+    parser.add_argument(
+        "--chunk-length",
+        type=argument_type(ChunkLength, "--chunk-length"),
+        default=None,
+        help="--batched's longest piece in seconds: speech merged up to it, from 0.1 to the model's window (default "
+        "the window; faster-whisper's chunk_length)",
+    )
+    parser.add_argument(
+        "--speech-pad",
+        type=argument_type(Seconds, "--speech-pad"),
+        default=None,
+        help="--batched's silence kept each side of speech in seconds (default 0; faster-whisper's speech_pad_ms "
+        "is 0.4 s, for models trained with silence around speech)",
     )
     add_checkpoint_argument(parser)
     add_dtype_argument(parser)
@@ -175,6 +193,9 @@ def run(args: argparse.Namespace) -> int:
     check_recordings(args.audio, args.out)
     if args.batched and args.word_timestamps:
         raise ConfigError("--batched times segments, not words: leave out --word-timestamps or --batched")
+    for flag, value in (("--chunk-length", args.chunk_length), ("--speech-pad", args.speech_pad)):
+        if value is not None and not args.batched:
+            raise ConfigError(f"{flag} sets --batched's pieces: add --batched, or leave out {flag}")
     fmts = args.format or (list(FORMAT_NAMES.values()) if args.out is not None else ["text"])
     device = resolve_device(args.device)
     opened = open_to_decode(args.model_dir, args, device)
@@ -190,9 +211,13 @@ def run(args: argparse.Namespace) -> int:
         previous = rules.prev_sot_token_id if rules is not None else None
         options["prompt_ids"] = prompt_ids(opened.text, args.initial_prompt, previous)
     if args.batched:  # every piece of the batch's recordings at once (transcription.batched): no previous text
+        chunk_length = chunk_length_of(args.chunk_length, opened.text, "--chunk-length")
+        pad = SPEECH_PAD if args.speech_pad is None else args.speech_pad
 
         def transcriber(paths):
-            return transcribe_batched(model, opened.text, paths, opened.generation, **options)
+            return transcribe_batched(
+                model, opened.text, paths, opened.generation, chunk_length=chunk_length, speech_pad=pad, **options
+            )
     else:
         transcriber = Transcriber(
             model,

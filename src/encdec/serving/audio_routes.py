@@ -5,7 +5,7 @@
 A multipart upload (python-multipart, through Starlette's parser) of OpenAI's fields: file (wav, flac, ogg or
 mp3, read as encdec.audio reads a file), model (a name; this server serves one model), language, prompt
 (the previous text), response_format (json, text, srt, verbose_json, vtt), temperature (0: greedy; above:
-sampled at it), timestamp_granularities[] (segment). The recording is cut at its silences into pieces of the
+sampled at it), timestamp_granularities[] (segment). The recording is cut at its pauses into pieces of at most the
 model's window (encdec.transcription.batched) and each piece decoded as a row of the scheduler's running
 batch beside every other request's (serving.scheduler: Whisper's rules, its prompt stepped one position a
 step), so many uploads share the decoder; the pieces' tokens are put together into a Transcript and
@@ -198,7 +198,7 @@ def read_upload(data: bytes, max_seconds: float):
 
 def decode_piece(server, pieces: Pieces, index: int, options: dict, pad: int, gone: threading.Event) -> list[int]:
     """One piece decoded in the running batch: its tokens under Whisper's rules, the padding (`pad`) cut off."""
-    out = server.scheduler.run(pieces.features[index : index + 1], None, options, gone)
+    out = server.scheduler.run(pieces.features(index, index + 1), None, options, gone)
     tokens = trimmed(out[0].tolist(), pad)
     server.metrics.count_tokens(len(tokens))
     return tokens

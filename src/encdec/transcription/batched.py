@@ -1,25 +1,25 @@
-"""Batched transcription: each recording cut at its silences into pieces no longer than the model's window,
-every piece of every recording decoded as one batch through `generate` (Whisper's rules, with or without
-timestamps), then each recording's pieces put back together as one Transcript, times offset by each piece's
-start (faster-whisper's batched mode, with an energy detector in place of its VAD).
+"""Batched transcription: each recording cut at its pauses into pieces of at most `chunk_length` seconds (the
+model's window by default), every piece of every recording decoded as one batch through `generate` (Whisper's
+rules, with or without timestamps), then each recording's pieces put back together as one Transcript, times
+offset by each piece's start (faster-whisper's batched mode, `BatchedInferencePipeline.transcribe(chunk_length=)`,
+with an energy detector in place of its VAD: encdec.transcription.segmentation).
 
-    spans = cut_at_silences(wave, 16_000, window_seconds=30)        # [(start, end), ...] in samples
-    transcripts = transcribe_batched(opened, ["a.wav", "b.flac"])   # one Transcript a recording
+    transcripts = transcribe_batched(model, speech, ["a.wav", "b.flac"], defaults)        # one Transcript each
+    transcripts = transcribe_batched(model, speech, ["talk.wav"], defaults, chunk_length=5)  # shorter pieces
 
-The cut: the wave in frames of 30 ms, each frame's energy in dB; a piece that would pass the window ends in
-the quietest stretch (0.3 s, its frames' mean dB: a threshold relative to the recording itself) of the last
-half of its window, at that stretch's middle (the latest such stretch on a tie, so pure silence cuts late),
-so a cut falls in a pause where there is one and a piece never passes the window. A piece of silence (its
-loudest frame 50 dB below the recording's loudest) is left out, as faster-whisper's VAD leaves it.
-The energies are computed on the wave's device and read on the host once (the cuts are the host's choice).
+The cut (segmentation.cut_at_pauses): the speech found by frame energy, split at silences of 0.16 s or more,
+padded by `speech_pad` seconds a side (none by default), neighbours merged while the piece stays within
+`chunk_length`; speech longer than that cut in its quietest stretches. The silence outside the pieces is left
+out, as faster-whisper's VAD leaves it.
 
-Shapes: N samples, F frames of 30 ms, B pieces, C mel bins, T window frames, L tokens.
+Shapes: N samples, B pieces, C mel bins, T window frames, L tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
@@ -28,79 +28,65 @@ from encdec.audio.recordings import MAX_SECONDS
 from encdec.errors import ConfigError
 from encdec.generation.generate import generate, resolve_config
 from encdec.runs.speech_text import Recording, SpeechText, waveform
+from encdec.schema import Range, value_of
+from encdec.transcription.segmentation import MIN_CHUNK, SPEECH_PAD, cut_at_pauses
 from encdec.transcription.transcript import Segment, Transcript
 
-FRAME_SECONDS = 0.03  # an energy frame
-STRETCH_SECONDS = 0.3  # the quiet stretch a cut is placed in the middle of
-SILENCE_DB = 50.0  # a piece whose loudest frame is this far below the recording's loudest is silence, left out
 SECONDS_PER_TIMESTAMP = 0.02  # Whisper's <|0.00|> <|0.02|> ...
 BATCH_PIECES = 16  # pieces decoded together by transcribe_batched
+ChunkLength = Annotated[float, Range(MIN_CHUNK, MAX_SECONDS)]  # seconds; a model's window bounds it further
 
 
-def cut_at_silences(
-    wave: torch.Tensor,
-    sample_rate: int,
-    window_seconds: float,
-    frame_seconds: float = FRAME_SECONDS,
-    stretch_seconds: float = STRETCH_SECONDS,
-    silence_db: float | None = SILENCE_DB,
-) -> list[tuple[int, int]]:
-    """wave (N,) -> [(start, end), ...] sample spans in order, none longer than `window_seconds`, each cut in
-    the middle of the quietest `stretch_seconds` of the last half of its window (see the module's note); a
-    span whose loudest frame lies more than `silence_db` below the recording's loudest is left out (silence:
-    nothing to decode), the others tile the rest. None keeps every span."""
-    if wave.dim() != 1:
-        raise ConfigError(f"cut_at_silences takes one wave (N,) of samples, got a tensor of shape {tuple(wave.shape)}")
-    frame = max(round(frame_seconds * sample_rate), 1)
-    window = int(window_seconds * sample_rate) // frame  # frames a piece may hold
-    if window < 2:
-        raise ConfigError(f"a window of {window_seconds} s holds fewer than two frames of {frame_seconds} s")
-    N, F = len(wave), len(wave) // frame
-    if F == 0:
-        return [(0, N)] if N else []
-    energy = wave[: F * frame].float().view(F, frame).pow(2).mean(1)  # (F,)
-    decibels = 10 * torch.log10(energy + 1e-10)
-    stretch = max(min(round(stretch_seconds / frame_seconds), window // 2, F), 1)
-    quiet = torch.nn.functional.avg_pool1d(decibels[None, None], stretch, 1)[0, 0]  # (F - stretch + 1,) mean dB
-    both = torch.cat((decibels, quiet)).tolist()  # the one copy to the host
-    decibels, quiet = both[:F], both[F:]
-    spans, start = [], 0  # start: a frame
-    while (N - start * frame) > window * frame:
-        first, last = start + window // 2, start + window - stretch  # the stretch's first frame
-        best = min(range(last, first - 1, -1), key=lambda at: quiet[at])  # the latest of the quietest
-        cut = best + stretch // 2
-        spans.append((start * frame, cut * frame))
-        start = cut
-    spans.append((start * frame, N))
-    if silence_db is None:
-        return spans
-    floor = max(decibels) - silence_db
-    return [(a, b) for a, b in spans if max(decibels[a // frame : b // frame] or [floor]) >= floor]
+def window_of(speech: SpeechText) -> float:
+    """The model's window in seconds: the longest piece it reads."""
+    return speech.frames * HOP / SAMPLE_RATE
+
+
+def chunk_length_of(value: float | None, speech: SpeechText, key: str = "chunk_length") -> float:
+    """`value` checked to lie from MIN_CHUNK to the model's window (None: the window), or one sentence naming `key`."""
+    window = window_of(speech)
+    if value is None:
+        return window
+    says = f"from {MIN_CHUNK:g} s to the model's window of {window:g} s"
+    return value_of(Annotated[float, Range(MIN_CHUNK, window, says=says)], value, key)
 
 
 @dataclass(frozen=True)
 class Pieces:
-    """The pieces of some recordings: their log-mels (B, C, T), and each piece's recording and span in samples."""
+    """The pieces of some recordings: each one's wave (a view of its recording's), recording and span in samples;
+    their log-mels (B, C, T) made a batch at a time by `features`."""
 
-    features: torch.Tensor
+    slices: list[torch.Tensor]
     recording: list[int]
     spans: list[tuple[int, int]]
     durations: list[float]  # each recording's length in seconds
+    n_mels: int
+    frames: int
+
+    def features(self, start: int, stop: int) -> torch.Tensor:
+        """The log-mels (B, C, T) of pieces start..stop-1, on their waves' device."""
+        return log_mel(self.slices[start:stop], self.n_mels, frames=self.frames)
 
 
-def pieces_of(waves: Sequence[torch.Tensor], speech: SpeechText) -> Pieces:
-    """Every recording cut at its silences to the model's window, and the pieces' log-mels of its bins."""
-    window_seconds = speech.frames * HOP / SAMPLE_RATE
+def pieces_of(
+    waves: Sequence[torch.Tensor],
+    speech: SpeechText,
+    chunk_length: float | None = None,
+    speech_pad: float = SPEECH_PAD,
+) -> Pieces:
+    """Every recording cut at its pauses into pieces of at most `chunk_length` seconds (None: the model's window),
+    its speech padded by `speech_pad` seconds a side."""
+    chunk_length = chunk_length_of(chunk_length, speech)
     cuts, owners, durations = [], [], []
     for index, wave in enumerate(waves):
-        spans = cut_at_silences(wave, SAMPLE_RATE, window_seconds)
+        spans = cut_at_pauses(wave, SAMPLE_RATE, chunk_length, speech_pad=speech_pad)
         cuts += spans
         owners += [index] * len(spans)
         durations.append(round(len(wave) / SAMPLE_RATE, 3))
     if not cuts:
         raise ConfigError("the recordings hold no samples: there is nothing to transcribe")
     slices = [waves[owner][start:end] for owner, (start, end) in zip(owners, cuts)]
-    return Pieces(log_mel(slices, speech.n_mels, frames=speech.frames), owners, cuts, durations)
+    return Pieces(slices, owners, cuts, durations, speech.n_mels, speech.frames)
 
 
 def segments_of(
@@ -167,21 +153,25 @@ def transcribe_batched(
     defaults: dict | None = None,
     batch_pieces: int = BATCH_PIECES,
     max_seconds: float = MAX_SECONDS,
+    chunk_length: float | None = None,
+    speech_pad: float = SPEECH_PAD,
     **options,
 ) -> list[Transcript]:
-    """One Transcript for each recording (a path, a file's bytes, a 16 kHz wave): cut at its silences, every
-    piece of every recording decoded `batch_pieces` at a time by `generate(model, ..., **options)` (Whisper's
-    options: language, task, return_timestamps, prompt_ids, temperature ...), over `defaults` (a checkpoint's)."""
+    """One Transcript for each recording (a path, a file's bytes, a 16 kHz wave): cut at its pauses into pieces
+    of at most `chunk_length` seconds (None: the model's window; more is a ConfigError), its speech padded by
+    `speech_pad` seconds a side (faster-whisper's 0.4; see transcription.segmentation), every piece of every
+    recording decoded `batch_pieces` at a time by `generate(model, ..., **options)` (Whisper's options:
+    language, task, return_timestamps, prompt_ids, temperature ...), over `defaults` (a checkpoint's)."""
+    chunk_length = chunk_length_of(chunk_length, speech)
     waves = [waveform(recording, max_seconds) for recording in recordings]
-    pieces = pieces_of(waves, speech)
+    pieces = pieces_of(waves, speech, chunk_length, speech_pad)
     cfg = resolve_config(model, dict(options), defaults)
     if cfg.whisper is None:
         raise ConfigError("batched transcription needs a Whisper's decoding rules, which this model has none of")
     first, pad = cfg.whisper.timestamp_begin, cfg.pad_token_id
     tokens = []
     for at in range(0, len(pieces.spans), batch_pieces):
-        features = pieces.features[at : at + batch_pieces]
-        out = generate(model, features, defaults=defaults, **options)
+        out = generate(model, pieces.features(at, at + batch_pieces), defaults=defaults, **options)
         tokens += [trimmed(row, pad) for row in out.tolist()]
     task = cfg.task or "transcribe"
     return transcripts_of(pieces, tokens, speech, first, bool(cfg.return_timestamps), task, options.get("language"))

@@ -1,0 +1,73 @@
+"""benchmarks/bench_longform.py on a tiny random Whisper (a 4 s window) and espeak-ng sentences joined by pauses:
+a row for each decoding, the batched ones at the model's window and at --chunk-length; numbers out of their range
+(or past the model's window, or the recordings) one line each."""
+
+import importlib.util
+import json
+
+import pytest
+
+from tests.transcription import speech_kit
+
+transformers = pytest.importorskip("transformers")
+soundfile = pytest.importorskip("soundfile")
+pytestmark = [speech_kit.needs_espeak, pytest.mark.usefixtures("one_thread")]
+SCRIPT = speech_kit.SCRIPT.parents[1] / "benchmarks" / "bench_longform.py"
+
+
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_longform", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def place(tmp_path_factory):
+    """A model directory and a speech corpus of one long recording: DATA/long.jsonl as scripts/speak.py writes it."""
+    root = tmp_path_factory.mktemp("longform")
+    (root / "model").mkdir()
+    speech_kit.tiny_whisper_dir(root / "model")
+    wave, pauses = speech_kit.with_pauses(speech_kit.SENTENCES * 2)
+    (root / "data" / "long").mkdir(parents=True)
+    soundfile.write(root / "data" / "long" / "000000.wav", wave.numpy(), 16_000)
+    edges = [0, *(edge for pause in pauses for edge in pause), len(wave)]
+    segments = [
+        {"start": a / 16_000, "end": b / 16_000, "text": text}
+        for a, b, text in zip(edges[::2], edges[1::2], speech_kit.SENTENCES * 2)
+    ]
+    record = {"audio": "long/000000.wav", "text": " ".join(speech_kit.SENTENCES * 2), "segments": segments}
+    (root / "data" / "long.jsonl").write_text(json.dumps(record) + "\n")
+    return root
+
+
+def test_each_decoding_has_its_row_the_batched_ones_at_the_window_and_at_chunk_length(place, capsys):
+    bench().main([str(place / "model"), str(place / "data"), "--chunk-length", "1.5"])
+    rows = [line.strip("| \n").split(" | ") for line in capsys.readouterr().out.splitlines()[3:]]
+    assert [row[0] for row in rows] == [
+        "long-form, greedy, previous text",
+        "long-form, greedy",
+        "long-form, openai-whisper's defaults",
+        "batched, chunk_length 4 s",
+        "batched, chunk_length 1.5 s",
+        "sentences one by one",
+    ]
+    assert all(float(row[1]) >= 0 and len(row) == 5 for row in rows)  # a WER, segments, wall s, audio s / wall s
+    assert int(rows[4][2]) > int(rows[3][2])  # shorter pieces: more of them (a segment each, without timestamps)
+
+
+@pytest.mark.parametrize(
+    "flag, value, says",
+    [
+        ("--chunk-length", "0", "--chunk-length must be at least 0.1"),
+        ("--chunk-length", "4.5", "--chunk-length must be from 0.1 s to the model's window of 4 s"),
+        ("--index", "1", "--index must be below 1"),
+        ("--index", "-1", "--index must be"),
+        ("--threads", "0", "--threads must be"),
+    ],
+)
+def test_numbers_out_of_their_range_are_one_line_each(place, capsys, flag, value, says):
+    with pytest.raises(SystemExit) as stopped:
+        bench().main([str(place / "model"), str(place / "data"), f"{flag}={value}"])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and says in error[-1], error
