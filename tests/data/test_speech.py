@@ -16,7 +16,9 @@ from encdec.data.formats import read_corpus
 from encdec.data.objectives import build_objective
 from encdec.data.objectives.transcribe import SpecAugment, Timestamps, TranscribeObjective, transcription_prompt
 from encdec.errors import ConfigError, DataError
+from encdec.generation.whisper_windows import split
 from encdec.tokenizers import build_tokenizer
+from encdec.training.run_config import load_config
 
 RATE = 16_000
 WHISPER_TOKENS = ("<|startoftranscript|>", "<|en|>", "<|de|>", "<|transcribe|>", "<|translate|>", "<|notimestamps|>")
@@ -223,3 +225,153 @@ def test_timestamps_join_a_batch_s_recordings_into_windows_with_whisper_s_times(
     assert (alone.labels[:, 2] == first).all()
     with pytest.raises(ConfigError, match="objective.timestamps writes Whisper's timestamp tokens"):
         build_objective("transcribe", (list(map(str, paths)), ids), tok, 4, 3, timestamps=Timestamps())
+
+
+def timed(paths, texts, tok, timestamps, frames=300, batch=6):
+    """The transcribe objective joining `batch` recordings a step into `frames`-frame windows (300: 3 s)."""
+    start, prompt = transcription_prompt(tok, "en")
+    ids = Documents.from_lists(tok.encode(texts), np.int32)
+    return build_objective(
+        "transcribe",
+        (list(map(str, paths)), ids),
+        tok,
+        batch,
+        3,
+        prompt=prompt,
+        decoder_start=start,
+        no_timestamps_id=tok.special_id("<|notimestamps|>"),
+        max_target_len=128,
+        frames=frames,
+        timestamps=timestamps,
+    )
+
+
+@pytest.fixture
+def sentences(tmp_path):
+    """Six tones of 1.2 to 2.2 s, each its own pitch, named by their texts: two fit a 3-s window at most."""
+    texts = ["a dog runs", "two men sit", "the girl reads", "snow falls", "a cat naps", "the sun sets"]
+    paths = [tone(tmp_path / f"{i}.wav", 1.2 + 0.2 * i, 300 + 250 * i) for i in range(len(texts))]
+    return paths, texts
+
+
+def rows_of(batch):
+    return [row[row != -100].tolist() for row in batch.labels]
+
+
+def heard(features: torch.Tensor) -> torch.Tensor:
+    """(M, F) log-mel -> (F,) whether each frame holds sound (silence's frames are one constant)."""
+    return features.std(dim=0) > 1e-3
+
+
+def test_lead_puts_a_drawn_silence_before_a_window_s_first_recording_and_counts_times_from_the_window(sentences):
+    """objective.timestamps.lead: each window's first recording starts after up to `lead` seconds of silence;
+    its first timestamp is that silence (not <|0.00|>) and its audio starts there; its span stays its length."""
+    paths, texts = sentences
+    tok = whisper_tokenizer()
+    first = tok.special_id("<|notimestamps|>") + 1
+    data = timed(paths, texts, tok, Timestamps(fraction=1.0, most=1, gap=0.0, lead=1.0))
+    leads = []
+    for step in range(3):
+        batch = data.batch_at(step, 0)  # one batch an epoch
+        for labels, features in zip(rows_of(batch), batch.src_ids):
+            begin, end = labels[2] - first, labels[-2] - first  # <|en|> <|transcribe|> <|t0|> text <|t1|> EOS
+            seconds = 1.2 + 0.2 * texts.index(tok.decode(labels[3:-2]))
+            assert 0 <= begin <= 1.0 / 0.02 and abs((end - begin) * 0.02 - seconds) <= 0.02
+            onset = int(torch.nonzero(heard(features)).min())
+            assert abs(onset - 2 * begin) <= 3  # the audio starts where its timestamp says (10-ms frames)
+            leads.append(begin)
+    assert len(leads) == 18 and len(set(leads)) > 9 and max(leads) > 25  # drawn, up to a second
+    plain = timed(paths, texts, tok, Timestamps(fraction=1.0, most=1, gap=0.0)).batch_at(0, 0)
+    assert all(labels[2] == first for labels in rows_of(plain))  # lead 0: today's windows from <|0.00|>
+
+
+def test_a_cut_window_ends_inside_the_next_recording_with_its_start_time_alone(sentences):
+    """objective.timestamps.cut 1: a window whose next recording runs past its end holds that recording's first
+    part up to the window's end, and its labels end <|t_end|> <|t_cut|> EOS; the cut recording starts the next
+    window whole. Read back by encdec's own long-form rule, such a decoding moves to <|t_end|>, not a window on."""
+    paths, texts = sentences
+    tok = whisper_tokenizer()
+    first = tok.special_id("<|notimestamps|>") + 1
+    data = timed(paths, texts, tok, Timestamps(fraction=1.0, most=8, gap=0.5, cut=1.0))
+    cuts = 0
+    for step in range(2):
+        batch = data.batch_at(step, 0)  # one batch an epoch
+        rows = rows_of(batch)
+        said = []
+        for row, labels in enumerate(rows):
+            tokens = labels[2:-1]  # after <|en|> <|transcribe|>, EOS cut as long form cuts it
+            pieces, moved = split(tokens, first, 300)
+            said += [tok.decode([t for t in piece if t < first]) for piece in pieces]
+            sound = heard(batch.src_ids[row])
+            if tokens[-2] < first:  # text <|t_end|>: whole recordings, the decoding moves a whole window on
+                assert moved == 300
+                continue
+            cuts += 1
+            t_end, t_cut = tokens[-2] - first, tokens[-1] - first
+            assert t_end <= t_cut and 0.02 * t_cut <= 3.0 - 0.5  # after its gap, 0.5 s of it at least
+            assert moved == 2 * t_end  # long form reads on from the last whole segment's end
+            assert sound[-3:].all() and sound[2 * t_cut + 3 : -1].all()  # sound from the cut start to the end
+            pitch = batch.src_ids[row][:, -5:].mean(dim=1).argmax()  # the cut recording's tone ...
+            onset = int(torch.nonzero(heard(batch.src_ids[row + 1])).min())
+            assert batch.src_ids[row + 1][:, onset + 5 : onset + 10].mean(dim=1).argmax() == pitch  # ... opens the next
+        assert sorted(said) == sorted(texts)  # each recording whole once, a cut one's text never written cut
+    assert cuts >= 4
+    never = timed(paths, texts, tok, Timestamps(fraction=1.0, most=8, gap=0.5, cut=0.0))
+    assert all(labels[-3] < first for labels in rows_of(never.batch_at(0, 0)))  # cut 0: no window ends in a pair
+    plain = timed(paths, texts, tok, Timestamps(fraction=0.0, most=8, gap=0.5, cut=1.0)).batch_at(0, 0)
+    words = [tok.decode(labels[3:-1]) for labels in rows_of(plain)]
+    assert sorted(w for line in words for w in line.split()) == sorted(w for t in texts for w in t.split())
+
+
+def test_cut_draws_its_share_of_the_windows_that_overrun_and_places_half_a_second_at_least():
+    """Timestamps.join on 2-s recordings in a 3-s window, no gap: each window's next recording overruns by 1 s,
+    so `cut` is the share of windows that end inside it; 0.3 s left before the end is too little to place."""
+    waves, texts = [torch.ones(2 * RATE)] * 201, [np.array([5])] * 201
+    window = 3 * RATE
+
+    def windows(cut, seed=0, waves=waves):
+        return Timestamps(most=8, gap=0.0, cut=cut).join(waves, texts, window, 100, np.random.default_rng(seed))
+
+    for cut, lo, hi in [(0.0, 0, 0), (1.0, 200, 200), (0.3, 45, 75)]:
+        made = windows(cut)
+        assert len(made) == 201 and sum(w.cut is not None for w in made) in range(lo, hi + 1)
+        for w in made:
+            assert [start for start, _ in w.placed[:1]] == [0] and len(w.texts) == 1
+            if w.cut is not None:
+                assert w.placed[1][0] == w.cut == 2 * RATE and len(w.placed[1][1]) == RATE  # up to the window's end
+    assert [w.cut for w in windows(0.3)] == [w.cut for w in windows(0.3)]  # drawn again exactly from the rng
+    short = windows(1.0, waves=[torch.ones(int(2.7 * RATE)), torch.ones(2 * RATE)])
+    assert [w.cut for w in short] == [None, None] and len(short[0].placed) == 1
+
+
+def test_lead_and_cut_are_drawn_again_from_the_position_and_resume_bitwise(sentences):
+    paths, texts = sentences
+    tok = whisper_tokenizer()
+    policy = Timestamps(fraction=0.5, most=8, gap=0.5, lead=1.0, cut=0.5)
+    first = timed(paths, texts, tok, policy)
+    again = timed(paths, texts, tok, policy)
+    for step in range(2):
+        a, b = first.batch_at(step, 0), again.batch_at(step, 0)
+        assert torch.equal(a.src_ids, b.src_ids) and torch.equal(a.labels, b.labels)
+    first.next_batch()
+    resumed = timed(paths, texts, tok, policy)
+    resumed.load_state_dict(first.state_dict())
+    a, b = first.next_batch(), resumed.next_batch()
+    assert torch.equal(a.src_ids, b.src_ids) and torch.equal(a.labels, b.labels)
+
+
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("lead", -0.5, "objective.timestamps.lead"),
+        ("lead", 11, "objective.timestamps.lead"),
+        ("cut", 1.5, "objective.timestamps.cut"),
+        ("cut", "often", "objective.timestamps.cut"),
+    ],
+)
+def test_lead_and_cut_out_of_their_ranges_are_one_sentence(tmp_path, key, value, says):
+    path = tmp_path / "config.yaml"
+    path.write_text(f"objective:\n  kind: transcribe\n  timestamps: {{{key}: {value}}}\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert says in str(error.value) and "\n" not in str(error.value)

@@ -26,7 +26,18 @@ window, the labels and `most`; a `fraction` of the windows (drawn) are written w
 each recording's start and end to the nearest 20 ms (the token after <|notimestamps|> is <|0.00|>); the others
 keep <|notimestamps|> and their texts one after another. A model so trained writes the segments and times that
 long-form transcription (encdec.transcription) moves on, over windows that hold several sentences, as a
-recording's windows do. The joins and silences are drawn from the batch's position too.
+recording's windows do. Two draws make the windows look like a long recording's: `lead`, a silence before the
+first recording (its times count from the window's start, so the first is <|lead|>, as a window that long form
+starts at the end of the last segment begins in the pause before the next); and `cut`, the share of windows
+whose next recording, where it runs past the window's end, is placed with the part that fits (CUT_LEAST at
+least) and written as Whisper's data writes a segment its window cuts: its start time alone,
+
+    ... text <|t_end|> <|t_cut|> <|endoftext|>
+
+so the decoding ends on a pair of timestamps and long-form seeks to <|t_end|> (openai-whisper's and
+transformers' rule, encdec.generation.whisper_windows.split), not a whole window on (a window of whole
+recordings ends on a lone timestamp). A window without timestamps leaves the cut recording's text out; the cut
+recording then starts the next window whole. The joins and silences are drawn from the batch's position too.
 
 Shapes: B batch, M mel bins, F frames (3000), T target length.
 """
@@ -53,6 +64,7 @@ START = "<|startoftranscript|>"
 NO_TIMESTAMPS = "<|notimestamps|>"
 SECONDS_PER_TIMESTAMP = 0.02  # Whisper's timestamp tokens: <|0.00|>, <|0.02|>, ...
 Masks = Annotated[int, Range(0, 16)]
+CUT_LEAST = 0.5  # seconds: the least of a recording a window's end cuts that is placed in it
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,22 @@ class SpecAugment:
         return features * torch.from_numpy(keep).to(features.device)
 
 
+@dataclass
+class Window:
+    """One joined window: `placed` [(start sample, wave), ...] its whole recordings, then, where `cut` (that
+    recording's start sample) is set, the part of the next one that fits before the window's end; `texts` the
+    whole recordings' texts (a cut recording's text is not written: its start time alone, or nothing)."""
+
+    placed: list
+    texts: list
+    cut: int | None = None
+
+
+def written(texts: list) -> int:
+    """The label tokens `texts` take with two timestamps each."""
+    return sum(len(text) + 2 for text in texts)
+
+
 @dataclass(frozen=True)
 class Timestamps:
     """How recordings are joined into timestamped windows (see the module's docstring)."""
@@ -89,26 +117,48 @@ class Timestamps:
     fraction: Annotated[float, Range(0, 1)] = 0.5  # windows written with timestamps; the rest with <|notimestamps|>
     most: Annotated[int, Range(1, 64)] = 8  # recordings joined into one window at most
     gap: Annotated[float, Range(0, 10)] = 1.0  # seconds of silence between two joined recordings, drawn up to it
+    lead: Annotated[float, Range(0, 10)] = 0.0  # seconds of silence before a window's first recording, drawn up to it
+    cut: Annotated[float, Range(0, 1)] = 0.0  # windows (drawn) that end inside the next recording, where it overruns
 
-    def join(self, waves, texts, window: int, room: int, rng: np.random.Generator) -> list[tuple[list, list]]:
-        """`waves` (each (N,) at 16 kHz) and their `texts` (id arrays) in order -> windows of [(start sample,
-        wave), ...] and their texts: each window at most `window` samples and `most` recordings, whose texts
-        with two timestamps each fit `room` tokens (a recording alone always makes a window)."""
-        windows: list[tuple[list, list]] = []
+    def join(self, waves, texts, window: int, room: int, rng: np.random.Generator) -> list[Window]:
+        """`waves` (each (N,) at 16 kHz) and their `texts` (id arrays) in order -> windows: each at most `window`
+        samples and `most` whole recordings, whose texts with two timestamps each (and a cut one's start time)
+        fit `room` tokens (a recording alone always makes a window). A recording that a window's end cuts
+        starts the next window whole, so each is trained on whole once an epoch."""
+        windows: list[Window] = []
         end = 0
         for wave, text in zip(waves, texts):
             silence = int(rng.uniform(0, self.gap) * SAMPLE_RATE)
             if windows:
-                placed, written = windows[-1]
-                fits = end + silence + len(wave) <= window and len(placed) < self.most
-                if fits and sum(len(t) + 2 for t in written) + len(text) + 2 <= room:
-                    placed.append((end + silence, wave))
-                    written.append(text)
+                last = windows[-1]
+                fits = end + silence + len(wave) <= window and len(last.placed) < self.most
+                if fits and written(last.texts) + len(text) + 2 <= room:
+                    last.placed.append((end + silence, wave))
+                    last.texts.append(text)
                     end += silence + len(wave)
                     continue
-            windows.append(([(0, wave)], [text]))
-            end = len(wave)
+                self.cut_into(last, wave, end + silence, window, room, rng)
+            start = self.lead_before(len(wave), window, rng)
+            windows.append(Window([(start, wave)], [text]))
+            end = start + len(wave)
         return windows
+
+    def lead_before(self, length: int, window: int, rng: np.random.Generator) -> int:
+        """The silence (samples) drawn before a window's first recording of `length` samples: up to `lead`
+        seconds, as much as leaves it whole in the window (none drawn where `lead` is 0: today's windows)."""
+        if self.lead == 0:
+            return 0
+        return min(int(rng.uniform(0, self.lead) * SAMPLE_RATE), max(window - length, 0))
+
+    def cut_into(self, last: Window, wave, start: int, window: int, room: int, rng: np.random.Generator) -> None:
+        """A `cut` share of the windows whose next recording (`wave`, due at sample `start`) runs past their end
+        take the part of it that fits, CUT_LEAST seconds at least, and its start time in the labels (drawn only
+        where the recording overruns and `cut` is above 0)."""
+        if self.cut == 0 or start + len(wave) <= window or rng.random() >= self.cut:
+            return
+        if window - start >= CUT_LEAST * SAMPLE_RATE and written(last.texts) + 1 <= room:
+            last.placed.append((start, wave[: window - start]))
+            last.cut = start
 
 
 def transcription_prompt(tokenizer, language: str | None, task: str = "transcribe") -> tuple[int, tuple[int, ...]]:
@@ -202,14 +252,20 @@ class TranscribeObjective(Objective):
         text = self.targets[index][:room].astype(np.int64)
         return np.concatenate([self.prompt, text, np.array([self.eos_id], np.int64)])
 
-    def timed_labels(self, placed: list, texts: list) -> np.ndarray:
-        """A joined window's labels with timestamps: the prompt without <|notimestamps|>, each recording's text
-        between its start and end tokens (20 ms apart from <|0.00|>, the token after <|notimestamps|>), EOS."""
+    def timed_labels(self, joined: Window) -> np.ndarray:
+        """A joined window's labels with timestamps: the prompt without <|notimestamps|>, each whole recording's
+        text between its start and end tokens (20 ms apart from <|0.00|>, the token after <|notimestamps|>, at
+        the window's start), then a cut recording's start token alone, and EOS."""
         first = int(self.prompt[-1]) + 1
+
+        def token(sample: int) -> np.ndarray:
+            return np.array([first + round(sample / SAMPLE_RATE / SECONDS_PER_TIMESTAMP)])
+
         pieces = [self.prompt[:-1]]
-        for (start, wave), text in zip(placed, texts):
-            times = [round(sample / SAMPLE_RATE / SECONDS_PER_TIMESTAMP) for sample in (start, start + len(wave))]
-            pieces += [np.array([first + times[0]]), text.astype(np.int64), np.array([first + times[1]])]
+        for (start, wave), text in zip(joined.placed, joined.texts):
+            pieces += [token(start), text.astype(np.int64), token(start + len(wave))]
+        if joined.cut is not None:  # openai-whisper's data: the segment the window cuts, its start time alone
+            pieces.append(token(joined.cut))
         return np.concatenate([*pieces, np.array([self.eos_id], np.int64)])
 
     def joined(self, rows, waves: list, rng: np.random.Generator) -> tuple[list, list[np.ndarray]]:
@@ -218,16 +274,17 @@ class TranscribeObjective(Objective):
         texts = [self.targets[int(i)] for i in rows]
         window = self.frames * HOP
         joined_waves, labels = [], []
-        for placed, written in self.timestamps.join(waves, texts, window, room, rng):
-            length = max(start + len(w) for start, w in placed)
+        for joined in self.timestamps.join(waves, texts, window, room, rng):
+            length = max(start + len(w) for start, w in joined.placed)
             wave = torch.zeros(length, dtype=waves[0].dtype, device=waves[0].device)
-            for start, w in placed:
+            for start, w in joined.placed:
                 wave[start : start + len(w)] = w
             joined_waves.append(wave)
-            if rng.random() < self.timestamps.fraction and sum(len(t) + 2 for t in written) <= room:
-                labels.append(self.timed_labels(placed, written))
-            else:  # one text after another, cut to fit as a recording's alone
-                text = np.concatenate([t.astype(np.int64) for t in written])[: room - 1]
+            times = written(joined.texts) + (joined.cut is not None)
+            if rng.random() < self.timestamps.fraction and times <= room:
+                labels.append(self.timed_labels(joined))
+            else:  # the whole recordings' texts one after another, cut to fit as a recording's alone
+                text = np.concatenate([t.astype(np.int64) for t in joined.texts])[: room - 1]
                 labels.append(np.concatenate([self.prompt, text, np.array([self.eos_id], np.int64)]))
         return joined_waves, labels
 
