@@ -33,7 +33,9 @@ Then, per `--rows` count R, a step at R rows: R greedy requests of STEP_TOKENS n
 to continuous batching and to the static batcher (one generate over the R of them), and over the decoder
 steps taken at R rows, the medians of the host time between one forward's end and the next one's start (the
 scheduler's or generate's own work: its bookkeeping, each row's next token, the rows that finish) and of
-the model's forward pass; continuous batching's host time should not grow with R.
+the model's forward pass; continuous batching's host time should not grow with R. Beside them, the greedy token
+choice alone at R rows (the argmax over R x V logits and its copy to the host): on a CPU it is compute inside the
+host time that grows with R whatever the bookkeeping, so the host time less it is printed as well.
 """
 
 import argparse
@@ -51,6 +53,7 @@ import torch
 
 from encdec.errors import ConfigError
 from encdec.generation.generate import generate
+from encdec.generation.search import argmax
 from encdec.schema import Range, argument_type
 from encdec.serving.scheduler import Scheduler
 
@@ -225,6 +228,19 @@ def steps_at(scheduler: Scheduler, run_batch, stream, rows: int) -> dict[str, tu
     }
 
 
+def choice_ms(device: torch.device, rows: int, vocab: int, repeats: int = 50) -> float:
+    """The greedy token choice alone at `rows` rows (generation.search.argmax over (rows, V) logits, what a
+    greedy step reads whatever its bookkeeping): the median of `repeats` timings in ms. On a CPU this part of
+    the host time is compute that grows with the rows; on a GPU it is queued beside the forward."""
+    logits = torch.randn(rows, vocab, device=device)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        argmax(logits).tolist()  # the step's one copy to the host included
+        times.append(time.perf_counter() - started)
+    return 1e3 * statistics.median(times)
+
+
 def percentile(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
@@ -335,14 +351,20 @@ def main(argv: list[str] | None = None) -> None:
             + (f"; / ct2 static: {continuous / table['ct2 static'][0]:.2f}x" if ct2 is not None else ""),
             flush=True,
         )
-    print(f"a step at R rows ({STEP_TOKENS} new tokens a request, greedy), medians: host ms, forward ms, steps")
-    print(f"{'rows':>7} {'continuous':>22} {'static':>22}")
-    host = {}
+    print(
+        f"a step at R rows ({STEP_TOKENS} new tokens a request, greedy), medians: host ms, forward ms, steps; then the "
+        "token choice alone (argmax over R x V logits), ms"
+    )
+    print(f"{'rows':>7} {'continuous':>22} {'static':>22} {'choice':>8}")
+    host, rest = {}, {}
     for rows in args.rows:
         measured = steps_at(scheduler, batch, stream, rows)
+        choice = scheduler.exclusive(lambda: choice_ms(device, rows, SHAPES[args.shape]["vocab_size"]))  # noqa: B023
         host[rows] = measured["continuous"][0]
+        rest[rows] = host[rows] - choice
         cells = [f"{h:>8.3f} {f:>8.3f} {n:>4}" for h, f, n in measured.values()]
-        print(f"{rows:>7} {cells[0]:>22} {cells[1]:>22}", flush=True)
+        print(f"{rows:>7} {cells[0]:>22} {cells[1]:>22} {choice:>8.3f}", flush=True)
+    print(f"continuous host time less the token choice: most / least {max(rest.values()) / min(rest.values()):.2f}x")
     print(f"continuous host time: most / least over the row counts {max(host.values()) / min(host.values()):.2f}x")
     scheduler.stop(timeout=60)
 

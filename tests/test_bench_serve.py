@@ -43,11 +43,13 @@ def test_a_toy_run_prints_every_system_for_every_client_count_and_the_step_at_ev
         rps, tps, p50, p95, p99, peak = map(float, row[2:])
         assert rps > 0 and tps > rps and 0 < p50 <= p95 <= p99 and peak > 0
     start = next(i for i, line in enumerate(lines) if line.startswith("a step at R rows"))
-    table = {row[0]: row[1:] for row in map(str.split, lines[start + 2 : -1])}
+    table = {row[0]: row[1:] for row in map(str.split, lines[start + 2 : -2])}
     assert list(table) == ["2", "5"]
-    for cells in table.values():  # continuous's host ms, forward ms and steps at R rows, then static's
-        for host, forward, count in (cells[:3], cells[3:]):
+    for cells in table.values():  # continuous's host ms, forward ms and steps at R rows, then static's, the choice
+        for host, forward, count in (cells[:3], cells[3:6]):
             assert float(host) > 0 and float(forward) > 0 and int(count) > bench.STEP_TOKENS // 2
+        assert float(cells[6]) > 0
+    assert lines[-2].startswith("continuous host time less the token choice: most / least")
     assert lines[-1].startswith("continuous host time: most / least over the row counts")
 
 
