@@ -1,6 +1,5 @@
 """Speculative decoding (generation/speculative.py): greedy equal to plain greedy, sampling of the target's law."""
 
-import copy
 
 import pytest
 import torch
@@ -9,6 +8,7 @@ from encdec import generate
 from encdec.errors import ConfigError
 from encdec.models import build_model, preset
 
+from .draft_kit import near_copy
 from .helpers import padded_batch, tiny
 from .law_kit import chi_square_p_value, two_token_counts, two_token_law
 
@@ -45,16 +45,6 @@ def test_speculative_greedy_equals_plain_greedy(name, shares_encoder, k):
     )
     assert torch.equal(out.sequences, plain)
     assert out.speculative.target_steps >= 1
-
-
-def near_copy(model, noise: float):
-    """A draft that agrees with `model` often, not always: its decoder's weights shaken a little."""
-    torch.manual_seed(5)
-    draft = copy.deepcopy(model)
-    with torch.no_grad():
-        for weight in draft.decoder.parameters():
-            weight.add_(noise * weight.std() * torch.randn_like(weight))
-    return draft
 
 
 def test_rows_of_a_batch_keep_their_own_accepted_drafts_each_as_it_would_alone():

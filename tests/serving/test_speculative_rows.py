@@ -3,7 +3,6 @@ draft equals plain greedy `generate` on its input alone and the server without a
 other lengths; each row keeps its own accepted count; requests that do not speculate step as before; a request
 gone mid-round gives back its rows."""
 
-import copy
 
 import pytest
 import torch
@@ -15,16 +14,7 @@ from encdec.generation.generate import generate
 from encdec.models import build_model, preset
 from encdec.serving.scheduler import Abandoned, Scheduler
 from encdec.serving.speculative_rows import ServedDraft
-
-
-def near_copy(model: torch.nn.Module, noise: float = 0.3) -> torch.nn.Module:
-    """A draft that agrees with `model` often, not always: its decoder's weights shaken a little."""
-    torch.manual_seed(5)
-    draft = copy.deepcopy(model)
-    with torch.no_grad():
-        for weight in draft.decoder.parameters():
-            weight.add_(noise * weight.std() * torch.randn_like(weight))
-    return draft
+from tests.generation.draft_kit import near_copy
 
 
 @pytest.fixture(scope="module")
