@@ -1,6 +1,5 @@
 """Speculative decoding (generation/speculative.py): greedy equal to plain greedy, sampling of the target's law."""
 
-
 import pytest
 import torch
 

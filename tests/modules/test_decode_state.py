@@ -159,3 +159,30 @@ def test_rows_of_a_batch_step_several_columns_each_from_its_own_and_are_cut_back
         fresh = batch_at([4, 2])
         following = torch.tensor([[7, 8], [9, 10]])
         torch.testing.assert_close(model.step(following, many), model.step(following, fresh))
+
+
+def test_a_held_row_stops_moving_on_while_the_others_step_as_without_it():
+    """A finished request's row held (RunningBatch.hold) keeps its length (less its last column, which each step
+    writes over) however many steps pass, and the rows beside it step exactly as a batch without it does; it then
+    leaves with a remove like any row."""
+    torch.manual_seed(0)
+    config = encdec.preset("t5-tiny", vocab_size=300, pad_id=0, eos_id=1, decoder_start_id=0)
+    model = encdec.build_model(config).eval()
+    sources = [torch.randint(2, 300, (1, width), generator=torch.Generator().manual_seed(width)) for width in (5, 9, 4)]
+    tokens = torch.randint(2, 300, (3, 6), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        held, alone = RunningBatch("cpu", torch.float32), RunningBatch("cpu", torch.float32)
+        for i, source in enumerate(sources):
+            held.join(model.start(source, None, 12), [1])
+            if i != 1:
+                alone.join(model.start(source, None, 12), [1])
+        model.step(tokens[:, :2], held)
+        model.step(tokens[[0, 2], :2], alone)
+        held.hold(torch.tensor([1]))
+        assert held.lengths[:3].tolist() == [2, 1, 2]
+        for j in range(2, 6):
+            served = model.step(tokens[:, j : j + 1], held)
+            torch.testing.assert_close(served[[0, 2]], model.step(tokens[[0, 2], j : j + 1], alone))
+        assert held.lengths[:3].tolist() == [6, 1, 6]  # the held row never moved on
+        assert held.remove([1]) == {2: 1} and held.rows == 2 and held.lengths[:2].tolist() == [6, 6]
+        torch.testing.assert_close(model.step(tokens[[0, 2], :1], held), model.step(tokens[[0, 2], :1], alone))

@@ -381,3 +381,39 @@ def test_a_step_that_fails_fails_the_greedy_requests_in_it_and_the_next_ones_are
     assert errors and set(errors) == {"the device failed"}  # those in the failed step; none left waiting
     assert torch.equal(out, generate(model, after, None, max_new_tokens=4))
     assert scheduler.batch.rows == 0 and not scheduler.greedy
+
+
+def test_a_finished_greedy_row_is_held_until_the_next_join_and_leaves_with_it():
+    """A greedy request that finishes beside eight long ones leaves its row held (RunningBatch.hold: stepped, its
+    columns not growing), no remove made for it alone; the next request's join takes it out. Each answer is
+    generate's alone."""
+    model = model_of("t5-tiny")
+    scheduler = Scheduler(model, max_rows=16)
+    long_options = {"max_new_tokens": 400, "eos_token_id": None}
+    sources = [torch.randint(2, 300, (1, 6), generator=torch.Generator().manual_seed(i)) for i in range(10)]
+    results = {}
+    runners = [
+        threading.Thread(target=lambda i=i: results.__setitem__(i, scheduler.run(sources[i], None, dict(long_options))))
+        for i in range(8)
+    ]
+    try:
+        for runner in runners:
+            runner.start()
+        deadline = time.perf_counter() + 60
+        while scheduler.batch is None or scheduler.batch.rows < 8:  # counted, with a bound for a broken scheduler
+            assert time.perf_counter() < deadline, "the long requests never took their rows"
+            time.sleep(0.001)
+        short = {"max_new_tokens": 3, "eos_token_id": None}
+        first = scheduler.run(sources[8], None, dict(short))
+        assert scheduler.batch.rows == 9 and len(scheduler.lingering) == 1  # held: 1 of 9 rows, under a LINGER-th
+        assert not results  # the long ones still run beside it
+        second = scheduler.run(sources[9], None, dict(short))  # its join takes the held row out
+        assert len(scheduler.lingering) == 1 and scheduler.batch.rows == 9  # and it is held in turn
+    finally:
+        for runner in runners:
+            runner.join(timeout=120)
+        scheduler.stop(timeout=30)
+    assert torch.equal(first, generate(model, sources[8], None, **short))
+    assert torch.equal(second, generate(model, sources[9], None, **short))
+    for i in range(8):
+        assert torch.equal(results[i], generate(model, sources[i], None, **long_options)), i

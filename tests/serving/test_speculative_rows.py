@@ -3,7 +3,6 @@ draft equals plain greedy `generate` on its input alone and the server without a
 other lengths; each row keeps its own accepted count; requests that do not speculate step as before; a request
 gone mid-round gives back its rows."""
 
-
 import pytest
 import torch
 from test_abandon import HANG, Request, source, until

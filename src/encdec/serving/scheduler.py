@@ -3,7 +3,7 @@
     request thread:  generate(RowModel)  -- start() -->  scheduler: encode with the others that arrived, give rows
                                          -- step()  -->  scheduler: one decoder step of every running row
                                          <- logits  --   (each request's rows, at their own positions)
-    scheduler:       new requests join at a step boundary; a finished request's rows leave at once
+    scheduler:       new requests join at a step boundary; a finished request's rows leave (with the next join)
 
 A request's search is encdec's own, the one `generate` would choose (generation.strategies): beam
 searches (their own scoring and stopping) are `generate` run in the request's thread against
@@ -13,10 +13,14 @@ searched on the device, all their rows at once (encdec.serving.greedy_rows: a fi
 operations a step whatever the rows, one device -> host copy to learn which finished, Python only for the
 rows that join, finish or stream); the other greedy and sampling requests (its own seeded generator) are
 `generate`'s SampleSearch, which the scheduler advances itself after each step (their greedy rows chosen by
-one argmax). The scheduler owns the running batch, a `RunningBatch` of rows that join and leave
+one argmax). A greedy or sampling request is checked (generate's checks, `check`) in the scheduler's thread as it
+arrives (_admit), not in its own: from a request thread each of the check's tensor operations let Python's lock go
+to the thread that steps and waited to take it back. The scheduler owns the running batch, a `RunningBatch` of rows that join and leave
 (encdec.modules.running_batch): at a step boundary it starts the requests waiting (one `model.start`
 for all of them, once JOIN_BATCH wait or the oldest has waited JOIN_STEPS steps) and joins their
-rows to the batch, waits until every running request has asked for its next step, and runs one
+rows to the batch (the rows of greedy requests over meanwhile held, RunningBatch.hold, and leaving with that join's
+`remove`, or once they are a LINGER-th of the rows: one remove for many), waits until every running request has
+asked for its next step, and runs one
 `model.step` over all their rows, each at its own position. So a request's tokens are those of
 `generate` on its input alone, whatever else is in flight: the same code chooses them (for the greedy
 rows on the device, generate's processors, argmax and stops written for many rows, tested equal), from logits
