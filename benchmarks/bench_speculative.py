@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from encdec.cli.options import whole_number
+from encdec.errors import ConfigError
 from encdec.generation.generate import generate
 from encdec.generation.speculative import SpeculativeStats
 from encdec.generation.text_generator import TextGenerator
@@ -43,18 +45,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--shares-encoder", action="store_true", help="the draft reads the target's encoder output")
     parser.add_argument(
         "--num-assistant-tokens",
-        type=lambda text: [int(k) for k in text.split(",")],
+        type=assistant_counts,
         default=[3, 5],
         help="draft tokens per target step, one speculative system each (default 3,5)",
     )
     parser.add_argument("--draft-quantize", choices=SCHEMES, help="the draft's linear layers in int8 (its proposals)")
     parser.add_argument("--inputs", type=Path, default=MULTI30K_TEST, help="source sentences, one a line (.gz too)")
-    parser.add_argument("--sentences", type=int, default=100, help="how many of them (default 100)")
-    parser.add_argument("--batch-size", type=int, default=1, help="sentences a generate call (default 1)")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None, help="torch's threads (default: torch's choice)")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--sentences", type=whole_number(1, 100_000, "--sentences"), default=100, help="how many of them (default 100)"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=whole_number(1, 4096, "--batch-size"),
+        default=1,
+        help="sentences a generate call (default 1)",
+    )
+    parser.add_argument("--max-new-tokens", type=whole_number(1, 4096, "--max-new-tokens"), default=64)
+    parser.add_argument("--repeats", type=whole_number(1, 100, "--repeats"), default=3)
+    parser.add_argument(
+        "--threads",
+        type=whole_number(1, 1024, "--threads"),
+        default=None,
+        help="torch's threads (default: torch's choice)",
+    )
+    try:
+        return parser.parse_args(argv)
+    except ConfigError as error:  # a number out of its declared range: one sentence, argparse's exit
+        parser.error(str(error))
+
+
+def assistant_counts(text: str) -> list[int]:
+    """--num-assistant-tokens: comma-separated draft counts, each a whole number from 1 to 64."""
+    count = whole_number(1, 64, "--num-assistant-tokens")
+    return [count(part) for part in text.split(",")]
 
 
 def read_sentences(path: Path, count: int) -> list[str]:

@@ -43,3 +43,27 @@ def test_the_table_has_plain_greedy_and_each_k_with_outputs_equal_to_plain(monke
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("3 sentences of inputs.txt, batch 2, greedy")
     assert all(line.split(" | ")[-1].strip("| ") == "1.00" for line in lines[3:])
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--num-assistant-tokens", "3,0"),
+        ("--num-assistant-tokens", "65"),
+        ("--sentences", "0"),
+        ("--batch-size", "-2"),
+        ("--batch-size", str(1 << 40)),
+        ("--max-new-tokens", "x"),
+        ("--repeats", "0"),
+        ("--threads", "0"),
+    ],
+)
+def test_a_number_out_of_its_range_is_one_sentence(flag, value, capsys):
+    spec = importlib.util.spec_from_file_location("bench_speculative", BENCHMARKS / "bench_speculative.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args(["target", "draft", flag, value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert ": error: " in err[-1] and flag in err[-1] and not any("Traceback" in line for line in err)
