@@ -238,18 +238,18 @@ def test_a_band_by_blocks_reads_three_blocks_of_keys_per_block_and_its_bias_once
     src = torch.randint(3, V - 1, (1, 2048), generator=torch.Generator().manual_seed(0))
     tgt = src[:, :5]
     groups, buckets = [], []
-    real_group, real_bucket = blocked_band._group, positions.relative_position_bucket
+    real_group, real_bias = blocked_band._group, positions.RelativePositionBias.forward
 
     def counted(q_rows, n0, n1, **kwargs):
         groups.append((q_rows.shape[2], n1 - n0, kwargs["blocks"].size))
         return real_group(q_rows, n0, n1, **kwargs)
 
-    def looked_up(relative, *args):
-        buckets.append(relative.numel())
-        return real_bucket(relative, *args)
+    def looked_up(table, q_pos, k_pos):  # the pairs whose bias a lookup reads
+        buckets.append(q_pos.shape[-1] * k_pos.shape[-1])
+        return real_bias(table, q_pos, k_pos)
 
     monkeypatch.setattr(blocked_band, "_group", counted)
-    monkeypatch.setattr(positions, "relative_position_bucket", looked_up)
+    monkeypatch.setattr(positions.RelativePositionBias, "forward", looked_up)
     with torch.no_grad():
         banded = m(src, tgt).logits
     assert groups == [(2048, 228, 9)] * 2  # 2,048 rows in 228 blocks of 9, each layer in one group

@@ -121,8 +121,7 @@ def prepare(
         cfg.decoder_start_token_id = cfg.decoder_start_token_id if start is None else start
     device = model_device(model, default=src_ids.device)
     cfg.check_generator(device)
-    if src_ids.device != device:
-        src_ids, src_mask = src_ids.to(device), src_mask.to(device)
+    src_ids, src_mask = src_ids.to(device), src_mask.to(device)
     batch = src_ids.shape[0]
     if cfg.whisper is not None and (decoder_input_ids is not None or cfg.decoder_prompt is not None):
         check_whisper_options(cfg, "a prompt given as decoder_input_ids or decoder_prompt")

@@ -6,6 +6,7 @@ Shapes: B batch, T query length, S key length, H heads, D head dim, C model dim.
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -134,18 +135,28 @@ class RelativePositionBias(nn.Module):
     def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """q_pos (T,), k_pos (S,) -> bias (1, H, T, S); q_pos (B, T) -> (B, H, T, S).
 
-        Every distance of max_distance or more lies in the last bucket of its side, so the bias of each distance
-        d in [-M, M] (M = max_distance) is looked up once (`by_distance`, (2M + 1, H)) and each pair reads its
-        clamped distance's: three operations over the T x S pairs where the bucket's arithmetic took about a dozen
-        (a server's packed join of 256 tokens: 0.6 against 3.5 ms), the same buckets, the same gradient."""
-        M = self.max_distance
-        relative = (k_pos[..., None, :] - q_pos[..., :, None]).clamp_(-M, M) + M  # (T, S) or (B, T, S): d + M
-        bias = self.by_distance(k_pos.device)[relative].movedim(-1, -3)  # (H, T, S) or (B, H, T, S)
+        Without a gradient to the table (inference, a frozen table), every distance of max_distance or more lies
+        in the last bucket of its side, so the bias of each distance d in [-M, M] (M = max_distance) is looked up
+        once (`by_distance`, (2M + 1, H)) and each pair reads its clamped distance's: three operations over the
+        T x S pairs where the bucket's arithmetic takes about a dozen (a server's packed join of 256 tokens spent
+        most of its encoder pass on them), the same buckets and values. Training the table, each pair's bucket is
+        computed and its gradient summed once a bucket, as it always was (summed by distance first, a two-process
+        run's losses drifted 3e-5 from one process's)."""
+        relative = k_pos[..., None, :] - q_pos[..., :, None]  # (T, S) or (B, T, S)
+        if torch.is_grad_enabled() and self.embed.weight.requires_grad:
+            bucket = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
+            bias = self.embed(bucket).movedim(-1, -3)  # (H, T, S) or (B, H, T, S)
+        else:
+            M = self.max_distance
+            bias = F.embedding(relative.clamp_(-M, M) + M, self.by_distance(k_pos.device)).movedim(-1, -3)
         return bias if bias.dim() == 4 else bias.unsqueeze(0)
 
     def by_distance(self, device: torch.device) -> torch.Tensor:
         """(2M + 1, H): the bias of each distance k - q from -M to M, from the table (its gradient flows there)."""
         M = self.max_distance
+        if torch.compiler.is_compiling():  # a compiled graph makes its own (a constant), keeping no store
+            distances = torch.arange(-M, M + 1, device=device)
+            return self.embed(relative_position_bucket(distances, self.bidirectional, self.num_buckets, M))
         buckets = self._buckets.get(device)
         if buckets is None:  # the buckets of -M..M: fixed by the config, made once a device (a plain tensor, which
             with torch.inference_mode(False):  # training may save for backward, whatever mode first asked)
