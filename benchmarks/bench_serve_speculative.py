@@ -35,55 +35,33 @@ from pathlib import Path
 import torch
 
 from encdec.cli.options import whole_number
-from encdec.errors import ConfigError
+from encdec.generation.config import AssistantTokens
 from encdec.generation.speculative import SpeculativeStats
-from encdec.quantization import SCHEMES
+from encdec.schema import argument_type
 from encdec.serving.scheduler import Scheduler
 from encdec.serving.speculative_rows import ServedDraft
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_serve import drive  # noqa: E402
-from bench_speculative import MULTI30K_TEST, open_pair  # noqa: E402
+from bench_speculative import add_pair_arguments, comma_counts, open_pair, parsed  # noqa: E402
 
 SYSTEMS = ("plain", "speculative")
 STEP_REPEATS = 10  # timings of each step a row count
 
 
-def client_counts(text: str) -> list[int]:
-    """--clients: comma-separated client counts, each a whole number from 1 to 1,024."""
-    count = whole_number(1, 1024, "--clients")
-    return [count(part) for part in text.split(",")]
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("target", type=Path, help="the model: a run or Hugging Face directory")
-    parser.add_argument("draft", type=Path, help="its draft, of the same tokenizer")
-    parser.add_argument("--shares-encoder", action="store_true", help="the draft reads the target's encoder output")
+    add_pair_arguments(parser, sentences=64, repeats=2)
     parser.add_argument(
         "--num-assistant-tokens",
-        type=whole_number(1, 64, "--num-assistant-tokens"),
+        type=argument_type(AssistantTokens, "--num-assistant-tokens"),
         default=3,
         help="draft tokens a round (default 3)",
     )
-    parser.add_argument("--draft-quantize", choices=SCHEMES, help="the draft's linear layers in int8 (its proposals)")
-    parser.add_argument("--clients", type=client_counts, default=[1, 8, 32], help="default 1,8,32")
-    parser.add_argument("--inputs", type=Path, default=MULTI30K_TEST, help="source sentences, one a line (.gz too)")
     parser.add_argument(
-        "--sentences", type=whole_number(1, 100_000, "--sentences"), default=64, help="requests a round (default 64)"
+        "--clients", type=comma_counts(whole_number(1, 1024, "--clients")), default=[1, 8, 32], help="default 1,8,32"
     )
-    parser.add_argument("--max-new-tokens", type=whole_number(1, 4096, "--max-new-tokens"), default=64)
-    parser.add_argument("--repeats", type=whole_number(1, 100, "--repeats"), default=2)
-    parser.add_argument(
-        "--threads",
-        type=whole_number(1, 1024, "--threads"),
-        default=None,
-        help="torch's threads (default: torch's choice)",
-    )
-    try:
-        return parser.parse_args(argv)
-    except ConfigError as error:  # a number out of its declared range: one sentence, argparse's exit
-        parser.error(str(error))
+    return parsed(parser, argv)
 
 
 def serve_round(scheduler: Scheduler, encoded: list[dict], clients: int, max_new_tokens: int):

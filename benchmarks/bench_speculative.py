@@ -29,30 +29,25 @@ import torch
 
 from encdec.cli.options import whole_number
 from encdec.errors import ConfigError
+from encdec.generation.config import AssistantTokens
 from encdec.generation.generate import generate
 from encdec.generation.speculative import SpeculativeStats
 from encdec.generation.text_generator import TextGenerator
 from encdec.quantization import SCHEMES, quantize
 from encdec.runs.open import open_model
+from encdec.schema import argument_type
 
 MULTI30K_TEST = Path(__file__).resolve().parents[2] / "shared/data/translation/multi30k/test_2016_flickr.en.gz"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("target", type=Path, help="the model: a run or Hugging Face directory")
-    parser.add_argument("draft", type=Path, help="its draft, of the same tokenizer")
-    parser.add_argument("--shares-encoder", action="store_true", help="the draft reads the target's encoder output")
+    add_pair_arguments(parser, sentences=100, repeats=3)
     parser.add_argument(
         "--num-assistant-tokens",
-        type=assistant_counts,
+        type=comma_counts(argument_type(AssistantTokens, "--num-assistant-tokens")),
         default=[3, 5],
         help="draft tokens per target step, one speculative system each (default 3,5)",
-    )
-    parser.add_argument("--draft-quantize", choices=SCHEMES, help="the draft's linear layers in int8 (its proposals)")
-    parser.add_argument("--inputs", type=Path, default=MULTI30K_TEST, help="source sentences, one a line (.gz too)")
-    parser.add_argument(
-        "--sentences", type=whole_number(1, 100_000, "--sentences"), default=100, help="how many of them (default 100)"
     )
     parser.add_argument(
         "--batch-size",
@@ -60,24 +55,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="sentences a generate call (default 1)",
     )
+    return parsed(parser, argv)
+
+
+def add_pair_arguments(parser: argparse.ArgumentParser, sentences: int, repeats: int) -> None:
+    """The arguments of a benchmark of a target and its draft (this one's and bench_serve_speculative's): the two
+    models, how the draft reads, the inputs, and the run's numbers, each declared with its range."""
+    parser.add_argument("target", type=Path, help="the model: a run or Hugging Face directory")
+    parser.add_argument("draft", type=Path, help="its draft, of the same tokenizer")
+    parser.add_argument("--shares-encoder", action="store_true", help="the draft reads the target's encoder output")
+    parser.add_argument("--draft-quantize", choices=SCHEMES, help="the draft's linear layers in int8 (its proposals)")
+    parser.add_argument("--inputs", type=Path, default=MULTI30K_TEST, help="source sentences, one a line (.gz too)")
+    parser.add_argument(
+        "--sentences",
+        type=whole_number(1, 100_000, "--sentences"),
+        default=sentences,
+        help=f"how many of them (default {sentences})",
+    )
     parser.add_argument("--max-new-tokens", type=whole_number(1, 4096, "--max-new-tokens"), default=64)
-    parser.add_argument("--repeats", type=whole_number(1, 100, "--repeats"), default=3)
+    parser.add_argument("--repeats", type=whole_number(1, 100, "--repeats"), default=repeats)
     parser.add_argument(
         "--threads",
         type=whole_number(1, 1024, "--threads"),
         default=None,
         help="torch's threads (default: torch's choice)",
     )
+
+
+def comma_counts(one):
+    """An argparse type: comma-separated counts, each taken by the type `one` (its range, its sentence)."""
+    return lambda text: [one(part) for part in text.split(",")]
+
+
+def parsed(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """parser's arguments; a number out of its declared range is one sentence, argparse's exit 2."""
     try:
         return parser.parse_args(argv)
-    except ConfigError as error:  # a number out of its declared range: one sentence, argparse's exit
+    except ConfigError as error:
         parser.error(str(error))
-
-
-def assistant_counts(text: str) -> list[int]:
-    """--num-assistant-tokens: comma-separated draft counts, each a whole number from 1 to 64."""
-    count = whole_number(1, 64, "--num-assistant-tokens")
-    return [count(part) for part in text.split(",")]
 
 
 def read_sentences(path: Path, count: int) -> list[str]:

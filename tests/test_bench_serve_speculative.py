@@ -6,7 +6,7 @@ import importlib.util
 import pytest
 from hf_kit import word_level_t5
 
-from tests.bench_kit import BENCHMARKS
+from tests.bench_kit import BENCHMARKS, assert_refused_in_one_sentence
 
 pytest.importorskip("transformers")
 WORDS = ["<pad>", "</s>", "<unk>"] + "once upon a time there was little girl named lily she liked to play".split()
@@ -46,11 +46,4 @@ def test_the_table_has_each_client_count_with_outputs_equal_to_plain(tmp_path, c
     ],
 )
 def test_a_number_out_of_its_range_is_one_sentence(flag, value, capsys):
-    spec = importlib.util.spec_from_file_location("bench_serve_speculative", BENCHMARKS / "bench_serve_speculative.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    with pytest.raises(SystemExit) as exit_info:
-        bench.parse_args(["target", "draft", flag, value])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert ": error: " in err[-1] and flag in err[-1] and not any("Traceback" in line for line in err)
+    assert_refused_in_one_sentence("bench_serve_speculative", ["target", "draft", flag, value], flag, capsys)

@@ -153,16 +153,15 @@ class RelativePositionBias(nn.Module):
 
     def by_distance(self, device: torch.device) -> torch.Tensor:
         """(2M + 1, H): the bias of each distance k - q from -M to M, from the table (its gradient flows there)."""
-        M = self.max_distance
-        if torch.compiler.is_compiling():  # a compiled graph makes its own (a constant), keeping no store
-            distances = torch.arange(-M, M + 1, device=device)
-            return self.embed(relative_position_bucket(distances, self.bidirectional, self.num_buckets, M))
-        buckets = self._buckets.get(device)
+        compiling = torch.compiler.is_compiling()  # a compiled graph makes its own (a constant), keeping no store
+        buckets = None if compiling else self._buckets.get(device)
         if buckets is None:  # the buckets of -M..M: fixed by the config, made once a device (a plain tensor, which
             with torch.inference_mode(False):  # training may save for backward, whatever mode first asked)
+                M = self.max_distance
                 distances = torch.arange(-M, M + 1, device=device)
                 buckets = relative_position_bucket(distances, self.bidirectional, self.num_buckets, M)
-            self._buckets[device] = buckets
+            if not compiling:
+                self._buckets[device] = buckets
         return self.embed(buckets)
 
 
