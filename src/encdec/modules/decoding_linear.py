@@ -112,9 +112,8 @@ def decoding_linear(
     if x.dtype != torch.float32:
         return plain_linear(x, weight, bias, relu)
     few, large = rows <= FEW_ROWS, weight.numel() >= LARGE_WEIGHT
-    if rows == 1 or (
-        rows <= BLAS_ROWS and not large
-    ):  # BLAS on a transposed copy: oneDNN's fixed cost outweighs its gain
+    # BLAS on a transposed copy: at one row, or a few by a small weight, oneDNN's fixed cost outweighs its gain
+    if rows == 1 or (rows <= BLAS_ROWS and not large):
         weight_t = transposed(weight)
         out = torch.mm(flat, weight_t) if bias is None else torch.addmm(bias, flat, weight_t)
         out = out.relu_() if relu else out
