@@ -77,12 +77,32 @@ def test_a_running_batch_moves_memory_and_step_caches_alike_when_rows_leave():
     assert readers.others.tolist() == [1] and readers.shared.tolist() == [0] and readers.slots.tolist() == [0]
     moved = batch.remove([0, 1])
     assert moved == {2: 0} and batch.rows == 1 and batch.memory_width == 5 and batch.columns == 1
-    assert batch.memory_rows == 1 and batch.memory_readers.first.tolist() == [0]
-    assert batch.memory_readers.others is None
+    assert batch.memory_rows == 1 and batch.memory_readers is None  # row r reads memory row r: no gather
     assert batch.memory[0].values[0, 0, :5, 0].tolist() == [-2.0] * 5
     assert batch.caches[0].keys[0, 0, :1, 0].tolist() == [2.0]
     inputs = batch.memory_attention(batch.positions(1))
     assert inputs.mask.shape == (1, 1, 1, 5) and bool((inputs.mask == 0).all())
+
+
+def test_a_running_batch_holds_its_memory_as_wide_as_its_widest_row_and_steps_read_it_as_one_block():
+    batch = RunningBatch("cpu", torch.float32)
+    for width, fill in ((3, 1.0), (5, 2.0), (2, 3.0)):
+        batch.join(started_state(1, width, fill), [1])
+    assert batch.memory_width == 5 and batch.memory[0].values.shape[2] == 5 and batch.memory_mask.shape[3] == 5
+    assert batch.memory_readers is None  # one row a memory row, in order
+    views = batch.memory_attention(batch.positions(1))
+    step_memory = batch.memory[0].view(batch.memory_rows, batch.memory_width)
+    assert step_memory.keys.is_contiguous() and step_memory.values.is_contiguous()
+    assert views.mask.shape[-1] == 5
+    moved = batch.remove([1])  # the widest leaves: the buffers are laid out again at the widest left
+    assert moved == {2: 1} and batch.memory_width == 3
+    assert batch.memory[0].values.shape[2] == 3 and batch.memory_mask.shape[3] == 3
+    assert batch.memory[0].keys[:2, 0, :, 0].tolist() == [[1.0] * 3, [3.0] * 2 + [0.0]]
+    assert (batch.memory_mask[:2, 0, 0] == 0).tolist() == [[True] * 3, [True, True, False]]
+    batch.join(started_state(1, 4, 4.0), [1])  # a wider one joins: laid out again, what is held kept
+    assert batch.memory[0].values.shape[2] == 4
+    assert batch.memory[0].values[:3, 0, :, 0].tolist() == [[-1.0] * 3 + [0.0], [-3.0] * 2 + [0.0] * 2, [-4.0] * 4]
+    assert (batch.memory_mask[:3, 0, 0] == 0).tolist() == [[True] * 3 + [False], [True] * 2 + [False] * 2, [True] * 4]
 
 
 def test_an_emptied_batch_gives_its_buffers_back_and_takes_rows_again():
