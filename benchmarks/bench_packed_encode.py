@@ -1,12 +1,12 @@
-"""The server's joins: many sources encoded end to end in one packed row (`EncoderDecoder.encode_packed`), the
-encoder attending by chunks of the longest source (a token sees none farther) against the whole row's square
-of scores, which it took before; interleaved repeats, medians, one thread.
+"""The server's joins: many sources encoded packed (`EncoderDecoder.encode_packed`: end to end, by first fit,
+in rows as wide as the longest source) against a padded batch (`encode`: a row a source, as wide as the
+longest); interleaved repeats, medians, one thread.
 
     python benchmarks/bench_packed_encode.py                       # t5-small, joins of 8, 16, 32 and 64 sources
     python benchmarks/bench_packed_encode.py --preset t5-tiny --sources 64 --repeats 3
 
-Sources are 25 to 61 random tokens (a sentence's worth), random weights; the table gives milliseconds per
-encode_packed call and the largest difference between the two paths' outputs.
+Sources are 5 to 61 random tokens (a sentence's worth, or a few words), random weights; the table gives
+milliseconds per call, the rows each way encodes and the largest difference between the two outputs.
 """
 
 import argparse
@@ -15,20 +15,15 @@ import time
 
 import torch
 
-from encdec.models import build_model, encoder, preset
+from encdec.models import build_model, preset
 
 
-def whole_row(self, layer: int) -> int | None:
-    """SelfMasks.band without the packed batch's band: the path encode_packed took before."""
-    return self.encoder.band(layer)
-
-
-def encode(model, ids, mask, band) -> tuple[float, torch.Tensor]:
-    encoder.SelfMasks.band = band
+def timed(fn) -> tuple[float, torch.Tensor]:
+    """(seconds, hidden states) of one call of fn()."""
     with torch.no_grad():
         started = time.perf_counter()
-        hidden = model.encode_packed(ids, mask).hidden
-    return time.perf_counter() - started, hidden
+        out = fn()
+    return time.perf_counter() - started, out.hidden
 
 
 def main() -> None:
@@ -40,28 +35,32 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = build_model(preset(args.preset, vocab_size=32128)).eval()
-    banded = encoder.SelfMasks.band
+    rows = []
+    forward = model.encoder.forward
+    model.encoder.forward = lambda ids, *a, **k: rows.append(ids.shape[0]) or forward(ids, *a, **k)
     print(f"{args.preset}, one thread, median of {args.repeats}")
-    print("| sources | tokens | whole row (ms) | by chunks of the longest (ms) | ratio | max difference |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-    try:
-        for count in map(int, args.sources.split(",")):
-            lengths = torch.randint(25, 62, (count,))
-            ids = torch.randint(3, 32000, (count, 61))
-            mask = torch.arange(61)[None, :] < lengths[:, None]
-            times = {"whole": [], "banded": []}
-            outputs = {}
-            for _ in range(args.repeats):
-                for name, band in (("whole", whole_row), ("banded", banded)):
-                    seconds, outputs[name] = encode(model, ids, mask, band)
-                    times[name].append(seconds)
-            whole, chunks = (statistics.median(times[name]) * 1e3 for name in ("whole", "banded"))
-            gap = (outputs["whole"] - outputs["banded"]).abs().max().item()
-            print(
-                f"| {count} | {int(lengths.sum())} | {whole:.0f} | {chunks:.0f} | {whole / chunks:.2f}x | {gap:.1e} |"
-            )
-    finally:
-        encoder.SelfMasks.band = banded
+    print(
+        "| sources | tokens | padded rows | packed rows | padded (ms) | packed (ms) | padded / packed | max difference |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for count in map(int, args.sources.split(",")):
+        lengths = torch.randint(5, 62, (count,))
+        ids = torch.randint(3, 32000, (count, 64))
+        mask = torch.arange(64)[None, :] < lengths[:, None]
+        ways = {"padded": lambda: model.encode(ids, mask), "packed": lambda: model.encode_packed(ids, mask)}
+        times, outputs, shapes = {name: [] for name in ways}, {}, {}
+        for _ in range(args.repeats):
+            for name, fn in ways.items():
+                rows.clear()
+                seconds, outputs[name] = timed(fn)
+                times[name].append(seconds)
+                shapes[name] = rows[0]
+        padded, packed = (statistics.median(times[name]) * 1e3 for name in ways)
+        gap = (outputs["padded"] - outputs["packed"])[mask].abs().max().item()
+        print(
+            f"| {count} | {int(lengths.sum())} | {shapes['padded']} | {shapes['packed']} | {padded:.1f} | "
+            f"{packed:.1f} | {padded / packed:.2f}x | {gap:.1e} |"
+        )
 
 
 if __name__ == "__main__":

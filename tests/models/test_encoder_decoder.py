@@ -136,30 +136,30 @@ def test_parameter_count_without_positions_drops_learned_tables_only():
     assert count_parameters(model) - count_parameters(model, exclude_positions=True) == 2 * 64 * 64
 
 
-def test_many_packed_sources_attend_by_blocks_of_their_longest_and_encode_as_padded(monkeypatch):
-    """The server's joins pack many sources end to end; no token sees farther than the longest source, so a
-    row of 80 sources attends by blocks of that band (modules.blocked_band: work linear in the row, not its
-    square: under a quarter of the whole row's scores here) and each source's encoding is its padded one."""
-    from encdec.modules import blocked_band
-
+def test_many_packed_sources_fill_rows_as_wide_as_the_longest_and_encode_as_padded(monkeypatch):
+    """The server's joins pack many sources end to end by first fit into rows as wide as the longest source
+    (rounded up to 16 tokens): 80 sources of 4 to 12 tokens fill within 10% of their total over 16 rows, not 80
+    padded rows, each row's scores a padded source's square at most, and each source's encoding is its padded one."""
     torch.manual_seed(0)
     model = build_model(preset("t5-tiny", vocab_size=V, dropout=0.0)).eval()
     lengths = torch.randint(4, 13, (80,), generator=torch.Generator().manual_seed(1))
     src = torch.randint(3, V, (80, 12), generator=torch.Generator().manual_seed(2))
     mask = torch.arange(12)[None, :] < lengths[:, None]
-    scores, real_group = [], blocked_band._group
+    shapes, encoder_forward = [], model.encoder.forward
 
-    def counted(q_rows, n0, n1, **kwargs):
-        scores.append((n1 - n0) * kwargs["blocks"].size * 3 * kwargs["blocks"].size)
-        return real_group(q_rows, n0, n1, **kwargs)
+    def recorded(ids, *args, **kwargs):
+        shapes.append(tuple(ids.shape))
+        return encoder_forward(ids, *args, **kwargs)
 
-    monkeypatch.setattr(blocked_band, "_group", counted)
+    monkeypatch.setattr(model.encoder, "forward", recorded)
     with torch.no_grad():
         packed = model.encode_packed(src, mask)
         padded = model.encode(src, mask)
-    width = -(-int(lengths.sum()) // 16) * 16
-    assert len(scores) == 2 and sum(scores) < 0.25 * 2 * width * width  # both layers by blocks
+    rows, width = shapes[0]
+    fewest = -(-int(lengths.sum()) // 16)  # 43: 675 tokens; 80 rows padded
+    assert width == 16 and fewest <= rows <= 1.1 * fewest
     torch.testing.assert_close(packed.hidden[mask], padded.hidden[mask], atol=1e-5, rtol=1e-5)
+    assert bool((packed.mask == mask).all())
 
 
 @pytest.mark.parametrize("name", FAMILIES)
