@@ -14,7 +14,7 @@ import torch
 
 from encdec.errors import ConfigError
 from encdec.generation.whisper_rules import TASKS, WhisperRules
-from encdec.schema import InVocabulary, Range, Satisfies, TokenId, check, check_vocabulary, read
+from encdec.schema import InVocabulary, Range, Satisfies, TokenId, check, check_vocabulary, fields_of, read
 
 # The largest values generation takes, far beyond any real use and small enough that the memory estimate
 # (generation/decode_memory.py) is computed before anything sized by them is allocated.
@@ -340,7 +340,7 @@ class GenerationConfig:
     @classmethod
     def from_options(cls, defaults: dict | None = None, **options) -> "GenerationConfig":
         """Options over model defaults; an unknown option is one sentence naming it."""
-        known = [f.name for f in fields(cls)]
+        known = [f.name for f in fields_of(cls)]
         for key in options:
             if key not in known:
                 close = difflib.get_close_matches(key, known, n=1)

@@ -58,11 +58,18 @@ def valid_defaults(cls: type) -> dict[str, Any]:
     return valid
 
 
+@functools.cache
+def fields_of(cls: type) -> tuple[dataclasses.Field, ...]:
+    """Dataclass `cls`'s fields, listed once (dataclasses.fields filters them anew at each call: a served request's
+    options, a hundred fields, were listed twice a request)."""
+    return dataclasses.fields(cls)
+
+
 def check(instance: Any, prefix: str = "") -> None:
     """Check every field of dataclass `instance` (built in Python, not read) against its declaration (a field
     holding its own default, checked once, is not checked again)."""
     hints, defaults = hints_of(type(instance)), valid_defaults(type(instance))
-    for f in dataclasses.fields(instance):
+    for f in fields_of(type(instance)):
         value = getattr(instance, f.name)
         if f.name in defaults and value is defaults[f.name]:
             continue
