@@ -164,7 +164,7 @@ def test_many_packed_sources_fill_rows_as_wide_as_the_longest_and_encode_as_padd
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_a_packed_start_decodes_as_a_padded_one(name, device):
-    """start(packed=True) encodes the sources end to end in one row: the steps after it give the padded
+    """start(packed=True) encodes the sources end to end in packed rows: the steps after it give the padded
     start's logits (left-padded sources too, whose real tokens move first)."""
     model = tiny(name).to(device)
     src, mask, tgt = batch(device=device)

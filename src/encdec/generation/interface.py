@@ -65,7 +65,7 @@ class Capabilities:
     steps_last_only: bool = False  # step(..., last_only=True): the vocabulary product on the last position only
     continuous_batching: bool = False  # its DecodeState's rows may join and leave a running batch (encdec.serving)
     pads_left: bool = False  # prompts of different lengths are padded on the left (a causal LM's)
-    packs_sources: bool = False  # start(..., packed=True) encodes the sources end to end in one row
+    packs_sources: bool = False  # start(..., packed=True) encodes the sources end to end in packed rows
     attention_maps: bool = False  # attention_layers(): the encoder's and the cross-attention's modules
     reads_features: bool = False  # start takes float features (B, C, T) as src_ids, a speech encoder's log-mels
     speculates: bool = False  # begin() from an encoder output and a DecodeState cut back (generation.speculative)

@@ -156,7 +156,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
     @property
     def capabilities(self) -> Capabilities:
         """Steps on the last position alone, rows that join a running batch, attention maps, speculative decoding
-        (begin, DecodeState.truncate), and sources packed end to end in one row (start(..., packed=True)) but
+        (begin, DecodeState.truncate), and sources packed end to end in rows (start(..., packed=True)) but
         where a transient-global encoder's blocks would span them or an encoder's global tokens would be the row's."""
         packs = self.encoder.global_bias is None and self.encoder.global_rule is None
         return Capabilities(
@@ -184,7 +184,7 @@ class EncoderDecoder(GenerationMixin, nn.Module):
 
         src_ids (B, S), src_mask (B, S) as encode() takes it. Cross-attention keys and values are computed
         here, once, from the unexpanded encoder output: the beams of an example share them. With `packed`,
-        the sources' real tokens are encoded end to end in one row (`encode_packed`), no padding computed.
+        the sources' real tokens are encoded end to end in packed rows (`encode_packed`), no padding computed.
         """
         self.check_lengths(src_ids, max_new_tokens)
         memory = self.encode_packed(src_ids, src_mask) if packed else self.encode(src_ids, src_mask)
