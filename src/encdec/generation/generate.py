@@ -108,11 +108,12 @@ class Prepared:
 
 
 def prepare(
-    model, src_ids, src_mask=None, decoder_input_ids=None, tokenizer=None, defaults=None, **options
+    model, src_ids, src_mask=None, decoder_input_ids=None, tokenizer=None, defaults=None, resolved=None, **options
 ) -> Prepared:
-    """What `generate` does before its search: options resolved and checked, inputs checked and moved to the
-    model's device, the decoder prompt made, the memory estimated; each refusal one sentence."""
-    cfg = resolve_config(model, options, defaults)
+    """What `generate` does before its search: options resolved and checked (or `resolved`, a GenerationConfig of
+    this call's own that resolve_config made from them), inputs checked and moved to the model's device, the
+    decoder prompt made, the memory estimated; each refusal one sentence."""
+    cfg = resolved if resolved is not None else resolve_config(model, options, defaults)
     src_ids, src_mask = check_inputs(model, src_ids, src_mask, cfg)
     if cfg.src_lang is not None or cfg.tgt_lang is not None:  # codes of the tokenizer: tokenizers.languages
         given = options.get("forced_bos_token_id")

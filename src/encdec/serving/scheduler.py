@@ -73,6 +73,7 @@ from encdec.generation.strategies import strategy_for
 from encdec.modules import RunningBatch
 from encdec.serving.greedy_rows import GreedyRows, served_here
 from encdec.serving.request_rows import Abandonable, Abandoned, RowModel, SearchWatcher, Work, fail, gone, padded
+from encdec.serving.resolved_options import ResolvedOptions
 from encdec.serving.speculative_rows import ServedDraft, SpeculativeRows
 
 log = logging.getLogger(__name__)
@@ -142,8 +143,7 @@ class Scheduler:
         if not self.batched:
             self.check(src_ids, src_mask, options)  # checked here, in the request's thread
             return self.exclusive(lambda: self._one(src_ids, src_mask, options, gone))
-        given = {k: v for k, v in options.items() if k not in ("defaults", "tokenizer", "decoder_input_ids")}
-        cfg = resolve_config(self.model, given, options.get("defaults"))  # the options alone: Python, no tensor
+        cfg = self.resolved(options)  # the options alone: Python, no tensor
         work = Work(gone=gone)
         if not strategy_for(cfg).stepwise:  # generate's own choice of search (generation.strategies)
             self.check(src_ids, src_mask, options)
@@ -207,7 +207,7 @@ class Scheduler:
     def check(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None, options: dict[str, Any]) -> Prepared:
         """What `generate` checks before its search (generation.generate.prepare), and what the server cannot
         step, each refusal one sentence; nothing computed, so any thread may ask before a request runs."""
-        job = prepare(self.model, src_ids, src_mask, **options)
+        job = prepare(self.model, src_ids, src_mask, resolved=self.resolved(options), **options)
         if not self.batched:  # served alone, by generate itself
             return job
         if job.prompt.shape[1] > 1:
@@ -282,6 +282,7 @@ class Scheduler:
     def _loop(self, model, draft: ServedDraft | None, loaded: Future) -> None:
         try:
             self.model = model if isinstance(model, torch.nn.Module) else model()
+            self.resolved = ResolvedOptions(self.model)  # its requests' option sets, each resolved once
             self.batched = capabilities_of(self.model).continuous_batching
             self.spec = draft.rows_for(self.model) if draft is not None else None
             self.reads_features = capabilities_of(self.model).reads_features  # a speech model's windows
