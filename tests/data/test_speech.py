@@ -320,6 +320,8 @@ def test_a_cut_window_ends_inside_the_next_recording_with_its_start_time_alone(s
     assert all(labels[-3] < first for labels in rows_of(never.batch_at(0, 0)))  # cut 0: no window ends in a pair
     plain = timed(paths, texts, tok, Timestamps(fraction=0.0, most=8, gap=0.5, cut=1.0)).batch_at(0, 0)
     words = [tok.decode(labels[3:-1]) for labels in rows_of(plain)]
+    # without timestamps a window keeps no cut recording: none of its sound without its text
+    assert not any(heard(features)[-3:].all() for features in plain.src_ids)
     assert sorted(w for line in words for w in line.split()) == sorted(w for t in texts for w in t.split())
 
 

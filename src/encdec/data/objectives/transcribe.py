@@ -36,8 +36,9 @@ least) and written as Whisper's data writes a segment its window cuts: its start
 
 so the decoding ends on a pair of timestamps and long-form seeks to <|t_end|> (openai-whisper's and
 transformers' rule, encdec.generation.whisper_windows.split), not a whole window on (a window of whole
-recordings ends on a lone timestamp). A window without timestamps leaves the cut recording's text out; the cut
-recording then starts the next window whole. The joins and silences are drawn from the batch's position too.
+recordings ends on a lone timestamp). A window drawn without timestamps keeps no cut recording (its sound without
+its text taught the model to drop a window's trailing speech: docs/recipes.md); the cut recording starts the next
+window whole either way. The joins and silences are drawn from the batch's position too.
 
 Shapes: B batch, M mel bins, F frames (3000), T target length.
 """
@@ -98,7 +99,7 @@ class SpecAugment:
 class Window:
     """One joined window: `placed` [(start sample, wave), ...] its whole recordings, then, where `cut` (that
     recording's start sample) is set, the part of the next one that fits before the window's end; `texts` the
-    whole recordings' texts (a cut recording's text is not written: its start time alone, or nothing)."""
+    whole recordings' texts (a cut recording's text is not written: its start time alone)."""
 
     placed: list
     texts: list
@@ -118,7 +119,9 @@ class Timestamps:
     most: Annotated[int, Range(1, 64)] = 8  # recordings joined into one window at most
     gap: Annotated[float, Range(0, 10)] = 1.0  # seconds of silence between two joined recordings, drawn up to it
     lead: Annotated[float, Range(0, 10)] = 0.0  # seconds of silence before a window's first recording, drawn up to it
-    cut: Annotated[float, Range(0, 1)] = 0.0  # windows (drawn) that end inside the next recording, where it overruns
+    # windows (drawn) that end inside the next recording, where it overruns; kept only where the window is written
+    # with timestamps (its labels give the cut recording's start): without them the sound would have no text
+    cut: Annotated[float, Range(0, 1)] = 0.0
 
     def join(self, waves, texts, window: int, room: int, rng: np.random.Generator) -> list[Window]:
         """`waves` (each (N,) at 16 kHz) and their `texts` (id arrays) in order -> windows: each at most `window`
@@ -275,13 +278,17 @@ class TranscribeObjective(Objective):
         window = self.frames * HOP
         joined_waves, labels = [], []
         for joined in self.timestamps.join(waves, texts, window, room, rng):
+            times = written(joined.texts) + (joined.cut is not None)
+            timed = rng.random() < self.timestamps.fraction and times <= room
+            if joined.cut is not None and not timed:  # a cut recording's sound only beside its start time
+                joined.placed.pop()
+                joined.cut = None
             length = max(start + len(w) for start, w in joined.placed)
             wave = torch.zeros(length, dtype=waves[0].dtype, device=waves[0].device)
             for start, w in joined.placed:
                 wave[start : start + len(w)] = w
             joined_waves.append(wave)
-            times = written(joined.texts) + (joined.cut is not None)
-            if rng.random() < self.timestamps.fraction and times <= room:
+            if timed:
                 labels.append(self.timed_labels(joined))
             else:  # the whole recordings' texts one after another, cut to fit as a recording's alone
                 text = np.concatenate([t.astype(np.int64) for t in joined.texts])[: room - 1]
