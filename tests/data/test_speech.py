@@ -208,6 +208,8 @@ def test_timestamps_join_a_batch_s_recordings_into_windows_with_whisper_s_times(
     assert len(times) == 8
     spans = [(labels[a] - first, labels[b] - first) for a, b in zip(times[::2], times[1::2])]
     said = [tok.decode(labels[a + 1 : b]) for a, b in zip(times[::2], times[1::2])]
+    assert all(text.startswith(" ") for text in said)  # each segment's text after a space, as Whisper writes it
+    said = [text[1:] for text in said]
     assert sorted(said) == sorted(texts)
     for (begin, end), text in zip(spans, said):
         seconds = 0.5 + 0.5 * texts.index(text)
@@ -220,6 +222,8 @@ def test_timestamps_join_a_batch_s_recordings_into_windows_with_whisper_s_times(
     plain = joined(timestamps=Timestamps(fraction=0.0, gap=0.5)).batch_at(0, 0)
     text = plain.labels[0][plain.labels[0] != -100].tolist()
     assert text[:3] == list(prompt) and text[-1] == tok.eos_id and not any(t >= first for t in text[3:-1])
+    words = tok.decode(text[3:-1]).split(" ")  # the texts one after another, a space between: no word glued
+    assert sorted(words) == sorted(word for line in texts for word in line.split(" "))
     alone = joined(timestamps=Timestamps(fraction=1.0, most=1)).batch_at(0, 0)
     assert alone.src_ids.shape[0] == 4  # one recording a window: each its own times from <|0.00|>
     assert (alone.labels[:, 2] == first).all()
@@ -275,7 +279,7 @@ def test_lead_puts_a_drawn_silence_before_a_window_s_first_recording_and_counts_
         batch = data.batch_at(step, 0)  # one batch an epoch
         for labels, features in zip(rows_of(batch), batch.src_ids):
             begin, end = labels[2] - first, labels[-2] - first  # <|en|> <|transcribe|> <|t0|> text <|t1|> EOS
-            seconds = 1.2 + 0.2 * texts.index(tok.decode(labels[3:-2]))
+            seconds = 1.2 + 0.2 * texts.index(tok.decode(labels[3:-2]).removeprefix(" "))
             assert 0 <= begin <= 1.0 / 0.02 and abs((end - begin) * 0.02 - seconds) <= 0.02
             onset = int(torch.nonzero(heard(features)).min())
             assert abs(onset - 2 * begin) <= 3  # the audio starts where its timestamp says (10-ms frames)
@@ -314,7 +318,7 @@ def test_a_cut_window_ends_inside_the_next_recording_with_its_start_time_alone(s
             pitch = batch.src_ids[row][:, -5:].mean(dim=1).argmax()  # the cut recording's tone ...
             onset = int(torch.nonzero(heard(batch.src_ids[row + 1])).min())
             assert batch.src_ids[row + 1][:, onset + 5 : onset + 10].mean(dim=1).argmax() == pitch  # ... opens the next
-        assert sorted(said) == sorted(texts)  # each recording whole once, a cut one's text never written cut
+        assert sorted(text.removeprefix(" ") for text in said) == sorted(texts)  # each whole once, none cut
     assert cuts >= 4
     never = timed(paths, texts, tok, Timestamps(fraction=1.0, most=8, gap=0.5, cut=0.0))
     assert all(labels[-3] < first for labels in rows_of(never.batch_at(0, 0)))  # cut 0: no window ends in a pair

@@ -143,6 +143,7 @@ def build_objective(
             spec_augment=spec_augment,
             timestamps=timestamps,
             no_timestamps_id=no_timestamps_id,
+            separator=tok.encode(" "),  # between a joined window's texts, as a long recording's text reads
             seed=seed,
         )
     config = denoisers(kind, seq_len, mean_span, noise_density, ul2_probabilities, mode_tokens)

@@ -36,7 +36,10 @@ least) and written as Whisper's data writes a segment its window cuts: its start
 
 so the decoding ends on a pair of timestamps and long-form seeks to <|t_end|> (openai-whisper's and
 transformers' rule, encdec.generation.whisper_windows.split), not a whole window on (a window of whole
-recordings ends on a lone timestamp). A window drawn without timestamps keeps no cut recording (its sound without
+recordings ends on a lone timestamp). Each segment's text is written after a space (the tokenizer's `separator`
+ids), as Whisper writes them, and a window without timestamps puts one between its texts: long form joins its
+segments' tokens, and without it a window's sentences read "sea.The". A window drawn without timestamps keeps no
+cut recording (its sound without
 its text taught the model to drop a window's trailing speech: docs/recipes.md); the cut recording starts the next
 window whole either way. The joins and silences are drawn from the batch's position too.
 
@@ -106,9 +109,9 @@ class Window:
     cut: int | None = None
 
 
-def written(texts: list) -> int:
-    """The label tokens `texts` take with two timestamps each."""
-    return sum(len(text) + 2 for text in texts)
+def written(texts: list, separator: int = 0) -> int:
+    """The label tokens `texts` take with two timestamps and a `separator` (tokens) each."""
+    return sum(len(text) + 2 + separator for text in texts)
 
 
 @dataclass(frozen=True)
@@ -123,10 +126,10 @@ class Timestamps:
     # with timestamps (its labels give the cut recording's start): without them the sound would have no text
     cut: Annotated[float, Range(0, 1)] = 0.0
 
-    def join(self, waves, texts, window: int, room: int, rng: np.random.Generator) -> list[Window]:
+    def join(self, waves, texts, window: int, room: int, rng: np.random.Generator, separator: int = 0) -> list[Window]:
         """`waves` (each (N,) at 16 kHz) and their `texts` (id arrays) in order -> windows: each at most `window`
         samples and `most` whole recordings, whose texts with two timestamps each (and a cut one's start time)
-        fit `room` tokens (a recording alone always makes a window). A recording that a window's end cuts
+        fit `room` tokens, each text after `separator` tokens (a recording alone always makes a window). A recording that a window's end cuts
         starts the next window whole, so each is trained on whole once an epoch."""
         windows: list[Window] = []
         end = 0
@@ -135,12 +138,12 @@ class Timestamps:
             if windows:
                 last = windows[-1]
                 fits = end + silence + len(wave) <= window and len(last.placed) < self.most
-                if fits and written(last.texts) + len(text) + 2 <= room:
+                if fits and written(last.texts, separator) + len(text) + 2 + separator <= room:
                     last.placed.append((end + silence, wave))
                     last.texts.append(text)
                     end += silence + len(wave)
                     continue
-                self.cut_into(last, wave, end + silence, window, room, rng)
+                self.cut_into(last, wave, end + silence, window, room - written(last.texts, separator), rng)
             start = self.lead_before(len(wave), window, rng)
             windows.append(Window([(start, wave)], [text]))
             end = start + len(wave)
@@ -153,13 +156,13 @@ class Timestamps:
             return 0
         return min(int(rng.uniform(0, self.lead) * SAMPLE_RATE), max(window - length, 0))
 
-    def cut_into(self, last: Window, wave, start: int, window: int, room: int, rng: np.random.Generator) -> None:
+    def cut_into(self, last: Window, wave, start: int, window: int, left: int, rng: np.random.Generator) -> None:
         """A `cut` share of the windows whose next recording (`wave`, due at sample `start`) runs past their end
-        take the part of it that fits, CUT_LEAST seconds at least, and its start time in the labels (drawn only
-        where the recording overruns and `cut` is above 0)."""
+        take the part of it that fits, CUT_LEAST seconds at least, and its start time in the labels where `left`
+        tokens of room hold it (drawn only where the recording overruns and `cut` is above 0)."""
         if self.cut == 0 or start + len(wave) <= window or rng.random() >= self.cut:
             return
-        if window - start >= CUT_LEAST * SAMPLE_RATE and written(last.texts) + 1 <= room:
+        if window - start >= CUT_LEAST * SAMPLE_RATE and left >= 1:
             last.placed.append((start, wave[: window - start]))
             last.cut = start
 
@@ -223,6 +226,7 @@ class TranscribeObjective(Objective):
         spec_augment: SpecAugment | None = None,
         timestamps: Timestamps | None = None,
         no_timestamps_id: int | None = None,
+        separator: Sequence[int] = (),
         bucket_batches: int = 50,
         shuffle: bool = True,
         seed: int = 0,
@@ -241,6 +245,7 @@ class TranscribeObjective(Objective):
         self.max_target_len, self.n_mels, self.frames = max_target_len, n_mels, frames
         self.max_seconds = frames * HOP / SAMPLE_RATE  # a recording longer than the window is refused
         self.spec_augment, self.shuffle, self.timestamps = spec_augment, shuffle, timestamps
+        self.separator = np.array(separator, dtype=np.int64)  # a space: between a joined window's texts
         if timestamps is not None and (no_timestamps_id is None or not prompt or prompt[-1] != no_timestamps_id):
             raise ConfigError(
                 "objective.timestamps writes Whisper's timestamp tokens, which follow <|notimestamps|>: this run's "
@@ -265,8 +270,8 @@ class TranscribeObjective(Objective):
             return np.array([first + round(sample / SAMPLE_RATE / SECONDS_PER_TIMESTAMP)])
 
         pieces = [self.prompt[:-1]]
-        for (start, wave), text in zip(joined.placed, joined.texts):
-            pieces += [token(start), text.astype(np.int64), token(start + len(wave))]
+        for (start, wave), text in zip(joined.placed, joined.texts):  # each segment's text after a space, as Whisper's
+            pieces += [token(start), self.separator, text.astype(np.int64), token(start + len(wave))]
         if joined.cut is not None:  # openai-whisper's data: the segment the window cuts, its start time alone
             pieces.append(token(joined.cut))
         return np.concatenate([*pieces, np.array([self.eos_id], np.int64)])
@@ -277,8 +282,8 @@ class TranscribeObjective(Objective):
         texts = [self.targets[int(i)] for i in rows]
         window = self.frames * HOP
         joined_waves, labels = [], []
-        for joined in self.timestamps.join(waves, texts, window, room, rng):
-            times = written(joined.texts) + (joined.cut is not None)
+        for joined in self.timestamps.join(waves, texts, window, room, rng, len(self.separator)):
+            times = written(joined.texts, len(self.separator)) + (joined.cut is not None)
             timed = rng.random() < self.timestamps.fraction and times <= room
             if joined.cut is not None and not timed:  # a cut recording's sound only beside its start time
                 joined.placed.pop()
@@ -290,8 +295,9 @@ class TranscribeObjective(Objective):
             joined_waves.append(wave)
             if timed:
                 labels.append(self.timed_labels(joined))
-            else:  # the whole recordings' texts one after another, cut to fit as a recording's alone
-                text = np.concatenate([t.astype(np.int64) for t in joined.texts])[: room - 1]
+            else:  # the whole recordings' texts one after another, a space between, cut to fit as one recording's
+                parts = [piece for t in joined.texts for piece in (self.separator, t.astype(np.int64))][1:]
+                text = np.concatenate(parts)[: room - 1]
                 labels.append(np.concatenate([self.prompt, text, np.array([self.eos_id], np.int64)]))
         return joined_waves, labels
 
