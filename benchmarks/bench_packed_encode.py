@@ -15,7 +15,11 @@ import time
 
 import torch
 
-from encdec.models import build_model, preset
+from encdec.cli.options import whole_number
+from encdec.errors import ConfigError
+from encdec.models import build_model, preset, preset_names
+
+MOST_SOURCES = 4096  # sources a join of the table may hold
 
 
 def timed(fn) -> tuple[float, torch.Tensor]:
@@ -26,12 +30,23 @@ def timed(fn) -> tuple[float, torch.Tensor]:
     return time.perf_counter() - started, out.hidden
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The arguments, each number within its declared range; a bad one is argparse's one sentence, exit 2."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="t5-small")
-    parser.add_argument("--sources", default="8,16,32,64", help="comma-separated join sizes")
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument("--preset", choices=preset_names(), default="t5-small")
+    one = whole_number(1, MOST_SOURCES, "--sources")
+    parser.add_argument(
+        "--sources", type=lambda text: [one(n) for n in text.split(",")], default="8,16,32,64", help="join sizes"
+    )
+    parser.add_argument("--repeats", type=whole_number(1, 100, "--repeats"), default=5)
+    try:
+        return parser.parse_args(argv)
+    except ConfigError as error:  # a number out of its declared range
+        parser.error(str(error))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = build_model(preset(args.preset, vocab_size=32128)).eval()
@@ -43,7 +58,7 @@ def main() -> None:
         "| sources | tokens | padded rows | packed rows | padded (ms) | packed (ms) | padded / packed | max difference |"
     )
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for count in map(int, args.sources.split(",")):
+    for count in args.sources:
         lengths = torch.randint(5, 62, (count,))
         ids = torch.randint(3, 32000, (count, 64))
         mask = torch.arange(64)[None, :] < lengths[:, None]

@@ -39,9 +39,8 @@ transformers' rule, encdec.generation.whisper_windows.split), not a whole window
 recordings ends on a lone timestamp). Each segment's text is written after a space (the tokenizer's `separator`
 ids), as Whisper writes them, and a window without timestamps puts one between its texts: long form joins its
 segments' tokens, and without it a window's sentences read "sea.The". A window drawn without timestamps keeps no
-cut recording (its sound without
-its text taught the model to drop a window's trailing speech: docs/recipes.md); the cut recording starts the next
-window whole either way. The joins and silences are drawn from the batch's position too.
+cut recording (its sound without its text taught the model to drop a window's trailing speech: docs/recipes.md);
+the cut recording starts the next window whole either way. The joins and silences are drawn from the batch's position too.
 
 Shapes: B batch, M mel bins, F frames (3000), T target length.
 """
@@ -128,9 +127,9 @@ class Timestamps:
 
     def join(self, waves, texts, window: int, room: int, rng: np.random.Generator, separator: int = 0) -> list[Window]:
         """`waves` (each (N,) at 16 kHz) and their `texts` (id arrays) in order -> windows: each at most `window`
-        samples and `most` whole recordings, whose texts with two timestamps each (and a cut one's start time)
-        fit `room` tokens, each text after `separator` tokens (a recording alone always makes a window). A recording that a window's end cuts
-        starts the next window whole, so each is trained on whole once an epoch."""
+        samples and `most` whole recordings, whose texts with two timestamps and `separator` tokens each (and a
+        cut one's start time) fit `room` tokens (a recording alone always makes a window). A recording that a
+        window's end cuts starts the next window whole, so each is trained on whole once an epoch."""
         windows: list[Window] = []
         end = 0
         for wave, text in zip(waves, texts):
@@ -138,7 +137,7 @@ class Timestamps:
             if windows:
                 last = windows[-1]
                 fits = end + silence + len(wave) <= window and len(last.placed) < self.most
-                if fits and written(last.texts, separator) + len(text) + 2 + separator <= room:
+                if fits and written([*last.texts, text], separator) <= room:
                     last.placed.append((end + silence, wave))
                     last.texts.append(text)
                     end += silence + len(wave)
