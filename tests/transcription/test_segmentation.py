@@ -84,6 +84,34 @@ def test_stretches_are_padded_and_merged_while_the_piece_stays_within_chunk_leng
             assert_pieces(cut_at_pauses(wave, RATE, chunk_length, speech_pad=speech_pad), wave, tones, chunk_length)
 
 
+def test_a_piece_ends_at_the_longest_pause_of_its_last_half_not_the_last_that_fits():
+    # four "words" of 1 s: a comma's pause (0.2 s), a sentence's (0.7 s), a comma's, then more speech after 0.2 s
+    wave, tones = joined(
+        [silence(1), tone(1), silence(0.2), tone(1, seed=1), silence(0.7), tone(1, seed=2)]
+        + [
+            silence(0.2),
+            tone(1, seed=3),
+            silence(0.2),
+            tone(1, seed=4),
+            silence(1),
+        ]
+    )
+    a, b, c, d, e = tones
+    # a piece of 4 s from the first could hold three (3.9 s): it ends at the sentence's pause after the second,
+    # which ends past 2 s, and not at the comma's after the third (the greedy merge's choice)
+    assert near(cut_at_pauses(wave, RATE, 4.0), [(a[0], b[1]), (c[0], e[1])])
+    assert near(cut_at_pauses(wave, RATE, 3.0), [(a[0], b[1]), (c[0], d[1]), e])  # the third's three: 3.4 s
+    # equal pauses: the latest that ends past half of the piece
+    even, ones = joined([silence(1), tone(1), silence(0.5), tone(1, seed=1), silence(0.5), tone(1, seed=2), silence(1)])
+    assert near(cut_at_pauses(even, RATE, 2.6), [(ones[0][0], ones[1][1]), ones[2]])
+    assert near(cut_at_pauses(even, RATE, 1.2), ones)  # nothing joins
+    # none ends past half: the last that fits ends the piece
+    short, (f, g, h) = joined([silence(1), tone(0.5), silence(0.3), tone(1), silence(0.3), tone(3), silence(1)])
+    assert near(cut_at_pauses(short, RATE, 4.0), [(f[0], g[1]), h])
+    for chunk_length in (1.0, 2.0, 2.5, 3.0, 4.0, 5.0, 8.0):
+        assert_pieces(cut_at_pauses(wave, RATE, chunk_length), wave, tones, chunk_length)
+
+
 def test_a_stretch_of_speech_longer_than_chunk_length_is_cut_in_its_quietest_part():
     dip = tone(0.4, loud=0.05)  # 20 dB quieter, yet speech (within 50 dB of the loudest): no pause
     wave, tones = joined([silence(1), torch.cat((tone(2.4), dip, tone(3.2, seed=1))), silence(1)])
