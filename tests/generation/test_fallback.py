@@ -43,7 +43,7 @@ CASES = {  # thresholds the tiny model's greedy rows fall on either side of (com
     "compression": dict(compression_ratio_threshold=0.62),
     "logprob": dict(logprob_threshold=-1.5),
     "both": dict(compression_ratio_threshold=0.7, logprob_threshold=-1.6),
-    "no-speech": dict(logprob_threshold=-1.45, no_speech_threshold=0.00045),  # <|nospeech|> 1e-4..7e-4 here
+    "no-speech": dict(logprob_threshold=-1.45, no_speech_threshold=0.012),  # <|nospeech|> 4e-3..3e-2 here
     "beam-first": dict(compression_ratio_threshold=0.62, num_beams=3),
     "beam-logprob": dict(logprob_threshold=-1.2, num_beams=3),
 }

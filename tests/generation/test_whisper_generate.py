@@ -95,6 +95,21 @@ def test_encdecs_own_whisper_equals_transformers(tmp_path, options):
         assert torch.equal(model.generate(x, max_new_tokens=10, **options), expected)
 
 
+def test_no_timestamp_past_a_window_shorter_than_the_vocabulary_s(tmp_path):
+    """A model whose window (15 positions: 0.30 s) holds fewer timestamps than its vocabulary (0.60 s): encdec
+    writes none past the window, where transformers' rules let a random model write them (long form would move
+    past speech it never read); token for token transformers' with the later timestamps suppressed."""
+    reference = whisper_kit.tiny_whisper(transformers, tmp_path, max_source_positions=15)
+    model = encdec.load_hf(tmp_path)
+    last = whisper_kit.NO_TIMESTAMPS + 1 + 15  # <|0.30|>
+    x = torch.randn(6, 8, 30, generator=torch.Generator().manual_seed(0))
+    options = dict(max_new_tokens=10, language="en", return_timestamps=True)
+    got = model.generate(x, **options)
+    assert int(got.max()) <= last < int(reference.generate(x, **options).max())
+    later = list(range(last + 1, whisper_kit.V))
+    assert torch.equal(got, reference.generate(x, suppress_tokens=[3, 4, *later], **options))
+
+
 def test_a_previous_text_prompt_equals_transformers(whisper):
     reference, ours, defaults = whisper
     x = features(7)

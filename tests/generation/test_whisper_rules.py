@@ -4,6 +4,8 @@ transformers' Whisper makes from language, task and timestamps, language detecti
 from a generation_config.json."""
 
 import json
+import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -51,6 +53,25 @@ def test_timestamp_rules_equal_transformers_on_random_logits_and_histories(seed,
         if seed % 2:  # beam search's scores: log-probabilities
             scores = scores.log_softmax(-1)
         assert torch.equal(ours(seqs, scores), theirs(seqs, scores.clone()))
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("last", [0, 4, 12])
+def test_no_timestamp_past_the_window_else_transformers_rules_on_the_window_s_timestamps(seed, last):
+    """A model whose window holds fewer timestamps than its vocabulary (last_index): those past it banned before
+    the rules weigh the timestamps' mass, as transformers' rules on logits whose later timestamps are -inf."""
+    generator = torch.Generator().manual_seed(seed)
+    begin = 1 + seed % 3
+    config = transformers.GenerationConfig(eos_token_id=EOS, no_timestamps_token_id=NO_TIMESTAMPS)
+    theirs = WhisperTimeStampLogitsProcessor(config, begin_index=begin)
+    ours = timestamp_rules(NO_TIMESTAMPS, EOS, begin, None, last_index=last)
+    for generated in range(6):
+        seqs = random_history(generator, 12, begin, generated)
+        scores = torch.randn(12, V, generator=generator) * 3
+        scores[:6, FIRST + last + 1 :] += 6.0  # rows whose later timestamps would win
+        got = ours(seqs, scores)
+        assert torch.isinf(got[:, FIRST + last + 1 :]).all()
+        assert torch.equal(got, theirs(seqs, scores.index_fill(1, torch.arange(FIRST + last + 1, V), -math.inf)))
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -155,5 +176,9 @@ def test_the_rules_read_from_a_generation_config_json(tmp_path):
     with pytest.raises(ConfigError, match="below vocab_size"):
         GenerationConfig(whisper=rules).check_vocabulary(56)
     assert GenerationConfig(whisper=json.loads(json.dumps(rules.as_json()))).whisper == rules  # kept as JSON
+    windowed = replace(rules, window_timestamps=500)  # the model's (resolve_config's), not the file's: not written
+    assert windowed.as_json() == rules.as_json()
+    with pytest.raises(CheckpointError, match="whisper.window_timestamps"):
+        whisper_rules_of({**values, "window_timestamps": 0})
     with pytest.raises(ConfigError, match="whisper.task_to_id"):
         GenerationConfig(whisper={**rules.as_json(), "task_to_id": {"sing": 3}})

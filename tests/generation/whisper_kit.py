@@ -11,7 +11,7 @@ from encdec.generation.interface import Capabilities
 from encdec.generation.whisper_rules import read_whisper_rules
 from encdec.interop.generation_config import read_generation_defaults
 
-V, START, EOS, NO_TIMESTAMPS = 120, 50, 51, 60  # text below 50; timestamps from 61
+V, START, EOS, NO_TIMESTAMPS = 120, 50, 51, 88  # text below 50; timestamps from 89: 0.00 to 0.60 s, the window
 LANGS = {"<|en|>": 52, "<|fr|>": 53, "<|de|>": 54}
 TASKS = {"transcribe": 56, "translate": 55}
 PREV = 57  # <|startofprev|>

@@ -10,7 +10,7 @@ Shapes: B examples, S source length, L output length (start token included).
 """
 
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import nn
@@ -26,7 +26,7 @@ from encdec.generation.mbr import check_mbr
 from encdec.generation.speculative import Draft, check_draft
 from encdec.generation.stop_strings import stop_strings_for
 from encdec.generation.strategies import strategy_for
-from encdec.generation.whisper_rules import whisper_prompt, whisper_rules_of
+from encdec.generation.whisper_rules import MAX_TIMESTAMP_INDEX, whisper_prompt, whisper_rules_of
 from encdec.generation.whisper_windows import transcribe
 from encdec.modules import as_bool_mask
 from encdec.tokenizers.languages import generation_languages
@@ -185,6 +185,9 @@ def resolve_config(model, options: dict, defaults: dict | None = None) -> Genera
     if cfg.whisper is None:  # a loaded Whisper's rules: its generation_config.json's keys (interop's hf_generation)
         cfg.whisper = whisper_rules_of(getattr(model, "hf_generation", None) or {})
     model_cfg = getattr(model, "config", None)
+    audio = getattr(model_cfg, "audio", None)
+    if cfg.whisper is not None and audio is not None:  # no timestamp past the window (a 10 s model's vocabulary has 30)
+        cfg.whisper = replace(cfg.whisper, window_timestamps=min(audio.max_source_positions, MAX_TIMESTAMP_INDEX))
     if cfg.decoder_start_token_id is None:
         cfg.decoder_start_token_id = getattr(model_cfg, "decoder_start_id", None)
     if cfg.eos_token_id is None:

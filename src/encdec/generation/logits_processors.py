@@ -138,13 +138,20 @@ def suppress(tokens: list[int], at_length: int | None = None, device: torch.devi
 
 
 def timestamp_rules(
-    no_timestamps: int, eos: int, begin: int, max_initial_index: int | None, device: torch.device | str | None = None
+    no_timestamps: int,
+    eos: int,
+    begin: int,
+    max_initial_index: int | None,
+    device: torch.device | str | None = None,
+    last_index: int | None = None,
 ) -> Processor:
     """Whisper's timestamps (Radford et al. 2022, 4.5; transformers' WhisperTimeStampLogitsProcessor), rows holding
     `begin` prompt tokens: <|notimestamps|> banned; timestamps (ids from no_timestamps + 1) in pairs, so after a
     lone one only a timestamp or EOS and after a pair only text; none below the row's last (nor equal, unless it
-    closes a pair); the first new token a timestamp of index at most `max_initial_index`; and where the
-    timestamps' probability mass beats the best text token's, a timestamp. Every row at once, on the device."""
+    closes a pair); the first new token a timestamp of index at most `max_initial_index`; none past `last_index`
+    (the window's end: a model whose window is shorter than its vocabulary's 30 s, whose later timestamps would
+    move long form past speech it never read; None: every one); and where the timestamps' probability mass beats
+    the best text token's, a timestamp. Every row at once, on the device."""
     first = no_timestamps + 1
 
     def apply(seqs: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -164,6 +171,8 @@ def timestamp_rules(
             lowest = torch.where(last & before, V, lowest)
         scores = scores.clone()  # the bans below write ranges and add -inf by row: a (R, V) mask costs 5x more
         scores[:, no_timestamps] = -math.inf
+        if last_index is not None:
+            scores[:, first + last_index + 1 :] = -math.inf
         if G == 0:  # the first new token: a timestamp, no later than max_initial_index
             scores[:, :first] = -math.inf
             if max_initial_index is not None:
@@ -325,7 +334,14 @@ def build_processors(
     if rules is not None and cfg.return_timestamps:  # transformers' Whisper puts it after the suppressions
         eos = cfg.eos_ids[0] if cfg.eos_ids else rules.no_timestamps_token_id  # text lies below EOS
         chain.append(
-            timestamp_rules(rules.no_timestamps_token_id, eos, prompt_length, rules.max_initial_timestamp_index, device)
+            timestamp_rules(
+                rules.no_timestamps_token_id,
+                eos,
+                prompt_length,
+                rules.max_initial_timestamp_index,
+                device,
+                rules.window_timestamps,
+            )
         )
     if cfg.do_sample:
         keep = len(cfg.eos_ids) + 1 if cfg.num_beams > 1 else 1

@@ -88,12 +88,20 @@ class WhisperRules:
     alignment_heads: Annotated[
         list[list] | None, Satisfies(valid_heads, f"None or 1 to {MAX_ALIGNMENT_HEADS} pairs [decoder layer, head]")
     ] = None  # the cross-attention heads word timestamps read (transcription.word_times); None: the upper half
+    # the last timestamp a window holds: the model's, not its generation_config.json's (resolve_config sets it from
+    # the encoder's positions, one a timestamp: Whisper's 1,500 is its vocabulary's last, 30.00 s); None: every one
+    window_timestamps: Annotated[int, Range(1, MAX_TIMESTAMP_INDEX)] | None = None
 
     def as_json(self) -> dict:
         """Its keys and values as generation_config.json writes them (GenerationConfig(whisper=...) reads them back):
         an English-only Whisper's file has no lang_to_id or task_to_id, and transformers detects a language wherever
-        it finds a lang_to_id, an empty one too, so none is written empty."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) not in (None, {})}
+        it finds a lang_to_id, an empty one too, so none is written empty; the window's timestamps are the model's."""
+        skipped = (None, {})
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) not in skipped and f.name != "window_timestamps"
+        }
 
     @property
     def timestamp_begin(self) -> int:
