@@ -1,13 +1,13 @@
 """Long-form transcription against the same model on the recording's sentences one by one: WER and wall time.
 
     PYTHONPATH=src python benchmarks/bench_longform.py runs/speech runs/speech_data --index 0
-    PYTHONPATH=src python benchmarks/bench_longform.py runs/speech2 runs/speech_data --index 1 --chunk-length 8
+    PYTHONPATH=src python benchmarks/bench_longform.py runs/speech2 runs/speech_data --index 1 --chunk-length 4 6 8
 
 The recording is the index-th line of DATA/long.jsonl (scripts/speak.py --long writes it: a long recording, its
 text and each sentence's span). Long-form transcription (encdec.transcription) reads the whole recording window
 after window, greedy with and without the previous text as prompt, then with openai-whisper's fallback and
 no-speech defaults; "batched" cuts it at its pauses into pieces of at most chunk_length seconds (the model's
-window, then --chunk-length) and decodes them as one batch as `encdec transcribe --batched` does (greedy, no
+window, then each --chunk-length) and decodes them as one batch as `encdec transcribe --batched` does (greedy, no
 timestamps); "one by one" cuts the recording at the sentences' spans and decodes each clip as `encdec generate`
 does. Sampling is seeded (0). WER (x100) is over the whole text, as written (no normalisation), the same for every
 row.
@@ -54,8 +54,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--chunk-length",
         type=argument_type(ChunkLength, "--chunk-length"),
+        nargs="+",
         default=None,
-        help="the second batched row's longest piece in seconds, at most the model's window (default: half of it)",
+        help="the longest piece in seconds of each batched row after the window's, at most the window (default: "
+        "half of it); several make a row each",
     )
     try:
         args = parser.parse_args(argv)
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     opened = open_model(args.model)
     window = window_of(opened.text)
     try:
-        chunk_length = chunk_length_of(args.chunk_length or window / 2, opened.text, "--chunk-length")
+        chunks = [chunk_length_of(c, opened.text, "--chunk-length") for c in args.chunk_length or [window / 2]]
     except ConfigError as error:
         parser.error(str(error))
     print(f"{record['audio']}: {seconds:.1f} s, {len(record['segments'])} sentences")
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
             f"| {name} | {wer([transcript.text], reference):.1f} | {len(transcript.segments)} | {wall:.1f} | "
             f"{seconds / wall:.1f} |"
         )
-    for chunk in (window, chunk_length):
+    for chunk in (window, *chunks):
         start = time.perf_counter()
         with torch.inference_mode():
             [transcript] = transcribe_batched(

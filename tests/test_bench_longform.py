@@ -42,7 +42,7 @@ def place(tmp_path_factory):
 
 
 def test_each_decoding_has_its_row_the_batched_ones_at_the_window_and_at_chunk_length(place, capsys):
-    bench().main([str(place / "model"), str(place / "data"), "--chunk-length", "1.5"])
+    bench().main([str(place / "model"), str(place / "data"), "--chunk-length", "1.5", "2.5"])
     rows = [line.strip("| \n").split(" | ") for line in capsys.readouterr().out.splitlines()[3:]]
     assert [row[0] for row in rows] == [
         "long-form, greedy, previous text",
@@ -50,10 +50,12 @@ def test_each_decoding_has_its_row_the_batched_ones_at_the_window_and_at_chunk_l
         "long-form, openai-whisper's defaults",
         "batched, chunk_length 4 s",
         "batched, chunk_length 1.5 s",
+        "batched, chunk_length 2.5 s",
         "sentences one by one",
     ]
     assert all(float(row[1]) >= 0 and len(row) == 5 for row in rows)  # a WER, segments, wall s, audio s / wall s
-    assert int(rows[4][2]) > int(rows[3][2])  # shorter pieces: more of them (a segment each, without timestamps)
+    pieces = [int(row[2]) for row in rows[3:6]]  # the window's, 1.5 s, 2.5 s: shorter pieces, more of them
+    assert pieces[1] >= pieces[2] >= pieces[0] and pieces[1] > pieces[0]
 
 
 @pytest.mark.parametrize(
@@ -61,6 +63,7 @@ def test_each_decoding_has_its_row_the_batched_ones_at_the_window_and_at_chunk_l
     [
         ("--chunk-length", "0", "--chunk-length must be at least 0.1"),
         ("--chunk-length", "4.5", "--chunk-length must be from 0.1 s to the model's window of 4 s"),
+        ("--chunk-length", "2 4.5", "--chunk-length must be from 0.1 s to the model's window of 4 s"),
         ("--index", "1", "--index must be below 1"),
         ("--index", "-1", "--index must be"),
         ("--threads", "0", "--threads must be"),
@@ -68,6 +71,6 @@ def test_each_decoding_has_its_row_the_batched_ones_at_the_window_and_at_chunk_l
 )
 def test_numbers_out_of_their_range_are_one_line_each(place, capsys, flag, value, says):
     with pytest.raises(SystemExit) as stopped:
-        bench().main([str(place / "model"), str(place / "data"), f"{flag}={value}"])
+        bench().main([str(place / "model"), str(place / "data"), flag, *value.split()])  # several: a row each
     error = capsys.readouterr().err.strip().splitlines()
     assert stopped.value.code == 2 and says in error[-1], error
