@@ -23,7 +23,7 @@ CASES = {
     "detected-timestamps": dict(return_timestamps=True),
     "translate-per-window": dict(language="de", task="translate", return_timestamps=True),
     "beam-timestamps": dict(language="en", num_beams=3, return_timestamps=True),
-    "fallback": dict(
+    "fallback": dict(  # two of the four windows fall back at -1.9 (all four at -1.6, none at -2.0)
         language="de", temperature=[0.0, 0.2, 0.4], logprob_threshold=-1.9, compression_ratio_threshold=0.7, seed=3
     ),
     "previous-text": dict(language="en", prompt_ids=[whisper_kit.PREV, 9, 10, 11]),
