@@ -178,7 +178,8 @@ def test_the_rules_read_from_a_generation_config_json(tmp_path):
     assert GenerationConfig(whisper=json.loads(json.dumps(rules.as_json()))).whisper == rules  # kept as JSON
     windowed = replace(rules, window_timestamps=500)  # the model's (resolve_config's), not the file's: not written
     assert windowed.as_json() == rules.as_json()
-    with pytest.raises(CheckpointError, match="whisper.window_timestamps"):
-        whisper_rules_of({**values, "window_timestamps": 0})
+    for bad in (0, -1, 1501, 10**400, 2.5, "500", True, [500]):  # out of range or not a whole number: one sentence
+        with pytest.raises(CheckpointError, match="whisper.window_timestamps"):
+            whisper_rules_of({**values, "window_timestamps": bad})
     with pytest.raises(ConfigError, match="whisper.task_to_id"):
         GenerationConfig(whisper={**rules.as_json(), "task_to_id": {"sing": 3}})
