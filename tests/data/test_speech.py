@@ -80,8 +80,10 @@ def test_a_datasets_audio_column_is_read_undecoded_and_split_by_its_bytes(clips)
     assert sorted(train + validation, key=lambda pair: texts.index(pair[1])) == pairs
 
 
-def whisper_tokenizer():
-    return build_tokenizer("byte", extra_specials=WHISPER_TOKENS)
+def whisper_tokenizer(previous: bool = False):
+    """A byte tokenizer with Whisper's prompt tokens (and <|startofprev|>, where `previous`)."""
+    names = (*WHISPER_TOKENS[:-1], "<|startofprev|>", WHISPER_TOKENS[-1]) if previous else WHISPER_TOKENS
+    return build_tokenizer("byte", extra_specials=names)
 
 
 def test_the_prompt_is_whisper_s_where_the_tokenizer_holds_its_tokens():
@@ -244,6 +246,7 @@ def timed(paths, texts, tok, timestamps, frames=300, batch=6):
         prompt=prompt,
         decoder_start=start,
         no_timestamps_id=tok.special_id("<|notimestamps|>"),
+        previous_id=tok.special_id("<|startofprev|>"),
         max_target_len=128,
         frames=frames,
         timestamps=timestamps,
@@ -353,7 +356,8 @@ def test_cut_draws_its_share_of_the_windows_that_overrun_and_places_half_a_secon
 def test_lead_and_cut_are_drawn_again_from_the_position_and_resume_bitwise(sentences):
     paths, texts = sentences
     tok = whisper_tokenizer()
-    policy = Timestamps(fraction=0.5, most=8, gap=0.5, lead=1.0, cut=0.5)
+    tok = whisper_tokenizer(previous=True)
+    policy = Timestamps(fraction=0.5, most=8, gap=0.5, lead=1.0, cut=0.5, previous=0.5)
     first = timed(paths, texts, tok, policy)
     again = timed(paths, texts, tok, policy)
     for step in range(2):
@@ -373,6 +377,9 @@ def test_lead_and_cut_are_drawn_again_from_the_position_and_resume_bitwise(sente
         ("lead", 11, "objective.timestamps.lead"),
         ("cut", 1.5, "objective.timestamps.cut"),
         ("cut", "often", "objective.timestamps.cut"),
+        ("previous", 1.5, "objective.timestamps.previous"),
+        ("previous", -0.1, "objective.timestamps.previous"),
+        ("previous", "half", "objective.timestamps.previous"),
     ],
 )
 def test_lead_and_cut_out_of_their_ranges_are_one_sentence(tmp_path, key, value, says):
@@ -381,3 +388,44 @@ def test_lead_and_cut_out_of_their_ranges_are_one_sentence(tmp_path, key, value,
     with pytest.raises(ConfigError) as error:
         load_config(path)
     assert says in str(error.value) and "\n" not in str(error.value)
+
+
+def test_previous_prompts_a_window_with_the_earlier_windows_text_read_but_not_learned(sentences):
+    """objective.timestamps.previous 1: each window but a batch's first is read after <|startofprev|> and the last
+    tokens of the earlier windows' texts (labels less prompt and EOS, timestamps kept), as long form prompts a
+    window with condition_on_prev_tokens; those tokens and <|startoftranscript|> are not learned, and the window's
+    labels and audio are the same as without them. The prompt keeps max_target_len // 2 - 1 tokens at most and
+    as many as fit beside the labels."""
+    paths, texts = sentences
+    tok = whisper_tokenizer(previous=True)
+    previous, start = tok.special_id("<|startofprev|>"), tok.special_id("<|startoftranscript|>")
+    policy = dict(fraction=0.5, most=2, gap=0.5, lead=0.5, cut=0.5)
+    prompted = 0
+    for step in range(3):
+        plain = timed(paths, texts, tok, Timestamps(**policy)).batch_at(step, 0)
+        batch = timed(paths, texts, tok, Timestamps(**policy, previous=1.0)).batch_at(step, 0)
+        assert torch.equal(batch.src_ids, plain.src_ids)
+        bodies = [labels[2 + (labels[2] == tok.special_id("<|notimestamps|>")) : -1] for labels in rows_of(plain)]
+        for row, labels in enumerate(rows_of(plain)):
+            read, learned = batch.tgt_ids[row].tolist(), batch.labels[row].tolist()
+            begins = read.index(start)
+            assert learned[:begins] == [-100] * begins and rows_of(batch)[row] == labels
+            assert read[begins + 1 : begins + len(labels)] == labels[:-1]  # the labels shifted, as without it
+            history = [t for body in bodies[:row] for t in body]
+            kept = min(128 // 2 - 1, 128 - len(labels) - 1, len(history))
+            assert read[:begins] == ([previous, *history[-kept:]] if row and kept else [])
+            assert begins + len(labels) <= 128
+            prompted += begins > 0
+    assert prompted >= 6
+    never = timed(paths, texts, tok, Timestamps(**policy, previous=0.0)).batch_at(0, 0)
+    assert (never.tgt_ids[:, 0] == start).all()
+    half = [timed(paths, texts, tok, Timestamps(**policy, previous=0.5)).batch_at(s, 0) for s in range(8)]
+    drawn = [int(b.tgt_ids[r, 0] == previous) for b in half for r in range(1, len(b.tgt_ids))]
+    assert 0 < sum(drawn) < len(drawn)  # a share of the windows, drawn
+
+
+def test_previous_with_a_tokenizer_without_startofprev_is_one_sentence(sentences):
+    paths, texts = sentences
+    with pytest.raises(ConfigError) as error:
+        timed(paths, texts, whisper_tokenizer(), Timestamps(previous=0.5))
+    assert "objective.timestamps.previous" in str(error.value) and "\n" not in str(error.value)

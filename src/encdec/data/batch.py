@@ -93,13 +93,18 @@ def collate_encoder_decoder(
     )
 
 
-def decoder_rows(targets: Sequence[np.ndarray], pad_id: int, decoder_start_id: int) -> tuple[Tensor, Tensor]:
+def decoder_rows(
+    targets: Sequence[np.ndarray], pad_id: int, decoder_start_id: int, prefixes: Sequence[np.ndarray] | None = None
+) -> tuple[Tensor, Tensor]:
     """(tgt_ids, labels), each (B, T): the labels right-padded with IGNORE_INDEX, the decoder input the labels
-    shifted right after the decoder-start token."""
-    labels = pad_rows(targets, IGNORE_INDEX)  # (B, T)
-    tgt = np.full(labels.shape, pad_id, dtype=np.int64)
-    tgt[:, 0] = decoder_start_id
-    tgt[:, 1:] = np.where(labels[:, :-1] == IGNORE_INDEX, pad_id, labels[:, :-1])
+    shifted right after the decoder-start token. `prefixes` (one a row, possibly empty) are read before the
+    decoder-start token and not learned (Whisper's <|startofprev|> and a previous text): their labels IGNORE_INDEX."""
+    prefixes = [np.zeros(0, np.int64)] * len(targets) if prefixes is None else prefixes
+    ignored = [np.full(len(prefix), IGNORE_INDEX, np.int64) for prefix in prefixes]
+    labels = pad_rows([np.concatenate([i, t]) for i, t in zip(ignored, targets)], IGNORE_INDEX)  # (B, T)
+    read = [np.concatenate([p, [decoder_start_id], t[:-1]]).astype(np.int64) for p, t in zip(prefixes, targets)]
+    tgt = pad_rows(read, pad_id, labels.shape[1])
+    tgt[tgt == IGNORE_INDEX] = pad_id
     return torch.from_numpy(tgt), torch.from_numpy(labels)
 
 

@@ -34,7 +34,7 @@ from encdec.data.objectives.mixture import MixtureObjective, proportional_weight
 from encdec.data.objectives.objective import Objective
 from encdec.data.objectives.seq2seq import pair_ends
 from encdec.data.objectives.stream import StreamObjective
-from encdec.data.objectives.transcribe import NO_TIMESTAMPS, tokenize_transcripts, transcription_prompt
+from encdec.data.objectives.transcribe import NO_TIMESTAMPS, PREVIOUS, tokenize_transcripts, transcription_prompt
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError, DataError
 from encdec.tokenizers import UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
@@ -165,6 +165,7 @@ def corpus_objectives(
             "n_mels": audio.n_mels,
             "frames": 2 * audio.max_source_positions,
             "no_timestamps_id": tokenizer.special_id(NO_TIMESTAMPS),
+            "previous_id": tokenizer.special_id(PREVIOUS),
         }
     else:
         made = {}

@@ -87,6 +87,7 @@ def build_objective(
     spec_augment: SpecAugment | None = None,
     timestamps: Timestamps | None = None,
     no_timestamps_id: int | None = None,
+    previous_id: int | None = None,
 ) -> Objective:
     """The objective `kind` over `data`: documents, or (sources, targets) for seq2seq.
 
@@ -98,7 +99,8 @@ def build_objective(
     around each seq2seq pair's own (a target's EOS, language codes: seq2seq.pair_ends). transcribe's labels start
     with `prompt` (Whisper's language and task tokens) after `decoder_start` (default: the tokenizer's), its
     features have `n_mels` bins over `frames` and, with `spec_augment`, masks; with `timestamps`, its rows join
-    several recordings and write Whisper's timestamp tokens, the first after `no_timestamps_id`.
+    several recordings and write Whisper's timestamp tokens, the first after `no_timestamps_id`, and prompt some
+    windows with `previous_id` (<|startofprev|>) and the text before them.
     """
     tok = tokenizer
     if kind not in OBJECTIVES:
@@ -143,6 +145,7 @@ def build_objective(
             spec_augment=spec_augment,
             timestamps=timestamps,
             no_timestamps_id=no_timestamps_id,
+            previous_id=previous_id,
             separator=tok.encode(" "),  # between a joined window's texts, as a long recording's text reads
             seed=seed,
         )

@@ -40,7 +40,14 @@ recordings ends on a lone timestamp). Each segment's text is written after a spa
 ids), as Whisper writes them, and a window without timestamps puts one between its texts: long form joins its
 segments' tokens, and without it a window's sentences read "sea.The". A window drawn without timestamps keeps no
 cut recording (its sound without its text taught the model to drop a window's trailing speech: docs/recipes.md);
-the cut recording starts the next window whole either way. The joins and silences are drawn from the batch's position too.
+the cut recording starts the next window whole either way. `previous`, the share of windows (drawn) prompted as
+long form prompts a window with condition_on_prev_tokens: read before <|startofprev|>'s start token and not learned,
+
+    <|startofprev|> the last texts of the batch's earlier windows <|startoftranscript|> prompt ... EOS
+
+up to half the decoder's positions less one (max_target_len stands for them, as encdec.transcription keeps
+them) and as many as fit beside the window's labels; a model never so trained reads a previous text as text to
+go on with and repeats it. The joins, silences and prompts are drawn from the batch's position too.
 
 Shapes: B batch, M mel bins, F frames (3000), T target length.
 """
@@ -64,6 +71,7 @@ from encdec.schema import Range
 
 TASKS = ("transcribe", "translate")  # Whisper's: in the recording's language, or into English
 START = "<|startoftranscript|>"
+PREVIOUS = "<|startofprev|>"
 NO_TIMESTAMPS = "<|notimestamps|>"
 SECONDS_PER_TIMESTAMP = 0.02  # Whisper's timestamp tokens: <|0.00|>, <|0.02|>, ...
 Masks = Annotated[int, Range(0, 16)]
@@ -124,6 +132,7 @@ class Timestamps:
     # windows (drawn) that end inside the next recording, where it overruns; kept only where the window is written
     # with timestamps (its labels give the cut recording's start): without them the sound would have no text
     cut: Annotated[float, Range(0, 1)] = 0.0
+    previous: Annotated[float, Range(0, 1)] = 0.0  # windows (drawn) read after the earlier windows' text
 
     def join(self, waves, texts, window: int, room: int, rng: np.random.Generator, separator: int = 0) -> list[Window]:
         """`waves` (each (N,) at 16 kHz) and their `texts` (id arrays) in order -> windows: each at most `window`
@@ -225,6 +234,7 @@ class TranscribeObjective(Objective):
         spec_augment: SpecAugment | None = None,
         timestamps: Timestamps | None = None,
         no_timestamps_id: int | None = None,
+        previous_id: int | None = None,
         separator: Sequence[int] = (),
         bucket_batches: int = 50,
         shuffle: bool = True,
@@ -250,6 +260,12 @@ class TranscribeObjective(Objective):
                 "objective.timestamps writes Whisper's timestamp tokens, which follow <|notimestamps|>: this run's "
                 "tokenizer has none (start from a Whisper directory's)"
             )
+        if timestamps is not None and timestamps.previous > 0 and previous_id is None:
+            raise ConfigError(
+                f"objective.timestamps.previous prompts windows with {PREVIOUS}, which this run's tokenizer does not "
+                "hold (start from a Whisper directory's)"
+            )
+        self.previous_id = previous_id
         lengths = np.minimum(targets.lengths + len(prompt) + 1, max_target_len)
         self.plan = EpochPlan(len(targets), batch_size, lengths, bucket_batches)
 
@@ -276,7 +292,7 @@ class TranscribeObjective(Objective):
         return np.concatenate([*pieces, np.array([self.eos_id], np.int64)])
 
     def joined(self, rows, waves: list, rng: np.random.Generator) -> tuple[list, list[np.ndarray]]:
-        """`rows`' recordings joined into windows (Timestamps.join) -> their waves and labels."""
+        """`rows`' recordings joined into windows (Timestamps.join) -> their waves and labels (in order)."""
         room = self.max_target_len - len(self.prompt)  # text and times: the prompt's <|notimestamps|> gives way
         texts = [self.targets[int(i)] for i in rows]
         window = self.frames * HOP
@@ -300,18 +316,35 @@ class TranscribeObjective(Objective):
                 labels.append(np.concatenate([self.prompt, text, np.array([self.eos_id], np.int64)]))
         return joined_waves, labels
 
+    def previous_texts(self, rows_labels: list[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
+        """Each window's prompt before the decoder-start token: for a `previous` share (drawn, the first window
+        aside), <|startofprev|> and the last tokens of the earlier windows' texts (labels less prompt and EOS),
+        up to max_target_len // 2 - 1 and as many as fit beside its labels; none for the rest."""
+        keep, history, prefixes = self.max_target_len // 2 - 1, np.zeros(0, np.int64), []
+        for labels in rows_labels:
+            fits = min(keep, self.max_target_len - len(labels) - 1, len(history))
+            drawn = rng.random() < self.timestamps.previous
+            prefixes.append(
+                np.concatenate([[self.previous_id], history[-fits:]]) if drawn and fits > 0 else history[:0]
+            )
+            timed = int(labels[len(self.prompt) - 1] != self.prompt[-1])  # its prompt less <|notimestamps|>
+            history = np.concatenate([history, labels[len(self.prompt) - timed : -1]])
+        return prefixes
+
     def batch_at(self, epoch: int, step: int) -> Batch:
         rows = self.plan.batches(self.seed, epoch, shuffle=self.shuffle)[step]
         waves = [read_recording(self.recordings[i], self.max_seconds) for i in rows]
-        rng = self.rng(epoch, step)
+        rng, prefixes = self.rng(epoch, step), None
         if self.timestamps is not None:
             waves, rows_labels = self.joined(rows, waves, self.rng(epoch, step, 1))
+            if self.timestamps.previous > 0:
+                prefixes = self.previous_texts(rows_labels, self.rng(epoch, step, 2))
         else:
             rows_labels = [self.labels(int(i)) for i in rows]
         features = log_mel(waves, self.n_mels, frames=self.frames)  # (B, M, F)
         if self.spec_augment is not None:
             features = self.spec_augment.apply(features, frame_lengths(waves, self.frames), rng)
-        tgt_ids, labels = decoder_rows(rows_labels, self.pad_id, self.decoder_start_id)
+        tgt_ids, labels = decoder_rows(rows_labels, self.pad_id, self.decoder_start_id, prefixes)
         return Batch(tgt_ids=tgt_ids, labels=labels, src_ids=features)
 
     def position_after(self, epoch: int, step: int) -> tuple[int, int]:
