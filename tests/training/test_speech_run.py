@@ -219,14 +219,19 @@ def test_an_evaluation_past_the_decoder_s_positions_is_refused_before_training(s
 
 def test_a_whisper_run_trains_on_joined_timestamped_windows(whisper_run, capsys):
     """objective.timestamps through `encdec train`: two steps on windows of several clips with Whisper's times,
-    its bounds one sentence."""
+    each after <|startofprev|> and the earlier windows' text (the directory's tokenizer holds it), its bounds one
+    sentence."""
     config = whisper_run / "speech.yaml"
     out = whisper_run / "timestamped"
     changes = ["training.steps=2", "evaluation.interval=2", "evaluation.generate=0", "objective.timestamps.fraction=1"]
+    changes.append("objective.timestamps.previous=1")
     assert main(["train", str(config), "--out", str(out), *(a for c in changes for a in ("--set", c))]) == 0
     losses = [r["loss"] for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"]
     assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
-    assert yaml.safe_load((out / "config.yaml").read_text())["objective"]["timestamps"]["fraction"] == 1
-    bad = ["--set", "objective.timestamps.most=0"]
-    assert main(["train", str(config), "--out", str(whisper_run / "bad"), *bad]) == 2
-    assert "objective.timestamps.most" in capsys.readouterr().err and not (whisper_run / "bad").exists()
+    timestamps = yaml.safe_load((out / "config.yaml").read_text())["objective"]["timestamps"]
+    assert timestamps["fraction"] == 1 and timestamps["previous"] == 1
+    for bad, says in [("most=0", "objective.timestamps.most"), ("previous=2", "objective.timestamps.previous")]:
+        assert (
+            main(["train", str(config), "--out", str(whisper_run / "bad"), "--set", f"objective.timestamps.{bad}"]) == 2
+        )
+        assert says in capsys.readouterr().err and not (whisper_run / "bad").exists()
