@@ -30,6 +30,7 @@ import torch
 
 from encdec.audio import HOP, SAMPLE_RATE, log_mel
 from encdec.audio.recordings import MAX_SECONDS
+from encdec.data.objectives.transcribe import previous_text_room
 from encdec.errors import ConfigError, DataError
 from encdec.generation.fallback import Kept, decode_with_fallback
 from encdec.generation.generate import prepare, resolve_config
@@ -96,7 +97,7 @@ class Transcriber:
         self.prompt_ids = list(cfg.prompt_ids or [])
         self.options.pop("prompt_ids", None)  # the prompts are made here, window by window
         self.cfg, self.window = cfg, 2 * model.config.audio.max_source_positions
-        self.cut_off = positions // 2 - 1  # the previous text's tokens a prompt keeps, as transformers keeps them
+        self.cut_off = previous_text_room(positions)  # the previous text's tokens a prompt keeps
 
     def __call__(self, recordings: Sequence[Recording]) -> list[Transcript]:
         """A transcript of each recording (a path, a file's bytes, a waveform at 16 kHz), read within max_seconds."""

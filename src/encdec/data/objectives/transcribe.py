@@ -78,6 +78,12 @@ Masks = Annotated[int, Range(0, 16)]
 CUT_LEAST = 0.5  # seconds: the least of a recording a window's end cuts that is placed in it
 
 
+def previous_text_room(positions: int) -> int:
+    """The previous text's tokens a window's prompt keeps, as transformers' long form keeps them: half the
+    decoder's `positions` less one."""
+    return positions // 2 - 1
+
+
 @dataclass(frozen=True)
 class SpecAugment:
     """How many masks of what width each row gets (Park et al.'s LibriSpeech double policy by default)."""
@@ -291,12 +297,13 @@ class TranscribeObjective(Objective):
             pieces.append(token(joined.cut))
         return np.concatenate([*pieces, np.array([self.eos_id], np.int64)])
 
-    def joined(self, rows, waves: list, rng: np.random.Generator) -> tuple[list, list[np.ndarray]]:
-        """`rows`' recordings joined into windows (Timestamps.join) -> their waves and labels (in order)."""
+    def joined(self, rows, waves: list, rng: np.random.Generator) -> tuple[list, list[np.ndarray], list[np.ndarray]]:
+        """`rows`' recordings joined into windows (Timestamps.join) -> their waves, labels and texts (the labels
+        less prompt and EOS, timestamps kept), in order."""
         room = self.max_target_len - len(self.prompt)  # text and times: the prompt's <|notimestamps|> gives way
         texts = [self.targets[int(i)] for i in rows]
         window = self.frames * HOP
-        joined_waves, labels = [], []
+        joined_waves, labels, bodies = [], [], []
         for joined in self.timestamps.join(waves, texts, window, room, rng, len(self.separator)):
             times = written(joined.texts, len(self.separator)) + (joined.cut is not None)
             timed = rng.random() < self.timestamps.fraction and times <= room
@@ -314,21 +321,23 @@ class TranscribeObjective(Objective):
                 parts = [piece for t in joined.texts for piece in (self.separator, t.astype(np.int64))][1:]
                 text = np.concatenate(parts)[: room - 1]
                 labels.append(np.concatenate([self.prompt, text, np.array([self.eos_id], np.int64)]))
-        return joined_waves, labels
+            bodies.append(
+                labels[-1][len(self.prompt) - int(timed) : -1]
+            )  # a timed window's prompt less <|notimestamps|>
+        return joined_waves, labels, bodies
 
-    def previous_texts(self, rows_labels: list[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
+    def previous_texts(self, rows_labels: list[np.ndarray], bodies: list[np.ndarray], rng) -> list[np.ndarray]:
         """Each window's prompt before the decoder-start token: for a `previous` share (drawn, the first window
-        aside), <|startofprev|> and the last tokens of the earlier windows' texts (labels less prompt and EOS),
-        up to max_target_len // 2 - 1 and as many as fit beside its labels; none for the rest."""
-        keep, history, prefixes = self.max_target_len // 2 - 1, np.zeros(0, np.int64), []
-        for labels in rows_labels:
+        aside), <|startofprev|> and the last tokens of the earlier windows' texts (`bodies`), up to
+        previous_text_room(max_target_len) and as many as fit beside its labels; none for the rest."""
+        keep, history, prefixes = previous_text_room(self.max_target_len), np.zeros(0, np.int64), []
+        for labels, body in zip(rows_labels, bodies):
             fits = min(keep, self.max_target_len - len(labels) - 1, len(history))
             drawn = rng.random() < self.timestamps.previous
             prefixes.append(
                 np.concatenate([[self.previous_id], history[-fits:]]) if drawn and fits > 0 else history[:0]
             )
-            timed = int(labels[len(self.prompt) - 1] != self.prompt[-1])  # its prompt less <|notimestamps|>
-            history = np.concatenate([history, labels[len(self.prompt) - timed : -1]])
+            history = np.concatenate([history, body])
         return prefixes
 
     def batch_at(self, epoch: int, step: int) -> Batch:
@@ -336,9 +345,9 @@ class TranscribeObjective(Objective):
         waves = [read_recording(self.recordings[i], self.max_seconds) for i in rows]
         rng, prefixes = self.rng(epoch, step), None
         if self.timestamps is not None:
-            waves, rows_labels = self.joined(rows, waves, self.rng(epoch, step, 1))
+            waves, rows_labels, bodies = self.joined(rows, waves, self.rng(epoch, step, 1))
             if self.timestamps.previous > 0:
-                prefixes = self.previous_texts(rows_labels, self.rng(epoch, step, 2))
+                prefixes = self.previous_texts(rows_labels, bodies, self.rng(epoch, step, 2))
         else:
             rows_labels = [self.labels(int(i)) for i in rows]
         features = log_mel(waves, self.n_mels, frames=self.frames)  # (B, M, F)
