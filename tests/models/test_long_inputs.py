@@ -260,3 +260,33 @@ def test_a_band_by_blocks_reads_three_blocks_of_keys_per_block_and_its_bias_once
     with torch.no_grad():
         whole = m(src, tgt).logits
     assert (banded - whole).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("name", ["transformer", "learned", "rot5", "t5", "longt5-tglobal", "gemma"])
+def test_without_gradients_a_layer_of_padding_alone_is_attended_whole_by_sdpa_as_by_chunks(name, monkeypatch):
+    """Inference over a long input: a layer whose kinds change no score (sinusoidal, learned, RoPE) runs whole in
+    SDPA's fused kernel, which holds no scores, computing what its chunks compute; a bias (T5's), global keys or
+    a cap on the scores keeps the chunks, and so does training (gradients)."""
+    from encdec.modules.chunked_attention import LazyMask
+
+    m = model(name).eval()
+    m.encoder.long_scores = 0  # every layer past the threshold of chunks
+    monkeypatch.setattr(chunked_attention, "CHUNK_SCORES", 7 * 2 * m.config.n_heads * 60)
+    src, tgt, extra = batch(False)
+    seen = []
+    attention_inputs = m.encoder.attention_inputs
+    monkeypatch.setattr(m.encoder, "attention_inputs", lambda masks: seen.append(attention_inputs(masks)) or seen[-1])
+    with torch.no_grad():
+        whole = m(src, tgt, **extra).logits
+        monkeypatch.setattr(type(m.encoder), "fused", lambda self, layer, packed: False)
+        chunked = m(src, tgt, **extra).logits
+    lazy = [isinstance(inputs.mask, LazyMask) for inputs in seen[0]]
+    assert lazy == [name in ("t5", "longt5-tglobal", "gemma")] * len(lazy)
+    assert all(isinstance(inputs.mask, LazyMask) for inputs in seen[1])
+    assert (whole - chunked).abs().max() < 1e-5
+    monkeypatch.undo()
+    m.encoder.long_scores = 0
+    seen.clear()
+    monkeypatch.setattr(m.encoder, "attention_inputs", lambda masks: seen.append(attention_inputs(masks)) or seen[-1])
+    m(src, tgt, **extra)  # gradients recorded: chunks, recomputed in the backward pass
+    assert all(isinstance(inputs.mask, LazyMask) for inputs in seen[0])
