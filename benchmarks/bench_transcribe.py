@@ -35,7 +35,14 @@ import sys
 import time
 from pathlib import Path
 
-ENGINES = ("encdec", "faster-whisper", "transformers")
+ENGINES = (
+    "encdec",
+    "encdec-sequential",
+    "faster-whisper",
+    "faster-whisper-batched",
+    "transformers",
+    "transformers-batched",
+)
 
 
 def window_samples(model: Path) -> int:
@@ -45,7 +52,14 @@ def window_samples(model: Path) -> int:
 
 def worker(args) -> dict:
     """One engine's transcription of args.audio, timed after a warm-up: {"seconds", "tokens", "windows"}."""
-    transcribe = {"encdec": encdec_engine, "faster-whisper": faster_whisper_engine, "transformers": hf_engine}
+    transcribe = {
+        "encdec": encdec_engine,
+        "encdec-sequential": encdec_engine,
+        "faster-whisper": faster_whisper_engine,
+        "faster-whisper-batched": faster_whisper_batched_engine,
+        "transformers": hf_engine,
+        "transformers-batched": hf_engine,
+    }
     run = transcribe[args.engine](args)
     run(args.audio, warm_up=True)
     start = time.perf_counter()
@@ -76,6 +90,7 @@ def encdec_engine(args):
         num_beams=args.beams,
         max_new_tokens=args.max_new_tokens,
         return_timestamps=False,
+        window_batch=1 if args.engine == "encdec-sequential" else args.batch_size,
     )
 
     def run(audio: Path, warm_up: bool):
@@ -120,6 +135,45 @@ def faster_whisper_engine(args):
     return run
 
 
+def faster_whisper_batched_engine(args):
+    from faster_whisper import BatchedInferencePipeline, WhisperModel
+
+    compute = {"fp32": "float32", "int8": "int8"}[args.compute]
+    model = WhisperModel(str(args.ct2), device="cpu", compute_type=compute, cpu_threads=args.threads, num_workers=1)
+    pipeline, window = BatchedInferencePipeline(model), window_samples(args.model)
+
+    def run(audio: Path, warm_up: bool):
+        from faster_whisper.audio import decode_audio
+
+        wave = decode_audio(str(audio))
+        wave = wave[:window] if warm_up else wave
+        clips = [  # the windows back to back, as the other engines cut them (no VAD)
+            {"start": start / 16_000, "end": min(start + window, len(wave)) / 16_000}
+            for start in range(0, len(wave), window)
+        ]
+        segments, _ = pipeline.transcribe(
+            wave,
+            language="en",
+            task="transcribe",
+            beam_size=args.beams,
+            best_of=1,
+            temperature=0.0,
+            without_timestamps=True,
+            vad_filter=False,
+            clip_timestamps=clips,
+            batch_size=args.batch_size,
+            suppress_blank=False,
+            compression_ratio_threshold=None,
+            log_prob_threshold=None,
+            no_speech_threshold=None,
+            max_new_tokens=ct2_max_new_tokens(args.max_new_tokens),
+        )
+        segments = list(segments)
+        return sum(len(s.tokens) for s in segments), len(segments)
+
+    return run
+
+
 def ct2_max_new_tokens(wanted: int) -> int:
     """faster-whisper's max_new_tokens that writes `wanted` tokens: it asks CTranslate2 for max_length = the prompt's
     4 tokens + max_new_tokens, of which CTranslate2 4.8's Whisper writes half (its sequences_ids: max_length 20 ->
@@ -136,13 +190,18 @@ def hf_engine(args):
     model = transformers.WhisperForConditionalGeneration.from_pretrained(args.model).eval()
     extractor = transformers.WhisperFeatureExtractor.from_pretrained(args.model)
     window = window_samples(args.model)
+    batch = args.batch_size if args.engine == "transformers-batched" else 1
+    prompt = 4 if language_of(args.model) else 2  # <|startoftranscript|> (<|en|> <|transcribe|>) <|notimestamps|>
+    pad = model.generation_config.pad_token_id
+    pad = model.generation_config.eos_token_id if pad is None else pad
 
     def run(audio: Path, warm_up: bool):
         wave, _ = soundfile.read(audio, dtype="float32")
         starts = range(0, window if warm_up else len(wave), window)
         tokens = 0
-        for start in starts:
-            features = extractor(wave[start : start + window], sampling_rate=16_000, return_tensors="pt")
+        for first in range(0, len(starts), batch):  # `batch` windows a generate
+            pieces = [wave[start : start + window] for start in starts[first : first + batch]]
+            features = extractor(pieces, sampling_rate=16_000, return_tensors="pt")
             with torch.inference_mode():
                 out = model.generate(
                     features.input_features,
@@ -151,10 +210,8 @@ def hf_engine(args):
                     num_beams=args.beams,
                     max_new_tokens=args.max_new_tokens,
                 )
-            prompt = (
-                4 if language_of(args.model) else 2
-            )  # <|startoftranscript|> (<|en|> <|transcribe|>) <|notimestamps|>
-            tokens += int((out[0, prompt:] != model.generation_config.eos_token_id).sum())
+            written = out[:, prompt:]
+            tokens += int(((written != model.generation_config.eos_token_id) & (written != pad)).sum())
         return tokens, len(starts)
 
     return run
@@ -164,7 +221,7 @@ def measure(args, engine: str, audio: Path, beams: int, compute: str) -> dict | 
     """One run of `engine` in a process of its own: its figures, or why it failed (its last line)."""
     command = [sys.executable, __file__, str(args.model), str(args.ct2), str(audio), "--worker", engine]
     command += ["--beams", str(beams), "--compute", compute, "--threads", str(args.threads)]
-    command += ["--max-new-tokens", str(args.max_new_tokens)]
+    command += ["--max-new-tokens", str(args.max_new_tokens), "--batch-size", str(args.batch_size)]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -187,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each row (default 3); 1 past 5 minutes")
     parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--batch-size", type=int, default=8, help="windows a batch for the batched engines (8)")
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
     parser.add_argument("--compute", nargs="+", default=["fp32", "int8"], choices=["fp32", "int8"])
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)

@@ -201,3 +201,15 @@ def test_batched_writes_what_transcribe_batched_gives_each_recording(whisper_dir
             render(transcript, "verbose_json")
         )
         assert len({s.seek for s in transcript.segments}) > len({s.seek for s in whole.segments})  # more pieces
+
+
+def test_independent_windows_batched_print_what_window_after_window_prints(whisper_dir, recordings, capsys):
+    """--without-timestamps --no-previous-text: --batch-size windows of a recording decode together (1: one at a
+    time), the printed segments the same."""
+    flags = [*FAST, "--without-timestamps", "--no-previous-text", "--format", "verbose_json"]
+    printed = []
+    for size in ("1", "8"):
+        assert main(["transcribe", str(whisper_dir), str(recordings[1]), *flags, "--batch-size", size]) == 0
+        printed.append(json.loads(capsys.readouterr().out))
+    one, batched = ([(s["seek"], s["tokens"], s["start"], s["end"]) for s in p["segments"]] for p in printed)
+    assert one == batched and len(one) > 2

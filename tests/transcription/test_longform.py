@@ -219,3 +219,53 @@ def test_without_timestamps_the_windows_follow_back_to_back_each_decoded_as_gene
         piece = torch.nn.functional.pad(x[:, :, start : start + window], (0, max(0, start + window - frames[0])))
         tokens = encdec.generate(model, piece, **options)[0].tolist()  # after <|notimestamps|>
         assert list(segment.tokens) == [t for t in tokens if t != whisper_kit.EOS] and len(tokens) > 2
+
+
+INDEPENDENT = {
+    "greedy": dict(language="en"),
+    "beam": dict(language="fr", num_beams=3),
+    "no-speech": dict(language="en", temperature=(0.0,), logprob_threshold=-1.0, no_speech_threshold=0.03),
+}
+
+
+@pytest.mark.parametrize("options", INDEPENDENT.values(), ids=INDEPENDENT)
+def test_windows_that_do_not_depend_on_each_other_decode_as_one_batch_each_as_alone(whisper, speech, options):
+    """Without timestamps or a previous text a recording's windows join one batch (window_batch rows in all): the
+    model starts once a batch where window after window started once a window, and each window's segment is the
+    one it has decoded alone (window_batch=1): its tokens, times and temperature, its scores within rounding."""
+    _, model = whisper
+    options = dict(max_new_tokens=6, return_timestamps=False, **listed(options))
+    starts = []
+
+    def counted(*args):
+        starts.append(args[0].shape[0])  # the rows of the batch
+        return start(*args)
+
+    start, model.start = model.start, counted
+    try:
+        alone = Transcriber(model, window_batch=1, **options)(speech)
+        rows_alone, starts[:] = list(starts), []
+        together = Transcriber(model, window_batch=4, **options)(speech)
+    finally:
+        del model.start
+    windows = [-(-len(wave) // 160) // (2 * model.config.audio.max_source_positions) + 1 for wave in speech]
+    assert len(rows_alone) >= max(windows) and max(rows_alone) == 2  # a window of each recording a step
+    assert len(starts) < len(rows_alone) and max(starts) == 4  # two windows of each, then the longer's rest
+
+    def read(transcripts, scores=False):  # the scores differ by the batch's rounding (1e-6)
+        scored = [(s.avg_logprob, s.no_speech_prob, s.compression_ratio) for t in transcripts for s in t.segments]
+        if scores:
+            return [value for three in scored for value in three if value is not None]
+        kept = [[(s.tokens, s.start, s.end, s.seek, s.temperature) for s in t.segments] for t in transcripts]
+        return kept, [[value is None for value in three] for three in scored]
+
+    assert read(together) == read(alone)
+    assert read(together, True) == pytest.approx(read(alone, True), abs=1e-5)
+    assert sum(len(t.segments) for t in together) > 4
+
+
+def test_window_batch_is_bounded_in_one_sentence(whisper):
+    _, model = whisper
+    for bad in (0, 257, 2.5, "8"):
+        with pytest.raises(ConfigError, match="window_batch"):
+            Transcriber(model, window_batch=bad)

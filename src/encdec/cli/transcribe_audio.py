@@ -9,7 +9,8 @@ MODEL is what `encdec generate` opens (a run, a checkpoint directory, a Hugging 
 model is refused. Each recording is decoded window after window by encdec.transcription.longform, with
 openai-whisper's defaults: the previous text as prompt, temperature fallback (0, 0.2, ... 1.0) where a window's
 output compresses above 2.4 or its log-probability averages below -1, and a window of no speech (<|nospeech|>
-above 0.6) left out; each can be set, and --initial-prompt gives the text before the first window. With --out, one file per recording and format is written there (the
+above 0.6) left out; each can be set, and --initial-prompt gives the text before the first window. With
+--without-timestamps --no-previous-text no window waits for the one before: --batch-size of them decode together. With --out, one file per recording and format is written there (the
 recording's name, its format's suffix: .txt, .json, .verbose.json, .srt, .vtt), each atomically and never
 through a link; without it, each transcript is printed in the formats asked (the text by default).
 --batched instead cuts each recording at its pauses into pieces of at most --chunk-length seconds (the model's
@@ -107,7 +108,8 @@ def add_parser(subparsers) -> None:
         "--batch-size",
         type=whole_number(1, MAX_BATCH, "--batch-size"),
         default=8,
-        help="recordings decoded together (default 8)",
+        help="rows decoded together (default 8): recordings, and with --without-timestamps --no-previous-text a "
+        "recording's windows (faster-whisper's batch_size)",
     )
     parser.add_argument("--word-timestamps", action="store_true", help="each word's start and end (verbose_json)")
     parser.add_argument(
@@ -224,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
             opened.text,
             condition_on_prev_tokens=args.condition_on_prev_tokens,
             word_timestamps=args.word_timestamps,
+            window_batch=args.batch_size,
             **options,
         )
     out = output_dir(args.out, "--out") if args.out is not None else None

@@ -17,7 +17,11 @@ decodes as it would alone); the language, where not given, is detected once from
 A recording of one window or less is read as `generate` reads it (transformers' short form): its whole window,
 the log-mel of silence after it; a longer one's last window is padded with zeros (transformers' long form).
 With return_timestamps=False (faster-whisper's and openai-whisper's without_timestamps) the windows follow one
-another back to back, each decoded after <|notimestamps|> and one segment from its start to its end.
+another back to back, each decoded after <|notimestamps|> and one segment from its start to its end. Where a
+recording's windows then do not depend on the one before (no previous text carried on), its next windows join the
+batch, up to `window_batch` rows in all (faster-whisper's BatchedInferencePipeline batch_size, over windows back
+to back): the weights are read once a step for all of them, and each window's output is the one it has decoded
+alone (search without sampling; a sampled fallback pass draws its noise in another order).
 
 Shapes: B recordings, C mel bins, T frames (the longest recording's), W a window's frames, P prompt length.
 """
@@ -25,6 +29,7 @@ Shapes: B recordings, C mel bins, T frames (the longest recording's), W a window
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Annotated
 
 import torch
 
@@ -39,6 +44,7 @@ from encdec.generation.strategies import strategy_for
 from encdec.generation.whisper_rules import detect_language, init_tokens, needs_detection
 from encdec.generation.whisper_windows import FRAMES_PER_TIMESTAMP, from_frame, split
 from encdec.runs.speech_text import Recording, waveform
+from encdec.schema import Range, value_of
 from encdec.transcription.transcript import Segment, Transcript
 from encdec.transcription.word_times import token_timestamps
 from encdec.transcription.words import segment_words
@@ -47,6 +53,8 @@ SECONDS_PER_FRAME = HOP / SAMPLE_RATE  # 10 ms
 SECONDS_PER_TIMESTAMP = FRAMES_PER_TIMESTAMP * SECONDS_PER_FRAME  # 20 ms
 LOW_TEMPERATURE = 0.5  # a decoding kept below it is carried on as the next window's prompt (openai-whisper's)
 REFUSED = ("decoder_input_ids", "decoder_prompt", "num_return_sequences", "return_dict_in_generate")
+WINDOW_BATCH = 8  # rows a recording's independent windows fill (faster-whisper's batched default)
+WindowBatch = Annotated[int, Range(1, 256)]
 
 
 class Transcriber:
@@ -54,7 +62,8 @@ class Transcriber:
     opens it) and the options every window is decoded under: generate's (language, task, num_beams, temperature,
     the fallback's thresholds, max_new_tokens: half the decoder's positions unless given) and
     condition_on_prev_tokens; prompt_ids (<|startofprev|> and a text's ids) prompt the first window, or with
-    condition_on_prev_tokens stand before the text carried on, as transformers takes them. `text` decodes a segment's tokens (the opened model's text encoding); without it
+    condition_on_prev_tokens stand before the text carried on, as transformers takes them; `window_batch` the
+    rows a recording's windows fill where they do not depend on each other (see the module's docstring). `text` decodes a segment's tokens (the opened model's text encoding); without it
     segments have tokens and times but no text. Each option is checked here, in one sentence, before any audio."""
 
     def __init__(
@@ -64,6 +73,7 @@ class Transcriber:
         condition_on_prev_tokens: bool = False,
         max_seconds=MAX_SECONDS,
         word_timestamps: bool = False,
+        window_batch: int = WINDOW_BATCH,
         **options,
     ):
         if not capabilities_of(model).reads_features:
@@ -79,6 +89,7 @@ class Transcriber:
         if word_timestamps and text is None:
             raise ConfigError("word timestamps need the model's text encoding: words are read from decoded text")
         self.word_timestamps = word_timestamps
+        self.window_batch = value_of(WindowBatch, window_batch, "window_batch")
         positions = model.config.positions.max
         self.options = {"max_new_tokens": positions // 2, "return_timestamps": True, **options}
         cfg = resolve_config(model, dict(self.options))  # every option checked before any audio is read
@@ -160,36 +171,48 @@ class Transcriber:
         seek, carry = [0] * len(frames), [self.condition] * len(frames)
         segments: list[list[Segment]] = [[] for _ in frames]
         languages = self.languages(prompts)
+        independent = not self.cfg.return_timestamps and not self.condition  # each window read as if alone
         with torch.inference_mode():
             while active := [row for row in range(len(frames)) if seek[row] < frames[row]]:
                 whole = {row: self.previous_text(segments[row], carry[row]) + prompts[row] for row in active}
                 for length in sorted({len(prompt) for prompt in whole.values()}):
                     rows = [row for row in active if len(whole[row]) == length]
-                    lengths = [min(self.window, frames[row] - seek[row]) for row in rows]
+                    each = max(self.window_batch // len(rows), 1) if independent else 1
+                    windows = [
+                        (row, start) for row in rows for start in self.next_windows(seek[row], frames[row], each)
+                    ]
+                    rows, starts = [row for row, _ in windows], [start for _, start in windows]
+                    lengths = [min(self.window, frames[row] - start) for row, start in windows]
                     language = [languages[row] for row in rows] if isinstance(languages, list) else languages
-                    decoded = self.decode_window(features, rows, seek, lengths, [whole[row] for row in rows], language)
-                    for row, left, (tokens, ended, kept) in zip(rows, lengths, decoded):
+                    decoded = self.decode_window(
+                        features, rows, starts, lengths, [whole[row] for row in rows], language
+                    )
+                    for row, start, left, (tokens, ended, kept) in zip(rows, starts, lengths, decoded):
                         carry[row] = self.condition and kept.temperature < LOW_TEMPERATURE
                         if kept.skipped:  # no speech: the whole window passed over
-                            seek[row] += left
+                            seek[row] = start + left
                             continue
                         pieces, moved = split(tokens, self.cfg.whisper.timestamp_begin, left)
                         if not self.cfg.return_timestamps:  # a timestamp token is then text, read as it comes
                             pieces, moved = [tokens], left
-                        timed = self.timed(pieces, tokens, seek[row], left, kept, len(segments[row]))
+                        timed = self.timed(pieces, tokens, start, left, kept, len(segments[row]))
                         if self.word_timestamps:
                             sequence = whole[row] + tokens + ended
-                            where = (features, row, seek[row], left, warped_frames(recorded[row], seek[row], left))
+                            where = (features, row, start, left, warped_frames(recorded[row], start, left))
                             timed = self.with_words(timed, where, sequence, len(whole[row]), languages, row)
                         segments[row] += timed
-                        seek[row] += moved or left  # a cut at 0 s would read the window again, unending
+                        seek[row] = start + (moved or left)  # a cut at 0 s would read the window again, unending
         return segments
 
-    def decode_window(self, features, rows, seek, lengths, prompts, language) -> list[tuple[list[int], Kept]]:
-        """The window of each of `rows` decoded after its prompt (`prompts`, all of one length; `language` the
-        option that keeps `prepare` from detecting it again) -> each row's tokens (EOS cut), [EOS] where the
-        decoding wrote one (else []), and what its kept decoding scored."""
-        starts = [seek[row] for row in rows]
+    def next_windows(self, seek: int, frames: int, most: int) -> list[int]:
+        """The first frames of a recording's next `most` windows back to back from `seek`, within its `frames`."""
+        return list(range(seek, frames, self.window))[:most]
+
+    def decode_window(self, features, rows, starts, lengths, prompts, language) -> list[tuple[list[int], Kept]]:
+        """The window of each of `rows` (a recording's row of `features`, once for each of its windows) from its
+        frame in `starts`, `lengths` frames of it, decoded after its prompt (`prompts`, all of one length;
+        `language` the option that keeps `prepare` from detecting it again) -> each window's tokens (EOS cut),
+        [EOS] where the decoding wrote one (else []), and what its kept decoding scored."""
         ends = [start + length for start, length in zip(starts, lengths)]
         window = from_frame(features[rows], starts, ends, self.window)  # (G, C, W)
         job = prepare(self.model, window, None, **{**self.options, "language": language})
