@@ -116,10 +116,10 @@ def test_products_without_gradients_take_onednn_but_a_steps_small_ones_blas(monk
         torch.testing.assert_close(decoding_linear(x, weight, bias), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
         few = x[:1, :8]
         for b in (None, bias):
-            for relu in (False, True):
+            for activation in ("none", "relu"):
                 want = F.linear(few, weight, b)
-                want = F.relu(want) if relu else want
-                torch.testing.assert_close(decoding_linear(few, weight, b, relu), want, rtol=1e-5, atol=1e-5)
+                want = F.relu(want) if activation == "relu" else want
+                torch.testing.assert_close(decoding_linear(few, weight, b, activation), want, rtol=1e-5, atol=1e-5)
     assert calls == [(200, 32)]
     assert decoding.transposed(weight).is_contiguous() and torch.equal(decoding.transposed(weight), weight.T)
     decoding_linear(x, weight.requires_grad_())
@@ -138,15 +138,17 @@ def test_attention_projections_take_the_inference_kernel(monkeypatch):
     assert [id(w) for w in calls] == [id(attn.q.weight), id(attn.k.weight), id(attn.v.weight), id(attn.o.weight)]
 
 
-def test_relu_inside_the_product_equals_relu_after_it(kernel):
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
+def test_an_activation_inside_the_product_equals_it_after_it(kernel, activation):
     torch.manual_seed(0)
     weight, bias = torch.randn(1024, 256), torch.randn(1024)
+    after = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda out: F.gelu(out, approximate="tanh")}[activation]
     for shape in [(8, 1, 256), (2, 100, 256)]:  # a decoding step, an encoder's many rows
         x = torch.randn(*shape)
         with torch.inference_mode():
-            out = decoding_linear(x, weight, bias, relu=True)
-            assert torch.equal(out, F.relu(decoding_linear(x, weight, bias)))
-            torch.testing.assert_close(out, F.relu(F.linear(x, weight, bias)), rtol=1e-5, atol=1e-4)
+            out = decoding_linear(x, weight, bias, activation)
+            torch.testing.assert_close(out, after(decoding_linear(x, weight, bias)), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(out, after(F.linear(x, weight, bias)), rtol=1e-5, atol=1e-4)
 
 
 def test_cpu_autocast_keeps_its_bf16_product():
@@ -167,10 +169,10 @@ def test_a_bf16_models_products_equal_the_linear_product_in_bf16():
         x = torch.randn(*shape).bfloat16()
         with torch.inference_mode():
             for b in (None, bias):
-                for relu in (False, True):
+                for activation in ("none", "relu", "gelu"):
                     want = F.linear(x.float(), weight.float(), None if b is None else b.float())
-                    want = F.relu(want) if relu else want
-                    out = decoding_linear(x, weight, b, relu)
+                    want = {"none": want, "relu": F.relu(want), "gelu": F.gelu(want)}[activation]
+                    out = decoding_linear(x, weight, b, activation)
                     assert out.dtype == torch.bfloat16 and out.shape == (*shape[:-1], 1024)
                     torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=0.2)
 

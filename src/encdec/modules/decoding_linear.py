@@ -65,6 +65,18 @@ ONEDNN = (
 )  # private; torch.compile's CPU backend calls them
 
 ONEDNN_BF16 = ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()  # oneDNN multiplies bf16 on this CPU
+ACTIVATIONS = {  # what may follow the product, by name: inside oneDNN's kernel where it takes it
+    "none": lambda out: out,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda out: F.gelu(out, approximate="tanh"),
+}
+ONEDNN_ACTIVATIONS = {
+    "none": ("none", ""),
+    "relu": ("relu", ""),
+    "gelu": ("gelu", "none"),
+    "gelu_tanh": ("gelu", "tanh"),
+}
 
 # (id, kind) -> [weight, version, copy, a sample of the weight's values, the pass it was last checked in, the
 # sample's places]
@@ -94,40 +106,41 @@ def sample(weight: torch.Tensor, places: torch.Tensor) -> torch.Tensor:
 
 
 def decoding_linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, relu: bool = False
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none"
 ) -> torch.Tensor:
     """x (..., C_in) @ weight (C_out, C_in)^T + bias -> (..., C_out), F.linear's values up to rounding;
-    relu=True applies ReLU to them, inside oneDNN's kernel where it takes the product (the encoder's
-    separate ReLU over (B, S, d_ff) cost as much again as its fused one)."""
+    `activation` (one of ACTIVATIONS: relu, gelu, gelu_tanh) applied to them, inside oneDNN's kernel where it takes
+    the product (the encoder's separate ReLU over (B, S, d_ff) cost as much again as its fused one; Whisper base's
+    GELU over 12,000 rows, 183 against 147 ms on a Xeon with AMX)."""
     rows = x.numel() // x.shape[-1]
     if torch.compiler.is_compiling():
-        return compiled_linear(x, weight, bias, relu)
+        return compiled_linear(x, weight, bias, activation)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
     if x.device.type != "cpu" or needs_grad or torch.is_autocast_enabled("cpu") or x.dtype != weight.dtype:
-        return plain_linear(x, weight, bias, relu)
+        return plain_linear(x, weight, bias, activation)
     flat = x.reshape(rows, x.shape[-1])
     if x.dtype == torch.bfloat16 and ONEDNN_BF16 and (bias is None or bias.dtype == torch.bfloat16):
-        out = onednn_linear(flat, reordered(weight), bias, "relu" if relu else "none")
+        out = onednn_linear(flat, reordered(weight), bias, activation)
         return out.reshape(*x.shape[:-1], weight.shape[0])
     if x.dtype != torch.float32:
-        return plain_linear(x, weight, bias, relu)
+        return plain_linear(x, weight, bias, activation)
     few, large = rows <= FEW_ROWS, weight.numel() >= LARGE_WEIGHT
     # BLAS on a transposed copy: at one row, or a few by a small weight, oneDNN's fixed cost outweighs its gain
     if rows == 1 or (rows <= BLAS_ROWS and not large):
         weight_t = transposed(weight)
         out = torch.mm(flat, weight_t) if bias is None else torch.addmm(bias, flat, weight_t)
-        out = out.relu_() if relu else out
+        out = activated(out, activation)
     elif ONEDNN:
-        out = onednn_linear(flat, reordered(weight), bias, "relu" if relu else "none")
+        out = onednn_linear(flat, reordered(weight), bias, activation)
     elif few:  # a large weight: the transposed product beats F.linear
         out = (weight @ flat.T).T if bias is None else torch.addmm(bias[:, None], weight, flat.T).T
-        out = F.relu(out) if relu else out
+        out = activated(out, activation)
     else:
-        return plain_linear(x, weight, bias, relu)
+        return plain_linear(x, weight, bias, activation)
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
-def compiled_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
+def compiled_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
     """decoding_linear while torch.compile traces: for CPU fp32 inference the custom op `encdec::cpu_linear`,
     which makes the eager choice of kernel (BLAS or oneDNN) as one opaque call; else F.linear."""
     if (
@@ -137,25 +150,29 @@ def compiled_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         and not torch.is_grad_enabled()
         and not torch.is_autocast_enabled("cpu")
     ):
-        return cpu_linear_op(x, weight, bias, relu)
-    return plain_linear(x, weight, bias, relu)
+        return cpu_linear_op(x, weight, bias, activation)
+    return plain_linear(x, weight, bias, activation)
 
 
-def plain_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
-    """F.linear, then ReLU when asked: where no faster kernel takes the product."""
-    out = F.linear(x, weight, bias)
-    return F.relu(out) if relu else out
+def plain_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
+    """F.linear, then the activation asked for: where no faster kernel takes the product."""
+    return activated(F.linear(x, weight, bias), activation)
+
+
+def activated(out: torch.Tensor, activation: str) -> torch.Tensor:
+    """`activation` (ACTIVATIONS' name) applied to a product computed without it."""
+    return ACTIVATIONS[activation](out)
 
 
 @torch.library.custom_op("encdec::cpu_linear", mutates_args=())
-def cpu_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
+def cpu_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
     """x (..., C_in) by weight (C_out, C_in) -> (..., C_out), run eagerly by decoding_linear (BLAS on the transposed
     copy or oneDNN on the reordered one, as outside torch.compile)."""
-    return decoding_linear(x, weight, bias, relu)
+    return decoding_linear(x, weight, bias, activation)
 
 
 @cpu_linear_op.register_fake
-def _(x, weight, bias, relu):
+def _(x, weight, bias, activation):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
@@ -163,8 +180,9 @@ def onednn_linear(
     flat: torch.Tensor, reordered_weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none"
 ) -> torch.Tensor:
     """flat (N, C_in) times a weight in oneDNN's layout (from `reordered`) -> (N, C_out), then
-    `activation` ("none" or "relu") fused into the same kernel."""
-    return torch.ops.mkldnn._linear_pointwise(flat, reordered_weight, bias, activation, [], "")
+    `activation` (ACTIVATIONS' name) fused into the same kernel."""
+    attribute, algorithm = ONEDNN_ACTIVATIONS[activation]
+    return torch.ops.mkldnn._linear_pointwise(flat, reordered_weight, bias, attribute, [], algorithm)
 
 
 def reordered(weight: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from encdec.modules.decoding_linear import decoding_linear
+from encdec.modules.decoding_linear import activated, decoding_linear
 from encdec.modules.dropout import Dropout
 from encdec.modules.fp16 import fp16_autocast
 from encdec.modules.int8_linear import Int8Linear
@@ -22,6 +22,7 @@ ACTIVATIONS = {
     "swiglu": F.silu,
 }
 GATED = {"gated_gelu", "swiglu"}
+FUSED = {"relu", "gelu", "gelu_tanh"}  # decoding_linear's activations, applied inside its product
 
 
 class FeedForward(nn.Module):
@@ -39,13 +40,14 @@ class FeedForward(nn.Module):
             self.wi = nn.Linear(d_model, d_ff, bias=bias)
         self.wo = nn.Linear(d_ff, d_model, bias=bias)
         self.act = ACTIVATIONS[activation]
+        self.fused = activation if activation in FUSED else None  # inside the product where oneDNN takes it
         self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
             h = self.act(linear(x, self.wi_0)) * linear(x, self.wi_1)
-        elif self.act is F.relu:  # fused into the product where oneDNN takes it
-            h = linear(x, self.wi, relu=True)
+        elif self.fused is not None:
+            h = linear(x, self.wi, self.fused)
         else:
             h = self.act(linear(x, self.wi))
         h = self.dropout(h)
@@ -60,9 +62,9 @@ class FeedForward(nn.Module):
         return linear(h, self.wo)
 
 
-def linear(x: torch.Tensor, layer: nn.Module, relu: bool = False) -> torch.Tensor:
-    """layer(x) (then ReLU), through `decoding_linear` when `layer` is a plain nn.Linear; a quantized
-    (Int8Linear) or adapted (peft's LoRA) layer is called as it is."""
+def linear(x: torch.Tensor, layer: nn.Module, activation: str = "none") -> torch.Tensor:
+    """layer(x) (then `activation`: decoding_linear's names), through `decoding_linear` when `layer` is a plain
+    nn.Linear; a quantized (Int8Linear) or adapted (peft's LoRA) layer is called as it is."""
     if type(layer) is not nn.Linear:
-        return F.relu(layer(x)) if relu else layer(x)
-    return decoding_linear(x, layer.weight, layer.bias, relu)  # F.linear, or a faster kernel on CPU inference
+        return activated(layer(x), activation)
+    return decoding_linear(x, layer.weight, layer.bias, activation)  # F.linear, or a faster kernel on CPU
