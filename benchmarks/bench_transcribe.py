@@ -17,11 +17,16 @@ fallback, greedy or beam 5, at most --max-new-tokens tokens. The model's weights
 shape and vocabulary of 51,865), so it writes its --max-new-tokens in every window: 96 by default, about what
 Whisper writes for 30 s of speech at 150 words a minute, so every engine does the same work (the tokens column
 says so). The engines:
-    encdec          encdec.transcription.Transcriber on open_model's model; int8: encdec.quantization.quantize
+    encdec          encdec.transcription.Transcriber on open_model's model, a recording's windows --batch-size
+                    at a time (window_batch); int8: encdec.quantization.quantize
+    encdec-sequential  the same, window after window (window_batch=1)
     faster-whisper  WhisperModel(compute_type float32 or int8).transcribe, VAD off, suppress_blank off (as
                     the model's generation config suppresses only <|endoftext|> first)
+    faster-whisper-batched  BatchedInferencePipeline.transcribe over the same windows (clip_timestamps),
+                    --batch-size at a time
     transformers    WhisperForConditionalGeneration.generate on each window's WhisperFeatureExtractor features,
                     fp32 only (transformers has no int8 for a CPU of its own)
+    transformers-batched  the same generate on --batch-size windows' features at once
 Each row runs --repeats times, the engines interleaved, each run in a fresh process after a warm-up on the first
 window; the figure is the median. The model's load is not timed; reading the audio is.
 """
@@ -266,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
         repeats = args.repeats if seconds <= 300 else 1
         for beams in args.beams:
             for compute in args.compute:
-                engines = [e for e in args.engines if not (e == "transformers" and compute == "int8")]
+                engines = [e for e in args.engines if not (e.startswith("transformers") and compute == "int8")]
                 runs = {engine: [] for engine in engines}
                 for _ in range(repeats):  # interleaved
                     for engine in engines:

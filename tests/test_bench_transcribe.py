@@ -29,17 +29,19 @@ def test_encdec_and_transformers_decode_the_same_windows_each_in_a_process_of_it
     wave, _ = speech_kit.with_pauses(speech_kit.SENTENCES * 2)
     soundfile.write(tmp_path / "talk.wav", wave.numpy(), 16_000)
     windows = math.ceil(len(wave) / 16_000 / speech_kit.WINDOW_SECONDS)
-    argv = [str(model), str(tmp_path / "no-ct2"), str(tmp_path / "talk.wav"), "--engines", "encdec", "transformers"]
+    engines = ["encdec", "encdec-sequential", "transformers", "transformers-batched"]
+    argv = [str(model), str(tmp_path / "no-ct2"), str(tmp_path / "talk.wav"), "--engines", *engines]
     bench.main(
         [*argv, "--threads", "1", "--repeats", "1", "--beams", "1", "2", "--compute", "fp32", "--max-new-tokens", "6"]
+        + ["--batch-size", "2"]
     )
     rows = [cells(line) for line in capsys.readouterr().out.splitlines() if line.startswith("| talk.wav")]
     assert [(row[1], row[3]) for row in rows] == [
-        ("greedy", "encdec"),
-        ("greedy", "transformers"),
-        ("beam 2", "encdec"),
-        ("beam 2", "transformers"),
+        (search, engine) for search in ("greedy", "beam 2") for engine in engines
     ]
+    by = {(row[1], row[3]): row for row in rows}
+    for search in ("greedy", "beam 2"):  # windows 2 at a time, each decoded as it is alone
+        assert by[search, "encdec"][4] == by[search, "encdec-sequential"][4]
     assert windows > 2 and all(row[5] == str(windows) for row in rows)  # the same windows in every engine
     assert all(int(row[4]) > 0 and float(row[7]) > 0 for row in rows)  # tokens, audio seconds a wall second
     assert all(int(row[4]) <= 6 * windows for row in rows if row[3] == "encdec")  # --max-new-tokens a window
