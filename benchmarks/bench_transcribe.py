@@ -120,24 +120,32 @@ def faster_whisper_engine(args):
         wave = decode_audio(str(audio))
         segments, _ = model.transcribe(
             wave[: window_samples(args.model)] if warm_up else wave,
-            language="en",
-            task="transcribe",
-            beam_size=args.beams,
-            best_of=1,
-            temperature=0.0,
             condition_on_previous_text=False,
-            without_timestamps=True,
-            vad_filter=False,
-            suppress_blank=False,
-            compression_ratio_threshold=None,
-            log_prob_threshold=None,
-            no_speech_threshold=None,
-            max_new_tokens=ct2_max_new_tokens(args.max_new_tokens),
+            **faster_whisper_options(args),
         )
         segments = list(segments)  # the decoding happens as the generator is read
         return sum(len(s.tokens) for s in segments), len(segments)
 
     return run
+
+
+def faster_whisper_options(args) -> dict:
+    """What both of faster-whisper's modes are asked: English, the search, no timestamps, VAD, fallback or
+    no-speech test, suppress_blank off (the model's generation config suppresses only <|endoftext|> first)."""
+    return dict(
+        language="en",
+        task="transcribe",
+        beam_size=args.beams,
+        best_of=1,
+        temperature=0.0,
+        without_timestamps=True,
+        vad_filter=False,
+        suppress_blank=False,
+        compression_ratio_threshold=None,
+        log_prob_threshold=None,
+        no_speech_threshold=None,
+        max_new_tokens=ct2_max_new_tokens(args.max_new_tokens),
+    )
 
 
 def faster_whisper_batched_engine(args):
@@ -157,21 +165,7 @@ def faster_whisper_batched_engine(args):
             for start in range(0, len(wave), window)
         ]
         segments, _ = pipeline.transcribe(
-            wave,
-            language="en",
-            task="transcribe",
-            beam_size=args.beams,
-            best_of=1,
-            temperature=0.0,
-            without_timestamps=True,
-            vad_filter=False,
-            clip_timestamps=clips,
-            batch_size=args.batch_size,
-            suppress_blank=False,
-            compression_ratio_threshold=None,
-            log_prob_threshold=None,
-            no_speech_threshold=None,
-            max_new_tokens=ct2_max_new_tokens(args.max_new_tokens),
+            wave, clip_timestamps=clips, batch_size=args.batch_size, **faster_whisper_options(args)
         )
         segments = list(segments)
         return sum(len(s.tokens) for s in segments), len(segments)
