@@ -135,12 +135,14 @@ class Encoder(Stack):
         """Whether layer `layer`'s attention runs whole in SDPA's fused kernel, which never holds its scores (so
         long inputs need no chunks of queries): without gradients, no kind of the layer changing a score or adding
         keys (its mask is padding alone, (B, 1, 1, S)), the batch not `packed`, no cap on the scores and no
-        probabilities recorded. Chunks there cost time alone: Whisper base's encoder over 8 windows of 30 s took
+        probabilities recorded, on the CPU (a GPU's kernels for such a mask are not yet measured here: the GPU
+        verification issue). Chunks there cost time alone: Whisper base's encoder over 8 windows of 30 s took
         5.1 s by chunks of 87 queries against 3.7 s whole (the profiler's CPU time, 2 threads, a Xeon with AMX)."""
         attention = self.blocks[layer].self_attn
         plain = not any(kind.masks or kind.extra_keys for kind in self.self_kinds(layer))
         whole = attention.softcap is None and attention.recorded is None
-        return plain and whole and not packed and not torch.is_grad_enabled()
+        on_cpu = next(attention.parameters()).device.type == "cpu"
+        return plain and whole and on_cpu and not packed and not torch.is_grad_enabled()
 
     def score_numbers(self, batch: int, S: int) -> int:
         """The most numbers of attention scores one layer holds at once for `batch` inputs of S tokens, by the
