@@ -46,14 +46,13 @@ from encdec.schema import argument_type
 from encdec.tokenizers.languages import hf_tokenizer_of
 from encdec.transcription import render
 from encdec.transcription.batched import ChunkLength, chunk_length_of, transcribe_batched
-from encdec.transcription.longform import Transcriber
+from encdec.transcription.longform import Transcriber, WindowBatch
 from encdec.transcription.response_formats import SUFFIXES
 from encdec.transcription.segmentation import SPEECH_PAD, Seconds
 
 FORMAT_NAMES = {"txt": "text", "json": "json", "verbose_json": "verbose_json", "srt": "srt", "vtt": "vtt"}
 FILE_SUFFIXES = {**SUFFIXES, "verbose_json": ".verbose.json"}  # beside json's .json
 MAX_RECORDINGS = 10_000  # named on one command line
-MAX_BATCH = 256  # recordings decoded together
 MAX_PROMPT_CHARS = 2_000  # --initial-prompt's text: a prompt keeps the last tokens of half the decoder's positions
 OPENAI_WHISPER = dict(  # openai-whisper's `transcribe` defaults (its cli.py)
     temperature=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
@@ -106,7 +105,7 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument(
         "--batch-size",
-        type=whole_number(1, MAX_BATCH, "--batch-size"),
+        type=argument_type(WindowBatch, "--batch-size"),
         default=8,
         help="rows decoded together (default 8): recordings, and with --without-timestamps --no-previous-text a "
         "recording's windows (faster-whisper's batch_size)",

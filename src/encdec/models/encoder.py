@@ -153,10 +153,10 @@ class Encoder(Stack):
         peaks = [0]
         for i in range(len(self.blocks)):
             band = self.band(i)
-            if self.by_chunks(heads, S, band, G) and self.fused(i, packed=False):
-                continue  # SDPA's fused kernel holds no scores
             if not self.by_chunks(heads, S, band, G):
                 peaks.append(heads * S * (S + G))
+            elif self.fused(i, packed=False):
+                continue  # SDPA's fused kernel holds no scores
             elif band is not None and layer_in_blocks(self.self_kinds(i)):
                 peaks.append(blocked_scores(heads, S, band, G))
             else:

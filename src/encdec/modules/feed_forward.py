@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encdec.modules.decoding_linear import ACTIVATIONS as PRODUCT_ACTIVATIONS
 from encdec.modules.decoding_linear import activated, decoding_linear
 from encdec.modules.dropout import Dropout
 from encdec.modules.fp16 import fp16_autocast
@@ -22,7 +23,6 @@ ACTIVATIONS = {
     "swiglu": F.silu,
 }
 GATED = {"gated_gelu", "swiglu"}
-FUSED = {"relu", "gelu", "gelu_tanh"}  # decoding_linear's activations, applied inside its product
 
 
 class FeedForward(nn.Module):
@@ -40,7 +40,7 @@ class FeedForward(nn.Module):
             self.wi = nn.Linear(d_model, d_ff, bias=bias)
         self.wo = nn.Linear(d_ff, d_model, bias=bias)
         self.act = ACTIVATIONS[activation]
-        self.fused = activation if activation in FUSED else None  # inside the product where oneDNN takes it
+        self.fused = activation if activation in PRODUCT_ACTIVATIONS else None  # inside the product (oneDNN)
         self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -54,7 +54,7 @@ SECONDS_PER_TIMESTAMP = FRAMES_PER_TIMESTAMP * SECONDS_PER_FRAME  # 20 ms
 LOW_TEMPERATURE = 0.5  # a decoding kept below it is carried on as the next window's prompt (openai-whisper's)
 REFUSED = ("decoder_input_ids", "decoder_prompt", "num_return_sequences", "return_dict_in_generate")
 WINDOW_BATCH = 8  # rows a recording's independent windows fill (faster-whisper's batched default)
-WindowBatch = Annotated[int, Range(1, 256)]
+WindowBatch = Annotated[int, Range(1, 256)]  # rows decoded together: window_batch, `encdec transcribe --batch-size`
 
 
 class Transcriber:

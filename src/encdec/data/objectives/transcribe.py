@@ -321,9 +321,8 @@ class TranscribeObjective(Objective):
                 parts = [piece for t in joined.texts for piece in (self.separator, t.astype(np.int64))][1:]
                 text = np.concatenate(parts)[: room - 1]
                 labels.append(np.concatenate([self.prompt, text, np.array([self.eos_id], np.int64)]))
-            bodies.append(
-                labels[-1][len(self.prompt) - int(timed) : -1]
-            )  # a timed window's prompt less <|notimestamps|>
+            start = len(self.prompt) - int(timed)  # a timed window's prompt is the prompt less <|notimestamps|>
+            bodies.append(labels[-1][start:-1])
         return joined_waves, labels, bodies
 
     def previous_texts(self, rows_labels: list[np.ndarray], bodies: list[np.ndarray], rng) -> list[np.ndarray]:
