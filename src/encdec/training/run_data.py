@@ -34,7 +34,14 @@ from encdec.data.objectives.mixture import MixtureObjective, proportional_weight
 from encdec.data.objectives.objective import Objective
 from encdec.data.objectives.seq2seq import pair_ends
 from encdec.data.objectives.stream import StreamObjective
-from encdec.data.objectives.transcribe import NO_TIMESTAMPS, PREVIOUS, tokenize_transcripts, transcription_prompt
+from encdec.data.objectives.transcribe import (
+    NO_TIMESTAMPS,
+    PREVIOUS,
+    SMOOTHING_ON_TIMESTAMPS,
+    smoothing_on_timestamps,
+    tokenize_transcripts,
+    transcription_prompt,
+)
 from encdec.data.shards import prepare_shards, read_shards
 from encdec.errors import ConfigError, DataError
 from encdec.tokenizers import UL2_MODE_TOKENS, Tokenizer, build_tokenizer, load_tokenizer
@@ -146,6 +153,25 @@ def run_tokenizer(cfg: RunConfig, corpora: list[Corpus], tokenizer_dir: Path | N
     return build_run_tokenizer(cfg, texts if cfg.tokenizer.kind in ("bpe", "unigram") else ())
 
 
+def warn_of_smoothing(cfg: RunConfig, tokenizer: Tokenizer, timestamps: int) -> None:
+    """One warning where training.label_smoothing keeps more than SMOOTHING_ON_TIMESTAMPS of each target's
+    probability on the `timestamps` timestamp tokens, which Whisper's timestamp rule reads as asking for one (the
+    logits at least the tokenizer's tokens, the model's vocab_size where it is set above them)."""
+    smoothing, vocab = cfg.training.label_smoothing, max(cfg.model.config.vocab_size or 0, tokenizer.vocab_size)
+    kept = smoothing_on_timestamps(smoothing, timestamps, vocab)
+    if kept > SMOOTHING_ON_TIMESTAMPS:
+        log.warning(
+            "training.label_smoothing %g keeps %.3f of each target's probability on the %d timestamp tokens (%.0f%% "
+            "of the vocabulary): Whisper's timestamp rule writes a timestamp wherever their sum beats the best text "
+            "token, so long-form transcription may end windows early; train the last steps with "
+            "training.label_smoothing=0 (docs/transcribe.md)",
+            smoothing,
+            kept,
+            timestamps,
+            100 * timestamps / vocab,
+        )
+
+
 def corpus_objectives(
     cfg: RunConfig, corpus: Corpus, tokenizer: Tokenizer, seed: int
 ) -> tuple[Objective, Callable[[str], Objective]]:
@@ -167,6 +193,8 @@ def corpus_objectives(
             "no_timestamps_id": tokenizer.special_id(NO_TIMESTAMPS),
             "previous_id": tokenizer.special_id(PREVIOUS),
         }
+        if o.timestamps is not None and made["no_timestamps_id"] is not None:
+            warn_of_smoothing(cfg, tokenizer, tokenizer.vocab_size - made["no_timestamps_id"] - 1)
     else:
         made = {}
 
