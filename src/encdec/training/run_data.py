@@ -153,10 +153,12 @@ def run_tokenizer(cfg: RunConfig, corpora: list[Corpus], tokenizer_dir: Path | N
     return build_run_tokenizer(cfg, texts if cfg.tokenizer.kind in ("bpe", "unigram") else ())
 
 
-def warn_of_smoothing(cfg: RunConfig, tokenizer: Tokenizer, timestamps: int) -> None:
+def warn_of_smoothing(cfg: RunConfig, tokenizer: Tokenizer, no_timestamps_id: int) -> None:
     """One warning where training.label_smoothing keeps more than SMOOTHING_ON_TIMESTAMPS of each target's
-    probability on the `timestamps` timestamp tokens, which Whisper's timestamp rule reads as asking for one (the
-    logits at least the tokenizer's tokens, the model's vocab_size where it is set above them)."""
+    probability on the timestamp tokens (the tokenizer's ids after <|notimestamps|>), which Whisper's timestamp
+    rule reads as asking for one (the logits at least the tokenizer's tokens, the model's vocab_size where it is
+    set above them)."""
+    timestamps = tokenizer.vocab_size - no_timestamps_id - 1
     smoothing, vocab = cfg.training.label_smoothing, max(cfg.model.config.vocab_size or 0, tokenizer.vocab_size)
     kept = smoothing_on_timestamps(smoothing, timestamps, vocab)
     if kept > SMOOTHING_ON_TIMESTAMPS:
@@ -194,7 +196,7 @@ def corpus_objectives(
             "previous_id": tokenizer.special_id(PREVIOUS),
         }
         if o.timestamps is not None and made["no_timestamps_id"] is not None:
-            warn_of_smoothing(cfg, tokenizer, tokenizer.vocab_size - made["no_timestamps_id"] - 1)
+            warn_of_smoothing(cfg, tokenizer, made["no_timestamps_id"])
     else:
         made = {}
 
