@@ -1,6 +1,6 @@
 """Generation benchmark: encdec.generate beside Hugging Face's generate() on the same random-weight T5.
 
-Run: python benchmarks/bench_generate.py [--repeats 5] [--threads N] [--quantize int8] [--compile]
+Run: python benchmarks/bench_generate.py [--repeats 5] [--threads N] [--quantize int8] [--bf16] [--compile]
      python benchmarks/bench_generate.py --device cuda --dtype bf16 --shape t5-small --batch 8,64
 
 Shapes (`--shape`): "small" (the default: d_model 256, 4 heads of 64, d_ff 1024, 4 + 4
@@ -15,14 +15,17 @@ systems and the table shows medians.
 
 Systems: HF and encdec in `--dtype` (fp32, or bf16 by casting both models' weights)
 on `--device`; with `--quantize int8` (fp32 on the CPU: fbgemm's kernels; fp32 or bf16 on
-CUDA: torch._int_mm), encdec with int8 linear layers (encdec.quantize); with `--compile`,
+CUDA: torch._int_mm), encdec with int8 linear layers (encdec.quantize); with `--bf16` (fp32 runs),
+"encdec bf16": the same weights cast to bf16, what `--dtype auto` decodes in on a CPU that multiplies bf16
+natively, timed in turn with the fp32 systems (its ratio to encdec fp32 printed); with `--compile`,
 "encdec compiled": generate(compile=True), fixed-shape decoding steps compiled (CPU) or
 CUDA-graphed (GPU), its first call per shape (the compile) left out of the timings and
 printed apart; with `ctranslate2` installed (the `bench` extra), the same weights
 converted by its TransformersConverter and run in a process of its own
 (benchmarks/ct2_worker.py says why), with compute type fp32/bf16 as --dtype and,
 on the CPU, int8 too (its intra-op threads set to torch's). On CUDA every call is
-synchronised before and after. The peak memory of each torch system's generate call
+synchronised before and after. With CTranslate2, "encdec's best / CT2's best" is the fastest
+encdec system of the row over the fastest CTranslate2 compute type. The peak memory of each torch system's generate call
 above what was allocated before it is shown: on CUDA torch.cuda.max_memory_allocated
 over the timed calls; on the CPU the peak of torch's allocations during one more,
 untimed call under the profiler (profile_memory). Both count what torch allocates
@@ -37,6 +40,7 @@ two batched products) and nothing else, beside CTranslate2 fp32's whole call whe
 """
 
 import argparse
+import copy
 import statistics
 import time
 
@@ -117,6 +121,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch", default="8", help="comma-separated batch sizes, e.g. 8,64")
     parser.add_argument("--quantize", choices=("int8",), default=None, help="add encdec with int8 linear layers")
     parser.add_argument("--compile", action="store_true", help="add encdec with generate(compile=True)")
+    parser.add_argument(
+        "--bf16",
+        action="store_true",
+        help="add encdec with bf16 weights beside the fp32 systems (--dtype auto's choice)",
+    )
     parser.add_argument("--no-ctranslate2", action="store_true", help="leave CTranslate2 out even if installed")
     parser.add_argument("--no-kernels", action="store_true", help="skip the kernels-alone table (CPU fp32)")
     args = parser.parse_args(argv)
@@ -125,6 +134,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--device cuda: torch sees no GPU")
     if args.quantize and args.device == "cpu" and args.dtype != "fp32":
         parser.error("--quantize int8 on the CPU needs --dtype fp32 (fbgemm's int8 kernels take fp32)")
+    if args.bf16 and args.dtype != "fp32":
+        parser.error("--bf16 adds a bf16 encdec beside fp32 systems: it needs --dtype fp32")
     return args
 
 
@@ -133,8 +144,10 @@ def header(systems: list[str], int8: bool) -> str:
     cells += ["encdec compiled / HF"] if "encdec compiled" in systems else []
     cells += ["encdec int8 / HF"] if int8 else []
     cells += ["encdec int8 / CT2 int8"] if int8 and "ct2 int8" in systems else []
+    cells += ["encdec bf16 / encdec"] if "encdec bf16" in systems else []
     cells += ["encdec / CT2"] if "ct2" in systems else []
     cells += ["encdec compiled / CT2"] if "ct2" in systems and "encdec compiled" in systems else []
+    cells += ["encdec's best / CT2's best"] if "ct2" in systems else []
     cells += [f"{name} same tokens as HF" for name in systems if name != "hf"]
     cells += [f"{name} peak MiB" for name in systems if not name.startswith("ct2")]
     return "| " + " | ".join(cells) + " |\n|" + "|".join("---" for _ in cells) + "|"
@@ -149,10 +162,14 @@ def row(batch: int, mode: str, r: dict, seeded: bool) -> str:
         cells.append(f"{rate['encdec int8'] / rate['hf']:.2f}x")
         if "ct2 int8" in r:
             cells.append(f"{rate['encdec int8'] / rate['ct2 int8']:.2f}x")
+    if "encdec bf16" in r:
+        cells.append(f"{rate['encdec bf16'] / rate['encdec']:.2f}x")
     if "ct2" in r:
         cells.append(f"{rate['encdec'] / rate['ct2']:.2f}x")
         if "encdec compiled" in r:
             cells.append(f"{rate['encdec compiled'] / rate['ct2']:.2f}x")
+        best = {system: max(v for name, v in rate.items() if name.startswith(system)) for system in ("encdec", "ct2")}
+        cells.append(f"{best['encdec'] / best['ct2']:.2f}x")
     cells += ["seeded" if seeded else same_share(r["hf"][1], out) for name, (_, out, _) in r.items() if name != "hf"]
     cells += [f"{peak:.1f}" for _, (_, _, peak) in r.items() if peak is not None]
     return "| " + " | ".join(cells) + " |"
@@ -170,6 +187,8 @@ def main(argv=None) -> None:
         systems["encdec compiled"] = encdec_system(ours, compile=True)
     if args.quantize:
         systems["encdec int8"] = encdec_system(int8_copy(ours))
+    if args.bf16:
+        systems["encdec bf16"] = encdec_system(copy.deepcopy(ours).to(torch.bfloat16))
     if not args.no_ctranslate2:
         systems.update(ctranslate2_systems(reference, device, args.dtype, torch.get_num_threads()))
     where = (

@@ -2,9 +2,10 @@
 
 `pytest --device cuda` (or ENCDEC_TEST_DEVICE=cuda) runs the device-aware tests on
 the GPU; the default is the CPU. Tests marked `cuda` need a GPU and those marked
-`multi_gpu` two, and are skipped without them. The suite computes as on a CPU without AMX
-(ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 unless the caller sets it), so that `precision: auto` stays fp32 in the runs
-it compares with fp32 references wherever it is cloned; tests/training/test_numerics.py checks the AMX choice.
+`multi_gpu` two, and are skipped without them. The suite computes as on a CPU that multiplies no bf16 natively,
+neither by AMX nor by AVX-512 BF16 (ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI unless the caller sets it), so that
+`precision: auto` stays fp32 in the runs it compares with fp32 references wherever it is cloned;
+tests/training/test_numerics.py checks the bf16 choice.
 """
 
 import os
@@ -28,7 +29,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")  # no AMX: see the module
+    os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI")  # no native bf16: see the module
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:  # pytest-xdist: each test process computes on its share of the cores, as do its children
         threads = max(1, available_cores() // workers)

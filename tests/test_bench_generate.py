@@ -36,6 +36,12 @@ def test_int8_in_bf16_on_the_cpu_is_refused(bench, capsys):
     assert "--quantize int8 on the CPU needs --dtype fp32" in capsys.readouterr().err
 
 
+def test_bf16_beside_bf16_is_refused(bench, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--dtype", "bf16", "--bf16"])
+    assert "--bf16 adds a bf16 encdec beside fp32 systems" in capsys.readouterr().err
+
+
 def test_same_share_counts_equal_tokens(bench):
     a = torch.tensor([[0, 1, 2, 3]])
     assert bench.same_share(a, a.clone()) == "yes"
@@ -44,10 +50,20 @@ def test_same_share_counts_equal_tokens(bench):
 
 def test_a_toy_run_prints_one_row_per_batch_and_mode_with_int8(bench, capsys, one_thread):
     toy = ["--shape", "toy", "--batch", "1,2", "--repeats", "1", "--modes", "greedy", "beam 4"]
-    lines, header = printed_table(bench, capsys, *toy, "--quantize", "int8", "--no-ctranslate2", "--no-kernels")
+    argv = [*toy, "--quantize", "int8", "--bf16", "--no-ctranslate2", "--no-kernels"]
+    lines, header = printed_table(bench, capsys, *argv)
     rows = [cells(line) for line in lines[3:]]
     assert len(rows) == 4 and [r[1] for r in rows] == ["greedy", "beam 4", "greedy", "beam 4"]
-    assert "encdec int8 tok/s" in header
+    assert "encdec int8 tok/s" in header and len(rows[0]) == len(header)
+    for r in rows:  # each ratio under its own heading
+        rate = {
+            name: float(r[header.index(f"{name} tok/s")]) for name in ("hf", "encdec", "encdec int8", "encdec bf16")
+        }
+        for ratio, (a, b) in {
+            "encdec int8 / HF": ("encdec int8", "hf"),
+            "encdec bf16 / encdec": ("encdec bf16", "encdec"),
+        }.items():
+            assert float(r[header.index(ratio)][:-1]) == pytest.approx(rate[a] / rate[b], rel=0.01, abs=0.011)
     same = header.index("encdec same tokens as HF")
     assert all(r[same] == "yes" for r in rows)  # fp32 encdec equals HF token for token
     for name in ("hf", "encdec", "encdec int8"):  # the peak of torch's allocations during a call, in MiB
@@ -112,11 +128,17 @@ def test_a_toy_run_with_compile_adds_a_column_and_the_compile_time(bench, capsys
 def test_ctranslate2_runs_in_a_process_of_its_own_and_equals_hf_in_greedy(bench, capsys, one_thread):
     pytest.importorskip("ctranslate2")
     lines, header = printed_table(
-        bench, capsys, "--shape", "toy", "--batch", "2", "--repeats", "1", "--modes", "greedy"
+        bench, capsys, "--shape", "toy", "--batch", "2", "--repeats", "1", "--modes", "greedy", "--bf16"
     )
     row = cells(lines[3])
     assert row[header.index("ct2 same tokens as HF")] == "yes"
     assert float(row[header.index("ct2 int8 tok/s")]) > 0
+    rate = {name: float(row[header.index(f"{name} tok/s")]) for name in ("encdec", "encdec bf16", "ct2", "ct2 int8")}
+    assert float(row[header.index("encdec bf16 / encdec")][:-1]) == pytest.approx(
+        rate["encdec bf16"] / rate["encdec"], abs=0.011
+    )
+    best = max(rate["encdec"], rate["encdec bf16"]) / max(rate["ct2"], rate["ct2 int8"])
+    assert float(row[header.index("encdec's best / CT2's best")][:-1]) == pytest.approx(best, rel=0.01, abs=0.011)
     kernels = cells(lines[-1])  # the kernels table's row, CT2's time last
     ct2_ms = 2 * bench.NEW / float(row[header.index("ct2 tok/s")]) * 1e3
     assert float(kernels[-1]) == pytest.approx(ct2_ms, rel=0.01, abs=0.05)  # printed to 0.1 ms

@@ -91,16 +91,18 @@ def test_the_commands_that_open_a_model_take_its_dtype(tiny_run, tmp_path, capsy
         assert "argument --dtype: invalid choice: 'float64'" in capsys.readouterr().err
 
 
-@pytest.fixture
-def amx(monkeypatch):
-    """This CPU as one whose AMX multiplies bf16 (the suite runs without it: conftest limits oneDNN's ISA)."""
+@pytest.fixture(params=[("a Xeon with AMX", True), ("an AMD EPYC with AVX-512 BF16 alone", False)], ids=lambda p: p[0])
+def native_bf16(request, monkeypatch):
+    """This CPU as one that multiplies bf16 natively, by AMX or by AVX-512 BF16 alone (the suite runs without
+    either: conftest limits oneDNN's ISA)."""
     from encdec.cpu_features import CpuFeatures
 
-    features = CpuFeatures("a Xeon with AMX", amx=True, avx512_bf16=True, vnni=True)
+    model, amx = request.param
+    features = CpuFeatures(model, amx=amx, avx512_bf16=True, vnni=True)
     monkeypatch.setattr("encdec.runs.model_dtype.cpu_features", lambda: features)
 
 
-def test_a_float32_model_decodes_in_bf16_on_a_cpu_whose_amx_multiplies_it(tiny_run, tmp_path, capsys, amx):
+def test_a_float32_model_decodes_in_bf16_on_a_cpu_that_multiplies_it_natively(tiny_run, tmp_path, capsys, native_bf16):
     """`encdec generate` under --dtype auto on such a CPU opens a float32 run in bf16, says so, and generates what
     the library's bf16 model generates; --dtype float32, --quantize int8 (float32 weights) or a GPU keep float32."""
     from encdec.cli import main

@@ -16,30 +16,41 @@ from encdec.training.numerics import numerics, resolve_precision
 from encdec.training.optimizer_step import optimizer_step
 
 
-def test_auto_precision_is_fp32_on_a_cpu_without_amx_and_explicit_choices_stand():
+def test_auto_precision_is_fp32_on_a_cpu_without_native_bf16_and_explicit_choices_stand():
     cpu = torch.device("cpu")
-    assert resolve_precision("auto", cpu) == "fp32"  # the suite runs as without AMX (conftest)
+    assert resolve_precision("auto", cpu) == "fp32"  # the suite runs as without AMX and AVX-512 BF16 (conftest)
     assert resolve_precision("bf16", cpu) == "bf16" and resolve_precision("fp32", cpu) == "fp32"
 
 
 @pytest.mark.parametrize(
-    "amx, limit, expected",
-    [(True, "", "bf16"), (True, "ALL", "bf16"), (True, "avx512_core_bf16", "fp32"), (False, "", "fp32")],
+    "amx, dots, limit, expected",
+    [
+        (True, True, "", "bf16"),
+        (True, True, "ALL", "bf16"),
+        (True, True, "avx512_core_bf16", "bf16"),  # AMX limited away, AVX-512 BF16's dot products kept
+        (True, True, "avx512_core_vnni", "fp32"),
+        (False, True, "", "bf16"),  # an AMD EPYC (Zen 4): AVX-512 BF16 without AMX
+        (False, True, "AVX2", "fp32"),
+        (False, False, "", "fp32"),
+    ],
 )
-def test_auto_precision_is_bf16_on_a_cpu_whose_amx_multiplies_it(amx, limit, expected, monkeypatch):
-    """AMX's bf16 products run about 6x fp32's, so auto picks bf16 there; oneDNN limited to an instruction set
-    without AMX (ONEDNN_MAX_CPU_ISA, as the suite runs) computes as a CPU without it, and so does auto."""
+def test_auto_precision_is_bf16_on_a_cpu_that_multiplies_it_natively(amx, dots, limit, expected, monkeypatch):
+    """AMX's bf16 products run about 6x fp32's and AVX-512 BF16's about 2x on an AMD EPYC, so auto picks bf16 on
+    either; oneDNN limited to an instruction set without them (ONEDNN_MAX_CPU_ISA, as the suite runs) computes as a
+    CPU without them, and so does auto."""
     from encdec import cpu_features
 
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: dots)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", limit)
     cpu_features.cpu_features.cache_clear()
     try:
         assert resolve_precision("auto", torch.device("cpu")) == expected
-        described = cpu_features.cpu_features().describe()
-        assert described.startswith(cpu_features.cpu_features().model) and ("no AMX" in described) == (
-            expected == "fp32"
-        )
+        features = cpu_features.cpu_features()
+        described = features.describe()
+        assert described.startswith(features.model)
+        assert ("no AMX" in described) == (not amx or limit.upper() in cpu_features.AMX_FREE_LIMITS)
+        assert features.fast_bf16 == (expected == "bf16")
     finally:
         cpu_features.cpu_features.cache_clear()
 

@@ -74,10 +74,10 @@ def first_floating_dtype(file: Path) -> torch.dtype:
 
 def native_dtype(dtype: str, device: torch.device, quantize: str | None) -> torch.dtype | None:
     """What a decoding command (generate, serve, transcribe) prefers for a float32 model under `--dtype auto`:
-    bf16 on a CPU whose AMX multiplies it at several times float32's rate (encdec.cpu_features, as `precision:
-    auto` trains), unless `quantize` asks for int8 (which quantizes float32 weights) or another dtype is named;
-    None (as stored) elsewhere. The figures on a Xeon with AMX are in docs/benchmarks.md ("Decoding beside
-    CTranslate2's best")."""
+    bf16 on a CPU that multiplies it natively, by AMX or AVX-512 BF16 (encdec.cpu_features, as `precision: auto`
+    trains), unless `quantize` asks for int8 (which quantizes float32 weights) or another dtype is named; None
+    (as stored) elsewhere. The figures on a Xeon with AMX and an AMD EPYC without it are in docs/benchmarks.md
+    ("Decoding beside CTranslate2's best", "The CPU's own bf16")."""
     if dtype != "auto" or quantize is not None or device.type != "cpu" or not cpu_features().fast_bf16:
         return None
     return torch.bfloat16

@@ -1,7 +1,7 @@
 """How a run computes on its device: precision, TF32, determinism, and the RNG states a checkpoint keeps.
 
-    precision "auto"   bf16 autocast on a GPU that supports it and on a CPU whose AMX multiplies bf16
-                       (encdec.cpu_features), fp32 elsewhere
+    precision "auto"   bf16 autocast on a GPU that supports it and on a CPU that multiplies bf16 natively
+                       (AMX or AVX-512 BF16: encdec.cpu_features), fp32 elsewhere
     precision "fp16"   fp16 autocast with dynamic loss scaling (GradScaler), for GPUs without
                        bf16 (V100, T4); refused on a CPU and with FSDP
     fp32 on CUDA       TF32 matmuls and convolutions (10-bit mantissa inputs, fp32 accumulation)
@@ -24,7 +24,7 @@ CUBLAS_DETERMINISTIC = ":4096:8"  # cuBLAS needs a fixed workspace to repeat its
 
 
 def resolve_precision(precision: str, device: torch.device, distributed: str | None = None) -> str:
-    """fp32, bf16 or fp16: "auto" picks bf16 on a GPU with bf16 support and on a CPU with AMX, fp32 otherwise."""
+    """fp32, bf16 or fp16: "auto" picks bf16 on a GPU with bf16 support and on a CPU with native bf16, fp32 otherwise."""
     if precision == "auto":
         if device.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "fp32"

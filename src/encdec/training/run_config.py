@@ -135,7 +135,7 @@ class TrainingSection:
     label_smoothing: Probability = 0.0  # the target mixed with a uniform one (Szegedy et al. 2016; 0.1 in Vaswani)
     seed: Annotated[int, Range(0, 2**32 - 1)] = 1337
     precision: Literal[PRECISIONS] = (
-        "auto"  # auto (bf16 on a GPU that has it or a CPU with AMX, else fp32) | fp32 | bf16 | fp16
+        "auto"  # auto (bf16 on a GPU that has it or a CPU with AMX or AVX-512 BF16, else fp32) | fp32 | bf16 | fp16
     )
     compile: bool = False
     activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory, more compute
