@@ -18,14 +18,15 @@ shape and vocabulary of 51,865), so it writes its --max-new-tokens in every wind
 Whisper writes for 30 s of speech at 150 words a minute, so every engine does the same work (the tokens column
 says so). The engines:
     encdec          encdec.transcription.Transcriber on open_model's model, a recording's windows --batch-size
-                    at a time (window_batch); int8: encdec.quantization.quantize
+                    at a time (window_batch); int8: encdec.quantization.quantize; bf16: the weights in bf16
+                    (what `encdec transcribe` decodes in on a CPU that multiplies bf16 natively)
     encdec-sequential  the same, window after window (window_batch=1)
-    faster-whisper  WhisperModel(compute_type float32 or int8).transcribe, VAD off, suppress_blank off (as
-                    the model's generation config suppresses only <|endoftext|> first)
+    faster-whisper  WhisperModel(compute_type float32, int8, or bfloat16 where this CPU's CTranslate2 has it).transcribe,
+                    VAD off, suppress_blank off (the model's generation config suppresses only <|endoftext|> first)
     faster-whisper-batched  BatchedInferencePipeline.transcribe over the same windows (clip_timestamps),
                     --batch-size at a time
     transformers    WhisperForConditionalGeneration.generate on each window's WhisperFeatureExtractor features,
-                    fp32 only (transformers has no int8 for a CPU of its own)
+                    fp32 or bf16 (transformers has no int8 for a CPU of its own)
     transformers-batched  the same generate on --batch-size windows' features at once
 Each row runs --repeats times, the engines interleaved, each run in a fresh process after a warm-up on the first
 window; the figure is the median. The model's load is not timed; reading the audio is.
@@ -40,6 +41,7 @@ import sys
 import time
 from pathlib import Path
 
+CT2_COMPUTE = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}  # --compute in CTranslate2's names
 ENGINES = (
     "encdec",
     "encdec-sequential",
@@ -86,7 +88,7 @@ def encdec_engine(args):
     from encdec.transcription import Transcriber
 
     torch.set_num_threads(args.threads)
-    opened = open_model(args.model)
+    opened = open_model(args.model, dtype="bf16" if args.compute == "bf16" else None)
     model = quantize(opened.model, "int8") if args.compute == "int8" else opened.model
     transcriber = Transcriber(
         model.eval(),
@@ -111,7 +113,7 @@ def encdec_engine(args):
 def faster_whisper_engine(args):
     from faster_whisper import WhisperModel
 
-    compute = {"fp32": "float32", "int8": "int8"}[args.compute]
+    compute = CT2_COMPUTE[args.compute]
     model = WhisperModel(str(args.ct2), device="cpu", compute_type=compute, cpu_threads=args.threads, num_workers=1)
 
     def run(audio: Path, warm_up: bool):
@@ -151,7 +153,7 @@ def faster_whisper_options(args) -> dict:
 def faster_whisper_batched_engine(args):
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
-    compute = {"fp32": "float32", "int8": "int8"}[args.compute]
+    compute = CT2_COMPUTE[args.compute]
     model = WhisperModel(str(args.ct2), device="cpu", compute_type=compute, cpu_threads=args.threads, num_workers=1)
     pipeline, window = BatchedInferencePipeline(model), window_samples(args.model)
 
@@ -186,7 +188,8 @@ def hf_engine(args):
     import transformers
 
     torch.set_num_threads(args.threads)
-    model = transformers.WhisperForConditionalGeneration.from_pretrained(args.model).eval()
+    dtype = torch.bfloat16 if args.compute == "bf16" else torch.float32
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(args.model, dtype=dtype).eval()
     extractor = transformers.WhisperFeatureExtractor.from_pretrained(args.model)
     window = window_samples(args.model)
     batch = args.batch_size if args.engine == "transformers-batched" else 1
@@ -203,7 +206,7 @@ def hf_engine(args):
             features = extractor(pieces, sampling_rate=16_000, return_tensors="pt")
             with torch.inference_mode():
                 out = model.generate(
-                    features.input_features,
+                    features.input_features.to(dtype),
                     **language_of(args.model),
                     return_timestamps=False,
                     num_beams=args.beams,
@@ -214,6 +217,18 @@ def hf_engine(args):
         return tokens, len(starts)
 
     return run
+
+
+def runs_in(engine: str, compute: str) -> bool:
+    """Whether `engine` has `compute` on this CPU: transformers no int8 of its own, CTranslate2 bfloat16 only where
+    this CPU's build offers it (not on a CPU without AMX)."""
+    if engine.startswith("transformers"):
+        return compute != "int8"
+    if engine.startswith("faster-whisper") and compute == "bf16":
+        import ctranslate2
+
+        return "bfloat16" in ctranslate2.get_supported_compute_types("cpu")
+    return True
 
 
 def measure(args, engine: str, audio: Path, beams: int, compute: str) -> dict | str:
@@ -245,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--batch-size", type=int, default=8, help="windows a batch for the batched engines (8)")
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
-    parser.add_argument("--compute", nargs="+", default=["fp32", "int8"], choices=["fp32", "int8"])
+    parser.add_argument("--compute", nargs="+", default=["fp32", "int8"], choices=list(CT2_COMPUTE))
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)  # one engine's run, in this process
     args = parser.parse_args(argv)
@@ -265,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
         repeats = args.repeats if seconds <= 300 else 1
         for beams in args.beams:
             for compute in args.compute:
-                engines = [e for e in args.engines if not (e.startswith("transformers") and compute == "int8")]
+                engines = [e for e in args.engines if runs_in(e, compute)]
                 runs = {engine: [] for engine in engines}
                 for _ in range(repeats):  # interleaved
                     for engine in engines:

@@ -46,3 +46,15 @@ def test_encdec_and_transformers_decode_the_same_windows_each_in_a_process_of_it
     assert all(int(row[4]) > 0 and float(row[7]) > 0 for row in rows)  # tokens, audio seconds a wall second
     assert all(int(row[4]) <= 6 * windows for row in rows if row[3] == "encdec")  # --max-new-tokens a window
     # (transformers' short form re-runs a window after the timestamp tokens this random model writes: more tokens)
+    # bf16 weights (what `encdec transcribe` decodes in on a CPU that multiplies bf16 natively) in both engines
+    bench.main(
+        [*argv[:3], "--engines", "encdec", "transformers", "--threads", "1", "--repeats", "1", "--beams", "1"]
+        + ["--compute", "bf16", "--max-new-tokens", "6"]
+    )
+    rows = [cells(line) for line in capsys.readouterr().out.splitlines() if line.startswith("| talk.wav")]
+    assert [(row[2], row[3]) for row in rows] == [("bf16", "encdec"), ("bf16", "transformers")]
+    assert all(row[5] == str(windows) and int(row[4]) > 0 for row in rows)
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    has_bf16 = "bfloat16" in ctranslate2.get_supported_compute_types("cpu")
+    assert bench.runs_in("faster-whisper", "bf16") == has_bf16 and bench.runs_in("faster-whisper", "int8")
+    assert not bench.runs_in("transformers-batched", "int8") and bench.runs_in("transformers", "bf16")
