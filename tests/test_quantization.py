@@ -100,6 +100,25 @@ def test_a_model_on_a_gpu_quantizes_and_generates_tokens_mostly_equal_to_unquant
         assert quantized(src, got).logits.dtype == dtype
 
 
+def test_an_int8_encoder_over_a_long_input_attends_whole_and_fits_as_fp32_s_does():
+    """A long input's layers attend whole in SDPA's fused kernel, the same choice and the same fit check int8 or not:
+    an int8 attention holds no parameters, and asking where it computed raised StopIteration in the fit check of
+    `encdec transcribe --quantize int8` over 8 windows of 30 s (benchmarks/bench_transcribe.py, 13 minutes)."""
+    model = tiny("transformer-tiny")
+    quantized = quantize_int8(copy.deepcopy(model))
+    assert not any(True for _ in quantized.encoder.blocks[0].self_attn.parameters())
+    for m in (model, quantized):
+        m.encoder.long_scores = 0  # every layer past the threshold of chunks
+    with torch.no_grad():
+        assert [quantized.encoder.fused(i, packed=False) for i in range(len(quantized.encoder.blocks))] == [True] * len(
+            quantized.encoder.blocks
+        )
+        assert quantized.encoder.score_numbers(8, 1500) == model.encoder.score_numbers(8, 1500) == 0
+        src = torch.randint(3, V - 2, (2, 40))
+        ids = encdec.generate(quantized, src, torch.ones_like(src, dtype=torch.bool), max_new_tokens=4)
+    assert ids.shape == (2, 5)
+
+
 def test_the_int8_weights_take_a_quarter_of_the_fp32_bytes():
     model = tiny("t5-tiny")
     linears = [m for m in model.modules() if type(m) is nn.Linear]

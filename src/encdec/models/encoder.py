@@ -141,7 +141,7 @@ class Encoder(Stack):
         attention = self.blocks[layer].self_attn
         plain = not any(kind.masks or kind.extra_keys for kind in self.self_kinds(layer))
         whole = attention.softcap is None and attention.recorded is None
-        on_cpu = next(attention.parameters()).device.type == "cpu"
+        on_cpu = next(self.parameters()).device.type == "cpu"  # an int8 attention's projections hold no parameters
         return plain and whole and on_cpu and not packed and not torch.is_grad_enabled()
 
     def score_numbers(self, batch: int, S: int) -> int:
