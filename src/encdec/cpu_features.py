@@ -33,7 +33,7 @@ class CpuFeatures:
     vnni: bool  # int8 dot products (AVX-512 VNNI or AVX-VNNI)
 
     @property
-    def fast_bf16(self) -> bool:
+    def native_bf16(self) -> bool:
         """Whether this CPU multiplies bf16 natively (AMX or AVX-512 BF16): what `precision: auto` and the decoding
         commands' `--dtype auto` pick bf16 on."""
         return self.amx or self.avx512_bf16

@@ -50,7 +50,7 @@ def test_auto_precision_is_bf16_on_a_cpu_that_multiplies_it_natively(amx, dots, 
         described = features.describe()
         assert described.startswith(features.model)
         assert ("no AMX" in described) == (not amx or limit.upper() in cpu_features.AMX_FREE_LIMITS)
-        assert features.fast_bf16 == (expected == "bf16")
+        assert features.native_bf16 == (expected == "bf16")
     finally:
         cpu_features.cpu_features.cache_clear()
 

@@ -78,7 +78,7 @@ def native_dtype(dtype: str, device: torch.device, quantize: str | None) -> torc
     trains), unless `quantize` asks for int8 (which quantizes float32 weights) or another dtype is named; None
     (as stored) elsewhere. The figures on a Xeon with AMX and an AMD EPYC without it are in docs/benchmarks.md
     ("Decoding beside CTranslate2's best", "The CPU's own bf16")."""
-    if dtype != "auto" or quantize is not None or device.type != "cpu" or not cpu_features().fast_bf16:
+    if dtype != "auto" or quantize is not None or device.type != "cpu" or not cpu_features().native_bf16:
         return None
     return torch.bfloat16
 

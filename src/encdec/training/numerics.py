@@ -28,7 +28,7 @@ def resolve_precision(precision: str, device: torch.device, distributed: str | N
     if precision == "auto":
         if device.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-        return "bf16" if device.type == "cpu" and cpu_features().fast_bf16 else "fp32"
+        return "bf16" if device.type == "cpu" and cpu_features().native_bf16 else "fp32"
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError("training.precision is bf16 but this GPU does not support bfloat16; use fp16 or fp32")
     if precision == "fp16" and device.type != "cuda":
