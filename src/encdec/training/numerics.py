@@ -24,7 +24,7 @@ CUBLAS_DETERMINISTIC = ":4096:8"  # cuBLAS needs a fixed workspace to repeat its
 
 
 def resolve_precision(precision: str, device: torch.device, distributed: str | None = None) -> str:
-    """fp32, bf16 or fp16: "auto" picks bf16 on a GPU with bf16 support and on a CPU with native bf16, fp32 otherwise."""
+    """fp32, bf16 or fp16: "auto" picks bf16 on a GPU with bf16 support and on a CPU with native bf16, else fp32."""
     if precision == "auto":
         if device.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
