@@ -6,10 +6,11 @@
 The recording is the index-th line of DATA/long.jsonl (scripts/speak.py --long writes it: a long recording, its
 text and each sentence's span). Long-form transcription (encdec.transcription) reads the whole recording window
 after window, greedy with and without the previous text as prompt, then with openai-whisper's fallback and
-no-speech defaults; "batched" cuts it at its pauses into pieces of at most chunk_length seconds (the model's
-window, then each --chunk-length) and decodes them as one batch as `encdec transcribe --batched` does (greedy, no
-timestamps); "one by one" cuts the recording at the sentences' spans and decodes each clip as `encdec generate`
-does. Sampling is seeded (0). WER (x100) is over the whole text, as written (no normalisation), the same for every
+no-speech defaults; "within pieces" reads it window after window within pieces cut at its pauses of at most
+each --chunk-length seconds, as `encdec transcribe --chunk-length` does (greedy, with and without the previous
+text); "batched" cuts it so into pieces of at most chunk_length seconds (the model's window, then each
+--chunk-length) and decodes them as one batch as `encdec transcribe --batched` does (greedy, no timestamps);
+"one by one" cuts the recording at the sentences' spans and decodes each clip as `encdec generate` does. Sampling is seeded (0). WER (x100) is over the whole text, as written (no normalisation), the same for every
 row.
 """
 
@@ -87,6 +88,15 @@ def main(argv: list[str] | None = None) -> None:
             f"| {name} | {wer([transcript.text], reference):.1f} | {len(transcript.segments)} | {wall:.1f} | "
             f"{seconds / wall:.1f} |"
         )
+    for chunk in chunks:  # window after window within pieces cut at pauses (`encdec transcribe --chunk-length`)
+        for name, options in (("greedy", {}), ("greedy, previous text", dict(condition_on_prev_tokens=True))):
+            start = time.perf_counter()
+            [transcript] = Transcriber(opened.model, opened.text, chunk_length=chunk, **options)([wave])
+            wall = time.perf_counter() - start
+            print(
+                f"| long-form within pieces of {chunk:g} s, {name} | {wer([transcript.text], reference):.1f} | "
+                f"{len(transcript.segments)} | {wall:.1f} | {seconds / wall:.1f} |"
+            )
     for chunk in (window, *chunks):
         start = time.perf_counter()
         with torch.inference_mode():

@@ -1,5 +1,6 @@
 """benchmarks/bench_longform.py on a tiny random Whisper (a 4 s window) and espeak-ng sentences joined by pauses:
-a row for each decoding, the batched ones at the model's window and at --chunk-length; numbers out of their range
+a row for each decoding, the batched ones at the model's window and at --chunk-length, long form within pieces
+at --chunk-length; numbers out of their range
 (or past the model's window, or the recordings) one line each."""
 
 import importlib.util
@@ -48,14 +49,20 @@ def test_each_decoding_has_its_row_the_batched_ones_at_the_window_and_at_chunk_l
         "long-form, greedy, previous text",
         "long-form, greedy",
         "long-form, openai-whisper's defaults",
+        "long-form within pieces of 1.5 s, greedy",
+        "long-form within pieces of 1.5 s, greedy, previous text",
+        "long-form within pieces of 2.5 s, greedy",
+        "long-form within pieces of 2.5 s, greedy, previous text",
         "batched, chunk_length 4 s",
         "batched, chunk_length 1.5 s",
         "batched, chunk_length 2.5 s",
         "sentences one by one",
     ]
     assert all(float(row[1]) >= 0 and len(row) == 5 for row in rows)  # a WER, segments, wall s, audio s / wall s
-    pieces = [int(row[2]) for row in rows[3:6]]  # the window's, 1.5 s, 2.5 s: shorter pieces, more of them
+    pieces = [int(row[2]) for row in rows[7:10]]  # the window's, 1.5 s, 2.5 s: shorter pieces, more of them
     assert pieces[1] >= pieces[2] >= pieces[0] and pieces[1] > pieces[0]
+    within = [int(row[2]) for row in rows[3:7:2]]  # segments within pieces of 1.5 s and 2.5 s, greedy
+    assert within[0] >= pieces[1] and within[1] >= pieces[2]  # a segment a piece at least
 
 
 @pytest.mark.parametrize(

@@ -85,8 +85,10 @@ def test_the_text_is_printed_and_each_format_written_and_read_back(whisper_dir, 
         assert len(transcript.segments) > 1 and transcript.duration > 1
 
 
-def test_word_timestamps_are_written_into_verbose_json(whisper_dir, recordings, tmp_path, capsys):
-    """--word-timestamps: verbose_json's words are the Python API's (Transcriber(word_timestamps=True))."""
+@pytest.mark.parametrize("pieces", [None, 0.3], ids=["windows", "pieces"])
+def test_word_timestamps_are_written_into_verbose_json(whisper_dir, recordings, tmp_path, capsys, pieces):
+    """--word-timestamps: verbose_json's words are the Python API's (Transcriber(word_timestamps=True)), over the
+    whole recording's windows and over its pieces cut at pauses (--chunk-length without --batched)."""
     from dataclasses import asdict
 
     from encdec.runs.open import open_model
@@ -94,15 +96,26 @@ def test_word_timestamps_are_written_into_verbose_json(whisper_dir, recordings, 
 
     out = tmp_path / "out"
     argv = ["transcribe", str(whisper_dir), str(recordings[0]), *FAST, "--no-previous-text", "--out", str(out)]
+    argv += [] if pieces is None else ["--chunk-length", str(pieces)]
     assert main([*argv, "--word-timestamps", "--format", "verbose_json"]) == 0, capsys.readouterr().err
     verbose = json.loads((out / "dog.verbose.json").read_text())
     opened = open_model(whisper_dir)
-    options = dict(max_new_tokens=8, temperature=[0.0], language="en", word_timestamps=True)
+    options = dict(max_new_tokens=8, temperature=[0.0], language="en", word_timestamps=True, chunk_length=pieces)
     options |= dict(no_speech_threshold=0.6, logprob_threshold=-1.0, compression_ratio_threshold=2.4)
     [expected] = Transcriber(opened.model, opened.text, **options)([str(recordings[0])])
     assert expected.words and verbose["words"] == [asdict(word) for word in expected.words]
     assert all(0 <= word["start"] <= word["end"] for word in verbose["words"])
     assert [segment["tokens"] for segment in verbose["segments"]] == [list(s.tokens) for s in expected.segments]
+    if pieces is not None:  # every segment within a piece of at most 0.3 s
+        from encdec.audio import SAMPLE_RATE, read_audio
+        from encdec.transcription.segmentation import cut_at_pauses
+
+        spans = [
+            (a / SAMPLE_RATE, b / SAMPLE_RATE) for a, b in cut_at_pauses(read_audio(recordings[0]), SAMPLE_RATE, 0.3)
+        ]
+        assert len(spans) > 2
+        for segment in verbose["segments"]:
+            assert any(a - 0.011 <= segment["start"] <= segment["end"] <= b + 1e-6 for a, b in spans), segment
 
 
 def test_an_initial_prompt_is_the_previous_text_of_the_first_window(whisper_dir, recordings, tmp_path, capsys):
@@ -134,9 +147,10 @@ def test_an_initial_prompt_is_the_previous_text_of_the_first_window(whisper_dir,
         (["--batched", "--chunk-length", "0"], "--chunk-length must be at least 0.1, got 0"),
         (["--batched", "--chunk-length", "nan"], "--chunk-length must be a finite number"),
         (["--batched", "--chunk-length", "0.7"], "--chunk-length must be from 0.1 s to the model's window of 0.6 s"),
-        (["--chunk-length", "0.3"], "--chunk-length sets --batched's pieces: add --batched"),
+        (["--chunk-length", "0.7"], "--chunk-length must be from 0.1 s to the model's window of 0.6 s"),
         (["--batched", "--speech-pad", "-0.1"], "--speech-pad must be zero or more"),
-        (["--speech-pad", "0.4"], "--speech-pad sets --batched's pieces: add --batched"),
+        (["--chunk-length", "0.3", "--speech-pad", "-0.1"], "--speech-pad must be zero or more"),
+        (["--speech-pad", "0.4"], "--speech-pad pads the pieces cut at pauses: add --chunk-length or --batched"),
         (["--language", "xx"], "language 'xx' is not one this model knows"),
         (["--task", "sing"], "--task must be transcribe or translate"),
     ],

@@ -4,6 +4,7 @@
     encdec transcribe whisper-small/ a.wav b.flac --out subs/ --format srt,vtt --language en
     encdec transcribe whisper-small/ talk.mp3 --out out/ --format all --beams 5
     encdec transcribe runs/speech2 talk.wav --batched --chunk-length 8   # cut at its pauses, one batch
+    encdec transcribe runs/speech2 talk.wav --chunk-length 6             # cut at its pauses, one after another
 
 MODEL is what `encdec generate` opens (a run, a checkpoint directory, a Hugging Face Whisper directory); a text
 model is refused. Each recording is decoded window after window by encdec.transcription.longform, with
@@ -15,6 +16,8 @@ recording's name, its format's suffix: .txt, .json, .verbose.json, .srt, .vtt), 
 through a link; without it, each transcript is printed in the formats asked (the text by default).
 --batched instead cuts each recording at its pauses into pieces of at most --chunk-length seconds (the model's
 window by default) and decodes them as one batch (encdec.transcription.batched, faster-whisper's batched mode).
+--chunk-length without --batched cuts so too, then reads the pieces one after another, window after window
+within each, the previous text, timestamps and word times as without it (openai-whisper's clip_timestamps).
 """
 
 import argparse
@@ -126,15 +129,16 @@ def add_parser(subparsers) -> None:
         "--chunk-length",
         type=argument_type(ChunkLength, "--chunk-length"),
         default=None,
-        help="--batched's longest piece in seconds: speech merged up to it, from 0.1 to the model's window (default "
-        "the window; faster-whisper's chunk_length)",
+        help="cut each recording at its pauses into pieces of at most this many seconds (speech merged up to it), "
+        "from 0.1 to the model's window: decoded as one batch with --batched (default there: the window; "
+        "faster-whisper's chunk_length), else one after another, windows ending where their pieces end",
     )
     parser.add_argument(
         "--speech-pad",
         type=argument_type(Seconds, "--speech-pad"),
         default=None,
-        help="--batched's silence kept each side of speech in seconds (default 0; faster-whisper's speech_pad_ms "
-        "is 0.4 s, for models trained with silence around speech)",
+        help="the pieces' silence kept each side of speech in seconds, with --batched or --chunk-length (default "
+        "0; faster-whisper's speech_pad_ms is 0.4 s, for models trained with silence around speech)",
     )
     add_checkpoint_argument(parser)
     add_dtype_argument(parser)
@@ -194,9 +198,10 @@ def run(args: argparse.Namespace) -> int:
     check_recordings(args.audio, args.out)
     if args.batched and args.word_timestamps:
         raise ConfigError("--batched times segments, not words: leave out --word-timestamps or --batched")
-    for flag, value in (("--chunk-length", args.chunk_length), ("--speech-pad", args.speech_pad)):
-        if value is not None and not args.batched:
-            raise ConfigError(f"{flag} sets --batched's pieces: add --batched, or leave out {flag}")
+    if args.speech_pad is not None and not args.batched and args.chunk_length is None:
+        raise ConfigError(
+            "--speech-pad pads the pieces cut at pauses: add --chunk-length or --batched, or leave it out"
+        )
     fmts = args.format or (list(FORMAT_NAMES.values()) if args.out is not None else ["text"])
     device = resolve_device(args.device)
     opened = open_to_decode(args.model_dir, args, device)
@@ -211,9 +216,9 @@ def run(args: argparse.Namespace) -> int:
         rules = resolve_config(model, {}).whisper
         previous = rules.prev_sot_token_id if rules is not None else None
         options["prompt_ids"] = prompt_ids(opened.text, args.initial_prompt, previous)
+    pad = SPEECH_PAD if args.speech_pad is None else args.speech_pad
     if args.batched:  # every piece of the batch's recordings at once (transcription.batched): no previous text
         chunk_length = chunk_length_of(args.chunk_length, opened.text, "--chunk-length")
-        pad = SPEECH_PAD if args.speech_pad is None else args.speech_pad
 
         def transcriber(paths):
             return transcribe_batched(
@@ -226,6 +231,10 @@ def run(args: argparse.Namespace) -> int:
             condition_on_prev_tokens=args.condition_on_prev_tokens,
             word_timestamps=args.word_timestamps,
             window_batch=args.batch_size,
+            chunk_length=None
+            if args.chunk_length is None
+            else chunk_length_of(args.chunk_length, opened.text, "--chunk-length"),
+            speech_pad=pad,
             **options,
         )
     out = output_dir(args.out, "--out") if args.out is not None else None

@@ -22,6 +22,14 @@ recording's windows then do not depend on the one before (no previous text carri
 batch, up to `window_batch` rows in all (faster-whisper's BatchedInferencePipeline batch_size, over windows back
 to back): the weights are read once a step for all of them, and each window's output is the one it has decoded
 alone (search without sampling; a sampled fallback pass draws its noise in another order).
+With `chunk_length` each recording is first cut at its pauses into pieces of at most that many seconds (the cut
+of batched transcription, transcription.segmentation) and the windows run within the pieces, from one piece to
+the next, as openai-whisper's and faster-whisper's `clip_timestamps` run them: a window ends where its piece
+ends, its frames after that are the log-mel of silence (each window's log-mel made from its own samples, as a
+piece's in batched mode and a clip's in `generate`), the silence between pieces is never read, and the previous
+text, timestamps and word times go on as without pieces. A model that reads a window of one or two sentences
+better than one of several (a small one, trained on short windows) reads a long recording so about as well as
+its sentences one by one, with the previous text and word times that batched mode lacks.
 
 Shapes: B recordings, C mel bins, T frames (the longest recording's), W a window's frames, P prompt length.
 """
@@ -45,6 +53,7 @@ from encdec.generation.whisper_rules import detect_language, init_tokens, needs_
 from encdec.generation.whisper_windows import FRAMES_PER_TIMESTAMP, from_frame, split
 from encdec.runs.speech_text import Recording, waveform
 from encdec.schema import Range, value_of
+from encdec.transcription.segmentation import MIN_CHUNK, SPEECH_PAD, Seconds, cut_at_pauses
 from encdec.transcription.transcript import Segment, Transcript
 from encdec.transcription.word_times import token_timestamps
 from encdec.transcription.words import segment_words
@@ -63,8 +72,11 @@ class Transcriber:
     the fallback's thresholds, max_new_tokens: half the decoder's positions unless given) and
     condition_on_prev_tokens; prompt_ids (<|startofprev|> and a text's ids) prompt the first window, or with
     condition_on_prev_tokens stand before the text carried on, as transformers takes them; `window_batch` the
-    rows a recording's windows fill where they do not depend on each other (see the module's docstring). `text` decodes a segment's tokens (the opened model's text encoding); without it
-    segments have tokens and times but no text. Each option is checked here, in one sentence, before any audio."""
+    rows a recording's windows fill where they do not depend on each other; `chunk_length` (seconds, up to the
+    model's window; None: no pieces) the pieces cut at pauses the windows run within, their speech padded by
+    `speech_pad` seconds a side (see the module's docstring). `text` decodes a segment's tokens (the opened
+    model's text encoding); without it segments have tokens and times but no text. Each option is checked here,
+    in one sentence, before any audio."""
 
     def __init__(
         self,
@@ -74,6 +86,8 @@ class Transcriber:
         max_seconds=MAX_SECONDS,
         word_timestamps: bool = False,
         window_batch: int = WINDOW_BATCH,
+        chunk_length: float | None = None,
+        speech_pad: float = SPEECH_PAD,
         **options,
     ):
         if not capabilities_of(model).reads_features:
@@ -109,6 +123,11 @@ class Transcriber:
         self.options.pop("prompt_ids", None)  # the prompts are made here, window by window
         self.cfg, self.window = cfg, 2 * model.config.audio.max_source_positions
         self.cut_off = previous_text_room(positions)  # the previous text's tokens a prompt keeps
+        seconds = self.window * SECONDS_PER_FRAME
+        says = f"from {MIN_CHUNK:g} s to the model's window of {seconds:g} s"
+        chunk = Annotated[float, Range(MIN_CHUNK, seconds, says=says)]
+        self.chunk_length = None if chunk_length is None else value_of(chunk, chunk_length, "chunk_length")
+        self.speech_pad = value_of(Seconds, speech_pad, "speech_pad")
 
     def __call__(self, recordings: Sequence[Recording]) -> list[Transcript]:
         """A transcript of each recording (a path, a file's bytes, a waveform at 16 kHz), read within max_seconds."""
@@ -122,8 +141,10 @@ class Transcriber:
             features[row, :, : frames[row]] = log_mel(wave, self.model.config.audio.n_mels, frames=frames[row])[0]
         prompts = self.prompts(features)
         codes = {token: name[2:-2] for name, token in self.cfg.whisper.lang_to_id.items()}
+        pieces = None if self.chunk_length is None else [self.pieces(wave) for wave in waves]
+        decoded = self.decode(features, frames, prompts, recorded, pieces, None if pieces is None else waves)
         transcripts = []
-        for wave, prompt, segments in zip(waves, prompts, self.decode(features, frames, prompts, recorded)):
+        for wave, prompt, segments in zip(waves, prompts, decoded):
             text = self.decoded([token for segment in segments for token in segment.tokens])  # openai-whisper's
             language = codes.get(prompt[1]) if len(prompt) > 1 else None
             duration = len(wave) / SAMPLE_RATE
@@ -144,6 +165,11 @@ class Transcriber:
             raise DataError(f"recording {number} holds NaN or infinite samples; it is not a recording")
         return wave
 
+    def pieces(self, wave: torch.Tensor) -> list[tuple[int, int]]:
+        """A recording's pieces cut at its pauses (segmentation.cut_at_pauses, at most chunk_length seconds), as
+        (start, end) samples in order."""
+        return cut_at_pauses(wave, SAMPLE_RATE, self.chunk_length, speech_pad=self.speech_pad)
+
     def prompts(self, features: torch.Tensor) -> list[list[int]]:
         """Each recording's prompt (<|startoftranscript|> <|lang|> <|task|>, as whisper_rules.init_tokens makes
         it), its language given or detected from its first window as transformers detects a long-form batch's."""
@@ -162,32 +188,44 @@ class Transcriber:
         )
 
     def decode(
-        self, features: torch.Tensor, frames: list[int], prompts: list[list[int]], recorded: list[int] | None = None
+        self,
+        features: torch.Tensor,
+        frames: list[int],
+        prompts: list[list[int]],
+        recorded: list[int] | None = None,
+        spans: list[list[tuple[int, int]]] | None = None,
+        waves: list[torch.Tensor] | None = None,
     ) -> list[list[Segment]]:
         """Each recording's segments: features (B, C, T), each row's `frames` its own (the rest padding), each
         row's window decoded after its previous text (where carried on) and its prompt (`prompts`); `recorded`
-        each row's frames that hold its recording (None: `frames`), the frames its word timestamps warp over."""
+        each row's frames that hold its recording (None: `frames`), the frames its word timestamps warp over;
+        `spans` each row's pieces, (start, end) samples, the windows run within (None: the whole recording), whose
+        windows' log-mels are then made from `waves` (each row's samples at 16 kHz)."""
         recorded = frames if recorded is None else recorded
+        clips = [[(0, n * HOP)] for n in frames] if spans is None else spans
+        shortest = 1 if spans is None else FRAMES_PER_TIMESTAMP  # a piece's rest under 20 ms: nothing to time in it
         seek, carry = [0] * len(frames), [self.condition] * len(frames)
         segments: list[list[Segment]] = [[] for _ in frames]
         languages = self.languages(prompts)
         independent = not self.cfg.return_timestamps and not self.condition  # each window read as if alone
         with torch.inference_mode():
-            while active := [row for row in range(len(frames)) if seek[row] < frames[row]]:
+            while active := [row for row in range(len(frames)) if windows_from(clips[row], seek[row], 1, 1, shortest)]:
                 whole = {row: self.previous_text(segments[row], carry[row]) + prompts[row] for row in active}
                 for length in sorted({len(prompt) for prompt in whole.values()}):
                     rows = [row for row in active if len(whole[row]) == length]
                     each = max(self.window_batch // len(rows), 1) if independent else 1
                     windows = [
-                        (row, start) for row in rows for start in self.next_windows(seek[row], frames[row], each)
+                        (row, *found)
+                        for row in rows
+                        for found in windows_from(clips[row], seek[row], self.window, each, shortest)
                     ]
-                    rows, starts = [row for row, _ in windows], [start for _, start in windows]
-                    lengths = [min(self.window, frames[row] - start) for row, start in windows]
+                    rows, starts, lengths, samples = (list(column) for column in zip(*windows))
                     language = [languages[row] for row in rows] if isinstance(languages, list) else languages
-                    decoded = self.decode_window(
-                        features, rows, starts, lengths, [whole[row] for row in rows], language
-                    )
-                    for row, start, left, (tokens, ended, kept) in zip(rows, starts, lengths, decoded):
+                    window = self.window_features(features, waves, rows, starts, lengths, samples)
+                    decoded = self.decode_window(window, [whole[row] for row in rows], language)
+                    for index, (row, start, left, (tokens, ended, kept)) in enumerate(
+                        zip(rows, starts, lengths, decoded)
+                    ):
                         carry[row] = self.condition and kept.temperature < LOW_TEMPERATURE
                         if kept.skipped:  # no speech: the whole window passed over
                             seek[row] = start + left
@@ -196,25 +234,31 @@ class Transcriber:
                         if not self.cfg.return_timestamps:  # a timestamp token is then text, read as it comes
                             pieces, moved = [tokens], left
                         timed = self.timed(pieces, tokens, start, left, kept, len(segments[row]))
+                        if spans is not None:  # a piece's speech ends at its end: no time past it
+                            timed = within(timed, samples[index][1] / SAMPLE_RATE)
                         if self.word_timestamps:
                             sequence = whole[row] + tokens + ended
-                            where = (features, row, start, left, warped_frames(recorded[row], start, left))
+                            where = (window[index : index + 1], start, warped_frames(recorded[row], start, left))
                             timed = self.with_words(timed, where, sequence, len(whole[row]), languages, row)
                         segments[row] += timed
                         seek[row] = start + (moved or left)  # a cut at 0 s would read the window again, unending
         return segments
 
-    def next_windows(self, seek: int, frames: int, most: int) -> list[int]:
-        """The first frames of a recording's next `most` windows back to back from `seek`, within its `frames`."""
-        return list(range(seek, frames, self.window))[:most]
+    def window_features(self, features, waves, rows, starts, lengths, samples) -> torch.Tensor:
+        """The windows (G, C, W) of `rows` from the frames in `starts`, `lengths` frames each: cut from `features`
+        (zeros after a recording's end, as transformers' long form pads them), or where `waves` are given, each
+        window's log-mel made from its own (start, end) `samples`, silence after them (a piece's window, as
+        batched transcription's)."""
+        if waves is None:
+            ends = [start + length for start, length in zip(starts, lengths)]
+            return from_frame(features[rows], starts, ends, self.window)
+        slices = [waves[row][start:end] for row, (start, end) in zip(rows, samples)]
+        return log_mel(slices, self.model.config.audio.n_mels, frames=self.window)
 
-    def decode_window(self, features, rows, starts, lengths, prompts, language) -> list[tuple[list[int], Kept]]:
-        """The window of each of `rows` (a recording's row of `features`, once for each of its windows) from its
-        frame in `starts`, `lengths` frames of it, decoded after its prompt (`prompts`, all of one length;
+    def decode_window(self, window, prompts, language) -> list[tuple[list[int], list[int], Kept]]:
+        """Windows (G, C, W: window_features') each decoded after its prompt (`prompts`, all of one length;
         `language` the option that keeps `prepare` from detecting it again) -> each window's tokens (EOS cut),
         [EOS] where the decoding wrote one (else []), and what its kept decoding scored."""
-        ends = [start + length for start, length in zip(starts, lengths)]
-        window = from_frame(features[rows], starts, ends, self.window)  # (G, C, W)
         job = prepare(self.model, window, None, **{**self.options, "language": language})
         prompt = torch.tensor(prompts, dtype=torch.long, device=job.device)  # (G, P): in place of prepare's
         room = self.model.config.positions.max - prompt.shape[1]
@@ -229,13 +273,13 @@ class Transcriber:
         return [(t[:-1] if e else t, [eos] if e else [], k) for t, e, k in zip(decoded, ended, kept)]
 
     def with_words(self, segments: list[Segment], where, sequence: list[int], prompt: int, languages, row: int):
-        """A window's `segments` with their words (transcription.word_times, words): `where` (features, row,
-        seek, left, warped) the window's frames, `warped` those of them the warp reads (warped_frames), `sequence`
-        its prompt (`prompt` tokens), the tokens decoded and the EOS written, each segment's tokens in order after
-        the prompt. A word's times are offset by its window's start (seek), as openai-whisper's and transformers'
-        segments' token_timestamps are (see the test for transformers' flattened output, which is not)."""
-        features, row, seek, left, warped = where
-        window = from_frame(features[[row]], [seek], [seek + left], self.window)  # (1, C, W)
+        """A window's `segments` with their words (transcription.word_times, words): `where` (window, seek,
+        warped) the window's log-mel (1, C, W), its first frame and the frames of it the warp reads
+        (warped_frames), `sequence` its prompt (`prompt` tokens), the tokens decoded and the EOS written, each
+        segment's tokens in order after the prompt. A word's times are offset by its window's start (seek), as
+        openai-whisper's and transformers' segments' token_timestamps are (see the test for transformers'
+        flattened output, which is not)."""
+        window, seek, warped = where
         device = model_device(self.model)
         ids = torch.tensor([sequence], dtype=torch.long, device=device)
         times = token_timestamps(self.model, window.to(device), ids, prompt, frames=warped)
@@ -317,6 +361,27 @@ class Transcriber:
         return self.text.decode(
             [t for t in tokens if t < self.cfg.whisper.no_timestamps_token_id], skip_special_tokens=True
         )
+
+
+def within(segments: list[Segment], end: float) -> list[Segment]:
+    """`segments` with no start or end past `end` seconds (a piece's; batched transcription's segments are so
+    bounded): a random or unsure model may write timestamps to its window's end, past the piece's speech."""
+    return [replace(s, start=min(s.start, end), end=min(s.end, end)) for s in segments]
+
+
+def windows_from(pieces: list[tuple[int, int]], seek: int, window: int, most: int, shortest: int = 1) -> list[tuple]:
+    """A recording's next `most` windows from frame `seek`, back to back within each of its `pieces` ((start, end)
+    samples in order), none longer than `window` frames nor past its piece's end, nor shorter than `shortest`
+    frames (a piece's rest shorter is passed over) -> [(first frame, frames, (start, end) samples), ...], the
+    samples within the piece."""
+    found: list[tuple] = []
+    for begin, end in pieces:
+        start, stop = max(begin // HOP, seek), -(-end // HOP)
+        while stop - start >= shortest and len(found) < most:
+            length = min(window, stop - start)
+            found.append((start, length, (max(start * HOP, begin), min((start + length) * HOP, end))))
+            start += length
+    return found
 
 
 def warped_frames(recorded: int, seek: int, left: int) -> int:
