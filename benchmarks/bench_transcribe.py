@@ -29,8 +29,9 @@ says so). The engines:
     transformers    WhisperForConditionalGeneration.generate on each window's WhisperFeatureExtractor features,
                     fp32 or bf16 (transformers has no int8 for a CPU of its own)
     transformers-batched  the same generate on --batch-size windows' features at once
-Each row runs --repeats times, the engines interleaved, each run in a fresh process after a warm-up on the first
-window; the figure is the median. The model's load is not timed; reading the audio is.
+Each row runs --repeats times, the engines interleaved, each run in a fresh process after a warm-up on the
+recording's first windows, as many as the timed run decodes at once (--batch-size for the batched engines, one for
+the others); the figure is the median. The model's load is not timed; reading the audio is.
 """
 
 import argparse
@@ -56,6 +57,16 @@ ENGINES = (
 def window_samples(model: Path) -> int:
     """The model's window in samples at 16 kHz: 2 x max_source_positions frames of 10 ms (Whisper's 30 s)."""
     return json.loads((model / "config.json").read_text())["max_source_positions"] * 2 * 160
+
+
+BATCHED = ("encdec", "faster-whisper-batched", "transformers-batched")  # a recording's windows --batch-size at a time
+
+
+def warm_up_samples(args) -> int:
+    """The samples of the recording a warm-up reads: as many windows as the timed run decodes at once (--batch-size
+    for the batched engines, one for the others), so each engine has met the shapes it is timed on (encdec's oneDNN
+    copy of a weight is made at its first product by more than one row; CTranslate2 packs its weights at load)."""
+    return window_samples(args.model) * (args.batch_size if args.engine in BATCHED else 1)
 
 
 def worker(args) -> dict:
@@ -105,7 +116,7 @@ def encdec_engine(args):
         from encdec.audio import read_audio
 
         wave = read_audio(audio)
-        [transcript] = transcriber([wave[: window_samples(args.model)] if warm_up else wave])
+        [transcript] = transcriber([wave[: warm_up_samples(args)] if warm_up else wave])
         return sum(len(s.tokens) for s in transcript.segments), len(transcript.segments)
 
     return run
@@ -122,7 +133,7 @@ def faster_whisper_engine(args):
 
         wave = decode_audio(str(audio))
         segments, _ = model.transcribe(
-            wave[: window_samples(args.model)] if warm_up else wave,
+            wave[: warm_up_samples(args)] if warm_up else wave,
             condition_on_previous_text=False,
             **faster_whisper_options(args),
         )
@@ -162,7 +173,7 @@ def faster_whisper_batched_engine(args):
         from faster_whisper.audio import decode_audio
 
         wave = decode_audio(str(audio))
-        wave = wave[:window] if warm_up else wave
+        wave = wave[: warm_up_samples(args)] if warm_up else wave
         clips = [  # the windows back to back, as the other engines cut them (no VAD)
             {"start": start / 16_000, "end": min(start + window, len(wave)) / 16_000}
             for start in range(0, len(wave), window)
@@ -200,7 +211,7 @@ def hf_engine(args):
 
     def run(audio: Path, warm_up: bool):
         wave, _ = soundfile.read(audio, dtype="float32")
-        starts = range(0, window if warm_up else len(wave), window)
+        starts = range(0, min(warm_up_samples(args), len(wave)) if warm_up else len(wave), window)
         tokens = 0
         for first in range(0, len(starts), batch):  # `batch` windows a generate
             pieces = [wave[start : start + window] for start in starts[first : first + batch]]

@@ -67,3 +67,21 @@ def test_faster_whisper_takes_bf16_only_where_its_ctranslate2_offers_it_on_this_
     bench = load_bench()
     has_bf16 = "bfloat16" in ctranslate2.get_supported_compute_types("cpu")
     assert bench.runs_in("faster-whisper", "bf16") == has_bf16 and bench.runs_in("faster-whisper-batched", "int8")
+
+
+def test_each_engine_warms_up_on_as_many_windows_as_it_is_timed_decoding_at_once(tmp_path):
+    import argparse
+
+    bench = load_bench()
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"max_source_positions": 1500}')  # Whisper's 30 s
+    for engine, windows in (
+        ("encdec", 8),
+        ("encdec-sequential", 1),
+        ("faster-whisper", 1),
+        ("faster-whisper-batched", 8),
+        ("transformers", 1),
+        ("transformers-batched", 8),
+    ):
+        args = argparse.Namespace(model=tmp_path / "model", engine=engine, batch_size=8)
+        assert bench.warm_up_samples(args) == windows * 30 * 16_000, engine
