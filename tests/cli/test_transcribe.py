@@ -118,6 +118,26 @@ def test_word_timestamps_are_written_into_verbose_json(whisper_dir, recordings, 
             assert any(a - 0.011 <= segment["start"] <= segment["end"] <= b + 1e-6 for a, b in spans), segment
 
 
+def test_batched_word_timestamps_are_transcribe_batched_s(whisper_dir, recordings, tmp_path, capsys):
+    """--batched --word-timestamps: verbose_json's words are transcribe_batched(word_timestamps=True)'s."""
+    from dataclasses import asdict
+
+    from encdec.runs.open import open_model
+    from encdec.transcription.batched import transcribe_batched
+
+    out = tmp_path / "out"
+    argv = ["transcribe", str(whisper_dir), str(recordings[0]), *FAST, "--batched", "--chunk-length", "0.3"]
+    assert main([*argv, "--word-timestamps", "--format", "verbose_json", "--out", str(out)]) == 0
+    verbose = json.loads((out / "dog.verbose.json").read_text())
+    opened = open_model(whisper_dir)
+    options = dict(max_new_tokens=8, temperature=[0.0], language="en", chunk_length=0.3, word_timestamps=True)
+    options |= dict(return_timestamps=True)
+    options |= dict(no_speech_threshold=0.6, logprob_threshold=-1.0, compression_ratio_threshold=2.4)
+    [expected] = transcribe_batched(opened.model, opened.text, [str(recordings[0])], opened.generation, **options)
+    assert len(expected.segments) > 2 and expected.words
+    assert verbose["words"] == [asdict(word) for word in expected.words]
+
+
 def test_an_initial_prompt_is_the_previous_text_of_the_first_window(whisper_dir, recordings, tmp_path, capsys):
     from encdec.runs.open import open_model
     from encdec.transcription import render
@@ -143,7 +163,6 @@ def test_an_initial_prompt_is_the_previous_text_of_the_first_window(whisper_dir,
         (["--format", "doc"], "--format takes txt"),
         (["--temperature", "-1"], "--temperature must be a list"),
         (["--beams", "0"], "--beams must be"),
-        (["--batched", "--word-timestamps"], "--batched times segments, not words"),
         (["--batched", "--chunk-length", "0"], "--chunk-length must be at least 0.1, got 0"),
         (["--batched", "--chunk-length", "nan"], "--chunk-length must be a finite number"),
         (["--batched", "--chunk-length", "0.7"], "--chunk-length must be from 0.1 s to the model's window of 0.6 s"),

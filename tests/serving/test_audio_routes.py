@@ -197,7 +197,8 @@ BAD = {
     "an unknown format": ("wave", {"response_format": "xml"}, 422, "response_format"),
     "a temperature out of range": ("wave", {"temperature": "3"}, 422, "temperature"),
     "temperature not a number": ("wave", {"temperature": "warm"}, 422, "temperature"),
-    "word timestamps": ("wave", {"timestamp_granularities[]": "word"}, 422, "timestamp_granularities"),
+    "word timestamps outside verbose_json": ("wave", {"timestamp_granularities[]": "word"}, 422, "verbose_json"),
+    "an unknown granularity": ("wave", {"timestamp_granularities[]": "letter"}, 422, "timestamp_granularities"),
     "an unknown field": ("wave", {"speed": "2"}, 422, "unknown field"),
     "a language for an English-only model": ("wave", {"language": "fr"}, 422, "English-only"),
     "too long": ("long", {}, 400, f"{MAX_AUDIO_SECONDS}"),
@@ -304,7 +305,8 @@ def caught(function, *args):
 
 def test_openai_s_own_client_transcribes_and_translates_as_transcribe_batched(server, model_dir, recordings):
     """The `openai` package's client, pointed at the server, gets what transcribe_batched gives the recording
-    alone: its verbose_json as the client's Transcription object, its srt as the text the client returns."""
+    alone: its verbose_json as the client's Transcription object (with timestamp_granularities word, its words
+    those of transcribe_batched(word_timestamps=True)), its srt as the text the client returns."""
     openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
     opened = open_model(model_dir)
@@ -316,6 +318,20 @@ def test_openai_s_own_client_transcribes_and_translates_as_transcribe_batched(se
     assert [(s.start, s.end, s.text) for s in got.segments] == [
         (s["start"], s["end"], s["text"]) for s in expected["segments"]
     ]
+    [worded] = transcribe_batched(
+        opened.model, opened.text, [recordings[1]], opened.generation, return_timestamps=True, word_timestamps=True
+    )
+    for granularities in (["word"], ["segment", "word"]):  # OpenAI's timestamp_granularities[], given twice
+        got = client.audio.transcriptions.create(
+            model="whisper-tiny", file=file, response_format="verbose_json", timestamp_granularities=granularities
+        )
+        expected = json.loads(render(worded, "verbose_json"))
+        assert expected["words"] and [(w.word, w.start, w.end) for w in got.words] == [
+            (w["word"], w["start"], w["end"]) for w in expected["words"]
+        ]
+        assert [(s.start, s.end, s.text) for s in got.segments] == [
+            (s["start"], s["end"], s["text"]) for s in expected["segments"]
+        ]
     subtitles = client.audio.transcriptions.create(model="whisper-tiny", file=file, response_format="srt")
     assert list(srt.parse(subtitles)) == list(srt.parse(render(alone, "srt")))
     with pytest.raises(openai.UnprocessableEntityError) as refused:  # the refusal, a 4xx the client raises

@@ -3,13 +3,15 @@ in its pauses alone, into pieces that fit the model's window and tile it; a reco
 the window; the pieces of several recordings decoded as one batch give each recording the transcript it gets
 alone, timestamps or not; a window decoded again (three timestamps in a row) counts its times from the cut."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from encdec.audio import SAMPLE_RATE
 from encdec.errors import ConfigError
 from encdec.runs.open import open_model
-from encdec.transcription.batched import segments_of, transcribe_batched
+from encdec.transcription.batched import pieces_of, segments_of, transcribe_batched
 from encdec.transcription.segmentation import cut_at_silences
 
 from .speech_kit import SENTENCES, WINDOW_SECONDS, needs_espeak, tiny_whisper_dir, with_pauses
@@ -127,3 +129,25 @@ def test_chunk_length_cuts_a_recording_into_pieces_each_segment_timed_within_its
     for bad, says in ((0.0, window), (4.5, window), (float("nan"), "a finite number")):
         with pytest.raises(ConfigError, match=f"chunk_length must be {says}"):
             transcribe_batched(opened.model, opened.text, [wave], chunk_length=bad, **options)
+
+
+@needs_espeak
+def test_words_lie_in_their_pieces_spell_their_segments_and_a_batch_times_each_piece_as_it_is_alone(opened, recordings):
+    options = dict(defaults=opened.generation, return_timestamps=True)
+    together = transcribe_batched(opened.model, opened.text, recordings, word_timestamps=True, **options)
+    alone = [transcribe_batched(opened.model, opened.text, [w], word_timestamps=True, **options)[0] for w in recordings]
+    spans = lambda ts: [[(w.word, w.start, w.end) for w in t.words] for t in ts]  # noqa: E731
+    assert spans(together) == spans(alone)  # times exactly; probabilities up to a batch's rounding
+    chances = [[w.probability for w in t.words] for t in together]
+    assert chances == [pytest.approx([w.probability for w in t.words], rel=1e-4) for t in alone]
+    plain = transcribe_batched(opened.model, opened.text, recordings, **options)  # the words beside, nothing else
+    assert [[replace(s, words=()) for s in t.segments] for t in together] == [list(t.segments) for t in plain]
+    pieces = pieces_of(recordings, opened.text)
+    ends = {(owner, start // 160): end / SAMPLE_RATE for owner, (start, end) in zip(pieces.recording, pieces.spans)}
+    for owner, transcript in enumerate(together):
+        assert transcript.words
+        for segment in transcript.segments:
+            assert "".join(word.word for word in segment.words) == segment.text
+            start, end = segment.seek * 160 / SAMPLE_RATE, ends[owner, segment.seek]  # its piece's span
+            assert all(start - 0.01 <= w.start <= w.end <= end + 0.02 for w in segment.words), (segment, end)
+            assert all(a.end <= b.start + 1e-9 for a, b in zip(segment.words, segment.words[1:]))  # in order

@@ -196,8 +196,6 @@ def check_recordings(audio: list[Path], out: Path | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_recordings(args.audio, args.out)
-    if args.batched and args.word_timestamps:
-        raise ConfigError("--batched times segments, not words: leave out --word-timestamps or --batched")
     if args.speech_pad is not None and not args.batched and args.chunk_length is None:
         raise ConfigError(
             "--speech-pad pads the pieces cut at pauses: add --chunk-length or --batched, or leave it out"
@@ -222,7 +220,14 @@ def run(args: argparse.Namespace) -> int:
 
         def transcriber(paths):
             return transcribe_batched(
-                model, opened.text, paths, opened.generation, chunk_length=chunk_length, speech_pad=pad, **options
+                model,
+                opened.text,
+                paths,
+                opened.generation,
+                chunk_length=chunk_length,
+                speech_pad=pad,
+                word_timestamps=args.word_timestamps,
+                **options,
             )
     else:
         transcriber = Transcriber(

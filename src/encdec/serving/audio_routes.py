@@ -5,12 +5,15 @@
 A multipart upload (python-multipart, through Starlette's parser) of OpenAI's fields: file (wav, flac, ogg or
 mp3, read as encdec.audio reads a file), model (a name; this server serves one model), language, prompt
 (the previous text), response_format (json, text, srt, verbose_json, vtt), temperature (0: greedy; above:
-sampled at it), timestamp_granularities[] (segment). The recording is cut at its pauses into pieces of at most the
+sampled at it), timestamp_granularities[] (segment, word; given twice, both: words with verbose_json). The recording
+is cut at its pauses into pieces of at most the
 model's window (encdec.transcription.batched) and each piece decoded as a row of the scheduler's running
 batch beside every other request's (serving.scheduler: Whisper's rules, its prompt stepped one position a
 step), so many uploads share the decoder; the pieces' tokens are put together into a Transcript and
-rendered in the asked format with its media type (encdec.transcription.render). An upload's transcript
-equals `transcribe_batched` on that recording alone.
+rendered in the asked format with its media type (encdec.transcription.render). Words are timed after the
+decoding, a teacher-forced pass over 16 pieces at a time run between two of the scheduler's steps
+(Scheduler.exclusive: the pass records attention in the model's modules). An upload's transcript equals
+`transcribe_batched` on that recording alone, its words included.
 
 Bounds, checked before any decoding: the body's bytes (--max-audio-bytes, 413, before it is parsed), the
 recording's length (--max-audio-seconds, from the file's header before its samples are decoded); an upload
@@ -39,11 +42,12 @@ from encdec.errors import EncdecError
 from encdec.generation.generate import resolve_config
 from encdec.generation.interface import capabilities_of
 from encdec.schema import Range, Satisfies, field_type, short, value_of
+from encdec.serving.request_rows import Abandoned
 from encdec.serving.requests import RequestError
 from encdec.serving.validate import read_body
 from encdec.tokenizers.languages import hf_tokenizer_of
 from encdec.transcription import render
-from encdec.transcription.batched import Pieces, pieces_of, transcripts_of, trimmed
+from encdec.transcription.batched import Pieces, piece_times, pieces_of, transcripts_of, trimmed
 from encdec.transcription.response_formats import FORMATS, MEDIA_TYPES
 
 FIELD_BYTES = 64 << 10  # the form's fields beside the file: their bytes each, and the body's beyond the file
@@ -64,7 +68,7 @@ class AudioRequest:
     prompt: Annotated[str, short_text(MAX_PROMPT_CHARS)] | None = None
     response_format: Literal[FORMATS] = "json"  # the formats render writes
     temperature: Annotated[float, Range(0.0, 1.0)] = 0.0
-    timestamp_granularities: Literal["segment"] = "segment"  # word timestamps are not served yet
+    timestamp_granularities: Literal["segment", "word"] = "segment"  # a value; "word" given (alone or too): words
 
 
 FORM_FIELDS = {f.name: f.name for f in fields(AudioRequest)} | {"timestamp_granularities[]": "timestamp_granularities"}
@@ -123,18 +127,20 @@ async def read_form(request: Request, server) -> tuple[bytes, AudioRequest]:
             raise RequestError(422, f"unknown field {short(name)}; the fields are {', '.join(FORM_FIELDS)}")
         key = FORM_FIELDS[name]
         try:
-            if key in NUMBERS:
-                values[key] = field_type(AudioRequest, key, name)(value)
-            else:
-                values[key] = value_of(HINTS[key], value, name)
+            given = field_type(AudioRequest, key, name)(value) if key in NUMBERS else value_of(HINTS[key], value, name)
         except EncdecError as error:
             raise RequestError(422, str(error)) from None
+        twice = key == "timestamp_granularities" and values.get(key) == "word"  # segment and word: words too
+        values[key] = "word" if twice else given
     if upload is None:
         raise RequestError(400, "the upload holds no file: send the recording as the form's field file")
     data = await upload.read()
     if not data:
         raise RequestError(400, "the uploaded file is empty")
-    return data, AudioRequest(**values)
+    asked = AudioRequest(**values)
+    if asked.timestamp_granularities == "word" and asked.response_format != "verbose_json":
+        raise RequestError(422, "word timestamps are written in verbose_json: set response_format to verbose_json")
+    return data, asked
 
 
 def whisper_options(asked: AudioRequest, task: str, speech, defaults: dict) -> dict:
@@ -174,8 +180,15 @@ def add_audio_routes(app: FastAPI, server) -> None:
         options = whisper_options(asked, task, server.text, server.defaults)
         jobs = [partial(decode_piece, server, pieces, i, options, cfg.pad_token_id) for i in range(len(pieces.spans))]
         tokens = await server.in_threads(request, jobs, PIECES_AT_ONCE)  # rows of the running batch, a thread each
+        timed = None
+        if asked.timestamp_granularities == "word":  # PIECES_AT_ONCE pieces a pass, each between two steps
+            batches = range(0, len(tokens), PIECES_AT_ONCE)
+            jobs = [
+                partial(time_pieces, server, pieces, at, tokens[at : at + PIECES_AT_ONCE], options) for at in batches
+            ]
+            timed = [one for batch in await server.in_threads(request, jobs, 1) for one in batch]
         first, timestamps = cfg.whisper.timestamp_begin, options["return_timestamps"]
-        transcript = transcripts_of(pieces, tokens, server.text, first, timestamps, task, asked.language)[0]
+        transcript = transcripts_of(pieces, tokens, server.text, first, timestamps, task, asked.language, timed)[0]
         server.metrics.requests.labels(path, "200").inc()
         return Response(render(transcript, asked.response_format), media_type=MEDIA_TYPES[asked.response_format])
 
@@ -194,6 +207,14 @@ def read_upload(data: bytes, max_seconds: float):
         return read_audio_bytes(data, max_seconds, name="the uploaded file")
     except EncdecError as error:
         raise RequestError(400, str(error)) from None
+
+
+def time_pieces(server, pieces: Pieces, start: int, tokens: list[list[int]], options: dict, gone: threading.Event):
+    """Pieces start.. decoded into `tokens`, timed for their words (batched.piece_times) in the scheduler's thread
+    between two steps; Abandoned where the client has gone before it runs."""
+    if gone.is_set():
+        raise Abandoned("the client is gone")
+    return server.scheduler.exclusive(partial(piece_times, server.opened.model, pieces, start, tokens, **options))
 
 
 def decode_piece(server, pieces: Pieces, index: int, options: dict, pad: int, gone: threading.Event) -> list[int]:

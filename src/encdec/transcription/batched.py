@@ -6,11 +6,20 @@ with an energy detector in place of its VAD: encdec.transcription.segmentation).
 
     transcripts = transcribe_batched(model, speech, ["a.wav", "b.flac"], defaults)        # one Transcript each
     transcripts = transcribe_batched(model, speech, ["talk.wav"], defaults, chunk_length=5)  # shorter pieces
+    transcripts = transcribe_batched(model, speech, ["talk.wav"], defaults, word_timestamps=True)  # and words
 
 The cut (segmentation.cut_at_pauses): the speech found by frame energy, split at silences of 0.16 s or more,
 padded by `speech_pad` seconds a side (none by default), neighbours merged while the piece stays within
 `chunk_length`; speech longer than that cut in its quietest stretches. The silence outside the pieces is left
 out, as faster-whisper's VAD leaves it.
+
+Words (word_timestamps=True): after the decoding, a batch's pieces are timed in one teacher-forced pass
+(transcription.word_times: the alignment heads' cross-attention, dynamic time warping), each piece's decoder
+sequence as long form times a window's (its prompt, the tokens it kept, timestamps included, and
+<|endoftext|>) over the piece's own log-mel, and each segment's words read from its tokens (transcription.words).
+Each piece is aligned once, as faster-whisper's batched mode aligns each chunk: a piece `generate` decoded again
+from a cut (a decoding that stopped mid-segment) is timed in that one pass too, its text against its whole audio,
+where long form times each decoding apart with the tokens it dropped after the cut, as transformers does.
 
 Shapes: N samples, B pieces, C mel bins, T window frames, L tokens.
 """
@@ -26,11 +35,13 @@ import torch
 from encdec.audio import HOP, SAMPLE_RATE, log_mel
 from encdec.audio.recordings import MAX_SECONDS
 from encdec.errors import ConfigError
-from encdec.generation.generate import generate, resolve_config
+from encdec.generation.generate import generate, prepare, resolve_config
 from encdec.runs.speech_text import Recording, SpeechText, waveform
 from encdec.schema import Range, value_of
 from encdec.transcription.segmentation import MIN_CHUNK, SPEECH_PAD, cut_at_pauses
-from encdec.transcription.transcript import Segment, Transcript
+from encdec.transcription.transcript import Segment, Transcript, Word
+from encdec.transcription.word_times import token_timestamps
+from encdec.transcription.words import word_timestamps
 
 SECONDS_PER_TIMESTAMP = 0.02  # Whisper's <|0.00|> <|0.02|> ...
 BATCH_PIECES = 16  # pieces decoded together by transcribe_batched
@@ -67,6 +78,23 @@ class Pieces:
         """The log-mels (B, C, T) of pieces start..stop-1, on their waves' device."""
         return log_mel(self.slices[start:stop], self.n_mels, frames=self.frames)
 
+    def held(self, index: int) -> int:
+        """The frames of piece `index`'s log-mel that hold its samples (2 at least, the window at most)."""
+        return min(max(-(-len(self.slices[index]) // HOP), 2), self.frames)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A piece's decoder sequence as word_times.token_timestamps timed it: the prompt (its first `prompt` tokens),
+    the piece's tokens, <|endoftext|> (`eos`: below it are the text's ids); each token's time in seconds from the
+    piece's start and its probability."""
+
+    prompt: int
+    eos: int
+    sequence: list[int]
+    seconds: list[float]
+    probabilities: list[float]
+
 
 def pieces_of(
     waves: Sequence[torch.Tensor],
@@ -92,16 +120,26 @@ def pieces_of(
 def segments_of(
     tokens: list[int], first: int, start: float, end: float, timestamps: bool = True
 ) -> list[tuple[float, float, list[int]]]:
+    """segment_places' segments with their text tokens in place of their places."""
+    return [
+        (a, b, [tokens[i] for i in places]) for a, b, places in segment_places(tokens, first, start, end, timestamps)
+    ]
+
+
+def segment_places(
+    tokens: list[int], first: int, start: float, end: float, timestamps: bool = True
+) -> list[tuple[float, float, list[int]]]:
     """One piece's decoding (generate's tokens under Whisper's rules: the new tokens, window after window) ->
     [(start, end, text tokens), ...] in seconds of the recording, the piece starting at `start`. Timestamps
     (ids from `first`) bound segments; three or more in a row mark a window decoded again from the first of
     the last pair before them (generation.whisper_windows), whose times count from there. Without timestamps
-    asked, the piece is one segment (a timestamp a model emits all the same is left out, as its text drops it)."""
+    asked, the piece is one segment (a timestamp a model emits all the same is left out, as its text drops it).
+    Each segment's text tokens are given by their places in `tokens`."""
     if not timestamps:
-        text = [token for token in tokens if token < first]
+        text = [place for place, token in enumerate(tokens) if token < first]
         return [(start, end, text)] if text else []
     found, opened, text, offset, run = [], None, [], start, []
-    for token in [*tokens, None]:
+    for place, token in enumerate([*tokens, None]):
         if token is not None and token >= first:
             run.append((token - first) * SECONDS_PER_TIMESTAMP)
             continue
@@ -116,7 +154,7 @@ def segments_of(
                 opened = offset + time
         run = []
         if token is not None:
-            text.append(token)
+            text.append(place)
     if text:  # no closing timestamp: the segment runs to the piece's end
         found.append((opened if opened is not None else start, end, text))
     return [(min(a, end), min(max(a, b), end), t) for a, b, t in found if t]
@@ -130,20 +168,65 @@ def transcripts_of(
     timestamps: bool,
     task: str,
     language: str | None,
+    timed: list[Timed] | None = None,
 ) -> list[Transcript]:
-    """The pieces' decodings put together into one Transcript a recording, times in its seconds."""
+    """The pieces' decodings put together into one Transcript a recording, times in its seconds; with `timed`
+    (piece_times', a piece each) each segment's words."""
     found: list[list[Segment]] = [[] for _ in pieces.durations]
-    for owner, (begin, end), row in zip(pieces.recording, pieces.spans, tokens):
+    for index, (owner, (begin, end), row) in enumerate(zip(pieces.recording, pieces.spans, tokens)):
         seek = begin // HOP
-        for start, stop, ids in segments_of(row, first, begin / SAMPLE_RATE, end / SAMPLE_RATE, timestamps):
+        for start, stop, places in segment_places(row, first, begin / SAMPLE_RATE, end / SAMPLE_RATE, timestamps):
+            ids = [row[place] for place in places]
             text = speech.decode(ids, skip_special_tokens=True)
-            found[owner].append(Segment(len(found[owner]), round(start, 3), round(stop, 3), text, tuple(ids), seek))
+            words = (
+                () if timed is None else tuple(words_of(timed[index], places, speech, begin / SAMPLE_RATE, language))
+            )
+            segment = Segment(len(found[owner]), round(start, 3), round(stop, 3), text, tuple(ids), seek, words=words)
+            found[owner].append(segment)
     return [
         Transcript(
             " ".join(s.text.strip() for s in segments if s.text.strip()), tuple(segments), duration, language, task
         )
         for segments, duration in zip(found, pieces.durations)
     ]
+
+
+def piece_times(model, pieces: Pieces, start: int, tokens: list[list[int]], defaults=None, **options) -> list[Timed]:
+    """Pieces start.. of `pieces`, decoded by `generate(model, ..., defaults=defaults, **options)` into `tokens`
+    (its rows, trimmed), timed in one teacher-forced pass (word_times.token_timestamps over the frames that hold
+    each piece): each one's decoder sequence (the prompt generate decoded after, its tokens, <|endoftext|>)."""
+    stop = start + len(tokens)
+    features = pieces.features(start, stop)
+    job = prepare(model, features, None, defaults=defaults, **options)  # the prompts, as generate made them
+    prompts, eos = job.prompt.tolist(), job.cfg.eos_ids[0]
+    sequences = [[*prompt, *row, eos] for prompt, row in zip(prompts, tokens)]
+    ids = torch.full((len(sequences), max(map(len, sequences))), eos, dtype=torch.long, device=job.device)
+    for row, sequence in enumerate(sequences):
+        ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+    frames = [pieces.held(index) for index in range(start, stop)]
+    lengths = [len(sequence) for sequence in sequences]
+    times = token_timestamps(model, job.src_ids, ids, len(prompts[0]), frames=frames, lengths=lengths)
+    seconds, chances = times.seconds.tolist(), times.probabilities.tolist()
+    return [
+        Timed(len(prompts[0]), eos, sequence, seconds[row][: len(sequence)], chances[row][: len(sequence)])
+        for row, sequence in enumerate(sequences)
+    ]
+
+
+def words_of(timed: Timed, places: list[int], speech: SpeechText, offset: float, language) -> list[Word]:
+    """A segment's words: its text tokens (`places` in its piece's tokens, in order) with the times `timed` gave
+    them, offset by the piece's start (seconds); the first word starts at the time of the token before it."""
+    lo, hi = timed.prompt + places[0], timed.prompt + places[-1] + 1
+    return word_timestamps(
+        speech,
+        timed.sequence[lo:hi],
+        timed.seconds[lo:hi],
+        timed.probabilities[lo:hi],
+        language=language,
+        offset=offset,
+        eos_id=timed.eos,
+        begins=timed.seconds[lo - 1],
+    )
 
 
 def transcribe_batched(
@@ -155,13 +238,15 @@ def transcribe_batched(
     max_seconds: float = MAX_SECONDS,
     chunk_length: float | None = None,
     speech_pad: float = SPEECH_PAD,
+    word_timestamps: bool = False,
     **options,
 ) -> list[Transcript]:
     """One Transcript for each recording (a path, a file's bytes, a 16 kHz wave): cut at its pauses into pieces
     of at most `chunk_length` seconds (None: the model's window; more is a ConfigError), its speech padded by
     `speech_pad` seconds a side (faster-whisper's 0.4; see transcription.segmentation), every piece of every
     recording decoded `batch_pieces` at a time by `generate(model, ..., **options)` (Whisper's options:
-    language, task, return_timestamps, prompt_ids, temperature ...), over `defaults` (a checkpoint's)."""
+    language, task, return_timestamps, prompt_ids, temperature ...), over `defaults` (a checkpoint's); with
+    `word_timestamps` each segment's words (the module's docstring)."""
     chunk_length = chunk_length_of(chunk_length, speech)
     waves = [waveform(recording, max_seconds) for recording in recordings]
     pieces = pieces_of(waves, speech, chunk_length, speech_pad)
@@ -169,12 +254,14 @@ def transcribe_batched(
     if cfg.whisper is None:
         raise ConfigError("batched transcription needs a Whisper's decoding rules, which this model has none of")
     first, pad = cfg.whisper.timestamp_begin, cfg.pad_token_id
-    tokens = []
+    tokens, timed = [], [] if word_timestamps else None
     for at in range(0, len(pieces.spans), batch_pieces):
         out = generate(model, pieces.features(at, at + batch_pieces), defaults=defaults, **options)
         tokens += [trimmed(row, pad) for row in out.tolist()]
-    task = cfg.task or "transcribe"
-    return transcripts_of(pieces, tokens, speech, first, bool(cfg.return_timestamps), task, options.get("language"))
+        if word_timestamps:
+            timed += piece_times(model, pieces, at, tokens[at:], defaults, **options)
+    task, language = cfg.task or "transcribe", options.get("language")
+    return transcripts_of(pieces, tokens, speech, first, bool(cfg.return_timestamps), task, language, timed)
 
 
 def trimmed(row: list[int], pad: int) -> list[int]:
