@@ -241,11 +241,17 @@ def test_the_text_routes_refuse_a_speech_model_s_text(server):
     assert status == 422 and "/v1/audio/transcriptions" in body["error"], body
 
 
-def test_a_client_that_hangs_up_gives_back_its_places_and_rows(server, recordings):
-    body, headers = multipart({"response_format": "json"}, wav_bytes(recordings[2]))
+@pytest.mark.parametrize(
+    "fields",
+    [{"response_format": "json"}, {"response_format": "verbose_json", "timestamp_granularities[]": "word"}],
+    ids=["segments", "words"],
+)
+def test_a_client_that_hangs_up_gives_back_its_places_and_rows(server, recordings, fields):
+    assert upload(server, wav_bytes(recordings[2]), **fields)[0] == 200  # answered whole (and counted) first
+    body, headers = multipart(fields, wav_bytes(recordings[2]))
     head = f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: test\r\nContent-Type: {headers['Content-Type']}\r\n"
     answered = metric(server.url, "encdec_requests_total")
-    for _ in range(3):  # gone as soon as the upload is sent: while it is read, cut, or decoded
+    for _ in range(3):  # gone as soon as the upload is sent: while it is read, cut, decoded, or its words timed
         with socket.create_connection(("127.0.0.1", server.port), timeout=60) as connection:
             connection.sendall(head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
     until(lambda: metric(server.url, "encdec_requests_total") == answered + 3, "ended the three requests")
