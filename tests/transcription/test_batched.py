@@ -151,3 +151,17 @@ def test_words_lie_in_their_pieces_spell_their_segments_and_a_batch_times_each_p
             start, end = segment.seek * 160 / SAMPLE_RATE, ends[owner, segment.seek]  # its piece's span
             assert all(start - 0.01 <= w.start <= w.end <= end + 0.02 for w in segment.words), (segment, end)
             assert all(a.end <= b.start + 1e-9 for a, b in zip(segment.words, segment.words[1:]))  # in order
+
+
+@needs_espeak
+def test_word_timing_passes_bounded_to_one_piece_each_time_the_words_as_one_pass_does(opened, recordings, monkeypatch):
+    from encdec.transcription import batched
+
+    options = dict(defaults=opened.generation, return_timestamps=True, word_timestamps=True)
+    whole = transcribe_batched(opened.model, opened.text, recordings[:1], **options)
+    pieces = batched.pieces_of(recordings[:1], opened.text)
+    assert batched.map_bytes(opened.model, 10, pieces.frames) == 2 * 10 * 200 * 4  # 1 layer of 2 heads, 200 positions
+    monkeypatch.setattr(batched, "MAP_BYTES", 1)  # a piece a pass
+    one_by_one = transcribe_batched(opened.model, opened.text, recordings[:1], **options)
+    assert len(pieces.spans) > 1 and whole[0].words
+    assert [(w.word, w.start, w.end) for w in one_by_one[0].words] == [(w.word, w.start, w.end) for w in whole[0].words]

@@ -40,11 +40,12 @@ from encdec.runs.speech_text import Recording, SpeechText, waveform
 from encdec.schema import Range, value_of
 from encdec.transcription.segmentation import MIN_CHUNK, SPEECH_PAD, cut_at_pauses
 from encdec.transcription.transcript import Segment, Transcript, Word
-from encdec.transcription.word_times import token_timestamps
+from encdec.transcription.word_times import alignment_heads, token_timestamps
 from encdec.transcription.words import word_timestamps
 
 SECONDS_PER_TIMESTAMP = 0.02  # Whisper's <|0.00|> <|0.02|> ...
 BATCH_PIECES = 16  # pieces decoded together by transcribe_batched
+MAP_BYTES = 256 << 20  # a word-timing pass's attention maps at most (Whisper base: 32 MB a piece of 224 tokens)
 ChunkLength = Annotated[float, Range(MIN_CHUNK, MAX_SECONDS)]  # seconds; a model's window bounds it further
 
 
@@ -193,24 +194,38 @@ def transcripts_of(
 
 def piece_times(model, pieces: Pieces, start: int, tokens: list[list[int]], defaults=None, **options) -> list[Timed]:
     """Pieces start.. of `pieces`, decoded by `generate(model, ..., defaults=defaults, **options)` into `tokens`
-    (its rows, trimmed), timed in one teacher-forced pass (word_times.token_timestamps over the frames that hold
-    each piece): each one's decoder sequence (the prompt generate decoded after, its tokens, <|endoftext|>)."""
+    (its rows, trimmed), timed by teacher-forced passes (word_times.token_timestamps over the frames that hold
+    each piece), as many pieces a pass as keep its attention maps within MAP_BYTES: each one's decoder sequence
+    (the prompt generate decoded after, its tokens, <|endoftext|>), its tokens' times and probabilities."""
     stop = start + len(tokens)
     features = pieces.features(start, stop)
     job = prepare(model, features, None, defaults=defaults, **options)  # the prompts, as generate made them
     prompts, eos = job.prompt.tolist(), job.cfg.eos_ids[0]
     sequences = [[*prompt, *row, eos] for prompt, row in zip(prompts, tokens)]
-    ids = torch.full((len(sequences), max(map(len, sequences))), eos, dtype=torch.long, device=job.device)
-    for row, sequence in enumerate(sequences):
-        ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
-    frames = [pieces.held(index) for index in range(start, stop)]
-    lengths = [len(sequence) for sequence in sequences]
-    times = token_timestamps(model, job.src_ids, ids, len(prompts[0]), frames=frames, lengths=lengths)
-    seconds, chances = times.seconds.tolist(), times.probabilities.tolist()
-    return [
-        Timed(len(prompts[0]), eos, sequence, seconds[row][: len(sequence)], chances[row][: len(sequence)])
-        for row, sequence in enumerate(sequences)
-    ]
+    at_once = max(MAP_BYTES // map_bytes(model, max(map(len, sequences)), pieces.frames), 1)
+    timed = []
+    for first in range(0, len(sequences), at_once):
+        batch = sequences[first : first + at_once]
+        ids = torch.full((len(batch), max(map(len, batch))), eos, dtype=torch.long, device=job.device)
+        for row, sequence in enumerate(batch):
+            ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+        frames = [pieces.held(start + first + row) for row in range(len(batch))]
+        window = job.src_ids[first : first + at_once]
+        lengths = [len(sequence) for sequence in batch]
+        times = token_timestamps(model, window, ids, len(prompts[0]), frames=frames, lengths=lengths)
+        seconds, chances = times.seconds.tolist(), times.probabilities.tolist()
+        timed += [
+            Timed(len(prompts[0]), eos, sequence, seconds[row][: len(sequence)], chances[row][: len(sequence)])
+            for row, sequence in enumerate(batch)
+        ]
+    return timed
+
+
+def map_bytes(model, tokens: int, frames: int) -> int:
+    """The attention maps one piece's timing pass records: each alignment layer's heads (B, H, T, S) in fp32."""
+    cross = model.attention_layers().cross
+    layers = {layer for layer, _ in alignment_heads(model)}
+    return sum(cross[layer].n_heads for layer in layers) * tokens * (frames // 2) * 4
 
 
 def words_of(timed: Timed, places: list[int], speech: SpeechText, offset: float, language) -> list[Word]:
