@@ -215,8 +215,8 @@ def run(args: argparse.Namespace) -> int:
         previous = rules.prev_sot_token_id if rules is not None else None
         options["prompt_ids"] = prompt_ids(opened.text, args.initial_prompt, previous)
     pad = SPEECH_PAD if args.speech_pad is None else args.speech_pad
+    chunk_length = chunk_length_of(args.chunk_length, opened.text, "--chunk-length")  # the window where not given
     if args.batched:  # every piece of the batch's recordings at once (transcription.batched): no previous text
-        chunk_length = chunk_length_of(args.chunk_length, opened.text, "--chunk-length")
 
         def transcriber(paths):
             return transcribe_batched(
@@ -236,9 +236,7 @@ def run(args: argparse.Namespace) -> int:
             condition_on_prev_tokens=args.condition_on_prev_tokens,
             word_timestamps=args.word_timestamps,
             window_batch=args.batch_size,
-            chunk_length=None
-            if args.chunk_length is None
-            else chunk_length_of(args.chunk_length, opened.text, "--chunk-length"),
+            chunk_length=None if args.chunk_length is None else chunk_length,
             speech_pad=pad,
             **options,
         )

@@ -37,8 +37,8 @@ from encdec.audio.recordings import MAX_SECONDS
 from encdec.errors import ConfigError
 from encdec.generation.generate import generate, prepare, resolve_config
 from encdec.runs.speech_text import Recording, SpeechText, waveform
-from encdec.schema import Range, value_of
-from encdec.transcription.segmentation import MIN_CHUNK, SPEECH_PAD, cut_at_pauses
+from encdec.schema import Range
+from encdec.transcription.segmentation import MIN_CHUNK, SPEECH_PAD, cut_at_pauses, within_window
 from encdec.transcription.transcript import Segment, Transcript, Word
 from encdec.transcription.word_times import alignment_heads, token_timestamps
 from encdec.transcription.words import word_timestamps
@@ -57,10 +57,7 @@ def window_of(speech: SpeechText) -> float:
 def chunk_length_of(value: float | None, speech: SpeechText, key: str = "chunk_length") -> float:
     """`value` checked to lie from MIN_CHUNK to the model's window (None: the window), or one sentence naming `key`."""
     window = window_of(speech)
-    if value is None:
-        return window
-    says = f"from {MIN_CHUNK:g} s to the model's window of {window:g} s"
-    return value_of(Annotated[float, Range(MIN_CHUNK, window, says=says)], value, key)
+    return window if value is None else within_window(value, window, key)
 
 
 @dataclass(frozen=True)
@@ -192,13 +189,16 @@ def transcripts_of(
     ]
 
 
-def piece_times(model, pieces: Pieces, start: int, tokens: list[list[int]], defaults=None, **options) -> list[Timed]:
+def piece_times(
+    model, pieces: Pieces, start: int, tokens: list[list[int]], defaults=None, features=None, **options
+) -> list[Timed]:
     """Pieces start.. of `pieces`, decoded by `generate(model, ..., defaults=defaults, **options)` into `tokens`
     (its rows, trimmed), timed by teacher-forced passes (word_times.token_timestamps over the frames that hold
     each piece), as many pieces a pass as keep its attention maps within MAP_BYTES: each one's decoder sequence
-    (the prompt generate decoded after, its tokens, <|endoftext|>), its tokens' times and probabilities."""
+    (the prompt generate decoded after, its tokens, <|endoftext|>), its tokens' times and probabilities.
+    `features`: the pieces' log-mels where the caller has them (the decoding's), else made here."""
     stop = start + len(tokens)
-    features = pieces.features(start, stop)
+    features = pieces.features(start, stop) if features is None else features
     job = prepare(model, features, None, defaults=defaults, **options)  # the prompts, as generate made them
     prompts, eos = job.prompt.tolist(), job.cfg.eos_ids[0]
     sequences = [[*prompt, *row, eos] for prompt, row in zip(prompts, tokens)]
@@ -206,9 +206,8 @@ def piece_times(model, pieces: Pieces, start: int, tokens: list[list[int]], defa
     timed = []
     for first in range(0, len(sequences), at_once):
         batch = sequences[first : first + at_once]
-        ids = torch.full((len(batch), max(map(len, batch))), eos, dtype=torch.long, device=job.device)
-        for row, sequence in enumerate(batch):
-            ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+        width = max(map(len, batch))
+        ids = torch.tensor([s + [eos] * (width - len(s)) for s in batch], dtype=torch.long, device=job.device)
         frames = [pieces.held(start + first + row) for row in range(len(batch))]
         window = job.src_ids[first : first + at_once]
         lengths = [len(sequence) for sequence in batch]
@@ -271,10 +270,11 @@ def transcribe_batched(
     first, pad = cfg.whisper.timestamp_begin, cfg.pad_token_id
     tokens, timed = [], [] if word_timestamps else None
     for at in range(0, len(pieces.spans), batch_pieces):
-        out = generate(model, pieces.features(at, at + batch_pieces), defaults=defaults, **options)
+        features = pieces.features(at, at + batch_pieces)
+        out = generate(model, features, defaults=defaults, **options)
         tokens += [trimmed(row, pad) for row in out.tolist()]
         if word_timestamps:
-            timed += piece_times(model, pieces, at, tokens[at:], defaults, **options)
+            timed += piece_times(model, pieces, at, tokens[at:], defaults, features, **options)
     task, language = cfg.task or "transcribe", options.get("language")
     return transcripts_of(pieces, tokens, speech, first, bool(cfg.return_timestamps), task, language, timed)
 

@@ -53,7 +53,7 @@ from encdec.generation.whisper_rules import detect_language, init_tokens, needs_
 from encdec.generation.whisper_windows import FRAMES_PER_TIMESTAMP, from_frame, split
 from encdec.runs.speech_text import Recording, waveform
 from encdec.schema import Range, value_of
-from encdec.transcription.segmentation import MIN_CHUNK, SPEECH_PAD, Seconds, cut_at_pauses
+from encdec.transcription.segmentation import SPEECH_PAD, Seconds, cut_at_pauses, within_window
 from encdec.transcription.transcript import Segment, Transcript
 from encdec.transcription.word_times import token_timestamps
 from encdec.transcription.words import segment_words
@@ -124,9 +124,7 @@ class Transcriber:
         self.cfg, self.window = cfg, 2 * model.config.audio.max_source_positions
         self.cut_off = previous_text_room(positions)  # the previous text's tokens a prompt keeps
         seconds = self.window * SECONDS_PER_FRAME
-        says = f"from {MIN_CHUNK:g} s to the model's window of {seconds:g} s"
-        chunk = Annotated[float, Range(MIN_CHUNK, seconds, says=says)]
-        self.chunk_length = None if chunk_length is None else value_of(chunk, chunk_length, "chunk_length")
+        self.chunk_length = None if chunk_length is None else within_window(chunk_length, seconds)
         self.speech_pad = value_of(Seconds, speech_pad, "speech_pad")
 
     def __call__(self, recordings: Sequence[Recording]) -> list[Transcript]:

@@ -121,6 +121,13 @@ def cut_at_silences(
     return [(a, b) for a, b in spans if max(decibels[a // frame : b // frame] or [floor]) >= floor]
 
 
+def within_window(value: float, window: float, key: str = "chunk_length") -> float:
+    """A piece's longest length in seconds, `value`, checked to lie from MIN_CHUNK to a model's `window` (seconds),
+    or one sentence naming `key`."""
+    says = f"from {MIN_CHUNK:g} s to the model's window of {window:g} s"
+    return value_of(Annotated[float, Range(MIN_CHUNK, window, says=says)], value, key)
+
+
 def cut_at_pauses(
     wave: torch.Tensor,
     sample_rate: int,
