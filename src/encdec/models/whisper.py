@@ -76,7 +76,8 @@ class AudioEncoder(Encoder):
         if packing is not None:
             raise ConfigError("the whisper family cannot read a packed batch: its inputs are log-mel features")
         self.check_features(features)
-        x = F.gelu(self.conv2(F.gelu(self.conv1(features.to(self.conv1.weight.dtype))))).transpose(1, 2)
+        x = F.gelu(self.conv2(F.gelu(self.conv1(features.to(self.conv1.weight.dtype)))))
+        x = x.transpose(1, 2).contiguous()  # (B, S, C) in memory too: else every sum after it keeps (B, C, S)'s layout
         S = x.shape[1]
         x = self.dropout(x + self.positions(S).to(x.dtype))
         return self.blocks_over(x, None, None, torch.arange(S, device=x.device))
