@@ -1,8 +1,7 @@
-import pytest
 import torch
 import torch.nn.functional as F
 
-from encdec.modules import FeedForward, RMSNorm, build_norm, feed_forward
+from encdec.modules import FeedForward, RMSNorm, build_norm
 
 
 def test_gated_gelu_multiplies_tanh_gelu_gate_by_linear_branch():
@@ -30,34 +29,3 @@ def test_rms_norm_scales_by_root_mean_square_without_centering():
 
 def test_layer_norm_without_bias_has_only_a_weight():
     assert [n for n, _ in build_norm("layernorm", 8, 1e-5, bias=False).named_parameters()] == ["weight"]
-
-
-@pytest.mark.parametrize("activation", ["gelu", "relu", "gated_gelu"])
-def test_a_cpu_inference_hidden_over_its_bound_is_computed_by_row_pieces_with_the_whole_block_s_values(
-    activation, monkeypatch
-):
-    """Without gradients on a CPU, a hidden (rows x d_ff) over HIDDEN_BYTES is made by row pieces, none over it
-    (glibc hands a block over 32 MB back to the system at each free, so a whole hidden was faulted in afresh at
-    every layer); the values are the whole block's."""
-    torch.manual_seed(0)
-    ffn = FeedForward(16, 64, activation, bias=True).eval()
-    x = torch.randn(3, 50, 16)
-    with torch.no_grad():
-        whole = ffn(x)
-        monkeypatch.setattr(feed_forward, "HIDDEN_BYTES", 64 * 4 * 40)  # 40 rows' hidden
-        assert feed_forward.hidden_pieces(x, 64) == 4  # 150 rows: 4 pieces of at most 40
-        pieces = ffn(x)
-        seen = []
-        monkeypatch.setattr(FeedForward, "whole", lambda self, rows: seen.append(rows.shape[0]) or rows[:, :16])
-        ffn(x)
-    torch.testing.assert_close(pieces, whole, atol=1e-6, rtol=0)
-    assert seen == [38, 38, 37, 37]
-    assert feed_forward.hidden_pieces(x.requires_grad_(), 64) == 1  # training: one piece, as autograd keeps it
-
-
-def test_a_hidden_within_its_bound_is_one_piece_and_a_piece_is_never_empty(monkeypatch):
-    x = torch.randn(2, 5, 8)
-    with torch.no_grad():
-        assert feed_forward.hidden_pieces(x, 32) == 1
-        monkeypatch.setattr(feed_forward, "HIDDEN_BYTES", 1)
-        assert feed_forward.hidden_pieces(x, 32) == 10  # one row a piece at the least

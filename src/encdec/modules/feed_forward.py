@@ -23,7 +23,6 @@ ACTIVATIONS = {
     "swiglu": F.silu,
 }
 GATED = {"gated_gelu", "swiglu"}
-HIDDEN_BYTES = 16 << 20  # a CPU inference hidden's largest piece (glibc hands blocks over 32 MB back to the system)
 
 
 class FeedForward(nn.Module):
@@ -45,15 +44,6 @@ class FeedForward(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pieces = hidden_pieces(x, self.wo.in_features)
-        if pieces > 1:  # the hidden by row pieces, each small enough for the allocator to reuse its memory
-            flat = x.reshape(-1, x.shape[-1])
-            out = torch.cat([self.whole(piece) for piece in flat.tensor_split(pieces)])
-            return out.reshape(*x.shape[:-1], out.shape[-1])
-        return self.whole(x)
-
-    def whole(self, x: torch.Tensor) -> torch.Tensor:
-        """The block over all of x's rows at once."""
         if self.gated:
             h = self.act(linear(x, self.wi_0)) * linear(x, self.wi_1)
         elif self.fused is not None:
@@ -70,15 +60,6 @@ class FeedForward(nn.Module):
                 bias = self.wo.bias.float() if self.wo.bias is not None else None
                 return F.linear(h.float(), self.wo.weight.float(), bias)
         return linear(h, self.wo)
-
-
-def hidden_pieces(x: torch.Tensor, d_ff: int) -> int:
-    """In how many row pieces a CPU forward without gradients computes the block, so that no piece's hidden
-    (rows x d_ff) passes HIDDEN_BYTES: 1 on other devices, with gradients, or when the hidden is small."""
-    if x.device.type != "cpu" or torch.is_grad_enabled() or torch.compiler.is_compiling():
-        return 1
-    rows = x.numel() // x.shape[-1]
-    return max(1, min(rows, -(-rows * d_ff * x.element_size() // HIDDEN_BYTES)))
 
 
 def linear(x: torch.Tensor, layer: nn.Module, activation: str = "none") -> torch.Tensor:
