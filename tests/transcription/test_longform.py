@@ -92,7 +92,8 @@ def listed(options: dict) -> dict:
 
 def ours(model, x, frames, options) -> list[list[tuple[list[int], float, float]]]:
     transcriber = Transcriber(model, max_new_tokens=10, **listed(options))
-    segments = transcriber.decode(x, frames, transcriber.prompts(x))
+    prompts, encoded = transcriber.prompts(x)
+    segments = transcriber.decode(x, frames, prompts, encoded=encoded)
     return [[(list(s.tokens), s.start, s.end) for s in row] for row in segments]
 
 
@@ -269,3 +270,23 @@ def test_window_batch_is_bounded_in_one_sentence(whisper):
     for bad in (0, 257, 2.5, "8"):
         with pytest.raises(ConfigError, match="window_batch"):
             Transcriber(model, window_batch=bad)
+
+
+def test_a_first_window_encoded_to_detect_its_language_is_not_encoded_again(whisper, speech, monkeypatch):
+    """Where the language is detected, each recording's first window is encoded once: the detection's encoder
+    output is what its decoding reads (a batch of two recordings, window after window: one encoder pass for the
+    two first windows, then one a window after), and the segments are those of encoding it again."""
+    _, model = whisper
+    passes = []
+    hook = model.encoder.register_forward_hook(lambda _, args, out: passes.append(args[0].shape[0]))
+    try:
+        [first, second] = encdec.transcription.transcribe(model, speech, max_new_tokens=10)
+        detected = passes
+        passes = []
+        monkeypatch.setattr(Transcriber, "encoded_windows", staticmethod(lambda *_: {}))  # every window encoded
+        again = encdec.transcription.transcribe(model, speech, max_new_tokens=10)
+    finally:
+        hook.remove()
+    assert [first, second] == again
+    assert detected[0] == 2 and sum(detected) == sum(passes) - 2  # the two first windows, not encoded again
+    assert len(first.segments) > 1 and first.language is not None

@@ -238,9 +238,16 @@ def detect_language(model, src_ids: torch.Tensor, src_mask: torch.Tensor, rules:
     """(B,) each input's most likely language token after one decoder step from <|startoftranscript|> (`start`),
     as transformers' `detect_language`: its own encoder pass, apart from the search's."""
     with torch.inference_mode():
-        state = model.start(src_ids, src_mask, 1, 1)
+        return language_after(model, model.start(src_ids, src_mask, 1, 1), src_ids, rules, start)
+
+
+def language_after(model, state, src_ids: torch.Tensor, rules: WhisperRules, start: int) -> torch.Tensor:
+    """(B,) each input's most likely language token after one decoder step from <|startoftranscript|> (`start`),
+    `state` begun for one new token over the memory of inputs `src_ids` (B, ...) (`model.start`, or `model.begin`
+    where the memory is kept for the decoding after)."""
+    with torch.inference_mode():
         first = torch.full((src_ids.shape[0], 1), start, dtype=torch.long, device=src_ids.device)
-        logits = model.step(first, state)[:, -1]  # (B, V)
+        logits = model.step(first, state)[:, -1]  # (R, V)
     return most_likely_language(logits, rules)
 
 

@@ -49,8 +49,9 @@ from encdec.generation.fallback import Kept, decode_with_fallback
 from encdec.generation.generate import prepare, resolve_config
 from encdec.generation.interface import capabilities_of, model_device
 from encdec.generation.strategies import strategy_for
-from encdec.generation.whisper_rules import detect_language, init_tokens, needs_detection
+from encdec.generation.whisper_rules import init_tokens, language_after, needs_detection
 from encdec.generation.whisper_windows import FRAMES_PER_TIMESTAMP, from_frame, split
+from encdec.models.outputs import EncoderOutput
 from encdec.runs.speech_text import Recording, waveform
 from encdec.schema import Range, value_of
 from encdec.transcription.segmentation import SPEECH_PAD, Seconds, cut_at_pauses, within_window
@@ -137,10 +138,10 @@ class Transcriber:
         features = torch.zeros(len(waves), self.model.config.audio.n_mels, max(frames), device=waves[0].device)
         for row, wave in enumerate(waves):
             features[row, :, : frames[row]] = log_mel(wave, self.model.config.audio.n_mels, frames=frames[row])[0]
-        prompts = self.prompts(features)
+        prompts, encoded = self.prompts(features)
         codes = {token: name[2:-2] for name, token in self.cfg.whisper.lang_to_id.items()}
         pieces = None if self.chunk_length is None else [self.pieces(wave) for wave in waves]
-        decoded = self.decode(features, frames, prompts, recorded, pieces, None if pieces is None else waves)
+        decoded = self.decode(features, frames, prompts, recorded, pieces, None if pieces is None else waves, encoded)
         transcripts = []
         for wave, prompt, segments in zip(waves, prompts, decoded):
             text = self.decoded([token for segment in segments for token in segment.tokens])  # openai-whisper's
@@ -168,22 +169,27 @@ class Transcriber:
         (start, end) samples in order."""
         return cut_at_pauses(wave, SAMPLE_RATE, self.chunk_length, speech_pad=self.speech_pad)
 
-    def prompts(self, features: torch.Tensor) -> list[list[int]]:
+    def prompts(self, features: torch.Tensor) -> tuple[list[list[int]], tuple | None]:
         """Each recording's prompt (<|startoftranscript|> <|lang|> <|task|>, as whisper_rules.init_tokens makes
-        it), its language given or detected from its first window as transformers detects a long-form batch's."""
+        it), its language given or detected from its first window as transformers detects a long-form batch's;
+        and where it was detected, the first windows (B, C, W) and their encoder output (B, S, C), which the
+        decoding reads again where a window is one of them (`encoded_windows`): the encoder runs once for each."""
         cfg, rules, batch = self.cfg, self.cfg.whisper, features.shape[0]
-        detected = None
+        detected, encoded = None, None
         if needs_detection(rules, cfg.language, cfg.task):
             first = features[:, :, : self.window]
-            first = torch.nn.functional.pad(first, (0, self.window - first.shape[-1]))  # (B, C, W)
             device = model_device(self.model)
+            first = torch.nn.functional.pad(first, (0, self.window - first.shape[-1])).to(device)  # (B, C, W)
             mask = torch.ones(batch, self.window, dtype=torch.bool, device=device)
             with torch.inference_mode():
-                ids = detect_language(self.model, first.to(device), mask, rules, cfg.decoder_start_token_id)
-            detected = ids.tolist()
-        return init_tokens(
+                memory = self.model.encode(first, mask)
+                state = self.model.begin(memory, 1, 1)
+                ids = language_after(self.model, state, first, rules, cfg.decoder_start_token_id)
+            detected, encoded = ids.tolist(), (first, memory.hidden)
+        prompts = init_tokens(
             rules, cfg.decoder_start_token_id, batch, cfg.language, cfg.task, cfg.return_timestamps, detected
         )
+        return prompts, encoded
 
     def decode(
         self,
@@ -193,12 +199,14 @@ class Transcriber:
         recorded: list[int] | None = None,
         spans: list[list[tuple[int, int]]] | None = None,
         waves: list[torch.Tensor] | None = None,
+        encoded: tuple | None = None,
     ) -> list[list[Segment]]:
         """Each recording's segments: features (B, C, T), each row's `frames` its own (the rest padding), each
         row's window decoded after its previous text (where carried on) and its prompt (`prompts`); `recorded`
         each row's frames that hold its recording (None: `frames`), the frames its word timestamps warp over;
         `spans` each row's pieces, (start, end) samples, the windows run within (None: the whole recording), whose
-        windows' log-mels are then made from `waves` (each row's samples at 16 kHz)."""
+        windows' log-mels are then made from `waves` (each row's samples at 16 kHz); `encoded` the first windows
+        and their encoder output where `prompts` detected the language (None: none kept)."""
         recorded = frames if recorded is None else recorded
         clips = [[(0, n * HOP)] for n in frames] if spans is None else spans
         shortest = 1 if spans is None else FRAMES_PER_TIMESTAMP  # a piece's rest under 20 ms: nothing to time in it
@@ -220,7 +228,8 @@ class Transcriber:
                     rows, starts, lengths, samples = (list(column) for column in zip(*windows))
                     language = [languages[row] for row in rows] if isinstance(languages, list) else languages
                     window = self.window_features(features, waves, rows, starts, lengths, samples)
-                    decoded = self.decode_window(window, [whole[row] for row in rows], language)
+                    known = self.encoded_windows(window, rows, starts, encoded)
+                    decoded = self.decode_window(window, [whole[row] for row in rows], language, known)
                     for index, (row, start, left, (tokens, ended, kept)) in enumerate(
                         zip(rows, starts, lengths, decoded)
                     ):
@@ -253,10 +262,25 @@ class Transcriber:
         slices = [waves[row][start:end] for row, (start, end) in zip(rows, samples)]
         return log_mel(slices, self.model.config.audio.n_mels, frames=self.window)
 
-    def decode_window(self, window, prompts, language) -> list[tuple[list[int], list[int], Kept]]:
+    @staticmethod
+    def encoded_windows(window: torch.Tensor, rows: list[int], starts: list[int], encoded) -> dict:
+        """{g: encoder output (S, C)} for each of the windows (G, C, W) of recordings `rows` from frames `starts`
+        that is its recording's first window as `prompts` encoded it (`encoded`: those windows and their output),
+        equal to it value for value; the others are encoded by the decoding."""
+        if encoded is None:
+            return {}
+        first, hidden = encoded
+        return {
+            g: hidden[row]
+            for g, (row, start) in enumerate(zip(rows, starts))
+            if start == 0 and torch.equal(window[g], first[row].to(window.device))
+        }
+
+    def decode_window(self, window, prompts, language, known=None) -> list[tuple[list[int], list[int], Kept]]:
         """Windows (G, C, W: window_features') each decoded after its prompt (`prompts`, all of one length;
         `language` the option that keeps `prepare` from detecting it again) -> each window's tokens (EOS cut),
-        [EOS] where the decoding wrote one (else []), and what its kept decoding scored."""
+        [EOS] where the decoding wrote one (else []), and what its kept decoding scored. `known`: the encoder
+        output of those windows already encoded (encoded_windows), by index; the others are encoded here."""
         job = prepare(self.model, window, None, **{**self.options, "language": language})
         prompt = torch.tensor(prompts, dtype=torch.long, device=job.device)  # (G, P): in place of prepare's
         room = self.model.config.positions.max - prompt.shape[1]
@@ -264,11 +288,28 @@ class Transcriber:
             raise ConfigError(f"a prompt of {prompt.shape[1]} tokens leaves the decoder no position to write in")
         cfg = replace(job.cfg, max_new_tokens=min(job.cfg.max_new_tokens, room))
         job = replace(job, prompt=prompt, cfg=cfg)
-        state = self.model.start(job.src_ids, job.src_mask, cfg.max_new_tokens + prompt.shape[1] - 1, job.rows)
+        new_tokens = cfg.max_new_tokens + prompt.shape[1] - 1
+        if not known:
+            state = self.model.start(job.src_ids, job.src_mask, new_tokens, job.rows)
+        else:  # windows prompts() encoded to detect their language: the encoder runs for the others alone
+            self.model.check_lengths(job.src_ids, new_tokens)
+            state = self.model.begin(self.memory(job, known), new_tokens, job.rows)
         decoded, kept = decode_with_fallback(self.model, state, job, strategy_for)
         eos = cfg.eos_ids[0] if cfg.eos_ids else None
         ended = [bool(tokens) and tokens[-1] == eos for tokens in decoded]
         return [(t[:-1] if e else t, [eos] if e else [], k) for t, e, k in zip(decoded, ended, kept)]
+
+    def memory(self, job, known: dict) -> EncoderOutput:
+        """The encoder output (G, S, C) of the windows job.src_ids (G, C, W): `known`'s rows where given, the
+        others encoded (one pass for all of them)."""
+        first = next(iter(known.values()))
+        hidden = first.new_empty(job.src_ids.shape[0], *first.shape)
+        others = [g for g in range(job.src_ids.shape[0]) if g not in known]
+        if others:
+            mask = None if job.src_mask is None else job.src_mask[others]
+            hidden[others] = self.model.encode(job.src_ids[others], mask).hidden
+        hidden[list(known)] = torch.stack(list(known.values()))
+        return EncoderOutput(hidden, None)
 
     def with_words(self, segments: list[Segment], where, sequence: list[int], prompt: int, languages, row: int):
         """A window's `segments` with their words (transcription.word_times, words): `where` (window, seek,
