@@ -272,19 +272,23 @@ def test_window_batch_is_bounded_in_one_sentence(whisper):
             Transcriber(model, window_batch=bad)
 
 
-def test_a_first_window_encoded_to_detect_its_language_is_not_encoded_again(whisper, speech, monkeypatch):
+@pytest.mark.parametrize(
+    "options", [{}, dict(return_timestamps=False, window_batch=8)], ids=["window-after-window", "windows-together"]
+)
+def test_a_first_window_encoded_to_detect_its_language_is_not_encoded_again(whisper, speech, monkeypatch, options):
     """Where the language is detected, each recording's first window is encoded once: the detection's encoder
-    output is what its decoding reads (a batch of two recordings, window after window: one encoder pass for the
-    two first windows, then one a window after), and the segments are those of encoding it again."""
+    output is what its decoding reads (a batch of two recordings: one encoder pass for the two first windows;
+    window after window, every window after has a pass of its own; decoded together, a recording's other windows
+    are encoded beside its first one's output), and the segments are those of encoding it again."""
     _, model = whisper
     passes = []
     hook = model.encoder.register_forward_hook(lambda _, args, out: passes.append(args[0].shape[0]))
     try:
-        [first, second] = encdec.transcription.transcribe(model, speech, max_new_tokens=10)
+        [first, second] = encdec.transcription.transcribe(model, speech, max_new_tokens=10, **options)
         detected = passes
         passes = []
         monkeypatch.setattr(Transcriber, "encoded_windows", staticmethod(lambda *_: {}))  # every window encoded
-        again = encdec.transcription.transcribe(model, speech, max_new_tokens=10)
+        again = encdec.transcription.transcribe(model, speech, max_new_tokens=10, **options)
     finally:
         hook.remove()
     assert [first, second] == again

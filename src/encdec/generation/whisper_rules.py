@@ -247,7 +247,7 @@ def language_after(model, state, src_ids: torch.Tensor, rules: WhisperRules, sta
     where the memory is kept for the decoding after)."""
     with torch.inference_mode():
         first = torch.full((src_ids.shape[0], 1), start, dtype=torch.long, device=src_ids.device)
-        logits = model.step(first, state)[:, -1]  # (R, V)
+        logits = model.step(first, state)[:, -1]  # (B, V)
     return most_likely_language(logits, rules)
 
 

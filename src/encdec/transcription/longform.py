@@ -304,11 +304,11 @@ class Transcriber:
         others encoded (one pass for all of them)."""
         first = next(iter(known.values()))
         hidden = first.new_empty(job.src_ids.shape[0], *first.shape)
-        others = [g for g in range(job.src_ids.shape[0]) if g not in known]
-        if others:
+        hidden[torch.tensor(list(known), device=hidden.device)] = torch.stack(list(known.values()))
+        others = torch.tensor([g for g in range(job.src_ids.shape[0]) if g not in known], device=hidden.device)
+        if len(others):
             mask = None if job.src_mask is None else job.src_mask[others]
             hidden[others] = self.model.encode(job.src_ids[others], mask).hidden
-        hidden[list(known)] = torch.stack(list(known.values()))
         return EncoderOutput(hidden, None)
 
     def with_words(self, segments: list[Segment], where, sequence: list[int], prompt: int, languages, row: int):
