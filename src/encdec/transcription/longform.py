@@ -169,11 +169,11 @@ class Transcriber:
         (start, end) samples in order."""
         return cut_at_pauses(wave, SAMPLE_RATE, self.chunk_length, speech_pad=self.speech_pad)
 
-    def prompts(self, features: torch.Tensor) -> tuple[list[list[int]], tuple | None]:
+    def prompts(self, features: torch.Tensor) -> tuple[list[list[int]], torch.Tensor | None]:
         """Each recording's prompt (<|startoftranscript|> <|lang|> <|task|>, as whisper_rules.init_tokens makes
         it), its language given or detected from its first window as transformers detects a long-form batch's;
-        and where it was detected, the first windows (B, C, W) and their encoder output (B, S, C), which the
-        decoding reads again where a window is one of them (`encoded_windows`): the encoder runs once for each."""
+        and where it was detected, the first windows' encoder output (B, S, C), which the decoding reads again
+        where a window is one of them (`encoded_windows`): the encoder runs once for each."""
         cfg, rules, batch = self.cfg, self.cfg.whisper, features.shape[0]
         detected, encoded = None, None
         if needs_detection(rules, cfg.language, cfg.task):
@@ -185,7 +185,7 @@ class Transcriber:
                 memory = self.model.encode(first, mask)
                 state = self.model.begin(memory, 1, 1)
                 ids = language_after(self.model, state, first, rules, cfg.decoder_start_token_id)
-            detected, encoded = ids.tolist(), (first, memory.hidden)
+            detected, encoded = ids.tolist(), memory.hidden
         prompts = init_tokens(
             rules, cfg.decoder_start_token_id, batch, cfg.language, cfg.task, cfg.return_timestamps, detected
         )
@@ -199,14 +199,14 @@ class Transcriber:
         recorded: list[int] | None = None,
         spans: list[list[tuple[int, int]]] | None = None,
         waves: list[torch.Tensor] | None = None,
-        encoded: tuple | None = None,
+        encoded: torch.Tensor | None = None,
     ) -> list[list[Segment]]:
         """Each recording's segments: features (B, C, T), each row's `frames` its own (the rest padding), each
         row's window decoded after its previous text (where carried on) and its prompt (`prompts`); `recorded`
         each row's frames that hold its recording (None: `frames`), the frames its word timestamps warp over;
         `spans` each row's pieces, (start, end) samples, the windows run within (None: the whole recording), whose
-        windows' log-mels are then made from `waves` (each row's samples at 16 kHz); `encoded` the first windows
-        and their encoder output where `prompts` detected the language (None: none kept)."""
+        windows' log-mels are then made from `waves` (each row's samples at 16 kHz); `encoded` the first windows'
+        encoder output where `prompts` detected the language (None: none kept)."""
         recorded = frames if recorded is None else recorded
         clips = [[(0, n * HOP)] for n in frames] if spans is None else spans
         shortest = 1 if spans is None else FRAMES_PER_TIMESTAMP  # a piece's rest under 20 ms: nothing to time in it
@@ -228,7 +228,7 @@ class Transcriber:
                     rows, starts, lengths, samples = (list(column) for column in zip(*windows))
                     language = [languages[row] for row in rows] if isinstance(languages, list) else languages
                     window = self.window_features(features, waves, rows, starts, lengths, samples)
-                    known = self.encoded_windows(window, rows, starts, encoded)
+                    known = self.encoded_windows(window, features, rows, starts, encoded)
                     decoded = self.decode_window(window, [whole[row] for row in rows], language, known)
                     for index, (row, start, left, (tokens, ended, kept)) in enumerate(
                         zip(rows, starts, lengths, decoded)
@@ -263,17 +263,17 @@ class Transcriber:
         return log_mel(slices, self.model.config.audio.n_mels, frames=self.window)
 
     @staticmethod
-    def encoded_windows(window: torch.Tensor, rows: list[int], starts: list[int], encoded) -> dict:
+    def encoded_windows(window, features, rows: list[int], starts: list[int], encoded) -> dict:
         """{g: encoder output (S, C)} for each of the windows (G, C, W) of recordings `rows` from frames `starts`
-        that is its recording's first window as `prompts` encoded it (`encoded`: those windows and their output),
-        equal to it value for value; the others are encoded by the decoding."""
-        if encoded is None:
+        that is its recording's first window as `prompts` encoded it (features (B, C, T)'s first W frames, whose
+        output is `encoded` (B, S, C)), equal to it value for value; the others are encoded by the decoding."""
+        W = window.shape[-1]
+        if encoded is None or features.shape[-1] < W:  # a window prompts() padded: not compared
             return {}
-        first, hidden = encoded
         return {
-            g: hidden[row]
+            g: encoded[row]
             for g, (row, start) in enumerate(zip(rows, starts))
-            if start == 0 and torch.equal(window[g], first[row].to(window.device))
+            if start == 0 and torch.equal(window[g], features[row, :, :W])
         }
 
     def decode_window(self, window, prompts, language, known=None) -> list[tuple[list[int], list[int], Kept]]:
